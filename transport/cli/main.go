@@ -1,0 +1,100 @@
+package cli
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"log/slog"
+	"os"
+)
+
+// Daemon is the shape of a long-running binary's main: its flags, and what to
+// run once they are parsed and validated.
+type Daemon struct {
+	Name    string
+	Summary string
+	Flags   *flag.FlagSet
+	// Validate checks the parsed configuration and returns a *FieldError for
+	// the first bad field.
+	Validate func() error
+	// Commands are optional verbs (`phaseless-agent selfcheck`) that run
+	// instead of the daemon when named as the first argument.
+	Commands []*Command
+	Run      func(ctx context.Context, log *slog.Logger) error
+}
+
+// Main runs d with the process arguments and returns the exit code: 0 on a
+// clean shutdown, 1 on a runtime failure, 2 on a configuration error.
+func (d *Daemon) Main(args []string) int {
+	var common Common
+	common.Register(d.Flags)
+	cio := IO{Stdin: os.Stdin, Stdout: os.Stdout, Stderr: os.Stderr, Getenv: os.Getenv}
+	if len(args) > 0 {
+		for _, c := range d.Commands {
+			if c.Name == args[0] {
+				ctx, stop := SignalContext(context.Background())
+				defer stop()
+				return exitCode(d.Name, c.Dispatch(ctx, cio, args[1:]))
+			}
+		}
+	}
+	if err := Parse(d.Flags, args, os.Getenv); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			PrintUsage(os.Stdout, d.Flags, d.Summary)
+			for _, c := range d.Commands {
+				fmt.Printf("\nSubcommand: %s %s — %s\n", d.Name, c.Name, c.Summary)
+			}
+			return 0
+		}
+		fmt.Fprintf(os.Stderr, "%s: %v\n", d.Name, err)
+		return 2
+	}
+	if common.ShowVersion {
+		fmt.Println(VersionLine(d.Name))
+		return 0
+	}
+	log, err := common.Logger(os.Stderr)
+	if err == nil && d.Validate != nil {
+		err = d.Validate()
+	}
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "%s: %v\n", d.Name, err)
+		return 2
+	}
+	ctx, stop := SignalContext(context.Background())
+	defer stop()
+	log.Info("starting", "binary", d.Name, "version", Version, "commit", Commit)
+	if err := d.Run(ctx, log); err != nil && !errors.Is(err, context.Canceled) {
+		log.Error("stopped", "err", err)
+		return 1
+	}
+	log.Info("stopped cleanly")
+	return 0
+}
+
+func exitCode(name string, err error) int {
+	switch {
+	case err == nil:
+		return 0
+	case errors.Is(err, ErrUsage):
+		fmt.Fprintf(os.Stderr, "%s: %v\n", name, err)
+		return 2
+	default:
+		fmt.Fprintf(os.Stderr, "%s: %v\n", name, err)
+		return 1
+	}
+}
+
+// Tool runs a command tree (phaselessctl) with the process arguments and
+// returns the exit code.
+func Tool(root *Command, args []string) int {
+	if len(args) == 1 && (args[0] == "--version" || args[0] == "version") {
+		fmt.Println(VersionLine(root.Name))
+		return 0
+	}
+	ctx, stop := SignalContext(context.Background())
+	defer stop()
+	cio := IO{Stdin: os.Stdin, Stdout: os.Stdout, Stderr: os.Stderr, Getenv: os.Getenv}
+	return exitCode(root.Name, root.Dispatch(ctx, cio, args))
+}
