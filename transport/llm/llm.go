@@ -1,0 +1,143 @@
+// Package llm is the canonical completion request and token stream that every
+// hop shares: the HTTP APIs decode into it, the router and the scheduler read
+// it, the QUIC protocol carries it and the engines run it. Keeping one shape
+// means a request crosses agent → cloud → worker without being re-interpreted.
+package llm
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+)
+
+// Message is one chat turn.
+type Message struct {
+	Role    string // system, user, assistant
+	Content string
+}
+
+// Request is a completion request after API-specific decoding and validation.
+type Request struct {
+	ID             string // trace id, unique per request
+	Model          string // "auto" lets Phaseless choose
+	Messages       []Message
+	MaxTokens      int // 1..limit, validated at the edge
+	Temperature    float64
+	TopP           float64 // 0 = off
+	TopK           int     // 0 = off
+	Seed           uint64  // 0 = pick one
+	Stop           []string
+	IdempotencyKey string // set when a retry or 0-RTT replay must run once
+	Tenant         string // API key's tenant or device id; set by the receiver, not the caller
+	Hints          Hints
+}
+
+// Hints are the optional x-* request headers of DESIGN.md §4.
+type Hints struct {
+	Route          string  // auto|local|cloud (agent only)
+	Prefetch       string  // high|medium|low|none
+	BatchThreshold float64 // 0.1..0.9; 0 = default
+	CacheTTL       time.Duration
+	SemanticMode   string // intent|topic|hybrid
+	Policy         string // scheduler policy override, honoured in --dev only
+}
+
+// Token is one generated piece of text, emitted as soon as the engine has it.
+type Token struct {
+	Text string // valid UTF-8; never splits a character
+	ID   int32
+	// EngineLatency is how long the engine took to produce this token.
+	EngineLatency time.Duration
+}
+
+// Final is what is known when a generation ends.
+type Final struct {
+	PromptTokens     int
+	CompletionTokens int
+	FinishReason     string // stop, length, cancelled
+	TTFT             time.Duration
+	Total            time.Duration
+	PrefixHitTokens  int    // prompt tokens served from a cached prefix
+	SchedulerHint    string // base32 of the quantized scheduler vector
+	Route            string // where it ran: local, cloud/<pool>/<worker>, ...
+	FallbackReason   string
+}
+
+// Emit receives each token as it is produced. Returning an error stops the
+// generation (the client went away).
+type Emit func(Token) error
+
+// Generator runs a request and streams its tokens through emit, without
+// holding any back. Engines, the QUIC client, the scheduler and remote
+// OpenAI-compatible servers all implement it.
+type Generator interface {
+	Generate(ctx context.Context, req *Request, emit Emit) (Final, error)
+}
+
+// Code classifies failures so each API can map them to its own error shape.
+type Code string
+
+const (
+	CodeInvalid     Code = "invalid_request" // 400
+	CodeAuth        Code = "authentication"  // 401
+	CodeBudget      Code = "budget_exceeded" // 429
+	CodeOverloaded  Code = "overloaded"      // 503 (429/503-like: eligible for fallback)
+	CodeUnavailable Code = "unavailable"     // 503 (no path to an engine)
+	CodeCancelled   Code = "cancelled"       // 499
+	CodeInternal    Code = "internal"        // 500
+	CodeTimeout     Code = "timeout"         // 504
+)
+
+// Error is a failure that crosses hops with its classification intact.
+type Error struct {
+	Code      Code
+	Message   string
+	Retryable bool
+	// RetryAfter, when set, tells the caller when to try again.
+	RetryAfter time.Duration
+}
+
+func (e *Error) Error() string { return fmt.Sprintf("%s: %s", e.Code, e.Message) }
+
+// Errorf builds an *Error.
+func Errorf(code Code, format string, args ...any) *Error {
+	return &Error{Code: code, Message: fmt.Sprintf(format, args...), Retryable: code == CodeOverloaded || code == CodeUnavailable || code == CodeTimeout}
+}
+
+// CodeOf returns the classification of err: its *Error code, cancelled for
+// context cancellation, internal otherwise.
+func CodeOf(err error) Code {
+	var e *Error
+	switch {
+	case err == nil:
+		return ""
+	case errors.As(err, &e):
+		return e.Code
+	case errors.Is(err, context.Canceled):
+		return CodeCancelled
+	case errors.Is(err, context.DeadlineExceeded):
+		return CodeTimeout
+	}
+	return CodeInternal
+}
+
+// ChatPrompt renders messages in the chat template the built-in models are
+// trained on: one "<|role|>" line per turn, then an open assistant turn. The
+// engine stops at the next "<|" so a model cannot speak for the user.
+func ChatPrompt(msgs []Message) string {
+	var b strings.Builder
+	for _, m := range msgs {
+		b.WriteString("<|")
+		b.WriteString(m.Role)
+		b.WriteString("|>\n")
+		b.WriteString(strings.TrimSpace(m.Content))
+		b.WriteString("\n")
+	}
+	b.WriteString("<|assistant|>\n")
+	return b.String()
+}
+
+// TurnEnd is the stop sequence that ends an assistant turn in ChatPrompt's template.
+const TurnEnd = "<|"
