@@ -211,7 +211,7 @@ func (l *LabeledCounter) write(w io.Writer, name string) {
 	}
 	l.mu.Unlock()
 	for i, v := range vals {
-		fmt.Fprintf(w, "%s{%s=%q} %g\n", name, l.label, escape(v), cs[i].Value())
+		fmt.Fprintf(w, "%s{%s=\"%s\"} %g\n", name, l.label, escape(v), cs[i].Value())
 	}
 }
 
