@@ -1,0 +1,138 @@
+package ctl
+
+import (
+	"context"
+	"crypto/ed25519"
+	"crypto/rand"
+	"encoding/pem"
+	"errors"
+	"flag"
+	"fmt"
+	"os"
+	"path/filepath"
+
+	"github.com/phaseless/phaseless/firmware"
+	"github.com/phaseless/phaseless/transport/cli"
+)
+
+func init() {
+	register(&cli.Command{
+		Name:    "ota",
+		Summary: "signed over-the-air bundles: keygen, sign, verify",
+		Subcommands: []*cli.Command{
+			{Name: "keygen", Summary: "create the fleet's ed25519 signing key (ota-key.pem, ota-pub.pem)", Run: otaKeygen},
+			{Name: "sign", Summary: "build a signed bundle from files", Run: otaSign},
+			{Name: "verify", Summary: "verify a bundle as a device would", Run: otaVerify},
+		},
+	})
+}
+
+func otaKeygen(_ context.Context, cio cli.IO, args []string) error {
+	fs := flag.NewFlagSet("ota keygen", flag.ContinueOnError)
+	dir := fs.String("dir", ".", "directory for ota-key.pem and ota-pub.pem")
+	if err := cli.Parse(fs, args, cio.Getenv); err != nil {
+		return fmt.Errorf("%w: %v", cli.ErrUsage, err)
+	}
+	pub, priv, err := ed25519.GenerateKey(rand.Reader)
+	if err != nil {
+		return err
+	}
+	keyPath := filepath.Join(*dir, "ota-key.pem")
+	if _, err := os.Stat(keyPath); err == nil {
+		return fmt.Errorf("%s exists; refusing to replace the fleet's signing key", keyPath)
+	}
+	if err := os.WriteFile(keyPath, pem.EncodeToMemory(&pem.Block{Type: "PHASELESS OTA PRIVATE KEY", Bytes: priv.Seed()}), 0o600); err != nil {
+		return err
+	}
+	pubPath := filepath.Join(*dir, "ota-pub.pem")
+	if err := os.WriteFile(pubPath, pem.EncodeToMemory(&pem.Block{Type: "PHASELESS OTA PUBLIC KEY", Bytes: pub}), 0o644); err != nil {
+		return err
+	}
+	fmt.Fprintf(cio.Stdout, "wrote %s and %s\n", keyPath, pubPath)
+	return nil
+}
+
+func otaSign(_ context.Context, cio cli.IO, args []string) error {
+	fs := flag.NewFlagSet("ota sign", flag.ContinueOnError)
+	keyPath := fs.String("key", "ota-key.pem", "signing key from ota keygen")
+	version := fs.String("version", "", "bundle version, e.g. 1.4.2")
+	board := fs.String("board", "generic", "board profile")
+	out := fs.String("out", "bundle.plota", "output file")
+	if err := cli.Parse(fs, args, cio.Getenv); err != nil {
+		return fmt.Errorf("%w: %v", cli.ErrUsage, err)
+	}
+	if fs.NArg() == 0 || *version == "" {
+		return fmt.Errorf("%w: ota sign --version V [--board B] FILE...", cli.ErrUsage)
+	}
+	seed, err := readPEM(*keyPath, "PHASELESS OTA PRIVATE KEY", ed25519.SeedSize)
+	if err != nil {
+		return err
+	}
+	files := map[string][]byte{}
+	var names []string
+	for _, p := range fs.Args() {
+		b, err := os.ReadFile(p)
+		if err != nil {
+			return err
+		}
+		name := filepath.ToSlash(filepath.Clean(p))
+		files[name] = b
+		names = append(names, name)
+	}
+	f, err := os.Create(*out)
+	if err != nil {
+		return err
+	}
+	if err := firmware.Write(f, ed25519.NewKeyFromSeed(seed), *version, *board, files, names); err != nil {
+		f.Close()
+		return err
+	}
+	if err := f.Close(); err != nil {
+		return err
+	}
+	fmt.Fprintf(cio.Stdout, "wrote %s: version %s, board %s, %d files\n", *out, *version, *board, len(names))
+	return nil
+}
+
+func otaVerify(_ context.Context, cio cli.IO, args []string) error {
+	fs := flag.NewFlagSet("ota verify", flag.ContinueOnError)
+	pubPath := fs.String("pub", "ota-pub.pem", "trusted public key")
+	board := fs.String("board", "generic", "device board profile")
+	running := fs.String("running", "0", "version the device runs")
+	if err := cli.Parse(fs, args, cio.Getenv); err != nil {
+		return fmt.Errorf("%w: %v", cli.ErrUsage, err)
+	}
+	if fs.NArg() != 1 {
+		return fmt.Errorf("%w: ota verify [--pub P] BUNDLE", cli.ErrUsage)
+	}
+	pub, err := readPEM(*pubPath, "PHASELESS OTA PUBLIC KEY", ed25519.PublicKeySize)
+	if err != nil {
+		return err
+	}
+	f, err := os.Open(fs.Arg(0))
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	v, err := firmware.Open(f, firmware.Policy{TrustedKey: pub, Board: *board, RunningVersion: *running})
+	if err != nil {
+		return err
+	}
+	if err := v.Extract(func(string) (firmware.WriteCloser, error) { return firmware.Discard(), nil }); err != nil {
+		return err
+	}
+	fmt.Fprintf(cio.Stdout, "ok: version %s for %s, %d files verified\n", v.Manifest.Version, v.Manifest.Board, len(v.Manifest.Files))
+	return nil
+}
+
+func readPEM(path, typ string, size int) ([]byte, error) {
+	raw, err := os.ReadFile(path)
+	if err != nil {
+		return nil, err
+	}
+	b, _ := pem.Decode(raw)
+	if b == nil || b.Type != typ || len(b.Bytes) != size {
+		return nil, errors.New(path + ": not a " + typ)
+	}
+	return b.Bytes, nil
+}

@@ -1,0 +1,45 @@
+package ctl
+
+import (
+	"bytes"
+	"context"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/phaseless/phaseless/transport/cli"
+)
+
+func runCtl(t *testing.T, args ...string) (string, error) {
+	t.Helper()
+	var out bytes.Buffer
+	cio := cli.IO{Stdin: strings.NewReader(""), Stdout: &out, Stderr: &out, Getenv: func(string) string { return "" }}
+	err := Root().Dispatch(context.Background(), cio, args)
+	return out.String(), err
+}
+
+func TestOTAKeygenSignVerify(t *testing.T) {
+	dir := t.TempDir()
+	payload := filepath.Join(dir, "agent.bin")
+	if err := os.WriteFile(payload, []byte("new agent"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	bundle := filepath.Join(dir, "b.plota")
+	if _, err := runCtl(t, "ota", "keygen", "--dir", dir); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := runCtl(t, "ota", "keygen", "--dir", dir); err == nil {
+		t.Fatal("keygen replaced an existing signing key")
+	}
+	if _, err := runCtl(t, "ota", "sign", "--key", filepath.Join(dir, "ota-key.pem"), "--version", "1.3", "--board", "rpi4", "--out", bundle, payload); err != nil {
+		t.Fatal(err)
+	}
+	out, err := runCtl(t, "ota", "verify", "--pub", filepath.Join(dir, "ota-pub.pem"), "--board", "rpi4", "--running", "1.2", bundle)
+	if err != nil || !strings.Contains(out, "version 1.3") {
+		t.Fatalf("verify: %v\n%s", err, out)
+	}
+	if _, err := runCtl(t, "ota", "verify", "--pub", filepath.Join(dir, "ota-pub.pem"), "--board", "jetson", bundle); err == nil {
+		t.Fatal("bundle for another board verified")
+	}
+}

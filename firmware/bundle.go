@@ -1,0 +1,254 @@
+package firmware
+
+import (
+	"bytes"
+	"crypto/ed25519"
+	"crypto/sha256"
+	"encoding/binary"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"path"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// A bundle is one file: the magic, a big-endian uint32 manifest length, the
+// manifest JSON, the ed25519 signature of exactly those manifest bytes, then
+// each file's bytes in manifest order. Signing the manifest (which holds every
+// file's sha256) signs the whole bundle, and the layout lets a device verify
+// the signature before reading a single payload byte.
+const magic = "PLOTA1\n"
+
+// Limits that keep a hostile bundle from making the device allocate or write
+// without bound.
+const (
+	maxManifest = 1 << 20
+	maxFiles    = 256
+	maxFileSize = 512 << 20
+)
+
+// Manifest describes a bundle.
+type Manifest struct {
+	Version string    `json:"version"` // dotted numeric, e.g. 1.4.2
+	Board   string    `json:"board"`   // board profile the bundle is built for
+	Created time.Time `json:"created"`
+	Files   []File    `json:"files"`
+}
+
+// File is one payload of a bundle.
+type File struct {
+	Name   string `json:"name"` // relative path inside the slot
+	Size   int64  `json:"size"`
+	SHA256 string `json:"sha256"`
+}
+
+// Errors callers branch on.
+var (
+	ErrBadSignature = errors.New("bundle signature does not verify")
+	ErrWrongBoard   = errors.New("bundle is for another board")
+	ErrNotNewer     = errors.New("bundle is not newer than the running version")
+	ErrCorrupt      = errors.New("bundle is corrupt")
+)
+
+// Write builds a signed bundle of files (name → content) into w.
+func Write(w io.Writer, key ed25519.PrivateKey, version, board string, files map[string][]byte, names []string) error {
+	m := Manifest{Version: version, Board: board, Created: time.Now().UTC()}
+	if _, err := ParseVersion(version); err != nil {
+		return err
+	}
+	for _, n := range names {
+		if err := checkName(n); err != nil {
+			return err
+		}
+		sum := sha256.Sum256(files[n])
+		m.Files = append(m.Files, File{Name: n, Size: int64(len(files[n])), SHA256: hex.EncodeToString(sum[:])})
+	}
+	mb, err := json.Marshal(m)
+	if err != nil {
+		return err
+	}
+	var hdr bytes.Buffer
+	hdr.WriteString(magic)
+	binary.Write(&hdr, binary.BigEndian, uint32(len(mb)))
+	hdr.Write(mb)
+	hdr.Write(ed25519.Sign(key, mb))
+	if _, err := w.Write(hdr.Bytes()); err != nil {
+		return err
+	}
+	for _, n := range names {
+		if _, err := w.Write(files[n]); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// Policy is what the device accepts.
+type Policy struct {
+	TrustedKey     ed25519.PublicKey
+	Board          string
+	RunningVersion string
+	// AllowRollback accepts an older version; only an explicit rollback
+	// command sets it.
+	AllowRollback bool
+}
+
+// Verified is a bundle whose manifest is signed, meant for this board and
+// acceptable by version; its payloads are still to be checked as they are
+// read by Extract.
+type Verified struct {
+	Manifest Manifest
+	r        io.Reader
+}
+
+// Open reads and verifies a bundle's header from r against p.
+func Open(r io.Reader, p Policy) (*Verified, error) {
+	head := make([]byte, len(magic)+4)
+	if _, err := io.ReadFull(r, head); err != nil || string(head[:len(magic)]) != magic {
+		return nil, fmt.Errorf("%w: not a Phaseless bundle", ErrCorrupt)
+	}
+	n := binary.BigEndian.Uint32(head[len(magic):])
+	if n == 0 || n > maxManifest {
+		return nil, fmt.Errorf("%w: manifest length %d", ErrCorrupt, n)
+	}
+	mb := make([]byte, int(n)+ed25519.SignatureSize)
+	if _, err := io.ReadFull(r, mb); err != nil {
+		return nil, fmt.Errorf("%w: truncated header", ErrCorrupt)
+	}
+	sig := mb[n:]
+	mb = mb[:n]
+	if len(p.TrustedKey) != ed25519.PublicKeySize || !ed25519.Verify(p.TrustedKey, mb, sig) {
+		return nil, ErrBadSignature
+	}
+	var m Manifest
+	if err := json.Unmarshal(mb, &m); err != nil {
+		return nil, fmt.Errorf("%w: manifest: %v", ErrCorrupt, err)
+	}
+	if err := m.check(); err != nil {
+		return nil, err
+	}
+	if m.Board != p.Board {
+		return nil, fmt.Errorf("%w: bundle %q, device %q", ErrWrongBoard, m.Board, p.Board)
+	}
+	newer, err := Newer(m.Version, p.RunningVersion)
+	if err != nil {
+		return nil, err
+	}
+	if !newer && !p.AllowRollback {
+		return nil, fmt.Errorf("%w: bundle %s, running %s", ErrNotNewer, m.Version, p.RunningVersion)
+	}
+	return &Verified{Manifest: m, r: r}, nil
+}
+
+func (m *Manifest) check() error {
+	if _, err := ParseVersion(m.Version); err != nil {
+		return fmt.Errorf("%w: %v", ErrCorrupt, err)
+	}
+	if len(m.Files) == 0 || len(m.Files) > maxFiles {
+		return fmt.Errorf("%w: %d files", ErrCorrupt, len(m.Files))
+	}
+	seen := map[string]bool{}
+	for _, f := range m.Files {
+		if err := checkName(f.Name); err != nil {
+			return fmt.Errorf("%w: %v", ErrCorrupt, err)
+		}
+		if seen[f.Name] {
+			return fmt.Errorf("%w: duplicate file %q", ErrCorrupt, f.Name)
+		}
+		seen[f.Name] = true
+		if f.Size < 0 || f.Size > maxFileSize || len(f.SHA256) != 64 {
+			return fmt.Errorf("%w: file %q size %d", ErrCorrupt, f.Name, f.Size)
+		}
+	}
+	return nil
+}
+
+// Extract streams each payload to create(name), checking size and sha256.
+// A payload that does not match is an error and the caller discards the slot.
+func (v *Verified) Extract(create func(name string) (io.WriteCloser, error)) error {
+	for _, f := range v.Manifest.Files {
+		w, err := create(f.Name)
+		if err != nil {
+			return err
+		}
+		h := sha256.New()
+		n, err := io.Copy(io.MultiWriter(w, h), io.LimitReader(v.r, f.Size))
+		if cerr := w.Close(); err == nil {
+			err = cerr
+		}
+		if err != nil {
+			return err
+		}
+		if n != f.Size || hex.EncodeToString(h.Sum(nil)) != f.SHA256 {
+			return fmt.Errorf("%w: file %q does not match its manifest entry", ErrCorrupt, f.Name)
+		}
+	}
+	return nil
+}
+
+func checkName(n string) error {
+	if n == "" || path.IsAbs(n) || path.Clean(n) != n || strings.HasPrefix(n, "..") || strings.ContainsAny(n, "\\\x00") {
+		return fmt.Errorf("unsafe file name %q", n)
+	}
+	return nil
+}
+
+// ParseVersion parses a dotted numeric version (1, 1.2, 1.2.3, at most 4 parts).
+func ParseVersion(v string) ([]int, error) {
+	parts := strings.Split(strings.TrimPrefix(v, "v"), ".")
+	if v == "" || len(parts) > 4 {
+		return nil, fmt.Errorf("version %q: want dotted numbers like 1.2.3", v)
+	}
+	out := make([]int, len(parts))
+	for i, p := range parts {
+		n, err := strconv.Atoi(p)
+		if err != nil || n < 0 {
+			return nil, fmt.Errorf("version %q: want dotted numbers like 1.2.3", v)
+		}
+		out[i] = n
+	}
+	return out, nil
+}
+
+// Newer reports whether version a is strictly newer than b. A running
+// version that is not numeric (a "dev" build) accepts any bundle.
+func Newer(a, b string) (bool, error) {
+	va, err := ParseVersion(a)
+	if err != nil {
+		return false, err
+	}
+	vb, err := ParseVersion(b)
+	if err != nil {
+		return true, nil
+	}
+	for i := 0; i < max(len(va), len(vb)); i++ {
+		x, y := at(va, i), at(vb, i)
+		if x != y {
+			return x > y, nil
+		}
+	}
+	return false, nil
+}
+
+func at(v []int, i int) int {
+	if i < len(v) {
+		return v[i]
+	}
+	return 0
+}
+
+// WriteCloser is what Extract writes each payload to.
+type WriteCloser = io.WriteCloser
+
+// Discard returns a WriteCloser that drops what it is given, to verify a
+// bundle's payloads without keeping them.
+func Discard() WriteCloser { return discard{} }
+
+type discard struct{}
+
+func (discard) Write(p []byte) (int, error) { return len(p), nil }
+func (discard) Close() error                { return nil }

@@ -1,0 +1,216 @@
+package firmware
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"sync"
+)
+
+// Slots keeps two install slots, a and b, under one directory. An update is
+// extracted into the inactive slot and booted on trial; it becomes active only
+// when Commit says the new version is healthy, and a trial that fails (or
+// that crashes MaxTrialBoots times) rolls back to the slot that worked. The
+// state file is replaced atomically, so a power cut at any moment leaves
+// either the old or the new state, never a mix.
+type Slots struct {
+	dir string
+
+	mu    sync.Mutex // guards state and the files under dir
+	state SlotState
+}
+
+// SlotState is persisted in dir/state.json.
+type SlotState struct {
+	Active   string            `json:"active"`          // slot that last proved healthy
+	Trial    string            `json:"trial,omitempty"` // slot being tried, if any
+	Boots    int               `json:"boots"`           // boots of the trial slot so far
+	Versions map[string]string `json:"versions"`        // slot → version installed there
+}
+
+// MaxTrialBoots is how many times a trial slot may boot without Commit before
+// Boot rolls back on its own (a crash loop ends in the old version).
+const MaxTrialBoots = 3
+
+// ErrNoTrial is returned by Commit and Rollback when no update is on trial.
+var ErrNoTrial = errors.New("no update on trial")
+
+// OpenSlots opens (or creates) the slot directory. A fresh device runs
+// initialVersion from slot a.
+func OpenSlots(dir, initialVersion string) (*Slots, error) {
+	s := &Slots{dir: dir}
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return nil, fmt.Errorf("open slots %s: %w", dir, err)
+	}
+	raw, err := os.ReadFile(filepath.Join(dir, "state.json"))
+	switch {
+	case errors.Is(err, os.ErrNotExist):
+		s.state = SlotState{Active: "a", Versions: map[string]string{"a": initialVersion}}
+		return s, s.save()
+	case err != nil:
+		return nil, fmt.Errorf("open slots %s: %w", dir, err)
+	}
+	if err := json.Unmarshal(raw, &s.state); err != nil || (s.state.Active != "a" && s.state.Active != "b") {
+		return nil, fmt.Errorf("open slots %s: corrupt state.json", dir)
+	}
+	if s.state.Versions == nil {
+		s.state.Versions = map[string]string{}
+	}
+	return s, nil
+}
+
+// State returns a copy of the current state.
+func (s *Slots) State() SlotState {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	st := s.state
+	st.Versions = map[string]string{}
+	for k, v := range s.state.Versions {
+		st.Versions[k] = v
+	}
+	return st
+}
+
+// Running returns the slot and version the device should run now.
+func (s *Slots) Running() (slot, version string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	slot = s.state.Active
+	if s.state.Trial != "" {
+		slot = s.state.Trial
+	}
+	return slot, s.state.Versions[slot]
+}
+
+// Path is the directory of a slot's files.
+func (s *Slots) Path(slot string) string { return filepath.Join(s.dir, slot) }
+
+// Install extracts a verified bundle into the inactive slot and puts it on
+// trial. Nothing of the active slot is touched.
+func (s *Slots) Install(v *Verified) (string, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	target := "b"
+	if s.state.Active == "b" {
+		target = "a"
+	}
+	tmp := filepath.Join(s.dir, target+".incoming")
+	os.RemoveAll(tmp)
+	err := v.Extract(func(name string) (io.WriteCloser, error) {
+		p := filepath.Join(tmp, filepath.FromSlash(name))
+		if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
+			return nil, err
+		}
+		return &syncFile{path: p}, nil
+	})
+	if err != nil {
+		os.RemoveAll(tmp)
+		return "", fmt.Errorf("install into slot %s: %w", target, err)
+	}
+	if err := os.RemoveAll(s.Path(target)); err != nil {
+		return "", err
+	}
+	if err := os.Rename(tmp, s.Path(target)); err != nil {
+		return "", err
+	}
+	s.state.Trial, s.state.Boots = target, 0
+	s.state.Versions[target] = v.Manifest.Version
+	return target, s.save()
+}
+
+// Boot is called once at start-up. It counts a boot of the trial slot and
+// rolls back when the trial has booted MaxTrialBoots times without Commit.
+func (s *Slots) Boot() (slot string, rolledBack bool, err error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.state.Trial == "" {
+		return s.state.Active, false, nil
+	}
+	if s.state.Boots >= MaxTrialBoots {
+		s.state.Trial, s.state.Boots = "", 0
+		return s.state.Active, true, s.save()
+	}
+	s.state.Boots++
+	return s.state.Trial, false, s.save()
+}
+
+// Commit makes the trial slot the active one.
+func (s *Slots) Commit() error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.state.Trial == "" {
+		return ErrNoTrial
+	}
+	s.state.Active, s.state.Trial, s.state.Boots = s.state.Trial, "", 0
+	return s.save()
+}
+
+// Rollback abandons the trial slot; the active slot runs again.
+func (s *Slots) Rollback() error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.state.Trial == "" {
+		return ErrNoTrial
+	}
+	s.state.Trial, s.state.Boots = "", 0
+	return s.save()
+}
+
+// save writes state.json atomically: temp file, fsync, rename, fsync dir.
+func (s *Slots) save() error {
+	raw, err := json.Marshal(s.state)
+	if err != nil {
+		return err
+	}
+	f := &syncFile{path: filepath.Join(s.dir, "state.json.tmp")}
+	if _, err := f.Write(raw); err != nil {
+		f.Close()
+		return err
+	}
+	if err := f.Close(); err != nil {
+		return err
+	}
+	if err := os.Rename(f.path, filepath.Join(s.dir, "state.json")); err != nil {
+		return err
+	}
+	d, err := os.Open(s.dir)
+	if err != nil {
+		return err
+	}
+	defer d.Close()
+	return d.Sync()
+}
+
+// syncFile is a file created on first write and fsync'd on Close, so a slot
+// or state file is on disk before it is renamed into place.
+type syncFile struct {
+	path string
+	f    *os.File
+}
+
+func (w *syncFile) Write(p []byte) (int, error) {
+	if w.f == nil {
+		f, err := os.OpenFile(w.path, os.O_CREATE|os.O_TRUNC|os.O_WRONLY, 0o644)
+		if err != nil {
+			return 0, err
+		}
+		w.f = f
+	}
+	return w.f.Write(p)
+}
+
+func (w *syncFile) Close() error {
+	if w.f == nil {
+		if _, err := w.Write(nil); err != nil { // an empty file still exists
+			return err
+		}
+	}
+	if err := w.f.Sync(); err != nil {
+		w.f.Close()
+		return err
+	}
+	return w.f.Close()
+}
