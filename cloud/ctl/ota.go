@@ -10,6 +10,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strings"
 
 	"github.com/phaseless/phaseless/firmware"
 	"github.com/phaseless/phaseless/transport/cli"
@@ -62,7 +63,7 @@ func otaSign(_ context.Context, cio cli.IO, args []string) error {
 		return fmt.Errorf("%w: %v", cli.ErrUsage, err)
 	}
 	if fs.NArg() == 0 || *version == "" {
-		return fmt.Errorf("%w: ota sign --version V [--board B] FILE...", cli.ErrUsage)
+		return fmt.Errorf("%w: ota sign --version V [--board B] [NAME=]FILE [[NAME=]FILE]", cli.ErrUsage)
 	}
 	seed, err := readPEM(*keyPath, "PHASELESS OTA PRIVATE KEY", ed25519.SeedSize)
 	if err != nil {
@@ -70,12 +71,17 @@ func otaSign(_ context.Context, cio cli.IO, args []string) error {
 	}
 	files := map[string][]byte{}
 	var names []string
-	for _, p := range fs.Args() {
+	for _, arg := range fs.Args() {
+		// NAME=PATH puts a file at NAME inside the slot; a plain path
+		// keeps its base name.
+		name, p, found := strings.Cut(arg, "=")
+		if !found {
+			name, p = filepath.Base(arg), arg
+		}
 		b, err := os.ReadFile(p)
 		if err != nil {
 			return err
 		}
-		name := filepath.ToSlash(filepath.Clean(p))
 		files[name] = b
 		names = append(names, name)
 	}
