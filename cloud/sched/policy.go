@@ -1,0 +1,139 @@
+package sched
+
+import (
+	"fmt"
+	"math"
+	"sync/atomic"
+)
+
+// Policy turns a request's and the workers' signals into a Decision. Decide
+// runs once per request on the hot path: it must not allocate and must be
+// safe for concurrent use.
+type Policy interface {
+	Name() string
+	Decide(req *Request, s *Snapshot) (Decision, error)
+}
+
+// Policy names accepted by ByName and the x-phaseless-policy override.
+const (
+	NameScheduler   = "scheduler"
+	NameRoundRobin  = "round-robin"
+	NameLeastLoaded = "least-loaded"
+)
+
+var (
+	_ Policy = (*Rules)(nil)
+	_ Policy = (*RoundRobin)(nil)
+	_ Policy = LeastLoaded{}
+)
+
+// RoundRobin cycles over the healthy, non-conservative workers regardless of
+// their signals: the first baseline the replay compares against.
+type RoundRobin struct {
+	next atomic.Uint64
+}
+
+// Name implements Policy.
+func (*RoundRobin) Name() string { return NameRoundRobin }
+
+// Decide implements Policy.
+func (p *RoundRobin) Decide(req *Request, s *Snapshot) (Decision, error) {
+	n := len(s.Workers)
+	if n == 0 {
+		return Decision{}, ErrNoWorker
+	}
+	start := int(p.next.Add(1) % uint64(n))
+	for pass := 0; pass < 2; pass++ {
+		for k := 0; k < n; k++ {
+			i := (start + k) % n
+			w := &s.Workers[i]
+			// The conservative pool is kept for fallbacks unless it is all there is.
+			if w.Healthy && (pass == 1 || w.Role != RoleConservative) {
+				return decided(req, s, i, ReasonRoundRobin, PolicyRoundRobin), nil
+			}
+		}
+	}
+	return Decision{}, ErrNoWorker
+}
+
+// LeastLoaded picks the healthy non-conservative worker with the lowest load:
+// the second baseline, and what the circuit breaker falls back to.
+type LeastLoaded struct{}
+
+// Name implements Policy.
+func (LeastLoaded) Name() string { return NameLeastLoaded }
+
+// Decide implements Policy.
+func (LeastLoaded) Decide(req *Request, s *Snapshot) (Decision, error) {
+	i := leastLoaded(s, -1, false)
+	if i < 0 {
+		return Decision{}, ErrNoWorker
+	}
+	return decided(req, s, i, ReasonLeastLoad, PolicyLeastLoaded), nil
+}
+
+// leastLoaded returns the index of the healthy worker with the lowest load,
+// skipping exclude and, unless nothing else is healthy, the conservative pool
+// (onlyConservative inverts that preference). -1 when none is healthy.
+func leastLoaded(s *Snapshot, exclude int, onlyConservative bool) int {
+	best, bestPref := -1, -1
+	bestLoad := math.Inf(1)
+	for i := range s.Workers {
+		w := &s.Workers[i]
+		if !w.Healthy || i == exclude {
+			continue
+		}
+		pref := 1 // preferred class first, the other class only when nothing else
+		if (w.Role == RoleConservative) != onlyConservative {
+			pref = 0
+		}
+		l := w.Load()
+		if pref > bestPref || (pref == bestPref && (l < bestLoad || (l == bestLoad && w.KVUsage < s.Workers[best].KVUsage))) {
+			best, bestPref, bestLoad = i, pref, l
+		}
+	}
+	return best
+}
+
+// Fallback places a request that failed with an overload on worker failed:
+// the least loaded conservative worker, or when there is none, the least
+// loaded other worker. DESIGN.md §5: "fallback on 429/503 to the
+// conservative pool".
+func Fallback(req *Request, s *Snapshot, failed int) (Decision, error) {
+	i := leastLoaded(s, failed, true)
+	if i < 0 {
+		return Decision{}, ErrNoWorker
+	}
+	return decided(req, s, i, ReasonFallback, PolicyFIFO), nil
+}
+
+// FIFO is what the coordinator runs while the circuit breaker is open: no
+// signals, no affinity, the least loaded worker in arrival order.
+func FIFO(req *Request, s *Snapshot) (Decision, error) {
+	i := leastLoaded(s, -1, false)
+	if i < 0 {
+		return Decision{}, ErrNoWorker
+	}
+	return decided(req, s, i, ReasonFIFO, PolicyFIFO), nil
+}
+
+func decided(req *Request, s *Snapshot, i int, r Reason, p PolicyID) Decision {
+	w := &s.Workers[i]
+	d := Decision{Worker: i, Pool: w.Role, Reason: r, Policy: p, PrefixBlocks: w.PrefixBlocks}
+	d.quantize(req, w)
+	return d
+}
+
+// ByName returns a fresh policy for a name accepted in --policy and the
+// x-phaseless-policy header.
+func ByName(name string, rules RulesConfig) (Policy, error) {
+	switch name {
+	case NameScheduler, "":
+		return NewRules(rules)
+	case NameRoundRobin:
+		return &RoundRobin{}, nil
+	case NameLeastLoaded:
+		return LeastLoaded{}, nil
+	}
+	return nil, fmt.Errorf("unknown policy %q (%s, %s, %s)", name, NameScheduler, NameRoundRobin, NameLeastLoaded)
+}

@@ -1,0 +1,85 @@
+package sched
+
+import (
+	"fmt"
+	"strings"
+)
+
+// Role is what a pool of workers is provisioned and tuned for.
+type Role uint8
+
+// The four pools of DESIGN.md §5.
+const (
+	RolePrefill      Role = iota // long or hard prompts: compute-bound prefill
+	RoleDecode                   // long generations: memory-bandwidth-bound decode
+	RoleStream                   // short interactive streams: smooth token pacing
+	RoleConservative             // fallback: spare capacity, used when a pool is overloaded
+	NumRoles
+)
+
+var roleNames = [NumRoles]string{"prefill-heavy", "decode-heavy", "stream", "conservative"}
+
+func (r Role) String() string {
+	if r < NumRoles {
+		return roleNames[r]
+	}
+	return fmt.Sprintf("role(%d)", uint8(r))
+}
+
+// ParseRole reads a role name as String writes it (also "prefill", "decode").
+func ParseRole(s string) (Role, error) {
+	switch strings.ToLower(strings.TrimSpace(s)) {
+	case "prefill-heavy", "prefill":
+		return RolePrefill, nil
+	case "decode-heavy", "decode":
+		return RoleDecode, nil
+	case "stream":
+		return RoleStream, nil
+	case "conservative", "fallback":
+		return RoleConservative, nil
+	}
+	return 0, fmt.Errorf("unknown pool role %q (prefill-heavy, decode-heavy, stream, conservative)", s)
+}
+
+// Request is what is measured about one request before it is placed. The
+// coordinator fills it once; Decide only reads it.
+type Request struct {
+	InputTokens     int     // prompt length in tokens
+	InputChars      int     // prompt length in characters (for the entropy's weight)
+	EntropyBits     float64 // Shannon entropy of the prompt, bits per character
+	PredictedOutput int     // expected completion tokens (OutputPredictor)
+	Stream          bool    // the client reads tokens as they come
+	// BlockHashes are the chained hashes of the prompt's full 16-token blocks
+	// (lm.BlockHashes), compared with what each worker has cached.
+	BlockHashes []uint64
+}
+
+// Worker is one worker's state at decision time, filled by cloud/worker.
+type Worker struct {
+	Role          Role
+	Healthy       bool
+	Running       int     // sequences generating now
+	Queued        int     // requests waiting for this worker (engine queue + batcher)
+	Capacity      int     // sequences it runs at once (≥ 1)
+	KVUsage       float64 // fraction of KV cache in use, 0..1
+	KVFaultsPerMs float64 // evictions or preemptions per ms of late
+	BurstSigma    float64 // σ of tokens emitted per 100 ms window
+	// PrefixBlocks is how many of Request.BlockHashes, from the start, the
+	// worker has cached; Snapshot fills it per request.
+	PrefixBlocks int
+}
+
+// Load is the worker's occupancy: queued and running work over capacity.
+func (w *Worker) Load() float64 {
+	c := w.Capacity
+	if c < 1 {
+		c = 1
+	}
+	return float64(w.Running+w.Queued) / float64(c)
+}
+
+// Snapshot is the set of workers a decision chooses from. Index i of Workers
+// is the worker the Decision names.
+type Snapshot struct {
+	Workers []Worker
+}
