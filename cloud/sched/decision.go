@@ -13,13 +13,13 @@ type Reason uint8
 
 // Reasons, in the order Rules tries them.
 const (
-	ReasonLeastLoad    Reason = iota // least loaded worker of the chosen pool
-	ReasonPrefix                     // a worker already holds the prompt's prefix
-	ReasonKVFaults                   // the chosen pool was thrashing its KV cache; moved on
-	ReasonOverloaded                 // every pool was faulting or full; least load anywhere
-	ReasonRoundRobin                 // round-robin baseline
-	ReasonFallback                   // retry on the conservative pool after an overload
-	ReasonFIFO                       // circuit breaker open: plain FIFO, least load
+	ReasonLeastLoad  Reason = iota // least loaded worker of the chosen pool
+	ReasonPrefix                   // a worker already holds the prompt's prefix
+	ReasonKVFaults                 // the chosen pool was thrashing its KV cache; moved on
+	ReasonOverloaded               // every pool was faulting or full; least load anywhere
+	ReasonRoundRobin               // round-robin baseline
+	ReasonFallback                 // retry on the conservative pool after an overload
+	ReasonFIFO                     // circuit breaker open: plain FIFO, least load
 	numReasons
 )
 
