@@ -153,4 +153,3 @@ func verifyAcked(t *testing.T, path string, acked map[uint64]string, maxAcked ui
 		t.Fatalf("round %d: stats %+v inconsistent with %d records, max acked %d", round, st, len(recs), maxAcked)
 	}
 }
-
