@@ -1,0 +1,236 @@
+package textfeat
+
+import (
+	"math"
+	"strings"
+	"testing"
+	"unicode/utf8"
+)
+
+func TestNormalize(t *testing.T) {
+	tests := []struct {
+		name, in, want string
+	}{
+		{"ascii unchanged", "Set a timer for 5 minutes?", "Set a timer for 5 minutes?"},
+		{"zero width removed", "ti\u200bmer\u200c\u200d\ufeff", "timer"},
+		{"soft hyphen and bidi removed", "auto\u00admobile \u202eevil\u202c", "automobile evil"},
+		{"full-width punctuation", "何ですか？！（テスト）", "何ですか?!(テスト)"},
+		{"ideographic punctuation", "東京、大阪。「はい」", "東京,大阪.\"はい\""},
+		{"ideographic space", "a\u3000b", "a b"},
+		{"NFC composes", "e\u0301cole", "école"},
+		{"NFC after stripping a joiner between base and mark", "e\u200d\u0301", "é"},
+		{"CRLF to LF", "a\r\nb\rc", "a\nb\nc"},
+		{"controls dropped, tab and newline kept", "a\x00b\x07\tc\n", "ab\tc\n"},
+		{"variation selector removed", "\u2764\ufe0f", "\u2764"},
+		{"invalid UTF-8 replaced", "a\xffb", "a\ufffdb"},
+		{"emoji ZWJ sequence split", "👨\u200d👩\u200d👧", "👨👩👧"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			got := Normalize(tt.in)
+			if got != tt.want {
+				t.Fatalf("Normalize(%q) = %q, want %q", tt.in, got, tt.want)
+			}
+			if again := Normalize(got); again != got {
+				t.Fatalf("not idempotent: %q → %q", got, again)
+			}
+		})
+	}
+}
+
+func TestByteEntropy(t *testing.T) {
+	tests := []struct {
+		in   string
+		want float64
+	}{
+		{"", 0},
+		{"aaaa", 0},
+		{"abab", 1},
+		{"abcd", 2},
+		{string([]byte{0, 1, 2, 3, 4, 5, 6, 7}), 0}, // controls are invisible: nothing left
+		{"？？", 0},         // full-width maps to one ASCII byte
+		{"ab\u200bab", 1}, // the zero-width space does not count
+	}
+	for _, tt := range tests {
+		if got := ByteEntropy(tt.in); math.Abs(got-tt.want) > 1e-12 {
+			t.Errorf("ByteEntropy(%q) = %v, want %v", tt.in, got, tt.want)
+		}
+	}
+	// Every byte value once: 8 bits. Built from runes so Normalize keeps them.
+	var sb strings.Builder
+	for r := rune(0x20); r < 0x7f; r++ {
+		sb.WriteRune(r)
+	}
+	if got, want := ByteEntropy(sb.String()), math.Log2(95); math.Abs(got-want) > 1e-9 {
+		t.Errorf("95 distinct ASCII bytes: %v, want %v", got, want)
+	}
+}
+
+func TestCharEntropy(t *testing.T) {
+	// Four distinct 3-byte characters: 2 bits per character but more per byte
+	// is spread over shared lead bytes.
+	s := "東京大阪"
+	if got := CharEntropy(s); math.Abs(got-2) > 1e-12 {
+		t.Errorf("CharEntropy(%q) = %v, want 2", s, got)
+	}
+	if ByteEntropy(s) == CharEntropy(s) {
+		t.Errorf("byte and char entropy should differ for CJK")
+	}
+	if got, want := CharEntropy("hello world"), ByteEntropy("hello world"); math.Abs(got-want) > 1e-12 {
+		t.Errorf("ASCII: char entropy %v != byte entropy %v", got, want)
+	}
+}
+
+func TestExtractLayout(t *testing.T) {
+	v := Extract("Set a timer for 10 minutes? Set a TIMER!")
+	if len(v) != Dim {
+		t.Fatalf("len = %d, want %d", len(v), Dim)
+	}
+	if got, want := float64(v[IdxByteEntropy]), ByteEntropy("Set a timer for 10 minutes? Set a TIMER!"); math.Abs(got-want) > 1e-6 {
+		t.Errorf("byte entropy slot = %v, want %v", got, want)
+	}
+	if v[IdxHasQuestion] != 1 {
+		t.Errorf("question flag not set")
+	}
+	// words: set a timer for 10 minutes set a timer → 9 words, 6 distinct
+	if got, want := v[IdxLogWords], float32(math.Log1p(9)); math.Abs(float64(got-want)) > 1e-6 {
+		t.Errorf("log words = %v, want %v", got, want)
+	}
+	if got, want := v[IdxWordRepeat], float32(1-6.0/9); math.Abs(float64(got-want)) > 1e-6 {
+		t.Errorf("word repeat = %v, want %v", got, want)
+	}
+	if v[IdxDigitRatio] <= 0 || v[IdxUpperRatio] <= 0 || v[IdxCJKRatio] != 0 {
+		t.Errorf("class ratios wrong: digit %v upper %v cjk %v", v[IdxDigitRatio], v[IdxUpperRatio], v[IdxCJKRatio])
+	}
+	sumBuckets := func(off, n int) float64 {
+		s := 0.0
+		for _, x := range v[off : off+n] {
+			s += float64(x)
+		}
+		return s
+	}
+	if s := sumBuckets(WordOffset, WordBuckets); math.Abs(s-1) > 1e-5 {
+		t.Errorf("word buckets sum to %v, want 1", s)
+	}
+	if s := sumBuckets(TrigramOffset, TrigramBuckets); math.Abs(s-1) > 1e-5 {
+		t.Errorf("trigram buckets sum to %v, want 1", s)
+	}
+}
+
+func TestExtractScripts(t *testing.T) {
+	tests := []struct {
+		name string
+		in   string
+		idx  int
+		want float32
+	}{
+		{"cjk", "東京大阪", IdxCJKRatio, 1},
+		{"emoji", "🚗🚕", IdxEmojiRatio, 1},
+		{"cyrillic", "привет", IdxOtherLetterRatio, 1},
+		{"latin accents", "éèê", IdxLatinRatio, 1},
+		{"full-width question mark counts as '?'", "何？", IdxHasQuestion, 1},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			v := Extract(tt.in)
+			if math.Abs(float64(v[tt.idx]-tt.want)) > 1e-6 {
+				t.Errorf("feature %d of %q = %v, want %v", tt.idx, tt.in, v[tt.idx], tt.want)
+			}
+		})
+	}
+}
+
+func TestExtractInvariantToInvisibles(t *testing.T) {
+	a := Extract("Navigate home,avoid tolls.")
+	b := Extract("Navi\u200bgate home，avoid\u200d tolls．\ufeff")
+	for i := range a {
+		if a[i] != b[i] {
+			t.Errorf("feature %d: %v vs %v", i, a[i], b[i])
+		}
+	}
+}
+
+func TestExtractEmptyAndHuge(t *testing.T) {
+	for _, x := range Extract("") {
+		if x != 0 {
+			t.Fatalf("empty text must give the zero vector, got %v", x)
+		}
+	}
+	huge := strings.Repeat("the quick brown fox 🦊 東京 ", 20000)
+	v := Extract(huge)
+	checkFinite(t, v)
+	if v[IdxTrigramRepeat] < 0.9 {
+		t.Errorf("a repeated phrase should have high trigram repetition, got %v", v[IdxTrigramRepeat])
+	}
+}
+
+func TestExtractIntoNoAllocASCII(t *testing.T) {
+	dst := make([]float32, Dim)
+	s := "What is the capital of France? Answer in one word."
+	ExtractInto(dst, s) // warm the pool
+	if n := testing.AllocsPerRun(100, func() { ExtractInto(dst, s) }); n != 0 {
+		t.Errorf("ExtractInto allocates %v times per call on ASCII text", n)
+	}
+}
+
+func checkFinite(t testing.TB, v []float32) {
+	t.Helper()
+	if len(v) != Dim {
+		t.Fatalf("len %d, want %d", len(v), Dim)
+	}
+	for i, x := range v {
+		if math.IsNaN(float64(x)) || math.IsInf(float64(x), 0) {
+			t.Fatalf("feature %d is %v", i, x)
+		}
+		if x < 0 {
+			t.Fatalf("feature %d is negative: %v", i, x)
+		}
+	}
+}
+
+func FuzzExtract(f *testing.F) {
+	for _, s := range []string{"", "hello", "東京？", "👨\u200d👩\u200d👧", "a\xff\xfe", "\r\n\r", "e\u0301\u200d\u0301", "ｆｕｌｌ　ｗｉｄｔｈ"} {
+		f.Add([]byte(s))
+	}
+	f.Fuzz(func(t *testing.T, b []byte) {
+		s := string(b)
+		v := Extract(s)
+		checkFinite(t, v)
+		n := Normalize(s)
+		if !utf8.ValidString(n) {
+			t.Fatalf("Normalize gave invalid UTF-8 for %q", s)
+		}
+		if Normalize(n) != n {
+			t.Fatalf("Normalize not idempotent on %q", s)
+		}
+		for i, x := range Extract(n) {
+			if x != v[i] {
+				t.Fatalf("Extract(Normalize(s)) differs from Extract(s) at %d", i)
+			}
+		}
+		if h := ByteEntropy(s); h < 0 || h > 8 {
+			t.Fatalf("byte entropy %v out of [0,8]", h)
+		}
+	})
+}
+
+var sink []float32
+
+func BenchmarkExtract(b *testing.B) {
+	cases := map[string]string{
+		"command":   "set a timer for ten minutes and navigate home",
+		"mmlu":      "Which of the following structures is derived from ectomesenchyme?\nA. Motor neurons\nB. Skeletal muscles\nC. Melanocytes\nD. Sweat glands\nAnswer:",
+		"cjk_emoji": "東京駅までの道を教えてください？🚗 渋滞を避けて、高速道路は使わないで。",
+	}
+	for name, s := range cases {
+		b.Run(name, func(b *testing.B) {
+			dst := make([]float32, Dim)
+			b.ReportAllocs()
+			b.SetBytes(int64(len(s)))
+			for b.Loop() {
+				ExtractInto(dst, s)
+			}
+			sink = dst
+		})
+	}
+}
