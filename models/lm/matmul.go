@@ -1,0 +1,126 @@
+package lm
+
+import (
+	"runtime"
+	"sync"
+	"sync/atomic"
+
+	"gonum.org/v1/gonum/blas"
+	"gonum.org/v1/gonum/blas/blas32"
+
+	"github.com/phaseless/phaseless/models/lm/gguf"
+)
+
+// tileRows is how many weight rows one task multiplies. 64 keeps gonum's
+// Sgemm on its serial path (it parallelises from 4 blocks of 64 up), so the
+// pool alone decides how many cores work, and a 64-row tile of a 512-wide F32
+// matrix (128 KiB) stays in L2 while every token of the step uses it.
+const tileRows = 64
+
+// tileTokens bounds the tokens one Sgemm call covers for the same reason.
+const tileTokens = 64
+
+// matrix is a weight matrix [rows][cols], stored F32 or, to save memory and
+// bandwidth on devices, F16/Q8_0 that is dequantised one tile at a time.
+type matrix struct {
+	rows, cols int
+	dtype      gguf.DType
+	f32        []float32 // F32 data
+	raw        []byte    // F16 or Q8_0 data
+	rowBytes   int
+}
+
+// rowInto decodes row r into dst (len cols).
+func (m *matrix) rowInto(r int, dst []float32) {
+	switch m.dtype {
+	case gguf.F32:
+		copy(dst, m.f32[r*m.cols:(r+1)*m.cols])
+	case gguf.F16:
+		gguf.DecodeF16(dst, m.raw[r*m.rowBytes:(r+1)*m.rowBytes])
+	case gguf.Q8_0:
+		gguf.DecodeQ8(dst, m.raw[r*m.rowBytes:(r+1)*m.rowBytes])
+	}
+}
+
+// float32s decodes the whole matrix.
+func (m *matrix) float32s() []float32 {
+	out := make([]float32, m.rows*m.cols)
+	for r := 0; r < m.rows; r++ {
+		m.rowInto(r, out[r*m.cols:(r+1)*m.cols])
+	}
+	return out
+}
+
+// pool runs data-parallel work on a fixed number of goroutines per call; the
+// goroutines live only for the call, so nothing outlives its owner.
+type pool struct {
+	threads int
+	scratch [][]float32 // one per worker, for dequantised tiles
+}
+
+func newPool(threads int) *pool {
+	if threads <= 0 {
+		threads = runtime.GOMAXPROCS(0)
+	}
+	return &pool{threads: threads, scratch: make([][]float32, threads)}
+}
+
+// run calls fn(worker, task) for every task in [0, n), spread over the workers.
+func (p *pool) run(n int, fn func(worker, task int)) {
+	workers := min(p.threads, n)
+	if workers <= 1 {
+		for i := 0; i < n; i++ {
+			fn(0, i)
+		}
+		return
+	}
+	var next atomic.Int64
+	var wg sync.WaitGroup
+	work := func(w int) {
+		for {
+			i := int(next.Add(1) - 1)
+			if i >= n {
+				return
+			}
+			fn(w, i)
+		}
+	}
+	for w := 1; w < workers; w++ {
+		wg.Go(func() { work(w) })
+	}
+	work(0)
+	wg.Wait()
+}
+
+func (p *pool) buf(worker, n int) []float32 {
+	if cap(p.scratch[worker]) < n {
+		p.scratch[worker] = make([]float32, n)
+	}
+	return p.scratch[worker][:n]
+}
+
+// mul computes y = x Wᵀ for n tokens: x is [n][cols], y is [n][rows]. Each
+// weight tile is read once per call however many tokens there are, which is
+// what makes a batched decode step cost about as much as a single one.
+func (m *matrix) mul(p *pool, y, x []float32, n int) {
+	impl := blas32.Implementation()
+	tiles := (m.rows + tileRows - 1) / tileRows
+	p.run(tiles, func(w, tile int) {
+		r0 := tile * tileRows
+		nr := min(tileRows, m.rows-r0)
+		var wt []float32
+		if m.dtype == gguf.F32 {
+			wt = m.f32[r0*m.cols : (r0+nr)*m.cols]
+		} else {
+			wt = p.buf(w, nr*m.cols)
+			for r := 0; r < nr; r++ {
+				m.rowInto(r0+r, wt[r*m.cols:(r+1)*m.cols])
+			}
+		}
+		for t0 := 0; t0 < n; t0 += tileTokens {
+			nt := min(tileTokens, n-t0)
+			impl.Sgemm(blas.NoTrans, blas.Trans, nt, nr, m.cols, 1,
+				x[t0*m.cols:], m.cols, wt, m.cols, 0, y[t0*m.rows+r0:], m.rows)
+		}
+	})
+}

@@ -1,0 +1,281 @@
+package lm
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"os"
+
+	"github.com/phaseless/phaseless/models/lm/gguf"
+)
+
+// Model is a loaded llama-architecture model: immutable after loading, so any
+// number of goroutines may run it.
+type Model struct {
+	Config Config
+	// DType is how the weight matrices are stored (norms are always F32).
+	DType DType
+	// Meta is the file's metadata, for provenance (general.name, training
+	// run ids, …).
+	Meta map[string]any
+
+	tok     Tokenizer
+	tokSpec TokenizerSpec
+	embd    *matrix
+	layers  []layer
+	outNorm []float32
+	output  *matrix // may be embd (tied)
+	tied    bool
+}
+
+type layer struct {
+	attnNorm, ffnNorm []float32
+	q, k, v, o        *matrix
+	gate, up, down    *matrix
+}
+
+// Tokenizer returns the model's tokenizer.
+func (m *Model) Tokenizer() Tokenizer { return m.tok }
+
+// TokenizerSpec returns the vocabulary the model was loaded with.
+func (m *Model) TokenizerSpec() TokenizerSpec { return m.tokSpec }
+
+// Load reads a GGUF model file into memory.
+func Load(path string) (*Model, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, fmt.Errorf("load model: %w", err)
+	}
+	defer f.Close()
+	st, err := f.Stat()
+	if err != nil {
+		return nil, fmt.Errorf("load model: %w", err)
+	}
+	m, err := Read(f, st.Size())
+	if err != nil {
+		return nil, fmt.Errorf("load model %s: %w", path, err)
+	}
+	return m, nil
+}
+
+// Read loads a model from a GGUF image of the given size (a file, or bytes
+// embedded in the binary with go:embed via bytes.NewReader).
+func Read(r io.ReaderAt, size int64) (*Model, error) {
+	f, err := gguf.Read(r, size)
+	if err != nil {
+		return nil, err
+	}
+	if a, _ := f.Get(keyArch); a != "llama" {
+		return nil, fmt.Errorf("model architecture %v is not supported (want llama)", a)
+	}
+	cfg, err := configFrom(f)
+	if err != nil {
+		return nil, err
+	}
+	spec, err := tokenizerSpecFrom(f)
+	if err != nil {
+		return nil, err
+	}
+	if cfg.Vocab == 0 {
+		cfg.Vocab = len(spec.Tokens)
+	}
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	if err := spec.Validate(cfg.Vocab); err != nil {
+		return nil, err
+	}
+	tok, err := spec.Build()
+	if err != nil {
+		return nil, err
+	}
+	m := &Model{Config: cfg, Meta: map[string]any{}, tok: tok, tokSpec: spec}
+	for _, kv := range f.KVs {
+		m.Meta[kv.Key] = kv.Value
+	}
+	w := &Weights{}
+	m.layers = make([]layer, cfg.Layers)
+	haveType := false
+	for _, s := range w.specs(cfg) {
+		ti, ok := f.Tensor(s.name)
+		if !ok {
+			if s.optional {
+				continue
+			}
+			return nil, fmt.Errorf("tensor %s missing", s.name)
+		}
+		mat, err := loadMatrix(f, ti, s)
+		if err != nil {
+			return nil, err
+		}
+		if s.rows > 1 && !haveType {
+			m.DType, haveType = mat.dtype, true
+		}
+		m.assign(s.name, mat, cfg)
+	}
+	if m.output == nil {
+		m.output, m.tied = m.embd, true
+	}
+	return m, nil
+}
+
+// assign stores a loaded tensor where the forward pass finds it.
+func (m *Model) assign(name string, mat *matrix, cfg Config) {
+	vec := func() []float32 { return mat.float32s() }
+	switch name {
+	case "token_embd.weight":
+		m.embd = mat
+		return
+	case "output_norm.weight":
+		m.outNorm = vec()
+		return
+	case "output.weight":
+		m.output = mat
+		return
+	}
+	var i int
+	var part string
+	if _, err := fmt.Sscanf(name, "blk.%d.%s", &i, &part); err != nil || i < 0 || i >= cfg.Layers {
+		return
+	}
+	l := &m.layers[i]
+	switch part {
+	case "attn_norm.weight":
+		l.attnNorm = vec()
+	case "ffn_norm.weight":
+		l.ffnNorm = vec()
+	case "attn_q.weight":
+		l.q = mat
+	case "attn_k.weight":
+		l.k = mat
+	case "attn_v.weight":
+		l.v = mat
+	case "attn_output.weight":
+		l.o = mat
+	case "ffn_gate.weight":
+		l.gate = mat
+	case "ffn_up.weight":
+		l.up = mat
+	case "ffn_down.weight":
+		l.down = mat
+	}
+}
+
+func loadMatrix(f *gguf.File, ti *gguf.TensorInfo, s tensorSpec) (*matrix, error) {
+	rows := uint64(1)
+	for _, d := range ti.Dims[1:] {
+		rows *= d
+	}
+	if ti.Dims[0] != uint64(s.cols) || rows != uint64(s.rows) || (s.rows > 1 && len(ti.Dims) != 2) {
+		return nil, fmt.Errorf("tensor %s has dims %v, want [%d %d]", s.name, ti.Dims, s.cols, s.rows)
+	}
+	raw, err := f.TensorData(ti)
+	if err != nil {
+		return nil, err
+	}
+	m := &matrix{rows: s.rows, cols: s.cols, dtype: ti.Type}
+	switch ti.Type {
+	case gguf.F32:
+		m.f32 = make([]float32, s.rows*s.cols)
+		if err := gguf.Decode(m.f32, raw, gguf.F32); err != nil {
+			return nil, fmt.Errorf("tensor %s: %w", s.name, err)
+		}
+	case gguf.F16, gguf.Q8_0:
+		rb, err := ti.Type.RowBytes(s.cols)
+		if err != nil {
+			return nil, fmt.Errorf("tensor %s: %w", s.name, err)
+		}
+		m.raw, m.rowBytes = raw, rb
+	default:
+		return nil, fmt.Errorf("tensor %s: %w: %s", s.name, gguf.ErrUnsupportedType, ti.Type)
+	}
+	return m, nil
+}
+
+func configFrom(f *gguf.File) (Config, error) {
+	var errs []error
+	geti := func(key string, required bool) int {
+		v, ok := f.Get(key)
+		if !ok {
+			if required {
+				errs = append(errs, fmt.Errorf("metadata %s missing", key))
+			}
+			return 0
+		}
+		n, err := metaInt(v)
+		if err != nil || n < 0 || n > 1<<31-1 {
+			errs = append(errs, fmt.Errorf("metadata %s: %v is not a valid size", key, v))
+			return 0
+		}
+		return int(n)
+	}
+	getf := func(key string) float64 {
+		switch x, _ := f.Get(key); v := x.(type) {
+		case float32:
+			return float64(v)
+		case float64:
+			return v
+		case nil:
+			return 0
+		default:
+			errs = append(errs, fmt.Errorf("metadata %s is %T, want a float", key, x))
+			return 0
+		}
+	}
+	c := Config{
+		Vocab:      geti("llama.vocab_size", false),
+		Dim:        geti("llama.embedding_length", true),
+		Layers:     geti("llama.block_count", true),
+		Heads:      geti("llama.attention.head_count", true),
+		FFN:        geti("llama.feed_forward_length", true),
+		ContextLen: geti("llama.context_length", true),
+		RopeTheta:  getf("llama.rope.freq_base"),
+		NormEps:    getf("llama.attention.layer_norm_rms_epsilon"),
+	}
+	c.KVHeads = c.Heads
+	if _, ok := f.Get("llama.attention.head_count_kv"); ok {
+		c.KVHeads = geti("llama.attention.head_count_kv", true)
+	}
+	if rd := geti("llama.rope.dimension_count", false); rd != 0 && c.Heads > 0 && rd != c.Dim/c.Heads {
+		errs = append(errs, fmt.Errorf("partial RoPE (dimension_count %d, head dim %d) is not supported", rd, c.Dim/c.Heads))
+	}
+	if err := errors.Join(errs...); err != nil {
+		return c, err
+	}
+	return c.WithDefaults(), nil
+}
+
+// Weights returns a float32 copy of the model's parameters (quantised tensors
+// dequantised), e.g. to continue training or to check an implementation.
+func (m *Model) Weights() *Weights {
+	w := &Weights{TokenEmbd: m.embd.float32s(), OutputNorm: clone(m.outNorm)}
+	if !m.tied {
+		w.Output = m.output.float32s()
+	}
+	for _, l := range m.layers {
+		w.Layers = append(w.Layers, LayerWeights{
+			AttnNorm: clone(l.attnNorm), Q: l.q.float32s(), K: l.k.float32s(), V: l.v.float32s(), O: l.o.float32s(),
+			FFNNorm: clone(l.ffnNorm), Gate: l.gate.float32s(), Up: l.up.float32s(), Down: l.down.float32s(),
+		})
+	}
+	return w
+}
+
+func clone(v []float32) []float32 { return append([]float32(nil), v...) }
+
+// ValidateTokens reports the first token id outside the vocabulary, or a
+// sequence too long for the model's context.
+func (m *Model) ValidateTokens(tokens []int32) error {
+	if len(tokens) == 0 {
+		return errors.New("no tokens")
+	}
+	if len(tokens) > m.Config.ContextLen {
+		return fmt.Errorf("%d tokens exceed the context length %d", len(tokens), m.Config.ContextLen)
+	}
+	for i, t := range tokens {
+		if t < 0 || int(t) >= m.Config.Vocab {
+			return fmt.Errorf("token %d at position %d is outside the vocabulary of %d", t, i, m.Config.Vocab)
+		}
+	}
+	return nil
+}

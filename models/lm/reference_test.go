@@ -1,0 +1,233 @@
+package lm
+
+import (
+	"bytes"
+	"math"
+	"testing"
+)
+
+// refLogits is an independent float64 implementation of the forward pass as
+// the package documentation specifies it, written as plainly as possible: no
+// batching, no KV cache, every position recomputed.
+func refLogits(cfg Config, w *Weights, tokens []int32) []float64 {
+	cfg = cfg.WithDefaults()
+	d, hd, n := cfg.Dim, cfg.HeadDim(), len(tokens)
+	matvec := func(W []float32, x []float64, rows int) []float64 {
+		cols := len(x)
+		y := make([]float64, rows)
+		for o := range rows {
+			for i := range cols {
+				y[o] += float64(W[o*cols+i]) * x[i]
+			}
+		}
+		return y
+	}
+	norm := func(x []float64, g []float32) []float64 {
+		var ss float64
+		for _, v := range x {
+			ss += v * v
+		}
+		r := 1 / math.Sqrt(ss/float64(len(x))+cfg.NormEps)
+		y := make([]float64, len(x))
+		for i := range x {
+			y[i] = x[i] * r * float64(g[i])
+		}
+		return y
+	}
+	ropeVec := func(x []float64, heads, p int) {
+		for h := range heads {
+			for i := 0; i < hd/2; i++ {
+				th := float64(p) / math.Pow(cfg.RopeTheta, float64(2*i)/float64(hd))
+				a, b := x[h*hd+2*i], x[h*hd+2*i+1]
+				x[h*hd+2*i] = a*math.Cos(th) - b*math.Sin(th)
+				x[h*hd+2*i+1] = a*math.Sin(th) + b*math.Cos(th)
+			}
+		}
+	}
+	xs := make([][]float64, n)
+	for p, t := range tokens {
+		xs[p] = make([]float64, d)
+		for i := range d {
+			xs[p][i] = float64(w.TokenEmbd[int(t)*d+i])
+		}
+	}
+	for _, l := range w.Layers {
+		ks, vs, qs := make([][]float64, n), make([][]float64, n), make([][]float64, n)
+		for p := range n {
+			a := norm(xs[p], l.AttnNorm)
+			qs[p] = matvec(l.Q, a, cfg.Heads*hd)
+			ks[p] = matvec(l.K, a, cfg.KVHeads*hd)
+			vs[p] = matvec(l.V, a, cfg.KVHeads*hd)
+			ropeVec(qs[p], cfg.Heads, p)
+			ropeVec(ks[p], cfg.KVHeads, p)
+		}
+		for p := range n {
+			att := make([]float64, cfg.Heads*hd)
+			for h := range cfg.Heads {
+				kh := h / (cfg.Heads / cfg.KVHeads)
+				sc := make([]float64, p+1)
+				mx := math.Inf(-1)
+				for s := 0; s <= p; s++ {
+					for i := range hd {
+						sc[s] += qs[p][h*hd+i] * ks[s][kh*hd+i]
+					}
+					sc[s] /= math.Sqrt(float64(hd))
+					mx = math.Max(mx, sc[s])
+				}
+				var sum float64
+				for s := range sc {
+					sc[s] = math.Exp(sc[s] - mx)
+					sum += sc[s]
+				}
+				for s := range sc {
+					for i := range hd {
+						att[h*hd+i] += sc[s] / sum * vs[s][kh*hd+i]
+					}
+				}
+			}
+			o := matvec(l.O, att, d)
+			for i := range d {
+				xs[p][i] += o[i]
+			}
+		}
+		for p := range n {
+			b := norm(xs[p], l.FFNNorm)
+			g, u := matvec(l.Gate, b, cfg.FFN), matvec(l.Up, b, cfg.FFN)
+			for i := range g {
+				g[i] = g[i] / (1 + math.Exp(-g[i])) * u[i]
+			}
+			dn := matvec(l.Down, g, d)
+			for i := range d {
+				xs[p][i] += dn[i]
+			}
+		}
+	}
+	out := w.Output
+	if out == nil {
+		out = w.TokenEmbd
+	}
+	return matvec(out, norm(xs[n-1], w.OutputNorm), cfg.Vocab)
+}
+
+// tinyConfig is small enough for exhaustive checks and still exercises GQA,
+// several layers and Q8_0 (Dim and FFN multiples of 32).
+func tinyConfig() Config {
+	return Config{Vocab: 258, Dim: 64, Layers: 2, Heads: 4, KVHeads: 2, FFN: 96, ContextLen: 256}.WithDefaults()
+}
+
+// buildModel writes random weights to GGUF and loads them back, so every test
+// goes through the real file path.
+func buildModel(t testing.TB, cfg Config, dtype DType, seed uint64, tied bool) (*Model, *Weights) {
+	t.Helper()
+	w, err := RandomWeights(cfg, seed)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if tied {
+		w.Output = nil
+	}
+	var buf bytes.Buffer
+	if err := WriteGGUF(&buf, cfg, ByteTokenizerSpec(), w, map[string]any{"general.name": "test"}, dtype); err != nil {
+		t.Fatal(err)
+	}
+	m, err := Read(bytes.NewReader(buf.Bytes()), int64(buf.Len()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return m, w
+}
+
+func relErr(got []float32, want []float64) float64 {
+	var num, den float64
+	for i := range want {
+		d := float64(got[i]) - want[i]
+		num += d * d
+		den += want[i] * want[i]
+	}
+	return math.Sqrt(num / den)
+}
+
+func maxAbsDiff(a, b []float32) float64 {
+	var m float64
+	for i := range a {
+		m = math.Max(m, math.Abs(float64(a[i]-b[i])))
+	}
+	return m
+}
+
+func TestLogitsMatchFloat64Reference(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		cfg  Config
+		tied bool
+	}{
+		{"gqa", tinyConfig(), false},
+		{"mha tied", Config{Vocab: 258, Dim: 32, Layers: 3, Heads: 2, KVHeads: 2, FFN: 64, ContextLen: 64, RopeTheta: 500}, true},
+		{"mqa", Config{Vocab: 258, Dim: 48, Layers: 1, Heads: 6, KVHeads: 1, FFN: 40, ContextLen: 64, NormEps: 1e-6}, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			m, w := buildModel(t, tc.cfg, F32, 7, tc.tied)
+			tokens := []int32{256, 72, 101, 108, 108, 111, 44, 32, 119, 111, 114, 108, 100, 33, 10, 200, 3}
+			for _, n := range []int{1, 2, 5, len(tokens)} {
+				got := m.Logits(tokens[:n])
+				want := refLogits(m.Config, w, tokens[:n])
+				if e := relErr(got, want); e > 1e-4 || math.IsNaN(e) {
+					t.Errorf("%d tokens: relative error %.3g > 1e-4", n, e)
+				}
+			}
+		})
+	}
+}
+
+func TestQuantizedCloseToF32(t *testing.T) {
+	cfg := tinyConfig()
+	tokens := []int32{256, 10, 20, 30, 40, 50, 60, 70}
+	f32, w := buildModel(t, cfg, F32, 3, false)
+	want := refLogits(cfg, w, tokens)
+	ref := f32.Logits(tokens)
+	for _, tc := range []struct {
+		dtype DType
+		tol   float64
+	}{{F16, 2e-3}, {Q8_0, 3e-2}} {
+		m, _ := buildModel(t, cfg, tc.dtype, 3, false)
+		if m.DType != tc.dtype {
+			t.Fatalf("loaded dtype %v, want %v", m.DType, tc.dtype)
+		}
+		got := m.Logits(tokens)
+		e := relErr(got, want)
+		t.Logf("%v: relative error vs float64 reference %.3g (f32 %.3g)", tc.dtype, e, relErr(ref, want))
+		if e > tc.tol {
+			t.Errorf("%v: relative error %.3g > %.3g", tc.dtype, e, tc.tol)
+		}
+		if e == 0 {
+			t.Errorf("%v: bit-identical to the reference; the weights were not stored as %v", tc.dtype, tc.dtype)
+		}
+		if argmax(got) != argmax(ref) {
+			t.Logf("%v: argmax %d vs %d", tc.dtype, argmax(got), argmax(ref))
+		}
+	}
+}
+
+func TestWeightsRoundTrip(t *testing.T) {
+	m, w := buildModel(t, tinyConfig(), F32, 9, false)
+	got := m.Weights()
+	if err := got.Check(m.Config); err != nil {
+		t.Fatal(err)
+	}
+	if maxAbsDiff(got.Layers[1].Down, w.Layers[1].Down) != 0 || maxAbsDiff(got.Output, w.Output) != 0 {
+		t.Fatal("F32 weights changed through GGUF")
+	}
+	if m.Meta["general.name"] != "test" {
+		t.Fatalf("meta general.name = %v", m.Meta["general.name"])
+	}
+}
+
+func argmax(v []float32) int {
+	best := 0
+	for i, x := range v {
+		if x > v[best] {
+			best = i
+		}
+	}
+	return best
+}

@@ -1,0 +1,208 @@
+package lm
+
+import (
+	"fmt"
+	"io"
+	"math"
+	"math/rand/v2"
+
+	"github.com/phaseless/phaseless/models/lm/gguf"
+)
+
+// DType is how tensors are stored in a GGUF file: F32, F16 or Q8_0.
+type DType = gguf.DType
+
+// The storage types the engine loads and writes.
+const (
+	F32  = gguf.F32
+	F16  = gguf.F16
+	Q8_0 = gguf.Q8_0
+)
+
+// ParseDType accepts f32, f16 and q8_0.
+func ParseDType(s string) (DType, error) { return gguf.ParseDType(s) }
+
+// Weights are a model's parameters as float32, laid out as the package
+// documentation describes (matrices row-major [out][in]).
+type Weights struct {
+	TokenEmbd  []float32 // [Vocab][Dim]
+	Layers     []LayerWeights
+	OutputNorm []float32 // [Dim]
+	Output     []float32 // [Vocab][Dim]; nil ties the head to TokenEmbd
+}
+
+// LayerWeights are one transformer block's parameters.
+type LayerWeights struct {
+	AttnNorm []float32 // [Dim]
+	Q        []float32 // [Heads·HeadDim][Dim]
+	K        []float32 // [KVHeads·HeadDim][Dim]
+	V        []float32 // [KVHeads·HeadDim][Dim]
+	O        []float32 // [Dim][Heads·HeadDim]
+	FFNNorm  []float32 // [Dim]
+	Gate     []float32 // [FFN][Dim]
+	Up       []float32 // [FFN][Dim]
+	Down     []float32 // [Dim][FFN]
+}
+
+// tensorSpec is one named tensor of a model: its GGUF name, rows × cols, and
+// where it lives in Weights.
+type tensorSpec struct {
+	name       string
+	rows, cols int
+	ptr        *[]float32
+	optional   bool
+}
+
+// specs lists every tensor of cfg in file order, pointing into w.
+func (w *Weights) specs(cfg Config) []tensorSpec {
+	d, hd := cfg.Dim, cfg.HeadDim()
+	q, kv := cfg.Heads*hd, cfg.KVHeads*hd
+	if len(w.Layers) != cfg.Layers {
+		w.Layers = make([]LayerWeights, cfg.Layers)
+	}
+	s := []tensorSpec{{"token_embd.weight", cfg.Vocab, d, &w.TokenEmbd, false}}
+	for i := range w.Layers {
+		l := &w.Layers[i]
+		p := fmt.Sprintf("blk.%d.", i)
+		s = append(s,
+			tensorSpec{p + "attn_norm.weight", 1, d, &l.AttnNorm, false},
+			tensorSpec{p + "attn_q.weight", q, d, &l.Q, false},
+			tensorSpec{p + "attn_k.weight", kv, d, &l.K, false},
+			tensorSpec{p + "attn_v.weight", kv, d, &l.V, false},
+			tensorSpec{p + "attn_output.weight", d, q, &l.O, false},
+			tensorSpec{p + "ffn_norm.weight", 1, d, &l.FFNNorm, false},
+			tensorSpec{p + "ffn_gate.weight", cfg.FFN, d, &l.Gate, false},
+			tensorSpec{p + "ffn_up.weight", cfg.FFN, d, &l.Up, false},
+			tensorSpec{p + "ffn_down.weight", d, cfg.FFN, &l.Down, false},
+		)
+	}
+	return append(s,
+		tensorSpec{"output_norm.weight", 1, d, &w.OutputNorm, false},
+		tensorSpec{"output.weight", cfg.Vocab, d, &w.Output, true})
+}
+
+// Check reports the first tensor whose length does not match cfg.
+func (w *Weights) Check(cfg Config) error {
+	if err := cfg.Validate(); err != nil {
+		return err
+	}
+	if len(w.Layers) != cfg.Layers {
+		return fmt.Errorf("weights have %d layers, config says %d", len(w.Layers), cfg.Layers)
+	}
+	for _, s := range w.specs(cfg) {
+		if s.optional && *s.ptr == nil {
+			continue
+		}
+		if len(*s.ptr) != s.rows*s.cols {
+			return fmt.Errorf("tensor %s has %d values, want %d×%d", s.name, len(*s.ptr), s.rows, s.cols)
+		}
+	}
+	return nil
+}
+
+// RandomWeights draws a model's parameters from a seeded normal distribution
+// scaled by 1/sqrt(fan-in) (norm weights are 1), so random models produce
+// well-conditioned activations for tests and benchmarks.
+func RandomWeights(cfg Config, seed uint64) (*Weights, error) {
+	cfg = cfg.WithDefaults()
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	rng := rand.New(rand.NewPCG(seed, 0x9e3779b97f4a7c15))
+	w := &Weights{}
+	for _, s := range w.specs(cfg) {
+		v := make([]float32, s.rows*s.cols)
+		if s.rows == 1 {
+			for i := range v {
+				v[i] = 1 + 0.1*float32(rng.NormFloat64())
+			}
+		} else {
+			sc := 1 / math.Sqrt(float64(s.cols))
+			for i := range v {
+				v[i] = float32(rng.NormFloat64() * sc)
+			}
+		}
+		*s.ptr = v
+	}
+	return w, nil
+}
+
+// Metadata keys in GGUF.
+const (
+	keyArch = "general.architecture"
+)
+
+// WriteGGUF writes a llama-architecture GGUF v3 file: cfg as llama.* metadata,
+// tok as tokenizer.ggml.*, any extra meta (keys such as "general.name"; values
+// of GGUF scalar or slice types), and every weight encoded as dtype (norm
+// vectors always stay F32, as llama.cpp does). Q8_0 needs Dim and FFN to be
+// multiples of 32.
+func WriteGGUF(w io.Writer, cfg Config, tok TokenizerSpec, weights *Weights, meta map[string]any, dtype DType) error {
+	cfg = cfg.WithDefaults()
+	if err := weights.Check(cfg); err != nil {
+		return fmt.Errorf("write gguf: %w", err)
+	}
+	if err := tok.Validate(cfg.Vocab); err != nil {
+		return fmt.Errorf("write gguf: %w", err)
+	}
+	kvs := []gguf.KV{
+		{Key: keyArch, Value: "llama"},
+		{Key: "llama.context_length", Value: uint32(cfg.ContextLen)},
+		{Key: "llama.embedding_length", Value: uint32(cfg.Dim)},
+		{Key: "llama.block_count", Value: uint32(cfg.Layers)},
+		{Key: "llama.feed_forward_length", Value: uint32(cfg.FFN)},
+		{Key: "llama.attention.head_count", Value: uint32(cfg.Heads)},
+		{Key: "llama.attention.head_count_kv", Value: uint32(cfg.KVHeads)},
+		{Key: "llama.rope.dimension_count", Value: uint32(cfg.HeadDim())},
+		{Key: "llama.rope.freq_base", Value: float32(cfg.RopeTheta)},
+		{Key: "llama.attention.layer_norm_rms_epsilon", Value: float32(cfg.NormEps)},
+		{Key: "llama.vocab_size", Value: uint32(cfg.Vocab)},
+		{Key: "general.file_type", Value: fileType(dtype)},
+	}
+	kvs = append(kvs, tok.kvs()...)
+	for _, k := range sortedKeys(meta) {
+		if hasKey(kvs, k) {
+			return fmt.Errorf("write gguf: metadata %q is set by the engine", k)
+		}
+		kvs = append(kvs, gguf.KV{Key: k, Value: meta[k]})
+	}
+	var tensors []gguf.Tensor
+	for _, s := range weights.specs(cfg) {
+		if s.optional && *s.ptr == nil {
+			continue
+		}
+		t := dtype
+		if s.rows == 1 {
+			t = gguf.F32
+		}
+		dims := []uint64{uint64(s.cols), uint64(s.rows)}
+		if s.rows == 1 {
+			dims = dims[:1]
+		}
+		tensors = append(tensors, gguf.Tensor{Name: s.name, Dims: dims, Type: t, Data: *s.ptr})
+	}
+	if err := gguf.Write(w, kvs, tensors); err != nil {
+		return fmt.Errorf("write gguf: %w", err)
+	}
+	return nil
+}
+
+// fileType is llama.cpp's LLAMA_FTYPE for a uniform tensor type.
+func fileType(d DType) uint32 {
+	switch d {
+	case F16:
+		return 1
+	case Q8_0:
+		return 7
+	}
+	return 0
+}
+
+func hasKey(kvs []gguf.KV, k string) bool {
+	for _, kv := range kvs {
+		if kv.Key == k {
+			return true
+		}
+	}
+	return false
+}
