@@ -1,0 +1,249 @@
+package httpapi
+
+import (
+	"encoding/json"
+	"net/http"
+	"strings"
+
+	"github.com/phaseless/phaseless/transport/llm"
+)
+
+// MessagesRequest is the subset of Anthropic's Messages request that
+// Phaseless honours.
+type MessagesRequest struct {
+	Model         string          `json:"model"`
+	Messages      []AntMessage    `json:"messages"`
+	System        json.RawMessage `json:"system"` // string or array of text blocks
+	MaxTokens     *int            `json:"max_tokens"`
+	Temperature   json.RawMessage `json:"temperature"`
+	TopP          *float64        `json:"top_p"`
+	TopK          *int            `json:"top_k"`
+	StopSequences []string        `json:"stop_sequences"`
+	Stream        bool            `json:"stream"`
+	Tools         json.RawMessage `json:"tools"`
+}
+
+// AntMessage is one Anthropic message; Content is a string or an array of
+// content blocks of which only text blocks are supported.
+type AntMessage struct {
+	Role    string          `json:"role"`
+	Content json.RawMessage `json:"content"`
+}
+
+// decodeMessages decodes and validates an Anthropic Messages body.
+func decodeMessages(body []byte, lim limits) (*llm.Request, bool, *apiError) {
+	var mr MessagesRequest
+	if err := json.Unmarshal(body, &mr); err != nil {
+		return nil, false, invalid("", "request body is not a valid Messages request: %v", err)
+	}
+	req := &llm.Request{}
+	var e *apiError
+	if mr.Model == "" {
+		return nil, false, invalid("model", "model: field required (use \"auto\" to let Phaseless choose)")
+	}
+	if req.Model, e = lim.checkModel(mr.Model); e != nil {
+		return nil, false, e
+	}
+	if mr.MaxTokens == nil {
+		return nil, false, invalid("max_tokens", "max_tokens: field required")
+	}
+	if e := lim.checkMaxTokens("max_tokens", *mr.MaxTokens); e != nil {
+		return nil, false, e
+	}
+	req.MaxTokens = *mr.MaxTokens
+	if len(mr.Messages) == 0 {
+		return nil, false, invalid("messages", "messages: at least one message is required")
+	}
+	system, e := textContent("system", mr.System)
+	if e != nil {
+		return nil, false, e
+	}
+	req.Messages = make([]llm.Message, 0, len(mr.Messages)+1)
+	if system != "" {
+		req.Messages = append(req.Messages, llm.Message{Role: "system", Content: system})
+	}
+	for i, m := range mr.Messages {
+		if m.Role != "user" && m.Role != "assistant" {
+			return nil, false, invalid("messages", "messages.%d.role: %q is not one of user, assistant", i, m.Role)
+		}
+		text, e := textContent("messages.content", m.Content)
+		if e != nil {
+			return nil, false, e
+		}
+		req.Messages = append(req.Messages, llm.Message{Role: m.Role, Content: text})
+	}
+	if t := strings.TrimSpace(string(mr.Tools)); t != "" && t != "null" && t != "[]" {
+		return nil, false, invalid("tools", "tools are not supported")
+	}
+	if req.Temperature, e = parseTemperature(mr.Temperature); e != nil {
+		return nil, false, e
+	}
+	if mr.TopP != nil {
+		if *mr.TopP <= 0 || *mr.TopP > 1 {
+			return nil, false, invalid("top_p", "top_p must be in (0, 1], got %g", *mr.TopP)
+		}
+		req.TopP = *mr.TopP
+	}
+	if mr.TopK != nil {
+		if *mr.TopK < 0 {
+			return nil, false, invalid("top_k", "top_k must not be negative")
+		}
+		req.TopK = *mr.TopK
+	}
+	for _, s := range mr.StopSequences {
+		if s == "" {
+			return nil, false, invalid("stop_sequences", "stop sequences must not be empty")
+		}
+	}
+	req.Stop = mr.StopSequences
+	return req, mr.Stream, nil
+}
+
+func (h *Handler) serveMessages(w http.ResponseWriter, r *http.Request, tenant string) {
+	body, e := h.readBody(w, r)
+	if e != nil {
+		h.fail(w, apiAnthropic, e)
+		return
+	}
+	req, stream, e := decodeMessages(body, h.limits())
+	if e == nil {
+		req.Hints, e = parseHints(r.Header, h.opts.AllowPolicyHint)
+	}
+	if e != nil {
+		h.fail(w, apiAnthropic, e)
+		return
+	}
+	req.ID, req.Tenant = newID(), tenant
+	req.IdempotencyKey = r.Header.Get("Idempotency-Key")
+	msg := antMessage{ID: "msg_" + req.ID, Type: "message", Role: "assistant", Model: req.Model, Content: []antBlock{}}
+	if stream {
+		h.run(w, r, apiAnthropic, req, &messagesStreamer{msg: msg})
+	} else {
+		h.run(w, r, apiAnthropic, req, &messagesCollector{msg: msg})
+	}
+}
+
+type antMessage struct {
+	ID           string     `json:"id"`
+	Type         string     `json:"type"`
+	Role         string     `json:"role"`
+	Model        string     `json:"model"`
+	Content      []antBlock `json:"content"`
+	StopReason   *string    `json:"stop_reason"`
+	StopSequence *string    `json:"stop_sequence"`
+	Usage        antUsage   `json:"usage"`
+}
+
+type antBlock struct {
+	Type string `json:"type"`
+	Text string `json:"text"`
+}
+
+type antUsage struct {
+	InputTokens  int `json:"input_tokens"`
+	OutputTokens int `json:"output_tokens"`
+}
+
+// anthropicStop maps the canonical finish reason to Anthropic's stop_reason.
+func anthropicStop(r string) string {
+	if r == "length" {
+		return "max_tokens"
+	}
+	return "end_turn"
+}
+
+type messagesCollector struct {
+	msg  antMessage
+	text strings.Builder
+}
+
+func (c *messagesCollector) begin(http.ResponseWriter) error { return nil }
+func (c *messagesCollector) token(_ http.ResponseWriter, t llm.Token) error {
+	c.text.WriteString(t.Text)
+	return nil
+}
+func (c *messagesCollector) end(w http.ResponseWriter, fin llm.Final) {
+	stop := anthropicStop(fin.FinishReason)
+	c.msg.Content = []antBlock{{Type: "text", Text: c.text.String()}}
+	c.msg.StopReason = &stop
+	c.msg.Usage = antUsage{fin.PromptTokens, fin.CompletionTokens}
+	writeJSON(w, http.StatusOK, c.msg)
+}
+func (c *messagesCollector) fail(w http.ResponseWriter, e *apiError) { e.write(w, apiAnthropic) }
+
+// messagesStreamer writes Anthropic's event sequence: message_start and
+// content_block_start once before the first token, one content_block_delta
+// per token, then content_block_stop, message_delta and message_stop once.
+type messagesStreamer struct {
+	msg antMessage
+}
+
+func (s *messagesStreamer) event(w http.ResponseWriter, name string, v any) error {
+	b, err := json.Marshal(v)
+	if err != nil {
+		return err
+	}
+	return writeEvent(w, name, b)
+}
+
+type antTextDelta struct {
+	Type string `json:"type"`
+	Text string `json:"text"`
+}
+
+func (s *messagesStreamer) begin(w http.ResponseWriter) error {
+	sseHeaders(w)
+	// Input tokens are counted by the engine and known only at the end; they
+	// are reported in message_delta's usage, which the SDKs merge.
+	if err := s.event(w, "message_start", struct {
+		Type    string     `json:"type"`
+		Message antMessage `json:"message"`
+	}{"message_start", s.msg}); err != nil {
+		return err
+	}
+	return s.event(w, "content_block_start", struct {
+		Type         string   `json:"type"`
+		Index        int      `json:"index"`
+		ContentBlock antBlock `json:"content_block"`
+	}{"content_block_start", 0, antBlock{Type: "text"}})
+}
+
+func (s *messagesStreamer) token(w http.ResponseWriter, t llm.Token) error {
+	return s.event(w, "content_block_delta", struct {
+		Type  string       `json:"type"`
+		Index int          `json:"index"`
+		Delta antTextDelta `json:"delta"`
+	}{"content_block_delta", 0, antTextDelta{"text_delta", t.Text}})
+}
+
+func (s *messagesStreamer) end(w http.ResponseWriter, fin llm.Final) {
+	if s.event(w, "content_block_stop", struct {
+		Type  string `json:"type"`
+		Index int    `json:"index"`
+	}{"content_block_stop", 0}) != nil {
+		return
+	}
+	stop := anthropicStop(fin.FinishReason)
+	if s.event(w, "message_delta", struct {
+		Type  string `json:"type"`
+		Delta struct {
+			StopReason   *string `json:"stop_reason"`
+			StopSequence *string `json:"stop_sequence"`
+		} `json:"delta"`
+		Usage antUsage `json:"usage"`
+	}{Type: "message_delta", Delta: struct {
+		StopReason   *string `json:"stop_reason"`
+		StopSequence *string `json:"stop_sequence"`
+	}{StopReason: &stop}, Usage: antUsage{fin.PromptTokens, fin.CompletionTokens}}) != nil {
+		return
+	}
+	s.event(w, "message_stop", struct {
+		Type string `json:"type"`
+	}{"message_stop"})
+}
+
+// fail ends the stream with Anthropic's error event, which the official SDK
+// raises as an APIError.
+func (s *messagesStreamer) fail(w http.ResponseWriter, e *apiError) {
+	writeEvent(w, "error", e.body(apiAnthropic))
+}

@@ -1,0 +1,18 @@
+// Package httpapi is the OpenAI- and Anthropic-compatible HTTP surface that
+// the agent and the cloud both serve (DESIGN.md §4): POST /v1/chat/completions,
+// POST /v1/messages and GET /v1/models, streamed (SSE) or not.
+//
+// How it fits: a Handler decodes and validates each API's JSON into the
+// canonical llm.Request, calls one llm.Generator (the agent's router or the
+// cloud's admission/scheduler chain) and writes the generator's tokens back in
+// the caller's API shape, each one flushed as soon as it exists. It holds no
+// routing or scheduling logic; what the generator decided before the first
+// token (llm.Meta: route, scheduler hint, fallback reason, burst budget)
+// becomes response headers, and failures (llm.Error codes) become each API's
+// own error JSON with the matching status.
+//
+// Streams never end silently: a failure after tokens were sent ends an OpenAI
+// stream with a final `data: {"error":…}` event (and no [DONE]) and an
+// Anthropic stream with `event: error`, which both official SDKs raise as
+// exceptions.
+package httpapi
