@@ -1,0 +1,80 @@
+package corpus
+
+import (
+	"strings"
+	"testing"
+)
+
+func TestEdgeSplitIsDisjointAndFilled(t *testing.T) {
+	s, err := Edge(1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(s.Train) < 5000 || len(s.Test) < 1000 {
+		t.Fatalf("train %d, test %d examples: too few", len(s.Train), len(s.Test))
+	}
+	train := map[string]bool{}
+	for _, e := range s.Train {
+		train[e.Prompt] = true
+	}
+	leaks := 0
+	for _, e := range s.Test {
+		if e.Intent == "incar" && train[e.Prompt] {
+			t.Errorf("held-out in-car prompt %q is also trained on", e.Prompt)
+		}
+		if train[e.Prompt] {
+			leaks++
+		}
+	}
+	for _, e := range append(s.Train, s.Test...) {
+		if strings.Contains(e.Answer, "{") || strings.Contains(e.Prompt, "{") {
+			t.Fatalf("unfilled slot in %+v", e)
+		}
+		if strings.Contains(e.Answer, "<|") {
+			t.Fatalf("reply contains the turn end: %+v", e)
+		}
+	}
+	t.Logf("train %d, test %d; %d test prompts also in CLINC150 train (duplicates in the source)", len(s.Train), len(s.Test), leaks)
+	again, _ := Edge(1)
+	if again.Train[17] != s.Train[17] || again.Test[3] != s.Test[3] {
+		t.Fatal("same seed gave a different corpus")
+	}
+}
+
+func TestSlotsEchoFromRequestToReply(t *testing.T) {
+	s, _ := Edge(2)
+	n := 0
+	for _, e := range s.Train {
+		if strings.HasPrefix(e.Prompt, "navigate to ") && strings.Contains(e.Answer, "navigation to") {
+			place := strings.TrimPrefix(e.Prompt, "navigate to ")
+			if !strings.Contains(e.Answer, place) {
+				t.Fatalf("reply %q does not echo %q", e.Answer, place)
+			}
+			n++
+		}
+	}
+	if n == 0 {
+		t.Fatal("no navigation examples")
+	}
+}
+
+func TestCalculatorComputes(t *testing.T) {
+	for in, want := range map[string]string{"what is 2+2": "The answer is 4.", "what's 10 times 3": "The answer is 30.", "7 divided by 2": "The answer is 3.5."} {
+		if got, _ := calculatorAnswer(in); got != want {
+			t.Errorf("%q: %q, want %q", in, got, want)
+		}
+	}
+}
+
+func TestWikiTopicInPromptAndAnswer(t *testing.T) {
+	s := Wiki(1)
+	if len(s.Train) < 10000 || len(s.Test) < 300 {
+		t.Fatalf("train %d test %d", len(s.Train), len(s.Test))
+	}
+	for _, e := range s.Train[:200] {
+		w := topic(strings.ToLower(strings.TrimSuffix(e.Answer, ".")))
+		if !strings.Contains(e.Prompt, w) {
+			t.Fatalf("prompt %q does not name topic %q", e.Prompt, w)
+		}
+	}
+}

@@ -1,0 +1,78 @@
+package lmtrain
+
+import (
+	"crypto/sha256"
+	"encoding/binary"
+	"fmt"
+	"math/rand/v2"
+)
+
+// Dataset is a token stream with the offsets where documents (chat examples,
+// sentences) begin. Training windows start at document starts so the model
+// learns from position 0 the way the engine runs a prompt.
+type Dataset struct {
+	Tokens []int32
+	Starts []int
+}
+
+// Windows returns how many windows of seqLen+1 tokens can start at a document start.
+func (d *Dataset) usableStarts(seqLen int) []int {
+	n := len(d.Starts)
+	for n > 0 && d.Starts[n-1]+seqLen+1 > len(d.Tokens) {
+		n--
+	}
+	return d.Starts[:n]
+}
+
+// Validate reports whether d can give windows of seqLen tokens over vocab.
+func (d *Dataset) Validate(seqLen, vocab int, name string) error {
+	if len(d.usableStarts(seqLen)) == 0 {
+		return fmt.Errorf("%s data: %d tokens give no window of %d tokens", name, len(d.Tokens), seqLen+1)
+	}
+	for i, t := range d.Tokens {
+		if t < 0 || int(t) >= vocab {
+			return fmt.Errorf("%s data: token %d at %d is outside the vocabulary of %d", name, t, i, vocab)
+		}
+	}
+	return nil
+}
+
+// Fingerprint identifies the data so a checkpoint is not resumed on other data.
+func (d *Dataset) Fingerprint() string {
+	h := sha256.New()
+	var b [4]byte
+	for _, t := range d.Tokens {
+		binary.LittleEndian.PutUint32(b[:], uint32(t))
+		h.Write(b[:])
+	}
+	for _, s := range d.Starts {
+		binary.LittleEndian.PutUint32(b[:], uint32(s))
+		h.Write(b[:])
+	}
+	return fmt.Sprintf("%x", h.Sum(nil)[:12])
+}
+
+// batch fills tokens and targets with b windows of s tokens. The windows of
+// step depend only on (seed, step), so a resumed run sees exactly the batches
+// the uninterrupted run would have.
+func (d *Dataset) batch(seed uint64, step, b, s int, tokens, targets []int32) {
+	starts := d.usableStarts(s)
+	rng := rand.New(rand.NewPCG(seed, uint64(step)+1))
+	for i := range b {
+		st := starts[rng.IntN(len(starts))]
+		copy(tokens[i*s:(i+1)*s], d.Tokens[st:st+s])
+		copy(targets[i*s:(i+1)*s], d.Tokens[st+1:st+s+1])
+	}
+}
+
+// evalWindows spreads n windows evenly over the usable document starts, the
+// same ones every evaluation.
+func (d *Dataset) evalWindows(n, s int) []int {
+	starts := d.usableStarts(s)
+	n = min(n, len(starts))
+	out := make([]int, n)
+	for i := range out {
+		out[i] = starts[i*len(starts)/n]
+	}
+	return out
+}

@@ -1,0 +1,76 @@
+package lmtrain
+
+import (
+	"fmt"
+
+	"github.com/phaseless/phaseless/models/lmtrain/corpus"
+)
+
+// Preset is a named, reproducible model recipe: shape, training and corpus.
+type Preset struct {
+	Name        string
+	Description string
+	Model       Config
+	Train       TrainConfig
+	Corpus      func(seed uint64) (corpus.Split, error)
+}
+
+// EdgePreset is the in-vehicle assistant: about 0.9M weights, small enough
+// for a head unit's CPU and well under the 2M budget of issue 9.
+func EdgePreset() Preset {
+	return Preset{
+		Name:        "edge",
+		Description: "Phaseless edge: in-vehicle assistant (car, navigation, climate, media, weather, time), byte-level",
+		Model:       Config{Vocab: ByteVocab, Dim: 128, Layers: 4, Heads: 4, KVHeads: 2, FFN: 352, Context: 256}.WithDefaults(),
+		Train: TrainConfig{Seed: 1, Steps: 1500, Batch: 16, SeqLen: 128, LR: 3e-3, MinLR: 3e-4, Warmup: 100,
+			WeightDecay: 0.1, Clip: 1, EvalEvery: 250, EvalWindows: 256}.WithDefaults(),
+		Corpus: corpus.Edge,
+	}
+}
+
+// CloudPreset is the larger general model the cloud serves by default.
+func CloudPreset() Preset {
+	return Preset{
+		Name:        "cloud",
+		Description: "Phaseless cloud: general short answers (Wikipedia sentences) plus the in-vehicle tasks, byte-level",
+		Model:       Config{Vocab: ByteVocab, Dim: 192, Layers: 6, Heads: 6, KVHeads: 3, FFN: 512, Context: 256}.WithDefaults(),
+		Train: TrainConfig{Seed: 1, Steps: 1500, Batch: 16, SeqLen: 128, LR: 2e-3, MinLR: 2e-4, Warmup: 100,
+			WeightDecay: 0.1, Clip: 1, EvalEvery: 250, EvalWindows: 256}.WithDefaults(),
+		Corpus: corpus.Cloud,
+	}
+}
+
+// PresetByName returns the named preset.
+func PresetByName(name string) (Preset, error) {
+	switch name {
+	case "edge":
+		return EdgePreset(), nil
+	case "cloud":
+		return CloudPreset(), nil
+	}
+	return Preset{}, fmt.Errorf("unknown preset %q (edge or cloud)", name)
+}
+
+// NewDataset tokenises examples byte by byte as the engine's byte-level
+// tokenizer does, each as BOS, the chat text, EOS: the engine prepends BOS
+// to a prompt, so position 0 in training is position 0 at inference.
+func NewDataset(examples []corpus.Example) *Dataset {
+	d := &Dataset{}
+	for _, e := range examples {
+		d.Starts = append(d.Starts, len(d.Tokens))
+		d.Tokens = append(d.Tokens, BOS)
+		for _, b := range []byte(e.Chat()) {
+			d.Tokens = append(d.Tokens, int32(b))
+		}
+		d.Tokens = append(d.Tokens, EOS)
+	}
+	return d
+}
+
+// Byte-level vocabulary of the shipped models: lm.ByteTokenizerSpec's ids,
+// bytes 0–255 then BOS and EOS.
+const (
+	ByteVocab = 258
+	BOS       = 256
+	EOS       = 257
+)
