@@ -1,0 +1,339 @@
+package broker
+
+import (
+	"crypto/tls"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"sync"
+	"sync/atomic"
+
+	mqtt "github.com/mochi-mqtt/server/v2"
+	"github.com/mochi-mqtt/server/v2/packets"
+
+	"github.com/phaseless/phaseless/transport/cli"
+	"github.com/phaseless/phaseless/transport/fleet"
+	"github.com/phaseless/phaseless/transport/metrics"
+)
+
+// Config configures the embedded broker. The zero value plus a password file
+// (or DevAuth) is a working broker on :1883 without persistence.
+type Config struct {
+	// TCPAddr is the plain MQTT listener (username/password). Default ":1883"
+	// when neither TCPAddr nor TLS is set; empty with TLS set means TLS only.
+	TCPAddr string
+	// TLSAddr is the MQTT-over-TLS listener, default ":8883" when TLS is set.
+	TLSAddr string
+	// TLS is the server side of the fleet PKI (certificate plus ClientCAs);
+	// client certificates are verified when given, and their CN is the
+	// device id. ClientAuth NoClientCert is raised to VerifyClientCertIfGiven.
+	TLS *tls.Config
+
+	// PasswordFile is a Mosquitto password_file (username = device id, or an
+	// admin). Passwords, if set, is used instead (tests, generated setups).
+	PasswordFile string
+	Passwords    *Passwords
+	// Admins are usernames that may publish and subscribe anywhere (a second
+	// cloud replica, operator tools). They authenticate by password only.
+	Admins []string
+	// DevAuth admits any client whose client id is a valid device id without
+	// credentials (the cloud's --dev mode); the ACL still applies.
+	DevAuth bool
+
+	// StorePath is the bbolt file for sessions, inflight and retained
+	// messages; empty keeps them in memory only.
+	StorePath string
+	// Prefix is the topic prefix (default fleet.DefaultPrefix).
+	Prefix string
+	// MaxPacketBytes bounds one MQTT packet (default 4 MiB): a telemetry
+	// batch must fit.
+	MaxPacketBytes uint32
+	// MaxSessionExpirySeconds caps how long a disconnected device's session
+	// (subscriptions, queued QoS 1 messages) is kept (default 30 days).
+	MaxSessionExpirySeconds uint32
+	// MessageExpirySeconds is how long a queued message waits for an offline
+	// client (default 7 days; mochi's own default is one day).
+	MessageExpirySeconds int64
+
+	Logger  *slog.Logger
+	Metrics *metrics.Registry
+}
+
+func (c *Config) fillDefaults() {
+	if c.TCPAddr == "" && c.TLS == nil {
+		c.TCPAddr = ":1883"
+	}
+	if c.TLS != nil && c.TLSAddr == "" {
+		c.TLSAddr = ":8883"
+	}
+	if c.Prefix == "" {
+		c.Prefix = fleet.DefaultPrefix
+	}
+	if c.MaxPacketBytes == 0 {
+		c.MaxPacketBytes = 4 << 20
+	}
+	if c.MaxSessionExpirySeconds == 0 {
+		c.MaxSessionExpirySeconds = 30 * 24 * 3600
+	}
+	if c.MessageExpirySeconds == 0 {
+		c.MessageExpirySeconds = 7 * 24 * 3600
+	}
+	if c.Logger == nil {
+		c.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
+	}
+	if c.Metrics == nil {
+		c.Metrics = metrics.NewRegistry()
+	}
+}
+
+// Validate reports the first bad field.
+func (c *Config) Validate() error {
+	for _, f := range []struct{ name, addr string }{{"tcp-addr", c.TCPAddr}, {"tls-addr", c.TLSAddr}} {
+		if f.addr == "" {
+			continue
+		}
+		if _, _, err := net.SplitHostPort(f.addr); err != nil {
+			return &cli.FieldError{Field: f.name, Err: err}
+		}
+	}
+	if c.TCPAddr == "" && c.TLSAddr == "" {
+		return &cli.FieldError{Field: "tcp-addr", Err: errors.New("no listener: set a TCP address or TLS")}
+	}
+	if c.TLSAddr != "" && c.TLS == nil {
+		return &cli.FieldError{Field: "tls", Err: errors.New("a TLS listener needs a server certificate")}
+	}
+	if c.TLS != nil && len(c.TLS.Certificates) == 0 && c.TLS.GetCertificate == nil {
+		return &cli.FieldError{Field: "tls", Err: errors.New("no server certificate")}
+	}
+	if !c.DevAuth && c.PasswordFile == "" && c.Passwords == nil && c.TLS == nil {
+		return &cli.FieldError{Field: "password-file", Err: errors.New("no way to authenticate devices: give a password file, TLS with client certificates, or DevAuth")}
+	}
+	if c.PasswordFile != "" && c.Passwords != nil {
+		return &cli.FieldError{Field: "password-file", Err: errors.New("set PasswordFile or Passwords, not both")}
+	}
+	for _, a := range c.Admins {
+		if a == "" {
+			return &cli.FieldError{Field: "admins", Err: errors.New("empty admin name")}
+		}
+	}
+	if c.Prefix != "" && c.Prefix[len(c.Prefix)-1] != '/' {
+		return &cli.FieldError{Field: "prefix", Err: fmt.Errorf("%q must end with /", c.Prefix)}
+	}
+	return nil
+}
+
+// Broker is a running embedded broker.
+type Broker struct {
+	srv     *mqtt.Server
+	tcp     *netListener
+	tls     *netListener
+	store   *storeHook
+	nextSub atomic.Int64
+
+	closeOnce sync.Once
+	closeErr  error
+}
+
+// Start validates cfg, restores the store and starts serving.
+func Start(cfg Config) (*Broker, error) {
+	cfg.fillDefaults()
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	pw := cfg.Passwords
+	if cfg.PasswordFile != "" {
+		var err error
+		if pw, err = LoadPasswords(cfg.PasswordFile); err != nil {
+			return nil, &cli.FieldError{Field: "password-file", Err: err}
+		}
+	}
+	caps := mqtt.NewDefaultServerCapabilities()
+	caps.MaximumPacketSize = cfg.MaxPacketBytes
+	caps.MaximumSessionExpiryInterval = cfg.MaxSessionExpirySeconds
+	caps.MaximumMessageExpiryInterval = cfg.MessageExpirySeconds
+	// The fleet scheme uses QoS 1 only; QoS 2 adds round trips and state.
+	caps.MaximumQos = 1
+	srv := mqtt.New(&mqtt.Options{
+		InlineClient: true,
+		Capabilities: caps,
+		Logger:       cfg.Logger.With("component", "mqtt-broker"),
+		// $SYS topics are statistics nobody here reads; once a minute keeps
+		// their cost negligible.
+		SysTopicResendInterval: 60,
+	})
+	b := &Broker{srv: srv}
+
+	admins := map[string]bool{}
+	for _, a := range cfg.Admins {
+		admins[a] = true
+	}
+	auth := &authHook{
+		topics:    fleet.Topics{Prefix: cfg.Prefix},
+		passwords: pw,
+		admins:    admins,
+		devAuth:   cfg.DevAuth,
+		log:       cfg.Logger,
+		authFail:  cfg.Metrics.LabeledCounter("fleet_broker_auth_failures_total", "MQTT connections refused, by reason", "reason"),
+		aclDenied: cfg.Metrics.LabeledCounter("fleet_broker_acl_denied_total", "MQTT publishes or subscriptions refused by the fleet ACL", "direction"),
+	}
+	if err := srv.AddHook(auth, nil); err != nil {
+		return nil, err
+	}
+	if cfg.StorePath != "" {
+		st, err := openStore(cfg.StorePath, cfg.Logger, cfg.Metrics)
+		if err != nil {
+			return nil, err
+		}
+		b.store = st
+		if err := srv.AddHook(st, nil); err != nil {
+			st.db.Close()
+			return nil, err
+		}
+	}
+	fail := func(err error) (*Broker, error) {
+		if b.tcp != nil {
+			b.tcp.ln.Close()
+		}
+		if b.tls != nil {
+			b.tls.ln.Close()
+		}
+		if b.store != nil {
+			b.store.db.Close()
+		}
+		return nil, err
+	}
+	if cfg.TCPAddr != "" {
+		ln, err := net.Listen("tcp", cfg.TCPAddr)
+		if err != nil {
+			return fail(&cli.FieldError{Field: "tcp-addr", Err: err})
+		}
+		b.tcp = newNetListener("tcp", ln)
+		if err := srv.AddListener(b.tcp); err != nil {
+			return fail(err)
+		}
+	}
+	if cfg.TLSAddr != "" {
+		tc := cfg.TLS.Clone()
+		if tc.ClientAuth == tls.NoClientCert {
+			tc.ClientAuth = tls.VerifyClientCertIfGiven
+		}
+		if tc.MinVersion < tls.VersionTLS12 {
+			tc.MinVersion = tls.VersionTLS12
+		}
+		ln, err := tls.Listen("tcp", cfg.TLSAddr, tc)
+		if err != nil {
+			return fail(&cli.FieldError{Field: "tls-addr", Err: err})
+		}
+		b.tls = newNetListener("tls", ln)
+		if err := srv.AddListener(b.tls); err != nil {
+			return fail(err)
+		}
+	}
+	cfg.Metrics.GaugeFunc("fleet_broker_clients_connected", "MQTT clients connected to the embedded broker",
+		func() float64 { return float64(atomic.LoadInt64(&srv.Info.ClientsConnected)) })
+	if err := srv.Serve(); err != nil {
+		srv.Close()
+		return nil, fmt.Errorf("start MQTT broker: %w", err)
+	}
+	return b, nil
+}
+
+// TCPAddr is the bound plain listener address ("" when there is none).
+func (b *Broker) TCPAddr() string {
+	if b.tcp == nil {
+		return ""
+	}
+	return b.tcp.Address()
+}
+
+// TLSAddr is the bound TLS listener address ("" when there is none).
+func (b *Broker) TLSAddr() string {
+	if b.tls == nil {
+		return ""
+	}
+	return b.tls.Address()
+}
+
+// Connected is the number of connected clients.
+func (b *Broker) Connected() int { return int(atomic.LoadInt64(&b.srv.Info.ClientsConnected)) }
+
+// Publish sends a QoS 1 message from the cloud (no ACL applies). Offline
+// subscribers with persistent sessions get it queued.
+func (b *Broker) Publish(topic string, payload []byte, retain bool) error {
+	return b.srv.Publish(topic, payload, retain, 1)
+}
+
+// Subscribe calls fn for every message matching filter, including retained
+// ones at once. fn runs on the publishing client's goroutine, so a slow fn
+// slows only that client. The returned cancel removes the subscription and
+// waits for calls in progress to return.
+func (b *Broker) Subscribe(filter string, fn func(topic string, payload []byte)) (cancel func(), err error) {
+	id := int(b.nextSub.Add(1))
+	g := &callGate{}
+	g.cond.L = &g.mu
+	err = b.srv.Subscribe(filter, id, func(_ *mqtt.Client, _ packets.Subscription, pk packets.Packet) {
+		if !g.enter() {
+			return
+		}
+		defer g.leave()
+		fn(pk.TopicName, pk.Payload)
+	})
+	if err != nil {
+		return nil, fmt.Errorf("subscribe %s: %w", filter, err)
+	}
+	var once sync.Once
+	return func() {
+		once.Do(func() {
+			_ = b.srv.Unsubscribe(filter, id)
+			g.close()
+		})
+	}, nil
+}
+
+// callGate lets a subscription be cancelled while calls are in flight on
+// other goroutines and wait for them, without holding a lock during a call.
+type callGate struct {
+	mu     sync.Mutex // guards active, closed
+	cond   sync.Cond
+	active int
+	closed bool
+}
+
+func (g *callGate) enter() bool {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if g.closed {
+		return false
+	}
+	g.active++
+	return true
+}
+
+func (g *callGate) leave() {
+	g.mu.Lock()
+	g.active--
+	if g.active == 0 {
+		g.cond.Broadcast()
+	}
+	g.mu.Unlock()
+}
+
+func (g *callGate) close() {
+	g.mu.Lock()
+	g.closed = true
+	for g.active > 0 {
+		g.cond.Wait()
+	}
+	g.mu.Unlock()
+}
+
+// Close disconnects every client, stops the listeners and closes the store.
+// Sessions with an expiry survive in the store for the next Start.
+func (b *Broker) Close() error {
+	b.closeOnce.Do(func() {
+		b.closeErr = b.srv.Close()
+	})
+	return b.closeErr
+}

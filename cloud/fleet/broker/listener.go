@@ -1,0 +1,87 @@
+package broker
+
+import (
+	"log/slog"
+	"net"
+	"sync"
+
+	"github.com/mochi-mqtt/server/v2/listeners"
+)
+
+// netListener serves an already bound net.Listener (so a ":0" address is
+// known before Serve). mochi's TCP and Net listeners share one error variable
+// among the goroutines of all connections (a data race under -race with
+// concurrent connects), and a connection accepted just before Close can
+// attach after the shutdown sweep and hold Server.Close forever; this one
+// tracks its connections and closes the stragglers itself.
+type netListener struct {
+	id  string
+	ln  net.Listener
+	log *slog.Logger
+
+	mu     sync.Mutex // guards conns, closed
+	conns  map[net.Conn]struct{}
+	closed bool
+}
+
+var _ listeners.Listener = (*netListener)(nil)
+
+func newNetListener(id string, ln net.Listener) *netListener {
+	return &netListener{id: id, ln: ln, conns: map[net.Conn]struct{}{}}
+}
+
+func (l *netListener) ID() string       { return l.id }
+func (l *netListener) Address() string  { return l.ln.Addr().String() }
+func (l *netListener) Protocol() string { return "tcp" }
+
+func (l *netListener) Init(log *slog.Logger) error {
+	l.log = log
+	return nil
+}
+
+// Serve accepts until the listener is closed. mochi tracks each connection's
+// goroutine in Listeners.ClientsWg and waits for them in Server.Close.
+func (l *netListener) Serve(establish listeners.EstablishFn) {
+	for {
+		conn, err := l.ln.Accept()
+		if err != nil {
+			return
+		}
+		l.mu.Lock()
+		if l.closed {
+			l.mu.Unlock()
+			conn.Close()
+			return
+		}
+		l.conns[conn] = struct{}{}
+		l.mu.Unlock()
+		go func() {
+			if err := establish(l.id, conn); err != nil {
+				l.log.Debug("MQTT connection ended", "remote", conn.RemoteAddr().String(), "err", err)
+			}
+			l.mu.Lock()
+			delete(l.conns, conn)
+			l.mu.Unlock()
+		}()
+	}
+}
+
+// Close disconnects the clients gracefully (mochi sends DISCONNECT with
+// "server shutting down"), then closes any connection that had not attached
+// yet.
+func (l *netListener) Close(closeClients listeners.CloseFn) {
+	l.mu.Lock()
+	if l.closed {
+		l.mu.Unlock()
+		return
+	}
+	l.closed = true
+	l.mu.Unlock()
+	_ = l.ln.Close()
+	closeClients(l.id)
+	l.mu.Lock()
+	for c := range l.conns {
+		c.Close()
+	}
+	l.mu.Unlock()
+}
