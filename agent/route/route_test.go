@@ -1,0 +1,280 @@
+package route
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/phaseless/phaseless/transport/fleet"
+	"github.com/phaseless/phaseless/transport/llm"
+	"github.com/phaseless/phaseless/transport/metrics"
+)
+
+func userReq(text string) *llm.Request {
+	return &llm.Request{ID: "t1", MaxTokens: 8, Messages: []llm.Message{{Role: "system", Content: "sys"}, {Role: "user", Content: text}}}
+}
+
+// fixedPredictor answers whatever p holds (a hand-written fake: the router's
+// arithmetic, not the model, is under test).
+type fixedPredictor struct {
+	p   float64
+	err error
+}
+
+func (f *fixedPredictor) Predict([]float32) (float64, error) { return f.p, f.err }
+
+var up = Link{Configured: true, Connected: true, RTT: 30 * time.Millisecond}
+
+const (
+	lowEntropy  = "turn on the air conditioning please"
+	highEntropy = "Zx9#qL@2vR!m8$Kp^3&Wn*7(Yb)5_Tc+1=Hd{6}Je[4]Gf|0;Ua:Os'Ir\"Pq<Mt>Nl,Ek.Dj/Ch?Bg~Af`"
+)
+
+func TestEntropyRuleDefault(t *testing.T) {
+	r, err := NewRouter(Config{}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	d := r.Decide(userReq(lowEntropy), up, Load{})
+	if d.Path != PathLocal || d.ByteEntropy >= 4.2 || d.ProbSource != "entropy-rule" || d.CloudProb >= 0.5 {
+		t.Errorf("low entropy: %+v", d)
+	}
+	d = r.Decide(userReq(highEntropy), up, Load{})
+	if d.Path != PathCloud || d.ByteEntropy <= 4.2 || d.CloudProb <= 0.5 {
+		t.Errorf("high entropy (%.2f bits): %s %s", d.ByteEntropy, d.Path, d.Reason)
+	}
+	if !strings.Contains(d.Reason, "entropy") || len(d.Features) == 0 {
+		t.Errorf("reason %q, %d features", d.Reason, len(d.Features))
+	}
+}
+
+func TestHysteresis(t *testing.T) {
+	p := &fixedPredictor{}
+	r, err := NewRouter(Config{Threshold: 0.5, Hysteresis: 0.1}, p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	steps := []struct {
+		p    float64
+		want string
+	}{
+		{0.52, PathLocal}, // inside the band, starting local
+		{0.56, PathCloud}, // above 0.55
+		{0.50, PathCloud}, // inside the band: stays
+		{0.46, PathCloud},
+		{0.44, PathLocal}, // below 0.45
+		{0.54, PathLocal},
+	}
+	for i, s := range steps {
+		p.p = s.p
+		if d := r.Decide(userReq("x"), up, Load{}); d.Path != s.want || d.ProbSource != "predictor" {
+			t.Errorf("step %d p=%.2f: %s (%s), want %s", i, s.p, d.Path, d.Reason, s.want)
+		}
+	}
+}
+
+func TestLinkLoadAndOverride(t *testing.T) {
+	tests := []struct {
+		name     string
+		p        float64
+		link     Link
+		load     Load
+		override string
+		want     string
+		reason   string
+	}{
+		{"offline only", 0.9, Link{}, Load{}, "", PathLocal, "offline-only"},
+		{"cloud unreachable", 0.9, Link{Configured: true}, Load{}, "", PathLocal, "unreachable"},
+		{"high rtt", 0.9, Link{Configured: true, Connected: true, RTT: time.Second}, Load{}, "", PathLocal, "link degraded"},
+		{"loss", 0.9, Link{Configured: true, Connected: true, Loss: 0.2}, Load{}, "", PathLocal, "link degraded"},
+		{"degraded but local overloaded", 0.9, Link{Configured: true, Connected: true, Loss: 0.2}, Load{KVFaultsPerMs: 47}, "", PathCloud, "p="},
+		{"kv jitter offloads easy work", 0.1, up, Load{KVFaultsPerMs: 47}, "", PathCloud, "overloaded"},
+		{"full queue offloads", 0.1, up, Load{Waiting: 48, Capacity: 64}, "", PathCloud, "overloaded"},
+		{"override local", 0.9, up, Load{}, "local", PathLocal, "x-phaseless-route"},
+		{"override cloud", 0.1, Link{Configured: true}, Load{}, "cloud", PathCloud, "x-phaseless-route"},
+		{"easy work stays", 0.1, up, Load{KVFaultsPerMs: 3}, "", PathLocal, "p="},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			r, _ := NewRouter(Config{}, &fixedPredictor{p: tt.p})
+			req := userReq("x")
+			req.Hints.Route = tt.override
+			d := r.Decide(req, tt.link, tt.load)
+			if d.Path != tt.want || !strings.Contains(d.Reason, tt.reason) {
+				t.Errorf("got %s (%s), want %s (%s)", d.Path, d.Reason, tt.want, tt.reason)
+			}
+		})
+	}
+}
+
+func TestKVLatch(t *testing.T) {
+	r, _ := NewRouter(Config{MaxKVFaultsPerMs: 12, Hysteresis: 0.1}, &fixedPredictor{p: 0.1})
+	for i, s := range []struct {
+		kv   float64
+		want string
+	}{{11, PathLocal}, {13, PathCloud}, {11, PathCloud}, {10.7, PathLocal}, {11.5, PathLocal}} {
+		if d := r.Decide(userReq("x"), up, Load{KVFaultsPerMs: s.kv}); d.Path != s.want {
+			t.Errorf("step %d kv=%g: %s, want %s", i, s.kv, d.Path, s.want)
+		}
+	}
+}
+
+func TestPredictorFailureFallsBackToRule(t *testing.T) {
+	r, _ := NewRouter(Config{}, &fixedPredictor{err: errors.New("model file corrupt")})
+	d := r.Decide(userReq(highEntropy), up, Load{})
+	if d.Path != PathCloud || !strings.Contains(d.ProbSource, "model file corrupt") {
+		t.Errorf("%+v", d)
+	}
+	r, _ = NewRouter(Config{}, &fixedPredictor{p: 7})
+	if d := r.Decide(userReq(lowEntropy), up, Load{}); d.Path != PathLocal || !strings.Contains(d.ProbSource, "out of range") {
+		t.Errorf("out of range probability: %+v", d)
+	}
+}
+
+func TestConfigValidate(t *testing.T) {
+	for _, c := range []Config{{Threshold: 1}, {Threshold: -0.1}, {Hysteresis: 1.2}, {EntropyThreshold: 9}, {MaxLoss: 2}, {MaxKVFaultsPerMs: -1}, {MaxQueueFraction: 1.5}, {MaxRTT: -1}} {
+		if err := c.Validate(); err == nil {
+			t.Errorf("%+v accepted", c)
+		}
+	}
+	if err := (Config{}).Validate(); err != nil {
+		t.Error(err)
+	}
+}
+
+// engine is a scripted generator for dispatcher tests.
+type engine struct {
+	name   string
+	tokens []string
+	failAt int // fail with err after this many tokens; -1 never
+	err    error
+	calls  int
+	mu     sync.Mutex
+}
+
+func (e *engine) Generate(ctx context.Context, req *llm.Request, emit llm.Emit) (llm.Final, error) {
+	e.mu.Lock()
+	e.calls++
+	e.mu.Unlock()
+	for i, t := range e.tokens {
+		if i == e.failAt {
+			return llm.Final{}, e.err
+		}
+		if err := emit(llm.Token{Text: t}); err != nil {
+			return llm.Final{}, err
+		}
+	}
+	if e.failAt == len(e.tokens) {
+		return llm.Final{}, e.err
+	}
+	return llm.Final{PromptTokens: 4, CompletionTokens: len(e.tokens), FinishReason: "stop", Route: e.name}, nil
+}
+
+// dispatched is what one Dispatcher.Generate call produced.
+type dispatched struct {
+	out  string
+	meta llm.MetaSnapshot
+	fin  llm.Final
+	rec  fleet.RequestRecord
+	reg  *metrics.Registry
+}
+
+func dispatch(t *testing.T, local, cloud *engine, link Link, text, override string) (dispatched, error) {
+	t.Helper()
+	r, _ := NewRouter(Config{}, nil)
+	var recs []fleet.RequestRecord
+	reg := metrics.NewRegistry()
+	cfg := DispatcherConfig{Router: r, Local: local, Link: func() Link { return link }, Metrics: reg,
+		Record: func(_ context.Context, rec fleet.RequestRecord) error { recs = append(recs, rec); return nil }}
+	if cloud != nil {
+		cfg.Cloud = cloud
+	}
+	d, err := NewDispatcher(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, meta := llm.WithMeta(context.Background())
+	req := userReq(text)
+	req.Hints.Route = override
+	var out strings.Builder
+	fin, gerr := d.Generate(ctx, req, func(tok llm.Token) error { out.WriteString(tok.Text); return nil })
+	if len(recs) != 1 {
+		t.Fatalf("%d telemetry records", len(recs))
+	}
+	return dispatched{out.String(), meta.Snapshot(), fin, recs[0], reg}, gerr
+}
+
+func TestDispatchPaths(t *testing.T) {
+	ok := func(name string) *engine { return &engine{name: name, tokens: []string{name, "!"}, failAt: -1} }
+	t.Run("local", func(t *testing.T) {
+		r, err := dispatch(t, ok("local"), ok("cloud/p/w"), up, lowEntropy, "")
+		if err != nil || r.out != "local!" || r.meta.Route != PathLocal || r.fin.Route != PathLocal || r.rec.Path != PathLocal || r.rec.Decision != PathLocal || r.rec.Outcome != "ok" || r.rec.CompletionTokens != 2 {
+			t.Errorf("%q %+v %+v %v %+v", r.out, r.meta, r.fin, err, r.rec)
+		}
+	})
+	t.Run("cloud", func(t *testing.T) {
+		r, err := dispatch(t, ok("local"), ok("cloud/p/w"), up, highEntropy, "")
+		if err != nil || r.out != "cloud/p/w!" || r.meta.Route != PathCloud || r.fin.Route != "cloud/p/w" || r.rec.Path != "cloud/p/w" || r.rec.Decision != PathCloud || r.meta.FallbackReason != "" {
+			t.Errorf("%q %+v %+v %v %+v", r.out, r.meta, r.fin, err, r.rec)
+		}
+	})
+	t.Run("cloud fails before first token", func(t *testing.T) {
+		cloud := &engine{tokens: []string{"x"}, failAt: 0, err: llm.Errorf(llm.CodeUnavailable, "connection refused")}
+		r, err := dispatch(t, ok("local"), cloud, up, highEntropy, "")
+		if err != nil || r.out != "local!" || r.meta.Route != PathLocal || !strings.Contains(r.meta.FallbackReason, "connection refused") || r.fin.FallbackReason != r.meta.FallbackReason {
+			t.Errorf("%q %+v %+v %v", r.out, r.meta, r.fin, err)
+		}
+		if r.rec.Decision != PathCloud || r.rec.Path != PathLocal || r.rec.FallbackReason == "" || r.rec.Outcome != "ok" {
+			t.Errorf("record %+v", r.rec)
+		}
+		var b strings.Builder
+		r.reg.WriteText(&b)
+		if !strings.Contains(b.String(), `phaseless_route_fallbacks_total{cause="cloud_error"} 1`) {
+			t.Errorf("fallback metric missing\n%s", b.String())
+		}
+	})
+	t.Run("cloud fails after tokens", func(t *testing.T) {
+		local := ok("local")
+		cloud := &engine{tokens: []string{"a", "b", "c"}, failAt: 2, err: llm.Errorf(llm.CodeUnavailable, "link lost")}
+		r, err := dispatch(t, local, cloud, up, highEntropy, "")
+		if err == nil || r.out != "ab" || local.calls != 0 || r.meta.FallbackReason != "" {
+			t.Errorf("must not restart locally: r.out %q err %v local calls %d", r.out, err, local.calls)
+		}
+		if r.rec.Outcome != "error" || r.rec.CompletionTokens != 2 || !strings.Contains(r.rec.Error, "link lost") {
+			t.Errorf("record %+v", r.rec)
+		}
+	})
+	t.Run("invalid request is not retried locally", func(t *testing.T) {
+		local := ok("local")
+		cloud := &engine{failAt: 0, err: llm.Errorf(llm.CodeInvalid, "prompt too long")}
+		_, err := dispatch(t, local, cloud, up, highEntropy, "")
+		if llm.CodeOf(err) != llm.CodeInvalid || local.calls != 0 {
+			t.Errorf("err %v local calls %d", err, local.calls)
+		}
+	})
+	t.Run("forced cloud without cloud", func(t *testing.T) {
+		r, err := dispatch(t, ok("local"), nil, Link{}, lowEntropy, "cloud")
+		if err != nil || r.out != "local!" || r.meta.FallbackReason != "no cloud configured" {
+			t.Errorf("%q %+v %v", r.out, r.meta, err)
+		}
+	})
+	t.Run("local failure", func(t *testing.T) {
+		local := &engine{failAt: 0, err: llm.Errorf(llm.CodeOverloaded, "queue full")}
+		r, err := dispatch(t, local, nil, Link{}, lowEntropy, "")
+		if llm.CodeOf(err) != llm.CodeOverloaded || r.rec.Outcome != "error" {
+			t.Errorf("%v %+v", err, r.rec)
+		}
+	})
+}
+
+func BenchmarkDecide(b *testing.B) {
+	r, _ := NewRouter(Config{}, nil)
+	req := userReq("Summarise the last three service reports and tell me whether the brake pads need replacing soon.")
+	b.ReportAllocs()
+	for b.Loop() {
+		r.Decide(req, up, Load{})
+	}
+}

@@ -1,0 +1,246 @@
+package route
+
+import (
+	"fmt"
+	"math"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/phaseless/phaseless/models/textfeat"
+	"github.com/phaseless/phaseless/transport/llm"
+)
+
+// Paths a request can take.
+const (
+	PathLocal = "local"
+	PathCloud = "cloud"
+)
+
+// Predictor estimates the probability that a request needs the cloud from
+// its textfeat feature vector; models/predictor's models and its Swappable
+// satisfy it.
+type Predictor interface {
+	Predict(features []float32) (float64, error)
+}
+
+// Link is the uplink's state as the router sees it.
+type Link struct {
+	Configured bool          // a cloud address is set at all
+	Connected  bool          // a QUIC connection is up
+	RTT        time.Duration // smoothed round-trip time; 0 = unknown
+	Loss       float64       // recent packet loss ratio, 0..1
+}
+
+// Load is the local engine's state.
+type Load struct {
+	Waiting       int     // requests queued for the engine
+	Running       int     // requests the engine is generating
+	Capacity      int     // how many may wait before new ones are refused
+	KVFaultsPerMs float64 // KV-cache faults per millisecond, recent (the articles' "KV jitter")
+}
+
+// Inputs is everything a Decision was made from; it is recorded with the
+// decision so a bad route can be explained afterwards.
+type Inputs struct {
+	Features    []float32
+	ByteEntropy float64
+	CloudProb   float64
+	ProbSource  string // "predictor", "entropy-rule", or "entropy-rule (predictor failed: …)"
+	Override    string // x-phaseless-route when not auto
+	Link        Link
+	Load        Load
+}
+
+// Decision is where a request should run and why.
+type Decision struct {
+	Path   string // PathLocal or PathCloud
+	Reason string // short, human-readable
+	Inputs
+}
+
+// Config tunes a Router. The zero value means the defaults.
+type Config struct {
+	// Threshold: a cloud probability at or above it prefers the cloud
+	// (default 0.5).
+	Threshold float64
+	// Hysteresis widens the threshold into a band: once requests go to the
+	// cloud they keep going until the probability drops below
+	// Threshold-Hysteresis/2, and the other way round, so a stream of
+	// borderline prompts does not flap between paths (default 0.1).
+	Hysteresis float64
+	// EntropyThreshold is the bits-per-byte bound of the rule used when no
+	// predictor is loaded (default 4.2, from the source articles).
+	EntropyThreshold float64
+	// MaxRTT marks the link degraded when the RTT is above it (default 400 ms).
+	MaxRTT time.Duration
+	// MaxLoss marks the link degraded when loss is above it (default 0.05).
+	MaxLoss float64
+	// MaxKVFaultsPerMs marks the local engine overloaded above it (default 12,
+	// the articles' KV-jitter signal).
+	MaxKVFaultsPerMs float64
+	// MaxQueueFraction marks the local engine overloaded when its queue is
+	// fuller than this fraction of its capacity (default 0.75).
+	MaxQueueFraction float64
+}
+
+func (c *Config) fill() {
+	if c.Threshold == 0 {
+		c.Threshold = 0.5
+	}
+	if c.Hysteresis == 0 {
+		c.Hysteresis = 0.1
+	}
+	if c.EntropyThreshold == 0 {
+		c.EntropyThreshold = 4.2
+	}
+	if c.MaxRTT == 0 {
+		c.MaxRTT = 400 * time.Millisecond
+	}
+	if c.MaxLoss == 0 {
+		c.MaxLoss = 0.05
+	}
+	if c.MaxKVFaultsPerMs == 0 {
+		c.MaxKVFaultsPerMs = 12
+	}
+	if c.MaxQueueFraction == 0 {
+		c.MaxQueueFraction = 0.75
+	}
+}
+
+// Validate names the first bad field.
+func (c Config) Validate() error {
+	c.fill()
+	switch {
+	case c.Threshold <= 0 || c.Threshold >= 1:
+		return fmt.Errorf("route: Threshold %g must be in (0,1)", c.Threshold)
+	case c.Hysteresis < 0 || c.Hysteresis/2 >= min(c.Threshold, 1-c.Threshold):
+		return fmt.Errorf("route: Hysteresis %g must be ≥ 0 and keep the band inside (0,1)", c.Hysteresis)
+	case c.EntropyThreshold <= 0 || c.EntropyThreshold > 8:
+		return fmt.Errorf("route: EntropyThreshold %g must be in (0,8] bits", c.EntropyThreshold)
+	case c.MaxRTT < 0:
+		return fmt.Errorf("route: MaxRTT %v must not be negative", c.MaxRTT)
+	case c.MaxLoss <= 0 || c.MaxLoss > 1:
+		return fmt.Errorf("route: MaxLoss %g must be in (0,1]", c.MaxLoss)
+	case c.MaxKVFaultsPerMs <= 0:
+		return fmt.Errorf("route: MaxKVFaultsPerMs %g must be positive", c.MaxKVFaultsPerMs)
+	case c.MaxQueueFraction <= 0 || c.MaxQueueFraction > 1:
+		return fmt.Errorf("route: MaxQueueFraction %g must be in (0,1]", c.MaxQueueFraction)
+	}
+	return nil
+}
+
+// Router turns a request plus the current link and load into a Decision.
+// It is safe for concurrent use.
+type Router struct {
+	cfg  Config
+	pred Predictor // nil = entropy rule
+
+	mu            sync.Mutex // guards the latches
+	preferCloud   bool       // the probability latch: last side the band settled on
+	linkDegraded  bool
+	localOverload bool
+}
+
+// NewRouter returns a Router. pred may be nil: the entropy rule decides.
+func NewRouter(cfg Config, pred Predictor) (*Router, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	cfg.fill()
+	return &Router{cfg: cfg, pred: pred}, nil
+}
+
+// Text is what the router reads from a request: the latest user turn, the
+// new work being asked for. Earlier turns were routed when they were new.
+func Text(req *llm.Request) string {
+	for i := len(req.Messages) - 1; i >= 0; i-- {
+		if req.Messages[i].Role == "user" {
+			return req.Messages[i].Content
+		}
+	}
+	if n := len(req.Messages); n > 0 {
+		return req.Messages[n-1].Content
+	}
+	return ""
+}
+
+// entropyProb is the rule used without a predictor, as a probability:
+// logistic in the byte entropy, exactly 0.5 at the threshold, and 0.95 at
+// 0.3 bits above it, so threshold and hysteresis mean the same thing for the
+// rule as for a learned model.
+func entropyProb(h, threshold float64) float64 {
+	return 1 / (1 + math.Exp(-(h-threshold)/0.1))
+}
+
+// Decide picks a path for req.
+func (r *Router) Decide(req *llm.Request, link Link, load Load) Decision {
+	d := Decision{Inputs: Inputs{Link: link, Load: load}}
+	d.Features = textfeat.Extract(Text(req))
+	d.ByteEntropy = float64(d.Features[textfeat.IdxByteEntropy])
+	d.ProbSource = "entropy-rule"
+	d.CloudProb = entropyProb(d.ByteEntropy, r.cfg.EntropyThreshold)
+	if r.pred != nil {
+		if p, err := r.pred.Predict(d.Features); err == nil && p >= 0 && p <= 1 {
+			d.CloudProb, d.ProbSource = p, "predictor"
+		} else {
+			if err == nil {
+				err = fmt.Errorf("probability %g out of range", p)
+			}
+			d.ProbSource = "entropy-rule (predictor failed: " + err.Error() + ")"
+		}
+	}
+
+	r.mu.Lock()
+	half := r.cfg.Hysteresis / 2
+	r.preferCloud = latch(r.preferCloud, d.CloudProb, r.cfg.Threshold-half, r.cfg.Threshold+half)
+	wantCloud := r.preferCloud
+	degraded := link.Connected && (link.Loss > r.cfg.MaxLoss || (r.cfg.MaxRTT > 0 && link.RTT > r.cfg.MaxRTT))
+	r.linkDegraded = degraded
+	kvLow, kvHigh := r.cfg.MaxKVFaultsPerMs*(1-r.cfg.Hysteresis), r.cfg.MaxKVFaultsPerMs
+	overKV := latch(r.localOverload, load.KVFaultsPerMs, kvLow, kvHigh)
+	overQueue := load.Capacity > 0 && float64(load.Waiting) >= r.cfg.MaxQueueFraction*float64(load.Capacity)
+	r.localOverload = overKV
+	r.mu.Unlock()
+	overloaded := overKV || overQueue
+
+	why := d.probReason(r.cfg)
+	switch o := req.Hints.Route; {
+	case o == PathLocal || o == PathCloud:
+		d.Override = o
+		d.Path, d.Reason = o, "x-phaseless-route: "+o
+	case !link.Configured:
+		d.Path, d.Reason = PathLocal, "offline-only (no cloud configured)"
+	case !link.Connected:
+		d.Path, d.Reason = PathLocal, "cloud unreachable; "+why
+	case wantCloud && degraded && !overloaded:
+		d.Path, d.Reason = PathLocal, fmt.Sprintf("link degraded (rtt %v, loss %.1f%%); %s", link.RTT.Round(time.Millisecond), 100*link.Loss, why)
+	case !wantCloud && overloaded && !degraded:
+		d.Path, d.Reason = PathCloud, fmt.Sprintf("local engine overloaded (queue %d/%d, kv %.1f faults/ms); %s", load.Waiting, load.Capacity, load.KVFaultsPerMs, why)
+	case wantCloud:
+		d.Path, d.Reason = PathCloud, why
+	default:
+		d.Path, d.Reason = PathLocal, why
+	}
+	return d
+}
+
+func (d *Decision) probReason(cfg Config) string {
+	src := "p"
+	if strings.HasPrefix(d.ProbSource, "entropy-rule") {
+		src = fmt.Sprintf("entropy %.2f bits/byte, p", d.ByteEntropy)
+	}
+	return fmt.Sprintf("%s=%.2f vs threshold %.2f±%.2f (%s)", src, d.CloudProb, cfg.Threshold, cfg.Hysteresis/2, d.ProbSource)
+}
+
+// latch is a Schmitt trigger: it turns on above high, off below low, and
+// keeps its state in between.
+func latch(on bool, v, low, high float64) bool {
+	switch {
+	case v >= high:
+		return true
+	case v < low:
+		return false
+	}
+	return on
+}
