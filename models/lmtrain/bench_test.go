@@ -2,6 +2,7 @@ package lmtrain
 
 import (
 	"math/rand/v2"
+	"os"
 	"testing"
 )
 
@@ -9,8 +10,12 @@ import (
 // shape against a forward-only pass in the same run (the ratio is the cost of
 // training over inference, ideally about 3×).
 func BenchmarkTrainStep(b *testing.B) {
-	c := EdgePreset().Model
-	tc := EdgePreset().Train.WithDefaults()
+	pr := EdgePreset()
+	if os.Getenv("LMTRAIN_BENCH_PRESET") == "cloud" {
+		pr = CloudPreset()
+	}
+	c := pr.Model
+	tc := pr.Train
 	p := NewParams(c)
 	p.Init(1, 0.02)
 	m := NewModel(p)

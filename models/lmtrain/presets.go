@@ -22,8 +22,8 @@ func EdgePreset() Preset {
 		Name:        "edge",
 		Description: "Phaseless edge: in-vehicle assistant (car, navigation, climate, media, weather, time), byte-level",
 		Model:       Config{Vocab: ByteVocab, Dim: 128, Layers: 4, Heads: 4, KVHeads: 2, FFN: 352, Context: 256}.WithDefaults(),
-		Train: TrainConfig{Seed: 1, Steps: 1500, Batch: 16, SeqLen: 128, LR: 3e-3, MinLR: 3e-4, Warmup: 100,
-			WeightDecay: 0.1, Clip: 1, EvalEvery: 250, EvalWindows: 256}.WithDefaults(),
+		Train: TrainConfig{Seed: 1, Steps: 1400, Batch: 16, SeqLen: 128, LR: 3e-3, MinLR: 3e-4, Warmup: 100,
+			WeightDecay: 0.1, Clip: 1, EvalEvery: 200, EvalWindows: 256}.WithDefaults(),
 		Corpus: corpus.Edge,
 	}
 }
@@ -33,9 +33,9 @@ func CloudPreset() Preset {
 	return Preset{
 		Name:        "cloud",
 		Description: "Phaseless cloud: general short answers (Wikipedia sentences) plus the in-vehicle tasks, byte-level",
-		Model:       Config{Vocab: ByteVocab, Dim: 192, Layers: 6, Heads: 6, KVHeads: 3, FFN: 512, Context: 256}.WithDefaults(),
-		Train: TrainConfig{Seed: 1, Steps: 1500, Batch: 16, SeqLen: 128, LR: 2e-3, MinLR: 2e-4, Warmup: 100,
-			WeightDecay: 0.1, Clip: 1, EvalEvery: 250, EvalWindows: 256}.WithDefaults(),
+		Model:       Config{Vocab: ByteVocab, Dim: 192, Layers: 4, Heads: 6, KVHeads: 3, FFN: 512, Context: 256}.WithDefaults(),
+		Train: TrainConfig{Seed: 1, Steps: 1000, Batch: 16, SeqLen: 128, LR: 2e-3, MinLR: 2e-4, Warmup: 100,
+			WeightDecay: 0.1, Clip: 1, EvalEvery: 200, EvalWindows: 256}.WithDefaults(),
 		Corpus: corpus.Cloud,
 	}
 }
