@@ -221,13 +221,3 @@ func TestWeightsRoundTrip(t *testing.T) {
 		t.Fatalf("meta general.name = %v", m.Meta["general.name"])
 	}
 }
-
-func argmax(v []float32) int {
-	best := 0
-	for i, x := range v {
-		if x > v[best] {
-			best = i
-		}
-	}
-	return best
-}

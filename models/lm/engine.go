@@ -1,0 +1,469 @@
+package lm
+
+import (
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"runtime"
+	"sync"
+	"time"
+
+	"github.com/phaseless/phaseless/models/lm/kvcache"
+	"github.com/phaseless/phaseless/transport/llm"
+)
+
+// EngineConfig tunes an Engine. The zero value means defaults.
+type EngineConfig struct {
+	// BlockSize is the KV cache block size in tokens (default 16, as vLLM).
+	BlockSize int
+	// KVBudgetBytes bounds the KV cache memory. Default: enough for MaxBatch
+	// full-context sequences, capped at 256 MiB (and never below one
+	// full-context sequence, which every budget must hold).
+	KVBudgetBytes int64
+	// MaxBatch is how many sequences run at once (default 16).
+	MaxBatch int
+	// MaxQueue is how many requests may wait; more are refused as overloaded
+	// (default 256).
+	MaxQueue int
+	// StepTokens is the per-step token budget: one decode token per running
+	// sequence, the rest filled with prompt chunks (default 256).
+	StepTokens int
+	// Threads is how many goroutines the forward pass uses (default GOMAXPROCS).
+	Threads int
+	// FaultWindow is the window Stats.KVFaultsPerMs is measured over (default 1 s).
+	FaultWindow time.Duration
+	// Now is the clock (default time.Now); tests inject their own.
+	Now func() time.Time
+}
+
+func (c EngineConfig) withDefaults() EngineConfig {
+	if c.BlockSize == 0 {
+		c.BlockSize = 16
+	}
+	if c.MaxBatch == 0 {
+		c.MaxBatch = 16
+	}
+	if c.MaxQueue == 0 {
+		c.MaxQueue = 256
+	}
+	if c.StepTokens == 0 {
+		c.StepTokens = 256
+	}
+	if c.Threads == 0 {
+		c.Threads = runtime.GOMAXPROCS(0)
+	}
+	if c.FaultWindow == 0 {
+		c.FaultWindow = time.Second
+	}
+	if c.Now == nil {
+		c.Now = time.Now
+	}
+	return c
+}
+
+// Validate names the first bad field.
+func (c EngineConfig) Validate() error {
+	switch {
+	case c.BlockSize < 0 || c.BlockSize > 1024:
+		return fmt.Errorf("engine config: BlockSize %d outside 1..1024", c.BlockSize)
+	case c.KVBudgetBytes < 0:
+		return fmt.Errorf("engine config: KVBudgetBytes %d is negative", c.KVBudgetBytes)
+	case c.MaxBatch < 0:
+		return fmt.Errorf("engine config: MaxBatch %d is negative", c.MaxBatch)
+	case c.MaxQueue < 0:
+		return fmt.Errorf("engine config: MaxQueue %d is negative", c.MaxQueue)
+	case c.StepTokens < 0:
+		return fmt.Errorf("engine config: StepTokens %d is negative", c.StepTokens)
+	case c.Threads < 0:
+		return fmt.Errorf("engine config: Threads %d is negative", c.Threads)
+	case c.FaultWindow < 0:
+		return fmt.Errorf("engine config: FaultWindow %v is negative", c.FaultWindow)
+	}
+	if c.StepTokens > 0 && c.MaxBatch > 0 && c.StepTokens < c.MaxBatch {
+		return fmt.Errorf("engine config: StepTokens %d must be at least MaxBatch %d (one decode token each)", c.StepTokens, c.MaxBatch)
+	}
+	return nil
+}
+
+// blockBytes is the KV memory of one block: keys and values of every layer.
+func blockBytes(cfg Config, blockSize int) int64 {
+	return 2 * int64(cfg.Layers) * int64(blockSize) * int64(cfg.KVHeads*cfg.HeadDim()) * 4
+}
+
+// Stats are the engine's counters; cumulative ones count since NewEngine.
+type Stats struct {
+	Running, Waiting int
+	KVBlocksUsed     int // held by sequences
+	KVBlocksCached   int // held by nobody, keeping a reusable prefix (evictable)
+	KVBlocksFree     int // cached + never-used blocks: what new work can take
+	KVBlocksTotal    int
+	BlockSize        int
+	PrefixHitTokens  uint64 // prompt tokens served from cached blocks
+	// KVFaults counts block allocations that had to evict a cached prefix or
+	// preempt a running sequence; KVFaultsPerMs is their rate over FaultWindow.
+	KVFaults      uint64
+	KVFaultsPerMs float64
+	Evictions     uint64
+	Preemptions   uint64
+	CopyOnWrites  uint64
+	Steps         uint64
+	PrefillTokens uint64 // prompt (and recomputed) tokens run
+	DecodeTokens  uint64 // generated tokens run
+	// TokensPerStep is the mean over FaultWindow; LastStepTokens the latest step.
+	TokensPerStep  float64
+	LastStepTokens int
+	Completed      uint64
+}
+
+// Engine serves generation requests on one Model with continuous batching.
+type Engine struct {
+	m      *Model
+	cfg    EngineConfig
+	alloc  *kvcache.Allocator
+	kv     *kvStore
+	ws     *workspace
+	seedMu sync.Mutex // guards seeds
+	seeds  *rand.Rand
+
+	mu      sync.Mutex // guards waiting, aborts, closed, stats, window
+	waiting []*sequence
+	aborts  []*sequence
+	closed  bool
+	stats   Stats
+	window  []stepMark
+	wake    chan struct{} // cap 1: work arrived
+
+	running []*sequence // step loop only
+
+	closeOnce sync.Once
+	done      chan struct{} // closed when the step loop has exited
+	stepBuf   stepBuffers   // step loop only
+}
+
+type stepMark struct {
+	at     time.Time
+	faults uint64
+	tokens int
+}
+
+var _ llm.Generator = (*Engine)(nil)
+
+// NewEngine starts an engine on m; Close stops it.
+func NewEngine(m *Model, cfg EngineConfig) (*Engine, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	cfg = cfg.withDefaults()
+	perBlock := blockBytes(m.Config, cfg.BlockSize)
+	ctxBlocks := (m.Config.ContextLen + cfg.BlockSize - 1) / cfg.BlockSize
+	if cfg.KVBudgetBytes == 0 {
+		cfg.KVBudgetBytes = min(int64(cfg.MaxBatch)*int64(ctxBlocks)*perBlock, 256<<20)
+		cfg.KVBudgetBytes = max(cfg.KVBudgetBytes, int64(ctxBlocks)*perBlock)
+	}
+	nBlocks := cfg.KVBudgetBytes / perBlock
+	if nBlocks < int64(ctxBlocks) {
+		return nil, fmt.Errorf("engine config: KVBudgetBytes %d holds %d blocks of %d tokens; one %d-token context needs %d (%d bytes)",
+			cfg.KVBudgetBytes, nBlocks, cfg.BlockSize, m.Config.ContextLen, ctxBlocks, int64(ctxBlocks)*perBlock)
+	}
+	alloc, err := kvcache.New(int(nBlocks))
+	if err != nil {
+		return nil, err
+	}
+	e := &Engine{
+		m: m, cfg: cfg, alloc: alloc,
+		kv:    newKVStore(m.Config, int(nBlocks)*cfg.BlockSize),
+		ws:    newWorkspace(cfg.Threads),
+		seeds: rand.New(rand.NewPCG(uint64(cfg.Now().UnixNano()), 1)),
+		wake:  make(chan struct{}, 1),
+		done:  make(chan struct{}),
+	}
+	e.stats.KVBlocksTotal = int(nBlocks)
+	e.stats.BlockSize = cfg.BlockSize
+	go e.loop()
+	return e, nil
+}
+
+// Model returns the engine's model.
+func (e *Engine) Model() *Model { return e.m }
+
+// Config returns the engine's configuration with defaults filled in.
+func (e *Engine) Config() EngineConfig { return e.cfg }
+
+// Close stops the step loop, failing requests still in flight as unavailable,
+// and waits for it. It is safe to call more than once.
+func (e *Engine) Close() error {
+	e.closeOnce.Do(func() {
+		e.mu.Lock()
+		e.closed = true
+		e.mu.Unlock()
+		e.signal()
+	})
+	<-e.done
+	return nil
+}
+
+func (e *Engine) signal() {
+	select {
+	case e.wake <- struct{}{}:
+	default:
+	}
+}
+
+// Stats returns a snapshot of the engine's counters.
+func (e *Engine) Stats() Stats {
+	held, cached, free := e.alloc.Counts()
+	as := e.alloc.Stats()
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	s := e.stats
+	s.Waiting += len(e.waiting)
+	s.KVBlocksUsed, s.KVBlocksCached, s.KVBlocksFree = held, cached, cached+free
+	s.Evictions = as.Evictions
+	s.KVFaults = as.Evictions + s.Preemptions
+	now := e.cfg.Now()
+	cut := now.Add(-e.cfg.FaultWindow)
+	var base *stepMark
+	var tokens, steps int
+	for i := range e.window {
+		if e.window[i].at.Before(cut) {
+			base = &e.window[i]
+			continue
+		}
+		tokens += e.window[i].tokens
+		steps++
+	}
+	if steps > 0 {
+		s.TokensPerStep = float64(tokens) / float64(steps)
+		var from uint64
+		if base != nil {
+			from = base.faults
+		}
+		last := e.window[len(e.window)-1].faults
+		s.KVFaultsPerMs = float64(last-from) / float64(e.cfg.FaultWindow.Milliseconds()+1)
+	}
+	return s
+}
+
+// CachedPrefixBlocks reports how many leading blocks of hashes (BlockHashes
+// with this engine's block size) are in this engine's KV cache, so a scheduler
+// can send a request where its prefix already is.
+func (e *Engine) CachedPrefixBlocks(hashes []uint64) int { return e.alloc.Probe(hashes) }
+
+// BlockHashes returns vLLM-style chained hashes of the full blocks of tokens;
+// see CachedPrefixBlocks.
+func BlockHashes(tokens []int32, blockSize int) []uint64 {
+	return kvcache.BlockHashes(tokens, blockSize)
+}
+
+// Generate runs one chat request: it renders req.Messages with
+// llm.ChatPrompt, generates until EOS, llm.TurnEnd, a req.Stop sequence or
+// req.MaxTokens, and emits each token's text as soon as it is sampled
+// (withholding only bytes of an incomplete UTF-8 character or a possible
+// stop-sequence prefix). Cancelling ctx, or emit returning an error, frees the
+// sequence and its KV blocks.
+func (e *Engine) Generate(ctx context.Context, req *llm.Request, emit llm.Emit) (llm.Final, error) {
+	if req.MaxTokens <= 0 {
+		return llm.Final{}, llm.Errorf(llm.CodeInvalid, "max tokens must be positive, got %d", req.MaxTokens)
+	}
+	tok := e.m.tok
+	ids := tok.Encode(llm.ChatPrompt(req.Messages))
+	if tok.AddBOS() {
+		ids = append([]int32{tok.BOS()}, ids...)
+	}
+	return e.GenerateTokens(ctx, ids, GenOptions{
+		MaxTokens: req.MaxTokens, Temperature: req.Temperature, TopK: req.TopK, TopP: req.TopP,
+		Seed: req.Seed, Stop: append([]string{llm.TurnEnd}, req.Stop...),
+	}, emit)
+}
+
+// GenOptions are the sampling and stopping settings of one generation.
+type GenOptions struct {
+	MaxTokens   int
+	Temperature float64 // 0 = greedy
+	TopK        int     // 0 = off
+	TopP        float64 // 0 = off
+	Seed        uint64  // 0 = random
+	Stop        []string
+	// IgnoreEOS keeps generating past EOS (benchmarks want fixed lengths).
+	IgnoreEOS bool
+
+	// onDone, when set (tests), receives the generated token ids.
+	onDone func([]int32)
+}
+
+// GenerateTokens runs a prompt given as token ids (BOS included if wanted).
+func (e *Engine) GenerateTokens(ctx context.Context, prompt []int32, opt GenOptions, emit llm.Emit) (llm.Final, error) {
+	start := e.cfg.Now()
+	if len(prompt) == 0 {
+		return llm.Final{}, llm.Errorf(llm.CodeInvalid, "empty prompt")
+	}
+	if len(prompt) >= e.m.Config.ContextLen {
+		return llm.Final{}, llm.Errorf(llm.CodeInvalid, "prompt of %d tokens does not fit the context of %d", len(prompt), e.m.Config.ContextLen)
+	}
+	for _, t := range prompt {
+		if t < 0 || int(t) >= e.m.Config.Vocab {
+			return llm.Final{}, llm.Errorf(llm.CodeInvalid, "token %d outside the vocabulary", t)
+		}
+	}
+	if opt.MaxTokens <= 0 {
+		return llm.Final{}, llm.Errorf(llm.CodeInvalid, "max tokens must be positive, got %d", opt.MaxTokens)
+	}
+	seed := opt.Seed
+	if seed == 0 {
+		e.seedMu.Lock()
+		seed = e.seeds.Uint64()
+		e.seedMu.Unlock()
+	}
+	s := &sequence{
+		tokens:    append([]int32(nil), prompt...),
+		promptLen: len(prompt),
+		opt:       opt,
+		sampler:   newSampler(opt.Temperature, opt.TopK, opt.TopP, seed),
+		decoder:   NewStreamDecoder(e.m.tok),
+		stop:      stopMatcher{stops: nonEmpty(opt.Stop)},
+		start:     start,
+		notify:    make(chan struct{}, 1),
+		prefixHit: -1,
+	}
+	e.mu.Lock()
+	switch {
+	case e.closed:
+		e.mu.Unlock()
+		return llm.Final{}, llm.Errorf(llm.CodeUnavailable, "engine closed")
+	case len(e.waiting) >= e.cfg.MaxQueue:
+		e.mu.Unlock()
+		return llm.Final{}, &llm.Error{Code: llm.CodeOverloaded, Message: fmt.Sprintf("engine queue full (%d waiting)", e.cfg.MaxQueue), Retryable: true, RetryAfter: time.Second}
+	}
+	e.waiting = append(e.waiting, s)
+	e.mu.Unlock()
+	e.signal()
+
+	var emitErr error
+	ctxDone := ctx.Done()
+	for {
+		select {
+		case <-ctxDone:
+			ctxDone = nil // the abort is queued; now wait for the loop to free s
+			e.abort(s)
+		case <-s.notify:
+		}
+		toks, fin, done := s.take()
+		if len(toks) > 0 {
+			e.signal() // s may have been paused for backlog
+		}
+		for _, t := range toks {
+			if emitErr != nil || ctx.Err() != nil {
+				break // the caller is gone: nothing more reaches it
+			}
+			if emitErr = emit(t); emitErr != nil {
+				e.abort(s)
+			}
+		}
+		if !done {
+			continue
+		}
+		fin.Total = e.cfg.Now().Sub(start)
+		switch {
+		case emitErr != nil:
+			fin.FinishReason = "cancelled"
+			return fin, fmt.Errorf("emit: %w", emitErr)
+		case s.err != nil:
+			return fin, s.err
+		case ctx.Err() != nil && fin.FinishReason == "cancelled":
+			return fin, ctx.Err()
+		}
+		return fin, nil
+	}
+}
+
+func nonEmpty(ss []string) []string {
+	var out []string
+	for _, s := range ss {
+		if s != "" {
+			out = append(out, s)
+		}
+	}
+	return out
+}
+
+// abort asks the step loop to drop s at the next step boundary (the forward
+// pass may be reading its blocks right now) and wakes the loop.
+func (e *Engine) abort(s *sequence) {
+	e.mu.Lock()
+	if !s.abortQueued {
+		s.abortQueued = true
+		e.aborts = append(e.aborts, s)
+	}
+	e.mu.Unlock()
+	e.signal()
+}
+
+// sequence is one generation in the engine.
+type sequence struct {
+	tokens    []int32 // prompt then generated tokens
+	promptLen int
+	computed  int      // tokens[:computed] have keys/values in the cache
+	blocks    []int32  // block table: position p lives in blocks[p/BlockSize]
+	hashes    []uint64 // chained hashes of the blocks registered so far
+	opt       GenOptions
+	sampler   *sampler
+	decoder   *StreamDecoder
+	stop      stopMatcher
+	start     time.Time
+	firstTok  time.Time
+	lastTok   time.Time
+	prefixHit int // -1 until first admitted
+	preempted bool
+	ended     bool // step loop only: s has left the engine
+
+	abortQueued bool // guarded by Engine.mu
+
+	outMu    sync.Mutex // guards out, final, finished, err
+	out      []llm.Token
+	final    llm.Final
+	finished bool
+	err      error
+	notify   chan struct{}
+}
+
+func (s *sequence) generated() int { return len(s.tokens) - s.promptLen }
+
+func (s *sequence) push(t llm.Token) {
+	s.outMu.Lock()
+	s.out = append(s.out, t)
+	s.outMu.Unlock()
+	select {
+	case s.notify <- struct{}{}:
+	default:
+	}
+}
+
+func (s *sequence) finish(f llm.Final, err error) {
+	s.outMu.Lock()
+	s.final, s.err, s.finished = f, err, true
+	s.outMu.Unlock()
+	select {
+	case s.notify <- struct{}{}:
+	default:
+	}
+}
+
+// maxBacklog is how many emitted tokens a sequence may have waiting for its
+// consumer before the engine pauses it: a slow client holds its KV blocks but
+// not an ever-growing buffer, and a cancelled one stops within this bound.
+const maxBacklog = 32
+
+// backlogged reports whether s's consumer is maxBacklog tokens behind.
+func (s *sequence) backlogged() bool {
+	s.outMu.Lock()
+	defer s.outMu.Unlock()
+	return len(s.out) >= maxBacklog
+}
+
+func (s *sequence) take() ([]llm.Token, llm.Final, bool) {
+	s.outMu.Lock()
+	defer s.outMu.Unlock()
+	t := s.out
+	s.out = nil
+	return t, s.final, s.finished
+}
