@@ -109,9 +109,6 @@ func TestExtractLayout(t *testing.T) {
 		}
 		return s
 	}
-	if s := sumBuckets(WordOffset, WordBuckets); math.Abs(s-1) > 1e-5 {
-		t.Errorf("word buckets sum to %v, want 1", s)
-	}
 	if s := sumBuckets(TrigramOffset, TrigramBuckets); math.Abs(s-1) > 1e-5 {
 		t.Errorf("trigram buckets sum to %v, want 1", s)
 	}

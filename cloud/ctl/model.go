@@ -1,0 +1,190 @@
+package ctl
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"strconv"
+
+	"github.com/phaseless/phaseless/models/predictor"
+	"github.com/phaseless/phaseless/models/predictor/train"
+	"github.com/phaseless/phaseless/models/textfeat"
+	"github.com/phaseless/phaseless/transport/cli"
+)
+
+// DefaultRoutingData is the routing corpus the repository keeps, relative to
+// the repository root (where `make models` runs).
+const DefaultRoutingData = "models/data/routing"
+
+func init() {
+	register(&cli.Command{
+		Name:    "model",
+		Summary: "router predictor: features, score, train, eval",
+		Subcommands: []*cli.Command{
+			{Name: "features", Summary: "text lines on stdin → one JSON feature vector per line", Run: modelFeatures},
+			{Name: "score", Summary: "text lines on stdin → one cloud probability per line (--model F)", Run: modelScore},
+			{Name: "train", Summary: "train the predictor with gorgonia and write ONNX (--out F)", Run: modelTrain},
+			{Name: "eval", Summary: "APGR, CPT and CLINC accuracy/AUC of a model vs the baselines (--model F)", Run: modelEval},
+		},
+	})
+}
+
+func parseFlags(fs *flag.FlagSet, cio cli.IO, args []string, summary string) error {
+	err := cli.Parse(fs, args, cio.Getenv)
+	if errors.Is(err, flag.ErrHelp) {
+		cli.PrintUsage(cio.Stdout, fs, summary)
+		return err
+	}
+	if err != nil {
+		return fmt.Errorf("%w: %v", cli.ErrUsage, err)
+	}
+	if fs.NArg() > 0 {
+		return fmt.Errorf("%w: unexpected arguments %q", cli.ErrUsage, fs.Args())
+	}
+	return nil
+}
+
+// helpOK turns a help request into a clean exit.
+func helpOK(err error) error {
+	if errors.Is(err, flag.ErrHelp) {
+		return nil
+	}
+	return err
+}
+
+func eachLine(ctx context.Context, r io.Reader, fn func(string) error) error {
+	sc := bufio.NewScanner(r)
+	sc.Buffer(make([]byte, 64<<10), 16<<20)
+	for sc.Scan() {
+		if err := ctx.Err(); err != nil {
+			return err
+		}
+		if err := fn(sc.Text()); err != nil {
+			return err
+		}
+	}
+	return sc.Err()
+}
+
+func modelFeatures(ctx context.Context, cio cli.IO, args []string) error {
+	fs := flag.NewFlagSet("model features", flag.ContinueOnError)
+	fs.String("config", "", "optional YAML config file")
+	if err := parseFlags(fs, cio, args, fmt.Sprintf("phaselessctl model features < lines: textfeat v%d vectors (%d floats) as JSON arrays", textfeat.Version, textfeat.Dim)); err != nil {
+		return helpOK(err)
+	}
+	w := bufio.NewWriter(cio.Stdout)
+	defer w.Flush()
+	return eachLine(ctx, cio.Stdin, func(line string) error {
+		b, err := json.Marshal(textfeat.Extract(line))
+		if err != nil {
+			return err
+		}
+		w.Write(b)
+		return w.WriteByte('\n')
+	})
+}
+
+// loadPredictor returns the model at path, the embedded default for "", or
+// the entropy rule for "entropy".
+func loadPredictor(path string) (predictor.Predictor, error) {
+	switch path {
+	case "":
+		return predictor.Default()
+	case "entropy":
+		return predictor.EntropyRule{}, nil
+	}
+	return predictor.Load(path)
+}
+
+func modelScore(ctx context.Context, cio cli.IO, args []string) error {
+	fs := flag.NewFlagSet("model score", flag.ContinueOnError)
+	fs.String("config", "", "optional YAML config file")
+	model := fs.String("model", "", "ONNX predictor; empty = the shipped model, \"entropy\" = the entropy>4.2 rule")
+	if err := parseFlags(fs, cio, args, "phaselessctl model score [--model F] < lines: one cloud probability per line"); err != nil {
+		return helpOK(err)
+	}
+	p, err := loadPredictor(*model)
+	if err != nil {
+		return err
+	}
+	w := bufio.NewWriter(cio.Stdout)
+	defer w.Flush()
+	feat := make([]float32, textfeat.Dim)
+	return eachLine(ctx, cio.Stdin, func(line string) error {
+		textfeat.ExtractInto(feat, line)
+		v, err := p.Predict(feat)
+		if err != nil {
+			return err
+		}
+		w.WriteString(strconv.FormatFloat(v, 'f', 6, 64))
+		return w.WriteByte('\n')
+	})
+}
+
+func modelTrain(ctx context.Context, cio cli.IO, args []string) error {
+	fs := flag.NewFlagSet("model train", flag.ContinueOnError)
+	fs.String("config", "", "optional YAML config file")
+	data := fs.String("data", DefaultRoutingData, "routing corpus: mmlu/mmlu_*.csv[.gz] and clinc150-small.json[.gz]")
+	out := fs.String("out", "predictor.onnx", "ONNX file to write")
+	var telemetry cli.StringList
+	fs.Var(&telemetry, "telemetry", "JSON lines of fleet RequestRecords to add as training data (repeatable)")
+	seed := fs.Uint64("seed", 1, "seed for initialisation and shuffling (same seed → same bytes)")
+	hidden := fs.Int("hidden", 0, "hidden units (0 = default 32)")
+	epochs := fs.Int("epochs", 0, "epochs (0 = default 15)")
+	lr := fs.Float64("learn-rate", 0, "Adam learning rate (0 = default 0.003)")
+	if err := parseFlags(fs, cio, args, "phaselessctl model train [--data DIR] [--telemetry FILE] --out F: train the router predictor and evaluate it"); err != nil {
+		return helpOK(err)
+	}
+	if *out == "" {
+		return &cli.FieldError{Field: "out", Err: errors.New("must name a file")}
+	}
+	res, err := train.Run(ctx, train.Options{
+		DataDir:   *data,
+		Telemetry: telemetry,
+		Out:       *out,
+		Config:    train.Config{Seed: *seed, Hidden: *hidden, Epochs: *epochs, LearnRate: *lr},
+		Log:       cio.Stderr,
+	})
+	if err != nil {
+		return err
+	}
+	res.Report.Print(cio.Stdout)
+	return nil
+}
+
+func modelEval(ctx context.Context, cio cli.IO, args []string) error {
+	fs := flag.NewFlagSet("model eval", flag.ContinueOnError)
+	fs.String("config", "", "optional YAML config file")
+	model := fs.String("model", "", "ONNX predictor to evaluate; empty = the shipped model")
+	data := fs.String("data", DefaultRoutingData, "routing corpus: mmlu/mmlu_*.csv[.gz] and clinc150-small.json[.gz]")
+	seed := fs.Uint64("seed", 1, "seed of the random-routing baseline")
+	if err := parseFlags(fs, cio, args, "phaselessctl model eval [--model F] [--data DIR]: RouteLLM APGR/CPT on held-out MMLU subjects, accuracy/AUC on CLINC, with baselines"); err != nil {
+		return helpOK(err)
+	}
+	p, err := loadPredictor(*model)
+	if err != nil {
+		return err
+	}
+	d, err := train.LoadRouting(*data)
+	if err != nil {
+		return err
+	}
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	mmlu, clinc := d.EvalSets()
+	name := *model
+	if name == "" {
+		name = "predictor (shipped)"
+	}
+	rep, err := train.Evaluate([]train.Router{{Name: name, P: p}, {Name: "entropy > 4.2", P: predictor.EntropyRule{}}}, mmlu, clinc, *seed)
+	if err != nil {
+		return err
+	}
+	rep.Print(cio.Stdout)
+	return nil
+}

@@ -1,0 +1,67 @@
+package predictor
+
+import (
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/phaseless/phaseless/models/textfeat"
+)
+
+// The router's budget is features + inference ≤ 50 µs median per request
+// (docs/predictor.md). Each benchmark reports the median of per-call times
+// as p50-ns besides the mean; EntropyRule is the baseline in the same run.
+var benchTexts = map[string]string{
+	"command": "set a timer for ten minutes and navigate home",
+	"mmlu":    "Which of the following structures is derived from ectomesenchyme?\nA. Motor neurons\nB. Skeletal muscles\nC. Melanocytes\nD. Sweat glands\nAnswer:",
+	"cjk":     "東京駅までの道を教えてください？🚗 渋滞を避けて、高速道路は使わないで。",
+}
+
+func benchRoute(b *testing.B, p Predictor) {
+	for name, s := range benchTexts {
+		b.Run(name, func(b *testing.B) {
+			feat := make([]float32, textfeat.Dim)
+			times := make([]time.Duration, 0, 1<<16)
+			b.ReportAllocs()
+			for b.Loop() {
+				t0 := time.Now()
+				textfeat.ExtractInto(feat, s)
+				if _, err := p.Predict(feat); err != nil {
+					b.Fatal(err)
+				}
+				if len(times) < cap(times) {
+					times = append(times, time.Since(t0))
+				}
+			}
+			slices.Sort(times)
+			b.ReportMetric(float64(times[len(times)/2].Nanoseconds()), "p50-ns")
+		})
+	}
+}
+
+// BenchmarkRouteModel is features + ONNX inference with the shipped model.
+func BenchmarkRouteModel(b *testing.B) {
+	m, err := Default()
+	if err != nil {
+		b.Fatal(err)
+	}
+	benchRoute(b, m)
+}
+
+// BenchmarkRouteEntropyRule is features + the articles' rule: the baseline.
+func BenchmarkRouteEntropyRule(b *testing.B) { benchRoute(b, EntropyRule{}) }
+
+// BenchmarkPredictOnly is the onnx-go forward pass alone.
+func BenchmarkPredictOnly(b *testing.B) {
+	m, err := Default()
+	if err != nil {
+		b.Fatal(err)
+	}
+	feat := textfeat.Extract(benchTexts["mmlu"])
+	b.ReportAllocs()
+	for b.Loop() {
+		if _, err := m.Predict(feat); err != nil {
+			b.Fatal(err)
+		}
+	}
+}

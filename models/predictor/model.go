@@ -1,0 +1,216 @@
+package predictor
+
+import (
+	"fmt"
+	"math"
+	"os"
+	"runtime"
+	"sync"
+
+	"github.com/owulveryck/onnx-go"
+	"github.com/owulveryck/onnx-go/backend/x/gorgonnx"
+	"gorgonia.org/tensor"
+
+	"github.com/phaseless/phaseless/models/predictor/onnxpb"
+	"github.com/phaseless/phaseless/models/textfeat"
+)
+
+// MaxModelBytes bounds what Read accepts. The shipped model is about 15 KB
+// and the budget 64 KB; 16 MiB leaves room for models from other exporters
+// without letting a bad file exhaust a device's memory.
+const MaxModelBytes = 16 << 20
+
+// Model is an ONNX router model run by onnx-go's gorgonnx backend. It is
+// safe for concurrent use: each call borrows one of up to GOMAXPROCS
+// instances of the graph, built lazily from the same prepared bytes.
+type Model struct {
+	width    int
+	prepared []byte // the model after prepare(), re-encoded; what each instance decodes
+	free     chan *instance
+
+	mu      sync.Mutex // guards created
+	created int
+}
+
+var _ Predictor = (*Model)(nil)
+
+// instance is one onnx-go graph, used by one goroutine at a time.
+type instance struct {
+	backend *gorgonnx.Graph
+	model   *onnx.Model
+	input   onnx.DataCarrier
+	x       tensor.Tensor // [1, width], backed by buf
+	buf     []float32
+}
+
+// Load reads an ONNX router model from path. See Read.
+func Load(path string) (*Model, error) {
+	fi, err := os.Stat(path)
+	if err != nil {
+		return nil, fmt.Errorf("load predictor %s: %w", path, err)
+	}
+	if fi.Size() > MaxModelBytes {
+		return nil, fmt.Errorf("load predictor %s: %d bytes, more than %d", path, fi.Size(), MaxModelBytes)
+	}
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return nil, fmt.Errorf("load predictor %s: %w", path, err)
+	}
+	m, err := Read(data)
+	if err != nil {
+		return nil, fmt.Errorf("load predictor %s: %w", path, err)
+	}
+	return m, nil
+}
+
+// Read parses an ONNX router model: one float32 input of shape
+// [batch, textfeat.Dim], one output holding the cloud probability, built from
+// Gemm, MatMul, Add, Relu and Sigmoid (opset 7–21). Gemm nodes are rewritten
+// into MatMul + Add. One instance is built and run on a probe vector before
+// Read returns, so a model that onnx-go cannot run fails here, not on the
+// first request.
+func Read(data []byte) (*Model, error) {
+	if len(data) > MaxModelBytes {
+		return nil, fmt.Errorf("%w: %d bytes, more than %d", ErrUnsupported, len(data), MaxModelBytes)
+	}
+	pb, err := onnxpb.Unmarshal(data)
+	if err != nil {
+		return nil, err
+	}
+	width, err := prepare(pb)
+	if err != nil {
+		return nil, err
+	}
+	if width != textfeat.Dim {
+		return nil, fmt.Errorf("%w: model input has %d features, textfeat v%d has %d", ErrInputWidth, width, textfeat.Version, textfeat.Dim)
+	}
+	m := &Model{
+		width:    width,
+		prepared: onnxpb.Marshal(pb),
+		free:     make(chan *instance, max(1, runtime.GOMAXPROCS(0))),
+	}
+	in, err := m.newInstance()
+	if err != nil {
+		return nil, err
+	}
+	m.created = 1
+	m.free <- in
+	return m, nil
+}
+
+// InputWidth is the number of features the model takes.
+func (m *Model) InputWidth() int { return m.width }
+
+// Predict implements Predictor: one forward pass at batch 1.
+func (m *Model) Predict(features []float32) (float64, error) {
+	if len(features) != m.width {
+		return 0, fmt.Errorf("%w: %d features, model takes %d", ErrInputWidth, len(features), m.width)
+	}
+	in, err := m.acquire()
+	if err != nil {
+		return 0, err
+	}
+	p, err := in.run(features)
+	m.free <- in
+	return p, err
+}
+
+// acquire returns a free instance, building a new one while fewer than
+// cap(free) exist, else waiting for one.
+func (m *Model) acquire() (*instance, error) {
+	select {
+	case in := <-m.free:
+		return in, nil
+	default:
+	}
+	m.mu.Lock()
+	grow := m.created < cap(m.free)
+	if grow {
+		m.created++
+	}
+	m.mu.Unlock()
+	if !grow {
+		return <-m.free, nil
+	}
+	in, err := m.newInstance()
+	if err != nil {
+		m.mu.Lock()
+		m.created--
+		m.mu.Unlock()
+		return nil, err
+	}
+	return in, nil
+}
+
+// newInstance decodes the prepared model and runs it once on a zero vector,
+// which fixes onnx-go's graph at batch 1 (it never changes shape after the
+// first run). onnx-go panics on some malformed graphs; a panic becomes an
+// error so a bad model file cannot take the agent down.
+func (m *Model) newInstance() (in *instance, err error) {
+	defer func() {
+		if r := recover(); r != nil {
+			in, err = nil, fmt.Errorf("%w: onnx-go: %v", ErrUnsupported, r)
+		}
+	}()
+	backend := gorgonnx.NewGraph()
+	model := onnx.NewModel(backend)
+	if err := model.UnmarshalBinary(m.prepared); err != nil {
+		return nil, fmt.Errorf("%w: onnx-go: %v", ErrUnsupported, err)
+	}
+	if len(model.Input) != 1 || len(model.Output) != 1 {
+		return nil, fmt.Errorf("%w: onnx-go sees %d inputs and %d outputs", ErrUnsupported, len(model.Input), len(model.Output))
+	}
+	dc, ok := backend.Node(model.Input[0]).(onnx.DataCarrier)
+	if !ok {
+		return nil, fmt.Errorf("%w: input node carries no data", ErrUnsupported)
+	}
+	buf := make([]float32, m.width)
+	in = &instance{
+		backend: backend,
+		model:   model,
+		input:   dc,
+		x:       tensor.New(tensor.WithShape(1, m.width), tensor.WithBacking(buf)),
+		buf:     buf,
+	}
+	if _, err := in.run(buf); err != nil {
+		return nil, err
+	}
+	return in, nil
+}
+
+func (in *instance) run(features []float32) (p float64, err error) {
+	defer func() {
+		if r := recover(); r != nil {
+			p, err = 0, fmt.Errorf("%w: onnx-go: %v", ErrUnsupported, r)
+		}
+	}()
+	copy(in.buf, features)
+	if err := in.input.SetTensor(in.x); err != nil {
+		return 0, fmt.Errorf("predictor: set input: %w", err)
+	}
+	if err := in.backend.Run(); err != nil {
+		return 0, fmt.Errorf("predictor: run: %w", err)
+	}
+	outs, err := in.model.GetOutputTensors()
+	if err != nil {
+		return 0, fmt.Errorf("predictor: output: %w", err)
+	}
+	if len(outs) != 1 || outs[0] == nil {
+		return 0, fmt.Errorf("%w: no output tensor", ErrBadOutput)
+	}
+	switch d := outs[0].Data().(type) {
+	case []float32:
+		if len(d) != 1 {
+			return 0, fmt.Errorf("%w: %d output values at batch 1, want 1", ErrBadOutput, len(d))
+		}
+		p = float64(d[0])
+	case float32:
+		p = float64(d)
+	default:
+		return 0, fmt.Errorf("%w: output of type %T", ErrBadOutput, d)
+	}
+	if math.IsNaN(p) || p < 0 || p > 1 {
+		return 0, fmt.Errorf("%w: %v", ErrBadOutput, p)
+	}
+	return p, nil
+}

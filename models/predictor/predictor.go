@@ -1,0 +1,58 @@
+package predictor
+
+import (
+	"errors"
+	"fmt"
+	"math"
+
+	"github.com/phaseless/phaseless/models/textfeat"
+)
+
+// Predictor estimates the probability that a request needs the cloud from
+// its textfeat feature vector (length textfeat.Dim). Implementations are safe
+// for concurrent use.
+type Predictor interface {
+	Predict(features []float32) (float64, error)
+}
+
+// Errors callers branch on.
+var (
+	// ErrInputWidth: the feature vector or the model's input has the wrong width.
+	ErrInputWidth = errors.New("predictor: wrong input width")
+	// ErrUnsupported: the model uses an operator, type or layout this runtime does not run.
+	ErrUnsupported = errors.New("predictor: unsupported model")
+	// ErrBadOutput: the model answered something that is not a probability.
+	ErrBadOutput = errors.New("predictor: output is not a probability")
+)
+
+// DefaultEntropyThreshold is the source articles' rule: input byte entropy
+// above 4.2 bits per character goes to the cloud.
+const DefaultEntropyThreshold = 4.2
+
+// EntropyRule is the source articles' router as a Predictor, the baseline
+// the learned model must beat. It reads the byte entropy of the normalised
+// text from features[textfeat.IdxByteEntropy] (bits per byte) and answers
+// sigmoid((H − Threshold) / Softness): above 0.5 exactly when H > Threshold,
+// and monotone in H so that AUC and APGR rank requests by entropy.
+type EntropyRule struct {
+	Threshold float64 // bits; 0 means DefaultEntropyThreshold
+	Softness  float64 // bits; 0 means 0.1 (a 0.3-bit margin gives p ≈ 0.95)
+}
+
+var _ Predictor = EntropyRule{}
+
+// Predict implements Predictor.
+func (r EntropyRule) Predict(features []float32) (float64, error) {
+	if len(features) != textfeat.Dim {
+		return 0, fmt.Errorf("%w: %d features, want %d", ErrInputWidth, len(features), textfeat.Dim)
+	}
+	th, soft := r.Threshold, r.Softness
+	if th == 0 {
+		th = DefaultEntropyThreshold
+	}
+	if soft == 0 {
+		soft = 0.1
+	}
+	h := float64(features[textfeat.IdxByteEntropy])
+	return 1 / (1 + math.Exp(-(h-th)/soft)), nil
+}

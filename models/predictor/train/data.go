@@ -1,0 +1,286 @@
+package train
+
+import (
+	"bufio"
+	"compress/gzip"
+	"encoding/csv"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"hash/fnv"
+	"io"
+	"os"
+	"path/filepath"
+	"sort"
+	"strings"
+
+	"github.com/phaseless/phaseless/models/textfeat"
+	"github.com/phaseless/phaseless/transport/fleet"
+)
+
+// MMLUPrompt is one RouteLLM MMLU row: a multiple-choice prompt and whether
+// the weak (Mixtral-8x7B) and strong (GPT-4) models answered it correctly.
+type MMLUPrompt struct {
+	Subject string
+	Prompt  string
+	Weak    bool
+	Strong  bool
+}
+
+// Utterance is one CLINC150 utterance. Intent "oos" marks out-of-scope.
+type Utterance struct {
+	Text   string
+	Intent string
+	Split  string // train | val | test
+}
+
+// Data is the routing corpus: ../shared/data/routing or the subset the repo
+// keeps in models/data/routing.
+type Data struct {
+	MMLU  []MMLUPrompt
+	CLINC []Utterance
+}
+
+// LoadRouting reads dir/mmlu/mmlu_<subject>.csv[.gz] and
+// dir/clinc150-small.json[.gz].
+func LoadRouting(dir string) (*Data, error) {
+	d := &Data{}
+	files, err := filepath.Glob(filepath.Join(dir, "mmlu", "mmlu_*.csv*"))
+	if err != nil {
+		return nil, err
+	}
+	if len(files) == 0 {
+		return nil, fmt.Errorf("load routing data: no mmlu/mmlu_*.csv in %s", dir)
+	}
+	sort.Strings(files)
+	for _, f := range files {
+		subject := strings.TrimPrefix(filepath.Base(f), "mmlu_")
+		subject = strings.TrimSuffix(strings.TrimSuffix(subject, ".gz"), ".csv")
+		rows, err := readMMLU(f, subject)
+		if err != nil {
+			return nil, err
+		}
+		d.MMLU = append(d.MMLU, rows...)
+	}
+	clinc, err := openMaybeGzip(filepath.Join(dir, "clinc150-small.json"))
+	if err != nil {
+		return nil, fmt.Errorf("load routing data: %w", err)
+	}
+	defer clinc.Close()
+	var raw map[string][][2]string
+	if err := json.NewDecoder(clinc).Decode(&raw); err != nil {
+		return nil, fmt.Errorf("load routing data: clinc150: %w", err)
+	}
+	for _, split := range []string{"train", "val", "test", "oos_train", "oos_val", "oos_test"} {
+		for _, u := range raw[split] {
+			d.CLINC = append(d.CLINC, Utterance{Text: u[0], Intent: u[1], Split: strings.TrimPrefix(split, "oos_")})
+		}
+	}
+	return d, nil
+}
+
+func readMMLU(path, subject string) ([]MMLUPrompt, error) {
+	f, err := openMaybeGzip(path)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	r := csv.NewReader(f)
+	r.FieldsPerRecord = 3
+	header, err := r.Read()
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", path, err)
+	}
+	if header[0] != "prompt" {
+		return nil, fmt.Errorf("%s: header %q, want prompt,<weak>,<strong>", path, header)
+	}
+	var out []MMLUPrompt
+	for {
+		rec, err := r.Read()
+		if errors.Is(err, io.EOF) {
+			return out, nil
+		}
+		if err != nil {
+			return nil, fmt.Errorf("%s: %w", path, err)
+		}
+		out = append(out, MMLUPrompt{Subject: subject, Prompt: rec[0], Weak: rec[1] == "True", Strong: rec[2] == "True"})
+	}
+}
+
+// openMaybeGzip opens path, or path.gz decompressed, whichever exists; a
+// path ending in .gz is decompressed.
+func openMaybeGzip(path string) (io.ReadCloser, error) {
+	if !strings.HasSuffix(path, ".gz") {
+		if f, err := os.Open(path); err == nil {
+			return f, nil
+		}
+		path += ".gz"
+	}
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, err
+	}
+	z, err := gzip.NewReader(f)
+	if err != nil {
+		f.Close()
+		return nil, fmt.Errorf("%s: %w", path, err)
+	}
+	return struct {
+		io.Reader
+		io.Closer
+	}{z, f}, nil
+}
+
+// HeldOut reports whether an MMLU subject or a CLINC intent belongs to the
+// evaluation side of the split. The rule depends only on the name (not on
+// the seed or the data), so every run and every data subset evaluates on
+// the same unseen subjects and intents: about one in five.
+func HeldOut(name string) bool {
+	h := fnv.New32a()
+	h.Write([]byte(name))
+	return h.Sum32()%5 == 0
+}
+
+// Example is one training or evaluation row.
+type Example struct {
+	Features []float32
+	Label    float32 // 1 = needs the cloud
+	Source   string  // mmlu | clinc | clinc-oos | telemetry
+	Group    string  // MMLU subject or CLINC intent
+	Weak     bool    // MMLU only
+	Strong   bool    // MMLU only
+}
+
+// Labels (documented in docs/predictor.md):
+//   - MMLU: 1 when the weak model answered wrong (a small model cannot keep
+//     it), else 0.
+//   - CLINC in-scope commands: 0 (the device answers them); out-of-scope: 1.
+func mmluExample(p MMLUPrompt) Example {
+	e := Example{Features: textfeat.Extract(p.Prompt), Source: "mmlu", Group: p.Subject, Weak: p.Weak, Strong: p.Strong}
+	if !p.Weak {
+		e.Label = 1
+	}
+	return e
+}
+
+func clincExample(u Utterance) Example {
+	if u.Intent == "oos" {
+		return Example{Features: textfeat.Extract(u.Text), Label: 1, Source: "clinc-oos", Group: "oos"}
+	}
+	return Example{Features: textfeat.Extract(u.Text), Source: "clinc", Group: u.Intent}
+}
+
+// TrainExamples returns the training side: MMLU prompts of subjects not
+// held out; CLINC train and val utterances of intents not held out, plus the
+// out-of-scope train and val utterances.
+func (d *Data) TrainExamples() []Example {
+	var out []Example
+	for _, p := range d.MMLU {
+		if !HeldOut(p.Subject) {
+			out = append(out, mmluExample(p))
+		}
+	}
+	for _, u := range d.CLINC {
+		if u.Split == "test" || (u.Intent != "oos" && HeldOut(u.Intent)) {
+			continue
+		}
+		out = append(out, clincExample(u))
+	}
+	return out
+}
+
+// EvalSets returns the evaluation side: MMLU prompts of held-out subjects,
+// and CLINC test utterances of held-out intents plus the out-of-scope test
+// utterances.
+func (d *Data) EvalSets() (mmlu, clinc []Example) {
+	for _, p := range d.MMLU {
+		if HeldOut(p.Subject) {
+			mmlu = append(mmlu, mmluExample(p))
+		}
+	}
+	for _, u := range d.CLINC {
+		if u.Split == "test" && (u.Intent == "oos" || HeldOut(u.Intent)) {
+			clinc = append(clinc, clincExample(u))
+		}
+	}
+	return mmlu, clinc
+}
+
+// TelemetryStats counts what LoadTelemetry kept and skipped.
+type TelemetryStats struct {
+	Records, Local, Cloud int
+	SkippedVersion        int // other feature version or width
+	SkippedUnknown        int // outcome says nothing about whether the device could have answered
+}
+
+// LoadTelemetry reads JSON lines of fleet.RequestRecord (as the fleet
+// exports them; a line may also be a fleet.Record whose Data is one) and
+// turns those whose outcome tells whether the device could answer into
+// examples:
+//   - ran locally and finished ok → 0 (the device handled it);
+//   - ran locally and failed, or was routed local and ended in the cloud
+//     through a fallback → 1 (it needed the cloud);
+//   - anything else is skipped: a request routed to the cloud says nothing
+//     about what the device would have done, and a cancelled one says
+//     nothing at all.
+//
+// Records of another feature version or width are skipped, because their
+// vectors mean something else.
+func LoadTelemetry(r io.Reader) ([]Example, TelemetryStats, error) {
+	var st TelemetryStats
+	var out []Example
+	sc := bufio.NewScanner(r)
+	sc.Buffer(make([]byte, 64<<10), 16<<20)
+	line := 0
+	for sc.Scan() {
+		line++
+		b := strings.TrimSpace(sc.Text())
+		if b == "" {
+			continue
+		}
+		var probe struct {
+			Kind string          `json:"kind"`
+			Data json.RawMessage `json:"data"`
+		}
+		raw := []byte(b)
+		if err := json.Unmarshal(raw, &probe); err == nil && len(probe.Data) > 0 {
+			if probe.Kind != "" && probe.Kind != "request" {
+				continue
+			}
+			raw = probe.Data
+		}
+		var rec fleet.RequestRecord
+		if err := json.Unmarshal(raw, &rec); err != nil {
+			return nil, st, fmt.Errorf("telemetry line %d: %w", line, err)
+		}
+		st.Records++
+		if rec.FeatureVersion != textfeat.Version || len(rec.Features) != textfeat.Dim {
+			st.SkippedVersion++
+			continue
+		}
+		label, ok := telemetryLabel(rec)
+		if !ok {
+			st.SkippedUnknown++
+			continue
+		}
+		if label == 1 {
+			st.Cloud++
+		} else {
+			st.Local++
+		}
+		out = append(out, Example{Features: rec.Features, Label: label, Source: "telemetry", Group: "telemetry"})
+	}
+	return out, st, sc.Err()
+}
+
+func telemetryLabel(r fleet.RequestRecord) (float32, bool) {
+	switch {
+	case r.Path == "local" && r.Outcome == "ok":
+		return 0, true
+	case r.Path == "local" && r.Outcome == "error":
+		return 1, true
+	case r.Decision == "local" && r.Path == "cloud" && r.Outcome != "cancelled":
+		return 1, true
+	}
+	return 0, false
+}

@@ -1,0 +1,68 @@
+package train
+
+import (
+	"fmt"
+
+	"github.com/phaseless/phaseless/models/predictor/onnxpb"
+	"github.com/phaseless/phaseless/models/textfeat"
+)
+
+// Names in the exported graph; docs/predictor.md documents them for anyone
+// feeding the file to another runtime.
+const (
+	InputName  = "features"
+	OutputName = "cloud_prob"
+)
+
+// ONNX returns the net as an ONNX model (IR 7, opset 13): MatMul, Add,
+// Relu, MatMul, Add, Sigmoid. MatMul + Add rather than Gemm because onnx-go
+// v0.5.0's Gemm corrupts its bias at batch 1. The input standardisation is
+// folded into the first layer: W1'[j,k] = W1[j,k]/Std[j] and
+// B1'[k] = B1[k] − Σ_j Mean[j]·W1[j,k]/Std[j].
+func (n *Net) ONNX() []byte {
+	w1 := make([]float32, n.In*n.Hidden)
+	b1 := make([]float32, n.Hidden)
+	for k := 0; k < n.Hidden; k++ {
+		acc := float64(n.B1[k])
+		for j := 0; j < n.In; j++ {
+			w := float64(n.W1[j*n.Hidden+k]) / float64(n.Std[j])
+			w1[j*n.Hidden+k] = float32(w)
+			acc -= float64(n.Mean[j]) * w
+		}
+		b1[k] = float32(acc)
+	}
+	f := func(name string, dims []int64, v []float32) onnxpb.Tensor {
+		return onnxpb.Tensor{Name: name, Dims: dims, DataType: onnxpb.TypeFloat, Floats: v}
+	}
+	node := func(op string, in []string, out string) onnxpb.Node {
+		return onnxpb.Node{Name: out, OpType: op, Inputs: in, Outputs: []string{out}}
+	}
+	m := &onnxpb.Model{
+		IRVersion:       7,
+		ProducerName:    "phaseless",
+		ProducerVersion: fmt.Sprintf("textfeat-v%d", textfeat.Version),
+		Opsets:          []onnxpb.OpsetID{{Version: 13}},
+		Graph: onnxpb.Graph{
+			Name: "router_mlp",
+			Nodes: []onnxpb.Node{
+				node("MatMul", []string{InputName, "w1"}, "h_mm"),
+				node("Add", []string{"h_mm", "b1"}, "h_pre"),
+				node("Relu", []string{"h_pre"}, "h"),
+				node("MatMul", []string{"h", "w2"}, "z_mm"),
+				node("Add", []string{"z_mm", "b2"}, "z"),
+				node("Sigmoid", []string{"z"}, OutputName),
+			},
+			Initializers: []onnxpb.Tensor{
+				f("w1", []int64{int64(n.In), int64(n.Hidden)}, w1),
+				f("b1", []int64{int64(n.Hidden)}, b1),
+				f("w2", []int64{int64(n.Hidden), 1}, append([]float32(nil), n.W2...)),
+				f("b2", []int64{1}, []float32{n.B2}),
+			},
+			Inputs: []onnxpb.ValueInfo{{Name: InputName, ElemType: onnxpb.TypeFloat, HasShape: true,
+				Shape: []onnxpb.Dim{{Param: "batch"}, {Value: int64(n.In)}}}},
+			Outputs: []onnxpb.ValueInfo{{Name: OutputName, ElemType: onnxpb.TypeFloat, HasShape: true,
+				Shape: []onnxpb.Dim{{Param: "batch"}, {Value: 1}}}},
+		},
+	}
+	return onnxpb.Marshal(m)
+}
