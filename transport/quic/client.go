@@ -1,0 +1,639 @@
+package quic
+
+import (
+	"context"
+	"crypto/tls"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	quicgo "github.com/quic-go/quic-go"
+
+	"github.com/phaseless/phaseless/transport/llm"
+)
+
+// ClientConfig configures a Client. Zero values mean the defaults named on
+// each field.
+type ClientConfig struct {
+	// TLS holds the device certificate and the fleet CA (pki.DeviceTLS). The
+	// client adds the ALPN, the server name from the address when none is
+	// set, and a session cache for 0-RTT when none is set.
+	TLS *tls.Config
+	// KeepAlivePeriod, MaxIdleTimeout and HandshakeTimeout default to the
+	// cellular-tuned Default* values.
+	KeepAlivePeriod  time.Duration
+	MaxIdleTimeout   time.Duration
+	HandshakeTimeout time.Duration
+	// MaxStreams bounds requests in flight; more wait for a slot. The
+	// server's MaxStreamsPerConn bounds it too. Default DefaultMaxStreams.
+	MaxStreams int
+	// Backoff is the reconnect schedule.
+	Backoff Backoff
+	// StableAfter: a connection that ends sooner than this counts as a
+	// failed attempt, so a server that accepts and then drops us (a refused
+	// certificate, a crash loop) is retried with growing waits. Default 5 s.
+	StableAfter time.Duration
+	// ConnectWait is how long Generate waits for a connection that is being
+	// re-established before failing with a retryable CodeUnavailable, so
+	// the router can fall back to the device. Default 2 s.
+	ConnectWait time.Duration
+	// Background makes Dial return at once and connect in the background;
+	// otherwise Dial fails unless the first connection succeeds.
+	Background bool
+	// LocalAddr is the local UDP address to bind; default ":0".
+	LocalAddr string
+	// Logger defaults to discarding.
+	Logger *slog.Logger
+	// Clock and Rand drive the backoff; tests inject fakes. Defaults are
+	// the wall clock and math/rand/v2.
+	Clock Clock
+	Rand  func() float64
+
+	// listenPacket opens each local socket; tests wrap it to cut a path.
+	listenPacket func(laddr *net.UDPAddr) (net.PacketConn, error)
+}
+
+func (c *ClientConfig) setDefaults() {
+	if c.KeepAlivePeriod == 0 {
+		c.KeepAlivePeriod = DefaultKeepAlivePeriod
+	}
+	if c.MaxIdleTimeout == 0 {
+		c.MaxIdleTimeout = DefaultMaxIdleTimeout
+	}
+	if c.HandshakeTimeout == 0 {
+		c.HandshakeTimeout = DefaultHandshakeTimeout
+	}
+	if c.MaxStreams == 0 {
+		c.MaxStreams = DefaultMaxStreams
+	}
+	c.Backoff.setDefaults()
+	if c.StableAfter == 0 {
+		c.StableAfter = 5 * time.Second
+	}
+	if c.ConnectWait == 0 {
+		c.ConnectWait = 2 * time.Second
+	}
+	if c.LocalAddr == "" {
+		c.LocalAddr = ":0"
+	}
+	if c.Logger == nil {
+		c.Logger = slog.New(slog.DiscardHandler)
+	}
+	if c.Clock == nil {
+		c.Clock = realClock{}
+	}
+	if c.Rand == nil {
+		c.Rand = defaultRand
+	}
+	if c.listenPacket == nil {
+		c.listenPacket = func(la *net.UDPAddr) (net.PacketConn, error) { return net.ListenUDP("udp", la) }
+	}
+}
+
+// Validate names the first bad field.
+func (c *ClientConfig) Validate() error {
+	switch {
+	case c.TLS == nil:
+		return errors.New("quic client config: TLS: required (pki.DeviceTLS)")
+	case len(c.TLS.Certificates) == 0 && c.TLS.GetClientCertificate == nil:
+		return errors.New("quic client config: TLS.Certificates: a device certificate is required")
+	case c.KeepAlivePeriod < 0, c.MaxIdleTimeout < 0, c.HandshakeTimeout < 0, c.StableAfter < 0, c.ConnectWait < 0:
+		return errors.New("quic client config: timeouts must not be negative")
+	case c.KeepAlivePeriod > 0 && c.MaxIdleTimeout > 0 && c.KeepAlivePeriod >= c.MaxIdleTimeout:
+		return errors.New("quic client config: KeepAlivePeriod: must be shorter than MaxIdleTimeout")
+	case c.MaxStreams < 0:
+		return errors.New("quic client config: MaxStreams: must not be negative")
+	}
+	if err := c.Backoff.validate(); err != nil {
+		return fmt.Errorf("quic client config: %w", err)
+	}
+	if _, err := net.ResolveUDPAddr("udp", c.LocalAddr); err != nil {
+		return fmt.Errorf("quic client config: LocalAddr: %w", err)
+	}
+	return nil
+}
+
+// LinkState is what the agent's router reads to decide whether to use the
+// cloud.
+type LinkState struct {
+	Connected   bool
+	Used0RTT    bool          // the current connection resumed with 0-RTT
+	RTT         time.Duration // latest sample
+	SmoothedRTT time.Duration
+	PacketsSent uint64 // on the current connection
+	PacketsLost uint64
+	LossRate    float64 // PacketsLost / PacketsSent on the current connection
+	LastError   string  // why the last connection or attempt failed
+	Reconnects  int     // connections established after the first
+	LocalAddr   string
+}
+
+// Client is a device's uplink to the cloud: one QUIC connection, redialled
+// with backoff when it drops, carrying one stream per request.
+type Client struct {
+	cfg    ClientConfig
+	addr   string
+	tls    *tls.Config
+	qconf  *quicgo.Config
+	log    *slog.Logger
+	sem    chan struct{}
+	ctx    context.Context // ends at Close
+	cancel context.CancelFunc
+	done   chan struct{} // closed when run returns
+
+	mu         sync.Mutex // guards the fields below
+	cur        *link
+	ready      chan struct{} // closed while cur != nil
+	lastErr    string
+	reconnects int
+	connected  bool // a connection was ever established
+	closed     bool
+
+	closeOnce sync.Once
+}
+
+var _ llm.Generator = (*Client)(nil)
+
+// link is one connection and the sockets it uses: the first, plus one per
+// migration. quic-go ties a connection to every Transport it has used, so
+// they close together.
+type link struct {
+	conn      *quicgo.Conn
+	mu        sync.Mutex // guards trs, udps, closed
+	trs       []*quicgo.Transport
+	udps      []net.PacketConn
+	closed    bool
+	local     string // the socket in use: quic-go's Conn.LocalAddr races with a path switch
+	closeOnce sync.Once
+	// settled is closed once the handshake ended and used0RTT is recorded.
+	// quic-go's ConnectionState races with a path switch, so it is read
+	// once here, before Migrate may switch.
+	settled  chan struct{}
+	used0RTT atomic.Bool
+}
+
+// settle records the handshake's outcome; run calls it once per link.
+func (l *link) settle(ctx context.Context) {
+	select {
+	case <-l.conn.HandshakeComplete():
+		l.used0RTT.Store(l.conn.ConnectionState().Used0RTT)
+	case <-l.conn.Context().Done():
+	case <-ctx.Done():
+	}
+	close(l.settled)
+}
+
+// adopt ties a transport to l's lifetime; it closes it at once when l is
+// already closed.
+func (l *link) adopt(tr *quicgo.Transport, udp net.PacketConn) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.closed {
+		tr.Close()
+		udp.Close()
+		return
+	}
+	l.trs = append(l.trs, tr)
+	l.udps = append(l.udps, udp)
+}
+
+func (l *link) close(code quicgo.ApplicationErrorCode, msg string) {
+	l.closeOnce.Do(func() {
+		l.conn.CloseWithError(code, msg)
+		l.mu.Lock()
+		defer l.mu.Unlock()
+		l.closed = true
+		for _, t := range l.trs {
+			t.Close()
+		}
+		for _, u := range l.udps {
+			u.Close()
+		}
+	})
+}
+
+// ErrClientClosed is the cause of requests failing after Close.
+var ErrClientClosed = errors.New("quic client closed")
+
+// Dial connects to the cloud at addr (host:port). Unless cfg.Background is
+// set it returns an error when the first connection fails; afterwards the
+// client reconnects by itself until Close.
+func Dial(ctx context.Context, addr string, cfg ClientConfig) (*Client, error) {
+	cfg.setDefaults()
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	host, _, err := net.SplitHostPort(addr)
+	if err != nil {
+		return nil, fmt.Errorf("quic dial: address %q: %w", addr, err)
+	}
+	tc := cfg.TLS.Clone()
+	tc.NextProtos = []string{ALPN}
+	if tc.ServerName == "" {
+		tc.ServerName = host
+	}
+	if tc.ClientSessionCache == nil {
+		tc.ClientSessionCache = tls.NewLRUClientSessionCache(4)
+	}
+	c := &Client{
+		cfg: cfg, addr: addr, tls: tc, log: cfg.Logger,
+		qconf: &quicgo.Config{
+			HandshakeIdleTimeout:  cfg.HandshakeTimeout,
+			MaxIdleTimeout:        cfg.MaxIdleTimeout,
+			KeepAlivePeriod:       cfg.KeepAlivePeriod,
+			MaxIncomingStreams:    -1, // the server opens no streams
+			MaxIncomingUniStreams: -1,
+		},
+		sem:   make(chan struct{}, cfg.MaxStreams),
+		ready: make(chan struct{}),
+		done:  make(chan struct{}),
+	}
+	c.ctx, c.cancel = context.WithCancel(context.Background())
+	var first *link
+	if !cfg.Background {
+		first, err = c.connect(ctx)
+		if err != nil {
+			c.cancel()
+			return nil, fmt.Errorf("quic dial %s: %w", addr, err)
+		}
+	}
+	go c.run(first)
+	return c, nil
+}
+
+func (c *Client) connect(ctx context.Context) (*link, error) {
+	ua, err := net.ResolveUDPAddr("udp", c.addr)
+	if err != nil {
+		return nil, err
+	}
+	udp, err := c.listenUDP()
+	if err != nil {
+		return nil, err
+	}
+	tr := &quicgo.Transport{Conn: udp}
+	conn, err := tr.DialEarly(ctx, ua, c.tls, c.qconf)
+	if err != nil {
+		tr.Close()
+		udp.Close()
+		return nil, err
+	}
+	return &link{conn: conn, trs: []*quicgo.Transport{tr}, udps: []net.PacketConn{udp}, local: udp.LocalAddr().String(), settled: make(chan struct{})}, nil
+}
+
+func (c *Client) listenUDP() (net.PacketConn, error) {
+	la, err := net.ResolveUDPAddr("udp", c.cfg.LocalAddr)
+	if err != nil {
+		return nil, err
+	}
+	return c.cfg.listenPacket(la)
+}
+
+// run owns the connection: it dials, waits for the connection to end and
+// dials again with backoff, until Close.
+func (c *Client) run(l *link) {
+	defer close(c.done)
+	failures := 0
+	for {
+		if l == nil {
+			var err error
+			l, err = c.connect(c.ctx)
+			if err != nil {
+				if c.ctx.Err() != nil {
+					return
+				}
+				c.noteErr(err)
+				if !c.backoff(&failures) {
+					return
+				}
+				continue
+			}
+		}
+		c.setLink(l)
+		up := c.cfg.Clock.Now()
+		l.settle(c.ctx)
+		select {
+		case <-l.conn.Context().Done():
+			c.dropLink(l, context.Cause(l.conn.Context()))
+			l = nil
+			if c.cfg.Clock.Now().Sub(up) >= c.cfg.StableAfter {
+				failures = 0
+			} else if !c.backoff(&failures) {
+				return
+			}
+		case <-c.ctx.Done():
+			c.dropLink(l, ErrClientClosed)
+			return
+		}
+	}
+}
+
+// backoff waits before the next attempt; false means the client closed.
+func (c *Client) backoff(failures *int) bool {
+	d := c.cfg.Backoff.delay(*failures, c.cfg.Rand())
+	*failures++
+	c.log.Debug("quic: reconnecting", "addr", c.addr, "in", d, "attempt", *failures)
+	return waitAfter(c.ctx, c.cfg.Clock.After(d)) == nil
+}
+
+func (c *Client) noteErr(err error) {
+	c.mu.Lock()
+	c.lastErr = err.Error()
+	c.mu.Unlock()
+	c.log.Warn("quic: cloud connection failed", "addr", c.addr, "err", err)
+}
+
+func (c *Client) setLink(l *link) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.connected {
+		c.reconnects++
+	}
+	c.connected = true
+	c.cur = l
+	close(c.ready)
+}
+
+// dropLink forgets l if it is current; safe to call more than once.
+func (c *Client) dropLink(l *link, cause error) {
+	c.mu.Lock()
+	if c.cur == l {
+		c.cur = nil
+		c.ready = make(chan struct{})
+		if cause != nil {
+			c.lastErr = cause.Error()
+		}
+	}
+	c.mu.Unlock()
+	l.close(connClosed, "")
+}
+
+// waitLink returns a live connection, waiting up to ConnectWait while one is
+// being established.
+func (c *Client) waitLink(ctx context.Context) (*link, error) {
+	var timeout <-chan time.Time
+	for {
+		c.mu.Lock()
+		l, ready, closed, lastErr := c.cur, c.ready, c.closed, c.lastErr
+		c.mu.Unlock()
+		if closed {
+			return nil, &llm.Error{Code: llm.CodeUnavailable, Message: ErrClientClosed.Error()}
+		}
+		if l != nil {
+			if l.conn.Context().Err() == nil {
+				return l, nil
+			}
+			c.dropLink(l, context.Cause(l.conn.Context()))
+			continue
+		}
+		if timeout == nil {
+			timeout = c.cfg.Clock.After(c.cfg.ConnectWait)
+		}
+		select {
+		case <-ready:
+		case <-ctx.Done():
+			return nil, cancelled(ctx)
+		case <-c.ctx.Done():
+		case <-timeout:
+			return nil, &llm.Error{Code: llm.CodeUnavailable, Message: "no connection to the cloud: " + lastErr, Retryable: true}
+		}
+	}
+}
+
+func cancelled(ctx context.Context) error {
+	return fmt.Errorf("cloud request: %w", ctx.Err())
+}
+
+// Generate sends req on a new stream and passes each token to emit as soon
+// as it is read. Server failures come back as *llm.Error; cancelling ctx
+// cancels the request on the server. A request with an idempotency key may
+// go out in 0-RTT, and is re-sent on the next connection if the link drops
+// before its first token (the server runs it once).
+func (c *Client) Generate(ctx context.Context, req *llm.Request, emit llm.Emit) (llm.Final, error) {
+	select {
+	case c.sem <- struct{}{}:
+	case <-ctx.Done():
+		return llm.Final{}, cancelled(ctx)
+	}
+	defer func() { <-c.sem }()
+	keyed := req.IdempotencyKey != ""
+	for attempt := 0; ; attempt++ {
+		l, err := c.waitLink(ctx)
+		if err != nil {
+			return llm.Final{}, err
+		}
+		if !keyed {
+			// Only idempotent requests may ride in 0-RTT: the server could
+			// see a replay of anything else.
+			select {
+			case <-l.conn.HandshakeComplete():
+			case <-ctx.Done():
+				return llm.Final{}, cancelled(ctx)
+			}
+		}
+		final, rt := c.roundTrip(ctx, l.conn, req, emit)
+		switch {
+		case rt.err == nil:
+			return final, nil
+		case ctx.Err() != nil:
+			return llm.Final{}, cancelled(ctx)
+		case errors.Is(rt.err, quicgo.Err0RTTRejected) && attempt < 2:
+			// The server discarded the early data, so nothing ran; continue
+			// on the completed handshake.
+			if _, err := l.conn.NextConnection(ctx); err != nil && ctx.Err() != nil {
+				return llm.Final{}, cancelled(ctx)
+			}
+			continue
+		case attempt < 2 && rt.linkLost && (!rt.sent || keyed && rt.delivered == 0):
+			c.dropLink(l, rt.err)
+			continue
+		case errors.Is(rt.err, quicgo.Err0RTTRejected):
+			return llm.Final{}, linkError(rt.err, 0)
+		}
+		return llm.Final{}, rt.err
+	}
+}
+
+type roundTripResult struct {
+	err       error
+	sent      bool // the request frame was handed to the stream
+	delivered int  // tokens passed to emit
+	linkLost  bool // the connection, not the server, failed
+}
+
+func (c *Client) roundTrip(ctx context.Context, conn *quicgo.Conn, req *llm.Request, emit llm.Emit) (llm.Final, roundTripResult) {
+	var rt roundTripResult
+	fail := func(err error) (llm.Final, roundTripResult) {
+		if errors.Is(err, quicgo.Err0RTTRejected) {
+			rt.err = err
+			return llm.Final{}, rt
+		}
+		rt.linkLost = conn.Context().Err() != nil
+		rt.err = linkError(err, rt.delivered)
+		return llm.Final{}, rt
+	}
+	str, err := conn.OpenStreamSync(ctx)
+	if err != nil {
+		return fail(err)
+	}
+	w := &streamWriter{str: str}
+	// abort tells the server we gave up: a cancel frame and the end of our
+	// side when the writer is free, a reset otherwise, and no more reading.
+	// The Once also lets the deferred call wait for an abort in flight.
+	var abortOnce sync.Once
+	abort := func() {
+		abortOnce.Do(func() {
+			if w.mu.TryLock() {
+				str.SetWriteDeadline(time.Now().Add(time.Second))
+				b, _ := AppendFrame(w.buf[:0], &Frame{Type: FrameCancel})
+				if _, err := str.Write(b); err == nil {
+					str.Close()
+				} else {
+					str.CancelWrite(streamCancelled)
+				}
+				w.mu.Unlock()
+			} else {
+				str.CancelWrite(streamCancelled)
+			}
+			str.CancelRead(streamCancelled)
+		})
+	}
+	stop := context.AfterFunc(ctx, abort)
+	defer func() {
+		stop()
+		abortOnce.Do(func() {})
+	}()
+	if err := w.write(&Frame{Type: FrameRequest, Request: req}); err != nil {
+		return fail(err)
+	}
+	rt.sent = true
+	meta := llm.MetaFrom(ctx)
+	fr := newFrameReader(str)
+	for {
+		f, err := fr.next()
+		if err != nil {
+			str.CancelWrite(streamCancelled)
+			return fail(err)
+		}
+		switch f.Type {
+		case FrameMeta:
+			applyMeta(meta, f.Meta)
+		case FrameToken:
+			if err := emit(f.Token); err != nil {
+				abort()
+				rt.err = err
+				return llm.Final{}, rt
+			}
+			rt.delivered++
+		case FrameFinal, FrameError:
+			str.Close()
+			str.CancelRead(streamDone)
+			if f.Type == FrameError {
+				rt.err = f.Err
+				return llm.Final{}, rt
+			}
+			return f.Final, rt
+		default:
+			str.CancelRead(streamProtocol)
+			str.CancelWrite(streamProtocol)
+			return fail(protoErr("server sent a %v frame", f.Type))
+		}
+	}
+}
+
+func applyMeta(m *llm.Meta, s llm.MetaSnapshot) {
+	if s.Route != "" {
+		m.SetRoute(s.Route)
+	}
+	if s.SchedulerHint != "" {
+		m.SetSchedulerHint(s.SchedulerHint)
+	}
+	if s.FallbackReason != "" {
+		m.SetFallbackReason(s.FallbackReason)
+	}
+	if s.HasBudget {
+		m.SetBudgetRemaining(s.BudgetRemaining)
+	}
+}
+
+// Link reports the state of the connection for routing decisions.
+func (c *Client) Link() LinkState {
+	c.mu.Lock()
+	l := c.cur
+	ls := LinkState{LastError: c.lastErr, Reconnects: c.reconnects}
+	c.mu.Unlock()
+	if l == nil || l.conn.Context().Err() != nil {
+		return ls
+	}
+	st := l.conn.ConnectionStats()
+	ls.Connected = true
+	ls.Used0RTT = l.used0RTT.Load()
+	ls.RTT, ls.SmoothedRTT = st.LatestRTT, st.SmoothedRTT
+	ls.PacketsSent, ls.PacketsLost = st.PacketsSent, st.PacketsLost
+	if st.PacketsSent > 0 {
+		ls.LossRate = float64(st.PacketsLost) / float64(st.PacketsSent)
+	}
+	l.mu.Lock()
+	ls.LocalAddr = l.local
+	l.mu.Unlock()
+	return ls
+}
+
+// Migrate moves the connection to a new local UDP socket — what a device
+// does when its network changes (Wi-Fi to cellular, a new modem address) —
+// without interrupting streams: it probes the new path and switches to it
+// once validated. quic-go keeps the old socket until the connection ends.
+func (c *Client) Migrate(ctx context.Context) error {
+	c.mu.Lock()
+	l := c.cur
+	c.mu.Unlock()
+	if l == nil {
+		return &llm.Error{Code: llm.CodeUnavailable, Message: "migrate: not connected", Retryable: true}
+	}
+	select {
+	case <-l.settled:
+	case <-ctx.Done():
+		return fmt.Errorf("migrate: %w", context.Cause(ctx))
+	}
+	udp, err := c.listenUDP()
+	if err != nil {
+		return fmt.Errorf("migrate: %w", err)
+	}
+	tr := &quicgo.Transport{Conn: udp}
+	// Closing a Transport closes every connection registered on it, and a
+	// probe registers ours, so the new transport lives as long as the
+	// connection whether or not the switch succeeds.
+	l.adopt(tr, udp)
+	path, err := l.conn.AddPath(tr)
+	if err != nil {
+		return fmt.Errorf("migrate: %w", err)
+	}
+	if err = path.Probe(ctx); err == nil {
+		err = path.Switch()
+	}
+	if err != nil {
+		path.Close()
+		return fmt.Errorf("migrate: %w", err)
+	}
+	l.mu.Lock()
+	l.local = udp.LocalAddr().String()
+	l.mu.Unlock()
+	c.log.Info("quic: migrated to a new local address", "local", udp.LocalAddr().String())
+	return nil
+}
+
+// Close closes the connection and stops reconnecting; requests in flight
+// fail. It is safe to call more than once.
+func (c *Client) Close() error {
+	c.closeOnce.Do(func() {
+		c.mu.Lock()
+		c.closed = true
+		c.mu.Unlock()
+		c.cancel()
+		<-c.done
+	})
+	return nil
+}

@@ -1,0 +1,571 @@
+package quic
+
+import (
+	"bytes"
+	"context"
+	"crypto/rand"
+	"crypto/sha256"
+	"crypto/tls"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	quicgo "github.com/quic-go/quic-go"
+
+	"github.com/phaseless/phaseless/transport/llm"
+	"github.com/phaseless/phaseless/transport/pki"
+)
+
+// ServerConfig configures a Server. Zero values mean the defaults named on
+// each field.
+type ServerConfig struct {
+	// Addr is the UDP address to listen on, e.g. ":4433".
+	Addr string
+	// PacketConn, when set, is served instead of listening on Addr. The
+	// server does not close it.
+	PacketConn net.PacketConn
+	// TLS must require and verify client certificates (pki.ServerTLS). The
+	// server adds the ALPN and its own session-ticket handling to a copy.
+	TLS *tls.Config
+	// Handler runs each request; the cloud plugs its scheduler in here.
+	Handler llm.Generator
+	// MaxStreamsPerConn bounds concurrent requests per device connection
+	// (QUIC MaxIncomingStreams). Default DefaultMaxStreams.
+	MaxStreamsPerConn int
+	// KeepAlivePeriod, MaxIdleTimeout and HandshakeTimeout default to the
+	// cellular-tuned Default* values.
+	KeepAlivePeriod  time.Duration
+	MaxIdleTimeout   time.Duration
+	HandshakeTimeout time.Duration
+	// RequestTimeout bounds the wait for the request frame after a stream
+	// opens, and for writing the last frame. Default 10 s.
+	RequestTimeout time.Duration
+	// DedupeTTL is how long a finished idempotent request is remembered, and
+	// also the age beyond which a session ticket no longer allows 0-RTT, so
+	// every replay the server accepts falls inside the window in which it is
+	// recognised. Default 10 min.
+	DedupeTTL time.Duration
+	// DedupeMaxEntries bounds remembered idempotent requests; the oldest
+	// finished ones go first. Default 100000.
+	DedupeMaxEntries int
+	// MaxReplayBytes bounds the token log kept per idempotent request.
+	// Default 1 MiB.
+	MaxReplayBytes int
+	// Logger defaults to discarding.
+	Logger *slog.Logger
+	// Now is the clock for dedupe expiry and ticket age; default time.Now.
+	Now func() time.Time
+}
+
+func (c *ServerConfig) setDefaults() {
+	if c.MaxStreamsPerConn == 0 {
+		c.MaxStreamsPerConn = DefaultMaxStreams
+	}
+	if c.KeepAlivePeriod == 0 {
+		c.KeepAlivePeriod = DefaultKeepAlivePeriod
+	}
+	if c.MaxIdleTimeout == 0 {
+		c.MaxIdleTimeout = DefaultMaxIdleTimeout
+	}
+	if c.HandshakeTimeout == 0 {
+		c.HandshakeTimeout = DefaultHandshakeTimeout
+	}
+	if c.RequestTimeout == 0 {
+		c.RequestTimeout = 10 * time.Second
+	}
+	if c.DedupeTTL == 0 {
+		c.DedupeTTL = 10 * time.Minute
+	}
+	if c.DedupeMaxEntries == 0 {
+		c.DedupeMaxEntries = 100_000
+	}
+	if c.MaxReplayBytes == 0 {
+		c.MaxReplayBytes = 1 << 20
+	}
+	if c.Logger == nil {
+		c.Logger = slog.New(slog.DiscardHandler)
+	}
+	if c.Now == nil {
+		c.Now = time.Now
+	}
+}
+
+// Validate names the first bad field.
+func (c *ServerConfig) Validate() error {
+	switch {
+	case c.Addr == "" && c.PacketConn == nil:
+		return errors.New("quic server config: Addr: required unless PacketConn is set")
+	case c.TLS == nil:
+		return errors.New("quic server config: TLS: required (pki.ServerTLS)")
+	case c.TLS.ClientAuth != tls.RequireAndVerifyClientCert:
+		return errors.New("quic server config: TLS.ClientAuth: must be RequireAndVerifyClientCert; devices are known by their certificates")
+	case c.Handler == nil:
+		return errors.New("quic server config: Handler: required")
+	case c.MaxStreamsPerConn < 0:
+		return errors.New("quic server config: MaxStreamsPerConn: must not be negative")
+	case c.KeepAlivePeriod < 0, c.MaxIdleTimeout < 0, c.HandshakeTimeout < 0, c.RequestTimeout < 0, c.DedupeTTL < 0:
+		return errors.New("quic server config: timeouts must not be negative")
+	case c.KeepAlivePeriod > 0 && c.MaxIdleTimeout > 0 && c.KeepAlivePeriod >= c.MaxIdleTimeout:
+		return errors.New("quic server config: KeepAlivePeriod: must be shorter than MaxIdleTimeout")
+	case c.DedupeMaxEntries < 0, c.MaxReplayBytes < 0:
+		return errors.New("quic server config: DedupeMaxEntries and MaxReplayBytes must not be negative")
+	}
+	return nil
+}
+
+// ServerStats counts what the server has seen since it started.
+type ServerStats struct {
+	Conns             int64 // connections accepted
+	RefusedHandshakes int64 // connections that never completed a handshake (bad or no certificate, replays)
+	Streams           int64 // request streams opened
+	Generations       int64 // handler runs
+	Attached          int64 // keyed requests that joined an existing generation instead of running
+	ProtocolErrors    int64 // streams reset for breaking the protocol
+}
+
+// Server accepts device connections and runs their requests through Handler.
+type Server struct {
+	cfg    ServerConfig
+	log    *slog.Logger
+	udp    net.PacketConn
+	ownUDP bool
+	tr     *quicgo.Transport
+	ln     *quicgo.EarlyListener
+	dedupe *dedupeTable
+
+	// base is cancelled by Close; generations of keyed requests hang off it
+	// rather than off one connection, so a retry on a new connection can
+	// attach to them.
+	base       context.Context
+	cancelBase context.CancelCauseFunc
+
+	wg        sync.WaitGroup // every connection, stream and generation goroutine
+	mu        sync.Mutex     // guards conns, closed
+	conns     map[*quicgo.Conn]struct{}
+	closed    bool
+	closeOnce sync.Once
+	closeErr  error
+
+	nConns, refused, streams, generations, attached, protocolErrors atomic.Int64
+}
+
+// ErrServerClosed is returned by Serve after Close.
+var ErrServerClosed = errors.New("quic server closed")
+
+// NewServer binds the UDP socket, so Addr is known before Serve runs.
+func NewServer(cfg ServerConfig) (*Server, error) {
+	cfg.setDefaults()
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	tc := cfg.TLS.Clone()
+	tc.NextProtos = []string{ALPN}
+	if err := limitEarlyData(tc, cfg.DedupeTTL, cfg.Now); err != nil {
+		return nil, err
+	}
+	s := &Server{cfg: cfg, log: cfg.Logger, conns: map[*quicgo.Conn]struct{}{}, dedupe: newDedupeTable(cfg.DedupeTTL, cfg.DedupeMaxEntries, cfg.Now)}
+	s.udp = cfg.PacketConn
+	if s.udp == nil {
+		ua, err := net.ResolveUDPAddr("udp", cfg.Addr)
+		if err != nil {
+			return nil, fmt.Errorf("quic server: resolve %s: %w", cfg.Addr, err)
+		}
+		u, err := net.ListenUDP("udp", ua)
+		if err != nil {
+			return nil, fmt.Errorf("quic server: listen %s: %w", cfg.Addr, err)
+		}
+		s.udp, s.ownUDP = u, true
+	}
+	s.tr = &quicgo.Transport{Conn: s.udp}
+	ln, err := s.tr.ListenEarly(tc, &quicgo.Config{
+		HandshakeIdleTimeout:  cfg.HandshakeTimeout,
+		MaxIdleTimeout:        cfg.MaxIdleTimeout,
+		KeepAlivePeriod:       cfg.KeepAlivePeriod,
+		MaxIncomingStreams:    int64(cfg.MaxStreamsPerConn),
+		MaxIncomingUniStreams: -1, // the protocol uses none
+		Allow0RTT:             true,
+	})
+	if err != nil {
+		s.tr.Close()
+		if s.ownUDP {
+			s.udp.Close()
+		}
+		return nil, fmt.Errorf("quic server: %w", err)
+	}
+	s.ln = ln
+	s.base, s.cancelBase = context.WithCancelCause(context.Background())
+	return s, nil
+}
+
+// Addr is the bound UDP address.
+func (s *Server) Addr() net.Addr { return s.udp.LocalAddr() }
+
+// Stats returns the counters so far.
+func (s *Server) Stats() ServerStats {
+	return ServerStats{
+		Conns: s.nConns.Load(), RefusedHandshakes: s.refused.Load(), Streams: s.streams.Load(),
+		Generations: s.generations.Load(), Attached: s.attached.Load(), ProtocolErrors: s.protocolErrors.Load(),
+	}
+}
+
+// Serve accepts connections until ctx ends or Close is called, then closes
+// the server and waits for every request to stop. It returns nil when
+// stopped that way.
+func (s *Server) Serve(ctx context.Context) error {
+	stop := context.AfterFunc(ctx, func() { s.Close() })
+	defer stop()
+	for {
+		conn, err := s.ln.Accept(s.base)
+		if err != nil {
+			if s.base.Err() != nil {
+				return s.Close()
+			}
+			s.Close()
+			return fmt.Errorf("quic server: accept: %w", err)
+		}
+		if !s.track(conn) {
+			conn.CloseWithError(connShutdown, "server shutting down")
+			continue
+		}
+		s.nConns.Add(1)
+		go s.serveConn(conn)
+	}
+}
+
+// Close stops accepting, closes every connection, cancels every running
+// request and waits for them. It is safe to call more than once.
+func (s *Server) Close() error {
+	s.closeOnce.Do(func() {
+		s.mu.Lock()
+		s.closed = true
+		conns := make([]*quicgo.Conn, 0, len(s.conns))
+		for c := range s.conns {
+			conns = append(conns, c)
+		}
+		s.mu.Unlock()
+		s.cancelBase(ErrServerClosed)
+		s.ln.Close()
+		for _, c := range conns {
+			c.CloseWithError(connShutdown, "server shutting down")
+		}
+		s.wg.Wait()
+		s.closeErr = s.tr.Close()
+		if s.ownUDP {
+			if err := s.udp.Close(); err != nil && s.closeErr == nil {
+				s.closeErr = err
+			}
+		}
+	})
+	return s.closeErr
+}
+
+// track registers conn and its goroutine unless the server is closing;
+// wg.Add happens under mu so it never races Close's Wait.
+func (s *Server) track(conn *quicgo.Conn) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed {
+		return false
+	}
+	s.conns[conn] = struct{}{}
+	s.wg.Add(1)
+	return true
+}
+
+func (s *Server) serveConn(conn *quicgo.Conn) {
+	defer s.wg.Done()
+	defer func() {
+		s.mu.Lock()
+		delete(s.conns, conn)
+		s.mu.Unlock()
+	}()
+	for {
+		str, err := conn.AcceptStream(conn.Context())
+		if err != nil {
+			break
+		}
+		s.wg.Add(1)
+		go s.serveStream(conn, str)
+	}
+	if !conn.ConnectionState().TLS.HandshakeComplete {
+		s.refused.Add(1)
+		s.log.Warn("quic: handshake not completed", "remote", conn.RemoteAddr().String(), "err", context.Cause(conn.Context()))
+		return
+	}
+	s.log.Debug("quic: connection closed", "remote", conn.RemoteAddr().String(), "err", context.Cause(conn.Context()))
+}
+
+// identify returns the device id of conn's client certificate. A request
+// that arrived in 0-RTT is identified by the certificate in its session
+// ticket (verified when the ticket was issued) only if it carries an
+// idempotency key; any other request waits for the handshake to complete,
+// so a replayed 0-RTT flight, which never completes, cannot run it.
+func (s *Server) identify(ctx context.Context, conn *quicgo.Conn, keyed bool) (string, error) {
+	select {
+	case <-conn.HandshakeComplete():
+	default:
+		if keyed {
+			if st := conn.ConnectionState(); st.Used0RTT {
+				if id, err := pki.DeviceIDFromState(st.TLS); err == nil {
+					return id, nil
+				}
+			}
+		}
+		select {
+		case <-conn.HandshakeComplete():
+		case <-ctx.Done():
+			return "", context.Cause(ctx)
+		}
+	}
+	st := conn.ConnectionState().TLS
+	if !st.HandshakeComplete {
+		return "", fmt.Errorf("handshake failed: %w", context.Cause(conn.Context()))
+	}
+	return pki.DeviceIDFromState(st)
+}
+
+// streamWriter serialises frame writes on one stream.
+type streamWriter struct {
+	mu  sync.Mutex // guards buf and writes to str
+	str *quicgo.Stream
+	buf []byte
+}
+
+func (w *streamWriter) write(f *Frame) error {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	b, err := AppendFrame(w.buf[:0], f)
+	if err != nil {
+		return err
+	}
+	w.buf = b
+	_, err = w.str.Write(b)
+	return err
+}
+
+func (s *Server) serveStream(conn *quicgo.Conn, str *quicgo.Stream) {
+	defer s.wg.Done()
+	s.streams.Add(1)
+	fr := newFrameReader(str)
+	str.SetReadDeadline(time.Now().Add(s.cfg.RequestTimeout))
+	f, err := fr.next()
+	str.SetReadDeadline(time.Time{})
+	if err == nil && f.Type != FrameRequest {
+		err = protoErr("first frame is %v, want request", f.Type)
+	}
+	if err != nil {
+		var pe *ProtocolError
+		if errors.As(err, &pe) {
+			s.protocolErrors.Add(1)
+			s.log.Warn("quic: protocol error", "remote", conn.RemoteAddr().String(), "err", err)
+			w := &streamWriter{str: str}
+			w.write(&Frame{Type: FrameError, Err: &llm.Error{Code: llm.CodeInvalid, Message: err.Error()}})
+			str.Close()
+			str.CancelRead(streamProtocol)
+			return
+		}
+		str.CancelRead(streamCancelled)
+		str.CancelWrite(streamCancelled)
+		return
+	}
+	req := f.Request
+	keyed := req.IdempotencyKey != ""
+	device, err := s.identify(conn.Context(), conn, keyed)
+	if err != nil {
+		str.CancelRead(streamCancelled)
+		str.CancelWrite(streamCancelled)
+		return
+	}
+	req.Tenant = device
+
+	ctx, cancel := context.WithCancelCause(conn.Context())
+	defer cancel(nil)
+	// The client keeps its side open until it has the final frame; a cancel
+	// frame, an early end or a reset means it gave up.
+	watched := make(chan struct{})
+	go func() {
+		defer close(watched)
+		fr.next()
+		cancel(errClientCancelled)
+	}()
+	// A write blocked on flow control must not outlive the request.
+	stopReset := context.AfterFunc(ctx, func() { str.CancelWrite(streamCancelled) })
+	w := &streamWriter{str: str}
+	if keyed {
+		s.follow(ctx, w, req, stopReset)
+	} else {
+		s.run(ctx, w, req, stopReset)
+	}
+	str.CancelRead(streamDone) // ends the watcher
+	<-watched
+}
+
+// run executes a request without an idempotency key, writing each token
+// straight to the stream.
+func (s *Server) run(ctx context.Context, w *streamWriter, req *llm.Request, stopReset func() bool) {
+	s.generations.Add(1)
+	ctx, meta := llm.WithMeta(ctx)
+	metaSent := false
+	sendMeta := func(m llm.MetaSnapshot) error {
+		if metaSent {
+			return nil
+		}
+		metaSent = true
+		if m == (llm.MetaSnapshot{}) {
+			return nil
+		}
+		return w.write(&Frame{Type: FrameMeta, Meta: m})
+	}
+	emit := func(t llm.Token) error {
+		err := sendMeta(meta.Snapshot())
+		if err == nil {
+			err = w.write(&Frame{Type: FrameToken, Token: t})
+		}
+		if err != nil {
+			if ctx.Err() != nil {
+				return context.Cause(ctx)
+			}
+			return llm.Errorf(llm.CodeCancelled, "write token: %v", err)
+		}
+		return nil
+	}
+	final, err := s.cfg.Handler.Generate(ctx, req, emit)
+	s.end(ctx, w, final, err, func() error { return sendMeta(meta.Snapshot()) }, stopReset)
+}
+
+// end writes the terminal frame unless the client is gone.
+func (s *Server) end(ctx context.Context, w *streamWriter, final llm.Final, err error, sendMeta func() error, stopReset func() bool) {
+	if !stopReset() || ctx.Err() != nil {
+		return // the stream was reset: the client cancelled or the connection ended
+	}
+	w.str.SetWriteDeadline(time.Now().Add(s.cfg.RequestTimeout))
+	if err != nil {
+		w.write(&Frame{Type: FrameError, Err: toLLMError(err)})
+	} else if sendMeta() == nil {
+		w.write(&Frame{Type: FrameFinal, Final: final})
+	}
+	w.str.Close()
+}
+
+// follow serves a request with an idempotency key: the first stream for
+// (device, key) starts a generation, every stream — first, replay or retry —
+// follows its token log from the start.
+func (s *Server) follow(ctx context.Context, w *streamWriter, req *llm.Request, stopReset func() bool) {
+	fp := fingerprint(req)
+	genCtx, genCancel := context.WithCancelCause(s.base)
+	g, created := s.dedupe.join(req.Tenant+"\x00"+req.IdempotencyKey, fp, genCancel)
+	defer g.leave()
+	if created {
+		s.wg.Add(1)
+		go s.generate(genCtx, g, req)
+	} else {
+		genCancel(nil)
+		s.attached.Add(1)
+		if g.fingerprint != fp {
+			s.end(ctx, w, llm.Final{}, llm.Errorf(llm.CodeInvalid, "idempotency key %q was already used for a different request", req.IdempotencyKey), func() error { return nil }, stopReset)
+			return
+		}
+	}
+	next, metaSent := 0, false
+	for {
+		v := g.since(next)
+		if !metaSent && v.hasMeta {
+			metaSent = true
+			if v.meta != (llm.MetaSnapshot{}) {
+				if err := w.write(&Frame{Type: FrameMeta, Meta: v.meta}); err != nil {
+					return
+				}
+			}
+		}
+		for i := range v.tokens {
+			if err := w.write(&Frame{Type: FrameToken, Token: v.tokens[i]}); err != nil {
+				return
+			}
+		}
+		next += len(v.tokens)
+		if v.done {
+			s.end(ctx, w, v.final, v.err, func() error { return nil }, stopReset)
+			return
+		}
+		select {
+		case <-v.changed:
+		case <-ctx.Done():
+			return
+		}
+	}
+}
+
+// generate runs a keyed request into its log. It is owned by the server: it
+// stops when its last follower leaves or the server closes.
+func (s *Server) generate(ctx context.Context, g *generation, req *llm.Request) {
+	defer s.wg.Done()
+	s.generations.Add(1)
+	ctx, meta := llm.WithMeta(ctx)
+	final, err := s.cfg.Handler.Generate(ctx, req, func(t llm.Token) error {
+		if err := g.append(t, meta, s.cfg.MaxReplayBytes); err != nil {
+			return err
+		}
+		if ctx.Err() != nil {
+			return context.Cause(ctx)
+		}
+		return nil
+	})
+	if err == nil && ctx.Err() != nil {
+		err = context.Cause(ctx)
+	}
+	g.finish(final, err, meta, s.cfg.Now())
+	s.dedupe.finished(g)
+}
+
+// fingerprint identifies a request's content, so a key reused for a
+// different request is refused rather than answered with another's tokens.
+func fingerprint(req *llm.Request) [32]byte {
+	r := *req
+	r.Tenant = ""
+	return sha256.Sum256(appendRequest(nil, &r))
+}
+
+// issuedPrefix marks the session-ticket extra that records when the ticket
+// was issued.
+const issuedPrefix = "phaseless-issued:"
+
+// limitEarlyData makes tc accept 0-RTT only on tickets younger than window.
+// crypto/tls accepts a ticket for up to 7 days; without this a 0-RTT flight
+// could be replayed after its dedupe entry expired and run twice. Tickets
+// are encrypted with a key made here, so they die with the server, as does
+// its dedupe table.
+func limitEarlyData(tc *tls.Config, window time.Duration, now func() time.Time) error {
+	var key [32]byte
+	if _, err := rand.Read(key[:]); err != nil {
+		return fmt.Errorf("quic server: session ticket key: %w", err)
+	}
+	tc.SetSessionTicketKeys([][32]byte{key})
+	keys := tc.Clone() // EncryptTicket/DecryptTicket with the same keys, without these hooks
+	tc.WrapSession = func(cs tls.ConnectionState, ss *tls.SessionState) ([]byte, error) {
+		ss.Extra = append(ss.Extra, binary.BigEndian.AppendUint64([]byte(issuedPrefix), uint64(now().UnixNano())))
+		return keys.EncryptTicket(cs, ss)
+	}
+	tc.UnwrapSession = func(identity []byte, cs tls.ConnectionState) (*tls.SessionState, error) {
+		ss, err := keys.DecryptTicket(identity, cs)
+		if err != nil || ss == nil {
+			return ss, err
+		}
+		fresh := false
+		for _, e := range ss.Extra {
+			if rest, ok := bytes.CutPrefix(e, []byte(issuedPrefix)); ok && len(rest) == 8 {
+				issued := time.Unix(0, int64(binary.BigEndian.Uint64(rest)))
+				fresh = now().Sub(issued) < window
+			}
+		}
+		if !fresh {
+			ss.EarlyData = false
+		}
+		return ss, nil
+	}
+	return nil
+}
