@@ -1,0 +1,245 @@
+// Package worker runs requests on engines grouped in pools by role
+// (prefill-heavy, decode-heavy, stream, conservative) and measures each
+// worker's signals for the scheduler: queue depth, KV usage and faults per
+// ms, and output burstiness.
+//
+// Two engine kinds sit behind Engine: Builtin, the in-process models/lm
+// engine (its counters read directly), and Remote, any OpenAI-compatible
+// server by URL (vLLM, SGLang, llama.cpp, another Phaseless), streamed over
+// SSE, health-checked, and loaded from its Prometheus metrics where it
+// exposes them. A Set owns the workers and the goroutine that probes them.
+package worker
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/phaseless/phaseless/cloud/batch"
+	"github.com/phaseless/phaseless/cloud/sched"
+	"github.com/phaseless/phaseless/transport/llm"
+)
+
+// Load is what an engine reports about itself.
+type Load struct {
+	Running, Waiting int
+	Capacity         int     // sequences it runs at once; 0 = unknown
+	KVUsage          float64 // 0..1
+	KVFaultsPerMs    float64
+	PrefixHitTokens  uint64 // cumulative prompt tokens served from cache; 0 = unknown
+	PromptTokens     uint64 // cumulative prompt tokens run or cached; 0 = unknown
+}
+
+// Engine is one inference backend.
+type Engine interface {
+	llm.Generator
+	// Probe checks the engine's health and returns its load. An error marks
+	// the worker unhealthy until a probe succeeds again.
+	Probe(ctx context.Context) (Load, error)
+	// CachedPrefixBlocks is how many leading 16-token block hashes the engine
+	// holds in its KV cache, or -1 when it cannot say (remote engines): the
+	// worker then answers from the blocks it has routed there itself.
+	CachedPrefixBlocks(hashes []uint64) int
+	Close() error
+}
+
+var (
+	_ Engine = (*Builtin)(nil)
+	_ Engine = (*Remote)(nil)
+)
+
+// Config describes one worker.
+type Config struct {
+	Name string
+	Role sched.Role
+	// Capacity is how many sequences it runs at once, when the engine does
+	// not say. Default 16.
+	Capacity int
+	// Batch, when set, holds requests in prompt-length buckets while the
+	// engine is full (cloud/batch). Built-in workers use it.
+	Batch *batch.Config
+	// PrefixEntries sizes the index of routed prefix blocks used when the
+	// engine cannot report its cache. Default 65536.
+	PrefixEntries int
+}
+
+// Worker is one engine with its role and measured signals.
+type Worker struct {
+	cfg    Config
+	eng    Engine
+	batch  *batch.Batcher // nil when not batching
+	burst  *BurstMeter
+	prefix *prefixIndex
+
+	inflight atomic.Int64 // generations running through this worker
+	healthy  atomic.Bool
+	load     atomic.Pointer[Load]
+	probeErr atomic.Pointer[string]
+	tokens   atomic.Uint64 // output tokens emitted
+
+	closeOnce sync.Once
+}
+
+// New returns a worker on eng; the worker owns eng and closes it.
+func New(cfg Config, eng Engine) (*Worker, error) {
+	if cfg.Name == "" {
+		return nil, fmt.Errorf("worker.Config.Name: empty")
+	}
+	if cfg.Role >= sched.NumRoles {
+		return nil, fmt.Errorf("worker.Config.Role: %v is not a pool role", cfg.Role)
+	}
+	if cfg.Capacity == 0 {
+		cfg.Capacity = 16
+	}
+	if cfg.Capacity < 0 {
+		return nil, fmt.Errorf("worker.Config.Capacity: %d must be ≥ 1", cfg.Capacity)
+	}
+	if cfg.PrefixEntries == 0 {
+		cfg.PrefixEntries = 1 << 16
+	}
+	w := &Worker{cfg: cfg, eng: eng, burst: NewBurstMeter(), prefix: newPrefixIndex(cfg.PrefixEntries)}
+	if cfg.Batch != nil {
+		b, err := batch.New(*cfg.Batch, w.room)
+		if err != nil {
+			return nil, fmt.Errorf("worker %s: %w", cfg.Name, err)
+		}
+		w.batch = b
+	}
+	w.healthy.Store(true) // until a probe says otherwise
+	w.load.Store(&Load{})
+	return w, nil
+}
+
+// Name is the worker's name, as it appears in routes and metrics.
+func (w *Worker) Name() string { return w.cfg.Name }
+
+// Role is the worker's pool.
+func (w *Worker) Role() sched.Role { return w.cfg.Role }
+
+// Engine returns the worker's engine.
+func (w *Worker) Engine() Engine { return w.eng }
+
+// capacity is the engine's reported capacity, else the configured one.
+func (w *Worker) capacity() int {
+	if c := w.load.Load().Capacity; c > 0 {
+		return c
+	}
+	return w.cfg.Capacity
+}
+
+// room is how many more sequences the engine would run now.
+func (w *Worker) room() int { return w.capacity() - int(w.inflight.Load()) }
+
+// Healthy reports the last probe's verdict.
+func (w *Worker) Healthy() bool { return w.healthy.Load() }
+
+// Inflight is how many generations run through this worker now.
+func (w *Worker) Inflight() int { return int(w.inflight.Load()) }
+
+// Queued is how many requests wait for this worker: in its batcher and in
+// the engine's own queue.
+func (w *Worker) Queued() int {
+	n := w.load.Load().Waiting
+	if w.batch != nil {
+		n += w.batch.Waiting()
+	}
+	return n
+}
+
+// LastLoad returns the last probed load.
+func (w *Worker) LastLoad() Load { return *w.load.Load() }
+
+// OutputTokens is the number of tokens this worker has emitted.
+func (w *Worker) OutputTokens() uint64 { return w.tokens.Load() }
+
+// Signals fills s with the worker's state for a request whose prompt has
+// the given block hashes. It does not allocate.
+func (w *Worker) Signals(s *sched.Worker, hashes []uint64, now time.Time) {
+	l := w.load.Load()
+	inflight := int(w.inflight.Load())
+	*s = sched.Worker{
+		Role:          w.cfg.Role,
+		Healthy:       w.healthy.Load(),
+		Running:       max(inflight, l.Running),
+		Queued:        w.Queued(),
+		Capacity:      w.capacity(),
+		KVUsage:       l.KVUsage,
+		KVFaultsPerMs: l.KVFaultsPerMs,
+		BurstSigma:    w.burst.Sigma(now),
+	}
+	if len(hashes) > 0 {
+		n := w.eng.CachedPrefixBlocks(hashes)
+		if n < 0 {
+			n = w.prefix.match(hashes)
+		}
+		s.PrefixBlocks = n
+	}
+}
+
+// Generate runs req on this worker: it waits in the batcher if the engine is
+// full, then streams the engine's tokens through emit, measuring burstiness.
+// batchSize is the size of the batch the request was released with.
+func (w *Worker) Generate(ctx context.Context, req *llm.Request, promptTokens int, hashes []uint64, emit llm.Emit) (fin llm.Final, batchSize int, err error) {
+	batchSize = 1
+	if w.batch != nil {
+		batchSize, err = w.batch.Wait(ctx, promptTokens)
+		if err != nil {
+			if err == batch.ErrClosed {
+				err = llm.Errorf(llm.CodeUnavailable, "worker %s is shutting down", w.cfg.Name)
+			}
+			return llm.Final{}, 0, err
+		}
+	}
+	w.inflight.Add(1)
+	defer func() {
+		w.inflight.Add(-1)
+		if w.batch != nil {
+			w.batch.Kick()
+		}
+	}()
+	w.prefix.add(hashes)
+	fin, err = w.eng.Generate(ctx, req, func(t llm.Token) error {
+		w.burst.Record(time.Now())
+		w.tokens.Add(1)
+		return emit(t)
+	})
+	return fin, batchSize, err
+}
+
+// probe refreshes health and load. A failed probe marks the worker
+// unhealthy at once: the scheduler should stop sending work to an engine it
+// cannot reach, and a single success brings it back.
+func (w *Worker) probe(ctx context.Context) {
+	l, err := w.eng.Probe(ctx)
+	if err != nil {
+		msg := err.Error()
+		w.probeErr.Store(&msg)
+		w.healthy.Store(false)
+		return
+	}
+	w.probeErr.Store(nil)
+	w.load.Store(&l)
+	w.healthy.Store(true)
+}
+
+// ProbeError is the last probe's error, empty when healthy.
+func (w *Worker) ProbeError() string {
+	if p := w.probeErr.Load(); p != nil {
+		return *p
+	}
+	return ""
+}
+
+// Close stops the batcher and closes the engine. Idempotent.
+func (w *Worker) Close() error {
+	var err error
+	w.closeOnce.Do(func() {
+		if w.batch != nil {
+			w.batch.Close()
+		}
+		err = w.eng.Close()
+	})
+	return err
+}
