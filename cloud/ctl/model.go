@@ -132,7 +132,7 @@ func modelTrain(ctx context.Context, cio cli.IO, args []string) error {
 	out := fs.String("out", "predictor.onnx", "ONNX file to write")
 	var telemetry cli.StringList
 	fs.Var(&telemetry, "telemetry", "JSON lines of fleet RequestRecords to add as training data (repeatable)")
-	seed := fs.Uint64("seed", 1, "seed for initialisation and shuffling (same seed → same bytes)")
+	seed := fs.Uint64("seed", train.ShippedSeed, "seed for initialisation and shuffling (same seed → same bytes)")
 	hidden := fs.Int("hidden", 0, "hidden units (0 = default 32)")
 	epochs := fs.Int("epochs", 0, "epochs (0 = default 15)")
 	lr := fs.Float64("learn-rate", 0, "Adam learning rate (0 = default 0.003)")

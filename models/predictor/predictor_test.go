@@ -213,7 +213,9 @@ func brokenModels() map[string]struct {
 			m.Graph.Inputs = append(m.Graph.Inputs, valueInfo("extra", onnxpb.Dim{Value: 1}, onnxpb.Dim{Value: 1}))
 		}), ErrUnsupported},
 		"dangling input": {edit(func(m *onnxpb.Model) { m.Graph.Nodes[1].Inputs[0] = "nowhere" }), ErrUnsupported},
-		"transA":         {edit(func(m *onnxpb.Model) { m.Graph.Nodes[0].Attributes[2] = onnxpb.Attribute{Name: "transA", Type: onnxpb.AttrInt, I: 1} }), ErrUnsupported},
+		"transA": {edit(func(m *onnxpb.Model) {
+			m.Graph.Nodes[0].Attributes[2] = onnxpb.Attribute{Name: "transA", Type: onnxpb.AttrInt, I: 1}
+		}), ErrUnsupported},
 		"not a probability": {edit(func(m *onnxpb.Model) {
 			// Drop the Sigmoid and push the logit far out of [0,1].
 			m.Graph.Nodes = m.Graph.Nodes[:3]

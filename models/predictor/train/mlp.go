@@ -12,8 +12,11 @@ import (
 	"github.com/phaseless/phaseless/models/textfeat"
 )
 
-// Config is one training run. The zero value means the defaults that made
-// the shipped predictor.onnx.
+// ShippedSeed is the seed of the shipped predictor.onnx.
+const ShippedSeed = 1
+
+// Config is one training run. Zero fields take the defaults; with Seed =
+// ShippedSeed they reproduce the shipped predictor.onnx.
 type Config struct {
 	Seed      uint64  // seeds weight init and shuffling; same seed, data and GOARCH → same model bytes
 	Hidden    int     // hidden units (default 32)

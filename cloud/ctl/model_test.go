@@ -1,0 +1,63 @@
+package ctl
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"strconv"
+	"strings"
+	"testing"
+
+	"github.com/phaseless/phaseless/models/textfeat"
+	"github.com/phaseless/phaseless/transport/cli"
+)
+
+func runModelCtl(t *testing.T, stdin string, args ...string) string {
+	t.Helper()
+	var out, errb bytes.Buffer
+	cio := cli.IO{Stdin: strings.NewReader(stdin), Stdout: &out, Stderr: &errb, Getenv: func(string) string { return "" }}
+	if err := Root().Dispatch(context.Background(), cio, args); err != nil {
+		t.Fatalf("phaselessctl %v: %v\n%s", args, err, errb.String())
+	}
+	return out.String()
+}
+
+func TestModelFeatures(t *testing.T) {
+	out := runModelCtl(t, "set a timer\n東京？\n", "model", "features")
+	lines := strings.Split(strings.TrimSpace(out), "\n")
+	if len(lines) != 2 {
+		t.Fatalf("want 2 lines, got %q", out)
+	}
+	var v []float32
+	if err := json.Unmarshal([]byte(lines[0]), &v); err != nil || len(v) != textfeat.Dim {
+		t.Fatalf("line 0: %v, %d values", err, len(v))
+	}
+}
+
+func TestModelScore(t *testing.T) {
+	for _, model := range []string{"", "entropy"} {
+		out := runModelCtl(t, "navigate home\nprove that there are infinitely many primes\n", "model", "score", "--model", model)
+		for _, l := range strings.Split(strings.TrimSpace(out), "\n") {
+			p, err := strconv.ParseFloat(l, 64)
+			if err != nil || p < 0 || p > 1 {
+				t.Fatalf("model %q: line %q is not a probability", model, l)
+			}
+		}
+	}
+}
+
+func TestModelEval(t *testing.T) {
+	out := runModelCtl(t, "", "model", "eval", "--data", "../../models/data/routing")
+	for _, want := range []string{"APGR", "CPT(50%)", "CLINC AUC", "predictor (shipped)", "entropy > 4.2", "random"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("eval output lacks %q:\n%s", want, out)
+		}
+	}
+}
+
+func TestModelScoreMissingModel(t *testing.T) {
+	cio := cli.IO{Stdin: strings.NewReader("x\n"), Stdout: &bytes.Buffer{}, Stderr: &bytes.Buffer{}, Getenv: func(string) string { return "" }}
+	if err := Root().Dispatch(context.Background(), cio, []string{"model", "score", "--model", "/nonexistent.onnx"}); err == nil {
+		t.Fatal("a missing model file was accepted")
+	}
+}

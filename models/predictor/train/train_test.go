@@ -1,0 +1,210 @@
+package train
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"math"
+	"strings"
+	"testing"
+
+	"github.com/phaseless/phaseless/models/predictor"
+	"github.com/phaseless/phaseless/models/textfeat"
+	"github.com/phaseless/phaseless/transport/fleet"
+)
+
+const repoData = "../../data/routing"
+
+func TestMetrics(t *testing.T) {
+	// Weak right on 0 and 1, strong right on 0, 1 and 2: the gap is prompt 2.
+	prompts := []Example{{Weak: true, Strong: true}, {Weak: true, Strong: true}, {Strong: true}, {}}
+	oracle := Curve([]float64{0, 0, 1, 0.5}, prompts) // sends prompt 2 first
+	if got := oracle.PGR[1]; got != 1 {
+		t.Fatalf("oracle PGR at 25%% = %v, want 1", got)
+	}
+	if got := oracle.CPT(0.5); got != 0.25 {
+		t.Fatalf("oracle CPT(50%%) = %v, want 0.25", got)
+	}
+	worst := Curve([]float64{1, 1, 0, 0}, prompts)
+	if !(oracle.APGR() > 0.5 && worst.APGR() < 0.5) {
+		t.Fatalf("APGR oracle %v, worst %v", oracle.APGR(), worst.APGR())
+	}
+	// Trapezoid over PGR 0, 1, 1, 1, 1 at shares 0, .25, ..., 1: 0.125 + 0.75.
+	if got := oracle.APGR(); math.Abs(got-0.875) > 1e-12 {
+		t.Fatalf("oracle APGR = %v, want 0.875", got)
+	}
+	if got := worst.APGR(); math.Abs(got-0.375) > 1e-12 {
+		t.Fatalf("worst APGR = %v, want 0.375", got)
+	}
+	labels := []float32{0, 0, 1, 1}
+	if got := AUC([]float64{0.1, 0.2, 0.8, 0.9}, labels); got != 1 {
+		t.Fatalf("AUC perfect = %v", got)
+	}
+	if got := AUC([]float64{0.5, 0.5, 0.5, 0.5}, labels); got != 0.5 {
+		t.Fatalf("AUC ties = %v", got)
+	}
+	if got := AUC([]float64{0.9, 0.1, 0.8, 0.2}, labels); got != 0.5 {
+		t.Fatalf("AUC mixed = %v", got)
+	}
+	if got := Accuracy([]float64{0.1, 0.6, 0.8, 0.4}, labels, 0.5); got != 0.5 {
+		t.Fatalf("accuracy = %v", got)
+	}
+}
+
+func TestRandomBaselineIsHalf(t *testing.T) {
+	d, err := LoadRouting(repoData)
+	if err != nil {
+		t.Fatal(err)
+	}
+	mmlu, clinc := d.EvalSets()
+	rep, err := Evaluate(nil, mmlu, clinc, 7)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := rep.Rows[0]
+	if math.Abs(r.APGR-0.5) > 0.05 || math.Abs(r.CLINCAUC-0.5) > 0.05 {
+		t.Fatalf("random router: APGR %v, CLINC AUC %v; both should be near 0.5", r.APGR, r.CLINCAUC)
+	}
+}
+
+func TestSplitHoldsOutWholeGroups(t *testing.T) {
+	d, err := LoadRouting(repoData)
+	if err != nil {
+		t.Fatal(err)
+	}
+	trainGroups := map[string]bool{}
+	for _, e := range d.TrainExamples() {
+		if e.Source != "clinc-oos" {
+			trainGroups[e.Group] = true
+		}
+	}
+	mmlu, clinc := d.EvalSets()
+	for _, e := range append(mmlu, clinc...) {
+		if trainGroups[e.Group] {
+			t.Fatalf("%s %q is on both sides of the split", e.Source, e.Group)
+		}
+	}
+	if len(mmlu) == 0 || len(clinc) == 0 {
+		t.Fatal("empty evaluation set")
+	}
+}
+
+// The shipped model must be what `phaselessctl model train` makes from the
+// repository's data with the default seed: byte for byte.
+func TestRunReproducesShippedModel(t *testing.T) {
+	res, err := Run(context.Background(), Options{DataDir: repoData, Config: Config{Seed: ShippedSeed}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Equal(res.Model, predictor.Shipped()) {
+		t.Fatalf("training from models/data/routing gives %d bytes that differ from the shipped predictor.onnx (%d bytes): retrain with `phaselessctl model train --out models/predictor/predictor.onnx`",
+			len(res.Model), len(predictor.Shipped()))
+	}
+	if len(res.Model) > 64<<10 {
+		t.Fatalf("model is %d bytes, budget 64 KiB", len(res.Model))
+	}
+	// The learned router must beat random routing on unseen subjects and
+	// intents, or it has no reason to exist.
+	model, random := res.Report.Rows[0], res.Report.Rows[len(res.Report.Rows)-1]
+	if model.APGR <= random.APGR || model.CLINCAUC <= random.CLINCAUC {
+		t.Fatalf("model %+v does not beat random %+v", model, random)
+	}
+}
+
+func TestFitSeeded(t *testing.T) {
+	d, err := LoadRouting(repoData)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ex := d.TrainExamples()[:2000]
+	cfg := Config{Seed: 5, Epochs: 2, Hidden: 8}
+	a, err := Fit(cfg, ex)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := Fit(cfg, ex)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Equal(a.ONNX(), b.ONNX()) {
+		t.Fatal("same seed gave different model bytes")
+	}
+	cfg.Seed = 6
+	c, err := Fit(cfg, ex)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if bytes.Equal(a.ONNX(), c.ONNX()) {
+		t.Fatal("different seeds gave the same model")
+	}
+	if a.Losses[len(a.Losses)-1] >= a.Losses[0] {
+		t.Fatalf("loss did not fall: %v", a.Losses)
+	}
+}
+
+func TestConfigValidate(t *testing.T) {
+	for _, tc := range []struct {
+		cfg   Config
+		field string
+	}{
+		{Config{Hidden: -1, Epochs: 1, BatchSize: 1, LearnRate: 1}, "hidden"},
+		{Config{Hidden: 1, Epochs: 0, BatchSize: 1, LearnRate: 1}, "epochs"},
+		{Config{Hidden: 1, Epochs: 1, BatchSize: 0, LearnRate: 1}, "batch-size"},
+		{Config{Hidden: 1, Epochs: 1, BatchSize: 1, LearnRate: math.NaN()}, "learn-rate"},
+		{Config{Hidden: 1, Epochs: 1, BatchSize: 1, LearnRate: 1, L2: -1}, "l2"},
+	} {
+		err := tc.cfg.Validate()
+		if err == nil || !strings.Contains(err.Error(), tc.field) {
+			t.Errorf("%+v: %v, want an error naming %s", tc.cfg, err, tc.field)
+		}
+	}
+}
+
+func record(path, decision, outcome string, version int) string {
+	r := fleet.RequestRecord{TraceID: "t", Features: textfeat.Extract("open the sunroof"), FeatureVersion: version,
+		Decision: decision, Path: path, Outcome: outcome}
+	b, _ := json.Marshal(r)
+	return string(b)
+}
+
+func TestLoadTelemetryLabels(t *testing.T) {
+	wrapped, _ := json.Marshal(fleet.Record{Seq: 1, Kind: "request", Data: json.RawMessage(record("local", "local", "error", textfeat.Version))})
+	lines := []string{
+		record("local", "local", "ok", textfeat.Version),        // 0
+		record("cloud", "local", "ok", textfeat.Version),        // 1: fell back
+		record("cloud", "cloud", "ok", textfeat.Version),        // skipped: no counterfactual
+		record("local", "local", "cancelled", textfeat.Version), // skipped
+		record("local", "local", "ok", textfeat.Version+1),      // skipped: other layout
+		string(wrapped), // 1: local failure inside a fleet.Record
+		"",
+	}
+	ex, st, err := LoadTelemetry(strings.NewReader(strings.Join(lines, "\n")))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(ex) != 3 || ex[0].Label != 0 || ex[1].Label != 1 || ex[2].Label != 1 {
+		t.Fatalf("examples %+v", ex)
+	}
+	if st.Records != 6 || st.SkippedVersion != 1 || st.SkippedUnknown != 2 || st.Local != 1 || st.Cloud != 2 {
+		t.Fatalf("stats %+v", st)
+	}
+	if _, _, err := LoadTelemetry(strings.NewReader("{not json")); err == nil {
+		t.Fatal("bad JSON accepted")
+	}
+}
+
+func FuzzLoadTelemetry(f *testing.F) {
+	f.Add([]byte(record("local", "local", "ok", textfeat.Version)))
+	f.Add([]byte(`{"kind":"request","data":{"features":[1,2],"feature_version":1}}`))
+	f.Fuzz(func(t *testing.T, b []byte) {
+		ex, _, err := LoadTelemetry(bytes.NewReader(b))
+		if err != nil {
+			return
+		}
+		for _, e := range ex {
+			if len(e.Features) != textfeat.Dim || (e.Label != 0 && e.Label != 1) {
+				t.Fatalf("bad example %+v", e)
+			}
+		}
+	})
+}
