@@ -289,6 +289,9 @@ type GenOptions struct {
 
 	// onDone, when set (tests), receives the generated token ids.
 	onDone func([]int32)
+	// onToken, when set (benchmarks), runs in the step loop for every sampled
+	// token, whether or not its text was emitted yet.
+	onToken func()
 }
 
 // GenerateTokens runs a prompt given as token ids (BOS included if wanted).

@@ -258,7 +258,9 @@ func TestOverloadedWhenQueueFull(t *testing.T) {
 		})
 	})
 	<-started // the first request runs; the batch of one is full
-	wg.Go(func() { e.GenerateTokens(ctx, prompts(1, 5, 5)[0], GenOptions{MaxTokens: 5}, func(llm.Token) error { return nil }) })
+	wg.Go(func() {
+		e.GenerateTokens(ctx, prompts(1, 5, 5)[0], GenOptions{MaxTokens: 5}, func(llm.Token) error { return nil })
+	})
 	deadline := time.Now().Add(10 * time.Second)
 	for e.Stats().Waiting == 0 && time.Now().Before(deadline) {
 		time.Sleep(time.Millisecond)

@@ -40,6 +40,49 @@ func (m *Model) Tokenizer() Tokenizer { return m.tok }
 // TokenizerSpec returns the vocabulary the model was loaded with.
 func (m *Model) TokenizerSpec() TokenizerSpec { return m.tokSpec }
 
+// New builds an F32 model directly from weights (no file), sharing the
+// slices; trainers use it to evaluate without a round trip through GGUF.
+func New(cfg Config, tok TokenizerSpec, w *Weights) (*Model, error) {
+	cfg = cfg.WithDefaults()
+	if err := w.Check(cfg); err != nil {
+		return nil, err
+	}
+	if err := tok.Validate(cfg.Vocab); err != nil {
+		return nil, err
+	}
+	t, err := tok.Build()
+	if err != nil {
+		return nil, err
+	}
+	m := &Model{Config: cfg, DType: F32, Meta: map[string]any{}, tok: t, tokSpec: tok, layers: make([]layer, cfg.Layers)}
+	for _, s := range w.specs(cfg) {
+		if *s.ptr == nil {
+			continue // optional output head: tied below
+		}
+		m.assign(s.name, &matrix{rows: s.rows, cols: s.cols, dtype: F32, f32: *s.ptr}, cfg)
+	}
+	if m.output == nil {
+		m.output, m.tied = m.embd, true
+	}
+	return m, nil
+}
+
+// WeightBytes is the memory the weight matrices take as stored: what one
+// decode step of a single sequence has to read.
+func (m *Model) WeightBytes() int64 {
+	size := func(x *matrix) int64 { return int64(len(x.raw)) + 4*int64(len(x.f32)) }
+	n := size(m.embd)
+	if !m.tied {
+		n += size(m.output)
+	}
+	for _, l := range m.layers {
+		for _, x := range []*matrix{l.q, l.k, l.v, l.o, l.gate, l.up, l.down} {
+			n += size(x)
+		}
+	}
+	return n
+}
+
 // Load reads a GGUF model file into memory.
 func Load(path string) (*Model, error) {
 	f, err := os.Open(path)

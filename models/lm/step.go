@@ -329,6 +329,9 @@ func (e *Engine) advance(s *sequence, tok int32, now time.Time) {
 	}
 	s.lastTok = now
 	s.tokens = append(s.tokens, tok)
+	if s.opt.onToken != nil {
+		s.opt.onToken()
+	}
 	if tok == e.m.tok.EOS() && !s.opt.IgnoreEOS {
 		e.complete(s, "stop")
 		return

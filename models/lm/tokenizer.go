@@ -75,6 +75,20 @@ func ByteTokenizerSpec() TokenizerSpec {
 	return s
 }
 
+// PaddedByteTokenizerSpec is ByteTokenizerSpec padded with unused tokens to
+// vocab entries, for models whose embedding table is larger than 258 rows.
+func PaddedByteTokenizerSpec(vocab int) (TokenizerSpec, error) {
+	s := ByteTokenizerSpec()
+	if vocab < len(s.Tokens) {
+		return s, fmt.Errorf("tokenizer: a byte vocabulary needs at least %d tokens, got %d", len(s.Tokens), vocab)
+	}
+	for i := len(s.Tokens); i < vocab; i++ {
+		s.Tokens = append(s.Tokens, fmt.Sprintf("<unused%d>", i))
+		s.Types = append(s.Types, TokenUnused)
+	}
+	return s, nil
+}
+
 // Validate checks the spec against a model's vocabulary size.
 func (s TokenizerSpec) Validate(vocab int) error {
 	switch s.Model {

@@ -1,0 +1,245 @@
+package ctl
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"os"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/phaseless/phaseless/models/lm"
+	"github.com/phaseless/phaseless/transport/cli"
+	"github.com/phaseless/phaseless/transport/llm"
+)
+
+// `lm` drives the built-in engine (models/lm): make a random model of a given
+// shape, generate from a model, print logits for cross-checking against other
+// implementations, and benchmark. `lm train` (lmtrain.go) joins this command.
+func init() {
+	register(&cli.Command{Name: "lm", Summary: "built-in language models: init, generate, logits, bench, train", Subcommands: []*cli.Command{
+		{Name: "init", Summary: "write a random-weight llama model of a given shape as GGUF", Run: lmInit},
+		{Name: "generate", Summary: "stream a completion from a GGUF model", Run: lmGenerate},
+		{Name: "logits", Summary: "print final-position logits for token ids as a JSON array", Run: lmLogits},
+		{Name: "bench", Summary: "decode tok/s per batch size, prefill tok/s, TTFT cached vs uncached", Run: lmBench},
+	}})
+}
+
+// lmParseFlags parses args, printing usage for --help (returned as done=true).
+func lmParseFlags(fs *flag.FlagSet, cio cli.IO, args []string, usage string) (done bool, err error) {
+	if err := cli.Parse(fs, args, cio.Getenv); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			cli.PrintUsage(cio.Stdout, fs, usage)
+			return true, nil
+		}
+		return false, fmt.Errorf("%w: %v", cli.ErrUsage, err)
+	}
+	return false, nil
+}
+
+func lmInit(ctx context.Context, cio cli.IO, args []string) error {
+	fs := flag.NewFlagSet("lm init", flag.ContinueOnError)
+	out := fs.String("out", "", "GGUF file to write")
+	var c lm.Config
+	fs.IntVar(&c.Layers, "layers", 4, "transformer blocks")
+	fs.IntVar(&c.Dim, "dim", 256, "embedding width")
+	fs.IntVar(&c.Heads, "heads", 8, "query heads")
+	fs.IntVar(&c.KVHeads, "kv-heads", 0, "key/value heads (0 = heads)")
+	fs.IntVar(&c.FFN, "ffn", 0, "MLP hidden width (0 = 8/3·dim rounded up to 32)")
+	fs.IntVar(&c.Vocab, "vocab", 258, "vocabulary size (at least 258: bytes, BOS, EOS)")
+	fs.IntVar(&c.ContextLen, "ctx", 1024, "context length")
+	fs.Float64Var(&c.RopeTheta, "rope-theta", 10000, "RoPE base")
+	dtype := fs.String("dtype", "f32", "tensor storage: f32, f16 or q8_0")
+	seed := fs.Uint64("seed", 1, "random seed")
+	if done, err := lmParseFlags(fs, cio, args, "lm init --out F [--layers L --dim D --heads H --kv-heads K --ffn F --vocab V --ctx C --dtype f32|f16|q8_0 --seed S]"); done || err != nil {
+		return err
+	}
+	if *out == "" {
+		return &cli.FieldError{Field: "out", Err: errors.New("required")}
+	}
+	if c.KVHeads == 0 {
+		c.KVHeads = c.Heads
+	}
+	if c.FFN == 0 {
+		c.FFN = (c.Dim*8/3 + 31) / 32 * 32
+	}
+	dt, err := lm.ParseDType(*dtype)
+	if err != nil {
+		return &cli.FieldError{Field: "dtype", Err: err}
+	}
+	if err := c.Validate(); err != nil {
+		return err
+	}
+	tok, err := lm.PaddedByteTokenizerSpec(c.Vocab)
+	if err != nil {
+		return &cli.FieldError{Field: "vocab", Err: err}
+	}
+	w, err := lm.RandomWeights(c, *seed)
+	if err != nil {
+		return err
+	}
+	f, err := os.Create(*out)
+	if err != nil {
+		return err
+	}
+	meta := map[string]any{"general.name": "random", "phaseless.seed": *seed}
+	if err := lm.WriteGGUF(f, c, tok, w, meta, dt); err != nil {
+		f.Close()
+		return err
+	}
+	if err := f.Close(); err != nil {
+		return err
+	}
+	st, _ := os.Stat(*out)
+	fmt.Fprintf(cio.Stdout, "wrote %s: %d layers, dim %d, %d/%d heads, ffn %d, vocab %d, ctx %d, %s, %.1f MB\n",
+		*out, c.Layers, c.Dim, c.Heads, c.KVHeads, c.FFN, c.Vocab, c.ContextLen, dt, float64(st.Size())/1e6)
+	return nil
+}
+
+func lmGenerate(ctx context.Context, cio cli.IO, args []string) error {
+	fs := flag.NewFlagSet("lm generate", flag.ContinueOnError)
+	model := fs.String("model", "", "GGUF model file")
+	prompt := fs.String("prompt", "", "user message (rendered with the chat template unless --raw)")
+	raw := fs.Bool("raw", false, "feed the prompt as plain text, without the chat template and its stop")
+	maxTokens := fs.Int("max-tokens", 128, "tokens to generate at most")
+	temp := fs.Float64("temperature", 0, "sampling temperature (0 = greedy)")
+	topK := fs.Int("top-k", 0, "top-k sampling (0 = off)")
+	topP := fs.Float64("top-p", 0, "top-p sampling (0 = off)")
+	seed := fs.Uint64("seed", 0, "sampling seed (0 = random)")
+	threads := fs.Int("threads", 0, "compute threads (0 = all cores)")
+	if done, err := lmParseFlags(fs, cio, args, `lm generate --model F --prompt "..." [--max-tokens N --temperature T --top-k K --top-p P --seed S --raw]`); done || err != nil {
+		return err
+	}
+	if *model == "" {
+		return &cli.FieldError{Field: "model", Err: errors.New("required")}
+	}
+	m, err := lm.Load(*model)
+	if err != nil {
+		return err
+	}
+	e, err := lm.NewEngine(m, lm.EngineConfig{Threads: *threads, MaxBatch: 1})
+	if err != nil {
+		return err
+	}
+	defer e.Close()
+	emit := func(t llm.Token) error {
+		_, err := fmt.Fprint(cio.Stdout, t.Text)
+		return err
+	}
+	start := time.Now()
+	var fin llm.Final
+	if *raw {
+		tok := m.Tokenizer()
+		ids := tok.Encode(*prompt)
+		if tok.AddBOS() {
+			ids = append([]int32{tok.BOS()}, ids...)
+		}
+		fin, err = e.GenerateTokens(ctx, ids, lm.GenOptions{MaxTokens: *maxTokens, Temperature: *temp, TopK: *topK, TopP: *topP, Seed: *seed}, emit)
+	} else {
+		req := &llm.Request{Messages: []llm.Message{{Role: "user", Content: *prompt}}, MaxTokens: *maxTokens,
+			Temperature: *temp, TopK: *topK, TopP: *topP, Seed: *seed}
+		fin, err = e.Generate(ctx, req, emit)
+	}
+	fmt.Fprintln(cio.Stdout)
+	if err != nil {
+		return err
+	}
+	el := time.Since(start)
+	fmt.Fprintf(cio.Stderr, "%d prompt + %d generated tokens, finish %s, TTFT %v, %.1f tok/s\n",
+		fin.PromptTokens, fin.CompletionTokens, fin.FinishReason, fin.TTFT.Round(time.Microsecond),
+		float64(fin.CompletionTokens)/el.Seconds())
+	return nil
+}
+
+func lmLogits(ctx context.Context, cio cli.IO, args []string) error {
+	fs := flag.NewFlagSet("lm logits", flag.ContinueOnError)
+	model := fs.String("model", "", "GGUF model file")
+	tokens := fs.String("tokens", "", "comma-separated token ids, e.g. 1,2,3")
+	if done, err := lmParseFlags(fs, cio, args, "lm logits --model F --tokens 1,2,3"); done || err != nil {
+		return err
+	}
+	if *model == "" {
+		return &cli.FieldError{Field: "model", Err: errors.New("required")}
+	}
+	ids, err := parseIDs(*tokens)
+	if err != nil {
+		return &cli.FieldError{Field: "tokens", Err: err}
+	}
+	m, err := lm.Load(*model)
+	if err != nil {
+		return err
+	}
+	if err := m.ValidateTokens(ids); err != nil {
+		return &cli.FieldError{Field: "tokens", Err: err}
+	}
+	return json.NewEncoder(cio.Stdout).Encode(m.Logits(ids))
+}
+
+func parseIDs(s string) ([]int32, error) {
+	if strings.TrimSpace(s) == "" {
+		return nil, errors.New("required")
+	}
+	var out []int32
+	for _, f := range strings.Split(s, ",") {
+		n, err := strconv.ParseInt(strings.TrimSpace(f), 10, 32)
+		if err != nil {
+			return nil, fmt.Errorf("%q is not a token id", f)
+		}
+		out = append(out, int32(n))
+	}
+	return out, nil
+}
+
+func lmBench(ctx context.Context, cio cli.IO, args []string) error {
+	fs := flag.NewFlagSet("lm bench", flag.ContinueOnError)
+	model := fs.String("model", "", "GGUF model file")
+	batches := fs.String("batch", "1,4,16", "decode batch sizes")
+	tokens := fs.Int("tokens", 64, "tokens generated per sequence")
+	promptLen := fs.Int("prompt-len", 512, "prompt length for prefill and TTFT")
+	shared := fs.Float64("shared", 0.9, "fraction of the TTFT prompt already cached")
+	threads := fs.Int("threads", 0, "compute threads (0 = all cores)")
+	copyMB := fs.Int("copy-mb", 256, "size of the memory copy that measures bandwidth, MiB")
+	if done, err := lmParseFlags(fs, cio, args, "lm bench --model F [--batch 1,4,16 --tokens N --prompt-len N --shared 0.9]"); done || err != nil {
+		return err
+	}
+	if *model == "" {
+		return &cli.FieldError{Field: "model", Err: errors.New("required")}
+	}
+	ids, err := parseIDs(*batches)
+	if err != nil {
+		return &cli.FieldError{Field: "batch", Err: err}
+	}
+	if *shared <= 0 || *shared >= 1 {
+		return &cli.FieldError{Field: "shared", Err: fmt.Errorf("%v is not in (0, 1)", *shared)}
+	}
+	m, err := lm.Load(*model)
+	if err != nil {
+		return err
+	}
+	if *copyMB <= 0 {
+		return &cli.FieldError{Field: "copy-mb", Err: fmt.Errorf("%d is not positive", *copyMB)}
+	}
+	cfg := lm.BenchConfig{DecodeTokens: *tokens, PromptLen: *promptLen, Shared: *shared, Threads: *threads, CopyBytes: *copyMB << 20}
+	for _, b := range ids {
+		cfg.Batches = append(cfg.Batches, int(b))
+	}
+	r, err := lm.Bench(ctx, m, cfg)
+	if err != nil {
+		return err
+	}
+	c := m.Config
+	fmt.Fprintf(cio.Stdout, "model %s: %d layers, dim %d, %d/%d heads, ffn %d, vocab %d, %s, weights %.1f MB\n",
+		*model, c.Layers, c.Dim, c.Heads, c.KVHeads, c.FFN, c.Vocab, m.DType, float64(r.WeightBytes)/1e6)
+	for _, d := range r.Decode {
+		fmt.Fprintf(cio.Stdout, "decode batch %3d: %8.1f tok/s (%.2f× batch 1)\n", d.Batch, d.TokensPerSec, r.Speedup(d.Batch))
+	}
+	fmt.Fprintf(cio.Stdout, "prefill: %.1f tok/s (%d-token prompt)\n", r.PrefillTokensPerSec, min(*promptLen, c.ContextLen-2))
+	fmt.Fprintf(cio.Stdout, "TTFT uncached %v, cached %v with %d prompt tokens in cache (ratio %.3f)\n",
+		r.TTFTUncached.Round(time.Microsecond), r.TTFTCached.Round(time.Microsecond), r.CachedPromptTokens, float64(r.TTFTCached)/float64(r.TTFTUncached))
+	fmt.Fprintf(cio.Stdout, "memory copy %.2f GB/s (read+write); batch-1 decode reads %.2f GB/s of weights = %.0f%% of it\n",
+		r.CopyBytesPerSec/1e9, r.Decode[0].TokensPerSec*float64(r.WeightBytes)/1e9, 100*r.SingleStreamFraction)
+	return nil
+}

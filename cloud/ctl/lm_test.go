@@ -1,0 +1,65 @@
+package ctl
+
+import (
+	"encoding/json"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/phaseless/phaseless/models/lm"
+)
+
+func TestLMInitLogitsGenerateBench(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "m.gguf")
+	out, err := runCtl(t, "lm", "init", "--out", path, "--layers", "2", "--dim", "64", "--heads", "4", "--kv-heads", "2",
+		"--ffn", "96", "--vocab", "300", "--ctx", "128", "--dtype", "q8_0", "--seed", "5")
+	if err != nil || !strings.Contains(out, "q8_0") {
+		t.Fatalf("init: %v\n%s", err, out)
+	}
+	m, err := lm.Load(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c := m.Config; c.Layers != 2 || c.Dim != 64 || c.KVHeads != 2 || c.FFN != 96 || c.Vocab != 300 || c.ContextLen != 128 || m.DType != lm.Q8_0 {
+		t.Fatalf("loaded %+v %v", c, m.DType)
+	}
+
+	out, err = runCtl(t, "lm", "logits", "--model", path, "--tokens", "256, 104,105")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got []float32
+	if err := json.Unmarshal([]byte(out), &got); err != nil {
+		t.Fatalf("logits output is not a JSON array: %v\n%.200s", err, out)
+	}
+	want := m.Logits([]int32{256, 104, 105})
+	if len(got) != len(want) {
+		t.Fatalf("%d logits, want %d", len(got), len(want))
+	}
+	for i := range want {
+		if got[i] != want[i] {
+			t.Fatalf("logit %d: printed %v, computed %v (JSON must round-trip float32 exactly)", i, got[i], want[i])
+		}
+	}
+	if _, err := runCtl(t, "lm", "logits", "--model", path, "--tokens", "1,300"); err == nil || !strings.Contains(err.Error(), "tokens") {
+		t.Fatalf("out-of-vocabulary token: %v", err)
+	}
+
+	out, err = runCtl(t, "lm", "generate", "--model", path, "--prompt", "hi", "--max-tokens", "5", "--seed", "3", "--temperature", "1")
+	if err != nil || !strings.Contains(out, "generated tokens") {
+		t.Fatalf("generate: %v\n%s", err, out)
+	}
+
+	out, err = runCtl(t, "lm", "bench", "--model", path, "--batch", "1,2", "--tokens", "8", "--prompt-len", "64", "--copy-mb", "8")
+	if err != nil {
+		t.Fatalf("bench: %v\n%s", err, out)
+	}
+	for _, s := range []string{"decode batch   1", "decode batch   2", "prefill:", "TTFT uncached", "memory copy"} {
+		if !strings.Contains(out, s) {
+			t.Errorf("bench output lacks %q:\n%s", s, out)
+		}
+	}
+	if _, err := runCtl(t, "lm", "init", "--out", path, "--dim", "60", "--heads", "7"); err == nil {
+		t.Fatal("init accepted dim 60 with 7 heads")
+	}
+}

@@ -1,0 +1,221 @@
+package lm
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/phaseless/phaseless/transport/llm"
+)
+
+// BenchConfig sets up Bench. Zero fields take the defaults shown.
+type BenchConfig struct {
+	Batches      []int   // decode batch sizes to measure (1, 4, 16)
+	DecodeTokens int     // tokens generated per sequence (64)
+	PromptLen    int     // prompt length for prefill and TTFT (512, capped by the context)
+	Shared       float64 // fraction of the prompt shared with a cached one (0.9)
+	Repeats      int     // TTFT measurements, median taken (3)
+	CopyBytes    int     // size of the memory copy that measures bandwidth (256 MiB)
+	Threads      int     // engine threads (GOMAXPROCS)
+}
+
+// BenchResult is what Bench measured.
+type BenchResult struct {
+	Decode              []BatchRate
+	PrefillTokensPerSec float64
+	TTFTUncached        time.Duration
+	TTFTCached          time.Duration // same length, Shared of it in the cache
+	CachedPromptTokens  int           // tokens served from the cache in the cached case
+	CopyBytesPerSec     float64       // memory copy, bytes read plus bytes written
+	WeightBytes         int64
+	// SingleStreamFraction is batch-1 decode's weight traffic (WeightBytes per
+	// token) over CopyBytesPerSec: how close decode gets to memory bandwidth.
+	SingleStreamFraction float64
+}
+
+// BatchRate is decode throughput at one batch size.
+type BatchRate struct {
+	Batch        int
+	TokensPerSec float64 // all sequences together
+}
+
+// Speedup is decode tok/s at batch over batch 1, or 0 when either is missing.
+func (r BenchResult) Speedup(batch int) float64 {
+	var one, b float64
+	for _, d := range r.Decode {
+		if d.Batch == 1 {
+			one = d.TokensPerSec
+		}
+		if d.Batch == batch {
+			b = d.TokensPerSec
+		}
+	}
+	if one == 0 {
+		return 0
+	}
+	return b / one
+}
+
+// Bench measures decode throughput per batch size, prefill throughput, TTFT
+// with and without a cached shared prefix, and batch-1 decode against the
+// machine's memory-copy bandwidth measured in the same run.
+func Bench(ctx context.Context, m *Model, cfg BenchConfig) (BenchResult, error) {
+	if len(cfg.Batches) == 0 {
+		cfg.Batches = []int{1, 4, 16}
+	}
+	if cfg.DecodeTokens == 0 {
+		cfg.DecodeTokens = 64
+	}
+	if cfg.PromptLen == 0 {
+		cfg.PromptLen = 512
+	}
+	cfg.PromptLen = min(cfg.PromptLen, m.Config.ContextLen-2)
+	if cfg.Shared == 0 {
+		cfg.Shared = 0.9
+	}
+	if cfg.Repeats == 0 {
+		cfg.Repeats = 3
+	}
+	if cfg.CopyBytes == 0 {
+		cfg.CopyBytes = 256 << 20
+	}
+	if cfg.DecodeTokens+16 >= m.Config.ContextLen {
+		return BenchResult{}, fmt.Errorf("bench: %d decode tokens do not fit the context of %d", cfg.DecodeTokens, m.Config.ContextLen)
+	}
+	res := BenchResult{WeightBytes: m.WeightBytes()}
+	for _, b := range cfg.Batches {
+		if b <= 0 {
+			return res, fmt.Errorf("bench: batch size %d", b)
+		}
+		rate, err := benchDecode(ctx, m, b, cfg)
+		if err != nil {
+			return res, err
+		}
+		res.Decode = append(res.Decode, BatchRate{Batch: b, TokensPerSec: rate})
+	}
+	if err := benchTTFT(ctx, m, cfg, &res); err != nil {
+		return res, err
+	}
+	res.CopyBytesPerSec = copyBandwidth(cfg.CopyBytes)
+	for _, d := range res.Decode {
+		if d.Batch == 1 {
+			res.SingleStreamFraction = d.TokensPerSec * float64(res.WeightBytes) / res.CopyBytesPerSec
+		}
+	}
+	return res, nil
+}
+
+// benchPrompt is a deterministic prompt; different salts share no prefix.
+func benchPrompt(m *Model, n int, salt int) []int32 {
+	p := make([]int32, n)
+	for i := range p {
+		p[i] = int32((i*131 + salt*7919 + salt*salt) % m.Config.Vocab)
+	}
+	return p
+}
+
+// benchDecode runs batch sequences together and returns the generated tokens
+// per second counted from the moment all of them are decoding (so their
+// prompts' prefill is not in the figure).
+func benchDecode(ctx context.Context, m *Model, batch int, cfg BenchConfig) (float64, error) {
+	e, err := NewEngine(m, EngineConfig{MaxBatch: batch, StepTokens: max(512, batch), Threads: cfg.Threads})
+	if err != nil {
+		return 0, err
+	}
+	defer e.Close()
+	var (
+		mu       sync.Mutex
+		started  int
+		t0       time.Time
+		base     int64
+		total    atomic.Int64
+		wg       sync.WaitGroup
+		firstErr error
+	)
+	for i := range batch {
+		first := true
+		opt := GenOptions{MaxTokens: cfg.DecodeTokens, IgnoreEOS: true, Seed: 1, onToken: func() {
+			n := total.Add(1)
+			if first {
+				first = false
+				mu.Lock()
+				if started++; started == batch {
+					t0, base = time.Now(), n
+				}
+				mu.Unlock()
+			}
+		}}
+		wg.Go(func() {
+			_, err := e.GenerateTokens(ctx, benchPrompt(m, 16, i+1), opt, func(llm.Token) error { return nil })
+			if err != nil {
+				mu.Lock()
+				firstErr = err
+				mu.Unlock()
+			}
+		})
+	}
+	wg.Wait()
+	end := time.Now()
+	if firstErr != nil {
+		return 0, firstErr
+	}
+	return float64(total.Load()-base) / end.Sub(t0).Seconds(), nil
+}
+
+// benchTTFT measures prefill speed and time to first token for a prompt with
+// nothing cached and for one whose first Shared fraction is cached.
+func benchTTFT(ctx context.Context, m *Model, cfg BenchConfig, res *BenchResult) error {
+	e, err := NewEngine(m, EngineConfig{MaxBatch: 4, StepTokens: cfg.PromptLen, Threads: cfg.Threads})
+	if err != nil {
+		return err
+	}
+	defer e.Close()
+	once := func(p []int32) (llm.Final, error) {
+		return e.GenerateTokens(ctx, p, GenOptions{MaxTokens: 1, IgnoreEOS: true, Seed: 1}, func(llm.Token) error { return nil })
+	}
+	shared := int(float64(cfg.PromptLen) * cfg.Shared)
+	var cold, warm []time.Duration
+	for r := range cfg.Repeats {
+		base := benchPrompt(m, cfg.PromptLen, 1000+r)
+		f, err := once(base) // uncached, and warms the cache for the next one
+		if err != nil {
+			return err
+		}
+		cold = append(cold, f.TTFT)
+		other := append(slices.Clone(base[:shared]), benchPrompt(m, cfg.PromptLen-shared, 5000+r)...)
+		if f, err = once(other); err != nil {
+			return err
+		}
+		warm = append(warm, f.TTFT)
+		res.CachedPromptTokens = f.PrefixHitTokens
+	}
+	res.TTFTUncached, res.TTFTCached = median(cold), median(warm)
+	res.PrefillTokensPerSec = float64(cfg.PromptLen) / res.TTFTUncached.Seconds()
+	return nil
+}
+
+func median(d []time.Duration) time.Duration {
+	s := slices.Clone(d)
+	slices.Sort(s)
+	return s[len(s)/2]
+}
+
+// copyBandwidth is the best of a few large copies, counting bytes read plus
+// bytes written.
+func copyBandwidth(n int) float64 {
+	src, dst := make([]byte, n), make([]byte, n)
+	for i := 0; i < n; i += 4096 {
+		src[i] = byte(i) // fault the pages in before timing
+		dst[i] = 0
+	}
+	best := time.Duration(1<<63 - 1)
+	for range 4 {
+		t := time.Now()
+		copy(dst, src)
+		best = min(best, time.Since(t))
+	}
+	return 2 * float64(n) / best.Seconds()
+}
