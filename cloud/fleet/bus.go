@@ -1,0 +1,256 @@
+package fleet
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/url"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/eclipse/paho.golang/autopaho"
+	"github.com/eclipse/paho.golang/paho"
+
+	"github.com/phaseless/phaseless/cloud/fleet/broker"
+	"github.com/phaseless/phaseless/transport/metrics"
+)
+
+// bus is how the Manager reaches devices: the embedded broker in process or
+// an external broker as an MQTT client. Subscriptions are fixed at
+// construction; deliver may run on many goroutines at once.
+type bus interface {
+	// publish sends a QoS 1 message and waits until the broker has it.
+	publish(ctx context.Context, topic string, payload []byte, retain bool) error
+	// publishLater sends without waiting; it is what message handlers use
+	// (an external client's handler must not wait on its own connection).
+	// A message that cannot be queued is dropped and counted: everything
+	// the Manager sends this way is re-sent by design (acks by device
+	// retries, config and commands by reconcile).
+	publishLater(topic string, payload []byte, retain bool)
+	ready() error
+	close() error
+}
+
+// ErrNotConnected is returned while the external broker is unreachable.
+var ErrNotConnected = errors.New("not connected to the MQTT broker")
+
+// embeddedBus uses the in-process broker's inline client (privileged).
+type embeddedBus struct {
+	b      *broker.Broker
+	cancel []func()
+}
+
+func (e *embeddedBus) subscribe(filters []string, deliver func(topic string, payload []byte)) error {
+	for _, f := range filters {
+		c, err := e.b.Subscribe(f, deliver)
+		if err != nil {
+			e.close()
+			return err
+		}
+		e.cancel = append(e.cancel, c)
+	}
+	return nil
+}
+
+func (e *embeddedBus) publish(_ context.Context, topic string, payload []byte, retain bool) error {
+	return e.b.Publish(topic, payload, retain)
+}
+
+// publishLater: an inline publish only enqueues to each subscriber, so it
+// is safe (and cheap) from a handler.
+func (e *embeddedBus) publishLater(topic string, payload []byte, retain bool) {
+	_ = e.b.Publish(topic, payload, retain)
+}
+
+func (e *embeddedBus) ready() error { return nil }
+
+// close cancels the subscriptions and waits for deliveries in progress.
+func (e *embeddedBus) close() error {
+	for _, c := range e.cancel {
+		c()
+	}
+	e.cancel = nil
+	return nil
+}
+
+// externalBus is an autopaho client with a persistent session: while the
+// cloud is down the broker keeps its subscriptions and queues QoS 1
+// telemetry for it. paho acknowledges a message after the handler returns,
+// and the handler returns after the bbolt commit, so a PUBACK from the
+// cloud means stored.
+type externalBus struct {
+	cfg     *Config
+	cm      *autopaho.ConnectionManager
+	filters []string
+	deliver func(topic string, payload []byte)
+	onUp    func()
+	log     *slog.Logger
+	timeout time.Duration
+
+	outbox  chan outMsg
+	dropped *metrics.Counter
+	ctx     context.Context
+	cancel  context.CancelFunc
+	wg      sync.WaitGroup // outbox workers and post-connect work
+
+	mu sync.Mutex // guards up
+	up bool
+}
+
+type outMsg struct {
+	topic   string
+	payload []byte
+	retain  bool
+}
+
+// outboxWorkers publish concurrently so one slow PUBACK does not hold up
+// every ack behind it.
+const outboxWorkers = 4
+
+func newExternalBus(cfg *Config, filters []string, deliver func(topic string, payload []byte), onUp func()) *externalBus {
+	ctx, cancel := context.WithCancel(context.Background())
+	return &externalBus{
+		cfg: cfg, filters: filters, deliver: deliver, onUp: onUp, log: cfg.Logger, timeout: cfg.PublishTimeout,
+		outbox:  make(chan outMsg, 8192),
+		dropped: cfg.Metrics.Counter("fleet_mqtt_outbox_dropped_total", "messages to devices dropped because the outbox to the external broker was full"),
+		ctx:     ctx, cancel: cancel,
+	}
+}
+
+// start begins connecting (in the background, retrying with backoff).
+func (x *externalBus) start() error {
+	e := x.cfg.External
+	u, err := url.Parse(e.URL)
+	if err != nil {
+		x.cancel()
+		return err
+	}
+	deliver := x.deliver
+	expiry := uint32(e.SessionExpiry / time.Second)
+	pc := autopaho.ClientConfig{
+		ServerUrls:                    []*url.URL{u},
+		TlsCfg:                        e.TLS,
+		KeepAlive:                     e.KeepAlive,
+		CleanStartOnInitialConnection: false,
+		SessionExpiryInterval:         expiry,
+		ReconnectBackoff:              autopaho.NewExponentialBackoff(100*time.Millisecond, 10*time.Second, time.Second, 2),
+		ConnectTimeout:                10 * time.Second,
+		ConnectUsername:               e.Username,
+		ConnectPassword:               []byte(e.Password),
+		OnConnectionUp: func(cm *autopaho.ConnectionManager, ca *paho.Connack) {
+			x.wg.Add(1)
+			go func() {
+				defer x.wg.Done()
+				x.connected(cm, ca)
+			}()
+		},
+		OnConnectionDown: func() bool {
+			x.setUp(false)
+			x.log.Warn("lost the external MQTT broker; reconnecting")
+			return true
+		},
+		OnConnectError: func(err error) { x.log.Warn("connect to the external MQTT broker failed", "url", e.URL, "err", err) },
+		ClientConfig: paho.ClientConfig{
+			ClientID: e.ClientID,
+			OnPublishReceived: []func(paho.PublishReceived) (bool, error){func(pr paho.PublishReceived) (bool, error) {
+				deliver(pr.Packet.Topic, pr.Packet.Payload)
+				return true, nil
+			}},
+		},
+	}
+	cm, err := autopaho.NewConnection(x.ctx, pc)
+	if err != nil {
+		x.cancel()
+		return fmt.Errorf("MQTT client for %s: %w", e.URL, err)
+	}
+	x.cm = cm
+	for range outboxWorkers {
+		x.wg.Add(1)
+		go x.drain()
+	}
+	return nil
+}
+
+// connected (re)subscribes, then lets the Manager reconcile. A restored
+// session already has the subscriptions; subscribing again is harmless and
+// covers a session the broker expired.
+func (x *externalBus) connected(cm *autopaho.ConnectionManager, ca *paho.Connack) {
+	subs := make([]paho.SubscribeOptions, len(x.filters))
+	for i, f := range x.filters {
+		subs[i] = paho.SubscribeOptions{Topic: f, QoS: 1}
+	}
+	ctx, cancel := context.WithTimeout(x.ctx, x.timeout)
+	defer cancel()
+	if _, err := cm.Subscribe(ctx, &paho.Subscribe{Subscriptions: subs}); err != nil {
+		x.log.Error("subscribe on the external MQTT broker failed", "err", err)
+		return
+	}
+	x.log.Info("connected to the external MQTT broker", "session_present", ca.SessionPresent)
+	x.setUp(true)
+	x.onUp()
+}
+
+func (x *externalBus) setUp(v bool) {
+	x.mu.Lock()
+	x.up = v
+	x.mu.Unlock()
+}
+
+func (x *externalBus) ready() error {
+	x.mu.Lock()
+	defer x.mu.Unlock()
+	if !x.up {
+		return ErrNotConnected
+	}
+	return nil
+}
+
+func (x *externalBus) publish(ctx context.Context, topic string, payload []byte, retain bool) error {
+	ctx, cancel := context.WithTimeout(ctx, x.timeout)
+	defer cancel()
+	_, err := x.cm.Publish(ctx, &paho.Publish{QoS: 1, Topic: topic, Payload: payload, Retain: retain})
+	if errors.Is(err, autopaho.ConnectionDownError) {
+		return ErrNotConnected
+	}
+	return err
+}
+
+func (x *externalBus) publishLater(topic string, payload []byte, retain bool) {
+	select {
+	case x.outbox <- outMsg{topic, payload, retain}:
+	default:
+		x.dropped.Inc()
+	}
+}
+
+func (x *externalBus) drain() {
+	defer x.wg.Done()
+	for {
+		select {
+		case <-x.ctx.Done():
+			return
+		case m := <-x.outbox:
+			if err := x.publish(x.ctx, m.topic, m.payload, m.retain); err != nil && x.ctx.Err() == nil {
+				x.dropped.Inc()
+				x.log.Debug("publish to the external MQTT broker failed", "topic", m.topic, "err", err)
+			}
+		}
+	}
+}
+
+// close disconnects cleanly (the broker keeps the session) and waits for
+// the client's and the outbox's goroutines.
+func (x *externalBus) close() error {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	err := x.cm.Disconnect(ctx)
+	x.cancel()
+	<-x.cm.Done()
+	x.wg.Wait()
+	if err != nil && !strings.Contains(err.Error(), "context") {
+		return err
+	}
+	return nil
+}

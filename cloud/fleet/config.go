@@ -1,0 +1,150 @@
+package fleet
+
+import (
+	"crypto/tls"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/url"
+	"time"
+
+	"github.com/phaseless/phaseless/cloud/fleet/broker"
+	"github.com/phaseless/phaseless/transport/cli"
+	tfleet "github.com/phaseless/phaseless/transport/fleet"
+	"github.com/phaseless/phaseless/transport/metrics"
+)
+
+// Config configures a Manager. Exactly one of Broker and External is set.
+type Config struct {
+	// DataDir holds fleet.db (registry, telemetry, commands). Required.
+	DataDir string
+	// Broker is the embedded broker to work through (in process, no ACL).
+	Broker *broker.Broker
+	// External is an external MQTT v5 broker to connect to as a client.
+	External *External
+	// Prefix is the topic prefix (default transport/fleet DefaultPrefix).
+	Prefix string
+
+	// MaxRecords bounds stored telemetry records (default 1,000,000); the
+	// oldest ingested go first and are counted.
+	MaxRecords int
+	// MaxAge deletes records ingested longer ago (default 30 days).
+	MaxAge time.Duration
+	// PruneInterval is how often age retention runs besides at ingest
+	// (default 1 minute).
+	PruneInterval time.Duration
+	// MaxCommandsPerDevice bounds the command history kept per device
+	// (default 100); the oldest finished ones go first.
+	MaxCommandsPerDevice int
+	// PublishTimeout bounds one publish to an external broker (default 10 s).
+	PublishTimeout time.Duration
+	// MaxPayloadBytes rejects larger messages before decoding (default 8 MiB).
+	MaxPayloadBytes int
+
+	// Now is the clock (default time.Now); tests inject one for retention.
+	Now     func() time.Time
+	Logger  *slog.Logger
+	Metrics *metrics.Registry
+}
+
+// External is how the Manager reaches an external broker. The broker must
+// let this user read and write everything under the prefix (Mosquitto:
+// "user phaseless-cloud" + "topic readwrite phaseless/#").
+type External struct {
+	// URL is mqtt://host:1883, mqtts://host:8883 (or tls://), ws:// or wss://.
+	URL      string
+	Username string
+	Password string
+	// ClientID is the Manager's MQTT client id (default "phaseless-cloud").
+	// It must be stable: the broker keeps this id's session (subscriptions
+	// and queued telemetry) while the cloud is down.
+	ClientID string
+	// SessionExpiry is how long the broker keeps that session (default 7 days).
+	SessionExpiry time.Duration
+	// TLS for mqtts:// (RootCAs, and a client certificate if the broker wants one).
+	TLS *tls.Config
+	// KeepAlive in seconds (default 30).
+	KeepAlive uint16
+}
+
+func (c *Config) fillDefaults() {
+	if c.Prefix == "" {
+		c.Prefix = tfleet.DefaultPrefix
+	}
+	if c.MaxRecords == 0 {
+		c.MaxRecords = 1_000_000
+	}
+	if c.MaxAge == 0 {
+		c.MaxAge = 30 * 24 * time.Hour
+	}
+	if c.PruneInterval == 0 {
+		c.PruneInterval = time.Minute
+	}
+	if c.MaxCommandsPerDevice == 0 {
+		c.MaxCommandsPerDevice = 100
+	}
+	if c.PublishTimeout == 0 {
+		c.PublishTimeout = 10 * time.Second
+	}
+	if c.MaxPayloadBytes == 0 {
+		c.MaxPayloadBytes = 8 << 20
+	}
+	if c.Now == nil {
+		c.Now = time.Now
+	}
+	if c.Logger == nil {
+		c.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
+	}
+	if c.Metrics == nil {
+		c.Metrics = metrics.NewRegistry()
+	}
+	if e := c.External; e != nil {
+		if e.ClientID == "" {
+			e.ClientID = "phaseless-cloud"
+		}
+		if e.SessionExpiry == 0 {
+			e.SessionExpiry = 7 * 24 * time.Hour
+		}
+		if e.KeepAlive == 0 {
+			e.KeepAlive = 30
+		}
+	}
+}
+
+// Validate reports the first bad field.
+func (c *Config) Validate() error {
+	if c.DataDir == "" {
+		return &cli.FieldError{Field: "data-dir", Err: errors.New("required")}
+	}
+	if (c.Broker == nil) == (c.External == nil) {
+		return &cli.FieldError{Field: "mqtt-url", Err: errors.New("exactly one of an embedded broker and an external broker URL")}
+	}
+	if e := c.External; e != nil {
+		u, err := url.Parse(e.URL)
+		if err != nil || u.Host == "" {
+			return &cli.FieldError{Field: "mqtt-url", Err: fmt.Errorf("%q is not a broker URL like mqtt://host:1883", e.URL)}
+		}
+		switch u.Scheme {
+		case "mqtt", "tcp", "mqtts", "tls", "ssl", "ws", "wss":
+		default:
+			return &cli.FieldError{Field: "mqtt-url", Err: fmt.Errorf("scheme %q: want mqtt, mqtts, tls, ws or wss", u.Scheme)}
+		}
+		if e.SessionExpiry < time.Second || e.SessionExpiry > (1<<32-1)*time.Second {
+			return &cli.FieldError{Field: "mqtt-session-expiry", Err: errors.New("must be between 1s and 136 years")}
+		}
+	}
+	if c.Prefix[len(c.Prefix)-1] != '/' {
+		return &cli.FieldError{Field: "mqtt-prefix", Err: fmt.Errorf("%q must end with /", c.Prefix)}
+	}
+	if c.MaxRecords < 1 {
+		return &cli.FieldError{Field: "fleet-max-records", Err: errors.New("must be at least 1")}
+	}
+	if c.MaxAge < 0 {
+		return &cli.FieldError{Field: "fleet-max-age", Err: errors.New("must not be negative")}
+	}
+	if c.MaxCommandsPerDevice < 1 {
+		return &cli.FieldError{Field: "fleet-max-commands", Err: errors.New("must be at least 1")}
+	}
+	return nil
+}

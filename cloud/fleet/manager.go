@@ -1,0 +1,519 @@
+package fleet
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	tfleet "github.com/phaseless/phaseless/transport/fleet"
+	"github.com/phaseless/phaseless/transport/metrics"
+)
+
+// Manager is the cloud's fleet manager. Open it once per data directory;
+// Close it after the HTTP server stops and before the embedded broker does.
+type Manager struct {
+	cfg    Config
+	topics tfleet.Topics
+	log    *slog.Logger
+	now    func() time.Time
+	st     *store
+	bus    bus
+	gate   gate // deliveries in progress, waited for by Close
+
+	stop      chan struct{}
+	wg        sync.WaitGroup // the prune loop
+	closeOnce sync.Once
+	closeErr  error
+
+	stored atomic.Int64 // fleet_telemetry_records_stored, refreshed after writes
+	nDevs  atomic.Int64
+
+	mBatches, mIngested, mDuplicates, mDeleted *metrics.Counter
+	mIngestErrors, mSeqReset, mMerged          *metrics.Counter
+	mUnknownResults, mPublishErrors            *metrics.Counter
+	mDecodeErrors                              *metrics.LabeledCounter
+	mIngestSeconds                             *metrics.Histogram
+}
+
+// Open opens (or creates) DataDir/fleet.db, subscribes to the device topics
+// and starts reconciling. With an external broker it returns at once and
+// connects in the background (Ready says when).
+func Open(cfg Config) (*Manager, error) {
+	cfg.fillDefaults()
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	if err := os.MkdirAll(cfg.DataDir, 0o700); err != nil {
+		return nil, fmt.Errorf("fleet data dir: %w", err)
+	}
+	st, err := openStore(filepath.Join(cfg.DataDir, "fleet.db"))
+	if err != nil {
+		return nil, err
+	}
+	reg := cfg.Metrics
+	m := &Manager{
+		cfg: cfg, topics: tfleet.Topics{Prefix: cfg.Prefix}, log: cfg.Logger, now: cfg.Now, st: st,
+		stop:            make(chan struct{}),
+		mBatches:        reg.Counter("fleet_telemetry_batches_total", "telemetry batches received (redeliveries included)"),
+		mIngested:       reg.Counter("fleet_telemetry_records_ingested_total", "distinct telemetry records stored"),
+		mDuplicates:     reg.Counter("fleet_telemetry_duplicates_total", "redelivered telemetry records recognised by (device, seq) and not stored again"),
+		mDeleted:        reg.Counter("fleet_telemetry_retention_deleted_total", "telemetry records deleted by the retention bound (count or age)"),
+		mIngestErrors:   reg.Counter("fleet_telemetry_ingest_errors_total", "telemetry batches not stored because the store failed (not acknowledged; the device resends)"),
+		mSeqReset:       reg.Counter("fleet_telemetry_seq_index_resets_total", "corrupt per-device seq indexes that were reset"),
+		mMerged:         reg.Counter("fleet_telemetry_seq_gaps_merged_total", "old seq gaps folded into the seen set by its size bound"),
+		mUnknownResults: reg.Counter("fleet_command_results_unknown_total", "command results for commands this cloud does not know"),
+		mPublishErrors:  reg.Counter("fleet_publish_errors_total", "publishes to devices that failed (retried by reconcile)"),
+		mDecodeErrors:   reg.LabeledCounter("fleet_decode_errors_total", "device messages that did not decode or were refused, by topic suffix", "suffix"),
+		mIngestSeconds:  reg.Histogram("fleet_telemetry_ingest_seconds", "time to store one telemetry batch (bbolt commit included)", metrics.DefLatencyBuckets),
+	}
+	reg.GaugeFunc("fleet_telemetry_records_stored", "telemetry records held in the fleet store", func() float64 { return float64(m.stored.Load()) })
+	reg.GaugeFunc("fleet_devices", "devices in the registry", func() float64 { return float64(m.nDevs.Load()) })
+	m.gate.init()
+	m.refreshCounts()
+
+	filters := []string{
+		m.topics.DeviceFilter(tfleet.SuffixStatus),
+		m.topics.DeviceFilter(tfleet.SuffixTelemetry),
+		m.topics.DeviceFilter(tfleet.SuffixConfigReported),
+		m.topics.DeviceFilter(tfleet.SuffixCmdResult),
+	}
+	// m.bus is set before anything can deliver: deliveries use it.
+	if cfg.Broker != nil {
+		eb := &embeddedBus{b: cfg.Broker}
+		m.bus = eb
+		err = eb.subscribe(filters, m.deliver) // retained messages arrive right here
+	} else {
+		xb := newExternalBus(&m.cfg, filters, m.deliver, func() { m.reconcileAll() })
+		m.bus = xb
+		err = xb.start()
+	}
+	if err != nil {
+		st.db.Close()
+		return nil, err
+	}
+	if cfg.Broker != nil {
+		m.reconcileAll()
+	}
+	m.wg.Add(1)
+	go m.pruneLoop()
+	return m, nil
+}
+
+// Ready is nil when the Manager can reach devices (for /readyz).
+func (m *Manager) Ready() error { return m.bus.ready() }
+
+// Close stops the subscriptions, waits for messages being handled and
+// closes the store. Safe to call more than once.
+func (m *Manager) Close() error {
+	m.closeOnce.Do(func() {
+		close(m.stop)
+		m.wg.Wait()
+		err := m.bus.close()
+		m.gate.close()
+		m.closeErr = errors.Join(err, m.st.db.Close())
+	})
+	return m.closeErr
+}
+
+func (m *Manager) pruneLoop() {
+	defer m.wg.Done()
+	t := time.NewTicker(m.cfg.PruneInterval)
+	defer t.Stop()
+	for {
+		select {
+		case <-m.stop:
+			return
+		case <-t.C:
+			if _, err := m.Prune(); err != nil {
+				m.log.Error("telemetry retention failed", "err", err)
+			}
+		}
+	}
+}
+
+// Prune applies the retention bounds now and returns how many records went.
+func (m *Manager) Prune() (int, error) {
+	n, err := m.st.prune(m.now(), m.cfg.MaxRecords, m.cfg.MaxAge)
+	if n > 0 {
+		m.mDeleted.Add(float64(n))
+		m.refreshCounts()
+	}
+	return n, err
+}
+
+func (m *Manager) refreshCounts() {
+	if c, err := m.st.counts(); err == nil {
+		m.stored.Store(int64(c.Stored))
+		m.nDevs.Store(int64(c.Devices))
+	}
+}
+
+// deliver routes one message from a device topic. It runs on the broker's
+// (or MQTT client's) goroutine; the message is acknowledged to the broker
+// when it returns.
+func (m *Manager) deliver(topic string, payload []byte) {
+	if !m.gate.enter() {
+		return
+	}
+	defer m.gate.leave()
+	id, suffix, ok := m.topics.ParseDevice(topic)
+	if !ok {
+		m.mDecodeErrors.With("topic").Inc()
+		return
+	}
+	if len(payload) > m.cfg.MaxPayloadBytes {
+		m.mDecodeErrors.With(suffix).Inc()
+		m.log.Warn("device message too large", "device", id, "topic", topic, "bytes", len(payload))
+		return
+	}
+	if len(payload) == 0 {
+		return // a cleared retained message
+	}
+	switch suffix {
+	case tfleet.SuffixTelemetry:
+		m.handleTelemetry(id, payload)
+	case tfleet.SuffixStatus:
+		m.handleStatus(id, payload)
+	case tfleet.SuffixConfigReported:
+		m.handleReported(id, payload)
+	case tfleet.SuffixCmdResult:
+		m.handleResult(id, payload)
+	}
+}
+
+// decodeBatch decodes and checks a telemetry batch from device id.
+func decodeBatch(id string, payload []byte) (*tfleet.TelemetryBatch, error) {
+	var b tfleet.TelemetryBatch
+	if err := json.Unmarshal(payload, &b); err != nil {
+		return nil, err
+	}
+	// The topic is what the ACL vouched for; a payload naming another device
+	// is forged or broken.
+	if b.DeviceID != "" && b.DeviceID != id {
+		return nil, fmt.Errorf("batch names device %q on %q's topic", b.DeviceID, id)
+	}
+	for i := range b.Records {
+		if d := b.Records[i].Data; len(d) > 0 && !json.Valid(d) {
+			return nil, fmt.Errorf("record %d: data is not JSON", i)
+		}
+	}
+	return &b, nil
+}
+
+func (m *Manager) handleTelemetry(id string, payload []byte) {
+	b, err := decodeBatch(id, payload)
+	if err != nil {
+		m.mDecodeErrors.With(tfleet.SuffixTelemetry).Inc()
+		m.log.Warn("bad telemetry batch", "device", id, "err", err)
+		return
+	}
+	start := time.Now()
+	res, err := m.st.ingest(id, b, m.now(), m.cfg.MaxRecords, m.cfg.MaxAge)
+	m.mIngestSeconds.Observe(time.Since(start).Seconds())
+	if err != nil {
+		m.mIngestErrors.Inc()
+		m.log.Error("store telemetry batch", "device", id, "batch", b.BatchID, "err", err)
+		return // not acknowledged: the device sends it again
+	}
+	m.mBatches.Inc()
+	m.mIngested.Add(float64(res.stored))
+	m.mDuplicates.Add(float64(res.duplicates))
+	m.mDeleted.Add(float64(res.deleted))
+	m.mMerged.Add(float64(res.merged))
+	if res.seqSetReset {
+		m.mSeqReset.Inc()
+		m.log.Error("corrupt seq index reset; old duplicates of this device may be counted again", "device", id)
+	}
+	m.stored.Add(int64(res.stored - res.deleted))
+	if res.newDevice {
+		m.refreshCounts()
+	}
+	ack, _ := json.Marshal(tfleet.TelemetryAck{BatchID: b.BatchID, UpTo: res.upTo})
+	m.bus.publishLater(m.topics.Device(id, tfleet.SuffixTelemetryAck), ack, false)
+}
+
+func (m *Manager) handleStatus(id string, payload []byte) {
+	var s tfleet.Status
+	if err := json.Unmarshal(payload, &s); err != nil {
+		m.mDecodeErrors.With(tfleet.SuffixStatus).Inc()
+		m.log.Warn("bad status", "device", id, "err", err)
+		return
+	}
+	s.DeviceID = id
+	now := m.now()
+	var wasOnline bool
+	dev, err := m.st.updateDevice(id, now, true, func(d *Device) error {
+		wasOnline = d.Status != nil && d.Status.State == "online"
+		if d.Status != nil && !s.Time.IsZero() && s.Time.Before(d.Status.Time) {
+			return nil // an older retained status replayed after a newer one
+		}
+		d.Status = &s
+		if s.State == "online" {
+			d.LastSeen = now
+		}
+		return nil
+	})
+	if err != nil {
+		m.log.Error("store status", "device", id, "err", err)
+		return
+	}
+	m.refreshCounts()
+	if dev != nil && dev.State() == "online" && !wasOnline {
+		m.reconcile(dev)
+	}
+}
+
+func (m *Manager) handleReported(id string, payload []byte) {
+	var r tfleet.ReportedConfig
+	if err := json.Unmarshal(payload, &r); err != nil {
+		m.mDecodeErrors.With(tfleet.SuffixConfigReported).Inc()
+		m.log.Warn("bad reported config", "device", id, "err", err)
+		return
+	}
+	now := m.now()
+	dev, err := m.st.updateDevice(id, now, true, func(d *Device) error {
+		d.Reported, d.ReportedAt, d.LastSeen = &r, now, now
+		return nil
+	})
+	if err != nil {
+		m.log.Error("store reported config", "device", id, "err", err)
+		return
+	}
+	if dev.Desired != nil && r.Version < dev.Desired.Version {
+		m.publishDesired(dev) // the device missed a version (or reports a stale one)
+	}
+}
+
+func (m *Manager) handleResult(id string, payload []byte) {
+	var r tfleet.CommandResult
+	if err := json.Unmarshal(payload, &r); err != nil || r.ID == "" {
+		m.mDecodeErrors.With(tfleet.SuffixCmdResult).Inc()
+		m.log.Warn("bad command result", "device", id, "err", err)
+		return
+	}
+	found, err := m.st.commandResult(id, &r, m.now())
+	if err != nil {
+		m.log.Error("store command result", "device", id, "command", r.ID, "err", err)
+		return
+	}
+	if !found {
+		m.mUnknownResults.Inc()
+	}
+	if _, err := m.st.updateDevice(id, m.now(), true, func(d *Device) error { d.LastSeen = m.now(); return nil }); err != nil {
+		m.log.Error("store last seen", "device", id, "err", err)
+	}
+}
+
+// reconcile re-sends what a device should have but may not: a desired
+// config it has not reported, and commands without a result. Devices treat
+// both idempotently (config by version, commands by id).
+func (m *Manager) reconcile(dev *Device) {
+	if dev.Desired != nil && (dev.Reported == nil || dev.Reported.Version < dev.Desired.Version) {
+		m.publishDesired(dev)
+	}
+	cmds := dev.Commands
+	if cmds == nil {
+		full, err := m.st.device(dev.ID)
+		if err != nil || full == nil {
+			return
+		}
+		cmds = full.Commands
+	}
+	for i := len(cmds) - 1; i >= 0; i-- { // oldest first
+		if cmds[i].State == CommandPending {
+			p, _ := json.Marshal(cmds[i].Command)
+			m.bus.publishLater(m.topics.Device(dev.ID, tfleet.SuffixCmd), p, false)
+		}
+	}
+}
+
+func (m *Manager) reconcileAll() {
+	devs, err := m.st.devices()
+	if err != nil {
+		m.log.Error("reconcile: list devices", "err", err)
+		return
+	}
+	for _, d := range devs {
+		if d.Desired != nil && (d.Reported == nil || d.Reported.Version < d.Desired.Version) || d.PendingCommands > 0 {
+			m.reconcile(d)
+		}
+	}
+}
+
+func (m *Manager) publishDesired(dev *Device) {
+	p, _ := json.Marshal(dev.Desired)
+	m.bus.publishLater(m.topics.Device(dev.ID, tfleet.SuffixConfigDesired), p, true)
+}
+
+// Errors the API maps to statuses.
+var (
+	ErrUnknownDevice = errors.New("unknown device")
+	ErrBadRequest    = errors.New("bad request")
+)
+
+// Devices lists the registry.
+func (m *Manager) Devices() ([]*Device, error) { return m.st.devices() }
+
+// Device returns one device with its recent commands, or ErrUnknownDevice.
+func (m *Manager) Device(id string) (*Device, error) {
+	d, err := m.st.device(id)
+	if err == nil && d == nil {
+		err = ErrUnknownDevice
+	}
+	return d, err
+}
+
+// ConfigUpdate changes a device's desired config.
+type ConfigUpdate struct {
+	// Values to set. With Merge, they are added to the current values and a
+	// null value removes a key; without, they replace all values.
+	Values map[string]*string `json:"values"`
+	Merge  bool               `json:"merge"`
+}
+
+// SetConfig stores the next version of a device's desired config and
+// publishes it retained. The device need not exist yet (pre-provisioning).
+// A failed publish is reported but the version stands: reconcile re-sends
+// it when the device or the broker comes back.
+func (m *Manager) SetConfig(ctx context.Context, id string, u ConfigUpdate) (*tfleet.DesiredConfig, error) {
+	if err := tfleet.ValidateDeviceID(id); err != nil {
+		return nil, fmt.Errorf("%w: %v", ErrBadRequest, err)
+	}
+	for k := range u.Values {
+		if k == "" {
+			return nil, fmt.Errorf("%w: empty config key", ErrBadRequest)
+		}
+	}
+	dev, err := m.st.updateDevice(id, m.now(), true, func(d *Device) error {
+		next := &tfleet.DesiredConfig{Values: map[string]string{}}
+		if d.Desired != nil {
+			next.Version = d.Desired.Version
+			if u.Merge {
+				for k, v := range d.Desired.Values {
+					next.Values[k] = v
+				}
+			}
+		}
+		next.Version++
+		for k, v := range u.Values {
+			if v == nil {
+				delete(next.Values, k)
+			} else {
+				next.Values[k] = *v
+			}
+		}
+		d.Desired = next
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	m.refreshCounts()
+	p, _ := json.Marshal(dev.Desired)
+	if err := m.bus.publish(ctx, m.topics.Device(id, tfleet.SuffixConfigDesired), p, true); err != nil {
+		m.mPublishErrors.Inc()
+		return dev.Desired, fmt.Errorf("stored version %d but could not publish it yet: %w", dev.Desired.Version, err)
+	}
+	return dev.Desired, nil
+}
+
+// SendCommand issues a command (pending until the device answers on
+// cmd/result). A failed publish leaves it pending for reconcile.
+func (m *Manager) SendCommand(ctx context.Context, id, name string, args map[string]string) (*CommandState, error) {
+	if err := tfleet.ValidateDeviceID(id); err != nil {
+		return nil, fmt.Errorf("%w: %v", ErrBadRequest, err)
+	}
+	if name == "" {
+		return nil, fmt.Errorf("%w: command name is required", ErrBadRequest)
+	}
+	now := m.now()
+	var rnd [8]byte
+	_, _ = rand.Read(rnd[:])
+	cs := CommandState{
+		DeviceID:  id,
+		Command:   tfleet.Command{ID: hex.EncodeToString(rnd[:]), Name: name, Args: args, IssuedAt: now},
+		State:     CommandPending,
+		UpdatedAt: now,
+	}
+	if err := m.st.addCommand(cs, m.cfg.MaxCommandsPerDevice); err != nil {
+		return nil, err
+	}
+	m.refreshCounts()
+	p, _ := json.Marshal(cs.Command)
+	if err := m.bus.publish(ctx, m.topics.Device(id, tfleet.SuffixCmd), p, false); err != nil {
+		m.mPublishErrors.Inc()
+		return &cs, fmt.Errorf("command %s stored but not published yet: %w", cs.ID, err)
+	}
+	return &cs, nil
+}
+
+// Command returns one command's state, or nil.
+func (m *Manager) Command(dev, id string) (*CommandState, error) { return m.st.command(dev, id) }
+
+// Counts returns fleet-wide telemetry totals.
+func (m *Manager) Counts() (Counts, error) { return m.st.counts() }
+
+// Export writes stored telemetry as JSON lines (ExportedRecord) in ingest
+// order, from ingest time since (zero: all), for one device or all ("").
+func (m *Manager) Export(ctx context.Context, w io.Writer, since time.Time, device string) (int, error) {
+	n := 0
+	err := m.st.export(since, device, func(line []byte) error {
+		if err := ctx.Err(); err != nil {
+			return err
+		}
+		if _, err := w.Write(append(line, '\n')); err != nil {
+			return err
+		}
+		n++
+		return nil
+	})
+	return n, err
+}
+
+// gate counts deliveries in progress so Close can wait for them without a
+// lock held across a delivery.
+type gate struct {
+	mu     sync.Mutex // guards active, closed
+	cond   sync.Cond
+	active int
+	closed bool
+}
+
+func (g *gate) init() { g.cond.L = &g.mu }
+
+func (g *gate) enter() bool {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if g.closed {
+		return false
+	}
+	g.active++
+	return true
+}
+
+func (g *gate) leave() {
+	g.mu.Lock()
+	if g.active--; g.active == 0 {
+		g.cond.Broadcast()
+	}
+	g.mu.Unlock()
+}
+
+func (g *gate) close() {
+	g.mu.Lock()
+	g.closed = true
+	for g.active > 0 {
+		g.cond.Wait()
+	}
+	g.mu.Unlock()
+}
