@@ -1,0 +1,291 @@
+package cloud
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/phaseless/phaseless/cloud/sched"
+	"github.com/phaseless/phaseless/transport/llm"
+	"github.com/phaseless/phaseless/transport/pki"
+	"github.com/phaseless/phaseless/transport/quic"
+	"go.uber.org/goleak"
+)
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+// startCloud runs a coordinator on loopback ports until the test ends.
+func startCloud(t *testing.T, mutate func(*Config)) *Cloud {
+	t.Helper()
+	cfg := Config{
+		HTTP: "127.0.0.1:0", QUIC: "", MQTT: "", DataDir: t.TempDir(), Dev: true,
+		BuiltinWorkers: 2, Budget: 200000, BatchWindow: 150 * time.Millisecond, BatchMax: 16,
+		SLATTFT: 2 * time.Second, SLAITL: 200 * time.Millisecond,
+	}
+	if mutate != nil {
+		mutate(&cfg)
+	}
+	c, err := New(cfg, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	if err := c.Start(ctx); err != nil {
+		cancel()
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- c.Serve(ctx) }()
+	t.Cleanup(func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("serve: %v", err)
+		}
+	})
+	return c
+}
+
+type streamed struct {
+	status int
+	header http.Header
+	text   string
+	body   string
+}
+
+// chat posts one streaming OpenAI request and reads the SSE answer.
+func chat(t *testing.T, addr, key, policy, content string, maxTokens int) streamed {
+	t.Helper()
+	body := fmt.Sprintf(`{"model":"auto","stream":true,"max_tokens":%d,"messages":[{"role":"user","content":%q}]}`, maxTokens, content)
+	req, _ := http.NewRequest("POST", "http://"+addr+"/v1/chat/completions", strings.NewReader(body))
+	req.Header.Set("Content-Type", "application/json")
+	if key != "" {
+		req.Header.Set("Authorization", "Bearer "+key)
+	}
+	if policy != "" {
+		req.Header.Set("x-phaseless-policy", policy)
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	out := streamed{status: resp.StatusCode, header: resp.Header}
+	if resp.StatusCode != http.StatusOK {
+		b, _ := io.ReadAll(resp.Body)
+		out.body = string(b)
+		return out
+	}
+	sc := bufio.NewScanner(resp.Body)
+	var sb strings.Builder
+	for sc.Scan() {
+		data, ok := strings.CutPrefix(sc.Text(), "data: ")
+		if !ok || data == "[DONE]" {
+			continue
+		}
+		var ev struct {
+			Choices []struct {
+				Delta struct{ Content string } `json:"delta"`
+			} `json:"choices"`
+		}
+		if json.Unmarshal([]byte(data), &ev) == nil {
+			for _, c := range ev.Choices {
+				sb.WriteString(c.Delta.Content)
+			}
+		}
+	}
+	out.text = sb.String()
+	return out
+}
+
+func scrape(t *testing.T, addr string) string {
+	t.Helper()
+	resp, err := http.Get("http://" + addr + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	return string(b)
+}
+
+// TestCloudHTTP: a streamed request through the real HTTP surface carries
+// the route, the scheduler hint and the budget header; the dev-mode policy
+// override takes effect; the metrics show the decision and the stream.
+func TestCloudHTTP(t *testing.T) {
+	c := startCloud(t, nil)
+	addr := c.HTTPAddr()
+	for _, p := range []string{"/healthz", "/readyz"} {
+		resp, err := http.Get("http://" + addr + p)
+		if err != nil || resp.StatusCode != 200 {
+			t.Fatalf("%s: %v %v", p, resp, err)
+		}
+		resp.Body.Close()
+	}
+	r := chat(t, addr, "", "", "hello, what is the weather like today?", 16)
+	if r.status != 200 || r.text == "" {
+		t.Fatalf("status %d body %q text %q", r.status, r.body, r.text)
+	}
+	if !strings.HasPrefix(r.header.Get("x-phaseless-route"), "cloud/") {
+		t.Fatalf("route %q", r.header.Get("x-phaseless-route"))
+	}
+	h, err := sched.ParseHint(r.header.Get("x-scheduler-hint"))
+	if err != nil || h.Policy != sched.PolicyRules || h.InputTokens < 20 {
+		t.Fatalf("hint %q → %+v, %v", r.header.Get("x-scheduler-hint"), h, err)
+	}
+	if r.header.Get("x-burst-budget-remaining") == "" {
+		t.Fatal("no x-burst-budget-remaining")
+	}
+	rr := chat(t, addr, "", sched.NameRoundRobin, "hello again", 4)
+	if h, _ := sched.ParseHint(rr.header.Get("x-scheduler-hint")); h.Policy != sched.PolicyRoundRobin {
+		t.Fatalf("policy override ignored: %+v", h)
+	}
+	if bad := chat(t, addr, "", "fastest", "x", 4); bad.status != 400 {
+		t.Fatalf("unknown policy: %d %s", bad.status, bad.body)
+	}
+	m := scrape(t, addr)
+	for _, want := range []string{
+		"phaseless_sched_decision_seconds_count 2", "phaseless_cloud_ttft_seconds_count 2",
+		`phaseless_cloud_sla_requests_total{result=`, "phaseless_pool_prefill_heavy_utilization",
+		"phaseless_engine_capacity 32", "phaseless_batch_size_count 2",
+	} {
+		if !strings.Contains(m, want) {
+			t.Errorf("metrics lack %q", want)
+		}
+	}
+}
+
+// TestCloudBudgetAndKeys: outside --dev a key is required; a key's budget
+// runs out with a 429 in OpenAI's shape and the remaining budget header.
+func TestCloudBudgetAndKeys(t *testing.T) {
+	keys := filepath.Join(t.TempDir(), "keys")
+	os.WriteFile(keys, []byte("sk-test-small small 400\nsk-test-big big\n"), 0o600)
+	c := startCloud(t, func(cfg *Config) {
+		cfg.Dev = false
+		cfg.APIKeys = keys
+		cfg.BuiltinWorkers = 1
+	})
+	addr := c.HTTPAddr()
+	if r := chat(t, addr, "", "", "hi", 4); r.status != 401 {
+		t.Fatalf("no key: %d", r.status)
+	}
+	if r := chat(t, addr, "sk-test-big", sched.NameRoundRobin, "hi", 4); r.status != 400 {
+		t.Fatalf("policy override outside --dev: %d", r.status)
+	}
+	if r := chat(t, addr, "sk-test-big", "", "hi", 4); r.status != 200 {
+		t.Fatalf("good key: %d %s", r.status, r.body)
+	}
+	// 400 tokens: a ~30-token prompt plus max_tokens 300 fits once, not twice
+	// (the unused part of the first is refunded, but 300 are charged up front).
+	first := chat(t, addr, "sk-test-small", "", "hello there", 300)
+	if first.status != 200 {
+		t.Fatalf("first small request: %d %s", first.status, first.body)
+	}
+	second := chat(t, addr, "sk-test-small", "", "hello there", 380)
+	if second.status != 429 || second.header.Get("x-burst-budget-remaining") == "" || !strings.Contains(second.body, `"error"`) {
+		t.Fatalf("over budget: %d %q %s", second.status, second.header.Get("x-burst-budget-remaining"), second.body)
+	}
+	if !strings.Contains(scrape(t, addr), "phaseless_admit_budget_rejections_total 1") {
+		t.Fatal("budget rejection not counted")
+	}
+}
+
+// TestCloudRemoteWorker: a coordinator with no engine of its own uses
+// another Phaseless coordinator as an OpenAI-compatible worker, reading its
+// load from its /metrics.
+func TestCloudRemoteWorker(t *testing.T) {
+	upstream := startCloud(t, func(cfg *Config) { cfg.BuiltinWorkers = 1 })
+	front := startCloud(t, func(cfg *Config) {
+		cfg.BuiltinWorkers = 0
+		cfg.Workers = []string{"http://" + upstream.HTTPAddr() + "#role=decode-heavy"}
+	})
+	r := chat(t, front.HTTPAddr(), "", "", "tell me something", 8)
+	if r.status != 200 || r.text == "" {
+		t.Fatalf("status %d %s", r.status, r.body)
+	}
+	if route := r.header.Get("x-phaseless-route"); !strings.HasPrefix(route, "cloud/decode-heavy/remote-0-") {
+		t.Fatalf("route %q", route)
+	}
+	w := front.workers.Workers()[0]
+	if !w.Healthy() || w.LastLoad().Capacity != 16 {
+		t.Fatalf("remote worker health %v load %+v (%s)", w.Healthy(), w.LastLoad(), w.ProbeError())
+	}
+}
+
+// TestCloudQUIC: an agent with a device certificate from the dev PKI
+// streams a request over QUIC; its device id is the tenant.
+func TestCloudQUIC(t *testing.T) {
+	c := startCloud(t, func(cfg *Config) { cfg.QUIC = "127.0.0.1:0"; cfg.BuiltinWorkers = 1 })
+	dir := c.PKIDir()
+	if err := pki.EnsureDev(dir, "car-7"); err != nil {
+		t.Fatal(err)
+	}
+	tc, err := pki.DeviceTLS(dir, "car-7")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	cl, err := quic.Dial(ctx, c.QUICAddr(), quic.ClientConfig{TLS: tc})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	var sb strings.Builder
+	cctx, meta := llm.WithMeta(ctx)
+	fin, err := cl.Generate(cctx, &llm.Request{ID: "q1", Model: "auto", MaxTokens: 8, Messages: []llm.Message{{Role: "user", Content: "status of the car"}}},
+		func(tk llm.Token) error { sb.WriteString(tk.Text); return nil })
+	if err != nil {
+		t.Fatal(err)
+	}
+	if fin.CompletionTokens == 0 || sb.Len() == 0 {
+		t.Fatalf("final %+v text %q", fin, sb.String())
+	}
+	hint := fin.SchedulerHint
+	if hint == "" {
+		hint = meta.Snapshot().SchedulerHint
+	}
+	if _, err := sched.ParseHint(hint); err != nil {
+		t.Fatalf("hint over QUIC: %q %v", hint, err)
+	}
+}
+
+func TestConfigValidate(t *testing.T) {
+	base := func() Config {
+		return Config{HTTP: ":8080", QUIC: ":4433", MQTT: "", DataDir: "d", Dev: true, BuiltinWorkers: 1, Budget: 1, BatchMax: 16, SLATTFT: time.Second, SLAITL: time.Second}
+	}
+	cases := map[string]func(*Config){
+		"worker":          func(c *Config) { c.Workers = []string{"ftp://x"} },
+		"worker role":     func(c *Config) { c.Workers = []string{"http://x:1#role=gpu"} },
+		"worker option":   func(c *Config) { c.Workers = []string{"http://x:1#colour=red"} },
+		"builtin-workers": func(c *Config) { c.BuiltinWorkers = 0 },
+		"budget":          func(c *Config) { c.Budget = 0 },
+		"batch-max":       func(c *Config) { c.BatchMax = 0 },
+		"api-keys":        func(c *Config) { c.Dev = false },
+		"redis":           func(c *Config) { c.Redis = "http://x" },
+	}
+	for field, mutate := range cases {
+		c := base()
+		mutate(&c)
+		err := c.Validate()
+		if err == nil || !strings.Contains(err.Error(), `"`+strings.Fields(field)[0]+`"`) {
+			t.Errorf("%s: %v", field, err)
+		}
+	}
+	c := base()
+	c.Workers = []string{"http://gpu:8000#role=prefill-heavy&model=llama&capacity=64"}
+	if err := c.Validate(); err != nil {
+		t.Fatal(err)
+	}
+	wu, _ := parseWorkerURL(c.Workers[0])
+	if wu.base != "http://gpu:8000" || wu.role != sched.RolePrefill || wu.model != "llama" || wu.capacity != 64 {
+		t.Fatalf("parsed %+v", wu)
+	}
+}

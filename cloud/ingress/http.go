@@ -1,0 +1,114 @@
+package ingress
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/phaseless/phaseless/transport/httpapi"
+	"github.com/phaseless/phaseless/transport/metrics"
+)
+
+// HTTPConfig configures the HTTP listener.
+type HTTPConfig struct {
+	Addr string
+	// API serves /v1/ (an httpapi.Handler, which authenticates itself).
+	API http.Handler
+	// Admin, when set, is mounted at /admin/ behind Authenticate (the fleet
+	// manager's routes).
+	Admin http.Handler
+	// Authenticate guards Admin; nil means open (--dev).
+	Authenticate func(*http.Request) (string, error)
+	Metrics      *metrics.Registry
+	// Ready backs /readyz.
+	Ready  func() error
+	Logger *slog.Logger
+}
+
+// HTTPServer is the coordinator's HTTP listener.
+type HTTPServer struct {
+	srv  *http.Server
+	ln   net.Listener
+	log  *slog.Logger
+	once sync.Once
+}
+
+// NewHTTP listens on cfg.Addr; Serve starts answering.
+func NewHTTP(cfg HTTPConfig) (*HTTPServer, error) {
+	if cfg.API == nil {
+		return nil, errors.New("ingress: HTTPConfig.API is required")
+	}
+	if cfg.Metrics == nil {
+		cfg.Metrics = metrics.NewRegistry()
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.New(slog.DiscardHandler)
+	}
+	mux := http.NewServeMux()
+	mux.Handle("/v1/", cfg.API)
+	if cfg.Admin != nil {
+		mux.Handle("/admin/", guard(cfg.Authenticate, cfg.Admin))
+	}
+	metrics.Health(mux, cfg.Metrics, cfg.Ready)
+	ln, err := net.Listen("tcp", cfg.Addr)
+	if err != nil {
+		return nil, fmt.Errorf("listen %s: %w", cfg.Addr, err)
+	}
+	return &HTTPServer{
+		srv: &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second, MaxHeaderBytes: httpapi.ServerMaxHeaderBytes},
+		ln:  ln, log: cfg.Logger,
+	}, nil
+}
+
+// guard admits only authenticated callers to h, answering 401 in JSON.
+func guard(auth func(*http.Request) (string, error), h http.Handler) http.Handler {
+	if auth == nil {
+		return h
+	}
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if _, err := auth(r); err != nil {
+			w.Header().Set("Content-Type", "application/json")
+			w.WriteHeader(http.StatusUnauthorized)
+			fmt.Fprintf(w, "{\"error\":{\"message\":%q,\"type\":\"authentication_error\"}}\n", strings.TrimPrefix(err.Error(), "authentication: "))
+			return
+		}
+		h.ServeHTTP(w, r)
+	})
+}
+
+// Addr is the bound address.
+func (s *HTTPServer) Addr() string { return s.ln.Addr().String() }
+
+// Serve answers until ctx ends, then shuts down gracefully (streams in
+// flight get 10 s to finish).
+func (s *HTTPServer) Serve(ctx context.Context) error {
+	s.log.Info("HTTP API listening", "addr", s.Addr())
+	errc := make(chan error, 1)
+	go func() { errc <- s.srv.Serve(s.ln) }()
+	select {
+	case err := <-errc:
+		if errors.Is(err, http.ErrServerClosed) {
+			return nil
+		}
+		return err
+	case <-ctx.Done():
+	}
+	shutdown, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	err := s.srv.Shutdown(shutdown)
+	<-errc
+	return err
+}
+
+// Close stops the listener at once. Idempotent.
+func (s *HTTPServer) Close() error {
+	var err error
+	s.once.Do(func() { err = s.srv.Close() })
+	return err
+}
