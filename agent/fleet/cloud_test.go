@@ -92,9 +92,13 @@ func startCloud(t testing.TB, brokerURL string, topics fleet.Topics) *fakeCloud 
 			case b := <-f.acks:
 				ack := fleet.TelemetryAck{BatchID: b.BatchID, UpTo: b.Records[len(b.Records)-1].Seq}
 				payload, _ := json.Marshal(ack)
-				pctx, c := context.WithTimeout(ctx, 5*time.Second)
-				_, _ = cm.Publish(pctx, &paho.Publish{Topic: topics.Device(b.DeviceID, fleet.SuffixTelemetryAck), QoS: 1, Payload: payload})
-				c()
+				// Concurrently, so acks need not wait for each other's
+				// PUBACK (the device accepts them in any order).
+				f.wg.Go(func() {
+					pctx, c := context.WithTimeout(ctx, 5*time.Second)
+					defer c()
+					_, _ = cm.Publish(pctx, &paho.Publish{Topic: topics.Device(b.DeviceID, fleet.SuffixTelemetryAck), QoS: 1, Payload: payload})
+				})
 			}
 		}
 	})

@@ -4,12 +4,15 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"log/slog"
 	"slices"
+	"sync"
 	"time"
 
 	"github.com/eclipse/paho.golang/autopaho"
 	"github.com/eclipse/paho.golang/paho"
 
+	"github.com/phaseless/phaseless/agent/telemetry"
 	"github.com/phaseless/phaseless/transport/fleet"
 )
 
@@ -38,6 +41,10 @@ func (c *Client) uplinkLoop(ctx context.Context, cm *autopaho.ConnectionManager)
 	store := c.cfg.Store
 	clock := c.cfg.Clock
 	bucket := newTokenBucket(c.cfg.UplinkRate, c.cfg.BatchSize, clock.Now())
+	del := newDeleter(store, c.log)
+	var wg sync.WaitGroup
+	wg.Go(func() { del.run(ctx) })
+	defer wg.Wait()
 	var inflight []*flight
 	var after uint64 // highest seq published in this pass
 	reset := func() {
@@ -57,7 +64,9 @@ func (c *Client) uplinkLoop(ctx context.Context, cm *autopaho.ConnectionManager)
 		}
 		changed := store.Changed() // before reading, so no commit is missed
 		if len(inflight) < c.cfg.MaxInFlight {
-			recs, err := store.PendingAfter(after, c.cfg.BatchSize)
+			// Skip what the cloud acknowledged but the deleter has not
+			// removed yet.
+			recs, err := store.PendingAfter(max(after, del.acked()), c.cfg.BatchSize)
 			if err != nil {
 				c.log.Error("read telemetry", "err", err)
 				if !sleep(ctx, clock, time.Second) {
@@ -107,7 +116,7 @@ func (c *Client) uplinkLoop(ctx context.Context, cm *autopaho.ConnectionManager)
 			reset()
 		case <-wake:
 		case a := <-c.acks:
-			if c.handleAck(a, &inflight) {
+			if c.handleAck(a, &inflight, del) {
 				reset()
 			}
 		case <-timeout:
@@ -118,10 +127,10 @@ func (c *Client) uplinkLoop(ctx context.Context, cm *autopaho.ConnectionManager)
 	}
 }
 
-// handleAck records a TelemetryAck and deletes the acknowledged prefix
-// from the store. It returns true when the uplink must resend from the
+// handleAck records a TelemetryAck and hands the acknowledged prefix to
+// the deleter. It returns true when the uplink must resend from the
 // oldest record (a partial ack).
-func (c *Client) handleAck(a fleet.TelemetryAck, inflight *[]*flight) (resend bool) {
+func (c *Client) handleAck(a fleet.TelemetryAck, inflight *[]*flight, del *deleter) (resend bool) {
 	i := slices.IndexFunc(*inflight, func(f *flight) bool { return f.id == a.BatchID })
 	if i < 0 {
 		c.log.Debug("ack for a batch not in flight", "batch", a.BatchID)
@@ -134,10 +143,7 @@ func (c *Client) handleAck(a fleet.TelemetryAck, inflight *[]*flight) (resend bo
 		f := (*inflight)[0]
 		upTo := min(f.upTo, f.last())
 		if upTo >= f.first() {
-			if err := c.cfg.Store.Ack(upTo); err != nil {
-				c.log.Error("delete acknowledged telemetry", "err", err)
-				return true
-			}
+			del.ack(upTo)
 			n := 0
 			for _, s := range f.seqs {
 				if s <= upTo {
@@ -203,4 +209,68 @@ func sleep(ctx context.Context, clock Clock, d time.Duration) bool {
 	case <-clock.After(d):
 		return true
 	}
+}
+
+// deleter removes acknowledged records from the store off the uplink's
+// critical path: a delete is a write transaction with an fsync, as slow as
+// a publish round trip, and acks that arrive while one runs coalesce into
+// the next.
+type deleter struct {
+	store *telemetry.Store
+	log   *slog.Logger
+	kick  chan struct{} // 1-buffered
+
+	mu      sync.Mutex // guards want
+	want    uint64     // delete every seq <= want
+	deleted uint64     // last seq deleted; only run touches it
+}
+
+func newDeleter(store *telemetry.Store, log *slog.Logger) *deleter {
+	return &deleter{store: store, log: log, kick: make(chan struct{}, 1)}
+}
+
+// ack asks for every seq <= upTo to be deleted.
+func (d *deleter) ack(upTo uint64) {
+	d.mu.Lock()
+	d.want = max(d.want, upTo)
+	d.mu.Unlock()
+	select {
+	case d.kick <- struct{}{}:
+	default:
+	}
+}
+
+// acked is the highest seq the cloud acknowledged.
+func (d *deleter) acked() uint64 {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return d.want
+}
+
+// run deletes until ctx ends, then once more so that everything
+// acknowledged before shutdown is gone from the store.
+func (d *deleter) run(ctx context.Context) {
+	for {
+		select {
+		case <-ctx.Done():
+			d.flush()
+			return
+		case <-d.kick:
+			d.flush()
+		}
+	}
+}
+
+func (d *deleter) flush() {
+	want := d.acked()
+	if want <= d.deleted {
+		return
+	}
+	if err := d.store.Ack(want); err != nil {
+		// Left in place, the records are resent after a restart and
+		// deduplicated by the cloud; nothing is lost.
+		d.log.Error("delete acknowledged telemetry", "err", err)
+		return
+	}
+	d.deleted = want
 }

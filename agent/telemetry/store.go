@@ -164,7 +164,12 @@ func Open(path string, cfg Config) (*Store, error) {
 		return nil, err
 	}
 	cfg.fillDefaults()
-	db, err := bolt.Open(path, 0o600, &bolt.Options{Timeout: cfg.OpenTimeout})
+	// The freelist is rebuilt by scanning at open instead of written at
+	// every commit: that halved the cost of the uplink's delete
+	// transactions (measured 10 ms -> 5.7 ms per 256-record Ack on a
+	// 20k-record file) and costs a page scan at open. Durability is
+	// unchanged: data and meta pages are still fsync'd on commit.
+	db, err := bolt.Open(path, 0o600, &bolt.Options{Timeout: cfg.OpenTimeout, NoFreelistSync: true, FreelistType: bolt.FreelistMapType})
 	if err != nil {
 		return nil, fmt.Errorf("open telemetry store %s: %w", path, err)
 	}
