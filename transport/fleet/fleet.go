@@ -68,6 +68,9 @@ func (t Topics) ParseDevice(topic string) (id, suffix string, ok bool) {
 // (or filter): only under its own dev/{id}/, plus reading fleet
 // announcements. This is the broker ACL.
 func (t Topics) DeviceMay(id, topic string, write bool) bool {
+	if ValidateDeviceID(id) != nil {
+		return false // an empty or odd id would widen "own subtree" (dev//...)
+	}
 	own := t.prefix() + "dev/" + id + "/"
 	if strings.HasPrefix(topic, own) && !strings.ContainsAny(topic[len(own):], "+#") {
 		return true
@@ -105,7 +108,11 @@ type Status struct {
 // Record is one telemetry record as it travels; Data is the record body
 // (usually a RequestRecord) kept opaque so the transport never re-encodes it.
 type Record struct {
-	Seq  uint64          `json:"seq"` // per device, strictly increasing
+	// Seq is per device and strictly increasing, also across restarts. A
+	// new device buffer starts at its creation time in microseconds, not
+	// at 1, so a device whose data directory was wiped does not reuse
+	// seqs the cloud has already ingested.
+	Seq  uint64          `json:"seq"`
 	Time time.Time       `json:"time"`
 	Kind string          `json:"kind"` // "request", ...
 	Data json.RawMessage `json:"data"`
@@ -117,11 +124,19 @@ type TelemetryBatch struct {
 	DeviceID string   `json:"device_id"`
 	BatchID  string   `json:"batch_id"`
 	Records  []Record `json:"records"`
-	// Dropped counts records the device discarded because its buffer was full.
+	// Dropped counts records the device discarded because its buffer was
+	// full (or found corrupt on disk). It is cumulative since the device's
+	// buffer was created, not per batch: the cloud keeps the largest value
+	// it has seen per device, so redelivered batches never count twice.
 	Dropped uint64 `json:"dropped,omitempty"`
 }
 
 // TelemetryAck tells the device which records are stored and may be deleted.
+// The cloud sends one per received batch, to {prefix}dev/{id}/telemetry/ack,
+// with UpTo = the largest seq of the batch once all of it is stored (also
+// when the records were already stored before: ingest is idempotent). A
+// smaller UpTo means only the records up to it are stored; the device then
+// resends the rest. Acks may arrive in any order.
 type TelemetryAck struct {
 	BatchID string `json:"batch_id"`
 	UpTo    uint64 `json:"up_to"` // every seq ≤ UpTo of this batch is stored
