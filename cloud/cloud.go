@@ -14,6 +14,8 @@ import (
 	"net"
 	"net/http"
 	"net/url"
+	"os"
+	"path/filepath"
 	"runtime"
 	"strconv"
 	"sync"
@@ -21,6 +23,8 @@ import (
 
 	"github.com/phaseless/phaseless/cloud/admit"
 	"github.com/phaseless/phaseless/cloud/batch"
+	"github.com/phaseless/phaseless/cloud/fleet"
+	"github.com/phaseless/phaseless/cloud/fleet/broker"
 	"github.com/phaseless/phaseless/cloud/ingress"
 	"github.com/phaseless/phaseless/cloud/sched"
 	"github.com/phaseless/phaseless/cloud/worker"
@@ -28,6 +32,7 @@ import (
 	"github.com/phaseless/phaseless/transport/cli"
 	"github.com/phaseless/phaseless/transport/httpapi"
 	"github.com/phaseless/phaseless/transport/metrics"
+	"github.com/phaseless/phaseless/transport/pki"
 	"github.com/phaseless/phaseless/transport/quic"
 )
 
@@ -44,6 +49,10 @@ type Config struct {
 	Workers cli.StringList
 	Redis   string
 	APIKeys string
+
+	MQTTTLS        string // embedded broker's TLS listener (device certificates)
+	MQTTPasswords  string // Mosquitto password file for the embedded broker
+	MQTTURL        string // external broker instead of the embedded one
 
 	BuiltinWorkers int           // built-in engines, one per pool role in turn
 	Budget         int64         // default burst budget in tokens (refilled per minute)
@@ -66,6 +75,9 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	fs.Var(&c.Workers, "worker", "OpenAI-compatible engine URL (repeatable); options in the fragment: URL#role=prefill-heavy&model=NAME&capacity=N")
 	fs.StringVar(&c.Redis, "redis", "", "Redis URL for shared admission state, e.g. redis://127.0.0.1:6379/0")
 	fs.StringVar(&c.APIKeys, "api-keys", "", "file of API keys, one per line (key [tenant] [budget])")
+	fs.StringVar(&c.MQTTTLS, "mqtt-tls", ":8883", "embedded broker's MQTT-over-TLS listener, using the PKI's server certificate; empty disables it")
+	fs.StringVar(&c.MQTTPasswords, "mqtt-passwords", "", "Mosquitto password file for the embedded broker (username = device id)")
+	fs.StringVar(&c.MQTTURL, "mqtt-url", "", "external MQTT v5 broker (mqtt://user:pass@host:1883) instead of the embedded one")
 	fs.IntVar(&c.BuiltinWorkers, "builtin-workers", 1, "built-in engine workers (roles assigned in turn: prefill-heavy, decode-heavy, stream); 0 with --worker runs remote engines only")
 	fs.Int64Var(&c.Budget, "budget", 200000, "default token budget per API key or device: burst size, refilled at this many tokens per minute")
 	fs.DurationVar(&c.BatchWindow, "batch-window", 150*time.Millisecond, "longest a request waits to be batched with similar-length prompts while its engine is full")
@@ -77,7 +89,7 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 
 // Validate reports the first bad field.
 func (c *Config) Validate() error {
-	for _, f := range []struct{ name, addr string }{{"http", c.HTTP}, {"quic", c.QUIC}, {"mqtt", c.MQTT}} {
+	for _, f := range []struct{ name, addr string }{{"http", c.HTTP}, {"quic", c.QUIC}, {"mqtt", c.MQTT}, {"mqtt-tls", c.MQTTTLS}} {
 		if f.addr == "" && f.name != "http" {
 			continue
 		}
@@ -88,6 +100,14 @@ func (c *Config) Validate() error {
 	for _, w := range c.Workers {
 		if _, err := parseWorkerURL(w); err != nil {
 			return &cli.FieldError{Field: "worker", Err: err}
+		}
+	}
+	if c.MQTTURL != "" {
+		if u, err := url.Parse(c.MQTTURL); err != nil || u.Host == "" {
+			return &cli.FieldError{Field: "mqtt-url", Err: fmt.Errorf("%q is not a broker URL like mqtt://host:1883", c.MQTTURL)}
+		}
+		if c.MQTT != "" {
+			return &cli.FieldError{Field: "mqtt", Err: errors.New("set --mqtt \"\" when --mqtt-url names an external broker")}
 		}
 	}
 	if c.Redis != "" {
@@ -180,6 +200,8 @@ type Cloud struct {
 	admit   *admit.Admitter
 	http    *ingress.HTTPServer
 	quic    *quic.Server
+	broker  *broker.Broker
+	fleet   *fleet.Manager
 	pkiDir  string
 }
 
@@ -277,6 +299,20 @@ func (c *Cloud) Start(ctx context.Context) (err error) {
 	if keys != nil {
 		auth = keys.Authenticate
 	}
+	if c.cfg.QUIC != "" || (c.cfg.MQTT != "" && c.cfg.MQTTTLS != "") || c.cfg.PKIDir != "" {
+		if c.pkiDir, err = ingress.ResolvePKI(c.cfg.PKIDir, c.cfg.Dev, c.cfg.DataDir); err != nil {
+			return &cli.FieldError{Field: "pki-dir", Err: err}
+		}
+	}
+	if err := c.startFleet(); err != nil {
+		return err
+	}
+	ready := c.coord.Ready
+	var admin http.Handler
+	if c.fleet != nil {
+		admin = c.fleet.Handler()
+		ready = func() error { return errors.Join(c.coord.Ready(), c.fleet.Ready()) }
+	}
 	api, err := httpapi.NewHandler(c.coord, httpapi.Options{
 		Authenticate: auth, AllowPolicyHint: c.cfg.Dev, Metrics: c.metrics, Logger: c.log,
 	})
@@ -284,18 +320,77 @@ func (c *Cloud) Start(ctx context.Context) (err error) {
 		return err
 	}
 	if c.http, err = ingress.NewHTTP(ingress.HTTPConfig{
-		Addr: c.cfg.HTTP, API: api, Authenticate: auth, Metrics: c.metrics, Ready: c.coord.Ready, Logger: c.log,
+		Addr: c.cfg.HTTP, API: api, Admin: admin, AdminPrefix: "/v1/fleet/", Authenticate: auth,
+		Metrics: c.metrics, Ready: ready, Logger: c.log,
 	}); err != nil {
 		return err
 	}
 	if c.cfg.QUIC != "" {
-		if c.quic, c.pkiDir, err = ingress.NewQUIC(ingress.QUICConfig{
-			Addr: c.cfg.QUIC, PKIDir: c.cfg.PKIDir, Dev: c.cfg.Dev, DataDir: c.cfg.DataDir, Handler: c.coord, Logger: c.log,
+		if c.quic, err = ingress.NewQUIC(ingress.QUICConfig{
+			Addr: c.cfg.QUIC, PKIDir: c.pkiDir, Handler: c.coord, Logger: c.log,
 		}); err != nil {
 			return &cli.FieldError{Field: "quic", Err: err}
 		}
 	}
 	return nil
+}
+
+// startFleet starts the embedded broker (or connects to --mqtt-url) and the
+// fleet manager on it; neither runs when both are empty.
+func (c *Cloud) startFleet() error {
+	fc := fleet.Config{DataDir: filepath.Join(c.cfg.DataDir, "fleet"), Metrics: c.metrics, Logger: c.log}
+	switch {
+	case c.cfg.MQTTURL != "":
+		u, _ := url.Parse(c.cfg.MQTTURL) // validated
+		ext := &fleet.External{URL: c.cfg.MQTTURL}
+		if u.User != nil {
+			ext.Username = u.User.Username()
+			ext.Password, _ = u.User.Password()
+			u.User = nil
+			ext.URL = u.String()
+		}
+		fc.External = ext
+	case c.cfg.MQTT != "":
+		bc := broker.Config{
+			TCPAddr: c.cfg.MQTT, DevAuth: c.cfg.Dev, PasswordFile: c.cfg.MQTTPasswords,
+			StorePath: filepath.Join(c.cfg.DataDir, "broker.db"), Metrics: c.metrics, Logger: c.log,
+		}
+		if c.cfg.MQTTTLS != "" && c.pkiDir != "" {
+			tc, err := pki.ServerTLS(c.pkiDir)
+			if err != nil {
+				return &cli.FieldError{Field: "pki-dir", Err: err}
+			}
+			bc.TLS, bc.TLSAddr = tc, c.cfg.MQTTTLS
+		}
+		if err := os.MkdirAll(c.cfg.DataDir, 0o700); err != nil {
+			return &cli.FieldError{Field: "data-dir", Err: err}
+		}
+		b, err := broker.Start(bc)
+		if err != nil {
+			return &cli.FieldError{Field: "mqtt", Err: err}
+		}
+		c.broker = b
+		fc.Broker = b
+		c.log.Info("embedded MQTT broker listening", "tcp", b.TCPAddr(), "tls", b.TLSAddr())
+	default:
+		return nil
+	}
+	m, err := fleet.Open(fc)
+	if err != nil {
+		return err
+	}
+	c.fleet = m
+	return nil
+}
+
+// MQTTAddr is the embedded broker's TCP address, empty when none runs.
+func (c *Cloud) MQTTAddr() string {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.broker == nil {
+		return ""
+	}
+	return c.broker.TCPAddr()
 }
 
 // budgetOf maps a tenant to its own bucket from the keys file.
@@ -468,6 +563,14 @@ func (c *Cloud) closeLocked() error {
 	}
 	if c.quic != nil {
 		errs = append(errs, c.quic.Close())
+	}
+	if c.fleet != nil {
+		errs = append(errs, c.fleet.Close())
+		c.fleet = nil
+	}
+	if c.broker != nil {
+		errs = append(errs, c.broker.Close())
+		c.broker = nil
 	}
 	if c.workers != nil {
 		errs = append(errs, c.workers.Close())

@@ -289,3 +289,39 @@ func TestConfigValidate(t *testing.T) {
 		t.Fatalf("parsed %+v", wu)
 	}
 }
+
+// TestCloudFleetAdmin: the embedded broker and the fleet manager run, and
+// the fleet admin routes sit behind the API keys when keys are configured.
+func TestCloudFleetAdmin(t *testing.T) {
+	keys := filepath.Join(t.TempDir(), "keys")
+	os.WriteFile(keys, []byte("sk-operator-1 ops\n"), 0o600)
+	c := startCloud(t, func(cfg *Config) {
+		cfg.MQTT, cfg.MQTTTLS, cfg.APIKeys, cfg.BuiltinWorkers = "127.0.0.1:0", "", keys, 1
+	})
+	if c.MQTTAddr() == "" {
+		t.Fatal("no embedded broker")
+	}
+	get := func(key string) int {
+		req, _ := http.NewRequest("GET", "http://"+c.HTTPAddr()+"/v1/fleet/devices", nil)
+		if key != "" {
+			req.Header.Set("Authorization", "Bearer "+key)
+		}
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		return resp.StatusCode
+	}
+	if s := get(""); s != 401 {
+		t.Fatalf("fleet admin without a key: %d", s)
+	}
+	if s := get("sk-operator-1"); s != 200 {
+		t.Fatalf("fleet admin with a key: %d", s)
+	}
+	resp, err := http.Get("http://" + c.HTTPAddr() + "/readyz")
+	if err != nil || resp.StatusCode != 200 {
+		t.Fatalf("readyz with fleet: %v %v", resp, err)
+	}
+	resp.Body.Close()
+}

@@ -20,9 +20,10 @@ type HTTPConfig struct {
 	Addr string
 	// API serves /v1/ (an httpapi.Handler, which authenticates itself).
 	API http.Handler
-	// Admin, when set, is mounted at /admin/ behind Authenticate (the fleet
-	// manager's routes).
-	Admin http.Handler
+	// Admin, when set, is mounted at AdminPrefix behind Authenticate (the
+	// fleet manager's routes, /v1/fleet/).
+	Admin       http.Handler
+	AdminPrefix string
 	// Authenticate guards Admin; nil means open (--dev).
 	Authenticate func(*http.Request) (string, error)
 	Metrics      *metrics.Registry
@@ -53,7 +54,10 @@ func NewHTTP(cfg HTTPConfig) (*HTTPServer, error) {
 	mux := http.NewServeMux()
 	mux.Handle("/v1/", cfg.API)
 	if cfg.Admin != nil {
-		mux.Handle("/admin/", guard(cfg.Authenticate, cfg.Admin))
+		if cfg.AdminPrefix == "" || !strings.HasSuffix(cfg.AdminPrefix, "/") {
+			return nil, fmt.Errorf("ingress: HTTPConfig.AdminPrefix %q must end with /", cfg.AdminPrefix)
+		}
+		mux.Handle(cfg.AdminPrefix, guard(cfg.Authenticate, cfg.Admin))
 	}
 	metrics.Health(mux, cfg.Metrics, cfg.Ready)
 	ln, err := net.Listen("tcp", cfg.Addr)

@@ -15,48 +15,39 @@ import (
 // QUICConfig configures the agents' listener.
 type QUICConfig struct {
 	Addr string
-	// PKIDir holds the fleet CA and the server certificate (phaselessctl pki
-	// init). Empty in dev mode means DataDir/pki, created when absent.
+	// PKIDir holds the fleet CA and the server certificate (ResolvePKI).
 	PKIDir  string
-	Dev     bool
-	DataDir string
 	Handler llm.Generator
 	Logger  *slog.Logger
 }
 
-// PKIDir is the directory the QUIC listener takes its certificates from.
-func (c QUICConfig) pkiDir() (string, error) {
-	if c.PKIDir != "" {
-		return c.PKIDir, nil
+// ResolvePKI returns the directory the cloud's certificates come from:
+// pkiDir when given (made by phaselessctl pki init), else in dev mode
+// DataDir/pki, created on first use and kept across restarts so agents
+// enrolled against it stay valid.
+func ResolvePKI(pkiDir string, dev bool, dataDir string) (string, error) {
+	if pkiDir != "" {
+		return pkiDir, nil
 	}
-	if !c.Dev {
-		return "", errors.New("ingress: --pki-dir is required outside --dev (phaselessctl pki init --dir D)")
+	if !dev {
+		return "", errors.New("--pki-dir is required outside --dev (phaselessctl pki init --dir D)")
 	}
-	return filepath.Join(c.DataDir, "pki"), nil
+	dir := filepath.Join(dataDir, "pki")
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return "", fmt.Errorf("dev pki: %w", err)
+	}
+	if err := pki.EnsureDev(dir); err != nil {
+		return "", fmt.Errorf("dev pki: %w", err)
+	}
+	return dir, nil
 }
 
 // NewQUIC binds the agents' listener: mutual TLS against the fleet CA, the
 // device id (the client certificate's CN) as each request's tenant.
-func NewQUIC(cfg QUICConfig) (*quic.Server, string, error) {
-	dir, err := cfg.pkiDir()
+func NewQUIC(cfg QUICConfig) (*quic.Server, error) {
+	tc, err := pki.ServerTLS(cfg.PKIDir)
 	if err != nil {
-		return nil, "", err
+		return nil, err
 	}
-	if cfg.Dev && cfg.PKIDir == "" {
-		if err := os.MkdirAll(dir, 0o700); err != nil {
-			return nil, "", fmt.Errorf("dev pki: %w", err)
-		}
-		if err := pki.EnsureDev(dir); err != nil {
-			return nil, "", fmt.Errorf("dev pki: %w", err)
-		}
-	}
-	tc, err := pki.ServerTLS(dir)
-	if err != nil {
-		return nil, "", err
-	}
-	s, err := quic.NewServer(quic.ServerConfig{Addr: cfg.Addr, TLS: tc, Handler: cfg.Handler, Logger: cfg.Logger})
-	if err != nil {
-		return nil, "", err
-	}
-	return s, dir, nil
+	return quic.NewServer(quic.ServerConfig{Addr: cfg.Addr, TLS: tc, Handler: cfg.Handler, Logger: cfg.Logger})
 }
