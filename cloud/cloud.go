@@ -50,9 +50,9 @@ type Config struct {
 	Redis   string
 	APIKeys string
 
-	MQTTTLS        string // embedded broker's TLS listener (device certificates)
-	MQTTPasswords  string // Mosquitto password file for the embedded broker
-	MQTTURL        string // external broker instead of the embedded one
+	MQTTTLS       string // embedded broker's TLS listener (device certificates)
+	MQTTPasswords string // Mosquitto password file for the embedded broker
+	MQTTURL       string // external broker instead of the embedded one
 
 	BuiltinWorkers int           // built-in engines, one per pool role in turn
 	Budget         int64         // default burst budget in tokens (refilled per minute)
