@@ -21,7 +21,9 @@ import (
 type ClientConfig struct {
 	// TLS holds the device certificate and the fleet CA (pki.DeviceTLS). The
 	// client adds the ALPN, the server name from the address when none is
-	// set, and a session cache for 0-RTT when none is set.
+	// set, and a session cache for 0-RTT when none is set. A session cache
+	// must not be shared between device identities: a resumed session
+	// keeps the identity it was first issued to.
 	TLS *tls.Config
 	// KeepAlivePeriod, MaxIdleTimeout and HandshakeTimeout default to the
 	// cellular-tuned Default* values.
@@ -435,6 +437,11 @@ func (c *Client) Generate(ctx context.Context, req *llm.Request, emit llm.Emit) 
 			}
 		}
 		final, rt := c.roundTrip(ctx, l.conn, req, emit)
+		if rt.linkLost {
+			// Record why now rather than when run notices, so Link agrees
+			// with the error the caller is about to see.
+			c.dropLink(l, context.Cause(l.conn.Context()))
+		}
 		switch {
 		case rt.err == nil:
 			return final, nil
@@ -447,8 +454,7 @@ func (c *Client) Generate(ctx context.Context, req *llm.Request, emit llm.Emit) 
 				return llm.Final{}, cancelled(ctx)
 			}
 			continue
-		case attempt < 2 && rt.linkLost && (!rt.sent || keyed && rt.delivered == 0):
-			c.dropLink(l, rt.err)
+		case attempt < 2 && rt.linkLost && (!rt.sent || keyed && rt.delivered == 0) && llm.CodeOf(rt.err) != llm.CodeAuth:
 			continue
 		case errors.Is(rt.err, quicgo.Err0RTTRejected):
 			return llm.Final{}, linkError(rt.err, 0)
@@ -570,7 +576,12 @@ func (c *Client) Link() LinkState {
 	}
 	st := l.conn.ConnectionStats()
 	ls.Connected = true
-	ls.Used0RTT = l.used0RTT.Load()
+	select {
+	case <-l.conn.HandshakeComplete():
+		<-l.settled // run is recording the outcome right now
+		ls.Used0RTT = l.used0RTT.Load()
+	default:
+	}
 	ls.RTT, ls.SmoothedRTT = st.LatestRTT, st.SmoothedRTT
 	ls.PacketsSent, ls.PacketsLost = st.PacketsSent, st.PacketsLost
 	if st.PacketsSent > 0 {

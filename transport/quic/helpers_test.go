@@ -184,6 +184,12 @@ type udpRelay struct {
 	sessions map[string]*net.UDPConn
 	recorded [][]byte
 	record   bool
+	// hold0RTT holds server datagrams back until the client has sent a
+	// 0-RTT packet, so that packet still carries the client's original
+	// destination connection ID and a replay of the flight reaches a new
+	// server connection whatever the scheduling.
+	hold0RTT bool
+	held     []func()
 	dropped  int
 	closed   bool
 	wg       sync.WaitGroup
@@ -253,6 +259,10 @@ func (r *udpRelay) fromClients() {
 		if r.record {
 			r.recorded = append(r.recorded, p)
 		}
+		var release []func()
+		if r.hold0RTT && is0RTT(p) {
+			r.hold0RTT, release, r.held = false, r.held, nil
+		}
 		back := r.sessions[from.String()]
 		if back == nil && !r.closed {
 			back, err = net.DialUDP("udp", nil, r.target)
@@ -268,8 +278,15 @@ func (r *udpRelay) fromClients() {
 		if back != nil {
 			r.send(func(b []byte) error { _, err := back.Write(b); return err }, p)
 		}
+		for _, f := range release {
+			f()
+		}
 	}
 }
+
+// is0RTT reports a QUIC v1 long-header 0-RTT packet (RFC 9000 §17.2; the
+// type bits are not header-protected).
+func is0RTT(p []byte) bool { return len(p) > 0 && p[0]&0x80 != 0 && p[0]&0x30 == 0x10 }
 
 func (r *udpRelay) fromServer(back *net.UDPConn, client *net.UDPAddr) {
 	defer r.wg.Done()
@@ -280,7 +297,16 @@ func (r *udpRelay) fromServer(back *net.UDPConn, client *net.UDPAddr) {
 			return
 		}
 		p := append([]byte(nil), buf[:n]...)
-		r.send(func(b []byte) error { _, err := r.front.WriteToUDP(b, client); return err }, p)
+		write := func() { r.send(func(b []byte) error { _, err := r.front.WriteToUDP(b, client); return err }, p) }
+		r.mu.Lock()
+		hold := r.hold0RTT
+		if hold {
+			r.held = append(r.held, write)
+		}
+		r.mu.Unlock()
+		if !hold {
+			write()
+		}
 	}
 }
 
