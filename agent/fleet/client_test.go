@@ -462,6 +462,9 @@ func TestUnackedTelemetryIsKept(t *testing.T) {
 	}
 }
 
+// timeout is the hang guard for single waits.
+func timeout() <-chan time.Time { return time.After(60 * time.Second) }
+
 func waitUntil(t *testing.T, what string, cond func() bool) {
 	t.Helper()
 	deadline := time.Now().Add(60 * time.Second) // hang guard only

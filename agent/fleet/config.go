@@ -3,6 +3,7 @@ package fleet
 import (
 	"context"
 	"crypto/tls"
+	"crypto/x509"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -133,6 +134,11 @@ func (c Config) Validate() error {
 	if err := fleet.ValidateDeviceID(c.DeviceID); err != nil {
 		return fmt.Errorf("fleet: DeviceID: %w", err)
 	}
+	if cn, ok := clientCertCN(c.TLS); ok && cn != c.DeviceID {
+		// The broker's ACL trusts the certificate, so a mismatch would be
+		// refused on every publish; say so at startup instead.
+		return fmt.Errorf("fleet: TLS client certificate is for %q, DeviceID is %q", cn, c.DeviceID)
+	}
 	if c.Topics.Prefix != "" && !strings.HasSuffix(c.Topics.Prefix, "/") {
 		return fmt.Errorf("fleet: Topics.Prefix %q must end with /", c.Topics.Prefix)
 	}
@@ -170,3 +176,18 @@ func (c Config) Validate() error {
 
 // defaultRand is the jitter source for reconnect backoff.
 func defaultRand() float64 { return rand.Float64() }
+
+// clientCertCN returns the common name of cfg's first client certificate.
+func clientCertCN(cfg *tls.Config) (string, bool) {
+	if cfg == nil || len(cfg.Certificates) == 0 || len(cfg.Certificates[0].Certificate) == 0 {
+		return "", false
+	}
+	leaf := cfg.Certificates[0].Leaf
+	if leaf == nil {
+		var err error
+		if leaf, err = x509.ParseCertificate(cfg.Certificates[0].Certificate[0]); err != nil {
+			return "", false
+		}
+	}
+	return leaf.Subject.CommonName, true
+}

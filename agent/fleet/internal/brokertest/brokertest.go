@@ -5,6 +5,7 @@
 package brokertest
 
 import (
+	"crypto/tls"
 	"fmt"
 	"io"
 	"log/slog"
@@ -26,8 +27,10 @@ import (
 // address (a restarted mochi without a storage hook forgets sessions and
 // retained messages, like a broker that lost its disk).
 type Mochi struct {
-	t    testing.TB
-	Addr string // host:port, fixed across restarts
+	t     testing.TB
+	Addr  string            // host:port, fixed across restarts
+	tls   *tls.Config       // nil: plain TCP
+	users map[string]string // nil: anyone may connect
 
 	mu  sync.Mutex // guards srv
 	srv *mqtt.Server
@@ -35,16 +38,35 @@ type Mochi struct {
 
 // StartMochi starts a broker on a random loopback port; it stops at test
 // cleanup.
-func StartMochi(t testing.TB) *Mochi {
+func StartMochi(t testing.TB) *Mochi { return StartMochiTLS(t, nil) }
+
+// StartMochiTLS starts a broker whose listener speaks TLS with cfg (for
+// example transport/pki.ServerTLS, which requires device certificates).
+func StartMochiTLS(t testing.TB, cfg *tls.Config) *Mochi {
 	t.Helper()
-	m := &Mochi{t: t}
+	m := &Mochi{t: t, tls: cfg}
+	m.start("127.0.0.1:0")
+	t.Cleanup(m.Stop)
+	return m
+}
+
+// StartMochiUsers starts a broker that admits only the given
+// username/password pairs.
+func StartMochiUsers(t testing.TB, users map[string]string) *Mochi {
+	t.Helper()
+	m := &Mochi{t: t, users: users}
 	m.start("127.0.0.1:0")
 	t.Cleanup(m.Stop)
 	return m
 }
 
 // URL is the broker URL for clients.
-func (m *Mochi) URL() string { return "mqtt://" + m.Addr }
+func (m *Mochi) URL() string {
+	if m.tls != nil {
+		return "tls://" + m.Addr
+	}
+	return "mqtt://" + m.Addr
+}
 
 func (m *Mochi) start(addr string) {
 	m.t.Helper()
@@ -52,15 +74,25 @@ func (m *Mochi) start(addr string) {
 		InlineClient: true,
 		Logger:       slog.New(slog.NewTextHandler(io.Discard, nil)),
 	})
-	if err := srv.AddHook(new(auth.AllowHook), nil); err != nil {
-		m.t.Fatal(err)
+	if m.users == nil {
+		if err := srv.AddHook(new(auth.AllowHook), nil); err != nil {
+			m.t.Fatal(err)
+		}
+	} else {
+		ledger := &auth.Ledger{ACL: auth.ACLRules{{}}} // any topic once admitted
+		for u, p := range m.users {
+			ledger.Auth = append(ledger.Auth, auth.AuthRule{Username: auth.RString(u), Password: auth.RString(p), Allow: true})
+		}
+		if err := srv.AddHook(new(auth.Hook), &auth.Options{Ledger: ledger}); err != nil {
+			m.t.Fatal(err)
+		}
 	}
 	// Rebinding the same port right after a stop can race the kernel
 	// releasing it; retry briefly (a hang guard, not a timing assumption).
 	var tcp *listeners.TCP
 	var err error
 	for deadline := time.Now().Add(10 * time.Second); ; {
-		tcp = listeners.NewTCP(listeners.Config{ID: "tcp", Address: addr})
+		tcp = listeners.NewTCP(listeners.Config{ID: "tcp", Address: addr, TLSConfig: m.tls})
 		if err = srv.AddListener(tcp); err == nil || time.Now().After(deadline) {
 			break
 		}
