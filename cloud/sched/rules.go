@@ -35,6 +35,10 @@ type RulesConfig struct {
 	// one and still win. Reusing a cached prefix saves its prefill; queueing
 	// behind a full worker costs more. Default 0.5.
 	AffinitySlack float64
+	// AffinityBlocks is how many cached 16-token blocks make a worker in
+	// another pool worth choosing over the preferred pool: a prompt already
+	// in a cache needs no prefill, whatever pool holds it. Default 4.
+	AffinityBlocks int
 	// MaxLoad: workers above this load are skipped by the pool's first pass,
 	// so a saturated pool spills into the next one. Default 2.
 	MaxLoad float64
@@ -58,6 +62,9 @@ func (c *RulesConfig) fill() {
 	if c.LongOutput == 0 {
 		c.LongOutput = 256
 	}
+	if c.AffinityBlocks == 0 {
+		c.AffinityBlocks = 4
+	}
 }
 
 // Validate names the first bad field.
@@ -67,7 +74,7 @@ func (c *RulesConfig) Validate() error {
 		v    float64
 	}{{"EntropyBits", c.EntropyBits}, {"KVFaultsPerMs", c.KVFaultsPerMs}, {"BurstSigma", c.BurstSigma},
 		{"PrefillRatio", c.PrefillRatio}, {"AffinitySlack", c.AffinitySlack}, {"MaxLoad", c.MaxLoad},
-		{"LongPrompt", float64(c.LongPrompt)}, {"LongOutput", float64(c.LongOutput)}} {
+		{"LongPrompt", float64(c.LongPrompt)}, {"LongOutput", float64(c.LongOutput)}, {"AffinityBlocks", float64(c.AffinityBlocks)}} {
 		if f.v < 0 || math.IsNaN(f.v) || math.IsInf(f.v, 0) {
 			return fmt.Errorf("sched.RulesConfig.%s: %v must be a finite value ≥ 0", f.name, f.v)
 		}
@@ -91,7 +98,11 @@ func (c *RulesConfig) Validate() error {
 //     workers (σ above BurstSigma) while a smooth one exists;
 //  3. inside the first pool with a candidate, prefers the worker holding the
 //     longest cached prefix if it is within AffinitySlack of the least load,
-//     else the least loaded one.
+//     else the least loaded one;
+//  4. finally, if a worker of another (non-conservative) pool holds at least
+//     AffinityBlocks more of the prompt and is within AffinitySlack of the
+//     chosen worker's load, sends it there: a cached prompt needs no
+//     prefill, which outweighs the pool's tuning.
 //
 // When every worker is excluded it places the request on the least loaded
 // healthy worker anyway (ReasonOverloaded): a slow answer beats none, and
@@ -158,6 +169,9 @@ func (p *Rules) Decide(req *Request, s *Snapshot) (Decision, error) {
 		i, faulting := p.pick(req, s, role)
 		faultSkipped = faultSkipped || faulting
 		if i >= 0 {
+			if j := p.crossPoolPrefix(s, i); j >= 0 {
+				i = j
+			}
 			reason := ReasonLeastLoad
 			switch {
 			case s.Workers[i].PrefixBlocks > 0 && s.Workers[i].PrefixBlocks == maxPrefix:
@@ -174,6 +188,24 @@ func (p *Rules) Decide(req *Request, s *Snapshot) (Decision, error) {
 		return Decision{}, ErrNoWorker
 	}
 	return decided(req, s, i, ReasonOverloaded, PolicyRules), nil
+}
+
+// crossPoolPrefix returns a worker outside chosen's pool whose cached
+// prefix beats chosen's by AffinityBlocks at a similar load, or -1.
+func (p *Rules) crossPoolPrefix(s *Snapshot, chosen int) int {
+	c := &s.Workers[chosen]
+	limit := c.Load() + p.cfg.AffinitySlack
+	best, bestBlocks := -1, c.PrefixBlocks+p.cfg.AffinityBlocks-1
+	for i := range s.Workers {
+		w := &s.Workers[i]
+		if i == chosen || w.Role == RoleConservative || !w.Healthy || w.KVFaultsPerMs > p.cfg.KVFaultsPerMs {
+			continue
+		}
+		if l := w.Load(); w.PrefixBlocks > bestBlocks && l <= limit && l < p.cfg.MaxLoad {
+			best, bestBlocks = i, w.PrefixBlocks
+		}
+	}
+	return best
 }
 
 // pick chooses inside one pool; faulting reports that a worker was skipped

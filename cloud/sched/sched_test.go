@@ -63,7 +63,7 @@ func TestClassify(t *testing.T) {
 
 func TestRulesDecide(t *testing.T) {
 	p := mustRules(t)
-	stream := Request{InputTokens: 40, InputChars: 160, EntropyBits: 4.0, PredictedOutput: 40, Stream: true, BlockHashes: hashes(2)}
+	stream := Request{InputTokens: 40, InputChars: 160, EntropyBits: 4.0, PredictedOutput: 40, Stream: true, BlockHashes: hashes(8)}
 	cases := []struct {
 		name       string
 		req        Request
@@ -85,6 +85,15 @@ func TestRulesDecide(t *testing.T) {
 		}, 4, ReasonPrefix},
 		{"prefix too loaded loses", stream, func(s *Snapshot) {
 			s.Workers = append(s.Workers, Worker{Role: RoleStream, Healthy: true, Capacity: 8, Running: 8, PrefixBlocks: 2})
+		}, 2, ReasonLeastLoad},
+		{"prefix in another pool wins", stream, func(s *Snapshot) {
+			s.Workers[1].PrefixBlocks = 4
+			s.Workers[1].Running = 3
+		}, 1, ReasonPrefix},
+		{"small prefix elsewhere does not", stream, func(s *Snapshot) { s.Workers[1].PrefixBlocks = 3 }, 2, ReasonLeastLoad},
+		{"loaded prefix holder elsewhere does not", stream, func(s *Snapshot) {
+			s.Workers[1].PrefixBlocks = 8
+			s.Workers[1].Running = 6
 		}, 2, ReasonLeastLoad},
 		{"everything faulting: least load anywhere", stream, func(s *Snapshot) {
 			for i := range s.Workers {
