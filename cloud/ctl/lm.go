@@ -234,7 +234,8 @@ func lmBench(ctx context.Context, cio cli.IO, args []string) error {
 	fmt.Fprintf(cio.Stdout, "model %s: %d layers, dim %d, %d/%d heads, ffn %d, vocab %d, %s, weights %.1f MB\n",
 		*model, c.Layers, c.Dim, c.Heads, c.KVHeads, c.FFN, c.Vocab, m.DType, float64(r.WeightBytes)/1e6)
 	for _, d := range r.Decode {
-		fmt.Fprintf(cio.Stdout, "decode batch %3d: %8.1f tok/s (%.2f× batch 1)\n", d.Batch, d.TokensPerSec, r.Speedup(d.Batch))
+		fmt.Fprintf(cio.Stdout, "decode batch %3d: %8.1f tok/s (%.2f× batch 1), %8.1f tok per CPU-second (%.2f×)\n",
+			d.Batch, d.TokensPerSec, r.Speedup(d.Batch), d.TokensPerCPUSec, r.CPUSpeedup(d.Batch))
 	}
 	fmt.Fprintf(cio.Stdout, "prefill: %.1f tok/s (%d-token prompt)\n", r.PrefillTokensPerSec, min(*promptLen, c.ContextLen-2))
 	fmt.Fprintf(cio.Stdout, "TTFT uncached %v, cached %v with %d prompt tokens in cache (ratio %.3f)\n",

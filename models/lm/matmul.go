@@ -103,6 +103,10 @@ func (p *pool) buf(worker, n int) []float32 {
 // weight tile is read once per call however many tokens there are, which is
 // what makes a batched decode step cost about as much as a single one.
 func (m *matrix) mul(p *pool, y, x []float32, n int) {
+	if haveDot4 && m.cols >= 16 {
+		m.mulDot4(p, y, x, n)
+		return
+	}
 	impl := blas32.Implementation()
 	tiles := (m.rows + tileRows - 1) / tileRows
 	p.run(tiles, func(w, tile int) {
@@ -121,6 +125,66 @@ func (m *matrix) mul(p *pool, y, x []float32, n int) {
 			nt := min(tileTokens, n-t0)
 			impl.Sgemm(blas.NoTrans, blas.Trans, nt, nr, m.cols, 1,
 				x[t0*m.cols:], m.cols, wt, m.cols, 0, y[t0*m.rows+r0:], m.rows)
+		}
+	})
+}
+
+// dot4Tokens is the token block of mulDot4: 16 rows of activations (32 KiB at
+// width 512) stay in L1/L2 while a weight tile streams past them.
+const dot4Tokens = 16
+
+// mulDot4 is mul with the AVX2 kernel. Every (token, row) dot product is
+// summed the same way whatever batch the token is in, so a sequence's logits
+// are bit-identical batched or alone.
+func (m *matrix) mulDot4(p *pool, y, x []float32, n int) {
+	cols := m.cols
+	k16 := cols &^ 15
+	tiles := (m.rows + tileRows - 1) / tileRows
+	p.run(tiles, func(w, tile int) {
+		r0 := tile * tileRows
+		nr := min(tileRows, m.rows-r0)
+		var wt []float32
+		if m.dtype == gguf.F32 {
+			wt = m.f32[r0*cols : (r0+nr)*cols]
+		} else {
+			wt = p.buf(w, nr*cols)
+			for r := 0; r < nr; r++ {
+				m.rowInto(r0+r, wt[r*cols:(r+1)*cols])
+			}
+		}
+		var out [4]float32
+		tail := func(t, r int, s float32) {
+			wr, xr := wt[r*cols:(r+1)*cols], x[t*cols:(t+1)*cols]
+			for i := k16; i < cols; i++ {
+				s += wr[i] * xr[i]
+			}
+			y[t*m.rows+r0+r] = s
+		}
+		for t0 := 0; t0 < n; t0 += dot4Tokens {
+			tn := min(dot4Tokens, n-t0)
+			full := tn &^ 3
+			// Four tokens share each weight row load.
+			for r := range nr {
+				for g := 0; g < full; g += 4 {
+					t := t0 + g
+					dot4AVX2(k16, &wt[r*cols], &x[t*cols], &x[(t+1)*cols], &x[(t+2)*cols], &x[(t+3)*cols], &out)
+					for j := range 4 {
+						tail(t+j, r, out[j])
+					}
+				}
+			}
+			// Fewer than four tokens left (a single stream): four rows share
+			// each token load instead. The product commutes, so a (token, row)
+			// pair gets the same bits in either arrangement.
+			for t := t0 + full; t < t0+tn; t++ {
+				for r := 0; r < nr; r += 4 {
+					row := func(j int) *float32 { return &wt[min(r+j, nr-1)*cols] }
+					dot4AVX2(k16, &x[t*cols], row(0), row(1), row(2), row(3), &out)
+					for j := 0; j < min(4, nr-r); j++ {
+						tail(t, r+j, out[j])
+					}
+				}
+			}
 		}
 	})
 }
