@@ -1,0 +1,406 @@
+package quic
+
+import (
+	"context"
+	"crypto/tls"
+	"errors"
+	"fmt"
+	"net"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	quicgo "github.com/quic-go/quic-go"
+
+	"github.com/phaseless/phaseless/transport/llm"
+	"github.com/phaseless/phaseless/transport/pki"
+)
+
+func TestBackoffDelay(t *testing.T) {
+	b := Backoff{Initial: 100 * time.Millisecond, Max: 1 * time.Second, Factor: 2}
+	for _, c := range []struct {
+		attempt int
+		r       float64
+		want    time.Duration
+	}{
+		{0, 0, 50 * time.Millisecond},
+		{0, 0.999999, 100 * time.Millisecond},
+		{1, 0.5, 150 * time.Millisecond},
+		{3, 0, 400 * time.Millisecond},
+		{4, 0, 500 * time.Millisecond}, // capped at Max before jitter
+		{4, 0.999999, time.Second},
+		{10000, 0.5, 750 * time.Millisecond}, // no overflow
+	} {
+		got := b.delay(c.attempt, c.r)
+		if got < c.want-time.Millisecond || got > c.want {
+			t.Errorf("delay(%d, %v) = %v, want %v", c.attempt, c.r, got, c.want)
+		}
+	}
+	for _, bad := range []Backoff{{Initial: -1}, {Initial: time.Second, Max: time.Millisecond, Factor: 2}, {Initial: 1, Max: 2, Factor: 0.5}} {
+		if bad.validate() == nil {
+			t.Errorf("%+v accepted", bad)
+		}
+	}
+}
+
+// stepClock hands each wait to the test, which decides when it ends.
+type stepClock struct {
+	calls chan clockCall
+}
+
+type clockCall struct {
+	d    time.Duration
+	fire chan time.Time
+}
+
+func (c *stepClock) Now() time.Time { return time.Now() }
+func (c *stepClock) After(d time.Duration) <-chan time.Time {
+	ch := make(chan time.Time, 1)
+	c.calls <- clockCall{d, ch}
+	return ch
+}
+
+// The agent may start before the cloud: it keeps trying with growing,
+// jittered waits taken from its clock, and connects once the cloud is up.
+func TestReconnectBackoffUntilCloudComes(t *testing.T) {
+	// A port with nothing behind it, for now.
+	probe, err := net.ListenUDP("udp", &net.UDPAddr{IP: net.IPv4(127, 0, 0, 1)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := probe.LocalAddr().String()
+	probe.Close()
+
+	clock := &stepClock{calls: make(chan clockCall)}
+	c := dial(t, addr, "dev-1", func(cc *ClientConfig) {
+		cc.Background = true
+		cc.HandshakeTimeout = 50 * time.Millisecond
+		cc.Backoff = Backoff{Initial: 100 * time.Millisecond, Max: 400 * time.Millisecond, Factor: 2}
+		cc.Clock = clock
+		cc.Rand = func() float64 { return 0.5 }
+	})
+	want := []time.Duration{75, 150, 300, 300}
+	for i, w := range want {
+		select {
+		case call := <-clock.calls:
+			if call.d != w*time.Millisecond {
+				t.Fatalf("wait %d = %v, want %v", i, call.d, w*time.Millisecond)
+			}
+			if i == len(want)-1 {
+				startServer(t, &scripted{n: 3}, func(sc *ServerConfig) { sc.Addr = addr })
+			}
+			call.fire <- time.Now()
+		case <-time.After(hangGuard):
+			t.Fatalf("no reconnect attempt %d", i)
+		}
+	}
+	waitFor(t, "the client to connect", func() bool { return c.Link().Connected })
+	if st := c.Link(); st.Reconnects != 0 || st.LastError == "" {
+		t.Fatalf("link %+v: the first connection is not a reconnect, and the failures should be recorded", st)
+	}
+	// ConnectWait also runs on the injected clock; answer it if asked.
+	go func() {
+		for call := range clock.calls {
+			_ = call
+		}
+	}()
+	if _, _, err := collect(guardCtx(t), c, req("late")); err != nil {
+		t.Fatal(err)
+	}
+	c.Close()
+	close(clock.calls)
+}
+
+func TestGenerateFailsFastWithoutLink(t *testing.T) {
+	probe, err := net.ListenUDP("udp", &net.UDPAddr{IP: net.IPv4(127, 0, 0, 1)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := probe.LocalAddr().String()
+	probe.Close()
+	c := dial(t, addr, "dev-1", func(cc *ClientConfig) {
+		cc.Background = true
+		cc.HandshakeTimeout = 50 * time.Millisecond
+		cc.ConnectWait = 20 * time.Millisecond
+	})
+	_, _, err = collect(guardCtx(t), c, req("offline"))
+	var le *llm.Error
+	if !errors.As(err, &le) || le.Code != llm.CodeUnavailable || !le.Retryable {
+		t.Fatalf("offline error %v, want retryable unavailable so the router falls back", err)
+	}
+	c.Close()
+	c.Close() // idempotent
+	if _, _, err := collect(guardCtx(t), c, req("closed")); llm.CodeOf(err) != llm.CodeUnavailable {
+		t.Fatalf("after Close: %v", err)
+	}
+	// Dial without Background fails when the cloud is not there.
+	tc, _ := pki.DeviceTLS(testPKI(t), "dev-1")
+	if _, err := Dial(guardCtx(t), addr, ClientConfig{TLS: tc, HandshakeTimeout: 50 * time.Millisecond}); err == nil {
+		t.Fatal("Dial to nothing succeeded")
+	}
+}
+
+// A retry with the same key while the first attempt still runs attaches to
+// it: both streams get every token, the handler runs once, and the first
+// stream leaving does not stop the work the second still wants.
+func TestRetryAttachesToRunningGeneration(t *testing.T) {
+	h := &scripted{n: 40, pauseAt: 20, paused: make(chan struct{}), release: make(chan struct{})}
+	s := startServer(t, h)
+	c1 := dial(t, s.Addr().String(), "dev-1")
+	c2 := dial(t, s.Addr().String(), "dev-1")
+	r := req("attach")
+	r.IdempotencyKey = "attach-1"
+
+	ctx1, cancel1 := context.WithCancel(guardCtx(t))
+	got1 := make(chan int, 1)
+	go func() {
+		toks, _, _ := collect(ctx1, c1, r)
+		got1 <- len(toks)
+	}()
+	<-h.paused
+	type result struct {
+		toks []llm.Token
+		err  error
+	}
+	res2 := make(chan result, 1)
+	go func() {
+		toks, _, err := collect(guardCtx(t), c2, r)
+		res2 <- result{toks, err}
+	}()
+	waitFor(t, "the retry to attach", func() bool { return s.Stats().Attached == 1 })
+	cancel1() // the first device connection gives up (e.g. its link died)
+	if n := <-got1; n > 20 {
+		t.Fatalf("first stream got %d tokens before the pause", n)
+	}
+	close(h.release)
+	r2 := <-res2
+	if r2.err != nil {
+		t.Fatal(r2.err)
+	}
+	checkTokens(t, r2.toks, 40)
+	if n := h.calls.Load(); n != 1 {
+		t.Fatalf("handler ran %d times", n)
+	}
+}
+
+// Everyone leaving a keyed generation cancels it, and a later retry runs it
+// afresh: nothing was delivered that it could duplicate.
+func TestAbandonedGenerationIsForgotten(t *testing.T) {
+	b := newBlocker()
+	s := startServer(t, b)
+	c := dial(t, s.Addr().String(), "dev-1")
+	r := req("abandon")
+	r.IdempotencyKey = "abandon-1"
+	for range 2 {
+		ctx, cancel := context.WithCancel(guardCtx(t))
+		errc := make(chan error, 1)
+		go func() {
+			_, _, err := collect(ctx, c, r)
+			errc <- err
+		}()
+		<-b.started
+		cancel()
+		<-errc
+		if cause := <-b.cause; cause == nil {
+			t.Fatal("generation not cancelled")
+		}
+	}
+	if st := s.Stats(); st.Generations != 2 || st.Attached != 0 {
+		t.Fatalf("stats %+v: the retry should have run afresh", st)
+	}
+}
+
+// A peer that breaks the protocol gets a clear error on that stream; the
+// connection and other streams carry on.
+func TestProtocolErrors(t *testing.T) {
+	h := &scripted{n: 2}
+	s := startServer(t, h)
+	tc, err := pki.DeviceTLS(testPKI(t), "dev-1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	tc.NextProtos, tc.ServerName = []string{ALPN}, "localhost"
+	conn, err := quicgo.DialAddr(guardCtx(t), s.Addr().String(), tc, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.CloseWithError(0, "")
+	for _, c := range []struct {
+		name string
+		raw  []byte
+		want string
+	}{
+		{"future version", []byte{9, 1, 0, 0, 0, 0}, "unsupported version 9"},
+		{"unknown type", []byte{1, 77, 0, 0, 0, 0}, "unknown frame type 77"},
+		{"token first", mustFrame(t, &Frame{Type: FrameToken}), "want request"},
+		{"oversized", []byte{1, 1, 0xff, 0xff, 0xff, 0xff}, "over the"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			str, err := conn.OpenStreamSync(guardCtx(t))
+			if err != nil {
+				t.Fatal(err)
+			}
+			str.Write(c.raw)
+			f, err := newFrameReader(str).next()
+			if err != nil || f.Type != FrameError || f.Err.Code != llm.CodeInvalid || !strings.Contains(f.Err.Message, c.want) {
+				t.Fatalf("got %+v %v, want an invalid_request error frame mentioning %q", f.Err, err, c.want)
+			}
+			str.CancelRead(0)
+			str.Close()
+		})
+	}
+	// The same connection still serves a valid request.
+	str, err := conn.OpenStreamSync(guardCtx(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	str.Write(mustFrame(t, &Frame{Type: FrameRequest, Request: req("ok")}))
+	fr := newFrameReader(str)
+	var types []FrameType
+	for {
+		f, err := fr.next()
+		if err != nil {
+			t.Fatal(err)
+		}
+		types = append(types, f.Type)
+		if f.Type == FrameFinal {
+			break
+		}
+	}
+	str.Close()
+	if fmt.Sprint(types) != "[token token final]" {
+		t.Fatalf("frames %v", types)
+	}
+	if s.Stats().ProtocolErrors != 4 {
+		t.Fatalf("protocol errors counted: %d", s.Stats().ProtocolErrors)
+	}
+	// A peer without our ALPN does not get in.
+	other := tc.Clone()
+	other.NextProtos = []string{"h3"}
+	if c, err := quicgo.DialAddr(guardCtx(t), s.Addr().String(), other, nil); err == nil {
+		c.CloseWithError(0, "")
+		t.Fatal("handshake with a foreign ALPN succeeded")
+	}
+}
+
+func mustFrame(t *testing.T, f *Frame) []byte {
+	t.Helper()
+	b, err := AppendFrame(nil, f)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
+}
+
+func TestConfigValidation(t *testing.T) {
+	dir := testPKI(t)
+	srvTLS, _ := pki.ServerTLS(dir)
+	devTLS, _ := pki.DeviceTLS(dir, "dev-1")
+	h := &scripted{}
+	noClientAuth := srvTLS.Clone()
+	noClientAuth.ClientAuth = tls.NoClientCert
+	for name, cfg := range map[string]ServerConfig{
+		"Addr":              {TLS: srvTLS, Handler: h},
+		"TLS":               {Addr: ":0", Handler: h},
+		"TLS.ClientAuth":    {Addr: ":0", TLS: noClientAuth, Handler: h},
+		"Handler":           {Addr: ":0", TLS: srvTLS},
+		"MaxStreamsPerConn": {Addr: ":0", TLS: srvTLS, Handler: h, MaxStreamsPerConn: -1},
+		"KeepAlivePeriod":   {Addr: ":0", TLS: srvTLS, Handler: h, KeepAlivePeriod: time.Minute, MaxIdleTimeout: time.Second},
+	} {
+		if _, err := NewServer(cfg); err == nil || !strings.Contains(err.Error(), name) {
+			t.Errorf("server config without a good %s: %v", name, err)
+		}
+	}
+	for name, cfg := range map[string]ClientConfig{
+		"TLS":             {},
+		"Certificates":    {TLS: &tls.Config{}},
+		"Backoff.Factor":  {TLS: devTLS, Backoff: Backoff{Factor: 0.5}},
+		"LocalAddr":       {TLS: devTLS, LocalAddr: "not an address"},
+		"KeepAlivePeriod": {TLS: devTLS, KeepAlivePeriod: time.Minute, MaxIdleTimeout: time.Second},
+	} {
+		if _, err := Dial(context.Background(), "127.0.0.1:1", cfg); err == nil || !strings.Contains(err.Error(), name) {
+			t.Errorf("client config without a good %s: %v", name, err)
+		}
+	}
+	if _, err := Dial(context.Background(), "no-port", ClientConfig{TLS: devTLS}); err == nil {
+		t.Error("address without a port accepted")
+	}
+}
+
+func TestDedupeTableExpiry(t *testing.T) {
+	var mu sync.Mutex
+	now := time.Unix(1000, 0)
+	clock := func() time.Time { mu.Lock(); defer mu.Unlock(); return now }
+	advance := func(d time.Duration) { mu.Lock(); now = now.Add(d); mu.Unlock() }
+	tab := newDedupeTable(time.Minute, 2, clock)
+	nop := func(error) {}
+	finish := func(g *generation, err error) {
+		g.finish(llm.Final{}, err, nil, clock())
+		tab.finished(g)
+	}
+
+	a, created := tab.join("a", [32]byte{}, nop)
+	if !created {
+		t.Fatal("first join did not create")
+	}
+	if again, created := tab.join("a", [32]byte{}, nop); created || again != a {
+		t.Fatal("second join did not attach")
+	}
+	finish(a, nil)
+	advance(30 * time.Second)
+	if _, created := tab.join("a", [32]byte{}, nop); created {
+		t.Fatal("finished entry forgotten inside the TTL")
+	}
+	advance(31 * time.Second)
+	if _, created := tab.join("a", [32]byte{}, nop); !created {
+		t.Fatal("entry kept past the TTL")
+	}
+
+	// Cancelled and retryable failures are forgotten at once.
+	for _, err := range []error{context.Canceled, &llm.Error{Code: llm.CodeOverloaded, Retryable: true}} {
+		g, _ := tab.join("c", [32]byte{}, nop)
+		finish(g, err)
+		if _, created := tab.join("c", [32]byte{}, nop); !created {
+			t.Fatalf("entry kept after %v", err)
+		}
+		delete(tab.entries, "c")
+	}
+	// A final failure is remembered like a success.
+	g, _ := tab.join("f", [32]byte{}, nop)
+	finish(g, &llm.Error{Code: llm.CodeInvalid})
+	if _, created := tab.join("f", [32]byte{}, nop); created {
+		t.Fatal("final failure forgotten")
+	}
+
+	// Over MaxEntries, the oldest finished entries go first.
+	tab = newDedupeTable(time.Hour, 2, clock)
+	for _, k := range []string{"1", "2", "3"} {
+		g, _ := tab.join(k, [32]byte{}, nop)
+		finish(g, nil)
+	}
+	if tab.len() != 2 {
+		t.Fatalf("%d entries, want 2", tab.len())
+	}
+	if _, created := tab.join("1", [32]byte{}, nop); !created {
+		t.Fatal("oldest entry kept over the limit")
+	}
+}
+
+func TestReplayLimit(t *testing.T) {
+	h := llmFunc(func(ctx context.Context, r *llm.Request, emit llm.Emit) (llm.Final, error) {
+		for i := 0; ; i++ {
+			if err := emit(llm.Token{Text: strings.Repeat("x", 100)}); err != nil {
+				return llm.Final{}, err
+			}
+		}
+	})
+	s := startServer(t, h, func(sc *ServerConfig) { sc.MaxReplayBytes = 10_000 })
+	c := dial(t, s.Addr().String(), "dev-1")
+	r := req("big")
+	r.IdempotencyKey = "big-1"
+	toks, _, err := collect(guardCtx(t), c, r)
+	if llm.CodeOf(err) != llm.CodeInternal || len(toks) > 100 {
+		t.Fatalf("%d tokens, err %v: want the replay limit to stop the run", len(toks), err)
+	}
+}
