@@ -1,6 +1,7 @@
 package fleet
 
 import (
+	"bytes"
 	"encoding/binary"
 	"errors"
 	"sort"
@@ -74,10 +75,11 @@ var errBadSeqSet = errors.New("corrupt seq set")
 
 // decodeSeqSet reads what encode wrote, rejecting anything that is not a
 // valid set (it comes from disk).
-func decodeSeqSet(b []byte) (seqSet, error) {
-	if len(b) == 0 {
+func decodeSeqSet(orig []byte) (seqSet, error) {
+	if len(orig) == 0 {
 		return seqSet{}, nil
 	}
+	b := orig
 	n, k := binary.Uvarint(b)
 	if k <= 0 || n > maxIntervals {
 		return seqSet{}, errBadSeqSet
@@ -103,7 +105,9 @@ func decodeSeqSet(b []byte) (seqSet, error) {
 		s.iv = append(s.iv, [2]uint64{first, first + l})
 		prev = first + l
 	}
-	if len(b) != 0 {
+	// Only the canonical encoding is valid (no padded varints), so a set
+	// round-trips byte for byte.
+	if len(b) != 0 || !bytes.Equal(s.encode(), orig) {
 		return seqSet{}, errBadSeqSet
 	}
 	return s, nil

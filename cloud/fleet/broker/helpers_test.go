@@ -214,7 +214,7 @@ func passwordsFor(t testing.TB, users ...string) *Passwords {
 
 func startBroker(t testing.TB, cfg Config) *Broker {
 	t.Helper()
-	if cfg.TCPAddr == "" {
+	if cfg.TCPAddr == "" && cfg.TLSAddr == "" {
 		cfg.TCPAddr = "127.0.0.1:0"
 	}
 	if cfg.TLS != nil && cfg.TLSAddr == "" {

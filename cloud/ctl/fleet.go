@@ -1,0 +1,458 @@
+package ctl
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"net/http"
+	"net/url"
+	"os"
+	"sort"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/phaseless/phaseless/cloud/fleet"
+	"github.com/phaseless/phaseless/transport/cli"
+	tfleet "github.com/phaseless/phaseless/transport/fleet"
+)
+
+// `fleet` drives the cloud's fleet admin API (cloud/fleet Handler, under
+// /v1/fleet/) over HTTP: the registry, desired config, commands, and the
+// telemetry store. Every verb takes --cloud URL and --api-key (also
+// PHASELESS_CLOUD and PHASELESS_API_KEY).
+func init() {
+	register(&cli.Command{Name: "fleet", Summary: "fleet operations over the cloud's HTTP API: devices, status, config, commands, telemetry", Subcommands: []*cli.Command{
+		{Name: "devices", Summary: "list devices: state, version, slot, last seen, config versions, telemetry", Run: fleetDevices},
+		{Name: "status", Summary: "one device in detail (fleet status ID)", Run: fleetStatus},
+		{Name: "config", Summary: "desired config: fleet config set ID key=value ... | unset ID key ...", Subcommands: []*cli.Command{
+			{Name: "set", Summary: "set keys of a device's desired config (a new version, merged)", Run: fleetConfigSet},
+			{Name: "unset", Summary: "remove keys from a device's desired config (a new version)", Run: fleetConfigUnset},
+		}},
+		{Name: "cmd", Summary: "send a command: fleet cmd ID NAME [key=value ...] [--wait 30s]", Run: fleetCmd},
+		{Name: "telemetry", Summary: "the telemetry store: count | export [--device ID] [--since T] [-o FILE]", Subcommands: []*cli.Command{
+			{Name: "count", Summary: "stored, ingested, duplicate and deleted record counts (fleet-wide or --device ID)", Run: fleetTelemetryCount},
+			{Name: "export", Summary: "stream stored telemetry as JSON lines (training data)", Run: fleetTelemetryExport},
+		}},
+	}})
+}
+
+// fleetClient is the HTTP side of the fleet verbs.
+type fleetClient struct {
+	base   string
+	apiKey string
+	http   *http.Client
+}
+
+func fleetFlags(name string) (*flag.FlagSet, *string, *string) {
+	fs := flag.NewFlagSet(name, flag.ContinueOnError)
+	cloud := fs.String("cloud", "http://127.0.0.1:8080", "cloud HTTP API base URL")
+	key := fs.String("api-key", "", "API key for the cloud's admin API (not needed with phaseless-cloud --dev)")
+	return fs, cloud, key
+}
+
+// parseFleet parses flags anywhere among the arguments (`fleet status ID
+// --cloud URL` as well as `fleet status --cloud URL ID`), then fills unset
+// flags from PHASELESS_* like every other verb.
+func parseFleet(fs *flag.FlagSet, cio cli.IO, args []string, usage string, nPos int, atLeast bool) (pos []string, done bool, err error) {
+	var rest []string
+	fs.SetOutput(io.Discard)
+	for {
+		if err := fs.Parse(args); err != nil {
+			if errors.Is(err, flag.ErrHelp) {
+				cli.PrintUsage(cio.Stdout, fs, usage)
+				return nil, true, nil
+			}
+			return nil, false, fmt.Errorf("%w: %v (usage: %s)", cli.ErrUsage, err, usage)
+		}
+		if fs.NArg() == 0 {
+			break
+		}
+		rest = append(rest, fs.Arg(0))
+		args = fs.Args()[1:]
+	}
+	set := map[string]bool{}
+	fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
+	var envErr error
+	fs.VisitAll(func(f *flag.Flag) {
+		if v := cio.Getenv(cli.EnvName(f.Name)); v != "" && !set[f.Name] && envErr == nil {
+			if err := fs.Set(f.Name, v); err != nil {
+				envErr = &cli.FieldError{Field: f.Name, Source: "env " + cli.EnvName(f.Name), Err: err}
+			}
+		}
+	})
+	if envErr != nil {
+		return nil, false, envErr
+	}
+	if len(rest) < nPos || (!atLeast && len(rest) > nPos) {
+		return nil, false, fmt.Errorf("%w: usage: %s", cli.ErrUsage, usage)
+	}
+	return rest, false, nil
+}
+
+func newFleetClient(cloud, key string) (*fleetClient, error) {
+	u, err := url.Parse(cloud)
+	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+		return nil, &cli.FieldError{Field: "cloud", Err: fmt.Errorf("%q is not an http(s) URL", cloud)}
+	}
+	return &fleetClient{base: strings.TrimRight(cloud, "/"), apiKey: key, http: &http.Client{}}, nil
+}
+
+// do sends a request and decodes a JSON answer into out (unless nil);
+// API errors come back as errors carrying the server's message.
+func (c *fleetClient) do(ctx context.Context, method, path string, body, out any) error {
+	resp, err := c.send(ctx, method, path, body)
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	if out == nil {
+		return nil
+	}
+	if err := json.NewDecoder(resp.Body).Decode(out); err != nil {
+		return fmt.Errorf("%s %s: decode answer: %w", method, path, err)
+	}
+	return nil
+}
+
+func (c *fleetClient) send(ctx context.Context, method, path string, body any) (*http.Response, error) {
+	var rd io.Reader
+	if body != nil {
+		b, err := json.Marshal(body)
+		if err != nil {
+			return nil, err
+		}
+		rd = strings.NewReader(string(b))
+	}
+	req, err := http.NewRequestWithContext(ctx, method, c.base+path, rd)
+	if err != nil {
+		return nil, err
+	}
+	if body != nil {
+		req.Header.Set("Content-Type", "application/json")
+	}
+	if c.apiKey != "" {
+		// The cloud accepts OpenAI- and Anthropic-style keys alike.
+		req.Header.Set("Authorization", "Bearer "+c.apiKey)
+		req.Header.Set("x-api-key", c.apiKey)
+	}
+	resp, err := c.http.Do(req)
+	if err != nil {
+		return nil, fmt.Errorf("reach the cloud at %s: %w", c.base, err)
+	}
+	if resp.StatusCode >= 300 {
+		defer resp.Body.Close()
+		var e struct {
+			Error struct {
+				Message string `json:"message"`
+			} `json:"error"`
+		}
+		raw, _ := io.ReadAll(io.LimitReader(resp.Body, 64<<10))
+		msg := strings.TrimSpace(string(raw))
+		if json.Unmarshal(raw, &e) == nil && e.Error.Message != "" {
+			msg = e.Error.Message
+		}
+		return nil, fmt.Errorf("%s %s: %s: %s", method, path, resp.Status, msg)
+	}
+	return resp, nil
+}
+
+func ago(t time.Time) string {
+	if t.IsZero() {
+		return "never"
+	}
+	return time.Since(t).Round(time.Second).String() + " ago"
+}
+
+func fleetDevices(ctx context.Context, cio cli.IO, args []string) error {
+	fs, cloud, key := fleetFlags("fleet devices")
+	asJSON := fs.Bool("json", false, "print the API's JSON instead of a table")
+	if _, done, err := parseFleet(fs, cio, args, "fleet devices [--json]", 0, false); done || err != nil {
+		return err
+	}
+	c, err := newFleetClient(*cloud, *key)
+	if err != nil {
+		return err
+	}
+	var devs []fleet.Device
+	if err := c.do(ctx, "GET", "/v1/fleet/devices", nil, &devs); err != nil {
+		return err
+	}
+	if *asJSON {
+		return printJSON(cio.Stdout, devs)
+	}
+	sort.Slice(devs, func(i, j int) bool { return devs[i].ID < devs[j].ID })
+	tw := tabwriter.NewWriter(cio.Stdout, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "DEVICE\tSTATE\tVERSION\tSLOT\tLAST SEEN\tCONFIG (desired/reported)\tRECORDS\tPENDING CMDS")
+	for _, d := range devs {
+		ver, slot := "-", "-"
+		if d.Status != nil {
+			ver, slot = orDash(d.Status.Version), orDash(d.Status.Slot)
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%d\t%d\n", d.ID, d.State(), ver, slot, ago(d.LastSeen), configVersions(&d), d.Telemetry.Stored, d.PendingCommands)
+	}
+	return tw.Flush()
+}
+
+func orDash(s string) string {
+	if s == "" {
+		return "-"
+	}
+	return s
+}
+
+func configVersions(d *fleet.Device) string {
+	des, rep := "-", "-"
+	if d.Desired != nil {
+		des = fmt.Sprint(d.Desired.Version)
+	}
+	if d.Reported != nil {
+		rep = fmt.Sprint(d.Reported.Version)
+		if !d.Reported.Applied {
+			rep += " (not applied: " + d.Reported.Error + ")"
+		}
+	}
+	return des + "/" + rep
+}
+
+func printJSON(w io.Writer, v any) error {
+	enc := json.NewEncoder(w)
+	enc.SetIndent("", "  ")
+	return enc.Encode(v)
+}
+
+func fleetStatus(ctx context.Context, cio cli.IO, args []string) error {
+	fs, cloud, key := fleetFlags("fleet status")
+	asJSON := fs.Bool("json", false, "print the API's JSON")
+	pos, done, err := parseFleet(fs, cio, args, "fleet status ID [--json]", 1, false)
+	if done || err != nil {
+		return err
+	}
+	c, err := newFleetClient(*cloud, *key)
+	if err != nil {
+		return err
+	}
+	var d fleet.Device
+	if err := c.do(ctx, "GET", "/v1/fleet/devices/"+url.PathEscape(pos[0]), nil, &d); err != nil {
+		return err
+	}
+	if *asJSON {
+		return printJSON(cio.Stdout, d)
+	}
+	w := cio.Stdout
+	fmt.Fprintf(w, "device:     %s\nstate:      %s\n", d.ID, d.State())
+	if d.Status != nil {
+		fmt.Fprintf(w, "version:    %s\nslot:       %s\nboard:      %s\nstatus at:  %s\n", orDash(d.Status.Version), orDash(d.Status.Slot), orDash(d.Status.Board), d.Status.Time.Format(time.RFC3339))
+	}
+	fmt.Fprintf(w, "first seen: %s\nlast seen:  %s\nconfig:     %s (desired/reported)\n", d.FirstSeen.Format(time.RFC3339), ago(d.LastSeen), configVersions(&d))
+	if d.Desired != nil {
+		keys := make([]string, 0, len(d.Desired.Values))
+		for k := range d.Desired.Values {
+			keys = append(keys, k)
+		}
+		sort.Strings(keys)
+		for _, k := range keys {
+			fmt.Fprintf(w, "  %s=%s\n", k, d.Desired.Values[k])
+		}
+	}
+	t := d.Telemetry
+	fmt.Fprintf(w, "telemetry:  %d stored, %d ingested, %d duplicates, %d batches, last seq %d, %d dropped on device\n", t.Stored, t.Ingested, t.Duplicates, t.Batches, t.LastSeq, t.DroppedOnDevice)
+	fmt.Fprintf(w, "commands:   %d pending\n", d.PendingCommands)
+	for _, cs := range d.Commands {
+		line := fmt.Sprintf("  %s %-14s %-8s issued %s", cs.ID, cs.Name, cs.State, cs.IssuedAt.Format(time.RFC3339))
+		if cs.Result != nil {
+			line += " → " + strings.TrimSpace(cs.Result.Output+" "+cs.Result.Error)
+		}
+		fmt.Fprintln(w, line)
+	}
+	return nil
+}
+
+func parseKV(args []string) (map[string]string, error) {
+	out := map[string]string{}
+	for _, a := range args {
+		k, v, ok := strings.Cut(a, "=")
+		if !ok || k == "" {
+			return nil, fmt.Errorf("%w: %q is not key=value", cli.ErrUsage, a)
+		}
+		out[k] = v
+	}
+	return out, nil
+}
+
+func fleetConfigSet(ctx context.Context, cio cli.IO, args []string) error {
+	fs, cloud, key := fleetFlags("fleet config set")
+	replace := fs.Bool("replace", false, "replace the whole config instead of merging the given keys")
+	pos, done, err := parseFleet(fs, cio, args, "fleet config set ID key=value [key=value ...] [--replace]", 2, true)
+	if done || err != nil {
+		return err
+	}
+	kv, err := parseKV(pos[1:])
+	if err != nil {
+		return err
+	}
+	u := fleet.ConfigUpdate{Merge: !*replace, Values: map[string]*string{}}
+	for k, v := range kv {
+		u.Values[k] = &v
+	}
+	return putConfig(ctx, cio, *cloud, *key, pos[0], u)
+}
+
+func fleetConfigUnset(ctx context.Context, cio cli.IO, args []string) error {
+	fs, cloud, key := fleetFlags("fleet config unset")
+	pos, done, err := parseFleet(fs, cio, args, "fleet config unset ID key [key ...]", 2, true)
+	if done || err != nil {
+		return err
+	}
+	u := fleet.ConfigUpdate{Merge: true, Values: map[string]*string{}}
+	for _, k := range pos[1:] {
+		u.Values[k] = nil
+	}
+	return putConfig(ctx, cio, *cloud, *key, pos[0], u)
+}
+
+func putConfig(ctx context.Context, cio cli.IO, cloud, key, id string, u fleet.ConfigUpdate) error {
+	c, err := newFleetClient(cloud, key)
+	if err != nil {
+		return err
+	}
+	var dc tfleet.DesiredConfig
+	if err := c.do(ctx, "PUT", "/v1/fleet/devices/"+url.PathEscape(id)+"/config", u, &dc); err != nil {
+		return err
+	}
+	fmt.Fprintf(cio.Stdout, "%s: desired config version %d published\n", id, dc.Version)
+	return nil
+}
+
+func fleetCmd(ctx context.Context, cio cli.IO, args []string) error {
+	fs, cloud, key := fleetFlags("fleet cmd")
+	wait := fs.Duration("wait", 0, "wait this long for the device's result (0: do not wait)")
+	pos, done, err := parseFleet(fs, cio, args, "fleet cmd ID NAME [key=value ...] [--wait 30s]", 2, true)
+	if done || err != nil {
+		return err
+	}
+	kv, err := parseKV(pos[2:])
+	if err != nil {
+		return err
+	}
+	c, err := newFleetClient(*cloud, *key)
+	if err != nil {
+		return err
+	}
+	req := fleet.CommandRequest{Name: pos[1]}
+	if len(kv) > 0 {
+		req.Args = kv
+	}
+	var cs fleet.CommandState
+	path := "/v1/fleet/devices/" + url.PathEscape(pos[0]) + "/commands"
+	if err := c.do(ctx, "POST", path, req, &cs); err != nil {
+		return err
+	}
+	fmt.Fprintf(cio.Stdout, "%s: command %s (%s) %s\n", pos[0], cs.ID, cs.Name, cs.State)
+	if *wait <= 0 {
+		return nil
+	}
+	ctx, cancel := context.WithTimeout(ctx, *wait)
+	defer cancel()
+	for {
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("no result from %s for command %s within %v (still pending; see fleet status %s)", pos[0], cs.ID, *wait, pos[0])
+		case <-time.After(250 * time.Millisecond):
+		}
+		var now fleet.CommandState
+		if err := c.do(ctx, "GET", path+"/"+url.PathEscape(cs.ID), nil, &now); err != nil {
+			return err
+		}
+		if now.State != fleet.CommandPending && now.Result != nil {
+			fmt.Fprintf(cio.Stdout, "%s: %s %s\n", pos[0], now.State, strings.TrimSpace(now.Result.Output+" "+now.Result.Error))
+			if now.State == fleet.CommandFailed {
+				return fmt.Errorf("command %s failed on %s: %s", cs.ID, pos[0], now.Result.Error)
+			}
+			return nil
+		}
+	}
+}
+
+func fleetTelemetryCount(ctx context.Context, cio cli.IO, args []string) error {
+	fs, cloud, key := fleetFlags("fleet telemetry count")
+	device := fs.String("device", "", "count one device's records")
+	if _, done, err := parseFleet(fs, cio, args, "fleet telemetry count [--device ID]", 0, false); done || err != nil {
+		return err
+	}
+	c, err := newFleetClient(*cloud, *key)
+	if err != nil {
+		return err
+	}
+	q := ""
+	if *device != "" {
+		q = "?device=" + url.QueryEscape(*device)
+		var t fleet.DeviceTelemetry
+		if err := c.do(ctx, "GET", "/v1/fleet/telemetry/count"+q, nil, &t); err != nil {
+			return err
+		}
+		fmt.Fprintf(cio.Stdout, "%s: %d stored, %d ingested, %d duplicates, last seq %d, %d dropped on device\n", *device, t.Stored, t.Ingested, t.Duplicates, t.LastSeq, t.DroppedOnDevice)
+		return nil
+	}
+	var n fleet.Counts
+	if err := c.do(ctx, "GET", "/v1/fleet/telemetry/count", nil, &n); err != nil {
+		return err
+	}
+	fmt.Fprintf(cio.Stdout, "%d stored, %d ingested, %d duplicates, %d deleted by retention, %d devices\n", n.Stored, n.Ingested, n.Duplicates, n.Deleted, n.Devices)
+	return nil
+}
+
+func fleetTelemetryExport(ctx context.Context, cio cli.IO, args []string) error {
+	fs, cloud, key := fleetFlags("fleet telemetry export")
+	device := fs.String("device", "", "export one device's records")
+	since := fs.String("since", "", "only records ingested at or after this RFC 3339 time")
+	out := fs.String("o", "", "write to this file instead of stdout")
+	if _, done, err := parseFleet(fs, cio, args, "fleet telemetry export [--device ID] [--since T] [-o FILE]", 0, false); done || err != nil {
+		return err
+	}
+	c, err := newFleetClient(*cloud, *key)
+	if err != nil {
+		return err
+	}
+	q := url.Values{}
+	if *device != "" {
+		q.Set("device", *device)
+	}
+	if *since != "" {
+		if _, err := time.Parse(time.RFC3339Nano, *since); err != nil {
+			return &cli.FieldError{Field: "since", Err: err}
+		}
+		q.Set("since", *since)
+	}
+	path := "/v1/fleet/telemetry/export"
+	if len(q) > 0 {
+		path += "?" + q.Encode()
+	}
+	resp, err := c.send(ctx, "GET", path, nil)
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	if *out == "" {
+		if _, err := io.Copy(cio.Stdout, resp.Body); err != nil {
+			return fmt.Errorf("export: %w", err)
+		}
+		return nil
+	}
+	f, err := os.Create(*out)
+	if err != nil {
+		return err
+	}
+	n, err := io.Copy(f, resp.Body)
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		return fmt.Errorf("export to %s: %w", *out, err)
+	}
+	fmt.Fprintf(cio.Stderr, "wrote %d bytes to %s\n", n, *out)
+	return nil
+}

@@ -1,0 +1,176 @@
+package ctl
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"net/http"
+	"net/http/httptest"
+	"net/url"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/eclipse/paho.golang/autopaho"
+	"github.com/eclipse/paho.golang/paho"
+
+	"github.com/phaseless/phaseless/cloud/fleet"
+	"github.com/phaseless/phaseless/cloud/fleet/broker"
+	"github.com/phaseless/phaseless/transport/cli"
+	tfleet "github.com/phaseless/phaseless/transport/fleet"
+)
+
+// TestFleetCommands runs the fleet verbs against a real Manager behind an
+// HTTP server (with an API-key check like the cloud's), an embedded broker,
+// and a device on a real MQTT client that answers commands.
+func TestFleetCommands(t *testing.T) {
+	b, err := broker.Start(broker.Config{TCPAddr: "127.0.0.1:0", DevAuth: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Close()
+	m, err := fleet.Open(fleet.Config{DataDir: t.TempDir(), Broker: b})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer m.Close()
+	mux := http.NewServeMux()
+	api := m.Handler()
+	mux.Handle(fleet.APIPrefix, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Header.Get("Authorization") != "Bearer k1" {
+			http.Error(w, `{"error":{"message":"bad api key"}}`, http.StatusUnauthorized)
+			return
+		}
+		api.ServeHTTP(w, r)
+	}))
+	srv := httptest.NewServer(mux)
+	defer srv.Close()
+
+	tp := tfleet.Topics{}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	u, _ := url.Parse("mqtt://" + b.TCPAddr())
+	up := make(chan *autopaho.ConnectionManager, 1)
+	online, _ := json.Marshal(tfleet.Status{State: "online", Version: "1.2.3", Slot: "b", Time: time.Now()})
+	cm, err := autopaho.NewConnection(ctx, autopaho.ClientConfig{
+		ServerUrls: []*url.URL{u}, KeepAlive: 30, SessionExpiryInterval: 60,
+		OnConnectionUp: func(cm *autopaho.ConnectionManager, _ *paho.Connack) { up <- cm },
+		ClientConfig: paho.ClientConfig{ClientID: "car-9", OnPublishReceived: []func(paho.PublishReceived) (bool, error){
+			func(pr paho.PublishReceived) (bool, error) {
+				var c tfleet.Command
+				if json.Unmarshal(pr.Packet.Payload, &c) == nil && c.ID != "" {
+					res, _ := json.Marshal(tfleet.CommandResult{ID: c.ID, OK: c.Name != "explode", Output: "did " + c.Name + " " + c.Args["file"], Error: map[bool]string{true: "boom"}[c.Name == "explode"]})
+					go pr.Client.Publish(ctx, &paho.Publish{QoS: 1, Topic: tp.Device("car-9", tfleet.SuffixCmdResult), Payload: res})
+				}
+				return true, nil
+			}}},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = cm.Disconnect(context.Background()); <-cm.Done() }()
+	<-up
+	if _, err := cm.Subscribe(ctx, &paho.Subscribe{Subscriptions: []paho.SubscribeOptions{{Topic: tp.Device("car-9", tfleet.SuffixCmd), QoS: 1}}}); err != nil {
+		t.Fatal(err)
+	}
+	batch, _ := json.Marshal(tfleet.TelemetryBatch{DeviceID: "car-9", BatchID: "b1", Records: []tfleet.Record{
+		{Seq: 1, Kind: "request", Data: json.RawMessage(`{"trace_id":"a","decision":"local"}`)},
+		{Seq: 2, Kind: "request", Data: json.RawMessage(`{"trace_id":"b","decision":"cloud"}`)},
+	}})
+	for _, p := range []*paho.Publish{
+		{QoS: 1, Retain: true, Topic: tp.Device("car-9", tfleet.SuffixStatus), Payload: online},
+		{QoS: 1, Topic: tp.Device("car-9", tfleet.SuffixTelemetry), Payload: batch},
+	} {
+		if _, err := cm.Publish(ctx, p); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+		if c, _ := m.Counts(); c.Stored == 2 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("telemetry not stored")
+		}
+	}
+
+	env := map[string]string{"PHASELESS_CLOUD": srv.URL, "PHASELESS_API_KEY": "k1"}
+	run := func(args ...string) (string, error) {
+		var out bytes.Buffer
+		cio := cli.IO{Stdin: strings.NewReader(""), Stdout: &out, Stderr: &out, Getenv: func(k string) string { return env[k] }}
+		err := Root().Dispatch(context.Background(), cio, args)
+		return out.String(), err
+	}
+	must := func(want string, args ...string) string {
+		t.Helper()
+		out, err := run(args...)
+		if err != nil {
+			t.Fatalf("%v: %v\n%s", args, err, out)
+		}
+		if !strings.Contains(out, want) {
+			t.Fatalf("%v: output lacks %q:\n%s", args, want, out)
+		}
+		return out
+	}
+
+	out := must("car-9", "fleet", "devices")
+	for _, w := range []string{"online", "1.2.3", " b ", "-/-"} {
+		if !strings.Contains(out, w) {
+			t.Errorf("devices output lacks %q:\n%s", w, out)
+		}
+	}
+	must("desired config version 1", "fleet", "config", "set", "car-9", "route=local", "max_tokens=128")
+	must("desired config version 2", "fleet", "config", "unset", "car-9", "max_tokens")
+	out = must("route=local", "fleet", "status", "car-9")
+	if strings.Contains(out, "max_tokens") {
+		t.Errorf("unset key still shown:\n%s", out)
+	}
+	must("2 stored, 2 ingested, 0 duplicates", "fleet", "telemetry", "count")
+	must("car-9: 2 stored", "fleet", "telemetry", "count", "--device", "car-9")
+	must("done did reload-model p.onnx", "fleet", "cmd", "car-9", "reload-model", "file=p.onnx", "--wait", "20s")
+	if out, err := run("fleet", "cmd", "car-9", "explode", "--wait", "20s"); err == nil || !strings.Contains(err.Error(), "boom") {
+		t.Fatalf("failing command: %v\n%s", err, out)
+	}
+
+	out = must(`"seq":2`, "fleet", "telemetry", "export", "--device", "car-9")
+	lines := 0
+	sc := bufio.NewScanner(strings.NewReader(out))
+	for sc.Scan() {
+		var r fleet.ExportedRecord
+		if err := json.Unmarshal(sc.Bytes(), &r); err != nil || r.DeviceID != "car-9" {
+			t.Fatalf("export line %q: %v", sc.Text(), err)
+		}
+		var rr tfleet.RequestRecord
+		if err := json.Unmarshal(r.Data, &rr); err != nil || rr.TraceID == "" {
+			t.Fatalf("export data %s: %v", r.Data, err)
+		}
+		lines++
+	}
+	if lines != 2 {
+		t.Fatalf("export: %d lines", lines)
+	}
+	file := filepath.Join(t.TempDir(), "t.jsonl")
+	must("wrote", "fleet", "telemetry", "export", "-o", file)
+
+	// Errors: unknown device, bad key, bad arguments, no cloud.
+	if _, err := run("fleet", "status", "nope"); err == nil || !strings.Contains(err.Error(), "404") {
+		t.Errorf("unknown device: %v", err)
+	}
+	env["PHASELESS_API_KEY"] = "wrong"
+	if _, err := run("fleet", "devices"); err == nil || !strings.Contains(err.Error(), "401") {
+		t.Errorf("bad key: %v", err)
+	}
+	if _, err := run("fleet", "devices", "--api-key", "k1"); err != nil {
+		t.Errorf("--api-key overrides the environment: %v", err)
+	}
+	for _, bad := range [][]string{{"fleet", "status"}, {"fleet", "config", "set", "car-9", "novalue"}, {"fleet", "cmd", "car-9"}, {"fleet", "devices", "extra"}} {
+		if _, err := run(bad...); err == nil {
+			t.Errorf("%v succeeded", bad)
+		}
+	}
+	if _, err := run("fleet", "devices", "--cloud", "http://127.0.0.1:1"); err == nil || !strings.Contains(err.Error(), "reach the cloud") {
+		t.Errorf("no cloud: %v", err)
+	}
+}
