@@ -60,9 +60,18 @@ func prepare(m *onnxpb.Model) (int, error) {
 		return 0, fmt.Errorf("%w: %d graph outputs, want 1 (the cloud probability)", ErrUnsupported, len(g.Outputs))
 	}
 	out := &g.Outputs[0]
+	// onnx-go allocates the declared output shape before running: a shape
+	// of 2^33 elements would kill the process, so only one value may be
+	// declared (found by FuzzRead).
+	if len(out.Shape) > 2 {
+		return 0, fmt.Errorf("%w: output %q has rank %d, want [batch, 1] or [batch]", ErrUnsupported, out.Name, len(out.Shape))
+	}
 	for i := range out.Shape {
 		if out.Shape[i].Param != "" {
 			out.Shape[i] = onnxpb.Dim{Value: 1}
+		}
+		if out.Shape[i].Value != 1 {
+			return 0, fmt.Errorf("%w: output %q has shape %s, want one probability per request", ErrUnsupported, out.Name, shapeString(out.Shape))
 		}
 	}
 	// Intermediate shapes may carry symbolic batch dims; onnx-go infers them.
@@ -152,6 +161,9 @@ func rewriteGemm(g *onnxpb.Graph, inits map[string]*onnxpb.Tensor, defined map[s
 		return nil, fmt.Errorf("%w: Gemm node %q: B must be a 2-D float32 initializer", ErrUnsupported, n.Name)
 	}
 	k, cols := b.Dims[0], b.Dims[1]
+	if k == 0 || cols == 0 {
+		return nil, fmt.Errorf("%w: Gemm node %q: B has shape %v", ErrUnsupported, n.Name, b.Dims)
+	}
 	if transB != 0 {
 		k, cols = cols, k
 	}

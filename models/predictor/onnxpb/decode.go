@@ -188,7 +188,10 @@ func decodeTensor(data []byte, t *Tensor) error {
 	}
 	n := int64(1)
 	for _, d := range t.Dims {
-		if d < 0 || (d > 0 && n > MaxElements/d) {
+		// Each dim is bounded on its own too: a zero dim makes the product 0
+		// and would let a later dim of 2^40 through to code that sizes a
+		// buffer from it.
+		if d < 0 || d > MaxElements || (d > 0 && n > MaxElements/d) {
 			return formatErr("tensor %q: dims %v out of range", t.Name, t.Dims)
 		}
 		n *= d

@@ -75,6 +75,10 @@ func TestDecodeRejects(t *testing.T) {
 		{"value count does not match dims", func(m *Model) { m.Graph.Initializers[0].Dims = []int64{2, 3} }},
 		{"unsupported data type", func(m *Model) { m.Graph.Initializers[0].DataType = 10 }},
 		{"huge dims", func(m *Model) { m.Graph.Initializers[0].Dims = []int64{1 << 30, 1 << 30} }},
+		{"huge dim hidden behind a zero", func(m *Model) {
+			m.Graph.Initializers[0].Dims = []int64{0, 1 << 40}
+			m.Graph.Initializers[0].Floats = nil
+		}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
