@@ -1,6 +1,7 @@
 package predictor
 
 import (
+	"encoding/json"
 	"errors"
 	"math"
 	"math/rand/v2"
@@ -431,4 +432,33 @@ func FuzzRead(f *testing.F) {
 			t.Fatalf("accepted model answered %v", p)
 		}
 	})
+}
+
+// TestPyTorchExport loads real torch.onnx.export files (PyTorch 1.13,
+// opset 11 and 13: Gemm with transB=1, made by testdata/make_torch_fixture.py)
+// and checks onnx-go, after the Gemm rewrite, gives torch's answers on every
+// repeated batch-1 call.
+func TestPyTorchExport(t *testing.T) {
+	raw, err := os.ReadFile("testdata/torch_mlp_expected.json")
+	must(t, err)
+	var want struct {
+		Inputs  [][]float32 `json:"inputs"`
+		Outputs []float64   `json:"outputs"`
+	}
+	must(t, json.Unmarshal(raw, &want))
+	for _, opset := range []string{"11", "13"} {
+		m, err := Load("testdata/torch_mlp_opset" + opset + ".onnx")
+		if err != nil {
+			t.Fatalf("opset %s: %v", opset, err)
+		}
+		for call := 0; call < 3; call++ {
+			for i, x := range want.Inputs {
+				got, err := m.Predict(x)
+				must(t, err)
+				if math.Abs(got-want.Outputs[i]) > 1e-6 {
+					t.Fatalf("opset %s, input %d, call %d: onnx-go %v, torch %v", opset, i, call, got, want.Outputs[i])
+				}
+			}
+		}
+	}
 }
