@@ -404,8 +404,8 @@ func TestBacklogDrainsOldestFirst(t *testing.T) {
 	cloud := startCloud(t, b.URL(), fleet.Topics{})
 	store := openStore(t)
 	const id = "dev-backlog"
-	seqs := appendN(t, store, 3000, "backlog")
-	d := startDevice(t, Config{BrokerURL: b.URL(), DeviceID: id, Store: store, BatchSize: 100, MaxInFlight: 4, UplinkRate: -1})
+	seqs := appendN(t, store, 1000, "backlog")
+	d := startDevice(t, Config{BrokerURL: b.URL(), DeviceID: id, Store: store, BatchSize: 50, MaxInFlight: 4, UplinkRate: -1})
 	cloud.waitFor("backlog", func() bool { return len(cloud.seen[id]) == len(seqs) })
 	waitUntil(t, "store drained", func() bool { return store.Stats().Records == 0 })
 	cloud.mu.Lock()
