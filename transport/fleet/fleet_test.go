@@ -34,8 +34,8 @@ func TestParseDevice(t *testing.T) {
 		{Topics{}, "phaseless/dev/d1/telemetry/ack", "d1", "telemetry/ack", true},
 		{acme, "acme/dev/d1/config/desired", "d1", "config/desired", true},
 		{acme, "phaseless/dev/d1/status", "", "", false}, // other prefix
-		{Topics{}, "phaseless/dev/d1", "", "", false},     // no suffix
-		{Topics{}, "phaseless/dev/d1/", "", "", false},    // empty suffix
+		{Topics{}, "phaseless/dev/d1", "", "", false},    // no suffix
+		{Topics{}, "phaseless/dev/d1/", "", "", false},   // empty suffix
 		{Topics{}, "phaseless/dev//status", "", "", false},
 		{Topics{}, "phaseless/dev/+/status", "", "", false}, // a filter is not a device
 		{Topics{}, "phaseless/dev/#", "", "", false},
