@@ -239,7 +239,7 @@ func (e *Engine) Stats() Stats {
 			from = base.faults
 		}
 		last := e.window[len(e.window)-1].faults
-		s.KVFaultsPerMs = float64(last-from) / float64(e.cfg.FaultWindow.Milliseconds()+1)
+		s.KVFaultsPerMs = float64(last-from) / max(1, float64(e.cfg.FaultWindow.Milliseconds()))
 	}
 	return s
 }

@@ -168,11 +168,21 @@ func TestLogitsMatchFloat64Reference(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			m, w := buildModel(t, tc.cfg, F32, 7, tc.tied)
 			tokens := []int32{256, 72, 101, 108, 108, 111, 44, 32, 119, 111, 114, 108, 100, 33, 10, 200, 3}
-			for _, n := range []int{1, 2, 5, len(tokens)} {
-				got := m.Logits(tokens[:n])
-				want := refLogits(m.Config, w, tokens[:n])
-				if e := relErr(got, want); e > 1e-4 || math.IsNaN(e) {
-					t.Errorf("%d tokens: relative error %.3g > 1e-4", n, e)
+			// Both matrix kernels: the AVX2 one where the CPU has it, and the
+			// portable gonum path every other machine runs.
+			kernels := []bool{false}
+			if haveDot4 {
+				kernels = append(kernels, true)
+			}
+			defer func(v bool) { haveDot4 = v }(haveDot4)
+			for _, k := range kernels {
+				haveDot4 = k
+				for _, n := range []int{1, 2, 5, len(tokens)} {
+					got := m.Logits(tokens[:n])
+					want := refLogits(m.Config, w, tokens[:n])
+					if e := relErr(got, want); e > 1e-4 || math.IsNaN(e) {
+						t.Errorf("avx2=%v, %d tokens: relative error %.3g > 1e-4", k, n, e)
+					}
 				}
 			}
 		})
