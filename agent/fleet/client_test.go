@@ -205,7 +205,12 @@ func TestGracefulStopPublishesOffline(t *testing.T) {
 }
 
 func TestConfigAppliedAndReported(t *testing.T) {
-	b := brokertest.StartMochi(t)
+	for _, bk := range brokers {
+		t.Run(bk.name, func(t *testing.T) { testConfigAppliedAndReported(t, bk.start(t)) })
+	}
+}
+
+func testConfigAppliedAndReported(t *testing.T, b broker) {
 	topics := fleet.Topics{Prefix: "acme/"}
 	cloud := startCloud(t, b.URL(), topics)
 	const id = "dev-cfg"
@@ -268,7 +273,12 @@ func TestConfigAppliedAndReported(t *testing.T) {
 }
 
 func TestCommandsRunOncePerID(t *testing.T) {
-	b := brokertest.StartMochi(t)
+	for _, bk := range brokers {
+		t.Run(bk.name, func(t *testing.T) { testCommandsRunOncePerID(t, bk.start(t)) })
+	}
+}
+
+func testCommandsRunOncePerID(t *testing.T, b broker) {
 	topics := fleet.Topics{}
 	cloud := startCloud(t, b.URL(), topics)
 	const id = "dev-cmd"
