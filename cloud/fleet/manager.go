@@ -254,9 +254,9 @@ func (m *Manager) handleStatus(id string, payload []byte) {
 	var wasOnline bool
 	dev, err := m.st.updateDevice(id, now, true, func(d *Device) error {
 		wasOnline = d.Status != nil && d.Status.State == "online"
-		if d.Status != nil && !s.Time.IsZero() && s.Time.Before(d.Status.Time) {
-			return nil // an older retained status replayed after a newer one
-		}
+		// The last message wins, whatever its Time: a last will carries the
+		// time of the CONNECT it was registered with, older than the
+		// "online" the device published after that CONNECT.
 		d.Status = &s
 		if s.State == "online" {
 			d.LastSeen = now

@@ -126,3 +126,22 @@ func TestDeliverRefusesBadInput(t *testing.T) {
 		t.Fatalf("good batch after bad ones: %+v", cnt)
 	}
 }
+
+// TestLastWillWins: a device's last will is stamped with the time of the
+// CONNECT that registered it, before the "online" it published next; the
+// will must still turn the device offline, and the next online reconciles.
+func TestLastWillWins(t *testing.T) {
+	b := startBroker(t, broker.Config{DevAuth: true})
+	m := openManager(t, Config{DataDir: t.TempDir(), Broker: b})
+	st := func(state string, at time.Time) []byte {
+		p, _ := json.Marshal(tfleet.Status{DeviceID: "w-1", State: state, Version: "1", Time: at})
+		return p
+	}
+	connect := time.Now()
+	tp := topics.Device("w-1", tfleet.SuffixStatus)
+	m.deliver(tp, st("online", connect.Add(time.Millisecond)))
+	m.deliver(tp, st("offline", connect)) // the will
+	if d, _ := m.Device("w-1"); d.State() != "offline" {
+		t.Fatalf("state after last will: %s", d.State())
+	}
+}
