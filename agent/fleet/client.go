@@ -53,7 +53,7 @@ type Client struct {
 type counters struct {
 	connects, batchesSent, recordsSent, recordsAcked, ackTimeouts atomic.Uint64
 	commandsRun, commandsDeduped, configsApplied, configsFailed   atomic.Uint64
-	malformed, rateWaits                                          atomic.Uint64
+	malformed, rateWaits, publishErrors                           atomic.Uint64
 }
 
 // Stats is a snapshot of what the client has done since Run started.
@@ -70,6 +70,7 @@ type Stats struct {
 	ConfigsFailed   uint64
 	Malformed       uint64 // inbound messages that did not decode (acked and dropped)
 	RateWaits       uint64 // times the uplink rate limit held a batch back
+	PublishErrors   uint64 // telemetry publishes that failed (link down, or refused by the broker)
 }
 
 // New validates cfg and builds a client; it does no I/O.
@@ -136,7 +137,7 @@ func (c *Client) Stats() Stats {
 		Connected: c.Connected(), Connects: s.connects.Load(),
 		BatchesSent: s.batchesSent.Load(), RecordsSent: s.recordsSent.Load(), RecordsAcked: s.recordsAcked.Load(),
 		AckTimeouts: s.ackTimeouts.Load(), CommandsRun: s.commandsRun.Load(), CommandsDeduped: s.commandsDeduped.Load(),
-		ConfigsApplied: s.configsApplied.Load(), ConfigsFailed: s.configsFailed.Load(), Malformed: s.malformed.Load(), RateWaits: s.rateWaits.Load(),
+		ConfigsApplied: s.configsApplied.Load(), ConfigsFailed: s.configsFailed.Load(), Malformed: s.malformed.Load(), RateWaits: s.rateWaits.Load(), PublishErrors: s.publishErrors.Load(),
 	}
 }
 

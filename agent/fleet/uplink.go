@@ -87,6 +87,7 @@ func (c *Client) uplinkLoop(ctx context.Context, cm *autopaho.ConnectionManager)
 					if ctx.Err() != nil {
 						return
 					}
+					c.stats.publishErrors.Add(1)
 					c.log.Debug("telemetry publish failed; resending from the oldest", "err", err)
 					reset()
 					if !sleep(ctx, clock, c.cfg.BackoffMin) {
