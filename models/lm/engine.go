@@ -265,15 +265,21 @@ func (e *Engine) Generate(ctx context.Context, req *llm.Request, emit llm.Emit) 
 	if req.MaxTokens <= 0 {
 		return llm.Final{}, llm.Errorf(llm.CodeInvalid, "max tokens must be positive, got %d", req.MaxTokens)
 	}
-	tok := e.m.tok
-	ids := tok.Encode(llm.ChatPrompt(req.Messages))
-	if tok.AddBOS() {
-		ids = append([]int32{tok.BOS()}, ids...)
-	}
-	return e.GenerateTokens(ctx, ids, GenOptions{
+	return e.GenerateTokens(ctx, e.m.ChatTokens(req.Messages), GenOptions{
 		MaxTokens: req.MaxTokens, Temperature: req.Temperature, TopK: req.TopK, TopP: req.TopP,
 		Seed: req.Seed, Stop: append([]string{llm.TurnEnd}, req.Stop...),
 	}, emit)
+}
+
+// ChatTokens is the prompt Generate runs for msgs: llm.ChatPrompt encoded,
+// with BOS first when the model wants it. A scheduler hashes it with
+// BlockHashes to ask engines how much of it they have cached.
+func (m *Model) ChatTokens(msgs []llm.Message) []int32 {
+	ids := m.tok.Encode(llm.ChatPrompt(msgs))
+	if m.tok.AddBOS() {
+		ids = append([]int32{m.tok.BOS()}, ids...)
+	}
+	return ids
 }
 
 // GenOptions are the sampling and stopping settings of one generation.
@@ -297,6 +303,9 @@ type GenOptions struct {
 // GenerateTokens runs a prompt given as token ids (BOS included if wanted).
 func (e *Engine) GenerateTokens(ctx context.Context, prompt []int32, opt GenOptions, emit llm.Emit) (llm.Final, error) {
 	start := e.cfg.Now()
+	if emit == nil {
+		emit = func(llm.Token) error { return nil }
+	}
 	if len(prompt) == 0 {
 		return llm.Final{}, llm.Errorf(llm.CodeInvalid, "empty prompt")
 	}
