@@ -2,6 +2,7 @@ package fleet
 
 import (
 	"bytes"
+	"encoding/json"
 	"testing"
 
 	"github.com/phaseless/phaseless/cloud/fleet/broker"
@@ -68,7 +69,14 @@ func FuzzDeliver(f *testing.F) {
 	f.Cleanup(func() { m.Close() })
 	suffixes := []string{tfleet.SuffixTelemetry, tfleet.SuffixStatus, tfleet.SuffixConfigReported, tfleet.SuffixCmdResult, tfleet.SuffixTelemetryAck}
 	f.Fuzz(func(t *testing.T, which uint8, payload []byte) {
-		m.deliver(topics.Device("fz-1", suffixes[int(which)%len(suffixes)]), payload)
+		suffix := suffixes[int(which)%len(suffixes)]
+		before := m.mDecodeErrors.With(suffix).Value()
+		m.deliver(topics.Device("fz-1", suffix), payload)
+		// Anything that is not JSON on a topic the cloud reads is a counted
+		// error (an empty payload is a cleared retained message, not one).
+		if suffix != tfleet.SuffixTelemetryAck && len(payload) > 0 && !json.Valid(payload) && m.mDecodeErrors.With(suffix).Value() != before+1 {
+			t.Fatalf("malformed %s payload not counted", suffix)
+		}
 		c, err := m.Counts()
 		if err != nil {
 			t.Fatal(err)
