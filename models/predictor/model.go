@@ -34,6 +34,12 @@ type Model struct {
 
 var _ Predictor = (*Model)(nil)
 
+// buildMu serialises building onnx-go graphs, across all models: gorgonnx
+// names nodes from an unsynchronised package-level counter (uniq.go) while it
+// populates a graph at the first Run, which the race detector catches when
+// two models load at once (a hot-swap while the pool grows).
+var buildMu sync.Mutex
+
 // instance is one onnx-go graph, used by one goroutine at a time.
 type instance struct {
 	backend *gorgonnx.Graph
@@ -147,6 +153,8 @@ func (m *Model) acquire() (*instance, error) {
 // first run). onnx-go panics on some malformed graphs; a panic becomes an
 // error so a bad model file cannot take the agent down.
 func (m *Model) newInstance() (in *instance, err error) {
+	buildMu.Lock()
+	defer buildMu.Unlock()
 	defer func() {
 		if r := recover(); r != nil {
 			in, err = nil, fmt.Errorf("%w: onnx-go: %v", ErrUnsupported, r)
