@@ -103,7 +103,7 @@ func (p *pool) buf(worker, n int) []float32 {
 // weight tile is read once per call however many tokens there are, which is
 // what makes a batched decode step cost about as much as a single one.
 func (m *matrix) mul(p *pool, y, x []float32, n int) {
-	if haveDot4 && m.cols >= 16 {
+	if haveDot4 && m.cols >= 8 {
 		m.mulDot4(p, y, x, n)
 		return
 	}
@@ -133,12 +133,12 @@ func (m *matrix) mul(p *pool, y, x []float32, n int) {
 // width 512) stay in L1/L2 while a weight tile streams past them.
 const dot4Tokens = 16
 
-// mulDot4 is mul with the AVX2 kernel. Every (token, row) dot product is
+// mulDot4 is mul with the AVX2 kernels. Every (token, row) dot product is
 // summed the same way whatever batch the token is in, so a sequence's logits
 // are bit-identical batched or alone.
 func (m *matrix) mulDot4(p *pool, y, x []float32, n int) {
 	cols := m.cols
-	k16 := cols &^ 15
+	k8 := cols &^ 7
 	tiles := (m.rows + tileRows - 1) / tileRows
 	p.run(tiles, func(w, tile int) {
 		r0 := tile * tileRows
@@ -152,36 +152,47 @@ func (m *matrix) mulDot4(p *pool, y, x []float32, n int) {
 				m.rowInto(r0+r, wt[r*cols:(r+1)*cols])
 			}
 		}
-		var out [4]float32
-		tail := func(t, r int, s float32) {
+		put := func(t, r int, s float32) {
 			wr, xr := wt[r*cols:(r+1)*cols], x[t*cols:(t+1)*cols]
-			for i := k16; i < cols; i++ {
+			for i := k8; i < cols; i++ {
 				s += wr[i] * xr[i]
 			}
 			y[t*m.rows+r0+r] = s
 		}
+		row := func(r int) *float32 { return &wt[min(r, nr-1)*cols] }
+		var out8 [8]float32
+		var out4 [4]float32
 		for t0 := 0; t0 < n; t0 += dot4Tokens {
 			tn := min(dot4Tokens, n-t0)
 			full := tn &^ 3
-			// Four tokens share each weight row load.
-			for r := range nr {
+			// Two weight rows against four tokens at a time.
+			for r := 0; r < nr && full > 0; r += 2 {
+				if t0 == 0 && r+4 < nr {
+					// The first pass over a tile reads it from memory: ask
+					// for the rows after next while these are multiplied.
+					prefetchAVX2(row(r+4), 2*4*cols)
+				}
 				for g := 0; g < full; g += 4 {
 					t := t0 + g
-					dot4AVX2(k16, &wt[r*cols], &x[t*cols], &x[(t+1)*cols], &x[(t+2)*cols], &x[(t+3)*cols], &out)
+					dot4x2AVX2(k8, row(r), row(r+1), &x[t*cols], &x[(t+1)*cols], &x[(t+2)*cols], &x[(t+3)*cols], &out8)
 					for j := range 4 {
-						tail(t+j, r, out[j])
+						put(t+j, r, out8[2*j])
+						if r+1 < nr {
+							put(t+j, r+1, out8[2*j+1])
+						}
 					}
 				}
 			}
-			// Fewer than four tokens left (a single stream): four rows share
-			// each token load instead. The product commutes, so a (token, row)
-			// pair gets the same bits in either arrangement.
+			// Fewer than four tokens left (a single stream): one token
+			// against four rows.
 			for t := t0 + full; t < t0+tn; t++ {
 				for r := 0; r < nr; r += 4 {
-					row := func(j int) *float32 { return &wt[min(r+j, nr-1)*cols] }
-					dot4AVX2(k16, &x[t*cols], row(0), row(1), row(2), row(3), &out)
+					if r+8 < nr {
+						prefetchAVX2(row(r+8), 4*4*cols)
+					}
+					dot1x4AVX2(k8, &x[t*cols], row(r), row(r+1), row(r+2), row(r+3), &out4)
 					for j := 0; j < min(4, nr-r); j++ {
-						tail(t, r+j, out[j])
+						put(t, r+j, out4[j])
 					}
 				}
 			}
