@@ -75,7 +75,7 @@ func TestManagerDownWithAgents(t *testing.T) {
 	if err := m1.Close(); err != nil {
 		t.Fatal(err)
 	}
-	appendN(300) // produced while the cloud is down
+	appendN(300)            // produced while the cloud is down
 	time.Sleep(time.Second) // let the agents hit their ack timeouts and resend into the void
 	m2 := openManager(t, Config{DataDir: dir, Broker: b})
 	appendN(100)
