@@ -26,7 +26,7 @@ import (
 func TestRestartWithQoS1Inflight(t *testing.T) {
 	dir := t.TempDir()
 	store := filepath.Join(dir, "broker.db")
-	pw := passwordsFor(t, "dev-off", "dev-on", "ops")
+	pw := passwordsFor(t, "dev-off", "dev-on", "dev-ret", "ops")
 	cfg := Config{StorePath: store, Passwords: pw, Admins: []string{"ops"}}
 	tp := fleet.Topics{}
 	offTopic, onTopic := tp.Device("dev-off", fleet.SuffixCmd), tp.Device("dev-on", fleet.SuffixCmd)
@@ -57,6 +57,10 @@ func TestRestartWithQoS1Inflight(t *testing.T) {
 		}
 	}
 	if _, err := publish(t, ops, onTopic, "on-0", false); err != nil {
+		t.Fatal(err)
+	}
+	retTopic := tp.Device("dev-ret", fleet.SuffixConfigDesired)
+	if _, err := publish(t, ops, retTopic, `{"version":7}`, true); err != nil {
 		t.Fatal(err)
 	}
 	first := on.waitMsgs(t, 1)[0] // received, never acknowledged
@@ -112,6 +116,18 @@ func TestRestartWithQoS1Inflight(t *testing.T) {
 	if len(gotOff) != 3 || !seen["off-0"] || !seen["off-1"] || !seen["off-2"] {
 		t.Fatalf("offline messages after restart: %d, %v", len(gotOff), seen)
 	}
+	// Retained messages (the cloud's desired configs) survived as well.
+	ret, err := dial(t, b2.TCPAddr(), "dev-ret", dialOpts{user: "dev-ret", pass: "pw-dev-ret"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := subscribe(t, ret, retTopic); err != nil {
+		t.Fatal(err)
+	}
+	if got := ret.waitMsgs(t, 1); string(got[0].Payload) != `{"version":7}` || !got[0].Retain {
+		t.Fatalf("retained after restart: %q retain=%v", got[0].Payload, got[0].Retain)
+	}
+	ret.close()
 	// The sessions carry on: a new message to each arrives, nothing is
 	// repeated, and the acknowledged messages left the store.
 	ops2, err := dial(t, b2.TCPAddr(), "ops", dialOpts{user: "ops", pass: "pw-ops"})
