@@ -3,6 +3,8 @@ package fleet
 import (
 	"context"
 	"fmt"
+	"io"
+	"log/slog"
 	"path/filepath"
 	"testing"
 	"time"
@@ -41,7 +43,7 @@ func TestManagerDownWithAgents(t *testing.T) {
 		}
 		c, err := afleet.New(afleet.Config{BrokerURL: "mqtt://" + b.TCPAddr(), DeviceID: id, Version: "t", Store: st,
 			StatePath: filepath.Join(t.TempDir(), "fleet.db"), BackoffMin: 50 * time.Millisecond, BackoffMax: 500 * time.Millisecond,
-			AckTimeout: 500 * time.Millisecond, UplinkRate: -1})
+			AckTimeout: 500 * time.Millisecond, UplinkRate: -1, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
 		if err != nil {
 			t.Fatal(err)
 		}
