@@ -39,10 +39,11 @@ const (
 	NumDense                   // number of dense features before the hashed buckets
 )
 
-// Hashed character trigrams follow the dense features. (Hashed word
-// buckets were tried and dropped: on held-out MMLU subjects they cost 0.01
-// APGR and on held-out CLINC intents 0.04 AUC, since they memorise the
-// training topics; see docs/predictor.md.)
+// Hashed character trigrams follow the dense features. (32 hashed word
+// buckets were tried and dropped: added to the trigrams they lowered
+// held-out MMLU APGR from 0.581 to 0.559, and instead of the trigrams they
+// lowered held-out CLINC AUC from 0.652 to 0.609, means of 3 seeds; they
+// memorise the training topics. See docs/predictor.md.)
 const (
 	TrigramBuckets = 64 // lower-cased character trigrams, FNV-1a hashed; value = share of all trigrams
 
