@@ -461,6 +461,7 @@ func replayCmd(ctx context.Context, cio cli.IO, args []string) error {
 	sloITL := fs.Duration("slo-itl", 200*time.Millisecond, "goodput SLO: mean time between tokens")
 	timeout := fs.Duration("timeout", 2*time.Minute, "per-request timeout")
 	apiKey := fs.String("api-key", "", "API key (or PHASELESS_API_KEY)")
+	rounds := fs.Int("rounds", 1, "repeat the comparison, rotating the policy order each round, so drift in the machine's load does not favour one policy")
 	usage := "replay --target URL --trace F --format azure|mooncake [--speedup X] [--limit N] [--policy scheduler|round-robin|least-loaded|all] [--scale S]"
 	if err := cli.Parse(fs, args, cio.Getenv); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
@@ -478,6 +479,8 @@ func replayCmd(ctx context.Context, cio cli.IO, args []string) error {
 		return &cli.FieldError{Field: "speedup", Err: errors.New("must be > 0")}
 	case !(*scale > 0) || !(*outScale > 0):
 		return &cli.FieldError{Field: "scale", Err: errors.New("scales must be > 0")}
+	case *rounds < 1:
+		return &cli.FieldError{Field: "rounds", Err: errors.New("must be ≥ 1")}
 	case *maxInput < 1 || *maxOutput < 1 || *cpt < 1:
 		return &cli.FieldError{Field: "max-input", Err: errors.New("max-input, max-output and chars-per-token must be ≥ 1")}
 	}
@@ -515,20 +518,37 @@ func replayCmd(ctx context.Context, cio cli.IO, args []string) error {
 	span := reqs[len(reqs)-1].At
 	fmt.Fprintf(cio.Stdout, "replaying %d %s requests (%.0f s of trace at ×%g: %.1f s each run) against %s\n",
 		len(reqs), *format, span.Seconds(), *speedup, span.Seconds() / *speedup, o.target)
+	results := make([][]replayResult, len(policies))
+	walls := make([]time.Duration, len(policies))
+	hits, prompts := make([]float64, len(policies)), make([]float64, len(policies))
+	metricsOK := true
+	run := 0
+	for round := 0; round < *rounds; round++ {
+		for k := range policies {
+			i := (k + round) % len(policies) // rotate the order each round
+			run++
+			o.maker.salt = uint64(run) // fresh text: no run reuses another's cached prefixes
+			h0, p0, ok0 := replayScrape(ctx, o)
+			res, wall := replayRun(ctx, o, policies[i], reqs)
+			if err := ctx.Err(); err != nil {
+				return err
+			}
+			h1, p1, ok1 := replayScrape(ctx, o)
+			metricsOK = metricsOK && ok0 && ok1
+			hits[i] += h1 - h0
+			prompts[i] += p1 - p0
+			results[i] = append(results[i], res...)
+			walls[i] += wall
+			fmt.Fprintf(cio.Stderr, "round %d %s: %d requests in %.1f s\n", round+1, policies[i], len(res), wall.Seconds())
+		}
+	}
 	var rows []replaySummary
 	for i, p := range policies {
-		o.maker.salt = uint64(i + 1)
-		h0, p0, haveMetrics := replayScrape(ctx, o)
-		res, wall := replayRun(ctx, o, p, reqs)
-		if err := ctx.Err(); err != nil {
-			return err
-		}
-		row := replaySummarize(p, res, wall, o)
-		if h1, p1, ok := replayScrape(ctx, o); ok && haveMetrics && p1 > p0 {
-			row.prefixHit = (h1 - h0) / (p1 - p0)
+		row := replaySummarize(p, results[i], walls[i], o)
+		if metricsOK && prompts[i] > 0 {
+			row.prefixHit = hits[i] / prompts[i]
 		}
 		rows = append(rows, row)
-		fmt.Fprintf(cio.Stderr, "%s: %d/%d ok in %.1f s\n", p, row.ok, row.requests, wall.Seconds())
 	}
 	printReplay(cio.Stdout, rows, o)
 	for _, r := range rows {

@@ -39,8 +39,10 @@ type RulesConfig struct {
 	// another pool worth choosing over the preferred pool: a prompt already
 	// in a cache needs no prefill, whatever pool holds it. Default 4.
 	AffinityBlocks int
-	// MaxLoad: workers above this load are skipped by the pool's first pass,
-	// so a saturated pool spills into the next one. Default 2.
+	// MaxLoad: workers at or above this load are skipped, so a saturated
+	// pool spills into the next one. Default 1: every slot busy or promised
+	// (a request queued behind a full engine waits longer than one placed
+	// on an idle engine of a less suited pool).
 	MaxLoad float64
 }
 
@@ -55,7 +57,7 @@ func (c *RulesConfig) fill() {
 	def(&c.BurstSigma, 8.3)
 	def(&c.PrefillRatio, 4)
 	def(&c.AffinitySlack, 0.5)
-	def(&c.MaxLoad, 2)
+	def(&c.MaxLoad, 1)
 	if c.LongPrompt == 0 {
 		c.LongPrompt = 512
 	}
