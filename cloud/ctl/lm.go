@@ -240,7 +240,8 @@ func lmBench(ctx context.Context, cio cli.IO, args []string) error {
 	fmt.Fprintf(cio.Stdout, "prefill: %.1f tok/s (%d-token prompt)\n", r.PrefillTokensPerSec, min(*promptLen, c.ContextLen-2))
 	fmt.Fprintf(cio.Stdout, "TTFT uncached %v, cached %v with %d prompt tokens in cache (ratio %.3f)\n",
 		r.TTFTUncached.Round(time.Microsecond), r.TTFTCached.Round(time.Microsecond), r.CachedPromptTokens, float64(r.TTFTCached)/float64(r.TTFTUncached))
-	fmt.Fprintf(cio.Stdout, "memory copy %.2f GB/s (read+write); batch-1 decode reads %.2f GB/s of weights = %.0f%% of it\n",
-		r.CopyBytesPerSec/1e9, r.Decode[0].TokensPerSec*float64(r.WeightBytes)/1e9, 100*r.SingleStreamFraction)
+	fmt.Fprintf(cio.Stdout, "batch-1 decode reads %.2f GB/s of weights = %.0f%% of a memory copy's %.2f GB/s (read+write), %.0f%% of the %.2f GB/s a bare matrix-vector product streams\n",
+		r.Decode[0].TokensPerSec*float64(r.WeightBytes)/1e9, 100*r.SingleStreamFraction, r.CopyBytesPerSec/1e9,
+		100*r.SingleStreamReadFraction, r.ReadBytesPerSec/1e9)
 	return nil
 }

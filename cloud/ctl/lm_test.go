@@ -54,7 +54,7 @@ func TestLMInitLogitsGenerateBench(t *testing.T) {
 	if err != nil {
 		t.Fatalf("bench: %v\n%s", err, out)
 	}
-	for _, s := range []string{"decode batch   1", "decode batch   2", "prefill:", "TTFT uncached", "memory copy"} {
+	for _, s := range []string{"decode batch   1", "decode batch   2", "prefill:", "TTFT uncached", "of a memory copy"} {
 		if !strings.Contains(out, s) {
 			t.Errorf("bench output lacks %q:\n%s", s, out)
 		}

@@ -33,10 +33,16 @@ type BenchResult struct {
 	TTFTCached          time.Duration // same length, Shared of it in the cache
 	CachedPromptTokens  int           // tokens served from the cache in the cached case
 	CopyBytesPerSec     float64       // memory copy, bytes read plus bytes written
-	WeightBytes         int64
+	// ReadBytesPerSec is the engine's own matrix-vector product over a
+	// CopyBytes-sized F32 matrix: the rate at which this machine lets decode
+	// stream weights, with none of the rest of a forward pass.
+	ReadBytesPerSec float64
+	WeightBytes     int64
 	// SingleStreamFraction is batch-1 decode's weight traffic (WeightBytes per
 	// token) over CopyBytesPerSec: how close decode gets to memory bandwidth.
 	SingleStreamFraction float64
+	// SingleStreamReadFraction is the same traffic over ReadBytesPerSec.
+	SingleStreamReadFraction float64
 }
 
 // BatchRate is decode throughput at one batch size.
@@ -108,6 +114,7 @@ func Bench(ctx context.Context, m *Model, cfg BenchConfig) (BenchResult, error) 
 		res.Decode = append(res.Decode, BatchRate{Batch: b})
 	}
 	src, dst := make([]byte, cfg.CopyBytes), make([]byte, cfg.CopyBytes)
+	stream := newStreamBench(cfg.CopyBytes, cfg.Threads)
 	for range cfg.Repeats {
 		for i, b := range cfg.Batches {
 			rate, cpuRate, err := benchDecode(ctx, m, b, cfg)
@@ -118,6 +125,7 @@ func Bench(ctx context.Context, m *Model, cfg BenchConfig) (BenchResult, error) 
 			res.Decode[i].TokensPerCPUSec = max(res.Decode[i].TokensPerCPUSec, cpuRate)
 		}
 		res.CopyBytesPerSec = max(res.CopyBytesPerSec, copyBandwidth(src, dst))
+		res.ReadBytesPerSec = max(res.ReadBytesPerSec, stream.run())
 	}
 	if err := benchTTFT(ctx, m, cfg, &res); err != nil {
 		return res, err
@@ -125,6 +133,7 @@ func Bench(ctx context.Context, m *Model, cfg BenchConfig) (BenchResult, error) 
 	for _, d := range res.Decode {
 		if d.Batch == 1 {
 			res.SingleStreamFraction = d.TokensPerSec * float64(res.WeightBytes) / res.CopyBytesPerSec
+			res.SingleStreamReadFraction = d.TokensPerSec * float64(res.WeightBytes) / res.ReadBytesPerSec
 		}
 	}
 	return res, nil
@@ -239,4 +248,32 @@ func copyBandwidth(src, dst []byte) float64 {
 		best = min(best, time.Since(t))
 	}
 	return 2 * float64(len(src)) / best.Seconds()
+}
+
+// streamBench times the batch-1 matrix product on one large F32 matrix.
+type streamBench struct {
+	m    *matrix
+	pool *pool
+	x, y []float32
+}
+
+func newStreamBench(bytes, threads int) *streamBench {
+	const cols = 1024
+	rows := max(1, bytes/4/cols)
+	m := &matrix{rows: rows, cols: cols, dtype: F32, f32: make([]float32, rows*cols)}
+	for i := range m.f32 {
+		m.f32[i] = float32(i&15) / 16
+	}
+	return &streamBench{m: m, pool: newPool(threads), x: make([]float32, cols), y: make([]float32, rows)}
+}
+
+// run returns weight bytes per second, the best of five passes.
+func (s *streamBench) run() float64 {
+	best := time.Duration(1<<63 - 1)
+	for range 5 {
+		t := time.Now()
+		s.m.mul(s.pool, s.y, s.x, 1)
+		best = min(best, time.Since(t))
+	}
+	return float64(4*len(s.m.f32)) / best.Seconds()
 }

@@ -51,13 +51,14 @@ func BenchmarkEngine(b *testing.B) {
 		for _, d := range r.Decode {
 			b.Logf("batch %2d: %8.1f tok/s, %8.1f tok/CPU-s", d.Batch, d.TokensPerSec, d.TokensPerCPUSec)
 		}
-		b.Logf("prefill %.0f tok/s; TTFT uncached %v, cached %v (%d tokens cached); copy %.2f GB/s; weights %.1f MB",
-			r.PrefillTokensPerSec, r.TTFTUncached, r.TTFTCached, r.CachedPromptTokens, r.CopyBytesPerSec/1e9, float64(r.WeightBytes)/1e6)
+		b.Logf("prefill %.0f tok/s; TTFT uncached %v, cached %v (%d tokens cached); copy %.2f GB/s, matvec stream %.2f GB/s; weights %.1f MB",
+			r.PrefillTokensPerSec, r.TTFTUncached, r.TTFTCached, r.CachedPromptTokens, r.CopyBytesPerSec/1e9, r.ReadBytesPerSec/1e9, float64(r.WeightBytes)/1e6)
 		b.ReportMetric(r.Decode[0].TokensPerSec, "tok/s-batch1")
 		b.ReportMetric(r.Speedup(16), "batch16/batch1")
 		b.ReportMetric(r.CPUSpeedup(16), "batch16/batch1-cpu")
 		b.ReportMetric(float64(r.TTFTCached)/float64(r.TTFTUncached), "ttft-cached/uncached")
-		b.ReportMetric(r.SingleStreamFraction, "bw-fraction")
+		b.ReportMetric(r.SingleStreamFraction, "bw-fraction-copy")
+		b.ReportMetric(r.SingleStreamReadFraction, "bw-fraction-stream")
 	}
 }
 

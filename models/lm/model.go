@@ -67,14 +67,13 @@ func New(cfg Config, tok TokenizerSpec, w *Weights) (*Model, error) {
 	return m, nil
 }
 
-// WeightBytes is the memory the weight matrices take as stored: what one
-// decode step of a single sequence has to read.
+// WeightBytes is what one decode step of a single sequence reads from
+// memory: every layer matrix and the output head as stored. The embedding
+// table counts only when it is the (tied) head: otherwise a step reads one
+// row of it.
 func (m *Model) WeightBytes() int64 {
 	size := func(x *matrix) int64 { return int64(len(x.raw)) + 4*int64(len(x.f32)) }
-	n := size(m.embd)
-	if !m.tied {
-		n += size(m.output)
-	}
+	n := size(m.output)
 	for _, l := range m.layers {
 		for _, x := range []*matrix{l.q, l.k, l.v, l.o, l.gate, l.up, l.down} {
 			n += size(x)
