@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"math"
+	"os"
 	"strings"
 	"testing"
 
@@ -207,4 +208,30 @@ func FuzzLoadTelemetry(f *testing.F) {
 			}
 		}
 	})
+}
+
+func TestRunWithTelemetry(t *testing.T) {
+	path := t.TempDir() + "/fleet.jsonl"
+	lines := strings.Join([]string{
+		record("local", "local", "ok", textfeat.Version),
+		record("cloud", "local", "ok", textfeat.Version),
+		record("cloud", "cloud", "ok", textfeat.Version),
+	}, "\n")
+	if err := os.WriteFile(path, []byte(lines), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	base, err := Run(context.Background(), Options{DataDir: repoData, Config: Config{Seed: 1, Epochs: 1}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	res, err := Run(context.Background(), Options{DataDir: repoData, Telemetry: []string{path}, Config: Config{Seed: 1, Epochs: 1}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.Examples != base.Examples+2 || res.Telemetry.Local != 1 || res.Telemetry.Cloud != 1 || res.Telemetry.SkippedUnknown != 1 {
+		t.Fatalf("examples %d (base %d), telemetry %+v", res.Examples, base.Examples, res.Telemetry)
+	}
+	if bytes.Equal(res.Model, base.Model) {
+		t.Fatal("telemetry did not change the model")
+	}
 }
