@@ -370,3 +370,35 @@ func TestEngineConfigValidate(t *testing.T) {
 		t.Fatalf("after close: %v", err)
 	}
 }
+
+func TestCloseFailsInFlightRequests(t *testing.T) {
+	m, _ := buildModel(t, tinyConfig(), F32, 4, false)
+	e, err := NewEngine(m, EngineConfig{BlockSize: 4, MaxBatch: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	started := make(chan struct{})
+	done := make(chan error, 2)
+	go func() {
+		var once sync.Once
+		_, err := e.GenerateTokens(context.Background(), prompts(1, 5, 5)[0], GenOptions{MaxTokens: 240, IgnoreEOS: true}, func(llm.Token) error {
+			once.Do(func() { close(started) })
+			time.Sleep(time.Millisecond) // a slow client keeps the sequence running
+			return nil
+		})
+		done <- err
+	}()
+	<-started
+	go func() { // queued behind the first (batch of one)
+		_, err := e.GenerateTokens(context.Background(), prompts(1, 6, 6)[0], GenOptions{MaxTokens: 5}, nil)
+		done <- err
+	}()
+	if err := e.Close(); err != nil {
+		t.Fatal(err)
+	}
+	for range 2 {
+		if err := <-done; llm.CodeOf(err) != llm.CodeUnavailable {
+			t.Fatalf("in-flight request after Close: %v, want unavailable", err)
+		}
+	}
+}

@@ -131,6 +131,7 @@ func (m *Model) attention(ws *workspace, b *batch, kc, vc []float32) {
 	qDim, kvDim := cfg.Heads*hd, cfg.KVHeads*hd
 	group := cfg.Heads / cfg.KVHeads
 	scale := float32(1 / math.Sqrt(float64(hd)))
+	hd8 := hd &^ 7
 	impl := blas32.Implementation()
 	ws.pool.run(len(b.tokens)*cfg.Heads, func(w, task int) {
 		t, h := task/cfg.Heads, task%cfg.Heads
@@ -142,10 +143,34 @@ func (m *Model) attention(ws *workspace, b *batch, kc, vc []float32) {
 			ws.scores[w] = make([]float32, npos+npos/2)
 		}
 		sc := ws.scores[w][:npos]
+		key := func(p int) []float32 {
+			off := int(slots[min(p, npos-1)])*kvDim + kvh*hd
+			return kc[off : off+hd]
+		}
+		if haveDot4 && hd8 > 0 {
+			// Four cached keys per kernel call; each score is summed the same
+			// way wherever its position falls in the group.
+			var out [4]float32
+			for p := 0; p < npos; p += 4 {
+				k0, k1, k2, k3 := key(p), key(p+1), key(p+2), key(p+3)
+				dot1x4AVX2(hd8, &q[0], &k0[0], &k1[0], &k2[0], &k3[0], &out)
+				for j := 0; j < min(4, npos-p); j++ {
+					s := out[j]
+					k := key(p + j)
+					for i := hd8; i < hd; i++ {
+						s += q[i] * k[i]
+					}
+					sc[p+j] = s
+				}
+			}
+		} else {
+			for p := range npos {
+				sc[p] = impl.Sdot(hd, q, 1, key(p), 1)
+			}
+		}
 		maxS := float32(math.Inf(-1))
-		for p := range npos {
-			off := int(slots[p])*kvDim + kvh*hd
-			s := impl.Sdot(hd, q, 1, kc[off:off+hd], 1) * scale
+		for p, s := range sc {
+			s *= scale
 			sc[p] = s
 			maxS = max(maxS, s)
 		}

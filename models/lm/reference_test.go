@@ -164,6 +164,8 @@ func TestLogitsMatchFloat64Reference(t *testing.T) {
 		{"gqa", tinyConfig(), false},
 		{"mha tied", Config{Vocab: 258, Dim: 32, Layers: 3, Heads: 2, KVHeads: 2, FFN: 64, ContextLen: 64, RopeTheta: 500}, true},
 		{"mqa", Config{Vocab: 258, Dim: 48, Layers: 1, Heads: 6, KVHeads: 1, FFN: 40, ContextLen: 64, NormEps: 1e-6}, false},
+		// Widths that are not multiples of 8 exercise the kernels' scalar tails.
+		{"odd widths", Config{Vocab: 258, Dim: 36, Layers: 2, Heads: 3, KVHeads: 1, FFN: 20, ContextLen: 64}, false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			m, w := buildModel(t, tc.cfg, F32, 7, tc.tied)
