@@ -9,13 +9,24 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"io/fs"
 	"log/slog"
 	"net"
 	"net/http"
+	"os"
+	"path/filepath"
+	"sync"
 	"time"
 
+	"github.com/phaseless/phaseless/agent/local"
+	"github.com/phaseless/phaseless/agent/route"
+	"github.com/phaseless/phaseless/agent/telemetry"
+	"github.com/phaseless/phaseless/models/predictor"
 	"github.com/phaseless/phaseless/transport/cli"
+	"github.com/phaseless/phaseless/transport/httpapi"
 	"github.com/phaseless/phaseless/transport/metrics"
+	"github.com/phaseless/phaseless/transport/pki"
+	"github.com/phaseless/phaseless/transport/quic"
 )
 
 // Config is everything the agent is configured with. Flag names are the
@@ -31,7 +42,16 @@ type Config struct {
 	DataDir   string
 	Model     string // GGUF file for the built-in engine
 	LocalURL  string // OpenAI-compatible local server instead of the built-in engine
-	Predictor string // ONNX router model; empty = entropy rule
+	Predictor string // ONNX router model; empty = the shipped one; "entropy" = the 4.2-bit rule
+
+	LocalModel       string        // model name sent to the --local-url server
+	LocalConcurrency int           // generations the local engine runs at once
+	LocalQueue       int           // requests that may wait for the local engine before 503s
+	RouteThreshold   float64       // cloud probability at which the router prefers the cloud
+	RouteHysteresis  float64       // width of the band around the threshold
+	MaxOutputTokens  int           // largest max_tokens accepted
+	CloudRetryMax    time.Duration // longest wait between reconnect attempts to the cloud
+	CloudFirstToken  time.Duration // cloud requests without a token by then run locally
 }
 
 // RegisterFlags binds c's fields to fs with their defaults.
@@ -46,7 +66,15 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	fs.StringVar(&c.DataDir, "data-dir", "phaseless-agent-data", "directory for the telemetry buffer, OTA slots and state")
 	fs.StringVar(&c.Model, "model", "", "GGUF model for the built-in engine (default: the shipped edge model)")
 	fs.StringVar(&c.LocalURL, "local-url", "", "OpenAI-compatible local server URL instead of the built-in engine")
-	fs.StringVar(&c.Predictor, "predictor", "", "ONNX router model (default: the shipped predictor)")
+	fs.StringVar(&c.Predictor, "predictor", "", `ONNX router model (default: the shipped predictor; "entropy": the 4.2 bits/byte rule)`)
+	fs.StringVar(&c.LocalModel, "local-model", "", "model name to request from the --local-url server (default: the request's)")
+	fs.IntVar(&c.LocalConcurrency, "local-concurrency", 4, "generations the local engine runs at once")
+	fs.IntVar(&c.LocalQueue, "local-queue", 64, "requests that may wait for the local engine; more get 503 overloaded")
+	fs.Float64Var(&c.RouteThreshold, "route-threshold", 0.5, "cloud probability at or above which requests go to the cloud")
+	fs.Float64Var(&c.RouteHysteresis, "route-hysteresis", 0.1, "band around --route-threshold in which the previous path is kept")
+	fs.IntVar(&c.MaxOutputTokens, "max-output-tokens", httpapi.DefaultMaxOutputTokens, "largest max_tokens a request may ask for")
+	fs.DurationVar(&c.CloudFirstToken, "cloud-first-token-timeout", 15*time.Second, "cloud requests that have produced no token by then are cancelled and run locally")
+	fs.DurationVar(&c.CloudRetryMax, "cloud-retry-max", 30*time.Second, "longest wait between reconnect attempts while the cloud is unreachable")
 }
 
 // Validate reports the first bad field.
@@ -61,12 +89,37 @@ func (c *Config) Validate() error {
 		if c.DeviceID == "" {
 			return &cli.FieldError{Field: "device-id", Err: errors.New("required when --cloud is set")}
 		}
+		if c.PKIDir == "" {
+			return &cli.FieldError{Field: "pki-dir", Err: errors.New("required when --cloud is set (phaselessctl pki device)")}
+		}
 	}
 	if c.Model != "" && c.LocalURL != "" {
 		return &cli.FieldError{Field: "local-url", Err: errors.New("give either --model or --local-url, not both")}
 	}
 	if c.DataDir == "" {
 		return &cli.FieldError{Field: "data-dir", Err: errors.New("must not be empty")}
+	}
+	if c.LocalConcurrency < 1 {
+		return &cli.FieldError{Field: "local-concurrency", Err: fmt.Errorf("%d must be at least 1", c.LocalConcurrency)}
+	}
+	if c.LocalQueue < 0 {
+		return &cli.FieldError{Field: "local-queue", Err: fmt.Errorf("%d must not be negative", c.LocalQueue)}
+	}
+	if err := (route.Config{Threshold: c.RouteThreshold, Hysteresis: c.RouteHysteresis}).Validate(); err != nil {
+		field := "route-threshold"
+		if c.RouteThreshold > 0 && c.RouteThreshold < 1 {
+			field = "route-hysteresis"
+		}
+		return &cli.FieldError{Field: field, Err: err}
+	}
+	if c.CloudRetryMax < 250*time.Millisecond {
+		return &cli.FieldError{Field: "cloud-retry-max", Err: fmt.Errorf("%v must be at least 250ms", c.CloudRetryMax)}
+	}
+	if c.CloudFirstToken < 100*time.Millisecond {
+		return &cli.FieldError{Field: "cloud-first-token-timeout", Err: fmt.Errorf("%v must be at least 100ms", c.CloudFirstToken)}
+	}
+	if c.MaxOutputTokens < 1 {
+		return &cli.FieldError{Field: "max-output-tokens", Err: fmt.Errorf("%d must be at least 1", c.MaxOutputTokens)}
 	}
 	return nil
 }
@@ -76,34 +129,269 @@ type Agent struct {
 	cfg     Config
 	log     *slog.Logger
 	metrics *metrics.Registry
+
+	engine  *localEngine
+	runner  *local.Runner
+	cloud   *quic.Client // nil when offline-only
+	store   *telemetry.Store
+	sink    *telemetrySink
+	handler http.Handler
+	srv     *http.Server
+	lns     []net.Listener
+
+	closeOnce sync.Once
+	closeErr  error
 }
 
-// New builds an agent from a validated config.
-func New(cfg Config, log *slog.Logger) (*Agent, error) {
+// New builds an agent from a validated config: it opens the telemetry
+// store, loads the local engine and the predictor, starts connecting to the
+// cloud in the background, and binds the listeners (so Addr is known before
+// Run). Close releases everything if Run is never called.
+func New(cfg Config, log *slog.Logger) (a *Agent, err error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	return &Agent{cfg: cfg, log: log, metrics: metrics.NewRegistry()}, nil
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	a = &Agent{cfg: cfg, log: log, metrics: metrics.NewRegistry()}
+	defer func() {
+		if err != nil {
+			a.Close()
+			a = nil
+		}
+	}()
+	if err := os.MkdirAll(cfg.DataDir, 0o750); err != nil {
+		return nil, &cli.FieldError{Field: "data-dir", Err: err}
+	}
+	if a.store, err = telemetry.Open(filepath.Join(cfg.DataDir, "telemetry.db"), telemetry.Config{}); err != nil {
+		return nil, fmt.Errorf("telemetry store: %w", err)
+	}
+	a.sink = newTelemetrySink(a.store, a.metrics, log)
+
+	if a.engine, err = openEngine(cfg); err != nil {
+		return nil, err
+	}
+	kv := a.engine.kvFaults
+	if a.runner, err = local.NewRunner(a.engine.gen, local.Config{Concurrency: cfg.LocalConcurrency, QueueDepth: cfg.LocalQueue, KVFaultsPerMs: kv}); err != nil {
+		return nil, err
+	}
+	pred, predName, err := loadPredictor(cfg.Predictor)
+	if err != nil {
+		return nil, &cli.FieldError{Field: "predictor", Err: err}
+	}
+	router, err := route.NewRouter(route.Config{Threshold: cfg.RouteThreshold, Hysteresis: cfg.RouteHysteresis}, pred)
+	if err != nil {
+		return nil, err
+	}
+	dcfg := route.DispatcherConfig{
+		Router: router, Local: a.runner, Record: a.sink.record, Metrics: a.metrics, Logger: log,
+		CloudFirstToken: cfg.CloudFirstToken,
+		Load: func() route.Load {
+			l := a.runner.Load()
+			return route.Load{Waiting: l.Waiting, Running: l.Running, Capacity: l.QueueDepth, KVFaultsPerMs: l.KVFaultsPerMs}
+		},
+	}
+	if cfg.Cloud != "" {
+		tc, err := pki.DeviceTLS(cfg.PKIDir, cfg.DeviceID)
+		if err != nil {
+			return nil, &cli.FieldError{Field: "pki-dir", Err: err}
+		}
+		// Background: an agent must start, and serve locally, while the
+		// cloud is unreachable; the client keeps redialling.
+		if a.cloud, err = quic.Dial(context.Background(), cfg.Cloud, quic.ClientConfig{
+			TLS: tc, Background: true, Logger: log.With("component", "uplink"),
+			Backoff: quic.Backoff{Initial: min(250*time.Millisecond, cfg.CloudRetryMax), Max: cfg.CloudRetryMax},
+		}); err != nil {
+			return nil, &cli.FieldError{Field: "cloud", Err: err}
+		}
+		dcfg.Cloud = a.cloud
+		dcfg.Link = func() route.Link {
+			ls := a.cloud.Link()
+			return route.Link{Configured: true, Connected: ls.Connected, RTT: ls.SmoothedRTT, Loss: ls.LossRate}
+		}
+	}
+	disp, err := route.NewDispatcher(dcfg)
+	if err != nil {
+		return nil, err
+	}
+	api, err := httpapi.NewHandler(disp, httpapi.Options{
+		MaxOutputTokens: cfg.MaxOutputTokens,
+		Models:          func() []httpapi.Model { return []httpapi.Model{{ID: a.engine.name, OwnedBy: "device"}} },
+		Logger:          log, Metrics: a.metrics,
+	})
+	if err != nil {
+		return nil, err
+	}
+	a.registerGauges()
+	mux := http.NewServeMux()
+	metrics.Health(mux, a.metrics, a.ready)
+	mux.Handle("/v1/", api)
+	a.handler = mux
+	a.srv = &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second, MaxHeaderBytes: httpapi.ServerMaxHeaderBytes}
+
+	ln, err := net.Listen("tcp", cfg.Listen)
+	if err != nil {
+		return nil, &cli.FieldError{Field: "listen", Err: err}
+	}
+	a.lns = append(a.lns, ln)
+	if cfg.Socket != "" {
+		uln, err := listenUnix(cfg.Socket)
+		if err != nil {
+			return nil, &cli.FieldError{Field: "socket", Err: err}
+		}
+		a.lns = append(a.lns, uln)
+	}
+	log.Info("agent ready", "listen", ln.Addr().String(), "socket", cfg.Socket, "engine", a.engine.name, "predictor", predName, "cloud", cfg.Cloud)
+	return a, nil
 }
 
-// Run serves until ctx ends, then shuts down gracefully.
-func (a *Agent) Run(ctx context.Context) error {
-	mux := http.NewServeMux()
-	metrics.Health(mux, a.metrics, nil)
-	ln, err := net.Listen("tcp", a.cfg.Listen)
-	if err != nil {
-		return fmt.Errorf("listen %s: %w", a.cfg.Listen, err)
+// loadPredictor returns the router model named by --predictor: the shipped
+// one by default, a file, or nil for the entropy rule.
+func loadPredictor(spec string) (route.Predictor, string, error) {
+	switch spec {
+	case "entropy":
+		return nil, "entropy rule (4.2 bits/byte)", nil
+	case "":
+		m, err := predictor.Default()
+		if err != nil {
+			return nil, "", fmt.Errorf("shipped predictor: %w", err)
+		}
+		return predictor.NewSwappable(m), "shipped", nil
 	}
-	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second, MaxHeaderBytes: 8 << 10}
-	a.log.Info("local API listening", "addr", ln.Addr().String())
-	errc := make(chan error, 1)
-	go func() { errc <- srv.Serve(ln) }()
+	m, err := predictor.Load(spec)
+	if err != nil {
+		return nil, "", err
+	}
+	s := predictor.NewSwappable(predictor.EntropyRule{})
+	if err := s.SwapTo(m); err != nil {
+		return nil, "", err
+	}
+	return s, spec, nil
+}
+
+// listenUnix binds a Unix socket, replacing a stale one left by a crash but
+// never a file that is not a socket.
+func listenUnix(path string) (net.Listener, error) {
+	if st, err := os.Lstat(path); err == nil {
+		if st.Mode()&fs.ModeSocket == 0 {
+			return nil, fmt.Errorf("%s exists and is not a socket", path)
+		}
+		if c, err := net.Dial("unix", path); err == nil {
+			c.Close()
+			return nil, fmt.Errorf("%s is in use by another process", path)
+		}
+		os.Remove(path)
+	}
+	ln, err := net.Listen("unix", path)
+	if err != nil {
+		return nil, err
+	}
+	// Apps of the device's service group may use the API; others may not.
+	if err := os.Chmod(path, 0o660); err != nil {
+		ln.Close()
+		return nil, err
+	}
+	return ln, nil
+}
+
+func (a *Agent) registerGauges() {
+	a.metrics.GaugeFunc("phaseless_agent_local_waiting", "requests waiting for the local engine", func() float64 { return float64(a.runner.Load().Waiting) })
+	a.metrics.GaugeFunc("phaseless_agent_local_running", "requests running on the local engine", func() float64 { return float64(a.runner.Load().Running) })
+	a.metrics.GaugeFunc("phaseless_agent_local_refused", "requests refused because the local queue was full (cumulative)", func() float64 { return float64(a.runner.Load().Refused) })
+	a.metrics.GaugeFunc("phaseless_agent_local_kv_faults_per_ms", "KV-cache faults per ms of the local engine", func() float64 { return a.runner.Load().KVFaultsPerMs })
+	if a.cloud != nil {
+		a.metrics.GaugeFunc("phaseless_agent_cloud_connected", "1 while the QUIC uplink is connected", func() float64 {
+			if a.cloud.Link().Connected {
+				return 1
+			}
+			return 0
+		})
+		a.metrics.GaugeFunc("phaseless_agent_cloud_rtt_seconds", "smoothed RTT of the QUIC uplink", func() float64 { return a.cloud.Link().SmoothedRTT.Seconds() })
+	}
+}
+
+// ready is /readyz: the local engine answers and the telemetry store is open.
+// A missing cloud does not make the agent unready: it serves locally.
+func (a *Agent) ready() error {
+	if a.engine.ready != nil {
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+		defer cancel()
+		if err := a.engine.ready(ctx); err != nil {
+			return err
+		}
+	}
+	return a.sink.err()
+}
+
+// Addr is the TCP address of the local API.
+func (a *Agent) Addr() net.Addr { return a.lns[0].Addr() }
+
+// Handler is the agent's whole HTTP surface (API, health, metrics), for
+// tests and benchmarks that drive it without a socket.
+func (a *Agent) Handler() http.Handler { return a.handler }
+
+// Telemetry is the agent's telemetry store (the fleet uplink reads it).
+func (a *Agent) Telemetry() *telemetry.Store { return a.store }
+
+// Run serves until ctx ends, then shuts down gracefully and closes the agent.
+func (a *Agent) Run(ctx context.Context) error {
+	errc := make(chan error, len(a.lns))
+	for _, ln := range a.lns {
+		go func() { errc <- a.srv.Serve(ln) }()
+	}
+	var err error
+	pending := len(a.lns)
 	select {
-	case err := <-errc:
-		return err
+	case err = <-errc:
+		pending--
 	case <-ctx.Done():
 	}
 	shutdownCtx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	return srv.Shutdown(shutdownCtx)
+	if serr := a.srv.Shutdown(shutdownCtx); serr != nil && err == nil {
+		err = serr
+	}
+	for ; pending > 0; pending-- { // each Serve returns ErrServerClosed after Shutdown
+		if e := <-errc; err == nil && !errors.Is(e, http.ErrServerClosed) {
+			err = e
+		}
+	}
+	if cerr := a.Close(); err == nil {
+		err = cerr
+	}
+	if errors.Is(err, http.ErrServerClosed) {
+		err = nil
+	}
+	return err
+}
+
+// Close stops everything New started; it is safe to call twice and after Run.
+func (a *Agent) Close() error {
+	a.closeOnce.Do(func() {
+		var errs []error
+		if a.srv != nil {
+			errs = append(errs, a.srv.Close())
+		}
+		for _, ln := range a.lns {
+			ln.Close()
+		}
+		if a.cloud != nil {
+			errs = append(errs, a.cloud.Close())
+		}
+		if a.engine != nil {
+			errs = append(errs, a.engine.close())
+		}
+		if a.sink != nil {
+			a.sink.close()
+		}
+		if a.store != nil {
+			errs = append(errs, a.store.Close())
+		}
+		if a.cfg.Socket != "" && len(a.lns) > 1 {
+			os.Remove(a.cfg.Socket)
+		}
+		a.closeErr = errors.Join(errs...)
+	})
+	return a.closeErr
 }

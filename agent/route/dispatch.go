@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/phaseless/phaseless/models/textfeat"
@@ -28,6 +30,11 @@ type DispatcherConfig struct {
 	Link func() Link
 	// Load reports the local engine's load; nil means idle.
 	Load func() Load
+	// CloudFirstToken bounds how long a cloud request may go without its
+	// first token before it is cancelled and run locally (default 15 s). A
+	// device must not hang on an uplink that accepts requests and then goes
+	// quiet (a half-open connection, a handshake that never completes).
+	CloudFirstToken time.Duration
 	// Record receives the telemetry record of every request; nil drops them.
 	Record  Recorder
 	Metrics *metrics.Registry
@@ -50,6 +57,9 @@ func NewDispatcher(cfg DispatcherConfig) (*Dispatcher, error) {
 		return nil, errors.New("route: DispatcherConfig.Router is required")
 	case cfg.Local == nil:
 		return nil, errors.New("route: DispatcherConfig.Local is required")
+	}
+	if cfg.CloudFirstToken == 0 {
+		cfg.CloudFirstToken = 15 * time.Second
 	}
 	log := cfg.Logger
 	if log == nil {
@@ -116,10 +126,17 @@ func (d *Dispatcher) Generate(ctx context.Context, req *llm.Request, emit llm.Em
 	}
 	if path == PathCloud {
 		meta.SetRoute(PathCloud)
-		fin, err = d.cfg.Cloud.Generate(ctx, req, te.forward)
-		if err != nil && te.tokens == 0 && eligibleForFallback(ctx, err) {
-			fallback = "cloud failed before first token: " + err.Error()
-			path, err = PathLocal, nil
+		fin, err = d.generateCloud(ctx, req, te)
+		if err != nil && te.tokens == 0 && ctx.Err() == nil {
+			switch {
+			case errors.Is(err, errNoFirstToken):
+				fallback = fmt.Sprintf("cloud sent no token within %v", d.cfg.CloudFirstToken)
+			case eligibleForFallback(ctx, err):
+				fallback = "cloud failed before first token: " + err.Error()
+			}
+			if fallback != "" {
+				path, err = PathLocal, nil
+			}
 		}
 	}
 	if path == PathLocal {
@@ -144,6 +161,39 @@ func (d *Dispatcher) Generate(ctx context.Context, req *llm.Request, emit llm.Em
 	return fin, err
 }
 
+var errNoFirstToken = errors.New("route: no first token from the cloud in time")
+
+// Cloud first-token race states: whoever moves the state off waiting wins.
+const (
+	cloudWaiting int32 = iota
+	cloudStreaming
+	cloudTimedOut
+)
+
+// generateCloud runs req on the cloud, cancelling it when no token arrives
+// within CloudFirstToken.
+func (d *Dispatcher) generateCloud(ctx context.Context, req *llm.Request, te *timedEmit) (llm.Final, error) {
+	cctx, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
+	var state atomic.Int32
+	timer := time.AfterFunc(d.cfg.CloudFirstToken, func() {
+		if state.CompareAndSwap(cloudWaiting, cloudTimedOut) {
+			cancel(errNoFirstToken)
+		}
+	})
+	defer timer.Stop()
+	fin, err := d.cfg.Cloud.Generate(cctx, req, func(tok llm.Token) error {
+		if state.Load() != cloudStreaming && !state.CompareAndSwap(cloudWaiting, cloudStreaming) {
+			return errNoFirstToken // too late: the request is being run locally instead
+		}
+		return te.forward(tok)
+	})
+	if err != nil && state.Load() == cloudTimedOut {
+		err = errNoFirstToken
+	}
+	return fin, err
+}
+
 // eligibleForFallback: the client is still there and the failure is the
 // cloud's, not the request's (an invalid request fails locally too).
 func eligibleForFallback(ctx context.Context, err error) bool {
@@ -158,8 +208,11 @@ func eligibleForFallback(ctx context.Context, err error) bool {
 }
 
 func fallbackKind(reason string) string {
-	if reason == "no cloud configured" {
+	switch {
+	case reason == "no cloud configured":
 		return "no_cloud"
+	case strings.HasPrefix(reason, "cloud sent no token"):
+		return "cloud_timeout"
 	}
 	return "cloud_error"
 }
@@ -181,6 +234,11 @@ func (d *Dispatcher) record(ctx context.Context, req *llm.Request, dec Decision,
 		rec.Path = fin.Route
 	}
 	rec.PromptTokens = fin.PromptTokens
+	if err == nil && fin.CompletionTokens > 0 {
+		// The engine's count: a token whose bytes completed a character
+		// only with the next one reached emit merged with it.
+		rec.CompletionTokens = fin.CompletionTokens
+	}
 	if te.tokens > 0 {
 		rec.TTFTMillis = ms(te.first.Sub(te.start))
 		d.m.ttft.With(path).Observe(te.first.Sub(te.start).Seconds())

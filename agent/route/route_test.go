@@ -270,6 +270,30 @@ func TestDispatchPaths(t *testing.T) {
 	})
 }
 
+// hungEngine accepts a request and never answers, like a half-open uplink.
+type hungEngine struct{ cause error }
+
+func (h *hungEngine) Generate(ctx context.Context, _ *llm.Request, _ llm.Emit) (llm.Final, error) {
+	<-ctx.Done()
+	h.cause = context.Cause(ctx)
+	return llm.Final{}, ctx.Err()
+}
+
+func TestCloudWithoutFirstTokenFallsBack(t *testing.T) {
+	r, _ := NewRouter(Config{}, nil)
+	hung := &hungEngine{}
+	d, err := NewDispatcher(DispatcherConfig{Router: r, Local: &engine{tokens: []string{"here"}, failAt: -1}, Cloud: hung, CloudFirstToken: 20 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, meta := llm.WithMeta(context.Background())
+	var out strings.Builder
+	_, err = d.Generate(ctx, userReq(highEntropy), func(tok llm.Token) error { out.WriteString(tok.Text); return nil })
+	if err != nil || out.String() != "here" || !strings.Contains(meta.Snapshot().FallbackReason, "no token within 20ms") || !errors.Is(hung.cause, errNoFirstToken) {
+		t.Errorf("out %q err %v meta %+v cause %v", out.String(), err, meta.Snapshot(), hung.cause)
+	}
+}
+
 func BenchmarkDecide(b *testing.B) {
 	r, _ := NewRouter(Config{}, nil)
 	req := userReq("Summarise the last three service reports and tell me whether the brake pads need replacing soon.")

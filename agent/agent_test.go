@@ -1,0 +1,484 @@
+package agent
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"path/filepath"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/phaseless/phaseless/models/lm"
+	"github.com/phaseless/phaseless/transport/fleet"
+	"github.com/phaseless/phaseless/transport/llm"
+	"github.com/phaseless/phaseless/transport/pki"
+	"github.com/phaseless/phaseless/transport/quic"
+	"go.uber.org/goleak"
+)
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+// testConfig is an offline agent on a random loopback port with its own data
+// directory, routing by the entropy rule unless a test says otherwise.
+func testConfig(t *testing.T) Config {
+	t.Helper()
+	return Config{
+		Listen: "127.0.0.1:0", DataDir: t.TempDir(), Predictor: "entropy",
+		LocalConcurrency: 4, LocalQueue: 256, RouteThreshold: 0.5, RouteHysteresis: 0.1, MaxOutputTokens: 4096,
+		CloudRetryMax: 300 * time.Millisecond, CloudFirstToken: 3 * time.Second,
+	}
+}
+
+// startAgent runs an agent until the test ends and returns its base URL.
+func startAgent(t *testing.T, cfg Config) (*Agent, string) {
+	t.Helper()
+	a, err := New(cfg, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- a.Run(ctx) }()
+	t.Cleanup(func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("agent Run: %v", err)
+		}
+	})
+	return a, "http://" + a.Addr().String()
+}
+
+var client = &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 256}}
+
+func post(t *testing.T, url, body string, hdr ...string) *http.Response {
+	t.Helper()
+	req, err := http.NewRequest("POST", url, strings.NewReader(body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := 0; i+1 < len(hdr); i += 2 {
+		req.Header.Set(hdr[i], hdr[i+1])
+	}
+	resp, err := client.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { resp.Body.Close() })
+	return resp
+}
+
+type chatResp struct {
+	Choices []struct {
+		Message struct{ Content string }
+	}
+	Usage struct {
+		CompletionTokens int `json:"completion_tokens"`
+	}
+	Error *struct{ Message, Type string }
+}
+
+func readJSON[T any](t *testing.T, r io.Reader) T {
+	t.Helper()
+	var v T
+	if err := json.NewDecoder(r).Decode(&v); err != nil {
+		t.Fatal(err)
+	}
+	return v
+}
+
+// pendingRecords returns the request records in the agent's telemetry store.
+func pendingRecords(t *testing.T, a *Agent, want int) []fleet.RequestRecord {
+	t.Helper()
+	deadline := time.Now().Add(30 * time.Second) // hang guard: the sink writes asynchronously
+	for {
+		recs, err := a.Telemetry().Pending(10000)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(recs) >= want || time.Now().After(deadline) {
+			out := make([]fleet.RequestRecord, 0, len(recs))
+			for _, r := range recs {
+				var rr fleet.RequestRecord
+				if err := json.Unmarshal(r.Data, &rr); err != nil {
+					t.Fatal(err)
+				}
+				out = append(out, rr)
+			}
+			return out
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+func TestLocalPathEndToEnd(t *testing.T) {
+	cfg := testConfig(t)
+	cfg.Socket = filepath.Join(t.TempDir(), "agent.sock")
+	a, url := startAgent(t, cfg)
+
+	resp := post(t, url+"/v1/chat/completions", `{"messages":[{"role":"user","content":"turn on the air conditioning"}],"max_tokens":8,"temperature":0}`)
+	if resp.StatusCode != 200 || resp.Header.Get("x-phaseless-route") != "local" {
+		t.Fatalf("status %d route %q", resp.StatusCode, resp.Header.Get("x-phaseless-route"))
+	}
+	c := readJSON[chatResp](t, resp.Body)
+	if len(c.Choices) != 1 || c.Usage.CompletionTokens < 1 || c.Usage.CompletionTokens > 8 {
+		t.Fatalf("completion %+v", c)
+	}
+
+	// The same API over the Unix socket.
+	uc := &http.Client{Transport: &http.Transport{DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
+		return (&net.Dialer{}).DialContext(ctx, "unix", cfg.Socket)
+	}}}
+	defer uc.CloseIdleConnections()
+	uresp, err := uc.Post("http://agent/v1/messages", "application/json", strings.NewReader(`{"model":"auto","max_tokens":4,"messages":[{"role":"user","content":"hello"}]}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer uresp.Body.Close()
+	if uresp.StatusCode != 200 || uresp.Header.Get("x-phaseless-route") != "local" {
+		t.Fatalf("unix socket: %d", uresp.StatusCode)
+	}
+
+	recs := pendingRecords(t, a, 2)
+	if len(recs) != 2 {
+		t.Fatalf("%d telemetry records, want 2", len(recs))
+	}
+	r := recs[0]
+	if r.Decision != "local" || r.Path != "local" || r.Outcome != "ok" || r.FeatureVersion == 0 || len(r.Features) == 0 || r.CompletionTokens != c.Usage.CompletionTokens || r.TTFTMillis <= 0 || !strings.Contains(r.Reason, "offline-only") {
+		t.Errorf("record %+v", r)
+	}
+
+	mresp, err := client.Get(url + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer mresp.Body.Close()
+	m, _ := io.ReadAll(mresp.Body)
+	for _, want := range []string{`phaseless_route_decisions_total{path="local"} 2`, `phaseless_api_requests_total{status="200"} 2`, "phaseless_api_ttft_seconds_count 2", "phaseless_route_ttft_local_seconds_count 2"} {
+		if !strings.Contains(string(m), want) {
+			t.Errorf("metrics lack %q", want)
+		}
+	}
+	for _, p := range []string{"/healthz", "/readyz"} {
+		hr, err := client.Get(url + p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		hr.Body.Close()
+		if hr.StatusCode != 200 {
+			t.Errorf("%s: %d", p, hr.StatusCode)
+		}
+	}
+}
+
+// Two hundred clients streaming at once through the local path: every one
+// gets a complete, well-formed stream and the agent keeps no goroutine.
+func TestTwoHundredConcurrentLocalClients(t *testing.T) {
+	cfg := testConfig(t)
+	a, url := startAgent(t, cfg)
+	const n = 200
+	var wg sync.WaitGroup
+	errs := make(chan error, n)
+	for i := range n {
+		wg.Go(func() {
+			body := fmt.Sprintf(`{"messages":[{"role":"user","content":"request %d: what is the tyre pressure?"}],"max_tokens":6,"stream":true}`, i)
+			req, _ := http.NewRequest("POST", url+"/v1/chat/completions", strings.NewReader(body))
+			resp, err := client.Do(req)
+			if err != nil {
+				errs <- err
+				return
+			}
+			defer resp.Body.Close()
+			if resp.StatusCode != 200 {
+				b, _ := io.ReadAll(resp.Body)
+				errs <- fmt.Errorf("client %d: status %d: %s", i, resp.StatusCode, b)
+				return
+			}
+			sc := bufio.NewScanner(resp.Body)
+			last := ""
+			for sc.Scan() {
+				if l := sc.Text(); l != "" {
+					last = l
+				}
+			}
+			if last != "data: [DONE]" {
+				errs <- fmt.Errorf("client %d: stream ended with %q", i, last)
+			}
+		})
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Error(err)
+	}
+	if recs := pendingRecords(t, a, n); len(recs) != n {
+		t.Errorf("%d telemetry records, want %d", len(recs), n)
+	}
+}
+
+// A full local queue answers 503 in each API's own error shape at once.
+func TestLocalQueueFullIs503(t *testing.T) {
+	cfg := testConfig(t)
+	cfg.LocalConcurrency, cfg.LocalQueue = 1, 1
+	_, url := startAgent(t, cfg)
+	const n = 24
+	var wg sync.WaitGroup
+	var mu sync.Mutex
+	statuses := map[int]int{}
+	var overloaded string
+	for range n {
+		wg.Go(func() {
+			req, _ := http.NewRequest("POST", url+"/v1/chat/completions", strings.NewReader(`{"messages":[{"role":"user","content":"hi"}],"max_tokens":64}`))
+			resp, err := client.Do(req)
+			if err != nil {
+				t.Error(err)
+				return
+			}
+			defer resp.Body.Close()
+			b, _ := io.ReadAll(resp.Body)
+			mu.Lock()
+			defer mu.Unlock()
+			statuses[resp.StatusCode]++
+			if resp.StatusCode == 503 {
+				overloaded = string(b)
+			}
+		})
+	}
+	wg.Wait()
+	if statuses[200] < 1 || statuses[503] < 1 || statuses[200]+statuses[503] != n {
+		t.Fatalf("statuses %v", statuses)
+	}
+	if !strings.Contains(overloaded, `"code":"overloaded"`) || !strings.Contains(overloaded, "queue depth 1") {
+		t.Errorf("503 body %s", overloaded)
+	}
+}
+
+// gatedEngine passes a real engine's tokens through and, once armed, holds
+// the stream after `after` tokens until the test has killed the cloud.
+type gatedEngine struct {
+	inner llm.Generator
+	after int
+	armed atomic.Bool
+	held  chan struct{} // closed when a stream is being held
+	once  sync.Once
+}
+
+func (g *gatedEngine) Generate(ctx context.Context, req *llm.Request, emit llm.Emit) (llm.Final, error) {
+	n := 0
+	return g.inner.Generate(ctx, req, func(tok llm.Token) error {
+		if err := emit(tok); err != nil {
+			return err
+		}
+		if n++; g.armed.Load() && n == g.after {
+			g.once.Do(func() { close(g.held) })
+			<-ctx.Done() // the server is being closed under us
+			return ctx.Err()
+		}
+		return nil
+	})
+}
+
+// cloudServer is a real phaseless/1 QUIC server with the built-in engine.
+type cloudServer struct {
+	srv  *quic.Server
+	done chan error
+	eng  *lm.Engine
+}
+
+func startCloud(t *testing.T, pkiDir, addr string, gate *gatedEngine) *cloudServer {
+	t.Helper()
+	tc, err := pki.ServerTLS(pkiDir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	m, err := defaultModel()
+	if err != nil {
+		t.Fatal(err)
+	}
+	eng, err := lm.NewEngine(m, lm.EngineConfig{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	gate.inner = eng
+	srv, err := quic.NewServer(quic.ServerConfig{Addr: addr, TLS: tc, Handler: gate})
+	if err != nil {
+		eng.Close()
+		t.Fatal(err)
+	}
+	c := &cloudServer{srv: srv, done: make(chan error, 1), eng: eng}
+	go func() { c.done <- srv.Serve(context.Background()) }()
+	return c
+}
+
+func (c *cloudServer) stop(t *testing.T) {
+	t.Helper()
+	c.srv.Close()
+	if err := <-c.done; err != nil {
+		t.Errorf("cloud Serve: %v", err)
+	}
+	c.eng.Close()
+}
+
+// freeUDPAddr returns a loopback UDP address nobody listens on (yet).
+func freeUDPAddr(t *testing.T) string {
+	t.Helper()
+	c, err := net.ListenPacket("udp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	return c.LocalAddr().String()
+}
+
+type sseLine struct{ event, data string }
+
+func readSSE(t *testing.T, r io.Reader) []sseLine {
+	t.Helper()
+	var out []sseLine
+	sc := bufio.NewScanner(r)
+	ev := ""
+	for sc.Scan() {
+		l := sc.Text()
+		switch {
+		case strings.HasPrefix(l, "event: "):
+			ev = l[7:]
+		case strings.HasPrefix(l, "data: "):
+			out = append(out, sseLine{ev, l[6:]})
+			ev = ""
+		}
+	}
+	return out
+}
+
+// TestCloudFallbacks walks the uplink through its life on real components —
+// the agent's QUIC client against a real phaseless/1 server running the
+// built-in engine:
+//  1. the agent starts while the cloud is down: requests run locally, and a
+//     request forced to the cloud says why it did not get there;
+//  2. the cloud comes up on that address: the agent connects by itself and
+//     cloud-bound requests run there;
+//  3. the cloud dies mid-stream: the stream ends with an error event after
+//     the tokens already sent, never silently and never restarted locally;
+//  4. afterwards, with the cloud gone, requests fall back to local again.
+func TestCloudFallbacks(t *testing.T) {
+	pkiDir := t.TempDir()
+	if err := pki.EnsureDev(pkiDir, "car-1"); err != nil {
+		t.Fatal(err)
+	}
+	cloudAddr := freeUDPAddr(t)
+	cfg := testConfig(t)
+	cfg.Cloud, cfg.DeviceID, cfg.PKIDir = cloudAddr, "car-1", pkiDir
+	a, url := startAgent(t, cfg)
+	const chat = `{"messages":[{"role":"user","content":"Zx9#qL@2vR!m8$Kp^3&Wn*7(Yb)5_Tc+1=Hd{6}Je[4]Gf|0;Ua:Os"}],"max_tokens":6,"temperature":0}`
+
+	// 1. Cloud down at start.
+	resp := post(t, url+"/v1/chat/completions", chat, "x-phaseless-route", "cloud")
+	if resp.StatusCode != 200 || resp.Header.Get("x-phaseless-route") != "local" || resp.Header.Get("x-fallback-reason") == "" {
+		t.Fatalf("forced cloud while down: %d route %q fallback %q", resp.StatusCode, resp.Header.Get("x-phaseless-route"), resp.Header.Get("x-fallback-reason"))
+	}
+	resp = post(t, url+"/v1/chat/completions", chat) // high entropy: the router wants the cloud
+	if resp.StatusCode != 200 || resp.Header.Get("x-phaseless-route") != "local" {
+		t.Fatalf("auto while down: %d route %q", resp.StatusCode, resp.Header.Get("x-phaseless-route"))
+	}
+	recs := pendingRecords(t, a, 2)
+	if len(recs) != 2 || recs[0].FallbackReason == "" || recs[0].Decision != "cloud" || recs[0].Path != "local" || !strings.Contains(recs[1].Reason, "cloud unreachable") {
+		t.Fatalf("records while down: %+v", recs)
+	}
+
+	// 2. The cloud comes back.
+	gate := &gatedEngine{after: 2, held: make(chan struct{})}
+	cloud := startCloud(t, pkiDir, cloudAddr, gate)
+	deadline := time.Now().Add(60 * time.Second) // hang guard: reconnect backoff
+	for !a.cloud.Link().Connected {
+		if time.Now().After(deadline) {
+			t.Fatalf("agent never reconnected: %+v", a.cloud.Link())
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	resp = post(t, url+"/v1/chat/completions", chat)
+	if resp.StatusCode != 200 || !strings.HasPrefix(resp.Header.Get("x-phaseless-route"), "cloud") || resp.Header.Get("x-fallback-reason") != "" {
+		t.Fatalf("after the cloud came back: %d route %q fallback %q", resp.StatusCode, resp.Header.Get("x-phaseless-route"), resp.Header.Get("x-fallback-reason"))
+	}
+	if c := readJSON[chatResp](t, resp.Body); c.Usage.CompletionTokens < 1 {
+		t.Fatalf("cloud completion %+v", c)
+	}
+
+	// 3. Kill the cloud mid-stream (both APIs share the path; OpenAI here).
+	gate.armed.Store(true)
+	resp = post(t, url+"/v1/chat/completions", strings.Replace(chat, `"max_tokens":6`, `"max_tokens":64,"stream":true`, 1), "x-phaseless-route", "cloud")
+	if resp.StatusCode != 200 {
+		t.Fatalf("stream: %d", resp.StatusCode)
+	}
+	go func() { <-gate.held; cloud.stop(t) }()
+	// Tokens the server had written when it died may be lost with the
+	// connection; what matters is that the client sees the tokens that did
+	// arrive, then an error, and that telemetry agrees with what it saw.
+	evs := readSSE(t, resp.Body)
+	if len(evs) < 2 {
+		t.Fatalf("want token chunks and an error event, got %+v", evs)
+	}
+	var last struct {
+		Error *struct{ Message, Type string }
+	}
+	if err := json.Unmarshal([]byte(evs[len(evs)-1].data), &last); err != nil || last.Error == nil || last.Error.Message == "" {
+		t.Fatalf("last event %q is not an error", evs[len(evs)-1].data)
+	}
+	tokenChunks := len(evs) - 1
+	for _, e := range evs {
+		if e.data == "[DONE]" {
+			t.Error("a broken stream must not end with [DONE]")
+		}
+	}
+	recs = pendingRecords(t, a, 4)
+	if len(recs) != 4 {
+		t.Fatalf("%d records, want 4", len(recs))
+	}
+	if r := recs[3]; r.Outcome != "error" || r.CompletionTokens != tokenChunks || r.FallbackReason != "" {
+		t.Errorf("record of the broken stream %+v", r)
+	}
+
+	// 4. With the cloud gone again, the fallback works again.
+	resp = post(t, url+"/v1/messages", `{"model":"auto","max_tokens":4,"messages":[{"role":"user","content":"hi"}]}`, "x-phaseless-route", "cloud")
+	if resp.StatusCode != 200 || resp.Header.Get("x-phaseless-route") != "local" || resp.Header.Get("x-fallback-reason") == "" {
+		t.Fatalf("after the cloud died: %d route %q fallback %q", resp.StatusCode, resp.Header.Get("x-phaseless-route"), resp.Header.Get("x-fallback-reason"))
+	}
+}
+
+func TestConfigValidate(t *testing.T) {
+	base := testConfig(t)
+	tests := []struct {
+		field string
+		mod   func(*Config)
+	}{
+		{"listen", func(c *Config) { c.Listen = "7070" }},
+		{"cloud", func(c *Config) { c.Cloud = "nohost" }},
+		{"device-id", func(c *Config) { c.Cloud = "127.0.0.1:4433" }},
+		{"pki-dir", func(c *Config) { c.Cloud, c.DeviceID = "127.0.0.1:4433", "car-1" }},
+		{"local-url", func(c *Config) { c.Model, c.LocalURL = "m.gguf", "http://127.0.0.1:8081" }},
+		{"data-dir", func(c *Config) { c.DataDir = "" }},
+		{"local-concurrency", func(c *Config) { c.LocalConcurrency = 0 }},
+		{"local-queue", func(c *Config) { c.LocalQueue = -1 }},
+		{"route-threshold", func(c *Config) { c.RouteThreshold = 1.5 }},
+		{"route-hysteresis", func(c *Config) { c.RouteHysteresis = 1.2 }},
+		{"max-output-tokens", func(c *Config) { c.MaxOutputTokens = 0 }},
+		{"cloud-retry-max", func(c *Config) { c.CloudRetryMax = time.Millisecond }},
+		{"cloud-first-token-timeout", func(c *Config) { c.CloudFirstToken = 0 }},
+	}
+	for _, tt := range tests {
+		c := base
+		tt.mod(&c)
+		err := c.Validate()
+		if err == nil || !strings.Contains(err.Error(), `"`+tt.field+`"`) {
+			t.Errorf("%s: %v", tt.field, err)
+		}
+	}
+	if err := base.Validate(); err != nil {
+		t.Error(err)
+	}
+}

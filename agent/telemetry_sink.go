@@ -1,0 +1,89 @@
+package agent
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"sync"
+
+	"github.com/phaseless/phaseless/agent/telemetry"
+	"github.com/phaseless/phaseless/transport/fleet"
+	"github.com/phaseless/phaseless/transport/metrics"
+)
+
+// telemetrySink hands request records to the telemetry store off the
+// request path: the store fsyncs every commit, and a response should not end
+// later because its record is being made durable. Records wait in a bounded
+// channel; when it is full they are counted and dropped rather than slowing
+// requests down.
+type telemetrySink struct {
+	store   *telemetry.Store
+	log     *slog.Logger
+	ch      chan fleet.RequestRecord
+	done    chan struct{}
+	dropped *metrics.Counter
+	failed  *metrics.Counter
+
+	mu     sync.RWMutex // guards closed against sends racing Close
+	closed bool
+}
+
+var errSinkFull = errors.New("telemetry queue full")
+
+func newTelemetrySink(store *telemetry.Store, reg *metrics.Registry, log *slog.Logger) *telemetrySink {
+	s := &telemetrySink{
+		store: store, log: log, ch: make(chan fleet.RequestRecord, 1024), done: make(chan struct{}),
+		dropped: reg.Counter("phaseless_agent_telemetry_dropped_total", "request records dropped because the telemetry queue was full"),
+		failed:  reg.Counter("phaseless_agent_telemetry_errors_total", "request records the telemetry store refused"),
+	}
+	reg.GaugeFunc("phaseless_agent_telemetry_pending", "records stored and not yet acknowledged by the cloud", func() float64 { return float64(store.Stats().Records) })
+	go s.run()
+	return s
+}
+
+func (s *telemetrySink) run() {
+	defer close(s.done)
+	for rec := range s.ch {
+		if _, err := s.store.AppendRequest(context.Background(), rec); err != nil {
+			s.failed.Inc()
+			s.log.Warn("telemetry append failed", "trace", rec.TraceID, "err", err)
+		}
+	}
+}
+
+// record queues rec; it never blocks.
+func (s *telemetrySink) record(_ context.Context, rec fleet.RequestRecord) error {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	if s.closed {
+		return telemetry.ErrClosed
+	}
+	select {
+	case s.ch <- rec:
+		return nil
+	default:
+		s.dropped.Inc()
+		return errSinkFull
+	}
+}
+
+// err is telemetry.ErrClosed once the sink is closed.
+func (s *telemetrySink) err() error {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	if s.closed {
+		return telemetry.ErrClosed
+	}
+	return nil
+}
+
+// close stores what is queued and stops the writer; safe to call twice.
+func (s *telemetrySink) close() {
+	s.mu.Lock()
+	if !s.closed {
+		s.closed = true
+		close(s.ch)
+	}
+	s.mu.Unlock()
+	<-s.done
+}
