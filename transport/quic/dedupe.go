@@ -137,7 +137,7 @@ func (t *dedupeTable) finished(g *generation) {
 	g.mu.Unlock()
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	if le := toLLMError(err); err != nil && (le.Retryable || le.Code == llm.CodeCancelled) {
+	if err != nil && (toLLMError(err).Retryable || llm.CodeOf(err) == llm.CodeCancelled) {
 		if t.entries[g.key] == g {
 			delete(t.entries, g.key)
 		}

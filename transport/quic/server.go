@@ -393,14 +393,25 @@ func (s *Server) serveStream(conn *quicgo.Conn, str *quicgo.Stream) {
 		fr.next()
 		cancel(errClientCancelled)
 	}()
-	// A write blocked on flow control must not outlive the request.
-	stopReset := context.AfterFunc(ctx, func() { str.CancelWrite(streamCancelled) })
+	// A write blocked on flow control must not outlive the request. The
+	// reset runs on its own goroutine; resetting lets us wait for it.
+	var resetting sync.WaitGroup
+	resetting.Add(1)
+	stopReset := sync.OnceValue(context.AfterFunc(ctx, func() {
+		defer resetting.Done()
+		str.CancelWrite(streamCancelled)
+	}))
 	w := &streamWriter{str: str}
 	if keyed {
 		s.follow(ctx, w, req, stopReset)
 	} else {
 		s.run(ctx, w, req, stopReset)
 	}
+	cancel(nil)
+	if stopReset() {
+		resetting.Done()
+	}
+	resetting.Wait()
 	str.CancelRead(streamDone) // ends the watcher
 	<-watched
 }
@@ -440,8 +451,12 @@ func (s *Server) run(ctx context.Context, w *streamWriter, req *llm.Request, sto
 
 // end writes the terminal frame unless the client is gone.
 func (s *Server) end(ctx context.Context, w *streamWriter, final llm.Final, err error, sendMeta func() error, stopReset func() bool) {
-	if !stopReset() || ctx.Err() != nil {
+	if !stopReset() {
 		return // the stream was reset: the client cancelled or the connection ended
+	}
+	if ctx.Err() != nil {
+		w.str.CancelWrite(streamCancelled)
+		return
 	}
 	w.str.SetWriteDeadline(time.Now().Add(s.cfg.RequestTimeout))
 	if err != nil {
