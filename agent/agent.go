@@ -18,11 +18,13 @@ import (
 	"sync"
 	"time"
 
+	agentfleet "github.com/phaseless/phaseless/agent/fleet"
 	"github.com/phaseless/phaseless/agent/local"
 	"github.com/phaseless/phaseless/agent/route"
 	"github.com/phaseless/phaseless/agent/telemetry"
 	"github.com/phaseless/phaseless/models/predictor"
 	"github.com/phaseless/phaseless/transport/cli"
+	"github.com/phaseless/phaseless/transport/fleet"
 	"github.com/phaseless/phaseless/transport/httpapi"
 	"github.com/phaseless/phaseless/transport/metrics"
 	"github.com/phaseless/phaseless/transport/pki"
@@ -93,6 +95,9 @@ func (c *Config) Validate() error {
 			return &cli.FieldError{Field: "pki-dir", Err: errors.New("required when --cloud is set (phaselessctl pki device)")}
 		}
 	}
+	if c.MQTT != "" && c.DeviceID == "" {
+		return &cli.FieldError{Field: "device-id", Err: errors.New("required when --mqtt is set")}
+	}
 	if c.Model != "" && c.LocalURL != "" {
 		return &cli.FieldError{Field: "local-url", Err: errors.New("give either --model or --local-url, not both")}
 	}
@@ -135,6 +140,8 @@ type Agent struct {
 	cloud   *quic.Client // nil when offline-only
 	store   *telemetry.Store
 	sink    *telemetrySink
+	fleet   *agentfleet.Client   // nil without --mqtt
+	pred    *predictor.Swappable // nil with the entropy rule
 	handler http.Handler
 	srv     *http.Server
 	lns     []net.Listener
@@ -180,7 +187,11 @@ func New(cfg Config, log *slog.Logger) (a *Agent, err error) {
 	if err != nil {
 		return nil, &cli.FieldError{Field: "predictor", Err: err}
 	}
-	router, err := route.NewRouter(route.Config{Threshold: cfg.RouteThreshold, Hysteresis: cfg.RouteHysteresis}, pred)
+	var rp route.Predictor // a nil *Swappable must stay a nil interface
+	if pred != nil {
+		a.pred, rp = pred, pred
+	}
+	router, err := route.NewRouter(route.Config{Threshold: cfg.RouteThreshold, Hysteresis: cfg.RouteHysteresis}, rp)
 	if err != nil {
 		return nil, err
 	}
@@ -223,6 +234,11 @@ func New(cfg Config, log *slog.Logger) (a *Agent, err error) {
 	if err != nil {
 		return nil, err
 	}
+	if cfg.MQTT != "" {
+		if a.fleet, err = a.newFleetClient(); err != nil {
+			return nil, &cli.FieldError{Field: "mqtt", Err: err}
+		}
+	}
 	a.registerGauges()
 	mux := http.NewServeMux()
 	metrics.Health(mux, a.metrics, a.ready)
@@ -248,7 +264,7 @@ func New(cfg Config, log *slog.Logger) (a *Agent, err error) {
 
 // loadPredictor returns the router model named by --predictor: the shipped
 // one by default, a file, or nil for the entropy rule.
-func loadPredictor(spec string) (route.Predictor, string, error) {
+func loadPredictor(spec string) (*predictor.Swappable, string, error) {
 	switch spec {
 	case "entropy":
 		return nil, "entropy rule (4.2 bits/byte)", nil
@@ -268,6 +284,42 @@ func loadPredictor(spec string) (route.Predictor, string, error) {
 		return nil, "", err
 	}
 	return s, spec, nil
+}
+
+// newFleetClient builds the MQTT fleet client that drains the telemetry
+// store to the cloud and takes commands; it starts in Run.
+func (a *Agent) newFleetClient() (*agentfleet.Client, error) {
+	fc := agentfleet.Config{
+		BrokerURL: a.cfg.MQTT, DeviceID: a.cfg.DeviceID, Version: cli.Version, Board: a.cfg.Board,
+		Store: a.store, StatePath: filepath.Join(a.cfg.DataDir, "fleet.db"), Logger: a.log.With("component", "fleet"),
+	}
+	if a.cfg.PKIDir != "" {
+		tc, err := pki.DeviceTLS(a.cfg.PKIDir, a.cfg.DeviceID)
+		if err != nil {
+			return nil, err
+		}
+		fc.TLS = tc
+	}
+	c, err := agentfleet.New(fc)
+	if err != nil {
+		return nil, err
+	}
+	// The router's model is swapped in place: requests in flight finish on
+	// the old one, a file that fails validation leaves the old one serving.
+	c.Handle("reload-predictor", func(_ context.Context, cmd fleet.Command) (string, error) {
+		if a.pred == nil {
+			return "", errors.New("the agent runs the entropy rule (--predictor entropy); restart it with a model to swap")
+		}
+		path := cmd.Args["path"]
+		if path == "" {
+			return "", errors.New(`argument "path" (an ONNX file on the device) is required`)
+		}
+		if err := a.pred.Swap(path); err != nil {
+			return "", err
+		}
+		return "predictor now " + path, nil
+	})
+	return c, nil
 }
 
 // listenUnix binds a Unix socket, replacing a stale one left by a crash but
@@ -340,6 +392,13 @@ func (a *Agent) Run(ctx context.Context) error {
 	for _, ln := range a.lns {
 		go func() { errc <- a.srv.Serve(ln) }()
 	}
+	fleetCtx, stopFleet := context.WithCancel(context.WithoutCancel(ctx))
+	fleetDone := make(chan error, 1)
+	if a.fleet != nil {
+		go func() { fleetDone <- a.fleet.Run(fleetCtx) }()
+	} else {
+		fleetDone <- nil
+	}
 	var err error
 	pending := len(a.lns)
 	select {
@@ -356,6 +415,12 @@ func (a *Agent) Run(ctx context.Context) error {
 		if e := <-errc; err == nil && !errors.Is(e, http.ErrServerClosed) {
 			err = e
 		}
+	}
+	// The fleet client stops after the API so the last requests' records
+	// are in the store; it publishes "offline" on its way out.
+	stopFleet()
+	if ferr := <-fleetDone; ferr != nil && err == nil {
+		err = fmt.Errorf("fleet client: %w", ferr)
 	}
 	if cerr := a.Close(); err == nil {
 		err = cerr

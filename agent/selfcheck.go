@@ -11,12 +11,17 @@ import (
 	"path/filepath"
 	"runtime"
 
+	"github.com/phaseless/phaseless/models/lm"
+	"github.com/phaseless/phaseless/models/predictor"
+	"github.com/phaseless/phaseless/models/textfeat"
+	"github.com/phaseless/phaseless/transport/llm"
 	bolt "go.etcd.io/bbolt"
 )
 
 // SelfCheck exercises, on the device itself, the parts of the agent that
 // depend on the platform: the storage engine (mmap, fsync), signature
-// verification and the CPU. It is what `phaseless-agent selfcheck` runs and
+// verification, the router's ONNX predictor and the built-in engine's
+// forward pass on this CPU. It is what `phaseless-agent selfcheck` runs and
 // what the emulated-ARM test calls, so a broken cross-build shows up before it
 // ships.
 func SelfCheck(ctx context.Context, w io.Writer) error {
@@ -27,6 +32,8 @@ func SelfCheck(ctx context.Context, w io.Writer) error {
 	}{
 		{"bbolt", checkBolt},
 		{"ed25519", checkSignature},
+		{"predictor", checkPredictor},
+		{"engine", checkEngine},
 	}
 	for _, c := range checks {
 		if err := c.fn(ctx); err != nil {
@@ -84,6 +91,50 @@ func checkSignature(context.Context) error {
 	sig[0] ^= 1
 	if ed25519.Verify(pub, msg, sig) {
 		return fmt.Errorf("corrupted signature accepted")
+	}
+	return nil
+}
+
+// checkPredictor runs the shipped router model on an easy and a hard
+// request: both answers must be probabilities (a broken float path on a
+// board shows up as NaN or garbage here).
+func checkPredictor(context.Context) error {
+	m, err := predictor.Default()
+	if err != nil {
+		return err
+	}
+	easy, err := m.Predict(textfeat.Extract("turn on the air conditioning"))
+	if err != nil {
+		return err
+	}
+	hard, err := m.Predict(textfeat.Extract("Prove that every bounded monotone sequence of real numbers converges, then derive the rate for a_n = (1+1/n)^n."))
+	if err != nil {
+		return err
+	}
+	if easy < 0 || easy > 1 || hard < 0 || hard > 1 {
+		return fmt.Errorf("probabilities out of range: %g, %g", easy, hard)
+	}
+	return nil
+}
+
+// checkEngine generates a few tokens with the default model through the
+// engine's scheduler, the same code path requests take.
+func checkEngine(ctx context.Context) error {
+	m, err := defaultModel()
+	if err != nil {
+		return err
+	}
+	eng, err := lm.NewEngine(m, lm.EngineConfig{MaxBatch: 1, StepTokens: 64})
+	if err != nil {
+		return err
+	}
+	defer eng.Close()
+	fin, err := eng.Generate(ctx, &llm.Request{MaxTokens: 4, Seed: 1, Messages: []llm.Message{{Role: "user", Content: "selfcheck"}}}, func(llm.Token) error { return nil })
+	if err != nil {
+		return err
+	}
+	if fin.CompletionTokens < 1 {
+		return fmt.Errorf("engine produced no token (finish %q)", fin.FinishReason)
 	}
 	return nil
 }

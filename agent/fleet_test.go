@@ -1,0 +1,61 @@
+package agent
+
+import (
+	"encoding/json"
+	"testing"
+	"time"
+
+	"github.com/phaseless/phaseless/cloud/fleet/broker"
+	"github.com/phaseless/phaseless/transport/fleet"
+)
+
+// Every request's record leaves the device over MQTT: a real embedded
+// broker receives the telemetry batch with the request's trace id and the
+// router's decision.
+func TestTelemetryReachesBroker(t *testing.T) {
+	b, err := broker.Start(broker.Config{TCPAddr: "127.0.0.1:0", DevAuth: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Close()
+	got := make(chan fleet.TelemetryBatch, 16)
+	cancel, err := b.Subscribe(fleet.Topics{}.DeviceFilter(fleet.SuffixTelemetry), func(_ string, payload []byte) {
+		var tb fleet.TelemetryBatch
+		if json.Unmarshal(payload, &tb) == nil {
+			got <- tb
+		}
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cancel()
+
+	cfg := testConfig(t)
+	cfg.MQTT, cfg.DeviceID = "mqtt://"+b.TCPAddr(), "car-2"
+	_, url := startAgent(t, cfg)
+	resp := post(t, url+"/v1/chat/completions", `{"messages":[{"role":"user","content":"open the sunroof"}],"max_tokens":4}`)
+	if resp.StatusCode != 200 {
+		t.Fatalf("status %d", resp.StatusCode)
+	}
+	trace := resp.Header.Get("x-request-id")
+	deadline := time.After(60 * time.Second) // hang guard: connect + uplink pacing
+	for {
+		select {
+		case tb := <-got:
+			if tb.DeviceID != "car-2" {
+				t.Fatalf("batch from %q", tb.DeviceID)
+			}
+			for _, r := range tb.Records {
+				var rr fleet.RequestRecord
+				if r.Kind == "request" && json.Unmarshal(r.Data, &rr) == nil && rr.TraceID == trace {
+					if rr.Decision != "local" || rr.Outcome != "ok" || len(rr.Features) == 0 {
+						t.Errorf("record %+v", rr)
+					}
+					return
+				}
+			}
+		case <-deadline:
+			t.Fatal("the request's telemetry never reached the broker")
+		}
+	}
+}
