@@ -404,3 +404,46 @@ func TestReplayLimit(t *testing.T) {
 		t.Fatalf("%d tokens, err %v: want the replay limit to stop the run", len(toks), err)
 	}
 }
+
+// Every way a request can end — done, failed, cancelled, keyed or not —
+// must give its stream back: with room for two streams, a leak shows as a
+// request that can never open one (the hang guard fails the test).
+func TestStreamCreditReturnedOnEveryOutcome(t *testing.T) {
+	h := llmFunc(func(ctx context.Context, r *llm.Request, emit llm.Emit) (llm.Final, error) {
+		if err := emit(llm.Token{Text: "a"}); err != nil {
+			return llm.Final{}, err
+		}
+		switch {
+		case strings.HasPrefix(r.ID, "block"):
+			<-ctx.Done()
+			return llm.Final{}, ctx.Err()
+		case strings.HasPrefix(r.ID, "fail"):
+			return llm.Final{}, llm.Errorf(llm.CodeOverloaded, "busy")
+		}
+		return llm.Final{CompletionTokens: 1}, nil
+	})
+	s := startServer(t, h, func(sc *ServerConfig) { sc.MaxStreamsPerConn = 2 })
+	c := dial(t, s.Addr().String(), "dev-1")
+	for i := range 12 {
+		for _, kind := range []string{"ok", "fail", "block"} {
+			r := req(fmt.Sprintf("%s-%d", kind, i))
+			if i%2 == 1 {
+				r.IdempotencyKey = r.ID
+			}
+			ctx, cancel := context.WithCancel(guardCtx(t))
+			_, err := c.Generate(ctx, r, func(llm.Token) error {
+				if kind == "block" {
+					cancel()
+				}
+				return nil
+			})
+			cancel()
+			if want := map[string]llm.Code{"ok": "", "fail": llm.CodeOverloaded, "block": llm.CodeCancelled}[kind]; llm.CodeOf(err) != want {
+				t.Fatalf("%s: %v, want code %q", r.ID, err, want)
+			}
+		}
+	}
+	if st := c.Link(); st.Reconnects != 0 {
+		t.Fatalf("the connection was replaced: %+v", st)
+	}
+}
