@@ -27,7 +27,7 @@ func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 
 // testConfig is an offline agent on a random loopback port with its own data
 // directory, routing by the entropy rule unless a test says otherwise.
-func testConfig(t *testing.T) Config {
+func testConfig(t testing.TB) Config {
 	t.Helper()
 	return Config{
 		Listen: "127.0.0.1:0", DataDir: t.TempDir(), Predictor: "entropy",
