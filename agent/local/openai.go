@@ -131,21 +131,15 @@ func (o *OpenAI) Generate(ctx context.Context, req *llm.Request, emit llm.Emit) 
 	sc.Buffer(make([]byte, 0, 64<<10), 1<<20)
 	var last time.Time
 	for sc.Scan() {
-		line := sc.Bytes()
-		data, ok := bytes.CutPrefix(line, []byte("data:"))
-		if !ok {
-			continue // event names, comments and blank separators
+		c, done, err := parseStreamLine(sc.Bytes())
+		if err != nil {
+			return fin, err
 		}
-		data = bytes.TrimSpace(data)
-		if string(data) == "[DONE]" {
+		if done {
 			break
 		}
-		var c oaiChunk
-		if err := json.Unmarshal(data, &c); err != nil {
-			return fin, &llm.Error{Code: llm.CodeInternal, Message: fmt.Sprintf("local server sent a malformed chunk: %v", err)}
-		}
-		if c.Error != nil {
-			return fin, &llm.Error{Code: llm.CodeInternal, Message: "local server: " + c.Error.Message}
+		if c == nil {
+			continue
 		}
 		if c.Usage != nil {
 			fin.PromptTokens, fin.CompletionTokens = c.Usage.PromptTokens, c.Usage.CompletionTokens
@@ -177,6 +171,28 @@ func (o *OpenAI) Generate(ctx context.Context, req *llm.Request, emit llm.Emit) 
 	}
 	fin.Total = time.Since(start)
 	return fin, nil
+}
+
+// parseStreamLine decodes one line of the server's SSE stream: a chunk, the
+// [DONE] terminator, or nothing (event names, comments, blank separators).
+// An in-stream error object becomes an error.
+func parseStreamLine(line []byte) (c *oaiChunk, done bool, err error) {
+	data, ok := bytes.CutPrefix(line, []byte("data:"))
+	if !ok {
+		return nil, false, nil
+	}
+	data = bytes.TrimSpace(data)
+	if string(data) == "[DONE]" {
+		return nil, true, nil
+	}
+	c = &oaiChunk{}
+	if err := json.Unmarshal(data, c); err != nil {
+		return nil, false, &llm.Error{Code: llm.CodeInternal, Message: fmt.Sprintf("local server sent a malformed chunk: %v", err)}
+	}
+	if c.Error != nil {
+		return nil, false, &llm.Error{Code: llm.CodeInternal, Message: "local server: " + c.Error.Message}
+	}
+	return c, false, nil
 }
 
 // statusError maps a local server's error status to the canonical codes.
