@@ -39,6 +39,12 @@ type RulesConfig struct {
 	// another pool worth choosing over the preferred pool: a prompt already
 	// in a cache needs no prefill, whatever pool holds it. Default 4.
 	AffinityBlocks int
+	// PoolSlack is how much more loaded the preferred pool's worker may be
+	// than the least loaded worker elsewhere before the request goes there
+	// instead: a pool's tuning is worth a little queueing, not an idle
+	// engine next door. Default 0.25 (4 of 16 slots). Raise it when pools
+	// run really different hardware.
+	PoolSlack float64
 	// MaxLoad: workers at or above this load are skipped, so a saturated
 	// pool spills into the next one. Default 1: every slot busy or promised
 	// (a request queued behind a full engine waits longer than one placed
@@ -58,6 +64,7 @@ func (c *RulesConfig) fill() {
 	def(&c.PrefillRatio, 4)
 	def(&c.AffinitySlack, 0.5)
 	def(&c.MaxLoad, 1)
+	def(&c.PoolSlack, 0.25)
 	if c.LongPrompt == 0 {
 		c.LongPrompt = 512
 	}
@@ -75,7 +82,7 @@ func (c *RulesConfig) Validate() error {
 		name string
 		v    float64
 	}{{"EntropyBits", c.EntropyBits}, {"KVFaultsPerMs", c.KVFaultsPerMs}, {"BurstSigma", c.BurstSigma},
-		{"PrefillRatio", c.PrefillRatio}, {"AffinitySlack", c.AffinitySlack}, {"MaxLoad", c.MaxLoad},
+		{"PrefillRatio", c.PrefillRatio}, {"AffinitySlack", c.AffinitySlack}, {"MaxLoad", c.MaxLoad}, {"PoolSlack", c.PoolSlack},
 		{"LongPrompt", float64(c.LongPrompt)}, {"LongOutput", float64(c.LongOutput)}, {"AffinityBlocks", float64(c.AffinityBlocks)}} {
 		if f.v < 0 || math.IsNaN(f.v) || math.IsInf(f.v, 0) {
 			return fmt.Errorf("sched.RulesConfig.%s: %v must be a finite value ≥ 0", f.name, f.v)
@@ -104,7 +111,9 @@ func (c *RulesConfig) Validate() error {
 //  4. finally, if a worker of another (non-conservative) pool holds at least
 //     AffinityBlocks more of the prompt and is within AffinitySlack of the
 //     chosen worker's load, sends it there: a cached prompt needs no
-//     prefill, which outweighs the pool's tuning.
+//     prefill, which outweighs the pool's tuning;
+//  5. otherwise, if a worker of another non-conservative pool is less loaded
+//     by more than PoolSlack, sends it there (least-load).
 //
 // When every worker is excluded it places the request on the least loaded
 // healthy worker anyway (ReasonOverloaded): a slow answer beats none, and
@@ -180,6 +189,12 @@ func (p *Rules) Decide(req *Request, s *Snapshot) (Decision, error) {
 				reason = ReasonPrefix
 			case faultSkipped:
 				reason = ReasonKVFaults
+			}
+			if reason != ReasonPrefix {
+				if k := leastLoaded(s, -1, false); k >= 0 && s.Workers[k].KVFaultsPerMs <= p.cfg.KVFaultsPerMs &&
+					s.Workers[i].Load()-s.Workers[k].Load() > p.cfg.PoolSlack {
+					i, reason = k, ReasonLeastLoad
+				}
 			}
 			d := decided(req, s, i, reason, PolicyRules)
 			return d, nil

@@ -75,7 +75,7 @@ func TestRulesDecide(t *testing.T) {
 		{"thrashing stream worker skipped", stream, func(s *Snapshot) { s.Workers[2].KVFaultsPerMs = 13 }, 1, ReasonKVFaults},
 		{"bursty worker avoided by streams", stream, func(s *Snapshot) {
 			s.Workers[2].BurstSigma = 9
-			s.Workers = append(s.Workers, Worker{Role: RoleStream, Healthy: true, Capacity: 8, Running: 4})
+			s.Workers = append(s.Workers, Worker{Role: RoleStream, Healthy: true, Capacity: 8, Running: 1})
 		}, 4, ReasonLeastLoad},
 		{"bursty worker still used when alone", stream, func(s *Snapshot) { s.Workers[2].BurstSigma = 9 }, 2, ReasonLeastLoad},
 		{"unhealthy skipped", stream, func(s *Snapshot) { s.Workers[2].Healthy = false }, 1, ReasonLeastLoad},
@@ -95,6 +95,8 @@ func TestRulesDecide(t *testing.T) {
 			s.Workers[1].PrefixBlocks = 8
 			s.Workers[1].Running = 6
 		}, 2, ReasonLeastLoad},
+		{"idle engine next door beats a busy pool", stream, func(s *Snapshot) { s.Workers[2].Running = 3 }, 0, ReasonLeastLoad},
+		{"a little queueing keeps the pool", stream, func(s *Snapshot) { s.Workers[2].Running = 2 }, 2, ReasonLeastLoad},
 		{"everything faulting: least load anywhere", stream, func(s *Snapshot) {
 			for i := range s.Workers {
 				s.Workers[i].KVFaultsPerMs = 50
