@@ -1,7 +1,8 @@
 // Runs the official OpenAI and Anthropic SDKs, unchanged, against a Phaseless
 // HTTP API at $PHASELESS_BASE_URL (e.g. http://127.0.0.1:7070) and prints one
 // JSON line per check. transport/httpapi's TestOfficialSDKs runs it against a
-// real handler; point it at a running agent to try the agent by hand.
+// real handler whose generator answers the magic prompts below; agent.mjs is
+// the one to point at a running agent.
 import OpenAI from "openai";
 import Anthropic from "@anthropic-ai/sdk";
 
