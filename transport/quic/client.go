@@ -440,7 +440,7 @@ func (c *Client) Generate(ctx context.Context, req *llm.Request, emit llm.Emit) 
 		if rt.linkLost {
 			// Record why now rather than when run notices, so Link agrees
 			// with the error the caller is about to see.
-			c.dropLink(l, context.Cause(l.conn.Context()))
+			c.dropLink(l, rt.cause)
 		}
 		switch {
 		case rt.err == nil:
@@ -465,9 +465,23 @@ func (c *Client) Generate(ctx context.Context, req *llm.Request, emit llm.Emit) 
 
 type roundTripResult struct {
 	err       error
-	sent      bool // the request frame was handed to the stream
-	delivered int  // tokens passed to emit
-	linkLost  bool // the connection, not the server, failed
+	sent      bool  // the request frame was handed to the stream
+	delivered int   // tokens passed to emit
+	linkLost  bool  // the connection, not the server, failed
+	cause     error // the transport's error behind err
+}
+
+// connectionError reports an error that ends the whole connection, which
+// quic-go may hand to a stream just before the connection's context ends.
+func connectionError(err error) bool {
+	var (
+		te  *quicgo.TransportError
+		ae  *quicgo.ApplicationError
+		ite *quicgo.IdleTimeoutError
+		hte *quicgo.HandshakeTimeoutError
+		sre *quicgo.StatelessResetError
+	)
+	return errors.As(err, &te) || errors.As(err, &ae) || errors.As(err, &ite) || errors.As(err, &hte) || errors.As(err, &sre)
 }
 
 func (c *Client) roundTrip(ctx context.Context, conn *quicgo.Conn, req *llm.Request, emit llm.Emit) (llm.Final, roundTripResult) {
@@ -477,7 +491,8 @@ func (c *Client) roundTrip(ctx context.Context, conn *quicgo.Conn, req *llm.Requ
 			rt.err = err
 			return llm.Final{}, rt
 		}
-		rt.linkLost = conn.Context().Err() != nil
+		rt.linkLost = conn.Context().Err() != nil || connectionError(err)
+		rt.cause = err
 		rt.err = linkError(err, rt.delivered)
 		return llm.Final{}, rt
 	}

@@ -154,6 +154,13 @@ func (s *scripted) Generate(ctx context.Context, req *llm.Request, emit llm.Emit
 	return llm.Final{PromptTokens: len(req.Messages), CompletionTokens: s.n, FinishReason: "stop", Total: time.Since(start), Route: "test"}, nil
 }
 
+// request returns the i-th request the handler ran.
+func (s *scripted) request(i int) *llm.Request {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.reqs[i]
+}
+
 func checkTokens(t testing.TB, toks []llm.Token, n int) {
 	t.Helper()
 	if len(toks) != n {
@@ -190,7 +197,7 @@ type udpRelay struct {
 	// server connection whatever the scheduling.
 	hold0RTT bool
 	held     []func()
-	dropped  int
+	dropped  [2]int // [0] client→server, [1] server→client
 	closed   bool
 	wg       sync.WaitGroup
 }
@@ -211,12 +218,12 @@ func newRelay(t testing.TB, target net.Addr, drop float64, jitter time.Duration)
 
 func (r *udpRelay) Addr() string { return r.front.LocalAddr().String() }
 
-// fate decides a datagram's drop and delay.
-func (r *udpRelay) fate() (bool, time.Duration) {
+// fate decides a datagram's drop and delay; dir is 0 upstream, 1 down.
+func (r *udpRelay) fate(dir int) (bool, time.Duration) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if r.drop > 0 && r.rng.Float64() < r.drop {
-		r.dropped++
+		r.dropped[dir]++
 		return true, 0
 	}
 	if r.jitter > 0 {
@@ -225,8 +232,8 @@ func (r *udpRelay) fate() (bool, time.Duration) {
 	return false, 0
 }
 
-func (r *udpRelay) send(write func([]byte) error, p []byte) {
-	drop, d := r.fate()
+func (r *udpRelay) send(dir int, write func([]byte) error, p []byte) {
+	drop, d := r.fate(dir)
 	if drop {
 		return
 	}
@@ -276,7 +283,7 @@ func (r *udpRelay) fromClients() {
 		}
 		r.mu.Unlock()
 		if back != nil {
-			r.send(func(b []byte) error { _, err := back.Write(b); return err }, p)
+			r.send(0, func(b []byte) error { _, err := back.Write(b); return err }, p)
 		}
 		for _, f := range release {
 			f()
@@ -297,7 +304,7 @@ func (r *udpRelay) fromServer(back *net.UDPConn, client *net.UDPAddr) {
 			return
 		}
 		p := append([]byte(nil), buf[:n]...)
-		write := func() { r.send(func(b []byte) error { _, err := r.front.WriteToUDP(b, client); return err }, p) }
+		write := func() { r.send(1, func(b []byte) error { _, err := r.front.WriteToUDP(b, client); return err }, p) }
 		r.mu.Lock()
 		hold := r.hold0RTT
 		if hold {
@@ -310,10 +317,11 @@ func (r *udpRelay) fromServer(back *net.UDPConn, client *net.UDPAddr) {
 	}
 }
 
-func (r *udpRelay) Dropped() int {
+// Dropped returns the datagrams dropped upstream and downstream.
+func (r *udpRelay) Dropped() (up, down int) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	return r.dropped
+	return r.dropped[0], r.dropped[1]
 }
 
 func (r *udpRelay) Close() {

@@ -99,7 +99,7 @@ func toLLMError(err error) *llm.Error {
 // the client sent a cancel frame, closed or reset its side of the stream.
 var errClientCancelled = errors.New("client cancelled the request")
 
-// sleepCtx is a timer wait that ends early with ctx.
+// waitAfter waits for a timer channel, ending early with ctx.
 func waitAfter(ctx context.Context, ch <-chan time.Time) error {
 	select {
 	case <-ch:

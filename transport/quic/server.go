@@ -277,6 +277,17 @@ func (s *Server) track(conn *quicgo.Conn) bool {
 	return true
 }
 
+// peer is what the server knows about the device at the other end of a
+// connection, learnt once: quic-go's ConnectionState and RemoteAddr race with
+// a path switch, and a client may migrate only after the handshake is
+// confirmed (RFC 9000 §9), so both are read before that can happen.
+type peer struct {
+	remote string
+	ready  chan struct{} // closed once id and err are set
+	id     string
+	err    error
+}
+
 func (s *Server) serveConn(conn *quicgo.Conn) {
 	defer s.wg.Done()
 	defer func() {
@@ -284,49 +295,64 @@ func (s *Server) serveConn(conn *quicgo.Conn) {
 		delete(s.conns, conn)
 		s.mu.Unlock()
 	}()
+	p := &peer{remote: conn.RemoteAddr().String(), ready: make(chan struct{})}
+	identified := make(chan struct{})
+	go func() {
+		defer close(identified)
+		defer close(p.ready)
+		select {
+		case <-conn.HandshakeComplete():
+			if st := conn.ConnectionState().TLS; st.HandshakeComplete {
+				p.id, p.err = pki.DeviceIDFromState(st)
+			} else {
+				p.err = fmt.Errorf("handshake failed: %w", context.Cause(conn.Context()))
+			}
+		case <-conn.Context().Done():
+			p.err = context.Cause(conn.Context())
+		}
+	}()
 	for {
 		str, err := conn.AcceptStream(conn.Context())
 		if err != nil {
 			break
 		}
 		s.wg.Add(1)
-		go s.serveStream(conn, str)
+		go s.serveStream(conn, p, str)
 	}
+	<-identified
 	if !conn.ConnectionState().TLS.HandshakeComplete {
 		s.refused.Add(1)
-		s.log.Warn("quic: handshake not completed", "remote", conn.RemoteAddr().String(), "err", context.Cause(conn.Context()))
+		s.log.Warn("quic: handshake not completed", "remote", p.remote, "err", context.Cause(conn.Context()))
 		return
 	}
-	s.log.Debug("quic: connection closed", "remote", conn.RemoteAddr().String(), "err", context.Cause(conn.Context()))
+	s.log.Debug("quic: connection closed", "remote", p.remote, "device", p.id, "err", context.Cause(conn.Context()))
 }
 
-// identify returns the device id of conn's client certificate. A request
-// that arrived in 0-RTT is identified by the certificate in its session
-// ticket (verified when the ticket was issued) only if it carries an
+// identify returns the device id of the connection's client certificate. A
+// request that arrived in 0-RTT is identified by the certificate in its
+// session ticket (verified when the ticket was issued) only if it carries an
 // idempotency key; any other request waits for the handshake to complete,
 // so a replayed 0-RTT flight, which never completes, cannot run it.
-func (s *Server) identify(ctx context.Context, conn *quicgo.Conn, keyed bool) (string, error) {
+func (s *Server) identify(ctx context.Context, conn *quicgo.Conn, p *peer, keyed bool) (string, error) {
 	select {
-	case <-conn.HandshakeComplete():
+	case <-p.ready:
+		return p.id, p.err
 	default:
-		if keyed {
-			if st := conn.ConnectionState(); st.Used0RTT {
-				if id, err := pki.DeviceIDFromState(st.TLS); err == nil {
-					return id, nil
-				}
+	}
+	if keyed {
+		// Before the handshake completes no path switch can race this read.
+		if st := conn.ConnectionState(); st.Used0RTT {
+			if id, err := pki.DeviceIDFromState(st.TLS); err == nil {
+				return id, nil
 			}
 		}
-		select {
-		case <-conn.HandshakeComplete():
-		case <-ctx.Done():
-			return "", context.Cause(ctx)
-		}
 	}
-	st := conn.ConnectionState().TLS
-	if !st.HandshakeComplete {
-		return "", fmt.Errorf("handshake failed: %w", context.Cause(conn.Context()))
+	select {
+	case <-p.ready:
+		return p.id, p.err
+	case <-ctx.Done():
+		return "", context.Cause(ctx)
 	}
-	return pki.DeviceIDFromState(st)
 }
 
 // streamWriter serialises frame writes on one stream.
@@ -348,7 +374,7 @@ func (w *streamWriter) write(f *Frame) error {
 	return err
 }
 
-func (s *Server) serveStream(conn *quicgo.Conn, str *quicgo.Stream) {
+func (s *Server) serveStream(conn *quicgo.Conn, p *peer, str *quicgo.Stream) {
 	defer s.wg.Done()
 	s.streams.Add(1)
 	fr := newFrameReader(str)
@@ -362,7 +388,7 @@ func (s *Server) serveStream(conn *quicgo.Conn, str *quicgo.Stream) {
 		var pe *ProtocolError
 		if errors.As(err, &pe) {
 			s.protocolErrors.Add(1)
-			s.log.Warn("quic: protocol error", "remote", conn.RemoteAddr().String(), "err", err)
+			s.log.Warn("quic: protocol error", "remote", p.remote, "err", err)
 			w := &streamWriter{str: str}
 			w.write(&Frame{Type: FrameError, Err: &llm.Error{Code: llm.CodeInvalid, Message: err.Error()}})
 			str.Close()
@@ -375,7 +401,7 @@ func (s *Server) serveStream(conn *quicgo.Conn, str *quicgo.Stream) {
 	}
 	req := f.Request
 	keyed := req.IdempotencyKey != ""
-	device, err := s.identify(conn.Context(), conn, keyed)
+	device, err := s.identify(conn.Context(), conn, p, keyed)
 	if err != nil {
 		str.CancelRead(streamCancelled)
 		str.CancelWrite(streamCancelled)
