@@ -12,7 +12,11 @@ import (
 	"path/filepath"
 	"testing"
 	"time"
+
+	"go.uber.org/goleak"
 )
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 
 func readCert(t *testing.T, path string) *x509.Certificate {
 	t.Helper()
