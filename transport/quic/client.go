@@ -434,6 +434,15 @@ func (c *Client) Generate(ctx context.Context, req *llm.Request, emit llm.Emit) 
 			case <-l.conn.HandshakeComplete():
 			case <-ctx.Done():
 				return llm.Final{}, cancelled(ctx)
+			case <-l.conn.Context().Done():
+				// The handshake failed (a dead server never answers a
+				// redial): nothing was sent, so try the next link.
+				cause := context.Cause(l.conn.Context())
+				c.dropLink(l, cause)
+				if attempt < 2 {
+					continue
+				}
+				return llm.Final{}, linkError(cause, 0)
 			}
 		}
 		final, rt := c.roundTrip(ctx, l.conn, req, emit)

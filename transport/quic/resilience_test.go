@@ -447,3 +447,32 @@ func TestStreamCreditReturnedOnEveryOutcome(t *testing.T) {
 		t.Fatalf("the connection was replaced: %+v", st)
 	}
 }
+
+// A client that redials a dead cloud with 0-RTT gets a connection whose
+// handshake never completes. A request without an idempotency key waits for
+// the handshake; it must give up when that connection dies, not hang until
+// the caller's deadline.
+func TestUnkeyedRequestDoesNotHangOnDeadRedial(t *testing.T) {
+	h := &scripted{n: 5}
+	s := startServer(t, h)
+	addr := s.Addr().String()
+	c := dial(t, addr, "dev-1", func(cc *ClientConfig) {
+		cc.HandshakeTimeout = 300 * time.Millisecond
+		cc.ConnectWait = 2 * time.Second
+	})
+	if _, _, err := collect(guardCtx(t), c, req("warm")); err != nil { // leaves a session ticket
+		t.Fatal(err)
+	}
+	s.Close()
+	ctx := guardCtx(t)
+	_, _, err := collect(ctx, c, req("after"))
+	if err == nil {
+		t.Fatal("request to a dead cloud succeeded")
+	}
+	if ctx.Err() != nil {
+		t.Fatalf("request hung until the guard deadline: %v", err)
+	}
+	if code := llm.CodeOf(err); code != llm.CodeUnavailable {
+		t.Fatalf("error %v has code %q, want unavailable", err, code)
+	}
+}
