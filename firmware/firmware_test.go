@@ -166,5 +166,3 @@ func FuzzOpen(f *testing.F) {
 		v.Extract(func(string) (io.WriteCloser, error) { return Discard(), nil })
 	})
 }
-
-
