@@ -43,7 +43,8 @@ func TestTextExposition(t *testing.T) {
 
 func TestRegisterTwiceReturnsSame(t *testing.T) {
 	r := NewRegistry()
-	if r.Counter("a", "") != r.Counter("a", "") {
+	first, second := r.Counter("a", ""), r.Counter("a", "")
+	if first != second {
 		t.Fatal("second registration returned a new counter")
 	}
 }
