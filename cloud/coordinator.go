@@ -155,10 +155,13 @@ func (c *Coordinator) decide(req *llm.Request, m *measured, snap *sched.Snapshot
 	var d sched.Decision
 	var err error
 	switch p, ok := c.overrides[req.Hints.Policy]; {
+	case c.cfg.AllowPolicyOverride && req.Hints.Policy != "" && ok:
+		// An explicit policy (--dev experiments, the replay's comparison)
+		// runs as asked, even with the breaker open, or the comparison
+		// would measure FIFO under three names.
+		d, err = p.Decide(&m.sig, snap)
 	case c.breaker.Open():
 		d, err = sched.FIFO(&m.sig, snap)
-	case c.cfg.AllowPolicyOverride && req.Hints.Policy != "" && ok:
-		d, err = p.Decide(&m.sig, snap)
 	default:
 		d, err = c.policy.Decide(&m.sig, snap)
 	}

@@ -42,8 +42,9 @@ type RulesConfig struct {
 	// PoolSlack is how much more loaded the preferred pool's worker may be
 	// than the least loaded worker elsewhere before the request goes there
 	// instead: a pool's tuning is worth a little queueing, not an idle
-	// engine next door. Default 0.25 (4 of 16 slots). Raise it when pools
-	// run really different hardware.
+	// engine next door. Default 0.125 (2 of 16 slots; 0.25 cost 3× the
+	// TTFT p95 of least-loaded in the Azure replay on identical engines).
+	// Raise it when the pools run really different hardware.
 	PoolSlack float64
 	// MaxLoad: workers at or above this load are skipped, so a saturated
 	// pool spills into the next one. Default 1: every slot busy or promised
@@ -64,7 +65,7 @@ func (c *RulesConfig) fill() {
 	def(&c.PrefillRatio, 4)
 	def(&c.AffinitySlack, 0.5)
 	def(&c.MaxLoad, 1)
-	def(&c.PoolSlack, 0.25)
+	def(&c.PoolSlack, 0.125)
 	if c.LongPrompt == 0 {
 		c.LongPrompt = 512
 	}

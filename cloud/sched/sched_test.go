@@ -96,7 +96,7 @@ func TestRulesDecide(t *testing.T) {
 			s.Workers[1].Running = 6
 		}, 2, ReasonLeastLoad},
 		{"idle engine next door beats a busy pool", stream, func(s *Snapshot) { s.Workers[2].Running = 3 }, 0, ReasonLeastLoad},
-		{"a little queueing keeps the pool", stream, func(s *Snapshot) { s.Workers[2].Running = 2 }, 2, ReasonLeastLoad},
+		{"a little queueing keeps the pool", stream, func(s *Snapshot) { s.Workers[2].Running = 1 }, 2, ReasonLeastLoad},
 		{"everything faulting: least load anywhere", stream, func(s *Snapshot) {
 			for i := range s.Workers {
 				s.Workers[i].KVFaultsPerMs = 50
