@@ -78,7 +78,7 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	fs.StringVar(&c.MQTTTLS, "mqtt-tls", ":8883", "embedded broker's MQTT-over-TLS listener, using the PKI's server certificate; empty disables it")
 	fs.StringVar(&c.MQTTPasswords, "mqtt-passwords", "", "Mosquitto password file for the embedded broker (username = device id)")
 	fs.StringVar(&c.MQTTURL, "mqtt-url", "", "external MQTT v5 broker (mqtt://user:pass@host:1883) instead of the embedded one")
-	fs.IntVar(&c.BuiltinWorkers, "builtin-workers", 1, "built-in engine workers (roles assigned in turn: prefill-heavy, decode-heavy, stream); 0 with --worker runs remote engines only")
+	fs.IntVar(&c.BuiltinWorkers, "builtin-workers", 1, "built-in engine workers (roles assigned in turn: decode-heavy, prefill-heavy, stream); 0 with --worker runs remote engines only")
 	fs.Int64Var(&c.Budget, "budget", 200000, "default token budget per API key or device: burst size, refilled at this many tokens per minute")
 	fs.DurationVar(&c.BatchWindow, "batch-window", 150*time.Millisecond, "longest a request waits to be batched with similar-length prompts while its engine is full")
 	fs.IntVar(&c.BatchMax, "batch-max", 16, "most requests released into an engine together")
@@ -184,8 +184,9 @@ func parseWorkerURL(s string) (workerURL, error) {
 }
 
 // roleCycle assigns roles to workers that name none, so N workers cover the
-// pools in turn. The conservative pool is only ever chosen explicitly.
-var roleCycle = []sched.Role{sched.RolePrefill, sched.RoleDecode, sched.RoleStream}
+// pools in turn; a lone worker is decode-heavy, the general-purpose pool. The
+// conservative pool is only ever chosen explicitly.
+var roleCycle = []sched.Role{sched.RoleDecode, sched.RolePrefill, sched.RoleStream}
 
 // Cloud is a running coordinator.
 type Cloud struct {
