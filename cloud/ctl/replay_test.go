@@ -152,7 +152,7 @@ func TestReplayAgainstCoordinator(t *testing.T) {
 	cio := cli.IO{Stdout: &out, Stderr: &errb, Getenv: func(string) string { return "" }}
 	err = replayCmd(context.Background(), cio, []string{
 		"--target", "http://" + c.HTTPAddr(), "--trace", "testdata/traces/mooncake-conversation-head.jsonl",
-		"--format", "mooncake", "--limit", "8", "--speedup", "1000", "--scale", "0.03", "--max-output", "6",
+		"--format", "mooncake", "--limit", "8", "--speedup", "1000", "--scale", "0.03", "--max-input", "150", "--max-output", "6",
 	})
 	if err != nil {
 		t.Fatalf("%v\n%s\n%s", err, out.String(), errb.String())
