@@ -35,6 +35,7 @@ func lmTrain(ctx context.Context, cio cli.IO, args []string) error {
 	ckpt := fs.String("checkpoint", "", "checkpoint file: resumed from when it exists, written during training and on interrupt")
 	steps := fs.Int("steps", 0, "override the preset's optimizer steps (the schedule stretches to fit)")
 	seed := fs.Uint64("seed", 0, "override the preset's seed")
+	stopAt := fs.Int("stop-at", 0, "end after this many steps (checkpointed) and write the model as it is then; resume later with the same flags minus this one")
 	quiet := fs.Bool("quiet", false, "no progress bar")
 	if err := cli.Parse(fs, args, cio.Getenv); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
@@ -70,7 +71,10 @@ func lmTrain(ctx context.Context, cio cli.IO, args []string) error {
 	if err := p.Train.Validate(p.Model); err != nil {
 		return err
 	}
-	job := lmtrain.Job{Preset: p, Out: *out, DType: dt, Checkpoint: *ckpt, Command: strings.Join(cmd, " "),
+	if *stopAt > 0 {
+		cmd = append(cmd, "--stop-at", fmt.Sprint(*stopAt))
+	}
+	job := lmtrain.Job{Preset: p, Out: *out, DType: dt, Checkpoint: *ckpt, StopAt: *stopAt, Command: strings.Join(cmd, " "),
 		Logf: func(f string, a ...any) { fmt.Fprintf(cio.Stderr, "\n"+f+"\n", a...) }}
 	if !*quiet {
 		job.Progress = cio.Stderr

@@ -13,6 +13,10 @@ import (
 type Dataset struct {
 	Tokens []int32
 	Starts []int
+	// Learn marks the tokens the model is trained to predict (the replies);
+	// nil means all. Prompts are read but not predicted: the capacity of a
+	// small model goes to answering, not to modelling users' wording.
+	Learn []bool
 }
 
 // Windows returns how many windows of seqLen+1 tokens can start at a document start.
@@ -28,6 +32,9 @@ func (d *Dataset) usableStarts(seqLen int) []int {
 func (d *Dataset) Validate(seqLen, vocab int, name string) error {
 	if len(d.usableStarts(seqLen)) == 0 {
 		return fmt.Errorf("%s data: %d tokens give no window of %d tokens", name, len(d.Tokens), seqLen+1)
+	}
+	if d.Learn != nil && len(d.Learn) != len(d.Tokens) {
+		return fmt.Errorf("%s data: %d learn flags for %d tokens", name, len(d.Learn), len(d.Tokens))
 	}
 	for i, t := range d.Tokens {
 		if t < 0 || int(t) >= vocab {
@@ -49,6 +56,13 @@ func (d *Dataset) Fingerprint() string {
 		binary.LittleEndian.PutUint32(b[:], uint32(s))
 		h.Write(b[:])
 	}
+	for _, l := range d.Learn {
+		if l {
+			h.Write([]byte{1})
+		} else {
+			h.Write([]byte{0})
+		}
+	}
 	return fmt.Sprintf("%x", h.Sum(nil)[:12])
 }
 
@@ -59,9 +73,20 @@ func (d *Dataset) batch(seed uint64, step, b, s int, tokens, targets []int32) {
 	starts := d.usableStarts(s)
 	rng := rand.New(rand.NewPCG(seed, uint64(step)+1))
 	for i := range b {
-		st := starts[rng.IntN(len(starts))]
-		copy(tokens[i*s:(i+1)*s], d.Tokens[st:st+s])
-		copy(targets[i*s:(i+1)*s], d.Tokens[st+1:st+s+1])
+		d.window(starts[rng.IntN(len(starts))], s, tokens[i*s:(i+1)*s], targets[i*s:(i+1)*s])
+	}
+}
+
+// window fills s tokens from st and their targets, -1 where not learned.
+func (d *Dataset) window(st, s int, tokens, targets []int32) {
+	copy(tokens, d.Tokens[st:st+s])
+	copy(targets, d.Tokens[st+1:st+s+1])
+	if d.Learn != nil {
+		for i, l := range d.Learn[st+1 : st+s+1] {
+			if !l {
+				targets[i] = -1
+			}
+		}
 	}
 }
 

@@ -19,6 +19,7 @@ type Job struct {
 	Out        string   // GGUF file to write
 	DType      lm.DType // tensor storage; F16 keeps the shipped files small
 	Checkpoint string   // resumable state; "" = none
+	StopAt     int      // end after this many steps (see Run.StopAt); 0 = run the preset to the end
 	Command    string   // recorded in the metadata as the reproducing command
 	Progress   io.Writer
 	Logf       func(string, ...any)
@@ -37,7 +38,7 @@ func RunJob(ctx context.Context, j Job) (*Result, error) {
 		j.Logf("preset %s: %d weights; corpus %d train / %d held-out examples (%d / %d tokens)",
 			p.Name, NewParams(p.Model).Count(), len(split.Train), len(split.Test), len(train.Tokens), len(val.Tokens))
 	}
-	res, err := Train(ctx, Run{Model: p.Model, Train: p.Train, Data: train, Val: val, Checkpoint: j.Checkpoint, Progress: j.Progress, Logf: j.Logf})
+	res, err := Train(ctx, Run{Model: p.Model, Train: p.Train, Data: train, Val: val, Checkpoint: j.Checkpoint, StopAt: j.StopAt, Progress: j.Progress, Logf: j.Logf})
 	if err != nil {
 		return res, err
 	}

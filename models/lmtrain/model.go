@@ -153,18 +153,39 @@ func (m *Model) attention(a *layerActs, b, s int) {
 }
 
 // Loss runs the model on b sequences of s tokens and returns the mean
-// cross-entropy of predicting targets (both [b·s]). With grad set it also
-// accumulates ∂loss/∂weights into m.G.
+// cross-entropy of predicting targets (both [b·s]) over the positions whose
+// target is not negative (negative = not learned, e.g. prompt bytes). With
+// grad set it also accumulates ∂loss/∂weights into m.G.
 func (m *Model) Loss(tokens, targets []int32, b, s int, grad bool) float64 {
+	sum, n := m.lossSum(tokens, targets, b, s, grad)
+	if n == 0 {
+		return 0
+	}
+	return sum / float64(n)
+}
+
+// lossSum returns the summed loss and how many targets it covers; gradients
+// are of the mean.
+func (m *Model) lossSum(tokens, targets []int32, b, s int, grad bool) (float64, int) {
 	c := m.P.Config
 	if len(tokens) != b*s || len(targets) != b*s || s > c.Context {
 		panic(fmt.Sprintf("lmtrain: %d tokens, %d targets for batch %d × %d (context %d)", len(tokens), len(targets), b, s, c.Context))
 	}
 	ws := m.forward(tokens, b, s)
 	t, v := b*s, c.Vocab
+	n := 0
+	for _, tg := range targets {
+		if tg >= 0 {
+			n++
+		}
+	}
 	losses := make([]float64, t)
 	parallelFor(t, func(_, r int) {
 		row := ws.logits[r*v : (r+1)*v]
+		if targets[r] < 0 {
+			clear(row) // no gradient from an unlearned position
+			return
+		}
 		mx := row[0]
 		for _, x := range row {
 			mx = max(mx, x)
@@ -176,7 +197,7 @@ func (m *Model) Loss(tokens, targets []int32, b, s int, grad bool) float64 {
 		lse := float64(mx) + math.Log(sum)
 		losses[r] = lse - float64(row[targets[r]])
 		if grad {
-			inv := 1 / float64(t)
+			inv := 1 / float64(n)
 			for j, x := range row {
 				row[j] = float32(math.Exp(float64(x)-lse) * inv)
 			}
@@ -187,10 +208,10 @@ func (m *Model) Loss(tokens, targets []int32, b, s int, grad bool) float64 {
 	for _, l := range losses {
 		total += l
 	}
-	if grad {
+	if grad && n > 0 {
 		m.backward(tokens, ws)
 	}
-	return total / float64(t)
+	return total, n
 }
 
 // backward propagates ∂L/∂logits (in ws.logits) to every weight.

@@ -39,6 +39,8 @@ func TestGradientFiniteDifferences(t *testing.T) {
 	m := NewModel(p)
 	const b, s = 2, 5
 	tokens, targets := randTokens(rng, b*s, c.Vocab), randTokens(rng, b*s, c.Vocab)
+	// Unlearned positions (prompt bytes) take no part in loss or gradient.
+	targets[0], targets[6] = -1, -1
 	m.ZeroGrad()
 	m.Loss(tokens, targets, b, s, true)
 	const h = 1e-2
@@ -120,5 +122,31 @@ func TestBatchMatchesSingle(t *testing.T) {
 				t.Fatalf("logit %d at position %d changed when only position %d changed", j, pos, s-1)
 			}
 		}
+	}
+}
+
+// TestMaskedTargetsAreIgnored: the loss with target -1 at some positions is
+// the mean of the other positions' losses, each measured alone.
+func TestMaskedTargetsAreIgnored(t *testing.T) {
+	c := tinyConfig()
+	p := NewParams(c)
+	p.Init(2, 0.2)
+	m := NewModel(p)
+	rng := rand.New(rand.NewPCG(4, 4))
+	tokens, targets := randTokens(rng, 6, c.Vocab), randTokens(rng, 6, c.Vocab)
+	masked := append([]int32(nil), targets...)
+	masked[2], masked[5] = -1, -1
+	got := m.Loss(tokens, masked, 1, 6, false)
+	var sum float64
+	for _, i := range []int{0, 1, 3, 4} {
+		one := []int32{-1, -1, -1, -1, -1, -1}
+		one[i] = targets[i]
+		sum += m.Loss(tokens, one, 1, 6, false)
+	}
+	if math.Abs(got-sum/4) > 1e-9 {
+		t.Fatalf("masked loss %g, mean of unmasked positions %g", got, sum/4)
+	}
+	if all := m.Loss(tokens, []int32{-1, -1, -1, -1, -1, -1}, 1, 6, true); all != 0 {
+		t.Fatalf("loss with nothing to learn: %g", all)
 	}
 }

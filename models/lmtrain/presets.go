@@ -2,6 +2,7 @@ package lmtrain
 
 import (
 	"fmt"
+	"strings"
 
 	"github.com/phaseless/phaseless/models/lmtrain/corpus"
 )
@@ -34,7 +35,7 @@ func CloudPreset() Preset {
 		Name:        "cloud",
 		Description: "Phaseless cloud: general short answers (Wikipedia sentences) plus the in-vehicle tasks, byte-level",
 		Model:       Config{Vocab: ByteVocab, Dim: 192, Layers: 4, Heads: 6, KVHeads: 3, FFN: 512, Context: 256}.WithDefaults(),
-		Train: TrainConfig{Seed: 1, Steps: 1000, Batch: 16, SeqLen: 128, LR: 2e-3, MinLR: 2e-4, Warmup: 100,
+		Train: TrainConfig{Seed: 1, Steps: 800, Batch: 16, SeqLen: 128, LR: 2e-3, MinLR: 2e-4, Warmup: 100,
 			WeightDecay: 0.1, Clip: 1, EvalEvery: 200, EvalWindows: 256}.WithDefaults(),
 		Corpus: corpus.Cloud,
 	}
@@ -53,16 +54,22 @@ func PresetByName(name string) (Preset, error) {
 
 // NewDataset tokenises examples byte by byte as the engine's byte-level
 // tokenizer does, each as BOS, the chat text, EOS: the engine prepends BOS
-// to a prompt, so position 0 in training is position 0 at inference.
+// to a prompt, so position 0 in training is position 0 at inference. Only the
+// reply, its turn end and EOS are learned.
 func NewDataset(examples []corpus.Example) *Dataset {
 	d := &Dataset{}
 	for _, e := range examples {
 		d.Starts = append(d.Starts, len(d.Tokens))
+		chat := e.Chat()
+		reply := strings.Index(chat, "<|assistant|>\n") + len("<|assistant|>\n")
 		d.Tokens = append(d.Tokens, BOS)
-		for _, b := range []byte(e.Chat()) {
+		d.Learn = append(d.Learn, false)
+		for i, b := range []byte(chat) {
 			d.Tokens = append(d.Tokens, int32(b))
+			d.Learn = append(d.Learn, i >= reply)
 		}
 		d.Tokens = append(d.Tokens, EOS)
+		d.Learn = append(d.Learn, true)
 	}
 	return d
 }

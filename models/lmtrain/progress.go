@@ -12,14 +12,15 @@ import (
 type progress struct {
 	w     io.Writer
 	total int
+	first int // step the process started at (after a resume)
 	start time.Time
 	last  time.Time
 	now   func() time.Time
 }
 
-func newProgress(w io.Writer, total int, now func() time.Time) *progress {
+func newProgress(w io.Writer, total, first int, now func() time.Time) *progress {
 	t := now()
-	return &progress{w: w, total: total, start: t, now: now}
+	return &progress{w: w, total: total, first: first, start: t, now: now}
 }
 
 // update redraws the bar unless it was drawn very recently; force draws anyway.
@@ -41,8 +42,8 @@ func (p *progress) update(step int, loss, val float64, lr float32, tokens int64,
 	done := width * step / max(p.total, 1)
 	bar := strings.Repeat("█", done) + strings.Repeat("·", width-done)
 	eta := "?"
-	if step > 0 {
-		eta = (time.Duration(el/float64(step)*float64(p.total-step)) * time.Second).Round(time.Second).String()
+	if step > p.first {
+		eta = (time.Duration(el/float64(step-p.first)*float64(p.total-step)) * time.Second).Round(time.Second).String()
 	}
 	vs := "  -   "
 	if val > 0 {

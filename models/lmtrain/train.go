@@ -111,7 +111,7 @@ func Train(ctx context.Context, r Run) (*Result, error) {
 	m := NewModel(p)
 	b, s := tc.Batch, tc.SeqLen
 	tokens, targets := make([]int32, b*s), make([]int32, b*s)
-	bar := newProgress(r.Progress, tc.Steps, now)
+	bar := newProgress(r.Progress, tc.Steps, step, now)
 	start := now()
 	var sinceEval float64
 	var nSince int
@@ -155,6 +155,14 @@ func Train(ctx context.Context, r Run) (*Result, error) {
 		}
 	}
 	bar.finish()
+	if n := len(res.History); n == 0 || res.History[n-1].Step != step {
+		// Stopped between evaluations: measure the weights being returned.
+		lastVal = Evaluate(m, r.Val, tc.EvalWindows, b, s)
+		res.History = append(res.History, EvalPoint{Step: step, TrainLoss: sinceEval / float64(max(nSince, 1)), ValLoss: lastVal})
+		if r.Logf != nil {
+			r.Logf("step %d val loss %.4f (ppl %.2f)", step, lastVal, math.Exp(lastVal))
+		}
+	}
 	res.Steps, res.Elapsed, res.ValLoss = step, now().Sub(start), lastVal
 	if err := save(step); err != nil {
 		return res, err
@@ -162,7 +170,8 @@ func Train(ctx context.Context, r Run) (*Result, error) {
 	return res, nil
 }
 
-// Evaluate is the mean cross-entropy of m over n fixed windows of d.
+// Evaluate is the mean cross-entropy of m over the learned targets of n fixed
+// windows of d.
 func Evaluate(m *Model, d *Dataset, n, b, s int) float64 {
 	starts := d.evalWindows(n, s)
 	tokens, targets := make([]int32, b*s), make([]int32, b*s)
@@ -171,12 +180,11 @@ func Evaluate(m *Model, d *Dataset, n, b, s int) float64 {
 	for i := 0; i < len(starts); i += b {
 		nb := min(b, len(starts)-i)
 		for j := range nb {
-			st := starts[i+j]
-			copy(tokens[j*s:(j+1)*s], d.Tokens[st:st+s])
-			copy(targets[j*s:(j+1)*s], d.Tokens[st+1:st+s+1])
+			d.window(starts[i+j], s, tokens[j*s:(j+1)*s], targets[j*s:(j+1)*s])
 		}
-		sum += m.Loss(tokens[:nb*s], targets[:nb*s], nb, s, false) * float64(nb)
-		count += nb
+		ls, c := m.lossSum(tokens[:nb*s], targets[:nb*s], nb, s, false)
+		sum += ls
+		count += c
 	}
-	return sum / float64(count)
+	return sum / float64(max(count, 1))
 }
