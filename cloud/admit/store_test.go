@@ -13,10 +13,20 @@ import (
 	"testing"
 	"time"
 
+	"github.com/redis/go-redis/v9"
 	"go.uber.org/goleak"
 )
 
-func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+func TestMain(m *testing.M) {
+	// go-redis logs every failed dial; the unreachable-server test makes
+	// several on purpose.
+	redis.SetLogger(quietRedis{})
+	goleak.VerifyTestMain(m)
+}
+
+type quietRedis struct{}
+
+func (quietRedis) Printf(context.Context, string, ...any) {}
 
 // startRedis runs a real redis-server on a free loopback port for the test.
 // Without the binary it skips, except under CI where it must be there.
