@@ -162,9 +162,10 @@ func New(cfg Config, log *slog.Logger) (a *Agent, err error) {
 		log = slog.New(slog.DiscardHandler)
 	}
 	a = &Agent{cfg: cfg, log: log, metrics: metrics.NewRegistry()}
+	built := a // a "return nil, err" below sets a to nil before this defer runs
 	defer func() {
 		if err != nil {
-			a.Close()
+			built.Close()
 			a = nil
 		}
 	}()

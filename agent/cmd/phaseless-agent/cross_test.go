@@ -14,13 +14,25 @@ import (
 )
 
 // sizeBudget is the most a stripped arm64 agent may weigh: device flash is
-// small and OTA bundles travel over cellular links. Issue 2 set 20 MiB
-// before the agent linked its real parts; fully wired (QUIC, MQTT, bbolt,
-// the built-in engine and the ONNX router) it measured 20.6 MiB, about 10
-// MiB of it onnx-go with gorgonia and gonum behind the predictor
-// (DEPENDENCIES.md: an inference-only binary alone is 12.9 MiB). The budget
-// is 24 MiB until the predictor runs without them.
-const sizeBudget = 24 << 20
+// small and OTA bundles travel over cellular links. Issue 2 asked for under
+// 20 MB before the agent linked its real parts. Fully wired it is about
+// 21.7 MiB, and two parts the design requires explain the excess:
+//   - the onnx-go runtime behind the router predictor is about 10 MiB
+//     (DEPENDENCIES.md: an inference-only binary alone is 12.9 MiB). It is
+//     that large because gorgonia imports gographviz, which executes
+//     text/template; reachable reflect.Value.MethodByName makes the linker
+//     keep every exported method of every reachable type;
+//   - the embedded edge model (models/edgemodel) is 1.6 MiB.
+//
+// The budget is 23 MiB: it fails on real growth, and the way back under 20
+// MB is a predictor runtime without gorgonia, which the design card rules
+// out today.
+const sizeBudget = 23 << 20
+
+// agentTags drops net/http's bundled HTTP/2 from the device build (0.5 MiB):
+// the local API is plain HTTP/1.1 on loopback or a Unix socket, and the
+// uplink is QUIC. The Makefile builds the agent with the same tags.
+const agentTags = "nethttpomithttp2"
 
 type board struct {
 	name, goarch, goarm, qemu string
@@ -36,7 +48,7 @@ var boards = []board{
 func buildAgent(t *testing.T, b board) string {
 	t.Helper()
 	bin := filepath.Join(t.TempDir(), "phaseless-agent")
-	cmd := exec.Command("go", "build", "-trimpath", "-ldflags", "-s -w -X github.com/phaseless/phaseless/transport/cli.Version=crosstest", "-o", bin, ".")
+	cmd := exec.Command("go", "build", "-tags", agentTags, "-trimpath", "-ldflags", "-s -w -X github.com/phaseless/phaseless/transport/cli.Version=crosstest", "-o", bin, ".")
 	cmd.Env = append(os.Environ(), "CGO_ENABLED=0", "GOOS=linux", "GOARCH="+b.goarch, "GOARM="+b.goarm)
 	if out, err := cmd.CombinedOutput(); err != nil {
 		t.Fatalf("cross build %s: %v\n%s", b.name, err, out)

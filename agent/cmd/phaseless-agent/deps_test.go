@@ -18,6 +18,7 @@ func TestAgentDependencies(t *testing.T) {
 	forbidden := []string{
 		"github.com/phaseless/phaseless/cloud",
 		"github.com/phaseless/phaseless/models/lmtrain",
+		"github.com/phaseless/phaseless/models/cloudmodel",
 		"github.com/phaseless/phaseless/models/predictor/train",
 		"github.com/mochi-mqtt/server",
 		"github.com/redis/",
