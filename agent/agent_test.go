@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"net"
@@ -16,6 +17,7 @@ import (
 	"time"
 
 	"github.com/phaseless/phaseless/models/lm"
+	"github.com/phaseless/phaseless/transport/cli"
 	"github.com/phaseless/phaseless/transport/fleet"
 	"github.com/phaseless/phaseless/transport/llm"
 	"github.com/phaseless/phaseless/transport/pki"
@@ -481,4 +483,28 @@ func TestConfigValidate(t *testing.T) {
 	if err := base.Validate(); err != nil {
 		t.Error(err)
 	}
+}
+
+// A start-up failure after New has opened things must come back as an error
+// naming the field, with everything opened so far released — not a crash.
+func TestNewFailureReleasesAndNamesField(t *testing.T) {
+	busy, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer busy.Close()
+	cfg := testConfig(t)
+	cfg.Listen = busy.Addr().String()
+	a, err := New(cfg, nil)
+	var fe *cli.FieldError
+	if a != nil || !errors.As(err, &fe) || fe.Field != "listen" {
+		t.Fatalf("New on a busy port = %v, %v; want a FieldError for listen", a, err)
+	}
+	// The telemetry store was opened and must have been closed: it opens again.
+	cfg.Listen = "127.0.0.1:0"
+	a, err = New(cfg, nil)
+	if err != nil {
+		t.Fatalf("reopen after a failed New: %v", err)
+	}
+	a.Close()
 }
