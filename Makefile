@@ -51,5 +51,13 @@ bench:
 demo: build
 	$(GO) run ./examples/demo
 
+# Retrains every shipped model from data in the repo (about 30 minutes on 2
+# cores): the router predictor (byte-identical on amd64), the edge model
+# embedded in the agent, and the cloud's default model. See docs/models.md.
+models: build
+	bin/phaselessctl model train --out models/predictor/predictor.onnx
+	bin/phaselessctl lm train --preset edge --out models/edgemodel/edge.gguf
+	bin/phaselessctl lm train --preset cloud --out models/cloudmodel/cloud.gguf
+
 clean:
 	rm -rf bin
