@@ -434,6 +434,11 @@ func (c *Client) Generate(ctx context.Context, req *llm.Request, emit llm.Emit) 
 			case <-l.conn.HandshakeComplete():
 			case <-ctx.Done():
 				return llm.Final{}, cancelled(ctx)
+			case <-c.cfg.Clock.After(c.cfg.ConnectWait):
+				// A cloud that does not answer a redial within ConnectWait
+				// is treated as unreachable, so the caller can fall back
+				// now rather than after the handshake timeout.
+				return llm.Final{}, &llm.Error{Code: llm.CodeUnavailable, Message: "cloud did not complete the handshake within " + c.cfg.ConnectWait.String(), Retryable: true}
 			case <-l.conn.Context().Done():
 				// The handshake failed (a dead server never answers a
 				// redial): nothing was sent, so try the next link.
@@ -599,10 +604,13 @@ func (c *Client) Link() LinkState {
 		return ls
 	}
 	st := l.conn.ConnectionStats()
-	ls.Connected = true
+	// A redial in 0-RTT has a connection before the cloud has answered;
+	// until the handshake completes nothing proves the cloud is there, so
+	// the router must not count on it.
 	select {
 	case <-l.conn.HandshakeComplete():
 		<-l.settled // run is recording the outcome right now
+		ls.Connected = true
 		ls.Used0RTT = l.used0RTT.Load()
 	default:
 	}

@@ -475,4 +475,8 @@ func TestUnkeyedRequestDoesNotHangOnDeadRedial(t *testing.T) {
 	if code := llm.CodeOf(err); code != llm.CodeUnavailable {
 		t.Fatalf("error %v has code %q, want unavailable", err, code)
 	}
+	// A redial the cloud never answered is not a link the router may use.
+	if st := c.Link(); st.Connected {
+		t.Fatalf("Link reports connected to a dead cloud: %+v", st)
+	}
 }
