@@ -27,7 +27,7 @@ var wikiText string
 // Example is one chat exchange.
 type Example struct {
 	Prompt, Answer string
-	Intent         string // CLINC150 intent, "incar" or "wiki"
+	Intent         string // CLINC150 intent, "incar-N" (N-th in-car template group) or "wiki"
 }
 
 // Split is a corpus with its held-out part. No prompt text of Test appears in Train.
@@ -157,10 +157,10 @@ func Edge(seed uint64) (Split, error) {
 		s.Test = append(s.Test, Example{Prompt: r[0], Answer: reply(r[1], r[0], rng), Intent: r[1]})
 	}
 	seenTest := map[string]bool{}
-	for _, t := range inCarTemplates {
+	for gi, t := range inCarTemplates {
 		for range 60 {
 			fl := newFiller(rng)
-			e := Example{Prompt: fl.fill(t.asks[rng.IntN(len(t.asks))]), Answer: fl.fill(t.replies[rng.IntN(len(t.replies))]), Intent: "incar"}
+			e := Example{Prompt: fl.fill(t.asks[rng.IntN(len(t.asks))]), Answer: fl.fill(t.replies[rng.IntN(len(t.replies))]), Intent: fmt.Sprintf("incar-%d", gi)}
 			// Hold out by prompt text so a test prompt is never trained on.
 			if held(e.Prompt, seed) || seenTest[e.Prompt] {
 				seenTest[e.Prompt] = true
@@ -258,4 +258,39 @@ func Intents() []string {
 	}
 	sort.Strings(out)
 	return out
+}
+
+// replyPatterns maps each intent to regular expressions of its replies, slots
+// as wildcards, for ReplyMatches.
+var replyPatterns = func() map[string][]*regexp.Regexp {
+	compile := func(tmpls []string) []*regexp.Regexp {
+		var out []*regexp.Regexp
+		for _, t := range tmpls {
+			q := regexp.QuoteMeta(t)
+			q = regexp.MustCompile(`\\\{[a-z]+\\\}`).ReplaceAllString(q, `.+?`)
+			out = append(out, regexp.MustCompile("^"+q+"$"))
+		}
+		return out
+	}
+	m := map[string][]*regexp.Regexp{}
+	for intent, ts := range intentAnswers {
+		m[intent] = compile(ts)
+	}
+	m["calculator"] = append(m["calculator"], compile([]string{"The answer is {n}.", "Let me show that calculation on the screen."})...)
+	for gi, t := range inCarTemplates {
+		m[fmt.Sprintf("incar-%d", gi)] = compile(t.replies)
+	}
+	return m
+}()
+
+// ReplyMatches reports whether reply has the form of one of intent's replies
+// (any slot values): the measure of whether a model chose the right kind of
+// answer, independent of the made-up values in it.
+func ReplyMatches(intent, reply string) bool {
+	for _, re := range replyPatterns[intent] {
+		if re.MatchString(strings.TrimSpace(reply)) {
+			return true
+		}
+	}
+	return false
 }

@@ -78,3 +78,15 @@ func TestWikiTopicInPromptAndAnswer(t *testing.T) {
 		}
 	}
 }
+
+func TestReplyMatches(t *testing.T) {
+	s, _ := Edge(3)
+	for _, e := range s.Test {
+		if !ReplyMatches(e.Intent, e.Answer) {
+			t.Fatalf("reply %q does not match its own intent %s", e.Answer, e.Intent)
+		}
+	}
+	if ReplyMatches("weather", "Dialing Mom.") || ReplyMatches("make_call", "It is 40 degrees and sunny right now.") {
+		t.Fatal("a reply of another intent matched")
+	}
+}
