@@ -1,69 +1,569 @@
 // Command demo runs Phaseless end to end on one machine with the embedded
-// defaults: a cloud coordinator, several agents, and a workload against them.
+// defaults: a cloud coordinator with its embedded MQTT broker and built-in
+// engine, three agents with their shipped edge model and router, and a real
+// workload mix (CLINC150 in-car commands and RouteLLM MMLU questions from
+// models/data/routing). Midway it stops the cloud to show the agents falling
+// back to their own engine while telemetry piles up in bbolt, then brings it
+// back and shows the backlog arriving in the fleet store.
+//
 // `make demo` builds the binaries and runs this. It starts the real binaries
-// from bin/ as child processes, so what it shows is what an operator gets.
+// from bin/ as child processes and talks to them only through their public
+// interfaces (HTTP, phaselessctl), so what it shows is what an operator gets.
 package main
 
 import (
+	"bufio"
+	"bytes"
 	"context"
+	"encoding/json"
+	"errors"
 	"flag"
 	"fmt"
 	"io"
+	"math/rand/v2"
 	"net"
 	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
 	"time"
+
+	"github.com/phaseless/phaseless/models/predictor/train"
+	"github.com/phaseless/phaseless/transport/pki"
 )
+
+var devices = []string{"demo-car-1", "demo-car-2", "demo-car-3"}
 
 func main() {
 	binDir := flag.String("bin", "bin", "directory with the built binaries")
+	dataDir := flag.String("data", "models/data/routing", "routing data for the workload (RouteLLM MMLU, CLINC150)")
+	perPhase := flag.Int("requests", 12, "requests per phase")
+	keep := flag.Bool("keep", false, "keep the work directory (logs, bbolt files) after the demo")
 	flag.Parse()
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
 	defer cancel()
-	if err := run(ctx, *binDir); err != nil {
+	if err := run(ctx, *binDir, *dataDir, *perPhase, *keep); err != nil {
 		fmt.Fprintln(os.Stderr, "demo failed:", err)
 		os.Exit(1)
 	}
 }
 
-func run(ctx context.Context, binDir string) error {
+// demo holds the processes and addresses of one run.
+type demo struct {
+	bin, work string
+	cloudArgs []string
+	cloud     *proc
+	cloudHTTP string
+	agents    map[string]string // device → local API address
+	procs     []*proc
+	results   []result
+	// cloudMetrics are the first cloud process's counters, read before the
+	// outage.
+	cloudMetrics []string
+}
+
+// cloudMetricNames are what the summary shows of the coordinator.
+var cloudMetricNames = []string{"phaseless_sched_decision_seconds_count", "phaseless_cloud_sla_completion_ratio", "phaseless_cloud_prefix_hit_ratio", "phaseless_cloud_output_tokens_total"}
+
+func (d *demo) scrapeCloud(ctx context.Context) []string {
+	var out []string
+	for _, m := range cloudMetricNames {
+		if v, ok := scrape(ctx, "http://"+d.cloudHTTP+"/metrics", m); ok {
+			out = append(out, fmt.Sprintf("%s = %g", m, v))
+		}
+	}
+	return out
+}
+
+func run(ctx context.Context, binDir, dataDir string, perPhase int, keep bool) error {
 	work, err := os.MkdirTemp("", "phaseless-demo")
 	if err != nil {
 		return err
 	}
-	defer os.RemoveAll(work)
-
-	cloudHTTP := freeAddr()
-	cloud, err := start(ctx, filepath.Join(binDir, "phaseless-cloud"), "--dev", "--http", cloudHTTP, "--mqtt", "", "--data-dir", filepath.Join(work, "cloud"))
+	if keep {
+		fmt.Println("work directory (kept):", work)
+	} else {
+		defer os.RemoveAll(work)
+	}
+	wl, err := loadWorkload(dataDir)
 	if err != nil {
 		return err
 	}
-	defer stop(cloud)
-	agentHTTP := freeAddr()
-	agent, err := start(ctx, filepath.Join(binDir, "phaseless-agent"), "--listen", agentHTTP, "--device-id", "demo-car-1", "--data-dir", filepath.Join(work, "agent"))
-	if err != nil {
+	d := &demo{bin: binDir, work: work, agents: map[string]string{}}
+	defer d.stopAll()
+
+	step("1. PKI: a fleet CA, the cloud's certificate and one certificate per car")
+	pkiDir := filepath.Join(work, "pki")
+	if err := pki.EnsureDev(pkiDir, devices...); err != nil {
 		return err
 	}
-	defer stop(agent)
+	fmt.Println("   ", pkiDir, "(phaselessctl pki init / pki device do the same)")
 
-	for _, u := range []string{"http://" + cloudHTTP + "/readyz", "http://" + agentHTTP + "/readyz"} {
-		if err := waitReady(ctx, u); err != nil {
+	step("2. Cloud: QUIC ingress, scheduler, built-in engine (shipped cloud model), embedded MQTT broker (TLS, device certificates)")
+	d.cloudHTTP = freeAddr("tcp")
+	quicAddr, mqttAddr, mqttTLS := freeAddr("udp"), freeAddr("tcp"), freeAddr("tcp")
+	d.cloudArgs = []string{"--dev", "--http", d.cloudHTTP, "--quic", quicAddr, "--mqtt", mqttAddr, "--mqtt-tls", mqttTLS,
+		"--data-dir", filepath.Join(work, "cloud"), "--pki-dir", pkiDir, "--log-level", "warn"}
+	if err := d.startCloud(ctx); err != nil {
+		return err
+	}
+
+	step("3. Agents: local API, router (shipped predictor), shipped edge model, QUIC uplink, bbolt telemetry, MQTT fleet client")
+	for i, id := range devices {
+		addr := freeAddr("tcp")
+		// The last car routes by the source articles' rule instead of the
+		// shipped predictor, so the two routers can be compared on the same
+		// workload.
+		router := "shipped predictor"
+		args := []string{"--listen", addr, "--device-id", id, "--cloud", quicAddr, "--pki-dir", pkiDir,
+			"--mqtt", "tls://" + mqttTLS, "--data-dir", filepath.Join(work, id), "--log-level", "warn",
+			"--cloud-first-token-timeout", "5s"}
+		if i == len(devices)-1 {
+			router = "entropy rule (> 4.2 bits/byte → cloud)"
+			args = append(args, "--predictor", "entropy")
+		}
+		p, err := start(ctx, filepath.Join(work, id+".log"), filepath.Join(binDir, "phaseless-agent"), args...)
+		if err != nil {
 			return err
 		}
-		fmt.Println("ready:", u)
+		d.procs = append(d.procs, p)
+		d.agents[id] = addr
+		if err := waitReady(ctx, "http://"+addr+"/readyz"); err != nil {
+			return err
+		}
+		fmt.Printf("    %s on http://%s, router: %s (logs %s)\n", id, addr, router, p.logPath)
 	}
-	out, err := exec.CommandContext(ctx, filepath.Join(binDir, "phaseless-agent"), "selfcheck").CombinedOutput()
-	fmt.Print(string(out))
-	if err != nil {
-		return fmt.Errorf("agent selfcheck: %w", err)
+	if err := d.waitCloudLinks(ctx); err != nil {
+		return err
 	}
-	fmt.Println("\nsummary: cloud and agent start, serve health and metrics, and the agent self-check passes.")
+
+	step("4. Workload, cloud online: in-car commands, out-of-scope requests and MMLU questions; the agents decide")
+	d.phase(ctx, "online", wl.mix(perPhase))
+
+	step("5. Both APIs: an Anthropic Messages request, and a pinned route (x-phaseless-route: cloud)")
+	d.anthropic(ctx, "demo-car-1", "What is the tire pressure for my car?")
+	d.phase(ctx, "pinned", []prompt{{text: "Set the temperature to 21 degrees", kind: "command", route: "cloud"}})
+
+	step("6. Cloud outage: the cloud stops; agents answer locally and buffer telemetry in bbolt")
+	d.cloudMetrics = d.scrapeCloud(ctx) // the restarted cloud starts its counters anew
+	d.cloud.stop()
+	outage := wl.mix(perPhase / 2)
+	// One request pinned to the cloud shows the fallback: the agent answers
+	// locally and says why in x-fallback-reason.
+	outage = append(outage, prompt{text: "Explain how a heat pump works", kind: "pinned", route: "cloud"})
+	d.phase(ctx, "outage", outage)
+
+	step("7. Cloud back: the agents reconnect, and the offline backlog flows to the fleet store")
+	if err := d.startCloud(ctx); err != nil {
+		return err
+	}
+	if err := d.waitCloudLinks(ctx); err != nil {
+		return err
+	}
+	d.phase(ctx, "recovered", wl.mix(perPhase/2))
+
+	step("8. Fleet: what the operator sees with phaselessctl")
+	if err := d.waitTelemetry(ctx, len(d.results)+1); err != nil { // +1: the Anthropic request
+		fmt.Println("   ", err)
+	}
+	for _, args := range [][]string{{"fleet", "devices"}, {"fleet", "telemetry", "count"}} {
+		fmt.Printf("    $ phaselessctl %s\n", strings.Join(args, " "))
+		out, err := d.ctl(ctx, args...)
+		fmt.Print(indent(out, "      "))
+		if err != nil {
+			return fmt.Errorf("phaselessctl %s: %w", strings.Join(args, " "), err)
+		}
+	}
+
+	step("9. Summary")
+	d.summary()
 	return nil
 }
 
-func freeAddr() string {
+// prompt is one request of the workload.
+type prompt struct {
+	text  string
+	kind  string // command | out-of-scope | mmlu
+	route string // optional x-phaseless-route
+}
+
+type workload struct {
+	commands, oos, mmlu []string
+	rng                 *rand.Rand
+}
+
+// carIntents are the CLINC150 intents an in-vehicle assistant should answer
+// on the device (the edge model is trained on these domains).
+var carIntents = map[string]bool{
+	"gas": true, "gas_type": true, "tire_pressure": true, "oil_change_when": true, "oil_change_how": true,
+	"directions": true, "traffic": true, "distance": true, "current_location": true, "weather": true,
+	"time": true, "timer": true, "alarm": true, "play_music": true, "next_song": true, "change_volume": true,
+	"mpg": true, "jump_start": true, "tire_change": true, "uber": true, "share_location": true,
+}
+
+func loadWorkload(dir string) (*workload, error) {
+	d, err := train.LoadRouting(dir)
+	if err != nil {
+		return nil, fmt.Errorf("workload: %w", err)
+	}
+	w := &workload{rng: rand.New(rand.NewPCG(1, 2))}
+	for _, u := range d.CLINC {
+		switch {
+		case u.Split != "test":
+		case u.Intent == "oos":
+			w.oos = append(w.oos, u.Text)
+		case carIntents[u.Intent]:
+			w.commands = append(w.commands, u.Text)
+		}
+	}
+	for _, p := range d.MMLU {
+		// The shipped byte-level models have a 256-token context; longer
+		// exam questions would be refused by both engines.
+		if train.HeldOut(p.Subject) && len(p.Prompt) < 180 {
+			w.mmlu = append(w.mmlu, p.Prompt)
+		}
+	}
+	if len(w.commands) == 0 || len(w.oos) == 0 || len(w.mmlu) == 0 {
+		return nil, errors.New("workload: routing data has no test commands, out-of-scope or held-out MMLU prompts")
+	}
+	return w, nil
+}
+
+// mix draws n prompts: about half in-car commands, a quarter out-of-scope
+// requests and a quarter exam questions, the way a head unit's traffic
+// skews towards commands.
+func (w *workload) mix(n int) []prompt {
+	out := make([]prompt, 0, n)
+	for i := range n {
+		switch i % 4 {
+		case 0, 2:
+			out = append(out, prompt{text: w.commands[w.rng.IntN(len(w.commands))], kind: "command"})
+		case 1:
+			out = append(out, prompt{text: w.mmlu[w.rng.IntN(len(w.mmlu))], kind: "mmlu"})
+		case 3:
+			out = append(out, prompt{text: w.oos[w.rng.IntN(len(w.oos))], kind: "out-of-scope"})
+		}
+	}
+	return out
+}
+
+// result is what one request gave.
+type result struct {
+	phase, device, kind string
+	route, fallback     string
+	ttft, total         time.Duration
+	tokens              int
+	err                 error
+}
+
+// phase sends prompts round-robin over the agents, four at a time, and prints
+// one line per request as it completes.
+func (d *demo) phase(ctx context.Context, name string, prompts []prompt) {
+	var (
+		mu  sync.Mutex
+		wg  sync.WaitGroup
+		sem = make(chan struct{}, 4)
+	)
+	fmt.Printf("    %-10s %-12s %-13s %-8s %8s %8s  %s\n", "device", "kind", "route", "fallback", "TTFT", "total", "prompt → answer")
+	for i, p := range prompts {
+		dev := devices[i%len(devices)]
+		wg.Add(1)
+		sem <- struct{}{}
+		go func() {
+			defer wg.Done()
+			defer func() { <-sem }()
+			r, answer := d.chat(ctx, dev, p)
+			r.phase = name
+			mu.Lock()
+			defer mu.Unlock()
+			d.results = append(d.results, r)
+			status := answer
+			if r.err != nil {
+				status = "ERROR " + r.err.Error()
+			}
+			fmt.Printf("    %-10s %-12s %-13s %-8s %8s %8s  %s → %s\n", dev, p.kind, r.route, short(r.fallback, 8),
+				ms(r.ttft), ms(r.total), short(p.text, 48), short(status, 60))
+		}()
+	}
+	wg.Wait()
+}
+
+// chat sends one streaming OpenAI chat completion and measures it as a client
+// sees it.
+func (d *demo) chat(ctx context.Context, device string, p prompt) (result, string) {
+	r := result{device: device, kind: p.kind}
+	body, _ := json.Marshal(map[string]any{
+		"model": "auto", "stream": true, "max_tokens": 48, "temperature": 0.2,
+		"messages": []map[string]string{{"role": "user", "content": p.text}},
+	})
+	req, _ := http.NewRequestWithContext(ctx, "POST", "http://"+d.agents[device]+"/v1/chat/completions", bytes.NewReader(body))
+	req.Header.Set("Content-Type", "application/json")
+	if p.route != "" {
+		req.Header.Set("x-phaseless-route", p.route)
+	}
+	start := time.Now()
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		r.err = err
+		return r, ""
+	}
+	defer resp.Body.Close()
+	r.route, r.fallback = resp.Header.Get("x-phaseless-route"), resp.Header.Get("x-fallback-reason")
+	if resp.StatusCode != http.StatusOK {
+		b, _ := io.ReadAll(resp.Body)
+		r.err = fmt.Errorf("HTTP %d: %s", resp.StatusCode, strings.TrimSpace(string(b)))
+		return r, ""
+	}
+	var answer strings.Builder
+	sc := bufio.NewScanner(resp.Body)
+	for sc.Scan() {
+		line, ok := strings.CutPrefix(sc.Text(), "data: ")
+		if !ok || line == "[DONE]" {
+			continue
+		}
+		var chunk struct {
+			Choices []struct {
+				Delta struct{ Content string } `json:"delta"`
+			} `json:"choices"`
+			Error *struct{ Message string } `json:"error"`
+		}
+		if err := json.Unmarshal([]byte(line), &chunk); err != nil {
+			continue
+		}
+		if chunk.Error != nil {
+			r.err = errors.New(chunk.Error.Message)
+			break
+		}
+		for _, c := range chunk.Choices {
+			if c.Delta.Content != "" {
+				if r.tokens == 0 {
+					r.ttft = time.Since(start)
+				}
+				r.tokens++
+				answer.WriteString(c.Delta.Content)
+			}
+		}
+	}
+	r.total = time.Since(start)
+	if r.err == nil {
+		r.err = sc.Err()
+	}
+	return r, strings.Join(strings.Fields(answer.String()), " ")
+}
+
+// anthropic sends one non-streaming Anthropic Messages request.
+func (d *demo) anthropic(ctx context.Context, device, text string) {
+	body, _ := json.Marshal(map[string]any{
+		"model": "auto", "max_tokens": 48,
+		"messages": []map[string]string{{"role": "user", "content": text}},
+	})
+	req, _ := http.NewRequestWithContext(ctx, "POST", "http://"+d.agents[device]+"/v1/messages", bytes.NewReader(body))
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("anthropic-version", "2023-06-01")
+	start := time.Now()
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		fmt.Println("    anthropic:", err)
+		return
+	}
+	defer resp.Body.Close()
+	var msg struct {
+		Content []struct{ Text string } `json:"content"`
+		Usage   struct {
+			Input  int `json:"input_tokens"`
+			Output int `json:"output_tokens"`
+		} `json:"usage"`
+	}
+	raw, _ := io.ReadAll(resp.Body)
+	json.Unmarshal(raw, &msg)
+	text = ""
+	for _, c := range msg.Content {
+		text += c.Text
+	}
+	fmt.Printf("    POST /v1/messages → HTTP %d, route %s, %d→%d tokens in %s: %s\n", resp.StatusCode,
+		resp.Header.Get("x-phaseless-route"), msg.Usage.Input, msg.Usage.Output, ms(time.Since(start)), short(strings.Join(strings.Fields(text), " "), 70))
+}
+
+func (d *demo) startCloud(ctx context.Context) error {
+	p, err := start(ctx, filepath.Join(d.work, "cloud.log"), filepath.Join(d.bin, "phaseless-cloud"), d.cloudArgs...)
+	if err != nil {
+		return err
+	}
+	d.cloud = p
+	d.procs = append(d.procs, p)
+	if err := waitReady(ctx, "http://"+d.cloudHTTP+"/readyz"); err != nil {
+		return err
+	}
+	fmt.Printf("    cloud on http://%s (logs %s)\n", d.cloudHTTP, p.logPath)
+	return nil
+}
+
+// waitCloudLinks waits until every agent reports a live QUIC link, read from
+// its /metrics, so the first phase measures routing rather than connecting.
+func (d *demo) waitCloudLinks(ctx context.Context) error {
+	deadline := time.Now().Add(30 * time.Second)
+	for _, id := range devices {
+		for {
+			if v, ok := scrape(ctx, "http://"+d.agents[id]+"/metrics", "phaseless_agent_cloud_connected"); ok && v == 1 {
+				break
+			}
+			if time.Now().After(deadline) {
+				fmt.Printf("    %s has no cloud link yet; its requests will fall back to local\n", id)
+				break
+			}
+			time.Sleep(100 * time.Millisecond)
+		}
+	}
+	return nil
+}
+
+// waitTelemetry waits until the fleet store holds a record for every request.
+func (d *demo) waitTelemetry(ctx context.Context, want int) error {
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		out, err := d.ctl(ctx, "fleet", "telemetry", "count")
+		n := firstInt(out)
+		if err == nil && n >= want {
+			fmt.Printf("    all %d request records reached the fleet store\n", want)
+			return nil
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("after 30 s the fleet store holds %d of %d records (the rest are still buffered on the devices)", n, want)
+		}
+		time.Sleep(250 * time.Millisecond)
+	}
+}
+
+func (d *demo) ctl(ctx context.Context, args ...string) (string, error) {
+	args = append(args, "--cloud", "http://"+d.cloudHTTP)
+	out, err := exec.CommandContext(ctx, filepath.Join(d.bin, "phaselessctl"), args...).CombinedOutput()
+	return string(out), err
+}
+
+func (d *demo) summary() {
+	type agg struct {
+		n, fallbacks, errs, tokens int
+		ttft                       []time.Duration
+	}
+	by := map[string]*agg{}
+	var keys []string
+	for _, r := range d.results {
+		route := r.route
+		if i := strings.Index(route, "/"); i > 0 {
+			route = route[:i]
+		}
+		k := r.phase + " " + route
+		a := by[k]
+		if a == nil {
+			a = &agg{}
+			by[k] = a
+			keys = append(keys, k)
+		}
+		a.n++
+		a.tokens += r.tokens
+		if r.fallback != "" {
+			a.fallbacks++
+		}
+		if r.err != nil {
+			a.errs++
+		}
+		if r.ttft > 0 {
+			a.ttft = append(a.ttft, r.ttft)
+		}
+	}
+	fmt.Printf("    %-18s %8s %9s %7s %8s %10s\n", "phase / route", "requests", "fallbacks", "errors", "tokens", "TTFT p50")
+	for _, k := range keys {
+		a := by[k]
+		slices.Sort(a.ttft)
+		p50 := time.Duration(0)
+		if len(a.ttft) > 0 {
+			p50 = a.ttft[len(a.ttft)/2]
+		}
+		fmt.Printf("    %-18s %8d %9d %7d %8d %10s\n", k, a.n, a.fallbacks, a.errs, a.tokens, ms(p50))
+	}
+	// Where each car sent each kind of prompt while it had a choice (the
+	// cloud was up and the request was not pinned).
+	fmt.Printf("\n    %-12s %-13s %-13s %-13s\n", "sent to cloud", "command", "out-of-scope", "mmlu")
+	for _, dev := range devices {
+		fmt.Printf("    %-12s", dev)
+		for _, kind := range []string{"command", "out-of-scope", "mmlu"} {
+			n, cloud := 0, 0
+			for _, r := range d.results {
+				if r.device == dev && r.kind == kind && r.phase != "outage" && r.phase != "pinned" && r.err == nil {
+					n++
+					if strings.HasPrefix(r.route, "cloud") {
+						cloud++
+					}
+				}
+			}
+			fmt.Printf("  %-12s", fmt.Sprintf("%d of %d", cloud, n))
+		}
+		fmt.Println()
+	}
+	fmt.Println("\n    cloud coordinator before the outage:")
+	for _, l := range d.cloudMetrics {
+		fmt.Println("     ", l)
+	}
+	fmt.Println("\n    Every request above ran on a real engine, chosen per request by measured signals;")
+	fmt.Println("    logs and bbolt files are under the work directory (run with -keep to look at them).")
+}
+
+// proc is a child process whose output goes to a log file.
+type proc struct {
+	cmd     *exec.Cmd
+	logPath string
+	done    chan struct{}
+	once    sync.Once
+}
+
+func start(ctx context.Context, logPath, bin string, args ...string) (*proc, error) {
+	logf, err := os.Create(logPath)
+	if err != nil {
+		return nil, err
+	}
+	cmd := exec.CommandContext(ctx, bin, args...)
+	cmd.Stdout, cmd.Stderr = logf, logf
+	if err := cmd.Start(); err != nil {
+		logf.Close()
+		return nil, fmt.Errorf("start %s: %w", bin, err)
+	}
+	p := &proc{cmd: cmd, logPath: logPath, done: make(chan struct{})}
+	go func() { cmd.Wait(); logf.Close(); close(p.done) }()
+	return p, nil
+}
+
+// stop asks the process to shut down gracefully, as an operator would.
+func (p *proc) stop() {
+	p.once.Do(func() {
+		p.cmd.Process.Signal(os.Interrupt)
+		select {
+		case <-p.done:
+		case <-time.After(15 * time.Second):
+			p.cmd.Process.Kill()
+			<-p.done
+		}
+	})
+}
+
+func (d *demo) stopAll() {
+	for i := len(d.procs) - 1; i >= 0; i-- {
+		d.procs[i].stop()
+	}
+}
+
+func freeAddr(network string) string {
+	if network == "udp" {
+		c, err := net.ListenPacket("udp", "127.0.0.1:0")
+		if err != nil {
+			panic(err)
+		}
+		defer c.Close()
+		return c.LocalAddr().String()
+	}
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		panic(err)
@@ -72,28 +572,8 @@ func freeAddr() string {
 	return ln.Addr().String()
 }
 
-func start(ctx context.Context, bin string, args ...string) (*exec.Cmd, error) {
-	cmd := exec.CommandContext(ctx, bin, args...)
-	cmd.Stdout, cmd.Stderr = os.Stdout, os.Stderr
-	if err := cmd.Start(); err != nil {
-		return nil, fmt.Errorf("start %s: %w", bin, err)
-	}
-	return cmd, nil
-}
-
-func stop(cmd *exec.Cmd) {
-	cmd.Process.Signal(os.Interrupt)
-	done := make(chan struct{})
-	go func() { cmd.Wait(); close(done) }()
-	select {
-	case <-done:
-	case <-time.After(10 * time.Second):
-		cmd.Process.Kill()
-		<-done
-	}
-}
-
 func waitReady(ctx context.Context, url string) error {
+	deadline := time.Now().Add(60 * time.Second)
 	for {
 		resp, err := http.Get(url)
 		if err == nil {
@@ -103,10 +583,65 @@ func waitReady(ctx context.Context, url string) error {
 				return nil
 			}
 		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("%s not ready after 60 s", url)
+		}
 		select {
 		case <-ctx.Done():
 			return fmt.Errorf("%s not ready: %w", url, ctx.Err())
 		case <-time.After(100 * time.Millisecond):
 		}
 	}
+}
+
+// scrape reads one unlabelled sample from a Prometheus text endpoint.
+func scrape(ctx context.Context, url, name string) (float64, bool) {
+	req, _ := http.NewRequestWithContext(ctx, "GET", url, nil)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return 0, false
+	}
+	defer resp.Body.Close()
+	sc := bufio.NewScanner(resp.Body)
+	for sc.Scan() {
+		if rest, ok := strings.CutPrefix(sc.Text(), name+" "); ok {
+			v, err := strconv.ParseFloat(strings.TrimSpace(rest), 64)
+			return v, err == nil
+		}
+	}
+	return 0, false
+}
+
+func step(s string) { fmt.Printf("\n== %s\n", s) }
+
+func ms(d time.Duration) string {
+	if d == 0 {
+		return "-"
+	}
+	return fmt.Sprintf("%.0fms", float64(d)/float64(time.Millisecond))
+}
+
+func short(s string, n int) string {
+	s = strings.Join(strings.Fields(s), " ")
+	if r := []rune(s); len(r) > n {
+		return string(r[:n-1]) + "…"
+	}
+	return s
+}
+
+func indent(s, pre string) string {
+	var b strings.Builder
+	for _, l := range strings.Split(strings.TrimRight(s, "\n"), "\n") {
+		b.WriteString(pre + l + "\n")
+	}
+	return b.String()
+}
+
+func firstInt(s string) int {
+	for _, f := range strings.Fields(s) {
+		if n, err := strconv.Atoi(f); err == nil {
+			return n
+		}
+	}
+	return -1
 }
