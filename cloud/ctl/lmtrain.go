@@ -32,7 +32,7 @@ func lmTrain(ctx context.Context, cio cli.IO, args []string) error {
 	preset := fs.String("preset", "", "model recipe: edge (in-vehicle, <2M weights) or cloud (general, larger)")
 	out := fs.String("out", "", "GGUF file to write")
 	dtype := fs.String("dtype", "f16", "tensor storage: f32, f16 or q8_0")
-	ckpt := fs.String("checkpoint", "", "checkpoint file: resumed from when it exists, written during training and on interrupt")
+	ckpt := fs.String("checkpoint", "", "checkpoint file: resumed from when it exists, written at the end and on interrupt")
 	steps := fs.Int("steps", 0, "override the preset's optimizer steps (the schedule stretches to fit)")
 	seed := fs.Uint64("seed", 0, "override the preset's seed")
 	stopAt := fs.Int("stop-at", 0, "end after this many steps (checkpointed) and write the model as it is then; resume later with the same flags minus this one")
