@@ -1,21 +1,16 @@
 package worker
 
 import (
-	"bufio"
-	"bytes"
 	"context"
-	"encoding/json"
-	"errors"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
 	"net/url"
-	"strconv"
 	"strings"
 	"sync"
 	"time"
 
+	"github.com/phaseless/phaseless/transport/httpapi"
 	"github.com/phaseless/phaseless/transport/llm"
 )
 
@@ -75,12 +70,13 @@ func (c *RemoteConfig) Validate() error {
 	return nil
 }
 
-// Remote is an OpenAI-compatible server used as an engine.
+// Remote is an OpenAI-compatible server used as an engine: generation goes
+// through httpapi.Client (the same streaming client the agent uses for its
+// --local-url server); Remote adds the load probes the scheduler reads.
 type Remote struct {
 	cfg    RemoteConfig
 	base   *url.URL
-	client *http.Client
-	tr     *http.Transport
+	stream *httpapi.Client
 
 	mu         sync.Mutex // guards lastFaults, lastAt, noMetrics
 	lastFaults float64
@@ -95,265 +91,37 @@ func NewRemote(cfg RemoteConfig) (*Remote, error) {
 		return nil, err
 	}
 	base, _ := url.Parse(strings.TrimRight(cfg.URL, "/"))
-	tr := &http.Transport{
-		Proxy:                 http.ProxyFromEnvironment,
-		DialContext:           (&net.Dialer{Timeout: cfg.ConnectTimeout, KeepAlive: 30 * time.Second}).DialContext,
-		ResponseHeaderTimeout: cfg.FirstTokenTimeout,
-		MaxIdleConnsPerHost:   64,
-		IdleConnTimeout:       90 * time.Second,
-		ForceAttemptHTTP2:     true,
+	model := cfg.Model
+	stream, err := httpapi.NewClient(httpapi.ClientConfig{
+		URL:  base.String(),
+		Name: "remote " + base.Host,
+		// "auto" (or nothing) lets the server's configured model answer.
+		Model: func(requested string) string {
+			if requested == "" || requested == "auto" {
+				return model
+			}
+			return requested
+		},
+		APIKey:              cfg.APIKey,
+		ConnectTimeout:      cfg.ConnectTimeout,
+		FirstTokenTimeout:   cfg.FirstTokenTimeout,
+		TokenTimeout:        cfg.TokenTimeout,
+		Proxy:               http.ProxyFromEnvironment,
+		MaxIdleConnsPerHost: 64,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("worker.RemoteConfig: %w", err)
 	}
-	return &Remote{cfg: cfg, base: base, tr: tr, client: &http.Client{Transport: tr}}, nil
+	return &Remote{cfg: cfg, base: base, stream: stream}, nil
 }
 
 func (r *Remote) endpoint(path string) string { return r.base.String() + path }
-
-// chatRequest is the OpenAI request body sent upstream.
-type chatRequest struct {
-	Model         string        `json:"model"`
-	Messages      []chatMessage `json:"messages"`
-	MaxTokens     int           `json:"max_tokens"`
-	Temperature   float64       `json:"temperature"`
-	TopP          float64       `json:"top_p,omitempty"`
-	TopK          int           `json:"top_k,omitempty"` // vLLM/SGLang extension; others ignore it
-	Seed          uint64        `json:"seed,omitempty"`
-	Stop          []string      `json:"stop,omitempty"`
-	Stream        bool          `json:"stream"`
-	StreamOptions struct {
-		IncludeUsage bool `json:"include_usage"`
-	} `json:"stream_options"`
-}
-
-type chatMessage struct {
-	Role    string `json:"role"`
-	Content string `json:"content"`
-}
-
-// chunk is one streamed event; Error appears when a server fails mid-stream.
-type chunk struct {
-	Choices []struct {
-		Delta struct {
-			Content string `json:"content"`
-		} `json:"delta"`
-		FinishReason *string `json:"finish_reason"`
-	} `json:"choices"`
-	Usage *struct {
-		PromptTokens     int `json:"prompt_tokens"`
-		CompletionTokens int `json:"completion_tokens"`
-		Details          *struct {
-			CachedTokens int `json:"cached_tokens"`
-		} `json:"prompt_tokens_details"`
-	} `json:"usage"`
-	Error *apiErr `json:"error"`
-}
-
-type apiErr struct {
-	Message string `json:"message"`
-	Type    string `json:"type"`
-	Code    any    `json:"code"`
-}
 
 // Generate implements llm.Generator by streaming a chat completion over SSE.
 // Each token is passed to emit as its event arrives; cancelling ctx closes
 // the connection, which stops the generation on the server.
 func (r *Remote) Generate(ctx context.Context, req *llm.Request, emit llm.Emit) (llm.Final, error) {
-	start := time.Now()
-	body := chatRequest{Model: r.cfg.Model, MaxTokens: req.MaxTokens, Temperature: req.Temperature,
-		TopP: req.TopP, TopK: req.TopK, Seed: req.Seed, Stop: req.Stop, Stream: true}
-	body.StreamOptions.IncludeUsage = true
-	if req.Model != "" && req.Model != "auto" {
-		body.Model = req.Model
-	}
-	for _, m := range req.Messages {
-		body.Messages = append(body.Messages, chatMessage{Role: m.Role, Content: m.Content})
-	}
-	raw, err := json.Marshal(body)
-	if err != nil {
-		return llm.Final{}, llm.Errorf(llm.CodeInternal, "encode request: %v", err)
-	}
-	ctx, cancel := context.WithCancelCause(ctx)
-	defer cancel(nil)
-	hreq, err := http.NewRequestWithContext(ctx, http.MethodPost, r.endpoint("/v1/chat/completions"), bytes.NewReader(raw))
-	if err != nil {
-		return llm.Final{}, llm.Errorf(llm.CodeInternal, "build request: %v", err)
-	}
-	hreq.Header.Set("Content-Type", "application/json")
-	hreq.Header.Set("Accept", "text/event-stream")
-	if req.ID != "" {
-		hreq.Header.Set("x-request-id", req.ID)
-	}
-	if r.cfg.APIKey != "" {
-		hreq.Header.Set("Authorization", "Bearer "+r.cfg.APIKey)
-	}
-	resp, err := r.client.Do(hreq)
-	if err != nil {
-		return llm.Final{}, r.transportError(ctx, err)
-	}
-	defer resp.Body.Close()
-	if resp.StatusCode != http.StatusOK {
-		return llm.Final{}, statusError(resp)
-	}
-
-	// The stall timer cancels the request when no event arrives in time.
-	stall := time.AfterFunc(r.cfg.TokenTimeout, func() {
-		cancel(llm.Errorf(llm.CodeTimeout, "remote %s: no stream event for %v", r.base.Host, r.cfg.TokenTimeout))
-	})
-	defer stall.Stop()
-
-	fin, err := decodeStream(ctx, resp.Body, start, r.base.Host, func() { stall.Reset(r.cfg.TokenTimeout) }, emit)
-	if err != nil && !isLLMError(err) && ctx.Err() == nil {
-		err = r.transportError(ctx, err)
-	}
-	return fin, err
-}
-
-func isLLMError(err error) bool {
-	var e *llm.Error
-	return errors.As(err, &e)
-}
-
-// decodeStream reads an OpenAI SSE stream, emitting each content delta as it
-// arrives; progress is called on every line (the stall timer). Errors that
-// are not *llm.Error come from reading the body.
-func decodeStream(ctx context.Context, body io.Reader, start time.Time, host string, progress func(), emit llm.Emit) (llm.Final, error) {
-	var fin llm.Final
-	fin.FinishReason = "stop"
-	br := bufio.NewReaderSize(body, 16<<10)
-	for {
-		line, err := readLine(br)
-		if err != nil {
-			if errors.Is(err, io.EOF) {
-				return llm.Final{}, llm.Errorf(llm.CodeUnavailable, "remote %s: stream ended without [DONE]", host)
-			}
-			return llm.Final{}, err
-		}
-		if err := ctx.Err(); err != nil {
-			// Events already buffered must not outlive a caller who left.
-			return llm.Final{}, err
-		}
-		progress()
-		data, ok := sseData(line)
-		if !ok {
-			continue
-		}
-		if data == "[DONE]" {
-			break
-		}
-		var c chunk
-		if err := json.Unmarshal([]byte(data), &c); err != nil {
-			return llm.Final{}, llm.Errorf(llm.CodeInternal, "remote %s: bad stream event: %v", host, err)
-		}
-		if c.Error != nil {
-			return llm.Final{}, llm.Errorf(codeForType(c.Error.Type), "remote %s: %s", host, c.Error.Message)
-		}
-		for _, ch := range c.Choices {
-			if ch.Delta.Content != "" {
-				if fin.CompletionTokens == 0 {
-					fin.TTFT = time.Since(start)
-				}
-				fin.CompletionTokens++
-				if err := emit(llm.Token{Text: ch.Delta.Content}); err != nil {
-					return llm.Final{}, err
-				}
-			}
-			if ch.FinishReason != nil && *ch.FinishReason != "" {
-				fin.FinishReason = *ch.FinishReason
-			}
-		}
-		if c.Usage != nil {
-			fin.PromptTokens = c.Usage.PromptTokens
-			fin.CompletionTokens = c.Usage.CompletionTokens
-			if c.Usage.Details != nil {
-				fin.PrefixHitTokens = c.Usage.Details.CachedTokens
-			}
-		}
-	}
-	fin.Total = time.Since(start)
-	return fin, nil
-}
-
-// readLine reads one line, bounded at 1 MiB so a hostile server cannot make
-// the coordinator buffer without end.
-func readLine(br *bufio.Reader) (string, error) {
-	var b []byte
-	for {
-		frag, isPrefix, err := br.ReadLine()
-		if err != nil {
-			return "", err
-		}
-		b = append(b, frag...)
-		if len(b) > 1<<20 {
-			return "", errors.New("stream line over 1 MiB")
-		}
-		if !isPrefix {
-			return string(b), nil
-		}
-	}
-}
-
-// sseData returns the payload of a `data:` line.
-func sseData(line string) (string, bool) {
-	rest, ok := strings.CutPrefix(line, "data:")
-	if !ok {
-		return "", false
-	}
-	return strings.TrimPrefix(rest, " "), true
-}
-
-// transportError classifies a failure to talk to the server.
-func (r *Remote) transportError(ctx context.Context, err error) error {
-	if cause := context.Cause(ctx); cause != nil && !errors.Is(cause, context.Canceled) {
-		return cause // the stall timer's timeout, or the caller's deadline
-	}
-	if ctx.Err() != nil {
-		return ctx.Err()
-	}
-	var ne net.Error
-	if errors.As(err, &ne) && ne.Timeout() {
-		return llm.Errorf(llm.CodeTimeout, "remote %s: %v", r.base.Host, err)
-	}
-	return llm.Errorf(llm.CodeUnavailable, "remote %s: %v", r.base.Host, err)
-}
-
-// statusError maps a non-200 answer to the llm classification: 429 and 503
-// are overloads (eligible for fallback), other 5xx are internal errors.
-func statusError(resp *http.Response) error {
-	raw, _ := io.ReadAll(io.LimitReader(resp.Body, 64<<10))
-	msg := strings.TrimSpace(string(raw))
-	var body struct {
-		Error *apiErr `json:"error"`
-	}
-	if json.Unmarshal(raw, &body) == nil && body.Error != nil && body.Error.Message != "" {
-		msg = body.Error.Message
-	}
-	var code llm.Code
-	switch s := resp.StatusCode; {
-	case s == http.StatusTooManyRequests || s == http.StatusServiceUnavailable:
-		code = llm.CodeOverloaded
-	case s == http.StatusBadRequest || s == http.StatusRequestEntityTooLarge || s == http.StatusUnprocessableEntity:
-		code = llm.CodeInvalid
-	case s == http.StatusGatewayTimeout:
-		code = llm.CodeTimeout
-	default:
-		code = llm.CodeInternal
-	}
-	e := llm.Errorf(code, "remote answered %s: %s", resp.Status, msg)
-	if s := resp.Header.Get("Retry-After"); s != "" {
-		if n, err := strconv.Atoi(s); err == nil && n >= 0 {
-			e.RetryAfter = time.Duration(n) * time.Second
-		}
-	}
-	return e
-}
-
-func codeForType(t string) llm.Code {
-	switch t {
-	case "overloaded_error", "rate_limit_error", "server_overloaded":
-		return llm.CodeOverloaded
-	case "invalid_request_error":
-		return llm.CodeInvalid
-	}
-	return llm.CodeInternal
+	return r.stream.Generate(ctx, req, emit)
 }
 
 // metric names read from /metrics, per field, in order of preference:
@@ -432,7 +200,7 @@ func (r *Remote) get(ctx context.Context, path string) ([]byte, int, error) {
 	if r.cfg.APIKey != "" {
 		req.Header.Set("Authorization", "Bearer "+r.cfg.APIKey)
 	}
-	resp, err := r.client.Do(req)
+	resp, err := r.stream.HTTP().Do(req)
 	if err != nil {
 		return nil, 0, fmt.Errorf("remote %s: %w", r.base.Host, err)
 	}
@@ -487,6 +255,6 @@ func (r *Remote) CachedPrefixBlocks([]uint64) int { return -1 }
 
 // Close implements Engine: it drops idle connections.
 func (r *Remote) Close() error {
-	r.tr.CloseIdleConnections()
+	r.stream.CloseIdleConnections()
 	return nil
 }

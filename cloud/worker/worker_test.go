@@ -260,28 +260,6 @@ func FuzzPromLine(f *testing.F) {
 	})
 }
 
-func FuzzDecodeStream(f *testing.F) {
-	f.Add([]byte("data: {\"choices\":[{\"delta\":{\"content\":\"hi\"},\"finish_reason\":null}]}\n\ndata: {\"choices\":[],\"usage\":{\"prompt_tokens\":3,\"completion_tokens\":1}}\n\ndata: [DONE]\n\n"))
-	f.Add([]byte("data: {\"error\":{\"message\":\"x\",\"type\":\"overloaded_error\"}}\n"))
-	f.Add([]byte(": keep-alive\n\ndata: {\"choices\":[{\"delta\":{}}]}\n"))
-	f.Fuzz(func(t *testing.T, body []byte) {
-		n := 0
-		fin, err := decodeStream(context.Background(), strings.NewReader(string(body)), time.Now(), "fuzz", func() {}, func(tk llm.Token) error {
-			if tk.Text == "" {
-				t.Fatal("empty token emitted")
-			}
-			n++
-			return nil
-		})
-		if err == nil && fin.FinishReason == "" {
-			t.Fatal("no finish reason")
-		}
-		if err != nil && n > 0 && llm.CodeOf(err) == "" {
-			t.Fatal("unclassified error")
-		}
-	})
-}
-
 func TestBurstMeter(t *testing.T) {
 	m := NewBurstMeter()
 	t0 := time.Unix(1000, 0)

@@ -15,4 +15,11 @@
 // stream with a final `data: {"error":…}` event (and no [DONE]) and an
 // Anthropic stream with `event: error`, which both official SDKs raise as
 // exceptions.
+//
+// The package also holds the other end: Client streams chat completions from
+// any OpenAI-compatible server (vLLM, SGLang, llama-server, another
+// Phaseless) as an llm.Generator, mapping HTTP statuses and mid-stream error
+// events back onto llm.Error codes. The agent's --local-url engine
+// (agent/local.OpenAI) and the cloud's remote workers (cloud/worker.Remote)
+// both use it, so the two hops read upstream streams the same way.
 package httpapi
