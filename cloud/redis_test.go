@@ -1,76 +1,18 @@
 package cloud
 
 import (
-	"bufio"
-	"fmt"
-	"net"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strconv"
-	"strings"
 	"testing"
-	"time"
-)
 
-// startRedis runs a real redis-server on a free loopback port; without the
-// binary it skips, except under CI where it must be installed.
-func startRedis(t *testing.T) string {
-	t.Helper()
-	bin, err := exec.LookPath("redis-server")
-	if err != nil {
-		if os.Getenv("CI") != "" {
-			t.Fatalf("redis-server not installed (CI must have it): %v", err)
-		}
-		t.Skip("redis-server not installed")
-	}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	port := ln.Addr().(*net.TCPAddr).Port
-	ln.Close()
-	cmd := exec.Command(bin, "--port", fmt.Sprint(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no")
-	out, _ := cmd.StdoutPipe()
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	ready := make(chan bool, 1)
-	go func() {
-		sc := bufio.NewScanner(out)
-		ok := false
-		for sc.Scan() {
-			if !ok && strings.Contains(sc.Text(), "Ready to accept connections") {
-				ok = true
-				ready <- true
-			}
-		}
-		if !ok {
-			ready <- false
-		}
-	}()
-	select {
-	case ok := <-ready:
-		if !ok {
-			cmd.Wait()
-			t.Fatal("redis-server exited before it was ready")
-		}
-	case <-time.After(20 * time.Second):
-		cmd.Process.Kill()
-		cmd.Wait()
-		t.Fatal("redis-server did not become ready")
-	}
-	t.Cleanup(func() {
-		cmd.Process.Kill()
-		cmd.Wait()
-	})
-	return fmt.Sprintf("redis://127.0.0.1:%d/0", port)
-}
+	"github.com/phaseless/phaseless/cloud/admit/redistest"
+)
 
 // TestCloudReplicasShareBudget: two coordinator replicas on one Redis see
 // one budget per tenant: what one spends, the other cannot.
 func TestCloudReplicasShareBudget(t *testing.T) {
-	url := startRedis(t)
+	url := redistest.Start(t)
 	keys := filepath.Join(t.TempDir(), "keys")
 	os.WriteFile(keys, []byte("sk-shared-key-1 shared 1000\nsk-solo-key-01 solo 1000\n"), 0o600)
 	replica := func() *Cloud {

@@ -1,18 +1,15 @@
 package admit
 
 import (
-	"bufio"
 	"context"
 	"errors"
 	"fmt"
 	"net"
-	"os"
-	"os/exec"
-	"strings"
 	"sync"
 	"testing"
 	"time"
 
+	"github.com/phaseless/phaseless/cloud/admit/redistest"
 	"github.com/redis/go-redis/v9"
 	"go.uber.org/goleak"
 )
@@ -28,71 +25,11 @@ type quietRedis struct{}
 
 func (quietRedis) Printf(context.Context, string, ...any) {}
 
-// startRedis runs a real redis-server on a free loopback port for the test.
-// Without the binary it skips, except under CI where it must be there.
-func startRedis(t *testing.T) string {
-	t.Helper()
-	bin, err := exec.LookPath("redis-server")
-	if err != nil {
-		if os.Getenv("CI") != "" {
-			t.Fatalf("redis-server not installed (CI must have it): %v", err)
-		}
-		t.Skip("redis-server not installed")
-	}
-	for attempt := 0; attempt < 5; attempt++ {
-		ln, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			t.Fatal(err)
-		}
-		port := ln.Addr().(*net.TCPAddr).Port
-		ln.Close()
-		cmd := exec.Command(bin, "--port", fmt.Sprint(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no")
-		out, err := cmd.StdoutPipe()
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := cmd.Start(); err != nil {
-			t.Fatal(err)
-		}
-		ready := make(chan bool, 1)
-		go func() {
-			sc := bufio.NewScanner(out)
-			ok := false
-			for sc.Scan() {
-				if !ok && strings.Contains(sc.Text(), "Ready to accept connections") {
-					ok = true
-					ready <- true
-				}
-			}
-			if !ok {
-				ready <- false
-			}
-		}()
-		select {
-		case ok := <-ready:
-			if ok {
-				t.Cleanup(func() {
-					cmd.Process.Kill()
-					cmd.Wait()
-				})
-				return fmt.Sprintf("redis://127.0.0.1:%d/0", port)
-			}
-			cmd.Wait() // the port was taken between Close and Start: try another
-		case <-time.After(20 * time.Second):
-			cmd.Process.Kill()
-			cmd.Wait()
-			t.Fatal("redis-server did not become ready")
-		}
-	}
-	t.Fatal("could not start redis-server")
-	return ""
-}
-
 func stores(t *testing.T) map[string]func(t *testing.T) Store {
 	return map[string]func(t *testing.T) Store{
 		"memory": func(t *testing.T) Store { return NewMemoryStore() },
 		"redis": func(t *testing.T) Store {
-			url := startRedis(t)
+			url := redistest.Start(t)
 			s, err := NewRedisStore(context.Background(), url, fmt.Sprintf("test%d:", time.Now().UnixNano()))
 			if err != nil {
 				t.Fatal(err)
