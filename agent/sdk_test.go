@@ -1,14 +1,9 @@
 package agent
 
 import (
-	"context"
-	"encoding/json"
-	"os"
-	"os/exec"
-	"path/filepath"
-	"strings"
 	"testing"
-	"time"
+
+	"github.com/phaseless/phaseless/transport/httpapi/sdktest"
 )
 
 // TestOfficialSDKsAgainstAgent runs the official OpenAI and Anthropic Node
@@ -16,35 +11,8 @@ import (
 // streaming and not, the model list and a validation error. The stand-in
 // model's text is noise, so the test checks shapes, counts and headers.
 func TestOfficialSDKsAgainstAgent(t *testing.T) {
-	dir, err := filepath.Abs("../examples/sdk-test")
-	if err != nil {
-		t.Fatal(err)
-	}
-	need := func(format string, args ...any) {
-		t.Helper()
-		if os.Getenv("CI") != "" {
-			t.Fatalf(format, args...)
-		}
-		t.Skipf(format, args...)
-	}
-	if _, err := exec.LookPath("node"); err != nil {
-		need("node not installed: %v", err)
-	}
-	if _, err := os.Stat(filepath.Join(dir, "node_modules", "@anthropic-ai", "sdk", "package.json")); err != nil {
-		// transport/httpapi's SDK test installs them with npm ci.
-		need("SDKs not installed in %s (npm ci there): %v", dir, err)
-	}
+	dir := sdktest.Dir(t) // transport/httpapi's SDK test installs them (sdktest.Install)
 	a, url := startAgent(t, testConfig(t))
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-	defer cancel()
-	cmd := exec.CommandContext(ctx, "node", "agent.mjs")
-	cmd.Dir = dir
-	cmd.Env = append(os.Environ(), "PHASELESS_BASE_URL="+url)
-	out, err := cmd.CombinedOutput()
-	if err != nil {
-		t.Fatalf("node agent.mjs: %v\n%s", err, out)
-	}
-	t.Logf("%s", out)
 	type usage struct {
 		CompletionTokens int `json:"completion_tokens"`
 		OutputTokens     int `json:"output_tokens"`
@@ -58,11 +26,7 @@ func TestOfficialSDKsAgainstAgent(t *testing.T) {
 		Status                                       int
 	}
 	res := map[string]result{}
-	for _, line := range strings.Split(strings.TrimSpace(string(out)), "\n") {
-		var r result
-		if err := json.Unmarshal([]byte(line), &r); err != nil {
-			t.Fatalf("line %q: %v", line, err)
-		}
+	for _, r := range sdktest.Run[result](t, dir, "agent.mjs", url) {
 		res[r.Check] = r
 	}
 	if r := res["openai.create"]; r.Route != "local" || r.Usage == nil || r.Usage.CompletionTokens < 1 || (r.Finish != "stop" && r.Finish != "length") {

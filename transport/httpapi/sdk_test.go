@@ -2,14 +2,10 @@ package httpapi
 
 import (
 	"context"
-	"encoding/json"
-	"os"
-	"os/exec"
-	"path/filepath"
 	"strings"
 	"testing"
-	"time"
 
+	"github.com/phaseless/phaseless/transport/httpapi/sdktest"
 	"github.com/phaseless/phaseless/transport/llm"
 )
 
@@ -34,67 +30,17 @@ func (sdkGen) Generate(ctx context.Context, req *llm.Request, emit llm.Emit) (ll
 	return llm.Final{PromptTokens: 5, CompletionTokens: 3, FinishReason: "stop", Route: "local"}, nil
 }
 
-// sdkDir returns examples/sdk-test with its node_modules installed, or skips
-// (fails on CI) when Node or the packages are not available.
-func sdkDir(t *testing.T) string {
-	t.Helper()
-	unavailable := func(format string, args ...any) {
-		t.Helper()
-		if os.Getenv("CI") != "" {
-			t.Fatalf(format, args...)
-		}
-		t.Skipf(format, args...)
-	}
-	dir, err := filepath.Abs("../../examples/sdk-test")
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := exec.LookPath("node"); err != nil {
-		unavailable("node not installed: %v", err)
-	}
-	if _, err := os.Stat(filepath.Join(dir, "node_modules", "openai", "package.json")); err == nil {
-		if _, err := os.Stat(filepath.Join(dir, "node_modules", "@anthropic-ai", "sdk", "package.json")); err == nil {
-			return dir
-		}
-	}
-	npm, err := exec.LookPath("npm")
-	if err != nil {
-		unavailable("npm not installed: %v", err)
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
-	defer cancel()
-	cmd := exec.CommandContext(ctx, npm, "ci", "--no-audit", "--no-fund")
-	cmd.Dir = dir
-	if out, err := cmd.CombinedOutput(); err != nil {
-		unavailable("npm ci in %s: %v\n%s", dir, err, out)
-	}
-	return dir
-}
-
 // TestOfficialSDKs runs the official OpenAI and Anthropic Node SDKs, unchanged,
 // against a real handler on loopback: non-streaming, streaming, validation
 // errors, an overloaded engine and a failure in the middle of a stream.
 func TestOfficialSDKs(t *testing.T) {
-	dir := sdkDir(t)
+	dir := sdktest.Install(t)
 	url := serve(t, sdkGen{}, Options{})
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-	defer cancel()
-	cmd := exec.CommandContext(ctx, "node", "sdk.mjs")
-	cmd.Dir = dir
-	cmd.Env = append(os.Environ(), "PHASELESS_BASE_URL="+url)
-	out, err := cmd.CombinedOutput()
-	if err != nil {
-		t.Fatalf("node sdk.mjs: %v\n%s", err, out)
-	}
 	results := map[string]map[string]any{}
-	for _, line := range strings.Split(strings.TrimSpace(string(out)), "\n") {
-		var r map[string]any
-		if err := json.Unmarshal([]byte(line), &r); err != nil {
-			t.Fatalf("not a result line %q: %v\n%s", line, err, out)
-		}
-		results[r["check"].(string)] = r
+	for _, r := range sdktest.Run[map[string]any](t, dir, "sdk.mjs", url) {
+		check, _ := r["check"].(string)
+		results[check] = r
 	}
-	t.Logf("%s", out)
 	get := func(check, path string) any {
 		var v any = results[check]
 		for _, k := range strings.Split(path, ".") {
