@@ -13,6 +13,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/phaseless/phaseless/agent/internal/bolttest"
 )
 
 // crashChildEnv names the store file a re-executed test binary appends to
@@ -130,7 +132,7 @@ func TestKillDuringAppendLosesNothing(t *testing.T) {
 
 func verifyAcked(t *testing.T, path string, acked map[uint64]string, maxAcked uint64, round int) {
 	t.Helper()
-	checkFile(t, path)
+	bolttest.Check(t, path)
 	s, err := Open(path, Config{})
 	if err != nil {
 		t.Fatalf("round %d: reopen: %v", round, err)

@@ -14,6 +14,7 @@ import (
 	bolt "go.etcd.io/bbolt"
 	"go.uber.org/goleak"
 
+	"github.com/phaseless/phaseless/agent/internal/bolttest"
 	"github.com/phaseless/phaseless/transport/fleet"
 )
 
@@ -37,27 +38,9 @@ func openStore(t testing.TB, cfg Config) (*Store, string) {
 		if err := s.Close(); err != nil {
 			t.Errorf("close: %v", err)
 		}
-		checkFile(t, path)
+		bolttest.Check(t, path)
 	})
 	return s, path
-}
-
-// checkFile runs tx.Check on a closed store file.
-func checkFile(t testing.TB, path string) {
-	t.Helper()
-	db, err := bolt.Open(path, 0o600, &bolt.Options{ReadOnly: true, Timeout: 5 * time.Second})
-	if err != nil {
-		t.Fatalf("reopen for check: %v", err)
-	}
-	defer db.Close()
-	if err := db.View(func(tx *bolt.Tx) error {
-		for err := range tx.Check() {
-			return err
-		}
-		return nil
-	}); err != nil {
-		t.Errorf("bbolt check %s: %v", path, err)
-	}
 }
 
 func fixedClock(t time.Time) func() time.Time { return func() time.Time { return t } }

@@ -9,9 +9,9 @@ import (
 	"strings"
 	"sync"
 	"testing"
-	"time"
 
 	"github.com/eclipse/paho.golang/autopaho/queue"
+	"github.com/phaseless/phaseless/agent/internal/bolttest"
 	bolt "go.etcd.io/bbolt"
 	"go.uber.org/goleak"
 )
@@ -30,26 +30,9 @@ func openQueue(t *testing.T, cfg Config) (*Queue, string) {
 		if err := q.Close(); err != nil {
 			t.Errorf("close: %v", err)
 		}
-		checkFile(t, path)
+		bolttest.Check(t, path)
 	})
 	return q, path
-}
-
-func checkFile(t *testing.T, path string) {
-	t.Helper()
-	db, err := bolt.Open(path, 0o600, &bolt.Options{ReadOnly: true, Timeout: 5 * time.Second})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer db.Close()
-	if err := db.View(func(tx *bolt.Tx) error {
-		for err := range tx.Check() {
-			return err
-		}
-		return nil
-	}); err != nil {
-		t.Errorf("bbolt check: %v", err)
-	}
 }
 
 // pop peeks, reads and removes the head entry.
@@ -160,7 +143,7 @@ func TestQueueSurvivesReopenInOrder(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer func() { _ = q2.Close(); checkFile(t, path) }()
+	defer func() { _ = q2.Close(); bolttest.Check(t, path) }()
 	enqueue(t, q2, "c")
 	if st := q2.Stats(); st.Entries != 2 {
 		t.Fatalf("entries after reopen = %d", st.Entries)
@@ -255,7 +238,7 @@ func TestCorruptEntryIsSkippedNotLooped(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer func() { _ = q.Close(); checkFile(t, path) }()
+	defer func() { _ = q.Close(); bolttest.Check(t, path) }()
 	for _, want := range []string{"good-1", "good-4"} {
 		if got := pop(t, q); got != want {
 			t.Fatalf("pop = %q, want %q", got, want)
