@@ -1,13 +1,13 @@
 package agent
 
 import (
-	"bytes"
 	"context"
 	"fmt"
 	"path/filepath"
 	"strings"
 
 	"github.com/phaseless/phaseless/agent/local"
+	"github.com/phaseless/phaseless/models/edgemodel"
 	"github.com/phaseless/phaseless/models/lm"
 	"github.com/phaseless/phaseless/transport/llm"
 )
@@ -22,33 +22,13 @@ type localEngine struct {
 	batchSize int // generations the engine runs at once
 }
 
-// DefaultModelConfig is the stand-in edge model used when --model is empty:
-// random weights in the shipped model's architecture and byte vocabulary,
-// small enough to run under qemu. It produces noise, not answers; it exists
-// so that a fresh agent serves the whole local path (API, router, engine,
-// telemetry) before a real model is installed. The trained edge model
-// replaces it once it is embedded (issue 9).
-var DefaultModelConfig = lm.Config{Vocab: 258, Dim: 64, Layers: 2, Heads: 4, KVHeads: 2, FFN: 128, ContextLen: 2048}
-
-// defaultModelSeed makes the stand-in model the same on every device.
-const defaultModelSeed = 1
-
-// defaultModel builds the stand-in model through lm's own GGUF writer and
-// reader, so it is loaded exactly as a model file would be.
-func defaultModel() (*lm.Model, error) {
-	w, err := lm.RandomWeights(DefaultModelConfig, defaultModelSeed)
-	if err != nil {
-		return nil, err
-	}
-	var buf bytes.Buffer
-	if err := lm.WriteGGUF(&buf, DefaultModelConfig, lm.ByteTokenizerSpec(), w, map[string]any{"general.name": "phaseless-edge-random"}, lm.F32); err != nil {
-		return nil, err
-	}
-	return lm.Read(bytes.NewReader(buf.Bytes()), int64(buf.Len()))
-}
+// defaultModel is the shipped edge model (models/edgemodel), embedded in
+// the binary so a fresh agent answers in-car requests with no file to
+// install. It is 1.6 MiB of the agent's size budget.
+func defaultModel() (*lm.Model, error) { return edgemodel.Open() }
 
 // openEngine builds the local engine from the config: an OpenAI-compatible
-// server by URL, the built-in engine with --model, or the stand-in model.
+// server by URL, the built-in engine with --model, or the shipped edge model.
 func openEngine(cfg Config) (*localEngine, error) {
 	if cfg.LocalURL != "" {
 		eng, err := local.NewOpenAI(cfg.LocalURL, cfg.LocalModel, nil)
@@ -64,7 +44,7 @@ func openEngine(cfg Config) (*localEngine, error) {
 	var (
 		m    *lm.Model
 		err  error
-		name = "phaseless-edge-random"
+		name = edgemodel.Name
 	)
 	if cfg.Model != "" {
 		m, err = lm.Load(cfg.Model)
