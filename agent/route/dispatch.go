@@ -147,6 +147,17 @@ func (d *Dispatcher) Generate(ctx context.Context, req *llm.Request, emit llm.Em
 			d.log.Info("falling back to the local engine", "id", req.ID, "reason", fallback)
 		}
 		fin, err = d.cfg.Local.Generate(ctx, req, te.forward)
+		if reason := d.offloadReason(ctx, dec, fallback, te, err); reason != "" {
+			// The device's engine refused work the router gave it (a prompt
+			// longer than its context, a full queue): the cloud may still
+			// take it, which beats an error.
+			path, fallback = PathCloud, reason
+			d.m.fallbacks.With("local_refused").Inc()
+			meta.SetRoute(PathCloud)
+			meta.SetFallbackReason(fallback)
+			d.log.Info("offloading to the cloud", "id", req.ID, "reason", fallback)
+			fin, err = d.generateCloud(ctx, req, te)
+		}
 	}
 	if err == nil {
 		if path == PathLocal || fin.Route == "" {
@@ -159,6 +170,22 @@ func (d *Dispatcher) Generate(ctx context.Context, req *llm.Request, emit llm.Em
 	}
 	d.record(ctx, req, dec, path, fallback, te, fin, err)
 	return fin, err
+}
+
+// offloadReason says why a local failure should be retried on the cloud, or
+// "" when it should not: only when the local engine refused before its first
+// token for a reason another engine may not have, the router chose local by
+// itself (not an x-phaseless-route override, not a fallback from the cloud),
+// and the cloud is reachable.
+func (d *Dispatcher) offloadReason(ctx context.Context, dec Decision, fallback string, te *timedEmit, err error) string {
+	if err == nil || te.tokens > 0 || ctx.Err() != nil || fallback != "" || dec.Override == PathLocal || d.cfg.Cloud == nil || !d.link().Connected {
+		return ""
+	}
+	switch llm.CodeOf(err) {
+	case llm.CodeContextLength, llm.CodeOverloaded:
+		return "local engine refused: " + err.Error()
+	}
+	return ""
 }
 
 var errNoFirstToken = errors.New("route: no first token from the cloud in time")
@@ -201,7 +228,7 @@ func eligibleForFallback(ctx context.Context, err error) bool {
 		return false
 	}
 	switch llm.CodeOf(err) {
-	case llm.CodeInvalid, llm.CodeCancelled:
+	case llm.CodeInvalid, llm.CodeContextLength, llm.CodeCancelled:
 		return false
 	}
 	return true

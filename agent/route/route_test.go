@@ -261,6 +261,37 @@ func TestDispatchPaths(t *testing.T) {
 			t.Errorf("%q %+v %v", r.out, r.meta, err)
 		}
 	})
+	t.Run("local engine refuses, cloud takes it", func(t *testing.T) {
+		for _, code := range []llm.Code{llm.CodeContextLength, llm.CodeOverloaded} {
+			local := &engine{failAt: 0, err: llm.Errorf(code, "no room")}
+			cloud := ok("cloud/p/w")
+			r, err := dispatch(t, local, cloud, up, lowEntropy, "")
+			if err != nil || r.out != "cloud/p/w!" || r.meta.Route != PathCloud || !strings.Contains(r.meta.FallbackReason, "local engine refused") {
+				t.Errorf("%s: %q %+v %v", code, r.out, r.meta, err)
+			}
+			if r.rec.Decision != PathLocal || r.rec.Path != "cloud/p/w" || r.rec.Outcome != "ok" || r.rec.FallbackReason == "" {
+				t.Errorf("%s: record %+v", code, r.rec)
+			}
+		}
+	})
+	t.Run("no offload when pinned local, cloud down or the request is bad", func(t *testing.T) {
+		for _, tc := range []struct {
+			name, override string
+			link           Link
+			code           llm.Code
+		}{
+			{"pinned local", PathLocal, up, llm.CodeContextLength},
+			{"cloud down", "", Link{}, llm.CodeContextLength},
+			{"invalid request", "", up, llm.CodeInvalid},
+		} {
+			local := &engine{failAt: 0, err: llm.Errorf(tc.code, "refused")}
+			cloud := ok("cloud/p/w")
+			_, err := dispatch(t, local, cloud, tc.link, lowEntropy, tc.override)
+			if llm.CodeOf(err) != tc.code || cloud.calls != 0 {
+				t.Errorf("%s: err %v, cloud calls %d", tc.name, err, cloud.calls)
+			}
+		}
+	})
 	t.Run("local failure", func(t *testing.T) {
 		local := &engine{failAt: 0, err: llm.Errorf(llm.CodeOverloaded, "queue full")}
 		r, err := dispatch(t, local, nil, Link{}, lowEntropy, "")

@@ -310,7 +310,7 @@ func (e *Engine) GenerateTokens(ctx context.Context, prompt []int32, opt GenOpti
 		return llm.Final{}, llm.Errorf(llm.CodeInvalid, "empty prompt")
 	}
 	if len(prompt) >= e.m.Config.ContextLen {
-		return llm.Final{}, llm.Errorf(llm.CodeInvalid, "prompt of %d tokens does not fit the context of %d", len(prompt), e.m.Config.ContextLen)
+		return llm.Final{}, llm.Errorf(llm.CodeContextLength, "prompt of %d tokens does not fit the context of %d", len(prompt), e.m.Config.ContextLen)
 	}
 	for _, t := range prompt {
 		if t < 0 || int(t) >= e.m.Config.Vocab {

@@ -375,8 +375,12 @@ func statusError(resp *http.Response, name string) error {
 		Error *upErr `json:"error"`
 	}
 	var msg string
+	contextLength := false
 	if json.Unmarshal(raw, &body) == nil && body.Error != nil && body.Error.Message != "" {
 		msg = body.Error.Message
+		// OpenAI's, vLLM's and Phaseless' own code for a prompt longer than
+		// the model's context: another engine may still take it.
+		contextLength = body.Error.Code == string(llm.CodeContextLength)
 	} else {
 		msg = strings.TrimSpace(string(raw[:min(len(raw), maxErrorText)]))
 	}
@@ -384,6 +388,8 @@ func statusError(resp *http.Response, name string) error {
 	switch s := resp.StatusCode; {
 	case s == http.StatusTooManyRequests || s == http.StatusServiceUnavailable:
 		code = llm.CodeOverloaded
+	case contextLength:
+		code = llm.CodeContextLength
 	case s == http.StatusBadRequest || s == http.StatusRequestEntityTooLarge || s == http.StatusUnprocessableEntity:
 		code = llm.CodeInvalid
 	case s == http.StatusGatewayTimeout:

@@ -92,6 +92,7 @@ func TestClientErrors(t *testing.T) {
 	route("ratelimit", status(http.StatusTooManyRequests, `{"error":{"message":"slow down","type":"rate_limit_error"}}`))
 	route("unavailable", status(http.StatusServiceUnavailable, `{"error":{"message":"busy","type":"server_error"}}`))
 	route("bad", status(http.StatusBadRequest, `{"error":{"message":"max_tokens too large"}}`))
+	route("context", status(http.StatusBadRequest, `{"error":{"message":"prompt too long for this model","type":"invalid_request_error","code":"context_length_exceeded"}}`))
 	route("toolarge", status(http.StatusRequestEntityTooLarge, `too large`))
 	route("unprocessable", status(http.StatusUnprocessableEntity, `{"detail":"x"}`))
 	route("gwtimeout", status(http.StatusGatewayTimeout, ``))
@@ -123,6 +124,7 @@ func TestClientErrors(t *testing.T) {
 		{"ratelimit", llm.CodeOverloaded, "slow down", 3 * time.Second},
 		{"unavailable", llm.CodeOverloaded, "busy", 3 * time.Second},
 		{"bad", llm.CodeInvalid, "max_tokens too large", 3 * time.Second},
+		{"context", llm.CodeContextLength, "prompt too long", 3 * time.Second},
 		{"toolarge", llm.CodeInvalid, "too large", 3 * time.Second},
 		{"unprocessable", llm.CodeInvalid, `{"detail":"x"}`, 3 * time.Second},
 		{"gwtimeout", llm.CodeTimeout, "504", 3 * time.Second},

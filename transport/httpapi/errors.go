@@ -56,6 +56,8 @@ func fromError(err error) *apiError {
 	switch e.code {
 	case llm.CodeInvalid:
 		e.status, e.oaiType, e.antType = http.StatusBadRequest, "invalid_request_error", "invalid_request_error"
+	case llm.CodeContextLength:
+		e.status, e.oaiType, e.oaiCode, e.antType = http.StatusBadRequest, "invalid_request_error", "context_length_exceeded", "invalid_request_error"
 	case llm.CodeAuth:
 		e.status, e.oaiType, e.oaiCode, e.antType = http.StatusUnauthorized, "invalid_request_error", "invalid_api_key", "authentication_error"
 	case llm.CodeBudget:

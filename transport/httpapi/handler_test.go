@@ -460,6 +460,7 @@ func TestErrorMapping(t *testing.T) {
 		{llm.Errorf(llm.CodeOverloaded, "queue full"), 503, "server_error", "overloaded_error", ""},
 		{llm.Errorf(llm.CodeUnavailable, "no engine"), 503, "server_error", "api_error", ""},
 		{llm.Errorf(llm.CodeInvalid, "prompt too long"), 400, "invalid_request_error", "invalid_request_error", ""},
+		{llm.Errorf(llm.CodeContextLength, "prompt of 300 tokens does not fit the context of 256"), 400, "invalid_request_error", "invalid_request_error", ""},
 		{llm.Errorf(llm.CodeTimeout, "slow"), 504, "server_error", "api_error", ""},
 		{errors.New("boom"), 500, "server_error", "api_error", ""},
 	}

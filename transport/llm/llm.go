@@ -80,14 +80,17 @@ type Generator interface {
 type Code string
 
 const (
-	CodeInvalid     Code = "invalid_request" // 400
-	CodeAuth        Code = "authentication"  // 401
-	CodeBudget      Code = "budget_exceeded" // 429
-	CodeOverloaded  Code = "overloaded"      // 503 (429/503-like: eligible for fallback)
-	CodeUnavailable Code = "unavailable"     // 503 (no path to an engine)
-	CodeCancelled   Code = "cancelled"       // 499
-	CodeInternal    Code = "internal"        // 500
-	CodeTimeout     Code = "timeout"         // 504
+	CodeInvalid Code = "invalid_request" // 400
+	// CodeContextLength: the prompt does not fit this engine's context
+	// (400). Another engine, with a longer context, may still run it.
+	CodeContextLength Code = "context_length_exceeded"
+	CodeAuth          Code = "authentication"  // 401
+	CodeBudget        Code = "budget_exceeded" // 429
+	CodeOverloaded    Code = "overloaded"      // 503 (429/503-like: eligible for fallback)
+	CodeUnavailable   Code = "unavailable"     // 503 (no path to an engine)
+	CodeCancelled     Code = "cancelled"       // 499
+	CodeInternal      Code = "internal"        // 500
+	CodeTimeout       Code = "timeout"         // 504
 )
 
 // Error is a failure that crosses hops with its classification intact.
