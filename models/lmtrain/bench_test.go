@@ -21,7 +21,7 @@ func BenchmarkTrainStep(b *testing.B) {
 	m := NewModel(p)
 	opt := NewAdamW(p, tc)
 	rng := rand.New(rand.NewPCG(1, 1))
-	bs, s := tc.Batch, tc.SeqLen
+	bs, s := 16, tc.SeqLen // fixed, so numbers compare across preset changes
 	tokens, targets := randTokens(rng, bs*s, c.Vocab), randTokens(rng, bs*s, c.Vocab)
 	b.Run("forward", func(b *testing.B) {
 		for b.Loop() {
