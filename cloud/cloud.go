@@ -28,6 +28,7 @@ import (
 	"github.com/phaseless/phaseless/cloud/ingress"
 	"github.com/phaseless/phaseless/cloud/sched"
 	"github.com/phaseless/phaseless/cloud/worker"
+	"github.com/phaseless/phaseless/models/cloudmodel"
 	"github.com/phaseless/phaseless/models/lm"
 	"github.com/phaseless/phaseless/transport/cli"
 	"github.com/phaseless/phaseless/transport/httpapi"
@@ -474,7 +475,7 @@ func (c *Cloud) buildWorkers() ([]*worker.Worker, []*worker.Builtin, lm.Tokenize
 	return workers, builtins, tok, nil
 }
 
-// loadModel loads --model, or builds the stand-in dev model.
+// loadModel loads --model, or the shipped cloud model (models/cloudmodel).
 func (c *Cloud) loadModel() (*lm.Model, error) {
 	if c.cfg.Model != "" {
 		m, err := lm.Load(c.cfg.Model)
@@ -483,8 +484,7 @@ func (c *Cloud) loadModel() (*lm.Model, error) {
 		}
 		return m, nil
 	}
-	c.log.Warn("no --model given and no shipped cloud model yet: serving a random-weight stand-in model (its text is gibberish; scheduling, batching and streaming are real)")
-	return worker.DevModel(worker.DevModelConfig, 1)
+	return cloudmodel.Open()
 }
 
 // HTTPAddr is the bound HTTP address (after Start).
