@@ -1,14 +1,12 @@
 package cloudmodel
 
 import (
-	"context"
 	"math"
 	"strings"
-	"sync"
 	"testing"
 
-	"github.com/phaseless/phaseless/models/lm"
 	"github.com/phaseless/phaseless/models/lmtrain/corpus"
+	"github.com/phaseless/phaseless/models/lmtrain/shippedtest"
 	"github.com/phaseless/phaseless/transport/llm"
 )
 
@@ -17,31 +15,9 @@ func TestShippedModelShapeAndProvenance(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	c := m.Config
-	params := 2*c.Vocab*c.Dim + c.Dim + c.Layers*(2*c.Dim+2*c.Dim*c.Heads*c.HeadDim()+2*c.Dim*c.KVHeads*c.HeadDim()+3*c.Dim*c.FFN)
+	params := shippedtest.CheckShapeAndProvenance(t, m, Name)
 	if params < 1_000_000 {
 		t.Errorf("%d weights: the cloud model should be the larger one", params)
-	}
-	if spec := m.TokenizerSpec(); spec.Model != lm.TokenizerByte {
-		t.Errorf("tokenizer %q, want byte-level", spec.Model)
-	}
-	if m.Meta["general.name"] != Name {
-		t.Errorf("general.name %v, want %s", m.Meta["general.name"], Name)
-	}
-	for _, k := range []string{"phaseless.train.config", "phaseless.train.command", "phaseless.data.sources", "phaseless.eval.val_loss"} {
-		if _, ok := m.Meta[k]; !ok {
-			t.Errorf("metadata lacks %s", k)
-		}
-	}
-	// Any UTF-8 is valid input for a byte vocabulary, Chinese included.
-	ids := append([]int32{m.Tokenizer().BOS()}, m.Tokenizer().Encode("把温度调到二十一度")...)
-	if err := m.ValidateTokens(ids); err != nil {
-		t.Fatal(err)
-	}
-	for _, v := range m.Logits(ids) {
-		if math.IsNaN(float64(v)) || math.IsInf(float64(v), 0) {
-			t.Fatal("non-finite logit")
-		}
 	}
 }
 
@@ -54,39 +30,11 @@ func TestHeldOutReplies(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	e, err := lm.NewEngine(m, lm.EngineConfig{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer e.Close()
 	split, err := corpus.Cloud(1) // the seed the shipped model was trained with
 	if err != nil {
 		t.Fatal(err)
 	}
-	test := split.Test
-	step := max(1, len(test)/300)
-	var picked []corpus.Example
-	for i := 0; i < len(test); i += step {
-		picked = append(picked, test[i])
-	}
-	replies := make([]string, len(picked))
-	var wg sync.WaitGroup
-	sem := make(chan struct{}, 16)
-	for i, ex := range picked {
-		wg.Add(1)
-		sem <- struct{}{}
-		go func() {
-			defer wg.Done()
-			defer func() { <-sem }()
-			var b strings.Builder
-			req := &llm.Request{Messages: []llm.Message{{Role: "user", Content: ex.Prompt}}, MaxTokens: 100, Seed: 1}
-			if _, err := e.Generate(context.Background(), req, func(tk llm.Token) error { b.WriteString(tk.Text); return nil }); err != nil {
-				t.Error(err)
-			}
-			replies[i] = b.String()
-		}()
-	}
-	wg.Wait()
+	picked, replies := shippedtest.HeldOutReplies(t, m, split.Test, 300)
 	var right, wikiRight, wiki int
 	for i, ex := range picked {
 		if ex.Intent == "wiki" {
@@ -143,21 +91,5 @@ func TestRepliesEndTheirTurn(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	e, err := lm.NewEngine(m, lm.EngineConfig{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer e.Close()
-	for _, q := range []string{"navigate to Denver", "set the temperature to 21 degrees", "play some jazz", "what time is it", "把温度调到二十一度"} {
-		var b strings.Builder
-		fin, err := e.Generate(context.Background(), &llm.Request{Messages: []llm.Message{{Role: "user", Content: q}}, MaxTokens: 120, Seed: 1},
-			func(tk llm.Token) error { b.WriteString(tk.Text); return nil })
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Logf("%q → %q", q, b.String())
-		if fin.FinishReason != "stop" || strings.TrimSpace(b.String()) == "" {
-			t.Errorf("%q: finish %q after %q", q, fin.FinishReason, b.String())
-		}
-	}
+	shippedtest.CheckRepliesEndTheirTurn(t, m, []string{"navigate to Denver", "set the temperature to 21 degrees", "play some jazz", "what time is it", "把温度调到二十一度"})
 }
