@@ -8,7 +8,7 @@ STATICCHECK ?= $(GO) run honnef.co/go/tools/cmd/staticcheck@v0.8.2
 # -race on every package except the numeric ones whose tests are CPU-bound
 # training/forward passes: the race detector slows them 5-10x and they share no
 # state across goroutines beyond what the race-tested packages cover.
-RACE_SKIP := /models/lm|/models/predictor|/models/lmtrain
+RACE_SKIP := /models/lm|/models/predictor|/models/lmtrain|/models/edgemodel|/models/cloudmodel
 TEST_FLAGS ?= -timeout 20m
 
 # The device build leaves out net/http's bundled HTTP/2 (0.5 MiB): the agent
