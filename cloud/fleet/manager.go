@@ -15,6 +15,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/phaseless/phaseless/cloud/fleet/internal/gate"
 	tfleet "github.com/phaseless/phaseless/transport/fleet"
 	"github.com/phaseless/phaseless/transport/metrics"
 )
@@ -28,7 +29,7 @@ type Manager struct {
 	now    func() time.Time
 	st     *store
 	bus    bus
-	gate   gate // deliveries in progress, waited for by Close
+	gate   gate.Gate // deliveries in progress, waited for by Close
 
 	stop      chan struct{}
 	wg        sync.WaitGroup // the prune loop
@@ -78,7 +79,6 @@ func Open(cfg Config) (*Manager, error) {
 	}
 	reg.GaugeFunc("fleet_telemetry_records_stored", "telemetry records held in the fleet store", func() float64 { return float64(m.stored.Load()) })
 	reg.GaugeFunc("fleet_devices", "devices in the registry", func() float64 { return float64(m.nDevs.Load()) })
-	m.gate.init()
 	m.refreshCounts()
 
 	filters := []string{
@@ -119,7 +119,7 @@ func (m *Manager) Close() error {
 		close(m.stop)
 		m.wg.Wait()
 		err := m.bus.close()
-		m.gate.close()
+		m.gate.Close()
 		m.closeErr = errors.Join(err, m.st.db.Close())
 	})
 	return m.closeErr
@@ -162,10 +162,10 @@ func (m *Manager) refreshCounts() {
 // (or MQTT client's) goroutine; the message is acknowledged to the broker
 // when it returns.
 func (m *Manager) deliver(topic string, payload []byte) {
-	if !m.gate.enter() {
+	if !m.gate.Enter() {
 		return
 	}
-	defer m.gate.leave()
+	defer m.gate.Leave()
 	id, suffix, ok := m.topics.ParseDevice(topic)
 	if !ok {
 		m.mDecodeErrors.With("topic").Inc()
@@ -478,42 +478,4 @@ func (m *Manager) Export(ctx context.Context, w io.Writer, since time.Time, devi
 		return nil
 	})
 	return n, err
-}
-
-// gate counts deliveries in progress so Close can wait for them without a
-// lock held across a delivery.
-type gate struct {
-	mu     sync.Mutex // guards active, closed
-	cond   sync.Cond
-	active int
-	closed bool
-}
-
-func (g *gate) init() { g.cond.L = &g.mu }
-
-func (g *gate) enter() bool {
-	g.mu.Lock()
-	defer g.mu.Unlock()
-	if g.closed {
-		return false
-	}
-	g.active++
-	return true
-}
-
-func (g *gate) leave() {
-	g.mu.Lock()
-	if g.active--; g.active == 0 {
-		g.cond.Broadcast()
-	}
-	g.mu.Unlock()
-}
-
-func (g *gate) close() {
-	g.mu.Lock()
-	g.closed = true
-	for g.active > 0 {
-		g.cond.Wait()
-	}
-	g.mu.Unlock()
 }

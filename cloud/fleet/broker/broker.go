@@ -13,6 +13,7 @@ import (
 	mqtt "github.com/mochi-mqtt/server/v2"
 	"github.com/mochi-mqtt/server/v2/packets"
 
+	"github.com/phaseless/phaseless/cloud/fleet/internal/gate"
 	"github.com/phaseless/phaseless/transport/cli"
 	"github.com/phaseless/phaseless/transport/fleet"
 	"github.com/phaseless/phaseless/transport/metrics"
@@ -272,13 +273,12 @@ func (b *Broker) Publish(topic string, payload []byte, retain bool) error {
 // waits for calls in progress to return.
 func (b *Broker) Subscribe(filter string, fn func(topic string, payload []byte)) (cancel func(), err error) {
 	id := int(b.nextSub.Add(1))
-	g := &callGate{}
-	g.cond.L = &g.mu
+	g := &gate.Gate{}
 	err = b.srv.Subscribe(filter, id, func(_ *mqtt.Client, _ packets.Subscription, pk packets.Packet) {
-		if !g.enter() {
+		if !g.Enter() {
 			return
 		}
-		defer g.leave()
+		defer g.Leave()
 		fn(pk.TopicName, pk.Payload)
 	})
 	if err != nil {
@@ -288,46 +288,9 @@ func (b *Broker) Subscribe(filter string, fn func(topic string, payload []byte))
 	return func() {
 		once.Do(func() {
 			_ = b.srv.Unsubscribe(filter, id)
-			g.close()
+			g.Close()
 		})
 	}, nil
-}
-
-// callGate lets a subscription be cancelled while calls are in flight on
-// other goroutines and wait for them, without holding a lock during a call.
-type callGate struct {
-	mu     sync.Mutex // guards active, closed
-	cond   sync.Cond
-	active int
-	closed bool
-}
-
-func (g *callGate) enter() bool {
-	g.mu.Lock()
-	defer g.mu.Unlock()
-	if g.closed {
-		return false
-	}
-	g.active++
-	return true
-}
-
-func (g *callGate) leave() {
-	g.mu.Lock()
-	g.active--
-	if g.active == 0 {
-		g.cond.Broadcast()
-	}
-	g.mu.Unlock()
-}
-
-func (g *callGate) close() {
-	g.mu.Lock()
-	g.closed = true
-	for g.active > 0 {
-		g.cond.Wait()
-	}
-	g.mu.Unlock()
 }
 
 // Close disconnects every client, stops the listeners and closes the store.
