@@ -45,6 +45,7 @@ type Config struct {
 	Model     string // GGUF file for the built-in engine
 	LocalURL  string // OpenAI-compatible local server instead of the built-in engine
 	Predictor string // ONNX router model; empty = the shipped one; "entropy" = the 4.2-bit rule
+	OTAPub    string // trusted ed25519 key for OTA bundles; empty = updates refused
 
 	LocalModel       string        // model name sent to the --local-url server
 	LocalConcurrency int           // generations the local engine runs at once
@@ -68,6 +69,7 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	fs.StringVar(&c.DataDir, "data-dir", "phaseless-agent-data", "directory for the telemetry buffer, OTA slots and state")
 	fs.StringVar(&c.Model, "model", "", "GGUF model for the built-in engine (default: the shipped edge model)")
 	fs.StringVar(&c.LocalURL, "local-url", "", "OpenAI-compatible local server URL instead of the built-in engine")
+	fs.StringVar(&c.OTAPub, "ota-pub", "", "the fleet's OTA public key (phaselessctl ota keygen); without it update commands are refused")
 	fs.StringVar(&c.Predictor, "predictor", "", `ONNX router model (default: the shipped predictor; "entropy": the 4.2 bits/byte rule)`)
 	fs.StringVar(&c.LocalModel, "local-model", "", "model name to request from the --local-url server (default: the request's)")
 	fs.IntVar(&c.LocalConcurrency, "local-concurrency", 4, "generations the local engine runs at once")
@@ -140,7 +142,8 @@ type Agent struct {
 	cloud   *quic.Client // nil when offline-only
 	store   *telemetry.Store
 	sink    *telemetrySink
-	fleet   *agentfleet.Client   // nil without --mqtt
+	fleet   *agentfleet.Client // nil without --mqtt
+	ota     *ota
 	pred    *predictor.Swappable // nil with the entropy rule
 	handler http.Handler
 	srv     *http.Server
@@ -176,6 +179,9 @@ func New(cfg Config, log *slog.Logger) (a *Agent, err error) {
 		return nil, fmt.Errorf("telemetry store: %w", err)
 	}
 	a.sink = newTelemetrySink(a.store, a.metrics, log)
+	if a.ota, err = openOTA(cfg, log); err != nil {
+		return nil, err
+	}
 
 	if a.engine, err = openEngine(cfg); err != nil {
 		return nil, err
@@ -293,6 +299,7 @@ func (a *Agent) newFleetClient() (*agentfleet.Client, error) {
 	fc := agentfleet.Config{
 		BrokerURL: a.cfg.MQTT, DeviceID: a.cfg.DeviceID, Version: cli.Version, Board: a.cfg.Board,
 		Store: a.store, StatePath: filepath.Join(a.cfg.DataDir, "fleet.db"), Logger: a.log.With("component", "fleet"),
+		Slot: a.ota.slot,
 	}
 	if a.cfg.PKIDir != "" {
 		tc, err := pki.DeviceTLS(a.cfg.PKIDir, a.cfg.DeviceID)
@@ -305,6 +312,9 @@ func (a *Agent) newFleetClient() (*agentfleet.Client, error) {
 	if err != nil {
 		return nil, err
 	}
+	c.Handle("update", a.ota.update)
+	c.Handle("ota-commit", a.ota.commit)
+	c.Handle("ota-rollback", a.ota.rollback)
 	// The router's model is swapped in place: requests in flight finish on
 	// the old one, a file that fails validation leaves the old one serving.
 	c.Handle("reload-predictor", func(_ context.Context, cmd fleet.Command) (string, error) {

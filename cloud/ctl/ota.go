@@ -5,7 +5,6 @@ import (
 	"crypto/ed25519"
 	"crypto/rand"
 	"encoding/pem"
-	"errors"
 	"flag"
 	"fmt"
 	"os"
@@ -42,11 +41,11 @@ func otaKeygen(_ context.Context, cio cli.IO, args []string) error {
 	if _, err := os.Stat(keyPath); err == nil {
 		return fmt.Errorf("%s exists; refusing to replace the fleet's signing key", keyPath)
 	}
-	if err := os.WriteFile(keyPath, pem.EncodeToMemory(&pem.Block{Type: "PHASELESS OTA PRIVATE KEY", Bytes: priv.Seed()}), 0o600); err != nil {
+	if err := os.WriteFile(keyPath, pem.EncodeToMemory(&pem.Block{Type: firmware.PrivateKeyPEMType, Bytes: priv.Seed()}), 0o600); err != nil {
 		return err
 	}
 	pubPath := filepath.Join(*dir, "ota-pub.pem")
-	if err := os.WriteFile(pubPath, pem.EncodeToMemory(&pem.Block{Type: "PHASELESS OTA PUBLIC KEY", Bytes: pub}), 0o644); err != nil {
+	if err := os.WriteFile(pubPath, pem.EncodeToMemory(&pem.Block{Type: firmware.PublicKeyPEMType, Bytes: pub}), 0o644); err != nil {
 		return err
 	}
 	fmt.Fprintf(cio.Stdout, "wrote %s and %s\n", keyPath, pubPath)
@@ -65,7 +64,7 @@ func otaSign(_ context.Context, cio cli.IO, args []string) error {
 	if fs.NArg() == 0 || *version == "" {
 		return fmt.Errorf("%w: ota sign --version V [--board B] [NAME=]FILE [[NAME=]FILE]", cli.ErrUsage)
 	}
-	seed, err := readPEM(*keyPath, "PHASELESS OTA PRIVATE KEY", ed25519.SeedSize)
+	key, err := firmware.ReadPrivateKey(*keyPath)
 	if err != nil {
 		return err
 	}
@@ -89,7 +88,7 @@ func otaSign(_ context.Context, cio cli.IO, args []string) error {
 	if err != nil {
 		return err
 	}
-	if err := firmware.Write(f, ed25519.NewKeyFromSeed(seed), *version, *board, files, names); err != nil {
+	if err := firmware.Write(f, key, *version, *board, files, names); err != nil {
 		f.Close()
 		return err
 	}
@@ -111,7 +110,7 @@ func otaVerify(_ context.Context, cio cli.IO, args []string) error {
 	if fs.NArg() != 1 {
 		return fmt.Errorf("%w: ota verify [--pub P] BUNDLE", cli.ErrUsage)
 	}
-	pub, err := readPEM(*pubPath, "PHASELESS OTA PUBLIC KEY", ed25519.PublicKeySize)
+	pub, err := firmware.ReadPublicKey(*pubPath)
 	if err != nil {
 		return err
 	}
@@ -129,16 +128,4 @@ func otaVerify(_ context.Context, cio cli.IO, args []string) error {
 	}
 	fmt.Fprintf(cio.Stdout, "ok: version %s for %s, %d files verified\n", v.Manifest.Version, v.Manifest.Board, len(v.Manifest.Files))
 	return nil
-}
-
-func readPEM(path, typ string, size int) ([]byte, error) {
-	raw, err := os.ReadFile(path)
-	if err != nil {
-		return nil, err
-	}
-	b, _ := pem.Decode(raw)
-	if b == nil || b.Type != typ || len(b.Bytes) != size {
-		return nil, errors.New(path + ": not a " + typ)
-	}
-	return b.Bytes, nil
 }

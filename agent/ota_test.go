@@ -1,0 +1,106 @@
+package agent
+
+import (
+	"bytes"
+	"context"
+	"crypto/ed25519"
+	"encoding/pem"
+	"errors"
+	"log/slog"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/phaseless/phaseless/firmware"
+	"github.com/phaseless/phaseless/transport/fleet"
+)
+
+// TestOTAUpdateCommand drives the fleet's update commands against real
+// bundles served over HTTP: a good one lands in the inactive slot on trial
+// and is committed; a mis-signed one, one for another board and an older one
+// are refused and leave the slots as they were.
+func TestOTAUpdateCommand(t *testing.T) {
+	pub, priv, _ := ed25519.GenerateKey(nil)
+	_, otherPriv, _ := ed25519.GenerateKey(nil)
+	dir := t.TempDir()
+	pubPath := filepath.Join(dir, "ota-pub.pem")
+	if err := os.WriteFile(pubPath, pem.EncodeToMemory(&pem.Block{Type: firmware.PublicKeyPEMType, Bytes: pub}), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	bundles := map[string][]byte{}
+	add := func(name string, key ed25519.PrivateKey, version, board string) {
+		var b bytes.Buffer
+		files := map[string][]byte{"bin/phaseless-agent": []byte("agent " + version)}
+		if err := firmware.Write(&b, key, version, board, files, []string{"bin/phaseless-agent"}); err != nil {
+			t.Fatal(err)
+		}
+		bundles["/"+name] = b.Bytes()
+	}
+	add("good", priv, "2.0", "rpi4")
+	add("missigned", otherPriv, "3.0", "rpi4")
+	add("otherboard", priv, "3.0", "jetson")
+	add("older", priv, "1.0", "rpi4")
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if b, ok := bundles[r.URL.Path]; ok {
+			w.Write(b)
+			return
+		}
+		http.NotFound(w, r)
+	}))
+	defer srv.Close()
+
+	cfg := testConfig(t)
+	cfg.Board, cfg.OTAPub = "rpi4", pubPath
+	o, err := openOTA(cfg, slog.New(slog.DiscardHandler))
+	if err != nil {
+		t.Fatal(err)
+	}
+	run := func(name string, fn func(context.Context, fleet.Command) (string, error), args map[string]string) (string, error) {
+		return fn(context.Background(), fleet.Command{ID: name, Name: name, Args: args})
+	}
+	if _, err := run("update", o.update, map[string]string{"url": srv.URL + "/missing"}); err == nil {
+		t.Fatal("a 404 installed something")
+	}
+	out, err := run("update", o.update, map[string]string{"url": srv.URL + "/good"})
+	if err != nil || !strings.Contains(out, "slot b") {
+		t.Fatalf("good bundle: %q %v", out, err)
+	}
+	got, err := os.ReadFile(filepath.Join(o.slots.Path("b"), "bin", "phaseless-agent"))
+	if err != nil || string(got) != "agent 2.0" {
+		t.Fatalf("slot b holds %q, %v", got, err)
+	}
+	if _, err := run("ota-commit", o.commit, nil); err != nil {
+		t.Fatal(err)
+	}
+	if slot, version := o.slots.Running(); slot != "b" || version != "2.0" {
+		t.Fatalf("running %s %s after commit", slot, version)
+	}
+	for name, want := range map[string]error{"missigned": firmware.ErrBadSignature, "otherboard": firmware.ErrWrongBoard, "older": firmware.ErrNotNewer} {
+		if _, err := run("update", o.update, map[string]string{"url": srv.URL + "/" + name}); !errors.Is(err, want) {
+			t.Errorf("%s: err %v, want %v", name, err, want)
+		}
+	}
+	if st := o.slots.State(); st.Trial != "" || st.Active != "b" {
+		t.Fatalf("refused bundles changed the slots: %+v", st)
+	}
+	// An explicit rollback command may install an older version.
+	if _, err := run("update", o.update, map[string]string{"url": srv.URL + "/older", "rollback": "true"}); err != nil {
+		t.Fatalf("explicit rollback: %v", err)
+	}
+	if _, err := run("ota-rollback", o.rollback, nil); err != nil {
+		t.Fatal(err)
+	}
+
+	// Without a trusted key nothing is installed, whatever is offered.
+	cfg.OTAPub, cfg.DataDir = "", t.TempDir()
+	keyless, err := openOTA(cfg, slog.New(slog.DiscardHandler))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := run("update", keyless.update, map[string]string{"url": srv.URL + "/good"}); err == nil {
+		t.Fatal("an agent without --ota-pub installed a bundle")
+	}
+}
