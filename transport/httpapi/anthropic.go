@@ -100,21 +100,10 @@ func decodeMessages(body []byte, lim limits) (*llm.Request, bool, *apiError) {
 }
 
 func (h *Handler) serveMessages(w http.ResponseWriter, r *http.Request, tenant string) {
-	body, e := h.readBody(w, r)
-	if e != nil {
-		h.fail(w, apiAnthropic, e)
+	req, stream, ok := decodeRequest(h, w, r, apiAnthropic, tenant, decodeMessages)
+	if !ok {
 		return
 	}
-	req, stream, e := decodeMessages(body, h.limits())
-	if e == nil {
-		req.Hints, e = parseHints(r.Header, h.opts.AllowPolicyHint)
-	}
-	if e != nil {
-		h.fail(w, apiAnthropic, e)
-		return
-	}
-	req.ID, req.Tenant = newID(), tenant
-	req.IdempotencyKey = r.Header.Get("Idempotency-Key")
 	msg := antMessage{ID: "msg_" + req.ID, Type: "message", Role: "assistant", Model: req.Model, Content: []antBlock{}}
 	if stream {
 		h.run(w, r, apiAnthropic, req, &messagesStreamer{msg: msg})

@@ -115,6 +115,31 @@ func (h *Handler) fail(w http.ResponseWriter, a api, e *apiError) {
 }
 
 // readBody reads the request body within MaxBodyBytes.
+// decodeRequest is the common start of both APIs: read the bounded body,
+// decode it with the API's decoder, parse the x-* hints and stamp the ids.
+// On failure it answers in the API's error shape and returns false.
+func decodeRequest[X any](h *Handler, w http.ResponseWriter, r *http.Request, a api, tenant string,
+	decode func([]byte, limits) (*llm.Request, X, *apiError)) (*llm.Request, X, bool) {
+	var (
+		req   *llm.Request
+		extra X
+	)
+	body, e := h.readBody(w, r)
+	if e == nil {
+		req, extra, e = decode(body, h.limits())
+	}
+	if e == nil {
+		req.Hints, e = parseHints(r.Header, h.opts.AllowPolicyHint)
+	}
+	if e != nil {
+		h.fail(w, a, e)
+		return nil, extra, false
+	}
+	req.ID, req.Tenant = newID(), tenant
+	req.IdempotencyKey = r.Header.Get("Idempotency-Key")
+	return req, extra, true
+}
+
 func (h *Handler) readBody(w http.ResponseWriter, r *http.Request) ([]byte, *apiError) {
 	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, h.opts.MaxBodyBytes))
 	if err != nil {

@@ -180,21 +180,10 @@ func decodeStop(raw json.RawMessage) ([]string, *apiError) {
 }
 
 func (h *Handler) serveChat(w http.ResponseWriter, r *http.Request, tenant string) {
-	body, e := h.readBody(w, r)
-	if e != nil {
-		h.fail(w, apiOpenAI, e)
+	req, cs, ok := decodeRequest(h, w, r, apiOpenAI, tenant, decodeChat)
+	if !ok {
 		return
 	}
-	req, cs, e := decodeChat(body, h.limits())
-	if e == nil {
-		req.Hints, e = parseHints(r.Header, h.opts.AllowPolicyHint)
-	}
-	if e != nil {
-		h.fail(w, apiOpenAI, e)
-		return
-	}
-	req.ID, req.Tenant = newID(), tenant
-	req.IdempotencyKey = r.Header.Get("Idempotency-Key")
 	base := chatBase{ID: "chatcmpl-" + req.ID, Created: h.opts.Now().Unix(), Model: req.Model}
 	if cs.stream {
 		h.run(w, r, apiOpenAI, req, &chatStreamer{base: base, includeUsage: cs.includeUsage})
