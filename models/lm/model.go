@@ -47,10 +47,7 @@ func New(cfg Config, tok TokenizerSpec, w *Weights) (*Model, error) {
 	if err := w.Check(cfg); err != nil {
 		return nil, err
 	}
-	if err := tok.Validate(cfg.Vocab); err != nil {
-		return nil, err
-	}
-	t, err := tok.Build()
+	t, err := tok.buildFor(cfg.Vocab)
 	if err != nil {
 		return nil, err
 	}
@@ -124,10 +121,7 @@ func Read(r io.ReaderAt, size int64) (*Model, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	if err := spec.Validate(cfg.Vocab); err != nil {
-		return nil, err
-	}
-	tok, err := spec.Build()
+	tok, err := spec.buildFor(cfg.Vocab)
 	if err != nil {
 		return nil, err
 	}

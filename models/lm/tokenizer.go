@@ -200,6 +200,15 @@ func tokenizerSpecFrom(f *gguf.File) (TokenizerSpec, error) {
 	return s, nil
 }
 
+// buildFor checks the spec against a model's vocabulary size, then builds it:
+// what every model constructor needs before it can hold a tokenizer.
+func (s TokenizerSpec) buildFor(vocab int) (Tokenizer, error) {
+	if err := s.Validate(vocab); err != nil {
+		return nil, err
+	}
+	return s.Build()
+}
+
 // Build makes the tokenizer a spec describes.
 func (s TokenizerSpec) Build() (Tokenizer, error) {
 	v := &vocab{spec: s, pieces: make([][]byte, len(s.Tokens))}
