@@ -1,0 +1,5 @@
+//go:build !race
+
+package textfeat
+
+const raceEnabled = false
