@@ -93,7 +93,7 @@ func (m *Model) forward(tokens []int32, b, s int) *workspace {
 		m.rope.apply(a.k, s, w.K.Rows, false)
 		m.attention(a, b, s)
 		copy(a.xmid, a.xin)
-		sgemm.Sgemm(blas.NoTrans, blas.Trans, t, d, w.O.Cols, 1, a.att, w.O.Cols, w.O.Data, w.O.Cols, 1, a.xmid, d)
+		gemm(blas.NoTrans, blas.Trans, t, d, w.O.Cols, 1, a.att, w.O.Cols, w.O.Data, w.O.Cols, 1, a.xmid, d)
 		rmsnorm(a.xn2, a.inv2, a.xmid, w.FFNNorm.Data, d, c.NormEps)
 		linear(a.gate, a.xn2, w.Gate, t)
 		linear(a.up, a.xn2, w.Up, t)
@@ -105,7 +105,7 @@ func (m *Model) forward(tokens []int32, b, s int) *workspace {
 			x = ws.layers[li+1].xin
 		}
 		copy(x, a.xmid)
-		sgemm.Sgemm(blas.NoTrans, blas.Trans, t, d, c.FFN, 1, a.hid, c.FFN, w.Down.Data, c.FFN, 1, x, d)
+		gemm(blas.NoTrans, blas.Trans, t, d, c.FFN, 1, a.hid, c.FFN, w.Down.Data, c.FFN, 1, x, d)
 	}
 	rmsnorm(ws.xf, ws.invF, ws.xL, p.Norm.Data, d, c.NormEps)
 	linear(ws.logits, ws.xf, p.Output, t)
@@ -128,7 +128,7 @@ func (m *Model) attention(a *layerActs, b, s int) {
 		for h := g * group; h < (g+1)*group; h++ {
 			qOff := bi*s*qw + h*hd
 			pr := a.probs[(bi*H+h)*s*s : (bi*H+h+1)*s*s]
-			sgemm.Sgemm(blas.NoTrans, blas.Trans, s, s, hd, scale, a.q[qOff:], qw, a.k[kOff:], kw, 0, pr, s)
+			gemmSerial(blas.NoTrans, blas.Trans, s, s, hd, scale, a.q[qOff:], qw, a.k[kOff:], kw, 0, pr, s)
 			for i := range s {
 				row := pr[i*s : (i+1)*s]
 				mx := row[0]
@@ -147,7 +147,7 @@ func (m *Model) attention(a *layerActs, b, s int) {
 				}
 				clear(row[i+1:])
 			}
-			sgemm.Sgemm(blas.NoTrans, blas.NoTrans, s, hd, s, 1, pr, s, a.v[kOff:], kw, 0, a.att[qOff:], qw)
+			gemmSerial(blas.NoTrans, blas.NoTrans, s, hd, s, 1, pr, s, a.v[kOff:], kw, 0, a.att[qOff:], qw)
 		}
 	})
 }
@@ -281,8 +281,8 @@ func (m *Model) attentionBack(a *layerActs, b, s int) {
 				qOff := bi*s*qw + h*hd
 				pr := a.probs[(bi*H+h)*s*s : (bi*H+h+1)*s*s]
 				// dV += Pᵀ·dAtt; dP = dAtt·Vᵀ
-				sgemm.Sgemm(blas.Trans, blas.NoTrans, s, hd, s, 1, pr, s, ws.datt[qOff:], qw, 1, ws.dv[kOff:], kw)
-				sgemm.Sgemm(blas.NoTrans, blas.Trans, s, s, hd, 1, ws.datt[qOff:], qw, a.v[kOff:], kw, 0, dp, s)
+				gemmSerial(blas.Trans, blas.NoTrans, s, hd, s, 1, pr, s, ws.datt[qOff:], qw, 1, ws.dv[kOff:], kw)
+				gemmSerial(blas.NoTrans, blas.Trans, s, s, hd, 1, ws.datt[qOff:], qw, a.v[kOff:], kw, 0, dp, s)
 				// softmax: dS = P ⊙ (dP − rowsum(dP ⊙ P)), times the score scale.
 				for i := range s {
 					pRow, dRow := pr[i*s:(i+1)*s], dp[i*s:(i+1)*s]
@@ -296,8 +296,8 @@ func (m *Model) attentionBack(a *layerActs, b, s int) {
 					clear(dRow[i+1:])
 				}
 				// dQ = dS·K; dK += dSᵀ·Q
-				sgemm.Sgemm(blas.NoTrans, blas.NoTrans, s, hd, s, 1, dp, s, a.k[kOff:], kw, 0, ws.dq[qOff:], qw)
-				sgemm.Sgemm(blas.Trans, blas.NoTrans, s, hd, s, 1, dp, s, a.q[qOff:], qw, 1, ws.dk[kOff:], kw)
+				gemmSerial(blas.NoTrans, blas.NoTrans, s, hd, s, 1, dp, s, a.k[kOff:], kw, 0, ws.dq[qOff:], qw)
+				gemmSerial(blas.Trans, blas.NoTrans, s, hd, s, 1, dp, s, a.q[qOff:], qw, 1, ws.dk[kOff:], kw)
 			}
 		}
 	})

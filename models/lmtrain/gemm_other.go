@@ -1,0 +1,8 @@
+//go:build !amd64
+
+package lmtrain
+
+// kernel computes one full micro-tile; see kernelGo for the contract.
+func kernel(k int, a, b, c *float32, ldc int, alpha, beta float32) {
+	kernelPtr(k, a, b, c, ldc, alpha, beta)
+}

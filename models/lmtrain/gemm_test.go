@@ -1,0 +1,246 @@
+package lmtrain
+
+import (
+	"fmt"
+	"math"
+	"math/rand/v2"
+	"runtime"
+	"slices"
+	"testing"
+
+	"gonum.org/v1/gonum/blas"
+)
+
+// refGemm is C = alpha·op(A)·op(B) + beta·C in float64, element by element,
+// and the bound on float32 rounding error each element may carry.
+func refGemm(tA, tB bool, m, n, k int, alpha float64, a []float32, lda int, b []float32, ldb int, beta float64, c []float32, ldc int) (want, tol []float64) {
+	at := func(i, p int) float64 {
+		if tA {
+			return float64(a[p*lda+i])
+		}
+		return float64(a[i*lda+p])
+	}
+	bt := func(p, j int) float64 {
+		if tB {
+			return float64(b[j*ldb+p])
+		}
+		return float64(b[p*ldb+j])
+	}
+	want, tol = make([]float64, m*n), make([]float64, m*n)
+	for i := range m {
+		for j := range n {
+			var s, mag float64
+			for p := range k {
+				s += at(i, p) * bt(p, j)
+				mag += math.Abs(at(i, p) * bt(p, j))
+			}
+			w := alpha * s
+			mag = math.Abs(alpha) * mag
+			if beta != 0 {
+				w += beta * float64(c[i*ldc+j])
+				mag += math.Abs(beta * float64(c[i*ldc+j]))
+			}
+			want[i*n+j] = w
+			// float32 accumulation over k terms plus the alpha/beta step.
+			tol[i*n+j] = float64(k+4)*0x1p-23*mag + 1e-30
+		}
+	}
+	return want, tol
+}
+
+func randMat(rng *rand.Rand, n int) []float32 {
+	x := make([]float32, n)
+	for i := range x {
+		x[i] = float32(rng.NormFloat64())
+	}
+	return x
+}
+
+func transName(t bool) blas.Transpose {
+	if t {
+		return blas.Trans
+	}
+	return blas.NoTrans
+}
+
+// checkGemm runs gemm on random matrices with leading dimensions pad wider
+// than needed and compares every element with the float64 reference. The
+// padding columns of C must come back untouched.
+func checkGemm(t *testing.T, rng *rand.Rand, par, tA, tB bool, m, n, k, pad int, alpha, beta float32) {
+	t.Helper()
+	ar, ac := m, k
+	if tA {
+		ar, ac = k, m
+	}
+	br, bc := k, n
+	if tB {
+		br, bc = n, k
+	}
+	lda, ldb, ldc := max(1, ac)+pad, max(1, bc)+pad, n+pad
+	a, b := randMat(rng, max(0, ar*lda)), randMat(rng, max(0, br*ldb))
+	c := randMat(rng, m*ldc)
+	if beta == 0 {
+		for i := range c {
+			c[i] = float32(math.NaN()) // beta 0 must not read C
+		}
+	}
+	orig := slices.Clone(c)
+	want, tol := refGemm(tA, tB, m, n, k, float64(alpha), a, lda, b, ldb, float64(beta), c, ldc)
+	run := gemmSerial
+	if par {
+		run = gemm
+	}
+	run(transName(tA), transName(tB), m, n, k, alpha, a, lda, b, ldb, beta, c, ldc)
+	for i := range m {
+		for j := range ldc {
+			got := c[i*ldc+j]
+			if j >= n {
+				if math.Float32bits(got) != math.Float32bits(orig[i*ldc+j]) {
+					t.Fatalf("tA=%v tB=%v %d×%d×%d pad %d: wrote C[%d][%d] outside the matrix", tA, tB, m, n, k, pad, i, j)
+				}
+				continue
+			}
+			if d := math.Abs(float64(got) - want[i*n+j]); !(d <= tol[i*n+j]) {
+				t.Fatalf("tA=%v tB=%v %d×%d×%d pad %d alpha %g beta %g: C[%d][%d] = %g, want %g (tolerance %g)",
+					tA, tB, m, n, k, pad, alpha, beta, i, j, got, want[i*n+j], tol[i*n+j])
+			}
+		}
+	}
+}
+
+func testGemmForms(t *testing.T) {
+	rng := rand.New(rand.NewPCG(1, 2))
+	// Sizes around the 6×16 tile and the kc=256 depth block.
+	ms := []int{1, 5, 6, 7, 13, 37}
+	ns := []int{1, 15, 16, 17, 35}
+	ks := []int{0, 1, 8, 31, 256, 300}
+	for _, tA := range []bool{false, true} {
+		for _, tB := range []bool{false, true} {
+			for _, m := range ms {
+				for _, n := range ns {
+					for _, k := range ks {
+						for _, ab := range [][2]float32{{1, 0}, {1, 1}, {-0.5, 0.75}, {0, 0.5}} {
+							checkGemm(t, rng, false, tA, tB, m, n, k, (m+n+k)%3, ab[0], ab[1])
+						}
+					}
+				}
+			}
+			// Large enough to run on several goroutines.
+			checkGemm(t, rng, true, tA, tB, 67, 45, 300, 2, 1, 1)
+			checkGemm(t, rng, true, tA, tB, 128, 128, 64, 0, 0.125, 0)
+		}
+	}
+}
+
+// TestGemmMatchesReference checks every transposition form, odd sizes, depth
+// blocking, alpha/beta and strided leading dimensions against float64, with
+// the kernel this CPU uses.
+func TestGemmMatchesReference(t *testing.T) { testGemmForms(t) }
+
+// TestGemmPortableKernel runs the same checks through the plain-Go
+// micro-kernel, which other architectures (and amd64 without AVX2) use.
+func TestGemmPortableKernel(t *testing.T) {
+	useGoKernel(t)
+	testGemmForms(t)
+}
+
+// TestGemmKernelsAgree compares the assembly and Go micro-kernels on one
+// tile: both sum in k order, so they differ only by FMA rounding.
+func TestGemmKernelsAgree(t *testing.T) {
+	rng := rand.New(rand.NewPCG(5, 6))
+	const k, ldc = 77, nr + 3
+	a, b := randMat(rng, k*mr), randMat(rng, k*nr)
+	for _, beta := range []float32{0, 1, -0.25} {
+		c0 := randMat(rng, mr*ldc)
+		c1 := slices.Clone(c0)
+		kernel(k, &a[0], &b[0], &c0[0], ldc, 0.5, beta)
+		kernelGo(k, a, b, c1, ldc, 0.5, beta)
+		for i := range c0 {
+			if d := math.Abs(float64(c0[i] - c1[i])); d > 1e-4*(1+math.Abs(float64(c1[i]))) {
+				t.Fatalf("beta %g: element %d: kernel %g, kernelGo %g", beta, i, c0[i], c1[i])
+			}
+		}
+	}
+}
+
+// TestGemmDeterministic checks that the result does not depend on how many
+// goroutines computed it: bit-identical for GOMAXPROCS 1, 2 and 3, and for
+// the serial entry point.
+func TestGemmDeterministic(t *testing.T) {
+	rng := rand.New(rand.NewPCG(7, 8))
+	const m, n, k = 203, 130, 515
+	a, b := randMat(rng, m*k), randMat(rng, k*n)
+	c0 := randMat(rng, m*n)
+	var ref []float32
+	defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(0))
+	for _, procs := range []int{1, 2, 3, 0} {
+		c := slices.Clone(c0)
+		if procs == 0 {
+			gemmSerial(blas.Trans, blas.NoTrans, m, n, k, 1, a, m, b, n, 1, c, n)
+		} else {
+			runtime.GOMAXPROCS(procs)
+			gemm(blas.Trans, blas.NoTrans, m, n, k, 1, a, m, b, n, 1, c, n)
+		}
+		if ref == nil {
+			ref = c
+			continue
+		}
+		for i := range c {
+			if math.Float32bits(c[i]) != math.Float32bits(ref[i]) {
+				t.Fatalf("GOMAXPROCS %d: element %d = %g, with 1 it was %g", procs, i, c[i], ref[i])
+			}
+		}
+	}
+}
+
+func TestGemmRejectsShortSlices(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		f    func()
+	}{
+		{"short c", func() {
+			gemm(blas.NoTrans, blas.NoTrans, 2, 2, 2, 1, make([]float32, 4), 2, make([]float32, 4), 2, 0, make([]float32, 3), 2)
+		}},
+		{"small lda", func() {
+			gemm(blas.NoTrans, blas.NoTrans, 2, 2, 2, 1, make([]float32, 4), 1, make([]float32, 4), 2, 0, make([]float32, 4), 2)
+		}},
+	} {
+		func() {
+			defer func() {
+				if recover() == nil {
+					t.Errorf("%s: no panic", tc.name)
+				}
+			}()
+			tc.f()
+		}()
+	}
+}
+
+// gemmShapes are the trainer's products for a preset at 16×128 tokens, by
+// name: the linear layers' three forms and one attention head's.
+func gemmShapes(c Config, tokens int) []struct {
+	name    string
+	tA, tB  bool
+	m, n, k int
+	serial  bool
+} {
+	type shape = struct {
+		name    string
+		tA, tB  bool
+		m, n, k int
+		serial  bool
+	}
+	s, hd := 128, c.HeadDim()
+	return []shape{
+		{fmt.Sprintf("fwd_x·Wᵀ_%dx%dx%d", tokens, c.FFN, c.Dim), false, true, tokens, c.FFN, c.Dim, false},
+		{fmt.Sprintf("fwd_x·Wᵀ_%dx%dx%d", tokens, c.Dim, c.FFN), false, true, tokens, c.Dim, c.FFN, false},
+		{fmt.Sprintf("fwd_logits_%dx%dx%d", tokens, c.Vocab, c.Dim), false, true, tokens, c.Vocab, c.Dim, false},
+		{fmt.Sprintf("dx_dy·W_%dx%dx%d", tokens, c.Dim, c.FFN), false, false, tokens, c.Dim, c.FFN, false},
+		{fmt.Sprintf("dx_dy·W_%dx%dx%d", tokens, c.FFN, c.Dim), false, false, tokens, c.FFN, c.Dim, false},
+		{fmt.Sprintf("dW_dyᵀ·x_%dx%dx%d", c.FFN, c.Dim, tokens), true, false, c.FFN, c.Dim, tokens, false},
+		{fmt.Sprintf("dW_dyᵀ·x_%dx%dx%d", c.Vocab, c.Dim, tokens), true, false, c.Vocab, c.Dim, tokens, false},
+		{fmt.Sprintf("att_q·kᵀ_%dx%dx%d", s, s, hd), false, true, s, s, hd, true},
+		{fmt.Sprintf("att_p·v_%dx%dx%d", s, hd, s), false, false, s, hd, s, true},
+		{fmt.Sprintf("att_pᵀ·d_%dx%dx%d", s, hd, s), true, false, s, hd, s, true},
+	}
+}
