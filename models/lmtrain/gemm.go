@@ -14,7 +14,8 @@ import (
 // a general BLAS spends a visible share of its time on dispatch and on copies
 // sized for big matrices. gemm is the classic packed scheme cut down to what
 // the trainer needs: op(B) is packed once per call into column panels of nr,
-// each worker packs its own row panel of op(A) (mr rows), and a register-tiled
+// each worker reads a row panel of A (mr rows) in place or packs it when
+// transposed, and a register-tiled
 // micro-kernel (AVX2/FMA on amd64, plain Go elsewhere) computes one mr×nr
 // output tile from the two packed panels.
 //
@@ -141,23 +142,30 @@ func gemmRun(par, tA, tB bool, m, n, k int, alpha float32, a []float32, lda int,
 	putBuf(bp)
 }
 
-// rowPanel packs row panel ip of op(A) (depth d from p0) and computes its
-// output tiles against every packed column panel.
+// rowPanel computes the output tiles of row panel ip (depth d from p0)
+// against every packed column panel. A full panel of untransposed A is read in
+// place, its six rows as six streams; a transposed or partial one is packed
+// first (for op(A) = Aᵀ the pack is a run of short contiguous copies).
 func rowPanel(ap, bp []float32, tA bool, a []float32, lda, ip, p0, d, m, n int, alpha, beta float32, c []float32, ldc int) {
 	i0 := ip * mr
 	rows := min(mr, m-i0)
-	packA(ap, tA, a, lda, i0, rows, p0, d)
+	pa, rs, ps := &ap[0], 1, mr
+	if !tA && rows == mr {
+		pa, rs, ps = &a[i0*lda+p0], lda, 1
+	} else {
+		packA(ap, tA, a, lda, i0, rows, p0, d)
+	}
 	for j0 := 0; j0 < n; j0 += nr {
 		cols := min(nr, n-j0)
 		pb := bp[j0*d:]
 		if rows == mr && cols == nr {
-			kernel(d, &ap[0], &pb[0], &c[i0*ldc+j0], ldc, alpha, beta)
+			kernel(d, pa, rs, ps, &pb[0], &c[i0*ldc+j0], ldc, alpha, beta)
 			continue
 		}
 		// Edge tile: compute the whole padded tile aside, then merge the
 		// part that exists.
 		var tile [mr * nr]float32
-		kernel(d, &ap[0], &pb[0], &tile[0], nr, 1, 0)
+		kernel(d, pa, rs, ps, &pb[0], &tile[0], nr, 1, 0)
 		for i := range rows {
 			cr := c[(i0+i)*ldc+j0 : (i0+i)*ldc+j0+cols]
 			tr := tile[i*nr : i*nr+cols]
@@ -249,15 +257,16 @@ func getBuf(n int) *[]float32 {
 func putBuf(p *[]float32) { bufPool.Put(p) }
 
 // kernelGo is the portable micro-kernel: C[0:mr, 0:nr] (row stride ldc) =
-// alpha·Σ_p a[p]ᵀ·b[p] + beta·C, with a and b packed as packA and packB write
-// them, and C not read when beta is zero. Sums run in p order per element,
-// as the assembly kernel's lanes do.
-func kernelGo(k int, a, b, c []float32, ldc int, alpha, beta float32) {
+// alpha·Σ_p A[0:mr, p]·b[p·nr : p·nr+nr] + beta·C, where A[i, p] is
+// a[i·rs + p·ps] (a packed panel: rs 1, ps mr; rows in place: rs lda, ps 1),
+// b is packed as packB writes it, and C is not read when beta is zero. Sums
+// run in p order per element, as the assembly kernel's lanes do.
+func kernelGo(k int, a []float32, rs, ps int, b, c []float32, ldc int, alpha, beta float32) {
 	var acc [mr][nr]float32
 	for p := range k {
 		bv := (*[nr]float32)(b[p*nr : p*nr+nr])
-		av := (*[mr]float32)(a[p*mr : p*mr+mr])
-		for i, x := range av {
+		for i := range mr {
+			x := a[i*rs+p*ps]
 			r := &acc[i]
 			for j, y := range bv {
 				r[j] += x * y
@@ -279,6 +288,10 @@ func kernelGo(k int, a, b, c []float32, ldc int, alpha, beta float32) {
 }
 
 // kernelPtr is kernelGo behind kernel's pointer signature.
-func kernelPtr(k int, a, b, c *float32, ldc int, alpha, beta float32) {
-	kernelGo(k, unsafe.Slice(a, k*mr), unsafe.Slice(b, k*nr), unsafe.Slice(c, (mr-1)*ldc+nr), ldc, alpha, beta)
+func kernelPtr(k int, a *float32, rs, ps int, b, c *float32, ldc int, alpha, beta float32) {
+	an := 0
+	if k > 0 {
+		an = (mr-1)*rs + (k-1)*ps + 1
+	}
+	kernelGo(k, unsafe.Slice(a, an), rs, ps, unsafe.Slice(b, k*nr), unsafe.Slice(c, (mr-1)*ldc+nr), ldc, alpha, beta)
 }

@@ -10,13 +10,13 @@ var haveFMA = cpu.X86.HasAVX2 && cpu.X86.HasFMA
 // of B. Every lane sums its products in k order with one rounding per FMA.
 //
 //go:noescape
-func kernelAVX2(k int, a, b, c *float32, ldc int, alpha, beta float32)
+func kernelAVX2(k int, a *float32, rs, ps int, b, c *float32, ldc int, alpha, beta float32)
 
 // kernel computes one full micro-tile; see kernelGo for the contract.
-func kernel(k int, a, b, c *float32, ldc int, alpha, beta float32) {
+func kernel(k int, a *float32, rs, ps int, b, c *float32, ldc int, alpha, beta float32) {
 	if haveFMA {
-		kernelAVX2(k, a, b, c, ldc, alpha, beta)
+		kernelAVX2(k, a, rs, ps, b, c, ldc, alpha, beta)
 		return
 	}
-	kernelPtr(k, a, b, c, ldc, alpha, beta)
+	kernelPtr(k, a, rs, ps, b, c, ldc, alpha, beta)
 }

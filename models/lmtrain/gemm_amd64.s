@@ -1,16 +1,24 @@
 #include "textflag.h"
 
-// func kernelAVX2(k int, a, b, c *float32, ldc int, alpha, beta float32)
+// func kernelAVX2(k int, a *float32, rs, ps int, b, c *float32, ldc int, alpha, beta float32)
 //
-// C[0:6, 0:16] (row stride ldc floats) = alpha·Σ_p a[6p:6p+6]ᵀ·b[16p:16p+16] +
-// beta·C, C not read when beta is zero. Y4–Y15 are the accumulators (row r
-// in Y(4+2r), Y(5+2r)), Y0–Y1 the row of B, Y2–Y3 the broadcast values of A.
-TEXT ·kernelAVX2(SB), NOSPLIT, $0-48
+// C[0:6, 0:16] (row stride ldc floats) = alpha·Σ_p A[0:6, p]·b[16p:16p+16] +
+// beta·C, C not read when beta is zero. A[i, p] is a[i·rs + p·ps]: a packed
+// panel (rs 1, ps 6) or rows of A read in place (rs lda, ps 1). Y4–Y15 are
+// the accumulators (row r in Y(4+2r), Y(5+2r)), Y0–Y1 the row of B, Y2–Y3
+// the broadcast values of A; each lane sums its products in p order.
+TEXT ·kernelAVX2(SB), NOSPLIT, $0-64
 	MOVQ k+0(FP), CX
 	MOVQ a+8(FP), SI
-	MOVQ b+16(FP), DX
-	MOVQ c+24(FP), DI
-	MOVQ ldc+32(FP), R8
+	MOVQ rs+16(FP), R9
+	SHLQ $2, R9
+	MOVQ ps+24(FP), R10
+	SHLQ $2, R10
+	LEAQ (SI)(R9*2), R11
+	ADDQ R9, R11 // R11 = row 3
+	MOVQ b+32(FP), DX
+	MOVQ c+40(FP), DI
+	MOVQ ldc+48(FP), R8
 	SHLQ $2, R8
 	VXORPS Y4, Y4, Y4
 	VXORPS Y5, Y5, Y5
@@ -30,35 +38,36 @@ TEXT ·kernelAVX2(SB), NOSPLIT, $0-48
 loop:
 	VMOVUPS (DX), Y0
 	VMOVUPS 32(DX), Y1
-	VBROADCASTSS 0(SI), Y2
+	VBROADCASTSS (SI), Y2
 	VFMADD231PS Y0, Y2, Y4
 	VFMADD231PS Y1, Y2, Y5
-	VBROADCASTSS 4(SI), Y3
+	VBROADCASTSS (SI)(R9*1), Y3
 	VFMADD231PS Y0, Y3, Y6
 	VFMADD231PS Y1, Y3, Y7
-	VBROADCASTSS 8(SI), Y2
+	VBROADCASTSS (SI)(R9*2), Y2
 	VFMADD231PS Y0, Y2, Y8
 	VFMADD231PS Y1, Y2, Y9
-	VBROADCASTSS 12(SI), Y3
+	VBROADCASTSS (R11), Y3
 	VFMADD231PS Y0, Y3, Y10
 	VFMADD231PS Y1, Y3, Y11
-	VBROADCASTSS 16(SI), Y2
+	VBROADCASTSS (R11)(R9*1), Y2
 	VFMADD231PS Y0, Y2, Y12
 	VFMADD231PS Y1, Y2, Y13
-	VBROADCASTSS 20(SI), Y3
+	VBROADCASTSS (R11)(R9*2), Y3
 	VFMADD231PS Y0, Y3, Y14
 	VFMADD231PS Y1, Y3, Y15
-	ADDQ $24, SI
+	ADDQ R10, SI
+	ADDQ R10, R11
 	ADDQ $64, DX
 	DECQ CX
 	JNZ  loop
 
 epilogue:
-	VBROADCASTSS alpha+40(FP), Y0
-	MOVL beta+44(FP), AX
+	VBROADCASTSS alpha+56(FP), Y0
+	MOVL beta+60(FP), AX
 	TESTL $0x7fffffff, AX // ±0: do not read C
 	JEQ   store
-	VBROADCASTSS beta+44(FP), Y1
+	VBROADCASTSS beta+60(FP), Y1
 	VMULPS Y0, Y4, Y4
 	VMULPS Y0, Y5, Y5
 	VFMADD231PS (DI), Y1, Y4

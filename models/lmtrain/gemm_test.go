@@ -153,8 +153,8 @@ func TestGemmKernelsAgree(t *testing.T) {
 	for _, beta := range []float32{0, 1, -0.25} {
 		c0 := randMat(rng, mr*ldc)
 		c1 := slices.Clone(c0)
-		kernel(k, &a[0], &b[0], &c0[0], ldc, 0.5, beta)
-		kernelGo(k, a, b, c1, ldc, 0.5, beta)
+		kernel(k, &a[0], 1, mr, &b[0], &c0[0], ldc, 0.5, beta)
+		kernelGo(k, a, 1, mr, b, c1, ldc, 0.5, beta)
 		for i := range c0 {
 			if d := math.Abs(float64(c0[i] - c1[i])); d > 1e-4*(1+math.Abs(float64(c1[i]))) {
 				t.Fatalf("beta %g: element %d: kernel %g, kernelGo %g", beta, i, c0[i], c1[i])
