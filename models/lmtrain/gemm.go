@@ -107,7 +107,7 @@ func gemmRun(par, tA, tB bool, m, n, k int, alpha float32, a []float32, lda int,
 		if p0 > 0 {
 			bt = 1
 		}
-		packB(*bp, tB, b, ldb, p0, d, n)
+		packB(*bp, tB, b, ldb, p0, d, n, workers)
 		panels := (m + mr - 1) / mr
 		if workers <= 1 {
 			ap := getBuf(mr * d)
@@ -204,26 +204,37 @@ func packA(ap []float32, tA bool, a []float32, lda, i0, rows, p0, d int) {
 }
 
 // packB writes op(B) rows [p0, p0+d) as column panels of nr: panel j holds d
-// groups of nr values, zero past the last column.
-func packB(bp []float32, tB bool, b []float32, ldb, p0, d, n int) {
-	for j0 := 0; j0 < n; j0 += nr {
-		cols := min(nr, n-j0)
-		pb := bp[j0*d : j0*d+nr*d]
-		if cols < nr {
-			clear(pb)
+// groups of nr values, zero past the last column. Panels are independent, so
+// with workers > 1 they are packed in parallel.
+func packB(bp []float32, tB bool, b []float32, ldb, p0, d, n, workers int) {
+	np := (n + nr - 1) / nr
+	if workers <= 1 {
+		for jp := range np {
+			packBPanel(bp, tB, b, ldb, p0, d, n, jp)
 		}
-		if tB { // op(B)[p][j] = B[j][p]: read each row of B once.
-			for j := range cols {
-				row := b[(j0+j)*ldb+p0 : (j0+j)*ldb+p0+d]
-				for p, v := range row {
-					pb[p*nr+j] = v
-				}
+		return
+	}
+	parallelFor(np, func(_, jp int) { packBPanel(bp, tB, b, ldb, p0, d, n, jp) })
+}
+
+func packBPanel(bp []float32, tB bool, b []float32, ldb, p0, d, n, jp int) {
+	j0 := jp * nr
+	cols := min(nr, n-j0)
+	pb := bp[j0*d : j0*d+nr*d]
+	if cols < nr {
+		clear(pb)
+	}
+	if tB { // op(B)[p][j] = B[j][p]: read each row of B once.
+		for j := range cols {
+			row := b[(j0+j)*ldb+p0 : (j0+j)*ldb+p0+d]
+			for p, v := range row {
+				pb[p*nr+j] = v
 			}
-			continue
 		}
-		for p := range d {
-			copy(pb[p*nr:p*nr+cols], b[(p0+p)*ldb+j0:])
-		}
+		return
+	}
+	for p := range d {
+		copy(pb[p*nr:p*nr+cols], b[(p0+p)*ldb+j0:])
 	}
 }
 
