@@ -47,7 +47,7 @@ func gemm(tA, tB blas.Transpose, m, n, k int, alpha float32, a []float32, lda in
 		sgemm.Sgemm(tA, tB, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc)
 		return
 	}
-	gemmRun(true, tA == blas.Trans, tB == blas.Trans, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc)
+	gemmRun(true, full, tA == blas.Trans, tB == blas.Trans, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc)
 }
 
 // gemmSerial is gemm on the calling goroutine, for products inside work that
@@ -57,7 +57,34 @@ func gemmSerial(tA, tB blas.Transpose, m, n, k int, alpha float32, a []float32, 
 		sgemm.Sgemm(tA, tB, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc)
 		return
 	}
-	gemmRun(false, tA == blas.Trans, tB == blas.Trans, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc)
+	gemmRun(false, full, tA == blas.Trans, tB == blas.Trans, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc)
+}
+
+// triangle names the zeros of a causal-attention product that gemmCausal may
+// skip. Leaving out a product that is exactly zero leaves every sum as it
+// was (x + 0 = x), so the result equals the full product's, up to the sign of
+// zero results (and inputs must be finite: 0·Inf is not skipped as zero).
+type triangle int
+
+const (
+	full triangle = iota
+	// lowerC: only C[i][j] with j ≤ i is wanted (causal scores); tiles wholly
+	// above the diagonal are left unwritten.
+	lowerC
+	// lowerA: op(A)[i][p] = 0 for p > i (causal probabilities, times V).
+	lowerA
+	// upperA: op(A)[i][p] = 0 for p < i (their transpose).
+	upperA
+)
+
+// gemmCausal is gemmSerial for the square causal products of attention,
+// skipping the zeros tri names: about half of each product.
+func gemmCausal(tri triangle, tA, tB blas.Transpose, m, n, k int, alpha float32, a []float32, lda int, b []float32, ldb int, beta float32, c []float32, ldc int) {
+	if gonumGemm {
+		sgemm.Sgemm(tA, tB, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc)
+		return
+	}
+	gemmRun(false, tri, tA == blas.Trans, tB == blas.Trans, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc)
 }
 
 // checkMatrix panics, as gonum does, when a row-major r×cols matrix with
@@ -72,7 +99,7 @@ func checkMatrix(name string, r, cols, ld, l int) {
 	}
 }
 
-func gemmRun(par, tA, tB bool, m, n, k int, alpha float32, a []float32, lda int, b []float32, ldb int, beta float32, c []float32, ldc int) {
+func gemmRun(par bool, tri triangle, tA, tB bool, m, n, k int, alpha float32, a []float32, lda int, b []float32, ldb int, beta float32, c []float32, ldc int) {
 	if m < 0 || n < 0 || k < 0 {
 		panic(fmt.Sprintf("lmtrain: gemm: negative size %d×%d×%d", m, n, k))
 	}
@@ -112,7 +139,7 @@ func gemmRun(par, tA, tB bool, m, n, k int, alpha float32, a []float32, lda int,
 		if workers <= 1 {
 			ap := getBuf(mr * d)
 			for ip := range panels {
-				rowPanel(*ap, *bp, tA, a, lda, ip, p0, d, m, n, alpha, bt, c, ldc)
+				rowPanel(*ap, *bp, tri, tA, a, lda, ip, p0, d, m, n, alpha, bt, c, ldc)
 			}
 			putBuf(ap)
 			continue
@@ -132,7 +159,7 @@ func gemmRun(par, tA, tB bool, m, n, k int, alpha float32, a []float32, lda int,
 					if ip >= panels {
 						break
 					}
-					rowPanel(*ap, *bp, tA, a, lda, ip, p0, d, m, n, alpha, bt, c, ldc)
+					rowPanel(*ap, *bp, tri, tA, a, lda, ip, p0, d, m, n, alpha, bt, c, ldc)
 				}
 				putBuf(ap)
 			}()
@@ -146,26 +173,43 @@ func gemmRun(par, tA, tB bool, m, n, k int, alpha float32, a []float32, lda int,
 // against every packed column panel. A full panel of untransposed A is read in
 // place, its six rows as six streams; a transposed or partial one is packed
 // first (for op(A) = Aᵀ the pack is a run of short contiguous copies).
-func rowPanel(ap, bp []float32, tA bool, a []float32, lda, ip, p0, d, m, n int, alpha, beta float32, c []float32, ldc int) {
+func rowPanel(ap, bp []float32, tri triangle, tA bool, a []float32, lda, ip, p0, d, m, n int, alpha, beta float32, c []float32, ldc int) {
 	i0 := ip * mr
 	rows := min(mr, m-i0)
+	// This panel's nonzero depth within the block: [p0+lo, p0+lo+dd).
+	lo, dd := 0, d
+	switch tri {
+	case lowerA:
+		dd = min(d, max(0, i0+rows-p0))
+	case upperA:
+		lo = min(d, max(0, i0-p0))
+		dd = d - lo
+	}
 	pa, rs, ps := &ap[0], 1, mr
-	if !tA && rows == mr {
-		pa, rs, ps = &a[i0*lda+p0], lda, 1
-	} else {
-		packA(ap, tA, a, lda, i0, rows, p0, d)
+	switch {
+	case dd == 0: // nothing to add: the kernel reads neither A nor B
+	case !tA && rows == mr:
+		pa, rs, ps = &a[i0*lda+p0+lo], lda, 1
+	default:
+		packA(ap, tA, a, lda, i0, rows, p0+lo, dd)
 	}
 	for j0 := 0; j0 < n; j0 += nr {
+		if tri == lowerC && j0 > i0+rows-1 {
+			break
+		}
 		cols := min(nr, n-j0)
-		pb := bp[j0*d:]
+		pb := &bp[0]
+		if dd > 0 {
+			pb = &bp[j0*d+lo*nr]
+		}
 		if rows == mr && cols == nr {
-			kernel(d, pa, rs, ps, &pb[0], &c[i0*ldc+j0], ldc, alpha, beta)
+			kernel(dd, pa, rs, ps, pb, &c[i0*ldc+j0], ldc, alpha, beta)
 			continue
 		}
 		// Edge tile: compute the whole padded tile aside, then merge the
 		// part that exists.
 		var tile [mr * nr]float32
-		kernel(d, pa, rs, ps, &pb[0], &tile[0], nr, 1, 0)
+		kernel(dd, pa, rs, ps, pb, &tile[0], nr, 1, 0)
 		for i := range rows {
 			cr := c[(i0+i)*ldc+j0 : (i0+i)*ldc+j0+cols]
 			tr := tile[i*nr : i*nr+cols]

@@ -216,32 +216,37 @@ func TestGemmRejectsShortSlices(t *testing.T) {
 	}
 }
 
-// gemmShapes are the trainer's products for a preset at 16×128 tokens, by
-// name: the linear layers' three forms and one attention head's.
-func gemmShapes(c Config, tokens int) []struct {
+// gemmShape is one of the trainer's products; attention's run serially (one
+// (sequence, head) pair per goroutine) and skip the causal zeros tri names.
+type gemmShape struct {
 	name    string
 	tA, tB  bool
 	m, n, k int
 	serial  bool
-} {
-	type shape = struct {
-		name    string
-		tA, tB  bool
-		m, n, k int
-		serial  bool
-	}
+	tri     triangle
+}
+
+// gemmShapes are the trainer's products for a preset at the given token
+// count, by name: the linear layers' three forms and one attention head's.
+func gemmShapes(c Config, tokens int) []gemmShape {
 	s, hd := 128, c.HeadDim()
-	return []shape{
-		{fmt.Sprintf("fwd_x·Wᵀ_%dx%dx%d", tokens, c.FFN, c.Dim), false, true, tokens, c.FFN, c.Dim, false},
-		{fmt.Sprintf("fwd_x·Wᵀ_%dx%dx%d", tokens, c.Dim, c.FFN), false, true, tokens, c.Dim, c.FFN, false},
-		{fmt.Sprintf("fwd_logits_%dx%dx%d", tokens, c.Vocab, c.Dim), false, true, tokens, c.Vocab, c.Dim, false},
-		{fmt.Sprintf("dx_dy·W_%dx%dx%d", tokens, c.Dim, c.FFN), false, false, tokens, c.Dim, c.FFN, false},
-		{fmt.Sprintf("dx_dy·W_%dx%dx%d", tokens, c.FFN, c.Dim), false, false, tokens, c.FFN, c.Dim, false},
-		{fmt.Sprintf("dW_dyᵀ·x_%dx%dx%d", c.FFN, c.Dim, tokens), true, false, c.FFN, c.Dim, tokens, false},
-		{fmt.Sprintf("dW_dyᵀ·x_%dx%dx%d", c.Vocab, c.Dim, tokens), true, false, c.Vocab, c.Dim, tokens, false},
-		{fmt.Sprintf("att_q·kᵀ_%dx%dx%d", s, s, hd), false, true, s, s, hd, true},
-		{fmt.Sprintf("att_p·v_%dx%dx%d", s, hd, s), false, false, s, hd, s, true},
-		{fmt.Sprintf("att_pᵀ·d_%dx%dx%d", s, hd, s), true, false, s, hd, s, true},
+	lin := func(name string, tA, tB bool, m, n, k int) gemmShape {
+		return gemmShape{fmt.Sprintf("%s_%dx%dx%d", name, m, n, k), tA, tB, m, n, k, false, full}
+	}
+	att := func(name string, tA, tB bool, m, n, k int, tri triangle) gemmShape {
+		return gemmShape{fmt.Sprintf("%s_%dx%dx%d", name, m, n, k), tA, tB, m, n, k, true, tri}
+	}
+	return []gemmShape{
+		lin("fwd_x·Wᵀ", false, true, tokens, c.FFN, c.Dim),
+		lin("fwd_x·Wᵀ", false, true, tokens, c.Dim, c.FFN),
+		lin("fwd_logits", false, true, tokens, c.Vocab, c.Dim),
+		lin("dx_dy·W", false, false, tokens, c.Dim, c.FFN),
+		lin("dx_dy·W", false, false, tokens, c.FFN, c.Dim),
+		lin("dW_dyᵀ·x", true, false, c.FFN, c.Dim, tokens),
+		lin("dW_dyᵀ·x", true, false, c.Vocab, c.Dim, tokens),
+		att("att_q·kᵀ", false, true, s, s, hd, lowerC),
+		att("att_p·v", false, false, s, hd, s, lowerA),
+		att("att_pᵀ·d", true, false, s, hd, s, upperA),
 	}
 }
 
@@ -276,6 +281,65 @@ func TestTrainerGemmMatchesGonum(t *testing.T) {
 		}
 		if scale == 0 || worst > 1e-4*scale {
 			t.Errorf("%s gradients differ by %g (largest %g)", tn.Name, worst, scale)
+		}
+	}
+}
+
+// TestGemmCausalMatchesFull checks that skipping the zeros of causal
+// products changes nothing: gemmCausal equals the full product exactly on
+// the elements it promises, for sizes around the tile and the kc block.
+func TestGemmCausalMatchesFull(t *testing.T) {
+	rng := rand.New(rand.NewPCG(11, 12))
+	for _, s := range []int{1, 5, 6, 29, 128, 300} {
+		for _, n := range []int{7, 32} {
+			for _, tA := range []bool{false, true} {
+				for _, tB := range []bool{false, true} {
+					for _, tri := range []triangle{lowerC, lowerA, upperA} {
+						// op(A) is s×s; op(B) s×n, except for lowerC where C
+						// must be square: op(B) is s×s too.
+						nn := n
+						if tri == lowerC {
+							nn = s
+						}
+						a := randMat(rng, s*s)
+						opA := func(i, p int) *float32 {
+							if tA {
+								return &a[p*s+i]
+							}
+							return &a[i*s+p]
+						}
+						for i := range s {
+							for p := range s {
+								if (tri == lowerA && p > i) || (tri == upperA && p < i) {
+									*opA(i, p) = 0
+								}
+							}
+						}
+						b := randMat(rng, s*nn)
+						ldb := nn
+						if tB {
+							ldb = s
+						}
+						c0 := randMat(rng, s*nn)
+						for _, beta := range []float32{0, 1} {
+							want, got := slices.Clone(c0), slices.Clone(c0)
+							gemmSerial(transName(tA), transName(tB), s, nn, s, 0.5, a, s, b, ldb, beta, want, nn)
+							gemmCausal(tri, transName(tA), transName(tB), s, nn, s, 0.5, a, s, b, ldb, beta, got, nn)
+							for i := range s {
+								for j := range nn {
+									if tri == lowerC && j > i {
+										continue
+									}
+									if got[i*nn+j] != want[i*nn+j] {
+										t.Fatalf("tri %d s %d n %d tA %v tB %v beta %g: C[%d][%d] = %g, full product %g",
+											tri, s, nn, tA, tB, beta, i, j, got[i*nn+j], want[i*nn+j])
+									}
+								}
+							}
+						}
+					}
+				}
+			}
 		}
 	}
 }

@@ -128,7 +128,7 @@ func (m *Model) attention(a *layerActs, b, s int) {
 		for h := g * group; h < (g+1)*group; h++ {
 			qOff := bi*s*qw + h*hd
 			pr := a.probs[(bi*H+h)*s*s : (bi*H+h+1)*s*s]
-			gemmSerial(blas.NoTrans, blas.Trans, s, s, hd, scale, a.q[qOff:], qw, a.k[kOff:], kw, 0, pr, s)
+			gemmCausal(lowerC, blas.NoTrans, blas.Trans, s, s, hd, scale, a.q[qOff:], qw, a.k[kOff:], kw, 0, pr, s)
 			for i := range s {
 				row := pr[i*s : (i+1)*s]
 				mx := row[0]
@@ -147,7 +147,7 @@ func (m *Model) attention(a *layerActs, b, s int) {
 				}
 				clear(row[i+1:])
 			}
-			gemmSerial(blas.NoTrans, blas.NoTrans, s, hd, s, 1, pr, s, a.v[kOff:], kw, 0, a.att[qOff:], qw)
+			gemmCausal(lowerA, blas.NoTrans, blas.NoTrans, s, hd, s, 1, pr, s, a.v[kOff:], kw, 0, a.att[qOff:], qw)
 		}
 	})
 }
@@ -281,8 +281,8 @@ func (m *Model) attentionBack(a *layerActs, b, s int) {
 				qOff := bi*s*qw + h*hd
 				pr := a.probs[(bi*H+h)*s*s : (bi*H+h+1)*s*s]
 				// dV += Pᵀ·dAtt; dP = dAtt·Vᵀ
-				gemmSerial(blas.Trans, blas.NoTrans, s, hd, s, 1, pr, s, ws.datt[qOff:], qw, 1, ws.dv[kOff:], kw)
-				gemmSerial(blas.NoTrans, blas.Trans, s, s, hd, 1, ws.datt[qOff:], qw, a.v[kOff:], kw, 0, dp, s)
+				gemmCausal(upperA, blas.Trans, blas.NoTrans, s, hd, s, 1, pr, s, ws.datt[qOff:], qw, 1, ws.dv[kOff:], kw)
+				gemmCausal(lowerC, blas.NoTrans, blas.Trans, s, s, hd, 1, ws.datt[qOff:], qw, a.v[kOff:], kw, 0, dp, s)
 				// softmax: dS = P ⊙ (dP − rowsum(dP ⊙ P)), times the score scale.
 				for i := range s {
 					pRow, dRow := pr[i*s:(i+1)*s], dp[i*s:(i+1)*s]
@@ -296,8 +296,8 @@ func (m *Model) attentionBack(a *layerActs, b, s int) {
 					clear(dRow[i+1:])
 				}
 				// dQ = dS·K; dK += dSᵀ·Q
-				gemmSerial(blas.NoTrans, blas.NoTrans, s, hd, s, 1, dp, s, a.k[kOff:], kw, 0, ws.dq[qOff:], qw)
-				gemmSerial(blas.Trans, blas.NoTrans, s, hd, s, 1, dp, s, a.q[qOff:], qw, 1, ws.dk[kOff:], kw)
+				gemmCausal(lowerA, blas.NoTrans, blas.NoTrans, s, hd, s, 1, dp, s, a.k[kOff:], kw, 0, ws.dq[qOff:], qw)
+				gemmCausal(upperA, blas.Trans, blas.NoTrans, s, hd, s, 1, dp, s, a.q[qOff:], qw, 1, ws.dk[kOff:], kw)
 			}
 		}
 	})
