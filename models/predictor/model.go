@@ -5,6 +5,7 @@ import (
 	"math"
 	"os"
 	"runtime"
+	"strconv"
 	"sync"
 
 	"github.com/owulveryck/onnx-go"
@@ -24,9 +25,10 @@ const MaxModelBytes = 16 << 20
 // safe for concurrent use: each call borrows one of up to GOMAXPROCS
 // instances of the graph, built lazily from the same prepared bytes.
 type Model struct {
-	width    int
-	prepared []byte // the model after prepare(), re-encoded; what each instance decodes
-	free     chan *instance
+	width     int
+	threshold float64 // from MetaThreshold; 0 = the model names none
+	prepared  []byte  // the model after prepare(), re-encoded; what each instance decodes
+	free      chan *instance
 
 	mu      sync.Mutex // guards created
 	created int
@@ -83,6 +85,10 @@ func Read(data []byte) (*Model, error) {
 	if err != nil {
 		return nil, err
 	}
+	th, err := readThreshold(pb)
+	if err != nil {
+		return nil, err
+	}
 	width, err := prepare(pb)
 	if err != nil {
 		return nil, err
@@ -91,9 +97,10 @@ func Read(data []byte) (*Model, error) {
 		return nil, fmt.Errorf("%w: model input has %d features, textfeat v%d has %d", ErrInputWidth, width, textfeat.Version, textfeat.Dim)
 	}
 	m := &Model{
-		width:    width,
-		prepared: onnxpb.Marshal(pb),
-		free:     make(chan *instance, max(1, runtime.GOMAXPROCS(0))),
+		width:     width,
+		threshold: th,
+		prepared:  onnxpb.Marshal(pb),
+		free:      make(chan *instance, max(1, runtime.GOMAXPROCS(0))),
 	}
 	in, err := m.newInstance()
 	if err != nil {
@@ -103,6 +110,32 @@ func Read(data []byte) (*Model, error) {
 	m.free <- in
 	return m, nil
 }
+
+// MetaThreshold is the ONNX metadata_props key under which a model carries
+// its decision threshold: the cloud probability at or above which a request
+// should go to the cloud, chosen on held-out data when the model was trained
+// (models/predictor/train). The value is a decimal in (0,1).
+const MetaThreshold = "phaseless.cloud_threshold"
+
+// readThreshold parses MetaThreshold. A model without it has no threshold
+// (0); one with a value that is not a probability strictly between 0 and 1
+// is refused, since a router would otherwise send everything one way.
+func readThreshold(pb *onnxpb.Model) (float64, error) {
+	v, ok := pb.Meta(MetaThreshold)
+	if !ok {
+		return 0, nil
+	}
+	th, err := strconv.ParseFloat(v, 64)
+	if err != nil || !(th > 0 && th < 1) {
+		return 0, fmt.Errorf("%w: metadata %s = %q, want a number in (0,1)", ErrUnsupported, MetaThreshold, v)
+	}
+	return th, nil
+}
+
+// Threshold is the decision threshold the model was shipped with (see
+// MetaThreshold); ok is false when the file names none, and the caller
+// keeps its own default.
+func (m *Model) Threshold() (th float64, ok bool) { return m.threshold, m.threshold > 0 }
 
 // InputWidth is the number of features the model takes.
 func (m *Model) InputWidth() int { return m.width }

@@ -15,6 +15,14 @@ type Predictor interface {
 	Predict(features []float32) (float64, error)
 }
 
+// Thresholder is a Predictor that carries the decision threshold it was
+// trained for: a request should go to the cloud when Predict answers at
+// least th. Model and Swappable implement it; ok is false when the model
+// names no threshold.
+type Thresholder interface {
+	Threshold() (th float64, ok bool)
+}
+
 // Errors callers branch on.
 var (
 	// ErrInputWidth: the feature vector or the model's input has the wrong width.
@@ -55,4 +63,17 @@ func (r EntropyRule) Predict(features []float32) (float64, error) {
 	}
 	h := float64(features[textfeat.IdxByteEntropy])
 	return 1 / (1 + math.Exp(-(h-th)/soft)), nil
+}
+
+// Bound is the byte entropy (bits) at which the rule answers p: the
+// entropy bound a probability threshold p stands for.
+func (r EntropyRule) Bound(p float64) float64 {
+	th, soft := r.Threshold, r.Softness
+	if th == 0 {
+		th = DefaultEntropyThreshold
+	}
+	if soft == 0 {
+		soft = 0.1
+	}
+	return th + soft*math.Log(p/(1-p))
 }

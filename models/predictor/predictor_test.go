@@ -8,6 +8,8 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
+	"strings"
 	"sync"
 	"testing"
 
@@ -218,7 +220,10 @@ func brokenModels() map[string]struct {
 			m.Graph.Initializers[0].Dims = []int64{0, textfeat.Dim}
 			m.Graph.Initializers[0].Floats = nil
 		}), ErrUnsupported},
-		"dangling input": {edit(func(m *onnxpb.Model) { m.Graph.Nodes[1].Inputs[0] = "nowhere" }), ErrUnsupported},
+		"dangling input":         {edit(func(m *onnxpb.Model) { m.Graph.Nodes[1].Inputs[0] = "nowhere" }), ErrUnsupported},
+		"threshold not a number": {edit(func(m *onnxpb.Model) { m.Metadata = []onnxpb.Property{{Key: MetaThreshold, Value: "high"}} }), ErrUnsupported},
+		"threshold 1":            {edit(func(m *onnxpb.Model) { m.Metadata = []onnxpb.Property{{Key: MetaThreshold, Value: "1"}} }), ErrUnsupported},
+		"threshold NaN":          {edit(func(m *onnxpb.Model) { m.Metadata = []onnxpb.Property{{Key: MetaThreshold, Value: "NaN"}} }), ErrUnsupported},
 		"transA": {edit(func(m *onnxpb.Model) {
 			m.Graph.Nodes[0].Attributes[2] = onnxpb.Attribute{Name: "transA", Type: onnxpb.AttrInt, I: 1}
 		}), ErrUnsupported},
@@ -380,6 +385,42 @@ func TestSwappable(t *testing.T) {
 	if err := s.SwapTo(EntropyRule{}); err != nil {
 		t.Fatalf("swap to the entropy rule: %v", err)
 	}
+	if _, ok := s.Threshold(); ok {
+		t.Fatal("the entropy rule has no model threshold, Swappable reported one")
+	}
+}
+
+func TestThresholdMetadata(t *testing.T) {
+	def, err := Default()
+	must(t, err)
+	th, ok := def.Threshold()
+	if !ok || !(th > 0 && th < 1) {
+		t.Fatalf("shipped model threshold %v, %v; want one in (0,1) (phaselessctl model train writes it)", th, ok)
+	}
+	// The first predictor (RouteLLM labels) was shipped without one.
+	old, err := Load("testdata/predictor-routellm.onnx")
+	must(t, err)
+	if _, ok := old.Threshold(); ok {
+		t.Fatal("a model without metadata reported a threshold")
+	}
+	// A model from another exporter with the key set.
+	pb, err := onnxpb.Unmarshal(newMLP(3, textfeat.Dim, 4).gemmModel(13))
+	must(t, err)
+	pb.Metadata = []onnxpb.Property{{Key: "producer_note", Value: "x"}, {Key: MetaThreshold, Value: "0.375"}}
+	m, err := Read(onnxpb.Marshal(pb))
+	must(t, err)
+	if th, ok := m.Threshold(); !ok || th != 0.375 {
+		t.Fatalf("threshold %v, %v; want 0.375", th, ok)
+	}
+	// Swappable answers for whichever model serves.
+	s := NewSwappable(old)
+	if _, ok := s.Threshold(); ok {
+		t.Fatal("Swappable over a model without a threshold reported one")
+	}
+	must(t, s.SwapTo(m))
+	if th, ok := s.Threshold(); !ok || th != 0.375 {
+		t.Fatalf("after swap: threshold %v, %v", th, ok)
+	}
 }
 
 // TestONNXChecker runs the official checker over the shipped model and a
@@ -403,6 +444,16 @@ func TestONNXChecker(t *testing.T) {
 		if err != nil {
 			t.Errorf("%s fails onnx.checker: %v\n%s", name, err, out)
 		}
+	}
+	// The official reader sees the threshold where Read does.
+	out, err := exec.Command(py, "-c", "import onnx,sys; print({p.key: p.value for p in onnx.load(sys.argv[1]).metadata_props}[sys.argv[2]])",
+		filepath.Join(dir, "shipped.onnx"), MetaThreshold).Output()
+	must(t, err)
+	def, err := Default()
+	must(t, err)
+	th, _ := def.Threshold()
+	if got, err := strconv.ParseFloat(strings.TrimSpace(string(out)), 64); err != nil || got != th {
+		t.Errorf("onnx reads threshold %q from the shipped model, Read %v", out, th)
 	}
 }
 

@@ -45,6 +45,20 @@ func (s *Swappable) Predict(features []float32) (float64, error) {
 	return s.cur.Load().p.Predict(features)
 }
 
+// Threshold is the current model's decision threshold (Thresholder); ok is
+// false when the current predictor carries none. A swap between a caller's
+// Predict and Threshold pairs one request's probability with the other
+// model's threshold; each is valid for its model, and the next request
+// sees the new pair.
+func (s *Swappable) Threshold() (float64, bool) {
+	if t, ok := s.cur.Load().p.(Thresholder); ok {
+		return t.Threshold()
+	}
+	return 0, false
+}
+
+var _ Thresholder = (*Swappable)(nil)
+
 // Current returns the Predictor now serving.
 func (s *Swappable) Current() Predictor { return s.cur.Load().p }
 

@@ -52,6 +52,19 @@ func Unmarshal(data []byte) (*Model, error) {
 			})
 			m.Opsets = append(m.Opsets, o)
 			return err
+		case 14:
+			var p Property
+			err := walk(v, func(num protowire.Number, typ protowire.Type, v []byte, x uint64) error {
+				switch num {
+				case 1:
+					p.Key = string(v)
+				case 2:
+					p.Value = string(v)
+				}
+				return nil
+			})
+			m.Metadata = append(m.Metadata, p)
+			return err
 		}
 		return nil
 	})

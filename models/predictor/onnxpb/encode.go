@@ -27,6 +27,12 @@ func Marshal(m *Model) []byte {
 		ob = appendVarintField(ob, 2, uint64(o.Version))
 		b = appendMessage(b, 8, ob)
 	}
+	for _, p := range m.Metadata {
+		var pb []byte
+		pb = appendStringField(pb, 1, p.Key)
+		pb = appendStringField(pb, 2, p.Value)
+		b = appendMessage(b, 14, pb)
+	}
 	return b
 }
 

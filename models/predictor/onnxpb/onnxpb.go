@@ -6,8 +6,9 @@
 // models from other exporters before handing them to onnx-go.
 //
 // Field numbers are those of onnx/onnx.proto (IR version 7+). Fields the
-// predictor has no use for (doc strings, metadata, training info, functions)
-// are skipped on decode and not written back.
+// predictor has no use for (doc strings, training info, functions) are
+// skipped on decode and not written back; the model's metadata_props are
+// kept, because the trainer stores the decision threshold there.
 package onnxpb
 
 // Tensor element types (TensorProto.DataType).
@@ -35,6 +36,24 @@ type Model struct {
 	ModelVersion    int64
 	Opsets          []OpsetID
 	Graph           Graph
+	// Metadata is ModelProto.metadata_props, in file order: free-form
+	// key/value strings that travel with the model.
+	Metadata []Property
+}
+
+// Property is one StringStringEntryProto of the model's metadata.
+type Property struct {
+	Key, Value string
+}
+
+// Meta returns the value of the first metadata entry called key.
+func (m *Model) Meta(key string) (string, bool) {
+	for _, p := range m.Metadata {
+		if p.Key == key {
+			return p.Value, true
+		}
+	}
+	return "", false
 }
 
 // OpsetID names an operator set; Domain "" (or "ai.onnx") is the default one.

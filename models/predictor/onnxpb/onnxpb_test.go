@@ -28,6 +28,39 @@ func sample() *Model {
 			Inputs:  []ValueInfo{{Name: "x", ElemType: TypeFloat, HasShape: true, Shape: []Dim{{Param: "batch"}, {Value: 3}}}},
 			Outputs: []ValueInfo{{Name: "p", ElemType: TypeFloat, HasShape: true, Shape: []Dim{{Param: "batch"}, {Value: 1}}}},
 		},
+		Metadata: []Property{{Key: "phaseless.cloud_threshold", Value: "0.42"}, {Key: "note", Value: "ünïcode"}},
+	}
+}
+
+func TestMetadata(t *testing.T) {
+	// metadata_props as onnx.helper.set_model_props writes it: field 14,
+	// one StringStringEntryProto (key 1, value 2) per entry.
+	var entry []byte
+	entry = protowire.AppendTag(entry, 1, protowire.BytesType)
+	entry = protowire.AppendString(entry, "threshold")
+	entry = protowire.AppendTag(entry, 2, protowire.BytesType)
+	entry = protowire.AppendString(entry, "0.3")
+	b := Marshal(&Model{IRVersion: 7})
+	b = protowire.AppendTag(b, 14, protowire.BytesType)
+	b = protowire.AppendBytes(b, entry)
+	m, err := Unmarshal(b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if v, ok := m.Meta("threshold"); !ok || v != "0.3" {
+		t.Fatalf("Meta(threshold) = %q, %v", v, ok)
+	}
+	if _, ok := m.Meta("absent"); ok {
+		t.Fatal("Meta found a key that is not there")
+	}
+	// A model without metadata encodes exactly as before metadata was
+	// supported, so older shipped files still reproduce byte for byte.
+	plain := sample()
+	plain.Metadata = nil
+	withEmpty := sample()
+	withEmpty.Metadata = []Property{}
+	if string(Marshal(plain)) != string(Marshal(withEmpty)) {
+		t.Fatal("empty metadata changed the encoding")
 	}
 }
 
