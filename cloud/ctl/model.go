@@ -27,8 +27,8 @@ func init() {
 		Subcommands: []*cli.Command{
 			{Name: "features", Summary: "text lines on stdin → one JSON feature vector per line", Run: modelFeatures},
 			{Name: "score", Summary: "text lines on stdin → one cloud probability per line (--model F)", Run: modelScore},
-			{Name: "train", Summary: "train the predictor with gorgonia and write ONNX (--out F)", Run: modelTrain},
-			{Name: "eval", Summary: "APGR, CPT and CLINC accuracy/AUC of a model vs the baselines (--model F)", Run: modelEval},
+			{Name: "train", Summary: "train the predictor with gorgonia, choose its threshold on validation data, write ONNX (--out F)", Run: modelTrain},
+			{Name: "eval", Summary: "held-out routing metrics of a model vs the entropy rule (--model F, --compare F)", Run: modelEval},
 		},
 	})
 }
@@ -132,28 +132,83 @@ func modelTrain(ctx context.Context, cio cli.IO, args []string) error {
 	out := fs.String("out", "predictor.onnx", "ONNX file to write")
 	var telemetry cli.StringList
 	fs.Var(&telemetry, "telemetry", "JSON lines of fleet RequestRecords to add as training data (repeatable)")
+	labels := fs.String("labels", train.LabelsEdge, "label set: edge (what the device's edge model answers) or routellm (Mixtral-8x7B right/wrong, the first predictor's)")
+	var compare cli.StringList
+	fs.Var(&compare, "compare", "another ONNX predictor to evaluate in the same run, e.g. the previous shipped model (repeatable)")
 	seed := fs.Uint64("seed", train.ShippedSeed, "seed for initialisation and shuffling (same seed → same bytes)")
 	hidden := fs.Int("hidden", 0, "hidden units (0 = default 32)")
 	epochs := fs.Int("epochs", 0, "epochs (0 = default 15)")
 	lr := fs.Float64("learn-rate", 0, "Adam learning rate (0 = default 0.003)")
+	maxCar := fs.Float64("max-car-to-cloud", 0, "largest share of validation car requests the chosen threshold may send to the cloud (0 = default 0.05; 1 = maximise balanced accuracy alone)")
 	if err := parseFlags(fs, cio, args, "phaselessctl model train [--data DIR] [--telemetry FILE] --out F: train the router predictor and evaluate it"); err != nil {
 		return helpOK(err)
 	}
 	if *out == "" {
 		return &cli.FieldError{Field: "out", Err: errors.New("must name a file")}
 	}
+	if err := checkLabels(*labels); err != nil {
+		return err
+	}
+	others, err := compareRouters(compare, *labels)
+	if err != nil {
+		return err
+	}
 	res, err := train.Run(ctx, train.Options{
 		DataDir:   *data,
+		Labels:    *labels,
+		Compare:   others,
 		Telemetry: telemetry,
 		Out:       *out,
-		Config:    train.Config{Seed: *seed, Hidden: *hidden, Epochs: *epochs, LearnRate: *lr},
+		Config:    train.Config{Seed: *seed, Hidden: *hidden, Epochs: *epochs, LearnRate: *lr, MaxCarToCloud: *maxCar},
 		Log:       cio.Stderr,
 	})
 	if err != nil {
 		return err
 	}
+	if res.EdgeReport != nil {
+		fmt.Fprintf(cio.Stdout, "threshold %.4f (chosen on the validation split, balanced accuracy %.3f; stored in the model's metadata as %s)\n",
+			res.Threshold, res.ValBalanced, predictor.MetaThreshold)
+		res.EdgeReport.Print(cio.Stdout)
+		return nil
+	}
 	res.Report.Print(cio.Stdout)
 	return nil
+}
+
+func checkLabels(labels string) error {
+	if labels != train.LabelsEdge && labels != train.LabelsRouteLLM {
+		return &cli.FieldError{Field: "labels", Err: fmt.Errorf("%q: want %s or %s", labels, train.LabelsEdge, train.LabelsRouteLLM)}
+	}
+	return nil
+}
+
+// routerThreshold is the threshold agent/route would use with p when the
+// operator sets none: the model's own, else the router's 0.5.
+func routerThreshold(p predictor.Predictor) float64 {
+	if t, ok := p.(predictor.Thresholder); ok {
+		if th, ok := t.Threshold(); ok {
+			return th
+		}
+	}
+	return 0.5
+}
+
+// compareRouters loads each --compare model. With edge labels each gives
+// two rows: at the threshold the router would use with it, and with a
+// threshold chosen on the validation split (what it could do at best).
+func compareRouters(paths []string, labels string) ([]train.Router, error) {
+	var out []train.Router
+	for _, path := range paths {
+		p, err := loadPredictor(path)
+		if err != nil {
+			return nil, &cli.FieldError{Field: "compare", Err: err}
+		}
+		out = append(out, train.Router{Name: path, P: p, Threshold: routerThreshold(p)})
+		if labels == train.LabelsEdge {
+			out = append(out, train.Router{Name: path + ", threshold tuned on val", P: p})
+		}
+	}
+	return out, nil
 }
 
 func modelEval(ctx context.Context, cio cli.IO, args []string) error {
@@ -161,11 +216,22 @@ func modelEval(ctx context.Context, cio cli.IO, args []string) error {
 	fs.String("config", "", "optional YAML config file")
 	model := fs.String("model", "", "ONNX predictor to evaluate; empty = the shipped model")
 	data := fs.String("data", DefaultRoutingData, "routing corpus: mmlu/mmlu_*.csv[.gz] and clinc150-small.json[.gz]")
-	seed := fs.Uint64("seed", 1, "seed of the random-routing baseline")
-	if err := parseFlags(fs, cio, args, "phaselessctl model eval [--model F] [--data DIR]: RouteLLM APGR/CPT on held-out MMLU subjects, accuracy/AUC on CLINC, with baselines"); err != nil {
+	labels := fs.String("labels", train.LabelsEdge, "label set: edge (held-out split by prompt, threshold from the model) or routellm (APGR/CPT on held-out MMLU subjects)")
+	var compare cli.StringList
+	fs.Var(&compare, "compare", "another ONNX predictor to evaluate in the same run (repeatable)")
+	seed := fs.Uint64("seed", 1, "seed of the random-routing baseline (routellm labels)")
+	maxCar := fs.Float64("max-car-to-cloud", train.DefaultMaxCarToCloud, "for routers without a threshold: the largest share of validation car requests the threshold chosen for them may send to the cloud")
+	if err := parseFlags(fs, cio, args, "phaselessctl model eval [--model F] [--compare F] [--labels edge|routellm] [--data DIR]: held-out routing metrics vs the entropy rule"); err != nil {
 		return helpOK(err)
 	}
+	if err := checkLabels(*labels); err != nil {
+		return err
+	}
 	p, err := loadPredictor(*model)
+	if err != nil {
+		return err
+	}
+	others, err := compareRouters(compare, *labels)
 	if err != nil {
 		return err
 	}
@@ -176,12 +242,26 @@ func modelEval(ctx context.Context, cio cli.IO, args []string) error {
 	if err := ctx.Err(); err != nil {
 		return err
 	}
-	mmlu, clinc := d.EvalSets()
 	name := *model
 	if name == "" {
 		name = "predictor (shipped)"
 	}
-	rep, err := train.Evaluate([]train.Router{{Name: name, P: p}, {Name: "entropy > 4.2", P: predictor.EntropyRule{}}}, mmlu, clinc, *seed)
+	if *labels == train.LabelsEdge {
+		split, err := d.EdgeSplit()
+		if err != nil {
+			return err
+		}
+		routers := append([]train.Router{{Name: name, P: p, Threshold: routerThreshold(p)}}, others...)
+		rep, err := train.EvaluateEdge(append(routers, train.EntropyRouters()...), split, *maxCar)
+		if err != nil {
+			return err
+		}
+		rep.Print(cio.Stdout)
+		return nil
+	}
+	mmlu, clinc := d.EvalSets()
+	routers := append([]train.Router{{Name: name, P: p}}, others...)
+	rep, err := train.Evaluate(append(routers, train.Router{Name: "entropy > 4.2", P: predictor.EntropyRule{}}), mmlu, clinc, *seed)
 	if err != nil {
 		return err
 	}

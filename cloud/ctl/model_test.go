@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"strconv"
 	"strings"
 	"testing"
@@ -47,10 +48,33 @@ func TestModelScore(t *testing.T) {
 }
 
 func TestModelEval(t *testing.T) {
-	out := runModelCtl(t, "", "model", "eval", "--data", "../../models/data/routing")
-	for _, want := range []string{"APGR", "CPT(50%)", "CLINC AUC", "predictor (shipped)", "entropy > 4.2", "random"} {
+	// Default: the edge label set, the shipped model at its own threshold,
+	// a compared model at the router's 0.5 and tuned on validation data.
+	out := runModelCtl(t, "", "model", "eval", "--data", "../../models/data/routing",
+		"--compare", "../../models/predictor/testdata/predictor-routellm.onnx")
+	for _, want := range []string{"car→cloud", "predictor (shipped)", "entropy ≥ 4.2 bits", "bound tuned on val", "predictor-routellm.onnx, threshold tuned on val", "mmlu", "test:"} {
 		if !strings.Contains(out, want) {
 			t.Errorf("eval output lacks %q:\n%s", want, out)
+		}
+	}
+	out = runModelCtl(t, "", "model", "eval", "--labels", "routellm", "--data", "../../models/data/routing")
+	for _, want := range []string{"APGR", "CPT(50%)", "CLINC AUC", "predictor (shipped)", "entropy > 4.2", "random"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("routellm eval output lacks %q:\n%s", want, out)
+		}
+	}
+}
+
+func TestModelLabelsFlag(t *testing.T) {
+	// Refused before any data is read or any model trained.
+	for _, args := range [][]string{
+		{"model", "train", "--labels", "mixtral", "--out", t.TempDir() + "/x.onnx"},
+		{"model", "eval", "--labels", "mixtral"},
+	} {
+		cio := cli.IO{Stdin: strings.NewReader(""), Stdout: &bytes.Buffer{}, Stderr: &bytes.Buffer{}, Getenv: func(string) string { return "" }}
+		var fe *cli.FieldError
+		if err := Root().Dispatch(context.Background(), cio, args); !errors.As(err, &fe) || fe.Field != "labels" {
+			t.Errorf("%v: %v, want a field error naming labels", args, err)
 		}
 	}
 }

@@ -143,6 +143,7 @@ func HeldOut(name string) bool {
 
 // Example is one training or evaluation row.
 type Example struct {
+	Text     string // the prompt, where known (not for telemetry)
 	Features []float32
 	Label    float32 // 1 = needs the cloud
 	Source   string  // mmlu | clinc | clinc-oos | telemetry
@@ -151,12 +152,12 @@ type Example struct {
 	Strong   bool    // MMLU only
 }
 
-// Labels (documented in docs/predictor.md):
+// RouteLLM labels (LabelsRouteLLM, documented in docs/predictor.md):
 //   - MMLU: 1 when the weak model answered wrong (a small model cannot keep
 //     it), else 0.
 //   - CLINC in-scope commands: 0 (the device answers them); out-of-scope: 1.
 func mmluExample(p MMLUPrompt) Example {
-	e := Example{Features: textfeat.Extract(p.Prompt), Source: "mmlu", Group: p.Subject, Weak: p.Weak, Strong: p.Strong}
+	e := Example{Text: p.Prompt, Features: textfeat.Extract(p.Prompt), Source: "mmlu", Group: p.Subject, Weak: p.Weak, Strong: p.Strong}
 	if !p.Weak {
 		e.Label = 1
 	}
@@ -165,9 +166,9 @@ func mmluExample(p MMLUPrompt) Example {
 
 func clincExample(u Utterance) Example {
 	if u.Intent == "oos" {
-		return Example{Features: textfeat.Extract(u.Text), Label: 1, Source: "clinc-oos", Group: "oos"}
+		return Example{Text: u.Text, Features: textfeat.Extract(u.Text), Label: 1, Source: "clinc-oos", Group: "oos"}
 	}
-	return Example{Features: textfeat.Extract(u.Text), Source: "clinc", Group: u.Intent}
+	return Example{Text: u.Text, Features: textfeat.Extract(u.Text), Source: "clinc", Group: u.Intent}
 }
 
 // TrainExamples returns the training side: MMLU prompts of subjects not

@@ -13,6 +13,11 @@ import (
 type Router struct {
 	Name string
 	P    predictor.Predictor
+	// Threshold is the cloud probability at or above which the router
+	// sends a request to the cloud, for EvaluateEdge; 0 there means "choose
+	// it on the validation split" (ChooseThreshold). Evaluate (RouteLLM
+	// labels) ranks by score and reports accuracy at 0.5 regardless.
+	Threshold float64
 }
 
 // Row holds one router's metrics.

@@ -2,7 +2,9 @@ package train
 
 import (
 	"fmt"
+	"strconv"
 
+	"github.com/phaseless/phaseless/models/predictor"
 	"github.com/phaseless/phaseless/models/predictor/onnxpb"
 	"github.com/phaseless/phaseless/models/textfeat"
 )
@@ -18,7 +20,8 @@ const (
 // Relu, MatMul, Add, Sigmoid. MatMul + Add rather than Gemm because onnx-go
 // v0.5.0's Gemm corrupts its bias at batch 1. The input standardisation is
 // folded into the first layer: W1'[j,k] = W1[j,k]/Std[j] and
-// B1'[k] = B1[k] − Σ_j Mean[j]·W1[j,k]/Std[j].
+// B1'[k] = B1[k] − Σ_j Mean[j]·W1[j,k]/Std[j]. A Net with a Threshold
+// carries it in the metadata (predictor.MetaThreshold, four decimals).
 func (n *Net) ONNX() []byte {
 	w1 := make([]float32, n.In*n.Hidden)
 	b1 := make([]float32, n.Hidden)
@@ -63,6 +66,9 @@ func (n *Net) ONNX() []byte {
 			Outputs: []onnxpb.ValueInfo{{Name: OutputName, ElemType: onnxpb.TypeFloat, HasShape: true,
 				Shape: []onnxpb.Dim{{Param: "batch"}, {Value: 1}}}},
 		},
+	}
+	if n.Threshold > 0 {
+		m.Metadata = []onnxpb.Property{{Key: predictor.MetaThreshold, Value: strconv.FormatFloat(n.Threshold, 'f', 4, 64)}}
 	}
 	return onnxpb.Marshal(m)
 }

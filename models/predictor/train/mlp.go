@@ -30,6 +30,10 @@ type Config struct {
 	// data (docs/predictor.md): giving out-of-scope 0.25 sent a third of
 	// unseen commands to the cloud for no gain in AUC.
 	SourceWeights map[string]float64
+	// MaxCarToCloud bounds the share of validation car requests the chosen
+	// threshold may send to the cloud (edge labels; default
+	// DefaultMaxCarToCloud; 1 = maximise balanced accuracy alone).
+	MaxCarToCloud float64
 }
 
 func (c *Config) fill() {
@@ -47,6 +51,9 @@ func (c *Config) fill() {
 	}
 	if c.L2 == 0 {
 		c.L2 = 0.03
+	}
+	if c.MaxCarToCloud == 0 {
+		c.MaxCarToCloud = DefaultMaxCarToCloud
 	}
 	if c.SourceWeights == nil {
 		c.SourceWeights = map[string]float64{"mmlu": 0.4, "clinc": 0.4, "clinc-oos": 0.2, "telemetry": 0.4}
@@ -66,6 +73,8 @@ func (c *Config) Validate() error {
 		return fmt.Errorf("train config: learn-rate %v must be > 0", c.LearnRate)
 	case c.L2 < 0:
 		return fmt.Errorf("train config: l2 %v must be ≥ 0", c.L2)
+	case c.MaxCarToCloud < 0 || c.MaxCarToCloud > 1 || math.IsNaN(c.MaxCarToCloud):
+		return fmt.Errorf("train config: max-car-to-cloud %v not in (0,1]", c.MaxCarToCloud)
 	}
 	return nil
 }
@@ -82,6 +91,9 @@ type Net struct {
 	B2         float32
 	// Losses is the mean training loss of each epoch.
 	Losses []float64
+	// Threshold is the decision threshold chosen on validation data
+	// (ChooseThreshold), written into the ONNX metadata; 0 = none.
+	Threshold float64
 }
 
 // Fit trains a Net on examples with gorgonia (Adam, weighted binary

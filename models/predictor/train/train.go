@@ -13,10 +13,14 @@ import (
 // Options is one `phaselessctl model train` run.
 type Options struct {
 	DataDir   string   // routing corpus (default models/data/routing)
+	Labels    string   // LabelsEdge (default when empty) or LabelsRouteLLM
 	Telemetry []string // JSON-lines files of fleet.RequestRecord, extra training data
 	Out       string   // where to write the ONNX file
-	Config    Config
-	Log       io.Writer // progress; nil for none
+	// Compare are routers evaluated beside the new model and the entropy
+	// rule in the same run, e.g. the previously shipped model.
+	Compare []Router
+	Config  Config
+	Log     io.Writer // progress; nil for none
 }
 
 // Result is what a run made.
@@ -25,11 +29,18 @@ type Result struct {
 	Net       *Net
 	Examples  int
 	Telemetry TelemetryStats
-	Report    *Report
+	// Threshold is the decision threshold chosen on the validation split
+	// and stored in the model (edge labels; 0 with RouteLLM labels), and
+	// ValBalanced its balanced accuracy there.
+	Threshold   float64
+	ValBalanced float64
+	Report      *Report     // RouteLLM labels
+	EdgeReport  *EdgeReport // edge labels
 }
 
-// Run loads the data, trains, writes the ONNX file, reloads it through the
-// device runtime (onnx-go), checks it matches the trained weights, and
+// Run loads the data, trains, chooses the decision threshold on the
+// validation split (edge labels), writes the ONNX file, reloads it through
+// the device runtime (onnx-go), checks it matches the trained weights, and
 // evaluates it against the baselines on the held-out data.
 func Run(ctx context.Context, opt Options) (*Result, error) {
 	logf := func(format string, args ...any) {
@@ -37,11 +48,35 @@ func Run(ctx context.Context, opt Options) (*Result, error) {
 			fmt.Fprintf(opt.Log, format, args...)
 		}
 	}
+	labels := opt.Labels
+	if labels == "" {
+		labels = LabelsEdge
+	}
+	if labels != LabelsEdge && labels != LabelsRouteLLM {
+		return nil, fmt.Errorf("train: labels %q, want %s or %s", opt.Labels, LabelsEdge, LabelsRouteLLM)
+	}
 	data, err := LoadRouting(opt.DataDir)
 	if err != nil {
 		return nil, err
 	}
-	examples := data.TrainExamples()
+	var examples, check []Example
+	var split *EdgeSplit
+	cfg := opt.Config
+	cfg.fill()
+	if labels == LabelsEdge {
+		if split, err = data.EdgeSplit(); err != nil {
+			return nil, err
+		}
+		examples = split.Train
+		check = append(append([]Example(nil), split.Val...), split.Test...)
+		if opt.Config.SourceWeights == nil {
+			cfg.SourceWeights = EdgeSourceWeights
+		}
+	} else {
+		examples = data.TrainExamples()
+		mmlu, clinc := data.EvalSets()
+		check = append(mmlu, clinc...)
+	}
 	res := &Result{}
 	for _, path := range opt.Telemetry {
 		f, err := os.Open(path)
@@ -60,27 +95,47 @@ func Run(ctx context.Context, opt Options) (*Result, error) {
 		res.Telemetry.Cloud += st.Cloud
 		res.Telemetry.SkippedVersion += st.SkippedVersion
 		res.Telemetry.SkippedUnknown += st.SkippedUnknown
-		examples = append(examples, ex...)
+		examples = append(examples[:len(examples):len(examples)], ex...)
 	}
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
 	res.Examples = len(examples)
-	logf("training on %d examples (%d MMLU prompts, %d CLINC utterances in the corpus)\n", len(examples), len(data.MMLU), len(data.CLINC))
-	net, err := Fit(opt.Config, examples)
+	logf("training on %d examples (%s labels)\n", len(examples), labels)
+	net, err := Fit(cfg, examples)
 	if err != nil {
 		return nil, err
 	}
 	res.Net = net
 	logf("loss by epoch: first %.4f, last %.4f\n", net.Losses[0], net.Losses[len(net.Losses)-1])
-	res.Model = net.ONNX()
 
+	if split != nil {
+		// The threshold is chosen on what the device will run: the
+		// exported model's answers, not the float64 reference.
+		m0, err := predictor.Read(net.ONNX())
+		if err != nil {
+			return nil, fmt.Errorf("exported model does not load: %w", err)
+		}
+		vs, err := scoreAll(m0, split.Val)
+		if err != nil {
+			return nil, err
+		}
+		th, _ := ChooseThreshold(vs, split.Val, cfg.MaxCarToCloud)
+		// The metadata holds four decimals; report what ships.
+		net.Threshold = math.Round(th*1e4) / 1e4
+		res.Threshold, res.ValBalanced = net.Threshold, BalancedAccuracy(vs, split.Val, net.Threshold)
+		logf("threshold %.4f chosen on %d validation prompts (balanced accuracy %.3f, at most %.0f%% of car requests to the cloud)\n",
+			net.Threshold, len(split.Val), res.ValBalanced, 100*cfg.MaxCarToCloud)
+	}
+	res.Model = net.ONNX()
 	m, err := predictor.Read(res.Model)
 	if err != nil {
 		return nil, fmt.Errorf("exported model does not load: %w", err)
 	}
-	mmlu, clinc := data.EvalSets()
-	if err := CheckAgainstNet(m, net, append(mmlu, clinc...)); err != nil {
+	if th, ok := m.Threshold(); split != nil && (!ok || th != net.Threshold) {
+		return nil, fmt.Errorf("exported model's threshold %v (present %v), want %.4f", th, ok, net.Threshold)
+	}
+	if err := CheckAgainstNet(m, net, check); err != nil {
 		return nil, err
 	}
 	if opt.Out != "" {
@@ -89,11 +144,30 @@ func Run(ctx context.Context, opt Options) (*Result, error) {
 		}
 		logf("wrote %s (%d bytes)\n", opt.Out, len(res.Model))
 	}
-	res.Report, err = Evaluate([]Router{
-		{Name: "predictor (new)", P: m},
-		{Name: "entropy > 4.2", P: predictor.EntropyRule{}},
-	}, mmlu, clinc, opt.Config.Seed)
+	if split == nil {
+		routers := append([]Router{{Name: "predictor (new)", P: m}}, opt.Compare...)
+		routers = append(routers, Router{Name: "entropy > 4.2", P: predictor.EntropyRule{}})
+		mmlu, clinc := data.EvalSets()
+		res.Report, err = Evaluate(routers, mmlu, clinc, opt.Config.Seed)
+		return res, err
+	}
+	th, _ := m.Threshold()
+	routers := append([]Router{{Name: "predictor (new)", P: m, Threshold: th}}, opt.Compare...)
+	routers = append(routers, EntropyRouters()...)
+	res.EdgeReport, err = EvaluateEdge(routers, split, cfg.MaxCarToCloud)
 	return res, err
+}
+
+// EntropyRouters are the entropy-rule baselines of an edge evaluation: the
+// source articles' rule as agent/route runs it without a model (byte
+// entropy ≥ 4.2 bits), and the same feature with its bound chosen on the
+// validation split (scored with a 1-bit softness so the bound can move
+// anywhere in 4.2 ± 4.6 bits; the row's name gives it in bits).
+func EntropyRouters() []Router {
+	return []Router{
+		{Name: "entropy ≥ 4.2 bits (route default)", P: predictor.EntropyRule{}, Threshold: 0.5},
+		{Name: "entropy, bound tuned on val", P: predictor.EntropyRule{Softness: 1}},
+	}
 }
 
 // CheckAgainstNet runs examples through the ONNX model and the float64

@@ -1,0 +1,178 @@
+package train
+
+import (
+	"fmt"
+	"hash/fnv"
+	"strings"
+
+	"github.com/phaseless/phaseless/models/lmtrain/corpus"
+	"github.com/phaseless/phaseless/models/textfeat"
+)
+
+// Label sets a run can train on (Options.Labels).
+const (
+	// LabelsEdge (the default) labels a request by what the device's own
+	// edge model can answer: the CLINC150 intents its corpus covers and the
+	// in-car requests it was trained on are local, everything else cloud.
+	LabelsEdge = "edge"
+	// LabelsRouteLLM is the first predictor's label set: RouteLLM's
+	// "Mixtral-8x7B answered wrong" on MMLU, every CLINC150 in-scope
+	// intent local, out-of-scope cloud (docs/predictor.md, "RouteLLM labels").
+	LabelsRouteLLM = "routellm"
+)
+
+// EdgeCorpusSeed is the seed the shipped edge model's corpus was built with
+// (models/lmtrain presets): the in-car requests the edge model held out are
+// the ones the router is tested on.
+const EdgeCorpusSeed = 1
+
+// Sources of the edge label set (Example.Source). Local (label 0):
+// SourceEdgeCLINC and SourceInCar. Cloud (label 1): the rest.
+const (
+	SourceEdgeCLINC  = "edge-clinc"  // CLINC150 utterance of an intent in corpus.Intents()
+	SourceInCar      = "incar"       // the edge corpus's in-car template requests
+	SourceOtherCLINC = "clinc-other" // CLINC150 utterance of any other intent (banking, home, small talk…)
+	SourceOOS        = "clinc-oos"   // CLINC150 out-of-scope utterance
+	SourceMMLU       = "mmlu"        // RouteLLM MMLU exam question
+	SourceWiki       = "wiki"        // general-knowledge question about a Wikipedia sentence's topic
+)
+
+// EdgeSources lists the edge label set's sources, local ones first.
+var EdgeSources = []string{SourceEdgeCLINC, SourceInCar, SourceOtherCLINC, SourceOOS, SourceMMLU, SourceWiki}
+
+// IsCarSource reports whether a source holds requests the edge model
+// answers: the ones that should stay on the device.
+func IsCarSource(source string) bool { return source == SourceEdgeCLINC || source == SourceInCar }
+
+// EdgeSourceWeights are the default loss shares for the edge label set:
+// half the loss on each label, spread over its sources so that 13k
+// Wikipedia questions do not drown 900 out-of-scope utterances, and the
+// in-car templates (a few hundred distinct prompts) count as much as a
+// CLINC domain would.
+var EdgeSourceWeights = map[string]float64{
+	SourceEdgeCLINC: 0.35, SourceInCar: 0.15,
+	SourceOtherCLINC: 0.2, SourceOOS: 0.1, SourceMMLU: 0.1, SourceWiki: 0.1,
+	"telemetry": 0.2,
+}
+
+// EdgeSplit is the edge label set split by prompt: no normalised prompt
+// text is in two of Train, Val and Test, and each holds a prompt once.
+type EdgeSplit struct {
+	Train, Val, Test []Example
+}
+
+// EdgeSplit labels the corpus for the edge model and splits it by prompt:
+//   - CLINC150: its own train / val / test splits (the demo's workload is
+//     drawn from test, so the router never trained on it);
+//   - MMLU: the subjects HeldOut names go to Test (unseen subjects), an
+//     eighth of the other prompts by hash to Val;
+//   - in-car requests and Wikipedia questions (models/lmtrain/corpus, seed
+//     EdgeCorpusSeed): what the edge or cloud corpus held out goes to Test,
+//     an eighth of the rest by hash to Val.
+//
+// A prompt whose normalised text is in Test is then dropped from Val and
+// Train, and one in Val from Train, so the splits share no prompt text.
+func (d *Data) EdgeSplit() (*EdgeSplit, error) {
+	local := map[string]bool{}
+	for _, in := range corpus.Intents() {
+		local[in] = true
+	}
+	var train, val, test []Example
+	add := func(e Example, split string) {
+		switch split {
+		case "test":
+			test = append(test, e)
+		case "val":
+			val = append(val, e)
+		default:
+			train = append(train, e)
+		}
+	}
+	byHash := func(text string) string {
+		if promptBucket(text)%8 == 0 {
+			return "val"
+		}
+		return "train"
+	}
+	for _, u := range d.CLINC {
+		e := Example{Text: u.Text, Features: textfeat.Extract(u.Text), Group: u.Intent, Label: 1}
+		switch {
+		case u.Intent == "oos":
+			e.Source = SourceOOS
+		case local[u.Intent]:
+			e.Source, e.Label = SourceEdgeCLINC, 0
+		default:
+			e.Source = SourceOtherCLINC
+		}
+		add(e, u.Split)
+	}
+	for _, p := range d.MMLU {
+		e := Example{Text: p.Prompt, Features: textfeat.Extract(p.Prompt), Label: 1, Source: SourceMMLU, Group: p.Subject, Weak: p.Weak, Strong: p.Strong}
+		if HeldOut(p.Subject) {
+			add(e, "test")
+		} else {
+			add(e, byHash(p.Prompt))
+		}
+	}
+	edge, err := corpus.Edge(EdgeCorpusSeed)
+	if err != nil {
+		return nil, fmt.Errorf("edge split: %w", err)
+	}
+	wiki := corpus.Wiki(EdgeCorpusSeed)
+	for _, set := range []struct {
+		ex     []corpus.Example
+		isTest bool
+	}{{edge.Train, false}, {edge.Test, true}, {wiki.Train, false}, {wiki.Test, true}} {
+		for _, c := range set.ex {
+			var e Example
+			switch {
+			case strings.HasPrefix(c.Intent, "incar-"):
+				e = Example{Source: SourceInCar, Label: 0}
+			case c.Intent == "wiki":
+				e = Example{Source: SourceWiki, Label: 1}
+			default:
+				continue // CLINC150 utterances come from the routing data above
+			}
+			e.Text, e.Features, e.Group = c.Prompt, textfeat.Extract(c.Prompt), c.Intent
+			if set.isTest {
+				add(e, "test")
+			} else {
+				add(e, byHash(c.Prompt))
+			}
+		}
+	}
+
+	s := &EdgeSplit{}
+	seen := map[string]bool{}
+	keep := func(ex []Example) []Example {
+		var out []Example
+		for _, e := range ex {
+			k := PromptKey(e.Text)
+			if !seen[k] {
+				seen[k] = true
+				out = append(out, e)
+			}
+		}
+		return out
+	}
+	// Test first, then Val, then Train: a prompt lands in the first split
+	// that claims it.
+	s.Test = keep(test)
+	s.Val = keep(val)
+	s.Train = keep(train)
+	return s, nil
+}
+
+// PromptKey is the text two prompts share when they are "the same prompt"
+// for the split: normalised (textfeat.Normalize), lower-cased, white space
+// collapsed.
+func PromptKey(text string) string {
+	return strings.Join(strings.Fields(strings.ToLower(textfeat.Normalize(text))), " ")
+}
+
+func promptBucket(text string) uint64 {
+	h := fnv.New64a()
+	h.Write([]byte("predictor-split/"))
+	h.Write([]byte(PromptKey(text)))
+	return h.Sum64()
+}

@@ -1,0 +1,246 @@
+package train
+
+import (
+	"fmt"
+	"io"
+	"math"
+	"sort"
+	"strings"
+	"text/tabwriter"
+
+	"github.com/phaseless/phaseless/models/predictor"
+)
+
+// BalancedAccuracy is what ChooseThreshold maximises: the mean of the share
+// of local requests kept local and the share of cloud requests sent to the
+// cloud, each side averaged over its sources, so that neither the 13k
+// Wikipedia questions nor the largest CLINC domain decides the threshold
+// alone. A request goes to the cloud when its score is at least threshold
+// (agent/route's rule).
+func BalancedAccuracy(scores []float64, ex []Example, threshold float64) float64 {
+	cloud := map[string]int{}
+	total := map[string]int{}
+	label := map[string]float32{}
+	for i, e := range ex {
+		total[e.Source]++
+		label[e.Source] = e.Label
+		if scores[i] >= threshold {
+			cloud[e.Source]++
+		}
+	}
+	return balanced(cloud, total, label)
+}
+
+func balanced(cloud, total map[string]int, label map[string]float32) float64 {
+	var localSum, cloudSum float64
+	var nLocal, nCloud int
+	for src, n := range total {
+		share := float64(cloud[src]) / float64(n)
+		if label[src] > 0.5 {
+			cloudSum += share
+			nCloud++
+		} else {
+			localSum += 1 - share
+			nLocal++
+		}
+	}
+	if nLocal == 0 || nCloud == 0 {
+		return math.NaN()
+	}
+	return (localSum/float64(nLocal) + cloudSum/float64(nCloud)) / 2
+}
+
+// Threshold bounds: a router threshold must lie strictly inside (0,1)
+// (predictor.MetaThreshold), and one right at the edge of the score range
+// would make the choice hinge on a single example.
+const (
+	minThreshold = 0.01
+	maxThreshold = 0.99
+)
+
+// DefaultMaxCarToCloud is the largest share of car requests (the local
+// sources) a chosen threshold may send to the cloud on the validation split.
+// A car request sent to the cloud costs a round trip and fails offline; an
+// exam question kept on the device gets a wrong answer. The model cannot
+// tell every edge intent from every other CLINC150 domain (docs/predictor.md),
+// so the constraint says which mistake to prefer.
+const DefaultMaxCarToCloud = 0.05
+
+// ChooseThreshold returns the threshold in [0.01, 0.99] that maximises
+// BalancedAccuracy of scores over ex (a validation split) among those that
+// send at most maxCarToCloud of the car requests (IsCarSource) to the cloud,
+// and its balanced accuracy. maxCarToCloud ≥ 1 removes the constraint.
+// Candidates are the midpoints between consecutive distinct scores; ties go
+// to the candidate nearest 0.5, so a flat optimum keeps the probability's
+// natural meaning.
+func ChooseThreshold(scores []float64, ex []Example, maxCarToCloud float64) (threshold, balancedAcc float64) {
+	idx := make([]int, len(scores))
+	for i := range idx {
+		idx[i] = i
+	}
+	sort.SliceStable(idx, func(a, b int) bool { return scores[idx[a]] < scores[idx[b]] })
+	cloud, total := map[string]int{}, map[string]int{}
+	label := map[string]float32{}
+	car, carCloud := 0, 0
+	for _, e := range ex {
+		total[e.Source]++
+		cloud[e.Source]++ // below every candidate: all to the cloud
+		label[e.Source] = e.Label
+		if IsCarSource(e.Source) {
+			car++
+		}
+	}
+	carCloud = car
+	best, bestAcc := 0.5, math.Inf(-1)
+	consider := func(t float64) {
+		if car > 0 && float64(carCloud) > maxCarToCloud*float64(car) {
+			return
+		}
+		t = math.Min(maxThreshold, math.Max(minThreshold, t))
+		acc := balanced(cloud, total, label)
+		if acc > bestAcc+1e-12 || (math.Abs(acc-bestAcc) <= 1e-12 && math.Abs(t-0.5) < math.Abs(best-0.5)) {
+			best, bestAcc = t, acc
+		}
+	}
+	if len(idx) == 0 {
+		return best, math.NaN()
+	}
+	consider(scores[idx[0]] / 2)
+	for k := 1; k <= len(idx); k++ {
+		e := ex[idx[k-1]] // now below the threshold: local
+		cloud[e.Source]--
+		if IsCarSource(e.Source) {
+			carCloud--
+		}
+		if k < len(idx) && scores[idx[k]] == scores[idx[k-1]] {
+			continue
+		}
+		if k == len(idx) {
+			consider((scores[idx[k-1]] + 1) / 2)
+		} else {
+			consider((scores[idx[k-1]] + scores[idx[k]]) / 2)
+		}
+	}
+	return best, bestAcc
+}
+
+// EdgeRow is one router's result on the test split.
+type EdgeRow struct {
+	Name      string
+	Threshold float64 // the threshold used; Tuned when chosen on Val
+	Tuned     bool
+	AUC       float64 // cloud (1) vs local (0), all test prompts
+	Accuracy  float64 // pooled over test prompts
+	Balanced  float64 // BalancedAccuracy on test
+	// ToCloud is the share of each source's test prompts sent to the cloud
+	// (score ≥ threshold); CarToCloud pools the local sources.
+	ToCloud    map[string]float64
+	CarToCloud float64
+}
+
+// EdgeReport is an evaluation on the edge label set.
+type EdgeReport struct {
+	Train, Val, Test map[string]int // prompts per source
+	Rows             []EdgeRow
+}
+
+// CountSources counts examples per source.
+func CountSources(ex []Example) map[string]int {
+	out := map[string]int{}
+	for _, e := range ex {
+		out[e.Source]++
+	}
+	return out
+}
+
+// EvaluateEdge scores each router on val (to choose a threshold where the
+// router has none: Router.Threshold 0) and test (to report), all in one
+// run.
+// maxCarToCloud is ChooseThreshold's constraint for routers without a
+// threshold.
+func EvaluateEdge(routers []Router, split *EdgeSplit, maxCarToCloud float64) (*EdgeReport, error) {
+	rep := &EdgeReport{Train: CountSources(split.Train), Val: CountSources(split.Val), Test: CountSources(split.Test)}
+	labels := make([]float32, len(split.Test))
+	for i, e := range split.Test {
+		labels[i] = e.Label
+	}
+	for _, rt := range routers {
+		row := EdgeRow{Name: rt.Name, Threshold: rt.Threshold, ToCloud: map[string]float64{}}
+		if row.Threshold == 0 {
+			vs, err := scoreAll(rt.P, split.Val)
+			if err != nil {
+				return nil, fmt.Errorf("evaluate %s: %w", rt.Name, err)
+			}
+			row.Threshold, _ = ChooseThreshold(vs, split.Val, maxCarToCloud)
+			row.Tuned = true
+			if rule, ok := rt.P.(predictor.EntropyRule); ok {
+				row.Name += fmt.Sprintf(" (%.2f bits)", rule.Bound(row.Threshold))
+			}
+		}
+		ts, err := scoreAll(rt.P, split.Test)
+		if err != nil {
+			return nil, fmt.Errorf("evaluate %s: %w", rt.Name, err)
+		}
+		row.AUC = AUC(ts, labels)
+		row.Balanced = BalancedAccuracy(ts, split.Test, row.Threshold)
+		ok, car, carCloud := 0, 0, 0
+		cloud := map[string]int{}
+		for i, e := range split.Test {
+			toCloud := ts[i] >= row.Threshold
+			if toCloud == (e.Label > 0.5) {
+				ok++
+			}
+			if toCloud {
+				cloud[e.Source]++
+			}
+			if IsCarSource(e.Source) {
+				car++
+				if toCloud {
+					carCloud++
+				}
+			}
+		}
+		row.Accuracy = float64(ok) / float64(len(split.Test))
+		for src, n := range rep.Test {
+			row.ToCloud[src] = float64(cloud[src]) / float64(n)
+		}
+		if car > 0 {
+			row.CarToCloud = float64(carCloud) / float64(car)
+		}
+		rep.Rows = append(rep.Rows, row)
+	}
+	return rep, nil
+}
+
+// Print writes the report as a table: one row per router, the share of
+// each source's held-out prompts sent to the cloud.
+func (r *EdgeReport) Print(w io.Writer) {
+	counts := func(m map[string]int) string {
+		var parts []string
+		for _, src := range EdgeSources {
+			parts = append(parts, fmt.Sprintf("%s %d", src, m[src]))
+		}
+		return strings.Join(parts, ", ")
+	}
+	fmt.Fprintf(w, "labels: local = CLINC150 intents of the edge corpus (%s) and in-car requests (%s); cloud = everything else\n", SourceEdgeCLINC, SourceInCar)
+	fmt.Fprintf(w, "train: %s\nval:   %s\ntest:  %s\n\n", counts(r.Train), counts(r.Val), counts(r.Test))
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	fmt.Fprint(tw, "router (test split)\tthreshold\tAUC\tacc\tbal acc\tcar→cloud")
+	for _, src := range EdgeSources {
+		fmt.Fprintf(tw, "\t%s", src)
+	}
+	fmt.Fprintln(tw)
+	for _, row := range r.Rows {
+		th := fmt.Sprintf("%.3f", row.Threshold)
+		if row.Tuned {
+			th += " (val)"
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%.3f\t%.3f\t%.3f\t%.1f%%", row.Name, th, row.AUC, row.Accuracy, row.Balanced, 100*row.CarToCloud)
+		for _, src := range EdgeSources {
+			fmt.Fprintf(tw, "\t%.1f%%", 100*row.ToCloud[src])
+		}
+		fmt.Fprintln(tw)
+	}
+	tw.Flush()
+	fmt.Fprintln(w, "(columns after car→cloud: share of each source's held-out prompts sent to the cloud; the first two should be low, the rest high)")
+}
