@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/phaseless/phaseless/models/predictor"
 	"github.com/phaseless/phaseless/transport/fleet"
 	"github.com/phaseless/phaseless/transport/llm"
 	"github.com/phaseless/phaseless/transport/metrics"
@@ -331,5 +332,96 @@ func BenchmarkDecide(b *testing.B) {
 	b.ReportAllocs()
 	for b.Loop() {
 		r.Decide(req, up, Load{})
+	}
+}
+
+// thresholdPredictor is fixedPredictor plus the threshold a trained model
+// carries in its metadata.
+type thresholdPredictor struct {
+	fixedPredictor
+	th float64
+	ok bool
+}
+
+func (t *thresholdPredictor) Threshold() (float64, bool) { return t.th, t.ok }
+
+func TestModelThreshold(t *testing.T) {
+	decide := func(r *Router, p *thresholdPredictor, v float64) Decision {
+		p.p = v
+		return r.Decide(userReq("x"), up, Load{})
+	}
+	// Unset Config.Threshold: the model's 0.7 decides, band ±0.05.
+	p := &thresholdPredictor{th: 0.7, ok: true}
+	r, err := NewRouter(Config{}, p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if d := decide(r, p, 0.6); d.Path != PathLocal || d.Threshold != 0.7 || d.ThresholdSource != "model" || !strings.Contains(d.Reason, "model threshold 0.70") {
+		t.Errorf("p=0.6 with model threshold 0.7: %s (%s), threshold %v from %s", d.Path, d.Reason, d.Threshold, d.ThresholdSource)
+	}
+	if d := decide(r, p, 0.76); d.Path != PathCloud {
+		t.Errorf("p=0.76 with model threshold 0.7: %s (%s)", d.Path, d.Reason)
+	}
+
+	// A configured threshold wins over the model's.
+	p = &thresholdPredictor{th: 0.7, ok: true}
+	r, _ = NewRouter(Config{Threshold: 0.5}, p)
+	if d := decide(r, p, 0.6); d.Path != PathCloud || d.Threshold != 0.5 || d.ThresholdSource != "config" {
+		t.Errorf("configured 0.5 over model 0.7, p=0.6: %s, threshold %v from %s", d.Path, d.Threshold, d.ThresholdSource)
+	}
+
+	// A model without a threshold, or with one outside (0,1): 0.5.
+	for _, bad := range []*thresholdPredictor{{th: 0.7, ok: false}, {th: 1.5, ok: true}} {
+		r, _ = NewRouter(Config{}, bad)
+		if d := decide(r, bad, 0.6); d.Path != PathCloud || d.Threshold != 0.5 || d.ThresholdSource != "default" {
+			t.Errorf("model threshold %v/%v, p=0.6: %s, threshold %v from %s", bad.th, bad.ok, d.Path, d.Threshold, d.ThresholdSource)
+		}
+	}
+
+	// When the predictor fails the entropy rule stands in, and its
+	// probabilities are centred on 0.5, not on the model's threshold.
+	p = &thresholdPredictor{th: 0.05, ok: true, fixedPredictor: fixedPredictor{err: errors.New("boom")}}
+	r, _ = NewRouter(Config{}, p)
+	if d := r.Decide(userReq(lowEntropy), up, Load{}); d.Path != PathLocal || d.Threshold != 0.5 || !strings.HasPrefix(d.ProbSource, "entropy-rule") {
+		t.Errorf("failed predictor: %s, threshold %v, %s", d.Path, d.Threshold, d.ProbSource)
+	}
+
+	// A threshold near 1 narrows the hysteresis band so it stays inside
+	// (0,1): 0.95 ± 0.025 rather than ± 0.05.
+	p = &thresholdPredictor{th: 0.95, ok: true}
+	r, _ = NewRouter(Config{Hysteresis: 0.1}, p)
+	for i, s := range []struct {
+		p    float64
+		want string
+	}{{0.96, PathLocal}, {0.98, PathCloud}, {0.94, PathCloud}, {0.92, PathLocal}} {
+		if d := decide(r, p, s.p); d.Path != s.want {
+			t.Errorf("step %d p=%.2f around model threshold 0.95: %s (%s), want %s", i, s.p, d.Path, d.Reason, s.want)
+		}
+	}
+}
+
+// The shipped predictor, hot-swappable as the agent holds it, brings its
+// own threshold: a car command stays on the device and an exam question
+// goes to the cloud without any threshold configured.
+func TestShippedPredictorThreshold(t *testing.T) {
+	m, err := predictor.Default()
+	if err != nil {
+		t.Fatal(err)
+	}
+	want, ok := m.Threshold()
+	if !ok {
+		t.Fatal("the shipped predictor carries no threshold")
+	}
+	r, err := NewRouter(Config{}, predictor.NewSwappable(m))
+	if err != nil {
+		t.Fatal(err)
+	}
+	d := r.Decide(userReq("set the temperature to 21 degrees"), up, Load{})
+	if d.Path != PathLocal || d.Threshold != want || d.ThresholdSource != "model" {
+		t.Errorf("car command: %s (%s)", d.Path, d.Reason)
+	}
+	q := "Which of the following best explains the photoelectric effect?\nA. waves\nB. photons\nC. heat\nD. sound\nAnswer:"
+	if d := r.Decide(userReq(q), up, Load{}); d.Path != PathCloud || d.ThresholdSource != "model" {
+		t.Errorf("exam question: %s (%s)", d.Path, d.Reason)
 	}
 }

@@ -24,6 +24,14 @@ type Predictor interface {
 	Predict(features []float32) (float64, error)
 }
 
+// Thresholder is a Predictor that carries the decision threshold it was
+// trained for (models/predictor's Model and Swappable read it from the ONNX
+// metadata). The Router uses it when Config.Threshold is not set; ok false
+// means the model names none.
+type Thresholder interface {
+	Threshold() (th float64, ok bool)
+}
+
 // Link is the uplink's state as the router sees it.
 type Link struct {
 	Configured bool          // a cloud address is set at all
@@ -46,10 +54,14 @@ type Inputs struct {
 	Features    []float32
 	ByteEntropy float64
 	CloudProb   float64
-	ProbSource  string // "predictor", "entropy-rule", or "entropy-rule (predictor failed: …)"
-	Override    string // x-phaseless-route when not auto
-	Link        Link
-	Load        Load
+	ProbSource  string  // "predictor", "entropy-rule", or "entropy-rule (predictor failed: …)"
+	Threshold   float64 // the threshold CloudProb was compared with (centre of the hysteresis band)
+	// ThresholdSource is "config" (Config.Threshold), "model" (the
+	// predictor's own, Thresholder) or "default" (0.5).
+	ThresholdSource string
+	Override        string // x-phaseless-route when not auto
+	Link            Link
+	Load            Load
 }
 
 // Decision is where a request should run and why.
@@ -61,8 +73,10 @@ type Decision struct {
 
 // Config tunes a Router. The zero value means the defaults.
 type Config struct {
-	// Threshold: a cloud probability at or above it prefers the cloud
-	// (default 0.5).
+	// Threshold: a cloud probability at or above it prefers the cloud.
+	// 0 (unset) means the predictor's own threshold when it carries one
+	// (Thresholder; the shipped model's was chosen on held-out data), else
+	// 0.5. A set value always wins over the model's.
 	Threshold float64
 	// Hysteresis widens the threshold into a band: once requests go to the
 	// cloud they keep going until the probability drops below
@@ -133,8 +147,9 @@ func (c Config) Validate() error {
 // Router turns a request plus the current link and load into a Decision.
 // It is safe for concurrent use.
 type Router struct {
-	cfg  Config
-	pred Predictor // nil = entropy rule
+	cfg          Config
+	pred         Predictor // nil = entropy rule
+	thresholdSet bool      // the operator set Config.Threshold: the model's own is not used
 
 	mu            sync.Mutex // guards the latches
 	preferCloud   bool       // the probability latch: last side the band settled on
@@ -147,8 +162,9 @@ func NewRouter(cfg Config, pred Predictor) (*Router, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
+	set := cfg.Threshold != 0
 	cfg.fill()
-	return &Router{cfg: cfg, pred: pred}, nil
+	return &Router{cfg: cfg, pred: pred, thresholdSet: set}, nil
 }
 
 // Text is what the router reads from a request: the latest user turn, the
@@ -180,9 +196,24 @@ func (r *Router) Decide(req *llm.Request, link Link, load Load) Decision {
 	d.ByteEntropy = float64(d.Features[textfeat.IdxByteEntropy])
 	d.ProbSource = "entropy-rule"
 	d.CloudProb = entropyProb(d.ByteEntropy, r.cfg.EntropyThreshold)
+	d.Threshold, d.ThresholdSource = r.cfg.Threshold, "default"
+	if r.thresholdSet {
+		d.ThresholdSource = "config"
+	}
+	half := r.cfg.Hysteresis / 2
 	if r.pred != nil {
 		if p, err := r.pred.Predict(d.Features); err == nil && p >= 0 && p <= 1 {
 			d.CloudProb, d.ProbSource = p, "predictor"
+			// The model's threshold belongs to the model's probabilities
+			// only: when the entropy rule stands in, 0.5 is its bound.
+			if t, ok := r.pred.(Thresholder); ok && !r.thresholdSet {
+				if th, ok := t.Threshold(); ok && th > 0 && th < 1 {
+					d.Threshold, d.ThresholdSource = th, "model"
+					// Config.Validate kept the band inside (0,1) around
+					// the configured threshold; keep it so around this one.
+					half = min(half, th/2, (1-th)/2)
+				}
+			}
 		} else {
 			if err == nil {
 				err = fmt.Errorf("probability %g out of range", p)
@@ -192,8 +223,7 @@ func (r *Router) Decide(req *llm.Request, link Link, load Load) Decision {
 	}
 
 	r.mu.Lock()
-	half := r.cfg.Hysteresis / 2
-	r.preferCloud = latch(r.preferCloud, d.CloudProb, r.cfg.Threshold-half, r.cfg.Threshold+half)
+	r.preferCloud = latch(r.preferCloud, d.CloudProb, d.Threshold-half, d.Threshold+half)
 	wantCloud := r.preferCloud
 	degraded := link.Connected && (link.Loss > r.cfg.MaxLoss || (r.cfg.MaxRTT > 0 && link.RTT > r.cfg.MaxRTT))
 	r.linkDegraded = degraded
@@ -204,7 +234,7 @@ func (r *Router) Decide(req *llm.Request, link Link, load Load) Decision {
 	r.mu.Unlock()
 	overloaded := overKV || overQueue
 
-	why := d.probReason(r.cfg)
+	why := d.probReason(half)
 	switch o := req.Hints.Route; {
 	case o == PathLocal || o == PathCloud:
 		d.Override = o
@@ -225,12 +255,12 @@ func (r *Router) Decide(req *llm.Request, link Link, load Load) Decision {
 	return d
 }
 
-func (d *Decision) probReason(cfg Config) string {
+func (d *Decision) probReason(half float64) string {
 	src := "p"
 	if strings.HasPrefix(d.ProbSource, "entropy-rule") {
 		src = fmt.Sprintf("entropy %.2f bits/byte, p", d.ByteEntropy)
 	}
-	return fmt.Sprintf("%s=%.2f vs threshold %.2f±%.2f (%s)", src, d.CloudProb, cfg.Threshold, cfg.Hysteresis/2, d.ProbSource)
+	return fmt.Sprintf("%s=%.2f vs %s threshold %.2f±%.2f (%s)", src, d.CloudProb, d.ThresholdSource, d.Threshold, half, d.ProbSource)
 }
 
 // latch is a Schmitt trigger: it turns on above high, off below low, and
