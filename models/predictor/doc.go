@@ -3,7 +3,10 @@
 // cloud. It runs ONNX models with onnx-go and its gorgonnx backend.
 //
 // How it fits: agent/route holds a Swappable, asks it for a probability per
-// request, and the fleet's "reload model" command calls Swap with a new file;
+// request and, unless the operator set a threshold, compares it with the
+// threshold the model carries in its ONNX metadata (MetaThreshold, read by
+// Threshold; chosen on held-out data when the model was trained). The
+// fleet's "reload model" command calls Swap with a new file;
 // a file that fails to load, has the wrong input width, or answers outside
 // [0,1] is refused and the old model keeps serving. The shipped model is
 // embedded (Default) and reproduced by `phaselessctl model train`
