@@ -15,12 +15,11 @@ import (
 // sized for big matrices. gemm is the classic packed scheme cut down to what
 // the trainer needs: op(B) is packed once per call into column panels of nr,
 // each worker reads a row panel of A (mr rows) in place or packs it when
-// transposed, and a register-tiled
-// micro-kernel (AVX2/FMA on amd64, plain Go elsewhere) computes one mr×nr
-// output tile from the two packed panels.
+// transposed, and a register-tiled micro-kernel (AVX2/FMA on amd64, plain Go
+// elsewhere) computes one mr×nr output tile from the two panels.
 //
 // Determinism: every output tile is computed by exactly one goroutine, from
-// the same packed panels, in the same k order, whichever goroutine that is;
+// the same panels, in the same k order, whichever goroutine that is;
 // which tiles take the full-tile or the edge path depends only on the shape.
 // So results are bit-identical for any GOMAXPROCS.
 const (
