@@ -50,7 +50,7 @@ type Config struct {
 	LocalModel       string        // model name sent to the --local-url server
 	LocalConcurrency int           // generations the local engine runs at once
 	LocalQueue       int           // requests that may wait for the local engine before 503s
-	RouteThreshold   float64       // cloud probability at which the router prefers the cloud
+	RouteThreshold   float64       // cloud probability at which the router prefers the cloud; 0 = the model's
 	RouteHysteresis  float64       // width of the band around the threshold
 	MaxOutputTokens  int           // largest max_tokens accepted
 	CloudRetryMax    time.Duration // longest wait between reconnect attempts to the cloud
@@ -74,7 +74,7 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	fs.StringVar(&c.LocalModel, "local-model", "", "model name to request from the --local-url server (default: the request's)")
 	fs.IntVar(&c.LocalConcurrency, "local-concurrency", 4, "generations the local engine runs at once")
 	fs.IntVar(&c.LocalQueue, "local-queue", 64, "requests that may wait for the local engine; more get 503 overloaded")
-	fs.Float64Var(&c.RouteThreshold, "route-threshold", 0.5, "cloud probability at or above which requests go to the cloud")
+	fs.Float64Var(&c.RouteThreshold, "route-threshold", 0, "cloud probability at or above which requests go to the cloud; 0 = the predictor model's own threshold (0.5 without one)")
 	fs.Float64Var(&c.RouteHysteresis, "route-hysteresis", 0.1, "band around --route-threshold in which the previous path is kept")
 	fs.IntVar(&c.MaxOutputTokens, "max-output-tokens", httpapi.DefaultMaxOutputTokens, "largest max_tokens a request may ask for")
 	fs.DurationVar(&c.CloudFirstToken, "cloud-first-token-timeout", 15*time.Second, "cloud requests that have produced no token by then are cancelled and run locally")
