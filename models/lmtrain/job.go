@@ -9,7 +9,6 @@ import (
 	"path/filepath"
 
 	"github.com/phaseless/phaseless/models/lm"
-	"github.com/phaseless/phaseless/models/lmtrain/corpus"
 )
 
 // Job trains a preset and writes the GGUF file: what `phaselessctl lm train`
@@ -44,7 +43,7 @@ func RunJob(ctx context.Context, j Job) (*Result, error) {
 	}
 	var buf bytes.Buffer
 	prov := Provenance{Name: "phaseless-" + p.Name, Description: p.Description, Preset: p.Name, Command: j.Command,
-		Train: p.Train, Sources: corpus.Sources, Result: res}
+		Train: p.Train, Sources: p.Sources, Result: res}
 	if err := ExportGGUF(&buf, res.Params, prov, j.DType); err != nil {
 		return res, err
 	}

@@ -176,7 +176,7 @@ func TestEngineAgreesWithTrainer(t *testing.T) {
 	}
 	path := filepath.Join(t.TempDir(), "m.gguf")
 	var buf bytes.Buffer
-	if err := ExportGGUF(&buf, res.Params, Provenance{Name: "test", Train: smallRun(t, 20).Train, Sources: corpus.Sources, Result: res}, lm.F32); err != nil {
+	if err := ExportGGUF(&buf, res.Params, Provenance{Name: "test", Train: smallRun(t, 20).Train, Sources: corpus.EdgeSources, Result: res}, lm.F32); err != nil {
 		t.Fatal(err)
 	}
 	if err := os.WriteFile(path, buf.Bytes(), 0o644); err != nil {

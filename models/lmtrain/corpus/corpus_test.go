@@ -90,3 +90,53 @@ func TestReplyMatches(t *testing.T) {
 		t.Fatal("a reply of another intent matched")
 	}
 }
+
+func TestFactsHoldOutWordingsNotFacts(t *testing.T) {
+	s := Facts(1, 2)
+	train := map[string]bool{}
+	trainedFacts := map[string]bool{}
+	for _, e := range s.Train {
+		train[strings.ToLower(strings.TrimSuffix(e.Prompt, "?"))] = true
+		trainedFacts[e.Intent+"|"+e.Answer] = true
+	}
+	if len(trainedFacts) != FactCount() {
+		t.Fatalf("%d facts trained, want all %d", len(trainedFacts), FactCount())
+	}
+	if len(s.Test) < FactCount()/2 {
+		t.Fatalf("only %d held-out questions", len(s.Test))
+	}
+	for _, e := range s.Test {
+		if train[strings.ToLower(strings.TrimSuffix(e.Prompt, "?"))] {
+			t.Errorf("held-out question %q is also trained on", e.Prompt)
+		}
+		if !trainedFacts[e.Intent+"|"+e.Answer] {
+			t.Errorf("held-out question %q asks a fact never trained on", e.Prompt)
+		}
+		y, ok := FactAnswer(e.Intent)
+		if !ok || !strings.Contains(strings.ToLower(e.Answer), strings.ToLower(y)) {
+			t.Errorf("%q: reply %q does not hold the answer %q", e.Prompt, e.Answer, y)
+		}
+		if strings.ContainsAny(e.Prompt+e.Answer, "{}") {
+			t.Errorf("unfilled slot in %+v", e)
+		}
+	}
+	if _, ok := FactAnswer("weather"); ok {
+		t.Error("a CLINC intent taken for a fact")
+	}
+}
+
+func TestCloudMixesFactsAndCarRequests(t *testing.T) {
+	s, err := Cloud(1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var facts int
+	for _, e := range s.Train {
+		if _, ok := FactAnswer(e.Intent); ok {
+			facts++
+		}
+	}
+	if share := float64(facts) / float64(len(s.Train)); share < 0.5 || share > 0.7 {
+		t.Errorf("facts are %.0f%% of the cloud corpus, want about 60%%", 100*share)
+	}
+}
