@@ -1,8 +1,9 @@
 // Command demo runs Phaseless end to end on one machine with the embedded
 // defaults: a cloud coordinator with its embedded MQTT broker and built-in
 // engine, three agents with their shipped edge model and router, and a real
-// workload mix (CLINC150 in-car commands and RouteLLM MMLU questions from
-// models/data/routing). Midway it stops the cloud to show the agents falling
+// workload mix (CLINC150 in-car commands and out-of-scope requests, RouteLLM
+// MMLU questions from models/data/routing, and world-fact questions in
+// wordings the cloud model was not trained on). Midway it stops the cloud to show the agents falling
 // back to their own engine while telemetry piles up in bbolt, then brings it
 // back and shows the backlog arriving in the fleet store.
 //
@@ -32,6 +33,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/phaseless/phaseless/models/lmtrain/corpus"
 	"github.com/phaseless/phaseless/models/predictor/train"
 	"github.com/phaseless/phaseless/transport/pki"
 )
@@ -141,7 +143,7 @@ func run(ctx context.Context, binDir, dataDir string, perPhase int, keep bool) e
 		return err
 	}
 
-	step("4. Workload, cloud online: in-car commands, out-of-scope requests and MMLU questions; the agents decide")
+	step("4. Workload, cloud online: in-car commands, fact questions, MMLU questions and out-of-scope requests; the agents decide")
 	d.phase(ctx, "online", wl.mix(perPhase))
 
 	step("5. Both APIs: an Anthropic Messages request, and a pinned route (x-phaseless-route: cloud)")
@@ -187,13 +189,13 @@ func run(ctx context.Context, binDir, dataDir string, perPhase int, keep bool) e
 // prompt is one request of the workload.
 type prompt struct {
 	text  string
-	kind  string // command | out-of-scope | mmlu
+	kind  string // command | question | mmlu | out-of-scope
 	route string // optional x-phaseless-route
 }
 
 type workload struct {
-	commands, oos, mmlu []string
-	rng                 *rand.Rand
+	commands, questions, mmlu, oos []string
+	rng                            *rand.Rand
 }
 
 // carIntents are the CLINC150 intents an in-vehicle assistant should answer
@@ -227,25 +229,35 @@ func loadWorkload(dir string) (*workload, error) {
 			w.mmlu = append(w.mmlu, p.Prompt)
 		}
 	}
+	// Fact questions in the wordings the cloud model's corpus held out
+	// (the facts themselves it was trained on; docs/models.md).
+	for _, e := range corpus.Facts(1, 1).Test {
+		w.questions = append(w.questions, e.Prompt)
+	}
 	if len(w.commands) == 0 || len(w.oos) == 0 || len(w.mmlu) == 0 {
 		return nil, errors.New("workload: routing data has no test commands, out-of-scope or held-out MMLU prompts")
 	}
 	return w, nil
 }
 
-// mix draws n prompts: about half in-car commands, a quarter out-of-scope
-// requests and a quarter exam questions, the way a head unit's traffic
-// skews towards commands.
+// mix draws n prompts: two in five in-car commands, and one in five each of
+// fact questions, exam questions and out-of-scope requests, the way a head
+// unit's traffic skews towards commands.
 func (w *workload) mix(n int) []prompt {
 	out := make([]prompt, 0, n)
+	pick := func(from []string, kind string) {
+		out = append(out, prompt{text: from[w.rng.IntN(len(from))], kind: kind})
+	}
 	for i := range n {
-		switch i % 4 {
+		switch i % 5 {
 		case 0, 2:
-			out = append(out, prompt{text: w.commands[w.rng.IntN(len(w.commands))], kind: "command"})
+			pick(w.commands, "command")
 		case 1:
-			out = append(out, prompt{text: w.mmlu[w.rng.IntN(len(w.mmlu))], kind: "mmlu"})
+			pick(w.questions, "question")
 		case 3:
-			out = append(out, prompt{text: w.oos[w.rng.IntN(len(w.oos))], kind: "out-of-scope"})
+			pick(w.mmlu, "mmlu")
+		case 4:
+			pick(w.oos, "out-of-scope")
 		}
 	}
 	return out
@@ -487,10 +499,15 @@ func (d *demo) summary() {
 	}
 	// Where each car sent each kind of prompt while it had a choice (the
 	// cloud was up and the request was not pinned).
-	fmt.Printf("\n    %-12s %-13s %-13s %-13s\n", "sent to cloud", "command", "out-of-scope", "mmlu")
+	kinds := []string{"command", "question", "mmlu", "out-of-scope"}
+	fmt.Printf("\n    %-12s", "sent to cloud")
+	for _, kind := range kinds {
+		fmt.Printf("  %-12s", kind)
+	}
+	fmt.Println()
 	for _, dev := range devices {
 		fmt.Printf("    %-12s", dev)
-		for _, kind := range []string{"command", "out-of-scope", "mmlu"} {
+		for _, kind := range kinds {
 			n, cloud := 0, 0
 			for _, r := range d.results {
 				if r.device == dev && r.kind == kind && r.phase != "outage" && r.phase != "pinned" && r.err == nil {
