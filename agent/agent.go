@@ -178,7 +178,7 @@ func New(cfg Config, log *slog.Logger) (a *Agent, err error) {
 	if a.store, err = telemetry.Open(filepath.Join(cfg.DataDir, "telemetry.db"), telemetry.Config{}); err != nil {
 		return nil, fmt.Errorf("telemetry store: %w", err)
 	}
-	a.sink = newTelemetrySink(a.store, a.metrics, log)
+	a.sink = newTelemetrySink(a.store, a.metrics, log, sinkWriters)
 	if a.ota, err = openOTA(cfg, log); err != nil {
 		return nil, err
 	}
