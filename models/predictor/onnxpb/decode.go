@@ -40,30 +40,12 @@ func Unmarshal(data []byte) (*Model, error) {
 		case 7:
 			return decodeGraph(v, &m.Graph)
 		case 8:
-			var o OpsetID
-			err := walk(v, func(num protowire.Number, typ protowire.Type, v []byte, x uint64) error {
-				switch num {
-				case 1:
-					o.Domain = string(v)
-				case 2:
-					o.Version = int64(x)
-				}
-				return nil
-			})
-			m.Opsets = append(m.Opsets, o)
+			domain, _, version, err := decodePair(v)
+			m.Opsets = append(m.Opsets, OpsetID{Domain: string(domain), Version: int64(version)})
 			return err
 		case 14:
-			var p Property
-			err := walk(v, func(num protowire.Number, typ protowire.Type, v []byte, x uint64) error {
-				switch num {
-				case 1:
-					p.Key = string(v)
-				case 2:
-					p.Value = string(v)
-				}
-				return nil
-			})
-			m.Metadata = append(m.Metadata, p)
+			key, value, _, err := decodePair(v)
+			m.Metadata = append(m.Metadata, Property{Key: string(key), Value: string(value)})
 			return err
 		}
 		return nil
@@ -356,4 +338,19 @@ func repeatedFixed32(typ protowire.Type, v []byte, x uint64, add func(uint32)) e
 		add(binary.LittleEndian.Uint32(v[i:]))
 	}
 	return nil
+}
+
+// decodePair reads a message whose fields are 1 and 2 (OperatorSetIdProto,
+// StringStringEntryProto): field 1's bytes, and field 2's bytes and varint.
+func decodePair(b []byte) (f1, f2 []byte, x2 uint64, err error) {
+	err = walk(b, func(num protowire.Number, _ protowire.Type, v []byte, x uint64) error {
+		switch num {
+		case 1:
+			f1 = v
+		case 2:
+			f2, x2 = v, x
+		}
+		return nil
+	})
+	return f1, f2, x2, err
 }
