@@ -1,6 +1,7 @@
 // Package cloudmodel ships the default language model of the cloud's built-in
 // engine: a byte-level llama model (about 1.7M weights, twice the edge model)
-// trained by models/lmtrain on Wikipedia sentences and the in-vehicle corpus.
+// trained by models/lmtrain on world and science facts the project wrote and
+// the in-vehicle corpus.
 // The cloud serves it when no --model or --worker is given.
 //
 // The file is reproduced by `phaselessctl lm train --preset cloud --out
