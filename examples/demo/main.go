@@ -370,7 +370,7 @@ func (d *demo) chat(ctx context.Context, device string, p prompt) (result, strin
 // anthropic sends one non-streaming Anthropic Messages request.
 func (d *demo) anthropic(ctx context.Context, device, text string) {
 	body, _ := json.Marshal(map[string]any{
-		"model": "auto", "max_tokens": 48,
+		"model": "auto", "max_tokens": 48, "temperature": 0.2, // as the chat requests: tiny models ramble at 1
 		"messages": []map[string]string{{"role": "user", "content": text}},
 	})
 	req, _ := http.NewRequestWithContext(ctx, "POST", "http://"+d.agents[device]+"/v1/messages", bytes.NewReader(body))
