@@ -56,7 +56,8 @@ type Config struct {
 	MQTTURL       string // external broker instead of the embedded one
 
 	BuiltinWorkers int           // built-in engines, one per pool role in turn
-	Budget         int64         // default burst budget in tokens (refilled per minute)
+	Budget         int64         // default burst budget in tokens
+	BudgetPeriod   time.Duration // how long an empty budget takes to refill (every key's); 0 = a minute
 	BatchWindow    time.Duration // longest a request is held for bucketing
 	BatchMax       int           // most requests released together
 	MaxRunning     int           // requests running at once before the fair queue holds them; 0 = 2× the workers' capacity
@@ -80,7 +81,8 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	fs.StringVar(&c.MQTTPasswords, "mqtt-passwords", "", "Mosquitto password file for the embedded broker (username = device id)")
 	fs.StringVar(&c.MQTTURL, "mqtt-url", "", "external MQTT v5 broker (mqtt://user:pass@host:1883) instead of the embedded one")
 	fs.IntVar(&c.BuiltinWorkers, "builtin-workers", 1, "built-in engine workers (roles assigned in turn: decode-heavy, prefill-heavy, stream); 0 with --worker runs remote engines only")
-	fs.Int64Var(&c.Budget, "budget", 200000, "default token budget per API key or device: burst size, refilled at this many tokens per minute")
+	fs.Int64Var(&c.Budget, "budget", 200000, "default token budget per API key or device: burst size, refilled over --budget-period")
+	fs.DurationVar(&c.BudgetPeriod, "budget-period", time.Minute, "how long an empty budget takes to refill, for the default and every key's budget (1m, 1h, 24h…)")
 	fs.DurationVar(&c.BatchWindow, "batch-window", 150*time.Millisecond, "longest a request waits to be batched with similar-length prompts while its engine is full")
 	fs.IntVar(&c.BatchMax, "batch-max", 16, "most requests released into an engine together")
 	fs.IntVar(&c.MaxRunning, "max-running", 0, "requests running at once before the per-tenant fair queue holds them (0: twice the workers' capacity)")
@@ -129,6 +131,8 @@ func (c *Config) Validate() error {
 		return &cli.FieldError{Field: "builtin-workers", Err: errors.New("0 needs at least one --worker")}
 	case c.Budget <= 0:
 		return &cli.FieldError{Field: "budget", Err: fmt.Errorf("%d must be positive", c.Budget)}
+	case c.BudgetPeriod != 0 && c.BudgetPeriod < time.Second:
+		return &cli.FieldError{Field: "budget-period", Err: fmt.Errorf("%v must be at least 1s", c.BudgetPeriod)}
 	case c.BatchWindow < 0:
 		return &cli.FieldError{Field: "batch-window", Err: fmt.Errorf("%v must not be negative", c.BatchWindow)}
 	case c.BatchMax < 1:
@@ -264,7 +268,7 @@ func (c *Cloud) Start(ctx context.Context) (err error) {
 	storeErrors := c.metrics.Counter("phaseless_admit_store_errors_total", "admission store failures (requests were let through)")
 	c.admit, err = admit.New(admit.Config{
 		Store:  store,
-		Budget: admit.Bucket{Burst: c.cfg.Budget, PerSecond: float64(c.cfg.Budget) / 60},
+		Budget: bucket(c.cfg.Budget, c.cfg.BudgetPeriod),
 		OnStoreError: func(err error) {
 			storeErrors.Inc()
 			c.log.Warn("admission store", "err", err)
@@ -289,7 +293,7 @@ func (c *Cloud) Start(ctx context.Context) (err error) {
 	c.coord, err = NewCoordinator(CoordinatorConfig{
 		Workers: c.workers, Admitter: c.admit, Tokenizer: tok,
 		Fair:                admit.FairConfig{Slots: slots},
-		Budget:              budgetOf(keys),
+		Budget:              budgetOf(keys, c.cfg.BudgetPeriod),
 		AllowPolicyOverride: c.cfg.Dev,
 		SLATTFT:             c.cfg.SLATTFT, SLAITL: c.cfg.SLAITL,
 		Metrics: c.metrics, Logger: c.log,
@@ -395,14 +399,22 @@ func (c *Cloud) MQTTAddr() string {
 	return c.broker.TCPAddr()
 }
 
+// bucket is a budget of burst tokens that an empty bucket regains over period.
+func bucket(burst int64, period time.Duration) admit.Bucket {
+	if period == 0 {
+		period = time.Minute
+	}
+	return admit.Bucket{Burst: burst, PerSecond: float64(burst) / period.Seconds()}
+}
+
 // budgetOf maps a tenant to its own bucket from the keys file.
-func budgetOf(keys *ingress.Keys) func(string) admit.Bucket {
+func budgetOf(keys *ingress.Keys, period time.Duration) func(string) admit.Bucket {
 	return func(tenant string) admit.Bucket {
 		if keys == nil {
 			return admit.Bucket{}
 		}
 		if b := keys.Budget(tenant); b > 0 {
-			return admit.Bucket{Burst: b, PerSecond: float64(b) / 60}
+			return bucket(b, period)
 		}
 		return admit.Bucket{}
 	}

@@ -28,7 +28,7 @@ func startCloud(t *testing.T, mutate func(*Config)) *Cloud {
 	t.Helper()
 	cfg := Config{
 		HTTP: "127.0.0.1:0", QUIC: "", MQTT: "", DataDir: t.TempDir(), Dev: true,
-		BuiltinWorkers: 2, Budget: 200000, BatchWindow: 150 * time.Millisecond, BatchMax: 16,
+		BuiltinWorkers: 2, Budget: 200000, BudgetPeriod: time.Minute, BatchWindow: 150 * time.Millisecond, BatchMax: 16,
 		SLATTFT: 2 * time.Second, SLAITL: 200 * time.Millisecond,
 	}
 	if mutate != nil {
@@ -276,6 +276,7 @@ func TestConfigValidate(t *testing.T) {
 		"worker option":   func(c *Config) { c.Workers = []string{"http://x:1#colour=red"} },
 		"builtin-workers": func(c *Config) { c.BuiltinWorkers = 0 },
 		"budget":          func(c *Config) { c.Budget = 0 },
+		"budget-period":   func(c *Config) { c.BudgetPeriod = time.Millisecond },
 		"batch-max":       func(c *Config) { c.BatchMax = 0 },
 		"api-keys":        func(c *Config) { c.Dev = false },
 		"redis":           func(c *Config) { c.Redis = "http://x" },
