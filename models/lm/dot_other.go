@@ -2,14 +2,27 @@
 
 package lm
 
-// haveDot4 is false off amd64: the forward pass uses gonum's portable kernels.
-var haveDot4 = false
+// haveDot4 and haveDot8 are false off amd64: the forward pass uses gonum's
+// portable kernels.
+var haveDot4, haveDot8 = false, false
 
 func dot4x2AVX2(k int, w0, w1, a0, a1, a2, a3 *float32, out *[8]float32) {
 	panic("lm: AVX2 kernel off amd64")
 }
 
 func dot1x4AVX2(k int, a, w0, w1, w2, w3 *float32, out *[4]float32) {
+	panic("lm: AVX2 kernel off amd64")
+}
+
+func dot8x4AVX512(k int, w0, w1, w2, w3, xp, pf *float32, out *[32]float32) {
+	panic("lm: AVX-512 kernel off amd64")
+}
+
+func attnScoresAVX2(k int, q, kc *float32, slots *int32, n, stride int, out *float32) {
+	panic("lm: AVX2 kernel off amd64")
+}
+
+func attnMixAVX2(k int, alpha, vc *float32, slots *int32, n, stride int, out *float32) {
 	panic("lm: AVX2 kernel off amd64")
 }
 

@@ -147,7 +147,15 @@ func (m *Model) attention(ws *workspace, b *batch, kc, vc []float32) {
 			off := int(slots[min(p, npos-1)])*kvDim + kvh*hd
 			return kc[off : off+hd]
 		}
-		if haveDot4 && hd8 > 0 {
+		// The kernels read keys and values through the slot table without
+		// bounds checks, so the table is checked here first.
+		fused := haveDot4 && hd8 == hd && hd > 0 && slotsIn(slots[:npos], kvDim, len(kc))
+		switch {
+		case fused:
+			// One call scores every cached key, each summed like a row of
+			// dot1x4AVX2, so the scores are the ones the loop below gives.
+			attnScoresAVX2(hd, &q[0], &kc[kvh*hd], &slots[0], npos, 4*kvDim, &sc[0])
+		case haveDot4 && hd8 > 0:
 			// Four cached keys per kernel call; each score is summed the same
 			// way wherever its position falls in the group.
 			var out [4]float32
@@ -163,7 +171,7 @@ func (m *Model) attention(ws *workspace, b *batch, kc, vc []float32) {
 					sc[p+j] = s
 				}
 			}
-		} else {
+		default:
 			for p := range npos {
 				sc[p] = impl.Sdot(hd, q, 1, key(p), 1)
 			}
@@ -183,11 +191,32 @@ func (m *Model) attention(ws *workspace, b *batch, kc, vc []float32) {
 		inv := float32(1 / sum)
 		out := ws.att[t*qDim+h*hd : t*qDim+(h+1)*hd]
 		clear(out)
+		if fused {
+			// The weighted sum of values with out held in registers: the
+			// same multiply-then-add per position as the Saxpy loop below.
+			for p, e := range sc {
+				sc[p] = e * inv
+			}
+			attnMixAVX2(hd, &sc[0], &vc[kvh*hd], &slots[0], npos, 4*kvDim, &out[0])
+			return
+		}
 		for p, e := range sc {
 			off := int(slots[p])*kvDim + kvh*hd
 			impl.Saxpy(hd, e*inv, vc[off:off+hd], 1, out, 1)
 		}
 	})
+}
+
+// slotsIn reports whether every slot's row of kvDim floats lies within a
+// store of n floats, so the kernels may follow the slot table unchecked.
+func slotsIn(slots []int32, kvDim, n int) bool {
+	limit := n/kvDim - 1
+	for _, s := range slots {
+		if s < 0 || int(s) > limit {
+			return false
+		}
+	}
+	return true
 }
 
 // ropeTables fills cos/sin [n][hd/2] for each token's position.

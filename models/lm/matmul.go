@@ -56,6 +56,7 @@ func (m *matrix) float32s() []float32 {
 type pool struct {
 	threads int
 	scratch [][]float32 // one per worker, for dequantised tiles
+	packed  []float32   // activations packed for dot8x4AVX512, shared read-only by the workers
 }
 
 func newPool(threads int) *pool {
@@ -133,12 +134,28 @@ func (m *matrix) mul(p *pool, y, x []float32, n int) {
 // width 512) stay in L1/L2 while a weight tile streams past them.
 const dot4Tokens = 16
 
-// mulDot4 is mul with the AVX2 kernels. Every (token, row) dot product is
-// summed the same way whatever batch the token is in, so a sequence's logits
-// are bit-identical batched or alone.
+// pfRows is how far ahead dot8x4AVX512 prefetches weight rows: two groups of
+// four, far enough to hide memory latency, near enough to stay in L1.
+const pfRows = 8
+
+// mulDot4 is mul with the AVX2 kernels (and the AVX-512 one for groups of
+// eight tokens where the CPU has it). Every (token, row) dot product is summed
+// the same way whatever batch the token is in and whichever kernel computed
+// it, so a sequence's logits are bit-identical batched or alone.
 func (m *matrix) mulDot4(p *pool, y, x []float32, n int) {
 	cols := m.cols
 	k8 := cols &^ 7
+	// Groups of eight tokens are packed once per call into the layout
+	// dot8x4AVX512 streams (see packPairs); every tile reads the same copy.
+	n8 := 0
+	if haveDot8 {
+		n8 = n &^ 7
+	}
+	var xp []float32
+	if n8 > 0 {
+		p.packed = packPairs(p.packed, x, n8, cols, k8)
+		xp = p.packed
+	}
 	tiles := (m.rows + tileRows - 1) / tileRows
 	p.run(tiles, func(w, tile int) {
 		r0 := tile * tileRows
@@ -153,21 +170,47 @@ func (m *matrix) mulDot4(p *pool, y, x []float32, n int) {
 			}
 		}
 		put := func(t, r int, s float32) {
-			wr, xr := wt[r*cols:(r+1)*cols], x[t*cols:(t+1)*cols]
-			for i := k8; i < cols; i++ {
-				s += wr[i] * xr[i]
+			if k8 < cols {
+				wr, xr := wt[r*cols:(r+1)*cols], x[t*cols:(t+1)*cols]
+				for i := k8; i < cols; i++ {
+					s += wr[i] * xr[i]
+				}
 			}
 			y[t*m.rows+r0+r] = s
 		}
 		row := func(r int) *float32 { return &wt[min(r, nr-1)*cols] }
+		var out32 [32]float32
 		var out8 [8]float32
 		var out4 [4]float32
-		for t0 := 0; t0 < n; t0 += dot4Tokens {
+		// Eight tokens against four weight rows (AVX-512). The rows are the
+		// outer loop so each stays in L1 while every group of tokens uses it.
+		for r := 0; r < nr && n8 > 0; r += 4 {
+			// The first group's call prefetches the F32 rows two groups on
+			// (of this tile, or the start of the next); later calls, and
+			// dequantised tiles, re-touch rows that are already in cache.
+			next := row(r + pfRows)
+			if m.dtype == gguf.F32 && (r0+r+pfRows+4)*cols <= len(m.f32) {
+				next = &m.f32[(r0+r+pfRows)*cols]
+			}
+			for t0 := 0; t0 < n8; t0 += 8 {
+				pf := row(r)
+				if t0 == 0 {
+					pf = next
+				}
+				dot8x4AVX512(k8, row(r), row(r+1), row(r+2), row(r+3), &xp[t0*k8], pf, &out32)
+				for j := 0; j < min(4, nr-r); j++ {
+					for t := range 8 {
+						put(t0+t, r+j, out32[4*t+j])
+					}
+				}
+			}
+		}
+		for t0 := n8; t0 < n; t0 += dot4Tokens {
 			tn := min(dot4Tokens, n-t0)
 			full := tn &^ 3
 			// Two weight rows against four tokens at a time.
 			for r := 0; r < nr && full > 0; r += 2 {
-				if t0 == 0 && r+4 < nr {
+				if t0 == n8 && r+4 < nr {
 					// The first pass over a tile reads it from memory: ask
 					// for the rows after next while these are multiplied.
 					prefetchAVX2(row(r+4), 2*4*cols)
@@ -198,4 +241,24 @@ func (m *matrix) mulDot4(p *pool, y, x []float32, n int) {
 			}
 		}
 	})
+}
+
+// packPairs lays out the first n (a multiple of eight) tokens of x [n][cols]
+// for dot8x4AVX512: for each group of eight tokens, chunk c of the first k8
+// columns, and token pair g, the 16 floats [x(2g)[8c:8c+8], x(2g+1)[8c:8c+8]].
+// A group thus reads 256 contiguous bytes per chunk, and one 512-bit load
+// gives two tokens the same chunk. It reuses buf's memory when it can.
+func packPairs(buf, x []float32, n, cols, k8 int) []float32 {
+	buf = grow(buf, n*k8)
+	for t0 := 0; t0 < n; t0 += 8 {
+		dst := buf[t0*k8 : (t0+8)*k8]
+		for t := range 8 {
+			src := x[(t0+t)*cols : (t0+t)*cols+k8]
+			off := (t/2)*16 + (t%2)*8
+			for c := 0; c < k8; c += 8 {
+				copy(dst[c*8+off:c*8+off+8], src[c:c+8])
+			}
+		}
+	}
+	return buf
 }

@@ -1,0 +1,158 @@
+package lm
+
+import (
+	"math"
+	"math/rand/v2"
+	"testing"
+
+	"gonum.org/v1/gonum/blas/blas32"
+
+	"github.com/phaseless/phaseless/models/lm/gguf"
+)
+
+// randFloats returns n values in [-1, 1) with a spread of magnitudes, so that
+// a different summation order would show up in the low bits.
+func randFloats(rng *rand.Rand, n int) []float32 {
+	v := make([]float32, n)
+	for i := range v {
+		v[i] = float32((rng.Float64()*2 - 1) * math.Pow(10, float64(rng.IntN(4)-2)))
+	}
+	return v
+}
+
+func sameBits(a, b float32) bool { return math.Float32bits(a) == math.Float32bits(b) }
+
+// TestDot8x4MatchesAVX2Kernels checks the AVX-512 kernel against dot1x4AVX2
+// and dot4x2AVX2 bit for bit: the engine's batch invariance rests on it.
+func TestDot8x4MatchesAVX2Kernels(t *testing.T) {
+	if !haveDot8 {
+		t.Skip("no AVX-512 on this CPU")
+	}
+	rng := rand.New(rand.NewPCG(1, 2))
+	for _, k := range []int{8, 24, 64, 520, 1408} {
+		w := [4][]float32{}
+		for r := range w {
+			w[r] = randFloats(rng, k)
+		}
+		x := randFloats(rng, 8*k)
+		xp := packPairs(nil, x, 8, k, k)
+		var out32 [32]float32
+		dot8x4AVX512(k, &w[0][0], &w[1][0], &w[2][0], &w[3][0], &xp[0], &x[0], &out32)
+		for tok := range 8 {
+			var out4 [4]float32
+			dot1x4AVX2(k, &x[tok*k], &w[0][0], &w[1][0], &w[2][0], &w[3][0], &out4)
+			for r := range 4 {
+				if !sameBits(out32[4*tok+r], out4[r]) {
+					t.Fatalf("k=%d token %d row %d: dot8x4 %v, dot1x4 %v", k, tok, r, out32[4*tok+r], out4[r])
+				}
+			}
+		}
+		for g := 0; g < 8; g += 4 {
+			var out8 [8]float32
+			dot4x2AVX2(k, &w[2][0], &w[3][0], &x[g*k], &x[(g+1)*k], &x[(g+2)*k], &x[(g+3)*k], &out8)
+			for j := range 4 {
+				for r := range 2 {
+					if !sameBits(out32[4*(g+j)+2+r], out8[2*j+r]) {
+						t.Fatalf("k=%d token %d row %d: dot8x4 %v, dot4x2 %v", k, g+j, 2+r, out32[4*(g+j)+2+r], out8[2*j+r])
+					}
+				}
+			}
+		}
+	}
+}
+
+// TestMulBatchInvariant multiplies odd-shaped matrices (a scalar tail, a
+// partial tile, a partial row group) for token counts that exercise every
+// kernel path, and checks each token's result equals multiplying it alone, bit
+// for bit, with and without the AVX-512 kernel.
+func TestMulBatchInvariant(t *testing.T) {
+	if !haveDot4 {
+		t.Skip("no AVX2/FMA on this CPU")
+	}
+	orig := haveDot8
+	defer func() { haveDot8 = orig }()
+	rng := rand.New(rand.NewPCG(3, 4))
+	for _, shape := range [][2]int{{67, 77}, {130, 64}, {5, 1408}} {
+		rows, cols := shape[0], shape[1]
+		m := &matrix{rows: rows, cols: cols, dtype: gguf.F32, f32: randFloats(rng, rows*cols)}
+		p := newPool(2)
+		for _, n := range []int{1, 3, 5, 8, 13, 16, 17, 24} {
+			x := randFloats(rng, n*cols)
+			batched := make([]float32, n*rows)
+			m.mul(p, batched, x, n)
+			for _, dot8 := range []bool{false, true} {
+				haveDot8 = dot8 && orig
+				for tok := range n {
+					alone := make([]float32, rows)
+					m.mul(p, alone, x[tok*cols:(tok+1)*cols], 1)
+					for r := range rows {
+						if !sameBits(batched[tok*rows+r], alone[r]) {
+							t.Fatalf("%dx%d, %d tokens: token %d row %d batched %v, alone %v", rows, cols, n, tok, r, batched[tok*rows+r], alone[r])
+						}
+					}
+				}
+				again := make([]float32, n*rows)
+				m.mul(p, again, x, n)
+				for i := range again {
+					if !sameBits(again[i], batched[i]) {
+						t.Fatalf("%dx%d, %d tokens, AVX-512 %v: element %d %v, was %v", rows, cols, n, haveDot8, i, again[i], batched[i])
+					}
+				}
+			}
+		}
+	}
+}
+
+// TestAttentionKernels checks the fused attention kernels against the loops
+// they replace (dot1x4AVX2 per key, gonum Saxpy per position) bit for bit,
+// for head sizes with and without a 64-float block and zero weights.
+func TestAttentionKernels(t *testing.T) {
+	if !haveDot4 {
+		t.Skip("no AVX2/FMA on this CPU")
+	}
+	rng := rand.New(rand.NewPCG(5, 6))
+	impl := blas32.Implementation()
+	for _, hd := range []int{8, 64, 72, 136} {
+		const slotsN, kvHeads = 50, 3
+		kvDim := kvHeads * hd
+		kc, vc := randFloats(rng, slotsN*kvDim), randFloats(rng, slotsN*kvDim)
+		q := randFloats(rng, hd)
+		for _, npos := range []int{1, 2, 5, 33} {
+			slots := make([]int32, npos)
+			for i := range slots {
+				slots[i] = int32(rng.IntN(slotsN))
+			}
+			kvh := rng.IntN(kvHeads)
+			if !slotsIn(slots, kvDim, len(kc)) {
+				t.Fatal("slotsIn rejected slots in range")
+			}
+			got := make([]float32, npos)
+			attnScoresAVX2(hd, &q[0], &kc[kvh*hd], &slots[0], npos, 4*kvDim, &got[0])
+			for p, s := range slots {
+				k := kc[int(s)*kvDim+kvh*hd:]
+				var out4 [4]float32
+				dot1x4AVX2(hd, &q[0], &k[0], &k[0], &k[0], &k[0], &out4)
+				if !sameBits(got[p], out4[0]) {
+					t.Fatalf("hd=%d npos=%d: score %d %v, dot1x4 %v", hd, npos, p, got[p], out4[0])
+				}
+			}
+			alpha := randFloats(rng, npos)
+			alpha[npos/2] = 0
+			want := make([]float32, hd)
+			for p, a := range alpha {
+				off := int(slots[p])*kvDim + kvh*hd
+				impl.Saxpy(hd, a, vc[off:off+hd], 1, want, 1)
+			}
+			mix := make([]float32, hd)
+			attnMixAVX2(hd, &alpha[0], &vc[kvh*hd], &slots[0], npos, 4*kvDim, &mix[0])
+			for i := range mix {
+				if !sameBits(mix[i], want[i]) {
+					t.Fatalf("hd=%d npos=%d: out[%d] %v, Saxpy loop %v", hd, npos, i, mix[i], want[i])
+				}
+			}
+		}
+	}
+	if slotsIn([]int32{0, 50}, 8, 50*8) || slotsIn([]int32{-1}, 8, 8) {
+		t.Fatal("slotsIn accepted a slot outside the store")
+	}
+}
