@@ -18,7 +18,7 @@ func dot4x2AVX2(k int, w0, w1, a0, a1, a2, a3 *float32, out *[8]float32)
 func dot1x4AVX2(k int, a, w0, w1, w2, w3 *float32, out *[4]float32)
 
 //go:noescape
-func dot8x4AVX512(k int, w0, w1, w2, w3, xp, pf *float32, out *[32]float32)
+func dot8x4AVX512(k int, w0, w1, w2, w3, xp, pf, out *float32, stride int)
 
 //go:noescape
 func attnScoresAVX2(k int, q, kc *float32, slots *int32, n, stride int, out *float32)

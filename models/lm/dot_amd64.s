@@ -160,19 +160,22 @@ loopPF:
 	JLT  loopPF
 	RET
 
-// func dot8x4AVX512(k int, w0, w1, w2, w3, xp, pf *float32, out *[32]float32)
+// func dot8x4AVX512(k int, w0, w1, w2, w3, xp, pf *float32, out *float32, stride int)
 //
-// out[4t+r] = Σ_i wr[i]·xt[i] for i < k, k a positive multiple of 8: four
-// weight rows against eight tokens. xp holds the tokens packed in pairs, chunk
-// by chunk: for each 8-element chunk c, four 16-float groups [x2g chunk c,
+// out[t·stride/4 + r] = Σ_i wr[i]·xt[i] for i < k, k a positive multiple of
+// 8: four weight rows against eight tokens, each token's four sums stored
+// side by side, stride bytes after the previous token's (so they land in the
+// matmul's output directly). xp holds the tokens packed in pairs, chunk by
+// chunk: for each 8-element chunk c, four 16-float groups [x2g chunk c,
 // x2g+1 chunk c], g = 0..3. One ZMM accumulator holds the two 8-lane
 // accumulators of a pair's tokens for one row, so each FMA does the work of
 // two AVX2 ones while every (token, row) lane sees the same products in the
-// same order as in dot1x4AVX2 and dot4x2AVX2. Accumulator for token pair g
-// and row r: Z(16+4g+r). Each chunk also prefetches two cache lines from pf
-// on, 16·k bytes in all: the next four weight rows stream in from memory
-// while these are multiplied, at the pace they are used.
-TEXT ·dot8x4AVX512(SB), NOSPLIT, $0-64
+// same order as in dot1x4AVX2 and dot4x2AVX2, and is reduced the same way.
+// Accumulator for token pair g and row r: Z(16+4g+r). Each chunk also
+// prefetches two cache lines from pf on, 16·k bytes in all: the next four
+// weight rows stream in from memory while these are multiplied, at the pace
+// they are used.
+TEXT ·dot8x4AVX512(SB), NOSPLIT, $0-72
 	MOVQ k+0(FP), CX
 	MOVQ w0+8(FP), R8
 	MOVQ w1+16(FP), R9
@@ -181,6 +184,7 @@ TEXT ·dot8x4AVX512(SB), NOSPLIT, $0-64
 	MOVQ xp+40(FP), SI
 	MOVQ pf+48(FP), DX
 	MOVQ out+56(FP), DI
+	MOVQ stride+64(FP), R12
 	VPXORD Z16, Z16, Z16
 	VPXORD Z17, Z17, Z17
 	VPXORD Z18, Z18, Z18
@@ -232,6 +236,8 @@ loop8x4:
 	CMPQ AX, CX
 	JLT  loop8x4
 
+	// DI: the even token's sums, R13: the odd token's.
+	LEAQ (DI)(R12*1), R13
 	VEXTRACTF64X4 $0, Z16, Y0
 	VEXTRACTF64X4 $1, Z16, Y1
 	VEXTRACTF128 $1, Y0, X14
@@ -243,7 +249,7 @@ loop8x4:
 	VADDPS X14, X1, X1
 	VHADDPS X1, X1, X1
 	VHADDPS X1, X1, X1
-	VMOVSS X1, 16(DI)
+	VMOVSS X1, 0(R13)
 	VEXTRACTF64X4 $0, Z17, Y0
 	VEXTRACTF64X4 $1, Z17, Y1
 	VEXTRACTF128 $1, Y0, X14
@@ -255,7 +261,7 @@ loop8x4:
 	VADDPS X14, X1, X1
 	VHADDPS X1, X1, X1
 	VHADDPS X1, X1, X1
-	VMOVSS X1, 20(DI)
+	VMOVSS X1, 4(R13)
 	VEXTRACTF64X4 $0, Z18, Y0
 	VEXTRACTF64X4 $1, Z18, Y1
 	VEXTRACTF128 $1, Y0, X14
@@ -267,7 +273,7 @@ loop8x4:
 	VADDPS X14, X1, X1
 	VHADDPS X1, X1, X1
 	VHADDPS X1, X1, X1
-	VMOVSS X1, 24(DI)
+	VMOVSS X1, 8(R13)
 	VEXTRACTF64X4 $0, Z19, Y0
 	VEXTRACTF64X4 $1, Z19, Y1
 	VEXTRACTF128 $1, Y0, X14
@@ -279,160 +285,167 @@ loop8x4:
 	VADDPS X14, X1, X1
 	VHADDPS X1, X1, X1
 	VHADDPS X1, X1, X1
-	VMOVSS X1, 28(DI)
+	VMOVSS X1, 12(R13)
+	LEAQ (R13)(R12*1), DI
+	LEAQ (DI)(R12*1), R13
 	VEXTRACTF64X4 $0, Z20, Y0
 	VEXTRACTF64X4 $1, Z20, Y1
 	VEXTRACTF128 $1, Y0, X14
 	VADDPS X14, X0, X0
 	VHADDPS X0, X0, X0
 	VHADDPS X0, X0, X0
-	VMOVSS X0, 32(DI)
+	VMOVSS X0, 0(DI)
 	VEXTRACTF128 $1, Y1, X14
 	VADDPS X14, X1, X1
 	VHADDPS X1, X1, X1
 	VHADDPS X1, X1, X1
-	VMOVSS X1, 48(DI)
+	VMOVSS X1, 0(R13)
 	VEXTRACTF64X4 $0, Z21, Y0
 	VEXTRACTF64X4 $1, Z21, Y1
 	VEXTRACTF128 $1, Y0, X14
 	VADDPS X14, X0, X0
 	VHADDPS X0, X0, X0
 	VHADDPS X0, X0, X0
-	VMOVSS X0, 36(DI)
+	VMOVSS X0, 4(DI)
 	VEXTRACTF128 $1, Y1, X14
 	VADDPS X14, X1, X1
 	VHADDPS X1, X1, X1
 	VHADDPS X1, X1, X1
-	VMOVSS X1, 52(DI)
+	VMOVSS X1, 4(R13)
 	VEXTRACTF64X4 $0, Z22, Y0
 	VEXTRACTF64X4 $1, Z22, Y1
 	VEXTRACTF128 $1, Y0, X14
 	VADDPS X14, X0, X0
 	VHADDPS X0, X0, X0
 	VHADDPS X0, X0, X0
-	VMOVSS X0, 40(DI)
+	VMOVSS X0, 8(DI)
 	VEXTRACTF128 $1, Y1, X14
 	VADDPS X14, X1, X1
 	VHADDPS X1, X1, X1
 	VHADDPS X1, X1, X1
-	VMOVSS X1, 56(DI)
+	VMOVSS X1, 8(R13)
 	VEXTRACTF64X4 $0, Z23, Y0
 	VEXTRACTF64X4 $1, Z23, Y1
 	VEXTRACTF128 $1, Y0, X14
 	VADDPS X14, X0, X0
 	VHADDPS X0, X0, X0
 	VHADDPS X0, X0, X0
-	VMOVSS X0, 44(DI)
+	VMOVSS X0, 12(DI)
 	VEXTRACTF128 $1, Y1, X14
 	VADDPS X14, X1, X1
 	VHADDPS X1, X1, X1
 	VHADDPS X1, X1, X1
-	VMOVSS X1, 60(DI)
+	VMOVSS X1, 12(R13)
+	LEAQ (R13)(R12*1), DI
+	LEAQ (DI)(R12*1), R13
 	VEXTRACTF64X4 $0, Z24, Y0
 	VEXTRACTF64X4 $1, Z24, Y1
 	VEXTRACTF128 $1, Y0, X14
 	VADDPS X14, X0, X0
 	VHADDPS X0, X0, X0
 	VHADDPS X0, X0, X0
-	VMOVSS X0, 64(DI)
+	VMOVSS X0, 0(DI)
 	VEXTRACTF128 $1, Y1, X14
 	VADDPS X14, X1, X1
 	VHADDPS X1, X1, X1
 	VHADDPS X1, X1, X1
-	VMOVSS X1, 80(DI)
+	VMOVSS X1, 0(R13)
 	VEXTRACTF64X4 $0, Z25, Y0
 	VEXTRACTF64X4 $1, Z25, Y1
 	VEXTRACTF128 $1, Y0, X14
 	VADDPS X14, X0, X0
 	VHADDPS X0, X0, X0
 	VHADDPS X0, X0, X0
-	VMOVSS X0, 68(DI)
+	VMOVSS X0, 4(DI)
 	VEXTRACTF128 $1, Y1, X14
 	VADDPS X14, X1, X1
 	VHADDPS X1, X1, X1
 	VHADDPS X1, X1, X1
-	VMOVSS X1, 84(DI)
+	VMOVSS X1, 4(R13)
 	VEXTRACTF64X4 $0, Z26, Y0
 	VEXTRACTF64X4 $1, Z26, Y1
 	VEXTRACTF128 $1, Y0, X14
 	VADDPS X14, X0, X0
 	VHADDPS X0, X0, X0
 	VHADDPS X0, X0, X0
-	VMOVSS X0, 72(DI)
+	VMOVSS X0, 8(DI)
 	VEXTRACTF128 $1, Y1, X14
 	VADDPS X14, X1, X1
 	VHADDPS X1, X1, X1
 	VHADDPS X1, X1, X1
-	VMOVSS X1, 88(DI)
+	VMOVSS X1, 8(R13)
 	VEXTRACTF64X4 $0, Z27, Y0
 	VEXTRACTF64X4 $1, Z27, Y1
 	VEXTRACTF128 $1, Y0, X14
 	VADDPS X14, X0, X0
 	VHADDPS X0, X0, X0
 	VHADDPS X0, X0, X0
-	VMOVSS X0, 76(DI)
+	VMOVSS X0, 12(DI)
 	VEXTRACTF128 $1, Y1, X14
 	VADDPS X14, X1, X1
 	VHADDPS X1, X1, X1
 	VHADDPS X1, X1, X1
-	VMOVSS X1, 92(DI)
+	VMOVSS X1, 12(R13)
+	LEAQ (R13)(R12*1), DI
+	LEAQ (DI)(R12*1), R13
 	VEXTRACTF64X4 $0, Z28, Y0
 	VEXTRACTF64X4 $1, Z28, Y1
 	VEXTRACTF128 $1, Y0, X14
 	VADDPS X14, X0, X0
 	VHADDPS X0, X0, X0
 	VHADDPS X0, X0, X0
-	VMOVSS X0, 96(DI)
+	VMOVSS X0, 0(DI)
 	VEXTRACTF128 $1, Y1, X14
 	VADDPS X14, X1, X1
 	VHADDPS X1, X1, X1
 	VHADDPS X1, X1, X1
-	VMOVSS X1, 112(DI)
+	VMOVSS X1, 0(R13)
 	VEXTRACTF64X4 $0, Z29, Y0
 	VEXTRACTF64X4 $1, Z29, Y1
 	VEXTRACTF128 $1, Y0, X14
 	VADDPS X14, X0, X0
 	VHADDPS X0, X0, X0
 	VHADDPS X0, X0, X0
-	VMOVSS X0, 100(DI)
+	VMOVSS X0, 4(DI)
 	VEXTRACTF128 $1, Y1, X14
 	VADDPS X14, X1, X1
 	VHADDPS X1, X1, X1
 	VHADDPS X1, X1, X1
-	VMOVSS X1, 116(DI)
+	VMOVSS X1, 4(R13)
 	VEXTRACTF64X4 $0, Z30, Y0
 	VEXTRACTF64X4 $1, Z30, Y1
 	VEXTRACTF128 $1, Y0, X14
 	VADDPS X14, X0, X0
 	VHADDPS X0, X0, X0
 	VHADDPS X0, X0, X0
-	VMOVSS X0, 104(DI)
+	VMOVSS X0, 8(DI)
 	VEXTRACTF128 $1, Y1, X14
 	VADDPS X14, X1, X1
 	VHADDPS X1, X1, X1
 	VHADDPS X1, X1, X1
-	VMOVSS X1, 120(DI)
+	VMOVSS X1, 8(R13)
 	VEXTRACTF64X4 $0, Z31, Y0
 	VEXTRACTF64X4 $1, Z31, Y1
 	VEXTRACTF128 $1, Y0, X14
 	VADDPS X14, X0, X0
 	VHADDPS X0, X0, X0
 	VHADDPS X0, X0, X0
-	VMOVSS X0, 108(DI)
+	VMOVSS X0, 12(DI)
 	VEXTRACTF128 $1, Y1, X14
 	VADDPS X14, X1, X1
 	VHADDPS X1, X1, X1
 	VHADDPS X1, X1, X1
-	VMOVSS X1, 124(DI)
+	VMOVSS X1, 12(R13)
 	VZEROUPPER
 	RET
 
 // func attnScoresAVX2(k int, q, kc *float32, slots *int32, n, stride int, out *float32)
 //
 // out[p] = Σ_i q[i]·key_p[i] for i < k (a positive multiple of 8), p < n,
-// where key_p starts stride bytes × slots[p] after kc. Each score is summed
-// exactly as dot1x4AVX2 sums one of its rows, so scores do not change with
-// the kernel that computed them.
+// where key_p starts stride bytes × slots[p] after kc. Four keys at a time
+// share each load of q and keep four FMA chains in flight; each score is
+// still summed exactly as dot1x4AVX2 sums one of its rows, so scores do not
+// change with the kernel that computed them.
 TEXT ·attnScoresAVX2(SB), NOSPLIT, $0-56
 	MOVQ k+0(FP), CX
 	MOVQ q+8(FP), SI
@@ -441,24 +454,79 @@ TEXT ·attnScoresAVX2(SB), NOSPLIT, $0-56
 	MOVQ n+32(FP), R10
 	MOVQ stride+40(FP), R11
 	MOVQ out+48(FP), DI
-	TESTQ R10, R10
-	JLE   scoreDone
 	SHLQ $2, CX
 	XORQ DX, DX
 
-scoreKey:
+score4:
+	LEAQ 4(DX), R12
+	CMPQ R12, R10
+	JGT  score1
+	MOVLQSX 0(R9)(DX*4), BX
+	IMULQ R11, BX
+	ADDQ  R8, BX
+	MOVLQSX 4(R9)(DX*4), R13
+	IMULQ R11, R13
+	ADDQ  R8, R13
+	MOVLQSX 8(R9)(DX*4), R14
+	IMULQ R11, R14
+	ADDQ  R8, R14
+	MOVLQSX 12(R9)(DX*4), R12
+	IMULQ R11, R12
+	ADDQ  R8, R12
+	VXORPS Y0, Y0, Y0
+	VXORPS Y1, Y1, Y1
+	VXORPS Y2, Y2, Y2
+	VXORPS Y3, Y3, Y3
+	XORQ AX, AX
+
+score4Chunk:
+	VMOVUPS (SI)(AX*1), Y8
+	VFMADD231PS (BX)(AX*1), Y8, Y0
+	VFMADD231PS (R13)(AX*1), Y8, Y1
+	VFMADD231PS (R14)(AX*1), Y8, Y2
+	VFMADD231PS (R12)(AX*1), Y8, Y3
+	ADDQ $32, AX
+	CMPQ AX, CX
+	JLT  score4Chunk
+
+	VEXTRACTF128 $1, Y0, X14
+	VADDPS X14, X0, X0
+	VHADDPS X0, X0, X0
+	VHADDPS X0, X0, X0
+	VMOVSS X0, 0(DI)(DX*4)
+	VEXTRACTF128 $1, Y1, X14
+	VADDPS X14, X1, X1
+	VHADDPS X1, X1, X1
+	VHADDPS X1, X1, X1
+	VMOVSS X1, 4(DI)(DX*4)
+	VEXTRACTF128 $1, Y2, X14
+	VADDPS X14, X2, X2
+	VHADDPS X2, X2, X2
+	VHADDPS X2, X2, X2
+	VMOVSS X2, 8(DI)(DX*4)
+	VEXTRACTF128 $1, Y3, X14
+	VADDPS X14, X3, X3
+	VHADDPS X3, X3, X3
+	VHADDPS X3, X3, X3
+	VMOVSS X3, 12(DI)(DX*4)
+	ADDQ $4, DX
+	JMP  score4
+
+score1:
+	CMPQ DX, R10
+	JGE  scoreDone
 	MOVLQSX (R9)(DX*4), BX
 	IMULQ R11, BX
 	ADDQ  R8, BX
 	VXORPS Y0, Y0, Y0
 	XORQ AX, AX
 
-scoreChunk:
+score1Chunk:
 	VMOVUPS (SI)(AX*1), Y8
 	VFMADD231PS (BX)(AX*1), Y8, Y0
 	ADDQ $32, AX
 	CMPQ AX, CX
-	JLT  scoreChunk
+	JLT  score1Chunk
 
 	VEXTRACTF128 $1, Y0, X14
 	VADDPS X14, X0, X0
@@ -466,11 +534,10 @@ scoreChunk:
 	VHADDPS X0, X0, X0
 	VMOVSS X0, (DI)(DX*4)
 	INCQ DX
-	CMPQ DX, R10
-	JLT  scoreKey
-	VZEROUPPER
+	JMP  score1
 
 scoreDone:
+	VZEROUPPER
 	RET
 
 // func attnMixAVX2(k int, alpha, vc *float32, slots *int32, n, stride int, out *float32)

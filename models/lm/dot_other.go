@@ -14,7 +14,7 @@ func dot1x4AVX2(k int, a, w0, w1, w2, w3 *float32, out *[4]float32) {
 	panic("lm: AVX2 kernel off amd64")
 }
 
-func dot8x4AVX512(k int, w0, w1, w2, w3, xp, pf *float32, out *[32]float32) {
+func dot8x4AVX512(k int, w0, w1, w2, w3, xp, pf, out *float32, stride int) {
 	panic("lm: AVX-512 kernel off amd64")
 }
 

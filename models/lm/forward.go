@@ -105,9 +105,7 @@ func (m *Model) forward(ws *workspace, b *batch, kv *kvStore, out []float32) {
 		rmsNorm(ws.xn, ws.x, l.ffnNorm, n, eps)
 		l.gate.mul(ws.pool, ws.gate, ws.xn, n)
 		l.up.mul(ws.pool, ws.up, ws.xn, n)
-		for i, g := range ws.gate {
-			ws.gate[i] = g / (1 + float32(math.Exp(float64(-g)))) * ws.up[i]
-		}
+		swiGLU(ws.pool, ws.gate, ws.up, n)
 		l.down.mul(ws.pool, ws.tmp, ws.gate, n)
 		addInto(ws.x, ws.tmp)
 	}
@@ -180,7 +178,12 @@ func (m *Model) attention(ws *workspace, b *batch, kc, vc []float32) {
 		for p, s := range sc {
 			s *= scale
 			sc[p] = s
-			maxS = max(maxS, s)
+			// Not the max builtin: its NaN and signed-zero checks cost more
+			// than the rest of the loop, and here they change nothing (a NaN
+			// score makes every weight NaN either way; exp(±0) is 1).
+			if s > maxS {
+				maxS = s
+			}
 		}
 		var sum float64
 		for p, s := range sc {
@@ -217,6 +220,18 @@ func slotsIn(slots []int32, kvDim, n int) bool {
 		}
 	}
 	return true
+}
+
+// swiGLU sets gate[i] = silu(gate[i])·up[i] for n rows, spread over the
+// pool: its exponentials cost as much as a small matmul at batch 16.
+func swiGLU(p *pool, gate, up []float32, n int) {
+	w := len(gate) / n
+	p.run(n, func(_, t int) {
+		g, u := gate[t*w:(t+1)*w], up[t*w:(t+1)*w]
+		for i, v := range g {
+			g[i] = v / (1 + float32(math.Exp(float64(-v)))) * u[i]
+		}
+	})
 }
 
 // ropeTables fills cos/sin [n][hd/2] for each token's position.

@@ -37,7 +37,7 @@ func TestDot8x4MatchesAVX2Kernels(t *testing.T) {
 		x := randFloats(rng, 8*k)
 		xp := packPairs(nil, x, 8, k, k)
 		var out32 [32]float32
-		dot8x4AVX512(k, &w[0][0], &w[1][0], &w[2][0], &w[3][0], &xp[0], &x[0], &out32)
+		dot8x4AVX512(k, &w[0][0], &w[1][0], &w[2][0], &w[3][0], &xp[0], &x[0], &out32[0], 16)
 		for tok := range 8 {
 			var out4 [4]float32
 			dot1x4AVX2(k, &x[tok*k], &w[0][0], &w[1][0], &w[2][0], &w[3][0], &out4)

@@ -145,6 +145,11 @@ const pfRows = 8
 func (m *matrix) mulDot4(p *pool, y, x []float32, n int) {
 	cols := m.cols
 	k8 := cols &^ 7
+	// The kernels index x and y unchecked: check their extent once here.
+	if n == 0 {
+		return
+	}
+	_, _ = x[n*cols-1], y[n*m.rows-1]
 	// Groups of eight tokens are packed once per call into the layout
 	// dot8x4AVX512 streams (see packPairs); every tile reads the same copy.
 	n8 := 0
@@ -197,10 +202,21 @@ func (m *matrix) mulDot4(p *pool, y, x []float32, n int) {
 				if t0 == 0 {
 					pf = next
 				}
-				dot8x4AVX512(k8, row(r), row(r+1), row(r+2), row(r+3), &xp[t0*k8], pf, &out32)
-				for j := 0; j < min(4, nr-r); j++ {
+				if r+4 > nr {
+					// A partial group of rows: the sums of rows past the
+					// tile must not land in y.
+					dot8x4AVX512(k8, row(r), row(r+1), row(r+2), row(r+3), &xp[t0*k8], pf, &out32[0], 16)
+					for j := 0; j < nr-r; j++ {
+						for t := range 8 {
+							put(t0+t, r+j, out32[4*t+j])
+						}
+					}
+					continue
+				}
+				dot8x4AVX512(k8, row(r), row(r+1), row(r+2), row(r+3), &xp[t0*k8], pf, &y[t0*m.rows+r0+r], 4*m.rows)
+				for j := 0; j < 4 && k8 < cols; j++ {
 					for t := range 8 {
-						put(t0+t, r+j, out32[4*t+j])
+						put(t0+t, r+j, y[(t0+t)*m.rows+r0+r+j])
 					}
 				}
 			}
