@@ -28,3 +28,6 @@ func attnMixAVX2(k int, alpha, vc *float32, slots *int32, n, stride int, out *fl
 
 //go:noescape
 func prefetchAVX2(p *float32, n int)
+
+//go:noescape
+func siluAVX2(n int, gate, up *float32) (done int)

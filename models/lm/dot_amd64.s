@@ -643,3 +643,150 @@ mixSkip8:
 mixDone:
 	VZEROUPPER
 	RET
+
+// The exponential of siluAVX2 is math.Exp's amd64 assembly (the FMA branch,
+// which math takes on every CPU these kernels run on) done on four doubles at
+// once: the same constants, operations and order, so every lane rounds
+// exactly as math.Exp does. Arguments of magnitude 708 or more (and NaN) take
+// a path with special cases there (overflow, subnormal results), so the
+// kernel leaves them to the caller.
+DATA expc<>+0(SB)/8, $0.5
+DATA expc<>+8(SB)/8, $0.5
+DATA expc<>+16(SB)/8, $0.5
+DATA expc<>+24(SB)/8, $0.5
+DATA expc<>+32(SB)/8, $1.0
+DATA expc<>+40(SB)/8, $1.0
+DATA expc<>+48(SB)/8, $1.0
+DATA expc<>+56(SB)/8, $1.0
+DATA expc<>+64(SB)/8, $2.0
+DATA expc<>+72(SB)/8, $2.0
+DATA expc<>+80(SB)/8, $2.0
+DATA expc<>+88(SB)/8, $2.0
+DATA expc<>+96(SB)/8, $1.6666666666666666667e-1
+DATA expc<>+104(SB)/8, $1.6666666666666666667e-1
+DATA expc<>+112(SB)/8, $1.6666666666666666667e-1
+DATA expc<>+120(SB)/8, $1.6666666666666666667e-1
+DATA expc<>+128(SB)/8, $4.1666666666666666667e-2
+DATA expc<>+136(SB)/8, $4.1666666666666666667e-2
+DATA expc<>+144(SB)/8, $4.1666666666666666667e-2
+DATA expc<>+152(SB)/8, $4.1666666666666666667e-2
+DATA expc<>+160(SB)/8, $8.3333333333333333333e-3
+DATA expc<>+168(SB)/8, $8.3333333333333333333e-3
+DATA expc<>+176(SB)/8, $8.3333333333333333333e-3
+DATA expc<>+184(SB)/8, $8.3333333333333333333e-3
+DATA expc<>+192(SB)/8, $1.3888888888888888889e-3
+DATA expc<>+200(SB)/8, $1.3888888888888888889e-3
+DATA expc<>+208(SB)/8, $1.3888888888888888889e-3
+DATA expc<>+216(SB)/8, $1.3888888888888888889e-3
+DATA expc<>+224(SB)/8, $1.9841269841269841270e-4
+DATA expc<>+232(SB)/8, $1.9841269841269841270e-4
+DATA expc<>+240(SB)/8, $1.9841269841269841270e-4
+DATA expc<>+248(SB)/8, $1.9841269841269841270e-4
+DATA expc<>+256(SB)/8, $2.4801587301587301587e-5
+DATA expc<>+264(SB)/8, $2.4801587301587301587e-5
+DATA expc<>+272(SB)/8, $2.4801587301587301587e-5
+DATA expc<>+280(SB)/8, $2.4801587301587301587e-5
+DATA expc<>+288(SB)/8, $1.4426950408889634073599246810018920
+DATA expc<>+296(SB)/8, $1.4426950408889634073599246810018920
+DATA expc<>+304(SB)/8, $1.4426950408889634073599246810018920
+DATA expc<>+312(SB)/8, $1.4426950408889634073599246810018920
+DATA expc<>+320(SB)/8, $0.69314718055966295651160180568695068359375
+DATA expc<>+328(SB)/8, $0.69314718055966295651160180568695068359375
+DATA expc<>+336(SB)/8, $0.69314718055966295651160180568695068359375
+DATA expc<>+344(SB)/8, $0.69314718055966295651160180568695068359375
+DATA expc<>+352(SB)/8, $0.28235290563031577122588448175013436025525412068e-12
+DATA expc<>+360(SB)/8, $0.28235290563031577122588448175013436025525412068e-12
+DATA expc<>+368(SB)/8, $0.28235290563031577122588448175013436025525412068e-12
+DATA expc<>+376(SB)/8, $0.28235290563031577122588448175013436025525412068e-12
+DATA expc<>+384(SB)/8, $0.0625
+DATA expc<>+392(SB)/8, $0.0625
+DATA expc<>+400(SB)/8, $0.0625
+DATA expc<>+408(SB)/8, $0.0625
+DATA expc<>+416(SB)/8, $708.0
+DATA expc<>+424(SB)/8, $708.0
+DATA expc<>+432(SB)/8, $708.0
+DATA expc<>+440(SB)/8, $708.0
+DATA expc<>+448(SB)/8, $0x8000000000000000
+DATA expc<>+456(SB)/8, $0x8000000000000000
+DATA expc<>+464(SB)/8, $0x8000000000000000
+DATA expc<>+472(SB)/8, $0x8000000000000000
+DATA expc<>+480(SB)/8, $0x7fffffffffffffff
+DATA expc<>+488(SB)/8, $0x7fffffffffffffff
+DATA expc<>+496(SB)/8, $0x7fffffffffffffff
+DATA expc<>+504(SB)/8, $0x7fffffffffffffff
+DATA expc<>+512(SB)/8, $0x3ff
+DATA expc<>+520(SB)/8, $0x3ff
+DATA expc<>+528(SB)/8, $0x3ff
+DATA expc<>+536(SB)/8, $0x3ff
+DATA expc<>+544(SB)/4, $1.0
+DATA expc<>+548(SB)/4, $1.0
+DATA expc<>+552(SB)/4, $1.0
+DATA expc<>+556(SB)/4, $1.0
+GLOBL expc<>(SB), RODATA|NOPTR, $560
+
+// func siluAVX2(n int, gate, up *float32) (done int)
+//
+// gate[i] = gate[i] / (1 + float32(math.Exp(float64(-gate[i])))) · up[i] for
+// i < done, in groups of four from 0: done stops at n&^3 or at the first
+// group holding an argument math.Exp treats specially, which the caller
+// finishes in Go. Each step is the float32 or float64 operation Go compiles
+// that expression to, so the results are bit-identical.
+TEXT ·siluAVX2(SB), NOSPLIT, $0-32
+	MOVQ n+0(FP), CX
+	MOVQ gate+8(FP), SI
+	MOVQ up+16(FP), DI
+	ANDQ $~3, CX
+	XORQ AX, AX
+
+siluLoop:
+	CMPQ AX, CX
+	JGE  siluDone
+	VMOVUPS (SI)(AX*4), X6
+	VCVTPS2PD X6, Y0
+	VXORPD expc<>+448(SB), Y0, Y0
+	VANDPD expc<>+480(SB), Y0, Y1
+	VCMPPD $0x11, expc<>+416(SB), Y1, Y2
+	VMOVMSKPD Y2, BX
+	CMPL BX, $15
+	JNE  siluDone
+	VMULPD expc<>+288(SB), Y0, Y1
+	VCVTPD2DQY Y1, X3
+	VCVTDQ2PD X3, Y1
+	VMOVUPD expc<>+320(SB), Y2
+	VFNMADD231PD Y2, Y1, Y0
+	VMOVUPD expc<>+352(SB), Y2
+	VFNMADD231PD Y2, Y1, Y0
+	VMULPD expc<>+384(SB), Y0, Y0
+	VMOVUPD expc<>+256(SB), Y1
+	VFMADD213PD expc<>+224(SB), Y0, Y1
+	VFMADD213PD expc<>+192(SB), Y0, Y1
+	VFMADD213PD expc<>+160(SB), Y0, Y1
+	VFMADD213PD expc<>+128(SB), Y0, Y1
+	VFMADD213PD expc<>+96(SB), Y0, Y1
+	VFMADD213PD expc<>+0(SB), Y0, Y1
+	VFMADD213PD expc<>+32(SB), Y0, Y1
+	VMULPD Y1, Y0, Y0
+	VADDPD expc<>+64(SB), Y0, Y1
+	VMULPD Y1, Y0, Y0
+	VADDPD expc<>+64(SB), Y0, Y1
+	VMULPD Y1, Y0, Y0
+	VADDPD expc<>+64(SB), Y0, Y1
+	VMULPD Y1, Y0, Y0
+	VADDPD expc<>+64(SB), Y0, Y1
+	VFMADD213PD expc<>+32(SB), Y1, Y0
+	VPMOVSXDQ X3, Y4
+	VPADDQ expc<>+512(SB), Y4, Y4
+	VPSLLQ $52, Y4, Y4
+	VMULPD Y4, Y0, Y0
+	VCVTPD2PSY Y0, X1
+	VADDPS expc<>+544(SB), X1, X1
+	VDIVPS X1, X6, X2
+	VMULPS (DI)(AX*4), X2, X2
+	VMOVUPS X2, (SI)(AX*4)
+	ADDQ $4, AX
+	JMP  siluLoop
+
+siluDone:
+	MOVQ AX, done+24(FP)
+	VZEROUPPER
+	RET

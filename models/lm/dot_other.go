@@ -27,3 +27,7 @@ func attnMixAVX2(k int, alpha, vc *float32, slots *int32, n, stride int, out *fl
 }
 
 func prefetchAVX2(p *float32, n int) {}
+
+func siluAVX2(n int, gate, up *float32) (done int) {
+	panic("lm: AVX2 kernel off amd64")
+}

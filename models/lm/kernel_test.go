@@ -156,3 +156,49 @@ func TestAttentionKernels(t *testing.T) {
 		t.Fatal("slotsIn accepted a slot outside the store")
 	}
 }
+
+// TestSiLUKernel checks siluAVX2 against the Go expression it replaces, bit
+// for bit, over ordinary values and the arguments math.Exp treats specially
+// (which the kernel must hand back), at every alignment of the tail.
+func TestSiLUKernel(t *testing.T) {
+	if !haveDot4 {
+		t.Skip("no AVX2/FMA on this CPU")
+	}
+	rng := rand.New(rand.NewPCG(7, 8))
+	special := []float32{0, float32(math.Copysign(0, -1)), 707.9, -707.9, 708, -708, 709.8, -745.2, 800, -800,
+		float32(math.Inf(1)), float32(math.Inf(-1)), float32(math.NaN()), 1e-40, -1e-40, 88.7, -88.7, 103.9, -103.9}
+	for _, n := range []int{1, 3, 4, 7, 64, 1411} {
+		for round := range 4 {
+			gate, up := randFloats(rng, n), randFloats(rng, n)
+			for i := range gate {
+				gate[i] *= float32(math.Pow(10, float64(rng.IntN(5)))) // up to ±10,000
+				if round > 0 && rng.IntN(8) == 0 {
+					gate[i] = special[rng.IntN(len(special))]
+				}
+			}
+			want := make([]float32, n)
+			for i, v := range gate {
+				want[i] = v / (1 + float32(math.Exp(float64(-v)))) * up[i]
+			}
+			got := append([]float32(nil), gate...)
+			p := newPool(1)
+			swiGLU(p, got, up, 1)
+			for i := range got {
+				if !sameBits(got[i], want[i]) && !(got[i] != got[i] && want[i] != want[i]) {
+					t.Fatalf("n=%d: silu(%v)·%v = %v, want %v", n, gate[i], up[i], got[i], want[i])
+				}
+			}
+			if done := siluAVX2(n, &gate[0], &up[0]); done > n&^3 || done%4 != 0 {
+				t.Fatalf("n=%d: kernel did %d elements", n, done)
+			}
+			// Ordinary arguments: the kernel must do every whole group.
+			small := randFloats(rng, n)
+			for i := range small {
+				small[i] *= 50
+			}
+			if done := siluAVX2(n, &small[0], &up[0]); done != n&^3 {
+				t.Fatalf("n=%d: kernel did %d of %d elements of ordinary values", n, done, n&^3)
+			}
+		}
+	}
+}
