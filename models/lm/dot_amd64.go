@@ -31,3 +31,6 @@ func prefetchAVX2(p *float32, n int)
 
 //go:noescape
 func siluAVX2(n int, gate, up *float32) (done int)
+
+//go:noescape
+func softmaxExpAVX2(n int, sc *float32, maxS float32, sum float64) (done int, total float64)

@@ -790,3 +790,76 @@ siluDone:
 	MOVQ AX, done+24(FP)
 	VZEROUPPER
 	RET
+
+// func softmaxExpAVX2(n int, sc *float32, maxS float32, sum float64) (done int, total float64)
+//
+// For p < done: e = math.Exp(float64(sc[p] - maxS)), sc[p] = float32(e) and
+// sum += e in order of p, with total the final sum: attention's softmax
+// numerators, bit-identical to that Go loop (see siluAVX2 for the exp). done
+// stops at n&^3 or at the first group holding an argument math.Exp treats
+// specially, which the caller finishes in Go.
+TEXT ·softmaxExpAVX2(SB), NOSPLIT, $0-48
+	MOVQ n+0(FP), CX
+	MOVQ sc+8(FP), SI
+	VBROADCASTSS maxS+16(FP), X5
+	VMOVSD sum+24(FP), X7
+	ANDQ $~3, CX
+	XORQ AX, AX
+
+smLoop:
+	CMPQ AX, CX
+	JGE  smDone
+	VMOVUPS (SI)(AX*4), X6
+	VSUBPS X5, X6, X6
+	VCVTPS2PD X6, Y0
+	VANDPD expc<>+480(SB), Y0, Y1
+	VCMPPD $0x11, expc<>+416(SB), Y1, Y2
+	VMOVMSKPD Y2, BX
+	CMPL BX, $15
+	JNE  smDone
+	VMULPD expc<>+288(SB), Y0, Y1
+	VCVTPD2DQY Y1, X3
+	VCVTDQ2PD X3, Y1
+	VMOVUPD expc<>+320(SB), Y2
+	VFNMADD231PD Y2, Y1, Y0
+	VMOVUPD expc<>+352(SB), Y2
+	VFNMADD231PD Y2, Y1, Y0
+	VMULPD expc<>+384(SB), Y0, Y0
+	VMOVUPD expc<>+256(SB), Y1
+	VFMADD213PD expc<>+224(SB), Y0, Y1
+	VFMADD213PD expc<>+192(SB), Y0, Y1
+	VFMADD213PD expc<>+160(SB), Y0, Y1
+	VFMADD213PD expc<>+128(SB), Y0, Y1
+	VFMADD213PD expc<>+96(SB), Y0, Y1
+	VFMADD213PD expc<>+0(SB), Y0, Y1
+	VFMADD213PD expc<>+32(SB), Y0, Y1
+	VMULPD Y1, Y0, Y0
+	VADDPD expc<>+64(SB), Y0, Y1
+	VMULPD Y1, Y0, Y0
+	VADDPD expc<>+64(SB), Y0, Y1
+	VMULPD Y1, Y0, Y0
+	VADDPD expc<>+64(SB), Y0, Y1
+	VMULPD Y1, Y0, Y0
+	VADDPD expc<>+64(SB), Y0, Y1
+	VFMADD213PD expc<>+32(SB), Y1, Y0
+	VPMOVSXDQ X3, Y4
+	VPADDQ expc<>+512(SB), Y4, Y4
+	VPSLLQ $52, Y4, Y4
+	VMULPD Y4, Y0, Y0
+	VCVTPD2PSY Y0, X1
+	VMOVUPS X1, (SI)(AX*4)
+	VADDSD X0, X7, X7
+	VPERMILPD $1, X0, X1
+	VADDSD X1, X7, X7
+	VEXTRACTF128 $1, Y0, X2
+	VADDSD X2, X7, X7
+	VPERMILPD $1, X2, X3
+	VADDSD X3, X7, X7
+	ADDQ $4, AX
+	JMP  smLoop
+
+smDone:
+	MOVQ AX, done+32(FP)
+	VMOVSD X7, total+40(FP)
+	VZEROUPPER
+	RET

@@ -31,3 +31,7 @@ func prefetchAVX2(p *float32, n int) {}
 func siluAVX2(n int, gate, up *float32) (done int) {
 	panic("lm: AVX2 kernel off amd64")
 }
+
+func softmaxExpAVX2(n int, sc *float32, maxS float32, sum float64) (done int, total float64) {
+	panic("lm: AVX2 kernel off amd64")
+}

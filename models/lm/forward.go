@@ -186,8 +186,17 @@ func (m *Model) attention(ws *workspace, b *batch, kc, vc []float32) {
 			}
 		}
 		var sum float64
-		for p, s := range sc {
-			e := math.Exp(float64(s - maxS))
+		for p := 0; p < len(sc); p++ {
+			if haveDot4 {
+				// Four at a time in AVX2, bit-identical to the lines below,
+				// up to the end or an argument math.Exp treats specially.
+				var done int
+				if done, sum = softmaxExpAVX2(len(sc)-p, &sc[p], maxS, sum); p+done == len(sc) {
+					break
+				}
+				p += done
+			}
+			e := math.Exp(float64(sc[p] - maxS))
 			sc[p] = float32(e)
 			sum += e
 		}

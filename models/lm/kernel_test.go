@@ -202,3 +202,62 @@ func TestSiLUKernel(t *testing.T) {
 		}
 	}
 }
+
+// TestSoftmaxExpKernel checks softmaxExpAVX2 against attention's Go loop bit
+// for bit, with scores far enough below the maximum to need math.Exp's
+// special cases.
+func TestSoftmaxExpKernel(t *testing.T) {
+	if !haveDot4 {
+		t.Skip("no AVX2/FMA on this CPU")
+	}
+	rng := rand.New(rand.NewPCG(9, 10))
+	for _, n := range []int{1, 4, 6, 33, 517, 1024} {
+		for round := range 3 {
+			// Round 1 keeps every weight near 1, where summing in another
+			// order would change the total's low bits.
+			sc := randFloats(rng, n)
+			for i := range sc {
+				sc[i] *= []float32{30, 0.1, 30}[round]
+				if round == 2 && rng.IntN(10) == 0 {
+					sc[i] = -800 - float32(rng.IntN(1000))
+				}
+			}
+			maxS := float32(math.Inf(-1))
+			for _, s := range sc {
+				maxS = max(maxS, s)
+			}
+			want := append([]float32(nil), sc...)
+			var wantSum float64
+			for p, s := range want {
+				e := math.Exp(float64(s - maxS))
+				want[p] = float32(e)
+				wantSum += e
+			}
+			got := append([]float32(nil), sc...)
+			var sum float64
+			for p := 0; p < n; p++ {
+				var done int
+				if done, sum = softmaxExpAVX2(n-p, &got[p], maxS, sum); p+done == n {
+					break
+				}
+				p += done
+				e := math.Exp(float64(got[p] - maxS))
+				got[p] = float32(e)
+				sum += e
+			}
+			if math.Float64bits(sum) != math.Float64bits(wantSum) {
+				t.Fatalf("n=%d: sum %v, want %v", n, sum, wantSum)
+			}
+			for i := range got {
+				if !sameBits(got[i], want[i]) {
+					t.Fatalf("n=%d: exp(%v) = %v, want %v", n, sc[i]-maxS, got[i], want[i])
+				}
+			}
+			if round == 0 {
+				if done, _ := softmaxExpAVX2(n, &sc[0], maxS, 0); done != n&^3 {
+					t.Fatalf("n=%d: kernel did %d of %d ordinary scores", n, done, n&^3)
+				}
+			}
+		}
+	}
+}
