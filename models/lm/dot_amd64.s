@@ -1,10 +1,13 @@
 #include "textflag.h"
 
-// The kernels keep one 8-lane accumulator per (token, row) pair, add the
-// products of each 8-element chunk in order, and reduce the lanes the same way
-// (high half onto low half, then two horizontal adds). Both kernels therefore
-// give bit-identical results for a pair, whatever else they computed with it,
-// so the engine's output does not depend on how requests were batched.
+// The matmul kernels (and attention's scores) keep one 8-lane accumulator per
+// (token, row) pair, add the products of each 8-element chunk in order, and
+// reduce the lanes the same way (high half onto low half, then two horizontal
+// adds); the AVX-512 one merely holds two such accumulators in a 512-bit
+// register. All of them therefore give bit-identical results for a pair,
+// whatever else they computed with it, so the engine's output does not depend
+// on how requests were batched. The other kernels replay the Go loops they
+// replace operation for operation.
 
 // func dot4x2AVX2(k int, w0, w1, a0, a1, a2, a3 *float32, out *[8]float32)
 //
