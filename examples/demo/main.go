@@ -148,7 +148,7 @@ func run(ctx context.Context, binDir, dataDir string, perPhase int, keep bool) e
 
 	step("5. Both APIs: an Anthropic Messages request, and a pinned route (x-phaseless-route: cloud)")
 	d.anthropic(ctx, "demo-car-1", "What is the tire pressure for my car?")
-	d.phase(ctx, "pinned", []prompt{{text: "Set the temperature to 21 degrees", kind: "command", route: "cloud"}})
+	d.phase(ctx, "pinned", []prompt{{text: "Turn the fan to level 2", kind: "command", route: "cloud"}})
 
 	step("6. Cloud outage: the cloud stops; agents answer locally and buffer telemetry in bbolt")
 	d.cloudMetrics = d.scrapeCloud(ctx) // the restarted cloud starts its counters anew
