@@ -36,7 +36,7 @@ func EdgePreset() Preset {
 }
 
 // CloudPreset is the larger general model the cloud serves by default:
-// 8,000 × 8 steps (8.2M tokens, about 16 minutes on 2 cores) answer 81% of
+// 8,000 × 8 steps (8.2M tokens, about 16 minutes on 2 cores) answer 78% of
 // held-out fact questions exactly (5,000 × 8: 59%).
 func CloudPreset() Preset {
 	return Preset{

@@ -250,8 +250,16 @@ func Cloud(seed uint64) (Split, error) {
 		return Split{}, err
 	}
 	f := Facts(seed, factCopies)
-	s := Split{Train: append(f.Train, e.Train...), Test: append(f.Test, e.Test...)}
+	// Car requests get the fact questions' capitalisation and question
+	// marks too: a first run that varied only the fact questions learned
+	// "capitalised means a fact" ("Turn the fan to level 2" → "France.").
 	rng := rand.New(rand.NewPCG(seed, 3))
+	for _, set := range [][]Example{e.Train, e.Test} {
+		for i := range set {
+			set[i].Prompt = typed(set[i].Prompt, rng)
+		}
+	}
+	s := Split{Train: append(f.Train, e.Train...), Test: append(f.Test, e.Test...)}
 	shuffle(rng, s.Train)
 	shuffle(rng, s.Test)
 	return s, nil
