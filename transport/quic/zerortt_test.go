@@ -28,7 +28,16 @@ func waitFor(t *testing.T, what string, cond func() bool) {
 	}
 }
 
+// TestZeroRTTRunsOnce needs a stream opened in 0-RTT while the handshake
+// is still in flight, which is where quic-go v0.65 has a known data race of
+// its own (quic-go/quic-go#4303: Conn.newFlowController reads the peer's
+// transport parameters while the handshake writes them). The race detector
+// reports it now and then on a loaded machine, so the test runs without
+// -race: `make test` runs it in its own pass.
 func TestZeroRTTRunsOnce(t *testing.T) {
+	if raceEnabled {
+		t.Skip("quic-go#4303: a data race inside quic-go on 0-RTT streams; make test runs this without -race")
+	}
 	clock := &skewedClock{}
 	h := &scripted{n: 50}
 	s := startServer(t, h, func(sc *ServerConfig) { sc.Now = clock.Now; sc.DedupeTTL = 10 * time.Minute })
