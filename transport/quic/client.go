@@ -600,7 +600,13 @@ func (c *Client) Link() LinkState {
 	l := c.cur
 	ls := LinkState{LastError: c.lastErr, Reconnects: c.reconnects}
 	c.mu.Unlock()
-	if l == nil || l.conn.Context().Err() != nil {
+	if l == nil {
+		return ls
+	}
+	if ctx := l.conn.Context(); ctx.Err() != nil {
+		// The connection is gone but run has not dropped it yet: its own
+		// close cause is the latest error, not whatever came before.
+		ls.LastError = context.Cause(ctx).Error()
 		return ls
 	}
 	st := l.conn.ConnectionStats()
