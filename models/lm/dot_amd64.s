@@ -9,6 +9,17 @@
 // on how requests were batched. The other kernels replay the Go loops they
 // replace operation for operation.
 
+// REDUCE8 sums the eight lanes of y (x is its low half) and stores the sum
+// at dst: fold 256 to 128 bits, then two horizontal adds. Every kernel ends
+// its sums this one way, which is what keeps a (token, row) result the same
+// bit for bit whichever kernel computed it. Clobbers X14.
+#define REDUCE8(y, x, dst) \
+	VEXTRACTF128 $1, y, X14; \
+	VADDPS X14, x, x; \
+	VHADDPS x, x, x; \
+	VHADDPS x, x, x; \
+	VMOVSS x, dst
+
 // func dot4x2AVX2(k int, w0, w1, a0, a1, a2, a3 *float32, out *[8]float32)
 //
 // out[2j+r] = Σ_i wr[i]·aj[i] for i < k, k a positive multiple of 8: two weight
@@ -52,46 +63,14 @@ loop4x2:
 	CMPQ AX, CX
 	JLT  loop4x2
 
-	VEXTRACTF128 $1, Y0, X14
-	VADDPS X14, X0, X0
-	VHADDPS X0, X0, X0
-	VHADDPS X0, X0, X0
-	VMOVSS X0, 0(DI)
-	VEXTRACTF128 $1, Y1, X14
-	VADDPS X14, X1, X1
-	VHADDPS X1, X1, X1
-	VHADDPS X1, X1, X1
-	VMOVSS X1, 4(DI)
-	VEXTRACTF128 $1, Y2, X14
-	VADDPS X14, X2, X2
-	VHADDPS X2, X2, X2
-	VHADDPS X2, X2, X2
-	VMOVSS X2, 8(DI)
-	VEXTRACTF128 $1, Y3, X14
-	VADDPS X14, X3, X3
-	VHADDPS X3, X3, X3
-	VHADDPS X3, X3, X3
-	VMOVSS X3, 12(DI)
-	VEXTRACTF128 $1, Y4, X14
-	VADDPS X14, X4, X4
-	VHADDPS X4, X4, X4
-	VHADDPS X4, X4, X4
-	VMOVSS X4, 16(DI)
-	VEXTRACTF128 $1, Y5, X14
-	VADDPS X14, X5, X5
-	VHADDPS X5, X5, X5
-	VHADDPS X5, X5, X5
-	VMOVSS X5, 20(DI)
-	VEXTRACTF128 $1, Y6, X14
-	VADDPS X14, X6, X6
-	VHADDPS X6, X6, X6
-	VHADDPS X6, X6, X6
-	VMOVSS X6, 24(DI)
-	VEXTRACTF128 $1, Y7, X14
-	VADDPS X14, X7, X7
-	VHADDPS X7, X7, X7
-	VHADDPS X7, X7, X7
-	VMOVSS X7, 28(DI)
+	REDUCE8(Y0, X0, 0(DI))
+	REDUCE8(Y1, X1, 4(DI))
+	REDUCE8(Y2, X2, 8(DI))
+	REDUCE8(Y3, X3, 12(DI))
+	REDUCE8(Y4, X4, 16(DI))
+	REDUCE8(Y5, X5, 20(DI))
+	REDUCE8(Y6, X6, 24(DI))
+	REDUCE8(Y7, X7, 28(DI))
 	VZEROUPPER
 	RET
 
@@ -124,26 +103,10 @@ loop1x4:
 	CMPQ AX, CX
 	JLT  loop1x4
 
-	VEXTRACTF128 $1, Y0, X14
-	VADDPS X14, X0, X0
-	VHADDPS X0, X0, X0
-	VHADDPS X0, X0, X0
-	VMOVSS X0, 0(DI)
-	VEXTRACTF128 $1, Y1, X14
-	VADDPS X14, X1, X1
-	VHADDPS X1, X1, X1
-	VHADDPS X1, X1, X1
-	VMOVSS X1, 4(DI)
-	VEXTRACTF128 $1, Y2, X14
-	VADDPS X14, X2, X2
-	VHADDPS X2, X2, X2
-	VHADDPS X2, X2, X2
-	VMOVSS X2, 8(DI)
-	VEXTRACTF128 $1, Y3, X14
-	VADDPS X14, X3, X3
-	VHADDPS X3, X3, X3
-	VHADDPS X3, X3, X3
-	VMOVSS X3, 12(DI)
+	REDUCE8(Y0, X0, 0(DI))
+	REDUCE8(Y1, X1, 4(DI))
+	REDUCE8(Y2, X2, 8(DI))
+	REDUCE8(Y3, X3, 12(DI))
 	VZEROUPPER
 	RET
 
@@ -170,16 +133,8 @@ loopPF:
 #define STORE_PAIR(zreg, off) \
 	VEXTRACTF64X4 $0, zreg, Y0; \
 	VEXTRACTF64X4 $1, zreg, Y1; \
-	VEXTRACTF128 $1, Y0, X14; \
-	VADDPS X14, X0, X0; \
-	VHADDPS X0, X0, X0; \
-	VHADDPS X0, X0, X0; \
-	VMOVSS X0, off(DI); \
-	VEXTRACTF128 $1, Y1, X14; \
-	VADDPS X14, X1, X1; \
-	VHADDPS X1, X1, X1; \
-	VHADDPS X1, X1, X1; \
-	VMOVSS X1, off(R13)
+	REDUCE8(Y0, X0, off(DI)); \
+	REDUCE8(Y1, X1, off(R13))
 
 // func dot8x4AVX512(k int, w0, w1, w2, w3, xp, pf *float32, out *float32, stride int)
 //
@@ -334,26 +289,10 @@ score4Chunk:
 	CMPQ AX, CX
 	JLT  score4Chunk
 
-	VEXTRACTF128 $1, Y0, X14
-	VADDPS X14, X0, X0
-	VHADDPS X0, X0, X0
-	VHADDPS X0, X0, X0
-	VMOVSS X0, 0(DI)(DX*4)
-	VEXTRACTF128 $1, Y1, X14
-	VADDPS X14, X1, X1
-	VHADDPS X1, X1, X1
-	VHADDPS X1, X1, X1
-	VMOVSS X1, 4(DI)(DX*4)
-	VEXTRACTF128 $1, Y2, X14
-	VADDPS X14, X2, X2
-	VHADDPS X2, X2, X2
-	VHADDPS X2, X2, X2
-	VMOVSS X2, 8(DI)(DX*4)
-	VEXTRACTF128 $1, Y3, X14
-	VADDPS X14, X3, X3
-	VHADDPS X3, X3, X3
-	VHADDPS X3, X3, X3
-	VMOVSS X3, 12(DI)(DX*4)
+	REDUCE8(Y0, X0, 0(DI)(DX*4))
+	REDUCE8(Y1, X1, 4(DI)(DX*4))
+	REDUCE8(Y2, X2, 8(DI)(DX*4))
+	REDUCE8(Y3, X3, 12(DI)(DX*4))
 	ADDQ $4, DX
 	JMP  score4
 
@@ -373,11 +312,7 @@ score1Chunk:
 	CMPQ AX, CX
 	JLT  score1Chunk
 
-	VEXTRACTF128 $1, Y0, X14
-	VADDPS X14, X0, X0
-	VHADDPS X0, X0, X0
-	VHADDPS X0, X0, X0
-	VMOVSS X0, (DI)(DX*4)
+	REDUCE8(Y0, X0, (DI)(DX*4))
 	INCQ DX
 	JMP  score1
 
