@@ -99,10 +99,10 @@ func TestFactsHoldOutWordingsNotFacts(t *testing.T) {
 		train[strings.ToLower(strings.TrimSuffix(e.Prompt, "?"))] = true
 		trainedFacts[e.Intent+"|"+e.Answer] = true
 	}
-	if len(trainedFacts) != FactCount() {
-		t.Fatalf("%d facts trained, want all %d", len(trainedFacts), FactCount())
+	if len(trainedFacts) != factCount() {
+		t.Fatalf("%d facts trained, want all %d", len(trainedFacts), factCount())
 	}
-	if len(s.Test) < FactCount()/2 {
+	if len(s.Test) < factCount()/2 {
 		t.Fatalf("only %d held-out questions", len(s.Test))
 	}
 	for _, e := range s.Test {

@@ -199,8 +199,8 @@ func FactAnswer(intent string) (string, bool) {
 	return intent[i+1:], true
 }
 
-// FactCount is how many facts Facts asks about.
-func FactCount() int {
+// factCount is how many facts Facts asks about.
+func factCount() int {
 	n := 0
 	for _, r := range relations {
 		n += r.n

@@ -130,12 +130,13 @@ func (d *Data) EdgeSplit() (*EdgeSplit, error) {
 	}{{edge.Train, false}, {edge.Test, true}, {wiki.Train, false}, {wiki.Test, true}, {facts.Train, false}, {facts.Test, true}} {
 		for _, c := range set.ex {
 			var e Example
+			_, fact := corpus.FactAnswer(c.Intent)
 			switch {
 			case strings.HasPrefix(c.Intent, "incar-"):
 				e = Example{Source: SourceInCar, Label: 0}
 			case c.Intent == "wiki":
 				e = Example{Source: SourceWiki, Label: 1}
-			case strings.HasPrefix(c.Intent, "fact-"):
+			case fact:
 				e = Example{Source: SourceFacts, Label: 1}
 			default:
 				continue // CLINC150 utterances come from the routing data above
