@@ -18,13 +18,13 @@ import (
 	"sync"
 	"time"
 
-	agentfleet "github.com/phaseless/phaseless/agent/fleet"
+	"github.com/phaseless/phaseless/agent/fleetclient"
 	"github.com/phaseless/phaseless/agent/local"
 	"github.com/phaseless/phaseless/agent/route"
 	"github.com/phaseless/phaseless/agent/telemetry"
 	"github.com/phaseless/phaseless/models/predictor"
 	"github.com/phaseless/phaseless/transport/cli"
-	"github.com/phaseless/phaseless/transport/fleet"
+	"github.com/phaseless/phaseless/transport/fleetwire"
 	"github.com/phaseless/phaseless/transport/httpapi"
 	"github.com/phaseless/phaseless/transport/metrics"
 	"github.com/phaseless/phaseless/transport/pki"
@@ -142,7 +142,7 @@ type Agent struct {
 	cloud   *quic.Client // nil when offline-only
 	store   *telemetry.Store
 	sink    *telemetrySink
-	fleet   *agentfleet.Client // nil without --mqtt
+	fleet   *fleetclient.Client // nil without --mqtt
 	ota     *ota
 	pred    *predictor.Swappable // nil with the entropy rule
 	handler http.Handler
@@ -295,10 +295,10 @@ func loadPredictor(spec string) (*predictor.Swappable, string, error) {
 
 // newFleetClient builds the MQTT fleet client that drains the telemetry
 // store to the cloud and takes commands; it starts in Run.
-func (a *Agent) newFleetClient() (*agentfleet.Client, error) {
-	fc := agentfleet.Config{
+func (a *Agent) newFleetClient() (*fleetclient.Client, error) {
+	fc := fleetclient.Config{
 		BrokerURL: a.cfg.MQTT, DeviceID: a.cfg.DeviceID, Version: cli.Version, Board: a.cfg.Board,
-		Store: a.store, StatePath: filepath.Join(a.cfg.DataDir, "fleet.db"), Logger: a.log.With("component", "fleet"),
+		Store: a.store, StatePath: filepath.Join(a.cfg.DataDir, "fleetwire.db"), Logger: a.log.With("component", "fleet"),
 		Slot: a.ota.slot,
 	}
 	if a.cfg.PKIDir != "" {
@@ -308,7 +308,7 @@ func (a *Agent) newFleetClient() (*agentfleet.Client, error) {
 		}
 		fc.TLS = tc
 	}
-	c, err := agentfleet.New(fc)
+	c, err := fleetclient.New(fc)
 	if err != nil {
 		return nil, err
 	}
@@ -317,7 +317,7 @@ func (a *Agent) newFleetClient() (*agentfleet.Client, error) {
 	c.Handle("ota-rollback", a.ota.rollback)
 	// The router's model is swapped in place: requests in flight finish on
 	// the old one, a file that fails validation leaves the old one serving.
-	c.Handle("reload-predictor", func(_ context.Context, cmd fleet.Command) (string, error) {
+	c.Handle("reload-predictor", func(_ context.Context, cmd fleetwire.Command) (string, error) {
 		if a.pred == nil {
 			return "", errors.New("the agent runs the entropy rule (--predictor entropy); restart it with a model to swap")
 		}

@@ -18,7 +18,7 @@ import (
 
 	"github.com/phaseless/phaseless/models/lm"
 	"github.com/phaseless/phaseless/transport/cli"
-	"github.com/phaseless/phaseless/transport/fleet"
+	"github.com/phaseless/phaseless/transport/fleetwire"
 	"github.com/phaseless/phaseless/transport/llm"
 	"github.com/phaseless/phaseless/transport/pki"
 	"github.com/phaseless/phaseless/transport/quic"
@@ -96,7 +96,7 @@ func readJSON[T any](t *testing.T, r io.Reader) T {
 }
 
 // pendingRecords returns the request records in the agent's telemetry store.
-func pendingRecords(t *testing.T, a *Agent, want int) []fleet.RequestRecord {
+func pendingRecords(t *testing.T, a *Agent, want int) []fleetwire.RequestRecord {
 	t.Helper()
 	deadline := time.Now().Add(30 * time.Second) // hang guard: the sink writes asynchronously
 	for {
@@ -105,9 +105,9 @@ func pendingRecords(t *testing.T, a *Agent, want int) []fleet.RequestRecord {
 			t.Fatal(err)
 		}
 		if len(recs) >= want || time.Now().After(deadline) {
-			out := make([]fleet.RequestRecord, 0, len(recs))
+			out := make([]fleetwire.RequestRecord, 0, len(recs))
 			for _, r := range recs {
-				var rr fleet.RequestRecord
+				var rr fleetwire.RequestRecord
 				if err := json.Unmarshal(r.Data, &rr); err != nil {
 					t.Fatal(err)
 				}

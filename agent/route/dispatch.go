@@ -10,7 +10,7 @@ import (
 	"time"
 
 	"github.com/phaseless/phaseless/models/textfeat"
-	"github.com/phaseless/phaseless/transport/fleet"
+	"github.com/phaseless/phaseless/transport/fleetwire"
 	"github.com/phaseless/phaseless/transport/llm"
 	"github.com/phaseless/phaseless/transport/metrics"
 )
@@ -18,7 +18,7 @@ import (
 // Recorder stores one telemetry record per request (agent/telemetry's Store
 // via AppendRequest). It must not block for long: the Dispatcher calls it
 // after the response has ended.
-type Recorder func(ctx context.Context, rec fleet.RequestRecord) error
+type Recorder func(ctx context.Context, rec fleetwire.RequestRecord) error
 
 // DispatcherConfig wires a Dispatcher to its engines and signals.
 type DispatcherConfig struct {
@@ -245,7 +245,7 @@ func fallbackKind(reason string) string {
 }
 
 func (d *Dispatcher) record(ctx context.Context, req *llm.Request, dec Decision, path, fallback string, te *timedEmit, fin llm.Final, err error) {
-	rec := fleet.RequestRecord{
+	rec := fleetwire.RequestRecord{
 		TraceID:          req.ID,
 		Features:         dec.Features,
 		FeatureVersion:   textfeat.Version,

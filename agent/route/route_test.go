@@ -9,7 +9,7 @@ import (
 	"time"
 
 	"github.com/phaseless/phaseless/models/predictor"
-	"github.com/phaseless/phaseless/transport/fleet"
+	"github.com/phaseless/phaseless/transport/fleetwire"
 	"github.com/phaseless/phaseless/transport/llm"
 	"github.com/phaseless/phaseless/transport/metrics"
 )
@@ -179,17 +179,17 @@ type dispatched struct {
 	out  string
 	meta llm.MetaSnapshot
 	fin  llm.Final
-	rec  fleet.RequestRecord
+	rec  fleetwire.RequestRecord
 	reg  *metrics.Registry
 }
 
 func dispatch(t *testing.T, local, cloud *engine, link Link, text, override string) (dispatched, error) {
 	t.Helper()
 	r, _ := NewRouter(Config{}, nil)
-	var recs []fleet.RequestRecord
+	var recs []fleetwire.RequestRecord
 	reg := metrics.NewRegistry()
 	cfg := DispatcherConfig{Router: r, Local: local, Link: func() Link { return link }, Metrics: reg,
-		Record: func(_ context.Context, rec fleet.RequestRecord) error { recs = append(recs, rec); return nil }}
+		Record: func(_ context.Context, rec fleetwire.RequestRecord) error { recs = append(recs, rec); return nil }}
 	if cloud != nil {
 		cfg.Cloud = cloud
 	}

@@ -17,7 +17,7 @@ import (
 
 	"github.com/phaseless/phaseless/cloud/fleet"
 	"github.com/phaseless/phaseless/transport/cli"
-	tfleet "github.com/phaseless/phaseless/transport/fleet"
+	"github.com/phaseless/phaseless/transport/fleetwire"
 )
 
 // `fleet` drives the cloud's fleet admin API (cloud/fleet Handler, under
@@ -319,7 +319,7 @@ func putConfig(ctx context.Context, cio cli.IO, cloud, key, id string, u fleet.C
 	if err != nil {
 		return err
 	}
-	var dc tfleet.DesiredConfig
+	var dc fleetwire.DesiredConfig
 	if err := c.do(ctx, "PUT", "/v1/fleet/devices/"+url.PathEscape(id)+"/config", u, &dc); err != nil {
 		return err
 	}

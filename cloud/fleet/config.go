@@ -11,7 +11,7 @@ import (
 
 	"github.com/phaseless/phaseless/cloud/fleet/broker"
 	"github.com/phaseless/phaseless/transport/cli"
-	tfleet "github.com/phaseless/phaseless/transport/fleet"
+	"github.com/phaseless/phaseless/transport/fleetwire"
 	"github.com/phaseless/phaseless/transport/metrics"
 )
 
@@ -23,7 +23,7 @@ type Config struct {
 	Broker *broker.Broker
 	// External is an external MQTT v5 broker to connect to as a client.
 	External *External
-	// Prefix is the topic prefix (default transport/fleet DefaultPrefix).
+	// Prefix is the topic prefix (default transport/fleetwire DefaultPrefix).
 	Prefix string
 
 	// MaxRecords bounds stored telemetry records (default 1,000,000); the
@@ -70,7 +70,7 @@ type External struct {
 
 func (c *Config) fillDefaults() {
 	if c.Prefix == "" {
-		c.Prefix = tfleet.DefaultPrefix
+		c.Prefix = fleetwire.DefaultPrefix
 	}
 	if c.MaxRecords == 0 {
 		c.MaxRecords = 1_000_000

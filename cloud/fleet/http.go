@@ -6,7 +6,7 @@ import (
 	"net/http"
 	"time"
 
-	tfleet "github.com/phaseless/phaseless/transport/fleet"
+	"github.com/phaseless/phaseless/transport/fleetwire"
 )
 
 // APIPrefix is where Handler's routes live; mount the handler there:
@@ -197,7 +197,7 @@ func (m *Manager) export(w http.ResponseWriter, r *http.Request) {
 		since = t
 	}
 	dev := q.Get("device")
-	if dev != "" && tfleet.ValidateDeviceID(dev) != nil {
+	if dev != "" && fleetwire.ValidateDeviceID(dev) != nil {
 		writeError(w, http.StatusBadRequest, errors.New("device: not a device id"))
 		return
 	}

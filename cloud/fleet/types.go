@@ -3,19 +3,19 @@ package fleet
 import (
 	"time"
 
-	tfleet "github.com/phaseless/phaseless/transport/fleet"
+	"github.com/phaseless/phaseless/transport/fleetwire"
 )
 
 // Device is one device in the registry, as the admin API shows it.
 type Device struct {
-	ID        string         `json:"id"`
-	Status    *tfleet.Status `json:"status,omitempty"` // last status (retained / last will)
-	FirstSeen time.Time      `json:"first_seen"`
-	LastSeen  time.Time      `json:"last_seen,omitzero"` // last message from the device itself
+	ID        string            `json:"id"`
+	Status    *fleetwire.Status `json:"status,omitempty"` // last status (retained / last will)
+	FirstSeen time.Time         `json:"first_seen"`
+	LastSeen  time.Time         `json:"last_seen,omitzero"` // last message from the device itself
 
-	Desired    *tfleet.DesiredConfig  `json:"desired,omitempty"`
-	Reported   *tfleet.ReportedConfig `json:"reported,omitempty"`
-	ReportedAt time.Time              `json:"reported_at,omitzero"`
+	Desired    *fleetwire.DesiredConfig  `json:"desired,omitempty"`
+	Reported   *fleetwire.ReportedConfig `json:"reported,omitempty"`
+	ReportedAt time.Time                 `json:"reported_at,omitzero"`
 
 	Telemetry DeviceTelemetry `json:"telemetry"`
 
@@ -55,10 +55,10 @@ const (
 // CommandState is a command and what became of it.
 type CommandState struct {
 	DeviceID string `json:"device_id"`
-	tfleet.Command
-	State     string                `json:"state"`
-	Result    *tfleet.CommandResult `json:"result,omitempty"`
-	UpdatedAt time.Time             `json:"updated_at"`
+	fleetwire.Command
+	State     string                   `json:"state"`
+	Result    *fleetwire.CommandResult `json:"result,omitempty"`
+	UpdatedAt time.Time                `json:"updated_at"`
 }
 
 // ExportedRecord is one line of the telemetry export: the record as the
@@ -67,7 +67,7 @@ type CommandState struct {
 // fleet.RequestRecord when Kind is "request".
 type ExportedRecord struct {
 	DeviceID string `json:"device_id"`
-	tfleet.Record
+	fleetwire.Record
 	IngestedAt time.Time `json:"ingested_at"`
 }
 

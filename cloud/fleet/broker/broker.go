@@ -15,7 +15,7 @@ import (
 
 	"github.com/phaseless/phaseless/cloud/fleet/internal/gate"
 	"github.com/phaseless/phaseless/transport/cli"
-	"github.com/phaseless/phaseless/transport/fleet"
+	"github.com/phaseless/phaseless/transport/fleetwire"
 	"github.com/phaseless/phaseless/transport/metrics"
 )
 
@@ -46,7 +46,7 @@ type Config struct {
 	// StorePath is the bbolt file for sessions, inflight and retained
 	// messages; empty keeps them in memory only.
 	StorePath string
-	// Prefix is the topic prefix (default fleet.DefaultPrefix).
+	// Prefix is the topic prefix (default fleetwire.DefaultPrefix).
 	Prefix string
 	// MaxPacketBytes bounds one MQTT packet (default 4 MiB): a telemetry
 	// batch must fit.
@@ -70,7 +70,7 @@ func (c *Config) fillDefaults() {
 		c.TLSAddr = ":8883"
 	}
 	if c.Prefix == "" {
-		c.Prefix = fleet.DefaultPrefix
+		c.Prefix = fleetwire.DefaultPrefix
 	}
 	if c.MaxPacketBytes == 0 {
 		c.MaxPacketBytes = 4 << 20
@@ -172,7 +172,7 @@ func Start(cfg Config) (*Broker, error) {
 		admins[a] = true
 	}
 	auth := &authHook{
-		topics:    fleet.Topics{Prefix: cfg.Prefix},
+		topics:    fleetwire.Topics{Prefix: cfg.Prefix},
 		passwords: pw,
 		admins:    admins,
 		devAuth:   cfg.DevAuth,

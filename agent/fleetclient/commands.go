@@ -1,4 +1,4 @@
-package fleet
+package fleetclient
 
 import (
 	"context"
@@ -9,7 +9,7 @@ import (
 	"github.com/eclipse/paho.golang/autopaho"
 	bolt "go.etcd.io/bbolt"
 
-	"github.com/phaseless/phaseless/transport/fleet"
+	"github.com/phaseless/phaseless/transport/fleetwire"
 )
 
 // keepResults bounds how many command results the device remembers for
@@ -41,8 +41,8 @@ func newResultStore(db *bolt.DB) (*resultStore, error) {
 	return &resultStore{db: db}, nil
 }
 
-func (s *resultStore) get(id string) (fleet.CommandResult, bool, error) {
-	var res fleet.CommandResult
+func (s *resultStore) get(id string) (fleetwire.CommandResult, bool, error) {
+	var res fleetwire.CommandResult
 	var found bool
 	err := s.db.View(func(tx *bolt.Tx) error {
 		v := tx.Bucket(bucketResults).Get([]byte(id))
@@ -55,12 +55,12 @@ func (s *resultStore) get(id string) (fleet.CommandResult, bool, error) {
 	if err != nil {
 		// A damaged saved result must not wedge the command: treat as
 		// unknown, which may run it again (reported in the log).
-		return fleet.CommandResult{}, false, err
+		return fleetwire.CommandResult{}, false, err
 	}
 	return res, found, nil
 }
 
-func (s *resultStore) put(res fleet.CommandResult) error {
+func (s *resultStore) put(res fleetwire.CommandResult) error {
 	v, err := json.Marshal(res)
 	if err != nil {
 		return err
@@ -101,7 +101,7 @@ func (s *resultStore) put(res fleet.CommandResult) error {
 // queue.
 func (c *Client) commandLoop(ctx context.Context, cm *autopaho.ConnectionManager, results *resultStore) {
 	for {
-		var cmd fleet.Command
+		var cmd fleetwire.Command
 		select {
 		case <-ctx.Done():
 			return
@@ -130,7 +130,7 @@ func (c *Client) commandLoop(ctx context.Context, cm *autopaho.ConnectionManager
 	}
 }
 
-func (c *Client) runCommand(ctx context.Context, cmd fleet.Command) (res fleet.CommandResult) {
+func (c *Client) runCommand(ctx context.Context, cmd fleetwire.Command) (res fleetwire.CommandResult) {
 	res.ID = cmd.ID
 	c.mu.Lock()
 	fn := c.handlers[cmd.Name]

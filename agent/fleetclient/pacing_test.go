@@ -1,4 +1,4 @@
-package fleet
+package fleetclient
 
 import (
 	"crypto/tls"

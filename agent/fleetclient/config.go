@@ -1,4 +1,4 @@
-package fleet
+package fleetclient
 
 import (
 	"context"
@@ -13,7 +13,7 @@ import (
 	"time"
 
 	"github.com/phaseless/phaseless/agent/telemetry"
-	"github.com/phaseless/phaseless/transport/fleet"
+	"github.com/phaseless/phaseless/transport/fleetwire"
 )
 
 // Config is what a Client is built from. Zero values mean the defaults.
@@ -35,7 +35,7 @@ type Config struct {
 	Username string
 	Password string
 
-	Topics fleet.Topics // prefix; zero means fleet.DefaultPrefix
+	Topics fleetwire.Topics // prefix; zero means fleetwire.DefaultPrefix
 
 	// Store is the telemetry buffer the uplink drains; nil disables the
 	// uplink. The caller owns it (Run does not close it).
@@ -63,7 +63,7 @@ type Config struct {
 
 	// OnConfig applies a desired configuration; its error is reported to
 	// the cloud in ReportedConfig. nil reports every config as not applied.
-	OnConfig func(ctx context.Context, c fleet.DesiredConfig) error
+	OnConfig func(ctx context.Context, c fleetwire.DesiredConfig) error
 
 	Logger *slog.Logger // default slog.Default()
 	Clock  Clock        // default the system clock
@@ -131,7 +131,7 @@ func (c Config) Validate() error {
 	if c.TLS != nil && !tlsScheme {
 		return fmt.Errorf("fleet: TLS is set but BrokerURL %q is not tls://", c.BrokerURL)
 	}
-	if err := fleet.ValidateDeviceID(c.DeviceID); err != nil {
+	if err := fleetwire.ValidateDeviceID(c.DeviceID); err != nil {
 		return fmt.Errorf("fleet: DeviceID: %w", err)
 	}
 	if cn, ok := clientCertCN(c.TLS); ok && cn != c.DeviceID {

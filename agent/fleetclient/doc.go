@@ -1,4 +1,4 @@
-// Package fleet is the device's MQTT v5 fleet client (DESIGN.md §4): it
+// Package fleetclient is the device's MQTT v5 fleet client (DESIGN.md §4): it
 // keeps one persistent session with the broker (client id = device id,
 // CleanStart false, session expiry, QoS 1), publishes a retained status
 // that the last will turns to "offline" when the device dies, applies the
@@ -9,7 +9,7 @@
 // device id, the PKI's TLS config) with the telemetry.Store it appends a
 // record to for every request, registers command handlers with Handle and
 // an OnConfig callback, and runs Client.Run next to its other servers.
-// Topics and payloads are transport/fleet's; the cloud side is cloud/fleet.
+// Topics and payloads are transport/fleetwire's; the cloud side is cloud/fleet.
 //
 // Durability: telemetry leaves the device's bbolt store only when the cloud
 // acknowledges it (TelemetryAck), so broker restarts, lost PUBACKs and
@@ -21,4 +21,4 @@
 // a message that had left the queue but was not yet PUBACKed when the
 // process died is lost; for telemetry the store-level ack covers that, and
 // a lost command result shows as a missing result the cloud can retry.
-package fleet
+package fleetclient

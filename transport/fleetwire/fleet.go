@@ -1,7 +1,7 @@
-// Package fleet is the MQTT v5 topic scheme and the JSON payloads that the
+// Package fleetwire is the MQTT v5 topic scheme and the JSON payloads that the
 // agent and the cloud exchange to manage a fleet (DESIGN.md §4). It has no
-// client or broker code: agent/fleet and cloud/fleet own those.
-package fleet
+// client or broker code: agent/fleetclient and cloud/fleet own those.
+package fleetwire
 
 import (
 	"encoding/json"

@@ -1,4 +1,4 @@
-package fleet
+package fleetclient
 
 import (
 	"context"
@@ -7,7 +7,7 @@ import (
 
 	cfleet "github.com/phaseless/phaseless/cloud/fleet"
 	cbroker "github.com/phaseless/phaseless/cloud/fleet/broker"
-	"github.com/phaseless/phaseless/transport/fleet"
+	"github.com/phaseless/phaseless/transport/fleetwire"
 )
 
 // TestWithCloudManager runs this device client against the real cloud side
@@ -30,15 +30,15 @@ func TestWithCloudManager(t *testing.T) {
 	store := openStore(t)
 	appendN(t, store, 1000, "before-connect")
 	var mu sync.Mutex
-	var applied []fleet.DesiredConfig
+	var applied []fleetwire.DesiredConfig
 	d := startDevice(t, Config{BrokerURL: "mqtt://" + b.TCPAddr(), DeviceID: id, Version: "9.9", Store: store, UplinkRate: -1,
-		OnConfig: func(_ context.Context, c fleet.DesiredConfig) error {
+		OnConfig: func(_ context.Context, c fleetwire.DesiredConfig) error {
 			mu.Lock()
 			defer mu.Unlock()
 			applied = append(applied, c)
 			return nil
 		}})
-	d.Handle("ping", func(context.Context, fleet.Command) (string, error) { return "pong", nil })
+	d.Handle("ping", func(context.Context, fleetwire.Command) (string, error) { return "pong", nil })
 
 	waitUntil(t, "cloud ingests the backlog", func() bool { c, _ := m.Counts(); return c.Ingested == 1000 })
 	waitUntil(t, "device deletes what the cloud acknowledged", func() bool { return store.Stats().Records == 0 })

@@ -1,4 +1,4 @@
-package fleet
+package fleetclient
 
 import (
 	"context"
@@ -13,15 +13,15 @@ import (
 	"github.com/eclipse/paho.golang/autopaho"
 	"github.com/eclipse/paho.golang/paho"
 
-	"github.com/phaseless/phaseless/agent/fleet/internal/brokertest"
+	"github.com/phaseless/phaseless/agent/fleetclient/internal/brokertest"
 	"github.com/phaseless/phaseless/agent/telemetry"
-	"github.com/phaseless/phaseless/transport/fleet"
+	"github.com/phaseless/phaseless/transport/fleetwire"
 )
 
 // benchRecord is a typical RequestRecord (about 230 bytes of JSON).
 var benchBatch = 1024
 
-var benchRecord = fleet.RequestRecord{
+var benchRecord = fleetwire.RequestRecord{
 	TraceID: "4bf92f3577b34da6a3ce929d0e0e4736", CloudProb: 0.42, Decision: "local", Reason: "entropy 3.1 < 4.2",
 	Path: "local", TTFTMillis: 31.5, ITLMillis: 9.1, PromptTokens: 120, CompletionTokens: 64, Outcome: "ok",
 	Features: []float32{0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8}, FeatureVersion: 1,
@@ -89,12 +89,12 @@ func drainOnce(b *testing.B, brokerURL string, cloud *fakeCloud, n, iter int) ti
 func rawPublish(b *testing.B, brokerURL string, n, batch int) time.Duration {
 	b.Helper()
 	b.StopTimer()
-	recs := make([]fleet.Record, batch)
+	recs := make([]fleetwire.Record, batch)
 	data, _ := json.Marshal(benchRecord)
 	for i := range recs {
-		recs[i] = fleet.Record{Seq: uint64(i), Time: time.Now(), Kind: telemetry.KindRequest, Data: data}
+		recs[i] = fleetwire.Record{Seq: uint64(i), Time: time.Now(), Kind: telemetry.KindRequest, Data: data}
 	}
-	payload, _ := json.Marshal(fleet.TelemetryBatch{DeviceID: "raw", BatchID: "x", Records: recs})
+	payload, _ := json.Marshal(fleetwire.TelemetryBatch{DeviceID: "raw", BatchID: "x", Records: recs})
 	u, _ := url.Parse(brokerURL)
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
@@ -128,7 +128,7 @@ func BenchmarkUplink(b *testing.B) {
 	for _, n := range []int{20000, 100000} {
 		b.Run(fmt.Sprintf("backlog=%d", n), func(b *testing.B) {
 			broker := brokertest.StartMochi(b)
-			cloud := startCloud(b, broker.URL(), fleet.Topics{})
+			cloud := startCloud(b, broker.URL(), fleetwire.Topics{})
 			var ours, raw time.Duration
 			iter := 0
 			for b.Loop() {

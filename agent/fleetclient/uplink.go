@@ -1,4 +1,4 @@
-package fleet
+package fleetclient
 
 import (
 	"context"
@@ -13,7 +13,7 @@ import (
 	"github.com/eclipse/paho.golang/paho"
 
 	"github.com/phaseless/phaseless/agent/telemetry"
-	"github.com/phaseless/phaseless/transport/fleet"
+	"github.com/phaseless/phaseless/transport/fleetwire"
 )
 
 // maxBatchBytes keeps one TelemetryBatch well under the packet limits
@@ -131,7 +131,7 @@ func (c *Client) uplinkLoop(ctx context.Context, cm *autopaho.ConnectionManager)
 // handleAck records a TelemetryAck and hands the acknowledged prefix to
 // the deleter. It returns true when the uplink must resend from the
 // oldest record (a partial ack).
-func (c *Client) handleAck(a fleet.TelemetryAck, inflight *[]*flight, del *deleter) (resend bool) {
+func (c *Client) handleAck(a fleetwire.TelemetryAck, inflight *[]*flight, del *deleter) (resend bool) {
 	i := slices.IndexFunc(*inflight, func(f *flight) bool { return f.id == a.BatchID })
 	if i < 0 {
 		c.log.Debug("ack for a batch not in flight", "batch", a.BatchID)
@@ -161,7 +161,7 @@ func (c *Client) handleAck(a fleet.TelemetryAck, inflight *[]*flight, del *delet
 	return false
 }
 
-func (c *Client) sendBatch(ctx context.Context, cm *autopaho.ConnectionManager, recs []fleet.Record) (*flight, error) {
+func (c *Client) sendBatch(ctx context.Context, cm *autopaho.ConnectionManager, recs []fleetwire.Record) (*flight, error) {
 	f := &flight{seqs: make([]uint64, len(recs))}
 	for i, r := range recs {
 		f.seqs[i] = r.Seq
@@ -169,7 +169,7 @@ func (c *Client) sendBatch(ctx context.Context, cm *autopaho.ConnectionManager, 
 	// The id names the records it carries, so a resend of the same records
 	// has the same id and a late ack of the first send still matches.
 	f.id = fmt.Sprintf("%d-%d", f.first(), f.last())
-	payload, err := json.Marshal(fleet.TelemetryBatch{
+	payload, err := json.Marshal(fleetwire.TelemetryBatch{
 		DeviceID: c.cfg.DeviceID,
 		BatchID:  f.id,
 		Records:  recs,
@@ -191,7 +191,7 @@ func (c *Client) sendBatch(ctx context.Context, cm *autopaho.ConnectionManager, 
 
 // trimToBytes keeps the longest prefix of recs (at least one record) whose
 // encoded size stays under limit.
-func trimToBytes(recs []fleet.Record, limit int) []fleet.Record {
+func trimToBytes(recs []fleetwire.Record, limit int) []fleetwire.Record {
 	size := 0
 	for i, r := range recs {
 		size += len(r.Data) + len(r.Kind) + 80 // seq, time and JSON punctuation

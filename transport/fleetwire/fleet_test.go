@@ -1,4 +1,4 @@
-package fleet
+package fleetwire
 
 import (
 	"encoding/json"

@@ -1,4 +1,4 @@
-package fleet
+package fleetclient
 
 import (
 	"bufio"
@@ -20,9 +20,9 @@ import (
 
 	"go.uber.org/goleak"
 
-	"github.com/phaseless/phaseless/agent/fleet/internal/brokertest"
+	"github.com/phaseless/phaseless/agent/fleetclient/internal/brokertest"
 	"github.com/phaseless/phaseless/agent/telemetry"
-	"github.com/phaseless/phaseless/transport/fleet"
+	"github.com/phaseless/phaseless/transport/fleetwire"
 )
 
 // childEnv makes the re-executed test binary run a device until killed
@@ -97,7 +97,7 @@ type device struct {
 func startDevice(t *testing.T, cfg Config) *device {
 	t.Helper()
 	if cfg.StatePath == "" {
-		cfg.StatePath = filepath.Join(t.TempDir(), "fleet.db")
+		cfg.StatePath = filepath.Join(t.TempDir(), "fleetwire.db")
 	}
 	if cfg.Logger == nil {
 		cfg.Logger = testLogger(t)
@@ -152,7 +152,7 @@ func TestStatusOnlineAndWillOnKill(t *testing.T) {
 	for _, bk := range brokers {
 		t.Run(bk.name, func(t *testing.T) {
 			b := bk.start(t)
-			topics := fleet.Topics{}
+			topics := fleetwire.Topics{}
 			cloud := startCloud(t, b.URL(), topics)
 			const id = "dev-kill"
 			spec, _ := json.Marshal(childSpec{Broker: b.URL(), Device: id, State: filepath.Join(t.TempDir(), "s.db")})
@@ -197,7 +197,7 @@ func TestStatusOnlineAndWillOnKill(t *testing.T) {
 
 func TestGracefulStopPublishesOffline(t *testing.T) {
 	b := brokertest.StartMochi(t)
-	cloud := startCloud(t, b.URL(), fleet.Topics{})
+	cloud := startCloud(t, b.URL(), fleetwire.Topics{})
 	d := startDevice(t, Config{BrokerURL: b.URL(), DeviceID: "dev-stop", Version: "1.0"})
 	cloud.waitFor("online", func() bool { s, ok := cloud.lastStatus("dev-stop"); return ok && s.State == "online" })
 	d.stop()
@@ -211,13 +211,13 @@ func TestConfigAppliedAndReported(t *testing.T) {
 }
 
 func testConfigAppliedAndReported(t *testing.T, b broker) {
-	topics := fleet.Topics{Prefix: "acme/"}
+	topics := fleetwire.Topics{Prefix: "acme/"}
 	cloud := startCloud(t, b.URL(), topics)
 	const id = "dev-cfg"
 	var mu sync.Mutex
-	var got []fleet.DesiredConfig
+	var got []fleetwire.DesiredConfig
 	d := startDevice(t, Config{BrokerURL: b.URL(), DeviceID: id, Topics: topics,
-		OnConfig: func(_ context.Context, c fleet.DesiredConfig) error {
+		OnConfig: func(_ context.Context, c fleetwire.DesiredConfig) error {
 			mu.Lock()
 			defer mu.Unlock()
 			got = append(got, c)
@@ -228,19 +228,19 @@ func testConfigAppliedAndReported(t *testing.T, b broker) {
 		}})
 	cloud.waitFor("online", func() bool { _, ok := cloud.lastStatus(id); return ok })
 
-	desired := topics.Device(id, fleet.SuffixConfigDesired)
-	cloud.publish(desired, true, fleet.DesiredConfig{Version: 1, Values: map[string]string{"route": "local"}})
+	desired := topics.Device(id, fleetwire.SuffixConfigDesired)
+	cloud.publish(desired, true, fleetwire.DesiredConfig{Version: 1, Values: map[string]string{"route": "local"}})
 	cloud.waitFor("report v1", func() bool {
 		r := cloud.reported[id]
 		return len(r) > 0 && r[len(r)-1].Version == 1
 	})
-	cloud.publish(desired, true, fleet.DesiredConfig{Version: 2, Values: map[string]string{"route": "bogus"}})
+	cloud.publish(desired, true, fleetwire.DesiredConfig{Version: 2, Values: map[string]string{"route": "bogus"}})
 	cloud.waitFor("report v2", func() bool {
 		r := cloud.reported[id]
 		return len(r) > 0 && r[len(r)-1].Version == 2
 	})
 	cloud.mu.Lock()
-	reps := append([]fleet.ReportedConfig(nil), cloud.reported[id]...)
+	reps := append([]fleetwire.ReportedConfig(nil), cloud.reported[id]...)
 	cloud.mu.Unlock()
 	if r := reps[0]; !r.Applied || r.Error != "" {
 		t.Errorf("v1 report = %+v, want applied", r)
@@ -254,8 +254,8 @@ func testConfigAppliedAndReported(t *testing.T, b broker) {
 	}
 	mu.Unlock()
 	// A stale version (an old retained message) is not applied.
-	cloud.publish(desired, false, fleet.DesiredConfig{Version: 1, Values: map[string]string{"route": "cloud"}})
-	cloud.publish(desired, true, fleet.DesiredConfig{Version: 3, Values: map[string]string{"route": "cloud"}})
+	cloud.publish(desired, false, fleetwire.DesiredConfig{Version: 1, Values: map[string]string{"route": "cloud"}})
+	cloud.publish(desired, true, fleetwire.DesiredConfig{Version: 3, Values: map[string]string{"route": "cloud"}})
 	cloud.waitFor("report v3", func() bool {
 		r := cloud.reported[id]
 		return len(r) > 0 && r[len(r)-1].Version == 3 && r[len(r)-1].Applied
@@ -279,35 +279,35 @@ func TestCommandsRunOncePerID(t *testing.T) {
 }
 
 func testCommandsRunOncePerID(t *testing.T, b broker) {
-	topics := fleet.Topics{}
+	topics := fleetwire.Topics{}
 	cloud := startCloud(t, b.URL(), topics)
 	const id = "dev-cmd"
-	state := filepath.Join(t.TempDir(), "fleet.db")
+	state := filepath.Join(t.TempDir(), "fleetwire.db")
 	var runs atomic.Int32
-	echo := func(_ context.Context, c fleet.Command) (string, error) {
+	echo := func(_ context.Context, c fleetwire.Command) (string, error) {
 		runs.Add(1)
 		return "echo:" + c.Args["text"], nil
 	}
 	d := startDevice(t, Config{BrokerURL: b.URL(), DeviceID: id, StatePath: state})
 	d.Handle("echo", echo)
-	d.Handle("boom", func(context.Context, fleet.Command) (string, error) { panic("kaput") })
+	d.Handle("boom", func(context.Context, fleetwire.Command) (string, error) { panic("kaput") })
 	cloud.waitFor("online", func() bool { _, ok := cloud.lastStatus(id); return ok })
 
-	cmdTopic := topics.Device(id, fleet.SuffixCmd)
+	cmdTopic := topics.Device(id, fleetwire.SuffixCmd)
 	results := func(n int) func() bool { return func() bool { return len(cloud.results[id]) >= n } }
-	cloud.publish(cmdTopic, false, fleet.Command{ID: "c1", Name: "echo", Args: map[string]string{"text": "hi"}})
+	cloud.publish(cmdTopic, false, fleetwire.Command{ID: "c1", Name: "echo", Args: map[string]string{"text": "hi"}})
 	cloud.waitFor("result c1", results(1))
-	cloud.publish(cmdTopic, false, fleet.Command{ID: "c1", Name: "echo", Args: map[string]string{"text": "again"}})
+	cloud.publish(cmdTopic, false, fleetwire.Command{ID: "c1", Name: "echo", Args: map[string]string{"text": "again"}})
 	cloud.waitFor("repeated result c1", results(2))
-	cloud.publish(cmdTopic, false, fleet.Command{ID: "c2", Name: "reboot-the-moon"})
+	cloud.publish(cmdTopic, false, fleetwire.Command{ID: "c2", Name: "reboot-the-moon"})
 	cloud.waitFor("result c2", results(3))
-	cloud.publish(cmdTopic, false, fleet.Command{ID: "c3", Name: "boom"})
+	cloud.publish(cmdTopic, false, fleetwire.Command{ID: "c3", Name: "boom"})
 	cloud.waitFor("result c3", results(4))
 
 	cloud.mu.Lock()
-	res := append([]fleet.CommandResult(nil), cloud.results[id]...)
+	res := append([]fleetwire.CommandResult(nil), cloud.results[id]...)
 	cloud.mu.Unlock()
-	want := []fleet.CommandResult{
+	want := []fleetwire.CommandResult{
 		{ID: "c1", OK: true, Output: "echo:hi"},
 		{ID: "c1", OK: true, Output: "echo:hi"},
 		{ID: "c2", Error: `unknown command "reboot-the-moon"`},
@@ -335,7 +335,7 @@ func testCommandsRunOncePerID(t *testing.T, b broker) {
 		s := cloud.status[id]
 		return len(s) >= 3 && s[len(s)-1].State == "online"
 	})
-	cloud.publish(cmdTopic, false, fleet.Command{ID: "c1", Name: "echo", Args: map[string]string{"text": "third"}})
+	cloud.publish(cmdTopic, false, fleetwire.Command{ID: "c1", Name: "echo", Args: map[string]string{"text": "third"}})
 	cloud.waitFor("result c1 after restart", results(5))
 	cloud.mu.Lock()
 	last := cloud.results[id][4]
@@ -349,7 +349,7 @@ func appendN(t *testing.T, s *telemetry.Store, n int, tag string) []uint64 {
 	t.Helper()
 	seqs := make([]uint64, 0, n)
 	for i := range n {
-		seq, err := s.AppendRequest(context.Background(), fleet.RequestRecord{TraceID: fmt.Sprintf("%s-%d", tag, i), Decision: "local", Outcome: "ok"})
+		seq, err := s.AppendRequest(context.Background(), fleetwire.RequestRecord{TraceID: fmt.Sprintf("%s-%d", tag, i), Decision: "local", Outcome: "ok"})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -366,7 +366,7 @@ func TestTelemetryFlowsAfterBrokerOutage(t *testing.T) {
 	for _, bk := range brokers {
 		t.Run(bk.name, func(t *testing.T) {
 			b := bk.start(t)
-			topics := fleet.Topics{}
+			topics := fleetwire.Topics{}
 			cloud := startCloud(t, b.URL(), topics)
 			const id = "dev-tel"
 			store := openStore(t)
@@ -411,7 +411,7 @@ func TestTelemetryFlowsAfterBrokerOutage(t *testing.T) {
 // flight.
 func TestBacklogDrainsOldestFirst(t *testing.T) {
 	b := brokertest.StartMochi(t)
-	cloud := startCloud(t, b.URL(), fleet.Topics{})
+	cloud := startCloud(t, b.URL(), fleetwire.Topics{})
 	store := openStore(t)
 	const id = "dev-backlog"
 	seqs := appendN(t, store, 1000, "backlog")
@@ -438,7 +438,7 @@ func TestBacklogDrainsOldestFirst(t *testing.T) {
 // 1.4 s at that rate, far longer than a loopback broker needs).
 func TestUplinkRateLimit(t *testing.T) {
 	b := brokertest.StartMochi(t)
-	cloud := startCloud(t, b.URL(), fleet.Topics{})
+	cloud := startCloud(t, b.URL(), fleetwire.Topics{})
 	store := openStore(t)
 	const id = "dev-rate"
 	appendN(t, store, 300, "r")
@@ -453,7 +453,7 @@ func TestUplinkRateLimit(t *testing.T) {
 // device resends but deletes nothing.
 func TestUnackedTelemetryIsKept(t *testing.T) {
 	b := brokertest.StartMochi(t)
-	cloud := startCloud(t, b.URL(), fleet.Topics{})
+	cloud := startCloud(t, b.URL(), fleetwire.Topics{})
 	cloud.acking.Store(false)
 	store := openStore(t)
 	const id = "dev-noack"

@@ -15,7 +15,7 @@ import (
 	"github.com/eclipse/paho.golang/paho"
 	bolt "go.etcd.io/bbolt"
 
-	"github.com/phaseless/phaseless/agent/fleet/internal/brokertest"
+	"github.com/phaseless/phaseless/agent/fleetclient/internal/brokertest"
 )
 
 // TestAutopahoDeliversQueueThroughRealBrokers fills the queue while no

@@ -1,4 +1,4 @@
-package fleet
+package fleetclient
 
 import (
 	"path/filepath"
@@ -8,8 +8,8 @@ import (
 	mqtt "github.com/mochi-mqtt/server/v2"
 	"github.com/mochi-mqtt/server/v2/packets"
 
-	"github.com/phaseless/phaseless/agent/fleet/internal/brokertest"
-	"github.com/phaseless/phaseless/transport/fleet"
+	"github.com/phaseless/phaseless/agent/fleetclient/internal/brokertest"
+	"github.com/phaseless/phaseless/transport/fleetwire"
 	"github.com/phaseless/phaseless/transport/pki"
 )
 
@@ -36,7 +36,7 @@ func TestDeviceCertificateOverTLS(t *testing.T) {
 	got := make(chan string, 4)
 	// Observe from inside the broker: the fake cloud would need its own
 	// certificate, and this test is about the device's side of TLS.
-	if err := b.Server().Subscribe(fleet.Topics{}.Device(id, fleet.SuffixStatus), 1, func(_ *mqtt.Client, _ packets.Subscription, pk packets.Packet) {
+	if err := b.Server().Subscribe(fleetwire.Topics{}.Device(id, fleetwire.SuffixStatus), 1, func(_ *mqtt.Client, _ packets.Subscription, pk packets.Packet) {
 		got <- string(pk.Payload)
 	}); err != nil {
 		t.Fatal(err)
@@ -67,7 +67,7 @@ func TestUsernamePassword(t *testing.T) {
 	b := brokertest.StartMochiUsers(t, map[string]string{"dev-pw": "s3cret"})
 	const id = "dev-pw"
 	got := make(chan string, 4)
-	if err := b.Server().Subscribe(fleet.Topics{}.Device(id, fleet.SuffixStatus), 1, func(_ *mqtt.Client, _ packets.Subscription, pk packets.Packet) {
+	if err := b.Server().Subscribe(fleetwire.Topics{}.Device(id, fleetwire.SuffixStatus), 1, func(_ *mqtt.Client, _ packets.Subscription, pk packets.Packet) {
 		got <- string(pk.Payload)
 	}); err != nil {
 		t.Fatal(err)

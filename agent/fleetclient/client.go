@@ -1,4 +1,4 @@
-package fleet
+package fleetclient
 
 import (
 	"context"
@@ -15,13 +15,13 @@ import (
 	"github.com/eclipse/paho.golang/paho"
 	bolt "go.etcd.io/bbolt"
 
-	"github.com/phaseless/phaseless/agent/fleet/boltqueue"
-	"github.com/phaseless/phaseless/transport/fleet"
+	"github.com/phaseless/phaseless/agent/fleetclient/boltqueue"
+	"github.com/phaseless/phaseless/transport/fleetwire"
 )
 
 // CommandFunc runs one command and returns its output. It should honour
 // ctx, which ends when the client stops.
-type CommandFunc func(ctx context.Context, cmd fleet.Command) (output string, err error)
+type CommandFunc func(ctx context.Context, cmd fleetwire.Command) (output string, err error)
 
 // Client is the device's MQTT v5 fleet client. Build it with New, register
 // command handlers with Handle, then call Run once.
@@ -41,10 +41,10 @@ type Client struct {
 
 	// Inbound work handed from paho's callback to the workers.
 	upEvents  chan struct{} // 1-buffered: a connection came up
-	acks      chan fleet.TelemetryAck
-	cmds      chan fleet.Command
+	acks      chan fleetwire.TelemetryAck
+	cmds      chan fleetwire.Command
 	cfgMu     sync.Mutex // guards desired
-	desired   *fleet.DesiredConfig
+	desired   *fleetwire.DesiredConfig
 	cfgSignal chan struct{} // 1-buffered: desired changed
 
 	stats counters
@@ -83,18 +83,18 @@ func New(cfg Config) (*Client, error) {
 	return &Client{
 		cfg:        cfg,
 		log:        cfg.Logger.With("component", "fleet", "device", id),
-		tStatus:    t.Device(id, fleet.SuffixStatus),
-		tTelemetry: t.Device(id, fleet.SuffixTelemetry),
-		tAck:       t.Device(id, fleet.SuffixTelemetryAck),
-		tDesired:   t.Device(id, fleet.SuffixConfigDesired),
-		tReported:  t.Device(id, fleet.SuffixConfigReported),
-		tCmd:       t.Device(id, fleet.SuffixCmd),
-		tResult:    t.Device(id, fleet.SuffixCmdResult),
+		tStatus:    t.Device(id, fleetwire.SuffixStatus),
+		tTelemetry: t.Device(id, fleetwire.SuffixTelemetry),
+		tAck:       t.Device(id, fleetwire.SuffixTelemetryAck),
+		tDesired:   t.Device(id, fleetwire.SuffixConfigDesired),
+		tReported:  t.Device(id, fleetwire.SuffixConfigReported),
+		tCmd:       t.Device(id, fleetwire.SuffixCmd),
+		tResult:    t.Device(id, fleetwire.SuffixCmdResult),
 		handlers:   map[string]CommandFunc{},
 		connCh:     make(chan struct{}),
 		upEvents:   make(chan struct{}, 1),
-		acks:       make(chan fleet.TelemetryAck, 64),
-		cmds:       make(chan fleet.Command, 64),
+		acks:       make(chan fleetwire.TelemetryAck, 64),
+		cmds:       make(chan fleetwire.Command, 64),
 		cfgSignal:  make(chan struct{}, 1),
 	}, nil
 }
@@ -142,7 +142,7 @@ func (c *Client) Stats() Stats {
 }
 
 func (c *Client) status(state string) []byte {
-	b, _ := json.Marshal(fleet.Status{
+	b, _ := json.Marshal(fleetwire.Status{
 		DeviceID: c.cfg.DeviceID, State: state, Version: c.cfg.Version,
 		Slot: c.cfg.Slot(), Board: c.cfg.Board, Time: c.cfg.Clock.Now().UTC(),
 	})
@@ -347,14 +347,14 @@ func (c *Client) onPublish(ctx context.Context, p *paho.Publish) bool {
 
 // inbound is one decoded message from the cloud; exactly one field is set.
 type inbound struct {
-	desired *fleet.DesiredConfig
-	cmd     *fleet.Command
-	ack     *fleet.TelemetryAck
+	desired *fleetwire.DesiredConfig
+	cmd     *fleetwire.Command
+	ack     *fleetwire.TelemetryAck
 }
 
 // decodeInbound checks that topic belongs to this device and decodes its
 // payload. It is the device's only decoder of bytes from the network.
-func decodeInbound(t fleet.Topics, deviceID, topic string, payload []byte) (inbound, error) {
+func decodeInbound(t fleetwire.Topics, deviceID, topic string, payload []byte) (inbound, error) {
 	id, suffix, ok := t.ParseDevice(topic)
 	if !ok || id != deviceID {
 		return inbound{}, fmt.Errorf("topic %q is not this device's", topic)
@@ -362,16 +362,16 @@ func decodeInbound(t fleet.Topics, deviceID, topic string, payload []byte) (inbo
 	var in inbound
 	var err error
 	switch suffix {
-	case fleet.SuffixConfigDesired:
-		in.desired = new(fleet.DesiredConfig)
+	case fleetwire.SuffixConfigDesired:
+		in.desired = new(fleetwire.DesiredConfig)
 		err = json.Unmarshal(payload, in.desired)
-	case fleet.SuffixCmd:
-		in.cmd = new(fleet.Command)
+	case fleetwire.SuffixCmd:
+		in.cmd = new(fleetwire.Command)
 		if err = json.Unmarshal(payload, in.cmd); err == nil && in.cmd.ID == "" {
 			err = errors.New("command without id")
 		}
-	case fleet.SuffixTelemetryAck:
-		in.ack = new(fleet.TelemetryAck)
+	case fleetwire.SuffixTelemetryAck:
+		in.ack = new(fleetwire.TelemetryAck)
 		if err = json.Unmarshal(payload, in.ack); err == nil && in.ack.BatchID == "" {
 			err = errors.New("ack without batch id")
 		}
@@ -427,7 +427,7 @@ func (c *Client) configLoop(ctx context.Context, cm *autopaho.ConnectionManager)
 				err = c.cfg.OnConfig(ctx, *d)
 			}
 			applied, appliedOK, haveApplied = d.Version, err == nil, true
-			rep := fleet.ReportedConfig{Version: d.Version, Applied: err == nil}
+			rep := fleetwire.ReportedConfig{Version: d.Version, Applied: err == nil}
 			if err != nil {
 				rep.Error = err.Error()
 				c.stats.configsFailed.Add(1)
@@ -441,7 +441,7 @@ func (c *Client) configLoop(ctx context.Context, cm *autopaho.ConnectionManager)
 			}
 			continue
 		}
-		if err := c.enqueue(ctx, cm, c.tReported, true, fleet.ReportedConfig{Version: applied, Applied: true}); err != nil {
+		if err := c.enqueue(ctx, cm, c.tReported, true, fleetwire.ReportedConfig{Version: applied, Applied: true}); err != nil {
 			c.log.Error("queue config report", "err", err)
 		}
 	}

@@ -1,4 +1,4 @@
-package fleet
+package fleetclient
 
 import (
 	"context"
@@ -13,7 +13,7 @@ import (
 	"github.com/eclipse/paho.golang/autopaho"
 	"github.com/eclipse/paho.golang/paho"
 
-	"github.com/phaseless/phaseless/transport/fleet"
+	"github.com/phaseless/phaseless/transport/fleetwire"
 )
 
 // fakeCloud is the cloud side as far as a device can tell: a real MQTT
@@ -21,10 +21,10 @@ import (
 // telemetry idempotently on (device, seq) and acknowledges batches.
 type fakeCloud struct {
 	t      testing.TB
-	topics fleet.Topics
+	topics fleetwire.Topics
 	cm     *autopaho.ConnectionManager
 	acking atomic.Bool
-	acks   chan fleet.TelemetryBatch
+	acks   chan fleetwire.TelemetryBatch
 	wg     sync.WaitGroup
 
 	mu        sync.Mutex // guards everything below
@@ -34,19 +34,19 @@ type fakeCloud struct {
 	redeliv   int                          // records received again (ignored by ingest)
 	batches   int
 	dropped   map[string]uint64 // largest cumulative Dropped per device
-	status    map[string][]fleet.Status
-	reported  map[string][]fleet.ReportedConfig
-	results   map[string][]fleet.CommandResult
+	status    map[string][]fleetwire.Status
+	reported  map[string][]fleetwire.ReportedConfig
+	results   map[string][]fleetwire.CommandResult
 }
 
 var cloudSeq atomic.Int64
 
-func startCloud(t testing.TB, brokerURL string, topics fleet.Topics) *fakeCloud {
+func startCloud(t testing.TB, brokerURL string, topics fleetwire.Topics) *fakeCloud {
 	t.Helper()
 	f := &fakeCloud{
-		t: t, topics: topics, acks: make(chan fleet.TelemetryBatch, 1024), changed: make(chan struct{}),
+		t: t, topics: topics, acks: make(chan fleetwire.TelemetryBatch, 1024), changed: make(chan struct{}),
 		seen: map[string]map[uint64]string{}, dropped: map[string]uint64{},
-		status: map[string][]fleet.Status{}, reported: map[string][]fleet.ReportedConfig{}, results: map[string][]fleet.CommandResult{},
+		status: map[string][]fleetwire.Status{}, reported: map[string][]fleetwire.ReportedConfig{}, results: map[string][]fleetwire.CommandResult{},
 	}
 	f.acking.Store(true)
 	u, _ := url.Parse(brokerURL)
@@ -60,7 +60,7 @@ func startCloud(t testing.TB, brokerURL string, topics fleet.Topics) *fakeCloud 
 				sctx, c := context.WithTimeout(ctx, 10*time.Second)
 				defer c()
 				var subs []paho.SubscribeOptions
-				for _, s := range []string{fleet.SuffixStatus, fleet.SuffixTelemetry, fleet.SuffixConfigReported, fleet.SuffixCmdResult} {
+				for _, s := range []string{fleetwire.SuffixStatus, fleetwire.SuffixTelemetry, fleetwire.SuffixConfigReported, fleetwire.SuffixCmdResult} {
 					subs = append(subs, paho.SubscribeOptions{Topic: topics.DeviceFilter(s), QoS: 1})
 				}
 				if _, err := cm.Subscribe(sctx, &paho.Subscribe{Subscriptions: subs}); err == nil {
@@ -90,14 +90,14 @@ func startCloud(t testing.TB, brokerURL string, topics fleet.Topics) *fakeCloud 
 			case <-ctx.Done():
 				return
 			case b := <-f.acks:
-				ack := fleet.TelemetryAck{BatchID: b.BatchID, UpTo: b.Records[len(b.Records)-1].Seq}
+				ack := fleetwire.TelemetryAck{BatchID: b.BatchID, UpTo: b.Records[len(b.Records)-1].Seq}
 				payload, _ := json.Marshal(ack)
 				// Concurrently, so acks need not wait for each other's
 				// PUBACK (the device accepts them in any order).
 				f.wg.Go(func() {
 					pctx, c := context.WithTimeout(ctx, 5*time.Second)
 					defer c()
-					_, _ = cm.Publish(pctx, &paho.Publish{Topic: topics.Device(b.DeviceID, fleet.SuffixTelemetryAck), QoS: 1, Payload: payload})
+					_, _ = cm.Publish(pctx, &paho.Publish{Topic: topics.Device(b.DeviceID, fleetwire.SuffixTelemetryAck), QoS: 1, Payload: payload})
 				})
 			}
 		}
@@ -131,23 +131,23 @@ func (f *fakeCloud) receive(p *paho.Publish) {
 	defer f.mu.Unlock()
 	defer f.bumpLocked()
 	switch suffix {
-	case fleet.SuffixStatus:
-		var s fleet.Status
+	case fleetwire.SuffixStatus:
+		var s fleetwire.Status
 		if json.Unmarshal(p.Payload, &s) == nil {
 			f.status[id] = append(f.status[id], s)
 		}
-	case fleet.SuffixConfigReported:
-		var r fleet.ReportedConfig
+	case fleetwire.SuffixConfigReported:
+		var r fleetwire.ReportedConfig
 		if json.Unmarshal(p.Payload, &r) == nil {
 			f.reported[id] = append(f.reported[id], r)
 		}
-	case fleet.SuffixCmdResult:
-		var r fleet.CommandResult
+	case fleetwire.SuffixCmdResult:
+		var r fleetwire.CommandResult
 		if json.Unmarshal(p.Payload, &r) == nil {
 			f.results[id] = append(f.results[id], r)
 		}
-	case fleet.SuffixTelemetry:
-		var b fleet.TelemetryBatch
+	case fleetwire.SuffixTelemetry:
+		var b fleetwire.TelemetryBatch
 		if err := json.Unmarshal(p.Payload, &b); err != nil || len(b.Records) == 0 || b.DeviceID != id {
 			f.t.Errorf("bad telemetry batch on %s: %v", p.Topic, err)
 			return
@@ -207,10 +207,10 @@ func (f *fakeCloud) publish(topic string, retain bool, v any) {
 	}
 }
 
-func (f *fakeCloud) lastStatus(id string) (fleet.Status, bool) {
+func (f *fakeCloud) lastStatus(id string) (fleetwire.Status, bool) {
 	s := f.status[id]
 	if len(s) == 0 {
-		return fleet.Status{}, false
+		return fleetwire.Status{}, false
 	}
 	return s[len(s)-1], true
 }
