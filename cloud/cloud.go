@@ -2,7 +2,7 @@
 // phase-less scheduler, batching, worker pools and the fleet manager. Each of
 // those lives in its own sub-package; this package builds them from a Config
 // and runs them together. The request path itself (admit → decide → batch →
-// stream) is Coordinator, in coordinator.go.
+// stream) is package cloud/coordinator.
 package cloud
 
 import (
@@ -23,6 +23,7 @@ import (
 
 	"github.com/phaseless/phaseless/cloud/admit"
 	"github.com/phaseless/phaseless/cloud/batch"
+	"github.com/phaseless/phaseless/cloud/coordinator"
 	"github.com/phaseless/phaseless/cloud/fleet"
 	"github.com/phaseless/phaseless/cloud/fleet/broker"
 	"github.com/phaseless/phaseless/cloud/ingress"
@@ -201,7 +202,7 @@ type Cloud struct {
 
 	mu      sync.Mutex // guards the fields below, set by Start
 	started bool
-	coord   *Coordinator
+	coord   *coordinator.Coordinator
 	workers *worker.Set
 	admit   *admit.Admitter
 	http    *ingress.HTTPServer
@@ -290,7 +291,7 @@ func (c *Cloud) Start(ctx context.Context) (err error) {
 			slots += 2 * max(w.LastLoad().Capacity, 16)
 		}
 	}
-	c.coord, err = NewCoordinator(CoordinatorConfig{
+	c.coord, err = coordinator.New(coordinator.Config{
 		Workers: c.workers, Admitter: c.admit, Tokenizer: tok,
 		Fair:                admit.FairConfig{Slots: slots},
 		Budget:              budgetOf(keys, c.cfg.BudgetPeriod),
@@ -527,7 +528,7 @@ func (c *Cloud) PKIDir() string {
 }
 
 // Coordinator returns the request path (after Start).
-func (c *Cloud) Coordinator() *Coordinator {
+func (c *Cloud) Coordinator() *coordinator.Coordinator {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	return c.coord

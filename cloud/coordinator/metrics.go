@@ -1,4 +1,4 @@
-package cloud
+package coordinator
 
 import (
 	"strings"

@@ -1,10 +1,11 @@
-package cloud
+package coordinator
 
 import (
 	"context"
 	"errors"
-	"os"
-	"path/filepath"
+	"io"
+	"net/http"
+	"net/http/httptest"
 	"slices"
 	"strings"
 	"sync"
@@ -70,7 +71,7 @@ func newCoordinator(t *testing.T, clk *clock, workers ...*worker.Worker) (*Coord
 	t.Cleanup(func() { a.Close() })
 	tok, _ := lm.ByteTokenizerSpec().Build()
 	reg := metrics.NewRegistry()
-	c, err := NewCoordinator(CoordinatorConfig{
+	c, err := New(Config{
 		Workers: set, Admitter: a, Tokenizer: tok, Metrics: reg,
 		Breaker: admit.BreakerConfig{Window: 10 * time.Second, MinRequests: 10, Now: clk.Now},
 	})
@@ -88,10 +89,18 @@ func request(tenant, text string, n int) *llm.Request {
 // whose key is over budget) sends the request to the conservative pool,
 // at most twice per user per 10 minutes.
 func TestFallbackToConservative(t *testing.T) {
-	keys := filepath.Join(t.TempDir(), "keys")
-	os.WriteFile(keys, []byte("sk-poor-key-1 poor 1\n"), 0o600)
-	upstream := startCloud(t, func(cfg *Config) { cfg.Dev, cfg.APIKeys, cfg.BuiltinWorkers = false, keys, 1 })
-	rem, err := worker.NewRemote(worker.RemoteConfig{URL: "http://" + upstream.HTTPAddr(), APIKey: "sk-poor-key-1"})
+	// The upstream answers every completion the way an over-budget
+	// Phaseless does: 429 in OpenAI's error shape.
+	upstream := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Method != http.MethodPost {
+			return // health and /metrics: up, with nothing to report
+		}
+		w.Header().Set("Content-Type", "application/json")
+		w.WriteHeader(http.StatusTooManyRequests)
+		io.WriteString(w, `{"error":{"message":"token budget exhausted","type":"rate_limit_error","code":"budget_exceeded"}}`)
+	}))
+	t.Cleanup(upstream.Close)
+	rem, err := worker.NewRemote(worker.RemoteConfig{URL: upstream.URL, APIKey: "sk-poor-key-1"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -227,7 +236,7 @@ func BenchmarkDecisionPath(b *testing.B) {
 	a, _ := admit.New(admit.Config{})
 	defer a.Close()
 	tok, _ := lm.ByteTokenizerSpec().Build()
-	c, err := NewCoordinator(CoordinatorConfig{Workers: set, Admitter: a, Tokenizer: tok})
+	c, err := New(Config{Workers: set, Admitter: a, Tokenizer: tok})
 	if err != nil {
 		b.Fatal(err)
 	}

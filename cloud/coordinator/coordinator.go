@@ -1,4 +1,7 @@
-package cloud
+// Package coordinator is the cloud's request path: admit → measure → decide
+// → batch → stream. Coordinator is the llm.Generator that the QUIC and HTTP
+// ingress call for every request; package cloud builds it from its Config.
+package coordinator
 
 import (
 	"context"
@@ -18,8 +21,8 @@ import (
 	"github.com/phaseless/phaseless/transport/metrics"
 )
 
-// CoordinatorConfig is what a Coordinator is built from.
-type CoordinatorConfig struct {
+// Config is what a Coordinator is built from.
+type Config struct {
 	Workers  *worker.Set
 	Admitter *admit.Admitter
 	Fair     admit.FairConfig
@@ -46,7 +49,7 @@ type CoordinatorConfig struct {
 // Coordinator is the cloud's llm.Generator: admission, placement, batching
 // and streaming for every request that enters over HTTP or QUIC.
 type Coordinator struct {
-	cfg       CoordinatorConfig
+	cfg       Config
 	fair      *admit.Fair
 	breaker   *admit.Breaker
 	policy    sched.Policy
@@ -58,8 +61,8 @@ type Coordinator struct {
 
 var _ llm.Generator = (*Coordinator)(nil)
 
-// NewCoordinator validates cfg and registers the coordinator's metrics.
-func NewCoordinator(cfg CoordinatorConfig) (*Coordinator, error) {
+// New validates cfg and registers the coordinator's metrics.
+func New(cfg Config) (*Coordinator, error) {
 	if cfg.Workers == nil || cfg.Admitter == nil || cfg.Tokenizer == nil {
 		return nil, errors.New("coordinator: Workers, Admitter and Tokenizer are required")
 	}
