@@ -119,7 +119,7 @@ type measured struct {
 
 func (c *Coordinator) measure(req *llm.Request) measured {
 	tok := c.cfg.Tokenizer
-	ids := tok.Encode(llm.ChatPrompt(req.Messages))
+	ids := tok.Encode(lm.ChatPrompt(req.Messages))
 	if tok.AddBOS() {
 		ids = append([]int32{tok.BOS()}, ids...)
 	}

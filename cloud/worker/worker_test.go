@@ -322,7 +322,7 @@ func TestWorkerSetSignals(t *testing.T) {
 
 	prompt := strings.Repeat("the same long system prompt. ", 8)
 	req := chat(prompt, 4)
-	ids := eng.Model().Tokenizer().Encode(llm.ChatPrompt(req.Messages))
+	ids := eng.Model().Tokenizer().Encode(lm.ChatPrompt(req.Messages))
 	ids = append([]int32{eng.Model().Tokenizer().BOS()}, ids...)
 	hashes := lm.BlockHashes(ids, 16)
 	if len(hashes) < 4 {

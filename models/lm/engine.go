@@ -256,7 +256,7 @@ func BlockHashes(tokens []int32, blockSize int) []uint64 {
 }
 
 // Generate runs one chat request: it renders req.Messages with
-// llm.ChatPrompt, generates until EOS, llm.TurnEnd, a req.Stop sequence or
+// ChatPrompt, generates until EOS, TurnEnd, a req.Stop sequence or
 // req.MaxTokens, and emits each token's text as soon as it is sampled
 // (withholding only bytes of an incomplete UTF-8 character or a possible
 // stop-sequence prefix). Cancelling ctx, or emit returning an error, frees the
@@ -267,15 +267,15 @@ func (e *Engine) Generate(ctx context.Context, req *llm.Request, emit llm.Emit) 
 	}
 	return e.GenerateTokens(ctx, e.m.ChatTokens(req.Messages), GenOptions{
 		MaxTokens: req.MaxTokens, Temperature: req.Temperature, TopK: req.TopK, TopP: req.TopP,
-		Seed: req.Seed, Stop: append([]string{llm.TurnEnd}, req.Stop...),
+		Seed: req.Seed, Stop: append([]string{TurnEnd}, req.Stop...),
 	}, emit)
 }
 
-// ChatTokens is the prompt Generate runs for msgs: llm.ChatPrompt encoded,
+// ChatTokens is the prompt Generate runs for msgs: ChatPrompt encoded,
 // with BOS first when the model wants it. A scheduler hashes it with
 // BlockHashes to ask engines how much of it they have cached.
 func (m *Model) ChatTokens(msgs []llm.Message) []int32 {
-	ids := m.tok.Encode(llm.ChatPrompt(msgs))
+	ids := m.tok.Encode(ChatPrompt(msgs))
 	if m.tok.AddBOS() {
 		ids = append([]int32{m.tok.BOS()}, ids...)
 	}

@@ -282,7 +282,7 @@ func TestGenerateChatStopsAtTurnEnd(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := len(m.Tokenizer().Encode(llm.ChatPrompt(req.Messages))) + 1
+	want := len(m.Tokenizer().Encode(ChatPrompt(req.Messages))) + 1
 	if ct := m.ChatTokens(req.Messages); len(ct) != want || ct[0] != m.Tokenizer().BOS() {
 		t.Fatalf("ChatTokens = %v", ct)
 	}
@@ -292,7 +292,7 @@ func TestGenerateChatStopsAtTurnEnd(t *testing.T) {
 	if fin.PromptTokens != want || fin.Route != "" || fin.TTFT <= 0 {
 		t.Fatalf("final %+v (want %d prompt tokens, empty route)", fin, want)
 	}
-	for _, stop := range []string{"e", llm.TurnEnd} {
+	for _, stop := range []string{"e", TurnEnd} {
 		if strings.Contains(text, stop) {
 			t.Fatalf("text %q contains stop %q", text, stop)
 		}

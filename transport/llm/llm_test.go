@@ -7,14 +7,6 @@ import (
 	"testing"
 )
 
-func TestChatPrompt(t *testing.T) {
-	got := ChatPrompt([]Message{{"system", "Be brief."}, {"user", " Turn on the AC \n"}})
-	want := "<|system|>\nBe brief.\n<|user|>\nTurn on the AC\n<|assistant|>\n"
-	if got != want {
-		t.Fatalf("got %q\nwant %q", got, want)
-	}
-}
-
 func TestCodeOf(t *testing.T) {
 	tests := []struct {
 		err  error
