@@ -18,6 +18,7 @@ import (
 	"github.com/phaseless/phaseless/transport/llm"
 	"github.com/phaseless/phaseless/transport/pki"
 	"github.com/phaseless/phaseless/transport/quic"
+	"github.com/phaseless/phaseless/transport/schedhint"
 	"go.uber.org/goleak"
 )
 
@@ -137,7 +138,7 @@ func TestCloudHTTP(t *testing.T) {
 	if !strings.HasPrefix(r.header.Get("x-phaseless-route"), "cloud/") {
 		t.Fatalf("route %q", r.header.Get("x-phaseless-route"))
 	}
-	h, err := sched.ParseHint(r.header.Get("x-scheduler-hint"))
+	h, err := schedhint.Parse(r.header.Get("x-scheduler-hint"))
 	if err != nil || h.Policy != sched.PolicyRules || h.InputTokens < 20 {
 		t.Fatalf("hint %q → %+v, %v", r.header.Get("x-scheduler-hint"), h, err)
 	}
@@ -145,7 +146,7 @@ func TestCloudHTTP(t *testing.T) {
 		t.Fatal("no x-burst-budget-remaining")
 	}
 	rr := chat(t, addr, "", sched.NameRoundRobin, "hello again", 4)
-	if h, _ := sched.ParseHint(rr.header.Get("x-scheduler-hint")); h.Policy != sched.PolicyRoundRobin {
+	if h, _ := schedhint.Parse(rr.header.Get("x-scheduler-hint")); h.Policy != sched.PolicyRoundRobin {
 		t.Fatalf("policy override ignored: %+v", h)
 	}
 	if bad := chat(t, addr, "", "fastest", "x", 4); bad.status != 400 {
@@ -261,7 +262,7 @@ func TestCloudQUIC(t *testing.T) {
 	if hint == "" {
 		hint = meta.Snapshot().SchedulerHint
 	}
-	if _, err := sched.ParseHint(hint); err != nil {
+	if _, err := schedhint.Parse(hint); err != nil {
 		t.Fatalf("hint over QUIC: %q %v", hint, err)
 	}
 }

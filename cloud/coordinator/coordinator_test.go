@@ -19,6 +19,7 @@ import (
 	"github.com/phaseless/phaseless/models/lm"
 	"github.com/phaseless/phaseless/transport/llm"
 	"github.com/phaseless/phaseless/transport/metrics"
+	"github.com/phaseless/phaseless/transport/schedhint"
 )
 
 var testModelConfig = lm.Config{Vocab: 258, Dim: 64, Layers: 2, Heads: 4, KVHeads: 2, FFN: 128, ContextLen: 1024}
@@ -121,7 +122,7 @@ func TestFallbackToConservative(t *testing.T) {
 			if !strings.HasPrefix(s.FallbackReason, "overloaded on busy") || !strings.HasPrefix(s.Route, "cloud/conservative/spare") || fin.FallbackReason == "" {
 				t.Fatalf("request %d: meta %+v final %+v", i, s, fin)
 			}
-			if h, _ := sched.ParseHint(s.SchedulerHint); h.Reason != sched.ReasonFallback {
+			if h, _ := schedhint.Parse(s.SchedulerHint); h.Reason != sched.ReasonFallback {
 				t.Fatalf("hint reason %v", h.Reason)
 			}
 			continue
@@ -198,7 +199,7 @@ func TestBreakerFallsBackToFIFO(t *testing.T) {
 		if _, err := c.Generate(ctx, request("t", "hello", 2), func(llm.Token) error { return nil }); err != nil {
 			t.Fatal(err)
 		}
-		h, err := sched.ParseHint(meta.Snapshot().SchedulerHint)
+		h, err := schedhint.Parse(meta.Snapshot().SchedulerHint)
 		if err != nil {
 			t.Fatal(err)
 		}
