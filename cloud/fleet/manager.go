@@ -373,14 +373,6 @@ func (m *Manager) Device(id string) (*Device, error) {
 	return d, err
 }
 
-// ConfigUpdate changes a device's desired config.
-type ConfigUpdate struct {
-	// Values to set. With Merge, they are added to the current values and a
-	// null value removes a key; without, they replace all values.
-	Values map[string]*string `json:"values"`
-	Merge  bool               `json:"merge"`
-}
-
 // SetConfig stores the next version of a device's desired config and
 // publishes it retained. The device need not exist yet (pre-provisioning).
 // A failed publish is reported but the version stands: reconcile re-sends
