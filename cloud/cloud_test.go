@@ -249,21 +249,28 @@ func TestCloudQUIC(t *testing.T) {
 	}
 	defer cl.Close()
 	var sb strings.Builder
-	cctx, meta := llm.WithMeta(ctx)
-	fin, err := cl.Generate(cctx, &llm.Request{ID: "q1", Model: "auto", MaxTokens: 8, Messages: []llm.Message{{Role: "user", Content: "status of the car"}}},
-		func(tk llm.Token) error { sb.WriteString(tk.Text); return nil })
+	var begin *llm.Meta
+	fin, err := cl.Generate(ctx, &llm.Request{ID: "q1", Model: "auto", MaxTokens: 8, Messages: []llm.Message{{Role: "user", Content: "status of the car"}}},
+		func(tk llm.Token) error {
+			if tk.Meta != nil {
+				begin = tk.Meta
+			} else if begin == nil {
+				t.Errorf("token %q before the begin event", tk.Text)
+			}
+			sb.WriteString(tk.Text)
+			return nil
+		})
 	if err != nil {
 		t.Fatal(err)
 	}
 	if fin.CompletionTokens == 0 || sb.Len() == 0 {
 		t.Fatalf("final %+v text %q", fin, sb.String())
 	}
-	hint := fin.SchedulerHint
-	if hint == "" {
-		hint = meta.Snapshot().SchedulerHint
+	if begin == nil || begin.Route != llm.RouteCloud || begin.Pool == "" || begin.Worker == "" {
+		t.Fatalf("begin event over QUIC: %+v", begin)
 	}
-	if _, err := schedhint.Parse(hint); err != nil {
-		t.Fatalf("hint over QUIC: %q %v", hint, err)
+	if h, err := schedhint.Parse(begin.SchedulerHint); err != nil || h.Pool.String() != begin.Pool {
+		t.Fatalf("hint over QUIC: %q %+v %v", begin.SchedulerHint, h, err)
 	}
 }
 

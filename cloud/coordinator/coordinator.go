@@ -180,15 +180,15 @@ func (c *Coordinator) Generate(ctx context.Context, req *llm.Request, emit llm.E
 	if p := req.Hints.Policy; p != "" && c.overrides[p] == nil {
 		return llm.Final{}, llm.Errorf(llm.CodeInvalid, "unknown scheduler policy %q (scheduler, round-robin, least-loaded)", p)
 	}
-	meta := llm.MetaFrom(ctx)
 	m := c.measure(req)
 	bucket := c.cfg.Budget(m.tenant)
 	remaining, err := c.cfg.Admitter.Charge(ctx, m.tenant, m.cost, bucket)
-	meta.SetBudgetRemaining(remaining)
 	if err != nil {
-		c.m.budgetRejections.Inc()
+		c.m.budgetRejections.Inc() // the error carries the remaining budget
 		return llm.Final{}, err
 	}
+	st := llm.NewStream(emit)
+	st.Meta = llm.Meta{Route: llm.RouteCloud, BudgetRemaining: remaining, HasBudget: true}
 	ticket, err := c.fair.Acquire(ctx, m.tenant, m.sig.InputTokens)
 	if err != nil {
 		c.cfg.Admitter.Refund(context.WithoutCancel(ctx), m.tenant, m.cost, bucket)
@@ -200,9 +200,9 @@ func (c *Coordinator) Generate(ctx context.Context, req *llm.Request, emit llm.E
 	defer c.snaps.Put(snap)
 	d, err := c.decide(req, &m, snap)
 	if err != nil {
-		return llm.Final{}, c.finish(ctx, &m, bucket, llm.Final{}, llm.Errorf(llm.CodeUnavailable, "no worker can take the request: %v", err), 0)
+		return llm.Final{}, c.finish(ctx, &m, bucket, llm.RouteCloud, llm.Final{}, llm.Errorf(llm.CodeUnavailable, "no worker can take the request: %v", err), 0)
 	}
-	run := c.newRun(ctx, emit, ticket)
+	run := c.newRun(ctx, st, ticket)
 	fin, err := c.runOn(ctx, req, &m, d, run)
 	if err != nil && run.tokens == 0 && fallbackEligible(err) {
 		reason := string(llm.CodeOf(err))
@@ -212,15 +212,18 @@ func (c *Coordinator) Generate(ctx context.Context, req *llm.Request, emit llm.E
 			c.cfg.Workers.Snapshot(snap, m.sig.BlockHashes)
 			if fd, ferr := sched.Fallback(&m.sig, snap, d.Worker); ferr == nil {
 				c.m.fallbacks.With(reason).Inc()
-				why := fmt.Sprintf("%s on %s", reason, c.cfg.Workers.Workers()[d.Worker].Name())
-				meta.SetFallbackReason(why)
+				from := c.cfg.Workers.Workers()[d.Worker].Name()
+				st.Meta.Fallback = llm.Fallback{Cause: llm.FallbackPoolOverloaded, From: from, Code: llm.CodeOf(err),
+					Detail: fmt.Sprintf("%s on %s", reason, from)}
 				fin, err = c.runOn(ctx, req, &m, fd, run)
-				fin.FallbackReason = why
 				d = fd
 			}
 		}
 	}
-	return fin, c.finish(ctx, &m, bucket, fin, err, run.itlSum)
+	if err == nil {
+		err = st.Begin() // an answer without tokens still starts with its metadata
+	}
+	return fin, c.finish(ctx, &m, bucket, st.Meta.RouteHeader(), fin, err, run.itlSum)
 }
 
 // fallbackEligible: the 429/503-like failures of DESIGN.md §5.
@@ -236,7 +239,7 @@ func fallbackEligible(err error) bool {
 // fallback (a fallback happens only before the first token).
 type run struct {
 	c      *Coordinator
-	emit   llm.Emit
+	st     *llm.Stream
 	ticket *admit.Ticket
 	start  time.Time
 	last   time.Time
@@ -245,12 +248,15 @@ type run struct {
 	itlSum time.Duration
 }
 
-func (c *Coordinator) newRun(_ context.Context, emit llm.Emit, t *admit.Ticket) *run {
-	return &run{c: c, emit: emit, ticket: t, start: time.Now()}
+func (c *Coordinator) newRun(_ context.Context, st *llm.Stream, t *admit.Ticket) *run {
+	return &run{c: c, st: st, ticket: t, start: time.Now()}
 }
 
 // forward passes a token on at once — nothing is buffered — and measures it.
 func (r *run) forward(t llm.Token) error {
+	if t.Meta != nil { // an upstream Phaseless's begin event: folded into ours
+		return r.st.Emit(t)
+	}
 	now := time.Now()
 	if r.tokens == 0 {
 		r.ttft = now.Sub(r.start)
@@ -265,29 +271,26 @@ func (r *run) forward(t llm.Token) error {
 	r.c.m.rate.add(now, 1)
 	r.c.m.outputTokens.Inc()
 	r.ticket.Output(1)
-	return r.emit(t)
+	return r.st.Emit(t)
 }
 
 func (c *Coordinator) runOn(ctx context.Context, req *llm.Request, m *measured, d sched.Decision, r *run) (llm.Final, error) {
 	w := c.cfg.Workers.Workers()[d.Worker]
-	route := "cloud/" + d.Pool.String() + "/" + w.Name()
-	hint := d.Hint()
-	meta := llm.MetaFrom(ctx)
-	meta.SetRoute(route)
-	meta.SetSchedulerHint(hint)
+	// Placement is final for this attempt: the begin event, sent with the
+	// first token, says so. A fallback attempt overwrites it.
+	r.st.Meta.Pool, r.st.Meta.Worker, r.st.Meta.SchedulerHint = d.Pool.String(), w.Name(), d.Hint()
 	c.m.pool[d.Pool].Inc()
 	c.m.reasons.With(d.Reason.String()).Inc()
 	fin, size, err := w.Generate(ctx, req, m.sig.InputTokens, m.sig.BlockHashes, r.forward)
 	if size > 0 {
 		c.m.batchSize.Observe(float64(size))
 	}
-	fin.Route, fin.SchedulerHint = route, hint
 	return fin, err
 }
 
 // finish records the outcome: budget refund, breaker, SLA, prefix hits, the
 // output predictor's history.
-func (c *Coordinator) finish(ctx context.Context, m *measured, bucket admit.Bucket, fin llm.Final, err error, itlSum time.Duration) error {
+func (c *Coordinator) finish(ctx context.Context, m *measured, bucket admit.Bucket, route string, fin llm.Final, err error, itlSum time.Duration) error {
 	used := int64(m.sig.InputTokens + fin.CompletionTokens)
 	c.cfg.Admitter.Refund(context.WithoutCancel(ctx), m.tenant, m.cost-used, bucket)
 	code := llm.CodeOf(err)
@@ -298,7 +301,7 @@ func (c *Coordinator) finish(ctx context.Context, m *measured, bucket admit.Buck
 	if err != nil {
 		if serverErr {
 			c.m.sla.With("missed").Inc()
-			c.cfg.Logger.Warn("request failed", "tenant", m.tenant, "route", fin.Route, "code", string(code), "err", err)
+			c.cfg.Logger.Warn("request failed", "tenant", m.tenant, "route", route, "code", string(code), "err", err)
 		}
 		return err
 	}

@@ -82,6 +82,31 @@ func newCoordinator(t *testing.T, clk *clock, workers ...*worker.Worker) (*Coord
 	return c, reg
 }
 
+// generate runs req and returns its begin event, checking that the stream
+// starts with exactly one, and the number of text tokens after it.
+func generate(t *testing.T, c *Coordinator, req *llm.Request) (begin llm.Meta, tokens int, fin llm.Final, err error) {
+	t.Helper()
+	seen := false
+	fin, err = c.Generate(context.Background(), req, func(tk llm.Token) error {
+		if tk.Meta != nil {
+			if seen || tokens > 0 {
+				t.Errorf("begin event %+v after %d tokens (seen before: %v)", tk.Meta, tokens, seen)
+			}
+			seen, begin = true, *tk.Meta
+			return nil
+		}
+		if !seen {
+			t.Errorf("token %q before the begin event", tk.Text)
+		}
+		tokens++
+		return nil
+	})
+	if err == nil && !seen {
+		t.Errorf("a successful stream without a begin event")
+	}
+	return begin, tokens, fin, err
+}
+
 func request(tenant, text string, n int) *llm.Request {
 	return &llm.Request{Model: "auto", Tenant: tenant, MaxTokens: n, Seed: 1, Messages: []llm.Message{{Role: "user", Content: text}}}
 }
@@ -111,16 +136,15 @@ func TestFallbackToConservative(t *testing.T) {
 	c, reg := newCoordinator(t, clk, busy, spare)
 
 	for i := 0; i < 3; i++ {
-		ctx, meta := llm.WithMeta(context.Background())
-		n := 0
-		fin, err := c.Generate(ctx, request("alice", "hi", 8), func(llm.Token) error { n++; return nil })
+		s, n, fin, err := generate(t, c, request("alice", "hi", 8))
 		if i < 2 {
 			if err != nil || n == 0 {
 				t.Fatalf("request %d: err %v after %d tokens", i, err, n)
 			}
-			s := meta.Snapshot()
-			if !strings.HasPrefix(s.FallbackReason, "overloaded on busy") || !strings.HasPrefix(s.Route, "cloud/conservative/spare") || fin.FallbackReason == "" {
-				t.Fatalf("request %d: meta %+v final %+v", i, s, fin)
+			f := s.Fallback
+			if f.Cause != llm.FallbackPoolOverloaded || f.From != "busy" || f.Code != llm.CodeOverloaded || !strings.HasPrefix(f.String(), "overloaded on busy") ||
+				s.RouteHeader() != "cloud/conservative/spare" || !s.HasBudget {
+				t.Fatalf("request %d: begin %+v final %+v", i, s, fin)
 			}
 			if h, _ := schedhint.Parse(s.SchedulerHint); h.Reason != sched.ReasonFallback {
 				t.Fatalf("hint reason %v", h.Reason)
@@ -195,11 +219,11 @@ func TestBreakerFallsBackToFIFO(t *testing.T) {
 	clk := &clock{t: time.Unix(1e9, 0)}
 	c, _ := newCoordinator(t, clk, w)
 	policyOf := func() sched.PolicyID {
-		ctx, meta := llm.WithMeta(context.Background())
-		if _, err := c.Generate(ctx, request("t", "hello", 2), func(llm.Token) error { return nil }); err != nil {
+		s, _, _, err := generate(t, c, request("t", "hello", 2))
+		if err != nil {
 			t.Fatal(err)
 		}
-		h, err := schedhint.Parse(meta.Snapshot().SchedulerHint)
+		h, err := schedhint.Parse(s.SchedulerHint)
 		if err != nil {
 			t.Fatal(err)
 		}

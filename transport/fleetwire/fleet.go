@@ -154,6 +154,7 @@ type RequestRecord struct {
 	Reason           string    `json:"reason"`
 	Path             string    `json:"path"` // where it actually ran
 	FallbackReason   string    `json:"fallback_reason,omitempty"`
+	FallbackCause    string    `json:"fallback_cause,omitempty"` // llm.FallbackCause name: no_cloud, cloud_timeout, ...
 	TTFTMillis       float64   `json:"ttft_ms"`
 	ITLMillis        float64   `json:"itl_ms"`
 	PromptTokens     int       `json:"prompt_tokens"`

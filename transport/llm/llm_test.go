@@ -28,18 +28,3 @@ func TestCodeOf(t *testing.T) {
 		t.Error("retryable classification wrong")
 	}
 }
-
-func TestMetaNilSafeAndRoundTrip(t *testing.T) {
-	var nilMeta *Meta
-	nilMeta.SetRoute("x") // must not panic
-	if MetaFrom(context.Background()) != nil {
-		t.Fatal("empty context has a Meta")
-	}
-	ctx, m := WithMeta(context.Background())
-	MetaFrom(ctx).SetRoute("cloud/decode/w1")
-	MetaFrom(ctx).SetBudgetRemaining(42)
-	s := m.Snapshot()
-	if s.Route != "cloud/decode/w1" || !s.HasBudget || s.BudgetRemaining != 42 {
-		t.Fatalf("snapshot = %+v", s)
-	}
-}

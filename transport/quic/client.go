@@ -545,8 +545,8 @@ func (c *Client) roundTrip(ctx context.Context, conn *quicgo.Conn, req *llm.Requ
 		return fail(err)
 	}
 	rt.sent = true
-	meta := llm.MetaFrom(ctx)
 	fr := newFrameReader(str)
+	metaSeen := false
 	for {
 		f, err := fr.next()
 		if err != nil {
@@ -555,7 +555,19 @@ func (c *Client) roundTrip(ctx context.Context, conn *quicgo.Conn, req *llm.Requ
 		}
 		switch f.Type {
 		case FrameMeta:
-			applyMeta(meta, f.Meta)
+			// The coordinator's begin event, relayed as the stream's own.
+			if metaSeen || rt.delivered > 0 {
+				str.CancelRead(streamProtocol)
+				str.CancelWrite(streamProtocol)
+				return fail(protoErr("meta frame after the stream began"))
+			}
+			metaSeen = true
+			m := f.Meta
+			if err := emit(llm.Token{Meta: &m}); err != nil {
+				abort()
+				rt.err = err
+				return llm.Final{}, rt
+			}
 		case FrameToken:
 			if err := emit(f.Token); err != nil {
 				abort()
@@ -576,21 +588,6 @@ func (c *Client) roundTrip(ctx context.Context, conn *quicgo.Conn, req *llm.Requ
 			str.CancelWrite(streamProtocol)
 			return fail(protoErr("server sent a %v frame", f.Type))
 		}
-	}
-}
-
-func applyMeta(m *llm.Meta, s llm.MetaSnapshot) {
-	if s.Route != "" {
-		m.SetRoute(s.Route)
-	}
-	if s.SchedulerHint != "" {
-		m.SetSchedulerHint(s.SchedulerHint)
-	}
-	if s.FallbackReason != "" {
-		m.SetFallbackReason(s.FallbackReason)
-	}
-	if s.HasBudget {
-		m.SetBudgetRemaining(s.BudgetRemaining)
 	}
 }
 

@@ -336,7 +336,7 @@ func TestDedupeTableExpiry(t *testing.T) {
 	tab := newDedupeTable(time.Minute, 2, clock)
 	nop := func(error) {}
 	finish := func(g *generation, err error) {
-		g.finish(llm.Final{}, err, nil, clock())
+		g.finish(llm.Final{}, err, clock())
 		tab.finished(g)
 	}
 
