@@ -47,86 +47,130 @@ type Config struct {
 	Predictor string // ONNX router model; empty = the shipped one; "entropy" = the 4.2-bit rule
 	OTAPub    string // trusted ed25519 key for OTA bundles; empty = updates refused
 
-	LocalModel       string        // model name sent to the --local-url server
-	LocalConcurrency int           // generations the local engine runs at once
-	LocalQueue       int           // requests that may wait for the local engine before 503s
+	LocalModel string // model name sent to the --local-url server
+	// The zero value of each field below means its default (FillDefaults).
+	LocalConcurrency int           // generations the local engine runs at once (4)
+	LocalQueue       int           // requests that may wait for the local engine before 503s (64)
 	RouteThreshold   float64       // cloud probability at which the router prefers the cloud; 0 = the model's
-	RouteHysteresis  float64       // width of the band around the threshold
+	RouteHysteresis  float64       // width of the band around the threshold (0.1)
 	MaxOutputTokens  int           // largest max_tokens accepted
-	CloudRetryMax    time.Duration // longest wait between reconnect attempts to the cloud
-	CloudFirstToken  time.Duration // cloud requests without a token by then run locally
+	CloudRetryMax    time.Duration // longest wait between reconnect attempts to the cloud (30 s)
+	CloudFirstToken  time.Duration // cloud requests without a token by then run locally (15 s)
 }
 
-// RegisterFlags binds c's fields to fs with their defaults.
+// FillDefaults sets every field whose zero value is not a working setting,
+// so a zero Config runs an offline agent on 127.0.0.1:7070. Flags show the
+// same defaults (RegisterFlags fills them first).
+func (c *Config) FillDefaults() {
+	if c.Listen == "" {
+		c.Listen = "127.0.0.1:7070"
+	}
+	if c.Board == "" {
+		c.Board = "generic"
+	}
+	if c.DataDir == "" {
+		c.DataDir = "phaseless-agent-data"
+	}
+	if c.LocalConcurrency == 0 {
+		c.LocalConcurrency = 4
+	}
+	if c.LocalQueue == 0 {
+		c.LocalQueue = 64
+	}
+	if c.RouteHysteresis == 0 {
+		c.RouteHysteresis = 0.1
+	}
+	if c.MaxOutputTokens == 0 {
+		c.MaxOutputTokens = httpapi.DefaultMaxOutputTokens
+	}
+	if c.CloudFirstToken == 0 {
+		c.CloudFirstToken = 15 * time.Second
+	}
+	if c.CloudRetryMax == 0 {
+		c.CloudRetryMax = 30 * time.Second
+	}
+}
+
+// Fields is phaseless-agent's configuration table: each field's flag, which
+// is also its PHASELESS_* variable and YAML key (DESIGN.md §4).
+func (c *Config) Fields() cli.Fields {
+	return cli.Fields{
+		{Flag: "listen", Go: "Listen", Value: &c.Listen, Usage: "local API address (HTTP)"},
+		{Flag: "socket", Go: "Socket", Value: &c.Socket, Usage: "also serve the local API on this Unix socket"},
+		{Flag: "device-id", Go: "DeviceID", Value: &c.DeviceID, Usage: "this device's id (the CN of its certificate)"},
+		{Flag: "board", Go: "Board", Value: &c.Board, Usage: "board profile name, checked against OTA bundles"},
+		{Flag: "cloud", Go: "Cloud", Value: &c.Cloud, Usage: "cloud QUIC address host:port; empty runs offline-only"},
+		{Flag: "pki-dir", Go: "PKIDir", Value: &c.PKIDir, Usage: "directory with ca.pem and this device's certificate (phaselessctl pki device)"},
+		{Flag: "mqtt", Go: "MQTT", Value: &c.MQTT, Usage: "fleet MQTT broker URL, e.g. mqtt://127.0.0.1:1883"},
+		{Flag: "data-dir", Go: "DataDir", Value: &c.DataDir, Usage: "directory for the telemetry buffer, OTA slots and state"},
+		{Flag: "model", Go: "Model", Value: &c.Model, Usage: "GGUF model for the built-in engine (default: the shipped edge model)"},
+		{Flag: "local-url", Go: "LocalURL", Value: &c.LocalURL, Usage: "OpenAI-compatible local server URL instead of the built-in engine"},
+		{Flag: "ota-pub", Go: "OTAPub", Value: &c.OTAPub, Usage: "the fleet's OTA public key (phaselessctl ota keygen); without it update commands are refused"},
+		{Flag: "predictor", Go: "Predictor", Value: &c.Predictor, Usage: `ONNX router model (default: the shipped predictor; "entropy": the 4.2 bits/byte rule)`},
+		{Flag: "local-model", Go: "LocalModel", Value: &c.LocalModel, Usage: "model name to request from the --local-url server (default: the request's)"},
+		{Flag: "local-concurrency", Go: "LocalConcurrency", Value: &c.LocalConcurrency, Usage: "generations the local engine runs at once"},
+		{Flag: "local-queue", Go: "LocalQueue", Value: &c.LocalQueue, Usage: "requests that may wait for the local engine; more get 503 overloaded"},
+		{Flag: "route-threshold", Go: "RouteThreshold", Value: &c.RouteThreshold, Usage: "cloud probability at or above which requests go to the cloud; 0 = the predictor model's own threshold (0.5 without one)"},
+		{Flag: "route-hysteresis", Go: "RouteHysteresis", Value: &c.RouteHysteresis, Usage: "band around --route-threshold in which the previous path is kept"},
+		{Flag: "max-output-tokens", Go: "MaxOutputTokens", Value: &c.MaxOutputTokens, Usage: "largest max_tokens a request may ask for"},
+		{Flag: "cloud-first-token-timeout", Go: "CloudFirstToken", Value: &c.CloudFirstToken, Usage: "cloud requests that have produced no token by then are cancelled and run locally"},
+		{Flag: "cloud-retry-max", Go: "CloudRetryMax", Value: &c.CloudRetryMax, Usage: "longest wait between reconnect attempts while the cloud is unreachable"},
+	}
+}
+
+// RegisterFlags fills c's defaults and binds its fields to fs.
 func (c *Config) RegisterFlags(fs *flag.FlagSet) {
-	fs.StringVar(&c.Listen, "listen", "127.0.0.1:7070", "local API address (HTTP)")
-	fs.StringVar(&c.Socket, "socket", "", "also serve the local API on this Unix socket")
-	fs.StringVar(&c.DeviceID, "device-id", "", "this device's id (the CN of its certificate)")
-	fs.StringVar(&c.Board, "board", "generic", "board profile name, checked against OTA bundles")
-	fs.StringVar(&c.Cloud, "cloud", "", "cloud QUIC address host:port; empty runs offline-only")
-	fs.StringVar(&c.PKIDir, "pki-dir", "", "directory with ca.pem and this device's certificate (phaselessctl pki device)")
-	fs.StringVar(&c.MQTT, "mqtt", "", "fleet MQTT broker URL, e.g. mqtt://127.0.0.1:1883")
-	fs.StringVar(&c.DataDir, "data-dir", "phaseless-agent-data", "directory for the telemetry buffer, OTA slots and state")
-	fs.StringVar(&c.Model, "model", "", "GGUF model for the built-in engine (default: the shipped edge model)")
-	fs.StringVar(&c.LocalURL, "local-url", "", "OpenAI-compatible local server URL instead of the built-in engine")
-	fs.StringVar(&c.OTAPub, "ota-pub", "", "the fleet's OTA public key (phaselessctl ota keygen); without it update commands are refused")
-	fs.StringVar(&c.Predictor, "predictor", "", `ONNX router model (default: the shipped predictor; "entropy": the 4.2 bits/byte rule)`)
-	fs.StringVar(&c.LocalModel, "local-model", "", "model name to request from the --local-url server (default: the request's)")
-	fs.IntVar(&c.LocalConcurrency, "local-concurrency", 4, "generations the local engine runs at once")
-	fs.IntVar(&c.LocalQueue, "local-queue", 64, "requests that may wait for the local engine; more get 503 overloaded")
-	fs.Float64Var(&c.RouteThreshold, "route-threshold", 0, "cloud probability at or above which requests go to the cloud; 0 = the predictor model's own threshold (0.5 without one)")
-	fs.Float64Var(&c.RouteHysteresis, "route-hysteresis", 0.1, "band around --route-threshold in which the previous path is kept")
-	fs.IntVar(&c.MaxOutputTokens, "max-output-tokens", httpapi.DefaultMaxOutputTokens, "largest max_tokens a request may ask for")
-	fs.DurationVar(&c.CloudFirstToken, "cloud-first-token-timeout", 15*time.Second, "cloud requests that have produced no token by then are cancelled and run locally")
-	fs.DurationVar(&c.CloudRetryMax, "cloud-retry-max", 30*time.Second, "longest wait between reconnect attempts while the cloud is unreachable")
+	c.FillDefaults()
+	c.Fields().Register(fs)
 }
 
-// Validate reports the first bad field.
+// Validate reports the first bad field, by its Go name (Fields maps it to
+// the flag).
 func (c *Config) Validate() error {
 	if _, _, err := net.SplitHostPort(c.Listen); err != nil {
-		return &cli.FieldError{Field: "listen", Err: err}
+		return &cli.FieldError{Field: "Listen", Err: err}
 	}
 	if c.Cloud != "" {
 		if _, _, err := net.SplitHostPort(c.Cloud); err != nil {
-			return &cli.FieldError{Field: "cloud", Err: err}
+			return &cli.FieldError{Field: "Cloud", Err: err}
 		}
 		if c.DeviceID == "" {
-			return &cli.FieldError{Field: "device-id", Err: errors.New("required when --cloud is set")}
+			return &cli.FieldError{Field: "DeviceID", Err: errors.New("required with a cloud address (Cloud)")}
 		}
 		if c.PKIDir == "" {
-			return &cli.FieldError{Field: "pki-dir", Err: errors.New("required when --cloud is set (phaselessctl pki device)")}
+			return &cli.FieldError{Field: "PKIDir", Err: errors.New("required with a cloud address (Cloud): the directory phaselessctl pki device wrote")}
 		}
 	}
 	if c.MQTT != "" && c.DeviceID == "" {
-		return &cli.FieldError{Field: "device-id", Err: errors.New("required when --mqtt is set")}
+		return &cli.FieldError{Field: "DeviceID", Err: errors.New("required with a fleet broker (MQTT)")}
 	}
 	if c.Model != "" && c.LocalURL != "" {
-		return &cli.FieldError{Field: "local-url", Err: errors.New("give either --model or --local-url, not both")}
+		return &cli.FieldError{Field: "LocalURL", Err: errors.New("set Model (the built-in engine) or LocalURL (a local server), not both")}
 	}
 	if c.DataDir == "" {
-		return &cli.FieldError{Field: "data-dir", Err: errors.New("must not be empty")}
+		return &cli.FieldError{Field: "DataDir", Err: errors.New("must not be empty")}
 	}
 	if c.LocalConcurrency < 1 {
-		return &cli.FieldError{Field: "local-concurrency", Err: fmt.Errorf("%d must be at least 1", c.LocalConcurrency)}
+		return &cli.FieldError{Field: "LocalConcurrency", Err: fmt.Errorf("%d must be at least 1", c.LocalConcurrency)}
 	}
 	if c.LocalQueue < 0 {
-		return &cli.FieldError{Field: "local-queue", Err: fmt.Errorf("%d must not be negative", c.LocalQueue)}
+		return &cli.FieldError{Field: "LocalQueue", Err: fmt.Errorf("%d must not be negative", c.LocalQueue)}
 	}
 	if err := (route.Config{Threshold: c.RouteThreshold, Hysteresis: c.RouteHysteresis}).Validate(); err != nil {
-		field := "route-threshold"
+		field := "RouteThreshold"
 		if c.RouteThreshold > 0 && c.RouteThreshold < 1 {
-			field = "route-hysteresis"
+			field = "RouteHysteresis"
 		}
 		return &cli.FieldError{Field: field, Err: err}
 	}
 	if c.CloudRetryMax < 250*time.Millisecond {
-		return &cli.FieldError{Field: "cloud-retry-max", Err: fmt.Errorf("%v must be at least 250ms", c.CloudRetryMax)}
+		return &cli.FieldError{Field: "CloudRetryMax", Err: fmt.Errorf("%v must be at least 250ms", c.CloudRetryMax)}
 	}
 	if c.CloudFirstToken < 100*time.Millisecond {
-		return &cli.FieldError{Field: "cloud-first-token-timeout", Err: fmt.Errorf("%v must be at least 100ms", c.CloudFirstToken)}
+		return &cli.FieldError{Field: "CloudFirstToken", Err: fmt.Errorf("%v must be at least 100ms", c.CloudFirstToken)}
 	}
 	if c.MaxOutputTokens < 1 {
-		return &cli.FieldError{Field: "max-output-tokens", Err: fmt.Errorf("%d must be at least 1", c.MaxOutputTokens)}
+		return &cli.FieldError{Field: "MaxOutputTokens", Err: fmt.Errorf("%d must be at least 1", c.MaxOutputTokens)}
 	}
 	return nil
 }
@@ -158,6 +202,7 @@ type Agent struct {
 // cloud in the background, and binds the listeners (so Addr is known before
 // Run). Close releases everything if Run is never called.
 func New(cfg Config, log *slog.Logger) (a *Agent, err error) {
+	cfg.FillDefaults()
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
@@ -173,7 +218,7 @@ func New(cfg Config, log *slog.Logger) (a *Agent, err error) {
 		}
 	}()
 	if err := os.MkdirAll(cfg.DataDir, 0o750); err != nil {
-		return nil, &cli.FieldError{Field: "data-dir", Err: err}
+		return nil, &cli.FieldError{Field: "DataDir", Err: err}
 	}
 	if a.store, err = telemetry.Open(filepath.Join(cfg.DataDir, "telemetry.db"), telemetry.Config{}); err != nil {
 		return nil, fmt.Errorf("telemetry store: %w", err)
@@ -192,7 +237,7 @@ func New(cfg Config, log *slog.Logger) (a *Agent, err error) {
 	}
 	pred, predName, err := loadPredictor(cfg.Predictor)
 	if err != nil {
-		return nil, &cli.FieldError{Field: "predictor", Err: err}
+		return nil, &cli.FieldError{Field: "Predictor", Err: err}
 	}
 	var rp route.Predictor // a nil *Swappable must stay a nil interface
 	if pred != nil {
@@ -213,7 +258,7 @@ func New(cfg Config, log *slog.Logger) (a *Agent, err error) {
 	if cfg.Cloud != "" {
 		tc, err := pki.DeviceTLS(cfg.PKIDir, cfg.DeviceID)
 		if err != nil {
-			return nil, &cli.FieldError{Field: "pki-dir", Err: err}
+			return nil, &cli.FieldError{Field: "PKIDir", Err: err}
 		}
 		// Background: an agent must start, and serve locally, while the
 		// cloud is unreachable; the client keeps redialling.
@@ -221,7 +266,7 @@ func New(cfg Config, log *slog.Logger) (a *Agent, err error) {
 			TLS: tc, Background: true, Logger: log.With("component", "uplink"),
 			Backoff: quic.Backoff{Initial: min(250*time.Millisecond, cfg.CloudRetryMax), Max: cfg.CloudRetryMax},
 		}); err != nil {
-			return nil, &cli.FieldError{Field: "cloud", Err: err}
+			return nil, &cli.FieldError{Field: "Cloud", Err: err}
 		}
 		dcfg.Cloud = a.cloud
 		dcfg.Link = func() route.Link {
@@ -243,7 +288,7 @@ func New(cfg Config, log *slog.Logger) (a *Agent, err error) {
 	}
 	if cfg.MQTT != "" {
 		if a.fleet, err = a.newFleetClient(); err != nil {
-			return nil, &cli.FieldError{Field: "mqtt", Err: err}
+			return nil, &cli.FieldError{Field: "MQTT", Err: err}
 		}
 	}
 	a.registerGauges()
@@ -255,13 +300,13 @@ func New(cfg Config, log *slog.Logger) (a *Agent, err error) {
 
 	ln, err := net.Listen("tcp", cfg.Listen)
 	if err != nil {
-		return nil, &cli.FieldError{Field: "listen", Err: err}
+		return nil, &cli.FieldError{Field: "Listen", Err: err}
 	}
 	a.lns = append(a.lns, ln)
 	if cfg.Socket != "" {
 		uln, err := listenUnix(cfg.Socket)
 		if err != nil {
-			return nil, &cli.FieldError{Field: "socket", Err: err}
+			return nil, &cli.FieldError{Field: "Socket", Err: err}
 		}
 		a.lns = append(a.lns, uln)
 	}

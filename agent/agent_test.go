@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"flag"
 	"fmt"
 	"io"
 	"net"
@@ -475,13 +476,31 @@ func TestConfigValidate(t *testing.T) {
 	for _, tt := range tests {
 		c := base
 		tt.mod(&c)
-		err := c.Validate()
+		err := c.Fields().Rename(c.Validate()) // Validate names Go fields; the table, flags
 		if err == nil || !strings.Contains(err.Error(), `"`+tt.field+`"`) {
 			t.Errorf("%s: %v", tt.field, err)
 		}
 	}
 	if err := base.Validate(); err != nil {
 		t.Error(err)
+	}
+	// The zero Config works once its defaults are filled, and the defaults
+	// are the flags' defaults.
+	var zero Config
+	zero.FillDefaults()
+	if err := zero.Validate(); err != nil {
+		t.Errorf("zero Config: %v", err)
+	}
+	var flagged Config
+	fs := flag.NewFlagSet("agent", flag.ContinueOnError)
+	flagged.RegisterFlags(fs)
+	if flagged != zero || fs.Lookup("listen").DefValue != "127.0.0.1:7070" || fs.Lookup("cloud-retry-max").DefValue != "30s" {
+		t.Errorf("flag defaults %+v differ from FillDefaults %+v", flagged, zero)
+	}
+	for _, f := range zero.Fields() {
+		if fs.Lookup(f.Flag) == nil {
+			t.Errorf("field %s: no flag --%s", f.Go, f.Flag)
+		}
 	}
 }
 
@@ -497,7 +516,7 @@ func TestNewFailureReleasesAndNamesField(t *testing.T) {
 	cfg.Listen = busy.Addr().String()
 	a, err := New(cfg, nil)
 	var fe *cli.FieldError
-	if a != nil || !errors.As(err, &fe) || fe.Field != "listen" {
+	if a != nil || !errors.As(err, &fe) || fe.Field != "Listen" || cfg.Fields().Flag(fe.Field) != "listen" {
 		t.Fatalf("New on a busy port = %v, %v; want a FieldError for listen", a, err)
 	}
 	// The telemetry store was opened and must have been closed: it opens again.

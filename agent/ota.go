@@ -35,7 +35,7 @@ func openOTA(cfg Config, log *slog.Logger) (*ota, error) {
 	if cfg.OTAPub != "" {
 		key, err := firmware.ReadPublicKey(cfg.OTAPub)
 		if err != nil {
-			return nil, &cli.FieldError{Field: "ota-pub", Err: err}
+			return nil, &cli.FieldError{Field: "OTAPub", Err: err}
 		}
 		o.key = key
 	}

@@ -113,3 +113,38 @@ func TestHelpIsNotAnError(t *testing.T) {
 		t.Fatalf("err = %v", err)
 	}
 }
+
+func TestFieldsTable(t *testing.T) {
+	var cfg struct {
+		DataDir string
+		Workers StringList
+		N       int
+		Wait    time.Duration
+	}
+	cfg.DataDir, cfg.N = "d", 3 // filled defaults become the flags' defaults
+	table := Fields{
+		{Flag: "data-dir", Go: "DataDir", Value: &cfg.DataDir, Usage: "dir"},
+		{Flag: "worker", Go: "Workers", Value: &cfg.Workers, Usage: "repeatable"},
+		{Flag: "n", Go: "N", Value: &cfg.N, Usage: "count"},
+		{Flag: "wait", Go: "Wait", Value: &cfg.Wait, Usage: "wait"},
+	}
+	fs := flag.NewFlagSet("t", flag.ContinueOnError)
+	table.Register(fs)
+	if fs.Lookup("n").DefValue != "3" || fs.Lookup("data-dir").DefValue != "d" {
+		t.Fatalf("defaults %q %q", fs.Lookup("n").DefValue, fs.Lookup("data-dir").DefValue)
+	}
+	env := map[string]string{"PHASELESS_WAIT": "2s"}
+	if err := Parse(fs, []string{"--worker", "a", "--worker", "b"}, func(k string) string { return env[k] }); err != nil {
+		t.Fatal(err)
+	}
+	if cfg.Wait != 2*time.Second || len(cfg.Workers) != 2 || cfg.N != 3 {
+		t.Fatalf("parsed %+v", cfg)
+	}
+	err := table.Rename(&FieldError{Field: "DataDir", Err: errors.New("must not be empty")})
+	if err.Error() != `config field "data-dir": must not be empty` {
+		t.Fatalf("renamed: %v", err)
+	}
+	if err := table.Rename(&FieldError{Field: "Other", Err: errors.New("x")}); err.Error() != `config field "Other": x` {
+		t.Fatalf("unknown field renamed: %v", err)
+	}
+}
