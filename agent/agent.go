@@ -135,17 +135,17 @@ func (c *Config) Validate() error {
 			return &cli.FieldError{Field: "Cloud", Err: err}
 		}
 		if c.DeviceID == "" {
-			return &cli.FieldError{Field: "DeviceID", Err: errors.New("required with a cloud address (Cloud)")}
+			return &cli.FieldError{Field: "DeviceID", Err: errors.New("required when a cloud address is set")}
 		}
 		if c.PKIDir == "" {
-			return &cli.FieldError{Field: "PKIDir", Err: errors.New("required with a cloud address (Cloud): the directory phaselessctl pki device wrote")}
+			return &cli.FieldError{Field: "PKIDir", Err: errors.New("required when a cloud address is set: the directory phaselessctl pki device wrote")}
 		}
 	}
 	if c.MQTT != "" && c.DeviceID == "" {
-		return &cli.FieldError{Field: "DeviceID", Err: errors.New("required with a fleet broker (MQTT)")}
+		return &cli.FieldError{Field: "DeviceID", Err: errors.New("required when a fleet broker is set")}
 	}
 	if c.Model != "" && c.LocalURL != "" {
-		return &cli.FieldError{Field: "LocalURL", Err: errors.New("set Model (the built-in engine) or LocalURL (a local server), not both")}
+		return &cli.FieldError{Field: "LocalURL", Err: errors.New("give a model for the built-in engine or a local server URL, not both")}
 	}
 	if c.DataDir == "" {
 		return &cli.FieldError{Field: "DataDir", Err: errors.New("must not be empty")}
