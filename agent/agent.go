@@ -48,19 +48,20 @@ type Config struct {
 	OTAPub    string // trusted ed25519 key for OTA bundles; empty = updates refused
 
 	LocalModel string // model name sent to the --local-url server
-	// The zero value of each field below means its default (FillDefaults).
+	// A zero below means the default in parentheses (FillDefaults) unless it says "flag:".
 	LocalConcurrency int           // generations the local engine runs at once (4)
-	LocalQueue       int           // requests that may wait for the local engine before 503s (64)
+	LocalQueue       int           // requests that may wait for the local engine before 503s (flag: 64)
 	RouteThreshold   float64       // cloud probability at which the router prefers the cloud; 0 = the model's
-	RouteHysteresis  float64       // width of the band around the threshold (0.1)
+	RouteHysteresis  float64       // width of the band around the threshold (flag: 0.1)
 	MaxOutputTokens  int           // largest max_tokens accepted
 	CloudRetryMax    time.Duration // longest wait between reconnect attempts to the cloud (30 s)
 	CloudFirstToken  time.Duration // cloud requests without a token by then run locally (15 s)
 }
 
 // FillDefaults sets every field whose zero value is not a working setting,
-// so a zero Config runs an offline agent on 127.0.0.1:7070. Flags show the
-// same defaults (RegisterFlags fills them first).
+// so a zero Config runs an offline agent on 127.0.0.1:7070. A field whose
+// zero is a setting of its own (LocalQueue 0: no waiting; RouteHysteresis 0:
+// no band) keeps it; its flag default is set in RegisterFlags.
 func (c *Config) FillDefaults() {
 	if c.Listen == "" {
 		c.Listen = "127.0.0.1:7070"
@@ -73,12 +74,6 @@ func (c *Config) FillDefaults() {
 	}
 	if c.LocalConcurrency == 0 {
 		c.LocalConcurrency = 4
-	}
-	if c.LocalQueue == 0 {
-		c.LocalQueue = 64
-	}
-	if c.RouteHysteresis == 0 {
-		c.RouteHysteresis = 0.1
 	}
 	if c.MaxOutputTokens == 0 {
 		c.MaxOutputTokens = httpapi.DefaultMaxOutputTokens
@@ -121,6 +116,8 @@ func (c *Config) Fields() cli.Fields {
 // RegisterFlags fills c's defaults and binds its fields to fs.
 func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	c.FillDefaults()
+	// The command line's defaults for fields whose zero means something else.
+	c.LocalQueue, c.RouteHysteresis = 64, 0.1
 	c.Fields().Register(fs)
 }
 

@@ -494,6 +494,7 @@ func TestConfigValidate(t *testing.T) {
 	var flagged Config
 	fs := flag.NewFlagSet("agent", flag.ContinueOnError)
 	flagged.RegisterFlags(fs)
+	zero.LocalQueue, zero.RouteHysteresis = 64, 0.1 // the flag-only defaults
 	if flagged != zero || fs.Lookup("listen").DefValue != "127.0.0.1:7070" || fs.Lookup("cloud-retry-max").DefValue != "30s" {
 		t.Errorf("flag defaults %+v differ from FillDefaults %+v", flagged, zero)
 	}

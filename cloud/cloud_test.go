@@ -4,11 +4,14 @@ import (
 	"bufio"
 	"context"
 	"encoding/json"
+	"flag"
 	"fmt"
+	"github.com/phaseless/phaseless/transport/cli"
 	"io"
 	"net/http"
 	"os"
 	"path/filepath"
+	"reflect"
 	"strconv"
 	"strings"
 	"testing"
@@ -214,7 +217,9 @@ func TestCloudRemoteWorker(t *testing.T) {
 	upstream := startCloud(t, func(cfg *Config) { cfg.BuiltinWorkers = 1 })
 	front := startCloud(t, func(cfg *Config) {
 		cfg.BuiltinWorkers = 0
-		cfg.Workers = []string{"http://" + upstream.HTTPAddr() + "#role=decode-heavy"}
+		if err := cfg.Workers.Set("http://" + upstream.HTTPAddr() + "#role=decode-heavy"); err != nil {
+			t.Fatal(err)
+		}
 	})
 	r := chat(t, front.HTTPAddr(), "", "", "tell me something", 8)
 	if r.status != 200 || r.text == "" {
@@ -279,9 +284,6 @@ func TestConfigValidate(t *testing.T) {
 		return Config{HTTP: ":8080", QUIC: ":4433", MQTT: "", DataDir: "d", Dev: true, BuiltinWorkers: 1, Budget: 1, BatchMax: 16, SLATTFT: time.Second, SLAITL: time.Second}
 	}
 	cases := map[string]func(*Config){
-		"worker":          func(c *Config) { c.Workers = []string{"ftp://x"} },
-		"worker role":     func(c *Config) { c.Workers = []string{"http://x:1#role=gpu"} },
-		"worker option":   func(c *Config) { c.Workers = []string{"http://x:1#colour=red"} },
 		"builtin-workers": func(c *Config) { c.BuiltinWorkers = 0 },
 		"budget":          func(c *Config) { c.Budget = 0 },
 		"budget-period":   func(c *Config) { c.BudgetPeriod = time.Millisecond },
@@ -292,17 +294,42 @@ func TestConfigValidate(t *testing.T) {
 	for field, mutate := range cases {
 		c := base()
 		mutate(&c)
-		err := c.Validate()
+		err := c.Fields().Rename(c.Validate()) // Validate names Go fields; the table, flags
 		if err == nil || !strings.Contains(err.Error(), `"`+strings.Fields(field)[0]+`"`) {
 			t.Errorf("%s: %v", field, err)
 		}
 	}
+	// A Config that says only how clients authenticate works once its
+	// defaults are filled, and those are the flags' defaults.
+	zero := Config{Dev: true}
+	zero.FillDefaults()
+	if err := zero.Validate(); err != nil {
+		t.Errorf("zero Config (Dev): %v", err)
+	}
+	flagged := Config{Dev: true}
+	fs := flag.NewFlagSet("cloud", flag.ContinueOnError)
+	flagged.RegisterFlags(fs)
+	zero.QUIC, zero.MQTT, zero.MQTTTLS, zero.BatchWindow = ":4433", ":1883", ":8883", 150*time.Millisecond // flag-only defaults
+	if !reflect.DeepEqual(flagged, zero) || fs.Lookup("http").DefValue != ":8080" || fs.Lookup("budget").DefValue != "200000" {
+		t.Errorf("flag defaults %+v differ from FillDefaults %+v", flagged, zero)
+	}
+	// --worker values are parsed once, when set: a bad one fails there.
+	for _, bad := range []string{"ftp://x", "http://x:1#role=gpu", "http://x:1#colour=red", "http://x:1#capacity=0"} {
+		var c Config
+		fs := flag.NewFlagSet("cloud", flag.ContinueOnError)
+		c.RegisterFlags(fs)
+		if err := cli.Parse(fs, []string{"--worker", bad}, func(string) string { return "" }); err == nil || !strings.Contains(err.Error(), "worker") {
+			t.Errorf("--worker %s: %v", bad, err)
+		}
+	}
 	c := base()
-	c.Workers = []string{"http://gpu:8000#role=prefill-heavy&model=llama&capacity=64"}
+	if err := c.Workers.Set("http://gpu:8000#role=prefill-heavy&model=llama&capacity=64"); err != nil {
+		t.Fatal(err)
+	}
 	if err := c.Validate(); err != nil {
 		t.Fatal(err)
 	}
-	wu, _ := parseWorkerURL(c.Workers[0])
+	wu := c.Workers[0]
 	if wu.base != "http://gpu:8000" || wu.role != sched.RolePrefill || wu.model != "llama" || wu.capacity != 64 {
 		t.Fatalf("parsed %+v", wu)
 	}
