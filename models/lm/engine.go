@@ -36,7 +36,7 @@ type EngineConfig struct {
 	Now func() time.Time
 }
 
-func (c EngineConfig) withDefaults() EngineConfig {
+func (c *EngineConfig) fillDefaults() {
 	if c.BlockSize == 0 {
 		c.BlockSize = 16
 	}
@@ -58,7 +58,7 @@ func (c EngineConfig) withDefaults() EngineConfig {
 	if c.Now == nil {
 		c.Now = time.Now
 	}
-	return c
+
 }
 
 // Validate names the first bad field.
@@ -153,7 +153,7 @@ func NewEngine(m *Model, cfg EngineConfig) (*Engine, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	cfg = cfg.withDefaults()
+	cfg.fillDefaults()
 	perBlock := blockBytes(m.Config, cfg.BlockSize)
 	ctxBlocks := (m.Config.ContextLen + cfg.BlockSize - 1) / cfg.BlockSize
 	if cfg.KVBudgetBytes == 0 {

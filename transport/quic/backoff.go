@@ -17,7 +17,7 @@ type Backoff struct {
 	Factor  float64       // default 2
 }
 
-func (b *Backoff) setDefaults() {
+func (b *Backoff) fillDefaults() {
 	if b.Initial == 0 {
 		b.Initial = 250 * time.Millisecond
 	}

@@ -59,7 +59,7 @@ type ClientConfig struct {
 	listenPacket func(laddr *net.UDPAddr) (net.PacketConn, error)
 }
 
-func (c *ClientConfig) setDefaults() {
+func (c *ClientConfig) fillDefaults() {
 	if c.KeepAlivePeriod == 0 {
 		c.KeepAlivePeriod = DefaultKeepAlivePeriod
 	}
@@ -72,7 +72,7 @@ func (c *ClientConfig) setDefaults() {
 	if c.MaxStreams == 0 {
 		c.MaxStreams = DefaultMaxStreams
 	}
-	c.Backoff.setDefaults()
+	c.Backoff.fillDefaults()
 	if c.StableAfter == 0 {
 		c.StableAfter = 5 * time.Second
 	}
@@ -225,7 +225,7 @@ var ErrClientClosed = errors.New("quic client closed")
 // set it returns an error when the first connection fails; afterwards the
 // client reconnects by itself until Close.
 func Dial(ctx context.Context, addr string, cfg ClientConfig) (*Client, error) {
-	cfg.setDefaults()
+	cfg.fillDefaults()
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}

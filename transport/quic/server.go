@@ -62,7 +62,7 @@ type ServerConfig struct {
 	Now func() time.Time
 }
 
-func (c *ServerConfig) setDefaults() {
+func (c *ServerConfig) fillDefaults() {
 	if c.MaxStreamsPerConn == 0 {
 		c.MaxStreamsPerConn = DefaultMaxStreams
 	}
@@ -159,7 +159,7 @@ var ErrServerClosed = errors.New("quic server closed")
 
 // NewServer binds the UDP socket, so Addr is known before Serve runs.
 func NewServer(cfg ServerConfig) (*Server, error) {
-	cfg.setDefaults()
+	cfg.fillDefaults()
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}

@@ -67,12 +67,12 @@ func TestConfigValidate(t *testing.T) {
 		cfg   Config
 		field string
 	}{
-		{"no auth", Config{TCPAddr: "127.0.0.1:0"}, "mqtt-password-file"},
-		{"bad addr", Config{TCPAddr: "nope", DevAuth: true}, "mqtt"},
-		{"tls addr without cert", Config{TLSAddr: "127.0.0.1:0", DevAuth: true}, "pki-dir"},
-		{"bad prefix", Config{DevAuth: true, Prefix: "x"}, "mqtt-prefix"},
-		{"empty admin", Config{DevAuth: true, Admins: []string{""}}, "mqtt-admins"},
-		{"missing password file", Config{TCPAddr: "127.0.0.1:0", PasswordFile: "/nonexistent/passwd"}, "mqtt-password-file"},
+		{"no auth", Config{TCPAddr: "127.0.0.1:0"}, "PasswordFile"},
+		{"bad addr", Config{TCPAddr: "nope", DevAuth: true}, "TCPAddr"},
+		{"tls addr without cert", Config{TLSAddr: "127.0.0.1:0", DevAuth: true}, "TLS"},
+		{"bad prefix", Config{DevAuth: true, Prefix: "x"}, "Prefix"},
+		{"empty admin", Config{DevAuth: true, Admins: []string{""}}, "Admins"},
+		{"missing password file", Config{TCPAddr: "127.0.0.1:0", PasswordFile: "/nonexistent/passwd"}, "PasswordFile"},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			_, err := Start(c.cfg)
