@@ -185,7 +185,7 @@ type Agent struct {
 	sink    *telemetrySink
 	fleet   *fleetclient.Client // nil without --mqtt
 	ota     *ota
-	pred    *predictor.Swappable // nil with the entropy rule
+	pred    *predictor.Swappable // the router model: a learned one or the entropy rule, swappable either way
 	handler http.Handler
 	srv     *http.Server
 	lns     []net.Listener
@@ -236,11 +236,8 @@ func New(cfg Config, log *slog.Logger) (a *Agent, err error) {
 	if err != nil {
 		return nil, &cli.FieldError{Field: "Predictor", Err: err}
 	}
-	var rp route.Predictor // a nil *Swappable must stay a nil interface
-	if pred != nil {
-		a.pred, rp = pred, pred
-	}
-	router, err := route.NewRouter(route.Config{Threshold: cfg.RouteThreshold, Hysteresis: cfg.RouteHysteresis}, rp)
+	a.pred = pred
+	router, err := route.NewRouter(route.Config{Threshold: cfg.RouteThreshold, Hysteresis: cfg.RouteHysteresis}, pred)
 	if err != nil {
 		return nil, err
 	}
@@ -312,11 +309,13 @@ func New(cfg Config, log *slog.Logger) (a *Agent, err error) {
 }
 
 // loadPredictor returns the router model named by --predictor: the shipped
-// one by default, a file, or nil for the entropy rule.
+// one by default, a file, or the entropy rule.
 func loadPredictor(spec string) (*predictor.Swappable, string, error) {
 	switch spec {
 	case "entropy":
-		return nil, "entropy rule (4.2 bits/byte)", nil
+		// The rule is a Predictor like any model, behind the same Swappable,
+		// so reload-predictor can replace it (and put it back).
+		return predictor.NewSwappable(predictor.EntropyRule{}), "entropy rule (4.2 bits/byte)", nil
 	case "":
 		m, err := predictor.Default()
 		if err != nil {
@@ -359,24 +358,32 @@ func (a *Agent) newFleetClient() (*fleetclient.Client, error) {
 	c.Handle("ota-rollback", a.ota.rollback)
 	// The router's model is swapped in place: requests in flight finish on
 	// the old one, a file that fails validation leaves the old one serving.
-	c.Handle("reload-predictor", func(_ context.Context, cmd fleetwire.Command) (string, error) {
-		if a.pred == nil {
-			return "", errors.New("the agent runs the entropy rule (--predictor entropy); restart it with a model to swap")
-		}
-		path := cmd.Args["path"]
-		if path == "" {
-			return "", errors.New(`argument "path" (an ONNX file on the device) is required`)
-		}
-		if err := a.pred.Swap(path); err != nil {
-			return "", err
-		}
-		return "predictor now " + path, nil
-	})
+	c.Handle("reload-predictor", a.reloadPredictor)
 	return c, nil
 }
 
 // listenUnix binds a Unix socket, replacing a stale one left by a crash but
 // never a file that is not a socket.
+// reloadPredictor is the fleet's "reload-predictor" command: swap the router
+// model for an ONNX file on the device, or for the entropy rule ("entropy"),
+// whichever the agent started with.
+func (a *Agent) reloadPredictor(_ context.Context, cmd fleetwire.Command) (string, error) {
+	path := cmd.Args["path"]
+	switch path {
+	case "":
+		return "", errors.New(`argument "path" (an ONNX file on the device, or "entropy" for the 4.2-bit rule) is required`)
+	case "entropy":
+		if err := a.pred.SwapTo(predictor.EntropyRule{}); err != nil {
+			return "", err
+		}
+	default:
+		if err := a.pred.Swap(path); err != nil {
+			return "", err
+		}
+	}
+	return "predictor now " + path, nil
+}
+
 func listenUnix(path string) (net.Listener, error) {
 	if st, err := os.Lstat(path); err == nil {
 		if st.Mode()&fs.ModeSocket == 0 {

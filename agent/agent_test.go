@@ -528,3 +528,38 @@ func TestNewFailureReleasesAndNamesField(t *testing.T) {
 	}
 	a.Close()
 }
+
+// TestReloadPredictorFromEntropyRule: the entropy rule is a predictor behind
+// the same Swappable as a learned model, so the fleet's reload-predictor
+// command swaps it for a model file and back, and the router's decisions say
+// which one decided.
+func TestReloadPredictorFromEntropyRule(t *testing.T) {
+	a, err := New(testConfig(t), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer a.Close()
+	source := func() string {
+		t.Helper()
+		return a.pred.Source()
+	}
+	if s := source(); s != "entropy-rule" {
+		t.Fatalf("started with %q", s)
+	}
+	reload := func(path string) error {
+		_, err := a.reloadPredictor(context.Background(), fleetwire.Command{ID: "c1", Name: "reload-predictor", Args: map[string]string{"path": path}})
+		return err
+	}
+	if err := reload("../models/predictor/predictor.onnx"); err != nil || source() != "predictor" {
+		t.Fatalf("swap to the shipped model: %v, now %q", err, source())
+	}
+	if err := reload(filepath.Join(t.TempDir(), "missing.onnx")); err == nil || source() != "predictor" {
+		t.Fatalf("a missing file was accepted or replaced the model: %v, now %q", err, source())
+	}
+	if err := reload("entropy"); err != nil || source() != "entropy-rule" {
+		t.Fatalf("swap back to the rule: %v, now %q", err, source())
+	}
+	if err := reload(""); err == nil {
+		t.Fatal("an empty path was accepted")
+	}
+}

@@ -461,3 +461,16 @@ func TestShippedPredictorThreshold(t *testing.T) {
 		t.Errorf("exam question: %s (%s)", d.Path, d.Reason)
 	}
 }
+
+// TestEntropyRuleAsPredictor: the rule behind a Swappable decides exactly
+// as the router's own stand-in does, and says it is the rule.
+func TestEntropyRuleAsPredictor(t *testing.T) {
+	alone, _ := NewRouter(Config{}, nil)
+	swapped, _ := NewRouter(Config{}, predictor.NewSwappable(predictor.EntropyRule{}))
+	for _, text := range []string{lowEntropy, highEntropy} {
+		a, s := alone.Decide(userReq(text), up, Load{}), swapped.Decide(userReq(text), up, Load{})
+		if a.CloudProb != s.CloudProb || a.Path != s.Path || s.ProbSource != "entropy-rule" || a.ProbSource != "entropy-rule" {
+			t.Errorf("%q: alone %v %s %s, swappable %v %s %s", text, a.CloudProb, a.Path, a.ProbSource, s.CloudProb, s.Path, s.ProbSource)
+		}
+	}
+}
