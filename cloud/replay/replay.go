@@ -23,6 +23,8 @@ import (
 	"sync"
 	"text/tabwriter"
 	"time"
+
+	"github.com/phaseless/phaseless/transport/metrics"
 )
 
 // traceRequest is one request of a trace, format-independent.
@@ -377,7 +379,7 @@ func replaySummarize(policy string, res []replayResult, wall time.Duration, o re
 	return s
 }
 
-// scrapeCounters reads two counters from the target's /metrics; ok is false
+// replayScrape reads two counters from the target's /metrics; ok is false
 // when the target exposes no Phaseless metrics.
 func replayScrape(ctx context.Context, o replayOptions) (hits, prompt float64, ok bool) {
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, o.target+"/metrics", nil)
@@ -392,25 +394,15 @@ func replayScrape(ctx context.Context, o replayOptions) (hits, prompt float64, o
 	if resp.StatusCode != http.StatusOK {
 		return 0, 0, false
 	}
-	sc := bufio.NewScanner(resp.Body)
-	found := 0
-	for sc.Scan() {
-		f := strings.Fields(sc.Text())
-		if len(f) != 2 {
-			continue
-		}
-		v, err := strconv.ParseFloat(f[1], 64)
-		if err != nil {
-			continue
-		}
-		switch f[0] {
-		case "phaseless_cloud_prefix_hit_tokens_total":
-			hits, found = v, found+1
-		case "phaseless_cloud_prompt_tokens_total":
-			prompt, found = v, found+1
-		}
+	body, err := io.ReadAll(io.LimitReader(resp.Body, 16<<20))
+	if err != nil {
+		return 0, 0, false
 	}
-	return hits, prompt, found == 2
+	const hitsName, promptName = "phaseless_cloud_prefix_hit_tokens_total", "phaseless_cloud_prompt_tokens_total"
+	m := metrics.Sums(body, map[string]bool{hitsName: true, promptName: true})
+	hits, okH := m[hitsName]
+	prompt, okP := m[promptName]
+	return hits, prompt, okH && okP
 }
 
 func replayMS(d time.Duration) string {

@@ -1,4 +1,4 @@
-package worker
+package metrics
 
 import (
 	"bufio"
@@ -8,17 +8,18 @@ import (
 	"strconv"
 )
 
-// promSums parses Prometheus text exposition and returns, for each wanted
+// Sums parses Prometheus text exposition — the format Registry writes, or a
+// foreign server's (vLLM, another Phaseless) — and returns, for each wanted
 // metric name, the sum over its label sets (a vLLM server labels by model;
-// one worker is one server, so the sum is the server's value). Names not
-// present are absent from the result. Malformed lines are skipped: a
-// scrape of a foreign server must never fail the worker over one odd line.
-func promSums(body []byte, want map[string]bool) map[string]float64 {
+// one server is one worker, so the sum is the server's value). Names not
+// present are absent from the result. Malformed lines are skipped: a scrape
+// of a foreign server must never fail its reader over one odd line.
+func Sums(body []byte, want map[string]bool) map[string]float64 {
 	out := map[string]float64{}
 	sc := bufio.NewScanner(bytes.NewReader(body))
 	sc.Buffer(make([]byte, 64<<10), 1<<20)
 	for sc.Scan() {
-		name, v, err := promLine(sc.Bytes())
+		name, v, err := parseLine(sc.Bytes())
 		if err != nil || !want[name] {
 			continue
 		}
@@ -27,13 +28,13 @@ func promSums(body []byte, want map[string]bool) map[string]float64 {
 	return out
 }
 
-var errPromLine = errors.New("malformed metric line")
+var errLine = errors.New("malformed metric line")
 
-// promLine parses `name{labels} value [timestamp]`.
-func promLine(line []byte) (string, float64, error) {
+// parseLine parses `name{labels} value [timestamp]`.
+func parseLine(line []byte) (string, float64, error) {
 	line = bytes.TrimSpace(line)
 	if len(line) == 0 || line[0] == '#' {
-		return "", 0, errPromLine
+		return "", 0, errLine
 	}
 	i := 0
 	for i < len(line) && line[i] != '{' && line[i] != ' ' && line[i] != '\t' {
@@ -41,7 +42,7 @@ func promLine(line []byte) (string, float64, error) {
 	}
 	name := string(line[:i])
 	if name == "" {
-		return "", 0, errPromLine
+		return "", 0, errLine
 	}
 	rest := line[i:]
 	if len(rest) > 0 && rest[0] == '{' {
@@ -64,17 +65,17 @@ func promLine(line []byte) (string, float64, error) {
 			}
 		}
 		if j >= len(rest) {
-			return "", 0, errPromLine
+			return "", 0, errLine
 		}
 		rest = rest[j+1:]
 	}
 	fields := bytes.Fields(rest)
 	if len(fields) < 1 || len(fields) > 2 {
-		return "", 0, errPromLine
+		return "", 0, errLine
 	}
 	v, err := strconv.ParseFloat(string(fields[0]), 64)
 	if err != nil || math.IsNaN(v) {
-		return "", 0, errPromLine
+		return "", 0, errLine
 	}
 	return name, v, nil
 }
