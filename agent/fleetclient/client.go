@@ -16,6 +16,7 @@ import (
 	bolt "go.etcd.io/bbolt"
 
 	"github.com/phaseless/phaseless/agent/fleetclient/boltqueue"
+	"github.com/phaseless/phaseless/transport/backoff"
 	"github.com/phaseless/phaseless/transport/fleetwire"
 )
 
@@ -224,7 +225,7 @@ func (c *Client) pahoConfig(workCtx context.Context, q *boltqueue.Queue) autopah
 		KeepAlive:                     uint16(c.cfg.KeepAlive / time.Second),
 		CleanStartOnInitialConnection: false,
 		SessionExpiryInterval:         uint32(c.cfg.SessionExpiry / time.Second),
-		ReconnectBackoff:              jitteredBackoff(c.cfg.BackoffMin, c.cfg.BackoffMax, defaultRand),
+		ReconnectBackoff:              jitteredBackoff(c.cfg.BackoffMin, c.cfg.BackoffMax, backoff.Rand),
 		ConnectTimeout:                c.cfg.ConnectTimeout,
 		Queue:                         q,
 		ConnectUsername:               c.cfg.Username,

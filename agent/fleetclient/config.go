@@ -7,12 +7,13 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"math/rand/v2"
+
 	"net/url"
 	"strings"
 	"time"
 
 	"github.com/phaseless/phaseless/agent/telemetry"
+	"github.com/phaseless/phaseless/transport/backoff"
 	"github.com/phaseless/phaseless/transport/fleetwire"
 )
 
@@ -104,7 +105,7 @@ func (c *Config) fillDefaults() {
 		c.Logger = slog.Default()
 	}
 	if c.Clock == nil {
-		c.Clock = realClock{}
+		c.Clock = backoff.System{}
 	}
 }
 
@@ -173,9 +174,6 @@ func (c Config) Validate() error {
 	}
 	return nil
 }
-
-// defaultRand is the jitter source for reconnect backoff.
-func defaultRand() float64 { return rand.Float64() }
 
 // clientCertCN returns the common name of cfg's first client certificate.
 func clientCertCN(cfg *tls.Config) (string, bool) {

@@ -2,37 +2,27 @@ package fleetclient
 
 import (
 	"time"
+
+	"github.com/phaseless/phaseless/transport/backoff"
 )
 
 // Clock is the time source the client paces itself with; tests inject a
 // fake one. (autopaho's own reconnect timer is not injectable; the backoff
 // function it calls is.)
-type Clock interface {
-	Now() time.Time
-	After(d time.Duration) <-chan time.Time
-}
-
-type realClock struct{}
-
-func (realClock) Now() time.Time                         { return time.Now() }
-func (realClock) After(d time.Duration) <-chan time.Time { return time.After(d) }
+type Clock = backoff.Clock
 
 // jitteredBackoff returns autopaho's ReconnectBackoff: attempt 0 (right
 // after a connection drops) waits a random fraction of min, so a fleet
-// that lost its broker does not reconnect in one burst; attempt n waits
-// between half and all of min·2^(n-1), capped at max ("equal jitter": the
-// delay still grows, and devices spread out).
+// that lost its broker does not reconnect in one burst; attempt n waits the
+// uplink's schedule after n-1 failures (package backoff: between half and
+// all of min·2^(n-1), capped at max), so both links spread out alike.
 func jitteredBackoff(minDelay, maxDelay time.Duration, rnd func() float64) func(int) time.Duration {
+	p := backoff.Policy{Initial: minDelay, Max: maxDelay, Factor: 2}
 	return func(attempt int) time.Duration {
 		if attempt <= 0 {
 			return time.Duration(rnd() * float64(minDelay))
 		}
-		d := minDelay
-		for i := 1; i < attempt && d < maxDelay; i++ {
-			d *= 2
-		}
-		d = min(d, maxDelay)
-		return d/2 + time.Duration(rnd()*float64(d/2))
+		return p.Delay(attempt-1, rnd())
 	}
 }
 

@@ -13,6 +13,7 @@ import (
 
 	quicgo "github.com/quic-go/quic-go"
 
+	"github.com/phaseless/phaseless/transport/backoff"
 	"github.com/phaseless/phaseless/transport/llm"
 )
 
@@ -72,7 +73,7 @@ func (c *ClientConfig) fillDefaults() {
 	if c.MaxStreams == 0 {
 		c.MaxStreams = DefaultMaxStreams
 	}
-	c.Backoff.fillDefaults()
+	c.Backoff.FillDefaults()
 	if c.StableAfter == 0 {
 		c.StableAfter = 5 * time.Second
 	}
@@ -86,10 +87,10 @@ func (c *ClientConfig) fillDefaults() {
 		c.Logger = slog.New(slog.DiscardHandler)
 	}
 	if c.Clock == nil {
-		c.Clock = realClock{}
+		c.Clock = backoff.System{}
 	}
 	if c.Rand == nil {
-		c.Rand = defaultRand
+		c.Rand = backoff.Rand
 	}
 	if c.listenPacket == nil {
 		c.listenPacket = func(la *net.UDPAddr) (net.PacketConn, error) { return net.ListenUDP("udp", la) }
@@ -110,7 +111,7 @@ func (c *ClientConfig) Validate() error {
 	case c.MaxStreams < 0:
 		return errors.New("quic client config: MaxStreams: must not be negative")
 	}
-	if err := c.Backoff.validate(); err != nil {
+	if err := c.Backoff.Validate(); err != nil {
 		return fmt.Errorf("quic client config: %w", err)
 	}
 	if _, err := net.ResolveUDPAddr("udp", c.LocalAddr); err != nil {
@@ -335,7 +336,7 @@ func (c *Client) run(l *link) {
 
 // backoff waits before the next attempt; false means the client closed.
 func (c *Client) backoff(failures *int) bool {
-	d := c.cfg.Backoff.delay(*failures, c.cfg.Rand())
+	d := c.cfg.Backoff.Delay(*failures, c.cfg.Rand())
 	*failures++
 	c.log.Debug("quic: reconnecting", "addr", c.addr, "in", d, "attempt", *failures)
 	return waitAfter(c.ctx, c.cfg.Clock.After(d)) == nil
