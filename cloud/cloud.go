@@ -262,6 +262,10 @@ func parseWorkerURL(s string) (WorkerURL, error) {
 	return w, nil
 }
 
+// kvBlockSize is the built-in engines' KV block size and the size the
+// coordinator hashes prompts at, one value so prefix matching cannot drift.
+const kvBlockSize = lm.DefaultBlockSize
+
 // roleCycle assigns roles to workers that name none, so N workers cover the
 // pools in turn; a lone worker is decode-heavy, the general-purpose pool. The
 // conservative pool is only ever chosen explicitly.
@@ -366,7 +370,7 @@ func (c *Cloud) Start(ctx context.Context) (err error) {
 		}
 	}
 	c.coord, err = coordinator.New(coordinator.Config{
-		Workers: c.workers, Admitter: c.admit, Tokenizer: tok,
+		Workers: c.workers, Admitter: c.admit, Tokenizer: tok, BlockSize: kvBlockSize,
 		Fair:                admit.FairConfig{Slots: slots},
 		Budget:              budgetOf(keys, c.cfg.BudgetPeriod),
 		AllowPolicyOverride: c.cfg.Dev,
@@ -517,7 +521,7 @@ func (c *Cloud) buildWorkers() ([]*worker.Worker, []*worker.Builtin, lm.Tokenize
 		tok = model.Tokenizer()
 		threads := max(1, runtime.GOMAXPROCS(0)/c.cfg.BuiltinWorkers)
 		for i := 0; i < c.cfg.BuiltinWorkers; i++ {
-			eng, err := lm.NewEngine(model, lm.EngineConfig{Threads: threads})
+			eng, err := lm.NewEngine(model, lm.EngineConfig{Threads: threads, BlockSize: kvBlockSize})
 			if err != nil {
 				return fail(fmt.Errorf("built-in engine: %w", err))
 			}

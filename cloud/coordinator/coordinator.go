@@ -28,10 +28,14 @@ type Config struct {
 	Fair     admit.FairConfig
 	Breaker  admit.BreakerConfig
 	Rules    sched.RulesConfig
-	// Tokenizer counts prompt tokens and cuts the 16-token blocks whose
-	// hashes are matched against the workers' caches: the built-in model's,
-	// so the hashes equal the engine's own.
+	// Tokenizer counts prompt tokens and cuts the blocks whose hashes are
+	// matched against the workers' caches: the built-in model's, so the
+	// hashes equal the engine's own.
 	Tokenizer lm.Tokenizer
+	// BlockSize is the workers' KV cache block size in tokens, which the
+	// prompt's block hashes are cut at (default lm.DefaultBlockSize); it must
+	// be the engines' EngineConfig.BlockSize or no prefix ever matches.
+	BlockSize int
 	// Budget returns a tenant's own bucket; the zero Bucket means the
 	// admitter's default.
 	Budget func(tenant string) admit.Bucket
@@ -74,6 +78,9 @@ func New(cfg Config) (*Coordinator, error) {
 	}
 	if cfg.SLATTFT < 0 || cfg.SLAITL < 0 {
 		return nil, errors.New("coordinator: SLATTFT and SLAITL must be positive")
+	}
+	if cfg.BlockSize == 0 {
+		cfg.BlockSize = lm.DefaultBlockSize
 	}
 	if cfg.Budget == nil {
 		cfg.Budget = func(string) admit.Bucket { return admit.Bucket{} }
@@ -146,7 +153,7 @@ func (c *Coordinator) measure(req *llm.Request) measured {
 			// Every hop streams (DESIGN.md §2: no token is held back), so
 			// every request is scheduled as a stream.
 			Stream:      true,
-			BlockHashes: lm.BlockHashes(ids, 16),
+			BlockHashes: lm.BlockHashes(ids, c.cfg.BlockSize),
 		},
 	}
 }

@@ -14,7 +14,9 @@ import (
 
 // EngineConfig tunes an Engine. The zero value means defaults.
 type EngineConfig struct {
-	// BlockSize is the KV cache block size in tokens (default 16, as vLLM).
+	// BlockSize is the KV cache block size in tokens (default
+	// DefaultBlockSize). A scheduler matching prompts against this engine's
+	// cache (CachedPrefixBlocks) must hash with the same size.
 	BlockSize int
 	// KVBudgetBytes bounds the KV cache memory. Default: enough for MaxBatch
 	// full-context sequences, capped at 256 MiB (and never below one
@@ -36,9 +38,13 @@ type EngineConfig struct {
 	Now func() time.Time
 }
 
+// DefaultBlockSize is the KV cache block size in tokens when EngineConfig
+// names none: 16, as vLLM.
+const DefaultBlockSize = 16
+
 func (c *EngineConfig) fillDefaults() {
 	if c.BlockSize == 0 {
-		c.BlockSize = 16
+		c.BlockSize = DefaultBlockSize
 	}
 	if c.MaxBatch == 0 {
 		c.MaxBatch = 16
