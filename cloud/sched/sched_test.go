@@ -197,18 +197,11 @@ func TestHintRoundTrip(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	near := func(name string, got, want, tol float64) {
-		if math.Abs(got-want) > tol {
-			t.Errorf("%s = %v, want %v ± %v", name, got, want, tol)
-		}
+	// The codec's precision is schedhint's test; here: the decision's own
+	// signals went in, from the request and the chosen worker.
+	if h.InputTokens < 1900 || h.InputTokens > 2100 || h.PrefixFraction < 0.74 || h.PrefixFraction > 0.76 || h.KVFaultsPerMs != 3.4 || h.Load != 0.5 {
+		t.Errorf("hint %+v", h)
 	}
-	near("entropy", h.EntropyBits, 4.5, 1.0/64)
-	near("input tokens", float64(h.InputTokens), 2000, 2000*0.03)
-	near("predicted", float64(h.PredictedOutput), 20, 1)
-	near("prefix", h.PrefixFraction, 0.75, 0.01)
-	near("faults", h.KVFaultsPerMs, 3.4, 0.05)
-	near("load", h.Load, 0.5, 0.01)
-	near("sigma", h.BurstSigma, 5.5, 0.05)
 	if h.Pool != RolePrefill || h.Reason != ReasonPrefix || h.Policy != PolicyRules {
 		t.Errorf("pool/reason/policy = %v/%v/%v", h.Pool, h.Reason, h.Policy)
 	}
