@@ -50,12 +50,12 @@ type Config struct {
 	Dev     bool
 	Model   string
 	Workers WorkerURLs // parsed when set (--worker), so nothing reads the text twice
-	Redis   string
+	Redis   cli.URL    // parsed when set
 	APIKeys string
 
-	MQTTTLS       string // embedded broker's TLS listener (device certificates)
-	MQTTPasswords string // Mosquitto password file for the embedded broker
-	MQTTURL       string // external broker instead of the embedded one
+	MQTTTLS       string  // embedded broker's TLS listener (device certificates)
+	MQTTPasswords string  // Mosquitto password file for the embedded broker
+	MQTTURL       cli.URL // external broker instead of the embedded one; parsed when set
 
 	BuiltinWorkers int           // built-in engines, one per pool role in turn
 	Budget         int64         // default burst budget in tokens
@@ -149,18 +149,13 @@ func (c *Config) Validate() error {
 			return &cli.FieldError{Field: f.name, Err: err}
 		}
 	}
-	if c.MQTTURL != "" {
-		if u, err := url.Parse(c.MQTTURL); err != nil || u.Host == "" {
-			return &cli.FieldError{Field: "MQTTURL", Err: fmt.Errorf("%q is not a broker URL like mqtt://host:1883", c.MQTTURL)}
-		}
+	if c.MQTTURL.IsSet() {
 		if c.MQTT != "" {
 			return &cli.FieldError{Field: "MQTT", Err: errors.New("an embedded broker and an external broker URL are both set: leave the embedded broker's address empty")}
 		}
 	}
-	if c.Redis != "" {
-		if u, err := url.Parse(c.Redis); err != nil || (u.Scheme != "redis" && u.Scheme != "rediss") {
-			return &cli.FieldError{Field: "Redis", Err: fmt.Errorf("%q is not a redis:// URL", c.Redis)}
-		}
+	if c.Redis.IsSet() && c.Redis.Scheme != "redis" && c.Redis.Scheme != "rediss" {
+		return &cli.FieldError{Field: "Redis", Err: fmt.Errorf("%q is not a redis:// URL", c.Redis.String())}
 	}
 	if !c.Dev && c.APIKeys == "" {
 		return &cli.FieldError{Field: "APIKeys", Err: errors.New("required outside development mode")}
@@ -195,7 +190,8 @@ func (c *Config) Validate() error {
 // options in its fragment (URL#role=prefill-heavy&model=NAME&capacity=N).
 type WorkerURL struct {
 	raw      string
-	base     string
+	base     string // the URL without its fragment
+	host     string // its host, which names the worker
 	role     sched.Role
 	hasRole  bool
 	model    string
@@ -258,7 +254,7 @@ func parseWorkerURL(s string) (WorkerURL, error) {
 		}
 	}
 	u.Fragment = ""
-	w.base = u.String()
+	w.base, w.host = u.String(), u.Host
 	return w, nil
 }
 
@@ -339,8 +335,8 @@ func (c *Cloud) Start(ctx context.Context) (err error) {
 	worker.RegisterEngineMetrics(c.metrics, builtins)
 
 	var store admit.Store = admit.NewMemoryStore()
-	if c.cfg.Redis != "" {
-		if store, err = admit.NewRedisStore(ctx, c.cfg.Redis, ""); err != nil {
+	if c.cfg.Redis.IsSet() {
+		if store, err = admit.NewRedisStore(ctx, c.cfg.Redis.String(), ""); err != nil {
 			return &cli.FieldError{Field: "Redis", Err: err}
 		}
 	}
@@ -425,9 +421,9 @@ func (c *Cloud) Start(ctx context.Context) (err error) {
 func (c *Cloud) startFleet() error {
 	fc := fleet.Config{DataDir: filepath.Join(c.cfg.DataDir, "fleet"), Metrics: c.metrics, Logger: c.log}
 	switch {
-	case c.cfg.MQTTURL != "":
-		u, _ := url.Parse(c.cfg.MQTTURL) // validated
-		ext := &fleet.External{URL: c.cfg.MQTTURL}
+	case c.cfg.MQTTURL.IsSet():
+		u := *c.cfg.MQTTURL.URL
+		ext := &fleet.External{URL: u.String()}
 		if u.User != nil {
 			ext.Username = u.User.Username()
 			ext.Password, _ = u.User.Password()
@@ -546,8 +542,7 @@ func (c *Cloud) buildWorkers() ([]*worker.Worker, []*worker.Builtin, lm.Tokenize
 		if wu.hasRole {
 			role = wu.role
 		}
-		u, _ := url.Parse(wu.base)
-		w, err := worker.New(worker.Config{Name: fmt.Sprintf("remote-%d-%s", i, u.Host), Role: role, Capacity: wu.capacity}, r)
+		w, err := worker.New(worker.Config{Name: fmt.Sprintf("remote-%d-%s", i, wu.host), Role: role, Capacity: wu.capacity}, r)
 		if err != nil {
 			r.Close()
 			return fail(err)

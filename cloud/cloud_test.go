@@ -289,7 +289,7 @@ func TestConfigValidate(t *testing.T) {
 		"budget-period":   func(c *Config) { c.BudgetPeriod = time.Millisecond },
 		"batch-max":       func(c *Config) { c.BatchMax = 0 },
 		"api-keys":        func(c *Config) { c.Dev = false },
-		"redis":           func(c *Config) { c.Redis = "http://x" },
+		"redis":           func(c *Config) { c.Redis.Set("http://x") },
 	}
 	for field, mutate := range cases {
 		c := base()

@@ -148,3 +148,22 @@ func TestFieldsTable(t *testing.T) {
 		t.Fatalf("unknown field renamed: %v", err)
 	}
 }
+
+func TestURLValue(t *testing.T) {
+	var u URL
+	if u.IsSet() || u.String() != "" {
+		t.Fatal("zero URL is set")
+	}
+	if err := u.Set("mqtt://user:pw@broker:1883"); err != nil || u.Host != "broker:1883" || u.User.Username() != "user" {
+		t.Fatalf("set: %v %+v", err, u.URL)
+	}
+	for _, bad := range []string{"broker:1883", "://x", "/just/a/path"} {
+		var v URL
+		if err := v.Set(bad); err == nil {
+			t.Errorf("%q accepted as %v", bad, v.URL)
+		}
+	}
+	if err := u.Set(""); err != nil || u.IsSet() {
+		t.Fatalf("empty value did not unset: %v", err)
+	}
+}

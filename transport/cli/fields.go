@@ -4,6 +4,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"net/url"
 	"time"
 )
 
@@ -76,3 +77,33 @@ func (t Fields) Rename(err error) error {
 	}
 	return err
 }
+
+// URL is a flag value holding a parsed URL with a host, so a binary parses
+// it once, when it is set, and its Config carries the parsed form. The zero
+// URL (or an empty value) means unset.
+type URL struct{ *url.URL }
+
+// Set parses s; an empty s unsets the URL.
+func (u *URL) Set(s string) error {
+	if s == "" {
+		u.URL = nil
+		return nil
+	}
+	p, err := url.Parse(s)
+	if err != nil || p.Host == "" {
+		return fmt.Errorf("%q is not a URL with a host, like scheme://host:port", s)
+	}
+	u.URL = p
+	return nil
+}
+
+// String is the URL as given; "" when unset.
+func (u *URL) String() string {
+	if u == nil || u.URL == nil {
+		return ""
+	}
+	return u.URL.String()
+}
+
+// IsSet reports whether a URL was given.
+func (u *URL) IsSet() bool { return u != nil && u.URL != nil }
