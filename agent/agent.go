@@ -149,6 +149,8 @@ type Agent struct {
 	srv     *http.Server
 	lns     []net.Listener
 
+	restartc chan struct{} // closed when an installed update wants a restart
+
 	closeOnce sync.Once
 	closeErr  error
 }
@@ -179,9 +181,12 @@ func New(cfg Config, log *slog.Logger) (a *Agent, err error) {
 		return nil, fmt.Errorf("telemetry store: %w", err)
 	}
 	a.sink = newTelemetrySink(a.store, a.metrics, log, sinkWriters)
-	if a.ota, err = openOTA(cfg, log); err != nil {
+	if a.ota, err = openOTA(cfg, os.Getenv); err != nil {
 		return nil, err
 	}
+	a.restartc = make(chan struct{})
+	var restartOnce sync.Once
+	a.ota.restart = func() { restartOnce.Do(func() { close(a.restartc) }) }
 
 	if a.engine, err = openEngine(cfg); err != nil {
 		return nil, err
@@ -416,6 +421,8 @@ func (a *Agent) Run(ctx context.Context) error {
 	case err = <-errc:
 		pending--
 	case <-ctx.Done():
+	case <-a.restartc:
+		a.log.Info("restarting into the slot just installed")
 	}
 	shutdownCtx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()

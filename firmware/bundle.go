@@ -194,6 +194,9 @@ func checkName(n string) error {
 	if n == "" || path.IsAbs(n) || path.Clean(n) != n || strings.HasPrefix(n, "..") || strings.ContainsAny(n, "\\\x00") {
 		return fmt.Errorf("unsafe file name %q", n)
 	}
+	if n == manifestFile {
+		return fmt.Errorf("file name %q is reserved for the slot's manifest", n)
+	}
 	return nil
 }
 

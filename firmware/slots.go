@@ -106,6 +106,9 @@ func (s *Slots) Install(v *Verified) (string, error) {
 		}
 		return &syncFile{path: p}, nil
 	})
+	if err == nil {
+		err = writeSlotManifest(tmp, v.Manifest)
+	}
 	if err != nil {
 		os.RemoveAll(tmp)
 		return "", fmt.Errorf("install into slot %s: %w", target, err)
