@@ -304,7 +304,7 @@ func (a *Agent) newFleetClient() (*agentfleet.Client, error) {
 	fc := agentfleet.Config{
 		BrokerURL: a.cfg.MQTT, DeviceID: a.cfg.DeviceID, Version: cli.Version, Board: a.cfg.Board,
 		Store: a.store, StatePath: filepath.Join(a.cfg.DataDir, "fleet.db"), Logger: a.log.With("component", "fleet"),
-		Slot: a.ota.slot,
+		Slot: a.ota.slot, Artifacts: a.ota.artifacts,
 	}
 	if a.cfg.PKIDir != "" {
 		tc, err := pki.DeviceTLS(a.cfg.PKIDir, a.cfg.DeviceID)

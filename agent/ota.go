@@ -69,6 +69,30 @@ func (o *ota) slot() string {
 	return o.slots.State().Active
 }
 
+// artifacts is what the status reports: the agent version this slot holds
+// (its bundle's, or the build's for the factory install) and an update
+// that was installed and then rolled back — the other slot holds a version
+// newer than this one and no trial is pending — so a rollout counts it.
+func (o *ota) artifacts() (running, rolledBack map[string]string) {
+	st := o.slots.State()
+	slot := o.slot()
+	v := st.Versions[slot]
+	if v == "" {
+		v = cli.Version
+	}
+	running = map[string]string{firmware.KindAgent: v}
+	other := "a"
+	if slot == "a" {
+		other = "b"
+	}
+	if ov := st.Versions[other]; st.Trial == "" && ov != "" {
+		if newer, err := firmware.Newer(ov, v); err == nil && newer {
+			rolledBack = map[string]string{firmware.KindAgent: ov}
+		}
+	}
+	return running, rolledBack
+}
+
 // maxBundleBytes bounds a download; the bundle's manifest bounds each file.
 const maxBundleBytes = 1 << 30
 
@@ -95,13 +119,16 @@ func (o *ota) update(ctx context.Context, cmd fleet.Command) (string, error) {
 	if resp.StatusCode != http.StatusOK {
 		return "", fmt.Errorf("download bundle: %s", resp.Status)
 	}
-	_, running := o.slots.Running()
+	running := o.slots.State().Versions[o.slot()]
 	v, err := firmware.Open(http.MaxBytesReader(nil, resp.Body, maxBundleBytes), firmware.Policy{
 		TrustedKey: o.key, Board: o.board, RunningVersion: running,
 		AllowRollback: cmd.Args["rollback"] == "true",
 	})
 	if err != nil {
 		return "", err
+	}
+	if k := v.Manifest.ArtifactKind(); k != firmware.KindAgent {
+		return "", fmt.Errorf("bundle is a %s artifact; this agent installs only agent bundles into its A/B slots", k)
 	}
 	slot, err := o.slots.Install(v)
 	if err != nil {

@@ -18,6 +18,7 @@ import (
 	"path/filepath"
 	"runtime"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -28,6 +29,7 @@ import (
 	"github.com/phaseless/phaseless/cloud/ingress"
 	"github.com/phaseless/phaseless/cloud/sched"
 	"github.com/phaseless/phaseless/cloud/worker"
+	"github.com/phaseless/phaseless/firmware"
 	"github.com/phaseless/phaseless/models/cloudmodel"
 	"github.com/phaseless/phaseless/models/lm"
 	"github.com/phaseless/phaseless/transport/cli"
@@ -54,6 +56,8 @@ type Config struct {
 	MQTTTLS       string // embedded broker's TLS listener (device certificates)
 	MQTTPasswords string // Mosquitto password file for the embedded broker
 	MQTTURL       string // external broker instead of the embedded one
+	PublicURL     string // this cloud's HTTP base URL as devices reach it (rollout downloads)
+	OTAPub        string // the fleet's OTA public key: uploaded artifacts must be signed with it
 
 	BuiltinWorkers int           // built-in engines, one per pool role in turn
 	Budget         int64         // default burst budget in tokens
@@ -80,6 +84,8 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	fs.StringVar(&c.MQTTTLS, "mqtt-tls", ":8883", "embedded broker's MQTT-over-TLS listener, using the PKI's server certificate; empty disables it")
 	fs.StringVar(&c.MQTTPasswords, "mqtt-passwords", "", "Mosquitto password file for the embedded broker (username = device id)")
 	fs.StringVar(&c.MQTTURL, "mqtt-url", "", "external MQTT v5 broker (mqtt://user:pass@host:1883) instead of the embedded one")
+	fs.StringVar(&c.PublicURL, "public-url", "", "this cloud's HTTP base URL as devices reach it, for rollout downloads (default: http://127.0.0.1 and the --http port)")
+	fs.StringVar(&c.OTAPub, "ota-pub", "", "the fleet's OTA public key (phaselessctl ota keygen): uploaded rollout artifacts must be signed with it")
 	fs.IntVar(&c.BuiltinWorkers, "builtin-workers", 1, "built-in engine workers (roles assigned in turn: decode-heavy, prefill-heavy, stream); 0 with --worker runs remote engines only")
 	fs.Int64Var(&c.Budget, "budget", 200000, "default token budget per API key or device: burst size, refilled over --budget-period")
 	fs.DurationVar(&c.BudgetPeriod, "budget-period", time.Minute, "how long an empty budget takes to refill, for the default and every key's budget (1m, 1h, 24h…)")
@@ -111,6 +117,11 @@ func (c *Config) Validate() error {
 		}
 		if c.MQTT != "" {
 			return &cli.FieldError{Field: "mqtt", Err: errors.New("set --mqtt \"\" when --mqtt-url names an external broker")}
+		}
+	}
+	if c.PublicURL != "" {
+		if u, err := url.Parse(c.PublicURL); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+			return &cli.FieldError{Field: "public-url", Err: fmt.Errorf("%q is not an http(s) base URL", c.PublicURL)}
 		}
 	}
 	if c.Redis != "" {
@@ -325,8 +336,12 @@ func (c *Cloud) Start(ctx context.Context) (err error) {
 	if err != nil {
 		return err
 	}
+	var public map[string]http.Handler
+	if c.fleet != nil {
+		public = map[string]http.Handler{"GET " + fleet.ArtifactPrefix: c.fleet.ArtifactHandler()}
+	}
 	if c.http, err = ingress.NewHTTP(ingress.HTTPConfig{
-		Addr: c.cfg.HTTP, API: api, Admin: admin, AdminPrefix: "/v1/fleet/", Authenticate: auth,
+		Addr: c.cfg.HTTP, API: api, Admin: admin, AdminPrefix: "/v1/fleet/", Authenticate: auth, Public: public,
 		Metrics: c.metrics, Ready: ready, Logger: c.log,
 	}); err != nil {
 		return err
@@ -344,7 +359,14 @@ func (c *Cloud) Start(ctx context.Context) (err error) {
 // startFleet starts the embedded broker (or connects to --mqtt-url) and the
 // fleet manager on it; neither runs when both are empty.
 func (c *Cloud) startFleet() error {
-	fc := fleet.Config{DataDir: filepath.Join(c.cfg.DataDir, "fleet"), Metrics: c.metrics, Logger: c.log}
+	fc := fleet.Config{DataDir: filepath.Join(c.cfg.DataDir, "fleet"), Metrics: c.metrics, Logger: c.log, PublicURL: c.publicURL()}
+	if c.cfg.OTAPub != "" {
+		key, err := firmware.ReadPublicKey(c.cfg.OTAPub)
+		if err != nil {
+			return &cli.FieldError{Field: "ota-pub", Err: err}
+		}
+		fc.OTAPub = key
+	}
 	switch {
 	case c.cfg.MQTTURL != "":
 		u, _ := url.Parse(c.cfg.MQTTURL) // validated
@@ -387,6 +409,18 @@ func (c *Cloud) startFleet() error {
 	}
 	c.fleet = m
 	return nil
+}
+
+// publicURL is --public-url, or the --http listener on loopback.
+func (c *Cloud) publicURL() string {
+	if c.cfg.PublicURL != "" {
+		return strings.TrimSuffix(c.cfg.PublicURL, "/")
+	}
+	host, port, _ := net.SplitHostPort(c.cfg.HTTP) // validated
+	if host == "" || host == "0.0.0.0" || host == "::" {
+		host = "127.0.0.1"
+	}
+	return "http://" + net.JoinHostPort(host, port)
 }
 
 // MQTTAddr is the embedded broker's TCP address, empty when none runs.

@@ -27,6 +27,10 @@ type Config struct {
 	Version  string        // agent version, reported in the status
 	Board    string        // board profile, reported in the status
 	Slot     func() string // active OTA slot, read at every status publish; nil reports none
+	// Artifacts reports, at every status publish, the version of each
+	// artifact kind the device runs and any update it rolled back
+	// (fleet.Status.Artifacts and RolledBack); nil reports none.
+	Artifacts func() (running, rolledBack map[string]string)
 
 	// TLS is used for tls:// brokers: RootCAs with the fleet CA and the
 	// device certificate (transport/pki) in Certificates.
@@ -96,6 +100,9 @@ func (c *Config) fillDefaults() {
 	}
 	if c.AckTimeout == 0 {
 		c.AckTimeout = 15 * time.Second
+	}
+	if c.Artifacts == nil {
+		c.Artifacts = func() (map[string]string, map[string]string) { return nil, nil }
 	}
 	if c.Slot == nil {
 		c.Slot = func() string { return "" }

@@ -32,6 +32,8 @@ func init() {
 			{Name: "set", Summary: "set keys of a device's desired config (a new version, merged)", Run: fleetConfigSet},
 			{Name: "unset", Summary: "remove keys from a device's desired config (a new version)", Run: fleetConfigUnset},
 		}},
+		{Name: "label", Summary: "set or remove (key=) a device's labels, which rollouts select by: fleet label ID region=eu cohort=", Run: fleetLabel},
+		rolloutCommand,
 		{Name: "cmd", Summary: "send a command: fleet cmd ID NAME [key=value ...] [--wait 30s]", Run: fleetCmd},
 		{Name: "telemetry", Summary: "the telemetry store: count | export [--device ID] [--since T] [-o FILE]", Subcommands: []*cli.Command{
 			{Name: "count", Summary: "stored, ingested, duplicate and deleted record counts (fleet-wide or --device ID)", Run: fleetTelemetryCount},
@@ -119,8 +121,9 @@ func (c *fleetClient) do(ctx context.Context, method, path string, body, out any
 }
 
 func (c *fleetClient) send(ctx context.Context, method, path string, body any) (*http.Response, error) {
-	var rd io.Reader
-	if body != nil {
+	// A reader is sent as it is (an artifact upload); anything else as JSON.
+	rd, raw := body.(io.Reader)
+	if body != nil && !raw {
 		b, err := json.Marshal(body)
 		if err != nil {
 			return nil, err
@@ -131,7 +134,10 @@ func (c *fleetClient) send(ctx context.Context, method, path string, body any) (
 	if err != nil {
 		return nil, err
 	}
-	if body != nil {
+	switch {
+	case raw:
+		req.Header.Set("Content-Type", "application/octet-stream")
+	case body != nil:
 		req.Header.Set("Content-Type", "application/json")
 	}
 	if c.apiKey != "" {
