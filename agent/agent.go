@@ -304,7 +304,7 @@ func (a *Agent) newFleetClient() (*agentfleet.Client, error) {
 	fc := agentfleet.Config{
 		BrokerURL: a.cfg.MQTT, DeviceID: a.cfg.DeviceID, Version: cli.Version, Board: a.cfg.Board,
 		Store: a.store, StatePath: filepath.Join(a.cfg.DataDir, "fleet.db"), Logger: a.log.With("component", "fleet"),
-		Slot: a.ota.slot, Artifacts: a.ota.artifacts,
+		Slot: a.ota.slot, Artifacts: a.ota.artifacts, Trial: a.ota.onTrial,
 	}
 	if a.cfg.PKIDir != "" {
 		tc, err := pki.DeviceTLS(a.cfg.PKIDir, a.cfg.DeviceID)
@@ -411,7 +411,13 @@ func (a *Agent) Run(ctx context.Context) error {
 	fleetCtx, stopFleet := context.WithCancel(context.WithoutCancel(ctx))
 	fleetDone := make(chan error, 1)
 	if a.fleet != nil {
-		go func() { fleetDone <- a.fleet.Run(fleetCtx) }()
+		go func() {
+			var watch sync.WaitGroup
+			watch.Go(func() { a.ota.watchCommit(fleetCtx, a.fleet.PublishStatus) })
+			err := a.fleet.Run(fleetCtx)
+			watch.Wait()
+			fleetDone <- err
+		}()
 	} else {
 		fleetDone <- nil
 	}

@@ -93,6 +93,41 @@ func (o *ota) artifacts() (running, rolledBack map[string]string) {
 	return running, rolledBack
 }
 
+// onTrial reports whether this process runs the slot on trial.
+func (o *ota) onTrial() bool {
+	return o.running != "" && o.slots.State().Trial == o.running
+}
+
+// commitPoll is how often a trial agent looks whether its supervisor has
+// committed it yet.
+const commitPoll = time.Second
+
+// watchCommit republishes the status once the supervisor commits the trial
+// slot this process runs, so the fleet (and a rollout) sees it committed.
+func (o *ota) watchCommit(ctx context.Context, publish func(context.Context) error) {
+	if !o.onTrial() {
+		return
+	}
+	t := time.NewTicker(commitPoll)
+	defer t.Stop()
+	for o.onTrial() {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+	}
+	for ctx.Err() == nil { // the connection may be down for a while
+		if err := publish(ctx); err == nil {
+			return
+		}
+		select {
+		case <-ctx.Done():
+		case <-t.C:
+		}
+	}
+}
+
 // maxBundleBytes bounds a download; the bundle's manifest bounds each file.
 const maxBundleBytes = 1 << 30
 

@@ -145,7 +145,7 @@ func (c *Client) status(state string) []byte {
 	running, rolledBack := c.cfg.Artifacts()
 	b, _ := json.Marshal(fleet.Status{
 		DeviceID: c.cfg.DeviceID, State: state, Version: c.cfg.Version,
-		Slot: c.cfg.Slot(), Board: c.cfg.Board, Artifacts: running, RolledBack: rolledBack,
+		Slot: c.cfg.Slot(), Board: c.cfg.Board, Artifacts: running, RolledBack: rolledBack, Trial: c.cfg.Trial(),
 		Time: c.cfg.Clock.Now().UTC(),
 	})
 	return b

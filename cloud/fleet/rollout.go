@@ -480,7 +480,8 @@ func (r *Rollout) matches(d *Device) bool {
 }
 
 // judge updates one device's outcome from the registry. An update succeeds
-// when the device reports running the new version, and fails when the
+// when the device reports running the new version, committed (not on
+// trial), and fails when the
 // command fails, when the device reports it rolled the new version back
 // (Status.RolledBack: its supervisor never committed the trial), or when it
 // times out. A
@@ -509,7 +510,7 @@ func (r *Rollout) judge(id string, rd *RolloutDevice, d *Device, now time.Time) 
 			msg = cmd.Result.Error
 		}
 		fail(msg)
-	case d.State() == "online" && running == r.Version:
+	case d.State() == "online" && running == r.Version && !d.Status.Trial:
 		rd.State, rd.UpdatedAt = DeviceSucceeded, now
 	case d.Status != nil && d.Status.RolledBack[r.Kind] == r.Version:
 		fail(fmt.Sprintf("installed, failed on trial and rolled back to %s", running))

@@ -110,7 +110,10 @@ type Status struct {
 	// abandoned because it failed on trial (its boot supervisor rolled
 	// back), so a rollout counts it as failed without waiting.
 	RolledBack map[string]string `json:"rolled_back,omitempty"`
-	Time       time.Time         `json:"time"`
+	// Trial is set while the device runs an agent slot on trial: booted,
+	// not yet committed by its supervisor. A rollout waits for it to clear.
+	Trial bool      `json:"trial,omitempty"`
+	Time  time.Time `json:"time"`
 }
 
 // Record is one telemetry record as it travels; Data is the record body
