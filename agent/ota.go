@@ -12,7 +12,7 @@ import (
 
 	"github.com/phaseless/phaseless/firmware"
 	"github.com/phaseless/phaseless/transport/cli"
-	"github.com/phaseless/phaseless/transport/fleet"
+	"github.com/phaseless/phaseless/transport/fleetwire"
 )
 
 // ota applies signed updates sent as fleet commands: "update url=U
@@ -48,7 +48,7 @@ func openOTA(cfg Config, getenv func(string) string) (*ota, error) {
 	if cfg.OTAPub != "" {
 		key, err := firmware.ReadPublicKey(cfg.OTAPub)
 		if err != nil {
-			return nil, &cli.FieldError{Field: "ota-pub", Err: err}
+			return nil, &cli.FieldError{Field: "OTAPub", Err: err}
 		}
 		o.key = key
 	}
@@ -131,7 +131,7 @@ func (o *ota) watchCommit(ctx context.Context, publish func(context.Context) err
 // maxBundleBytes bounds a download; the bundle's manifest bounds each file.
 const maxBundleBytes = 1 << 30
 
-func (o *ota) update(ctx context.Context, cmd fleet.Command) (string, error) {
+func (o *ota) update(ctx context.Context, cmd fleetwire.Command) (string, error) {
 	if o.key == nil {
 		return "", errors.New("no trusted OTA key on this device (--ota-pub): updates are refused")
 	}
@@ -177,7 +177,7 @@ func (o *ota) update(ctx context.Context, cmd fleet.Command) (string, error) {
 
 // commit keeps the trial slot early, but only from inside it: a slot that
 // never booted cannot become the committed one.
-func (o *ota) commit(context.Context, fleet.Command) (string, error) {
+func (o *ota) commit(context.Context, fleetwire.Command) (string, error) {
 	st := o.slots.State()
 	if st.Trial == "" {
 		return "", firmware.ErrNoTrial
@@ -196,7 +196,7 @@ func (o *ota) commit(context.Context, fleet.Command) (string, error) {
 	return fmt.Sprintf("slot %s (%s) is now the active slot", slot, version), nil
 }
 
-func (o *ota) rollback(context.Context, fleet.Command) (string, error) {
+func (o *ota) rollback(context.Context, fleetwire.Command) (string, error) {
 	if err := o.slots.Rollback(); err != nil {
 		return "", err
 	}

@@ -3,8 +3,6 @@ package ctl
 import (
 	"context"
 	"fmt"
-	"io"
-	"net/url"
 	"os"
 	"sort"
 	"strconv"
@@ -12,7 +10,7 @@ import (
 	"text/tabwriter"
 	"time"
 
-	"github.com/phaseless/phaseless/cloud/fleet"
+	"github.com/phaseless/phaseless/cloud/fleetapi"
 	"github.com/phaseless/phaseless/transport/cli"
 )
 
@@ -42,8 +40,8 @@ func rolloutCreate(ctx context.Context, cio cli.IO, args []string) error {
 	if *artifact == "" {
 		return fmt.Errorf("%w: --artifact is required", cli.ErrUsage)
 	}
-	spec := fleet.RolloutSpec{Soak: fleet.Duration(*soak), UpdateTimeout: fleet.Duration(*timeout)}
-	if spec.Stages, err = fleet.ParseStages(*stages); err != nil {
+	spec := fleetapi.RolloutSpec{Soak: fleetapi.Duration(*soak), UpdateTimeout: fleetapi.Duration(*timeout)}
+	if spec.Stages, err = fleetapi.ParseStages(*stages); err != nil {
 		return &cli.FieldError{Field: "stages", Err: err}
 	}
 	if spec.MaxFailures, err = parseShare(*maxFail); err != nil {
@@ -63,13 +61,13 @@ func rolloutCreate(ctx context.Context, cio cli.IO, args []string) error {
 		return err
 	}
 	defer f.Close()
-	var info fleet.ArtifactInfo
-	if err := c.do(ctx, "POST", "/v1/fleet/artifacts", io.Reader(f), &info); err != nil {
+	info, err := c.UploadArtifact(ctx, f)
+	if err != nil {
 		return err
 	}
 	spec.Artifact = info.ID
-	var r fleet.Rollout
-	if err := c.do(ctx, "POST", "/v1/fleet/rollouts", spec, &r); err != nil {
+	r, err := c.CreateRollout(ctx, spec)
+	if err != nil {
 		return err
 	}
 	fmt.Fprintf(cio.Stdout, "rollout %s: %s %s for %s, %d devices selected, stage 1 of %d started\n",
@@ -100,8 +98,8 @@ func rolloutList(ctx context.Context, cio cli.IO, args []string) error {
 	if err != nil {
 		return err
 	}
-	var rs []*fleet.Rollout
-	if err := c.do(ctx, "GET", "/v1/fleet/rollouts", nil, &rs); err != nil {
+	rs, err := c.Rollouts(ctx)
+	if err != nil {
 		return err
 	}
 	tw := tabwriter.NewWriter(cio.Stdout, 0, 4, 2, ' ', 0)
@@ -127,8 +125,8 @@ func rolloutStatus(ctx context.Context, cio cli.IO, args []string) error {
 	if err != nil {
 		return err
 	}
-	var r fleet.Rollout
-	if err := c.do(ctx, "GET", "/v1/fleet/rollouts/"+url.PathEscape(pos[0]), nil, &r); err != nil {
+	r, err := c.Rollout(ctx, pos[0])
+	if err != nil {
 		return err
 	}
 	if *asJSON {
@@ -153,7 +151,7 @@ func rolloutStatus(ctx context.Context, cio cli.IO, args []string) error {
 	fmt.Fprintf(w, "  overall: %d succeeded, %d failed, %d updating\n", p.Succeeded, p.Failed, p.Updating)
 	var failed []string
 	for id, d := range r.Devices {
-		if d.State == fleet.DeviceFailed {
+		if d.State == fleetapi.DeviceFailed {
 			failed = append(failed, fmt.Sprintf("    %s (stage %d): %s", id, d.Stage+1, d.Error))
 		}
 	}
@@ -177,8 +175,8 @@ func rolloutAction(action string) func(context.Context, cli.IO, []string) error 
 		if err != nil {
 			return err
 		}
-		var r fleet.Rollout
-		if err := c.do(ctx, "POST", "/v1/fleet/rollouts/"+url.PathEscape(pos[0])+"/"+action, fleet.RolloutAction{Reason: *reason}, &r); err != nil {
+		r, err := c.ActOnRollout(ctx, pos[0], action, *reason)
+		if err != nil {
 			return err
 		}
 		fmt.Fprintf(cio.Stdout, "rollout %s is %s\n", r.ID, r.State)
@@ -196,20 +194,20 @@ func fleetLabel(ctx context.Context, cio cli.IO, args []string) error {
 	if err != nil {
 		return err
 	}
-	u := fleet.LabelUpdate{Labels: map[string]*string{}}
+	labels := map[string]*string{}
 	for k, v := range kv {
 		if v == "" {
-			u.Labels[k] = nil
+			labels[k] = nil
 		} else {
-			u.Labels[k] = &v
+			labels[k] = &v
 		}
 	}
 	c, err := newFleetClient(*cloud, *key)
 	if err != nil {
 		return err
 	}
-	var d fleet.Device
-	if err := c.do(ctx, "PUT", "/v1/fleet/devices/"+url.PathEscape(pos[0])+"/labels", u, &d); err != nil {
+	d, err := c.SetLabels(ctx, pos[0], labels)
+	if err != nil {
 		return err
 	}
 	fmt.Fprintf(cio.Stdout, "%s: labels %v\n", d.ID, d.Labels)

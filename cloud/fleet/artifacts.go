@@ -11,23 +11,11 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
-	"time"
 
 	bolt "go.etcd.io/bbolt"
 
 	"github.com/phaseless/phaseless/firmware"
 )
-
-// ArtifactInfo is a stored, signed bundle that rollouts hand to devices.
-type ArtifactInfo struct {
-	ID       string    `json:"id"` // sha256 of the bundle, hex
-	Kind     string    `json:"kind"`
-	Version  string    `json:"version"`
-	Board    string    `json:"board"`
-	Size     int64     `json:"size"`
-	Verified bool      `json:"verified"` // the signature was checked against Config.OTAPub
-	Stored   time.Time `json:"stored"`
-}
 
 // ErrUnknownArtifact is returned for an artifact id the store does not hold.
 var ErrUnknownArtifact = errors.New("unknown artifact")

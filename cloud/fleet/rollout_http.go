@@ -67,11 +67,6 @@ func (m *Manager) getRollout(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusOK, ro)
 }
 
-// RolloutAction is the body of POST .../rollouts/{id}/{action}.
-type RolloutAction struct {
-	Reason string `json:"reason,omitempty"`
-}
-
 var rolloutActions = map[string]string{"pause": RolloutPaused, "resume": RolloutRunning, "abort": RolloutAborted}
 
 func (m *Manager) actRollout(w http.ResponseWriter, r *http.Request) {
@@ -90,12 +85,6 @@ func (m *Manager) actRollout(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	writeJSON(w, http.StatusOK, ro)
-}
-
-// LabelUpdate is the body of PUT .../devices/{id}/labels: a null value
-// removes a label.
-type LabelUpdate struct {
-	Labels map[string]*string `json:"labels"`
 }
 
 func (m *Manager) putLabels(w http.ResponseWriter, r *http.Request) {

@@ -22,13 +22,13 @@ import (
 
 	"github.com/phaseless/phaseless/cloud/fleet/broker"
 	"github.com/phaseless/phaseless/firmware"
-	tfleet "github.com/phaseless/phaseless/transport/fleet"
+	"github.com/phaseless/phaseless/transport/fleetwire"
 )
 
 func registry(n int, board, version string) []*Device {
 	devs := make([]*Device, n)
 	for i := range devs {
-		devs[i] = &Device{ID: fmt.Sprintf("car-%03d", i), Status: &tfleet.Status{State: "online", Version: version, Board: board}}
+		devs[i] = &Device{ID: fmt.Sprintf("car-%03d", i), Status: &fleetwire.Status{State: "online", Version: version, Board: board}}
 	}
 	return devs
 }
@@ -41,9 +41,9 @@ func settle(r *Rollout, devs []*Device, at time.Time, fail func(id string) bool)
 		if rd == nil || rd.State != DeviceUpdating {
 			continue
 		}
-		d.Commands = []CommandState{{Command: tfleet.Command{ID: rd.Command}, State: CommandDone, UpdatedAt: at}}
+		d.Commands = []CommandState{{Command: fleetwire.Command{ID: rd.Command}, State: CommandDone, UpdatedAt: at}}
 		d.StatusAt = at.Add(time.Second)
-		d.Status = &tfleet.Status{State: "online", Version: r.Version, Board: d.Status.Board}
+		d.Status = &fleetwire.Status{State: "online", Version: r.Version, Board: d.Status.Board}
 		if fail(d.ID) {
 			d.Status.Version, d.Status.RolledBack = rd.From, map[string]string{"agent": r.Version}
 		}
@@ -156,7 +156,7 @@ func TestRolloutSpecValidate(t *testing.T) {
 		st, err := ParseStages(tt.stages)
 		if err == nil {
 			s := RolloutSpec{Artifact: "a", Stages: st}
-			s.fillDefaults()
+			s.FillDefaults()
 			err = s.Validate()
 		}
 		if (err == nil) != tt.ok {
@@ -213,14 +213,14 @@ func (d *otaDevice) publish(topic string, v any, retain bool) error {
 }
 
 func (d *otaDevice) status(rolledBack string) error {
-	st := tfleet.Status{
+	st := fleetwire.Status{
 		DeviceID: d.id, State: "online", Version: d.version, Board: d.board,
 		Artifacts: map[string]string{"agent": d.version}, Time: time.Now(),
 	}
 	if rolledBack != "" {
 		st.RolledBack = map[string]string{"agent": rolledBack}
 	}
-	return d.publish(topics.Device(d.id, tfleet.SuffixStatus), st, true)
+	return d.publish(topics.Device(d.id, fleetwire.SuffixStatus), st, true)
 }
 
 func (d *otaDevice) connect(addr string) error {
@@ -242,7 +242,7 @@ func (d *otaDevice) connect(addr string) error {
 	sp := packets.NewControlPacket(packets.SUBSCRIBE)
 	s := sp.Content.(*packets.Subscribe)
 	s.PacketID = 1
-	s.Subscriptions = []packets.SubOptions{{Topic: topics.Device(d.id, tfleet.SuffixCmd), QoS: 1}}
+	s.Subscriptions = []packets.SubOptions{{Topic: topics.Device(d.id, fleetwire.SuffixCmd), QoS: 1}}
 	if err := rd.write(sp); err != nil {
 		return err
 	}
@@ -264,17 +264,17 @@ func (d *otaDevice) serve(client *http.Client) {
 		if !ok {
 			continue
 		}
-		var cmd tfleet.Command
+		var cmd fleetwire.Command
 		if json.Unmarshal(p.Payload, &cmd) != nil || cmd.Name != "update" {
 			continue
 		}
 		d.updates.Add(1)
-		res := tfleet.CommandResult{ID: cmd.ID, OK: true}
+		res := fleetwire.CommandResult{ID: cmd.ID, OK: true}
 		man, err := d.download(client, cmd.Args["url"])
 		if err != nil {
 			res.OK, res.Error = false, err.Error()
 		}
-		if err := d.publish(topics.Device(d.id, tfleet.SuffixCmdResult), res, false); err != nil {
+		if err := d.publish(topics.Device(d.id, fleetwire.SuffixCmdResult), res, false); err != nil {
 			return
 		}
 		if !res.OK {

@@ -22,6 +22,7 @@ func main() {
 		Summary:  "phaseless-agent — on-device LLM gateway: local engine or cloud offload, decided per request",
 		Flags:    fs,
 		Validate: cfg.Validate,
+		Fields:   cfg.Fields(),
 		Commands: []*cli.Command{{
 			Name:    "supervise",
 			Summary: "boot supervisor: run the agent of the A/B slot the OTA state names, commit a healthy update, roll back a failing one",
