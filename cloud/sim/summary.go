@@ -34,6 +34,8 @@ type Summary struct {
 	SLOTTFT, SLOTPOT       time.Duration
 	PricePerHour           float64
 	MetOutput, TotalOutput int
+	// TTFTs are the completed requests' TTFTs, sorted (for CDFs).
+	TTFTs []time.Duration
 }
 
 // Prices maps a GPU name to $ per GPU-hour; a GPU not in it costs its
@@ -70,6 +72,7 @@ func Summarize(r *Result, rateScale float64, sloTTFT, sloTPOT time.Duration, pri
 		}
 	}
 	s.TTFTP50, s.TTFTP99 = percentile(ttft, 0.5), percentile(ttft, 0.99)
+	s.TTFTs = ttft
 	s.TPOTP50, s.TPOTP99 = percentile(tpot, 0.5), percentile(tpot, 0.99)
 	if s.Requests > 0 {
 		s.SLOAttainment = float64(s.Met) / float64(s.Requests)
