@@ -27,6 +27,7 @@ import (
 	"github.com/phaseless/phaseless/cloud/fleet/broker"
 	"github.com/phaseless/phaseless/cloud/ingress"
 	"github.com/phaseless/phaseless/cloud/sched"
+	"github.com/phaseless/phaseless/cloud/sim"
 	"github.com/phaseless/phaseless/cloud/worker"
 	"github.com/phaseless/phaseless/models/cloudmodel"
 	"github.com/phaseless/phaseless/models/lm"
@@ -74,7 +75,7 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	fs.StringVar(&c.PKIDir, "pki-dir", "", "directory with the CA and server certificate (phaselessctl pki init)")
 	fs.BoolVar(&c.Dev, "dev", false, "development mode: no API keys required; creates a PKI in the data dir when none is given; honours x-phaseless-policy")
 	fs.StringVar(&c.Model, "model", "", "GGUF model for the built-in engine (default: the shipped cloud model)")
-	fs.Var(&c.Workers, "worker", "OpenAI-compatible engine URL (repeatable); options in the fragment: URL#role=prefill-heavy&model=NAME&capacity=N")
+	fs.Var(&c.Workers, "worker", "OpenAI-compatible engine URL (repeatable); options in the fragment: URL#role=prefill-heavy&model=NAME&capacity=N; or sim://GPU?model=M&n=N for simulated GPU workers (docs/sim.md)")
 	fs.StringVar(&c.Redis, "redis", "", "Redis URL for shared admission state, e.g. redis://127.0.0.1:6379/0")
 	fs.StringVar(&c.APIKeys, "api-keys", "", "file of API keys, one per line (key [tenant] [budget])")
 	fs.StringVar(&c.MQTTTLS, "mqtt-tls", ":8883", "embedded broker's MQTT-over-TLS listener, using the PKI's server certificate; empty disables it")
@@ -101,6 +102,12 @@ func (c *Config) Validate() error {
 		}
 	}
 	for _, w := range c.Workers {
+		if sim.IsURL(w) {
+			if _, err := sim.ParseURL(w); err != nil {
+				return &cli.FieldError{Field: "worker", Err: err}
+			}
+			continue
+		}
 		if _, err := parseWorkerURL(w); err != nil {
 			return &cli.FieldError{Field: "worker", Err: err}
 		}
@@ -209,6 +216,7 @@ type Cloud struct {
 	broker  *broker.Broker
 	fleet   *fleet.Manager
 	pkiDir  string
+	sims    []*sim.Fleet // simulated workers (--worker sim://...)
 }
 
 // New builds a coordinator from a validated config.
@@ -458,8 +466,12 @@ func (c *Cloud) buildWorkers() ([]*worker.Worker, []*worker.Builtin, lm.Tokenize
 			workers, builtins = append(workers, w), append(builtins, b)
 		}
 	}
-	for i, raw := range c.cfg.Workers {
-		wu, _ := parseWorkerURL(raw) // validated
+	remotes, err := c.startSimWorkers()
+	if err != nil {
+		return fail(err)
+	}
+	for i, raw := range remotes {
+		wu, _ := parseWorkerURL(raw) // validated, or made by startSimWorkers
 		r, err := worker.NewRemote(worker.RemoteConfig{URL: wu.base, Model: wu.model})
 		if err != nil {
 			return fail(err)
@@ -589,9 +601,41 @@ func (c *Cloud) closeLocked() error {
 		errs = append(errs, c.workers.Close())
 		c.workers = nil
 	}
+	for _, f := range c.sims {
+		errs = append(errs, f.Close())
+	}
+	c.sims = nil
 	if c.admit != nil {
 		errs = append(errs, c.admit.Close())
 		c.admit = nil
 	}
 	return errors.Join(errs...)
+}
+
+// startSimWorkers starts the simulated GPU servers of every sim:// worker
+// (cloud/sim) and returns the --worker list with each replaced by its
+// servers' loopback URLs: the coordinator then drives them as it drives
+// real vLLM servers, over HTTP, reading their vLLM metrics.
+func (c *Cloud) startSimWorkers() ([]string, error) {
+	var out []string
+	for _, raw := range c.cfg.Workers {
+		if !sim.IsURL(raw) {
+			out = append(out, raw)
+			continue
+		}
+		f, err := sim.StartFleet(raw)
+		if err != nil {
+			return nil, err
+		}
+		c.sims = append(c.sims, f)
+		spec := f.Spec()
+		for _, u := range f.URLs() {
+			opt := "#model=" + spec.Model.Name
+			if spec.HasRole {
+				opt += "&role=" + spec.Role.String()
+			}
+			out = append(out, u+opt)
+		}
+	}
+	return out, nil
 }
