@@ -140,6 +140,20 @@ func parseMooncakeTrace(r io.Reader, limit int) ([]traceRequest, error) {
 	return out, nil
 }
 
+// readTrace reads the first limit requests (0 = all) of a trace file in
+// format azure or mooncake; `replay` and `sim` share it.
+func readTrace(path, format string, limit int) ([]traceRequest, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, &cli.FieldError{Field: "trace", Err: err}
+	}
+	defer f.Close()
+	if format == "azure" {
+		return parseAzureTrace(f, limit)
+	}
+	return parseMooncakeTrace(f, limit)
+}
+
 // replayWords is the vocabulary of synthetic prompts: common English words,
 // so the prompts' entropy (about 4.1 bits/char) resembles real text rather
 // than random bytes, which the scheduler would read as dense input.
@@ -493,17 +507,7 @@ func replayCmd(ctx context.Context, cio cli.IO, args []string) error {
 	if *apiKey == "" {
 		*apiKey = cio.Getenv("PHASELESS_API_KEY")
 	}
-	f, err := os.Open(*trace)
-	if err != nil {
-		return &cli.FieldError{Field: "trace", Err: err}
-	}
-	defer f.Close()
-	var reqs []traceRequest
-	if *format == "azure" {
-		reqs, err = parseAzureTrace(f, *limit)
-	} else {
-		reqs, err = parseMooncakeTrace(f, *limit)
-	}
+	reqs, err := readTrace(*trace, *format, *limit)
 	if err != nil {
 		return err
 	}

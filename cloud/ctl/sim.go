@@ -8,7 +8,6 @@ import (
 	"fmt"
 	"io"
 	"math"
-	"os"
 	"runtime"
 	"strconv"
 	"strings"
@@ -241,12 +240,8 @@ func simCmd(ctx context.Context, cio cli.IO, args []string) error {
 	seed := fs.Uint64("seed", 1, "salts the block hashes of prompts that share nothing")
 	prices := priceFlags(fs)
 	usage := "sim --trace F --format azure|mooncake [--cluster 8xh100[,8xl4]] [--model llama3.1-8b] [--policy all|NAME,...] [--rate-scale X,Y] [--slo-ttft 2s --slo-tpot 100ms] [--json] [--max-rate] [--plot DIR]"
-	if err := cli.Parse(fs, args, cio.Getenv); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			cli.PrintUsage(cio.Stdout, fs, usage)
-			return nil
-		}
-		return fmt.Errorf("%w: %v", cli.ErrUsage, err)
+	if done, err := lmParseFlags(fs, cio, args, usage); done || err != nil {
+		return err
 	}
 	o := &simOptions{sloTTFT: *sloTTFT, sloTPOT: *sloTPOT, seed: *seed, tp: *tp, prices: sim.Prices{}}
 	var err error
@@ -288,17 +283,7 @@ func simCmd(ctx context.Context, cio cli.IO, args []string) error {
 		}
 		o.prices[n] = *v
 	}
-	f, err := os.Open(*trace)
-	if err != nil {
-		return &cli.FieldError{Field: "trace", Err: err}
-	}
-	defer f.Close()
-	if *format == "azure" {
-		o.reqs, err = parseAzureTrace(f, *limit)
-	} else {
-		o.reqs, err = parseMooncakeTrace(f, *limit)
-	}
-	if err != nil {
+	if o.reqs, err = readTrace(*trace, *format, *limit); err != nil {
 		return err
 	}
 	d, _ := sim.NewDeployment(o.pools[0].GPU, o.model, o.tp, o.engine)

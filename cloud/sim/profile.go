@@ -3,8 +3,9 @@ package sim
 import (
 	"errors"
 	"fmt"
+	"maps"
 	"math"
-	"sort"
+	"slices"
 	"strings"
 	"time"
 )
@@ -46,14 +47,7 @@ func LookupGPU(name string) (GPU, error) {
 }
 
 // GPUNames lists the known GPU profiles.
-func GPUNames() []string {
-	var n []string
-	for k := range gpus {
-		n = append(n, k)
-	}
-	sort.Strings(n)
-	return n
-}
+func GPUNames() []string { return slices.Sorted(maps.Keys(gpus)) }
 
 // Model is a decoder-only transformer's shape.
 type Model struct {
@@ -91,14 +85,7 @@ func LookupModel(name string) (Model, error) {
 }
 
 // ModelNames lists the known model profiles.
-func ModelNames() []string {
-	var n []string
-	for k := range models {
-		n = append(n, k)
-	}
-	sort.Strings(n)
-	return n
-}
+func ModelNames() []string { return slices.Sorted(maps.Keys(models)) }
 
 // WeightBytes is the size of the weights.
 func (m *Model) WeightBytes() float64 { return m.Params * m.BytesPerParam }
