@@ -30,6 +30,9 @@ type Pool struct {
 	GPU   GPU
 	Count int // GPUs (each worker takes TP of them)
 	Role  sched.Role
+	// Deployment, when set, is the workers' physics as given (a calibrated
+	// CPU engine, FitCPU) instead of one sized from GPU and Config.Model.
+	Deployment *Deployment
 }
 
 // ParseCluster reads "8xh100[:ROLE],8xl4[:ROLE]". A pool without a role
@@ -255,10 +258,13 @@ func New(cfg Config) (*Cluster, error) {
 	c := &Cluster{cfg: cfg, predictor: sched.NewOutputPredictor(0)}
 	c.clk = clock{q: &c.q, epoch: epoch}
 	capacity := 0
+	var err error
 	for pi, p := range cfg.Pools {
-		d, err := NewDeployment(p.GPU, cfg.Model, cfg.TP, cfg.Engine)
-		if err != nil {
-			return nil, err
+		d := p.Deployment
+		if d == nil {
+			if d, err = NewDeployment(p.GPU, cfg.Model, cfg.TP, cfg.Engine); err != nil {
+				return nil, err
+			}
 		}
 		if c.dep == nil {
 			c.dep = d
@@ -290,7 +296,6 @@ func New(cfg Config) (*Cluster, error) {
 	if fc.Slots == 0 {
 		fc.Slots = 2 * capacity
 	}
-	var err error
 	if c.fair, err = admit.NewFair(fc, nil); err != nil {
 		return nil, err
 	}

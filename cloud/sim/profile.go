@@ -117,6 +117,10 @@ type EngineConfig struct {
 	// InferenceBench, see /work/shared/data/README.md): 16.06 GB at
 	// 3.35 TB/s × 0.85 = 5.6 ms, plus the overhead.
 	ComputeEff, MemEff float64
+	// AttnEff is the achieved fraction of peak for attention's FLOPs.
+	// Default ComputeEff; a CPU engine's attention runs far below its
+	// matrix multiplies, so FitCPU sets it apart.
+	AttnEff float64
 	// StepOverhead is the fixed host-side cost of a step (scheduling,
 	// sampling, launch). Default 0.9 ms, the rest of that 6.5 ms.
 	StepOverhead time.Duration
@@ -144,6 +148,9 @@ func (c *EngineConfig) fill(g GPU) {
 	if c.MemEff == 0 {
 		c.MemEff = 0.85
 	}
+	if c.AttnEff == 0 {
+		c.AttnEff = c.ComputeEff
+	}
 	if c.StepOverhead == 0 {
 		c.StepOverhead = 900 * time.Microsecond
 	}
@@ -158,8 +165,8 @@ func (c *EngineConfig) Validate() error {
 		return fmt.Errorf("sim.EngineConfig.MaxBatchedTokens: %d is below a block", c.MaxBatchedTokens)
 	case !(c.MemUtil > 0 && c.MemUtil <= 1):
 		return fmt.Errorf("sim.EngineConfig.MemUtil: %v is not in (0, 1]", c.MemUtil)
-	case !(c.ComputeEff > 0 && c.ComputeEff <= 1) || !(c.MemEff > 0 && c.MemEff <= 1):
-		return errors.New("sim.EngineConfig.ComputeEff/MemEff: must be in (0, 1]")
+	case !(c.ComputeEff > 0 && c.ComputeEff <= 1) || !(c.MemEff > 0 && c.MemEff <= 1) || !(c.AttnEff > 0 && c.AttnEff <= 1):
+		return errors.New("sim.EngineConfig.ComputeEff/MemEff/AttnEff: must be in (0, 1]")
 	case c.StepOverhead < 0:
 		return errors.New("sim.EngineConfig.StepOverhead: must be ≥ 0")
 	}
@@ -262,10 +269,11 @@ func (d *Deployment) Cost(s StepShape) StepCost {
 	m, tp := &d.Model, float64(d.TP)
 	embed := float64(m.Vocab * m.Hidden)
 	matrix := m.Params - 2*embed // input embedding and LM head
-	flops := 2*matrix*float64(s.Tokens) + 2*embed*float64(s.Sampled) + 4*float64(m.Layers*m.Heads*m.HeadDim)*s.AttnPairs
+	flops := 2*matrix*float64(s.Tokens) + 2*embed*float64(s.Sampled)
+	attn := 4 * float64(m.Layers*m.Heads*m.HeadDim) * s.AttnPairs
 	bytes := m.WeightBytes()/tp + float64(s.KVRead+s.Tokens)*d.kvBytesPerTokenPerGPU()
 	c := StepCost{
-		Compute:  flops / tp / (d.GPU.PeakFLOPS * d.Engine.ComputeEff),
+		Compute:  (flops/(d.GPU.PeakFLOPS*d.Engine.ComputeEff) + attn/(d.GPU.PeakFLOPS*d.Engine.AttnEff)) / tp,
 		Memory:   bytes / (d.GPU.HBMBytesPerSec * d.Engine.MemEff),
 		Overhead: d.Engine.StepOverhead.Seconds(),
 	}
