@@ -139,7 +139,7 @@ func TestSimCalibration(t *testing.T) {
 			for _, g := range r.itls {
 				sum += g
 			}
-			li, si = append(li, (sum / time.Duration(len(r.itls))).Seconds()), append(si, so.TPOT.Seconds())
+			li, si = append(li, (sum/time.Duration(len(r.itls))).Seconds()), append(si, so.TPOT.Seconds())
 		}
 	}
 	mean := func(x []float64) float64 {

@@ -60,7 +60,7 @@ func FitCPU(m Model, b CPUBench) (*Deployment, error) {
 	embed := float64(m.Vocab * m.Hidden)
 	M, S := 2*(m.Params-2*embed), 2*embed // per computed token, per sampled token
 	a := 4 * float64(m.Layers*m.Heads*m.HeadDim)
-	ctx := float64(benchDecodePrompt) + float64(b.DecodeTokens)/2 // mean context of a decode step
+	ctx := float64(benchDecodePrompt) + float64(b.DecodeTokens)/2                      // mean context of a decode step
 	pairs := func(from, to float64) float64 { return (to*(to+1) - from*(from+1)) / 2 } // Σ p for p in (from, to]
 	// Rows: [1, x coefficient, y coefficient] = seconds.
 	rows := [3][4]float64{

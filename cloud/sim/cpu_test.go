@@ -39,7 +39,7 @@ func benchOf(d *Deployment) CPUBench {
 func TestFitCPU(t *testing.T) {
 	m := ModelFromLM("dev", devShape)
 	truth := &Deployment{GPU: GPU{Name: "cpu", PeakFLOPS: 8e9, HBMBytesPerSec: 4e9, MemBytes: math.Inf(1), LinkBytesPerS: 1}, Model: m, TP: 1,
-		Engine: EngineConfig{BlockSize: 16, MaxNumSeqs: 16, MaxBatchedTokens: 256, ComputeEff: 1, AttnEff: 0.2, MemEff: 1, StepOverhead: 40 * time.Microsecond},
+		Engine:   EngineConfig{BlockSize: 16, MaxNumSeqs: 16, MaxBatchedTokens: 256, ComputeEff: 1, AttnEff: 0.2, MemEff: 1, StepOverhead: 40 * time.Microsecond},
 		KVBlocks: 1024, MaxModelLen: 1024}
 	d, err := FitCPU(m, benchOf(truth))
 	if err != nil {
