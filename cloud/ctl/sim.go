@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"math"
+	"path/filepath"
 	"runtime"
 	"strconv"
 	"strings"
@@ -17,6 +18,7 @@ import (
 
 	"github.com/phaseless/phaseless/cloud/sched"
 	"github.com/phaseless/phaseless/cloud/sim"
+	"github.com/phaseless/phaseless/models/lm"
 	"github.com/phaseless/phaseless/transport/cli"
 )
 
@@ -238,6 +240,7 @@ func simCmd(ctx context.Context, cio cli.IO, args []string) error {
 	maxRate := fs.Bool("max-rate", false, "search each policy's highest rate scale with ≥ 90% SLO attainment")
 	plotDir := fs.String("plot", "", "write PNG plots (SLO attainment against rate; TTFT CDF) to this directory")
 	seed := fs.Uint64("seed", 1, "salts the block hashes of prompts that share nothing")
+	cpuModel := fs.String("cpu-model", "", "GGUF model for cpu pools (--cluster 2xcpu): lm bench runs it here and the built-in engine's profile is fitted from the figures")
 	prices := priceFlags(fs)
 	usage := "sim --trace F --format azure|mooncake [--cluster 8xh100[,8xl4]] [--model llama3.1-8b] [--policy all|NAME,...] [--rate-scale X,Y] [--slo-ttft 2s --slo-tpot 100ms] [--json] [--max-rate] [--plot DIR]"
 	if done, err := lmParseFlags(fs, cio, args, usage); done || err != nil {
@@ -259,7 +262,13 @@ func simCmd(ctx context.Context, cio cli.IO, args []string) error {
 	if o.model, err = sim.LookupModel(*model); err != nil {
 		return &cli.FieldError{Field: "model", Err: err}
 	}
+	if err := simCPUPools(ctx, cio, o, *cpuModel); err != nil {
+		return err
+	}
 	for _, p := range o.pools {
+		if p.Deployment != nil {
+			continue
+		}
 		if _, err := sim.NewDeployment(p.GPU, o.model, o.tp, o.engine); err != nil {
 			return &cli.FieldError{Field: "cluster", Err: err}
 		}
@@ -286,7 +295,10 @@ func simCmd(ctx context.Context, cio cli.IO, args []string) error {
 	if o.reqs, err = readTrace(*trace, *format, *limit); err != nil {
 		return err
 	}
-	d, _ := sim.NewDeployment(o.pools[0].GPU, o.model, o.tp, o.engine)
+	d := o.pools[0].Deployment
+	if d == nil {
+		d, _ = sim.NewDeployment(o.pools[0].GPU, o.model, o.tp, o.engine)
+	}
 	fmt.Fprintf(cio.Stderr, "simulating %d %s requests (%.0f s of trace) on %s serving %s (TP %d, %d KV tokens and a %d-token step budget per %s worker)\n",
 		len(o.reqs), *format, o.reqs[len(o.reqs)-1].At.Seconds(), *cluster, o.model.Name, d.TP, d.KVBlocks*d.Engine.BlockSize, d.Engine.MaxBatchedTokens, o.pools[0].GPU.Name)
 	t0 := time.Now()
@@ -350,4 +362,48 @@ func printMaxRate(w io.Writer, best []simBest, o *simOptions) {
 		fmt.Fprintf(tw, "%s\t%.3g\t%.2f\t%.2f\t\n", b.policy, b.scale, rps, b.summary.GoodputRPS)
 	}
 	tw.Flush()
+}
+
+// simCPUPools fits the built-in engine's profile for the cluster's cpu
+// pools: lm bench on --cpu-model, one thread per engine as phaseless-cloud
+// gives its built-in workers, then sim.FitCPU. The cluster then serves that
+// model.
+func simCPUPools(ctx context.Context, cio cli.IO, o *simOptions, path string) error {
+	cpus, engines := 0, 0
+	for _, p := range o.pools {
+		if p.GPU.Name == sim.CPU {
+			cpus++
+			engines += p.Count
+		}
+	}
+	switch {
+	case cpus == 0 && path == "":
+		return nil
+	case cpus == 0:
+		return &cli.FieldError{Field: "cpu-model", Err: errors.New("given, but the cluster has no cpu pool")}
+	case path == "":
+		return &cli.FieldError{Field: "cpu-model", Err: errors.New("a cpu pool needs the GGUF model its engines run")}
+	case cpus < len(o.pools):
+		return &cli.FieldError{Field: "cluster", Err: errors.New("cpu pools serve their own model: do not mix them with GPU pools")}
+	}
+	m, err := lm.Load(path)
+	if err != nil {
+		return &cli.FieldError{Field: "cpu-model", Err: err}
+	}
+	threads := max(1, runtime.GOMAXPROCS(0)/engines)
+	fmt.Fprintf(cio.Stderr, "benchmarking %s on %d thread(s) for the cpu profile\n", path, threads)
+	const decodeTokens, promptLen = 64, 512
+	r, err := lm.Bench(ctx, m, lm.BenchConfig{Batches: []int{1, 16}, DecodeTokens: decodeTokens, PromptLen: promptLen, Threads: threads, CopyBytes: 8 << 20})
+	if err != nil {
+		return err
+	}
+	o.model = sim.ModelFromLM(filepath.Base(path), m.Config)
+	d, err := sim.FitCPU(o.model, sim.CPUBench{Result: r, DecodeTokens: decodeTokens, PromptLen: min(promptLen, m.Config.ContextLen-2)})
+	if err != nil {
+		return err
+	}
+	for i := range o.pools {
+		o.pools[i].Deployment = d
+	}
+	return nil
 }

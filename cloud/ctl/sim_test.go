@@ -10,6 +10,8 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/phaseless/phaseless/cloud/worker"
+	"github.com/phaseless/phaseless/models/lm"
 	"github.com/phaseless/phaseless/transport/cli"
 )
 
@@ -72,7 +74,28 @@ func TestSimCommand(t *testing.T) {
 			t.Fatalf("%s: %v", f, err)
 		}
 	}
+	// A cluster of built-in CPU engines, profiled from lm bench on the spot.
+	model := filepath.Join(dir, "dev.gguf")
+	w, err := lm.RandomWeights(worker.DevModelConfig, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var buf bytes.Buffer
+	if err := lm.WriteGGUF(&buf, worker.DevModelConfig, lm.ByteTokenizerSpec(), w, nil, lm.F32); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(model, buf.Bytes(), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	out, err = runSim(t, "--trace", "testdata/traces/mooncake-conversation-head.jsonl", "--format", "mooncake", "--limit", "20",
+		"--cluster", "2xcpu", "--cpu-model", model, "--policy", "least-loaded", "--json")
+	if err != nil || !strings.Contains(out, `"policy":"least-loaded"`) || !strings.Contains(out, "256-token step budget per cpu worker") {
+		t.Fatalf("cpu cluster: %v\n%s", err, out)
+	}
 	for _, bad := range [][]string{
+		{"--trace", "testdata/traces/azure-code-head.csv", "--format", "azure", "--cluster", "2xcpu"},
+		{"--trace", "testdata/traces/azure-code-head.csv", "--format", "azure", "--cluster", "2xcpu,2xh100", "--cpu-model", model},
+		{"--trace", "testdata/traces/azure-code-head.csv", "--format", "azure", "--cpu-model", model},
 		{"--format", "azure"},
 		{"--trace", "x", "--format", "csv"},
 		{"--trace", "testdata/traces/azure-code-head.csv", "--format", "azure", "--policy", "fastest"},

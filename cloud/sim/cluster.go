@@ -35,6 +35,11 @@ type Pool struct {
 	Deployment *Deployment
 }
 
+// CPU names a pool of built-in CPU engines in a cluster spec ("2xcpu"):
+// its physics is not a datasheet but FitCPU's fit of lm bench figures,
+// which the caller puts in Pool.Deployment.
+const CPU = "cpu"
+
 // ParseCluster reads "8xh100[:ROLE],8xl4[:ROLE]". A pool without a role
 // gets one: a single pool cycles its workers through decode-heavy,
 // prefill-heavy and stream as phaseless-cloud does with unnamed workers
@@ -52,6 +57,9 @@ func ParseCluster(spec string) (pools []Pool, cycle bool, err error) {
 			return nil, false, fmt.Errorf("cluster %q: %q is not COUNTxGPU[:ROLE]", spec, part)
 		}
 		g, err := LookupGPU(gname)
+		if gname == CPU {
+			g, err = GPU{Name: CPU}, nil // its Deployment comes from FitCPU
+		}
 		if err != nil {
 			return nil, false, fmt.Errorf("cluster %q: %w", spec, err)
 		}
@@ -261,6 +269,9 @@ func New(cfg Config) (*Cluster, error) {
 	var err error
 	for pi, p := range cfg.Pools {
 		d := p.Deployment
+		if d == nil && p.GPU.Name == CPU {
+			return nil, errors.New("sim: a cpu pool needs its Deployment fitted from lm bench (FitCPU)")
+		}
 		if d == nil {
 			if d, err = NewDeployment(p.GPU, cfg.Model, cfg.TP, cfg.Engine); err != nil {
 				return nil, err
