@@ -24,7 +24,7 @@ func TestSimWorkers(t *testing.T) {
 			t.Fatalf("%s: probed %+v healthy=%v; want the simulated engine's 256 sequences", w.Name(), l, w.Healthy())
 		}
 	}
-	const streams, tokens = 64, 8
+	const streams, tokens = 200, 8
 	var wg sync.WaitGroup
 	res := make([]streamed, streams)
 	for i := range streams {

@@ -40,6 +40,7 @@ type simOptions struct {
 	sloTTFT, sloTPOT time.Duration
 	prices           sim.Prices
 	seed             uint64
+	probe            time.Duration
 	reqs             []traceRequest
 }
 
@@ -59,7 +60,7 @@ func simRun(ctx context.Context, o *simOptions, policy string, scale float64) (s
 		return sim.Summary{}, err
 	}
 	c, err := sim.New(sim.Config{Pools: o.pools, CycleRoles: o.cycle, Model: o.model, TP: o.tp, Engine: o.engine,
-		Policy: p, SLOTTFT: o.sloTTFT, SLOTPOT: o.sloTPOT, Seed: o.seed})
+		Policy: p, SLOTTFT: o.sloTTFT, SLOTPOT: o.sloTPOT, Seed: o.seed, ProbeInterval: o.probe})
 	if err != nil {
 		return sim.Summary{}, err
 	}
@@ -240,13 +241,14 @@ func simCmd(ctx context.Context, cio cli.IO, args []string) error {
 	maxRate := fs.Bool("max-rate", false, "search each policy's highest rate scale with ≥ 90% SLO attainment")
 	plotDir := fs.String("plot", "", "write PNG plots (SLO attainment against rate; TTFT CDF) to this directory")
 	seed := fs.Uint64("seed", 1, "salts the block hashes of prompts that share nothing")
+	probe := fs.Duration("probe-interval", 500*time.Millisecond, "how often worker load (queues, KV usage, preemptions) is re-read, as phaseless-cloud probes its workers")
 	cpuModel := fs.String("cpu-model", "", "GGUF model for cpu pools (--cluster 2xcpu): lm bench runs it here and the built-in engine's profile is fitted from the figures")
 	prices := priceFlags(fs)
 	usage := "sim --trace F --format azure|mooncake [--cluster 8xh100[,8xl4]] [--model llama3.1-8b] [--policy all|NAME,...] [--rate-scale X,Y] [--slo-ttft 2s --slo-tpot 100ms] [--json] [--max-rate] [--plot DIR]"
 	if done, err := lmParseFlags(fs, cio, args, usage); done || err != nil {
 		return err
 	}
-	o := &simOptions{sloTTFT: *sloTTFT, sloTPOT: *sloTPOT, seed: *seed, tp: *tp, prices: sim.Prices{}}
+	o := &simOptions{sloTTFT: *sloTTFT, sloTPOT: *sloTPOT, seed: *seed, tp: *tp, prices: sim.Prices{}, probe: *probe}
 	var err error
 	switch {
 	case *trace == "":
@@ -255,6 +257,8 @@ func simCmd(ctx context.Context, cio cli.IO, args []string) error {
 		return &cli.FieldError{Field: "format", Err: fmt.Errorf("%q is not azure or mooncake", *format)}
 	case *sloTTFT <= 0 || *sloTPOT <= 0:
 		return &cli.FieldError{Field: "slo-ttft", Err: errors.New("SLOs must be positive")}
+	case *probe < time.Millisecond:
+		return &cli.FieldError{Field: "probe-interval", Err: errors.New("must be ≥ 1ms")}
 	}
 	if o.pools, o.cycle, err = sim.ParseCluster(*cluster); err != nil {
 		return &cli.FieldError{Field: "cluster", Err: err}

@@ -377,7 +377,7 @@ func (c *Cluster) Run(ctx context.Context, reqs []Request) (*Result, error) {
 // scheduler sees engine queues and KV state as of the last probe, and its
 // own in-flight counts live.
 func (c *Cluster) probe() {
-	ms := float64(c.cfg.ProbeInterval.Milliseconds())
+	ms := c.cfg.ProbeInterval.Seconds() * 1e3
 	for _, w := range c.workers {
 		st := w.eng.Stats()
 		w.load = worker.Load{

@@ -4,6 +4,7 @@ import (
 	"context"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/phaseless/phaseless/cloud/worker"
 	"github.com/phaseless/phaseless/transport/llm"
@@ -71,3 +72,34 @@ func TestParseURL(t *testing.T) {
 }
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+// TestServerCancel: a client that goes away frees its sequence and blocks.
+func TestServerCancel(t *testing.T) {
+	s := NewServer(mustDeployment(t, "h100", "llama3.1-8b", 1))
+	defer s.Close()
+	ctx, cancel := context.WithCancel(context.Background())
+	n := 0
+	_, err := s.Generate(ctx, &llm.Request{MaxTokens: 4000, Messages: []llm.Message{{Role: "user", Content: strings.Repeat("x", 4000)}}},
+		func(llm.Token) error {
+			if n++; n == 3 {
+				cancel()
+			}
+			return nil
+		})
+	if err == nil || n < 3 || n > 100 {
+		t.Fatalf("err %v after %d tokens", err, n)
+	}
+	// The engine drops it at its next step boundary.
+	for i := 0; ; i++ {
+		s.mu.Lock()
+		idle, usage := s.eng.Idle(), s.eng.KVUsage()
+		s.mu.Unlock()
+		if idle && usage == 0 {
+			break
+		}
+		if i > 5000 {
+			t.Fatalf("cancelled sequence still held: idle %v, KV usage %v", idle, usage)
+		}
+		time.Sleep(time.Millisecond)
+	}
+}
