@@ -39,7 +39,6 @@ type simOptions struct {
 	rates            []float64
 	sloTTFT, sloTPOT time.Duration
 	prices           sim.Prices
-	seed             uint64
 	probe            time.Duration
 	reqs             []traceRequest
 }
@@ -60,7 +59,7 @@ func simRun(ctx context.Context, o *simOptions, policy string, scale float64) (s
 		return sim.Summary{}, err
 	}
 	c, err := sim.New(sim.Config{Pools: o.pools, CycleRoles: o.cycle, Model: o.model, TP: o.tp, Engine: o.engine,
-		Policy: p, SLOTTFT: o.sloTTFT, SLOTPOT: o.sloTPOT, Seed: o.seed, ProbeInterval: o.probe})
+		Policy: p, SLOTTFT: o.sloTTFT, SLOTPOT: o.sloTPOT, ProbeInterval: o.probe})
 	if err != nil {
 		return sim.Summary{}, err
 	}
@@ -240,7 +239,6 @@ func simCmd(ctx context.Context, cio cli.IO, args []string) error {
 	asJSON := fs.Bool("json", false, "one JSON object per line instead of the table")
 	maxRate := fs.Bool("max-rate", false, "search each policy's highest rate scale with ≥ 90% SLO attainment")
 	plotDir := fs.String("plot", "", "write PNG plots (SLO attainment against rate; TTFT CDF) to this directory")
-	seed := fs.Uint64("seed", 1, "salts the block hashes of prompts that share nothing")
 	probe := fs.Duration("probe-interval", 500*time.Millisecond, "how often worker load (queues, KV usage, preemptions) is re-read, as phaseless-cloud probes its workers")
 	cpuModel := fs.String("cpu-model", "", "GGUF model for cpu pools (--cluster 2xcpu): lm bench runs it here and the built-in engine's profile is fitted from the figures")
 	prices := priceFlags(fs)
@@ -248,7 +246,7 @@ func simCmd(ctx context.Context, cio cli.IO, args []string) error {
 	if done, err := lmParseFlags(fs, cio, args, usage); done || err != nil {
 		return err
 	}
-	o := &simOptions{sloTTFT: *sloTTFT, sloTPOT: *sloTPOT, seed: *seed, tp: *tp, prices: sim.Prices{}, probe: *probe}
+	o := &simOptions{sloTTFT: *sloTTFT, sloTPOT: *sloTPOT, tp: *tp, prices: sim.Prices{}, probe: *probe}
 	var err error
 	switch {
 	case *trace == "":

@@ -126,8 +126,6 @@ type Config struct {
 	// what `phaselessctl replay`'s English word prompts measure, and 4
 	// characters per token (Llama 3's tokenizer on English).
 	EntropyBits, CharsPerToken float64
-	// Seed salts the block hashes of prompts that share nothing.
-	Seed uint64
 }
 
 func (c *Config) fill() {
@@ -400,7 +398,7 @@ func (c *Cluster) arrive(i int) {
 	}
 	out := max(1, r.Output)
 	f.seq = Seq{Prompt: max(1, r.Input), MaxOutput: out, User: f}
-	f.seq.Hashes = blockHashes(c.cfg.Seed, i, r, c.dep.Engine.BlockSize)
+	f.seq.Hashes = blockHashes(i, r, c.dep.Engine.BlockSize)
 	f.sig = sched.Request{
 		InputTokens:     f.seq.Prompt,
 		InputChars:      int(float64(f.seq.Prompt) * c.cfg.CharsPerToken),
@@ -536,7 +534,7 @@ func mix(x uint64) uint64 {
 // lm.BlockHashes makes them from token ids: each covers its block and
 // everything before it. Mooncake's 512-token hash_ids give shared content;
 // tokens past them (or every token, without ids) are unique to the request.
-func blockHashes(seed uint64, i int, r *Request, bs int) []uint64 {
+func blockHashes(i int, r *Request, bs int) []uint64 {
 	n := max(1, r.Input) / bs
 	hs := make([]uint64, n)
 	per := max(1, 512/bs)
@@ -546,7 +544,7 @@ func blockHashes(seed uint64, i int, r *Request, bs int) []uint64 {
 		if b := k / per; b < len(r.Blocks) {
 			content = mix(uint64(r.Blocks[b])<<16 | uint64(k%per))
 		} else {
-			content = mix(seed ^ mix(uint64(i)<<20|uint64(k)) ^ 0x5eed)
+			content = mix(mix(uint64(i)<<20|uint64(k)) ^ 0x5eed)
 		}
 		h = mix(h ^ content)
 		if h == 0 {

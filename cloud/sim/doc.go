@@ -16,7 +16,8 @@
 // prefix probe, refreshed by a probe every 500 ms as the live Set does) feed
 // sched.Policy.Decide, and the chosen worker's batch.Batcher releases the
 // request into its engine. The clock is virtual: nothing sleeps, and a run
-// is deterministic for its inputs and seed.
+// is deterministic: nothing in it is random, so the same trace and
+// configuration give the same result.
 //
 // Server runs the same Engine in real time behind an OpenAI-compatible HTTP
 // endpoint with vLLM's Prometheus metric names, which is what
