@@ -12,7 +12,9 @@ import (
 func TestSimWorkers(t *testing.T) {
 	c := startCloud(t, func(cfg *Config) {
 		cfg.BuiltinWorkers = 0
-		cfg.Workers = []string{"sim://h100?model=llama3.1-8b&n=2"}
+		if err := cfg.Workers.Set("sim://h100?model=llama3.1-8b&n=2"); err != nil {
+			t.Fatal(err)
+		}
 		cfg.Budget = 1 << 30
 	})
 	ws := c.workers.Workers()
@@ -43,14 +45,8 @@ func TestSimWorkers(t *testing.T) {
 			t.Fatalf("stream %d ran on %q", i, route)
 		}
 	}
-	bad := startCloudErr(func(cfg *Config) { cfg.Workers = []string{"sim://v100?n=2"} })
-	if bad == nil || !strings.Contains(bad.Error(), "v100") {
-		t.Fatalf("unknown GPU accepted: %v", bad)
+	var bad WorkerURLs
+	if err := bad.Set("sim://v100?n=2"); err == nil || !strings.Contains(err.Error(), "v100") {
+		t.Fatalf("unknown GPU accepted: %v", err)
 	}
-}
-
-func startCloudErr(mutate func(*Config)) error {
-	cfg := Config{HTTP: "127.0.0.1:0", BuiltinWorkers: 0}
-	mutate(&cfg)
-	return cfg.Validate()
 }

@@ -16,6 +16,7 @@ import (
 	"text/tabwriter"
 	"time"
 
+	"github.com/phaseless/phaseless/cloud/replay"
 	"github.com/phaseless/phaseless/cloud/sched"
 	"github.com/phaseless/phaseless/cloud/sim"
 	"github.com/phaseless/phaseless/models/lm"
@@ -40,11 +41,11 @@ type simOptions struct {
 	sloTTFT, sloTPOT time.Duration
 	prices           sim.Prices
 	probe            time.Duration
-	reqs             []traceRequest
+	reqs             []replay.TraceRequest
 }
 
 // simRequests turns a trace into simulator requests at a rate scale.
-func simRequests(reqs []traceRequest, scale float64) []sim.Request {
+func simRequests(reqs []replay.TraceRequest, scale float64) []sim.Request {
 	out := make([]sim.Request, len(reqs))
 	for i, r := range reqs {
 		out[i] = sim.Request{At: time.Duration(float64(r.At) / scale), Input: r.Input, Output: r.Output, Blocks: r.Blocks}
@@ -226,7 +227,7 @@ func parseRates(s string) ([]float64, error) {
 
 func simCmd(ctx context.Context, cio cli.IO, args []string) error {
 	fs := flag.NewFlagSet("sim", flag.ContinueOnError)
-	trace := fs.String("trace", "", "trace file (cloud/ctl/testdata/traces)")
+	trace := fs.String("trace", "", "trace file (cloud/replay/testdata/traces)")
 	format := fs.String("format", "", "trace format: azure or mooncake")
 	limit := fs.Int("limit", 0, "first N requests (0 = all)")
 	cluster := fs.String("cluster", "8xh100", "GPU pools: COUNTxGPU[:ROLE],... (GPUs: "+strings.Join(sim.GPUNames(), ", ")+")")
@@ -294,7 +295,7 @@ func simCmd(ctx context.Context, cio cli.IO, args []string) error {
 		}
 		o.prices[n] = *v
 	}
-	if o.reqs, err = readTrace(*trace, *format, *limit); err != nil {
+	if o.reqs, err = replay.ReadTrace(*trace, *format, *limit); err != nil {
 		return err
 	}
 	d := o.pools[0].Deployment

@@ -27,7 +27,7 @@ func runSim(t *testing.T, args ...string) (string, error) {
 // per policy and rate; the table, --max-rate and --plot work on a slice of
 // the shipped Mooncake trace.
 func TestSimCommand(t *testing.T) {
-	out, err := runSim(t, "--trace", "testdata/traces/azure-code-head.csv", "--format", "azure", "--limit", "150",
+	out, err := runSim(t, "--trace", "../replay/testdata/traces/azure-code-head.csv", "--format", "azure", "--limit", "150",
 		"--cluster", "2xh100", "--rate-scale", "1,4", "--json")
 	if err != nil {
 		t.Fatalf("%v\n%s", err, out)
@@ -58,7 +58,7 @@ func TestSimCommand(t *testing.T) {
 		t.Fatalf("%d JSON lines, want 5 policies × 2 rates\n%s", lines, out)
 	}
 	dir := t.TempDir()
-	out, err = runSim(t, "--trace", "testdata/traces/mooncake-conversation-head.jsonl", "--format", "mooncake", "--limit", "30",
+	out, err = runSim(t, "--trace", "../replay/testdata/traces/mooncake-conversation-head.jsonl", "--format", "mooncake", "--limit", "30",
 		"--cluster", "1xh100,2xl4", "--policy", "scheduler,llm-d", "--max-rate", "--plot", dir)
 	if err != nil {
 		t.Fatalf("%v\n%s", err, out)
@@ -87,21 +87,21 @@ func TestSimCommand(t *testing.T) {
 	if err := os.WriteFile(model, buf.Bytes(), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	out, err = runSim(t, "--trace", "testdata/traces/mooncake-conversation-head.jsonl", "--format", "mooncake", "--limit", "20",
+	out, err = runSim(t, "--trace", "../replay/testdata/traces/mooncake-conversation-head.jsonl", "--format", "mooncake", "--limit", "20",
 		"--cluster", "2xcpu", "--cpu-model", model, "--policy", "least-loaded", "--json")
 	if err != nil || !strings.Contains(out, `"policy":"least-loaded"`) || !strings.Contains(out, "256-token step budget per cpu worker") {
 		t.Fatalf("cpu cluster: %v\n%s", err, out)
 	}
 	for _, bad := range [][]string{
-		{"--trace", "testdata/traces/azure-code-head.csv", "--format", "azure", "--cluster", "2xcpu"},
-		{"--trace", "testdata/traces/azure-code-head.csv", "--format", "azure", "--cluster", "2xcpu,2xh100", "--cpu-model", model},
-		{"--trace", "testdata/traces/azure-code-head.csv", "--format", "azure", "--cpu-model", model},
+		{"--trace", "../replay/testdata/traces/azure-code-head.csv", "--format", "azure", "--cluster", "2xcpu"},
+		{"--trace", "../replay/testdata/traces/azure-code-head.csv", "--format", "azure", "--cluster", "2xcpu,2xh100", "--cpu-model", model},
+		{"--trace", "../replay/testdata/traces/azure-code-head.csv", "--format", "azure", "--cpu-model", model},
 		{"--format", "azure"},
 		{"--trace", "x", "--format", "csv"},
-		{"--trace", "testdata/traces/azure-code-head.csv", "--format", "azure", "--policy", "fastest"},
-		{"--trace", "testdata/traces/azure-code-head.csv", "--format", "azure", "--cluster", "8xv100"},
-		{"--trace", "testdata/traces/azure-code-head.csv", "--format", "azure", "--rate-scale", "0"},
-		{"--trace", "testdata/traces/azure-code-head.csv", "--format", "azure", "--cluster", "1xt4", "--model", "llama3.1-70b"},
+		{"--trace", "../replay/testdata/traces/azure-code-head.csv", "--format", "azure", "--policy", "fastest"},
+		{"--trace", "../replay/testdata/traces/azure-code-head.csv", "--format", "azure", "--cluster", "8xv100"},
+		{"--trace", "../replay/testdata/traces/azure-code-head.csv", "--format", "azure", "--rate-scale", "0"},
+		{"--trace", "../replay/testdata/traces/azure-code-head.csv", "--format", "azure", "--cluster", "1xt4", "--model", "llama3.1-70b"},
 	} {
 		if _, err := runSim(t, bad...); err == nil {
 			t.Errorf("%v accepted", bad)

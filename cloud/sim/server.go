@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/phaseless/phaseless/cloud/sched"
+	"github.com/phaseless/phaseless/models/lm"
 	"github.com/phaseless/phaseless/transport/httpapi"
 	"github.com/phaseless/phaseless/transport/llm"
 )
@@ -111,7 +112,7 @@ func textHashes(text string, blockTokens int) []uint64 {
 // Generate implements llm.Generator.
 func (s *Server) Generate(ctx context.Context, req *llm.Request, emit llm.Emit) (llm.Final, error) {
 	start := time.Now()
-	prompt := llm.ChatPrompt(req.Messages)
+	prompt := lm.ChatPrompt(req.Messages)
 	q := &Seq{Prompt: max(1, (len(prompt)+charsPerToken-1)/charsPerToken), MaxOutput: max(1, req.MaxTokens)}
 	q.Hashes = textHashes(prompt, s.eng.d.Engine.BlockSize)
 	rt := &rtSeq{tokens: make(chan struct{}, q.MaxOutput)}
