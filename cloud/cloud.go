@@ -29,6 +29,7 @@ import (
 	"github.com/phaseless/phaseless/cloud/fleet/broker"
 	"github.com/phaseless/phaseless/cloud/ingress"
 	"github.com/phaseless/phaseless/cloud/sched"
+	"github.com/phaseless/phaseless/cloud/sim"
 	"github.com/phaseless/phaseless/cloud/worker"
 	"github.com/phaseless/phaseless/firmware"
 	"github.com/phaseless/phaseless/models/cloudmodel"
@@ -116,7 +117,7 @@ func (c *Config) Fields() cli.Fields {
 		{Flag: "pki-dir", Go: "PKIDir", Value: &c.PKIDir, Usage: "directory with the CA and server certificate (phaselessctl pki init)"},
 		{Flag: "dev", Go: "Dev", Value: &c.Dev, Usage: "development mode: no API keys required; creates a PKI in the data dir when none is given; honours x-phaseless-policy"},
 		{Flag: "model", Go: "Model", Value: &c.Model, Usage: "GGUF model for the built-in engine (default: the shipped cloud model)"},
-		{Flag: "worker", Go: "Workers", Value: &c.Workers, Usage: "OpenAI-compatible engine URL (repeatable); options in the fragment: URL#role=prefill-heavy&model=NAME&capacity=N"},
+		{Flag: "worker", Go: "Workers", Value: &c.Workers, Usage: "OpenAI-compatible engine URL (repeatable); options in the fragment: URL#role=prefill-heavy&model=NAME&capacity=N; or sim://GPU?model=M&n=N for simulated GPU workers (docs/sim.md)"},
 		{Flag: "redis", Go: "Redis", Value: &c.Redis, Usage: "Redis URL for shared admission state, e.g. redis://127.0.0.1:6379/0"},
 		{Flag: "api-keys", Go: "APIKeys", Value: &c.APIKeys, Usage: "file of API keys, one per line (key [tenant] [budget])"},
 		{Flag: "mqtt-tls", Go: "MQTTTLS", Value: &c.MQTTTLS, Usage: "embedded broker's MQTT-over-TLS listener, using the PKI's server certificate; empty disables it"},
@@ -204,6 +205,7 @@ type WorkerURL struct {
 	hasRole  bool
 	model    string
 	capacity int
+	sim      *sim.URLSpec // sim://GPU?model=M&n=N: simulated workers (cloud/sim)
 }
 
 // WorkerURLs is the repeatable --worker flag: each value is parsed once, when
@@ -235,6 +237,13 @@ func (l *WorkerURLs) Set(v string) error {
 }
 
 func parseWorkerURL(s string) (WorkerURL, error) {
+	if sim.IsURL(s) {
+		spec, err := sim.ParseURL(s)
+		if err != nil {
+			return WorkerURL{}, err
+		}
+		return WorkerURL{raw: s, sim: &spec}, nil
+	}
 	u, err := url.Parse(s)
 	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
 		return WorkerURL{}, fmt.Errorf("%q is not an http(s) URL", s)
@@ -290,6 +299,7 @@ type Cloud struct {
 	quic    *quic.Server
 	broker  *broker.Broker
 	fleet   *fleet.Manager
+	sims    []*sim.Fleet // simulated workers (--worker sim://...)
 	pkiDir  string
 }
 
@@ -564,7 +574,11 @@ func (c *Cloud) buildWorkers() ([]*worker.Worker, []*worker.Builtin, lm.Tokenize
 			workers, builtins = append(workers, w), append(builtins, b)
 		}
 	}
-	for i, wu := range c.cfg.Workers {
+	remotes, err := c.startSimWorkers()
+	if err != nil {
+		return fail(err)
+	}
+	for i, wu := range remotes {
 		r, err := worker.NewRemote(worker.RemoteConfig{URL: wu.base, Model: wu.model})
 		if err != nil {
 			return fail(err)
@@ -693,9 +707,37 @@ func (c *Cloud) closeLocked() error {
 		errs = append(errs, c.workers.Close())
 		c.workers = nil
 	}
+	for _, f := range c.sims {
+		errs = append(errs, f.Close())
+	}
+	c.sims = nil
 	if c.admit != nil {
 		errs = append(errs, c.admit.Close())
 		c.admit = nil
 	}
 	return errors.Join(errs...)
+}
+
+// startSimWorkers starts the simulated GPU servers of every sim:// worker
+// (cloud/sim) and returns the worker list with each replaced by its
+// servers' loopback URLs: the coordinator then drives them as it drives
+// real vLLM servers, over HTTP, reading their vLLM metrics.
+func (c *Cloud) startSimWorkers() ([]WorkerURL, error) {
+	var out []WorkerURL
+	for _, wu := range c.cfg.Workers {
+		if wu.sim == nil {
+			out = append(out, wu)
+			continue
+		}
+		f, err := sim.StartFleet(wu.raw)
+		if err != nil {
+			return nil, err
+		}
+		c.sims = append(c.sims, f)
+		for _, u := range f.URLs() {
+			out = append(out, WorkerURL{raw: u, base: u, host: strings.TrimPrefix(u, "http://"),
+				role: wu.sim.Role, hasRole: wu.sim.HasRole, model: wu.sim.Model.Name})
+		}
+	}
+	return out, nil
 }
