@@ -67,7 +67,7 @@ type Supervisor struct {
 	Log       *slog.Logger
 }
 
-func (s *Supervisor) setDefaults() {
+func (s *Supervisor) fillDefaults() {
 	if s.Binary == "" {
 		s.Binary = "phaseless-agent"
 	}
@@ -99,7 +99,7 @@ func (s *Supervisor) Run(ctx context.Context) error {
 	if s.Slots == nil || s.Healthy == nil {
 		return errors.New("supervisor: Slots and Healthy are required")
 	}
-	s.setDefaults()
+	s.fillDefaults()
 	delay := s.RestartDelay
 	for ctx.Err() == nil {
 		slot, rolledBack, err := s.Slots.Boot()

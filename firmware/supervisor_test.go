@@ -364,7 +364,7 @@ func TestUpdateSurvivesKill9(t *testing.T) {
 			landed["before the switch"]++
 		}
 		probe := &Supervisor{Slots: slots, Factory: self}
-		probe.setDefaults()
+		probe.fillDefaults()
 		if _, err := probe.executable(st.Active); err != nil {
 			t.Fatalf("cycle %d: committed slot %s cannot start: %v (state %+v)", i, st.Active, err, st)
 		}
