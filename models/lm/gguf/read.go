@@ -3,6 +3,7 @@ package gguf
 import (
 	"bufio"
 	"encoding/binary"
+	"errors"
 	"fmt"
 	"io"
 	"math"
@@ -105,7 +106,7 @@ func (f *File) checkTensor(t *TensorInfo) error {
 	n := uint64(1)
 	for _, dim := range t.Dims {
 		hi, lo := bits.Mul64(n, dim)
-		if dim == 0 || hi != 0 || lo > uint64(f.size) {
+		if dim == 0 || hi != 0 || lo/8 > uint64(f.size) { // no type takes under a bit per value
 			return fmt.Errorf("%w: tensor %q has dimensions %v", ErrFormat, t.Name, t.Dims)
 		}
 		n = lo
@@ -114,6 +115,9 @@ func (f *File) checkTensor(t *TensorInfo) error {
 		return fmt.Errorf("%w: tensor %q row of %d elements", ErrFormat, t.Name, t.Dims[0])
 	}
 	nb, err := t.Bytes()
+	if errors.Is(err, ErrUnsupportedType) {
+		return err // an unknown type number: say so, not "malformed"
+	}
 	if err != nil {
 		return fmt.Errorf("%w: %w", ErrFormat, err)
 	}
