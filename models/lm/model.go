@@ -209,21 +209,20 @@ func loadMatrix(f *gguf.File, ti *gguf.TensorInfo, s tensorSpec) (*matrix, error
 	if err != nil {
 		return nil, err
 	}
-	m := &matrix{rows: s.rows, cols: s.cols, dtype: ti.Type}
-	switch ti.Type {
-	case gguf.F32:
-		m.f32 = make([]float32, s.rows*s.cols)
-		if err := gguf.Decode(m.f32, raw, gguf.F32); err != nil {
-			return nil, fmt.Errorf("tensor %s: %w", s.name, err)
+	if !ti.Type.Decoded() {
+		return nil, fmt.Errorf("tensor %s: %w", s.name, gguf.UnsupportedError(ti.Type))
+	}
+	if ti.Type == gguf.F32 {
+		m := &matrix{rows: s.rows, cols: s.cols, dtype: gguf.F32}
+		if m.f32 = float32View(raw); m.f32 == nil {
+			m.f32 = make([]float32, s.rows*s.cols)
+			gguf.Dequantize(m.f32, raw, gguf.F32)
 		}
-	case gguf.F16, gguf.Q8_0:
-		rb, err := ti.Type.RowBytes(s.cols)
-		if err != nil {
-			return nil, fmt.Errorf("tensor %s: %w", s.name, err)
-		}
-		m.raw, m.rowBytes = raw, rb
-	default:
-		return nil, fmt.Errorf("tensor %s: %w: %s", s.name, gguf.ErrUnsupportedType, ti.Type)
+		return m, nil
+	}
+	m, err := newRawMatrix(s.rows, s.cols, ti.Type, raw)
+	if err != nil {
+		return nil, fmt.Errorf("tensor %s: %w", s.name, err)
 	}
 	return m, nil
 }

@@ -1,0 +1,276 @@
+package lm
+
+import (
+	"bytes"
+	"errors"
+	"math"
+	"math/rand/v2"
+	"strings"
+	"testing"
+
+	"github.com/phaseless/phaseless/models/lm/gguf"
+)
+
+var quantTypes = []DType{Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q2_K, Q3_K, Q4_K, Q5_K, Q6_K}
+
+func randVec(rng *rand.Rand, n int) []float32 {
+	v := make([]float32, n)
+	for i := range v {
+		v[i] = float32(rng.NormFloat64())
+	}
+	return v
+}
+
+// quantMatrix encodes random rows×cols weights as d.
+func quantMatrix(t testing.TB, rng *rand.Rand, d DType, rows, cols int) *matrix {
+	t.Helper()
+	raw, err := gguf.Encode(nil, randVec(rng, rows*cols), d)
+	if err != nil {
+		t.Fatal(err)
+	}
+	m, err := newRawMatrix(rows, cols, d, raw)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return m
+}
+
+// TestQuantDotMatchesDequantized checks each integer kernel against the
+// float64 dot product of the dequantized weight row with the dequantized
+// activations: they differ only by float32 rounding of the block sums.
+func TestQuantDotMatchesDequantized(t *testing.T) {
+	rng := rand.New(rand.NewPCG(3, 4))
+	const cols = 3 * 256
+	for _, d := range quantTypes {
+		m := quantMatrix(t, rng, d, 5, cols)
+		k := m.qk
+		x := randVec(rng, cols)
+		qx := make([]byte, k.actBytes(cols))
+		k.quantize(qx, x)
+		xd := dequantAct(k, qx, cols)
+		w := make([]float32, cols)
+		for r := range m.rows {
+			m.rowInto(r, w)
+			var want, mag float64
+			for i := range w {
+				want += float64(w[i]) * float64(xd[i])
+				mag += math.Abs(float64(w[i]) * float64(xd[i]))
+			}
+			got := k.dot(m.raw[r*m.rowBytes:(r+1)*m.rowBytes], qx, cols/k.blockLen)
+			if math.Abs(float64(got)-want) > 1e-5*mag {
+				t.Errorf("%s row %d: kernel %v, dequantized %v (|terms| %v)", d, r, got, want, mag)
+			}
+			if f := fastDot(d); f != nil {
+				if g := f(m.raw[r*m.rowBytes:(r+1)*m.rowBytes], qx, cols/k.blockLen); math.Float32bits(g) != math.Float32bits(got) {
+					t.Errorf("%s row %d: assembly %v, Go %v", d, r, g, got)
+				}
+			}
+		}
+	}
+}
+
+// dequantAct decodes quantized activations back to float (d·q).
+func dequantAct(k *qkernel, qx []byte, cols int) []float32 {
+	out := make([]float32, cols)
+	bl, ab, off := 32, act32Bytes, 8
+	if k.superK {
+		bl, ab, off = gguf.QK, actKBytes, 4
+	}
+	for b := 0; b < cols/bl; b++ {
+		blk := qx[b*ab:]
+		d := f32At(blk)
+		for i := range bl {
+			out[b*bl+i] = d * float32(int8(blk[off+i]))
+		}
+	}
+	return out
+}
+
+// TestQuantActivationSums checks the per-block sums the kernels use for
+// mins and offsets.
+func TestQuantActivationSums(t *testing.T) {
+	rng := rand.New(rand.NewPCG(9, 9))
+	x := randVec(rng, 512)
+	for _, superK := range []bool{false, true} {
+		k := &qkernel{superK: superK}
+		qx := make([]byte, k.actBytes(512))
+		k.quantize(qx, x)
+		if superK {
+			for b := range 2 {
+				blk := qx[b*actKBytes:]
+				for g := range 16 {
+					var s int
+					for i := range 16 {
+						s += int(int8(blk[4+16*g+i]))
+					}
+					if got := int(int16(uint16(blk[4+256+2*g]) | uint16(blk[4+256+2*g+1])<<8)); got != s {
+						t.Fatalf("bsum %d/%d = %d, want %d", b, g, got, s)
+					}
+				}
+			}
+			continue
+		}
+		for b := range 16 {
+			blk := qx[b*act32Bytes:]
+			var s int32
+			for i := range 32 {
+				s += int32(int8(blk[8+i]))
+			}
+			if got := int32(uint32(blk[4]) | uint32(blk[5])<<8 | uint32(blk[6])<<16 | uint32(blk[7])<<24); got != s {
+				t.Fatalf("sum %d = %d, want %d", b, got, s)
+			}
+		}
+	}
+}
+
+// TestQuantMulBatchInvariant: every token's outputs are the same bits
+// whether it is multiplied alone, in a batch of any size, on one thread or
+// several (odd row counts give partial tiles).
+func TestQuantMulBatchInvariant(t *testing.T) {
+	rng := rand.New(rand.NewPCG(11, 12))
+	for _, d := range quantTypes {
+		m := quantMatrix(t, rng, d, 131, 512)
+		const n = 19
+		x := randVec(rng, n*m.cols)
+		all := make([]float32, n*m.rows)
+		m.mul(newPool(3), all, x, n)
+		one := make([]float32, m.rows)
+		for tok := range n {
+			m.mul(newPool(1), one, x[tok*m.cols:(tok+1)*m.cols], 1)
+			for r := range m.rows {
+				if math.Float32bits(one[r]) != math.Float32bits(all[tok*m.rows+r]) {
+					t.Fatalf("%s token %d row %d: alone %v, batched %v", d, tok, r, one[r], all[tok*m.rows+r])
+				}
+			}
+		}
+	}
+}
+
+// quantTestConfig has widths that are multiples of 256, so every K-quant
+// applies without fallback.
+var quantTestConfig = Config{Vocab: 512, Dim: 256, Layers: 2, Heads: 4, KVHeads: 2, FFN: 512, ContextLen: 64}
+
+// TestQuantizedLogitsCloseToF32 quantizes one random model with every type
+// and the Q4_K_M mix and compares final logits with the F32 model's. The
+// relative errors (‖Δ‖/‖logits‖) are logged per type; the bounds are a few
+// times what each bit width gives.
+func TestQuantizedLogitsCloseToF32(t *testing.T) {
+	cfg := quantTestConfig
+	w, err := RandomWeights(cfg, 21)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tok, _ := PaddedByteTokenizerSpec(cfg.Vocab)
+	var f32 bytes.Buffer
+	if err := WriteGGUF(&f32, cfg, tok, w, nil, F32); err != nil {
+		t.Fatal(err)
+	}
+	ref, err := Read(bytes.NewReader(f32.Bytes()), int64(f32.Len()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ids := []int32{256, 72, 101, 108, 108, 111, 32, 119}
+	want := ref.Logits(ids)
+	// Measured: q8_0 0.030, q6_k 0.069, q5_* 0.14–0.17, q4_* 0.29–0.31,
+	// q4_k_m 0.29, q3_k 0.48, q2_k 0.98, bf16 0.008, f16 0.0008 (random
+	// weights and 8-bit activations amplify weight error ~4×; uncorrelated
+	// logits would be ~1.41).
+	bound := map[string]float64{"q8_0": 0.045, "q6_k": 0.1, "q5_0": 0.22, "q5_1": 0.22, "q5_k": 0.22,
+		"q4_0": 0.45, "q4_1": 0.45, "q4_k": 0.45, "q4_k_m": 0.45, "q3_k": 0.7, "q2_k": 1.2, "bf16": 0.012, "f16": 0.0012}
+	src, _ := gguf.Read(bytes.NewReader(f32.Bytes()), int64(f32.Len()))
+	for name, b := range bound {
+		r, err := ParseRecipe(name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var q bytes.Buffer
+		if err := Quantize(&q, src, r); err != nil {
+			t.Fatal(name, err)
+		}
+		m, err := Read(bytes.NewReader(q.Bytes()), int64(q.Len()))
+		if err != nil {
+			t.Fatal(name, err)
+		}
+		got := m.Logits(ids)
+		var se, ss float64
+		for i := range want {
+			e := float64(got[i] - want[i])
+			se += e * e
+			ss += float64(want[i]) * float64(want[i])
+		}
+		rel := math.Sqrt(se / ss)
+		t.Logf("%-6s %7.0f bytes  logits relative error %.4f  (%s)", name, float64(q.Len()), rel, m.TensorTypes())
+		if !(rel <= b) {
+			t.Errorf("%s: logits relative error %.4f > %.3f", name, rel, b)
+		}
+	}
+}
+
+func TestQ4KMRecipe(t *testing.T) {
+	r, _ := ParseRecipe("Q4_K_M")
+	for _, tc := range []struct {
+		name string
+		cols int
+		want DType
+	}{
+		{"output.weight", 256, Q6_K},
+		{"token_embd.weight", 256, Q4_K},
+		{"blk.0.attn_v.weight", 256, Q6_K}, // first eighth
+		{"blk.1.attn_v.weight", 256, Q4_K},
+		{"blk.3.ffn_down.weight", 256, Q6_K}, // (3-1)%3 == 2
+		{"blk.7.ffn_down.weight", 256, Q6_K}, // last eighth
+		{"blk.2.attn_q.weight", 256, Q4_K},
+		{"blk.2.attn_q.weight", 1408, Q5_0}, // 256 does not divide: llama-quantize's fallback
+		{"blk.0.ffn_down.weight", 1408, Q8_0},
+		{"blk.2.attn_q.weight", 40, F16},
+	} {
+		if got := r.TypeFor(tc.name, tc.cols, 8, false); got != tc.want {
+			t.Errorf("%s (%d cols): %s, want %s", tc.name, tc.cols, got, tc.want)
+		}
+	}
+	if r.TypeFor("blk.0.attn_norm.weight", 256, 8, true) != F32 {
+		t.Error("norm vector not F32")
+	}
+	if _, err := ParseRecipe("iq2_xxs"); err == nil {
+		t.Error("iq2_xxs accepted")
+	}
+}
+
+// TestUnsupportedTensorTypeNamed: a model holding a type the engine cannot
+// run fails to load with the type's name and the tensor's, not "malformed".
+func TestUnsupportedTensorTypeNamed(t *testing.T) {
+	cfg := quantTestConfig
+	w, _ := RandomWeights(cfg, 1)
+	tok, _ := PaddedByteTokenizerSpec(cfg.Vocab)
+	var buf bytes.Buffer
+	if err := WriteGGUF(&buf, cfg, tok, w, nil, Q4_K); err != nil {
+		t.Fatal(err)
+	}
+	raw := buf.Bytes()
+	// Retype blk.0.attn_q.weight (Q4_K, 144 bytes per 256) as IQ4_XS (136):
+	// the table entry gives it a size, so only the loader objects.
+	f, err := gguf.Read(bytes.NewReader(raw), int64(len(raw)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var patched bool
+	for i := range f.Tensors {
+		if f.Tensors[i].Name == "blk.0.attn_q.weight" {
+			name := []byte("blk.0.attn_q.weight")
+			at := bytes.Index(raw, name) + len(name) + 4 + 16
+			if raw[at] != byte(Q4_K) {
+				t.Fatalf("type byte %d", raw[at])
+			}
+			raw[at] = byte(gguf.IQ4_XS)
+			patched = true
+		}
+	}
+	if !patched {
+		t.Fatal("tensor not found")
+	}
+	_, err = Read(bytes.NewReader(raw), int64(len(raw)))
+	if err == nil || !strings.Contains(err.Error(), "unsupported tensor type IQ4_XS") ||
+		!strings.Contains(err.Error(), "blk.0.attn_q.weight") || errors.Is(err, gguf.ErrFormat) {
+		t.Fatalf("load: %v", err)
+	}
+}
