@@ -184,10 +184,10 @@ func dot32(d gguf.DType) func(w, x []byte, nb int) float32 {
 // kBlock is a K-quant super-block unpacked to integers: quants q (signed,
 // offsets applied), a scale and a min per 16 values, and the f16 factors.
 type kBlock struct {
-	q        [gguf.QK]int32
-	sc, m    [16]int32
-	d, dmin  float32
-	hasMins  bool
+	q       [gguf.QK]int32
+	sc, m   [16]int32
+	d, dmin float32
+	hasMins bool
 }
 
 // unpackK fills kb from one super-block of type d.
