@@ -4,10 +4,14 @@ import (
 	"bytes"
 	"encoding/binary"
 	"errors"
+	"fmt"
 	"math"
 	"math/rand/v2"
+	"os"
+	"runtime"
 	"strings"
 	"testing"
+	"unsafe"
 
 	"github.com/phaseless/phaseless/models/lm/gguf"
 )
@@ -325,4 +329,60 @@ func f16Fields(d DType) []int {
 		return []int{80, 82}
 	}
 	return []int{0}
+}
+
+// TestLoadMapsFile: Load memory-maps the file (on unix), uses F32 weights in
+// place, and gives the same logits as reading the file into memory.
+func TestLoadMapsFile(t *testing.T) {
+	cfg := quantTestConfig
+	w, _ := RandomWeights(cfg, 5)
+	tok, _ := PaddedByteTokenizerSpec(cfg.Vocab)
+	for _, d := range []DType{F32, Q4_K} {
+		var buf bytes.Buffer
+		if err := WriteGGUF(&buf, cfg, tok, w, nil, d); err != nil {
+			t.Fatal(err)
+		}
+		path := t.TempDir() + "/m.gguf"
+		if err := os.WriteFile(path, buf.Bytes(), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		m, err := Load(path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if runtime.GOOS != "windows" && runtime.GOOS != "plan9" && !m.Mapped {
+			t.Errorf("%s: not memory-mapped", d)
+		}
+		r, err := Read(bytes.NewReader(buf.Bytes()), int64(buf.Len()))
+		if err != nil {
+			t.Fatal(err)
+		}
+		ids := []int32{256, 1, 2, 3}
+		a, b := m.Logits(ids), r.Logits(ids)
+		for i := range a {
+			if math.Float32bits(a[i]) != math.Float32bits(b[i]) {
+				t.Fatalf("%s: mapped logit %d = %v, read %v", d, i, a[i], b[i])
+			}
+		}
+		if m.Mapped && d == F32 && runtime.GOOS == "linux" {
+			// The embedding table is the mapped file's pages, not a copy.
+			maps, err := os.ReadFile("/proc/self/maps")
+			if err != nil {
+				t.Fatal(err)
+			}
+			p := uint64(uintptr(unsafe.Pointer(&m.embd.f32[0])))
+			inside := false
+			for _, line := range strings.Split(string(maps), "\n") {
+				var lo, hi uint64
+				if strings.HasSuffix(line, path) {
+					if _, err := fmt.Sscanf(line, "%x-%x", &lo, &hi); err == nil && p >= lo && p < hi {
+						inside = true
+					}
+				}
+			}
+			if !inside {
+				t.Errorf("token_embd at %#x is not inside the mapping of %s", p, path)
+			}
+		}
+	}
 }
