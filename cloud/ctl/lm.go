@@ -54,9 +54,9 @@ func lmInit(ctx context.Context, cio cli.IO, args []string) error {
 	fs.IntVar(&c.Vocab, "vocab", 258, "vocabulary size (at least 258: bytes, BOS, EOS)")
 	fs.IntVar(&c.ContextLen, "ctx", 1024, "context length")
 	fs.Float64Var(&c.RopeTheta, "rope-theta", 10000, "RoPE base")
-	dtype := fs.String("dtype", "f32", "tensor storage: f32, f16, bf16, q8_0, q6_k, q4_k, … (lm quantize for mixes)")
+	dtype := fs.String("dtype", "f32", "tensor storage: f32, f16, bf16, q8_0, q6_k, q4_k, …, or the q4_k_m / q5_k_m mixes")
 	seed := fs.Uint64("seed", 1, "random seed")
-	if done, err := lmParseFlags(fs, cio, args, "lm init --out F [--layers L --dim D --heads H --kv-heads K --ffn F --vocab V --ctx C --dtype f32|f16|bf16|q8_0|q6_k|q4_k|… --seed S]"); done || err != nil {
+	if done, err := lmParseFlags(fs, cio, args, "lm init --out F [--layers L --dim D --heads H --kv-heads K --ffn F --vocab V --ctx C --dtype f32|f16|bf16|q8_0|q6_k|q4_k_m|… --seed S]"); done || err != nil {
 		return err
 	}
 	if *out == "" {
@@ -68,27 +68,22 @@ func lmInit(ctx context.Context, cio cli.IO, args []string) error {
 	if c.FFN == 0 {
 		c.FFN = (c.Dim*8/3 + 31) / 32 * 32
 	}
-	dt, err := lm.ParseDType(*dtype)
+	dt, err := lm.ParseRecipe(*dtype)
 	if err != nil {
 		return &cli.FieldError{Field: "dtype", Err: err}
 	}
 	if err := c.Validate(); err != nil {
 		return err
 	}
-	tok, err := lm.PaddedByteTokenizerSpec(c.Vocab)
-	if err != nil {
+	if _, err := lm.PaddedByteTokenizerSpec(c.Vocab); err != nil {
 		return &cli.FieldError{Field: "vocab", Err: err}
-	}
-	w, err := lm.RandomWeights(c, *seed)
-	if err != nil {
-		return err
 	}
 	f, err := os.Create(*out)
 	if err != nil {
 		return err
 	}
 	meta := map[string]any{"general.name": "random", "phaseless.seed": *seed}
-	if err := lm.WriteGGUF(f, c, tok, w, meta, dt); err != nil {
+	if err := lm.WriteRandom(f, c, *seed, meta, dt); err != nil {
 		f.Close()
 		return err
 	}
@@ -97,7 +92,7 @@ func lmInit(ctx context.Context, cio cli.IO, args []string) error {
 	}
 	st, _ := os.Stat(*out)
 	fmt.Fprintf(cio.Stdout, "wrote %s: %d layers, dim %d, %d/%d heads, ffn %d, vocab %d, ctx %d, %s, %.1f MB\n",
-		*out, c.Layers, c.Dim, c.Heads, c.KVHeads, c.FFN, c.Vocab, c.ContextLen, dt, float64(st.Size())/1e6)
+		*out, c.Layers, c.Dim, c.Heads, c.KVHeads, c.FFN, c.Vocab, c.ContextLen, dt.Name, float64(st.Size())/1e6)
 	return nil
 }
 

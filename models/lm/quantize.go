@@ -136,3 +136,18 @@ func (m *Model) TensorTypes() string {
 	sort.Strings(parts)
 	return strings.Join(parts, " ")
 }
+
+// WriteRandom writes a model of shape cfg with RandomWeights(seed), the
+// padded byte vocabulary and tensors typed by r: what `phaselessctl lm init`
+// writes, and what tests and benchmarks use as a model of a given size.
+func WriteRandom(w io.Writer, cfg Config, seed uint64, meta map[string]any, r Recipe) error {
+	weights, err := RandomWeights(cfg, seed)
+	if err != nil {
+		return err
+	}
+	tok, err := PaddedByteTokenizerSpec(cfg.Vocab)
+	if err != nil {
+		return err
+	}
+	return WriteGGUFRecipe(w, cfg, tok, weights, meta, r)
+}

@@ -149,6 +149,12 @@ const (
 // vectors always stay F32, as llama.cpp does). A block type that does not
 // divide a matrix's rows falls back as Recipe.TypeFor says.
 func WriteGGUF(w io.Writer, cfg Config, tok TokenizerSpec, weights *Weights, meta map[string]any, dtype DType) error {
+	return WriteGGUFRecipe(w, cfg, tok, weights, meta, UniformRecipe(dtype))
+}
+
+// WriteGGUFRecipe is WriteGGUF with each tensor's type chosen by a recipe
+// (for example ParseRecipe("q4_k_m")).
+func WriteGGUFRecipe(w io.Writer, cfg Config, tok TokenizerSpec, weights *Weights, meta map[string]any, r Recipe) error {
 	cfg = cfg.WithDefaults()
 	if err := weights.Check(cfg); err != nil {
 		return fmt.Errorf("write gguf: %w", err)
@@ -168,7 +174,7 @@ func WriteGGUF(w io.Writer, cfg Config, tok TokenizerSpec, weights *Weights, met
 		{Key: "llama.rope.freq_base", Value: float32(cfg.RopeTheta)},
 		{Key: "llama.attention.layer_norm_rms_epsilon", Value: float32(cfg.NormEps)},
 		{Key: "llama.vocab_size", Value: uint32(cfg.Vocab)},
-		{Key: "general.file_type", Value: fileType(dtype)},
+		{Key: "general.file_type", Value: r.ftype},
 	}
 	kvs = append(kvs, tok.kvs()...)
 	for _, k := range sortedKeys(meta) {
@@ -182,7 +188,7 @@ func WriteGGUF(w io.Writer, cfg Config, tok TokenizerSpec, weights *Weights, met
 		if s.optional && *s.ptr == nil {
 			continue
 		}
-		t := UniformRecipe(dtype).TypeFor(s.name, s.cols, cfg.Layers, s.rows == 1)
+		t := r.TypeFor(s.name, s.cols, cfg.Layers, s.rows == 1)
 		dims := []uint64{uint64(s.cols), uint64(s.rows)}
 		if s.rows == 1 {
 			dims = dims[:1]
@@ -195,8 +201,6 @@ func WriteGGUF(w io.Writer, cfg Config, tok TokenizerSpec, weights *Weights, met
 	return nil
 }
 
-// fileType is llama.cpp's LLAMA_FTYPE for a uniform tensor type.
-func fileType(d DType) uint32 { return recipeFTypes[d] }
 
 func hasKey(kvs []gguf.KV, k string) bool {
 	for _, kv := range kvs {
