@@ -201,7 +201,6 @@ func WriteGGUFRecipe(w io.Writer, cfg Config, tok TokenizerSpec, weights *Weight
 	return nil
 }
 
-
 func hasKey(kvs []gguf.KV, k string) bool {
 	for _, kv := range kvs {
 		if kv.Key == k {
