@@ -2,8 +2,6 @@
 
 package lm
 
-import "github.com/phaseless/phaseless/models/lm/gguf"
-
 // haveDot4 and haveDot8 are false off amd64: the forward pass uses gonum's
 // portable kernels.
 var haveDot4, haveDot8 = false, false
@@ -37,6 +35,3 @@ func siluAVX2(n int, gate, up *float32) (done int) {
 func softmaxExpAVX2(n int, sc *float32, maxS float32, sum float64) (done int, total float64) {
 	panic("lm: AVX2 kernel off amd64")
 }
-
-// fastDot has no assembly kernels off amd64: the Go kernels run.
-func fastDot(gguf.DType) func(w, x []byte, nb int) float32 { return nil }

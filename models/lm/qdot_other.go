@@ -1,0 +1,8 @@
+//go:build !amd64 && !arm64
+
+package lm
+
+import "github.com/phaseless/phaseless/models/lm/gguf"
+
+// fastDot: no assembly kernels on this architecture, the Go kernels run.
+func fastDot(gguf.DType) func(w, x []byte, nb int) float32 { return nil }
