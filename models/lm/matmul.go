@@ -299,8 +299,9 @@ func packPairs(buf, x []float32, n, cols, k8 int) []float32 {
 // mulQuant is mul for block types: the tokens' activations are quantized
 // once, then each tile of weight rows is streamed once while every token's
 // integer dot product with each row is taken (the row stays in L1 across
-// tokens). One function computes every (token, row) pair, so batching cannot
-// change a result.
+// tokens; groups of four share one unpacking of each block where a ×4
+// kernel exists). Every kernel does the same operations per (token, row)
+// pair, so batching cannot change a result.
 func (m *matrix) mulQuant(p *pool, y, x []float32, n int) {
 	if n == 0 {
 		return
@@ -319,12 +320,21 @@ func (m *matrix) mulQuant(p *pool, y, x []float32, n int) {
 	if f := fastDot(m.dtype); f != nil {
 		dot = f
 	}
+	dot4 := fastDot4(m.dtype)
 	tiles := (m.rows + tileRows - 1) / tileRows
 	p.run(tiles, func(_, tile int) {
 		r0 := tile * tileRows
+		var out [4]float32
 		for r := r0; r < min(r0+tileRows, m.rows); r++ {
 			row := m.raw[r*m.rowBytes : (r+1)*m.rowBytes]
-			for t := range n {
+			t := 0
+			for ; dot4 != nil && t+4 <= n; t += 4 {
+				dot4(row, qx[t*ab:(t+4)*ab], ab, nb, &out)
+				for j, v := range out {
+					y[(t+j)*m.rows+r] = v
+				}
+			}
+			for ; t < n; t++ {
 				y[t*m.rows+r] = dot(row, qx[t*ab:(t+1)*ab], nb)
 			}
 		}

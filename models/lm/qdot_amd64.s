@@ -248,3 +248,311 @@ q6kdone:
 	VMOVSS X10, ret+24(FP)
 	VZEROUPPER
 	RET
+
+// The ×4 kernels: one weight row against four tokens whose activation rows
+// are xstride bytes apart, out[t] for token t. Each weight block is loaded
+// and unpacked once for the four; every token's sums are the same
+// operations, in the same order, as the one-token kernel's, so a result does
+// not depend on which kernel, or which group of four, produced it.
+
+// Q80_TOKEN: one token's share of a Q8_0 block (|w| in Y5, w in Y4, dw in X6).
+#define Q80_TOKEN(p, acc) \
+	VMOVDQU      8(p), Y7; \
+	VPSIGNB      Y4, Y7, Y7; \
+	VPMADDUBSW   Y7, Y5, Y7; \
+	VPMADDWD     Y15, Y7, Y7; \
+	VCVTDQ2PS    Y7, Y7; \
+	VMULSS       (p), X6, X8; \
+	VBROADCASTSS X8, Y8; \
+	VMULPS       Y8, Y7, Y7; \
+	VADDPS       Y7, acc, acc
+
+// func dotQ8_0x4AVX2(w, x *byte, xstride, nb int, out *[4]float32)
+TEXT ·dotQ8_0x4AVX2(SB), NOSPLIT, $0-40
+	MOVQ w+0(FP), SI
+	MOVQ x+8(FP), DI
+	MOVQ xstride+16(FP), DX
+	MOVQ nb+24(FP), CX
+	MOVQ out+32(FP), R8
+	LEAQ (DI)(DX*1), R9
+	LEAQ (R9)(DX*1), R10
+	LEAQ (R10)(DX*1), R11
+	VXORPS Y0, Y0, Y0
+	VXORPS Y1, Y1, Y1
+	VXORPS Y2, Y2, Y2
+	VXORPS Y3, Y3, Y3
+	MOVL $0x00010001, AX
+	VMOVD AX, X15
+	VPBROADCASTD X15, Y15
+	TESTQ CX, CX
+	JEQ  q80x4done
+
+q80x4loop:
+	VMOVDQU 2(SI), Y4
+	VPSIGNB Y4, Y4, Y5
+	MOVWLZX (SI), AX
+	VMOVD AX, X6
+	VCVTPH2PS X6, X6
+	Q80_TOKEN(DI, Y0)
+	Q80_TOKEN(R9, Y1)
+	Q80_TOKEN(R10, Y2)
+	Q80_TOKEN(R11, Y3)
+	ADDQ $34, SI
+	ADDQ $40, DI
+	ADDQ $40, R9
+	ADDQ $40, R10
+	ADDQ $40, R11
+	DECQ CX
+	JNZ  q80x4loop
+
+q80x4done:
+	REDUCE8(Y0, X0, 0(R8))
+	REDUCE8(Y1, X1, 4(R8))
+	REDUCE8(Y2, X2, 8(R8))
+	REDUCE8(Y3, X3, 12(R8))
+	VZEROUPPER
+	RET
+
+// FSCALE is SCALE_ADD for the ×4 kernels: token activations at p, the float
+// sum in X4 (loaded from and stored to out by the caller). Clobbers R12, X2, X3.
+#define FSCALE(hoff, p, ireg, op) \
+	MOVWLZX    hoff(SI), R12; \
+	VMOVD      R12, X2; \
+	VCVTPH2PS  X2, X2; \
+	VMULSS     (p), X2, X2; \
+	VCVTSI2SSL ireg, X3, X3; \
+	VMULSS     X3, X2, X2; \
+	op         X2, X4, X4
+
+// Q4K_MSUM: Σ_j m_j·(bsum[2j]+bsum[2j+1]) of the token at p (mins in Y1) to moff(SP).
+#define Q4K_MSUM(p, moff) \
+	VPMADDWD 260(p), Y13, Y2; \
+	VPMULLD  Y2, Y1, Y2; \
+	HSUMD(Y2, X2, AX); \
+	MOVL     AX, moff(SP)
+
+// Q4K_TOK: one token's products with the unpacked plane (Y3 low, Y4 high).
+#define Q4K_TOK(p, x0, x1, acc) \
+	VPMADDUBSW x0(p), Y3, Y7; \
+	VPMADDWD   Y5, Y7, Y7; \
+	VPADDD     Y7, acc, acc; \
+	VPMADDUBSW x1(p), Y4, Y7; \
+	VPMADDWD   Y6, Y7, Y7; \
+	VPADDD     Y7, acc, acc
+
+// Q4K_STEP4: one 32-byte quant plane, scales at bytes s and s+1 of 0(SP).
+#define Q4K_STEP4(qoff, x0, x1, s) \
+	VMOVDQU qoff(SI), Y3; \
+	VPSRLW  $4, Y3, Y4; \
+	VPAND   Y14, Y3, Y3; \
+	VPAND   Y14, Y4, Y4; \
+	MOVBLZX s(SP), AX; \
+	VMOVD   AX, X5; \
+	VPBROADCASTW X5, Y5; \
+	MOVBLZX s+1(SP), AX; \
+	VMOVD   AX, X6; \
+	VPBROADCASTW X6, Y6; \
+	Q4K_TOK(DI, x0, x1, Y8); \
+	Q4K_TOK(R9, x0, x1, Y9); \
+	Q4K_TOK(R10, x0, x1, Y10); \
+	Q4K_TOK(R11, x0, x1, Y11)
+
+// Q4K_FINISH folds one token's super-block into out[ooff/4].
+#define Q4K_FINISH(acc, accx, p, moff, ooff) \
+	HSUMD(acc, accx, AX); \
+	MOVL   moff(SP), BX; \
+	VMOVSS ooff(R8), X4; \
+	FSCALE(0, p, AX, VADDSS); \
+	FSCALE(2, p, BX, VSUBSS); \
+	VMOVSS X4, ooff(R8)
+
+// func dotQ4Kx4AVX2(w, x *byte, xstride, nb int, out *[4]float32)
+//
+// Frame: 0(SP) the eight 6-bit scales, 8(SP) the four tokens' min sums.
+TEXT ·dotQ4Kx4AVX2(SB), NOSPLIT, $24-40
+	MOVQ w+0(FP), SI
+	MOVQ x+8(FP), DI
+	MOVQ xstride+16(FP), DX
+	MOVQ nb+24(FP), CX
+	MOVQ out+32(FP), R8
+	LEAQ (DI)(DX*1), R9
+	LEAQ (R9)(DX*1), R10
+	LEAQ (R10)(DX*1), R11
+	MOVQ $0, 0(R8)
+	MOVQ $0, 8(R8)
+	MOVL $0x0f0f0f0f, AX
+	VMOVD AX, X14
+	VPBROADCASTD X14, Y14
+	MOVL $0x00010001, AX
+	VMOVD AX, X13
+	VPBROADCASTD X13, Y13
+	TESTQ CX, CX
+	JEQ  q4kx4done
+
+q4kx4loop:
+	MOVL 4(SI), AX
+	MOVL 8(SI), BX
+	MOVL 12(SI), DX
+	MOVL AX, R12
+	ANDL $0x3f3f3f3f, R12
+	MOVL R12, 0(SP)        // scales 0-3
+	MOVL DX, R12
+	ANDL $0x0f0f0f0f, R12
+	MOVL AX, R13
+	SHRL $6, R13
+	ANDL $0x03030303, R13
+	SHLL $4, R13
+	ORL  R13, R12
+	MOVL R12, 4(SP)        // scales 4-7
+	MOVL BX, R12
+	ANDL $0x3f3f3f3f, R12
+	VMOVD R12, X1          // mins 0-3
+	MOVL DX, R12
+	SHRL $4, R12
+	ANDL $0x0f0f0f0f, R12
+	MOVL BX, R13
+	SHRL $6, R13
+	ANDL $0x03030303, R13
+	SHLL $4, R13
+	ORL  R13, R12
+	VPINSRD $1, R12, X1, X1 // mins 4-7
+	VPMOVZXBD X1, Y1
+	Q4K_MSUM(DI, 8)
+	Q4K_MSUM(R9, 12)
+	Q4K_MSUM(R10, 16)
+	Q4K_MSUM(R11, 20)
+
+	VPXOR Y8, Y8, Y8
+	VPXOR Y9, Y9, Y9
+	VPXOR Y10, Y10, Y10
+	VPXOR Y11, Y11, Y11
+	Q4K_STEP4(16, 4, 36, 0)
+	Q4K_STEP4(48, 68, 100, 2)
+	Q4K_STEP4(80, 132, 164, 4)
+	Q4K_STEP4(112, 196, 228, 6)
+	Q4K_FINISH(Y8, X8, DI, 8, 0)
+	Q4K_FINISH(Y9, X9, R9, 12, 4)
+	Q4K_FINISH(Y10, X10, R10, 16, 8)
+	Q4K_FINISH(Y11, X11, R11, 20, 12)
+	ADDQ $144, SI
+	ADDQ $292, DI
+	ADDQ $292, R9
+	ADDQ $292, R10
+	ADDQ $292, R11
+	DECQ CX
+	JNZ  q4kx4loop
+
+q4kx4done:
+	VZEROUPPER
+	RET
+
+// Q6K_TOK: one token's products with the 32 quants in Y5, scales in Y0.
+#define Q6K_TOK(p, xoff, acc) \
+	VPMADDUBSW xoff(p), Y5, Y7; \
+	VPMADDWD   Y0, Y7, Y7; \
+	VPADDD     Y7, acc, acc
+
+// Q6K_RUN4: the 32-value run in Y5 for all four tokens; scales s0, s1.
+#define Q6K_RUN4(xoff, s0, s1) \
+	MOVBLSX s0(SI), AX; \
+	MOVBLSX s1(SI), BX; \
+	VMOVD   AX, X0; \
+	VPBROADCASTW X0, X0; \
+	VMOVD   BX, X1; \
+	VPBROADCASTW X1, X1; \
+	VINSERTI128 $1, X1, Y0, Y0; \
+	Q6K_TOK(DI, xoff, Y8); \
+	Q6K_TOK(R9, xoff, Y9); \
+	Q6K_TOK(R10, xoff, Y10); \
+	Q6K_TOK(R11, xoff, Y11)
+
+#define Q6K_HALF4(ql0, ql1, qh, x, s) \
+	VMOVDQU qh(SI), Y2; \
+	VMOVDQU ql0(SI), Y3; \
+	VMOVDQU ql1(SI), Y4; \
+	VPAND   Y14, Y3, Y5; \
+	VPSLLW  $4, Y2, Y6; \
+	VPAND   Y12, Y6, Y6; \
+	VPOR    Y6, Y5, Y5; \
+	Q6K_RUN4(x, s, s+1); \
+	VPAND   Y14, Y4, Y5; \
+	VPSLLW  $2, Y2, Y6; \
+	VPAND   Y12, Y6, Y6; \
+	VPOR    Y6, Y5, Y5; \
+	Q6K_RUN4(x+32, s+2, s+3); \
+	VPSRLW  $4, Y3, Y5; \
+	VPAND   Y14, Y5, Y5; \
+	VPAND   Y12, Y2, Y6; \
+	VPOR    Y6, Y5, Y5; \
+	Q6K_RUN4(x+64, s+4, s+5); \
+	VPSRLW  $4, Y4, Y5; \
+	VPAND   Y14, Y5, Y5; \
+	VPSRLW  $2, Y2, Y6; \
+	VPAND   Y12, Y6, Y6; \
+	VPOR    Y6, Y5, Y5; \
+	Q6K_RUN4(x+96, s+6, s+7)
+
+// Q6K_OFF: 32·Σ_g sc_g·bsum_g of the token at p (scales in Y1) to off(SP).
+#define Q6K_OFF(p, off) \
+	VPMADDWD 260(p), Y1, Y6; \
+	HSUMD(Y6, X6, AX); \
+	SHLL     $5, AX; \
+	MOVL     AX, off(SP)
+
+#define Q6K_FINISH(acc, accx, p, off, ooff) \
+	HSUMD(acc, accx, AX); \
+	SUBL   off(SP), AX; \
+	VMOVSS ooff(R8), X4; \
+	FSCALE(208, p, AX, VADDSS); \
+	VMOVSS X4, ooff(R8)
+
+// func dotQ6Kx4AVX2(w, x *byte, xstride, nb int, out *[4]float32)
+//
+// Frame: 0(SP) the four tokens' offset sums.
+TEXT ·dotQ6Kx4AVX2(SB), NOSPLIT, $16-40
+	MOVQ w+0(FP), SI
+	MOVQ x+8(FP), DI
+	MOVQ xstride+16(FP), DX
+	MOVQ nb+24(FP), CX
+	MOVQ out+32(FP), R8
+	LEAQ (DI)(DX*1), R9
+	LEAQ (R9)(DX*1), R10
+	LEAQ (R10)(DX*1), R11
+	MOVQ $0, 0(R8)
+	MOVQ $0, 8(R8)
+	MOVL $0x0f0f0f0f, AX
+	VMOVD AX, X14
+	VPBROADCASTD X14, Y14
+	MOVL $0x30303030, AX
+	VMOVD AX, X12
+	VPBROADCASTD X12, Y12
+	TESTQ CX, CX
+	JEQ  q6kx4done
+
+q6kx4loop:
+	VPMOVSXBW 192(SI), Y1
+	Q6K_OFF(DI, 0)
+	Q6K_OFF(R9, 4)
+	Q6K_OFF(R10, 8)
+	Q6K_OFF(R11, 12)
+	VPXOR Y8, Y8, Y8
+	VPXOR Y9, Y9, Y9
+	VPXOR Y10, Y10, Y10
+	VPXOR Y11, Y11, Y11
+	Q6K_HALF4(0, 32, 128, 4, 192)
+	Q6K_HALF4(64, 96, 160, 132, 200)
+	Q6K_FINISH(Y8, X8, DI, 0, 0)
+	Q6K_FINISH(Y9, X9, R9, 4, 4)
+	Q6K_FINISH(Y10, X10, R10, 8, 8)
+	Q6K_FINISH(Y11, X11, R11, 12, 12)
+	ADDQ $210, SI
+	ADDQ $292, DI
+	ADDQ $292, R9
+	ADDQ $292, R10
+	ADDQ $292, R11
+	DECQ CX
+	JNZ  q6kx4loop
+
+q6kx4done:
+	VZEROUPPER
+	RET

@@ -32,3 +32,6 @@ func fastDot(d gguf.DType) func(w, x []byte, nb int) float32 {
 		return k(unsafe.SliceData(w), unsafe.SliceData(x), nb)
 	}
 }
+
+// fastDot4: no four-token kernels on arm64 yet; mulQuant calls fastDot per token.
+func fastDot4(gguf.DType) func(w, x []byte, stride, nb int, out *[4]float32) { return nil }

@@ -303,11 +303,23 @@ func TestQuantAssemblyMatchesGo(t *testing.T) {
 					binary.LittleEndian.PutUint16(w[b*bb+off:], gguf.F32ToF16(float32(rng.NormFloat64()*0.01)))
 				}
 			}
-			qx := make([]byte, k.actBytes(nb*k.blockLen))
-			k.quantize(qx, randVec(rng, nb*k.blockLen))
-			want, got := k.dot(w, qx, nb), fast(w, qx, nb)
+			ab := k.actBytes(nb * k.blockLen)
+			qx := make([]byte, 4*ab)
+			for tok := range 4 {
+				k.quantize(qx[tok*ab:(tok+1)*ab], randVec(rng, nb*k.blockLen))
+			}
+			want, got := k.dot(w, qx[:ab], nb), fast(w, qx[:ab], nb)
 			if math.Float32bits(want) != math.Float32bits(got) {
 				t.Fatalf("%s trial %d (%d blocks): assembly %v, Go %v", d, trial, nb, got, want)
+			}
+			if f4 := fastDot4(d); f4 != nil {
+				var out [4]float32
+				f4(w, qx, ab, nb, &out)
+				for tok, g := range out {
+					if want := k.dot(w, qx[tok*ab:(tok+1)*ab], nb); math.Float32bits(g) != math.Float32bits(want) {
+						t.Fatalf("%s ×4 kernel, trial %d token %d: %v, Go %v", d, trial, tok, g, want)
+					}
+				}
 			}
 		}
 		t.Logf("%s: assembly kernel equals the Go kernel", d)
