@@ -398,3 +398,45 @@ func TestLoadMapsFile(t *testing.T) {
 		}
 	}
 }
+
+// BenchmarkMatVecPass multiplies one token through every weight matrix of
+// the model in $LM_BENCH_MODEL (all but the embedding table, as a decode
+// step does), reporting the weight stream rate: the figure to set beside
+// ggml's ggml_mul_mat over the same file (docs/engine.md). Threads:
+// $LM_BENCH_THREADS (default GOMAXPROCS).
+func BenchmarkMatVecPass(b *testing.B) {
+	path := os.Getenv("LM_BENCH_MODEL")
+	if path == "" {
+		b.Skip("set LM_BENCH_MODEL to a GGUF file")
+	}
+	m, err := Load(path)
+	if err != nil {
+		b.Fatal(err)
+	}
+	threads := 0
+	if s := os.Getenv("LM_BENCH_THREADS"); s != "" {
+		fmt.Sscan(s, &threads)
+	}
+	p := newPool(threads)
+	mats := []*matrix{m.output}
+	for _, l := range m.layers {
+		mats = append(mats, l.q, l.k, l.v, l.o, l.gate, l.up, l.down)
+	}
+	rng := rand.New(rand.NewPCG(1, 1))
+	xs, ys := make([][]float32, len(mats)), make([][]float32, len(mats))
+	for i, x := range mats {
+		xs[i], ys[i] = randVec(rng, x.cols), make([]float32, x.rows)
+	}
+	b.ResetTimer()
+	cpu0 := processCPUTime()
+	for b.Loop() {
+		for i, x := range mats {
+			x.mul(p, ys[i], xs[i], 1)
+		}
+	}
+	bytes := float64(m.WeightBytes()) * float64(b.N)
+	b.ReportMetric(bytes/b.Elapsed().Seconds()/1e9, "GB/s")
+	// Per CPU-second: what the kernels stream when they get a core, which
+	// is what compares across runs on a machine other jobs share.
+	b.ReportMetric(bytes/(processCPUTime()-cpu0).Seconds()/1e9, "GB/CPU-s")
+}
