@@ -73,24 +73,16 @@ q80done:
 
 // Q4K_STEP multiplies the 64 values of one 32-byte quant plane (low nibbles
 // then high nibbles) by activations at x0 and x1, weights them by the two
-// sub-block scales held in bytes sh/8 and sh/8+1 of sreg, and adds to Y0.
-#define Q4K_STEP(qoff, x0, x1, sreg, sh) \
+// sub-block scales held as int16 at soff(SP) and soff+2(SP), and adds to Y0.
+#define Q4K_STEP(qoff, x0, x1, soff) \
 	VMOVDQU    qoff(SI), Y3; \
 	VPSRLW     $4, Y3, Y4; \
 	VPAND      Y14, Y3, Y3; \
 	VPAND      Y14, Y4, Y4; \
 	VPMADDUBSW x0(DI), Y3, Y3; \
 	VPMADDUBSW x1(DI), Y4, Y4; \
-	MOVL       sreg, AX; \
-	SHRL       $sh, AX; \
-	MOVL       AX, BX; \
-	ANDL       $0xff, AX; \
-	SHRL       $8, BX; \
-	ANDL       $0xff, BX; \
-	VMOVD      AX, X5; \
-	VPBROADCASTW X5, Y5; \
-	VMOVD      BX, X6; \
-	VPBROADCASTW X6, Y6; \
+	VPBROADCASTW soff(SP), Y5; \
+	VPBROADCASTW soff+2(SP), Y6; \
 	VPMADDWD   Y5, Y3, Y3; \
 	VPMADDWD   Y6, Y4, Y4; \
 	VPADDD     Y3, Y0, Y0; \
@@ -100,8 +92,9 @@ q80done:
 //
 // Q4_K super-blocks (144 bytes) against q8_K activations (292 bytes): the
 // 6-bit scales and mins are unpacked in general registers (four at a time),
-// Σ sc·Σq·x is summed in int32 lanes, Σ m·Σx from the activation block sums.
-TEXT ·dotQ4KAVX2(SB), NOSPLIT, $0-28
+// the scales widened to int16 on the stack (0(SP)) for VPBROADCASTW, Σ sc·Σq·x
+// is summed in int32 lanes, Σ m·Σx from the activation block sums.
+TEXT ·dotQ4KAVX2(SB), NOSPLIT, $16-28
 	MOVQ w+0(FP), SI
 	MOVQ x+8(FP), DI
 	MOVQ nb+16(FP), CX
@@ -138,6 +131,10 @@ q4kloop:
 	ANDL $0x03030303, R10
 	SHLL $4, R10
 	ORL  R10, R12          // mins 4-7
+	VMOVD R8, X5
+	VPINSRD $1, R9, X5, X5
+	VPMOVZXBW X5, X5
+	VMOVDQU X5, 0(SP)
 
 	// Σ_j m_j·(bsum[2j]+bsum[2j+1]) in Y1.
 	VMOVD R11, X1
@@ -147,10 +144,10 @@ q4kloop:
 	VPMULLD Y2, Y1, Y1
 
 	VPXOR Y0, Y0, Y0
-	Q4K_STEP(16, 4, 36, R8, 0)
-	Q4K_STEP(48, 68, 100, R8, 16)
-	Q4K_STEP(80, 132, 164, R9, 0)
-	Q4K_STEP(112, 196, 228, R9, 16)
+	Q4K_STEP(16, 4, 36, 0)
+	Q4K_STEP(48, 68, 100, 4)
+	Q4K_STEP(80, 132, 164, 8)
+	Q4K_STEP(112, 196, 228, 12)
 
 	HSUMD(Y0, X0, AX)
 	HSUMD(Y1, X1, BX)
@@ -167,16 +164,12 @@ q4kdone:
 	RET
 
 // Q6K_DOT multiplies 32 unsigned 6-bit quants in v by the activations at
-// xoff, weights the first 16 by the int8 scale at soff(SI) and the next 16
-// by the one after it, and adds to Y0.
+// xoff, weights the first 16 by the scale at s0(SP) and the next 16 by the
+// one at s1(SP) (the block's scales widened to int16 there), and adds to Y0.
 #define Q6K_DOT(v, xoff, s0, s1) \
 	VPMADDUBSW xoff(DI), v, v; \
-	MOVBLSX    s0(SI), AX; \
-	MOVBLSX    s1(SI), BX; \
-	VMOVD      AX, X8; \
-	VPBROADCASTW X8, X8; \
-	VMOVD      BX, X9; \
-	VPBROADCASTW X9, X9; \
+	VPBROADCASTW s0(SP), X8; \
+	VPBROADCASTW s1(SP), X9; \
 	VINSERTI128 $1, X9, Y8, Y8; \
 	VPMADDWD   Y8, v, v; \
 	VPADDD     v, Y0, Y0
@@ -192,29 +185,29 @@ q4kdone:
 	VPSLLW  $4, Y2, Y6; \
 	VPAND   Y12, Y6, Y6; \
 	VPOR    Y6, Y5, Y5; \
-	Q6K_DOT(Y5, x, s, s+1); \
+	Q6K_DOT(Y5, x, s, s+2); \
 	VPAND   Y14, Y4, Y5; \
 	VPSLLW  $2, Y2, Y6; \
 	VPAND   Y12, Y6, Y6; \
 	VPOR    Y6, Y5, Y5; \
-	Q6K_DOT(Y5, x+32, s+2, s+3); \
+	Q6K_DOT(Y5, x+32, s+4, s+6); \
 	VPSRLW  $4, Y3, Y5; \
 	VPAND   Y14, Y5, Y5; \
 	VPAND   Y12, Y2, Y6; \
 	VPOR    Y6, Y5, Y5; \
-	Q6K_DOT(Y5, x+64, s+4, s+5); \
+	Q6K_DOT(Y5, x+64, s+8, s+10); \
 	VPSRLW  $4, Y4, Y5; \
 	VPAND   Y14, Y5, Y5; \
 	VPSRLW  $2, Y2, Y6; \
 	VPAND   Y12, Y6, Y6; \
 	VPOR    Y6, Y5, Y5; \
-	Q6K_DOT(Y5, x+96, s+6, s+7)
+	Q6K_DOT(Y5, x+96, s+12, s+14)
 
 // func dotQ6KAVX2(w, x *byte, nb int) float32
 //
 // Q6_K super-blocks (210 bytes) against q8_K activations: the quants are
 // taken unsigned (q+32) and 32·Σ sc·Σx, from the block sums, subtracted.
-TEXT ·dotQ6KAVX2(SB), NOSPLIT, $0-28
+TEXT ·dotQ6KAVX2(SB), NOSPLIT, $32-28
 	MOVQ w+0(FP), SI
 	MOVQ x+8(FP), DI
 	MOVQ nb+16(FP), CX
@@ -230,10 +223,11 @@ TEXT ·dotQ6KAVX2(SB), NOSPLIT, $0-28
 
 q6kloop:
 	VPMOVSXBW 192(SI), Y1
+	VMOVDQU Y1, 0(SP)
 	VPMADDWD 260(DI), Y1, Y1
 	VPXOR Y0, Y0, Y0
-	Q6K_HALF(0, 32, 128, 4, 192)
-	Q6K_HALF(64, 96, 160, 132, 200)
+	Q6K_HALF(0, 32, 128, 4, 0)
+	Q6K_HALF(64, 96, 160, 132, 16)
 	HSUMD(Y0, X0, AX)
 	HSUMD(Y1, X1, BX)
 	SHLL $5, BX
@@ -340,18 +334,14 @@ q80x4done:
 	VPMADDWD   Y6, Y7, Y7; \
 	VPADDD     Y7, acc, acc
 
-// Q4K_STEP4: one 32-byte quant plane, scales at bytes s and s+1 of 0(SP).
+// Q4K_STEP4: one 32-byte quant plane, scales the int16s at s(SP) and s+2(SP).
 #define Q4K_STEP4(qoff, x0, x1, s) \
 	VMOVDQU qoff(SI), Y3; \
 	VPSRLW  $4, Y3, Y4; \
 	VPAND   Y14, Y3, Y3; \
 	VPAND   Y14, Y4, Y4; \
-	MOVBLZX s(SP), AX; \
-	VMOVD   AX, X5; \
-	VPBROADCASTW X5, Y5; \
-	MOVBLZX s+1(SP), AX; \
-	VMOVD   AX, X6; \
-	VPBROADCASTW X6, Y6; \
+	VPBROADCASTW s(SP), Y5; \
+	VPBROADCASTW s+2(SP), Y6; \
 	Q4K_TOK(DI, x0, x1, Y8); \
 	Q4K_TOK(R9, x0, x1, Y9); \
 	Q4K_TOK(R10, x0, x1, Y10); \
@@ -368,8 +358,8 @@ q80x4done:
 
 // func dotQ4Kx4AVX2(w, x *byte, xstride, nb int, out *[4]float32)
 //
-// Frame: 0(SP) the eight 6-bit scales, 8(SP) the four tokens' min sums.
-TEXT ·dotQ4Kx4AVX2(SB), NOSPLIT, $24-40
+// Frame: 0(SP) the eight 6-bit scales as int16, 16(SP) the four tokens' min sums.
+TEXT ·dotQ4Kx4AVX2(SB), NOSPLIT, $32-40
 	MOVQ w+0(FP), SI
 	MOVQ x+8(FP), DI
 	MOVQ xstride+16(FP), DX
@@ -395,7 +385,7 @@ q4kx4loop:
 	MOVL 12(SI), DX
 	MOVL AX, R12
 	ANDL $0x3f3f3f3f, R12
-	MOVL R12, 0(SP)        // scales 0-3
+	VMOVD R12, X5          // scales 0-3
 	MOVL DX, R12
 	ANDL $0x0f0f0f0f, R12
 	MOVL AX, R13
@@ -403,7 +393,9 @@ q4kx4loop:
 	ANDL $0x03030303, R13
 	SHLL $4, R13
 	ORL  R13, R12
-	MOVL R12, 4(SP)        // scales 4-7
+	VPINSRD $1, R12, X5, X5 // scales 4-7
+	VPMOVZXBW X5, X5
+	VMOVDQU X5, 0(SP)
 	MOVL BX, R12
 	ANDL $0x3f3f3f3f, R12
 	VMOVD R12, X1          // mins 0-3
@@ -417,23 +409,23 @@ q4kx4loop:
 	ORL  R13, R12
 	VPINSRD $1, R12, X1, X1 // mins 4-7
 	VPMOVZXBD X1, Y1
-	Q4K_MSUM(DI, 8)
-	Q4K_MSUM(R9, 12)
-	Q4K_MSUM(R10, 16)
-	Q4K_MSUM(R11, 20)
+	Q4K_MSUM(DI, 16)
+	Q4K_MSUM(R9, 20)
+	Q4K_MSUM(R10, 24)
+	Q4K_MSUM(R11, 28)
 
 	VPXOR Y8, Y8, Y8
 	VPXOR Y9, Y9, Y9
 	VPXOR Y10, Y10, Y10
 	VPXOR Y11, Y11, Y11
 	Q4K_STEP4(16, 4, 36, 0)
-	Q4K_STEP4(48, 68, 100, 2)
-	Q4K_STEP4(80, 132, 164, 4)
-	Q4K_STEP4(112, 196, 228, 6)
-	Q4K_FINISH(Y8, X8, DI, 8, 0)
-	Q4K_FINISH(Y9, X9, R9, 12, 4)
-	Q4K_FINISH(Y10, X10, R10, 16, 8)
-	Q4K_FINISH(Y11, X11, R11, 20, 12)
+	Q4K_STEP4(48, 68, 100, 4)
+	Q4K_STEP4(80, 132, 164, 8)
+	Q4K_STEP4(112, 196, 228, 12)
+	Q4K_FINISH(Y8, X8, DI, 16, 0)
+	Q4K_FINISH(Y9, X9, R9, 20, 4)
+	Q4K_FINISH(Y10, X10, R10, 24, 8)
+	Q4K_FINISH(Y11, X11, R11, 28, 12)
 	ADDQ $144, SI
 	ADDQ $292, DI
 	ADDQ $292, R9
@@ -452,14 +444,10 @@ q4kx4done:
 	VPMADDWD   Y0, Y7, Y7; \
 	VPADDD     Y7, acc, acc
 
-// Q6K_RUN4: the 32-value run in Y5 for all four tokens; scales s0, s1.
+// Q6K_RUN4: the 32-value run in Y5 for all four tokens; scales at s0(SP), s1(SP).
 #define Q6K_RUN4(xoff, s0, s1) \
-	MOVBLSX s0(SI), AX; \
-	MOVBLSX s1(SI), BX; \
-	VMOVD   AX, X0; \
-	VPBROADCASTW X0, X0; \
-	VMOVD   BX, X1; \
-	VPBROADCASTW X1, X1; \
+	VPBROADCASTW s0(SP), X0; \
+	VPBROADCASTW s1(SP), X1; \
 	VINSERTI128 $1, X1, Y0, Y0; \
 	Q6K_TOK(DI, xoff, Y8); \
 	Q6K_TOK(R9, xoff, Y9); \
@@ -474,23 +462,23 @@ q4kx4done:
 	VPSLLW  $4, Y2, Y6; \
 	VPAND   Y12, Y6, Y6; \
 	VPOR    Y6, Y5, Y5; \
-	Q6K_RUN4(x, s, s+1); \
+	Q6K_RUN4(x, s, s+2); \
 	VPAND   Y14, Y4, Y5; \
 	VPSLLW  $2, Y2, Y6; \
 	VPAND   Y12, Y6, Y6; \
 	VPOR    Y6, Y5, Y5; \
-	Q6K_RUN4(x+32, s+2, s+3); \
+	Q6K_RUN4(x+32, s+4, s+6); \
 	VPSRLW  $4, Y3, Y5; \
 	VPAND   Y14, Y5, Y5; \
 	VPAND   Y12, Y2, Y6; \
 	VPOR    Y6, Y5, Y5; \
-	Q6K_RUN4(x+64, s+4, s+5); \
+	Q6K_RUN4(x+64, s+8, s+10); \
 	VPSRLW  $4, Y4, Y5; \
 	VPAND   Y14, Y5, Y5; \
 	VPSRLW  $2, Y2, Y6; \
 	VPAND   Y12, Y6, Y6; \
 	VPOR    Y6, Y5, Y5; \
-	Q6K_RUN4(x+96, s+6, s+7)
+	Q6K_RUN4(x+96, s+12, s+14)
 
 // Q6K_OFF: 32·Σ_g sc_g·bsum_g of the token at p (scales in Y1) to off(SP).
 #define Q6K_OFF(p, off) \
@@ -508,8 +496,8 @@ q4kx4done:
 
 // func dotQ6Kx4AVX2(w, x *byte, xstride, nb int, out *[4]float32)
 //
-// Frame: 0(SP) the four tokens' offset sums.
-TEXT ·dotQ6Kx4AVX2(SB), NOSPLIT, $16-40
+// Frame: 0(SP) the sixteen scales as int16, 32(SP) the four tokens' offset sums.
+TEXT ·dotQ6Kx4AVX2(SB), NOSPLIT, $48-40
 	MOVQ w+0(FP), SI
 	MOVQ x+8(FP), DI
 	MOVQ xstride+16(FP), DX
@@ -531,20 +519,21 @@ TEXT ·dotQ6Kx4AVX2(SB), NOSPLIT, $16-40
 
 q6kx4loop:
 	VPMOVSXBW 192(SI), Y1
-	Q6K_OFF(DI, 0)
-	Q6K_OFF(R9, 4)
-	Q6K_OFF(R10, 8)
-	Q6K_OFF(R11, 12)
+	VMOVDQU Y1, 0(SP)
+	Q6K_OFF(DI, 32)
+	Q6K_OFF(R9, 36)
+	Q6K_OFF(R10, 40)
+	Q6K_OFF(R11, 44)
 	VPXOR Y8, Y8, Y8
 	VPXOR Y9, Y9, Y9
 	VPXOR Y10, Y10, Y10
 	VPXOR Y11, Y11, Y11
-	Q6K_HALF4(0, 32, 128, 4, 192)
-	Q6K_HALF4(64, 96, 160, 132, 200)
-	Q6K_FINISH(Y8, X8, DI, 0, 0)
-	Q6K_FINISH(Y9, X9, R9, 4, 4)
-	Q6K_FINISH(Y10, X10, R10, 8, 8)
-	Q6K_FINISH(Y11, X11, R11, 12, 12)
+	Q6K_HALF4(0, 32, 128, 4, 0)
+	Q6K_HALF4(64, 96, 160, 132, 16)
+	Q6K_FINISH(Y8, X8, DI, 32, 0)
+	Q6K_FINISH(Y9, X9, R9, 36, 4)
+	Q6K_FINISH(Y10, X10, R10, 40, 8)
+	Q6K_FINISH(Y11, X11, R11, 44, 12)
 	ADDQ $210, SI
 	ADDQ $292, DI
 	ADDQ $292, R9
