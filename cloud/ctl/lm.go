@@ -259,7 +259,7 @@ func lmBench(ctx context.Context, cio cli.IO, args []string) error {
 			fmt.Fprintf(cio.Stdout, "  decode batch %3d: %8.1f tok/s (%.2f× batch 1), %8.1f tok per CPU-second (%.2f×)\n",
 				d.Batch, d.TokensPerSec, r.Speedup(d.Batch), d.TokensPerCPUSec, r.CPUSpeedup(d.Batch))
 		}
-		fmt.Fprintf(cio.Stdout, "  prefill: %.1f tok/s (%d-token prompt)\n", r.PrefillTokensPerSec, min(*promptLen, c.ContextLen-2))
+		fmt.Fprintf(cio.Stdout, "  prefill: %.1f tok/s, %.1f tok per CPU-second (%d-token prompt)\n", r.PrefillTokensPerSec, r.PrefillTokensPerCPUSec, min(*promptLen, c.ContextLen-2))
 		fmt.Fprintf(cio.Stdout, "  TTFT uncached %v, cached %v with %d prompt tokens in cache (ratio %.3f)\n",
 			r.TTFTUncached.Round(time.Microsecond), r.TTFTCached.Round(time.Microsecond), r.CachedPromptTokens, float64(r.TTFTCached)/float64(r.TTFTUncached))
 		fmt.Fprintf(cio.Stdout, "  batch-1 decode reads %.2f GB/s of weights = %.0f%% of a memory copy's %.2f GB/s (read+write), %.0f%% of the %.2f GB/s a bare F32 matrix-vector product streams\n",
@@ -268,10 +268,11 @@ func lmBench(ctx context.Context, cio cli.IO, args []string) error {
 	}
 	fmt.Fprintf(cio.Stdout, "RSS after the run: %.1f MB for %.1f MB of model files\n", float64(lm.ResidentBytes())/1e6, float64(totalFile)/1e6)
 	if len(models) > 1 {
-		fmt.Fprintf(cio.Stdout, "%-40s %10s %8s %10s %8s\n", "model (vs the first)", "decode b1", "ratio", "prefill", "ratio")
+		fmt.Fprintf(cio.Stdout, "%-32s %12s %8s %12s %8s %12s %8s\n", "model (ratios: to the first)", "decode b1", "ratio", "per CPU-s", "ratio", "prefill/CPU-s", "ratio")
 		for i, r := range rs {
-			fmt.Fprintf(cio.Stdout, "%-40s %10.1f %7.2f× %10.1f %7.2f×\n", paths[i], r.Decode[0].TokensPerSec,
-				r.Decode[0].TokensPerSec/rs[0].Decode[0].TokensPerSec, r.PrefillTokensPerSec, r.PrefillTokensPerSec/rs[0].PrefillTokensPerSec)
+			d, d0 := r.Decode[0], rs[0].Decode[0]
+			fmt.Fprintf(cio.Stdout, "%-32s %12.1f %7.2f× %12.1f %7.2f× %12.1f %7.2f×\n", paths[i], d.TokensPerSec, d.TokensPerSec/d0.TokensPerSec,
+				d.TokensPerCPUSec, d.TokensPerCPUSec/d0.TokensPerCPUSec, r.PrefillTokensPerCPUSec, r.PrefillTokensPerCPUSec/rs[0].PrefillTokensPerCPUSec)
 		}
 	}
 	return nil
