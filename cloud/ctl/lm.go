@@ -247,10 +247,8 @@ func lmBench(ctx context.Context, cio cli.IO, args []string) error {
 	if err != nil {
 		return err
 	}
-	var totalFile int64
 	for i, m := range models {
 		r, c := rs[i], m.Config
-		totalFile += fileBytes[i]
 		fmt.Fprintf(cio.Stdout, "model %s: %d layers, dim %d, %d/%d heads, ffn %d, vocab %d, %s, weights %.1f MB\n",
 			paths[i], c.Layers, c.Dim, c.Heads, c.KVHeads, c.FFN, c.Vocab, m.TensorTypes(), float64(r.WeightBytes)/1e6)
 		fmt.Fprintf(cio.Stdout, "  file %.1f MB, memory-mapped %v, RSS grew %.1f MB at load, %.1f MB once a forward pass touched every matrix\n",
@@ -266,7 +264,6 @@ func lmBench(ctx context.Context, cio cli.IO, args []string) error {
 			r.Decode[0].TokensPerSec*float64(r.WeightBytes)/1e9, 100*r.SingleStreamFraction, r.CopyBytesPerSec/1e9,
 			100*r.SingleStreamReadFraction, r.ReadBytesPerSec/1e9)
 	}
-	fmt.Fprintf(cio.Stdout, "RSS after the run: %.1f MB for %.1f MB of model files\n", float64(lm.ResidentBytes())/1e6, float64(totalFile)/1e6)
 	if len(models) > 1 {
 		fmt.Fprintf(cio.Stdout, "%-32s %12s %8s %12s %8s %12s %8s\n", "model (ratios: to the first)", "decode b1", "ratio", "per CPU-s", "ratio", "prefill/CPU-s", "ratio")
 		for i, r := range rs {

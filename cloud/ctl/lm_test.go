@@ -90,7 +90,7 @@ func TestLMQuantizeAndCompareBench(t *testing.T) {
 	if err != nil {
 		t.Fatalf("bench: %v\n%s", err, out)
 	}
-	for _, s := range []string{"memory-mapped true", "RSS after the run", "model (ratios: to the first)", "q4km.gguf"} {
+	for _, s := range []string{"memory-mapped true", "once a forward pass touched every matrix", "model (ratios: to the first)", "q4km.gguf"} {
 		if !strings.Contains(out, s) {
 			t.Errorf("bench output lacks %q:\n%s", s, out)
 		}
