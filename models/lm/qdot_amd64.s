@@ -31,18 +31,104 @@
 	VMULSS     X9, X8, X8; \
 	op         X8, X10, X10
 
+// Q4K_SCALES unpacks a Q4_K super-block's twelve scale bytes (at 4(SI)):
+// the eight 6-bit scales as int16 to 0(SP) (VPBROADCASTW reads them there)
+// and the eight mins as int32 lanes of Y1. Clobbers AX, BX, DX, R12, R13, X5.
+#define Q4K_SCALES \
+	MOVL 4(SI), AX; \
+	MOVL 8(SI), BX; \
+	MOVL 12(SI), DX; \
+	MOVL AX, R12; \
+	ANDL $0x3f3f3f3f, R12; \
+	VMOVD R12, X5; \
+	MOVL DX, R12; \
+	ANDL $0x0f0f0f0f, R12; \
+	MOVL AX, R13; \
+	SHRL $6, R13; \
+	ANDL $0x03030303, R13; \
+	SHLL $4, R13; \
+	ORL  R13, R12; \
+	VPINSRD $1, R12, X5, X5; \
+	VPMOVZXBW X5, X5; \
+	VMOVDQU X5, 0(SP); \
+	MOVL BX, R12; \
+	ANDL $0x3f3f3f3f, R12; \
+	VMOVD R12, X1; \
+	MOVL DX, R12; \
+	SHRL $4, R12; \
+	ANDL $0x0f0f0f0f, R12; \
+	MOVL BX, R13; \
+	SHRL $6, R13; \
+	ANDL $0x03030303, R13; \
+	SHLL $4, R13; \
+	ORL  R13, R12; \
+	VPINSRD $1, R12, X1, X1; \
+	VPMOVZXBD X1, Y1
+
+// X4_ARGS loads a ×4 kernel's arguments: w SI, the four tokens' activation
+// rows DI, R9, R10, R11, nb CX, out R8.
+#define X4_ARGS \
+	MOVQ w+0(FP), SI; \
+	MOVQ x+8(FP), DI; \
+	MOVQ xstride+16(FP), DX; \
+	MOVQ nb+24(FP), CX; \
+	MOVQ out+32(FP), R8; \
+	LEAQ (DI)(DX*1), R9; \
+	LEAQ (R9)(DX*1), R10; \
+	LEAQ (R10)(DX*1), R11
+
+// ARGS1 loads a one-token kernel's arguments: w SI, x DI, nb CX.
+#define ARGS1 \
+	MOVQ w+0(FP), SI; \
+	MOVQ x+8(FP), DI; \
+	MOVQ nb+16(FP), CX
+
+// BCASTD fills every 32-bit lane of y (x its low half) with the constant c.
+#define BCASTD(c, x, y) \
+	MOVL c, AX; \
+	VMOVD AX, x; \
+	VPBROADCASTD x, y
+
+// X4_ZERO clears the four tokens' int32 sums.
+#define X4_ZERO \
+	VPXOR Y8, Y8, Y8; \
+	VPXOR Y9, Y9, Y9; \
+	VPXOR Y10, Y10, Y10; \
+	VPXOR Y11, Y11, Y11
+
+// X4_END folds the four tokens' super-block sums into out with fin (whose
+// per-token frame slots start at o) and moves to the next blocks.
+#define X4_END(fin, o, wb, xb) \
+	fin(Y8, X8, DI, o, 0); \
+	fin(Y9, X9, R9, o+4, 4); \
+	fin(Y10, X10, R10, o+8, 8); \
+	fin(Y11, X11, R11, o+12, 12); \
+	X4_NEXT(wb, xb)
+
+// X4_KSTART begins a K-quant ×4 kernel: arguments, out cleared (the float
+// sums live there), the nibble mask in Y14.
+#define X4_KSTART \
+	X4_ARGS; \
+	MOVQ $0, 0(R8); \
+	MOVQ $0, 8(R8); \
+	BCASTD($0x0f0f0f0f, X14, Y14)
+
+// X4_NEXT advances a ×4 kernel to the next weight and activation blocks.
+#define X4_NEXT(wb, xb) \
+	ADDQ $wb, SI; \
+	ADDQ $xb, DI; \
+	ADDQ $xb, R9; \
+	ADDQ $xb, R10; \
+	ADDQ $xb, R11
+
 // func dotQ8_0AVX2(w, x *byte, nb int) float32
 //
 // Q8_0 weights (34-byte blocks) against q8_0 activations (40-byte blocks):
 // |w| × sign(w)·x with VPSIGNB so VPMADDUBSW can take signed weights.
 TEXT ·dotQ8_0AVX2(SB), NOSPLIT, $0-28
-	MOVQ w+0(FP), SI
-	MOVQ x+8(FP), DI
-	MOVQ nb+16(FP), CX
+	ARGS1
 	VXORPS Y0, Y0, Y0
-	MOVL $0x00010001, AX
-	VMOVD AX, X15
-	VPBROADCASTD X15, Y15
+	BCASTD($0x00010001, X15, Y15)
 	TESTQ CX, CX
 	JEQ  q80done
 
@@ -91,55 +177,21 @@ q80done:
 // func dotQ4KAVX2(w, x *byte, nb int) float32
 //
 // Q4_K super-blocks (144 bytes) against q8_K activations (292 bytes): the
-// 6-bit scales and mins are unpacked in general registers (four at a time),
-// the scales widened to int16 on the stack (0(SP)) for VPBROADCASTW, Σ sc·Σq·x
-// is summed in int32 lanes, Σ m·Σx from the activation block sums.
+// 6-bit scales and mins are unpacked in general registers, four at a time
+// (Q4K_SCALES), Σ sc·Σq·x is summed in int32 lanes, Σ m·Σx from the
+// activation block sums.
 TEXT ·dotQ4KAVX2(SB), NOSPLIT, $16-28
-	MOVQ w+0(FP), SI
-	MOVQ x+8(FP), DI
-	MOVQ nb+16(FP), CX
+	ARGS1
 	VXORPS X10, X10, X10
-	MOVL $0x0f0f0f0f, AX
-	VMOVD AX, X14
-	VPBROADCASTD X14, Y14
-	MOVL $0x00010001, AX
-	VMOVD AX, X13
-	VPBROADCASTD X13, Y13
+	BCASTD($0x0f0f0f0f, X14, Y14)
+	BCASTD($0x00010001, X13, Y13)
 	TESTQ CX, CX
 	JEQ  q4kdone
 
 q4kloop:
-	MOVL 4(SI), AX
-	MOVL 8(SI), BX
-	MOVL 12(SI), DX
-	MOVL AX, R8
-	ANDL $0x3f3f3f3f, R8   // scales 0-3
-	MOVL DX, R9
-	ANDL $0x0f0f0f0f, R9
-	MOVL AX, R10
-	SHRL $6, R10
-	ANDL $0x03030303, R10
-	SHLL $4, R10
-	ORL  R10, R9           // scales 4-7
-	MOVL BX, R11
-	ANDL $0x3f3f3f3f, R11  // mins 0-3
-	MOVL DX, R12
-	SHRL $4, R12
-	ANDL $0x0f0f0f0f, R12
-	MOVL BX, R10
-	SHRL $6, R10
-	ANDL $0x03030303, R10
-	SHLL $4, R10
-	ORL  R10, R12          // mins 4-7
-	VMOVD R8, X5
-	VPINSRD $1, R9, X5, X5
-	VPMOVZXBW X5, X5
-	VMOVDQU X5, 0(SP)
+	Q4K_SCALES
 
 	// Σ_j m_j·(bsum[2j]+bsum[2j+1]) in Y1.
-	VMOVD R11, X1
-	VPINSRD $1, R12, X1, X1
-	VPMOVZXBD X1, Y1
 	VPMADDWD 260(DI), Y13, Y2
 	VPMULLD Y2, Y1, Y1
 
@@ -208,16 +260,10 @@ q4kdone:
 // Q6_K super-blocks (210 bytes) against q8_K activations: the quants are
 // taken unsigned (q+32) and 32·Σ sc·Σx, from the block sums, subtracted.
 TEXT ·dotQ6KAVX2(SB), NOSPLIT, $32-28
-	MOVQ w+0(FP), SI
-	MOVQ x+8(FP), DI
-	MOVQ nb+16(FP), CX
+	ARGS1
 	VXORPS X10, X10, X10
-	MOVL $0x0f0f0f0f, AX
-	VMOVD AX, X14
-	VPBROADCASTD X14, Y14
-	MOVL $0x30303030, AX
-	VMOVD AX, X12
-	VPBROADCASTD X12, Y12
+	BCASTD($0x0f0f0f0f, X14, Y14)
+	BCASTD($0x30303030, X12, Y12)
 	TESTQ CX, CX
 	JEQ  q6kdone
 
@@ -263,21 +309,12 @@ q6kdone:
 
 // func dotQ8_0x4AVX2(w, x *byte, xstride, nb int, out *[4]float32)
 TEXT ·dotQ8_0x4AVX2(SB), NOSPLIT, $0-40
-	MOVQ w+0(FP), SI
-	MOVQ x+8(FP), DI
-	MOVQ xstride+16(FP), DX
-	MOVQ nb+24(FP), CX
-	MOVQ out+32(FP), R8
-	LEAQ (DI)(DX*1), R9
-	LEAQ (R9)(DX*1), R10
-	LEAQ (R10)(DX*1), R11
+	X4_ARGS
 	VXORPS Y0, Y0, Y0
 	VXORPS Y1, Y1, Y1
 	VXORPS Y2, Y2, Y2
 	VXORPS Y3, Y3, Y3
-	MOVL $0x00010001, AX
-	VMOVD AX, X15
-	VPBROADCASTD X15, Y15
+	BCASTD($0x00010001, X15, Y15)
 	TESTQ CX, CX
 	JEQ  q80x4done
 
@@ -291,11 +328,7 @@ q80x4loop:
 	Q80_TOKEN(R9, Y1)
 	Q80_TOKEN(R10, Y2)
 	Q80_TOKEN(R11, Y3)
-	ADDQ $34, SI
-	ADDQ $40, DI
-	ADDQ $40, R9
-	ADDQ $40, R10
-	ADDQ $40, R11
+	X4_NEXT(34, 40)
 	DECQ CX
 	JNZ  q80x4loop
 
@@ -360,77 +393,24 @@ q80x4done:
 //
 // Frame: 0(SP) the eight 6-bit scales as int16, 16(SP) the four tokens' min sums.
 TEXT ·dotQ4Kx4AVX2(SB), NOSPLIT, $32-40
-	MOVQ w+0(FP), SI
-	MOVQ x+8(FP), DI
-	MOVQ xstride+16(FP), DX
-	MOVQ nb+24(FP), CX
-	MOVQ out+32(FP), R8
-	LEAQ (DI)(DX*1), R9
-	LEAQ (R9)(DX*1), R10
-	LEAQ (R10)(DX*1), R11
-	MOVQ $0, 0(R8)
-	MOVQ $0, 8(R8)
-	MOVL $0x0f0f0f0f, AX
-	VMOVD AX, X14
-	VPBROADCASTD X14, Y14
-	MOVL $0x00010001, AX
-	VMOVD AX, X13
-	VPBROADCASTD X13, Y13
+	X4_KSTART
+	BCASTD($0x00010001, X13, Y13)
 	TESTQ CX, CX
 	JEQ  q4kx4done
 
 q4kx4loop:
-	MOVL 4(SI), AX
-	MOVL 8(SI), BX
-	MOVL 12(SI), DX
-	MOVL AX, R12
-	ANDL $0x3f3f3f3f, R12
-	VMOVD R12, X5          // scales 0-3
-	MOVL DX, R12
-	ANDL $0x0f0f0f0f, R12
-	MOVL AX, R13
-	SHRL $6, R13
-	ANDL $0x03030303, R13
-	SHLL $4, R13
-	ORL  R13, R12
-	VPINSRD $1, R12, X5, X5 // scales 4-7
-	VPMOVZXBW X5, X5
-	VMOVDQU X5, 0(SP)
-	MOVL BX, R12
-	ANDL $0x3f3f3f3f, R12
-	VMOVD R12, X1          // mins 0-3
-	MOVL DX, R12
-	SHRL $4, R12
-	ANDL $0x0f0f0f0f, R12
-	MOVL BX, R13
-	SHRL $6, R13
-	ANDL $0x03030303, R13
-	SHLL $4, R13
-	ORL  R13, R12
-	VPINSRD $1, R12, X1, X1 // mins 4-7
-	VPMOVZXBD X1, Y1
+	Q4K_SCALES
 	Q4K_MSUM(DI, 16)
 	Q4K_MSUM(R9, 20)
 	Q4K_MSUM(R10, 24)
 	Q4K_MSUM(R11, 28)
 
-	VPXOR Y8, Y8, Y8
-	VPXOR Y9, Y9, Y9
-	VPXOR Y10, Y10, Y10
-	VPXOR Y11, Y11, Y11
+	X4_ZERO
 	Q4K_STEP4(16, 4, 36, 0)
 	Q4K_STEP4(48, 68, 100, 4)
 	Q4K_STEP4(80, 132, 164, 8)
 	Q4K_STEP4(112, 196, 228, 12)
-	Q4K_FINISH(Y8, X8, DI, 16, 0)
-	Q4K_FINISH(Y9, X9, R9, 20, 4)
-	Q4K_FINISH(Y10, X10, R10, 24, 8)
-	Q4K_FINISH(Y11, X11, R11, 28, 12)
-	ADDQ $144, SI
-	ADDQ $292, DI
-	ADDQ $292, R9
-	ADDQ $292, R10
-	ADDQ $292, R11
+	X4_END(Q4K_FINISH, 16, 144, 292)
 	DECQ CX
 	JNZ  q4kx4loop
 
@@ -498,22 +478,8 @@ q4kx4done:
 //
 // Frame: 0(SP) the sixteen scales as int16, 32(SP) the four tokens' offset sums.
 TEXT ·dotQ6Kx4AVX2(SB), NOSPLIT, $48-40
-	MOVQ w+0(FP), SI
-	MOVQ x+8(FP), DI
-	MOVQ xstride+16(FP), DX
-	MOVQ nb+24(FP), CX
-	MOVQ out+32(FP), R8
-	LEAQ (DI)(DX*1), R9
-	LEAQ (R9)(DX*1), R10
-	LEAQ (R10)(DX*1), R11
-	MOVQ $0, 0(R8)
-	MOVQ $0, 8(R8)
-	MOVL $0x0f0f0f0f, AX
-	VMOVD AX, X14
-	VPBROADCASTD X14, Y14
-	MOVL $0x30303030, AX
-	VMOVD AX, X12
-	VPBROADCASTD X12, Y12
+	X4_KSTART
+	BCASTD($0x30303030, X12, Y12)
 	TESTQ CX, CX
 	JEQ  q6kx4done
 
@@ -524,21 +490,10 @@ q6kx4loop:
 	Q6K_OFF(R9, 36)
 	Q6K_OFF(R10, 40)
 	Q6K_OFF(R11, 44)
-	VPXOR Y8, Y8, Y8
-	VPXOR Y9, Y9, Y9
-	VPXOR Y10, Y10, Y10
-	VPXOR Y11, Y11, Y11
+	X4_ZERO
 	Q6K_HALF4(0, 32, 128, 4, 0)
 	Q6K_HALF4(64, 96, 160, 132, 16)
-	Q6K_FINISH(Y8, X8, DI, 32, 0)
-	Q6K_FINISH(Y9, X9, R9, 36, 4)
-	Q6K_FINISH(Y10, X10, R10, 40, 8)
-	Q6K_FINISH(Y11, X11, R11, 44, 12)
-	ADDQ $210, SI
-	ADDQ $292, DI
-	ADDQ $292, R9
-	ADDQ $292, R10
-	ADDQ $292, R11
+	X4_END(Q6K_FINISH, 32, 210, 292)
 	DECQ CX
 	JNZ  q6kx4loop
 
