@@ -89,6 +89,13 @@
 	VMOVD AX, x; \
 	VPBROADCASTD x, y
 
+// K1_START begins a one-token K-quant kernel: arguments, the float sum X10
+// cleared, the nibble mask in Y14.
+#define K1_START \
+	ARGS1; \
+	VXORPS X10, X10, X10; \
+	BCASTD($0x0f0f0f0f, X14, Y14)
+
 // X4_ZERO clears the four tokens' int32 sums.
 #define X4_ZERO \
 	VPXOR Y8, Y8, Y8; \
@@ -181,9 +188,7 @@ q80done:
 // (Q4K_SCALES), Σ sc·Σq·x is summed in int32 lanes, Σ m·Σx from the
 // activation block sums.
 TEXT ·dotQ4KAVX2(SB), NOSPLIT, $16-28
-	ARGS1
-	VXORPS X10, X10, X10
-	BCASTD($0x0f0f0f0f, X14, Y14)
+	K1_START
 	BCASTD($0x00010001, X13, Y13)
 	TESTQ CX, CX
 	JEQ  q4kdone
@@ -260,9 +265,7 @@ q4kdone:
 // Q6_K super-blocks (210 bytes) against q8_K activations: the quants are
 // taken unsigned (q+32) and 32·Σ sc·Σx, from the block sums, subtracted.
 TEXT ·dotQ6KAVX2(SB), NOSPLIT, $32-28
-	ARGS1
-	VXORPS X10, X10, X10
-	BCASTD($0x0f0f0f0f, X14, Y14)
+	K1_START
 	BCASTD($0x30303030, X12, Y12)
 	TESTQ CX, CX
 	JEQ  q6kdone
