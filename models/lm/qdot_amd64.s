@@ -19,17 +19,22 @@
 	VPADDD       X7, x, x; \
 	VMOVD        x, reg
 
-// SCALE_ADD adds float32(f16(hoff(SI))·dx)·float32(ireg) to (op = VADDSS)
-// or subtracts it from (op = VSUBSS) the float sum in X10; dx is the
-// activation scale at 0(DI). Clobbers R10, X8, X9.
-#define SCALE_ADD(hoff, ireg, op) \
-	MOVWLZX    hoff(SI), R10; \
-	VMOVD      R10, X8; \
-	VCVTPH2PS  X8, X8; \
-	VMULSS     (DI), X8, X8; \
-	VCVTSI2SSL ireg, X9, X9; \
-	VMULSS     X9, X8, X8; \
-	op         X8, X10, X10
+// SCALE_OP is the float step of a super-block: acc op= float32(f16 at
+// hoff(SI) · dx at (p)) · float32(ireg), op VADDSS or VSUBSS, with t and u
+// float temporaries and gp a general one. The same multiplies, in the same
+// order, as dotK's acc += float32(float32(d·dx)·float32(isum)).
+#define SCALE_OP(hoff, p, ireg, op, t, u, acc, gp) \
+	MOVWLZX    hoff(SI), gp; \
+	VMOVD      gp, t; \
+	VCVTPH2PS  t, t; \
+	VMULSS     (p), t, t; \
+	VCVTSI2SSL ireg, u, u; \
+	VMULSS     u, t, t; \
+	op         t, acc, acc
+
+// SCALE_ADD is SCALE_OP for the one-token kernels: activations at DI, the
+// float sum in X10. Clobbers R10, X8, X9.
+#define SCALE_ADD(hoff, ireg, op) SCALE_OP(hoff, DI, ireg, op, X8, X9, X10, R10)
 
 // Q4K_SCALES unpacks a Q4_K super-block's twelve scale bytes (at 4(SI)):
 // the eight 6-bit scales as int16 to 0(SP) (VPBROADCASTW reads them there)
@@ -343,16 +348,9 @@ q80x4done:
 	VZEROUPPER
 	RET
 
-// FSCALE is SCALE_ADD for the ×4 kernels: token activations at p, the float
+// FSCALE is SCALE_OP for the ×4 kernels: token activations at p, the float
 // sum in X4 (loaded from and stored to out by the caller). Clobbers R12, X2, X3.
-#define FSCALE(hoff, p, ireg, op) \
-	MOVWLZX    hoff(SI), R12; \
-	VMOVD      R12, X2; \
-	VCVTPH2PS  X2, X2; \
-	VMULSS     (p), X2, X2; \
-	VCVTSI2SSL ireg, X3, X3; \
-	VMULSS     X3, X2, X2; \
-	op         X2, X4, X4
+#define FSCALE(hoff, p, ireg, op) SCALE_OP(hoff, p, ireg, op, X2, X3, X4, R12)
 
 // Q4K_MSUM: Σ_j m_j·(bsum[2j]+bsum[2j+1]) of the token at p (mins in Y1) to moff(SP).
 #define Q4K_MSUM(p, moff) \
