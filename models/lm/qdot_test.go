@@ -440,3 +440,38 @@ func BenchmarkMatVecPass(b *testing.B) {
 	// is what compares across runs on a machine other jobs share.
 	b.ReportMetric(bytes/(processCPUTime()-cpu0).Seconds()/1e9, "GB/CPU-s")
 }
+
+// FuzzReadQuantModel loads mutated quantized model images through ReadBytes
+// (the zero-copy path Load uses on a mapping) and runs the ones it accepts:
+// block data of any content, and tensor types or sizes the header lies
+// about, must be an error or a result, never a panic.
+func FuzzReadQuantModel(f *testing.F) {
+	for _, tc := range []struct {
+		cfg Config
+		r   string
+	}{
+		{Config{Vocab: 258, Dim: 32, Layers: 1, Heads: 2, KVHeads: 1, FFN: 64, ContextLen: 16}, "q4_0"},
+		{Config{Vocab: 258, Dim: 32, Layers: 1, Heads: 2, KVHeads: 1, FFN: 64, ContextLen: 16}, "q5_1"},
+		{Config{Vocab: 258, Dim: 256, Layers: 1, Heads: 2, KVHeads: 1, FFN: 256, ContextLen: 16}, "q4_k_m"},
+	} {
+		r, err := ParseRecipe(tc.r)
+		if err != nil {
+			f.Fatal(err)
+		}
+		var buf bytes.Buffer
+		if err := WriteRandom(&buf, tc.cfg, 1, nil, r); err != nil {
+			f.Fatal(err)
+		}
+		f.Add(buf.Bytes())
+	}
+	f.Fuzz(func(t *testing.T, b []byte) {
+		m, err := ReadBytes(b)
+		if err != nil {
+			return
+		}
+		if m.Config.Vocab*m.Config.Dim > 1<<20 {
+			return // accepted but too big to run in a fuzz iteration
+		}
+		m.Logits([]int32{0})
+	})
+}
