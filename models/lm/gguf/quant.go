@@ -172,11 +172,12 @@ func deqQ6K(y []float32, b []byte) {
 }
 
 // The quantizers. Q4_0, Q4_1, Q5_0, Q5_1 and Q8_0 follow ggml's reference
-// quantizers (quantize_row_*_ref); the K-quants pick each sub-block's scale
-// (and min) from its range, quantize the scales against the super-block's
-// largest, then round every value against its quantized scale. ggml searches
-// scales harder (make_qkx2_quants); the layout, which is what any reader
-// depends on, is the same.
+// quantizers (quantize_row_*_ref) and write the same bytes; the K-quants
+// pick each sub-block's scale (and min: Q4_K and Q5_K search as ggml's
+// make_qkx2_quants does, Q2_K takes the range), quantize the scales against
+// the super-block's largest, then round every value against its quantized
+// scale. ggml's own K-quant searches go further (and differ per type); the
+// layout, which is what any reader depends on, is the same.
 
 func nearest(x float32) int { return int(math.RoundToEven(float64(x))) }
 
@@ -283,6 +284,67 @@ func affineScales(x []float32, g int, levels float32) (scales, mins []float32) {
 	return scales, mins
 }
 
+// searchAffine refines one group's scale and min the way ggml's
+// make_qkx2_quants does: for 21 trial inverse scales around levels/range it
+// rounds the values, solves the weighted least-squares scale and min for
+// those levels (weights |x| plus the group's RMS, so large values count
+// more), and keeps the pair with the least weighted error. min is returned
+// as the non-negative amount subtracted.
+func searchAffine(x []float32, levels int) (scale, min float32) {
+	lo, hi := minMax(x)
+	lo = float32(math.Min(float64(lo), 0))
+	if hi == lo {
+		return 0, -lo
+	}
+	var ss float64
+	for _, v := range x {
+		ss += float64(v) * float64(v)
+	}
+	av := math.Sqrt(ss / float64(len(x)))
+	w := make([]float64, len(x))
+	for i, v := range x {
+		w[i] = av + math.Abs(float64(v))
+	}
+	errOf := func(sc, mn float64) float64 {
+		var e float64
+		for i, v := range x {
+			q := math.Max(0, math.Min(float64(levels), math.RoundToEven((float64(v)-mn)/sc)))
+			d := sc*q + mn - float64(v)
+			e += w[i] * d * d
+		}
+		return e
+	}
+	bestS, bestM := float64(hi-lo)/float64(levels), float64(lo)
+	best := errOf(bestS, bestM)
+	for step := 0; step <= 20; step++ {
+		iscale := (float64(levels) - 1 + 0.1*float64(step)) / float64(hi-lo)
+		var sw, sx, sl, sl2, sxl float64
+		for i, v := range x {
+			l := math.Max(0, math.Min(float64(levels), math.RoundToEven(iscale*(float64(v)-float64(lo)))))
+			sw += w[i]
+			sx += w[i] * float64(v)
+			sl += w[i] * l
+			sl2 += w[i] * l * l
+			sxl += w[i] * l * float64(v)
+		}
+		D := sw*sl2 - sl*sl
+		if D <= 0 {
+			continue
+		}
+		sc, mn := (sw*sxl-sx*sl)/D, (sl2*sx-sl*sxl)/D
+		if mn > 0 {
+			mn, sc = 0, sxl/sl2
+		}
+		if sc <= 0 {
+			continue
+		}
+		if e := errOf(sc, mn); e < best {
+			best, bestS, bestM = e, sc, mn
+		}
+	}
+	return float32(bestS), float32(-bestM)
+}
+
 // superScale quantizes non-negative per-group values v against their
 // maximum: d = max/levels (stored f16) and each q = round(v/d) in [0, levels].
 func superScale(v []float32, levels int) (d float32, q []int) {
@@ -318,7 +380,11 @@ func packScalesK4(s []byte, sc, m []int) {
 // quantK4 is Q4_K (levels 15) and Q5_K (levels 31): it returns the
 // sub-block quants and writes d, dmin and the scales.
 func quantK4(b []byte, x []float32, levels int) [QK]int {
-	scales, mins := affineScales(x, 32, float32(levels))
+	var scales, mins []float32
+	for s := 0; s < QK; s += 32 {
+		sc, mn := searchAffine(x[s:s+32], levels)
+		scales, mins = append(scales, sc), append(mins, mn)
+	}
 	d, sc := superScale(scales, 63)
 	dmin, m := superScale(mins, 63)
 	putF16(b, d)
