@@ -173,11 +173,13 @@ func deqQ6K(y []float32, b []byte) {
 
 // The quantizers. Q4_0, Q4_1, Q5_0, Q5_1 and Q8_0 follow ggml's reference
 // quantizers (quantize_row_*_ref) and write the same bytes; the K-quants
-// pick each sub-block's scale (and min: Q4_K and Q5_K search as ggml's
-// make_qkx2_quants does, Q2_K takes the range), quantize the scales against
-// the super-block's largest, then round every value against its quantized
-// scale. ggml's own K-quant searches go further (and differ per type); the
-// layout, which is what any reader depends on, is the same.
+// pick each sub-block's scale (and min): Q4_K and Q5_K search as ggml's
+// make_qkx2_quants does, Q3_K and Q6_K as its make_qx_quants, Q2_K takes
+// the range; they then quantize the scales against the super-block's
+// largest and round every value against its quantized scale. The Q6_K
+// quantizer writes the same bytes as ggml's reference; for the others the
+// layout, which is what any reader depends on, is the same and the error
+// about the same (docs/engine.md).
 
 func nearest(x float32) int { return int(math.RoundToEven(float64(x))) }
 
@@ -436,15 +438,14 @@ func quantQ2K(b []byte, x []float32) {
 	}
 }
 
-// symScales gives each group of 16 values the scale that maps its value of
-// largest magnitude to lo (−4 for Q3_K, −32 for Q6_K), then quantizes those
+// symScales gives each group of 16 values its searchSym scale for levels
+// lo…−lo−1 (lo −4 for Q3_K, −32 for Q6_K), then quantizes those
 // scales as signed integers in [−smax−1, smax] against the largest of them
 // (ggml's choice of sign: the extreme becomes the most negative level).
 func symScales(x []float32, lo float32, smax int) (d float32, sc []int) {
 	var gs []float32
 	for s := 0; s < len(x); s += 16 {
-		_, vmax := signedMax(x[s : s+16])
-		gs = append(gs, vmax/lo)
+		gs = append(gs, searchSym(x[s:s+16], int(-lo)))
 	}
 	_, smaxv := signedMax(gs)
 	if smaxv == 0 {
@@ -455,6 +456,32 @@ func symScales(x []float32, lo float32, smax int) (d float32, sc []int) {
 		sc = append(sc, clampInt(nearest(iscale*s), -smax-1, smax))
 	}
 	return 1 / iscale, sc
+}
+
+// searchSym is a group's scale for levels −nmax…nmax−1, chosen as ggml's
+// make_qx_quants does: 19 trial inverse scales around −nmax/max, each
+// scored by the x²-weighted least-squares fit of its rounded levels, the
+// best fit's scale kept.
+func searchSym(x []float32, nmax int) float32 {
+	_, vmax := signedMax(x)
+	if vmax == 0 {
+		return 0
+	}
+	best, scale := 0.0, float64(vmax)/float64(-nmax)
+	for step := -9; step <= 9; step++ {
+		iscale := -(float64(nmax) + 0.1*float64(step)) / float64(vmax)
+		var sumlx, suml2 float64
+		for _, v := range x {
+			l := math.Max(float64(-nmax), math.Min(float64(nmax-1), math.RoundToEven(iscale*float64(v))))
+			w := float64(v) * float64(v)
+			sumlx += w * float64(v) * l
+			suml2 += w * l * l
+		}
+		if suml2 > 0 && sumlx*sumlx > best*suml2 {
+			best, scale = sumlx*sumlx/suml2, sumlx/suml2
+		}
+	}
+	return float32(scale)
 }
 
 // symQuant rounds x against scale dl into [lo, hi].
