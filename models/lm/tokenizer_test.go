@@ -140,9 +140,9 @@ func TestUnsupportedTokenizerIsClearError(t *testing.T) {
 	cfg := tinyConfig()
 	w, _ := RandomWeights(cfg, 1)
 	spec := ByteTokenizerSpec()
-	spec.Model = "gpt2"
+	spec.Model = "rwkv"
 	var buf bytes.Buffer
-	if err := WriteGGUF(&buf, cfg, spec, w, nil, F32); err == nil || !strings.Contains(err.Error(), `unsupported tokenizer model "gpt2"`) {
+	if err := WriteGGUF(&buf, cfg, spec, w, nil, F32); err == nil || !strings.Contains(err.Error(), `unsupported tokenizer model "rwkv"`) {
 		t.Fatalf("writer: %v", err)
 	}
 	// A file written by another tool with that tokenizer fails on load.
@@ -151,9 +151,9 @@ func TestUnsupportedTokenizerIsClearError(t *testing.T) {
 	if err := WriteGGUF(&buf, cfg, good, w, nil, F32); err != nil {
 		t.Fatal(err)
 	}
-	raw := bytes.Replace(buf.Bytes(), []byte("\x04\x00\x00\x00\x00\x00\x00\x00byte"), []byte("\x04\x00\x00\x00\x00\x00\x00\x00gpt2"), 1)
+	raw := bytes.Replace(buf.Bytes(), []byte("\x04\x00\x00\x00\x00\x00\x00\x00gpt2"), []byte("\x04\x00\x00\x00\x00\x00\x00\x00rwkv"), 1)
 	_, err := Read(bytes.NewReader(raw), int64(len(raw)))
-	if err == nil || !strings.Contains(err.Error(), `unsupported tokenizer model "gpt2"`) {
+	if err == nil || !strings.Contains(err.Error(), `unsupported tokenizer model "rwkv"`) {
 		t.Fatalf("load: %v", err)
 	}
 }
