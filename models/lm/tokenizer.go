@@ -134,6 +134,15 @@ func unsupportedModel(m string) error {
 
 // Validate checks the spec against a model's vocabulary size.
 func (s TokenizerSpec) Validate(vocab int) error {
+	if err := s.checkFields(vocab); err != nil {
+		return err
+	}
+	_, err := s.Build()
+	return err
+}
+
+// checkFields is Validate less building the tokenizer.
+func (s TokenizerSpec) checkFields(vocab int) error {
 	switch s.Model {
 	case TokenizerLlama, TokenizerGPT2, TokenizerByte:
 	default:
@@ -158,8 +167,7 @@ func (s TokenizerSpec) Validate(vocab int) error {
 	if s.EOT > 0 && !in(s.EOT) {
 		return fmt.Errorf("tokenizer: EOT %d outside the vocabulary", s.EOT)
 	}
-	_, err := s.Build()
-	return err
+	return nil
 }
 
 func (s TokenizerSpec) typeOf(i int) int32 {
@@ -311,7 +319,7 @@ func tokenizerSpecFrom(f *gguf.File) (TokenizerSpec, error) {
 // buildFor checks the spec against a model's vocabulary size, then builds it:
 // what every model constructor needs before it can hold a tokenizer.
 func (s TokenizerSpec) buildFor(vocab int) (Tokenizer, error) {
-	if err := s.Validate(vocab); err != nil {
+	if err := s.checkFields(vocab); err != nil {
 		return nil, err
 	}
 	return s.Build()
