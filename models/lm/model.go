@@ -6,6 +6,7 @@ import (
 	"io"
 	"os"
 
+	"github.com/phaseless/phaseless/models/lm/chattmpl"
 	"github.com/phaseless/phaseless/models/lm/gguf"
 )
 
@@ -21,6 +22,7 @@ type Model struct {
 
 	tok     Tokenizer
 	tokSpec TokenizerSpec
+	chat    *chattmpl.Template // nil: llm.ChatPrompt
 	embd    *matrix
 	layers  []layer
 	outNorm []float32
@@ -55,7 +57,11 @@ func New(cfg Config, tok TokenizerSpec, w *Weights) (*Model, error) {
 	if err != nil {
 		return nil, err
 	}
-	m := &Model{Config: cfg, DType: F32, Meta: map[string]any{}, tok: t, tokSpec: tok, layers: make([]layer, cfg.Layers)}
+	chat, err := parseChatTemplate(tok)
+	if err != nil {
+		return nil, err
+	}
+	m := &Model{Config: cfg, DType: F32, Meta: map[string]any{}, tok: t, tokSpec: tok, chat: chat, layers: make([]layer, cfg.Layers)}
 	for _, s := range w.specs(cfg) {
 		if *s.ptr == nil {
 			continue // optional output head: tied below
@@ -132,7 +138,11 @@ func Read(r io.ReaderAt, size int64) (*Model, error) {
 	if err != nil {
 		return nil, err
 	}
-	m := &Model{Config: cfg, Meta: map[string]any{}, tok: tok, tokSpec: spec}
+	chat, err := parseChatTemplate(spec)
+	if err != nil {
+		return nil, err
+	}
+	m := &Model{Config: cfg, Meta: map[string]any{}, tok: tok, tokSpec: spec, chat: chat}
 	for _, kv := range f.KVs {
 		m.Meta[kv.Key] = kv.Value
 	}
