@@ -1,12 +1,18 @@
 package lm
 
 import (
-	"github.com/phaseless/phaseless/models/lm/chattmpl"
 	"github.com/phaseless/phaseless/transport/llm"
 )
 
-// parseChatTemplate compiles the vocabulary's chat template, if it has one.
-func parseChatTemplate(spec TokenizerSpec) (*chattmpl.Template, error) {
+// chatRenderer renders a conversation with a model's own chat template
+// (models/lm/chattmpl, unless the build leaves Jinja out: chat_nojinja.go).
+type chatRenderer interface {
+	Render(msgs []llm.Message, addGenerationPrompt bool) (string, error)
+}
+
+// parseChatTemplate compiles the vocabulary's chat template, if it has one
+// and this build renders templates.
+func parseChatTemplate(spec TokenizerSpec) (chatRenderer, error) {
 	if spec.ChatTemplate == "" {
 		return nil, nil
 	}
@@ -20,8 +26,13 @@ func parseChatTemplate(spec TokenizerSpec) (*chattmpl.Template, error) {
 	if spec.AddBOS || spec.BOS != spec.EOS {
 		bos = text(spec.BOS)
 	}
-	return chattmpl.Parse(spec.ChatTemplate, bos, text(spec.EOS))
+	return compileChatTemplate(spec.ChatTemplate, bos, text(spec.EOS))
 }
+
+// ChatTemplateSkipped reports whether the model has a chat template that
+// this build does not render (built with the lm_nojinja tag): its chats use
+// llm.ChatPrompt's format instead, which the model was not trained on.
+func (m *Model) ChatTemplateSkipped() bool { return m.tokSpec.ChatTemplate != "" && m.chat == nil }
 
 // HasChatTemplate reports whether the model renders chats with its own
 // template (tokenizer.chat_template) rather than llm.ChatPrompt's.

@@ -6,7 +6,6 @@ import (
 	"io"
 	"os"
 
-	"github.com/phaseless/phaseless/models/lm/chattmpl"
 	"github.com/phaseless/phaseless/models/lm/gguf"
 )
 
@@ -22,7 +21,7 @@ type Model struct {
 
 	tok     Tokenizer
 	tokSpec TokenizerSpec
-	chat    *chattmpl.Template // nil: llm.ChatPrompt
+	chat    chatRenderer // nil: llm.ChatPrompt
 	embd    *matrix
 	layers  []layer
 	outNorm []float32
