@@ -87,6 +87,11 @@ func ReadHFTokenizer(tokenizerJSON, config []byte) (TokenizerSpec, error) {
 	if n == 0 {
 		return spec, errors.New("tokenizer.json: empty vocabulary")
 	}
+	// Real files number their tokens densely; a few holes become [PADn],
+	// but ids far beyond the token count would only allocate padding.
+	if listed := int64(len(tj.Model.Vocab) + len(tj.AddedTokens)); n > 2*listed+1024 {
+		return spec, fmt.Errorf("tokenizer.json: ids up to %d for %d tokens", n-1, listed)
+	}
 	spec.Tokens = make([]string, n)
 	spec.Types = make([]int32, n)
 	for t, id := range tj.Model.Vocab {
