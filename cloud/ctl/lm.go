@@ -143,6 +143,14 @@ func lmInit(ctx context.Context, cio cli.IO, args []string) error {
 	return nil
 }
 
+// loadModelFlag loads the model --model names.
+func loadModelFlag(path string) (*lm.Model, error) {
+	if path == "" {
+		return nil, &cli.FieldError{Field: "model", Err: errors.New("required")}
+	}
+	return lm.Load(path)
+}
+
 // readHFTokenizer reads tokenizer.json and, when named, tokenizer_config.json.
 func readHFTokenizer(tokPath, cfgPath string) (lm.TokenizerSpec, error) {
 	tj, err := os.ReadFile(tokPath)
@@ -168,10 +176,7 @@ func lmTokenize(ctx context.Context, cio cli.IO, args []string) error {
 	if done, err := lmParseFlags(fs, cio, args, "lm tokenize --model F [--special] < lines-of-json-strings"); done || err != nil {
 		return err
 	}
-	if *model == "" {
-		return &cli.FieldError{Field: "model", Err: errors.New("required")}
-	}
-	m, err := lm.Load(*model)
+	m, err := loadModelFlag(*model)
 	if err != nil {
 		return err
 	}
@@ -215,10 +220,7 @@ func lmGenerate(ctx context.Context, cio cli.IO, args []string) error {
 	if done, err := lmParseFlags(fs, cio, args, `lm generate --model F --prompt "..." [--max-tokens N --temperature T --top-k K --top-p P --seed S --raw]`); done || err != nil {
 		return err
 	}
-	if *model == "" {
-		return &cli.FieldError{Field: "model", Err: errors.New("required")}
-	}
-	m, err := lm.Load(*model)
+	m, err := loadModelFlag(*model)
 	if err != nil {
 		return err
 	}
