@@ -242,3 +242,26 @@ func containsRun(s, run []int32) bool {
 	}
 	return false
 }
+
+// BenchmarkHFTokenize encodes the corpus with each real vocabulary.
+func BenchmarkHFTokenize(b *testing.B) {
+	needHF(b)
+	_, texts := readCorpus(b)
+	n := 0
+	for _, s := range texts {
+		n += len(s)
+	}
+	for _, name := range []string{"llama3", "qwen3"} {
+		b.Run(name, func(b *testing.B) {
+			tok := hfModel(b, name).Tokenizer()
+			b.SetBytes(int64(n))
+			ids := 0
+			for b.Loop() {
+				for _, s := range texts {
+					ids += len(tok.Encode(s))
+				}
+			}
+			b.ReportMetric(float64(ids)/b.Elapsed().Seconds(), "tokens/s")
+		})
+	}
+}
