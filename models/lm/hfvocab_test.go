@@ -77,10 +77,33 @@ func hfModel(t testing.TB, name string) *Model {
 	return m
 }
 
-// jsTokenize runs the JavaScript reference over lines (JSON strings).
-func jsTokenize(t testing.TB, name string, lines []string) [][]int32 {
+// hfTokenizerPre is the model's tokenizer with its pre-tokenizer replaced
+// by the one the tokenizer.json pre_tokenizer pre (JSON) names, if not empty.
+func hfTokenizerPre(t testing.TB, m *Model, pre string) (Tokenizer, string) {
 	t.Helper()
-	cmd := exec.Command("node", "ref.mjs", name)
+	spec := m.TokenizerSpec()
+	if pre != "" {
+		var err error
+		if spec.Pre, err = hfPre(json.RawMessage(pre)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	tok, err := spec.Build()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return tok, spec.Pre
+}
+
+// jsTokenize runs the JavaScript reference over lines (JSON strings), with
+// the vocabulary's pre-tokenizer replaced by pre unless it is empty.
+func jsTokenize(t testing.TB, name, pre string, lines []string) [][]int32 {
+	t.Helper()
+	args := []string{"ref.mjs", name}
+	if pre != "" {
+		args = append(args, pre)
+	}
+	cmd := exec.Command("node", args...)
 	cmd.Dir = filepath.Join("testdata", "hf")
 	cmd.Stdin = strings.NewReader(strings.Join(lines, "\n") + "\n")
 	var stderr bytes.Buffer
@@ -129,7 +152,9 @@ func readCorpus(t testing.TB) (lines []string, texts []string) {
 // Qwen3 vocabulary tokenizes a varied corpus (English, CJK, emoji, code,
 // numbers, whitespace runs) exactly as the Hugging Face reference does, and
 // decodes every line back to its text; with special parsing, chat markup
-// becomes its control tokens as the reference's added-token split does.
+// becomes its control tokens as the reference's added-token split does. The
+// Qwen3 vocabulary also runs with GPT-2's and SmolLM's pre-tokenizers in
+// place of its own, on both sides, so those splits meet the reference too.
 func TestHFTokenizerMatchesReference(t *testing.T) {
 	needHF(t)
 	lines, texts := readCorpus(t)
@@ -143,13 +168,37 @@ func TestHFTokenizerMatchesReference(t *testing.T) {
 		b, _ := json.Marshal(s)
 		lines = append(lines, string(b))
 	}
-	for _, name := range []string{"llama3", "qwen3"} {
-		t.Run(name, func(t *testing.T) {
-			m := hfModel(t, name)
-			tok := m.Tokenizer()
-			want := jsTokenize(t, name, lines)
+	const gpt2Pre = `{"type":"ByteLevel","add_prefix_space":false,"trim_offsets":true,"use_regex":true}`
+	const smolPre = `{"type":"Sequence","pretokenizers":[{"type":"Digits","individual_digits":true},` + gpt2Pre + `]}`
+	// transformers.js isolates only [0-9] in its Digits pre-tokenizer, where
+	// Hugging Face's Rust one isolates every numeric character (is_numeric)
+	// and llama.cpp splits \p{N}, as this engine does: lines with other
+	// numerals (Ⅻ, ², ½, ١) are left out of that comparison.
+	asciiDigitsOnly := func(s string) bool {
+		return !strings.ContainsFunc(s, func(r rune) bool { return isN(r) && (r < '0' || r > '9') })
+	}
+	for _, tc := range []struct {
+		name, vocab, pre, wantPre string
+		skip                      func(string) bool
+	}{
+		{"llama3", "llama3", "", PreLlama3, nil}, {"qwen3", "qwen3", "", PreQwen2, nil},
+		{"qwen3 vocab, gpt-2 split", "qwen3", gpt2Pre, PreGPT2, nil},
+		{"qwen3 vocab, smollm split", "qwen3", smolPre, PreSmolLM, func(s string) bool { return !asciiDigitsOnly(s) }},
+	} {
+		name := tc.vocab
+		t.Run(tc.name, func(t *testing.T) {
+			tok, pre := hfTokenizerPre(t, hfModel(t, name), tc.pre)
+			if pre != tc.wantPre {
+				t.Fatalf("pre-tokenizer %q, want %q", pre, tc.wantPre)
+			}
+			want := jsTokenize(t, name, tc.pre, lines)
 			bad := 0
+			skipped := 0
 			for i, text := range texts {
+				if tc.skip != nil && tc.skip(text) {
+					skipped++
+					continue
+				}
 				got := tok.Encode(text)
 				if !slices.Equal(got, want[i]) {
 					if bad++; bad <= 10 {
@@ -167,7 +216,10 @@ func TestHFTokenizerMatchesReference(t *testing.T) {
 				}
 			}
 			if bad > 0 {
-				t.Errorf("%d of %d corpus lines differ", bad, len(texts))
+				t.Errorf("%d of %d corpus lines differ", bad, len(texts)-skipped)
+			}
+			if skipped > len(texts)/20 {
+				t.Errorf("%d of %d lines skipped", skipped, len(texts))
 			}
 		})
 	}
