@@ -50,7 +50,8 @@ const maxHFVocab = 1 << 22
 // as a byte-level BPE vocabulary. Vocabulary tokens are normal tokens; added
 // tokens are control tokens when special (or spelt <|…|>, as llama.cpp's
 // converter decides) and user-defined otherwise. Ids the files leave unused
-// become unused "[PADn]" tokens.
+// become unused "[PADn]" tokens. Without a bos_token (Qwen), BOS is set to
+// EOS and never added.
 func ReadHFTokenizer(tokenizerJSON, config []byte) (TokenizerSpec, error) {
 	var spec TokenizerSpec
 	var tj hfTokenizerJSON
