@@ -55,7 +55,7 @@ func TestChatTemplateDrivesThePrompt(t *testing.T) {
 	spec.ChatTemplate = ""
 	plain := writeAndRead(t, cfg, spec, w)
 	got, _ = plain.ChatPromptTokens(msgs)
-	want = append([]int32(nil), plain.Tokenizer().Encode(llm.ChatPrompt(msgs))...)
+	want = append([]int32(nil), plain.Tokenizer().Encode(ChatPrompt(msgs))...)
 	if plain.HasChatTemplate() || !slices.Equal(got, want) {
 		t.Fatalf("fallback prompt %v, want %v", got, want)
 	}

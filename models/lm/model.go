@@ -21,7 +21,7 @@ type Model struct {
 
 	tok     Tokenizer
 	tokSpec TokenizerSpec
-	chat    chatRenderer // nil: llm.ChatPrompt
+	chat    chatRenderer // nil: ChatPrompt
 	embd    *matrix
 	layers  []layer
 	outNorm []float32
