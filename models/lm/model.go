@@ -321,6 +321,10 @@ func configFrom(f *gguf.File, arch string) (Config, error) {
 		// not implement; Llama 3's scaling is the rope_freqs tensor instead.
 		errs = append(errs, fmt.Errorf("RoPE scaling %v is not supported (Llama 3 scaling, as rope_freqs.weight, is)", st))
 	}
+	// llama.cpp scales positions by 1/factor whatever the type says.
+	if fv := getf(a + "rope.scaling.factor"); fv != 0 && fv != 1 {
+		errs = append(errs, fmt.Errorf("RoPE scaling factor %v (linear position scaling) is not supported", fv))
+	}
 	if err := errors.Join(errs...); err != nil {
 		return c, err
 	}

@@ -3,6 +3,7 @@ package lm
 import (
 	"bytes"
 	"math"
+	"strings"
 	"testing"
 )
 
@@ -309,5 +310,21 @@ func TestWeightsRoundTrip(t *testing.T) {
 	}
 	if m.Meta["general.name"] != "test" {
 		t.Fatalf("meta general.name = %v", m.Meta["general.name"])
+	}
+}
+
+// TestRopeScalingKeysRefused: position scalings the engine does not run are
+// load errors, not silently different models.
+func TestRopeScalingKeysRefused(t *testing.T) {
+	cfg := tinyConfig()
+	w, _ := RandomWeights(cfg, 1)
+	for _, kv := range []map[string]any{{"llama.rope.scaling.type": "yarn"}, {"llama.rope.scaling.factor": float32(4)}} {
+		var buf bytes.Buffer
+		if err := WriteGGUF(&buf, cfg, ByteTokenizerSpec(), w, kv, F32); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := Read(bytes.NewReader(buf.Bytes()), int64(buf.Len())); err == nil || !strings.Contains(err.Error(), "not supported") {
+			t.Errorf("%v: %v", kv, err)
+		}
 	}
 }
