@@ -342,7 +342,7 @@ func loadPredictor(spec string) (*predictor.Swappable, string, error) {
 func (a *Agent) newFleetClient() (*fleetclient.Client, error) {
 	fc := fleetclient.Config{
 		BrokerURL: a.cfg.MQTT, DeviceID: a.cfg.DeviceID, Version: cli.Version, Board: a.cfg.Board,
-		Store: a.store, StatePath: filepath.Join(a.cfg.DataDir, "fleetwire.db"), Logger: a.log.With("component", "fleet"),
+		Store: a.store, StatePath: filepath.Join(a.cfg.DataDir, "fleet.db"), Logger: a.log.With("component", "fleet"),
 		Slot: a.ota.slot,
 	}
 	if a.cfg.PKIDir != "" {
