@@ -28,6 +28,9 @@ func chatMLSpec(t *testing.T) TokenizerSpec {
 // renders chats with it, its markup parsed as control tokens; without one
 // the engine's own template is encoded as plain text, as before.
 func TestChatTemplateDrivesThePrompt(t *testing.T) {
+	if !rendersTemplates {
+		t.Skip("built with lm_nojinja: TestNoJinjaFallsBack")
+	}
 	cfg := Config{Vocab: 300, Dim: 32, Layers: 1, Heads: 2, KVHeads: 1, FFN: 64, ContextLen: 128}
 	w, err := RandomWeights(cfg, 2)
 	if err != nil {

@@ -230,6 +230,9 @@ func TestHFTokenizerMatchesReference(t *testing.T) {
 // their turn-end tokens, and generate through the engine.
 func TestHFModelsChatAndStop(t *testing.T) {
 	needHF(t)
+	if !rendersTemplates {
+		t.Skip("built with lm_nojinja")
+	}
 	msgs := []llm.Message{{Role: "system", Content: "Be brief."}, {Role: "user", Content: "Hi 你好"}}
 	for _, tc := range []struct {
 		name          string
