@@ -75,7 +75,11 @@ func TestReconnectBackoffUntilCloudComes(t *testing.T) {
 	clock := &stepClock{calls: make(chan clockCall)}
 	c := dial(t, addr, "dev-1", func(cc *ClientConfig) {
 		cc.Background = true
-		cc.HandshakeTimeout = 50 * time.Millisecond
+		// Only the attempts against the empty port wait this out; the
+		// attempt that reaches the server is retried below if a loaded
+		// machine (-race, shared cores) lets it expire, so it bounds the
+		// test's length, never its outcome.
+		cc.HandshakeTimeout = 250 * time.Millisecond
 		cc.Backoff = Backoff{Initial: 100 * time.Millisecond, Max: 400 * time.Millisecond, Factor: 2}
 		cc.Clock = clock
 		cc.Rand = func() float64 { return 0.5 }
@@ -95,21 +99,26 @@ func TestReconnectBackoffUntilCloudComes(t *testing.T) {
 			t.Fatalf("no reconnect attempt %d", i)
 		}
 	}
+	// From here on every wait the client asks for (another backoff after a
+	// handshake that a loaded machine let expire, ConnectWait in Generate)
+	// ends at once, so no goroutine blocks on the unbuffered channel.
+	drained := make(chan struct{})
+	go func() {
+		defer close(drained)
+		for call := range clock.calls {
+			call.fire <- time.Now()
+		}
+	}()
 	waitFor(t, "the client to connect", func() bool { return c.Link().Connected })
 	if st := c.Link(); st.Reconnects != 0 || st.LastError == "" {
 		t.Fatalf("link %+v: the first connection is not a reconnect, and the failures should be recorded", st)
 	}
-	// ConnectWait also runs on the injected clock; answer it if asked.
-	go func() {
-		for call := range clock.calls {
-			_ = call
-		}
-	}()
 	if _, _, err := collect(guardCtx(t), c, req("late")); err != nil {
 		t.Fatal(err)
 	}
 	c.Close()
 	close(clock.calls)
+	<-drained
 }
 
 func TestGenerateFailsFastWithoutLink(t *testing.T) {
@@ -457,7 +466,10 @@ func TestUnkeyedRequestDoesNotHangOnDeadRedial(t *testing.T) {
 	s := startServer(t, h)
 	addr := s.Addr().String()
 	c := dial(t, addr, "dev-1", func(cc *ClientConfig) {
-		cc.HandshakeTimeout = 300 * time.Millisecond
+		// Long enough that the first, live handshake never expires on a
+		// loaded machine; the dead redial is bounded by it, far inside
+		// hangGuard.
+		cc.HandshakeTimeout = 2 * time.Second
 		cc.ConnectWait = 2 * time.Second
 	})
 	if _, _, err := collect(guardCtx(t), c, req("warm")); err != nil { // leaves a session ticket
