@@ -43,6 +43,11 @@ type ClientConfig struct {
 	// re-established before failing with a retryable CodeUnavailable, so
 	// the router can fall back to the device. Default 2 s.
 	ConnectWait time.Duration
+	// StallTimeout ends a request whose stream received nothing (no token,
+	// no heartbeat) for this long, and drops the connection as dead (see
+	// heartbeat.go). Default DefaultStallTimeout; negative turns heartbeats
+	// and the stall detector off, leaving dead peers to MaxIdleTimeout.
+	StallTimeout time.Duration
 	// Background makes Dial return at once and connect in the background;
 	// otherwise Dial fails unless the first connection succeeds.
 	Background bool
@@ -78,6 +83,9 @@ func (c *ClientConfig) setDefaults() {
 	}
 	if c.ConnectWait == 0 {
 		c.ConnectWait = 2 * time.Second
+	}
+	if c.StallTimeout == 0 {
+		c.StallTimeout = DefaultStallTimeout
 	}
 	if c.LocalAddr == "" {
 		c.LocalAddr = ":0"
@@ -151,6 +159,7 @@ type Client struct {
 	cur        *link
 	ready      chan struct{} // closed while cur != nil
 	lastErr    string
+	lastAuth   bool // the last failure was the cloud refusing our certificate
 	reconnects int
 	connected  bool // a connection was ever established
 	closed     bool
@@ -344,6 +353,7 @@ func (c *Client) backoff(failures *int) bool {
 func (c *Client) noteErr(err error) {
 	c.mu.Lock()
 	c.lastErr = err.Error()
+	c.lastAuth = linkError(err, 0).Code == llm.CodeAuth
 	c.mu.Unlock()
 	c.log.Warn("quic: cloud connection failed", "addr", c.addr, "err", err)
 }
@@ -367,6 +377,7 @@ func (c *Client) dropLink(l *link, cause error) {
 		c.ready = make(chan struct{})
 		if cause != nil {
 			c.lastErr = cause.Error()
+			c.lastAuth = linkError(cause, 0).Code == llm.CodeAuth
 		}
 	}
 	c.mu.Unlock()
@@ -379,7 +390,7 @@ func (c *Client) waitLink(ctx context.Context) (*link, error) {
 	var timeout <-chan time.Time
 	for {
 		c.mu.Lock()
-		l, ready, closed, lastErr := c.cur, c.ready, c.closed, c.lastErr
+		l, ready, closed, lastErr, lastAuth := c.cur, c.ready, c.closed, c.lastErr, c.lastAuth
 		c.mu.Unlock()
 		if closed {
 			return nil, &llm.Error{Code: llm.CodeUnavailable, Message: ErrClientClosed.Error()}
@@ -400,6 +411,11 @@ func (c *Client) waitLink(ctx context.Context) (*link, error) {
 			return nil, cancelled(ctx)
 		case <-c.ctx.Done():
 		case <-timeout:
+			if lastAuth {
+				// Keep the refusal's class: retrying will not help, and the
+				// operator must see it is the certificate (revoked, foreign).
+				return nil, &llm.Error{Code: llm.CodeAuth, Message: "no connection to the cloud: " + lastErr}
+			}
 			return nil, &llm.Error{Code: llm.CodeUnavailable, Message: "no connection to the cloud: " + lastErr, Retryable: true}
 		}
 	}
@@ -468,7 +484,10 @@ func (c *Client) Generate(ctx context.Context, req *llm.Request, emit llm.Emit) 
 				return llm.Final{}, cancelled(ctx)
 			}
 			continue
-		case attempt < 2 && rt.linkLost && (!rt.sent || keyed && rt.delivered == 0) && llm.CodeOf(rt.err) != llm.CodeAuth:
+		case attempt < 2 && rt.linkLost && !rt.stalled && (!rt.sent || keyed && rt.delivered == 0) && llm.CodeOf(rt.err) != llm.CodeAuth:
+			// A stalled link is not retried: the cloud stopped answering,
+			// and a redial would only add ConnectWait before the caller
+			// can fall back.
 			continue
 		case errors.Is(rt.err, quicgo.Err0RTTRejected):
 			return llm.Final{}, linkError(rt.err, 0)
@@ -482,6 +501,7 @@ type roundTripResult struct {
 	sent      bool  // the request frame was handed to the stream
 	delivered int   // tokens passed to emit
 	linkLost  bool  // the connection, not the server, failed
+	stalled   bool  // nothing arrived for StallTimeout: the peer is presumed dead
 	cause     error // the transport's error behind err
 }
 
@@ -541,19 +561,34 @@ func (c *Client) roundTrip(ctx context.Context, conn *quicgo.Conn, req *llm.Requ
 		stop()
 		abortOnce.Do(func() {})
 	}()
-	if err := w.write(&Frame{Type: FrameRequest, Request: req}); err != nil {
+	stall := c.cfg.StallTimeout
+	if err := w.write(&Frame{Type: FrameRequest, Request: req, Heartbeat: heartbeatInterval(stall)}); err != nil {
 		return fail(err)
 	}
 	rt.sent = true
 	meta := llm.MetaFrom(ctx)
 	fr := newFrameReader(str)
+	stalled, stopWatch := watchStall(conn, str, stall)
+	defer stopWatch()
 	for {
 		f, err := fr.next()
 		if err != nil {
 			str.CancelWrite(streamCancelled)
+			if stalled.Load() && ctx.Err() == nil {
+				rt.linkLost, rt.stalled = true, true
+				after := ""
+				if rt.delivered > 0 {
+					after = fmt.Sprintf(" after %d tokens", rt.delivered)
+				}
+				rt.err = &llm.Error{Code: llm.CodeUnavailable, Retryable: true,
+					Message: fmt.Sprintf("cloud link stalled: nothing received for %v%s (peer presumed dead)", stall, after)}
+				rt.cause = rt.err
+				return llm.Final{}, rt
+			}
 			return fail(err)
 		}
 		switch f.Type {
+		case FrameHeartbeat:
 		case FrameMeta:
 			applyMeta(meta, f.Meta)
 		case FrameToken:

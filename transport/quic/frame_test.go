@@ -29,6 +29,8 @@ func sampleFrames() []*Frame {
 		{Type: FrameFinal, Final: llm.Final{PromptTokens: 12, CompletionTokens: 300, FinishReason: "length", TTFT: 5 * time.Millisecond, Total: time.Second, PrefixHitTokens: 8, SchedulerHint: "XYZ", Route: "cloud", FallbackReason: "x"}},
 		{Type: FrameError, Err: &llm.Error{Code: llm.CodeOverloaded, Message: "pool full", Retryable: true, RetryAfter: 2 * time.Second}},
 		{Type: FrameCancel},
+		{Type: FrameHeartbeat},
+		{Type: FrameRequest, Request: &llm.Request{ID: "hb", Model: "auto"}, Heartbeat: 250 * time.Millisecond},
 	}
 }
 

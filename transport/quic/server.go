@@ -357,9 +357,13 @@ func (s *Server) identify(ctx context.Context, conn *quicgo.Conn, p *peer, keyed
 
 // streamWriter serialises frame writes on one stream.
 type streamWriter struct {
-	mu  sync.Mutex // guards buf and writes to str
-	str *quicgo.Stream
-	buf []byte
+	mu    sync.Mutex // guards buf and writes to str
+	str   *quicgo.Stream
+	buf   []byte
+	wrote atomic.Bool // a frame was written since the heartbeat last looked
+	// stopHeartbeat stops the heartbeat writer before the last frame and
+	// the end of the stream (nil when none runs).
+	stopHeartbeat func()
 }
 
 func (w *streamWriter) write(f *Frame) error {
@@ -371,6 +375,7 @@ func (w *streamWriter) write(f *Frame) error {
 	}
 	w.buf = b
 	_, err = w.str.Write(b)
+	w.wrote.Store(true)
 	return err
 }
 
@@ -428,6 +433,8 @@ func (s *Server) serveStream(conn *quicgo.Conn, p *peer, str *quicgo.Stream) {
 		str.CancelWrite(streamCancelled)
 	}))
 	w := &streamWriter{str: str}
+	w.stopHeartbeat = w.startHeartbeats(f.Heartbeat)
+	defer w.stopHeartbeat()
 	if keyed {
 		s.follow(ctx, w, req, stopReset)
 	} else {
@@ -477,6 +484,9 @@ func (s *Server) run(ctx context.Context, w *streamWriter, req *llm.Request, sto
 
 // end writes the terminal frame unless the client is gone.
 func (s *Server) end(ctx context.Context, w *streamWriter, final llm.Final, err error, sendMeta func() error, stopReset func() bool) {
+	if w.stopHeartbeat != nil {
+		w.stopHeartbeat() // no heartbeat may follow the last frame or race Close
+	}
 	if !stopReset() {
 		return // the stream was reset: the client cancelled or the connection ended
 	}
