@@ -22,7 +22,7 @@ const (
 	// DefaultStallTimeout ends a stream that received nothing for this long
 	// with a retryable CodeUnavailable error, within the 2 s that issue 21
 	// asks for, and closes the connection so the next request redials.
-	DefaultStallTimeout = 1500 * time.Millisecond
+	DefaultStallTimeout = 1200 * time.Millisecond
 	// heartbeatsPerStall is how many heartbeats fit in one StallTimeout:
 	// five may be lost in a row (a handover gap, a burst of loss) before the
 	// stream is declared dead.
@@ -87,8 +87,8 @@ func (w *streamWriter) startHeartbeats(every time.Duration) (stop func()) {
 }
 
 // stallChecks is how many times per StallTimeout the watchdog looks, so a
-// dead peer is declared between 1 and 1.2 StallTimeouts after its last packet.
-const stallChecks = 5
+// dead peer is declared between 1 and 1.17 StallTimeouts (1.2–1.4 s by default) after its last packet.
+const stallChecks = 6
 
 // watchStall watches conn while str waits for frames: when the connection
 // has received no packet at all for stall, the peer is presumed dead and

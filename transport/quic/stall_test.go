@@ -83,7 +83,7 @@ func TestHeartbeatsKeepSilentRequestAlive(t *testing.T) {
 
 func TestHeartbeatInterval(t *testing.T) {
 	for _, c := range []struct{ stall, want time.Duration }{
-		{-1, 0}, {0, 0}, {DefaultStallTimeout, 250 * time.Millisecond}, {time.Millisecond, minHeartbeat}, {time.Hour, maxHeartbeat},
+		{-1, 0}, {0, 0}, {DefaultStallTimeout, 200 * time.Millisecond}, {time.Millisecond, minHeartbeat}, {time.Hour, maxHeartbeat},
 	} {
 		if got := heartbeatInterval(c.stall); got != c.want {
 			t.Errorf("heartbeatInterval(%v) = %v, want %v", c.stall, got, c.want)
