@@ -47,6 +47,11 @@ type Config struct {
 	Predictor string // ONNX router model; empty = the shipped one; "entropy" = the 4.2-bit rule
 	OTAPub    string // trusted ed25519 key for OTA bundles; empty = updates refused
 
+	// AllowHosts and AllowOrigins open the local API to more than loopback
+	// callers without a browser Origin (httpapi.LocalGuard, docs/security.md).
+	AllowHosts   cli.StringList
+	AllowOrigins cli.StringList
+
 	LocalModel       string        // model name sent to the --local-url server
 	LocalConcurrency int           // generations the local engine runs at once
 	LocalQueue       int           // requests that may wait for the local engine before 503s
@@ -78,6 +83,8 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	fs.Float64Var(&c.RouteHysteresis, "route-hysteresis", 0.1, "band around --route-threshold in which the previous path is kept")
 	fs.IntVar(&c.MaxOutputTokens, "max-output-tokens", httpapi.DefaultMaxOutputTokens, "largest max_tokens a request may ask for")
 	fs.DurationVar(&c.CloudFirstToken, "cloud-first-token-timeout", 15*time.Second, "cloud requests that have produced no token by then are cancelled and run locally")
+	fs.Var(&c.AllowHosts, "allow-host", "extra name or address accepted in the local API's Host header besides loopback and localhost (repeatable; DNS rebinding guard)")
+	fs.Var(&c.AllowOrigins, "allow-origin", "browser origin (scheme://host[:port]) allowed to call the local API (repeatable; others get 403)")
 	fs.DurationVar(&c.CloudRetryMax, "cloud-retry-max", 30*time.Second, "longest wait between reconnect attempts while the cloud is unreachable")
 }
 
@@ -127,6 +134,12 @@ func (c *Config) Validate() error {
 	}
 	if c.MaxOutputTokens < 1 {
 		return &cli.FieldError{Field: "max-output-tokens", Err: fmt.Errorf("%d must be at least 1", c.MaxOutputTokens)}
+	}
+	if err := (httpapi.LocalGuard{Hosts: c.AllowHosts}).Validate(); err != nil {
+		return &cli.FieldError{Field: "allow-host", Err: err}
+	}
+	if err := (httpapi.LocalGuard{Origins: c.AllowOrigins}).Validate(); err != nil {
+		return &cli.FieldError{Field: "allow-origin", Err: err}
 	}
 	return nil
 }
@@ -250,8 +263,8 @@ func New(cfg Config, log *slog.Logger) (a *Agent, err error) {
 	mux := http.NewServeMux()
 	metrics.Health(mux, a.metrics, a.ready)
 	mux.Handle("/v1/", api)
-	a.handler = mux
-	a.srv = &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second, MaxHeaderBytes: httpapi.ServerMaxHeaderBytes}
+	a.handler = localGuard(cfg).Wrap(mux)
+	a.srv = &http.Server{Handler: a.handler, ReadHeaderTimeout: 10 * time.Second, MaxHeaderBytes: httpapi.ServerMaxHeaderBytes}
 
 	ln, err := net.Listen("tcp", cfg.Listen)
 	if err != nil {

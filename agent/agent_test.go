@@ -65,6 +65,7 @@ func post(t *testing.T, url, body string, hdr ...string) *http.Response {
 	if err != nil {
 		t.Fatal(err)
 	}
+	req.Header.Set("Content-Type", "application/json")
 	for i := 0; i+1 < len(hdr); i += 2 {
 		req.Header.Set(hdr[i], hdr[i+1])
 	}
@@ -191,6 +192,7 @@ func TestTwoHundredConcurrentLocalClients(t *testing.T) {
 		wg.Go(func() {
 			body := fmt.Sprintf(`{"messages":[{"role":"user","content":"request %d: what is the tyre pressure?"}],"max_tokens":6,"stream":true}`, i)
 			req, _ := http.NewRequest("POST", url+"/v1/chat/completions", strings.NewReader(body))
+			req.Header.Set("Content-Type", "application/json")
 			resp, err := client.Do(req)
 			if err != nil {
 				errs <- err
@@ -237,6 +239,7 @@ func TestLocalQueueFullIs503(t *testing.T) {
 	for range n {
 		wg.Go(func() {
 			req, _ := http.NewRequest("POST", url+"/v1/chat/completions", strings.NewReader(`{"messages":[{"role":"user","content":"hi"}],"max_tokens":64}`))
+			req.Header.Set("Content-Type", "application/json")
 			resp, err := client.Do(req)
 			if err != nil {
 				t.Error(err)
