@@ -76,7 +76,7 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	fs.StringVar(&c.Model, "model", "", "GGUF model for the built-in engine (default: the shipped cloud model)")
 	fs.Var(&c.Workers, "worker", "OpenAI-compatible engine URL (repeatable); options in the fragment: URL#role=prefill-heavy&model=NAME&capacity=N")
 	fs.StringVar(&c.Redis, "redis", "", "Redis URL for shared admission state, e.g. redis://127.0.0.1:6379/0")
-	fs.StringVar(&c.APIKeys, "api-keys", "", "file of API keys, one per line (key [tenant] [budget])")
+	fs.StringVar(&c.APIKeys, "api-keys", "", "file of API keys, one per line: key [tenant] [budget] [role=inference|operator|viewer] (docs/security.md)")
 	fs.StringVar(&c.MQTTTLS, "mqtt-tls", ":8883", "embedded broker's MQTT-over-TLS listener, using the PKI's server certificate; empty disables it")
 	fs.StringVar(&c.MQTTPasswords, "mqtt-passwords", "", "Mosquitto password file for the embedded broker (username = device id)")
 	fs.StringVar(&c.MQTTURL, "mqtt-url", "", "external MQTT v5 broker (mqtt://user:pass@host:1883) instead of the embedded one")
@@ -208,6 +208,7 @@ type Cloud struct {
 	quic    *quic.Server
 	broker  *broker.Broker
 	fleet   *fleet.Manager
+	audit   *ingress.AuditLog
 	pkiDir  string
 }
 
@@ -301,9 +302,16 @@ func (c *Cloud) Start(ctx context.Context) (err error) {
 	if err != nil {
 		return err
 	}
+	if err := os.MkdirAll(c.cfg.DataDir, 0o700); err != nil {
+		return &cli.FieldError{Field: "data-dir", Err: err}
+	}
+	if c.audit, err = ingress.OpenAudit(filepath.Join(c.cfg.DataDir, AuditLogFile), nil); err != nil {
+		return &cli.FieldError{Field: "data-dir", Err: err}
+	}
+	gate := ingress.NewGate(keys, nil, c.audit, c.log)
 	var auth func(*http.Request) (string, error)
 	if keys != nil {
-		auth = keys.Authenticate
+		auth = gate.Inference
 	}
 	if c.cfg.QUIC != "" || (c.cfg.MQTT != "" && c.cfg.MQTTTLS != "") || c.cfg.PKIDir != "" {
 		if c.pkiDir, err = ingress.ResolvePKI(c.cfg.PKIDir, c.cfg.Dev, c.cfg.DataDir); err != nil {
@@ -316,7 +324,7 @@ func (c *Cloud) Start(ctx context.Context) (err error) {
 	ready := c.coord.Ready
 	var admin http.Handler
 	if c.fleet != nil {
-		admin = c.fleet.Handler()
+		admin = gate.Admin(c.fleet.Handler())
 		ready = func() error { return errors.Join(c.coord.Ready(), c.fleet.Ready()) }
 	}
 	api, err := httpapi.NewHandler(c.coord, httpapi.Options{
@@ -326,7 +334,7 @@ func (c *Cloud) Start(ctx context.Context) (err error) {
 		return err
 	}
 	if c.http, err = ingress.NewHTTP(ingress.HTTPConfig{
-		Addr: c.cfg.HTTP, API: api, Admin: admin, AdminPrefix: "/v1/fleet/", Authenticate: auth,
+		Addr: c.cfg.HTTP, API: api, Admin: admin, AdminPrefix: "/v1/fleet/",
 		Metrics: c.metrics, Ready: ready, Logger: c.log,
 	}); err != nil {
 		return err
@@ -388,6 +396,10 @@ func (c *Cloud) startFleet() error {
 	c.fleet = m
 	return nil
 }
+
+// AuditLogFile, in the data directory, is the fleet admin audit log
+// (ingress.AuditLog): JSON lines of every change and every refusal.
+const AuditLogFile = "audit.jsonl"
 
 // MQTTAddr is the embedded broker's TCP address, empty when none runs.
 func (c *Cloud) MQTTAddr() string {
@@ -592,6 +604,10 @@ func (c *Cloud) closeLocked() error {
 	if c.admit != nil {
 		errs = append(errs, c.admit.Close())
 		c.admit = nil
+	}
+	if c.audit != nil {
+		errs = append(errs, c.audit.Close())
+		c.audit = nil
 	}
 	return errors.Join(errs...)
 }

@@ -20,13 +20,12 @@ type HTTPConfig struct {
 	Addr string
 	// API serves /v1/ (an httpapi.Handler, which authenticates itself).
 	API http.Handler
-	// Admin, when set, is mounted at AdminPrefix behind Authenticate (the
-	// fleet manager's routes, /v1/fleet/).
+	// Admin, when set, is mounted at AdminPrefix (the fleet manager's
+	// routes, /v1/fleet/). It authenticates itself: the cloud wraps it in
+	// Gate.Admin (roles, audit log).
 	Admin       http.Handler
 	AdminPrefix string
-	// Authenticate guards Admin; nil means open (--dev).
-	Authenticate func(*http.Request) (string, error)
-	Metrics      *metrics.Registry
+	Metrics     *metrics.Registry
 	// Ready backs /readyz.
 	Ready  func() error
 	Logger *slog.Logger
@@ -57,7 +56,7 @@ func NewHTTP(cfg HTTPConfig) (*HTTPServer, error) {
 		if cfg.AdminPrefix == "" || !strings.HasSuffix(cfg.AdminPrefix, "/") {
 			return nil, fmt.Errorf("ingress: HTTPConfig.AdminPrefix %q must end with /", cfg.AdminPrefix)
 		}
-		mux.Handle(cfg.AdminPrefix, guard(cfg.Authenticate, cfg.Admin))
+		mux.Handle(cfg.AdminPrefix, cfg.Admin)
 	}
 	metrics.Health(mux, cfg.Metrics, cfg.Ready)
 	ln, err := net.Listen("tcp", cfg.Addr)
@@ -68,22 +67,6 @@ func NewHTTP(cfg HTTPConfig) (*HTTPServer, error) {
 		srv: &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second, MaxHeaderBytes: httpapi.ServerMaxHeaderBytes},
 		ln:  ln, log: cfg.Logger,
 	}, nil
-}
-
-// guard admits only authenticated callers to h, answering 401 in JSON.
-func guard(auth func(*http.Request) (string, error), h http.Handler) http.Handler {
-	if auth == nil {
-		return h
-	}
-	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if _, err := auth(r); err != nil {
-			w.Header().Set("Content-Type", "application/json")
-			w.WriteHeader(http.StatusUnauthorized)
-			fmt.Fprintf(w, "{\"error\":{\"message\":%q,\"type\":\"authentication_error\"}}\n", strings.TrimPrefix(err.Error(), "authentication: "))
-			return
-		}
-		h.ServeHTTP(w, r)
-	})
 }
 
 // Addr is the bound address.

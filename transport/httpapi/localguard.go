@@ -130,7 +130,7 @@ func (g LocalGuard) Wrap(h http.Handler) http.Handler {
 }
 
 func forbidden(param, format string, args ...any) *apiError {
-	return &apiError{status: http.StatusForbidden, code: llm.CodeAuth, param: param, message: fmt.Sprintf(format, args...),
+	return &apiError{status: http.StatusForbidden, code: llm.CodePermission, param: param, message: fmt.Sprintf(format, args...),
 		oaiType: "invalid_request_error", oaiCode: "forbidden_" + param, antType: "permission_error"}
 }
 
