@@ -56,6 +56,11 @@ type ServerConfig struct {
 	// MaxReplayBytes bounds the token log kept per idempotent request.
 	// Default 1 MiB.
 	MaxReplayBytes int
+	// Revoked, when set, is asked for every request's device: a revoked
+	// device's requests are refused and its connection closed, even on a
+	// connection or 0-RTT session established before the revocation
+	// (pki.DenyList.Revoked; the handshake refuses new ones, pki.DenyRevoked).
+	Revoked func(deviceID string) bool
 	// Logger defaults to discarding.
 	Logger *slog.Logger
 	// Now is the clock for dedupe expiry and ticket age; default time.Now.
@@ -146,7 +151,7 @@ type Server struct {
 
 	wg        sync.WaitGroup // every connection, stream and generation goroutine
 	mu        sync.Mutex     // guards conns, closed
-	conns     map[*quicgo.Conn]struct{}
+	conns     map[*quicgo.Conn]*peer // nil until serveConn has one
 	closed    bool
 	closeOnce sync.Once
 	closeErr  error
@@ -168,7 +173,7 @@ func NewServer(cfg ServerConfig) (*Server, error) {
 	if err := limitEarlyData(tc, cfg.DedupeTTL, cfg.Now); err != nil {
 		return nil, err
 	}
-	s := &Server{cfg: cfg, log: cfg.Logger, conns: map[*quicgo.Conn]struct{}{}, dedupe: newDedupeTable(cfg.DedupeTTL, cfg.DedupeMaxEntries, cfg.Now)}
+	s := &Server{cfg: cfg, log: cfg.Logger, conns: map[*quicgo.Conn]*peer{}, dedupe: newDedupeTable(cfg.DedupeTTL, cfg.DedupeMaxEntries, cfg.Now)}
 	s.udp = cfg.PacketConn
 	if s.udp == nil {
 		ua, err := net.ResolveUDPAddr("udp", cfg.Addr)
@@ -272,7 +277,7 @@ func (s *Server) track(conn *quicgo.Conn) bool {
 	if s.closed {
 		return false
 	}
-	s.conns[conn] = struct{}{}
+	s.conns[conn] = nil
 	s.wg.Add(1)
 	return true
 }
@@ -296,6 +301,9 @@ func (s *Server) serveConn(conn *quicgo.Conn) {
 		s.mu.Unlock()
 	}()
 	p := &peer{remote: conn.RemoteAddr().String(), ready: make(chan struct{})}
+	s.mu.Lock()
+	s.conns[conn] = p
+	s.mu.Unlock()
 	identified := make(chan struct{})
 	go func() {
 		defer close(identified)
@@ -413,6 +421,11 @@ func (s *Server) serveStream(conn *quicgo.Conn, p *peer, str *quicgo.Stream) {
 		return
 	}
 	req.Tenant = device
+	if s.cfg.Revoked != nil && s.cfg.Revoked(device) {
+		s.log.Warn("quic: request from a revoked device refused", "device", device, "remote", p.remote)
+		conn.CloseWithError(connRevoked, "device certificate revoked")
+		return
+	}
 
 	ctx, cancel := context.WithCancelCause(conn.Context())
 	defer cancel(nil)
