@@ -149,8 +149,8 @@ type Server struct {
 	base       context.Context
 	cancelBase context.CancelCauseFunc
 
-	wg        sync.WaitGroup // every connection, stream and generation goroutine
-	mu        sync.Mutex     // guards conns, closed
+	wg        sync.WaitGroup         // every connection, stream and generation goroutine
+	mu        sync.Mutex             // guards conns, closed
 	conns     map[*quicgo.Conn]*peer // nil until serveConn has one
 	closed    bool
 	closeOnce sync.Once
