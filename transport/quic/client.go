@@ -185,6 +185,12 @@ type link struct {
 	// once here, before Migrate may switch.
 	settled  chan struct{}
 	used0RTT atomic.Bool
+	// inflight counts requests on the connection; the stall watchdog runs
+	// only while there are some. stalled records that it closed the
+	// connection; watched is closed when it returns (or never started).
+	inflight atomic.Int32
+	stalled  atomic.Bool
+	watched  chan struct{}
 }
 
 // settle records the handshake's outcome; run calls it once per link.
@@ -292,7 +298,7 @@ func (c *Client) connect(ctx context.Context) (*link, error) {
 		udp.Close()
 		return nil, err
 	}
-	return &link{conn: conn, trs: []*quicgo.Transport{tr}, udps: []net.PacketConn{udp}, local: udp.LocalAddr().String(), settled: make(chan struct{})}, nil
+	return &link{conn: conn, trs: []*quicgo.Transport{tr}, udps: []net.PacketConn{udp}, local: udp.LocalAddr().String(), settled: make(chan struct{}), watched: make(chan struct{})}, nil
 }
 
 func (c *Client) listenUDP() (net.PacketConn, error) {
@@ -324,11 +330,17 @@ func (c *Client) run(l *link) {
 			}
 		}
 		c.setLink(l)
+		if c.cfg.StallTimeout > 0 {
+			go l.watch(c.cfg.StallTimeout)
+		} else {
+			close(l.watched)
+		}
 		up := c.cfg.Clock.Now()
 		l.settle(c.ctx)
 		select {
 		case <-l.conn.Context().Done():
 			c.dropLink(l, context.Cause(l.conn.Context()))
+			<-l.watched
 			l = nil
 			if c.cfg.Clock.Now().Sub(up) >= c.cfg.StableAfter {
 				failures = 0
@@ -337,6 +349,7 @@ func (c *Client) run(l *link) {
 			}
 		case <-c.ctx.Done():
 			c.dropLink(l, ErrClientClosed)
+			<-l.watched
 			return
 		}
 	}
@@ -466,7 +479,7 @@ func (c *Client) Generate(ctx context.Context, req *llm.Request, emit llm.Emit) 
 				return llm.Final{}, linkError(cause, 0)
 			}
 		}
-		final, rt := c.roundTrip(ctx, l.conn, req, emit)
+		final, rt := c.roundTrip(ctx, l, req, emit)
 		if rt.linkLost {
 			// Record why now rather than when run notices, so Link agrees
 			// with the error the caller is about to see.
@@ -518,7 +531,10 @@ func connectionError(err error) bool {
 	return errors.As(err, &te) || errors.As(err, &ae) || errors.As(err, &ite) || errors.As(err, &hte) || errors.As(err, &sre)
 }
 
-func (c *Client) roundTrip(ctx context.Context, conn *quicgo.Conn, req *llm.Request, emit llm.Emit) (llm.Final, roundTripResult) {
+func (c *Client) roundTrip(ctx context.Context, l *link, req *llm.Request, emit llm.Emit) (llm.Final, roundTripResult) {
+	conn := l.conn
+	l.inflight.Add(1)
+	defer l.inflight.Add(-1)
 	var rt roundTripResult
 	fail := func(err error) (llm.Final, roundTripResult) {
 		if errors.Is(err, quicgo.Err0RTTRejected) {
@@ -568,13 +584,11 @@ func (c *Client) roundTrip(ctx context.Context, conn *quicgo.Conn, req *llm.Requ
 	rt.sent = true
 	meta := llm.MetaFrom(ctx)
 	fr := newFrameReader(str)
-	stalled, stopWatch := watchStall(conn, str, stall)
-	defer stopWatch()
 	for {
 		f, err := fr.next()
 		if err != nil {
 			str.CancelWrite(streamCancelled)
-			if stalled.Load() && ctx.Err() == nil {
+			if l.stalled.Load() && ctx.Err() == nil {
 				rt.linkLost, rt.stalled = true, true
 				after := ""
 				if rt.delivered > 0 {

@@ -48,6 +48,7 @@ const (
 	connClosed   quicgo.ApplicationErrorCode = 0x0  // the client closed
 	connShutdown quicgo.ApplicationErrorCode = 0x10 // the server is shutting down
 	connRevoked  quicgo.ApplicationErrorCode = 0x11 // the device's certificate was revoked
+	connStalled  quicgo.ApplicationErrorCode = 0x12 // the client heard nothing from the server (heartbeat.go)
 )
 
 // linkError classifies a stream or connection failure for the caller: a

@@ -287,7 +287,8 @@ func (s *Server) track(conn *quicgo.Conn) bool {
 // a path switch, and a client may migrate only after the handshake is
 // confirmed (RFC 9000 §9), so both are read before that can happen.
 type peer struct {
-	remote string
+	written lastWrite // any frame on any of its streams, for heartbeats
+	remote  string
 	ready  chan struct{} // closed once id and err are set
 	id     string
 	err    error
@@ -368,7 +369,7 @@ type streamWriter struct {
 	mu    sync.Mutex // guards buf and writes to str
 	str   *quicgo.Stream
 	buf   []byte
-	wrote atomic.Bool // a frame was written since the heartbeat last looked
+	conn  *lastWrite // the connection's last write, for heartbeats (nil: none)
 	// stopHeartbeat stops the heartbeat writer before the last frame and
 	// the end of the stream (nil when none runs).
 	stopHeartbeat func()
@@ -383,7 +384,9 @@ func (w *streamWriter) write(f *Frame) error {
 	}
 	w.buf = b
 	_, err = w.str.Write(b)
-	w.wrote.Store(true)
+	if w.conn != nil {
+		w.conn.touch()
+	}
 	return err
 }
 
@@ -445,7 +448,7 @@ func (s *Server) serveStream(conn *quicgo.Conn, p *peer, str *quicgo.Stream) {
 		defer resetting.Done()
 		str.CancelWrite(streamCancelled)
 	}))
-	w := &streamWriter{str: str}
+	w := &streamWriter{str: str, conn: &p.written}
 	w.stopHeartbeat = w.startHeartbeats(f.Heartbeat)
 	defer w.stopHeartbeat()
 	if keyed {
