@@ -289,9 +289,9 @@ func (s *Server) track(conn *quicgo.Conn) bool {
 type peer struct {
 	written lastWrite // any frame on any of its streams, for heartbeats
 	remote  string
-	ready  chan struct{} // closed once id and err are set
-	id     string
-	err    error
+	ready   chan struct{} // closed once id and err are set
+	id      string
+	err     error
 }
 
 func (s *Server) serveConn(conn *quicgo.Conn) {
@@ -366,10 +366,10 @@ func (s *Server) identify(ctx context.Context, conn *quicgo.Conn, p *peer, keyed
 
 // streamWriter serialises frame writes on one stream.
 type streamWriter struct {
-	mu    sync.Mutex // guards buf and writes to str
-	str   *quicgo.Stream
-	buf   []byte
-	conn  *lastWrite // the connection's last write, for heartbeats (nil: none)
+	mu   sync.Mutex // guards buf and writes to str
+	str  *quicgo.Stream
+	buf  []byte
+	conn *lastWrite // the connection's last write, for heartbeats (nil: none)
 	// stopHeartbeat stops the heartbeat writer before the last frame and
 	// the end of the stream (nil when none runs).
 	stopHeartbeat func()
