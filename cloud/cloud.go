@@ -209,6 +209,7 @@ type Cloud struct {
 	broker  *broker.Broker
 	fleet   *fleet.Manager
 	audit   *ingress.AuditLog
+	deny    *pki.DenyList // revoked devices in the PKI dir; nil without one
 	pkiDir  string
 }
 
@@ -317,6 +318,9 @@ func (c *Cloud) Start(ctx context.Context) (err error) {
 		if c.pkiDir, err = ingress.ResolvePKI(c.cfg.PKIDir, c.cfg.Dev, c.cfg.DataDir); err != nil {
 			return &cli.FieldError{Field: "pki-dir", Err: err}
 		}
+		if c.deny, err = pki.LoadDenyList(c.pkiDir); err != nil {
+			return &cli.FieldError{Field: "pki-dir", Err: err}
+		}
 	}
 	if err := c.startFleet(); err != nil {
 		return err
@@ -341,7 +345,7 @@ func (c *Cloud) Start(ctx context.Context) (err error) {
 	}
 	if c.cfg.QUIC != "" {
 		if c.quic, err = ingress.NewQUIC(ingress.QUICConfig{
-			Addr: c.cfg.QUIC, PKIDir: c.pkiDir, Handler: c.coord, Logger: c.log,
+			Addr: c.cfg.QUIC, PKIDir: c.pkiDir, Handler: c.coord, Deny: c.deny, Logger: c.log,
 		}); err != nil {
 			return &cli.FieldError{Field: "quic", Err: err}
 		}
@@ -375,6 +379,12 @@ func (c *Cloud) startFleet() error {
 				return &cli.FieldError{Field: "pki-dir", Err: err}
 			}
 			bc.TLS, bc.TLSAddr = tc, c.cfg.MQTTTLS
+		}
+		if c.deny != nil {
+			if bc.TLS != nil {
+				pki.DenyRevoked(bc.TLS, c.deny)
+			}
+			bc.Revoked = c.deny.Revoked
 		}
 		if err := os.MkdirAll(c.cfg.DataDir, 0o700); err != nil {
 			return &cli.FieldError{Field: "data-dir", Err: err}
@@ -555,6 +565,11 @@ func (c *Cloud) Serve(ctx context.Context) error {
 	}
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
+	var watching sync.WaitGroup
+	defer watching.Wait() // before Close: the watcher uses the listeners
+	if c.deny != nil {
+		watching.Go(func() { c.watchRevocations(ctx) })
+	}
 	errc := make(chan error, 2)
 	n := 1
 	go func() { errc <- h.Serve(ctx) }()

@@ -30,6 +30,10 @@ import (
 // phaselessctl pki revoke appends to it; the cloud watches it.
 const RevokedFile = "revoked.txt"
 
+// DefaultWatchInterval is how often the cloud rereads the deny list: a
+// revocation takes effect within it.
+const DefaultWatchInterval = time.Second
+
 // maxRevokedBytes bounds the file the cloud reads (a million devices fit).
 const maxRevokedBytes = 64 << 20
 
