@@ -25,7 +25,17 @@ import (
 	"go.uber.org/goleak"
 )
 
-func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+func TestMain(m *testing.M) { goleak.VerifyTestMain(cleanupAfter{m}) }
+
+// cleanupAfter removes what the tests built once for all of them (the
+// phaseless-cloud binary) after they ran.
+type cleanupAfter struct{ m *testing.M }
+
+func (c cleanupAfter) Run() int {
+	code := c.m.Run()
+	removeBuiltCloud()
+	return code
+}
 
 // testConfig is an offline agent on a random loopback port with its own data
 // directory, routing by the entropy rule unless a test says otherwise.
@@ -399,13 +409,7 @@ func TestCloudFallbacks(t *testing.T) {
 	// 2. The cloud comes back.
 	gate := &gatedEngine{after: 2, held: make(chan struct{})}
 	cloud := startCloud(t, pkiDir, cloudAddr, gate)
-	deadline := time.Now().Add(60 * time.Second) // hang guard: reconnect backoff
-	for !a.cloud.Link().Connected {
-		if time.Now().After(deadline) {
-			t.Fatalf("agent never reconnected: %+v", a.cloud.Link())
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+	waitUntil(t, "the agent to reconnect", func() bool { return a.cloud.Link().Connected })
 	resp = post(t, url+"/v1/chat/completions", chat)
 	if resp.StatusCode != 200 || !strings.HasPrefix(resp.Header.Get("x-phaseless-route"), "cloud") || resp.Header.Get("x-fallback-reason") != "" {
 		t.Fatalf("after the cloud came back: %d route %q fallback %q", resp.StatusCode, resp.Header.Get("x-phaseless-route"), resp.Header.Get("x-fallback-reason"))

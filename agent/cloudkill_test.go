@@ -11,6 +11,7 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -49,11 +50,14 @@ func (w *slowWorker) Generate(ctx context.Context, req *llm.Request, emit llm.Em
 	return llm.Final{CompletionTokens: req.MaxTokens, FinishReason: "length"}, nil
 }
 
+// buildCloudOnce builds phaseless-cloud once for the package's tests;
+// TestMain removes it.
 var buildCloudOnce = sync.OnceValues(func() (string, error) {
 	dir, err := os.MkdirTemp("", "phaseless-cloud-bin-")
 	if err != nil {
 		return "", err
 	}
+	builtCloudDir.Store(&dir)
 	bin := filepath.Join(dir, "phaseless-cloud")
 	out, err := exec.Command("go", "build", "-o", bin, "github.com/phaseless/phaseless/cloud/cmd/phaseless-cloud").CombinedOutput()
 	if err != nil {
@@ -62,13 +66,37 @@ var buildCloudOnce = sync.OnceValues(func() (string, error) {
 	return bin, nil
 })
 
+var builtCloudDir atomic.Pointer[string]
+
+func removeBuiltCloud() {
+	if d := builtCloudDir.Load(); d != nil {
+		os.RemoveAll(*d)
+	}
+}
+
+// buildCloud returns the phaseless-cloud binary, built on first use.
+func buildCloud(t *testing.T) string {
+	t.Helper()
+	bin, err := buildCloudOnce()
+	if err != nil {
+		t.Fatalf("build phaseless-cloud: %v %s", err, err.(*exec.ExitError).Stderr)
+	}
+	return bin
+}
+
 // startCloudProcess runs the real phaseless-cloud binary bin with the
 // OpenAI-compatible server at workerURL as its only engine.
 func startCloudProcess(t *testing.T, bin, pkiDir, quicAddr, workerURL string) *exec.Cmd {
 	t.Helper()
-	cmd := exec.Command(bin, "--dev", "--data-dir", t.TempDir(), "--pki-dir", pkiDir,
+	return runCloud(t, bin, "--dev", "--data-dir", t.TempDir(), "--pki-dir", pkiDir,
 		"--http", "127.0.0.1:0", "--quic", quicAddr, "--mqtt", "", "--mqtt-tls", "",
 		"--builtin-workers", "0", "--worker", workerURL, "--log-level", "warn")
+}
+
+// runCloud starts bin with args until the test ends, its log in the test's.
+func runCloud(t *testing.T, bin string, args ...string) *exec.Cmd {
+	t.Helper()
+	cmd := exec.Command(bin, args...)
 	cmd.Stderr = &testLogWriter{t: t}
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
@@ -105,11 +133,7 @@ func TestCloudKilledMidStream(t *testing.T) {
 		t.Skip("builds and runs phaseless-cloud")
 	}
 	const bound = 10 * time.Second
-	bin, err := buildCloudOnce()
-	if err != nil {
-		t.Fatalf("build phaseless-cloud: %v %s", err, err.(*exec.ExitError).Stderr)
-	}
-	t.Cleanup(func() { os.RemoveAll(filepath.Dir(bin)) })
+	bin := buildCloud(t)
 	pkiDir := t.TempDir()
 	if err := pki.EnsureDev(pkiDir, "car-1"); err != nil {
 		t.Fatal(err)
@@ -145,13 +169,7 @@ func TestCloudKilledMidStream(t *testing.T) {
 			cfg.CloudFirstToken = time.Minute // only the stall detector may end the wait
 			a, url := startAgent(t, cfg)
 			cloud := startCloudProcess(t, bin, pkiDir, quicAddr, "http://"+wln.Addr().String())
-			deadline := time.Now().Add(60 * time.Second) // hang guard: the cloud's start and the agent's backoff
-			for !a.cloud.Link().Connected {
-				if time.Now().After(deadline) {
-					t.Fatalf("agent never connected: %+v", a.cloud.Link())
-				}
-				time.Sleep(20 * time.Millisecond)
-			}
+			waitUntil(t, "the agent to connect", func() bool { return a.cloud.Link().Connected })
 			// A stream long enough to be killed in the middle; a short local
 			// answer so the time logged is mostly the detection.
 			maxTokens := map[bool]int{true: 2000, false: 32}

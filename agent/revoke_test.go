@@ -1,55 +1,38 @@
 package agent
 
 import (
-	"context"
 	"net"
 	"strings"
 	"testing"
 	"time"
 
-	"github.com/phaseless/phaseless/cloud"
 	"github.com/phaseless/phaseless/transport/pki"
 )
 
-// TestRevokedCarIsCutOff is `phaselessctl pki revoke` end to end: a real
-// cloud (QUIC ingress, embedded broker with TLS) and two real agents
+// TestRevokedCarIsCutOff is `phaselessctl pki revoke` end to end: the real
+// phaseless-cloud binary (QUIC ingress, embedded broker with TLS) and two
+// real agents
 // connected over QUIC and MQTT; car-1 is put on the deny list in the
 // cloud's PKI directory. Without a restart the cloud closes car-1's QUIC
 // connection and MQTT session and refuses its redials, so car-1 answers
 // locally; car-2 keeps both links.
 func TestRevokedCarIsCutOff(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds and runs phaseless-cloud")
+	}
 	pkiDir := t.TempDir()
 	if err := pki.EnsureDev(pkiDir, "car-1", "car-2"); err != nil {
 		t.Fatal(err)
 	}
-	tlsAddr := freeTCPAddr(t)
-	c, err := cloud.New(cloud.Config{
-		HTTP: "127.0.0.1:0", QUIC: "127.0.0.1:0", MQTT: "127.0.0.1:0", MQTTTLS: tlsAddr,
-		DataDir: t.TempDir(), PKIDir: pkiDir, Dev: true, BuiltinWorkers: 1, Budget: 200000,
-		BatchWindow: 150 * time.Millisecond, BatchMax: 16, SLATTFT: 2 * time.Second, SLAITL: 200 * time.Millisecond,
-	}, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	if err := c.Start(ctx); err != nil {
-		cancel()
-		t.Fatal(err)
-	}
-	served := make(chan error, 1)
-	go func() { served <- c.Serve(ctx) }()
-	t.Cleanup(func() {
-		cancel()
-		if err := <-served; err != nil {
-			t.Errorf("cloud: %v", err)
-		}
-	})
+	quicAddr, tlsAddr := freeUDPAddr(t), freeTCPAddr(t)
+	runCloud(t, buildCloud(t), "--dev", "--data-dir", t.TempDir(), "--pki-dir", pkiDir,
+		"--http", "127.0.0.1:0", "--quic", quicAddr, "--mqtt", "127.0.0.1:0", "--mqtt-tls", tlsAddr, "--log-level", "warn")
 
 	cars := map[string]*Agent{}
 	urls := map[string]string{}
 	for _, id := range []string{"car-1", "car-2"} {
 		cfg := testConfig(t)
-		cfg.Cloud, cfg.DeviceID, cfg.PKIDir, cfg.MQTT = c.QUICAddr(), id, pkiDir, "tls://"+tlsAddr
+		cfg.Cloud, cfg.DeviceID, cfg.PKIDir, cfg.MQTT = quicAddr, id, pkiDir, "tls://"+tlsAddr
 		cars[id], urls[id] = startAgent(t, cfg)
 	}
 	linked := func(id string) (quicUp, mqttUp bool) {
