@@ -98,3 +98,40 @@ func TestLocalGuardValidate(t *testing.T) {
 		t.Error(err)
 	}
 }
+
+// FuzzLocalGuard feeds hostile Host, Origin and Content-Type headers: the
+// guard never panics, and whatever it lets through names a loopback
+// address, localhost or the configured host, carries an allowed origin (or
+// none) and a JSON body.
+func FuzzLocalGuard(f *testing.F) {
+	f.Add("127.0.0.1:7070", "", "application/json")
+	f.Add("evil.example.com", "https://evil.example", "text/plain")
+	f.Add("[::1]:80", "http://localhost:3000", "application/json; charset=utf-8")
+	f.Add("localhost.:x:y", "null", "")
+	f.Add("car.local", "HTTP://LOCALHOST:3000/", "application/JSON")
+	g := LocalGuard{Hosts: []string{"car.local"}, Origins: []string{"http://localhost:3000"}}
+	passed := false
+	h := g.Wrap(http.HandlerFunc(func(http.ResponseWriter, *http.Request) { passed = true }))
+	f.Fuzz(func(t *testing.T, host, origin, ctype string) {
+		r := httptest.NewRequest("POST", "/v1/chat/completions", strings.NewReader("{}"))
+		r.Host = host
+		if origin != "" {
+			r.Header.Set("Origin", origin)
+		}
+		r.Header.Set("Content-Type", ctype)
+		passed = false
+		h.ServeHTTP(httptest.NewRecorder(), r)
+		if !passed {
+			return
+		}
+		if !hostAllowed(host, map[string]bool{"localhost": true, "car.local": true}) {
+			t.Fatalf("Host %q let through", host)
+		}
+		if c, err := canonicalOrigin(origin); origin != "" && (err != nil || c != "http://localhost:3000") {
+			t.Fatalf("Origin %q let through", origin)
+		}
+		if !strings.HasPrefix(strings.ToLower(strings.TrimSpace(ctype)), "application/json") {
+			t.Fatalf("Content-Type %q let through", ctype)
+		}
+	})
+}
