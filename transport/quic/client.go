@@ -43,10 +43,11 @@ type ClientConfig struct {
 	// re-established before failing with a retryable CodeUnavailable, so
 	// the router can fall back to the device. Default 2 s.
 	ConnectWait time.Duration
-	// StallTimeout ends a request whose stream received nothing (no token,
-	// no heartbeat) for this long, and drops the connection as dead (see
-	// heartbeat.go). Default DefaultStallTimeout; negative turns heartbeats
-	// and the stall detector off, leaving dead peers to MaxIdleTimeout.
+	// StallTimeout: while requests are in flight, a connection that has
+	// received no packet at all (tokens, heartbeats, acks) for this long is
+	// closed as dead and its requests end with a retryable CodeUnavailable
+	// (heartbeat.go). Default DefaultStallTimeout; negative turns heartbeats
+	// and the watchdog off, leaving dead peers to MaxIdleTimeout.
 	StallTimeout time.Duration
 	// Background makes Dial return at once and connect in the background;
 	// otherwise Dial fails unless the first connection succeeds.
@@ -514,7 +515,7 @@ type roundTripResult struct {
 	sent      bool  // the request frame was handed to the stream
 	delivered int   // tokens passed to emit
 	linkLost  bool  // the connection, not the server, failed
-	stalled   bool  // nothing arrived for StallTimeout: the peer is presumed dead
+	stalled   bool  // the watchdog closed the connection: the peer is presumed dead
 	cause     error // the transport's error behind err
 }
 
