@@ -11,7 +11,9 @@ import (
 	"time"
 )
 
-func TestRevokeAndDenyList(t *testing.T) {
+// fleetWithDenyList is a dev PKI with car-1 and car-2 and its (empty) deny list.
+func fleetWithDenyList(t *testing.T) (string, *DenyList) {
+	t.Helper()
 	dir := t.TempDir()
 	if err := EnsureDev(dir, "car-1", "car-2"); err != nil {
 		t.Fatal(err)
@@ -20,6 +22,11 @@ func TestRevokeAndDenyList(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	return dir, d
+}
+
+func TestRevokeAndDenyList(t *testing.T) {
+	dir, d := fleetWithDenyList(t)
 	if d.Revoked("car-1") {
 		t.Fatal("revoked before anything was")
 	}
@@ -68,14 +75,7 @@ func TestRevokeAndDenyList(t *testing.T) {
 // others; the list is read per handshake, so a revocation applies to the
 // next connection without rebuilding the TLS configuration.
 func TestDenyRevokedHandshake(t *testing.T) {
-	dir := t.TempDir()
-	if err := EnsureDev(dir, "car-1", "car-2"); err != nil {
-		t.Fatal(err)
-	}
-	d, err := LoadDenyList(dir)
-	if err != nil {
-		t.Fatal(err)
-	}
+	dir, d := fleetWithDenyList(t)
 	st, err := ServerTLS(dir)
 	if err != nil {
 		t.Fatal(err)
