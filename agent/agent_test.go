@@ -87,6 +87,16 @@ func post(t *testing.T, url, body string, hdr ...string) *http.Response {
 	return resp
 }
 
+// postJSON posts a JSON body; safe off the test goroutine.
+func postJSON(url, body string) (*http.Response, error) {
+	req, err := http.NewRequest("POST", url, strings.NewReader(body))
+	if err != nil {
+		return nil, err
+	}
+	req.Header.Set("Content-Type", "application/json")
+	return client.Do(req)
+}
+
 type chatResp struct {
 	Choices []struct {
 		Message struct{ Content string }
@@ -201,9 +211,7 @@ func TestTwoHundredConcurrentLocalClients(t *testing.T) {
 	for i := range n {
 		wg.Go(func() {
 			body := fmt.Sprintf(`{"messages":[{"role":"user","content":"request %d: what is the tyre pressure?"}],"max_tokens":6,"stream":true}`, i)
-			req, _ := http.NewRequest("POST", url+"/v1/chat/completions", strings.NewReader(body))
-			req.Header.Set("Content-Type", "application/json")
-			resp, err := client.Do(req)
+			resp, err := postJSON(url+"/v1/chat/completions", body)
 			if err != nil {
 				errs <- err
 				return
@@ -249,7 +257,7 @@ func TestLocalQueueFullIs503(t *testing.T) {
 	for range n {
 		wg.Go(func() {
 			req, _ := http.NewRequest("POST", url+"/v1/chat/completions", strings.NewReader(`{"messages":[{"role":"user","content":"hi"}],"max_tokens":64}`))
-			req.Header.Set("Content-Type", "application/json")
+			req.Header.Set("Content-Type", "application/json") // the local API takes JSON only
 			resp, err := client.Do(req)
 			if err != nil {
 				t.Error(err)

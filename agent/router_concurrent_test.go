@@ -3,8 +3,6 @@ package agent
 import (
 	"fmt"
 	"io"
-	"net/http"
-	"strings"
 	"sync"
 	"testing"
 
@@ -71,9 +69,7 @@ func TestONNXRouterConcurrent(t *testing.T) {
 	for i := range n {
 		wg.Go(func() {
 			body := fmt.Sprintf(`{"messages":[{"role":"user","content":%q}],"max_tokens":2}`, prompts[i%len(prompts)])
-			req, _ := http.NewRequest("POST", url+"/v1/chat/completions", strings.NewReader(body))
-			req.Header.Set("Content-Type", "application/json")
-			resp, err := client.Do(req)
+			resp, err := postJSON(url+"/v1/chat/completions", body)
 			if err != nil {
 				errs <- err
 				return
