@@ -51,6 +51,7 @@ test: lint
 	$(GO) test $(TEST_FLAGS) -run 'ZeroRTT' ./transport/quic/  # skipped under -race: quic-go#4303
 	$(GO) test $(TEST_FLAGS) -run 'NoAlloc' ./models/textfeat/  # skipped under -race: sync.Pool drops items at random there
 	$(GO) test -race $(TEST_FLAGS) -run 'Concurrent|Swappable' ./models/predictor/  # its shared state, under the race detector
+	$(GO) test $(TEST_FLAGS) -run 'RolloutThousandDevices' ./cloud/fleet/  # under -race it runs 200 devices
 
 bench:
 	$(GO) test -run '^$$' -bench . -benchmem ./...

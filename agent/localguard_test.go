@@ -98,7 +98,7 @@ func TestLocalGuardConfig(t *testing.T) {
 	}
 	cfg := testConfig(t)
 	cfg.AllowOrigins = []string{"evil.example"}
-	if err := cfg.Validate(); err == nil || !strings.Contains(err.Error(), "allow-origin") {
+	if err := cfg.Validate(); err == nil || !strings.Contains(err.Error(), "AllowOrigins") {
 		t.Errorf("bad origin: %v", err)
 	}
 }

@@ -25,7 +25,10 @@ type HTTPConfig struct {
 	// Gate.Admin (roles, audit log).
 	Admin       http.Handler
 	AdminPrefix string
-	Metrics     *metrics.Registry
+	// Public are handlers by mux pattern served without authentication
+	// (the signed artifacts devices download).
+	Public  map[string]http.Handler
+	Metrics *metrics.Registry
 	// Ready backs /readyz.
 	Ready  func() error
 	Logger *slog.Logger
@@ -57,6 +60,9 @@ func NewHTTP(cfg HTTPConfig) (*HTTPServer, error) {
 			return nil, fmt.Errorf("ingress: HTTPConfig.AdminPrefix %q must end with /", cfg.AdminPrefix)
 		}
 		mux.Handle(cfg.AdminPrefix, cfg.Admin)
+	}
+	for pattern, h := range cfg.Public {
+		mux.Handle(pattern, h)
 	}
 	metrics.Health(mux, cfg.Metrics, cfg.Ready)
 	ln, err := net.Listen("tcp", cfg.Addr)

@@ -18,7 +18,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/phaseless/phaseless/transport/fleet"
+	"github.com/phaseless/phaseless/transport/fleetwire"
 )
 
 // RevokedFile, in the PKI directory, is the fleet's deny list: one revoked
@@ -62,7 +62,7 @@ func ParseRevocations(r io.Reader) ([]Revocation, error) {
 		if len(f) < 3 {
 			return nil, fmt.Errorf("%s line %d: want `id serial revoked-at [reason]`", RevokedFile, n)
 		}
-		if err := fleet.ValidateDeviceID(f[0]); err != nil {
+		if err := fleetwire.ValidateDeviceID(f[0]); err != nil {
 			return nil, fmt.Errorf("%s line %d: %w", RevokedFile, n, err)
 		}
 		if f[1] != "-" && strings.Trim(strings.ToLower(f[1]), "0123456789abcdef") != "" {
@@ -87,7 +87,7 @@ var ErrAlreadyRevoked = errors.New("already revoked")
 // certificate in dir when there is one. The file is rewritten through a
 // temporary file and a rename, so the cloud never reads half of it.
 func Revoke(dir, id, reason string, now time.Time) (Revocation, error) {
-	if err := fleet.ValidateDeviceID(id); err != nil {
+	if err := fleetwire.ValidateDeviceID(id); err != nil {
 		return Revocation{}, fmt.Errorf("pki revoke: %w", err)
 	}
 	reason = strings.Join(strings.Fields(reason), " ") // one line

@@ -67,7 +67,7 @@ type ServerConfig struct {
 	Now func() time.Time
 }
 
-func (c *ServerConfig) setDefaults() {
+func (c *ServerConfig) fillDefaults() {
 	if c.MaxStreamsPerConn == 0 {
 		c.MaxStreamsPerConn = DefaultMaxStreams
 	}
@@ -164,7 +164,7 @@ var ErrServerClosed = errors.New("quic server closed")
 
 // NewServer binds the UDP socket, so Addr is known before Serve runs.
 func NewServer(cfg ServerConfig) (*Server, error) {
-	cfg.setDefaults()
+	cfg.fillDefaults()
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
@@ -469,22 +469,15 @@ func (s *Server) serveStream(conn *quicgo.Conn, p *peer, str *quicgo.Stream) {
 // straight to the stream.
 func (s *Server) run(ctx context.Context, w *streamWriter, req *llm.Request, stopReset func() bool) {
 	s.generations.Add(1)
-	ctx, meta := llm.WithMeta(ctx)
 	metaSent := false
-	sendMeta := func(m llm.MetaSnapshot) error {
-		if metaSent {
-			return nil
-		}
-		metaSent = true
-		if m == (llm.MetaSnapshot{}) {
-			return nil
-		}
-		return w.write(&Frame{Type: FrameMeta, Meta: m})
-	}
 	emit := func(t llm.Token) error {
-		err := sendMeta(meta.Snapshot())
-		if err == nil {
+		var err error
+		switch {
+		case t.Meta == nil:
 			err = w.write(&Frame{Type: FrameToken, Token: t})
+		case !metaSent: // the begin event becomes the meta frame
+			metaSent = true
+			err = w.write(&Frame{Type: FrameMeta, Meta: *t.Meta})
 		}
 		if err != nil {
 			if ctx.Err() != nil {
@@ -495,11 +488,11 @@ func (s *Server) run(ctx context.Context, w *streamWriter, req *llm.Request, sto
 		return nil
 	}
 	final, err := s.cfg.Handler.Generate(ctx, req, emit)
-	s.end(ctx, w, final, err, func() error { return sendMeta(meta.Snapshot()) }, stopReset)
+	s.end(ctx, w, final, err, stopReset)
 }
 
 // end writes the terminal frame unless the client is gone.
-func (s *Server) end(ctx context.Context, w *streamWriter, final llm.Final, err error, sendMeta func() error, stopReset func() bool) {
+func (s *Server) end(ctx context.Context, w *streamWriter, final llm.Final, err error, stopReset func() bool) {
 	if w.stopHeartbeat != nil {
 		w.stopHeartbeat() // no heartbeat may follow the last frame or race Close
 	}
@@ -513,7 +506,7 @@ func (s *Server) end(ctx context.Context, w *streamWriter, final llm.Final, err 
 	w.str.SetWriteDeadline(time.Now().Add(s.cfg.RequestTimeout))
 	if err != nil {
 		w.write(&Frame{Type: FrameError, Err: toLLMError(err)})
-	} else if sendMeta() == nil {
+	} else {
 		w.write(&Frame{Type: FrameFinal, Final: final})
 	}
 	w.str.Close()
@@ -534,19 +527,17 @@ func (s *Server) follow(ctx context.Context, w *streamWriter, req *llm.Request, 
 		genCancel(nil)
 		s.attached.Add(1)
 		if g.fingerprint != fp {
-			s.end(ctx, w, llm.Final{}, llm.Errorf(llm.CodeInvalid, "idempotency key %q was already used for a different request", req.IdempotencyKey), func() error { return nil }, stopReset)
+			s.end(ctx, w, llm.Final{}, llm.Errorf(llm.CodeInvalid, "idempotency key %q was already used for a different request", req.IdempotencyKey), stopReset)
 			return
 		}
 	}
 	next, metaSent := 0, false
 	for {
 		v := g.since(next)
-		if !metaSent && v.hasMeta {
+		if !metaSent && v.meta != nil {
 			metaSent = true
-			if v.meta != (llm.MetaSnapshot{}) {
-				if err := w.write(&Frame{Type: FrameMeta, Meta: v.meta}); err != nil {
-					return
-				}
+			if err := w.write(&Frame{Type: FrameMeta, Meta: *v.meta}); err != nil {
+				return
 			}
 		}
 		for i := range v.tokens {
@@ -556,7 +547,7 @@ func (s *Server) follow(ctx context.Context, w *streamWriter, req *llm.Request, 
 		}
 		next += len(v.tokens)
 		if v.done {
-			s.end(ctx, w, v.final, v.err, func() error { return nil }, stopReset)
+			s.end(ctx, w, v.final, v.err, stopReset)
 			return
 		}
 		select {
@@ -572,9 +563,8 @@ func (s *Server) follow(ctx context.Context, w *streamWriter, req *llm.Request, 
 func (s *Server) generate(ctx context.Context, g *generation, req *llm.Request) {
 	defer s.wg.Done()
 	s.generations.Add(1)
-	ctx, meta := llm.WithMeta(ctx)
 	final, err := s.cfg.Handler.Generate(ctx, req, func(t llm.Token) error {
-		if err := g.append(t, meta, s.cfg.MaxReplayBytes); err != nil {
+		if err := g.append(t, s.cfg.MaxReplayBytes); err != nil {
 			return err
 		}
 		if ctx.Err() != nil {
@@ -585,7 +575,7 @@ func (s *Server) generate(ctx context.Context, g *generation, req *llm.Request) 
 	if err == nil && ctx.Err() != nil {
 		err = context.Cause(ctx)
 	}
-	g.finish(final, err, meta, s.cfg.Now())
+	g.finish(final, err, s.cfg.Now())
 	s.dedupe.finished(g)
 }
 

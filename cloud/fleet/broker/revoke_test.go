@@ -4,7 +4,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/phaseless/phaseless/transport/fleet"
+	"github.com/phaseless/phaseless/transport/fleetwire"
 	"github.com/phaseless/phaseless/transport/pki"
 )
 
@@ -77,8 +77,8 @@ func TestRevokedDeviceDisconnected(t *testing.T) {
 	if c, err := dial(t, b.TCPAddr(), "car-8", dialOpts{user: "car-8", pass: "pw-car-8"}); err == nil || c.connack == nil || c.connack.ReasonCode < 0x80 {
 		t.Fatalf("revoked password device reconnected: %v", err)
 	}
-	tp := fleet.Topics{}
-	if _, err := publish(t, bystander, tp.Device("car-9", fleet.SuffixStatus), `{"state":"online"}`, true); err != nil {
+	tp := fleetwire.Topics{}
+	if _, err := publish(t, bystander, tp.Device("car-9", fleetwire.SuffixStatus), `{"state":"online"}`, true); err != nil {
 		t.Fatalf("another device: %v", err)
 	}
 }
