@@ -301,7 +301,7 @@ type Cloud struct {
 	fleet   *fleet.Manager
 	audit   *ingress.AuditLog
 	deny    *pki.DenyList // revoked devices in the PKI dir; nil without one
-	sims    []*sim.Fleet // simulated workers (--worker sim://...)
+	sims    []*sim.Fleet  // simulated workers (--worker sim://...)
 	pkiDir  string
 }
 
