@@ -246,6 +246,9 @@ func New(cfg Config, log *slog.Logger) (a *Agent, err error) {
 	if a.engine, err = openEngine(cfg); err != nil {
 		return nil, err
 	}
+	if a.engine.templateSkipped {
+		log.Warn("the model's chat template is not rendered in this build (lm_nojinja); chats use the built-in prompt format", "model", a.engine.name)
+	}
 	kv := a.engine.kvFaults
 	if a.runner, err = local.NewRunner(a.engine.gen, local.Config{Concurrency: cfg.LocalConcurrency, QueueDepth: cfg.LocalQueue, KVFaultsPerMs: kv}); err != nil {
 		return nil, err
