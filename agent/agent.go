@@ -47,6 +47,11 @@ type Config struct {
 	Predictor string // ONNX router model; empty = the shipped one; "entropy" = the 4.2-bit rule
 	OTAPub    string // trusted ed25519 key for OTA bundles; empty = updates refused
 
+	// AllowHosts and AllowOrigins open the local API to more than loopback
+	// callers without a browser Origin (httpapi.LocalGuard, docs/security.md).
+	AllowHosts   cli.StringList
+	AllowOrigins cli.StringList
+
 	LocalModel string // model name sent to the --local-url server
 	// A zero below means the default in parentheses (FillDefaults) unless it says "flag:".
 	LocalConcurrency int           // generations the local engine runs at once (4)
@@ -110,6 +115,8 @@ func (c *Config) Fields() cli.Fields {
 		{Flag: "max-output-tokens", Go: "MaxOutputTokens", Value: &c.MaxOutputTokens, Usage: "largest max_tokens a request may ask for"},
 		{Flag: "cloud-first-token-timeout", Go: "CloudFirstToken", Value: &c.CloudFirstToken, Usage: "cloud requests that have produced no token by then are cancelled and run locally"},
 		{Flag: "cloud-retry-max", Go: "CloudRetryMax", Value: &c.CloudRetryMax, Usage: "longest wait between reconnect attempts while the cloud is unreachable"},
+		{Flag: "allow-host", Go: "AllowHosts", Value: &c.AllowHosts, Usage: "extra name or address accepted in the local API's Host header besides loopback and localhost (repeatable; DNS rebinding guard)"},
+		{Flag: "allow-origin", Go: "AllowOrigins", Value: &c.AllowOrigins, Usage: "browser origin (scheme://host[:port]) allowed to call the local API (repeatable; others get 403)"},
 	}
 }
 
@@ -168,6 +175,12 @@ func (c *Config) Validate() error {
 	}
 	if c.MaxOutputTokens < 1 {
 		return &cli.FieldError{Field: "MaxOutputTokens", Err: fmt.Errorf("%d must be at least 1", c.MaxOutputTokens)}
+	}
+	if err := (httpapi.LocalGuard{Hosts: c.AllowHosts}).Validate(); err != nil {
+		return &cli.FieldError{Field: "AllowHosts", Err: err}
+	}
+	if err := (httpapi.LocalGuard{Origins: c.AllowOrigins}).Validate(); err != nil {
+		return &cli.FieldError{Field: "AllowOrigins", Err: err}
 	}
 	return nil
 }
@@ -297,8 +310,8 @@ func New(cfg Config, log *slog.Logger) (a *Agent, err error) {
 	mux := http.NewServeMux()
 	metrics.Health(mux, a.metrics, a.ready)
 	mux.Handle("/v1/", api)
-	a.handler = mux
-	a.srv = &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second, MaxHeaderBytes: httpapi.ServerMaxHeaderBytes}
+	a.handler = localGuard(cfg).Wrap(mux)
+	a.srv = &http.Server{Handler: a.handler, ReadHeaderTimeout: 10 * time.Second, MaxHeaderBytes: httpapi.ServerMaxHeaderBytes}
 
 	ln, err := net.Listen("tcp", cfg.Listen)
 	if err != nil {
