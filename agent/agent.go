@@ -61,6 +61,8 @@ type Config struct {
 	MaxOutputTokens  int           // largest max_tokens accepted
 	CloudRetryMax    time.Duration // longest wait between reconnect attempts to the cloud (30 s)
 	CloudFirstToken  time.Duration // cloud requests without a token by then run locally (15 s)
+	TelemetryRate    float64       // records per second the fleet uplink sends at most (500)
+	TelemetryMax     int           // records the telemetry buffer keeps before dropping the oldest (200,000)
 }
 
 // FillDefaults sets every field whose zero value is not a working setting,
@@ -88,6 +90,12 @@ func (c *Config) FillDefaults() {
 	}
 	if c.CloudRetryMax == 0 {
 		c.CloudRetryMax = 30 * time.Second
+	}
+	if c.TelemetryRate == 0 {
+		c.TelemetryRate = 500
+	}
+	if c.TelemetryMax == 0 {
+		c.TelemetryMax = 200_000
 	}
 }
 
@@ -117,6 +125,8 @@ func (c *Config) Fields() cli.Fields {
 		{Flag: "cloud-retry-max", Go: "CloudRetryMax", Value: &c.CloudRetryMax, Usage: "longest wait between reconnect attempts while the cloud is unreachable"},
 		{Flag: "allow-host", Go: "AllowHosts", Value: &c.AllowHosts, Usage: "extra name or address accepted in the local API's Host header besides loopback and localhost (repeatable; DNS rebinding guard)"},
 		{Flag: "allow-origin", Go: "AllowOrigins", Value: &c.AllowOrigins, Usage: "browser origin (scheme://host[:port]) allowed to call the local API (repeatable; others get 403)"},
+		{Flag: "telemetry-rate", Go: "TelemetryRate", Value: &c.TelemetryRate, Usage: "most telemetry records per second the fleet uplink sends (draining a backlog)"},
+		{Flag: "telemetry-max-records", Go: "TelemetryMax", Value: &c.TelemetryMax, Usage: "telemetry records kept on the device while offline; the oldest go first"},
 	}
 }
 
@@ -182,12 +192,24 @@ func (c *Config) Validate() error {
 	if err := (httpapi.LocalGuard{Origins: c.AllowOrigins}).Validate(); err != nil {
 		return &cli.FieldError{Field: "AllowOrigins", Err: err}
 	}
+	if c.TelemetryRate <= 0 {
+		return &cli.FieldError{Field: "TelemetryRate", Err: fmt.Errorf("%g must be positive", c.TelemetryRate)}
+	}
+	if c.TelemetryMax < 100 {
+		return &cli.FieldError{Field: "TelemetryMax", Err: fmt.Errorf("%d must be at least 100", c.TelemetryMax)}
+	}
 	return nil
 }
 
 // Agent is a running device agent.
 type Agent struct {
 	cfg     Config
+	baseCfg Config // the configuration as given (flags, env, file), before the fleet's
+
+	cfgMu      sync.Mutex // guards running and applying a desired config
+	running    Config     // what the process runs with now: cfg plus live fleet changes
+	startLevel string     // the log level as given, when the fleet sets none
+	disp       *route.Dispatcher
 	log     *slog.Logger
 	metrics *metrics.Registry
 
@@ -221,7 +243,12 @@ func New(cfg Config, log *slog.Logger) (a *Agent, err error) {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	a = &Agent{cfg: cfg, log: log, metrics: metrics.NewRegistry()}
+	// Settings the fleet changed (desired config) apply over the flags
+	// from the last run's kept copy, restart-only ones included.
+	base := cfg
+	startLevel := cli.LogLevel.Level().String()
+	cfg = loadDeviceConfig(cfg, log)
+	a = &Agent{cfg: cfg, baseCfg: base, running: cfg, startLevel: startLevel, log: log, metrics: metrics.NewRegistry()}
 	built := a // a "return nil, err" below sets a to nil before this defer runs
 	defer func() {
 		if err != nil {
@@ -232,7 +259,7 @@ func New(cfg Config, log *slog.Logger) (a *Agent, err error) {
 	if err := os.MkdirAll(cfg.DataDir, 0o750); err != nil {
 		return nil, &cli.FieldError{Field: "DataDir", Err: err}
 	}
-	if a.store, err = telemetry.Open(filepath.Join(cfg.DataDir, "telemetry.db"), telemetry.Config{}); err != nil {
+	if a.store, err = telemetry.Open(filepath.Join(cfg.DataDir, "telemetry.db"), telemetry.Config{MaxRecords: cfg.TelemetryMax}); err != nil {
 		return nil, fmt.Errorf("telemetry store: %w", err)
 	}
 	a.sink = newTelemetrySink(a.store, a.metrics, log, sinkWriters)
@@ -293,6 +320,7 @@ func New(cfg Config, log *slog.Logger) (a *Agent, err error) {
 	if err != nil {
 		return nil, err
 	}
+	a.disp = disp
 	api, err := httpapi.NewHandler(disp, httpapi.Options{
 		MaxOutputTokens: cfg.MaxOutputTokens,
 		Models:          func() []httpapi.Model { return []httpapi.Model{{ID: a.engine.name, OwnedBy: "device"}} },
@@ -362,6 +390,7 @@ func (a *Agent) newFleetClient() (*fleetclient.Client, error) {
 		BrokerURL: a.cfg.MQTT, DeviceID: a.cfg.DeviceID, Version: cli.Version, Board: a.cfg.Board,
 		Store: a.store, StatePath: filepath.Join(a.cfg.DataDir, "fleet.db"), Logger: a.log.With("component", "fleet"),
 		Slot: a.ota.slot, Artifacts: a.ota.artifacts, Trial: a.ota.onTrial,
+		UplinkRate: a.cfg.TelemetryRate, OnConfig: a.applyDesired,
 	}
 	if a.cfg.PKIDir != "" {
 		tc, err := pki.DeviceTLS(a.cfg.PKIDir, a.cfg.DeviceID)

@@ -47,6 +47,7 @@ func testConfig(t testing.TB) Config {
 		Listen: "127.0.0.1:0", DataDir: t.TempDir(), Predictor: "entropy",
 		LocalConcurrency: 4, LocalQueue: 256, RouteThreshold: 0.5, RouteHysteresis: 0.1, MaxOutputTokens: 4096,
 		CloudRetryMax: 300 * time.Millisecond, CloudFirstToken: 3 * time.Second,
+		TelemetryRate: 500, TelemetryMax: 200_000,
 	}
 }
 
@@ -488,6 +489,8 @@ func TestConfigValidate(t *testing.T) {
 		{"max-output-tokens", func(c *Config) { c.MaxOutputTokens = 0 }},
 		{"cloud-retry-max", func(c *Config) { c.CloudRetryMax = time.Millisecond }},
 		{"cloud-first-token-timeout", func(c *Config) { c.CloudFirstToken = 0 }},
+		{"telemetry-rate", func(c *Config) { c.TelemetryRate = -1 }},
+		{"telemetry-max-records", func(c *Config) { c.TelemetryMax = 10 }},
 	}
 	for _, tt := range tests {
 		c := base
