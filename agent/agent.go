@@ -210,8 +210,8 @@ type Agent struct {
 	running    Config     // what the process runs with now: cfg plus live fleet changes
 	startLevel string     // the log level as given, when the fleet sets none
 	disp       *route.Dispatcher
-	log     *slog.Logger
-	metrics *metrics.Registry
+	log        *slog.Logger
+	metrics    *metrics.Registry
 
 	engine  *localEngine
 	runner  *local.Runner
