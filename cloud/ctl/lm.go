@@ -1,6 +1,7 @@
 package ctl
 
 import (
+	"bufio"
 	"context"
 	"encoding/json"
 	"errors"
@@ -12,6 +13,7 @@ import (
 	"time"
 
 	"github.com/phaseless/phaseless/models/lm"
+	"github.com/phaseless/phaseless/models/lm/gguf"
 	"github.com/phaseless/phaseless/transport/cli"
 	"github.com/phaseless/phaseless/transport/llm"
 )
@@ -20,11 +22,13 @@ import (
 // shape, generate from a model, print logits for cross-checking against other
 // implementations, and benchmark. `lm train` (lmtrain.go) joins this command.
 func init() {
-	register(&cli.Command{Name: "lm", Summary: "built-in language models: init, generate, logits, bench, train", Subcommands: []*cli.Command{
-		{Name: "init", Summary: "write a random-weight llama model of a given shape as GGUF", Run: lmInit},
+	register(&cli.Command{Name: "lm", Summary: "built-in language models: init, generate, tokenize, logits, bench, train", Subcommands: []*cli.Command{
+		{Name: "init", Summary: "write a random-weight model (llama, qwen2, qwen3) of a given shape and vocabulary as GGUF", Run: lmInit},
+		{Name: "tokenize", Summary: "print the token ids of each JSON string read from stdin, one line each", Run: lmTokenize},
 		{Name: "generate", Summary: "stream a completion from a GGUF model", Run: lmGenerate},
 		{Name: "logits", Summary: "print final-position logits for token ids as a JSON array", Run: lmLogits},
 		{Name: "bench", Summary: "decode tok/s per batch size, prefill tok/s, TTFT cached vs uncached", Run: lmBench},
+		{Name: "quantize", Summary: "rewrite a GGUF model with quantized tensors (q8_0, q6_k, q4_k_m, …)", Run: lmQuantize},
 	}})
 }
 
@@ -52,13 +56,42 @@ func lmInit(ctx context.Context, cio cli.IO, args []string) error {
 	fs.IntVar(&c.Vocab, "vocab", 258, "vocabulary size (at least 258: bytes, BOS, EOS)")
 	fs.IntVar(&c.ContextLen, "ctx", 1024, "context length")
 	fs.Float64Var(&c.RopeTheta, "rope-theta", 10000, "RoPE base")
-	dtype := fs.String("dtype", "f32", "tensor storage: f32, f16 or q8_0")
+	fs.StringVar(&c.Arch, "arch", lm.ArchLlama, "architecture: llama, qwen2 (QKV bias) or qwen3 (per-head Q/K norm)")
+	fs.IntVar(&c.HeadSize, "head-dim", 0, "attention head width when not dim/heads (qwen3 models; 0 = dim/heads)")
+	ropeScale := fs.Float64("rope-scaling-factor", 0, "Llama 3 RoPE scaling factor (0 = none), written as rope_freqs.weight")
+	ropeLow := fs.Float64("rope-scaling-low-freq", 1, "Llama 3 RoPE scaling low_freq_factor")
+	ropeHigh := fs.Float64("rope-scaling-high-freq", 4, "Llama 3 RoPE scaling high_freq_factor")
+	ropeOrig := fs.Int("rope-scaling-orig-ctx", 8192, "Llama 3 RoPE scaling original_max_position_embeddings")
+	tied := fs.Bool("tied", false, "tie the output head to the embedding (no output.weight)")
+	tokJSON := fs.String("tokenizer", "", "Hugging Face tokenizer.json to carry as the vocabulary (default: the byte vocabulary)")
+	tokCfg := fs.String("tokenizer-config", "", "its tokenizer_config.json (BOS/EOS, add_bos_token, chat template)")
+	dtype := fs.String("dtype", "f32", "tensor storage: f32, f16, bf16, q8_0, q6_k, q4_k, …, or the q4_k_m / q5_k_m mixes")
 	seed := fs.Uint64("seed", 1, "random seed")
-	if done, err := lmParseFlags(fs, cio, args, "lm init --out F [--layers L --dim D --heads H --kv-heads K --ffn F --vocab V --ctx C --dtype f32|f16|q8_0 --seed S]"); done || err != nil {
+	if done, err := lmParseFlags(fs, cio, args, "lm init --out F [--layers L --dim D --heads H --kv-heads K --ffn F --vocab V --ctx C --dtype f32|f16|bf16|q8_0|q6_k|q4_k_m|… --seed S "+
+		"--arch llama|qwen2|qwen3 --head-dim N --tied --rope-scaling-factor X --tokenizer tokenizer.json --tokenizer-config tokenizer_config.json]"); done || err != nil {
 		return err
 	}
 	if *out == "" {
 		return &cli.FieldError{Field: "out", Err: errors.New("required")}
+	}
+	if *tokCfg != "" && *tokJSON == "" {
+		return &cli.FieldError{Field: "tokenizer-config", Err: errors.New("needs --tokenizer")}
+	}
+	if c.Arch == lm.ArchLlama {
+		c.Arch = "" // the zero value every llama Config spells
+	}
+	var tok lm.TokenizerSpec
+	if *tokJSON != "" {
+		var err error
+		if tok, err = readHFTokenizer(*tokJSON, *tokCfg); err != nil {
+			return &cli.FieldError{Field: "tokenizer", Err: err}
+		}
+		vocabSet := false
+		fs.Visit(func(f *flag.Flag) { vocabSet = vocabSet || f.Name == "vocab" })
+		if vocabSet && c.Vocab != len(tok.Tokens) {
+			return &cli.FieldError{Field: "vocab", Err: fmt.Errorf("%d, but %s has %d tokens", c.Vocab, *tokJSON, len(tok.Tokens))}
+		}
+		c.Vocab = len(tok.Tokens)
 	}
 	if c.KVHeads == 0 {
 		c.KVHeads = c.Heads
@@ -66,27 +99,36 @@ func lmInit(ctx context.Context, cio cli.IO, args []string) error {
 	if c.FFN == 0 {
 		c.FFN = (c.Dim*8/3 + 31) / 32 * 32
 	}
-	dt, err := lm.ParseDType(*dtype)
+	dt, err := lm.ParseRecipe(*dtype)
 	if err != nil {
 		return &cli.FieldError{Field: "dtype", Err: err}
 	}
 	if err := c.Validate(); err != nil {
 		return err
 	}
-	tok, err := lm.PaddedByteTokenizerSpec(c.Vocab)
-	if err != nil {
-		return &cli.FieldError{Field: "vocab", Err: err}
+	if *tokJSON == "" {
+		if tok, err = lm.PaddedByteTokenizerSpec(c.Vocab); err != nil {
+			return &cli.FieldError{Field: "vocab", Err: err}
+		}
 	}
 	w, err := lm.RandomWeights(c, *seed)
 	if err != nil {
 		return err
+	}
+	if *tied {
+		w.Output = nil
+	}
+	if *ropeScale != 0 {
+		if w.RopeFreqs, err = lm.Llama3RopeFreqs(c, *ropeScale, *ropeLow, *ropeHigh, *ropeOrig); err != nil {
+			return &cli.FieldError{Field: "rope-scaling-factor", Err: err}
+		}
 	}
 	f, err := os.Create(*out)
 	if err != nil {
 		return err
 	}
 	meta := map[string]any{"general.name": "random", "phaseless.seed": *seed}
-	if err := lm.WriteGGUF(f, c, tok, w, meta, dt); err != nil {
+	if err := lm.WriteGGUFRecipe(f, c, tok, w, meta, dt); err != nil {
 		f.Close()
 		return err
 	}
@@ -94,9 +136,76 @@ func lmInit(ctx context.Context, cio cli.IO, args []string) error {
 		return err
 	}
 	st, _ := os.Stat(*out)
-	fmt.Fprintf(cio.Stdout, "wrote %s: %d layers, dim %d, %d/%d heads, ffn %d, vocab %d, ctx %d, %s, %.1f MB\n",
-		*out, c.Layers, c.Dim, c.Heads, c.KVHeads, c.FFN, c.Vocab, c.ContextLen, dt, float64(st.Size())/1e6)
+	arch := c.Arch
+	if arch == "" {
+		arch = lm.ArchLlama
+	}
+	fmt.Fprintf(cio.Stdout, "wrote %s: %s, %d layers, dim %d, %d/%d heads, ffn %d, vocab %d (%s), ctx %d, %s, %.1f MB\n",
+		*out, arch, c.Layers, c.Dim, c.Heads, c.KVHeads, c.FFN, c.Vocab, tok.Model, c.ContextLen, dt.Name, float64(st.Size())/1e6)
 	return nil
+}
+
+// loadModelFlag loads the model --model names.
+func loadModelFlag(path string) (*lm.Model, error) {
+	if path == "" {
+		return nil, &cli.FieldError{Field: "model", Err: errors.New("required")}
+	}
+	return lm.Load(path)
+}
+
+// readHFTokenizer reads tokenizer.json and, when named, tokenizer_config.json.
+func readHFTokenizer(tokPath, cfgPath string) (lm.TokenizerSpec, error) {
+	tj, err := os.ReadFile(tokPath)
+	if err != nil {
+		return lm.TokenizerSpec{}, err
+	}
+	var cj []byte
+	if cfgPath != "" {
+		if cj, err = os.ReadFile(cfgPath); err != nil {
+			return lm.TokenizerSpec{}, err
+		}
+	}
+	return lm.ReadHFTokenizer(tj, cj)
+}
+
+// lmTokenize prints, for each line of stdin (a JSON string), that string's
+// token ids space-separated (no BOS), as a reference tokenizer would, so the
+// engine's tokenizer can be compared with others line by line.
+func lmTokenize(ctx context.Context, cio cli.IO, args []string) error {
+	fs := flag.NewFlagSet("lm tokenize", flag.ContinueOnError)
+	model := fs.String("model", "", "GGUF model file")
+	special := fs.Bool("special", false, "parse special-token text (<|im_start|>) as those tokens")
+	if done, err := lmParseFlags(fs, cio, args, "lm tokenize --model F [--special] < lines-of-json-strings"); done || err != nil {
+		return err
+	}
+	m, err := loadModelFlag(*model)
+	if err != nil {
+		return err
+	}
+	tok := m.Tokenizer()
+	sc := bufio.NewScanner(cio.Stdin)
+	sc.Buffer(nil, 64<<20)
+	w := bufio.NewWriter(cio.Stdout)
+	for n := 1; sc.Scan(); n++ {
+		if err := ctx.Err(); err != nil {
+			return err
+		}
+		var text string
+		if err := json.Unmarshal(sc.Bytes(), &text); err != nil {
+			return fmt.Errorf("%w: stdin line %d is not a JSON string: %v", cli.ErrUsage, n, err)
+		}
+		for i, id := range tok.Tokenize(text, *special) {
+			if i > 0 {
+				w.WriteByte(' ')
+			}
+			w.WriteString(strconv.Itoa(int(id)))
+		}
+		w.WriteByte('\n')
+	}
+	if err := sc.Err(); err != nil {
+		return err
+	}
+	return w.Flush()
 }
 
 func lmGenerate(ctx context.Context, cio cli.IO, args []string) error {
@@ -113,10 +222,7 @@ func lmGenerate(ctx context.Context, cio cli.IO, args []string) error {
 	if done, err := lmParseFlags(fs, cio, args, `lm generate --model F --prompt "..." [--max-tokens N --temperature T --top-k K --top-p P --seed S --raw]`); done || err != nil {
 		return err
 	}
-	if *model == "" {
-		return &cli.FieldError{Field: "model", Err: errors.New("required")}
-	}
-	m, err := lm.Load(*model)
+	m, err := loadModelFlag(*model)
 	if err != nil {
 		return err
 	}
@@ -195,14 +301,15 @@ func parseIDs(s string) ([]int32, error) {
 
 func lmBench(ctx context.Context, cio cli.IO, args []string) error {
 	fs := flag.NewFlagSet("lm bench", flag.ContinueOnError)
-	model := fs.String("model", "", "GGUF model file")
+	model := fs.String("model", "", "GGUF model file, or several separated by commas (measured in one run, interleaved)")
 	batches := fs.String("batch", "1,4,16", "decode batch sizes")
 	tokens := fs.Int("tokens", 64, "tokens generated per sequence")
 	promptLen := fs.Int("prompt-len", 512, "prompt length for prefill and TTFT")
 	shared := fs.Float64("shared", 0.9, "fraction of the TTFT prompt already cached")
 	threads := fs.Int("threads", 0, "compute threads (0 = all cores)")
+	repeats := fs.Int("repeats", 3, "interleaved repeats of each measurement (the best is kept)")
 	copyMB := fs.Int("copy-mb", 256, "size of the memory copy that measures bandwidth, MiB")
-	if done, err := lmParseFlags(fs, cio, args, "lm bench --model F [--batch 1,4,16 --tokens N --prompt-len N --shared 0.9]"); done || err != nil {
+	if done, err := lmParseFlags(fs, cio, args, "lm bench --model F[,G,…] [--batch 1,4,16 --tokens N --prompt-len N --shared 0.9 --repeats 3]"); done || err != nil {
 		return err
 	}
 	if *model == "" {
@@ -215,33 +322,115 @@ func lmBench(ctx context.Context, cio cli.IO, args []string) error {
 	if *shared <= 0 || *shared >= 1 {
 		return &cli.FieldError{Field: "shared", Err: fmt.Errorf("%v is not in (0, 1)", *shared)}
 	}
-	m, err := lm.Load(*model)
-	if err != nil {
-		return err
-	}
 	if *copyMB <= 0 {
 		return &cli.FieldError{Field: "copy-mb", Err: fmt.Errorf("%d is not positive", *copyMB)}
 	}
-	cfg := lm.BenchConfig{DecodeTokens: *tokens, PromptLen: *promptLen, Shared: *shared, Threads: *threads, CopyBytes: *copyMB << 20}
+	if *repeats <= 0 {
+		return &cli.FieldError{Field: "repeats", Err: fmt.Errorf("%d is not positive", *repeats)}
+	}
+	paths := strings.Split(*model, ",")
+	var models []*lm.Model
+	var fileBytes, loadRSS, touchedRSS []int64
+	for _, p := range paths {
+		before := lm.ResidentBytes()
+		m, err := lm.Load(p)
+		if err != nil {
+			return err
+		}
+		st, err := os.Stat(p)
+		if err != nil {
+			return err
+		}
+		loaded := lm.ResidentBytes()
+		m.Logits([]int32{0}) // one forward pass reads every weight matrix
+		models = append(models, m)
+		fileBytes = append(fileBytes, st.Size())
+		loadRSS = append(loadRSS, loaded-before)
+		touchedRSS = append(touchedRSS, lm.ResidentBytes()-before)
+	}
+	cfg := lm.BenchConfig{DecodeTokens: *tokens, PromptLen: *promptLen, Shared: *shared, Threads: *threads, CopyBytes: *copyMB << 20, Repeats: *repeats}
 	for _, b := range ids {
 		cfg.Batches = append(cfg.Batches, int(b))
 	}
-	r, err := lm.Bench(ctx, m, cfg)
+	rs, err := lm.BenchModels(ctx, models, cfg)
 	if err != nil {
 		return err
 	}
-	c := m.Config
-	fmt.Fprintf(cio.Stdout, "model %s: %d layers, dim %d, %d/%d heads, ffn %d, vocab %d, %s, weights %.1f MB\n",
-		*model, c.Layers, c.Dim, c.Heads, c.KVHeads, c.FFN, c.Vocab, m.DType, float64(r.WeightBytes)/1e6)
-	for _, d := range r.Decode {
-		fmt.Fprintf(cio.Stdout, "decode batch %3d: %8.1f tok/s (%.2f× batch 1), %8.1f tok per CPU-second (%.2f×)\n",
-			d.Batch, d.TokensPerSec, r.Speedup(d.Batch), d.TokensPerCPUSec, r.CPUSpeedup(d.Batch))
+	for i, m := range models {
+		r, c := rs[i], m.Config
+		fmt.Fprintf(cio.Stdout, "model %s: %d layers, dim %d, %d/%d heads, ffn %d, vocab %d, %s, weights %.1f MB\n",
+			paths[i], c.Layers, c.Dim, c.Heads, c.KVHeads, c.FFN, c.Vocab, m.TensorTypes(), float64(r.WeightBytes)/1e6)
+		fmt.Fprintf(cio.Stdout, "  file %.1f MB, memory-mapped %v, RSS grew %.1f MB at load, %.1f MB once a forward pass touched every matrix\n",
+			float64(fileBytes[i])/1e6, m.Mapped, float64(loadRSS[i])/1e6, float64(touchedRSS[i])/1e6)
+		for _, d := range r.Decode {
+			fmt.Fprintf(cio.Stdout, "  decode batch %3d: %8.1f tok/s (%.2f× batch 1), %8.1f tok per CPU-second (%.2f×)\n",
+				d.Batch, d.TokensPerSec, r.Speedup(d.Batch), d.TokensPerCPUSec, r.CPUSpeedup(d.Batch))
+		}
+		fmt.Fprintf(cio.Stdout, "  prefill: %.1f tok/s, %.1f tok per CPU-second (%d-token prompt)\n", r.PrefillTokensPerSec, r.PrefillTokensPerCPUSec, min(*promptLen, c.ContextLen-2))
+		fmt.Fprintf(cio.Stdout, "  TTFT uncached %v, cached %v with %d prompt tokens in cache (ratio %.3f)\n",
+			r.TTFTUncached.Round(time.Microsecond), r.TTFTCached.Round(time.Microsecond), r.CachedPromptTokens, float64(r.TTFTCached)/float64(r.TTFTUncached))
+		fmt.Fprintf(cio.Stdout, "  batch-1 decode reads %.2f GB/s of weights = %.0f%% of a memory copy's %.2f GB/s (read+write), %.0f%% of the %.2f GB/s a bare F32 matrix-vector product streams\n",
+			r.Decode[0].TokensPerSec*float64(r.WeightBytes)/1e9, 100*r.SingleStreamFraction, r.CopyBytesPerSec/1e9,
+			100*r.SingleStreamReadFraction, r.ReadBytesPerSec/1e9)
 	}
-	fmt.Fprintf(cio.Stdout, "prefill: %.1f tok/s (%d-token prompt)\n", r.PrefillTokensPerSec, min(*promptLen, c.ContextLen-2))
-	fmt.Fprintf(cio.Stdout, "TTFT uncached %v, cached %v with %d prompt tokens in cache (ratio %.3f)\n",
-		r.TTFTUncached.Round(time.Microsecond), r.TTFTCached.Round(time.Microsecond), r.CachedPromptTokens, float64(r.TTFTCached)/float64(r.TTFTUncached))
-	fmt.Fprintf(cio.Stdout, "batch-1 decode reads %.2f GB/s of weights = %.0f%% of a memory copy's %.2f GB/s (read+write), %.0f%% of the %.2f GB/s a bare matrix-vector product streams\n",
-		r.Decode[0].TokensPerSec*float64(r.WeightBytes)/1e9, 100*r.SingleStreamFraction, r.CopyBytesPerSec/1e9,
-		100*r.SingleStreamReadFraction, r.ReadBytesPerSec/1e9)
+	if len(models) > 1 {
+		fmt.Fprintf(cio.Stdout, "%-32s %12s %8s %12s %8s %12s %8s\n", "model (ratios: to the first)", "decode b1", "ratio", "per CPU-s", "ratio", "prefill/CPU-s", "ratio")
+		for i, r := range rs {
+			d, d0 := r.Decode[0], rs[0].Decode[0]
+			fmt.Fprintf(cio.Stdout, "%-32s %12.1f %7.2f× %12.1f %7.2f× %12.1f %7.2f×\n", paths[i], d.TokensPerSec, d.TokensPerSec/d0.TokensPerSec,
+				d.TokensPerCPUSec, d.TokensPerCPUSec/d0.TokensPerCPUSec, r.PrefillTokensPerCPUSec, r.PrefillTokensPerCPUSec/rs[0].PrefillTokensPerCPUSec)
+		}
+	}
+	return nil
+}
+
+func lmQuantize(ctx context.Context, cio cli.IO, args []string) error {
+	fs := flag.NewFlagSet("lm quantize", flag.ContinueOnError)
+	in := fs.String("in", "", "GGUF model to read (any supported tensor types)")
+	out := fs.String("out", "", "GGUF file to write")
+	typ := fs.String("type", "q4_k_m", "q4_k_m, q5_k_m, or a uniform type: q8_0, q6_k, q5_k, q4_k, q3_k, q2_k, q5_0, q5_1, q4_0, q4_1, bf16, f16, f32")
+	if done, err := lmParseFlags(fs, cio, args, "lm quantize --in F --out G [--type q4_k_m|q8_0|q6_k|…]"); done || err != nil {
+		return err
+	}
+	if *in == "" {
+		return &cli.FieldError{Field: "in", Err: errors.New("required")}
+	}
+	if *out == "" {
+		return &cli.FieldError{Field: "out", Err: errors.New("required")}
+	}
+	r, err := lm.ParseRecipe(*typ)
+	if err != nil {
+		return &cli.FieldError{Field: "type", Err: err}
+	}
+	src, err := os.Open(*in)
+	if err != nil {
+		return err
+	}
+	defer src.Close()
+	st, err := src.Stat()
+	if err != nil {
+		return err
+	}
+	f, err := gguf.Read(src, st.Size())
+	if err != nil {
+		return fmt.Errorf("read %s: %w", *in, err)
+	}
+	dst, err := os.Create(*out)
+	if err != nil {
+		return err
+	}
+	if err := lm.Quantize(dst, f, r); err != nil {
+		dst.Close()
+		return err
+	}
+	if err := dst.Close(); err != nil {
+		return err
+	}
+	m, err := lm.Load(*out)
+	if err != nil {
+		return fmt.Errorf("reload %s: %w", *out, err)
+	}
+	ost, _ := os.Stat(*out)
+	fmt.Fprintf(cio.Stdout, "wrote %s: %s, %.1f MB (from %.1f MB), tensors %s\n", *out, r.Name, float64(ost.Size())/1e6, float64(st.Size())/1e6, m.TensorTypes())
 	return nil
 }

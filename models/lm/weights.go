@@ -5,21 +5,33 @@ import (
 	"io"
 	"math"
 	"math/rand/v2"
+	"strings"
 
 	"github.com/phaseless/phaseless/models/lm/gguf"
 )
 
-// DType is how tensors are stored in a GGUF file: F32, F16 or Q8_0.
+// DType is how tensors are stored in a GGUF file (any type gguf decodes).
 type DType = gguf.DType
 
 // The storage types the engine loads and writes.
 const (
 	F32  = gguf.F32
 	F16  = gguf.F16
+	BF16 = gguf.BF16
+	Q4_0 = gguf.Q4_0
+	Q4_1 = gguf.Q4_1
+	Q5_0 = gguf.Q5_0
+	Q5_1 = gguf.Q5_1
 	Q8_0 = gguf.Q8_0
+	Q2_K = gguf.Q2_K
+	Q3_K = gguf.Q3_K
+	Q4_K = gguf.Q4_K
+	Q5_K = gguf.Q5_K
+	Q6_K = gguf.Q6_K
 )
 
-// ParseDType accepts f32, f16 and q8_0.
+// ParseDType accepts the name of any type gguf decodes (f32, f16, bf16,
+// q4_0 … q8_0, q2_k … q6_k).
 func ParseDType(s string) (DType, error) { return gguf.ParseDType(s) }
 
 // Weights are a model's parameters as float32, laid out as the package
@@ -29,6 +41,9 @@ type Weights struct {
 	Layers     []LayerWeights
 	OutputNorm []float32 // [Dim]
 	Output     []float32 // [Vocab][Dim]; nil ties the head to TokenEmbd
+	// RopeFreqs divides each RoPE frequency (rope_freqs.weight, [HeadDim/2]):
+	// Llama 3's RoPE scaling (Llama3RopeFreqs); nil = none.
+	RopeFreqs []float32
 }
 
 // LayerWeights are one transformer block's parameters.
@@ -42,6 +57,11 @@ type LayerWeights struct {
 	Gate     []float32 // [FFN][Dim]
 	Up       []float32 // [FFN][Dim]
 	Down     []float32 // [Dim][FFN]
+
+	// qwen2 only: projection biases.
+	QBias, KBias, VBias []float32 // [Heads·HeadDim], [KVHeads·HeadDim] ×2
+	// qwen3 only: per-head RMSNorm weights of q and k.
+	QNorm, KNorm []float32 // [HeadDim]
 }
 
 // tensorSpec is one named tensor of a model: its GGUF name, rows × cols, and
@@ -75,10 +95,12 @@ func (w *Weights) specs(cfg Config) []tensorSpec {
 			tensorSpec{p + "ffn_up.weight", cfg.FFN, d, &l.Up, false},
 			tensorSpec{p + "ffn_down.weight", d, cfg.FFN, &l.Down, false},
 		)
+		s = append(s, cfg.layerExtras(p, l, q, kv)...)
 	}
 	return append(s,
 		tensorSpec{"output_norm.weight", 1, d, &w.OutputNorm, false},
-		tensorSpec{"output.weight", cfg.Vocab, d, &w.Output, true})
+		tensorSpec{"output.weight", cfg.Vocab, d, &w.Output, true},
+		tensorSpec{"rope_freqs.weight", 1, hd / 2, &w.RopeFreqs, true})
 }
 
 // Check reports the first tensor whose length does not match cfg.
@@ -111,8 +133,15 @@ func RandomWeights(cfg Config, seed uint64) (*Weights, error) {
 	rng := rand.New(rand.NewPCG(seed, 0x9e3779b97f4a7c15))
 	w := &Weights{}
 	for _, s := range w.specs(cfg) {
+		if s.name == "rope_freqs.weight" {
+			continue // not a learned weight: Llama3RopeFreqs
+		}
 		v := make([]float32, s.rows*s.cols)
-		if s.rows == 1 {
+		if strings.HasSuffix(s.name, ".bias") {
+			for i := range v {
+				v[i] = 0.1 * float32(rng.NormFloat64())
+			}
+		} else if s.rows == 1 {
 			for i := range v {
 				v[i] = 1 + 0.1*float32(rng.NormFloat64())
 			}
@@ -132,12 +161,18 @@ const (
 	keyArch = "general.architecture"
 )
 
-// WriteGGUF writes a llama-architecture GGUF v3 file: cfg as llama.* metadata,
+// WriteGGUF writes a GGUF v3 file of cfg's architecture: cfg as {arch}.* metadata,
 // tok as tokenizer.ggml.*, any extra meta (keys such as "general.name"; values
 // of GGUF scalar or slice types), and every weight encoded as dtype (norm
-// vectors always stay F32, as llama.cpp does). Q8_0 needs Dim and FFN to be
-// multiples of 32.
+// vectors always stay F32, as llama.cpp does). A block type that does not
+// divide a matrix's rows falls back as Recipe.TypeFor says.
 func WriteGGUF(w io.Writer, cfg Config, tok TokenizerSpec, weights *Weights, meta map[string]any, dtype DType) error {
+	return WriteGGUFRecipe(w, cfg, tok, weights, meta, UniformRecipe(dtype))
+}
+
+// WriteGGUFRecipe is WriteGGUF with each tensor's type chosen by a recipe
+// (for example ParseRecipe("q4_k_m")).
+func WriteGGUFRecipe(w io.Writer, cfg Config, tok TokenizerSpec, weights *Weights, meta map[string]any, r Recipe) error {
 	cfg = cfg.WithDefaults()
 	if err := weights.Check(cfg); err != nil {
 		return fmt.Errorf("write gguf: %w", err)
@@ -145,20 +180,28 @@ func WriteGGUF(w io.Writer, cfg Config, tok TokenizerSpec, weights *Weights, met
 	if err := tok.Validate(cfg.Vocab); err != nil {
 		return fmt.Errorf("write gguf: %w", err)
 	}
+	a := cfg.arch()
 	kvs := []gguf.KV{
-		{Key: keyArch, Value: "llama"},
-		{Key: "llama.context_length", Value: uint32(cfg.ContextLen)},
-		{Key: "llama.embedding_length", Value: uint32(cfg.Dim)},
-		{Key: "llama.block_count", Value: uint32(cfg.Layers)},
-		{Key: "llama.feed_forward_length", Value: uint32(cfg.FFN)},
-		{Key: "llama.attention.head_count", Value: uint32(cfg.Heads)},
-		{Key: "llama.attention.head_count_kv", Value: uint32(cfg.KVHeads)},
-		{Key: "llama.rope.dimension_count", Value: uint32(cfg.HeadDim())},
-		{Key: "llama.rope.freq_base", Value: float32(cfg.RopeTheta)},
-		{Key: "llama.attention.layer_norm_rms_epsilon", Value: float32(cfg.NormEps)},
-		{Key: "llama.vocab_size", Value: uint32(cfg.Vocab)},
-		{Key: "general.file_type", Value: fileType(dtype)},
+		{Key: keyArch, Value: a},
+		{Key: a + ".context_length", Value: uint32(cfg.ContextLen)},
+		{Key: a + ".embedding_length", Value: uint32(cfg.Dim)},
+		{Key: a + ".block_count", Value: uint32(cfg.Layers)},
+		{Key: a + ".feed_forward_length", Value: uint32(cfg.FFN)},
+		{Key: a + ".attention.head_count", Value: uint32(cfg.Heads)},
+		{Key: a + ".attention.head_count_kv", Value: uint32(cfg.KVHeads)},
 	}
+	if cfg.HeadSize > 0 || a == ArchQwen3 {
+		kvs = append(kvs,
+			gguf.KV{Key: a + ".attention.key_length", Value: uint32(cfg.HeadDim())},
+			gguf.KV{Key: a + ".attention.value_length", Value: uint32(cfg.HeadDim())})
+	}
+	kvs = append(kvs,
+		gguf.KV{Key: a + ".rope.dimension_count", Value: uint32(cfg.HeadDim())},
+		gguf.KV{Key: a + ".rope.freq_base", Value: float32(cfg.RopeTheta)},
+		gguf.KV{Key: a + ".attention.layer_norm_rms_epsilon", Value: float32(cfg.NormEps)},
+		gguf.KV{Key: a + ".vocab_size", Value: uint32(cfg.Vocab)},
+		gguf.KV{Key: "general.file_type", Value: r.ftype},
+	)
 	kvs = append(kvs, tok.kvs()...)
 	for _, k := range sortedKeys(meta) {
 		if hasKey(kvs, k) {
@@ -171,10 +214,7 @@ func WriteGGUF(w io.Writer, cfg Config, tok TokenizerSpec, weights *Weights, met
 		if s.optional && *s.ptr == nil {
 			continue
 		}
-		t := dtype
-		if s.rows == 1 {
-			t = gguf.F32
-		}
+		t := r.TypeFor(s.name, s.cols, cfg.Layers, s.rows == 1)
 		dims := []uint64{uint64(s.cols), uint64(s.rows)}
 		if s.rows == 1 {
 			dims = dims[:1]
@@ -185,17 +225,6 @@ func WriteGGUF(w io.Writer, cfg Config, tok TokenizerSpec, weights *Weights, met
 		return fmt.Errorf("write gguf: %w", err)
 	}
 	return nil
-}
-
-// fileType is llama.cpp's LLAMA_FTYPE for a uniform tensor type.
-func fileType(d DType) uint32 {
-	switch d {
-	case F16:
-		return 1
-	case Q8_0:
-		return 7
-	}
-	return 0
 }
 
 func hasKey(kvs []gguf.KV, k string) bool {

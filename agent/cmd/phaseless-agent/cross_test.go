@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"net"
 	"net/http"
 	"os"
@@ -11,6 +12,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/phaseless/phaseless/models/lm"
 )
 
 // sizeBudget is the most a stripped arm64 agent may weigh: device flash is
@@ -31,8 +34,10 @@ const sizeBudget = 23 << 20
 
 // agentTags drops net/http's bundled HTTP/2 from the device build (0.5 MiB):
 // the local API is plain HTTP/1.1 on loopback or a Unix socket, and the
-// uplink is QUIC. The Makefile builds the agent with the same tags.
-const agentTags = "nethttpomithttp2"
+// uplink is QUIC. lm_nojinja leaves out the Jinja engine that renders
+// models' own chat templates (2.5 MiB). The Makefile's cross target builds
+// with the same tags (DEVICE_TAGS).
+const agentTags = "nethttpomithttp2,lm_nojinja"
 
 type board struct {
 	name, goarch, goarm, qemu string
@@ -92,15 +97,29 @@ func TestCrossCompiledAgentUnderQEMU(t *testing.T) {
 			}
 			t.Logf("%s", out)
 			completeUnderQEMU(ctx, t, qemu, bin)
+			if b.goarch == "arm64" {
+				// A Q4_K_M model given with --model: the K-quant kernels on ARM.
+				q := filepath.Join(t.TempDir(), "q4km.gguf")
+				f, err := os.Create(q)
+				if err != nil {
+					t.Fatal(err)
+				}
+				r, _ := lm.ParseRecipe("q4_k_m")
+				cfg := lm.Config{Vocab: 300, Dim: 256, Layers: 2, Heads: 4, KVHeads: 2, FFN: 512, ContextLen: 512}
+				if err := errors.Join(lm.WriteRandom(f, cfg, 1, nil, r), f.Close()); err != nil {
+					t.Fatal(err)
+				}
+				completeUnderQEMU(ctx, t, qemu, bin, "--model", q)
+			}
 		})
 	}
 }
 
 // completeUnderQEMU starts the emulated agent offline with its default
-// model and asks it for one completion over its HTTP API: the whole local
+// model (or the extra flags' one) and asks it for one completion over its HTTP API: the whole local
 // path (API, router with the shipped predictor, engine, telemetry) on the
 // target architecture.
-func completeUnderQEMU(ctx context.Context, t *testing.T, qemu, bin string) {
+func completeUnderQEMU(ctx context.Context, t *testing.T, qemu, bin string, args ...string) {
 	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -108,7 +127,7 @@ func completeUnderQEMU(ctx context.Context, t *testing.T, qemu, bin string) {
 	}
 	addr := ln.Addr().String()
 	ln.Close()
-	cmd := exec.CommandContext(ctx, qemu, bin, "--listen", addr, "--data-dir", t.TempDir(), "--local-concurrency", "1")
+	cmd := exec.CommandContext(ctx, qemu, append([]string{bin, "--listen", addr, "--data-dir", t.TempDir(), "--local-concurrency", "1"}, args...)...)
 	var logs strings.Builder
 	cmd.Stdout, cmd.Stderr = &logs, &logs
 	if err := cmd.Start(); err != nil {
