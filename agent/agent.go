@@ -51,7 +51,7 @@ type Config struct {
 	LocalConcurrency int           // generations the local engine runs at once
 	LocalQueue       int           // requests that may wait for the local engine before 503s
 	RouteThreshold   float64       // cloud probability at which the router prefers the cloud; 0 = the model's
-	RouteHysteresis  float64       // width of the band around the threshold
+	RouteHysteresis  float64       // relative band of the link and load signals (never the content score)
 	MaxOutputTokens  int           // largest max_tokens accepted
 	CloudRetryMax    time.Duration // longest wait between reconnect attempts to the cloud
 	CloudFirstToken  time.Duration // cloud requests without a token by then run locally
@@ -75,7 +75,7 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	fs.IntVar(&c.LocalConcurrency, "local-concurrency", 4, "generations the local engine runs at once")
 	fs.IntVar(&c.LocalQueue, "local-queue", 64, "requests that may wait for the local engine; more get 503 overloaded")
 	fs.Float64Var(&c.RouteThreshold, "route-threshold", 0, "cloud probability at or above which requests go to the cloud; 0 = the predictor model's own threshold (0.5 without one)")
-	fs.Float64Var(&c.RouteHysteresis, "route-hysteresis", 0.1, "band around --route-threshold in which the previous path is kept")
+	fs.Float64Var(&c.RouteHysteresis, "route-hysteresis", 0.1, "relative hysteresis of the link (RTT, loss) and load signals, so a flapping uplink does not bounce traffic; never applied to the content score")
 	fs.IntVar(&c.MaxOutputTokens, "max-output-tokens", httpapi.DefaultMaxOutputTokens, "largest max_tokens a request may ask for")
 	fs.DurationVar(&c.CloudFirstToken, "cloud-first-token-timeout", 15*time.Second, "cloud requests that have produced no token by then are cancelled and run locally")
 	fs.DurationVar(&c.CloudRetryMax, "cloud-retry-max", 30*time.Second, "longest wait between reconnect attempts while the cloud is unreachable")
@@ -198,7 +198,7 @@ func New(cfg Config, log *slog.Logger) (a *Agent, err error) {
 	if pred != nil {
 		a.pred, rp = pred, pred
 	}
-	router, err := route.NewRouter(route.Config{Threshold: cfg.RouteThreshold, Hysteresis: cfg.RouteHysteresis}, rp)
+	router, err := route.NewRouter(route.Config{Threshold: cfg.RouteThreshold, Hysteresis: cfg.RouteHysteresis, Probe: a.engine.probe}, rp)
 	if err != nil {
 		return nil, err
 	}

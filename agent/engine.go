@@ -9,6 +9,7 @@ import (
 	"github.com/phaseless/phaseless/agent/local"
 	"github.com/phaseless/phaseless/models/edgemodel"
 	"github.com/phaseless/phaseless/models/lm"
+	"github.com/phaseless/phaseless/models/textfeat"
 	"github.com/phaseless/phaseless/transport/llm"
 )
 
@@ -20,6 +21,9 @@ type localEngine struct {
 	ready     func(context.Context) error // nil = always ready
 	close     func() error
 	batchSize int // generations the engine runs at once
+	// probe measures a request on the built-in engine's model for the
+	// router (route.Config.Probe); nil for external servers.
+	probe func(text string) textfeat.Probe
 }
 
 // defaultModel is the shipped edge model (models/edgemodel), embedded in
@@ -63,5 +67,14 @@ func openEngine(cfg Config) (*localEngine, error) {
 	return &localEngine{
 		gen: eng, name: name, close: eng.Close, batchSize: cfg.LocalConcurrency,
 		kvFaults: func() float64 { return eng.Stats().KVFaultsPerMs },
+		probe:    func(text string) textfeat.Probe { return probeText(m, text) },
 	}, nil
+}
+
+// probeText is the router's probe of a request on the local model: its
+// prefill and textfeat.ProbeSteps greedy steps on one core, so it does not
+// take the engine's others (docs/predictor.md measures its cost).
+func probeText(m *lm.Model, text string) textfeat.Probe {
+	p := m.ProbeChat(text, textfeat.ProbeSteps, textfeat.ProbeMaxTokens, 1)
+	return textfeat.Probe{PromptNLL: p.PromptNLL, Entropy: p.Entropy, TopProb: p.TopProb}
 }

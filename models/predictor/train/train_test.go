@@ -109,7 +109,7 @@ func TestRunReproducesShippedModel(t *testing.T) {
 	// The learned router must beat the entropy rule it replaces, at the
 	// threshold each would run with, on the held-out prompts.
 	rows := res.EdgeReport.Rows
-	model, entropy := rows[0], rows[len(rows)-2]
+	model, entropy := rows[0], rows[len(rows)-3]
 	if !strings.HasPrefix(entropy.Name, "entropy ≥ 4.2") {
 		t.Fatalf("row %q is not the entropy rule", entropy.Name)
 	}
