@@ -21,8 +21,12 @@ type localEngine struct {
 	ready     func(context.Context) error // nil = always ready
 	close     func() error
 	batchSize int // generations the engine runs at once
-	// probe measures a request on the built-in engine's model for the
-	// router (route.Config.Probe); nil for external servers.
+	// templateSkipped: the model has a chat template this build does not
+	// render (the device build leaves Jinja out, lm_nojinja).
+	templateSkipped bool
+	// probe measures a request on the shipped edge model for the router
+	// (route.Config.Probe); nil for external servers and for other models,
+	// whose probe numbers the shipped predictor was not trained on.
 	probe func(text string) textfeat.Probe
 }
 
@@ -64,11 +68,15 @@ func openEngine(cfg Config) (*localEngine, error) {
 	if err != nil {
 		return nil, fmt.Errorf("local engine: %w", err)
 	}
-	return &localEngine{
+	le := &localEngine{
 		gen: eng, name: name, close: eng.Close, batchSize: cfg.LocalConcurrency,
-		kvFaults: func() float64 { return eng.Stats().KVFaultsPerMs },
-		probe:    func(text string) textfeat.Probe { return probeText(m, text) },
-	}, nil
+		kvFaults:        func() float64 { return eng.Stats().KVFaultsPerMs },
+		templateSkipped: m.ChatTemplateSkipped(),
+	}
+	if cfg.Model == "" {
+		le.probe = func(text string) textfeat.Probe { return probeText(m, text) }
+	}
+	return le, nil
 }
 
 // probeText is the router's probe of a request on the local model: its

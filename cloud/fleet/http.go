@@ -6,13 +6,14 @@ import (
 	"net/http"
 	"time"
 
-	tfleet "github.com/phaseless/phaseless/transport/fleet"
+	"github.com/phaseless/phaseless/cloud/fleetapi"
+	"github.com/phaseless/phaseless/transport/fleetwire"
 )
 
 // APIPrefix is where Handler's routes live; mount the handler there:
 //
 //	mux.Handle(fleet.APIPrefix, auth(mgr.Handler()))
-const APIPrefix = "/v1/fleet/"
+const APIPrefix = fleetapi.Prefix
 
 // Handler serves the fleet admin API. It does no authentication: the cloud
 // mounts it behind its API-key check (or --dev).
@@ -26,6 +27,8 @@ const APIPrefix = "/v1/fleet/"
 //	GET  /v1/fleet/telemetry/export[?device=ID][&since=RFC3339]
 //	                                            → JSON lines of ExportedRecord (application/x-ndjson)
 //
+// and the rollout routes (rollout_http.go).
+//
 // Errors are {"error":{"message":..., "type":...}} with 400, 404, 500, or
 // 503 (stored but the broker could not take the message yet; it is re-sent).
 func (m *Manager) Handler() http.Handler {
@@ -37,6 +40,7 @@ func (m *Manager) Handler() http.Handler {
 	mux.HandleFunc("GET /v1/fleet/devices/{id}/commands/{cmd}", m.getCommand)
 	mux.HandleFunc("GET /v1/fleet/telemetry/count", m.count)
 	mux.HandleFunc("GET /v1/fleet/telemetry/export", m.export)
+	m.rolloutRoutes(mux)
 	return mux
 }
 
@@ -51,12 +55,7 @@ func writeJSON(w http.ResponseWriter, status int, v any) {
 	_ = enc.Encode(v)
 }
 
-type apiError struct {
-	Error struct {
-		Message string `json:"message"`
-		Type    string `json:"type"`
-	} `json:"error"`
-}
+type apiError = fleetapi.ErrorBody
 
 func writeError(w http.ResponseWriter, status int, err error) {
 	var e apiError
@@ -78,7 +77,7 @@ func statusOf(err error) int {
 	switch {
 	case errors.Is(err, ErrBadRequest):
 		return http.StatusBadRequest
-	case errors.Is(err, ErrUnknownDevice):
+	case errors.Is(err, ErrUnknownDevice), errors.Is(err, ErrUnknownRollout), errors.Is(err, ErrUnknownArtifact):
 		return http.StatusNotFound
 	}
 	return http.StatusInternalServerError
@@ -129,12 +128,6 @@ func (m *Manager) putConfig(w http.ResponseWriter, r *http.Request) {
 	default:
 		writeJSON(w, http.StatusOK, dc)
 	}
-}
-
-// CommandRequest is the body of POST .../commands.
-type CommandRequest struct {
-	Name string            `json:"name"`
-	Args map[string]string `json:"args,omitempty"`
 }
 
 func (m *Manager) postCommand(w http.ResponseWriter, r *http.Request) {
@@ -197,7 +190,7 @@ func (m *Manager) export(w http.ResponseWriter, r *http.Request) {
 		since = t
 	}
 	dev := q.Get("device")
-	if dev != "" && tfleet.ValidateDeviceID(dev) != nil {
+	if dev != "" && fleetwire.ValidateDeviceID(dev) != nil {
 		writeError(w, http.StatusBadRequest, errors.New("device: not a device id"))
 		return
 	}
