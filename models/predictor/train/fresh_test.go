@@ -10,14 +10,7 @@ import (
 // requests is a training, validation or test prompt of the edge split, and
 // every reference parses (loadFresh) and names a grader kind.
 func TestFreshSetIsUnseen(t *testing.T) {
-	d, err := LoadRouting(repoData)
-	if err != nil {
-		t.Fatal(err)
-	}
-	s, err := d.EdgeSplit()
-	if err != nil {
-		t.Fatal(err)
-	}
+	d, s := loadSplit(t, false)
 	seen := map[string]string{}
 	for _, set := range [][]Example{s.Train, s.Val, s.Test} {
 		for _, e := range set {

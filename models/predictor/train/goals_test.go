@@ -29,14 +29,7 @@ const (
 // previous shipped router (testdata/predictor-edge-v1.onnx: intent labels,
 // 83 features) in the same run.
 func TestShippedRouterGoals(t *testing.T) {
-	d, err := LoadRouting(repoData)
-	if err != nil {
-		t.Fatal(err)
-	}
-	split, err := d.GradedSplit(repoData)
-	if err != nil {
-		t.Fatal(err)
-	}
+	_, split := loadSplit(t, true)
 	m, err := predictor.Default()
 	if err != nil {
 		t.Fatal(err)
