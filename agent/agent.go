@@ -57,7 +57,7 @@ type Config struct {
 	LocalConcurrency int           // generations the local engine runs at once (4)
 	LocalQueue       int           // requests that may wait for the local engine before 503s (flag: 64)
 	RouteThreshold   float64       // cloud probability at which the router prefers the cloud; 0 = the model's
-	RouteHysteresis  float64       // width of the band around the threshold (flag: 0.1)
+	RouteHysteresis  float64       // relative band of the link and load signals, never the content score (flag: 0.1)
 	MaxOutputTokens  int           // largest max_tokens accepted
 	CloudRetryMax    time.Duration // longest wait between reconnect attempts to the cloud (30 s)
 	CloudFirstToken  time.Duration // cloud requests without a token by then run locally (15 s)
@@ -119,7 +119,7 @@ func (c *Config) Fields() cli.Fields {
 		{Flag: "local-concurrency", Go: "LocalConcurrency", Value: &c.LocalConcurrency, Usage: "generations the local engine runs at once"},
 		{Flag: "local-queue", Go: "LocalQueue", Value: &c.LocalQueue, Usage: "requests that may wait for the local engine; more get 503 overloaded"},
 		{Flag: "route-threshold", Go: "RouteThreshold", Value: &c.RouteThreshold, Usage: "cloud probability at or above which requests go to the cloud; 0 = the predictor model's own threshold (0.5 without one)"},
-		{Flag: "route-hysteresis", Go: "RouteHysteresis", Value: &c.RouteHysteresis, Usage: "band around --route-threshold in which the previous path is kept"},
+		{Flag: "route-hysteresis", Go: "RouteHysteresis", Value: &c.RouteHysteresis, Usage: "relative hysteresis of the link (RTT, loss) and load signals, so a flapping uplink does not bounce traffic; never applied to the content score"},
 		{Flag: "max-output-tokens", Go: "MaxOutputTokens", Value: &c.MaxOutputTokens, Usage: "largest max_tokens a request may ask for"},
 		{Flag: "cloud-first-token-timeout", Go: "CloudFirstToken", Value: &c.CloudFirstToken, Usage: "cloud requests that have produced no token by then are cancelled and run locally"},
 		{Flag: "cloud-retry-max", Go: "CloudRetryMax", Value: &c.CloudRetryMax, Usage: "longest wait between reconnect attempts while the cloud is unreachable"},
@@ -285,7 +285,7 @@ func New(cfg Config, log *slog.Logger) (a *Agent, err error) {
 		return nil, &cli.FieldError{Field: "Predictor", Err: err}
 	}
 	a.pred = pred
-	router, err := route.NewRouter(route.Config{Threshold: cfg.RouteThreshold, Hysteresis: cfg.RouteHysteresis}, pred)
+	router, err := route.NewRouter(route.Config{Threshold: cfg.RouteThreshold, Hysteresis: cfg.RouteHysteresis, Probe: a.engine.probe}, pred)
 	if err != nil {
 		return nil, err
 	}

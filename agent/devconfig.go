@@ -165,7 +165,7 @@ func (a *Agent) applyDesired(_ context.Context, dc fleetwire.DesiredConfig) ([]s
 		return nil, fmt.Errorf("keep the device config: %w", err)
 	}
 	if next.RouteThreshold != a.running.RouteThreshold || next.RouteHysteresis != a.running.RouteHysteresis {
-		r, err := route.NewRouter(route.Config{Threshold: next.RouteThreshold, Hysteresis: next.RouteHysteresis}, a.pred)
+		r, err := route.NewRouter(route.Config{Threshold: next.RouteThreshold, Hysteresis: next.RouteHysteresis, Probe: a.engine.probe}, a.pred)
 		if err != nil {
 			return nil, err // Validate passed, so this is a bug; nothing has changed
 		}

@@ -9,6 +9,7 @@ import (
 	"github.com/phaseless/phaseless/agent/local"
 	"github.com/phaseless/phaseless/models/edgemodel"
 	"github.com/phaseless/phaseless/models/lm"
+	"github.com/phaseless/phaseless/models/textfeat"
 	"github.com/phaseless/phaseless/transport/llm"
 )
 
@@ -23,6 +24,10 @@ type localEngine struct {
 	// templateSkipped: the model has a chat template this build does not
 	// render (the device build leaves Jinja out, lm_nojinja).
 	templateSkipped bool
+	// probe measures a request on the shipped edge model for the router
+	// (route.Config.Probe); nil for external servers and for other models,
+	// whose probe numbers the shipped predictor was not trained on.
+	probe func(text string) textfeat.Probe
 }
 
 // defaultModel is the shipped edge model (models/edgemodel), embedded in
@@ -63,9 +68,21 @@ func openEngine(cfg Config) (*localEngine, error) {
 	if err != nil {
 		return nil, fmt.Errorf("local engine: %w", err)
 	}
-	return &localEngine{
+	le := &localEngine{
 		gen: eng, name: name, close: eng.Close, batchSize: cfg.LocalConcurrency,
 		kvFaults:        func() float64 { return eng.Stats().KVFaultsPerMs },
 		templateSkipped: m.ChatTemplateSkipped(),
-	}, nil
+	}
+	if cfg.Model == "" {
+		le.probe = func(text string) textfeat.Probe { return probeText(m, text) }
+	}
+	return le, nil
+}
+
+// probeText is the router's probe of a request on the local model: its
+// prefill and textfeat.ProbeSteps greedy steps on one core, so it does not
+// take the engine's others (docs/predictor.md measures its cost).
+func probeText(m *lm.Model, text string) textfeat.Probe {
+	p := m.ProbeChat(text, textfeat.ProbeSteps, textfeat.ProbeMaxTokens, 1)
+	return textfeat.Probe{PromptNLL: p.PromptNLL, Entropy: p.Entropy, TopProb: p.TopProb}
 }

@@ -3,12 +3,14 @@ package route
 import (
 	"context"
 	"errors"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/phaseless/phaseless/models/predictor"
+	"github.com/phaseless/phaseless/models/textfeat"
 	"github.com/phaseless/phaseless/transport/fleetwire"
 	"github.com/phaseless/phaseless/transport/llm"
 	"github.com/phaseless/phaseless/transport/metrics"
@@ -52,27 +54,76 @@ func TestEntropyRuleDefault(t *testing.T) {
 	}
 }
 
-func TestHysteresis(t *testing.T) {
+// TestContentScoreHasNoMemory: the same score gets the same path whatever
+// came before it, right at and around the threshold (issue 19: "what is the
+// capital of Canada" at 0.627 ran locally because the request before it had).
+func TestContentScoreHasNoMemory(t *testing.T) {
 	p := &fixedPredictor{}
 	r, err := NewRouter(Config{Threshold: 0.5, Hysteresis: 0.1}, p)
 	if err != nil {
 		t.Fatal(err)
 	}
-	steps := []struct {
+	for i, s := range []struct {
 		p    float64
 		want string
 	}{
-		{0.52, PathLocal}, // inside the band, starting local
-		{0.56, PathCloud}, // above 0.55
-		{0.50, PathCloud}, // inside the band: stays
-		{0.46, PathCloud},
-		{0.44, PathLocal}, // below 0.45
-		{0.54, PathLocal},
-	}
-	for i, s := range steps {
+		{0.52, PathCloud}, {0.49, PathLocal}, {0.50, PathCloud}, {0.46, PathLocal},
+		{0.99, PathCloud}, {0.49, PathLocal}, {0.01, PathLocal}, {0.52, PathCloud},
+	} {
 		p.p = s.p
 		if d := r.Decide(userReq("x"), up, Load{}); d.Path != s.want || d.ProbSource != "predictor" {
 			t.Errorf("step %d p=%.2f: %s (%s), want %s", i, s.p, d.Path, d.Reason, s.want)
+		}
+	}
+	// Shuffled orders of the same requests give the same decisions.
+	scores := []float64{0.45, 0.55, 0.499, 0.501, 0.5, 0.3, 0.7}
+	want := map[float64]string{}
+	for _, sc := range scores {
+		p.p = sc
+		want[sc] = r.Decide(userReq("x"), up, Load{}).Path
+	}
+	for k := range 5 {
+		for i := range scores {
+			sc := scores[(i*3+k)%len(scores)]
+			p.p = sc
+			if got := r.Decide(userReq("x"), up, Load{}).Path; got != want[sc] {
+				t.Errorf("order %d: p=%v went %s, alone %s", k, sc, got, want[sc])
+			}
+		}
+	}
+}
+
+// TestLinkHysteresis: a link whose RTT flaps around MaxRTT does not bounce
+// cloud-bound traffic; it recovers only below (1-Hysteresis)·MaxRTT, and
+// loss works the same way.
+func TestLinkHysteresis(t *testing.T) {
+	p := &fixedPredictor{p: 0.9}
+	r, err := NewRouter(Config{MaxRTT: 400 * time.Millisecond, MaxLoss: 0.05, Hysteresis: 0.1}, p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	link := func(rtt time.Duration, loss float64) Link {
+		return Link{Configured: true, Connected: true, RTT: rtt, Loss: loss}
+	}
+	for i, s := range []struct {
+		l    Link
+		want string
+	}{
+		{link(390*time.Millisecond, 0), PathCloud}, // below the bound, never degraded
+		{link(410*time.Millisecond, 0), PathLocal}, // above: degraded
+		{link(390*time.Millisecond, 0), PathLocal}, // inside the band: stays degraded
+		{link(370*time.Millisecond, 0), PathLocal},
+		{link(410*time.Millisecond, 0), PathLocal},
+		{link(350*time.Millisecond, 0), PathCloud}, // below 360 ms: recovered
+		{link(390*time.Millisecond, 0), PathCloud}, // inside the band: stays up
+		{link(100*time.Millisecond, 0.06), PathLocal},
+		{link(100*time.Millisecond, 0.048), PathLocal}, // loss inside the band
+		{link(100*time.Millisecond, 0.044), PathCloud},
+		{Link{Configured: true}, PathLocal},        // disconnected
+		{link(390*time.Millisecond, 0), PathCloud}, // a new connection starts undegraded
+	} {
+		if d := r.Decide(userReq("x"), s.l, Load{}); d.Path != s.want {
+			t.Errorf("step %d (rtt %v, loss %v): %s (%s), want %s", i, s.l.RTT, s.l.Loss, d.Path, d.Reason, s.want)
 		}
 	}
 }
@@ -422,16 +473,15 @@ func TestModelThreshold(t *testing.T) {
 		t.Errorf("failed predictor: %s, threshold %v, %s", d.Path, d.Threshold, d.ProbSource)
 	}
 
-	// A threshold near 1 narrows the hysteresis band so it stays inside
-	// (0,1): 0.95 ± 0.025 rather than ± 0.05.
+	// Around a model threshold near 1 there is no band either.
 	p = &thresholdPredictor{th: 0.95, ok: true}
 	r, _ = NewRouter(Config{Hysteresis: 0.1}, p)
 	for i, s := range []struct {
 		p    float64
 		want string
-	}{{0.96, PathLocal}, {0.98, PathCloud}, {0.94, PathCloud}, {0.92, PathLocal}} {
+	}{{0.96, PathCloud}, {0.94, PathLocal}, {0.95, PathCloud}, {0.949, PathLocal}} {
 		if d := decide(r, p, s.p); d.Path != s.want {
-			t.Errorf("step %d p=%.2f around model threshold 0.95: %s (%s), want %s", i, s.p, d.Path, d.Reason, s.want)
+			t.Errorf("step %d p=%.3f around model threshold 0.95: %s (%s), want %s", i, s.p, d.Path, d.Reason, s.want)
 		}
 	}
 }
@@ -460,6 +510,49 @@ func TestShippedPredictorThreshold(t *testing.T) {
 	if d := r.Decide(userReq(q), up, Load{}); d.Path != PathCloud || d.ThresholdSource != "model" {
 		t.Errorf("exam question: %s (%s)", d.Path, d.Reason)
 	}
+}
+
+// TestProbeFillsFeatures: the router measures each request with Config.Probe
+// before asking the predictor, and skips it where the score cannot matter.
+func TestProbeFillsFeatures(t *testing.T) {
+	var probed []string
+	probe := func(text string) textfeat.Probe {
+		probed = append(probed, text)
+		return textfeat.Probe{PromptNLL: 3, Entropy: []float64{2, 1, 1, 1}, TopProb: []float64{0.3, 0.9, 0.9, 0.9}}
+	}
+	seen := &featurePredictor{}
+	r, err := NewRouter(Config{Probe: probe}, seen)
+	if err != nil {
+		t.Fatal(err)
+	}
+	d := r.Decide(userReq("who wrote hamlet"), up, Load{})
+	if !d.Probed || len(probed) != 1 || probed[0] != "who wrote hamlet" {
+		t.Fatalf("probed %v, decision %+v", probed, d.Inputs)
+	}
+	if seen.last[textfeat.IdxProbed] != 1 || seen.last[textfeat.IdxEntropyFirst] != 2 || seen.last[textfeat.IdxPromptNLL] != 3 {
+		t.Fatalf("predictor saw probe block %v", seen.last[textfeat.ProbeOffset:])
+	}
+	req := userReq("who wrote hamlet")
+	req.Hints.Route = PathLocal
+	for _, c := range []struct {
+		req  *llm.Request
+		link Link
+	}{{req, up}, {userReq("x"), Link{}}, {userReq("x"), Link{Configured: true}}} {
+		if d := r.Decide(c.req, c.link, Load{}); d.Probed || seen.last[textfeat.IdxProbed] != 0 {
+			t.Errorf("probed with override %q, link %+v", c.req.Hints.Route, c.link)
+		}
+	}
+	if len(probed) != 1 {
+		t.Errorf("probe ran %d times, want once", len(probed))
+	}
+}
+
+// featurePredictor records the vector it was asked about.
+type featurePredictor struct{ last []float32 }
+
+func (p *featurePredictor) Predict(f []float32) (float64, error) {
+	p.last = slices.Clone(f)
+	return 0.5, nil
 }
 
 // TestEntropyRuleAsPredictor: the rule behind a Swappable decides exactly

@@ -52,10 +52,11 @@ type Load struct {
 // decision so a bad route can be explained afterwards.
 type Inputs struct {
 	Features    []float32
+	Probed      bool // the local model's probe filled the features' probe block (Config.Probe)
 	ByteEntropy float64
 	CloudProb   float64
 	ProbSource  string  // "predictor", "entropy-rule", or "entropy-rule (predictor failed: …)"
-	Threshold   float64 // the threshold CloudProb was compared with (centre of the hysteresis band)
+	Threshold   float64 // the threshold CloudProb was compared with
 	// ThresholdSource is "config" (Config.Threshold), "model" (the
 	// predictor's own, Thresholder) or "default" (0.5).
 	ThresholdSource string
@@ -78,10 +79,14 @@ type Config struct {
 	// (Thresholder; the shipped model's was chosen on held-out data), else
 	// 0.5. A set value always wins over the model's.
 	Threshold float64
-	// Hysteresis widens the threshold into a band: once requests go to the
-	// cloud they keep going until the probability drops below
-	// Threshold-Hysteresis/2, and the other way round, so a stream of
-	// borderline prompts does not flap between paths (default 0.1).
+	// Hysteresis is the relative band of the link and load signals: the
+	// link counts as degraded once RTT or loss exceed MaxRTT or MaxLoss and
+	// recovers only when both are back below (1-Hysteresis) of them, and
+	// the KV-fault signal works the same way, so a flapping uplink does not
+	// bounce traffic between paths (default 0.1). It never applies to the
+	// content score: each request's cloud probability is compared with the
+	// threshold alone, so one request's route does not depend on the one
+	// before it.
 	Hysteresis float64
 	// EntropyThreshold is the bits-per-byte bound of the rule used when no
 	// predictor is loaded (default 4.2, from the source articles).
@@ -96,6 +101,13 @@ type Config struct {
 	// MaxQueueFraction marks the local engine overloaded when its queue is
 	// fuller than this fraction of its capacity (default 0.75).
 	MaxQueueFraction float64
+	// Probe measures the request on the model that would answer it locally
+	// (the agent wires the built-in engine's prefill, models/lm ProbeChat):
+	// its result fills the feature vector's probe block
+	// (textfeat.SetProbe), which the shipped predictor reads. nil leaves the
+	// block unmeasured (an external local server). It is skipped when the
+	// score cannot matter: a route override, or no reachable cloud.
+	Probe func(text string) textfeat.Probe
 }
 
 func (c *Config) fill() {
@@ -128,8 +140,8 @@ func (c Config) Validate() error {
 	switch {
 	case c.Threshold <= 0 || c.Threshold >= 1:
 		return fmt.Errorf("route: Threshold %g must be in (0,1)", c.Threshold)
-	case c.Hysteresis < 0 || c.Hysteresis/2 >= min(c.Threshold, 1-c.Threshold):
-		return fmt.Errorf("route: Hysteresis %g must be ≥ 0 and keep the band inside (0,1)", c.Hysteresis)
+	case c.Hysteresis < 0 || c.Hysteresis >= 1:
+		return fmt.Errorf("route: Hysteresis %g must be in [0,1)", c.Hysteresis)
 	case c.EntropyThreshold <= 0 || c.EntropyThreshold > 8:
 		return fmt.Errorf("route: EntropyThreshold %g must be in (0,8] bits", c.EntropyThreshold)
 	case c.MaxRTT < 0:
@@ -152,8 +164,8 @@ type Router struct {
 	rule         predictor.EntropyRule // stands in when pred is nil or fails
 	thresholdSet bool                  // the operator set Config.Threshold: the model's own is not used
 
-	mu            sync.Mutex // guards the latches
-	preferCloud   bool       // the probability latch: last side the band settled on
+	mu            sync.Mutex // guards the latches (link and load only; never the content score)
+	linkDegraded  bool
 	localOverload bool
 }
 
@@ -191,7 +203,13 @@ type Sourcer interface {
 // Decide picks a path for req.
 func (r *Router) Decide(req *llm.Request, link Link, load Load) Decision {
 	d := Decision{Inputs: Inputs{Link: link, Load: load}}
-	d.Features = textfeat.Extract(Text(req))
+	text := Text(req)
+	d.Features = textfeat.Extract(text)
+	o := req.Hints.Route
+	if r.cfg.Probe != nil && o != PathLocal && o != PathCloud && link.Configured && link.Connected {
+		textfeat.SetProbe(d.Features, r.cfg.Probe(text))
+		d.Probed = d.Features[textfeat.IdxProbed] == 1
+	}
 	d.ByteEntropy = float64(d.Features[textfeat.IdxByteEntropy])
 	// The articles' rule as a probability: logistic in the byte entropy,
 	// exactly 0.5 at the threshold, so threshold and hysteresis mean the
@@ -202,7 +220,6 @@ func (r *Router) Decide(req *llm.Request, link Link, load Load) Decision {
 	if r.thresholdSet {
 		d.ThresholdSource = "config"
 	}
-	half := r.cfg.Hysteresis / 2
 	if r.pred != nil {
 		if p, err := r.pred.Predict(d.Features); err == nil && p >= 0 && p <= 1 {
 			d.CloudProb, d.ProbSource = p, "predictor"
@@ -214,9 +231,6 @@ func (r *Router) Decide(req *llm.Request, link Link, load Load) Decision {
 			if t, ok := r.pred.(Thresholder); ok && !r.thresholdSet {
 				if th, ok := t.Threshold(); ok && th > 0 && th < 1 {
 					d.Threshold, d.ThresholdSource = th, "model"
-					// Config.Validate kept the band inside (0,1) around
-					// the configured threshold; keep it so around this one.
-					half = min(half, th/2, (1-th)/2)
 				}
 			}
 		} else {
@@ -227,19 +241,26 @@ func (r *Router) Decide(req *llm.Request, link Link, load Load) Decision {
 		}
 	}
 
+	wantCloud := d.CloudProb >= d.Threshold // per request, no memory
+	h := r.cfg.Hysteresis
 	r.mu.Lock()
-	r.preferCloud = latch(r.preferCloud, d.CloudProb, d.Threshold-half, d.Threshold+half)
-	wantCloud := r.preferCloud
-	degraded := link.Connected && (link.Loss > r.cfg.MaxLoss || (r.cfg.MaxRTT > 0 && link.RTT > r.cfg.MaxRTT))
-	kvLow, kvHigh := r.cfg.MaxKVFaultsPerMs*(1-r.cfg.Hysteresis), r.cfg.MaxKVFaultsPerMs
+	if !link.Connected {
+		r.linkDegraded = false // a new connection starts undegraded
+	} else {
+		over := link.Loss > r.cfg.MaxLoss || (r.cfg.MaxRTT > 0 && link.RTT > r.cfg.MaxRTT)
+		clear := link.Loss <= r.cfg.MaxLoss*(1-h) && (r.cfg.MaxRTT <= 0 || float64(link.RTT) <= float64(r.cfg.MaxRTT)*(1-h))
+		r.linkDegraded = over || (r.linkDegraded && !clear)
+	}
+	degraded := r.linkDegraded
+	kvLow, kvHigh := r.cfg.MaxKVFaultsPerMs*(1-h), r.cfg.MaxKVFaultsPerMs
 	overKV := latch(r.localOverload, load.KVFaultsPerMs, kvLow, kvHigh)
 	overQueue := load.Capacity > 0 && float64(load.Waiting) >= r.cfg.MaxQueueFraction*float64(load.Capacity)
 	r.localOverload = overKV
 	r.mu.Unlock()
 	overloaded := overKV || overQueue
 
-	why := d.probReason(half)
-	switch o := req.Hints.Route; {
+	why := d.probReason()
+	switch {
 	case o == PathLocal || o == PathCloud:
 		d.Override = o
 		d.Path, d.Reason = o, "x-phaseless-route: "+o
@@ -259,12 +280,12 @@ func (r *Router) Decide(req *llm.Request, link Link, load Load) Decision {
 	return d
 }
 
-func (d *Decision) probReason(half float64) string {
+func (d *Decision) probReason() string {
 	src := "p"
 	if strings.HasPrefix(d.ProbSource, "entropy-rule") {
 		src = fmt.Sprintf("entropy %.2f bits/byte, p", d.ByteEntropy)
 	}
-	return fmt.Sprintf("%s=%.2f vs %s threshold %.2f±%.2f (%s)", src, d.CloudProb, d.ThresholdSource, d.Threshold, half, d.ProbSource)
+	return fmt.Sprintf("%s=%.2f vs %s threshold %.2f (%s)", src, d.CloudProb, d.ThresholdSource, d.Threshold, d.ProbSource)
 }
 
 // latch is a Schmitt trigger: it turns on above high, off below low, and

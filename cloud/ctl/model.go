@@ -10,6 +10,7 @@ import (
 	"io"
 	"strconv"
 
+	"github.com/phaseless/phaseless/models/edgemodel"
 	"github.com/phaseless/phaseless/models/predictor"
 	"github.com/phaseless/phaseless/models/predictor/train"
 	"github.com/phaseless/phaseless/models/textfeat"
@@ -28,6 +29,7 @@ func init() {
 			{Name: "features", Summary: "text lines on stdin → one JSON feature vector per line", Run: modelFeatures},
 			{Name: "score", Summary: "text lines on stdin → one cloud probability per line (--model F)", Run: modelScore},
 			{Name: "train", Summary: "train the predictor with gorgonia, choose its threshold on validation data, write ONNX (--out F)", Run: modelTrain},
+			{Name: "grade", Summary: "run the edge and cloud models on the routing prompts, cache probes and replies for graded labels (slow; --data DIR)", Run: modelGrade},
 			{Name: "eval", Summary: "held-out routing metrics of a model vs the entropy rule (--model F, --compare F)", Run: modelEval},
 		},
 	})
@@ -73,19 +75,42 @@ func eachLine(ctx context.Context, r io.Reader, fn func(string) error) error {
 func modelFeatures(ctx context.Context, cio cli.IO, args []string) error {
 	fs := flag.NewFlagSet("model features", flag.ContinueOnError)
 	fs.String("config", "", "optional YAML config file")
+	probe := fs.Bool("probe", true, "fill the probe block with the shipped edge model's prefill, as the agent does")
 	if err := parseFlags(fs, cio, args, fmt.Sprintf("phaselessctl model features < lines: textfeat v%d vectors (%d floats) as JSON arrays", textfeat.Version, textfeat.Dim)); err != nil {
 		return helpOK(err)
+	}
+	pr, err := edgeProbe(*probe)
+	if err != nil {
+		return err
 	}
 	w := bufio.NewWriter(cio.Stdout)
 	defer w.Flush()
 	return eachLine(ctx, cio.Stdin, func(line string) error {
-		b, err := json.Marshal(textfeat.Extract(line))
+		v := textfeat.Extract(line)
+		pr(v, line)
+		b, err := json.Marshal(v)
 		if err != nil {
 			return err
 		}
 		w.Write(b)
 		return w.WriteByte('\n')
 	})
+}
+
+// edgeProbe returns what fills a vector's probe block: the shipped edge
+// model's probe of the line (the agent's route.Config.Probe), or nothing.
+func edgeProbe(on bool) (func(v []float32, line string), error) {
+	if !on {
+		return func([]float32, string) {}, nil
+	}
+	m, err := edgemodel.Open()
+	if err != nil {
+		return nil, err
+	}
+	return func(v []float32, line string) {
+		p := m.ProbeChat(line, textfeat.ProbeSteps, textfeat.ProbeMaxTokens, 0)
+		textfeat.SetProbe(v, textfeat.Probe{PromptNLL: p.PromptNLL, Entropy: p.Entropy, TopProb: p.TopProb})
+	}, nil
 }
 
 // loadPredictor returns the model at path, the embedded default for "", or
@@ -104,10 +129,15 @@ func modelScore(ctx context.Context, cio cli.IO, args []string) error {
 	fs := flag.NewFlagSet("model score", flag.ContinueOnError)
 	fs.String("config", "", "optional YAML config file")
 	model := fs.String("model", "", "ONNX predictor; empty = the shipped model, \"entropy\" = the entropy>4.2 rule")
+	probe := fs.Bool("probe", true, "fill the probe block with the shipped edge model's prefill, as the agent does")
 	if err := parseFlags(fs, cio, args, "phaselessctl model score [--model F] < lines: one cloud probability per line"); err != nil {
 		return helpOK(err)
 	}
 	p, err := loadPredictor(*model)
+	if err != nil {
+		return err
+	}
+	pr, err := edgeProbe(*probe)
 	if err != nil {
 		return err
 	}
@@ -116,6 +146,7 @@ func modelScore(ctx context.Context, cio cli.IO, args []string) error {
 	feat := make([]float32, textfeat.Dim)
 	return eachLine(ctx, cio.Stdin, func(line string) error {
 		textfeat.ExtractInto(feat, line)
+		pr(feat, line)
 		v, err := p.Predict(feat)
 		if err != nil {
 			return err
@@ -173,6 +204,18 @@ func modelTrain(ctx context.Context, cio cli.IO, args []string) error {
 	}
 	res.Report.Print(cio.Stdout)
 	return nil
+}
+
+func modelGrade(ctx context.Context, cio cli.IO, args []string) error {
+	fs := flag.NewFlagSet("model grade", flag.ContinueOnError)
+	fs.String("config", "", "optional YAML config file")
+	data := fs.String("data", DefaultRoutingData, "routing corpus; the cache is written there as "+train.GradedFile)
+	batch := fs.Int("batch", 32, "prompts per probe pass and generations in flight")
+	threads := fs.Int("threads", 0, "cores the models may use (0 = all)")
+	if err := parseFlags(fs, cio, args, "phaselessctl model grade [--data DIR]: measure what model train's graded labels and probe features read"); err != nil {
+		return helpOK(err)
+	}
+	return train.GradeRun(ctx, train.GradeOptions{DataDir: *data, Batch: *batch, Threads: *threads, Log: cio.Stderr})
 }
 
 func checkLabels(labels string) error {
@@ -247,7 +290,7 @@ func modelEval(ctx context.Context, cio cli.IO, args []string) error {
 		name = "predictor (shipped)"
 	}
 	if *labels == train.LabelsEdge {
-		split, err := d.EdgeSplit()
+		split, err := d.GradedSplit(*data)
 		if err != nil {
 			return err
 		}

@@ -234,6 +234,15 @@ func loadWorkload(dir string) (*workload, error) {
 	for _, e := range corpus.Facts(1, 1).Test {
 		w.questions = append(w.questions, e.Prompt)
 	}
+	// The fresh set: general questions and car commands as people say them
+	// ("who wrote Hamlet", "skip this song"), which the router never saw.
+	for _, e := range d.Fresh {
+		if e.Source == train.SourceFreshOpen {
+			w.questions = append(w.questions, e.Text)
+		} else {
+			w.commands = append(w.commands, e.Text)
+		}
+	}
 	if len(w.commands) == 0 || len(w.oos) == 0 || len(w.mmlu) == 0 {
 		return nil, errors.New("workload: routing data has no test commands, out-of-scope or held-out MMLU prompts")
 	}

@@ -5,6 +5,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/phaseless/phaseless/models/edgemodel"
 	"github.com/phaseless/phaseless/models/textfeat"
 )
 
@@ -17,7 +18,11 @@ var benchTexts = map[string]string{
 	"cjk":     "東京駅までの道を教えてください？🚗 渋滞を避けて、高速道路は使わないで。",
 }
 
-func benchRoute(b *testing.B, p Predictor) {
+func benchRoute(b *testing.B, p Predictor) { benchRouteWith(b, p, nil) }
+
+// benchRouteWith adds probe, the local model's prefill probe, per request,
+// as the agent runs it (agent/engine.go probeText).
+func benchRouteWith(b *testing.B, p Predictor, probe func(string) textfeat.Probe) {
 	for name, s := range benchTexts {
 		b.Run(name, func(b *testing.B) {
 			feat := make([]float32, textfeat.Dim)
@@ -26,6 +31,9 @@ func benchRoute(b *testing.B, p Predictor) {
 			for b.Loop() {
 				t0 := time.Now()
 				textfeat.ExtractInto(feat, s)
+				if probe != nil {
+					textfeat.SetProbe(feat, probe(s))
+				}
 				if _, err := p.Predict(feat); err != nil {
 					b.Fatal(err)
 				}
@@ -46,6 +54,25 @@ func BenchmarkRouteModel(b *testing.B) {
 		b.Fatal(err)
 	}
 	benchRoute(b, m)
+}
+
+// BenchmarkRouteProbed is what the agent pays per request with the built-in
+// engine: features, the shipped edge model's probe (prefill of at most
+// textfeat.ProbeMaxTokens prompt tokens and textfeat.ProbeSteps greedy
+// steps, one core) and ONNX inference.
+func BenchmarkRouteProbed(b *testing.B) {
+	m, err := Default()
+	if err != nil {
+		b.Fatal(err)
+	}
+	edge, err := edgemodel.Open()
+	if err != nil {
+		b.Fatal(err)
+	}
+	benchRouteWith(b, m, func(s string) textfeat.Probe {
+		p := edge.ProbeChat(s, textfeat.ProbeSteps, textfeat.ProbeMaxTokens, 1)
+		return textfeat.Probe{PromptNLL: p.PromptNLL, Entropy: p.Entropy, TopProb: p.TopProb}
+	})
 }
 
 // BenchmarkRouteEntropyRule is features + the articles' rule: the baseline.

@@ -93,8 +93,8 @@ func Read(data []byte) (*Model, error) {
 	if err != nil {
 		return nil, err
 	}
-	if width != textfeat.Dim {
-		return nil, fmt.Errorf("%w: model input has %d features, textfeat v%d has %d", ErrInputWidth, width, textfeat.Version, textfeat.Dim)
+	if width != textfeat.Dim && width != textfeat.V1Dim {
+		return nil, fmt.Errorf("%w: model input has %d features, textfeat v%d has %d (v1: %d)", ErrInputWidth, width, textfeat.Version, textfeat.Dim, textfeat.V1Dim)
 	}
 	m := &Model{
 		width:     width,
@@ -140,8 +140,13 @@ func (m *Model) Threshold() (th float64, ok bool) { return m.threshold, m.thresh
 // InputWidth is the number of features the model takes.
 func (m *Model) InputWidth() int { return m.width }
 
-// Predict implements Predictor: one forward pass at batch 1.
+// Predict implements Predictor: one forward pass at batch 1. A version-1
+// model (textfeat.V1Dim inputs) reads the version-1 prefix of a current
+// vector, which is laid out unchanged.
 func (m *Model) Predict(features []float32) (float64, error) {
+	if m.width == textfeat.V1Dim && len(features) == textfeat.Dim {
+		features = features[:textfeat.V1Dim]
+	}
 	if len(features) != m.width {
 		return 0, fmt.Errorf("%w: %d features, model takes %d", ErrInputWidth, len(features), m.width)
 	}

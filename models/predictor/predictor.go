@@ -42,9 +42,15 @@ const DefaultEntropyThreshold = 4.2
 // text from features[textfeat.IdxByteEntropy] (bits per byte) and answers
 // sigmoid((H − Threshold) / Softness): above 0.5 exactly when H > Threshold,
 // and monotone in H so that AUC and APGR rank requests by entropy.
+//
+// Feature picks another entropy of the vector instead: the answering
+// model's own next-token entropy (textfeat.IdxEntropyMean, nats) makes it
+// the design card's entropy predictor measured on the edge model. The
+// default 0 is textfeat.IdxByteEntropy.
 type EntropyRule struct {
 	Threshold float64 // bits; 0 means DefaultEntropyThreshold
 	Softness  float64 // bits; 0 means 0.1 (a 0.3-bit margin gives p ≈ 0.95)
+	Feature   int     // index into the vector; 0 = textfeat.IdxByteEntropy
 }
 
 var _ Predictor = EntropyRule{}
@@ -61,7 +67,10 @@ func (r EntropyRule) Predict(features []float32) (float64, error) {
 	if soft == 0 {
 		soft = 0.1
 	}
-	h := float64(features[textfeat.IdxByteEntropy])
+	if r.Feature < 0 || r.Feature >= textfeat.Dim {
+		return 0, fmt.Errorf("%w: feature %d of %d", ErrInputWidth, r.Feature, textfeat.Dim)
+	}
+	h := float64(features[r.Feature])
 	return 1 / (1 + math.Exp(-(h-th)/soft)), nil
 }
 

@@ -10,9 +10,10 @@ import (
 // Version identifies the feature layout below. A predictor trained on one
 // version must not be fed another: telemetry records carry it, and training
 // skips records of another version.
-const Version = 1
+const Version = 2
 
-// Layout of the feature vector (version 1). Every value is finite; ratios are
+// Layout of the feature vector (version 2: version 1's 83 values first,
+// unchanged, then hashed word buckets and the answering model's probe). Every value is finite; ratios are
 // in [0,1]; lengths are natural logs of 1+count so a 100 KB paste does not
 // dwarf everything else. The predictor standardises inputs inside the model
 // file, so the vector keeps readable units (entropy in bits).
@@ -39,19 +40,103 @@ const (
 	NumDense                   // number of dense features before the hashed buckets
 )
 
-// Hashed character trigrams follow the dense features. (32 hashed word
-// buckets were tried and dropped: added to the trigrams they lowered
-// held-out MMLU APGR from 0.581 to 0.559, and instead of the trigrams they
-// lowered held-out CLINC AUC from 0.652 to 0.609, means of 3 seeds; they
-// memorise the training topics. See docs/predictor.md.)
+// Hashed character trigrams follow the dense features, then hashed word
+// unigram and bigram buckets, then the probe of the model that would answer
+// (SetProbe). Version 1 was the first 83 values alone: a version-1 model
+// reads V1Dim values of a version-2 vector unchanged. (32 word buckets on
+// RouteLLM's intent labels memorised training topics and were dropped in
+// version 1; with graded labels and unseen-request evaluation they pay,
+// docs/predictor.md.)
 const (
 	TrigramBuckets = 64 // lower-cased character trigrams, FNV-1a hashed; value = share of all trigrams
 
 	TrigramOffset = NumDense
 
+	// V1Dim is the length of a version-1 vector, a prefix of this one.
+	V1Dim = TrigramOffset + TrigramBuckets
+
+	// WordBuckets hold lower-cased words and pairs of adjacent words,
+	// hashed; value = occurrences / words.
+	WordBuckets = 128
+	WordOffset  = V1Dim
+
+	// ProbeOffset starts the probe block (SetProbe); Extract leaves it 0,
+	// which reads "not measured".
+	ProbeOffset = WordOffset + WordBuckets
+
 	// Dim is the length of every feature vector.
-	Dim = TrigramOffset + TrigramBuckets
+	Dim = ProbeOffset + ProbeFeatures
 )
+
+// The probe block: what the answering model's own prefill says
+// (models/lm Probe), all 0 when it was not measured.
+const (
+	IdxProbed       = ProbeOffset + iota // 1 when the block holds a measurement
+	IdxPromptNLL                         // mean prompt NLL per token, nats, capped at MaxNLL
+	IdxEntropyFirst                      // next-token entropy right after the prompt, nats
+	IdxEntropyMean                       // mean over the first ProbeSteps steps of the greedy reply
+	IdxEntropyMax                        // largest of those
+	IdxTopProbMin                        // smallest greedy-token probability over those steps
+	IdxTopProbMean                       // mean greedy-token probability
+	ProbeFeatures   = iota               // size of the probe block
+)
+
+// ProbeSteps is how many reply steps a probe measures: the agent pays one
+// decode step of the local model per step before deciding.
+const ProbeSteps = 4
+
+// ProbeMaxTokens bounds the prompt a probe reads (its start): the probe's
+// cost per request stays bounded however long the request, and an exam
+// question's first lines say as much about "does the edge model know this"
+// as its whole text.
+const ProbeMaxTokens = 128
+
+// MaxNLL caps the prompt NLL feature (nats per token; ln 258 ≈ 5.55 is a
+// uniform guess over the byte vocabulary).
+const MaxNLL = 20
+
+// Probe is a model's prefill measurement of a prompt (models/lm Probe
+// carries the same numbers; textfeat does not import the engine).
+type Probe struct {
+	PromptNLL float64
+	Entropy   []float64 // per reply step, nats
+	TopProb   []float64 // per reply step
+}
+
+// SetProbe writes p into dst's probe block (dst from Extract or
+// ExtractInto). Steps beyond ProbeSteps are ignored; a probe without steps
+// leaves the block unmeasured. Non-finite values are clamped.
+func SetProbe(dst []float32, p Probe) {
+	blk := dst[ProbeOffset:Dim]
+	clear(blk)
+	n := min(len(p.Entropy), len(p.TopProb), ProbeSteps)
+	if n == 0 {
+		return
+	}
+	var sumH, maxH, sumP float64
+	minP := 1.0
+	for i := range n {
+		h, q := finite(p.Entropy[i], 0, 64), finite(p.TopProb[i], 0, 1)
+		sumH += h
+		maxH = max(maxH, h)
+		sumP += q
+		minP = min(minP, q)
+	}
+	dst[IdxProbed] = 1
+	dst[IdxPromptNLL] = float32(finite(p.PromptNLL, 0, MaxNLL))
+	dst[IdxEntropyFirst] = float32(finite(p.Entropy[0], 0, 64))
+	dst[IdxEntropyMean] = float32(sumH / float64(n))
+	dst[IdxEntropyMax] = float32(maxH)
+	dst[IdxTopProbMin] = float32(minP)
+	dst[IdxTopProbMean] = float32(sumP / float64(n))
+}
+
+func finite(v, lo, hi float64) float64 {
+	if math.IsNaN(v) {
+		return lo
+	}
+	return math.Min(hi, math.Max(lo, v))
+}
 
 // MaxAnalyzedChars bounds the code points that word and n-gram statistics
 // look at, so one huge prompt cannot blow the router's latency budget.
@@ -195,8 +280,9 @@ func (sc *scratch) reset() {
 }
 
 const (
-	fnvOffset = 14695981039346656037
-	fnvPrime  = 1099511628211
+	fnvOffset  = 14695981039346656037
+	fnvPrime   = 1099511628211
+	bigramSalt = 0x9e3779b97f4a7c15
 )
 
 // fnvRune folds one code point into an FNV-1a style hash: a whole rune per
@@ -243,6 +329,15 @@ func (sc *scratch) words(dst []float32) {
 	words := len(sc.hashes)
 	if words == 0 {
 		return
+	}
+	share := 1 / float32(words)
+	for i, h := range sc.hashes {
+		dst[WordOffset+bucket(h, WordBuckets)] += share
+		if i > 0 {
+			// A pair hashes both words in order, salted so that it does
+			// not land where either word alone does.
+			dst[WordOffset+bucket((sc.hashes[i-1]^bigramSalt)*fnvPrime^h, WordBuckets)] += share
+		}
 	}
 	dst[IdxLogWords] = float32(math.Log1p(float64(words)))
 	dst[IdxMeanWordLen] = float32(min(float64(totalLen)/float64(words), 32))

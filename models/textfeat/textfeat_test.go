@@ -112,6 +112,82 @@ func TestExtractLayout(t *testing.T) {
 	if s := sumBuckets(TrigramOffset, TrigramBuckets); math.Abs(s-1) > 1e-5 {
 		t.Errorf("trigram buckets sum to %v, want 1", s)
 	}
+	// 9 words, 8 adjacent pairs, each 1/9.
+	if s := sumBuckets(WordOffset, WordBuckets); math.Abs(s-17.0/9) > 1e-5 {
+		t.Errorf("word buckets sum to %v, want 17/9", s)
+	}
+	if s := sumBuckets(ProbeOffset, ProbeFeatures); s != 0 {
+		t.Errorf("Extract filled the probe block: %v", v[ProbeOffset:])
+	}
+}
+
+// TestVersion1Prefix: a version-2 vector starts with the version-1 vector,
+// so a version-1 model reads it unchanged (models/predictor relies on it).
+func TestVersion1Prefix(t *testing.T) {
+	if V1Dim != 83 || WordOffset != V1Dim || ProbeOffset+ProbeFeatures != Dim {
+		t.Fatalf("layout: V1Dim %d, WordOffset %d, ProbeOffset %d, Dim %d", V1Dim, WordOffset, ProbeOffset, Dim)
+	}
+	// The trigram buckets of "navigate home" are what version 1 computed
+	// (same hash, same bucket count): a fixed fingerprint of them.
+	v := Extract("navigate home")
+	var sum float64
+	for i, x := range v[TrigramOffset:V1Dim] {
+		sum += float64(i) * float64(x)
+	}
+	if math.Abs(sum-v1NavigateHome) > 1e-4 {
+		t.Errorf("version-1 trigram fingerprint %v, want %v", sum, v1NavigateHome)
+	}
+}
+
+// v1NavigateHome is Σ i·bucket[i] of the trigram block of "navigate home",
+// measured with version 1 of this package.
+const v1NavigateHome = 33.2307704687
+
+// TestWordBucketsSeeWords: requests sharing a word share its bucket, and
+// word order matters through the pairs.
+func TestWordBucketsSeeWords(t *testing.T) {
+	a, b := Extract("who wrote hamlet"), Extract("hamlet wrote who")
+	same := true
+	for i := WordOffset; i < ProbeOffset; i++ {
+		if a[i] != b[i] {
+			same = false
+		}
+	}
+	if same {
+		t.Error("word order does not change the word buckets")
+	}
+	c := Extract("Who WROTE this")
+	shared := 0
+	for i := WordOffset; i < ProbeOffset; i++ {
+		if a[i] > 0 && c[i] > 0 {
+			shared++
+		}
+	}
+	if shared < 2 {
+		t.Errorf("\"who wrote hamlet\" and \"Who WROTE this\" share %d word buckets, want ≥ 2 (who, wrote, who wrote)", shared)
+	}
+}
+
+func TestSetProbe(t *testing.T) {
+	v := Extract("skip this song")
+	SetProbe(v, Probe{PromptNLL: 2.5, Entropy: []float64{0.5, 1.5, math.NaN(), 1, 9}, TopProb: []float64{0.9, 0.5, 0.7, 0.8, 0.1}})
+	want := map[int]float32{IdxProbed: 1, IdxPromptNLL: 2.5, IdxEntropyFirst: 0.5, IdxEntropyMean: 0.75, IdxEntropyMax: 1.5, IdxTopProbMin: 0.5, IdxTopProbMean: 0.725}
+	for i, w := range want {
+		if math.Abs(float64(v[i]-w)) > 1e-6 {
+			t.Errorf("probe feature %d = %v, want %v", i, v[i], w)
+		}
+	}
+	checkFinite(t, v)
+	SetProbe(v, Probe{PromptNLL: math.Inf(1)})
+	for i := ProbeOffset; i < Dim; i++ {
+		if v[i] != 0 {
+			t.Fatalf("a probe without steps left feature %d = %v", i, v[i])
+		}
+	}
+	SetProbe(v, Probe{PromptNLL: math.Inf(1), Entropy: []float64{1}, TopProb: []float64{2}})
+	if v[IdxPromptNLL] != MaxNLL || v[IdxTopProbMin] != 1 {
+		t.Errorf("clamping: NLL %v, top prob %v", v[IdxPromptNLL], v[IdxTopProbMin])
+	}
 }
 
 func TestExtractScripts(t *testing.T) {

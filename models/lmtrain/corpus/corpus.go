@@ -211,7 +211,15 @@ func topic(sentence string) string {
 	return best
 }
 
-var wikiAsks = []string{"tell me about {t}", "what do you know about {t}", "say something about {t}", "{t}?", "can you tell me about {t}", "explain {t}"}
+// wikiAsks are the ways a general question names its topic. Beyond "tell
+// me about", they cover the question words people use for knowledge they
+// do not have (who, why, how does, when, what causes), so that a router
+// learns the form of an open question rather than one phrase.
+var wikiAsks = []string{"tell me about {t}", "what do you know about {t}", "say something about {t}", "{t}?", "can you tell me about {t}", "explain {t}",
+	"what is {t}", "who was {t}", "what was {t}", "how does {t} work", "why is {t} important", "explain how {t} works",
+	"what does {t} mean", "when did {t} happen", "give me a summary of {t}", "what's the history of {t}", "how did {t} start",
+	"who invented {t}", "is {t} real", "what causes {t}", "describe {t}", "why do people care about {t}", "what are the facts about {t}",
+	"how big is {t}", "how old is {t}", "teach me about {t}", "i want to learn about {t}", "who discovered {t}"}
 
 // Wiki turns each Wikipedia sentence into a question about its topic word and
 // the sentence as the reply; 5% of sentences are held out.
@@ -286,7 +294,7 @@ var replyPatterns = func() map[string][]*regexp.Regexp {
 		var out []*regexp.Regexp
 		for _, t := range tmpls {
 			q := regexp.QuoteMeta(t)
-			q = regexp.MustCompile(`\\\{[a-z]+\\\}`).ReplaceAllString(q, `.+?`)
+			q = regexp.MustCompile(`\\\{[a-z]+\\\}`).ReplaceAllString(q, `(.+?)`)
 			out = append(out, regexp.MustCompile("^"+q+"$"))
 		}
 		return out
@@ -312,4 +320,32 @@ func ReplyMatches(intent, reply string) bool {
 		}
 	}
 	return false
+}
+
+// KnownIntent reports whether ReplyMatches knows reply forms for intent: a
+// CLINC150 intent of the edge corpus or an in-car group ("incar-N").
+func KnownIntent(intent string) bool { return len(replyPatterns[intent]) > 0 }
+
+// CalculatorValue is the exact result of a simple "a op b" request, the
+// value the calculator intent's reply should state, and false when the
+// request is not one.
+func CalculatorValue(u string) (float64, bool) {
+	a, ok := calculatorAnswer(u)
+	if !ok {
+		return 0, false
+	}
+	v, err := strconv.ParseFloat(strings.TrimSuffix(strings.TrimPrefix(a, "The answer is "), "."), 64)
+	return v, err == nil
+}
+
+// ReplySlots returns the slot values of reply (what the placeholders of the
+// first of intent's reply templates it matches stand for), nil when it
+// matches none. A grader compares them with the request's own values.
+func ReplySlots(intent, reply string) []string {
+	for _, re := range replyPatterns[intent] {
+		if m := re.FindStringSubmatch(strings.TrimSpace(reply)); m != nil {
+			return m[1:]
+		}
+	}
+	return nil
 }

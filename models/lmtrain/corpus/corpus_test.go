@@ -140,3 +140,22 @@ func TestCloudMixesFactsAndCarRequests(t *testing.T) {
 		t.Errorf("facts are %.0f%% of the cloud corpus, want about 60%%", 100*share)
 	}
 }
+
+func TestReplySlotsAndCalculatorValue(t *testing.T) {
+	got := ReplySlots("incar-6", "Starting navigation to Denver. About 35 minutes.")
+	if len(got) != 2 || got[0] != "Denver" || got[1] != "35" {
+		t.Fatalf("slots %q", got)
+	}
+	if ReplySlots("incar-6", "Playing jazz music.") != nil {
+		t.Fatal("a reply of another intent has slots")
+	}
+	if v, ok := CalculatorValue("what is 17 times 23"); !ok || v != 391 {
+		t.Fatalf("calculator %v %v", v, ok)
+	}
+	if _, ok := CalculatorValue("how are you"); ok {
+		t.Fatal("not arithmetic")
+	}
+	if !KnownIntent("next_song") || !KnownIntent("incar-0") || KnownIntent("balance") {
+		t.Fatal("KnownIntent")
+	}
+}

@@ -14,6 +14,7 @@ import (
 	"sort"
 	"strings"
 
+	"github.com/phaseless/phaseless/models/grade"
 	"github.com/phaseless/phaseless/models/textfeat"
 	"github.com/phaseless/phaseless/transport/fleetwire"
 )
@@ -39,6 +40,9 @@ type Utterance struct {
 type Data struct {
 	MMLU  []MMLUPrompt
 	CLINC []Utterance
+	// Fresh is the project's own evaluation set (FreshFile): requests
+	// written as people say them, never used for training.
+	Fresh []Example
 }
 
 // LoadRouting reads dir/mmlu/mmlu_<subject>.csv[.gz] and
@@ -75,6 +79,9 @@ func LoadRouting(dir string) (*Data, error) {
 		for _, u := range raw[split] {
 			d.CLINC = append(d.CLINC, Utterance{Text: u[0], Intent: u[1], Split: strings.TrimPrefix(split, "oos_")})
 		}
+	}
+	if d.Fresh, err = loadFresh(filepath.Join(dir, FreshFile)); err != nil {
+		return nil, err
 	}
 	return d, nil
 }
@@ -148,8 +155,16 @@ type Example struct {
 	Label    float32 // 1 = needs the cloud
 	Source   string  // mmlu | clinc | clinc-oos | telemetry
 	Group    string  // MMLU subject or CLINC intent
-	Weak     bool    // MMLU only
-	Strong   bool    // MMLU only
+	Weak     bool    // MMLU: Mixtral right; graded sets: the edge model's answer graded right
+	Strong   bool    // MMLU: GPT-4 right; graded sets: the cloud model's answer graded right
+	// Answer is the corpus's reference reply (in-car, fact and Wikipedia
+	// prompts), and Ref the grader's reference where a file states it (the
+	// fresh set); see Reference.
+	Answer string
+	Ref    *grade.Reference
+	// Graded: the example has a reference and EdgeOK / CloudOK say whether
+	// the edge and cloud models' answers grade right (ApplyGraded).
+	Graded, EdgeOK, CloudOK bool
 }
 
 // RouteLLM labels (LabelsRouteLLM, documented in docs/predictor.md):

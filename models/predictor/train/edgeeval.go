@@ -4,11 +4,13 @@ import (
 	"fmt"
 	"io"
 	"math"
+	"slices"
 	"sort"
 	"strings"
 	"text/tabwriter"
 
 	"github.com/phaseless/phaseless/models/predictor"
+	"github.com/phaseless/phaseless/models/textfeat"
 )
 
 // BalancedAccuracy is what ChooseThreshold maximises: the mean of the share
@@ -22,13 +24,24 @@ func BalancedAccuracy(scores []float64, ex []Example, threshold float64) float64
 	total := map[string]int{}
 	label := map[string]float32{}
 	for i, e := range ex {
-		total[e.Source]++
-		label[e.Source] = e.Label
+		c := cell(e)
+		total[c]++
+		label[c] = e.Label
 		if scores[i] >= threshold {
-			cloud[e.Source]++
+			cloud[c]++
 		}
 	}
 	return balanced(cloud, total, label)
+}
+
+// cell is what balanced accuracy averages over: a source and a label, since
+// graded labels split a source (car requests the edge model gets wrong are
+// cloud-labelled).
+func cell(e Example) string {
+	if e.Label > 0.5 {
+		return e.Source + "/cloud"
+	}
+	return e.Source + "/local"
 }
 
 func balanced(cloud, total map[string]int, label map[string]float32) float64 {
@@ -83,9 +96,9 @@ func ChooseThreshold(scores []float64, ex []Example, maxCarToCloud float64) (thr
 	label := map[string]float32{}
 	car, carCloud := 0, 0
 	for _, e := range ex {
-		total[e.Source]++
-		cloud[e.Source]++ // below every candidate: all to the cloud
-		label[e.Source] = e.Label
+		total[cell(e)]++
+		cloud[cell(e)]++ // below every candidate: all to the cloud
+		label[cell(e)] = e.Label
 		if IsCarSource(e.Source) {
 			car++
 		}
@@ -108,7 +121,7 @@ func ChooseThreshold(scores []float64, ex []Example, maxCarToCloud float64) (thr
 	consider(scores[idx[0]] / 2)
 	for k := 1; k <= len(idx); k++ {
 		e := ex[idx[k-1]] // now below the threshold: local
-		cloud[e.Source]--
+		cloud[cell(e)]--
 		if IsCarSource(e.Source) {
 			carCloud--
 		}
@@ -136,12 +149,32 @@ type EdgeRow struct {
 	// (score ≥ threshold); CarToCloud pools the local sources.
 	ToCloud    map[string]float64
 	CarToCloud float64
+	// APGR is RouteLLM's measure over graded answers (EdgeOK as the weak
+	// model's, CloudOK as the strong one's) on every graded held-out prompt
+	// (test split and fresh set). It assumes the strong model is the better
+	// one, which the project's cloud model is not on car commands: over all
+	// graded prompts it answers fewer than the edge model, the gap is
+	// negative and so is APGR. ShortAPGR is the measure on the short
+	// requests people say — the fresh set and the held-out fact questions —
+	// where the cloud model is the better one on the whole, as RouteLLM's
+	// MMLU is. MMLUAPGR uses RouteLLM's own Mixtral/GPT-4 labels on held-out
+	// MMLU, whose answers our models cannot be graded on.
+	APGR, ShortAPGR, MMLUAPGR float64
+	// Quality is the share of graded held-out prompts answered right when
+	// routed at Threshold; BothRight the share where every prompt goes to
+	// the model that answers it (an oracle's quality).
+	Quality float64
 }
 
 // EdgeReport is an evaluation on the edge label set.
 type EdgeReport struct {
-	Train, Val, Test map[string]int // prompts per source
-	Rows             []EdgeRow
+	Train, Val, Test map[string]int // prompts per source (Test includes the fresh set's)
+	// Graded held-out prompts and how many each model answers right; Oracle
+	// counts those either model answers right.
+	Graded, EdgeRight, CloudRight, Oracle int
+	// Per source: the share of graded prompts each model answers right.
+	EdgeAcc, CloudAcc map[string]float64
+	Rows              []EdgeRow
 }
 
 // CountSources counts examples per source.
@@ -159,10 +192,48 @@ func CountSources(ex []Example) map[string]int {
 // maxCarToCloud is ChooseThreshold's constraint for routers without a
 // threshold.
 func EvaluateEdge(routers []Router, split *EdgeSplit, maxCarToCloud float64) (*EdgeReport, error) {
-	rep := &EdgeReport{Train: CountSources(split.Train), Val: CountSources(split.Val), Test: CountSources(split.Test)}
+	test := append(slices.Clip(split.Test), split.Fresh...)
+	rep := &EdgeReport{Train: CountSources(split.Train), Val: CountSources(split.Val), Test: CountSources(test),
+		EdgeAcc: map[string]float64{}, CloudAcc: map[string]float64{}}
 	labels := make([]float32, len(split.Test))
 	for i, e := range split.Test {
 		labels[i] = e.Label
+	}
+	var graded, short, mmlu []int
+	gradedBySource := map[string]int{}
+	for i, e := range test {
+		if e.Graded {
+			graded = append(graded, i)
+			gradedBySource[e.Source]++
+			rep.EdgeAcc[e.Source] += b2f(e.EdgeOK)
+			rep.CloudAcc[e.Source] += b2f(e.CloudOK)
+			rep.EdgeRight += int(b2f(e.EdgeOK))
+			rep.CloudRight += int(b2f(e.CloudOK))
+			rep.Oracle += int(b2f(e.EdgeOK || e.CloudOK))
+			if i >= len(split.Test) || e.Source == SourceFacts {
+				short = append(short, i)
+			}
+		}
+		if e.Source == SourceMMLU {
+			mmlu = append(mmlu, i)
+		}
+	}
+	rep.Graded = len(graded)
+	for src, n := range gradedBySource {
+		rep.EdgeAcc[src] /= float64(n)
+		rep.CloudAcc[src] /= float64(n)
+	}
+	// pick copies the examples at idx, with the graded outcomes as the weak
+	// and strong models' (Curve reads Weak and Strong).
+	pick := func(idx []int, ts []float64, asGraded bool) ([]Example, []float64) {
+		ex, sc := make([]Example, len(idx)), make([]float64, len(idx))
+		for j, i := range idx {
+			ex[j], sc[j] = test[i], ts[i]
+			if asGraded {
+				ex[j].Weak, ex[j].Strong = test[i].EdgeOK, test[i].CloudOK
+			}
+		}
+		return ex, sc
 	}
 	for _, rt := range routers {
 		row := EdgeRow{Name: rt.Name, Threshold: rt.Threshold, ToCloud: map[string]float64{}}
@@ -173,25 +244,28 @@ func EvaluateEdge(routers []Router, split *EdgeSplit, maxCarToCloud float64) (*E
 			}
 			row.Threshold, _ = ChooseThreshold(vs, split.Val, maxCarToCloud)
 			row.Tuned = true
-			if rule, ok := rt.P.(predictor.EntropyRule); ok {
-				row.Name += fmt.Sprintf(" (%.2f bits)", rule.Bound(row.Threshold))
+			if b, ok := rt.P.(interface{ Bound(float64) float64 }); ok {
+				row.Name += fmt.Sprintf(" (%.2f %s)", b.Bound(row.Threshold), boundUnit(rt.P))
 			}
 		}
-		ts, err := scoreAll(rt.P, split.Test)
+		ts, err := scoreAll(rt.P, test)
 		if err != nil {
 			return nil, fmt.Errorf("evaluate %s: %w", rt.Name, err)
 		}
-		row.AUC = AUC(ts, labels)
-		row.Balanced = BalancedAccuracy(ts, split.Test, row.Threshold)
+		row.AUC = AUC(ts[:len(split.Test)], labels)
+		row.Balanced = BalancedAccuracy(ts[:len(split.Test)], split.Test, row.Threshold)
 		ok, car, carCloud := 0, 0, 0
 		cloud := map[string]int{}
-		for i, e := range split.Test {
+		for i, e := range test {
 			toCloud := ts[i] >= row.Threshold
-			if toCloud == (e.Label > 0.5) {
-				ok++
-			}
 			if toCloud {
 				cloud[e.Source]++
+			}
+			if i >= len(split.Test) {
+				continue
+			}
+			if toCloud == (e.Label > 0.5) {
+				ok++
 			}
 			if IsCarSource(e.Source) {
 				car++
@@ -207,9 +281,33 @@ func EvaluateEdge(routers []Router, split *EdgeSplit, maxCarToCloud float64) (*E
 		if car > 0 {
 			row.CarToCloud = float64(carCloud) / float64(car)
 		}
+		ex, sc := pick(graded, ts, true)
+		row.APGR = Curve(sc, ex).APGR()
+		right := 0
+		for j, e := range ex {
+			if sc[j] >= row.Threshold {
+				right += int(b2f(e.Strong))
+			} else {
+				right += int(b2f(e.Weak))
+			}
+		}
+		if len(ex) > 0 {
+			row.Quality = float64(right) / float64(len(ex))
+		}
+		ex, sc = pick(short, ts, true)
+		row.ShortAPGR = Curve(sc, ex).APGR()
+		ex, sc = pick(mmlu, ts, false)
+		row.MMLUAPGR = Curve(sc, ex).APGR()
 		rep.Rows = append(rep.Rows, row)
 	}
 	return rep, nil
+}
+
+func boundUnit(p predictor.Predictor) string {
+	if r, ok := p.(predictor.EntropyRule); ok && r.Feature != textfeat.IdxByteEntropy {
+		return "nats"
+	}
+	return "bits"
 }
 
 // Print writes the report as a table: one row per router, the share of
@@ -217,16 +315,29 @@ func EvaluateEdge(routers []Router, split *EdgeSplit, maxCarToCloud float64) (*E
 func (r *EdgeReport) Print(w io.Writer) {
 	counts := func(m map[string]int) string {
 		var parts []string
-		for _, src := range EdgeSources {
-			parts = append(parts, fmt.Sprintf("%s %d", src, m[src]))
+		for _, src := range AllEdgeSources {
+			if m[src] > 0 {
+				parts = append(parts, fmt.Sprintf("%s %d", src, m[src]))
+			}
 		}
 		return strings.Join(parts, ", ")
 	}
-	fmt.Fprintf(w, "labels: local = CLINC150 intents of the edge corpus (%s) and in-car requests (%s); cloud = everything else\n", SourceEdgeCLINC, SourceInCar)
-	fmt.Fprintf(w, "train: %s\nval:   %s\ntest:  %s\n\n", counts(r.Train), counts(r.Val), counts(r.Test))
+	fmt.Fprintf(w, "labels: local = the edge model's answer grades right (models/grade); cloud = it does not, or cannot (no reference)\n")
+	fmt.Fprintf(w, "train: %s\nval:   %s\ntest:  %s\n", counts(r.Train), counts(r.Val), counts(r.Test))
+	acc := func(m map[string]float64) string {
+		var parts []string
+		for _, src := range AllEdgeSources {
+			if v, ok := m[src]; ok {
+				parts = append(parts, fmt.Sprintf("%s %.1f%%", src, 100*v))
+			}
+		}
+		return strings.Join(parts, ", ")
+	}
+	fmt.Fprintf(w, "graded held-out prompts %d: edge right %d, cloud right %d, either %d\n  edge:  %s\n  cloud: %s\n\n",
+		r.Graded, r.EdgeRight, r.CloudRight, r.Oracle, acc(r.EdgeAcc), acc(r.CloudAcc))
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
-	fmt.Fprint(tw, "router (test split)\tthreshold\tAUC\tacc\tbal acc\tcar→cloud")
-	for _, src := range EdgeSources {
+	fmt.Fprint(tw, "router (held-out)\tthreshold\tAPGR\tAPGR fresh+facts\tMMLU APGR\tquality\tAUC\tbal acc\tcar→cloud")
+	for _, src := range AllEdgeSources {
 		fmt.Fprintf(tw, "\t%s", src)
 	}
 	fmt.Fprintln(tw)
@@ -235,12 +346,12 @@ func (r *EdgeReport) Print(w io.Writer) {
 		if row.Tuned {
 			th += " (val)"
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%.3f\t%.3f\t%.3f\t%.1f%%", row.Name, th, row.AUC, row.Accuracy, row.Balanced, 100*row.CarToCloud)
-		for _, src := range EdgeSources {
+		fmt.Fprintf(tw, "%s\t%s\t%.3f\t%.3f\t%.3f\t%.3f\t%.3f\t%.3f\t%.1f%%", row.Name, th, row.APGR, row.ShortAPGR, row.MMLUAPGR, row.Quality, row.AUC, row.Balanced, 100*row.CarToCloud)
+		for _, src := range AllEdgeSources {
 			fmt.Fprintf(tw, "\t%.1f%%", 100*row.ToCloud[src])
 		}
 		fmt.Fprintln(tw)
 	}
 	tw.Flush()
-	fmt.Fprintln(w, "(columns after car→cloud: share of each source's held-out prompts sent to the cloud; the first two should be low, the rest high)")
+	fmt.Fprintln(w, "(APGR: RouteLLM's area under performance gap recovered vs cloud share, over graded answers of the test split and the fresh set — negative where the cloud model answers fewer than the edge model; APGR fresh+facts: the same on the fresh set and the held-out fact questions, where the cloud model is the better one; quality: share of those answered right at the threshold; columns after car→cloud: share of each source's held-out prompts sent to the cloud — edge-clinc, incar and fresh-car should be low, the rest high)")
 }

@@ -43,7 +43,7 @@ func (n *Net) ONNX() []byte {
 	m := &onnxpb.Model{
 		IRVersion:       7,
 		ProducerName:    "phaseless",
-		ProducerVersion: fmt.Sprintf("textfeat-v%d", textfeat.Version),
+		ProducerVersion: fmt.Sprintf("textfeat-v%d", n.featureVersion()),
 		Opsets:          []onnxpb.OpsetID{{Version: 13}},
 		Graph: onnxpb.Graph{
 			Name: "router_mlp",
@@ -71,4 +71,13 @@ func (n *Net) ONNX() []byte {
 		m.Metadata = []onnxpb.Property{{Key: predictor.MetaThreshold, Value: strconv.FormatFloat(n.Threshold, 'f', 4, 64)}}
 	}
 	return onnxpb.Marshal(m)
+}
+
+// featureVersion is the textfeat layout the net reads: 1 for a
+// version-1-wide net (RouteLLM labels), else the current one.
+func (n *Net) featureVersion() int {
+	if n.In == textfeat.V1Dim {
+		return 1
+	}
+	return textfeat.Version
 }

@@ -106,7 +106,7 @@ func Fit(cfg Config, examples []Example) (*Net, error) {
 	if len(examples) < cfg.BatchSize {
 		return nil, fmt.Errorf("train: %d examples, fewer than one batch of %d", len(examples), cfg.BatchSize)
 	}
-	in, hid, bs := textfeat.Dim, cfg.Hidden, cfg.BatchSize
+	in, hid, bs := len(examples[0].Features), cfg.Hidden, cfg.BatchSize
 	rng := rand.New(rand.NewPCG(cfg.Seed, 0x9e3779b97f4a7c15))
 
 	net := &Net{In: in, Hidden: hid}
@@ -251,8 +251,8 @@ func standardize(examples []Example, dim int) (mean, std []float32) {
 func exampleWeights(cfg Config, examples []Example) ([]float64, error) {
 	count := map[string]int{}
 	for _, e := range examples {
-		if len(e.Features) != textfeat.Dim {
-			return nil, fmt.Errorf("train: example from %s has %d features, want %d", e.Source, len(e.Features), textfeat.Dim)
+		if len(e.Features) != len(examples[0].Features) {
+			return nil, fmt.Errorf("train: example from %s has %d features, the first %d", e.Source, len(e.Features), len(examples[0].Features))
 		}
 		count[e.Source]++
 	}
@@ -269,7 +269,12 @@ func exampleWeights(cfg Config, examples []Example) ([]float64, error) {
 
 // Predict runs the net in float64 on one raw feature vector; training code
 // and tests use it to check the exported ONNX file against the weights.
+// A version-1 net (textfeat.V1Dim inputs) reads the version-1 prefix of a
+// current vector, as predictor.Model does.
 func (n *Net) Predict(features []float32) (float64, error) {
+	if n.In == textfeat.V1Dim && len(features) == textfeat.Dim {
+		features = features[:n.In]
+	}
 	if len(features) != n.In {
 		return 0, fmt.Errorf("net: %d features, want %d", len(features), n.In)
 	}

@@ -8,6 +8,7 @@ import (
 	"os"
 
 	"github.com/phaseless/phaseless/models/predictor"
+	"github.com/phaseless/phaseless/models/textfeat"
 )
 
 // Options is one `phaselessctl model train` run.
@@ -64,11 +65,12 @@ func Run(ctx context.Context, opt Options) (*Result, error) {
 	cfg := opt.Config
 	cfg.fill()
 	if labels == LabelsEdge {
-		if split, err = data.EdgeSplit(); err != nil {
+		if split, err = data.GradedSplit(opt.DataDir); err != nil {
 			return nil, err
 		}
+		dropProbes(split.Train)
 		examples = split.Train
-		check = append(append([]Example(nil), split.Val...), split.Test...)
+		check = append(append(append([]Example(nil), split.Val...), split.Test...), split.Fresh...)
 		if opt.Config.SourceWeights == nil {
 			cfg.SourceWeights = EdgeSourceWeights
 		}
@@ -99,6 +101,12 @@ func Run(ctx context.Context, opt Options) (*Result, error) {
 	}
 	if err := ctx.Err(); err != nil {
 		return nil, err
+	}
+	if labels == LabelsRouteLLM {
+		// The first predictor read version 1 of the features, which is a
+		// prefix of the current vector: it trains on that prefix, so that
+		// `--labels routellm` still reproduces it byte for byte.
+		examples = v1Prefix(examples)
 	}
 	res.Examples = len(examples)
 	logf("training on %d examples (%s labels)\n", len(examples), labels)
@@ -152,7 +160,7 @@ func Run(ctx context.Context, opt Options) (*Result, error) {
 		return res, err
 	}
 	th, _ := m.Threshold()
-	routers := append([]Router{{Name: "predictor (new)", P: m, Threshold: th}}, opt.Compare...)
+	routers := append([]Router{{Name: "predictor (new)", P: m, Threshold: th}, {Name: "predictor (new), no probe", P: Unprobed{m}, Threshold: th}}, opt.Compare...)
 	routers = append(routers, EntropyRouters()...)
 	res.EdgeReport, err = EvaluateEdge(routers, split, cfg.MaxCarToCloud)
 	return res, err
@@ -163,10 +171,16 @@ func Run(ctx context.Context, opt Options) (*Result, error) {
 // entropy ≥ 4.2 bits), and the same feature with its bound chosen on the
 // validation split (scored with a 1-bit softness so the bound can move
 // anywhere in 4.2 ± 4.6 bits; the row's name gives it in bits).
+//
+// The third is the design card's entropy predictor on the model that would
+// answer: the edge model's mean next-token entropy over the first
+// textfeat.ProbeSteps steps of its reply (nats), its bound chosen on the
+// validation split.
 func EntropyRouters() []Router {
 	return []Router{
 		{Name: "entropy ≥ 4.2 bits (route default)", P: predictor.EntropyRule{}, Threshold: 0.5},
 		{Name: "entropy, bound tuned on val", P: predictor.EntropyRule{Softness: 1}},
+		{Name: "edge-model entropy, tuned on val", P: predictor.EntropyRule{Feature: textfeat.IdxEntropyMean, Threshold: 1, Softness: 0.5}},
 	}
 }
 
@@ -187,4 +201,14 @@ func CheckAgainstNet(m predictor.Predictor, net *Net, examples []Example) error 
 		return fmt.Errorf("exported model differs from the trained weights by %g", worst)
 	}
 	return nil
+}
+
+// v1Prefix copies examples with their features cut to textfeat.V1Dim.
+func v1Prefix(ex []Example) []Example {
+	out := make([]Example, len(ex))
+	for i, e := range ex {
+		e.Features = e.Features[:textfeat.V1Dim:textfeat.V1Dim]
+		out[i] = e
+	}
+	return out
 }

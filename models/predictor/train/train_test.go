@@ -109,7 +109,7 @@ func TestRunReproducesShippedModel(t *testing.T) {
 	// The learned router must beat the entropy rule it replaces, at the
 	// threshold each would run with, on the held-out prompts.
 	rows := res.EdgeReport.Rows
-	model, entropy := rows[0], rows[len(rows)-2]
+	model, entropy := rows[0], rows[len(rows)-3]
 	if !strings.HasPrefix(entropy.Name, "entropy ≥ 4.2") {
 		t.Fatalf("row %q is not the entropy rule", entropy.Name)
 	}
@@ -177,14 +177,7 @@ func toCloud(t *testing.T, p predictor.Predictor, th float64, ex []Example, keep
 // Measured (docs/predictor.md): 4.7% of car requests and 99.9% of MMLU to
 // the cloud; the bounds are generous on purpose.
 func TestShippedPredictorOnHeldOut(t *testing.T) {
-	d, err := LoadRouting(repoData)
-	if err != nil {
-		t.Fatal(err)
-	}
-	split, err := d.EdgeSplit()
-	if err != nil {
-		t.Fatal(err)
-	}
+	_, split := loadSplit(t, true) // the shipped model reads the probe block
 	m, err := predictor.Default()
 	if err != nil {
 		t.Fatal(err)
@@ -221,14 +214,7 @@ func TestShippedPredictorOnHeldOut(t *testing.T) {
 }
 
 func TestEdgeSplitIsDisjointByPrompt(t *testing.T) {
-	d, err := LoadRouting(repoData)
-	if err != nil {
-		t.Fatal(err)
-	}
-	s, err := d.EdgeSplit()
-	if err != nil {
-		t.Fatal(err)
-	}
+	d, s := loadSplit(t, false)
 	local := map[string]bool{}
 	for _, in := range corpus.Intents() {
 		local[in] = true
@@ -420,4 +406,24 @@ func TestRunWithTelemetry(t *testing.T) {
 	if bytes.Equal(res.Model, base.Model) {
 		t.Fatal("telemetry did not change the model")
 	}
+}
+
+// loadSplit loads the repository's routing data and its edge split, with
+// the graded cache applied when graded.
+func loadSplit(t *testing.T, graded bool) (*Data, *EdgeSplit) {
+	t.Helper()
+	d, err := LoadRouting(repoData)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var s *EdgeSplit
+	if graded {
+		s, err = d.GradedSplit(repoData)
+	} else {
+		s, err = d.EdgeSplit()
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	return d, s
 }

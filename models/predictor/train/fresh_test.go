@@ -1,0 +1,39 @@
+package train
+
+import (
+	"testing"
+
+	"github.com/phaseless/phaseless/models/grade"
+)
+
+// TestFreshSetIsUnseen: the fresh set is the project's own, none of its
+// requests is a training, validation or test prompt of the edge split, and
+// every reference parses (loadFresh) and names a grader kind.
+func TestFreshSetIsUnseen(t *testing.T) {
+	d, s := loadSplit(t, false)
+	seen := map[string]string{}
+	for _, set := range [][]Example{s.Train, s.Val, s.Test} {
+		for _, e := range set {
+			seen[PromptKey(e.Text)] = e.Source
+		}
+	}
+	kinds := map[string]int{}
+	fresh := map[string]bool{}
+	for _, e := range d.Fresh {
+		k := PromptKey(e.Text)
+		if src, ok := seen[k]; ok {
+			t.Errorf("fresh request %q is also a %s prompt of the edge split", e.Text, src)
+		}
+		if fresh[k] {
+			t.Errorf("fresh request %q twice", e.Text)
+		}
+		fresh[k] = true
+		kinds[e.Source]++
+		if e.Ref == nil || (e.Source == SourceFreshCar) != (e.Ref.Kind == grade.Command) {
+			t.Errorf("%q (%s): reference %+v", e.Text, e.Source, e.Ref)
+		}
+	}
+	if kinds[SourceFreshOpen] < 150 || kinds[SourceFreshCar] < 150 {
+		t.Errorf("fresh set %v: want a few hundred of each kind", kinds)
+	}
+}
