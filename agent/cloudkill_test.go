@@ -182,14 +182,16 @@ func TestCloudKilledMidStream(t *testing.T) {
 					t.Error(err)
 				}
 			}
+			killedAt := make(chan struct{}) // closed once killed is written: the race detector sees no other order
 			if tc.hold {
-				go func() { <-worker.reached; kill() }()
+				go func() { <-worker.reached; kill(); close(killedAt) }()
 			}
 			resp := post(t, url+"/v1/chat/completions", string(body), "x-phaseless-route", "cloud")
 			if resp.StatusCode != 200 {
 				t.Fatalf("status %d", resp.StatusCode)
 			}
 			if tc.hold {
+				<-killedAt
 				took := time.Since(killed)
 				reason := resp.Header.Get("x-fallback-reason")
 				t.Logf("local answer started %v after the kill; x-fallback-reason %q", took, reason)
