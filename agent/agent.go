@@ -54,6 +54,7 @@ type Config struct {
 	RouteHysteresis  float64       // width of the band around the threshold
 	MaxOutputTokens  int           // largest max_tokens accepted
 	CloudRetryMax    time.Duration // longest wait between reconnect attempts to the cloud
+	AdminListen      string        // pprof and /metrics on their own listener; empty = off
 	CloudFirstToken  time.Duration // cloud requests without a token by then run locally
 }
 
@@ -79,6 +80,7 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	fs.IntVar(&c.MaxOutputTokens, "max-output-tokens", httpapi.DefaultMaxOutputTokens, "largest max_tokens a request may ask for")
 	fs.DurationVar(&c.CloudFirstToken, "cloud-first-token-timeout", 15*time.Second, "cloud requests that have produced no token by then are cancelled and run locally")
 	fs.DurationVar(&c.CloudRetryMax, "cloud-retry-max", 30*time.Second, "longest wait between reconnect attempts while the cloud is unreachable")
+	fs.StringVar(&c.AdminListen, "admin-listen", "", "diagnostics listener: Go pprof at /debug/pprof/ and /metrics, unauthenticated (keep it on loopback); empty disables it")
 }
 
 // Validate reports the first bad field.
@@ -95,6 +97,11 @@ func (c *Config) Validate() error {
 		}
 		if c.PKIDir == "" {
 			return &cli.FieldError{Field: "pki-dir", Err: errors.New("required when --cloud is set (phaselessctl pki device)")}
+		}
+	}
+	if c.AdminListen != "" {
+		if _, _, err := net.SplitHostPort(c.AdminListen); err != nil {
+			return &cli.FieldError{Field: "admin-listen", Err: err}
 		}
 	}
 	if c.MQTT != "" && c.DeviceID == "" {
@@ -148,6 +155,7 @@ type Agent struct {
 	handler http.Handler
 	srv     *http.Server
 	lns     []net.Listener
+	admin   *metrics.Admin // nil without --admin-listen
 
 	closeOnce sync.Once
 	closeErr  error
@@ -265,6 +273,11 @@ func New(cfg Config, log *slog.Logger) (a *Agent, err error) {
 		}
 		a.lns = append(a.lns, uln)
 	}
+	if cfg.AdminListen != "" {
+		if a.admin, err = metrics.ListenAdmin(cfg.AdminListen, a.metrics); err != nil {
+			return nil, &cli.FieldError{Field: "admin-listen", Err: err}
+		}
+	}
 	log.Info("agent ready", "listen", ln.Addr().String(), "socket", cfg.Socket, "engine", a.engine.name, "predictor", predName, "cloud", cfg.Cloud)
 	return a, nil
 }
@@ -361,8 +374,10 @@ func listenUnix(path string) (net.Listener, error) {
 func (a *Agent) registerGauges() {
 	a.metrics.GaugeFunc("phaseless_agent_local_waiting", "requests waiting for the local engine", func() float64 { return float64(a.runner.Load().Waiting) })
 	a.metrics.GaugeFunc("phaseless_agent_local_running", "requests running on the local engine", func() float64 { return float64(a.runner.Load().Running) })
-	a.metrics.GaugeFunc("phaseless_agent_local_refused", "requests refused because the local queue was full (cumulative)", func() float64 { return float64(a.runner.Load().Refused) })
-	a.metrics.GaugeFunc("phaseless_agent_local_kv_faults_per_ms", "KV-cache faults per ms of the local engine", func() float64 { return a.runner.Load().KVFaultsPerMs })
+	a.metrics.CounterFunc("phaseless_agent_local_refused_total", "requests refused because the local queue was full", func() float64 { return float64(a.runner.Load().Refused) })
+	if f := a.engine.kvFaultsTotal; f != nil {
+		a.metrics.CounterFunc("phaseless_agent_local_kv_faults_total", "KV block allocations of the local engine that evicted a cached prefix or preempted a sequence", func() float64 { return float64(f()) })
+	}
 	if a.cloud != nil {
 		a.metrics.GaugeFunc("phaseless_agent_cloud_connected", "1 while the QUIC uplink is connected", func() float64 {
 			if a.cloud.Link().Connected {
@@ -387,6 +402,15 @@ func (a *Agent) ready() error {
 	return a.sink.err()
 }
 
+// AdminAddr is the diagnostics listener's address, empty without
+// --admin-listen.
+func (a *Agent) AdminAddr() string {
+	if a.admin == nil {
+		return ""
+	}
+	return a.admin.Addr()
+}
+
 // Addr is the TCP address of the local API.
 func (a *Agent) Addr() net.Addr { return a.lns[0].Addr() }
 
@@ -409,6 +433,12 @@ func (a *Agent) Run(ctx context.Context) error {
 		go func() { fleetDone <- a.fleet.Run(fleetCtx) }()
 	} else {
 		fleetDone <- nil
+	}
+	adminDone := make(chan error, 1)
+	if a.admin != nil {
+		go func() { adminDone <- a.admin.Serve() }()
+	} else {
+		adminDone <- nil
 	}
 	var err error
 	pending := len(a.lns)
@@ -436,6 +466,9 @@ func (a *Agent) Run(ctx context.Context) error {
 	if cerr := a.Close(); err == nil {
 		err = cerr
 	}
+	if aerr := <-adminDone; aerr != nil && err == nil { // Close ended it
+		err = fmt.Errorf("admin listener: %w", aerr)
+	}
 	if errors.Is(err, http.ErrServerClosed) {
 		err = nil
 	}
@@ -451,6 +484,9 @@ func (a *Agent) Close() error {
 		}
 		for _, ln := range a.lns {
 			ln.Close()
+		}
+		if a.admin != nil {
+			errs = append(errs, a.admin.Close())
 		}
 		if a.cloud != nil {
 			errs = append(errs, a.cloud.Close())

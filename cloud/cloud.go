@@ -27,6 +27,7 @@ import (
 	"github.com/phaseless/phaseless/cloud/fleet/broker"
 	"github.com/phaseless/phaseless/cloud/ingress"
 	"github.com/phaseless/phaseless/cloud/sched"
+	"github.com/phaseless/phaseless/cloud/ui"
 	"github.com/phaseless/phaseless/cloud/worker"
 	"github.com/phaseless/phaseless/models/cloudmodel"
 	"github.com/phaseless/phaseless/models/lm"
@@ -63,6 +64,7 @@ type Config struct {
 	MaxRunning     int           // requests running at once before the fair queue holds them; 0 = 2× the workers' capacity
 	SLATTFT        time.Duration
 	SLAITL         time.Duration
+	AdminListen    string // pprof and /metrics on their own listener; empty = off
 }
 
 // RegisterFlags binds c's fields to fs with their defaults.
@@ -88,11 +90,12 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	fs.IntVar(&c.MaxRunning, "max-running", 0, "requests running at once before the per-tenant fair queue holds them (0: twice the workers' capacity)")
 	fs.DurationVar(&c.SLATTFT, "sla-ttft", 2*time.Second, "SLA: time to first token")
 	fs.DurationVar(&c.SLAITL, "sla-itl", 200*time.Millisecond, "SLA: mean time between tokens")
+	fs.StringVar(&c.AdminListen, "admin-listen", "", "diagnostics listener: Go pprof at /debug/pprof/ and /metrics, unauthenticated (bind to loopback); empty disables it")
 }
 
 // Validate reports the first bad field.
 func (c *Config) Validate() error {
-	for _, f := range []struct{ name, addr string }{{"http", c.HTTP}, {"quic", c.QUIC}, {"mqtt", c.MQTT}, {"mqtt-tls", c.MQTTTLS}} {
+	for _, f := range []struct{ name, addr string }{{"http", c.HTTP}, {"quic", c.QUIC}, {"mqtt", c.MQTT}, {"mqtt-tls", c.MQTTTLS}, {"admin-listen", c.AdminListen}} {
 		if f.addr == "" && f.name != "http" {
 			continue
 		}
@@ -208,6 +211,7 @@ type Cloud struct {
 	quic    *quic.Server
 	broker  *broker.Broker
 	fleet   *fleet.Manager
+	admin   *metrics.Admin // nil without --admin-listen
 	pkiDir  string
 }
 
@@ -325,11 +329,24 @@ func (c *Cloud) Start(ctx context.Context) (err error) {
 	if err != nil {
 		return err
 	}
+	uiCfg := ui.Config{Cloud: dashboardView{c.coord}, Authenticate: auth}
+	if c.fleet != nil {
+		uiCfg.Fleet = c.fleet
+	}
+	dash, err := ui.New(uiCfg)
+	if err != nil {
+		return err
+	}
 	if c.http, err = ingress.NewHTTP(ingress.HTTPConfig{
-		Addr: c.cfg.HTTP, API: api, Admin: admin, AdminPrefix: "/v1/fleet/", Authenticate: auth,
+		Addr: c.cfg.HTTP, API: api, Admin: admin, AdminPrefix: "/v1/fleet/", Authenticate: auth, UI: dash,
 		Metrics: c.metrics, Ready: ready, Logger: c.log,
 	}); err != nil {
 		return err
+	}
+	if c.cfg.AdminListen != "" {
+		if c.admin, err = metrics.ListenAdmin(c.cfg.AdminListen, c.metrics); err != nil {
+			return &cli.FieldError{Field: "admin-listen", Err: err}
+		}
 	}
 	if c.cfg.QUIC != "" {
 		if c.quic, err = ingress.NewQUIC(ingress.QUICConfig{
@@ -509,6 +526,16 @@ func (c *Cloud) HTTPAddr() string {
 	return c.http.Addr()
 }
 
+// AdminAddr is the bound diagnostics address, empty without --admin-listen.
+func (c *Cloud) AdminAddr() string {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.admin == nil {
+		return ""
+	}
+	return c.admin.Addr()
+}
+
 // QUICAddr is the bound QUIC address, empty when QUIC is off.
 func (c *Cloud) QUICAddr() string {
 	c.mu.Lock()
@@ -536,16 +563,23 @@ func (c *Cloud) Coordinator() *Coordinator {
 // Serve runs the listeners until ctx ends or one fails, then closes everything.
 func (c *Cloud) Serve(ctx context.Context) error {
 	c.mu.Lock()
-	h, q := c.http, c.quic
+	h, q, adm := c.http, c.quic, c.admin
 	c.mu.Unlock()
 	if h == nil {
 		return errors.New("cloud: Serve before Start")
 	}
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	errc := make(chan error, 2)
+	errc := make(chan error, 3)
 	n := 1
 	go func() { errc <- h.Serve(ctx) }()
+	if adm != nil {
+		n++
+		c.log.Info("admin listener (pprof, metrics)", "addr", adm.Addr())
+		stop := context.AfterFunc(ctx, func() { adm.Close() })
+		defer stop()
+		go func() { errc <- adm.Serve() }()
+	}
 	if q != nil {
 		n++
 		c.log.Info("QUIC listening for agents", "addr", q.Addr().String(), "pki", c.PKIDir())
@@ -576,6 +610,9 @@ func (c *Cloud) closeLocked() error {
 	}
 	if c.quic != nil {
 		errs = append(errs, c.quic.Close())
+	}
+	if c.admin != nil {
+		errs = append(errs, c.admin.Close())
 	}
 	if c.fleet != nil {
 		errs = append(errs, c.fleet.Close())
