@@ -1,10 +1,11 @@
 package agent
 
 import (
-	"io"
 	"net/http"
 	"strings"
 	"testing"
+
+	"github.com/phaseless/phaseless/transport/metrics/metricstest"
 )
 
 // pprof is off by default and, with --admin-listen, served on its own
@@ -22,15 +23,7 @@ func TestAdminListener(t *testing.T) {
 	cfg := testConfig(t)
 	cfg.AdminListen = "127.0.0.1:0"
 	a, _ := startAgent(t, cfg)
-	resp, err := http.Get("http://" + a.AdminAddr() + "/debug/pprof/goroutine?debug=1")
-	if err != nil {
-		t.Fatal(err)
-	}
-	body, _ := io.ReadAll(resp.Body)
-	resp.Body.Close()
-	if resp.StatusCode != 200 || !strings.Contains(string(body), "goroutine profile:") {
-		t.Fatalf("goroutine profile: %d %.200s", resp.StatusCode, body)
-	}
+	metricstest.CheckPprof(t, a.AdminAddr())
 	bad := testConfig(t)
 	bad.AdminListen = "no-port"
 	if err := bad.Validate(); err == nil || !strings.Contains(err.Error(), `"admin-listen"`) {

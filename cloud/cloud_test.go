@@ -367,14 +367,6 @@ func TestCloudAdminListener(t *testing.T) {
 		resp.Body.Close()
 	}
 	c := startCloud(t, func(cfg *Config) { cfg.AdminListen = "127.0.0.1:0" })
-	resp, err := http.Get("http://" + c.AdminAddr() + "/debug/pprof/goroutine?debug=1")
-	if err != nil {
-		t.Fatal(err)
-	}
-	body, _ := io.ReadAll(resp.Body)
-	resp.Body.Close()
-	if resp.StatusCode != 200 || !strings.Contains(string(body), "goroutine profile:") {
-		t.Fatalf("goroutine profile: %d %.200s", resp.StatusCode, body)
-	}
+	metricstest.CheckPprof(t, c.AdminAddr())
 	metricstest.CheckConventions(t, metricstest.Scrape(t, "http://"+c.AdminAddr()+"/metrics"))
 }

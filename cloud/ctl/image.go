@@ -34,7 +34,7 @@ func imageBuild(_ context.Context, cio cli.IO, args []string) error {
 		return fmt.Errorf("%w: %v", cli.ErrUsage, err)
 	}
 	if fs.NArg() == 0 || (*ociDir == "" && *tarFile == "") {
-		return fmt.Errorf("%w: image build [--entrypoint NAME] [--oci DIR] [--tar FILE] BINARY...", cli.ErrUsage)
+		return fmt.Errorf("%w: image build [--entrypoint NAME] [--oci DIR] [--tar FILE] BINARY [BINARY]", cli.ErrUsage)
 	}
 	cfg := image.Config{Binaries: fs.Args(), Entrypoint: *entry, Arch: *arch}
 	if cfg.Entrypoint == "" {

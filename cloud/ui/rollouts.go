@@ -96,13 +96,8 @@ func updatesAsRollouts(devs []*fleet.Device, detail func(id string) (*fleet.Devi
 }
 
 func (s *Server) rollouts(w http.ResponseWriter, _ *http.Request) {
-	if s.cfg.Fleet == nil {
-		s.fail(w, http.StatusNotFound, errNoFleet)
-		return
-	}
-	devs, err := s.cfg.Fleet.Devices()
-	if err != nil {
-		s.fail(w, http.StatusInternalServerError, err)
+	devs, ok := s.fleetDevices(w)
+	if !ok {
 		return
 	}
 	rs, err := updatesAsRollouts(devs, s.cfg.Fleet.Device)

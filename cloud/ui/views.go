@@ -138,18 +138,28 @@ func (f deviceFilter) match(d *fleet.Device) bool {
 	return strings.Contains(strings.ToLower(hay), strings.ToLower(f.Q))
 }
 
-func (s *Server) devices(w http.ResponseWriter, r *http.Request) {
+// fleetDevices lists the registry, or answers the error page and
+// reports false.
+func (s *Server) fleetDevices(w http.ResponseWriter) ([]*fleet.Device, bool) {
 	if s.cfg.Fleet == nil {
-		if s.cfg.Cloud != nil {
-			http.Redirect(w, r, "/ui/pools", http.StatusSeeOther)
-			return
-		}
 		s.fail(w, http.StatusNotFound, errNoFleet)
-		return
+		return nil, false
 	}
 	devs, err := s.cfg.Fleet.Devices()
 	if err != nil {
 		s.fail(w, http.StatusInternalServerError, err)
+		return nil, false
+	}
+	return devs, true
+}
+
+func (s *Server) devices(w http.ResponseWriter, r *http.Request) {
+	if s.cfg.Fleet == nil && s.cfg.Cloud != nil {
+		http.Redirect(w, r, "/ui/pools", http.StatusSeeOther) // a coordinator without a fleet manager
+		return
+	}
+	devs, ok := s.fleetDevices(w)
+	if !ok {
 		return
 	}
 	reqs, err := s.readRequests(r, s.cfg.Now().Add(-s.cfg.RouteWindow), "")

@@ -108,3 +108,18 @@ next:
 	}
 	return 0, false
 }
+
+// CheckPprof fails t unless addr (an --admin-listen address) serves a Go
+// goroutine profile.
+func CheckPprof(t testing.TB, addr string) {
+	t.Helper()
+	resp, err := http.Get("http://" + addr + "/debug/pprof/goroutine?debug=1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != 200 || !strings.Contains(string(body), "goroutine profile:") {
+		t.Fatalf("goroutine profile from %s: %d %.200s", addr, resp.StatusCode, body)
+	}
+}
