@@ -10,6 +10,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"runtime"
+	"slices"
 	"sort"
 	"strings"
 	"time"
@@ -45,10 +46,16 @@ var suite = []entry{
 		Claim: "what the agent adds over calling the engine directly", ReadmeQ: "go test -run '^$' -bench 'EngineDirect|AgentHTTP' -benchmem ./agent/"},
 }
 
+// areas are the report's sections, in order.
+var areas = []string{"engine", "transport", "telemetry", "scheduler", "agent", "simulator"}
+
 // Config configures one report.
 type Config struct {
 	OutDir string // where report.md and the PNGs go (created)
 	Quick  bool   // short runs of a subset, for tests and a first look
+	// Only, when not empty, limits the report to these areas (engine,
+	// transport, telemetry, scheduler, agent, simulator).
+	Only []string
 	// RepoDir is the module root holding the benchmarks; empty finds it
 	// from the working directory. Without one (a phaselessctl outside the
 	// source tree) the go-test sections are skipped, and the report says so.
@@ -106,7 +113,13 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 		cfg.RepoDir = findModuleRoot()
 	}
 	rep := &Report{Machine: machine(), Started: cfg.Now(), Quick: cfg.Quick}
-	if cfg.Engine != nil {
+	want := func(area string) bool { return len(cfg.Only) == 0 || slices.Contains(cfg.Only, area) }
+	for _, a := range cfg.Only {
+		if !slices.Contains(areas, a) {
+			return nil, fmt.Errorf("benchreport: unknown area %q (have %s)", a, strings.Join(areas, ", "))
+		}
+	}
+	if cfg.Engine != nil && want("engine") {
 		fmt.Fprintln(cfg.Log, "engine: lm.Bench on", cfg.EngineName)
 		s, err := engineSection(ctx, cfg)
 		if err != nil {
@@ -115,6 +128,9 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 		rep.Sections = append(rep.Sections, s)
 	}
 	for i, e := range suite {
+		if !want(e.Area) {
+			continue
+		}
 		s := Section{Title: fmt.Sprintf("%s: %s (%s)", e.Area, e.Bench, e.Pkg), Claim: e.Claim}
 		bt, count := e.Time, e.Count
 		if cfg.Quick && e.QTime != "" {
@@ -150,14 +166,16 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 		}
 		rep.Sections = append(rep.Sections, s)
 	}
-	if cfg.Sim != nil {
+	switch {
+	case !want("simulator"):
+	case cfg.Sim != nil:
 		var b bytes.Buffer
 		fmt.Fprintln(cfg.Log, "running the simulator")
 		if err := cfg.Sim(ctx, &b); err != nil {
 			return nil, fmt.Errorf("simulator: %w", err)
 		}
 		rep.Sections = append(rep.Sections, Section{Title: "simulator", Command: "phaselessctl sim", Table: b.String()})
-	} else {
+	default:
 		rep.Sections = append(rep.Sections, Section{Title: "simulator", Skipped: "this phaselessctl has no sim command"})
 	}
 	rep.Took = cfg.Now().Sub(rep.Started)

@@ -32,11 +32,15 @@ func benchReport(ctx context.Context, cio cli.IO, args []string) error {
 	repo := fs.String("repo", "", "source tree with the benchmarks (default: found from the working directory)")
 	goCmd := fs.String("go", "go", "the go command that runs the package benchmarks")
 	model := fs.String("model", "", "GGUF model for the engine section (default: the shipped cloud model); \"none\" leaves it out")
+	only := fs.String("only", "", "comma-separated areas to run: engine, transport, telemetry, scheduler, agent, simulator (default all)")
 	simArgs := fs.String("sim-args", "", "arguments for phaselessctl sim, when this build has it (space-separated)")
 	if err := cli.Parse(fs, args, cio.Getenv); err != nil {
 		return fmt.Errorf("%w: %v", cli.ErrUsage, err)
 	}
 	cfg := benchreport.Config{OutDir: *out, Quick: *quick, RepoDir: *repo, Go: *goCmd, Log: cio.Stderr}
+	if *only != "" {
+		cfg.Only = strings.Split(*only, ",")
+	}
 	switch *model {
 	case "none":
 	case "":
