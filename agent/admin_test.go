@@ -26,7 +26,7 @@ func TestAdminListener(t *testing.T) {
 	metricstest.CheckPprof(t, a.AdminAddr())
 	bad := testConfig(t)
 	bad.AdminListen = "no-port"
-	if err := bad.Validate(); err == nil || !strings.Contains(err.Error(), `"admin-listen"`) {
+	if err := bad.Validate(); err == nil || !strings.Contains(err.Error(), `"AdminListen"`) {
 		t.Fatalf("bad --admin-listen: %v", err)
 	}
 }

@@ -24,7 +24,7 @@ func exportedSeries(t *testing.T) map[string]bool {
 	names := map[string]bool{}
 	for _, mutate := range []func(*cloud.Config){
 		func(c *cloud.Config) { c.MQTT = "127.0.0.1:0" },
-		func(c *cloud.Config) { c.MQTTURL = "mqtt://127.0.0.1:1" }, // connects in the background; never needed here
+		func(c *cloud.Config) { c.MQTTURL.Set("mqtt://127.0.0.1:1") }, // connects in the background; never needed here
 	} {
 		var cfg cloud.Config
 		fs := flag.NewFlagSet("cloud", flag.ContinueOnError)

@@ -180,17 +180,17 @@ func TestKubernetesManifests(t *testing.T) {
 			switch o.name {
 			case "phaseless-coordinator":
 				coordinators = int(replicas)
-				if cfg.Redis == "" || cfg.MQTT != "" || cfg.MQTTURL != "" || len(cfg.Workers) < 2 || cfg.Dev {
+				if cfg.Redis.URL == nil || cfg.MQTT != "" || cfg.MQTTURL.URL != nil || len(cfg.Workers) < 2 || cfg.Dev {
 					t.Errorf("coordinators must share Redis, run no fleet manager and use the vLLM workers: %+v", cfg)
 				}
-				for _, w := range cfg.Workers {
+				for _, w := range strings.Split(cfg.Workers.String(), ",") {
 					if !strings.Contains(w, ".vllm.phaseless.svc:8000") {
 						t.Errorf("worker %s is not a vLLM pod", w)
 					}
 				}
 			case "phaseless-fleet":
 				fleets = int(replicas)
-				if cfg.MQTTURL == "" || cfg.MQTT != "" || cfg.QUIC != "" {
+				if cfg.MQTTURL.URL == nil || cfg.MQTT != "" || cfg.QUIC != "" {
 					t.Errorf("the fleet manager must use the external broker only: %+v", cfg)
 				}
 			}

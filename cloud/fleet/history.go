@@ -4,7 +4,7 @@ import (
 	"sync"
 	"time"
 
-	tfleet "github.com/phaseless/phaseless/transport/fleet"
+	tfleet "github.com/phaseless/phaseless/transport/fleetwire"
 	"github.com/phaseless/phaseless/transport/metrics"
 )
 

@@ -5,7 +5,7 @@ import (
 	"time"
 
 	"github.com/phaseless/phaseless/cloud/fleet"
-	tfleet "github.com/phaseless/phaseless/transport/fleet"
+	tfleet "github.com/phaseless/phaseless/transport/fleetwire"
 )
 
 // update commands become one rollout per bundle URL; each device counts

@@ -15,7 +15,7 @@ import (
 	"time"
 
 	"github.com/phaseless/phaseless/cloud/fleet"
-	tfleet "github.com/phaseless/phaseless/transport/fleet"
+	tfleet "github.com/phaseless/phaseless/transport/fleetwire"
 )
 
 var funcs = template.FuncMap{

@@ -6,7 +6,7 @@ import (
 	"time"
 
 	"github.com/phaseless/phaseless/cloud/fleet"
-	tfleet "github.com/phaseless/phaseless/transport/fleet"
+	tfleet "github.com/phaseless/phaseless/transport/fleetwire"
 )
 
 func TestDeviceFilter(t *testing.T) {
