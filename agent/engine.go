@@ -23,6 +23,9 @@ type localEngine struct {
 	ready         func(context.Context) error // nil = always ready
 	close         func() error
 	batchSize     int // generations the engine runs at once
+	// templateSkipped: the model has a chat template this build does not
+	// render (the device build leaves Jinja out, lm_nojinja).
+	templateSkipped bool
 }
 
 // defaultModel is the shipped edge model (models/edgemodel), embedded in
@@ -65,7 +68,8 @@ func openEngine(cfg Config) (*localEngine, error) {
 	}
 	return &localEngine{
 		gen: eng, name: name, close: eng.Close, batchSize: cfg.LocalConcurrency,
-		kvFaults:      func() float64 { return eng.Stats().KVFaultsPerMs },
-		kvFaultsTotal: func() uint64 { return eng.Stats().KVFaults },
+		kvFaults:        func() float64 { return eng.Stats().KVFaultsPerMs },
+		kvFaultsTotal:   func() uint64 { return eng.Stats().KVFaults },
+		templateSkipped: m.ChatTemplateSkipped(),
 	}, nil
 }

@@ -97,7 +97,7 @@ type device struct {
 func startDevice(t *testing.T, cfg Config) *device {
 	t.Helper()
 	if cfg.StatePath == "" {
-		cfg.StatePath = filepath.Join(t.TempDir(), "fleetwire.db")
+		cfg.StatePath = filepath.Join(t.TempDir(), "fleet.db")
 	}
 	if cfg.Logger == nil {
 		cfg.Logger = testLogger(t)
@@ -282,7 +282,7 @@ func testCommandsRunOncePerID(t *testing.T, b broker) {
 	topics := fleetwire.Topics{}
 	cloud := startCloud(t, b.URL(), topics)
 	const id = "dev-cmd"
-	state := filepath.Join(t.TempDir(), "fleetwire.db")
+	state := filepath.Join(t.TempDir(), "fleet.db")
 	var runs atomic.Int32
 	echo := func(_ context.Context, c fleetwire.Command) (string, error) {
 		runs.Add(1)

@@ -67,6 +67,8 @@ type Config struct {
 	// Sim, when set, runs the cluster simulator and writes its tables as
 	// Markdown (phaselessctl sim, where this build has one).
 	Sim func(ctx context.Context, w io.Writer) error
+	// SimCommand is how to rerun Sim, for the report.
+	SimCommand string
 	// Log receives progress lines (default io.Discard).
 	Log io.Writer
 	Now func() time.Time
@@ -110,7 +112,7 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 		return nil, err
 	}
 	if cfg.RepoDir == "" {
-		cfg.RepoDir = findModuleRoot()
+		cfg.RepoDir = ModuleRoot()
 	}
 	rep := &Report{Machine: machine(), Started: cfg.Now(), Quick: cfg.Quick}
 	want := func(area string) bool { return len(cfg.Only) == 0 || slices.Contains(cfg.Only, area) }
@@ -174,7 +176,7 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 		if err := cfg.Sim(ctx, &b); err != nil {
 			return nil, fmt.Errorf("simulator: %w", err)
 		}
-		rep.Sections = append(rep.Sections, Section{Title: "simulator", Command: "phaselessctl sim", Table: b.String()})
+		rep.Sections = append(rep.Sections, Section{Title: "simulator", Command: cfg.SimCommand, Table: b.String()})
 	default:
 		rep.Sections = append(rep.Sections, Section{Title: "simulator", Skipped: "this phaselessctl has no sim command"})
 	}
@@ -328,9 +330,9 @@ func tail(s string, n int) string {
 	return s
 }
 
-// findModuleRoot walks up from the working directory to the Phaseless
+// ModuleRoot walks up from the working directory to the Phaseless
 // module's go.mod; "" when there is none.
-func findModuleRoot() string {
+func ModuleRoot() string {
 	dir, err := os.Getwd()
 	if err != nil {
 		return ""

@@ -33,7 +33,7 @@ func benchReport(ctx context.Context, cio cli.IO, args []string) error {
 	goCmd := fs.String("go", "go", "the go command that runs the package benchmarks")
 	model := fs.String("model", "", "GGUF model for the engine section (default: the shipped cloud model); \"none\" leaves it out")
 	only := fs.String("only", "", "comma-separated areas to run: engine, transport, telemetry, scheduler, agent, simulator (default all)")
-	simArgs := fs.String("sim-args", "", "arguments for phaselessctl sim, when this build has it (space-separated)")
+	simArgs := fs.String("sim-args", "", "arguments for phaselessctl sim, when this build has it (space-separated; default: the Azure code trace's head in the source tree, every policy)")
 	if err := cli.Parse(fs, args, cio.Getenv); err != nil {
 		return fmt.Errorf("%w: %v", cli.ErrUsage, err)
 	}
@@ -62,9 +62,24 @@ func benchReport(ctx context.Context, cio cli.IO, args []string) error {
 			continue
 		}
 		sim := c
+		args := strings.Fields(*simArgs)
+		if len(args) == 0 {
+			root := *repo
+			if root == "" {
+				root = benchreport.ModuleRoot()
+			}
+			if root == "" {
+				break // no trace to replay: the report says the section did not run
+			}
+			args = []string{"--trace", filepath.Join(root, "cloud/replay/testdata/traces/azure-code-head.csv"), "--format", "azure"}
+			if *quick {
+				args = append(args, "--limit", "200")
+			}
+		}
+		cfg.SimCommand = "phaselessctl sim " + strings.Join(args, " ")
 		cfg.Sim = func(ctx context.Context, w io.Writer) error {
 			var buf bytes.Buffer
-			if err := sim.Dispatch(ctx, cli.IO{Stdin: strings.NewReader(""), Stdout: &buf, Stderr: cio.Stderr, Getenv: cio.Getenv}, strings.Fields(*simArgs)); err != nil {
+			if err := sim.Dispatch(ctx, cli.IO{Stdin: strings.NewReader(""), Stdout: &buf, Stderr: cio.Stderr, Getenv: cio.Getenv}, args); err != nil {
 				return err
 			}
 			_, err := fmt.Fprintf(w, "```\n%s```\n", buf.String())

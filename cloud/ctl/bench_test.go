@@ -32,7 +32,7 @@ func TestBenchReportQuick(t *testing.T) {
 		t.Fatal(err)
 	}
 	text := string(md)
-	wants := []string{"## engine: built-in engine", "| decode batch | tokens/s", "## scheduler", "Decide/rules", "ns/op", "-benchtime 1000x", "## simulator"}
+	wants := []string{"## engine: built-in engine", "| decode batch | tokens/s", "## scheduler", "Decide/rules", "ns/op", "-benchtime 1000x", "## simulator", "phaselessctl sim"}
 	if all {
 		wants = append(wants, "## transport", "TokenLatency", "## telemetry")
 	} else if strings.Contains(text, "## transport") {

@@ -27,6 +27,9 @@ type HTTPConfig struct {
 	// UI, when set, is the dashboard, mounted at /ui/; it checks API keys
 	// itself (a browser signs in once and carries a cookie).
 	UI http.Handler
+	// Public are handlers by mux pattern served without authentication
+	// (the signed artifacts devices download).
+	Public map[string]http.Handler
 	// Authenticate guards Admin; nil means open (--dev).
 	Authenticate func(*http.Request) (string, error)
 	Metrics      *metrics.Registry
@@ -64,6 +67,9 @@ func NewHTTP(cfg HTTPConfig) (*HTTPServer, error) {
 	}
 	if cfg.UI != nil {
 		mux.Handle("/ui/", cfg.UI)
+	}
+	for pattern, h := range cfg.Public {
+		mux.Handle(pattern, h)
 	}
 	metrics.Health(mux, cfg.Metrics, cfg.Ready)
 	ln, err := net.Listen("tcp", cfg.Addr)

@@ -149,6 +149,7 @@ func New(cfg Config) (*Server, error) {
 	s.mux.HandleFunc("GET /ui/devices/{id}", s.guard(s.device))
 	s.mux.HandleFunc("POST /ui/devices/{id}/commands", s.guard(s.sendCommand))
 	s.mux.HandleFunc("GET /ui/rollouts", s.guard(s.rollouts))
+	s.mux.HandleFunc("POST /ui/rollouts/{id}/state", s.guard(s.setRolloutState))
 	s.mux.HandleFunc("GET /ui/pools", s.guard(s.pools))
 	s.mux.HandleFunc("GET /ui/api/live", s.guard(s.liveJSON))
 	return s, nil

@@ -397,7 +397,7 @@ func FuzzLoadTelemetry(f *testing.F) {
 }
 
 func TestRunWithTelemetry(t *testing.T) {
-	path := t.TempDir() + "/fleetwire.jsonl"
+	path := t.TempDir() + "/fleet.jsonl"
 	lines := strings.Join([]string{
 		record("local", "local", "ok", textfeat.Version),
 		record("cloud", "local", "ok", textfeat.Version),
