@@ -67,8 +67,8 @@ func openStore(path string, log *slog.Logger, reg *metrics.Registry) (*storeHook
 	return &storeHook{
 		db:          db,
 		log:         log,
-		writeErrors: reg.Counter("fleet_broker_store_write_errors_total", "writes to the broker's bbolt store that failed"),
-		badRecords:  reg.Counter("fleet_broker_store_bad_records_total", "undecodable records skipped when the broker restored its store"),
+		writeErrors: reg.Counter("phaseless_fleet_broker_store_write_errors_total", "writes to the broker's bbolt store that failed"),
+		badRecords:  reg.Counter("phaseless_fleet_broker_store_bad_records_total", "undecodable records skipped when the broker restored its store"),
 	}, nil
 }
 
