@@ -97,6 +97,18 @@ func (s *Slots) Install(v *Verified) (string, error) {
 	if s.state.Active == "b" {
 		target = "a"
 	}
+	// The state must stop naming the target before its files are touched:
+	// a power cut while an update is reinstalled over the slot on trial
+	// would otherwise leave the device booting a half-written slot.
+	if _, named := s.state.Versions[target]; named || s.state.Trial == target {
+		if s.state.Trial == target {
+			s.state.Trial, s.state.Boots = "", 0
+		}
+		delete(s.state.Versions, target)
+		if err := s.save(); err != nil {
+			return "", err
+		}
+	}
 	tmp := filepath.Join(s.dir, target+".incoming")
 	os.RemoveAll(tmp)
 	err := v.Extract(func(name string) (io.WriteCloser, error) {
