@@ -57,7 +57,7 @@ func TestKillDuringCommandResultsKeepsThem(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			lost := "" // newest acknowledged result found missing
+			lost := ""                           // newest acknowledged result found missing
 			for i := len(all) - 1; i >= 0; i-- { // newest first
 				res, found, err := rs.get(all[i])
 				switch {
