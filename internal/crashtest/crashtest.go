@@ -81,6 +81,9 @@ type Config struct {
 	// The child is killed after a random delay in [MinRun, MaxRun) once it
 	// is ready (defaults 2 ms and 62 ms).
 	MinRun, MaxRun time.Duration
+	// Setup, if set, runs once in the parent before the first cycle (the
+	// test function's own code before Run runs in every child too).
+	Setup func(t *testing.T)
 	// Child runs in the re-executed process until it is killed; it must
 	// acknowledge with ack only what is durable. Returning ends the child
 	// normally (the round then checks a clean exit).
@@ -103,6 +106,9 @@ func Run(t *testing.T, cfg Config) {
 	}
 	if cfg.MaxRun <= cfg.MinRun {
 		cfg.MaxRun = cfg.MinRun + 60*time.Millisecond
+	}
+	if cfg.Setup != nil {
+		cfg.Setup(t)
 	}
 	seed := uint64(time.Now().UnixNano())
 	rng := rand.New(rand.NewPCG(seed, 1))
