@@ -59,6 +59,15 @@ func OpenSlots(dir, initialVersion string) (*Slots, error) {
 	if s.state.Versions == nil {
 		s.state.Versions = map[string]string{}
 	}
+	// A trial that is not the other slot (FuzzSlotState: "../../etc", the
+	// active slot itself) is dropped: the active slot is the one known to
+	// work. Boots out of range ends the trial at the next Boot.
+	if t := s.state.Trial; t != "" && (t == s.state.Active || (t != "a" && t != "b")) {
+		s.state.Trial, s.state.Boots = "", 0
+	}
+	if s.state.Boots < 0 || s.state.Boots > MaxTrialBoots {
+		s.state.Boots = MaxTrialBoots
+	}
 	return s, nil
 }
 
