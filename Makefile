@@ -15,7 +15,7 @@ TEST_FLAGS ?= -timeout 20m
 # serves HTTP/1.1 on loopback and talks to the cloud over QUIC.
 AGENT_TAGS := nethttpomithttp2
 
-.PHONY: all build cross test lint vet fmt-check bench demo models clean
+.PHONY: all build cross test lint vet fmt-check fuzz-smoke bench demo models clean
 
 all: build
 
@@ -45,6 +45,11 @@ test: lint
 	$(GO) test -race $(TEST_FLAGS) $$($(GO) list ./... | grep -Ev '$(RACE_SKIP)')
 	$(GO) test $(TEST_FLAGS) $$($(GO) list ./... | grep -E '$(RACE_SKIP)' || true)
 	$(GO) test $(TEST_FLAGS) -run 'ZeroRTT' ./transport/quic/  # skipped under -race: quic-go#4303
+	$(MAKE) fuzz-smoke
+
+# A few seconds of fuzzing for every fuzz target (FUZZTIME=2s each).
+fuzz-smoke:
+	GO=$(GO) .ci/fuzz-smoke
 
 bench:
 	$(GO) test -run '^$$' -bench . -benchmem ./...
