@@ -93,10 +93,15 @@ type Config struct {
 	Verify func(t *testing.T, round int, acked, all []string)
 }
 
+// IsChild reports whether this process is t's re-executed child: a test
+// that needs a resource only the parent may create (a server, a port)
+// skips creating it there and reads it from Config.Arg instead.
+func IsChild(t *testing.T) bool { return os.Getenv(childEnv) == t.Name() }
+
 // Run is the whole crash test; call it from the test function itself.
 func Run(t *testing.T, cfg Config) {
 	t.Helper()
-	if os.Getenv(childEnv) == t.Name() {
+	if IsChild(t) {
 		fmt.Println(ready)
 		cfg.Child(os.Getenv(argEnv), &Acker{})
 		os.Exit(0)
@@ -153,6 +158,7 @@ func runOnce(t *testing.T, cfg Config, round int, delay time.Duration) []string 
 		}
 	}
 	lines := make(chan []string, 1)
+	var other strings.Builder // the child's test output, shown if it fails
 	go func() {
 		var got []string
 		for {
@@ -162,6 +168,8 @@ func runOnce(t *testing.T, cfg Config, round int, delay time.Duration) []string 
 			}
 			if s, ok := strings.CutPrefix(line, ackTag); ok {
 				got = append(got, strings.TrimSuffix(s, "\n"))
+			} else {
+				other.WriteString(line)
 			}
 		}
 		lines <- got
@@ -171,10 +179,10 @@ func runOnce(t *testing.T, cfg Config, round int, delay time.Duration) []string 
 	got := <-lines
 	if timer.Stop() { // the child ended on its own
 		if err != nil {
-			t.Fatalf("round %d: child: %v\n%s", round, err, stderr.String())
+			t.Fatalf("round %d: child: %v\n%s%s", round, err, other.String(), stderr.String())
 		}
 	} else if ee, ok := err.(*exec.ExitError); !ok || ee.Sys().(syscall.WaitStatus).Signal() != syscall.SIGKILL {
-		t.Fatalf("round %d: child did not die of the kill: %v\n%s", round, err, stderr.String())
+		t.Fatalf("round %d: child did not die of the kill: %v\n%s%s", round, err, other.String(), stderr.String())
 	}
 	return got
 }
