@@ -18,13 +18,13 @@ import (
 	"sync"
 	"time"
 
-	agentfleet "github.com/phaseless/phaseless/agent/fleet"
+	"github.com/phaseless/phaseless/agent/fleetclient"
 	"github.com/phaseless/phaseless/agent/local"
 	"github.com/phaseless/phaseless/agent/route"
 	"github.com/phaseless/phaseless/agent/telemetry"
 	"github.com/phaseless/phaseless/models/predictor"
 	"github.com/phaseless/phaseless/transport/cli"
-	"github.com/phaseless/phaseless/transport/fleet"
+	"github.com/phaseless/phaseless/transport/fleetwire"
 	"github.com/phaseless/phaseless/transport/httpapi"
 	"github.com/phaseless/phaseless/transport/metrics"
 	"github.com/phaseless/phaseless/transport/pki"
@@ -47,86 +47,127 @@ type Config struct {
 	Predictor string // ONNX router model; empty = the shipped one; "entropy" = the 4.2-bit rule
 	OTAPub    string // trusted ed25519 key for OTA bundles; empty = updates refused
 
-	LocalModel       string        // model name sent to the --local-url server
-	LocalConcurrency int           // generations the local engine runs at once
-	LocalQueue       int           // requests that may wait for the local engine before 503s
+	LocalModel string // model name sent to the --local-url server
+	// A zero below means the default in parentheses (FillDefaults) unless it says "flag:".
+	LocalConcurrency int           // generations the local engine runs at once (4)
+	LocalQueue       int           // requests that may wait for the local engine before 503s (flag: 64)
 	RouteThreshold   float64       // cloud probability at which the router prefers the cloud; 0 = the model's
-	RouteHysteresis  float64       // width of the band around the threshold
+	RouteHysteresis  float64       // width of the band around the threshold (flag: 0.1)
 	MaxOutputTokens  int           // largest max_tokens accepted
-	CloudRetryMax    time.Duration // longest wait between reconnect attempts to the cloud
-	CloudFirstToken  time.Duration // cloud requests without a token by then run locally
+	CloudRetryMax    time.Duration // longest wait between reconnect attempts to the cloud (30 s)
+	CloudFirstToken  time.Duration // cloud requests without a token by then run locally (15 s)
 }
 
-// RegisterFlags binds c's fields to fs with their defaults.
+// FillDefaults sets every field whose zero value is not a working setting,
+// so a zero Config runs an offline agent on 127.0.0.1:7070. A field whose
+// zero is a setting of its own (LocalQueue 0: no waiting; RouteHysteresis 0:
+// no band) keeps it; its flag default is set in RegisterFlags.
+func (c *Config) FillDefaults() {
+	if c.Listen == "" {
+		c.Listen = "127.0.0.1:7070"
+	}
+	if c.Board == "" {
+		c.Board = "generic"
+	}
+	if c.DataDir == "" {
+		c.DataDir = "phaseless-agent-data"
+	}
+	if c.LocalConcurrency == 0 {
+		c.LocalConcurrency = 4
+	}
+	if c.MaxOutputTokens == 0 {
+		c.MaxOutputTokens = httpapi.DefaultMaxOutputTokens
+	}
+	if c.CloudFirstToken == 0 {
+		c.CloudFirstToken = 15 * time.Second
+	}
+	if c.CloudRetryMax == 0 {
+		c.CloudRetryMax = 30 * time.Second
+	}
+}
+
+// Fields is phaseless-agent's configuration table: each field's flag, which
+// is also its PHASELESS_* variable and YAML key (DESIGN.md §4).
+func (c *Config) Fields() cli.Fields {
+	return cli.Fields{
+		{Flag: "listen", Go: "Listen", Value: &c.Listen, Usage: "local API address (HTTP)"},
+		{Flag: "socket", Go: "Socket", Value: &c.Socket, Usage: "also serve the local API on this Unix socket"},
+		{Flag: "device-id", Go: "DeviceID", Value: &c.DeviceID, Usage: "this device's id (the CN of its certificate)"},
+		{Flag: "board", Go: "Board", Value: &c.Board, Usage: "board profile name, checked against OTA bundles"},
+		{Flag: "cloud", Go: "Cloud", Value: &c.Cloud, Usage: "cloud QUIC address host:port; empty runs offline-only"},
+		{Flag: "pki-dir", Go: "PKIDir", Value: &c.PKIDir, Usage: "directory with ca.pem and this device's certificate (phaselessctl pki device)"},
+		{Flag: "mqtt", Go: "MQTT", Value: &c.MQTT, Usage: "fleet MQTT broker URL, e.g. mqtt://127.0.0.1:1883"},
+		{Flag: "data-dir", Go: "DataDir", Value: &c.DataDir, Usage: "directory for the telemetry buffer, OTA slots and state"},
+		{Flag: "model", Go: "Model", Value: &c.Model, Usage: "GGUF model for the built-in engine (default: the shipped edge model)"},
+		{Flag: "local-url", Go: "LocalURL", Value: &c.LocalURL, Usage: "OpenAI-compatible local server URL instead of the built-in engine"},
+		{Flag: "ota-pub", Go: "OTAPub", Value: &c.OTAPub, Usage: "the fleet's OTA public key (phaselessctl ota keygen); without it update commands are refused"},
+		{Flag: "predictor", Go: "Predictor", Value: &c.Predictor, Usage: `ONNX router model (default: the shipped predictor; "entropy": the 4.2 bits/byte rule)`},
+		{Flag: "local-model", Go: "LocalModel", Value: &c.LocalModel, Usage: "model name to request from the --local-url server (default: the request's)"},
+		{Flag: "local-concurrency", Go: "LocalConcurrency", Value: &c.LocalConcurrency, Usage: "generations the local engine runs at once"},
+		{Flag: "local-queue", Go: "LocalQueue", Value: &c.LocalQueue, Usage: "requests that may wait for the local engine; more get 503 overloaded"},
+		{Flag: "route-threshold", Go: "RouteThreshold", Value: &c.RouteThreshold, Usage: "cloud probability at or above which requests go to the cloud; 0 = the predictor model's own threshold (0.5 without one)"},
+		{Flag: "route-hysteresis", Go: "RouteHysteresis", Value: &c.RouteHysteresis, Usage: "band around --route-threshold in which the previous path is kept"},
+		{Flag: "max-output-tokens", Go: "MaxOutputTokens", Value: &c.MaxOutputTokens, Usage: "largest max_tokens a request may ask for"},
+		{Flag: "cloud-first-token-timeout", Go: "CloudFirstToken", Value: &c.CloudFirstToken, Usage: "cloud requests that have produced no token by then are cancelled and run locally"},
+		{Flag: "cloud-retry-max", Go: "CloudRetryMax", Value: &c.CloudRetryMax, Usage: "longest wait between reconnect attempts while the cloud is unreachable"},
+	}
+}
+
+// RegisterFlags fills c's defaults and binds its fields to fs.
 func (c *Config) RegisterFlags(fs *flag.FlagSet) {
-	fs.StringVar(&c.Listen, "listen", "127.0.0.1:7070", "local API address (HTTP)")
-	fs.StringVar(&c.Socket, "socket", "", "also serve the local API on this Unix socket")
-	fs.StringVar(&c.DeviceID, "device-id", "", "this device's id (the CN of its certificate)")
-	fs.StringVar(&c.Board, "board", "generic", "board profile name, checked against OTA bundles")
-	fs.StringVar(&c.Cloud, "cloud", "", "cloud QUIC address host:port; empty runs offline-only")
-	fs.StringVar(&c.PKIDir, "pki-dir", "", "directory with ca.pem and this device's certificate (phaselessctl pki device)")
-	fs.StringVar(&c.MQTT, "mqtt", "", "fleet MQTT broker URL, e.g. mqtt://127.0.0.1:1883")
-	fs.StringVar(&c.DataDir, "data-dir", "phaseless-agent-data", "directory for the telemetry buffer, OTA slots and state")
-	fs.StringVar(&c.Model, "model", "", "GGUF model for the built-in engine (default: the shipped edge model)")
-	fs.StringVar(&c.LocalURL, "local-url", "", "OpenAI-compatible local server URL instead of the built-in engine")
-	fs.StringVar(&c.OTAPub, "ota-pub", "", "the fleet's OTA public key (phaselessctl ota keygen); without it update commands are refused")
-	fs.StringVar(&c.Predictor, "predictor", "", `ONNX router model (default: the shipped predictor; "entropy": the 4.2 bits/byte rule)`)
-	fs.StringVar(&c.LocalModel, "local-model", "", "model name to request from the --local-url server (default: the request's)")
-	fs.IntVar(&c.LocalConcurrency, "local-concurrency", 4, "generations the local engine runs at once")
-	fs.IntVar(&c.LocalQueue, "local-queue", 64, "requests that may wait for the local engine; more get 503 overloaded")
-	fs.Float64Var(&c.RouteThreshold, "route-threshold", 0, "cloud probability at or above which requests go to the cloud; 0 = the predictor model's own threshold (0.5 without one)")
-	fs.Float64Var(&c.RouteHysteresis, "route-hysteresis", 0.1, "band around --route-threshold in which the previous path is kept")
-	fs.IntVar(&c.MaxOutputTokens, "max-output-tokens", httpapi.DefaultMaxOutputTokens, "largest max_tokens a request may ask for")
-	fs.DurationVar(&c.CloudFirstToken, "cloud-first-token-timeout", 15*time.Second, "cloud requests that have produced no token by then are cancelled and run locally")
-	fs.DurationVar(&c.CloudRetryMax, "cloud-retry-max", 30*time.Second, "longest wait between reconnect attempts while the cloud is unreachable")
+	c.FillDefaults()
+	// The command line's defaults for fields whose zero means something else.
+	c.LocalQueue, c.RouteHysteresis = 64, 0.1
+	c.Fields().Register(fs)
 }
 
-// Validate reports the first bad field.
+// Validate reports the first bad field, by its Go name (Fields maps it to
+// the flag).
 func (c *Config) Validate() error {
 	if _, _, err := net.SplitHostPort(c.Listen); err != nil {
-		return &cli.FieldError{Field: "listen", Err: err}
+		return &cli.FieldError{Field: "Listen", Err: err}
 	}
 	if c.Cloud != "" {
 		if _, _, err := net.SplitHostPort(c.Cloud); err != nil {
-			return &cli.FieldError{Field: "cloud", Err: err}
+			return &cli.FieldError{Field: "Cloud", Err: err}
 		}
 		if c.DeviceID == "" {
-			return &cli.FieldError{Field: "device-id", Err: errors.New("required when --cloud is set")}
+			return &cli.FieldError{Field: "DeviceID", Err: errors.New("required when a cloud address is set")}
 		}
 		if c.PKIDir == "" {
-			return &cli.FieldError{Field: "pki-dir", Err: errors.New("required when --cloud is set (phaselessctl pki device)")}
+			return &cli.FieldError{Field: "PKIDir", Err: errors.New("required when a cloud address is set: the directory phaselessctl pki device wrote")}
 		}
 	}
 	if c.MQTT != "" && c.DeviceID == "" {
-		return &cli.FieldError{Field: "device-id", Err: errors.New("required when --mqtt is set")}
+		return &cli.FieldError{Field: "DeviceID", Err: errors.New("required when a fleet broker is set")}
 	}
 	if c.Model != "" && c.LocalURL != "" {
-		return &cli.FieldError{Field: "local-url", Err: errors.New("give either --model or --local-url, not both")}
+		return &cli.FieldError{Field: "LocalURL", Err: errors.New("give a model for the built-in engine or a local server URL, not both")}
 	}
 	if c.DataDir == "" {
-		return &cli.FieldError{Field: "data-dir", Err: errors.New("must not be empty")}
+		return &cli.FieldError{Field: "DataDir", Err: errors.New("must not be empty")}
 	}
 	if c.LocalConcurrency < 1 {
-		return &cli.FieldError{Field: "local-concurrency", Err: fmt.Errorf("%d must be at least 1", c.LocalConcurrency)}
+		return &cli.FieldError{Field: "LocalConcurrency", Err: fmt.Errorf("%d must be at least 1", c.LocalConcurrency)}
 	}
 	if c.LocalQueue < 0 {
-		return &cli.FieldError{Field: "local-queue", Err: fmt.Errorf("%d must not be negative", c.LocalQueue)}
+		return &cli.FieldError{Field: "LocalQueue", Err: fmt.Errorf("%d must not be negative", c.LocalQueue)}
 	}
 	if err := (route.Config{Threshold: c.RouteThreshold, Hysteresis: c.RouteHysteresis}).Validate(); err != nil {
-		field := "route-threshold"
+		field := "RouteThreshold"
 		if c.RouteThreshold > 0 && c.RouteThreshold < 1 {
-			field = "route-hysteresis"
+			field = "RouteHysteresis"
 		}
 		return &cli.FieldError{Field: field, Err: err}
 	}
 	if c.CloudRetryMax < 250*time.Millisecond {
-		return &cli.FieldError{Field: "cloud-retry-max", Err: fmt.Errorf("%v must be at least 250ms", c.CloudRetryMax)}
+		return &cli.FieldError{Field: "CloudRetryMax", Err: fmt.Errorf("%v must be at least 250ms", c.CloudRetryMax)}
 	}
 	if c.CloudFirstToken < 100*time.Millisecond {
-		return &cli.FieldError{Field: "cloud-first-token-timeout", Err: fmt.Errorf("%v must be at least 100ms", c.CloudFirstToken)}
+		return &cli.FieldError{Field: "CloudFirstToken", Err: fmt.Errorf("%v must be at least 100ms", c.CloudFirstToken)}
 	}
 	if c.MaxOutputTokens < 1 {
-		return &cli.FieldError{Field: "max-output-tokens", Err: fmt.Errorf("%d must be at least 1", c.MaxOutputTokens)}
+		return &cli.FieldError{Field: "MaxOutputTokens", Err: fmt.Errorf("%d must be at least 1", c.MaxOutputTokens)}
 	}
 	return nil
 }
@@ -142,9 +183,9 @@ type Agent struct {
 	cloud   *quic.Client // nil when offline-only
 	store   *telemetry.Store
 	sink    *telemetrySink
-	fleet   *agentfleet.Client // nil without --mqtt
+	fleet   *fleetclient.Client // nil without --mqtt
 	ota     *ota
-	pred    *predictor.Swappable // nil with the entropy rule
+	pred    *predictor.Swappable // the router model: a learned one or the entropy rule, swappable either way
 	handler http.Handler
 	srv     *http.Server
 	lns     []net.Listener
@@ -158,6 +199,7 @@ type Agent struct {
 // cloud in the background, and binds the listeners (so Addr is known before
 // Run). Close releases everything if Run is never called.
 func New(cfg Config, log *slog.Logger) (a *Agent, err error) {
+	cfg.FillDefaults()
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
@@ -173,7 +215,7 @@ func New(cfg Config, log *slog.Logger) (a *Agent, err error) {
 		}
 	}()
 	if err := os.MkdirAll(cfg.DataDir, 0o750); err != nil {
-		return nil, &cli.FieldError{Field: "data-dir", Err: err}
+		return nil, &cli.FieldError{Field: "DataDir", Err: err}
 	}
 	if a.store, err = telemetry.Open(filepath.Join(cfg.DataDir, "telemetry.db"), telemetry.Config{}); err != nil {
 		return nil, fmt.Errorf("telemetry store: %w", err)
@@ -192,13 +234,10 @@ func New(cfg Config, log *slog.Logger) (a *Agent, err error) {
 	}
 	pred, predName, err := loadPredictor(cfg.Predictor)
 	if err != nil {
-		return nil, &cli.FieldError{Field: "predictor", Err: err}
+		return nil, &cli.FieldError{Field: "Predictor", Err: err}
 	}
-	var rp route.Predictor // a nil *Swappable must stay a nil interface
-	if pred != nil {
-		a.pred, rp = pred, pred
-	}
-	router, err := route.NewRouter(route.Config{Threshold: cfg.RouteThreshold, Hysteresis: cfg.RouteHysteresis}, rp)
+	a.pred = pred
+	router, err := route.NewRouter(route.Config{Threshold: cfg.RouteThreshold, Hysteresis: cfg.RouteHysteresis}, pred)
 	if err != nil {
 		return nil, err
 	}
@@ -213,7 +252,7 @@ func New(cfg Config, log *slog.Logger) (a *Agent, err error) {
 	if cfg.Cloud != "" {
 		tc, err := pki.DeviceTLS(cfg.PKIDir, cfg.DeviceID)
 		if err != nil {
-			return nil, &cli.FieldError{Field: "pki-dir", Err: err}
+			return nil, &cli.FieldError{Field: "PKIDir", Err: err}
 		}
 		// Background: an agent must start, and serve locally, while the
 		// cloud is unreachable; the client keeps redialling.
@@ -221,7 +260,7 @@ func New(cfg Config, log *slog.Logger) (a *Agent, err error) {
 			TLS: tc, Background: true, Logger: log.With("component", "uplink"),
 			Backoff: quic.Backoff{Initial: min(250*time.Millisecond, cfg.CloudRetryMax), Max: cfg.CloudRetryMax},
 		}); err != nil {
-			return nil, &cli.FieldError{Field: "cloud", Err: err}
+			return nil, &cli.FieldError{Field: "Cloud", Err: err}
 		}
 		dcfg.Cloud = a.cloud
 		dcfg.Link = func() route.Link {
@@ -243,7 +282,7 @@ func New(cfg Config, log *slog.Logger) (a *Agent, err error) {
 	}
 	if cfg.MQTT != "" {
 		if a.fleet, err = a.newFleetClient(); err != nil {
-			return nil, &cli.FieldError{Field: "mqtt", Err: err}
+			return nil, &cli.FieldError{Field: "MQTT", Err: err}
 		}
 	}
 	a.registerGauges()
@@ -255,13 +294,13 @@ func New(cfg Config, log *slog.Logger) (a *Agent, err error) {
 
 	ln, err := net.Listen("tcp", cfg.Listen)
 	if err != nil {
-		return nil, &cli.FieldError{Field: "listen", Err: err}
+		return nil, &cli.FieldError{Field: "Listen", Err: err}
 	}
 	a.lns = append(a.lns, ln)
 	if cfg.Socket != "" {
 		uln, err := listenUnix(cfg.Socket)
 		if err != nil {
-			return nil, &cli.FieldError{Field: "socket", Err: err}
+			return nil, &cli.FieldError{Field: "Socket", Err: err}
 		}
 		a.lns = append(a.lns, uln)
 	}
@@ -270,11 +309,13 @@ func New(cfg Config, log *slog.Logger) (a *Agent, err error) {
 }
 
 // loadPredictor returns the router model named by --predictor: the shipped
-// one by default, a file, or nil for the entropy rule.
+// one by default, a file, or the entropy rule.
 func loadPredictor(spec string) (*predictor.Swappable, string, error) {
 	switch spec {
 	case "entropy":
-		return nil, "entropy rule (4.2 bits/byte)", nil
+		// The rule is a Predictor like any model, behind the same Swappable,
+		// so reload-predictor can replace it (and put it back).
+		return predictor.NewSwappable(predictor.EntropyRule{}), "entropy rule (4.2 bits/byte)", nil
 	case "":
 		m, err := predictor.Default()
 		if err != nil {
@@ -295,8 +336,8 @@ func loadPredictor(spec string) (*predictor.Swappable, string, error) {
 
 // newFleetClient builds the MQTT fleet client that drains the telemetry
 // store to the cloud and takes commands; it starts in Run.
-func (a *Agent) newFleetClient() (*agentfleet.Client, error) {
-	fc := agentfleet.Config{
+func (a *Agent) newFleetClient() (*fleetclient.Client, error) {
+	fc := fleetclient.Config{
 		BrokerURL: a.cfg.MQTT, DeviceID: a.cfg.DeviceID, Version: cli.Version, Board: a.cfg.Board,
 		Store: a.store, StatePath: filepath.Join(a.cfg.DataDir, "fleet.db"), Logger: a.log.With("component", "fleet"),
 		Slot: a.ota.slot,
@@ -308,7 +349,7 @@ func (a *Agent) newFleetClient() (*agentfleet.Client, error) {
 		}
 		fc.TLS = tc
 	}
-	c, err := agentfleet.New(fc)
+	c, err := fleetclient.New(fc)
 	if err != nil {
 		return nil, err
 	}
@@ -317,24 +358,32 @@ func (a *Agent) newFleetClient() (*agentfleet.Client, error) {
 	c.Handle("ota-rollback", a.ota.rollback)
 	// The router's model is swapped in place: requests in flight finish on
 	// the old one, a file that fails validation leaves the old one serving.
-	c.Handle("reload-predictor", func(_ context.Context, cmd fleet.Command) (string, error) {
-		if a.pred == nil {
-			return "", errors.New("the agent runs the entropy rule (--predictor entropy); restart it with a model to swap")
-		}
-		path := cmd.Args["path"]
-		if path == "" {
-			return "", errors.New(`argument "path" (an ONNX file on the device) is required`)
-		}
-		if err := a.pred.Swap(path); err != nil {
-			return "", err
-		}
-		return "predictor now " + path, nil
-	})
+	c.Handle("reload-predictor", a.reloadPredictor)
 	return c, nil
 }
 
 // listenUnix binds a Unix socket, replacing a stale one left by a crash but
 // never a file that is not a socket.
+// reloadPredictor is the fleet's "reload-predictor" command: swap the router
+// model for an ONNX file on the device, or for the entropy rule ("entropy"),
+// whichever the agent started with.
+func (a *Agent) reloadPredictor(_ context.Context, cmd fleetwire.Command) (string, error) {
+	path := cmd.Args["path"]
+	switch path {
+	case "":
+		return "", errors.New(`argument "path" (an ONNX file on the device, or "entropy" for the 4.2-bit rule) is required`)
+	case "entropy":
+		if err := a.pred.SwapTo(predictor.EntropyRule{}); err != nil {
+			return "", err
+		}
+	default:
+		if err := a.pred.Swap(path); err != nil {
+			return "", err
+		}
+	}
+	return "predictor now " + path, nil
+}
+
 func listenUnix(path string) (net.Listener, error) {
 	if st, err := os.Lstat(path); err == nil {
 		if st.Mode()&fs.ModeSocket == 0 {

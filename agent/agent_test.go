@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"flag"
 	"fmt"
 	"io"
 	"net"
@@ -18,7 +19,7 @@ import (
 
 	"github.com/phaseless/phaseless/models/lm"
 	"github.com/phaseless/phaseless/transport/cli"
-	"github.com/phaseless/phaseless/transport/fleet"
+	"github.com/phaseless/phaseless/transport/fleetwire"
 	"github.com/phaseless/phaseless/transport/llm"
 	"github.com/phaseless/phaseless/transport/pki"
 	"github.com/phaseless/phaseless/transport/quic"
@@ -96,7 +97,7 @@ func readJSON[T any](t *testing.T, r io.Reader) T {
 }
 
 // pendingRecords returns the request records in the agent's telemetry store.
-func pendingRecords(t *testing.T, a *Agent, want int) []fleet.RequestRecord {
+func pendingRecords(t *testing.T, a *Agent, want int) []fleetwire.RequestRecord {
 	t.Helper()
 	deadline := time.Now().Add(30 * time.Second) // hang guard: the sink writes asynchronously
 	for {
@@ -105,9 +106,9 @@ func pendingRecords(t *testing.T, a *Agent, want int) []fleet.RequestRecord {
 			t.Fatal(err)
 		}
 		if len(recs) >= want || time.Now().After(deadline) {
-			out := make([]fleet.RequestRecord, 0, len(recs))
+			out := make([]fleetwire.RequestRecord, 0, len(recs))
 			for _, r := range recs {
-				var rr fleet.RequestRecord
+				var rr fleetwire.RequestRecord
 				if err := json.Unmarshal(r.Data, &rr); err != nil {
 					t.Fatal(err)
 				}
@@ -475,13 +476,32 @@ func TestConfigValidate(t *testing.T) {
 	for _, tt := range tests {
 		c := base
 		tt.mod(&c)
-		err := c.Validate()
+		err := c.Fields().Rename(c.Validate()) // Validate names Go fields; the table, flags
 		if err == nil || !strings.Contains(err.Error(), `"`+tt.field+`"`) {
 			t.Errorf("%s: %v", tt.field, err)
 		}
 	}
 	if err := base.Validate(); err != nil {
 		t.Error(err)
+	}
+	// The zero Config works once its defaults are filled, and the defaults
+	// are the flags' defaults.
+	var zero Config
+	zero.FillDefaults()
+	if err := zero.Validate(); err != nil {
+		t.Errorf("zero Config: %v", err)
+	}
+	var flagged Config
+	fs := flag.NewFlagSet("agent", flag.ContinueOnError)
+	flagged.RegisterFlags(fs)
+	zero.LocalQueue, zero.RouteHysteresis = 64, 0.1 // the flag-only defaults
+	if flagged != zero || fs.Lookup("listen").DefValue != "127.0.0.1:7070" || fs.Lookup("cloud-retry-max").DefValue != "30s" {
+		t.Errorf("flag defaults %+v differ from FillDefaults %+v", flagged, zero)
+	}
+	for _, f := range zero.Fields() {
+		if fs.Lookup(f.Flag) == nil {
+			t.Errorf("field %s: no flag --%s", f.Go, f.Flag)
+		}
 	}
 }
 
@@ -497,7 +517,7 @@ func TestNewFailureReleasesAndNamesField(t *testing.T) {
 	cfg.Listen = busy.Addr().String()
 	a, err := New(cfg, nil)
 	var fe *cli.FieldError
-	if a != nil || !errors.As(err, &fe) || fe.Field != "listen" {
+	if a != nil || !errors.As(err, &fe) || fe.Field != "Listen" || cfg.Fields().Flag(fe.Field) != "listen" {
 		t.Fatalf("New on a busy port = %v, %v; want a FieldError for listen", a, err)
 	}
 	// The telemetry store was opened and must have been closed: it opens again.
@@ -507,4 +527,39 @@ func TestNewFailureReleasesAndNamesField(t *testing.T) {
 		t.Fatalf("reopen after a failed New: %v", err)
 	}
 	a.Close()
+}
+
+// TestReloadPredictorFromEntropyRule: the entropy rule is a predictor behind
+// the same Swappable as a learned model, so the fleet's reload-predictor
+// command swaps it for a model file and back, and the router's decisions say
+// which one decided.
+func TestReloadPredictorFromEntropyRule(t *testing.T) {
+	a, err := New(testConfig(t), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer a.Close()
+	source := func() string {
+		t.Helper()
+		return a.pred.Source()
+	}
+	if s := source(); s != "entropy-rule" {
+		t.Fatalf("started with %q", s)
+	}
+	reload := func(path string) error {
+		_, err := a.reloadPredictor(context.Background(), fleetwire.Command{ID: "c1", Name: "reload-predictor", Args: map[string]string{"path": path}})
+		return err
+	}
+	if err := reload("../models/predictor/predictor.onnx"); err != nil || source() != "predictor" {
+		t.Fatalf("swap to the shipped model: %v, now %q", err, source())
+	}
+	if err := reload(filepath.Join(t.TempDir(), "missing.onnx")); err == nil || source() != "predictor" {
+		t.Fatalf("a missing file was accepted or replaced the model: %v, now %q", err, source())
+	}
+	if err := reload("entropy"); err != nil || source() != "entropy-rule" {
+		t.Fatalf("swap back to the rule: %v, now %q", err, source())
+	}
+	if err := reload(""); err == nil {
+		t.Fatal("an empty path was accepted")
+	}
 }

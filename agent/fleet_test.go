@@ -6,7 +6,7 @@ import (
 	"time"
 
 	"github.com/phaseless/phaseless/cloud/fleet/broker"
-	"github.com/phaseless/phaseless/transport/fleet"
+	"github.com/phaseless/phaseless/transport/fleetwire"
 )
 
 // Every request's record leaves the device over MQTT: a real embedded
@@ -18,9 +18,9 @@ func TestTelemetryReachesBroker(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer b.Close()
-	got := make(chan fleet.TelemetryBatch, 16)
-	cancel, err := b.Subscribe(fleet.Topics{}.DeviceFilter(fleet.SuffixTelemetry), func(_ string, payload []byte) {
-		var tb fleet.TelemetryBatch
+	got := make(chan fleetwire.TelemetryBatch, 16)
+	cancel, err := b.Subscribe(fleetwire.Topics{}.DeviceFilter(fleetwire.SuffixTelemetry), func(_ string, payload []byte) {
+		var tb fleetwire.TelemetryBatch
 		if json.Unmarshal(payload, &tb) == nil {
 			got <- tb
 		}
@@ -46,7 +46,7 @@ func TestTelemetryReachesBroker(t *testing.T) {
 				t.Fatalf("batch from %q", tb.DeviceID)
 			}
 			for _, r := range tb.Records {
-				var rr fleet.RequestRecord
+				var rr fleetwire.RequestRecord
 				if r.Kind == "request" && json.Unmarshal(r.Data, &rr) == nil && rr.TraceID == trace {
 					if rr.Decision != "local" || rr.Outcome != "ok" || len(rr.Features) == 0 {
 						t.Errorf("record %+v", rr)

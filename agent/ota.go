@@ -12,7 +12,7 @@ import (
 
 	"github.com/phaseless/phaseless/firmware"
 	"github.com/phaseless/phaseless/transport/cli"
-	"github.com/phaseless/phaseless/transport/fleet"
+	"github.com/phaseless/phaseless/transport/fleetwire"
 )
 
 // ota applies signed updates sent as fleet commands: "update url=U
@@ -35,7 +35,7 @@ func openOTA(cfg Config, log *slog.Logger) (*ota, error) {
 	if cfg.OTAPub != "" {
 		key, err := firmware.ReadPublicKey(cfg.OTAPub)
 		if err != nil {
-			return nil, &cli.FieldError{Field: "ota-pub", Err: err}
+			return nil, &cli.FieldError{Field: "OTAPub", Err: err}
 		}
 		o.key = key
 	}
@@ -63,7 +63,7 @@ func (o *ota) slot() string {
 // maxBundleBytes bounds a download; the bundle's manifest bounds each file.
 const maxBundleBytes = 1 << 30
 
-func (o *ota) update(ctx context.Context, cmd fleet.Command) (string, error) {
+func (o *ota) update(ctx context.Context, cmd fleetwire.Command) (string, error) {
 	if o.key == nil {
 		return "", errors.New("no trusted OTA key on this device (--ota-pub): updates are refused")
 	}
@@ -98,7 +98,7 @@ func (o *ota) update(ctx context.Context, cmd fleet.Command) (string, error) {
 	return fmt.Sprintf("installed %s into slot %s on trial; restart into it, then send ota-commit", v.Manifest.Version, slot), nil
 }
 
-func (o *ota) commit(context.Context, fleet.Command) (string, error) {
+func (o *ota) commit(context.Context, fleetwire.Command) (string, error) {
 	if err := o.slots.Commit(); err != nil {
 		return "", err
 	}
@@ -106,7 +106,7 @@ func (o *ota) commit(context.Context, fleet.Command) (string, error) {
 	return fmt.Sprintf("slot %s (%s) is now the active slot", slot, version), nil
 }
 
-func (o *ota) rollback(context.Context, fleet.Command) (string, error) {
+func (o *ota) rollback(context.Context, fleetwire.Command) (string, error) {
 	if err := o.slots.Rollback(); err != nil {
 		return "", err
 	}

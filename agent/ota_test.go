@@ -15,7 +15,7 @@ import (
 	"testing"
 
 	"github.com/phaseless/phaseless/firmware"
-	"github.com/phaseless/phaseless/transport/fleet"
+	"github.com/phaseless/phaseless/transport/fleetwire"
 )
 
 // TestOTAUpdateCommand drives the fleet's update commands against real
@@ -58,8 +58,8 @@ func TestOTAUpdateCommand(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	run := func(name string, fn func(context.Context, fleet.Command) (string, error), args map[string]string) (string, error) {
-		return fn(context.Background(), fleet.Command{ID: name, Name: name, Args: args})
+	run := func(name string, fn func(context.Context, fleetwire.Command) (string, error), args map[string]string) (string, error) {
+		return fn(context.Background(), fleetwire.Command{ID: name, Name: name, Args: args})
 	}
 	if _, err := run("update", o.update, map[string]string{"url": srv.URL + "/missing"}); err == nil {
 		t.Fatal("a 404 installed something")

@@ -7,7 +7,7 @@ import (
 	"sync"
 
 	"github.com/phaseless/phaseless/agent/telemetry"
-	"github.com/phaseless/phaseless/transport/fleet"
+	"github.com/phaseless/phaseless/transport/fleetwire"
 	"github.com/phaseless/phaseless/transport/metrics"
 )
 
@@ -24,7 +24,7 @@ import (
 type telemetrySink struct {
 	store   *telemetry.Store
 	log     *slog.Logger
-	ch      chan fleet.RequestRecord
+	ch      chan fleetwire.RequestRecord
 	writers sync.WaitGroup
 	dropped *metrics.Counter
 	failed  *metrics.Counter
@@ -41,7 +41,7 @@ const sinkWriters = 32
 
 func newTelemetrySink(store *telemetry.Store, reg *metrics.Registry, log *slog.Logger, writers int) *telemetrySink {
 	s := &telemetrySink{
-		store: store, log: log, ch: make(chan fleet.RequestRecord, 1024),
+		store: store, log: log, ch: make(chan fleetwire.RequestRecord, 1024),
 		dropped: reg.Counter("phaseless_agent_telemetry_dropped_total", "request records dropped because the telemetry queue was full"),
 		failed:  reg.Counter("phaseless_agent_telemetry_errors_total", "request records the telemetry store refused"),
 	}
@@ -62,7 +62,7 @@ func (s *telemetrySink) run() {
 }
 
 // record queues rec; it never blocks.
-func (s *telemetrySink) record(_ context.Context, rec fleet.RequestRecord) error {
+func (s *telemetrySink) record(_ context.Context, rec fleetwire.RequestRecord) error {
 	s.mu.RLock()
 	defer s.mu.RUnlock()
 	if s.closed {

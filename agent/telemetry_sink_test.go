@@ -10,7 +10,7 @@ import (
 	"time"
 
 	"github.com/phaseless/phaseless/agent/telemetry"
-	"github.com/phaseless/phaseless/transport/fleet"
+	"github.com/phaseless/phaseless/transport/fleetwire"
 	"github.com/phaseless/phaseless/transport/metrics"
 )
 
@@ -29,7 +29,7 @@ func openSink(tb testing.TB, writers int) (*telemetrySink, *telemetry.Store) {
 func burst(s *telemetrySink, n int) int {
 	accepted := 0
 	for i := range n {
-		if s.record(context.Background(), fleet.RequestRecord{TraceID: fmt.Sprintf("trace-%d", i), Decision: "local", Path: "local", Outcome: "ok"}) == nil {
+		if s.record(context.Background(), fleetwire.RequestRecord{TraceID: fmt.Sprintf("trace-%d", i), Decision: "local", Path: "local", Outcome: "ok"}) == nil {
 			accepted++
 		}
 	}
@@ -47,7 +47,7 @@ func TestTelemetrySinkStoresWhatItAccepted(t *testing.T) {
 		if got := store.Stats().Records; got != accepted {
 			t.Errorf("%d writers: %d records stored, %d accepted", writers, got, accepted)
 		}
-		if err := s.record(context.Background(), fleet.RequestRecord{TraceID: "late"}); err != telemetry.ErrClosed {
+		if err := s.record(context.Background(), fleetwire.RequestRecord{TraceID: "late"}); err != telemetry.ErrClosed {
 			t.Errorf("record after close: %v, want ErrClosed", err)
 		}
 	}

@@ -2,7 +2,7 @@
 // phase-less scheduler, batching, worker pools and the fleet manager. Each of
 // those lives in its own sub-package; this package builds them from a Config
 // and runs them together. The request path itself (admit → decide → batch →
-// stream) is Coordinator, in coordinator.go.
+// stream) is package cloud/coordinator.
 package cloud
 
 import (
@@ -18,11 +18,13 @@ import (
 	"path/filepath"
 	"runtime"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
 	"github.com/phaseless/phaseless/cloud/admit"
 	"github.com/phaseless/phaseless/cloud/batch"
+	"github.com/phaseless/phaseless/cloud/coordinator"
 	"github.com/phaseless/phaseless/cloud/fleet"
 	"github.com/phaseless/phaseless/cloud/fleet/broker"
 	"github.com/phaseless/phaseless/cloud/ingress"
@@ -47,13 +49,13 @@ type Config struct {
 	PKIDir  string
 	Dev     bool
 	Model   string
-	Workers cli.StringList
-	Redis   string
+	Workers WorkerURLs // parsed when set (--worker), so nothing reads the text twice
+	Redis   cli.URL    // parsed when set
 	APIKeys string
 
-	MQTTTLS       string // embedded broker's TLS listener (device certificates)
-	MQTTPasswords string // Mosquitto password file for the embedded broker
-	MQTTURL       string // external broker instead of the embedded one
+	MQTTTLS       string  // embedded broker's TLS listener (device certificates)
+	MQTTPasswords string  // Mosquitto password file for the embedded broker
+	MQTTURL       cli.URL // external broker instead of the embedded one; parsed when set
 
 	BuiltinWorkers int           // built-in engines, one per pool role in turn
 	Budget         int64         // default burst budget in tokens
@@ -65,128 +67,200 @@ type Config struct {
 	SLAITL         time.Duration
 }
 
-// RegisterFlags binds c's fields to fs with their defaults.
-func (c *Config) RegisterFlags(fs *flag.FlagSet) {
-	fs.StringVar(&c.HTTP, "http", ":8080", "HTTP API address (OpenAI/Anthropic compatible, admin, metrics)")
-	fs.StringVar(&c.QUIC, "quic", ":4433", "QUIC listener for agents (UDP); empty disables it")
-	fs.StringVar(&c.MQTT, "mqtt", ":1883", "embedded MQTT broker address; empty disables it")
-	fs.StringVar(&c.DataDir, "data-dir", "phaseless-cloud-data", "directory for state (bbolt), and the dev PKI")
-	fs.StringVar(&c.PKIDir, "pki-dir", "", "directory with the CA and server certificate (phaselessctl pki init)")
-	fs.BoolVar(&c.Dev, "dev", false, "development mode: no API keys required; creates a PKI in the data dir when none is given; honours x-phaseless-policy")
-	fs.StringVar(&c.Model, "model", "", "GGUF model for the built-in engine (default: the shipped cloud model)")
-	fs.Var(&c.Workers, "worker", "OpenAI-compatible engine URL (repeatable); options in the fragment: URL#role=prefill-heavy&model=NAME&capacity=N")
-	fs.StringVar(&c.Redis, "redis", "", "Redis URL for shared admission state, e.g. redis://127.0.0.1:6379/0")
-	fs.StringVar(&c.APIKeys, "api-keys", "", "file of API keys, one per line (key [tenant] [budget])")
-	fs.StringVar(&c.MQTTTLS, "mqtt-tls", ":8883", "embedded broker's MQTT-over-TLS listener, using the PKI's server certificate; empty disables it")
-	fs.StringVar(&c.MQTTPasswords, "mqtt-passwords", "", "Mosquitto password file for the embedded broker (username = device id)")
-	fs.StringVar(&c.MQTTURL, "mqtt-url", "", "external MQTT v5 broker (mqtt://user:pass@host:1883) instead of the embedded one")
-	fs.IntVar(&c.BuiltinWorkers, "builtin-workers", 1, "built-in engine workers (roles assigned in turn: decode-heavy, prefill-heavy, stream); 0 with --worker runs remote engines only")
-	fs.Int64Var(&c.Budget, "budget", 200000, "default token budget per API key or device: burst size, refilled over --budget-period")
-	fs.DurationVar(&c.BudgetPeriod, "budget-period", time.Minute, "how long an empty budget takes to refill, for the default and every key's budget (1m, 1h, 24h…)")
-	fs.DurationVar(&c.BatchWindow, "batch-window", 150*time.Millisecond, "longest a request waits to be batched with similar-length prompts while its engine is full")
-	fs.IntVar(&c.BatchMax, "batch-max", 16, "most requests released into an engine together")
-	fs.IntVar(&c.MaxRunning, "max-running", 0, "requests running at once before the per-tenant fair queue holds them (0: twice the workers' capacity)")
-	fs.DurationVar(&c.SLATTFT, "sla-ttft", 2*time.Second, "SLA: time to first token")
-	fs.DurationVar(&c.SLAITL, "sla-itl", 200*time.Millisecond, "SLA: mean time between tokens")
+// FillDefaults sets every field whose zero value is not a working setting,
+// so a Config that says only how clients authenticate (Dev or APIKeys: that
+// choice has no safe default) runs a coordinator with one built-in engine on
+// :8080. A
+// field whose zero is a setting of its own keeps it: QUIC, MQTT and MQTTTLS
+// empty open no such listener, BatchWindow 0 holds no request, MaxRunning 0
+// is twice the workers' capacity; their command-line defaults are set in
+// RegisterFlags.
+func (c *Config) FillDefaults() {
+	if c.HTTP == "" {
+		c.HTTP = ":8080"
+	}
+	if c.DataDir == "" {
+		c.DataDir = "phaseless-cloud-data"
+	}
+	if c.BuiltinWorkers == 0 && len(c.Workers) == 0 {
+		c.BuiltinWorkers = 1
+	}
+	if c.Budget == 0 {
+		c.Budget = 200000
+	}
+	if c.BudgetPeriod == 0 {
+		c.BudgetPeriod = time.Minute
+	}
+	if c.BatchMax == 0 {
+		c.BatchMax = 16
+	}
+	if c.SLATTFT == 0 {
+		c.SLATTFT = 2 * time.Second
+	}
+	if c.SLAITL == 0 {
+		c.SLAITL = 200 * time.Millisecond
+	}
 }
 
-// Validate reports the first bad field.
+// Fields is phaseless-cloud's configuration table: each field's flag, which
+// is also its PHASELESS_* variable and YAML key (DESIGN.md §4).
+func (c *Config) Fields() cli.Fields {
+	return cli.Fields{
+		{Flag: "http", Go: "HTTP", Value: &c.HTTP, Usage: "HTTP API address (OpenAI/Anthropic compatible, admin, metrics)"},
+		{Flag: "quic", Go: "QUIC", Value: &c.QUIC, Usage: "QUIC listener for agents (UDP); empty disables it"},
+		{Flag: "mqtt", Go: "MQTT", Value: &c.MQTT, Usage: "embedded MQTT broker address; empty disables it"},
+		{Flag: "data-dir", Go: "DataDir", Value: &c.DataDir, Usage: "directory for state (bbolt), and the dev PKI"},
+		{Flag: "pki-dir", Go: "PKIDir", Value: &c.PKIDir, Usage: "directory with the CA and server certificate (phaselessctl pki init)"},
+		{Flag: "dev", Go: "Dev", Value: &c.Dev, Usage: "development mode: no API keys required; creates a PKI in the data dir when none is given; honours x-phaseless-policy"},
+		{Flag: "model", Go: "Model", Value: &c.Model, Usage: "GGUF model for the built-in engine (default: the shipped cloud model)"},
+		{Flag: "worker", Go: "Workers", Value: &c.Workers, Usage: "OpenAI-compatible engine URL (repeatable); options in the fragment: URL#role=prefill-heavy&model=NAME&capacity=N"},
+		{Flag: "redis", Go: "Redis", Value: &c.Redis, Usage: "Redis URL for shared admission state, e.g. redis://127.0.0.1:6379/0"},
+		{Flag: "api-keys", Go: "APIKeys", Value: &c.APIKeys, Usage: "file of API keys, one per line (key [tenant] [budget])"},
+		{Flag: "mqtt-tls", Go: "MQTTTLS", Value: &c.MQTTTLS, Usage: "embedded broker's MQTT-over-TLS listener, using the PKI's server certificate; empty disables it"},
+		{Flag: "mqtt-passwords", Go: "MQTTPasswords", Value: &c.MQTTPasswords, Usage: "Mosquitto password file for the embedded broker (username = device id)"},
+		{Flag: "mqtt-url", Go: "MQTTURL", Value: &c.MQTTURL, Usage: "external MQTT v5 broker (mqtt://user:pass@host:1883) instead of the embedded one"},
+		{Flag: "builtin-workers", Go: "BuiltinWorkers", Value: &c.BuiltinWorkers, Usage: "built-in engine workers (roles assigned in turn: decode-heavy, prefill-heavy, stream); 0 with --worker runs remote engines only"},
+		{Flag: "budget", Go: "Budget", Value: &c.Budget, Usage: "default token budget per API key or device: burst size, refilled over --budget-period"},
+		{Flag: "budget-period", Go: "BudgetPeriod", Value: &c.BudgetPeriod, Usage: "how long an empty budget takes to refill, for the default and every key's budget (1m, 1h, 24h…)"},
+		{Flag: "batch-window", Go: "BatchWindow", Value: &c.BatchWindow, Usage: "longest a request waits to be batched with similar-length prompts while its engine is full"},
+		{Flag: "batch-max", Go: "BatchMax", Value: &c.BatchMax, Usage: "most requests released into an engine together"},
+		{Flag: "max-running", Go: "MaxRunning", Value: &c.MaxRunning, Usage: "requests running at once before the per-tenant fair queue holds them (0: twice the workers' capacity)"},
+		{Flag: "sla-ttft", Go: "SLATTFT", Value: &c.SLATTFT, Usage: "SLA: time to first token"},
+		{Flag: "sla-itl", Go: "SLAITL", Value: &c.SLAITL, Usage: "SLA: mean time between tokens"},
+	}
+}
+
+// RegisterFlags fills c's defaults and binds its fields to fs.
+func (c *Config) RegisterFlags(fs *flag.FlagSet) {
+	c.FillDefaults()
+	// The command line's defaults for fields whose zero means "off".
+	c.QUIC, c.MQTT, c.MQTTTLS, c.BatchWindow = ":4433", ":1883", ":8883", 150*time.Millisecond
+	c.Fields().Register(fs)
+}
+
+// Validate reports the first bad field, by its Go name (Fields maps it to
+// the flag).
 func (c *Config) Validate() error {
-	for _, f := range []struct{ name, addr string }{{"http", c.HTTP}, {"quic", c.QUIC}, {"mqtt", c.MQTT}, {"mqtt-tls", c.MQTTTLS}} {
-		if f.addr == "" && f.name != "http" {
+	for _, f := range []struct{ name, addr string }{{"HTTP", c.HTTP}, {"QUIC", c.QUIC}, {"MQTT", c.MQTT}, {"MQTTTLS", c.MQTTTLS}} {
+		if f.addr == "" && f.name != "HTTP" {
 			continue
 		}
 		if _, _, err := net.SplitHostPort(f.addr); err != nil {
 			return &cli.FieldError{Field: f.name, Err: err}
 		}
 	}
-	for _, w := range c.Workers {
-		if _, err := parseWorkerURL(w); err != nil {
-			return &cli.FieldError{Field: "worker", Err: err}
-		}
-	}
-	if c.MQTTURL != "" {
-		if u, err := url.Parse(c.MQTTURL); err != nil || u.Host == "" {
-			return &cli.FieldError{Field: "mqtt-url", Err: fmt.Errorf("%q is not a broker URL like mqtt://host:1883", c.MQTTURL)}
-		}
+	if c.MQTTURL.IsSet() {
 		if c.MQTT != "" {
-			return &cli.FieldError{Field: "mqtt", Err: errors.New("set --mqtt \"\" when --mqtt-url names an external broker")}
+			return &cli.FieldError{Field: "MQTT", Err: errors.New("an embedded broker and an external broker URL are both set: leave the embedded broker's address empty")}
 		}
 	}
-	if c.Redis != "" {
-		if u, err := url.Parse(c.Redis); err != nil || (u.Scheme != "redis" && u.Scheme != "rediss") {
-			return &cli.FieldError{Field: "redis", Err: fmt.Errorf("%q is not a redis:// URL", c.Redis)}
-		}
+	if c.Redis.IsSet() && c.Redis.Scheme != "redis" && c.Redis.Scheme != "rediss" {
+		return &cli.FieldError{Field: "Redis", Err: fmt.Errorf("%q is not a redis:// URL", c.Redis.String())}
 	}
 	if !c.Dev && c.APIKeys == "" {
-		return &cli.FieldError{Field: "api-keys", Err: errors.New("required unless --dev")}
+		return &cli.FieldError{Field: "APIKeys", Err: errors.New("required outside development mode")}
 	}
 	if c.DataDir == "" {
-		return &cli.FieldError{Field: "data-dir", Err: errors.New("must not be empty")}
+		return &cli.FieldError{Field: "DataDir", Err: errors.New("must not be empty")}
 	}
 	switch {
 	case c.BuiltinWorkers < 0 || c.BuiltinWorkers > 64:
-		return &cli.FieldError{Field: "builtin-workers", Err: fmt.Errorf("%d is not in 0..64", c.BuiltinWorkers)}
+		return &cli.FieldError{Field: "BuiltinWorkers", Err: fmt.Errorf("%d is not in 0..64", c.BuiltinWorkers)}
 	case c.BuiltinWorkers == 0 && len(c.Workers) == 0:
-		return &cli.FieldError{Field: "builtin-workers", Err: errors.New("0 needs at least one --worker")}
+		return &cli.FieldError{Field: "BuiltinWorkers", Err: errors.New("0 needs at least one remote worker URL")}
 	case c.Budget <= 0:
-		return &cli.FieldError{Field: "budget", Err: fmt.Errorf("%d must be positive", c.Budget)}
+		return &cli.FieldError{Field: "Budget", Err: fmt.Errorf("%d must be positive", c.Budget)}
 	case c.BudgetPeriod != 0 && c.BudgetPeriod < time.Second:
-		return &cli.FieldError{Field: "budget-period", Err: fmt.Errorf("%v must be at least 1s", c.BudgetPeriod)}
+		return &cli.FieldError{Field: "BudgetPeriod", Err: fmt.Errorf("%v must be at least 1s", c.BudgetPeriod)}
 	case c.BatchWindow < 0:
-		return &cli.FieldError{Field: "batch-window", Err: fmt.Errorf("%v must not be negative", c.BatchWindow)}
+		return &cli.FieldError{Field: "BatchWindow", Err: fmt.Errorf("%v must not be negative", c.BatchWindow)}
 	case c.BatchMax < 1:
-		return &cli.FieldError{Field: "batch-max", Err: fmt.Errorf("%d must be at least 1", c.BatchMax)}
+		return &cli.FieldError{Field: "BatchMax", Err: fmt.Errorf("%d must be at least 1", c.BatchMax)}
 	case c.MaxRunning < 0:
-		return &cli.FieldError{Field: "max-running", Err: fmt.Errorf("%d must not be negative", c.MaxRunning)}
+		return &cli.FieldError{Field: "MaxRunning", Err: fmt.Errorf("%d must not be negative", c.MaxRunning)}
 	case c.SLATTFT <= 0:
-		return &cli.FieldError{Field: "sla-ttft", Err: errors.New("must be positive")}
+		return &cli.FieldError{Field: "SLATTFT", Err: errors.New("must be positive")}
 	case c.SLAITL <= 0:
-		return &cli.FieldError{Field: "sla-itl", Err: errors.New("must be positive")}
+		return &cli.FieldError{Field: "SLAITL", Err: errors.New("must be positive")}
 	}
 	return nil
 }
 
-// workerURL is a --worker value: the server's URL and the options in its fragment.
-type workerURL struct {
-	base     string
+// WorkerURL is one --worker value: an OpenAI-compatible server's URL and the
+// options in its fragment (URL#role=prefill-heavy&model=NAME&capacity=N).
+type WorkerURL struct {
+	raw      string
+	base     string // the URL without its fragment
+	host     string // its host, which names the worker
 	role     sched.Role
 	hasRole  bool
 	model    string
 	capacity int
 }
 
-func parseWorkerURL(s string) (workerURL, error) {
+// WorkerURLs is the repeatable --worker flag: each value is parsed once, when
+// it is set; a comma-separated value (as the environment gives it) adds
+// several.
+type WorkerURLs []WorkerURL
+
+func (l *WorkerURLs) String() string {
+	raw := make([]string, len(*l))
+	for i, w := range *l {
+		raw[i] = w.raw
+	}
+	return strings.Join(raw, ",")
+}
+
+// Set parses and adds one or more comma-separated worker URLs.
+func (l *WorkerURLs) Set(v string) error {
+	for _, s := range strings.Split(v, ",") {
+		if s = strings.TrimSpace(s); s == "" {
+			continue
+		}
+		w, err := parseWorkerURL(s)
+		if err != nil {
+			return err
+		}
+		*l = append(*l, w)
+	}
+	return nil
+}
+
+func parseWorkerURL(s string) (WorkerURL, error) {
 	u, err := url.Parse(s)
 	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
-		return workerURL{}, fmt.Errorf("%q is not an http(s) URL", s)
+		return WorkerURL{}, fmt.Errorf("%q is not an http(s) URL", s)
 	}
-	w := workerURL{}
+	w := WorkerURL{raw: s}
 	opts, err := url.ParseQuery(u.Fragment)
 	if err != nil {
-		return workerURL{}, fmt.Errorf("%q: options after # must be key=value&...: %v", s, err)
+		return WorkerURL{}, fmt.Errorf("%q: options after # must be key=value&...: %v", s, err)
 	}
 	for k, v := range opts {
 		switch k {
 		case "role":
 			if w.role, err = sched.ParseRole(v[0]); err != nil {
-				return workerURL{}, fmt.Errorf("%q: %v", s, err)
+				return WorkerURL{}, fmt.Errorf("%q: %v", s, err)
 			}
 			w.hasRole = true
 		case "model":
 			w.model = v[0]
 		case "capacity":
 			if w.capacity, err = strconv.Atoi(v[0]); err != nil || w.capacity < 1 {
-				return workerURL{}, fmt.Errorf("%q: capacity %q must be a positive integer", s, v[0])
+				return WorkerURL{}, fmt.Errorf("%q: capacity %q must be a positive integer", s, v[0])
 			}
 		default:
-			return workerURL{}, fmt.Errorf("%q: unknown option %q (role, model, capacity)", s, k)
+			return WorkerURL{}, fmt.Errorf("%q: unknown option %q (role, model, capacity)", s, k)
 		}
 	}
 	u.Fragment = ""
-	w.base = u.String()
+	w.base, w.host = u.String(), u.Host
 	return w, nil
 }
+
+// kvBlockSize is the built-in engines' KV block size and the size the
+// coordinator hashes prompts at, one value so prefix matching cannot drift.
+const kvBlockSize = lm.DefaultBlockSize
 
 // roleCycle assigns roles to workers that name none, so N workers cover the
 // pools in turn; a lone worker is decode-heavy, the general-purpose pool. The
@@ -201,7 +275,7 @@ type Cloud struct {
 
 	mu      sync.Mutex // guards the fields below, set by Start
 	started bool
-	coord   *Coordinator
+	coord   *coordinator.Coordinator
 	workers *worker.Set
 	admit   *admit.Admitter
 	http    *ingress.HTTPServer
@@ -213,6 +287,7 @@ type Cloud struct {
 
 // New builds a coordinator from a validated config.
 func New(cfg Config, log *slog.Logger) (*Cloud, error) {
+	cfg.FillDefaults()
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
@@ -260,9 +335,9 @@ func (c *Cloud) Start(ctx context.Context) (err error) {
 	worker.RegisterEngineMetrics(c.metrics, builtins)
 
 	var store admit.Store = admit.NewMemoryStore()
-	if c.cfg.Redis != "" {
-		if store, err = admit.NewRedisStore(ctx, c.cfg.Redis, ""); err != nil {
-			return &cli.FieldError{Field: "redis", Err: err}
+	if c.cfg.Redis.IsSet() {
+		if store, err = admit.NewRedisStore(ctx, c.cfg.Redis.String(), ""); err != nil {
+			return &cli.FieldError{Field: "Redis", Err: err}
 		}
 	}
 	storeErrors := c.metrics.Counter("phaseless_admit_store_errors_total", "admission store failures (requests were let through)")
@@ -281,7 +356,7 @@ func (c *Cloud) Start(ctx context.Context) (err error) {
 	var keys *ingress.Keys
 	if c.cfg.APIKeys != "" {
 		if keys, err = ingress.LoadKeys(c.cfg.APIKeys); err != nil {
-			return &cli.FieldError{Field: "api-keys", Err: err}
+			return &cli.FieldError{Field: "APIKeys", Err: err}
 		}
 	}
 	slots := c.cfg.MaxRunning
@@ -290,8 +365,8 @@ func (c *Cloud) Start(ctx context.Context) (err error) {
 			slots += 2 * max(w.LastLoad().Capacity, 16)
 		}
 	}
-	c.coord, err = NewCoordinator(CoordinatorConfig{
-		Workers: c.workers, Admitter: c.admit, Tokenizer: tok,
+	c.coord, err = coordinator.New(coordinator.Config{
+		Workers: c.workers, Admitter: c.admit, Tokenizer: tok, BlockSize: kvBlockSize,
 		Fair:                admit.FairConfig{Slots: slots},
 		Budget:              budgetOf(keys, c.cfg.BudgetPeriod),
 		AllowPolicyOverride: c.cfg.Dev,
@@ -307,7 +382,7 @@ func (c *Cloud) Start(ctx context.Context) (err error) {
 	}
 	if c.cfg.QUIC != "" || (c.cfg.MQTT != "" && c.cfg.MQTTTLS != "") || c.cfg.PKIDir != "" {
 		if c.pkiDir, err = ingress.ResolvePKI(c.cfg.PKIDir, c.cfg.Dev, c.cfg.DataDir); err != nil {
-			return &cli.FieldError{Field: "pki-dir", Err: err}
+			return &cli.FieldError{Field: "PKIDir", Err: err}
 		}
 	}
 	if err := c.startFleet(); err != nil {
@@ -335,7 +410,7 @@ func (c *Cloud) Start(ctx context.Context) (err error) {
 		if c.quic, err = ingress.NewQUIC(ingress.QUICConfig{
 			Addr: c.cfg.QUIC, PKIDir: c.pkiDir, Handler: c.coord, Logger: c.log,
 		}); err != nil {
-			return &cli.FieldError{Field: "quic", Err: err}
+			return &cli.FieldError{Field: "QUIC", Err: err}
 		}
 	}
 	return nil
@@ -346,9 +421,9 @@ func (c *Cloud) Start(ctx context.Context) (err error) {
 func (c *Cloud) startFleet() error {
 	fc := fleet.Config{DataDir: filepath.Join(c.cfg.DataDir, "fleet"), Metrics: c.metrics, Logger: c.log}
 	switch {
-	case c.cfg.MQTTURL != "":
-		u, _ := url.Parse(c.cfg.MQTTURL) // validated
-		ext := &fleet.External{URL: c.cfg.MQTTURL}
+	case c.cfg.MQTTURL.IsSet():
+		u := *c.cfg.MQTTURL.URL
+		ext := &fleet.External{URL: u.String()}
 		if u.User != nil {
 			ext.Username = u.User.Username()
 			ext.Password, _ = u.User.Password()
@@ -364,16 +439,16 @@ func (c *Cloud) startFleet() error {
 		if c.cfg.MQTTTLS != "" && c.pkiDir != "" {
 			tc, err := pki.ServerTLS(c.pkiDir)
 			if err != nil {
-				return &cli.FieldError{Field: "pki-dir", Err: err}
+				return &cli.FieldError{Field: "PKIDir", Err: err}
 			}
 			bc.TLS, bc.TLSAddr = tc, c.cfg.MQTTTLS
 		}
 		if err := os.MkdirAll(c.cfg.DataDir, 0o700); err != nil {
-			return &cli.FieldError{Field: "data-dir", Err: err}
+			return &cli.FieldError{Field: "DataDir", Err: err}
 		}
 		b, err := broker.Start(bc)
 		if err != nil {
-			return &cli.FieldError{Field: "mqtt", Err: err}
+			return &cli.FieldError{Field: "MQTT", Err: err}
 		}
 		c.broker = b
 		fc.Broker = b
@@ -442,7 +517,7 @@ func (c *Cloud) buildWorkers() ([]*worker.Worker, []*worker.Builtin, lm.Tokenize
 		tok = model.Tokenizer()
 		threads := max(1, runtime.GOMAXPROCS(0)/c.cfg.BuiltinWorkers)
 		for i := 0; i < c.cfg.BuiltinWorkers; i++ {
-			eng, err := lm.NewEngine(model, lm.EngineConfig{Threads: threads})
+			eng, err := lm.NewEngine(model, lm.EngineConfig{Threads: threads, BlockSize: kvBlockSize})
 			if err != nil {
 				return fail(fmt.Errorf("built-in engine: %w", err))
 			}
@@ -458,8 +533,7 @@ func (c *Cloud) buildWorkers() ([]*worker.Worker, []*worker.Builtin, lm.Tokenize
 			workers, builtins = append(workers, w), append(builtins, b)
 		}
 	}
-	for i, raw := range c.cfg.Workers {
-		wu, _ := parseWorkerURL(raw) // validated
+	for i, wu := range c.cfg.Workers {
 		r, err := worker.NewRemote(worker.RemoteConfig{URL: wu.base, Model: wu.model})
 		if err != nil {
 			return fail(err)
@@ -468,8 +542,7 @@ func (c *Cloud) buildWorkers() ([]*worker.Worker, []*worker.Builtin, lm.Tokenize
 		if wu.hasRole {
 			role = wu.role
 		}
-		u, _ := url.Parse(wu.base)
-		w, err := worker.New(worker.Config{Name: fmt.Sprintf("remote-%d-%s", i, u.Host), Role: role, Capacity: wu.capacity}, r)
+		w, err := worker.New(worker.Config{Name: fmt.Sprintf("remote-%d-%s", i, wu.host), Role: role, Capacity: wu.capacity}, r)
 		if err != nil {
 			r.Close()
 			return fail(err)
@@ -492,7 +565,7 @@ func (c *Cloud) loadModel() (*lm.Model, error) {
 	if c.cfg.Model != "" {
 		m, err := lm.Load(c.cfg.Model)
 		if err != nil {
-			return nil, &cli.FieldError{Field: "model", Err: err}
+			return nil, &cli.FieldError{Field: "Model", Err: err}
 		}
 		return m, nil
 	}
@@ -527,7 +600,7 @@ func (c *Cloud) PKIDir() string {
 }
 
 // Coordinator returns the request path (after Start).
-func (c *Cloud) Coordinator() *Coordinator {
+func (c *Cloud) Coordinator() *coordinator.Coordinator {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	return c.coord

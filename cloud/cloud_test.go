@@ -4,11 +4,14 @@ import (
 	"bufio"
 	"context"
 	"encoding/json"
+	"flag"
 	"fmt"
+	"github.com/phaseless/phaseless/transport/cli"
 	"io"
 	"net/http"
 	"os"
 	"path/filepath"
+	"reflect"
 	"strconv"
 	"strings"
 	"testing"
@@ -18,6 +21,7 @@ import (
 	"github.com/phaseless/phaseless/transport/llm"
 	"github.com/phaseless/phaseless/transport/pki"
 	"github.com/phaseless/phaseless/transport/quic"
+	"github.com/phaseless/phaseless/transport/schedhint"
 	"go.uber.org/goleak"
 )
 
@@ -137,7 +141,7 @@ func TestCloudHTTP(t *testing.T) {
 	if !strings.HasPrefix(r.header.Get("x-phaseless-route"), "cloud/") {
 		t.Fatalf("route %q", r.header.Get("x-phaseless-route"))
 	}
-	h, err := sched.ParseHint(r.header.Get("x-scheduler-hint"))
+	h, err := schedhint.Parse(r.header.Get("x-scheduler-hint"))
 	if err != nil || h.Policy != sched.PolicyRules || h.InputTokens < 20 {
 		t.Fatalf("hint %q → %+v, %v", r.header.Get("x-scheduler-hint"), h, err)
 	}
@@ -145,7 +149,7 @@ func TestCloudHTTP(t *testing.T) {
 		t.Fatal("no x-burst-budget-remaining")
 	}
 	rr := chat(t, addr, "", sched.NameRoundRobin, "hello again", 4)
-	if h, _ := sched.ParseHint(rr.header.Get("x-scheduler-hint")); h.Policy != sched.PolicyRoundRobin {
+	if h, _ := schedhint.Parse(rr.header.Get("x-scheduler-hint")); h.Policy != sched.PolicyRoundRobin {
 		t.Fatalf("policy override ignored: %+v", h)
 	}
 	if bad := chat(t, addr, "", "fastest", "x", 4); bad.status != 400 {
@@ -213,7 +217,9 @@ func TestCloudRemoteWorker(t *testing.T) {
 	upstream := startCloud(t, func(cfg *Config) { cfg.BuiltinWorkers = 1 })
 	front := startCloud(t, func(cfg *Config) {
 		cfg.BuiltinWorkers = 0
-		cfg.Workers = []string{"http://" + upstream.HTTPAddr() + "#role=decode-heavy"}
+		if err := cfg.Workers.Set("http://" + upstream.HTTPAddr() + "#role=decode-heavy"); err != nil {
+			t.Fatal(err)
+		}
 	})
 	r := chat(t, front.HTTPAddr(), "", "", "tell me something", 8)
 	if r.status != 200 || r.text == "" {
@@ -248,21 +254,28 @@ func TestCloudQUIC(t *testing.T) {
 	}
 	defer cl.Close()
 	var sb strings.Builder
-	cctx, meta := llm.WithMeta(ctx)
-	fin, err := cl.Generate(cctx, &llm.Request{ID: "q1", Model: "auto", MaxTokens: 8, Messages: []llm.Message{{Role: "user", Content: "status of the car"}}},
-		func(tk llm.Token) error { sb.WriteString(tk.Text); return nil })
+	var begin *llm.Meta
+	fin, err := cl.Generate(ctx, &llm.Request{ID: "q1", Model: "auto", MaxTokens: 8, Messages: []llm.Message{{Role: "user", Content: "status of the car"}}},
+		func(tk llm.Token) error {
+			if tk.Meta != nil {
+				begin = tk.Meta
+			} else if begin == nil {
+				t.Errorf("token %q before the begin event", tk.Text)
+			}
+			sb.WriteString(tk.Text)
+			return nil
+		})
 	if err != nil {
 		t.Fatal(err)
 	}
 	if fin.CompletionTokens == 0 || sb.Len() == 0 {
 		t.Fatalf("final %+v text %q", fin, sb.String())
 	}
-	hint := fin.SchedulerHint
-	if hint == "" {
-		hint = meta.Snapshot().SchedulerHint
+	if begin == nil || begin.Route != llm.RouteCloud || begin.Pool == "" || begin.Worker == "" {
+		t.Fatalf("begin event over QUIC: %+v", begin)
 	}
-	if _, err := sched.ParseHint(hint); err != nil {
-		t.Fatalf("hint over QUIC: %q %v", hint, err)
+	if h, err := schedhint.Parse(begin.SchedulerHint); err != nil || h.Pool.String() != begin.Pool {
+		t.Fatalf("hint over QUIC: %q %+v %v", begin.SchedulerHint, h, err)
 	}
 }
 
@@ -271,30 +284,52 @@ func TestConfigValidate(t *testing.T) {
 		return Config{HTTP: ":8080", QUIC: ":4433", MQTT: "", DataDir: "d", Dev: true, BuiltinWorkers: 1, Budget: 1, BatchMax: 16, SLATTFT: time.Second, SLAITL: time.Second}
 	}
 	cases := map[string]func(*Config){
-		"worker":          func(c *Config) { c.Workers = []string{"ftp://x"} },
-		"worker role":     func(c *Config) { c.Workers = []string{"http://x:1#role=gpu"} },
-		"worker option":   func(c *Config) { c.Workers = []string{"http://x:1#colour=red"} },
 		"builtin-workers": func(c *Config) { c.BuiltinWorkers = 0 },
 		"budget":          func(c *Config) { c.Budget = 0 },
 		"budget-period":   func(c *Config) { c.BudgetPeriod = time.Millisecond },
 		"batch-max":       func(c *Config) { c.BatchMax = 0 },
 		"api-keys":        func(c *Config) { c.Dev = false },
-		"redis":           func(c *Config) { c.Redis = "http://x" },
+		"redis":           func(c *Config) { c.Redis.Set("http://x") },
 	}
 	for field, mutate := range cases {
 		c := base()
 		mutate(&c)
-		err := c.Validate()
+		err := c.Fields().Rename(c.Validate()) // Validate names Go fields; the table, flags
 		if err == nil || !strings.Contains(err.Error(), `"`+strings.Fields(field)[0]+`"`) {
 			t.Errorf("%s: %v", field, err)
 		}
 	}
+	// A Config that says only how clients authenticate works once its
+	// defaults are filled, and those are the flags' defaults.
+	zero := Config{Dev: true}
+	zero.FillDefaults()
+	if err := zero.Validate(); err != nil {
+		t.Errorf("zero Config (Dev): %v", err)
+	}
+	flagged := Config{Dev: true}
+	fs := flag.NewFlagSet("cloud", flag.ContinueOnError)
+	flagged.RegisterFlags(fs)
+	zero.QUIC, zero.MQTT, zero.MQTTTLS, zero.BatchWindow = ":4433", ":1883", ":8883", 150*time.Millisecond // flag-only defaults
+	if !reflect.DeepEqual(flagged, zero) || fs.Lookup("http").DefValue != ":8080" || fs.Lookup("budget").DefValue != "200000" {
+		t.Errorf("flag defaults %+v differ from FillDefaults %+v", flagged, zero)
+	}
+	// --worker values are parsed once, when set: a bad one fails there.
+	for _, bad := range []string{"ftp://x", "http://x:1#role=gpu", "http://x:1#colour=red", "http://x:1#capacity=0"} {
+		var c Config
+		fs := flag.NewFlagSet("cloud", flag.ContinueOnError)
+		c.RegisterFlags(fs)
+		if err := cli.Parse(fs, []string{"--worker", bad}, func(string) string { return "" }); err == nil || !strings.Contains(err.Error(), "worker") {
+			t.Errorf("--worker %s: %v", bad, err)
+		}
+	}
 	c := base()
-	c.Workers = []string{"http://gpu:8000#role=prefill-heavy&model=llama&capacity=64"}
+	if err := c.Workers.Set("http://gpu:8000#role=prefill-heavy&model=llama&capacity=64"); err != nil {
+		t.Fatal(err)
+	}
 	if err := c.Validate(); err != nil {
 		t.Fatal(err)
 	}
-	wu, _ := parseWorkerURL(c.Workers[0])
+	wu := c.Workers[0]
 	if wu.base != "http://gpu:8000" || wu.role != sched.RolePrefill || wu.model != "llama" || wu.capacity != 64 {
 		t.Fatalf("parsed %+v", wu)
 	}

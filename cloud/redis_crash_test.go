@@ -36,7 +36,10 @@ func TestReplicaKilledBudgetHolds(t *testing.T) {
 	replica := func(t *testing.T, arg string) *Cloud {
 		url, keys, _ := strings.Cut(arg, " ")
 		return startCloud(t, func(cfg *Config) {
-			cfg.Dev, cfg.APIKeys, cfg.Redis, cfg.BuiltinWorkers = false, keys, url, 1
+			cfg.Dev, cfg.APIKeys, cfg.BuiltinWorkers = false, keys, 1
+			if err := cfg.Redis.Set(url); err != nil {
+				t.Fatal(err)
+			}
 			cfg.Budget, cfg.BudgetPeriod = crashBudget, 24*time.Hour // refills ~1 token/s
 		})
 	}

@@ -18,7 +18,10 @@ func TestCloudReplicasShareBudget(t *testing.T) {
 	os.WriteFile(keys, []byte("sk-shared-key-1 shared 1000\nsk-solo-key-01 solo 1000\n"), 0o600)
 	replica := func() *Cloud {
 		return startCloud(t, func(cfg *Config) {
-			cfg.Dev, cfg.APIKeys, cfg.Redis, cfg.BuiltinWorkers = false, keys, url, 1
+			cfg.Dev, cfg.APIKeys, cfg.BuiltinWorkers = false, keys, 1
+			if err := cfg.Redis.Set(url); err != nil {
+				t.Fatal(err)
+			}
 			// A budget that refills over a day regains about one token in
 			// this test's lifetime, however slow the machine: what A spent
 			// stays visible. (Refilled per minute, a run slowed to seconds by

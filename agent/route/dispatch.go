@@ -5,12 +5,11 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"strings"
 	"sync/atomic"
 	"time"
 
 	"github.com/phaseless/phaseless/models/textfeat"
-	"github.com/phaseless/phaseless/transport/fleet"
+	"github.com/phaseless/phaseless/transport/fleetwire"
 	"github.com/phaseless/phaseless/transport/llm"
 	"github.com/phaseless/phaseless/transport/metrics"
 )
@@ -18,7 +17,7 @@ import (
 // Recorder stores one telemetry record per request (agent/telemetry's Store
 // via AppendRequest). It must not block for long: the Dispatcher calls it
 // after the response has ended.
-type Recorder func(ctx context.Context, rec fleet.RequestRecord) error
+type Recorder func(ctx context.Context, rec fleetwire.RequestRecord) error
 
 // DispatcherConfig wires a Dispatcher to its engines and signals.
 type DispatcherConfig struct {
@@ -98,6 +97,9 @@ type timedEmit struct {
 }
 
 func (t *timedEmit) forward(tok llm.Token) error {
+	if tok.Meta != nil { // a begin event (the cloud's): not a token
+		return t.emit(tok)
+	}
 	now := time.Now()
 	if t.tokens == 0 {
 		t.first = now
@@ -109,83 +111,84 @@ func (t *timedEmit) forward(tok llm.Token) error {
 	return t.emit(tok)
 }
 
-// Generate implements llm.Generator.
+// Generate implements llm.Generator. Its stream starts with a begin event
+// saying where the request ran and why it moved, merged with the cloud's
+// own begin event (pool, worker, hint, budget) when it ran there.
 func (d *Dispatcher) Generate(ctx context.Context, req *llm.Request, emit llm.Emit) (llm.Final, error) {
 	start := time.Now()
 	dec := d.cfg.Router.Decide(req, d.link(), d.load())
 	d.m.decisions.With(dec.Path).Inc()
-	meta := llm.MetaFrom(ctx)
-	te := &timedEmit{emit: emit, start: start, itl: d.m.itl}
+	st := llm.NewStream(emit)
+	te := &timedEmit{emit: st.Emit, start: start, itl: d.m.itl}
 
-	path, fallback := dec.Path, ""
+	path := dec.Path
+	var fb llm.Fallback
 	var fin llm.Final
 	var err error
 	if path == PathCloud && d.cfg.Cloud == nil {
 		// Forced to the cloud on a device that has none configured.
-		path, fallback = PathLocal, "no cloud configured"
+		path, fb = PathLocal, llm.Fallback{Cause: llm.FallbackNoCloud, From: PathCloud, Detail: "no cloud configured"}
 	}
 	if path == PathCloud {
-		meta.SetRoute(PathCloud)
+		st.Meta = llm.Meta{Route: llm.RouteCloud}
 		fin, err = d.generateCloud(ctx, req, te)
 		if err != nil && te.tokens == 0 && ctx.Err() == nil {
 			switch {
 			case errors.Is(err, errNoFirstToken):
-				fallback = fmt.Sprintf("cloud sent no token within %v", d.cfg.CloudFirstToken)
+				fb = llm.Fallback{Cause: llm.FallbackCloudTimeout, From: PathCloud, Code: llm.CodeTimeout,
+					Detail: fmt.Sprintf("cloud sent no token within %v", d.cfg.CloudFirstToken)}
 			case eligibleForFallback(ctx, err):
-				fallback = "cloud failed before first token: " + err.Error()
+				fb = llm.Fallback{Cause: llm.FallbackCloudError, From: PathCloud, Code: llm.CodeOf(err),
+					Detail: "cloud failed before first token: " + err.Error()}
 			}
-			if fallback != "" {
+			if fb.Cause != llm.FallbackNone {
 				path, err = PathLocal, nil
 			}
 		}
 	}
 	if path == PathLocal {
-		meta.SetRoute(PathLocal)
-		if fallback != "" {
-			d.m.fallbacks.With(fallbackKind(fallback)).Inc()
-			meta.SetFallbackReason(fallback)
-			d.log.Info("falling back to the local engine", "id", req.ID, "reason", fallback)
+		// Whatever the failed cloud attempt said about itself is dropped.
+		st.Meta = llm.Meta{Route: llm.RouteLocal, Fallback: fb}
+		if fb.Cause != llm.FallbackNone {
+			d.m.fallbacks.With(fb.Cause.String()).Inc()
+			d.log.Info("falling back to the local engine", "id", req.ID, "cause", fb.Cause.String(), "reason", fb.Detail)
 		}
 		fin, err = d.cfg.Local.Generate(ctx, req, te.forward)
-		if reason := d.offloadReason(ctx, dec, fallback, te, err); reason != "" {
+		if off, ok := d.offload(ctx, dec, fb, te, err); ok {
 			// The device's engine refused work the router gave it (a prompt
 			// longer than its context, a full queue): the cloud may still
 			// take it, which beats an error.
-			path, fallback = PathCloud, reason
-			d.m.fallbacks.With("local_refused").Inc()
-			meta.SetRoute(PathCloud)
-			meta.SetFallbackReason(fallback)
-			d.log.Info("offloading to the cloud", "id", req.ID, "reason", fallback)
+			path, fb = PathCloud, off
+			d.m.fallbacks.With(fb.Cause.String()).Inc()
+			st.Meta = llm.Meta{Route: llm.RouteCloud, Fallback: fb}
+			d.log.Info("offloading to the cloud", "id", req.ID, "reason", fb.Detail)
 			fin, err = d.generateCloud(ctx, req, te)
 		}
 	}
 	if err == nil {
-		if path == PathLocal || fin.Route == "" {
-			fin.Route = path
-		}
-		fin.FallbackReason = fallback
+		err = st.Begin() // an answer without tokens still starts with its metadata
 		if te.tokens > 0 {
 			fin.TTFT = te.first.Sub(start)
 		}
 	}
-	d.record(ctx, req, dec, path, fallback, te, fin, err)
+	d.record(ctx, req, dec, path, &st.Meta, te, fin, err)
 	return fin, err
 }
 
-// offloadReason says why a local failure should be retried on the cloud, or
-// "" when it should not: only when the local engine refused before its first
-// token for a reason another engine may not have, the router chose local by
-// itself (not an x-phaseless-route override, not a fallback from the cloud),
-// and the cloud is reachable.
-func (d *Dispatcher) offloadReason(ctx context.Context, dec Decision, fallback string, te *timedEmit, err error) string {
-	if err == nil || te.tokens > 0 || ctx.Err() != nil || fallback != "" || dec.Override == PathLocal || d.cfg.Cloud == nil || !d.link().Connected {
-		return ""
+// offload says whether a local failure should be retried on the cloud, and
+// why: only when the local engine refused before its first token for a
+// reason another engine may not have, the router chose local by itself (not
+// an x-phaseless-route override, not a fallback from the cloud), and the
+// cloud is reachable.
+func (d *Dispatcher) offload(ctx context.Context, dec Decision, fb llm.Fallback, te *timedEmit, err error) (llm.Fallback, bool) {
+	if err == nil || te.tokens > 0 || ctx.Err() != nil || fb.Cause != llm.FallbackNone || dec.Override == PathLocal || d.cfg.Cloud == nil || !d.link().Connected {
+		return llm.Fallback{}, false
 	}
-	switch llm.CodeOf(err) {
+	switch code := llm.CodeOf(err); code {
 	case llm.CodeContextLength, llm.CodeOverloaded:
-		return "local engine refused: " + err.Error()
+		return llm.Fallback{Cause: llm.FallbackLocalRefused, From: PathLocal, Code: code, Detail: "local engine refused: " + err.Error()}, true
 	}
-	return ""
+	return llm.Fallback{}, false
 }
 
 var errNoFirstToken = errors.New("route: no first token from the cloud in time")
@@ -210,6 +213,12 @@ func (d *Dispatcher) generateCloud(ctx context.Context, req *llm.Request, te *ti
 	})
 	defer timer.Stop()
 	fin, err := d.cfg.Cloud.Generate(cctx, req, func(tok llm.Token) error {
+		if tok.Meta != nil { // the cloud's begin event, ahead of its first token
+			if state.Load() == cloudTimedOut {
+				return errNoFirstToken
+			}
+			return te.forward(tok)
+		}
 		if state.Load() != cloudStreaming && !state.CompareAndSwap(cloudWaiting, cloudStreaming) {
 			return errNoFirstToken // too late: the request is being run locally instead
 		}
@@ -234,18 +243,8 @@ func eligibleForFallback(ctx context.Context, err error) bool {
 	return true
 }
 
-func fallbackKind(reason string) string {
-	switch {
-	case reason == "no cloud configured":
-		return "no_cloud"
-	case strings.HasPrefix(reason, "cloud sent no token"):
-		return "cloud_timeout"
-	}
-	return "cloud_error"
-}
-
-func (d *Dispatcher) record(ctx context.Context, req *llm.Request, dec Decision, path, fallback string, te *timedEmit, fin llm.Final, err error) {
-	rec := fleet.RequestRecord{
+func (d *Dispatcher) record(ctx context.Context, req *llm.Request, dec Decision, path string, meta *llm.Meta, te *timedEmit, fin llm.Final, err error) {
+	rec := fleetwire.RequestRecord{
 		TraceID:          req.ID,
 		Features:         dec.Features,
 		FeatureVersion:   textfeat.Version,
@@ -253,12 +252,13 @@ func (d *Dispatcher) record(ctx context.Context, req *llm.Request, dec Decision,
 		Decision:         dec.Path,
 		Reason:           dec.Reason,
 		Path:             path,
-		FallbackReason:   fallback,
+		FallbackReason:   meta.Fallback.String(),
+		FallbackCause:    meta.Fallback.Cause.String(),
 		CompletionTokens: te.tokens,
 		Outcome:          "ok",
 	}
-	if fin.Route != "" && err == nil {
-		rec.Path = fin.Route
+	if err == nil {
+		rec.Path = meta.RouteHeader() // with the cloud's pool and worker when it ran there
 	}
 	rec.PromptTokens = fin.PromptTokens
 	if err == nil && fin.CompletionTokens > 0 {

@@ -9,7 +9,7 @@ import (
 	"time"
 
 	"github.com/phaseless/phaseless/models/predictor"
-	"github.com/phaseless/phaseless/transport/fleet"
+	"github.com/phaseless/phaseless/transport/fleetwire"
 	"github.com/phaseless/phaseless/transport/llm"
 	"github.com/phaseless/phaseless/transport/metrics"
 )
@@ -148,7 +148,7 @@ func TestConfigValidate(t *testing.T) {
 
 // engine is a scripted generator for dispatcher tests.
 type engine struct {
-	name   string
+	begin  *llm.Meta // sent ahead of the tokens when set (the cloud's begin event)
 	tokens []string
 	failAt int // fail with err after this many tokens; -1 never
 	err    error
@@ -160,6 +160,11 @@ func (e *engine) Generate(ctx context.Context, req *llm.Request, emit llm.Emit) 
 	e.mu.Lock()
 	e.calls++
 	e.mu.Unlock()
+	if e.begin != nil {
+		if err := emit(llm.Token{Meta: e.begin}); err != nil {
+			return llm.Final{}, err
+		}
+	}
 	for i, t := range e.tokens {
 		if i == e.failAt {
 			return llm.Final{}, e.err
@@ -171,25 +176,25 @@ func (e *engine) Generate(ctx context.Context, req *llm.Request, emit llm.Emit) 
 	if e.failAt == len(e.tokens) {
 		return llm.Final{}, e.err
 	}
-	return llm.Final{PromptTokens: 4, CompletionTokens: len(e.tokens), FinishReason: "stop", Route: e.name}, nil
+	return llm.Final{PromptTokens: 4, CompletionTokens: len(e.tokens), FinishReason: "stop"}, nil
 }
 
 // dispatched is what one Dispatcher.Generate call produced.
 type dispatched struct {
 	out  string
-	meta llm.MetaSnapshot
+	meta llm.Meta // the begin event
 	fin  llm.Final
-	rec  fleet.RequestRecord
+	rec  fleetwire.RequestRecord
 	reg  *metrics.Registry
 }
 
 func dispatch(t *testing.T, local, cloud *engine, link Link, text, override string) (dispatched, error) {
 	t.Helper()
 	r, _ := NewRouter(Config{}, nil)
-	var recs []fleet.RequestRecord
+	var recs []fleetwire.RequestRecord
 	reg := metrics.NewRegistry()
 	cfg := DispatcherConfig{Router: r, Local: local, Link: func() Link { return link }, Metrics: reg,
-		Record: func(_ context.Context, rec fleet.RequestRecord) error { recs = append(recs, rec); return nil }}
+		Record: func(_ context.Context, rec fleetwire.RequestRecord) error { recs = append(recs, rec); return nil }}
 	if cloud != nil {
 		cfg.Cloud = cloud
 	}
@@ -197,38 +202,60 @@ func dispatch(t *testing.T, local, cloud *engine, link Link, text, override stri
 	if err != nil {
 		t.Fatal(err)
 	}
-	ctx, meta := llm.WithMeta(context.Background())
 	req := userReq(text)
 	req.Hints.Route = override
 	var out strings.Builder
-	fin, gerr := d.Generate(ctx, req, func(tok llm.Token) error { out.WriteString(tok.Text); return nil })
+	var begin llm.Meta
+	begins := 0
+	fin, gerr := d.Generate(context.Background(), req, func(tok llm.Token) error {
+		if tok.Meta != nil {
+			if begins++; out.Len() > 0 {
+				t.Errorf("begin event after text %q", out.String())
+			}
+			begin = *tok.Meta
+			return nil
+		}
+		out.WriteString(tok.Text)
+		return nil
+	})
 	if len(recs) != 1 {
 		t.Fatalf("%d telemetry records", len(recs))
 	}
-	return dispatched{out.String(), meta.Snapshot(), fin, recs[0], reg}, gerr
+	if (gerr == nil && begins != 1) || begins > 1 {
+		t.Errorf("%d begin events (err %v)", begins, gerr)
+	}
+	return dispatched{out.String(), begin, fin, recs[0], reg}, gerr
 }
 
 func TestDispatchPaths(t *testing.T) {
-	ok := func(name string) *engine { return &engine{name: name, tokens: []string{name, "!"}, failAt: -1} }
+	ok := func(name string) *engine { return &engine{tokens: []string{name, "!"}, failAt: -1} }
+	okCloud := func() *engine {
+		e := ok("cloud/p/w")
+		e.begin = &llm.Meta{Route: llm.RouteCloud, Pool: "p", Worker: "w", SchedulerHint: "H", BudgetRemaining: 3, HasBudget: true}
+		return e
+	}
 	t.Run("local", func(t *testing.T) {
-		r, err := dispatch(t, ok("local"), ok("cloud/p/w"), up, lowEntropy, "")
-		if err != nil || r.out != "local!" || r.meta.Route != PathLocal || r.fin.Route != PathLocal || r.rec.Path != PathLocal || r.rec.Decision != PathLocal || r.rec.Outcome != "ok" || r.rec.CompletionTokens != 2 {
+		r, err := dispatch(t, ok("local"), okCloud(), up, lowEntropy, "")
+		if err != nil || r.out != "local!" || r.meta != (llm.Meta{Route: llm.RouteLocal}) || r.rec.Path != PathLocal || r.rec.Decision != PathLocal || r.rec.Outcome != "ok" || r.rec.CompletionTokens != 2 {
 			t.Errorf("%q %+v %+v %v %+v", r.out, r.meta, r.fin, err, r.rec)
 		}
 	})
 	t.Run("cloud", func(t *testing.T) {
-		r, err := dispatch(t, ok("local"), ok("cloud/p/w"), up, highEntropy, "")
-		if err != nil || r.out != "cloud/p/w!" || r.meta.Route != PathCloud || r.fin.Route != "cloud/p/w" || r.rec.Path != "cloud/p/w" || r.rec.Decision != PathCloud || r.meta.FallbackReason != "" {
+		r, err := dispatch(t, ok("local"), okCloud(), up, highEntropy, "")
+		if err != nil || r.out != "cloud/p/w!" || r.meta != *okCloud().begin || r.rec.Path != "cloud/p/w" || r.rec.Decision != PathCloud || r.rec.FallbackCause != "" {
 			t.Errorf("%q %+v %+v %v %+v", r.out, r.meta, r.fin, err, r.rec)
 		}
 	})
 	t.Run("cloud fails before first token", func(t *testing.T) {
-		cloud := &engine{tokens: []string{"x"}, failAt: 0, err: llm.Errorf(llm.CodeUnavailable, "connection refused")}
+		// The cloud placed it (its begin event) and then failed: the local
+		// answer must not claim the cloud's pool and worker.
+		cloud := &engine{begin: okCloud().begin, tokens: []string{"x"}, failAt: 0, err: llm.Errorf(llm.CodeUnavailable, "connection refused")}
 		r, err := dispatch(t, ok("local"), cloud, up, highEntropy, "")
-		if err != nil || r.out != "local!" || r.meta.Route != PathLocal || !strings.Contains(r.meta.FallbackReason, "connection refused") || r.fin.FallbackReason != r.meta.FallbackReason {
+		f := r.meta.Fallback
+		if err != nil || r.out != "local!" || r.meta.Route != PathLocal || r.meta.Pool != "" || f.Cause != llm.FallbackCloudError || f.Code != llm.CodeUnavailable || f.From != PathCloud || !strings.Contains(f.String(), "connection refused") {
 			t.Errorf("%q %+v %+v %v", r.out, r.meta, r.fin, err)
 		}
-		if r.rec.Decision != PathCloud || r.rec.Path != PathLocal || r.rec.FallbackReason == "" || r.rec.Outcome != "ok" {
+		if r.rec.Decision != PathCloud || r.rec.Path != PathLocal || r.rec.FallbackReason != f.String() || r.rec.FallbackCause != "cloud_error" || r.rec.Outcome != "ok" {
 			t.Errorf("record %+v", r.rec)
 		}
 		var b strings.Builder
@@ -241,7 +268,7 @@ func TestDispatchPaths(t *testing.T) {
 		local := ok("local")
 		cloud := &engine{tokens: []string{"a", "b", "c"}, failAt: 2, err: llm.Errorf(llm.CodeUnavailable, "link lost")}
 		r, err := dispatch(t, local, cloud, up, highEntropy, "")
-		if err == nil || r.out != "ab" || local.calls != 0 || r.meta.FallbackReason != "" {
+		if err == nil || r.out != "ab" || local.calls != 0 || r.meta.Fallback.Cause != llm.FallbackNone {
 			t.Errorf("must not restart locally: r.out %q err %v local calls %d", r.out, err, local.calls)
 		}
 		if r.rec.Outcome != "error" || r.rec.CompletionTokens != 2 || !strings.Contains(r.rec.Error, "link lost") {
@@ -258,16 +285,18 @@ func TestDispatchPaths(t *testing.T) {
 	})
 	t.Run("forced cloud without cloud", func(t *testing.T) {
 		r, err := dispatch(t, ok("local"), nil, Link{}, lowEntropy, "cloud")
-		if err != nil || r.out != "local!" || r.meta.FallbackReason != "no cloud configured" {
+		if err != nil || r.out != "local!" || r.meta.Fallback.Cause != llm.FallbackNoCloud || r.meta.Fallback.String() != "no cloud configured" {
 			t.Errorf("%q %+v %v", r.out, r.meta, err)
 		}
 	})
 	t.Run("local engine refuses, cloud takes it", func(t *testing.T) {
 		for _, code := range []llm.Code{llm.CodeContextLength, llm.CodeOverloaded} {
 			local := &engine{failAt: 0, err: llm.Errorf(code, "no room")}
-			cloud := ok("cloud/p/w")
+			cloud := okCloud()
 			r, err := dispatch(t, local, cloud, up, lowEntropy, "")
-			if err != nil || r.out != "cloud/p/w!" || r.meta.Route != PathCloud || !strings.Contains(r.meta.FallbackReason, "local engine refused") {
+			f := r.meta.Fallback
+			if err != nil || r.out != "cloud/p/w!" || r.meta.RouteHeader() != "cloud/p/w" || r.meta.SchedulerHint != "H" ||
+				f.Cause != llm.FallbackLocalRefused || f.Code != code || !strings.Contains(f.String(), "local engine refused") {
 				t.Errorf("%s: %q %+v %v", code, r.out, r.meta, err)
 			}
 			if r.rec.Decision != PathLocal || r.rec.Path != "cloud/p/w" || r.rec.Outcome != "ok" || r.rec.FallbackReason == "" {
@@ -318,11 +347,18 @@ func TestCloudWithoutFirstTokenFallsBack(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ctx, meta := llm.WithMeta(context.Background())
 	var out strings.Builder
-	_, err = d.Generate(ctx, userReq(highEntropy), func(tok llm.Token) error { out.WriteString(tok.Text); return nil })
-	if err != nil || out.String() != "here" || !strings.Contains(meta.Snapshot().FallbackReason, "no token within 20ms") || !errors.Is(hung.cause, errNoFirstToken) {
-		t.Errorf("out %q err %v meta %+v cause %v", out.String(), err, meta.Snapshot(), hung.cause)
+	var begin llm.Meta
+	_, err = d.Generate(context.Background(), userReq(highEntropy), func(tok llm.Token) error {
+		if tok.Meta != nil {
+			begin = *tok.Meta
+		}
+		out.WriteString(tok.Text)
+		return nil
+	})
+	f := begin.Fallback
+	if err != nil || out.String() != "here" || f.Cause != llm.FallbackCloudTimeout || !strings.Contains(f.String(), "no token within 20ms") || !errors.Is(hung.cause, errNoFirstToken) {
+		t.Errorf("out %q err %v begin %+v cause %v", out.String(), err, begin, hung.cause)
 	}
 }
 
@@ -423,5 +459,18 @@ func TestShippedPredictorThreshold(t *testing.T) {
 	q := "Which of the following best explains the photoelectric effect?\nA. waves\nB. photons\nC. heat\nD. sound\nAnswer:"
 	if d := r.Decide(userReq(q), up, Load{}); d.Path != PathCloud || d.ThresholdSource != "model" {
 		t.Errorf("exam question: %s (%s)", d.Path, d.Reason)
+	}
+}
+
+// TestEntropyRuleAsPredictor: the rule behind a Swappable decides exactly
+// as the router's own stand-in does, and says it is the rule.
+func TestEntropyRuleAsPredictor(t *testing.T) {
+	alone, _ := NewRouter(Config{}, nil)
+	swapped, _ := NewRouter(Config{}, predictor.NewSwappable(predictor.EntropyRule{}))
+	for _, text := range []string{lowEntropy, highEntropy} {
+		a, s := alone.Decide(userReq(text), up, Load{}), swapped.Decide(userReq(text), up, Load{})
+		if a.CloudProb != s.CloudProb || a.Path != s.Path || s.ProbSource != "entropy-rule" || a.ProbSource != "entropy-rule" {
+			t.Errorf("%q: alone %v %s %s, swappable %v %s %s", text, a.CloudProb, a.Path, a.ProbSource, s.CloudProb, s.Path, s.ProbSource)
+		}
 	}
 }

@@ -2,11 +2,11 @@ package route
 
 import (
 	"fmt"
-	"math"
 	"strings"
 	"sync"
 	"time"
 
+	"github.com/phaseless/phaseless/models/predictor"
 	"github.com/phaseless/phaseless/models/textfeat"
 	"github.com/phaseless/phaseless/transport/llm"
 )
@@ -148,12 +148,12 @@ func (c Config) Validate() error {
 // It is safe for concurrent use.
 type Router struct {
 	cfg          Config
-	pred         Predictor // nil = entropy rule
-	thresholdSet bool      // the operator set Config.Threshold: the model's own is not used
+	pred         Predictor             // nil = the rule alone
+	rule         predictor.EntropyRule // stands in when pred is nil or fails
+	thresholdSet bool                  // the operator set Config.Threshold: the model's own is not used
 
 	mu            sync.Mutex // guards the latches
 	preferCloud   bool       // the probability latch: last side the band settled on
-	linkDegraded  bool
 	localOverload bool
 }
 
@@ -164,7 +164,7 @@ func NewRouter(cfg Config, pred Predictor) (*Router, error) {
 	}
 	set := cfg.Threshold != 0
 	cfg.fill()
-	return &Router{cfg: cfg, pred: pred, thresholdSet: set}, nil
+	return &Router{cfg: cfg, pred: pred, rule: predictor.EntropyRule{Threshold: cfg.EntropyThreshold}, thresholdSet: set}, nil
 }
 
 // Text is what the router reads from a request: the latest user turn, the
@@ -181,12 +181,11 @@ func Text(req *llm.Request) string {
 	return ""
 }
 
-// entropyProb is the rule used without a predictor, as a probability:
-// logistic in the byte entropy, exactly 0.5 at the threshold, and 0.95 at
-// 0.3 bits above it, so threshold and hysteresis mean the same thing for the
-// rule as for a learned model.
-func entropyProb(h, threshold float64) float64 {
-	return 1 / (1 + math.Exp(-(h-threshold)/0.1))
+// Sourcer is a Predictor that names where its probabilities come from in
+// decisions (models/predictor's EntropyRule, and a Swappable serving it,
+// say "entropy-rule"); other predictors read as "predictor".
+type Sourcer interface {
+	Source() string
 }
 
 // Decide picks a path for req.
@@ -194,8 +193,11 @@ func (r *Router) Decide(req *llm.Request, link Link, load Load) Decision {
 	d := Decision{Inputs: Inputs{Link: link, Load: load}}
 	d.Features = textfeat.Extract(Text(req))
 	d.ByteEntropy = float64(d.Features[textfeat.IdxByteEntropy])
-	d.ProbSource = "entropy-rule"
-	d.CloudProb = entropyProb(d.ByteEntropy, r.cfg.EntropyThreshold)
+	// The articles' rule as a probability: logistic in the byte entropy,
+	// exactly 0.5 at the threshold, so threshold and hysteresis mean the
+	// same for it as for a learned model. It cannot fail on Extract's vector.
+	d.CloudProb, _ = r.rule.Predict(d.Features)
+	d.ProbSource = r.rule.Source()
 	d.Threshold, d.ThresholdSource = r.cfg.Threshold, "default"
 	if r.thresholdSet {
 		d.ThresholdSource = "config"
@@ -204,6 +206,9 @@ func (r *Router) Decide(req *llm.Request, link Link, load Load) Decision {
 	if r.pred != nil {
 		if p, err := r.pred.Predict(d.Features); err == nil && p >= 0 && p <= 1 {
 			d.CloudProb, d.ProbSource = p, "predictor"
+			if s, ok := r.pred.(Sourcer); ok {
+				d.ProbSource = s.Source()
+			}
 			// The model's threshold belongs to the model's probabilities
 			// only: when the entropy rule stands in, 0.5 is its bound.
 			if t, ok := r.pred.(Thresholder); ok && !r.thresholdSet {
@@ -226,7 +231,6 @@ func (r *Router) Decide(req *llm.Request, link Link, load Load) Decision {
 	r.preferCloud = latch(r.preferCloud, d.CloudProb, d.Threshold-half, d.Threshold+half)
 	wantCloud := r.preferCloud
 	degraded := link.Connected && (link.Loss > r.cfg.MaxLoss || (r.cfg.MaxRTT > 0 && link.RTT > r.cfg.MaxRTT))
-	r.linkDegraded = degraded
 	kvLow, kvHigh := r.cfg.MaxKVFaultsPerMs*(1-r.cfg.Hysteresis), r.cfg.MaxKVFaultsPerMs
 	overKV := latch(r.localOverload, load.KVFaultsPerMs, kvLow, kvHigh)
 	overQueue := load.Capacity > 0 && float64(load.Waiting) >= r.cfg.MaxQueueFraction*float64(load.Capacity)

@@ -1,13 +1,13 @@
 // Package telemetry is the device's store-and-forward buffer: every request
 // the agent serves becomes a record in a bbolt file, durable before Append
 // returns, and stays there until the cloud acknowledges it over MQTT
-// (agent/fleet reads Pending batches and calls Ack).
+// (agent/fleetclient reads Pending batches and calls Ack).
 //
 // Appends are group-committed: concurrent callers share one fsync'd
 // transaction, so throughput grows with concurrency while each caller still
 // waits for its own record to be on disk. The file has a size bound; when it
 // is full the oldest records are dropped and counted, and the count travels
-// to the cloud in fleet.TelemetryBatch.Dropped.
+// to the cloud in fleetwire.TelemetryBatch.Dropped.
 package telemetry
 
 import (
@@ -21,10 +21,10 @@ import (
 
 	bolt "go.etcd.io/bbolt"
 
-	"github.com/phaseless/phaseless/transport/fleet"
+	"github.com/phaseless/phaseless/transport/fleetwire"
 )
 
-// KindRequest is the record kind of a fleet.RequestRecord.
+// KindRequest is the record kind of a fleetwire.RequestRecord.
 const KindRequest = "request"
 
 var (
@@ -220,7 +220,7 @@ func Open(path string, cfg Config) (*Store, error) {
 func (s *Store) Path() string { return s.path }
 
 // Append stores one record and returns its seq once it is durable. data must
-// be JSON (it travels verbatim inside fleet.Record.Data). If ctx ends first
+// be JSON (it travels verbatim inside fleetwire.Record.Data). If ctx ends first
 // the error is ctx's, and the record may or may not have been stored.
 func (s *Store) Append(ctx context.Context, kind string, data []byte) (uint64, error) {
 	if kind == "" || len(kind) > maxKindLen {
@@ -248,8 +248,8 @@ func (s *Store) Append(ctx context.Context, kind string, data []byte) (uint64, e
 	}
 }
 
-// AppendRequest stores a fleet.RequestRecord under KindRequest.
-func (s *Store) AppendRequest(ctx context.Context, rec fleet.RequestRecord) (uint64, error) {
+// AppendRequest stores a fleetwire.RequestRecord under KindRequest.
+func (s *Store) AppendRequest(ctx context.Context, rec fleetwire.RequestRecord) (uint64, error) {
 	b, err := json.Marshal(rec)
 	if err != nil {
 		return 0, fmt.Errorf("telemetry: encode request record: %w", err)
@@ -399,7 +399,7 @@ func (s *Store) Changed() <-chan struct{} {
 
 // Pending returns up to max of the oldest unacknowledged records, oldest
 // first.
-func (s *Store) Pending(max int) ([]fleet.Record, error) {
+func (s *Store) Pending(max int) ([]fleetwire.Record, error) {
 	return s.PendingAfter(0, max)
 }
 
@@ -407,14 +407,14 @@ func (s *Store) Pending(max int) ([]fleet.Record, error) {
 // oldest first; the uplink uses it to keep several batches in flight.
 // Records that fail their checksum are deleted and counted as dropped and
 // corrupt instead of being returned.
-func (s *Store) PendingAfter(after uint64, max int) ([]fleet.Record, error) {
+func (s *Store) PendingAfter(after uint64, max int) ([]fleetwire.Record, error) {
 	if err := s.checkOpen(); err != nil {
 		return nil, err
 	}
 	if max <= 0 {
 		return nil, nil
 	}
-	var out []fleet.Record
+	var out []fleetwire.Record
 	var corrupt [][]byte
 	err := s.db.View(func(tx *bolt.Tx) error {
 		c := tx.Bucket(bucketRecords).Cursor()
@@ -425,7 +425,7 @@ func (s *Store) PendingAfter(after uint64, max int) ([]fleet.Record, error) {
 				corrupt = append(corrupt, append([]byte(nil), k...))
 				continue
 			}
-			out = append(out, fleet.Record{Seq: seq, Time: t, Kind: kind, Data: append(json.RawMessage(nil), data...)})
+			out = append(out, fleetwire.Record{Seq: seq, Time: t, Kind: kind, Data: append(json.RawMessage(nil), data...)})
 		}
 		return nil
 	})

@@ -15,7 +15,7 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/phaseless/phaseless/agent/internal/bolttest"
-	"github.com/phaseless/phaseless/transport/fleet"
+	"github.com/phaseless/phaseless/transport/fleetwire"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
@@ -112,7 +112,7 @@ func TestAppendPendingAck(t *testing.T) {
 
 func TestAppendRequestRoundTrip(t *testing.T) {
 	s, _ := openStore(t, Config{})
-	rec := fleet.RequestRecord{TraceID: "t1", CloudProb: 0.7, Decision: "cloud", Path: "cloud", Outcome: "ok", PromptTokens: 12}
+	rec := fleetwire.RequestRecord{TraceID: "t1", CloudProb: 0.7, Decision: "cloud", Path: "cloud", Outcome: "ok", PromptTokens: 12}
 	if _, err := s.AppendRequest(context.Background(), rec); err != nil {
 		t.Fatal(err)
 	}
@@ -120,7 +120,7 @@ func TestAppendRequestRoundTrip(t *testing.T) {
 	if err != nil || len(got) != 1 {
 		t.Fatalf("Pending: %v %v", got, err)
 	}
-	var back fleet.RequestRecord
+	var back fleetwire.RequestRecord
 	if err := json.Unmarshal(got[0].Data, &back); err != nil {
 		t.Fatal(err)
 	}

@@ -80,13 +80,15 @@ func (a *Admitter) DefaultBudget() Bucket { return a.cfg.Budget }
 
 // Charge takes cost tokens from key's budget (b zero = the default). It
 // returns what remains; over budget it returns a budget_exceeded *llm.Error
-// whose RetryAfter says when cost tokens will be there.
+// whose RetryAfter says when cost tokens will be there and whose
+// BudgetRemaining says what is left (x-burst-budget-remaining).
 func (a *Admitter) Charge(ctx context.Context, key string, cost int64, b Bucket) (int64, error) {
 	if b == (Bucket{}) {
 		b = a.cfg.Budget
 	}
 	if cost > b.Burst {
 		e := llm.Errorf(llm.CodeBudget, "request needs %d tokens, more than the key's whole budget of %d", cost, b.Burst)
+		e.BudgetRemaining, e.HasBudget = b.Burst, true
 		return b.Burst, e
 	}
 	ok, remaining, err := a.cfg.Store.Take(ctx, key, cost, b, a.cfg.Now())
@@ -98,6 +100,7 @@ func (a *Admitter) Charge(ctx context.Context, key string, cost int64, b Bucket)
 		wait := time.Duration(float64(cost-remaining) / b.PerSecond * float64(time.Second))
 		e := llm.Errorf(llm.CodeBudget, "token budget exhausted: %d remaining, request needs %d", remaining, cost)
 		e.RetryAfter = wait.Round(time.Second) + time.Second
+		e.BudgetRemaining, e.HasBudget = remaining, true
 		return remaining, e
 	}
 	return remaining, nil

@@ -7,21 +7,18 @@ import (
 	"flag"
 	"fmt"
 	"io"
-	"net/http"
-	"net/url"
 	"os"
 	"sort"
 	"strings"
 	"text/tabwriter"
 	"time"
 
-	"github.com/phaseless/phaseless/cloud/fleet"
+	"github.com/phaseless/phaseless/cloud/fleetapi"
 	"github.com/phaseless/phaseless/transport/cli"
-	tfleet "github.com/phaseless/phaseless/transport/fleet"
 )
 
-// `fleet` drives the cloud's fleet admin API (cloud/fleet Handler, under
-// /v1/fleet/) over HTTP: the registry, desired config, commands, and the
+// `fleet` drives the cloud's fleet admin API (served by cloud/fleet under
+// /v1/fleet/) through the cloud/fleetapi client: the registry, desired config, commands, and the
 // telemetry store. Every verb takes --cloud URL and --api-key (also
 // PHASELESS_CLOUD and PHASELESS_API_KEY).
 func init() {
@@ -38,13 +35,6 @@ func init() {
 			{Name: "export", Summary: "stream stored telemetry as JSON lines (training data)", Run: fleetTelemetryExport},
 		}},
 	}})
-}
-
-// fleetClient is the HTTP side of the fleet verbs.
-type fleetClient struct {
-	base   string
-	apiKey string
-	http   *http.Client
 }
 
 func fleetFlags(name string) (*flag.FlagSet, *string, *string) {
@@ -93,71 +83,12 @@ func parseFleet(fs *flag.FlagSet, cio cli.IO, args []string, usage string, nPos 
 	return rest, false, nil
 }
 
-func newFleetClient(cloud, key string) (*fleetClient, error) {
-	u, err := url.Parse(cloud)
-	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
-		return nil, &cli.FieldError{Field: "cloud", Err: fmt.Errorf("%q is not an http(s) URL", cloud)}
-	}
-	return &fleetClient{base: strings.TrimRight(cloud, "/"), apiKey: key, http: &http.Client{}}, nil
-}
-
-// do sends a request and decodes a JSON answer into out (unless nil);
-// API errors come back as errors carrying the server's message.
-func (c *fleetClient) do(ctx context.Context, method, path string, body, out any) error {
-	resp, err := c.send(ctx, method, path, body)
+func newFleetClient(cloud, key string) (*fleetapi.Client, error) {
+	c, err := fleetapi.NewClient(cloud, key, nil)
 	if err != nil {
-		return err
+		return nil, &cli.FieldError{Field: "cloud", Err: err}
 	}
-	defer resp.Body.Close()
-	if out == nil {
-		return nil
-	}
-	if err := json.NewDecoder(resp.Body).Decode(out); err != nil {
-		return fmt.Errorf("%s %s: decode answer: %w", method, path, err)
-	}
-	return nil
-}
-
-func (c *fleetClient) send(ctx context.Context, method, path string, body any) (*http.Response, error) {
-	var rd io.Reader
-	if body != nil {
-		b, err := json.Marshal(body)
-		if err != nil {
-			return nil, err
-		}
-		rd = strings.NewReader(string(b))
-	}
-	req, err := http.NewRequestWithContext(ctx, method, c.base+path, rd)
-	if err != nil {
-		return nil, err
-	}
-	if body != nil {
-		req.Header.Set("Content-Type", "application/json")
-	}
-	if c.apiKey != "" {
-		// The cloud accepts OpenAI- and Anthropic-style keys alike.
-		req.Header.Set("Authorization", "Bearer "+c.apiKey)
-		req.Header.Set("x-api-key", c.apiKey)
-	}
-	resp, err := c.http.Do(req)
-	if err != nil {
-		return nil, fmt.Errorf("reach the cloud at %s: %w", c.base, err)
-	}
-	if resp.StatusCode >= 300 {
-		defer resp.Body.Close()
-		var e struct {
-			Error struct {
-				Message string `json:"message"`
-			} `json:"error"`
-		}
-		raw, _ := io.ReadAll(io.LimitReader(resp.Body, 64<<10))
-		msg := strings.TrimSpace(string(raw))
-		if json.Unmarshal(raw, &e) == nil && e.Error.Message != "" {
-			msg = e.Error.Message
-		}
-		return nil, fmt.Errorf("%s %s: %s: %s", method, path, resp.Status, msg)
-	}
-	return resp, nil
+	return c, nil
 }
 
 func ago(t time.Time) string {
@@ -177,8 +108,8 @@ func fleetDevices(ctx context.Context, cio cli.IO, args []string) error {
 	if err != nil {
 		return err
 	}
-	var devs []fleet.Device
-	if err := c.do(ctx, "GET", "/v1/fleet/devices", nil, &devs); err != nil {
+	devs, err := c.Devices(ctx)
+	if err != nil {
 		return err
 	}
 	if *asJSON {
@@ -204,7 +135,7 @@ func orDash(s string) string {
 	return s
 }
 
-func configVersions(d *fleet.Device) string {
+func configVersions(d *fleetapi.Device) string {
 	des, rep := "-", "-"
 	if d.Desired != nil {
 		des = fmt.Sprint(d.Desired.Version)
@@ -235,8 +166,8 @@ func fleetStatus(ctx context.Context, cio cli.IO, args []string) error {
 	if err != nil {
 		return err
 	}
-	var d fleet.Device
-	if err := c.do(ctx, "GET", "/v1/fleet/devices/"+url.PathEscape(pos[0]), nil, &d); err != nil {
+	d, err := c.Device(ctx, pos[0])
+	if err != nil {
 		return err
 	}
 	if *asJSON {
@@ -247,7 +178,7 @@ func fleetStatus(ctx context.Context, cio cli.IO, args []string) error {
 	if d.Status != nil {
 		fmt.Fprintf(w, "version:    %s\nslot:       %s\nboard:      %s\nstatus at:  %s\n", orDash(d.Status.Version), orDash(d.Status.Slot), orDash(d.Status.Board), d.Status.Time.Format(time.RFC3339))
 	}
-	fmt.Fprintf(w, "first seen: %s\nlast seen:  %s\nconfig:     %s (desired/reported)\n", d.FirstSeen.Format(time.RFC3339), ago(d.LastSeen), configVersions(&d))
+	fmt.Fprintf(w, "first seen: %s\nlast seen:  %s\nconfig:     %s (desired/reported)\n", d.FirstSeen.Format(time.RFC3339), ago(d.LastSeen), configVersions(d))
 	if d.Desired != nil {
 		keys := make([]string, 0, len(d.Desired.Values))
 		for k := range d.Desired.Values {
@@ -294,7 +225,7 @@ func fleetConfigSet(ctx context.Context, cio cli.IO, args []string) error {
 	if err != nil {
 		return err
 	}
-	u := fleet.ConfigUpdate{Merge: !*replace, Values: map[string]*string{}}
+	u := fleetapi.ConfigUpdate{Merge: !*replace, Values: map[string]*string{}}
 	for k, v := range kv {
 		u.Values[k] = &v
 	}
@@ -307,20 +238,20 @@ func fleetConfigUnset(ctx context.Context, cio cli.IO, args []string) error {
 	if done || err != nil {
 		return err
 	}
-	u := fleet.ConfigUpdate{Merge: true, Values: map[string]*string{}}
+	u := fleetapi.ConfigUpdate{Merge: true, Values: map[string]*string{}}
 	for _, k := range pos[1:] {
 		u.Values[k] = nil
 	}
 	return putConfig(ctx, cio, *cloud, *key, pos[0], u)
 }
 
-func putConfig(ctx context.Context, cio cli.IO, cloud, key, id string, u fleet.ConfigUpdate) error {
+func putConfig(ctx context.Context, cio cli.IO, cloud, key, id string, u fleetapi.ConfigUpdate) error {
 	c, err := newFleetClient(cloud, key)
 	if err != nil {
 		return err
 	}
-	var dc tfleet.DesiredConfig
-	if err := c.do(ctx, "PUT", "/v1/fleet/devices/"+url.PathEscape(id)+"/config", u, &dc); err != nil {
+	dc, err := c.SetConfig(ctx, id, u)
+	if err != nil {
 		return err
 	}
 	fmt.Fprintf(cio.Stdout, "%s: desired config version %d published\n", id, dc.Version)
@@ -342,13 +273,12 @@ func fleetCmd(ctx context.Context, cio cli.IO, args []string) error {
 	if err != nil {
 		return err
 	}
-	req := fleet.CommandRequest{Name: pos[1]}
+	req := fleetapi.CommandRequest{Name: pos[1]}
 	if len(kv) > 0 {
 		req.Args = kv
 	}
-	var cs fleet.CommandState
-	path := "/v1/fleet/devices/" + url.PathEscape(pos[0]) + "/commands"
-	if err := c.do(ctx, "POST", path, req, &cs); err != nil {
+	cs, err := c.SendCommand(ctx, pos[0], req)
+	if err != nil {
 		return err
 	}
 	fmt.Fprintf(cio.Stdout, "%s: command %s (%s) %s\n", pos[0], cs.ID, cs.Name, cs.State)
@@ -363,13 +293,13 @@ func fleetCmd(ctx context.Context, cio cli.IO, args []string) error {
 			return fmt.Errorf("no result from %s for command %s within %v (still pending; see fleet status %s)", pos[0], cs.ID, *wait, pos[0])
 		case <-time.After(250 * time.Millisecond):
 		}
-		var now fleet.CommandState
-		if err := c.do(ctx, "GET", path+"/"+url.PathEscape(cs.ID), nil, &now); err != nil {
+		now, err := c.Command(ctx, pos[0], cs.ID)
+		if err != nil {
 			return err
 		}
-		if now.State != fleet.CommandPending && now.Result != nil {
+		if now.State != fleetapi.CommandPending && now.Result != nil {
 			fmt.Fprintf(cio.Stdout, "%s: %s %s\n", pos[0], now.State, strings.TrimSpace(now.Result.Output+" "+now.Result.Error))
-			if now.State == fleet.CommandFailed {
+			if now.State == fleetapi.CommandFailed {
 				return fmt.Errorf("command %s failed on %s: %s", cs.ID, pos[0], now.Result.Error)
 			}
 			return nil
@@ -387,18 +317,16 @@ func fleetTelemetryCount(ctx context.Context, cio cli.IO, args []string) error {
 	if err != nil {
 		return err
 	}
-	q := ""
 	if *device != "" {
-		q = "?device=" + url.QueryEscape(*device)
-		var t fleet.DeviceTelemetry
-		if err := c.do(ctx, "GET", "/v1/fleet/telemetry/count"+q, nil, &t); err != nil {
+		t, err := c.DeviceTelemetry(ctx, *device)
+		if err != nil {
 			return err
 		}
 		fmt.Fprintf(cio.Stdout, "%s: %d stored, %d ingested, %d duplicates, last seq %d, %d dropped on device\n", *device, t.Stored, t.Ingested, t.Duplicates, t.LastSeq, t.DroppedOnDevice)
 		return nil
 	}
-	var n fleet.Counts
-	if err := c.do(ctx, "GET", "/v1/fleet/telemetry/count", nil, &n); err != nil {
+	n, err := c.Counts(ctx)
+	if err != nil {
 		return err
 	}
 	fmt.Fprintf(cio.Stdout, "%d stored, %d ingested, %d duplicates, %d deleted by retention, %d devices\n", n.Stored, n.Ingested, n.Duplicates, n.Deleted, n.Devices)
@@ -417,27 +345,19 @@ func fleetTelemetryExport(ctx context.Context, cio cli.IO, args []string) error 
 	if err != nil {
 		return err
 	}
-	q := url.Values{}
-	if *device != "" {
-		q.Set("device", *device)
-	}
+	var from time.Time
 	if *since != "" {
-		if _, err := time.Parse(time.RFC3339Nano, *since); err != nil {
+		if from, err = time.Parse(time.RFC3339Nano, *since); err != nil {
 			return &cli.FieldError{Field: "since", Err: err}
 		}
-		q.Set("since", *since)
 	}
-	path := "/v1/fleet/telemetry/export"
-	if len(q) > 0 {
-		path += "?" + q.Encode()
-	}
-	resp, err := c.send(ctx, "GET", path, nil)
+	body, err := c.Export(ctx, *device, from)
 	if err != nil {
 		return err
 	}
-	defer resp.Body.Close()
+	defer body.Close()
 	if *out == "" {
-		if _, err := io.Copy(cio.Stdout, resp.Body); err != nil {
+		if _, err := io.Copy(cio.Stdout, body); err != nil {
 			return fmt.Errorf("export: %w", err)
 		}
 		return nil
@@ -446,7 +366,7 @@ func fleetTelemetryExport(ctx context.Context, cio cli.IO, args []string) error 
 	if err != nil {
 		return err
 	}
-	n, err := io.Copy(f, resp.Body)
+	n, err := io.Copy(f, body)
 	if cerr := f.Close(); err == nil {
 		err = cerr
 	}

@@ -19,7 +19,7 @@ import (
 	"github.com/phaseless/phaseless/cloud/fleet"
 	"github.com/phaseless/phaseless/cloud/fleet/broker"
 	"github.com/phaseless/phaseless/transport/cli"
-	tfleet "github.com/phaseless/phaseless/transport/fleet"
+	"github.com/phaseless/phaseless/transport/fleetwire"
 )
 
 // TestFleetCommands runs the fleet verbs against a real Manager behind an
@@ -48,21 +48,21 @@ func TestFleetCommands(t *testing.T) {
 	srv := httptest.NewServer(mux)
 	defer srv.Close()
 
-	tp := tfleet.Topics{}
+	tp := fleetwire.Topics{}
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	u, _ := url.Parse("mqtt://" + b.TCPAddr())
 	up := make(chan *autopaho.ConnectionManager, 1)
-	online, _ := json.Marshal(tfleet.Status{State: "online", Version: "1.2.3", Slot: "b", Time: time.Now()})
+	online, _ := json.Marshal(fleetwire.Status{State: "online", Version: "1.2.3", Slot: "b", Time: time.Now()})
 	cm, err := autopaho.NewConnection(ctx, autopaho.ClientConfig{
 		ServerUrls: []*url.URL{u}, KeepAlive: 30, SessionExpiryInterval: 60,
 		OnConnectionUp: func(cm *autopaho.ConnectionManager, _ *paho.Connack) { up <- cm },
 		ClientConfig: paho.ClientConfig{ClientID: "car-9", OnPublishReceived: []func(paho.PublishReceived) (bool, error){
 			func(pr paho.PublishReceived) (bool, error) {
-				var c tfleet.Command
+				var c fleetwire.Command
 				if json.Unmarshal(pr.Packet.Payload, &c) == nil && c.ID != "" {
-					res, _ := json.Marshal(tfleet.CommandResult{ID: c.ID, OK: c.Name != "explode", Output: "did " + c.Name + " " + c.Args["file"], Error: map[bool]string{true: "boom"}[c.Name == "explode"]})
-					go pr.Client.Publish(ctx, &paho.Publish{QoS: 1, Topic: tp.Device("car-9", tfleet.SuffixCmdResult), Payload: res})
+					res, _ := json.Marshal(fleetwire.CommandResult{ID: c.ID, OK: c.Name != "explode", Output: "did " + c.Name + " " + c.Args["file"], Error: map[bool]string{true: "boom"}[c.Name == "explode"]})
+					go pr.Client.Publish(ctx, &paho.Publish{QoS: 1, Topic: tp.Device("car-9", fleetwire.SuffixCmdResult), Payload: res})
 				}
 				return true, nil
 			}}},
@@ -72,16 +72,16 @@ func TestFleetCommands(t *testing.T) {
 	}
 	defer func() { _ = cm.Disconnect(context.Background()); <-cm.Done() }()
 	<-up
-	if _, err := cm.Subscribe(ctx, &paho.Subscribe{Subscriptions: []paho.SubscribeOptions{{Topic: tp.Device("car-9", tfleet.SuffixCmd), QoS: 1}}}); err != nil {
+	if _, err := cm.Subscribe(ctx, &paho.Subscribe{Subscriptions: []paho.SubscribeOptions{{Topic: tp.Device("car-9", fleetwire.SuffixCmd), QoS: 1}}}); err != nil {
 		t.Fatal(err)
 	}
-	batch, _ := json.Marshal(tfleet.TelemetryBatch{DeviceID: "car-9", BatchID: "b1", Records: []tfleet.Record{
+	batch, _ := json.Marshal(fleetwire.TelemetryBatch{DeviceID: "car-9", BatchID: "b1", Records: []fleetwire.Record{
 		{Seq: 1, Kind: "request", Data: json.RawMessage(`{"trace_id":"a","decision":"local"}`)},
 		{Seq: 2, Kind: "request", Data: json.RawMessage(`{"trace_id":"b","decision":"cloud"}`)},
 	}})
 	for _, p := range []*paho.Publish{
-		{QoS: 1, Retain: true, Topic: tp.Device("car-9", tfleet.SuffixStatus), Payload: online},
-		{QoS: 1, Topic: tp.Device("car-9", tfleet.SuffixTelemetry), Payload: batch},
+		{QoS: 1, Retain: true, Topic: tp.Device("car-9", fleetwire.SuffixStatus), Payload: online},
+		{QoS: 1, Topic: tp.Device("car-9", fleetwire.SuffixTelemetry), Payload: batch},
 	} {
 		if _, err := cm.Publish(ctx, p); err != nil {
 			t.Fatal(err)
@@ -142,7 +142,7 @@ func TestFleetCommands(t *testing.T) {
 		if err := json.Unmarshal(sc.Bytes(), &r); err != nil || r.DeviceID != "car-9" {
 			t.Fatalf("export line %q: %v", sc.Text(), err)
 		}
-		var rr tfleet.RequestRecord
+		var rr fleetwire.RequestRecord
 		if err := json.Unmarshal(r.Data, &rr); err != nil || rr.TraceID == "" {
 			t.Fatalf("export data %s: %v", r.Data, err)
 		}

@@ -9,14 +9,14 @@ import (
 	"testing"
 	"time"
 
-	afleet "github.com/phaseless/phaseless/agent/fleet"
+	"github.com/phaseless/phaseless/agent/fleetclient"
 	"github.com/phaseless/phaseless/agent/telemetry"
 	"github.com/phaseless/phaseless/cloud/fleet/broker"
-	tfleet "github.com/phaseless/phaseless/transport/fleet"
+	"github.com/phaseless/phaseless/transport/fleetwire"
 )
 
 // TestManagerDownWithAgents is TestManagerDownEmbedded with the real device
-// side: agent/fleet clients with their bbolt telemetry stores. Records are
+// side: agent/fleetclient clients with their bbolt telemetry stores. Records are
 // appended before, during and after a Manager outage; in the end each
 // device's store is empty (everything acknowledged and deleted) and the
 // cloud holds exactly the appended records, each once.
@@ -41,7 +41,7 @@ func TestManagerDownWithAgents(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		c, err := afleet.New(afleet.Config{BrokerURL: "mqtt://" + b.TCPAddr(), DeviceID: id, Version: "t", Store: st,
+		c, err := fleetclient.New(fleetclient.Config{BrokerURL: "mqtt://" + b.TCPAddr(), DeviceID: id, Version: "t", Store: st,
 			StatePath: filepath.Join(t.TempDir(), "fleet.db"), BackoffMin: 50 * time.Millisecond, BackoffMax: 500 * time.Millisecond,
 			AckTimeout: 500 * time.Millisecond, UplinkRate: -1, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
 		if err != nil {
@@ -64,7 +64,7 @@ func TestManagerDownWithAgents(t *testing.T) {
 	appendN := func(n int) {
 		for _, a := range agents {
 			for i := range n {
-				seq, err := a.store.AppendRequest(ctx, tfleet.RequestRecord{TraceID: fmt.Sprintf("%s-%d", a.id, i), Decision: "local", Outcome: "ok"})
+				seq, err := a.store.AppendRequest(ctx, fleetwire.RequestRecord{TraceID: fmt.Sprintf("%s-%d", a.id, i), Decision: "local", Outcome: "ok"})
 				if err != nil {
 					t.Fatal(err)
 				}

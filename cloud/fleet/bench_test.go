@@ -12,14 +12,14 @@ import (
 	bolt "go.etcd.io/bbolt"
 
 	"github.com/phaseless/phaseless/cloud/fleet/broker"
-	tfleet "github.com/phaseless/phaseless/transport/fleet"
+	"github.com/phaseless/phaseless/transport/fleetwire"
 )
 
-func benchBatch(dev string, first uint64) *tfleet.TelemetryBatch {
-	b := &tfleet.TelemetryBatch{DeviceID: dev, BatchID: fmt.Sprint(first)}
-	data, _ := json.Marshal(tfleet.RequestRecord{TraceID: "0123456789abcdef", Features: make([]float32, 16), CloudProb: 0.42, Decision: "local", Reason: "predictor", Path: "local", TTFTMillis: 38.5, ITLMillis: 12.25, PromptTokens: 120, CompletionTokens: 64, Outcome: "ok"})
+func benchBatch(dev string, first uint64) *fleetwire.TelemetryBatch {
+	b := &fleetwire.TelemetryBatch{DeviceID: dev, BatchID: fmt.Sprint(first)}
+	data, _ := json.Marshal(fleetwire.RequestRecord{TraceID: "0123456789abcdef", Features: make([]float32, 16), CloudProb: 0.42, Decision: "local", Reason: "predictor", Path: "local", TTFTMillis: 38.5, ITLMillis: 12.25, PromptTokens: 120, CompletionTokens: 64, Outcome: "ok"})
 	for s := first; s < first+100; s++ {
-		b.Records = append(b.Records, tfleet.Record{Seq: s, Time: time.Unix(1_800_000_000, 0), Kind: "request", Data: data})
+		b.Records = append(b.Records, fleetwire.Record{Seq: s, Time: time.Unix(1_800_000_000, 0), Kind: "request", Data: data})
 	}
 	return b
 }
@@ -113,7 +113,7 @@ func BenchmarkUplink(b *testing.B) {
 			b.Fatal(err)
 		}
 		defer d.conn.Close()
-		topic := topics.Device(id, tfleet.SuffixTelemetry)
+		topic := topics.Device(id, fleetwire.SuffixTelemetry)
 		if !waitAck {
 			topic = topics.Device(id, "bench") // nobody stores it
 		}

@@ -11,7 +11,7 @@ import (
 
 	"github.com/phaseless/phaseless/cloud/fleet/broker"
 	"github.com/phaseless/phaseless/transport/cli"
-	tfleet "github.com/phaseless/phaseless/transport/fleet"
+	"github.com/phaseless/phaseless/transport/fleetwire"
 	"github.com/phaseless/phaseless/transport/metrics"
 )
 
@@ -23,7 +23,7 @@ type Config struct {
 	Broker *broker.Broker
 	// External is an external MQTT v5 broker to connect to as a client.
 	External *External
-	// Prefix is the topic prefix (default transport/fleet DefaultPrefix).
+	// Prefix is the topic prefix (default transport/fleetwire DefaultPrefix).
 	Prefix string
 
 	// MaxRecords bounds stored telemetry records (default 1,000,000); the
@@ -70,7 +70,7 @@ type External struct {
 
 func (c *Config) fillDefaults() {
 	if c.Prefix == "" {
-		c.Prefix = tfleet.DefaultPrefix
+		c.Prefix = fleetwire.DefaultPrefix
 	}
 	if c.MaxRecords == 0 {
 		c.MaxRecords = 1_000_000
@@ -115,36 +115,36 @@ func (c *Config) fillDefaults() {
 // Validate reports the first bad field.
 func (c *Config) Validate() error {
 	if c.DataDir == "" {
-		return &cli.FieldError{Field: "data-dir", Err: errors.New("required")}
+		return &cli.FieldError{Field: "DataDir", Err: errors.New("required")}
 	}
 	if (c.Broker == nil) == (c.External == nil) {
-		return &cli.FieldError{Field: "mqtt-url", Err: errors.New("exactly one of an embedded broker and an external broker URL")}
+		return &cli.FieldError{Field: "External", Err: errors.New("exactly one of an embedded broker and an external broker URL")}
 	}
 	if e := c.External; e != nil {
 		u, err := url.Parse(e.URL)
 		if err != nil || u.Host == "" {
-			return &cli.FieldError{Field: "mqtt-url", Err: fmt.Errorf("%q is not a broker URL like mqtt://host:1883", e.URL)}
+			return &cli.FieldError{Field: "External", Err: fmt.Errorf("%q is not a broker URL like mqtt://host:1883", e.URL)}
 		}
 		switch u.Scheme {
 		case "mqtt", "tcp", "mqtts", "tls", "ssl", "ws", "wss":
 		default:
-			return &cli.FieldError{Field: "mqtt-url", Err: fmt.Errorf("scheme %q: want mqtt, mqtts, tls, ws or wss", u.Scheme)}
+			return &cli.FieldError{Field: "External", Err: fmt.Errorf("scheme %q: want mqtt, mqtts, tls, ws or wss", u.Scheme)}
 		}
 		if e.SessionExpiry < time.Second || e.SessionExpiry > (1<<32-1)*time.Second {
-			return &cli.FieldError{Field: "mqtt-session-expiry", Err: errors.New("must be between 1s and 136 years")}
+			return &cli.FieldError{Field: "External.SessionExpiry", Err: errors.New("must be between 1s and 136 years")}
 		}
 	}
 	if c.Prefix[len(c.Prefix)-1] != '/' {
-		return &cli.FieldError{Field: "mqtt-prefix", Err: fmt.Errorf("%q must end with /", c.Prefix)}
+		return &cli.FieldError{Field: "Prefix", Err: fmt.Errorf("%q must end with /", c.Prefix)}
 	}
 	if c.MaxRecords < 1 {
-		return &cli.FieldError{Field: "fleet-max-records", Err: errors.New("must be at least 1")}
+		return &cli.FieldError{Field: "MaxRecords", Err: errors.New("must be at least 1")}
 	}
 	if c.MaxAge < 0 {
-		return &cli.FieldError{Field: "fleet-max-age", Err: errors.New("must not be negative")}
+		return &cli.FieldError{Field: "MaxAge", Err: errors.New("must not be negative")}
 	}
 	if c.MaxCommandsPerDevice < 1 {
-		return &cli.FieldError{Field: "fleet-max-commands", Err: errors.New("must be at least 1")}
+		return &cli.FieldError{Field: "MaxCommandsPerDevice", Err: errors.New("must be at least 1")}
 	}
 	return nil
 }

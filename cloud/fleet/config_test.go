@@ -16,15 +16,15 @@ func TestConfigValidate(t *testing.T) {
 		cfg   Config
 		field string
 	}{
-		{"no data dir", Config{Broker: b}, "data-dir"},
-		{"no broker", Config{DataDir: "x"}, "mqtt-url"},
-		{"both brokers", Config{DataDir: "x", Broker: b, External: ext("mqtt://h:1883")}, "mqtt-url"},
-		{"bad url", Config{DataDir: "x", External: ext("h:1883")}, "mqtt-url"},
-		{"bad scheme", Config{DataDir: "x", External: ext("http://h:1883")}, "mqtt-url"},
-		{"bad session expiry", Config{DataDir: "x", External: &External{URL: "mqtt://h:1883", SessionExpiry: time.Millisecond}}, "mqtt-session-expiry"},
-		{"bad prefix", Config{DataDir: "x", Broker: b, Prefix: "p"}, "mqtt-prefix"},
-		{"negative records", Config{DataDir: "x", Broker: b, MaxRecords: -1}, "fleet-max-records"},
-		{"negative age", Config{DataDir: "x", Broker: b, MaxAge: -time.Second}, "fleet-max-age"},
+		{"no data dir", Config{Broker: b}, "DataDir"},
+		{"no broker", Config{DataDir: "x"}, "External"},
+		{"both brokers", Config{DataDir: "x", Broker: b, External: ext("mqtt://h:1883")}, "External"},
+		{"bad url", Config{DataDir: "x", External: ext("h:1883")}, "External"},
+		{"bad scheme", Config{DataDir: "x", External: ext("http://h:1883")}, "External"},
+		{"bad session expiry", Config{DataDir: "x", External: &External{URL: "mqtt://h:1883", SessionExpiry: time.Millisecond}}, "External.SessionExpiry"},
+		{"bad prefix", Config{DataDir: "x", Broker: b, Prefix: "p"}, "Prefix"},
+		{"negative records", Config{DataDir: "x", Broker: b, MaxRecords: -1}, "MaxRecords"},
+		{"negative age", Config{DataDir: "x", Broker: b, MaxAge: -time.Second}, "MaxAge"},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			_, err := Open(c.cfg)

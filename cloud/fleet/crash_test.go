@@ -12,7 +12,7 @@ import (
 	"time"
 
 	"github.com/phaseless/phaseless/internal/crashtest"
-	tfleet "github.com/phaseless/phaseless/transport/fleet"
+	"github.com/phaseless/phaseless/transport/fleetwire"
 )
 
 const crashDevices = 4
@@ -79,9 +79,9 @@ func ingestChild(path string, ack *crashtest.Acker) {
 				if next > 1 && rng.IntN(3) == 0 { // redeliver an older range
 					from = 1 + rng.Uint64N(next-1)
 				}
-				b := &tfleet.TelemetryBatch{DeviceID: id}
+				b := &fleetwire.TelemetryBatch{DeviceID: id}
 				for seq := from; seq < from+uint64(n); seq++ {
-					b.Records = append(b.Records, tfleet.Record{Seq: seq, Time: time.Unix(1700000000, 0), Kind: "crash", Data: json.RawMessage(fmt.Sprint(seq))})
+					b.Records = append(b.Records, fleetwire.Record{Seq: seq, Time: time.Unix(1700000000, 0), Kind: "crash", Data: json.RawMessage(fmt.Sprint(seq))})
 				}
 				if _, err := st.ingest(id, b, time.Now(), 1<<30, 0); err != nil {
 					crashtest.Fail("ingest: %v", err)
@@ -98,12 +98,12 @@ func ingestChild(path string, ack *crashtest.Acker) {
 		for n := 0; ; n++ {
 			id := fmt.Sprint("c", n)
 			now := time.Now()
-			cs := CommandState{DeviceID: dev, Command: tfleet.Command{ID: id, Name: "reload-model", IssuedAt: now}, State: CommandPending, UpdatedAt: now}
+			cs := CommandState{DeviceID: dev, Command: fleetwire.Command{ID: id, Name: "reload-model", IssuedAt: now}, State: CommandPending, UpdatedAt: now}
 			if err := st.addCommand(cs, 1<<20); err != nil {
 				crashtest.Fail("add command: %v", err)
 			}
 			ack.Ack("cmd %s %s", dev, id)
-			if _, err := st.commandResult(dev, &tfleet.CommandResult{ID: id, OK: true}, time.Now()); err != nil {
+			if _, err := st.commandResult(dev, &fleetwire.CommandResult{ID: id, OK: true}, time.Now()); err != nil {
 				crashtest.Fail("command result: %v", err)
 			}
 			ack.Ack("res %s %s", dev, id)

@@ -4,7 +4,7 @@
 // commands with results, all kept in bbolt and served over the admin HTTP
 // API (Manager.Handler).
 //
-// How it fits: devices talk MQTT v5 (topics and payloads in transport/fleet)
+// How it fits: devices talk MQTT v5 (topics and payloads in transport/fleetwire)
 // to either the embedded broker (cloud/fleet/broker, reached in process) or
 // an external broker such as Mosquitto or EMQX (reached as an ordinary
 // MQTT v5 client with a persistent session). The Manager runs the same logic

@@ -12,7 +12,7 @@ import (
 	"github.com/eclipse/paho.golang/autopaho"
 	"github.com/eclipse/paho.golang/paho"
 
-	tfleet "github.com/phaseless/phaseless/transport/fleet"
+	"github.com/phaseless/phaseless/transport/fleetwire"
 )
 
 // TestExternalMosquitto runs the same Manager logic over a real Mosquitto
@@ -47,10 +47,10 @@ func TestExternalMosquitto(t *testing.T) {
 
 	t.Run("acl denies publishing as another device", func(t *testing.T) {
 		forger := devs[0]
-		batch, _ := json.Marshal(tfleet.TelemetryBatch{DeviceID: "m-1", BatchID: "forged", Records: []tfleet.Record{{Seq: 999999, Kind: "request"}}})
+		batch, _ := json.Marshal(fleetwire.TelemetryBatch{DeviceID: "m-1", BatchID: "forged", Records: []fleetwire.Record{{Seq: 999999, Kind: "request"}}})
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		defer cancel()
-		resp, err := forger.cm.Publish(ctx, pub(topics.Device("m-1", tfleet.SuffixTelemetry), batch, false))
+		resp, err := forger.cm.Publish(ctx, pub(topics.Device("m-1", fleetwire.SuffixTelemetry), batch, false))
 		// Mosquitto 2.0 answers a denied v5 publish with PUBACK 0x87 (not
 		// authorized), as the embedded broker does.
 		if err == nil || resp == nil || resp.ReasonCode != 0x87 {
@@ -65,7 +65,7 @@ func TestExternalMosquitto(t *testing.T) {
 		}
 		// Reading another device's commands: Mosquitto 2.0.11 grants the
 		// SUBACK and enforces read access at delivery, so check delivery.
-		sa, err := forger.cm.Subscribe(ctx, &paho.Subscribe{Subscriptions: []paho.SubscribeOptions{{Topic: topics.Device("m-1", tfleet.SuffixCmd), QoS: 1}}})
+		sa, err := forger.cm.Subscribe(ctx, &paho.Subscribe{Subscriptions: []paho.SubscribeOptions{{Topic: topics.Device("m-1", fleetwire.SuffixCmd), QoS: 1}}})
 		if err == nil {
 			t.Logf("mosquitto SUBACK for another device's commands: %v", sa.Reasons)
 		}

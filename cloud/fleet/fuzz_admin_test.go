@@ -12,7 +12,7 @@ import (
 	bolt "go.etcd.io/bbolt"
 
 	"github.com/phaseless/phaseless/cloud/fleet/broker"
-	tfleet "github.com/phaseless/phaseless/transport/fleet"
+	"github.com/phaseless/phaseless/transport/fleetwire"
 )
 
 // fuzzManager is a real Manager on an embedded broker for a fuzz target.
@@ -119,7 +119,7 @@ func FuzzStoredRecords(f *testing.F) {
 		_ = st.export(time.Time{}, "car-1", func([]byte) error { return nil })
 		_, _ = st.ingest("car-1", benchBatch("car-1", 1), time.Unix(100, 0), 10, time.Hour)
 		_, _ = st.prune(time.Unix(100, 0), 1, time.Hour)
-		_, _ = st.commandResult("car-1", &tfleet.CommandResult{ID: "c1", OK: true}, time.Unix(100, 0))
+		_, _ = st.commandResult("car-1", &fleetwire.CommandResult{ID: "c1", OK: true}, time.Unix(100, 0))
 		if err := st.db.View(func(tx *bolt.Tx) error {
 			for err := range tx.Check() {
 				return err

@@ -5,7 +5,7 @@ import (
 	"encoding/json"
 	"testing"
 
-	tfleet "github.com/phaseless/phaseless/transport/fleet"
+	"github.com/phaseless/phaseless/transport/fleetwire"
 )
 
 // FuzzSeqSet decodes arbitrary bytes as a stored seq set (it comes from
@@ -57,14 +57,14 @@ func FuzzDeliver(f *testing.F) {
 	f.Add(uint8(3), []byte(`{"id":"abc","ok":true}`))
 	f.Add(uint8(0), []byte(`[]`))
 	m := fuzzManager(f)
-	suffixes := []string{tfleet.SuffixTelemetry, tfleet.SuffixStatus, tfleet.SuffixConfigReported, tfleet.SuffixCmdResult, tfleet.SuffixTelemetryAck}
+	suffixes := []string{fleetwire.SuffixTelemetry, fleetwire.SuffixStatus, fleetwire.SuffixConfigReported, fleetwire.SuffixCmdResult, fleetwire.SuffixTelemetryAck}
 	f.Fuzz(func(t *testing.T, which uint8, payload []byte) {
 		suffix := suffixes[int(which)%len(suffixes)]
 		before := m.mDecodeErrors.With(suffix).Value()
 		m.deliver(topics.Device("fz-1", suffix), payload)
 		// Anything that is not JSON on a topic the cloud reads is a counted
 		// error (an empty payload is a cleared retained message, not one).
-		if suffix != tfleet.SuffixTelemetryAck && len(payload) > 0 && !json.Valid(payload) && m.mDecodeErrors.With(suffix).Value() != before+1 {
+		if suffix != fleetwire.SuffixTelemetryAck && len(payload) > 0 && !json.Valid(payload) && m.mDecodeErrors.With(suffix).Value() != before+1 {
 			t.Fatalf("malformed %s payload not counted", suffix)
 		}
 		c, err := m.Counts()

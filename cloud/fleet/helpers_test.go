@@ -17,12 +17,12 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/phaseless/phaseless/cloud/fleet/broker"
-	tfleet "github.com/phaseless/phaseless/transport/fleet"
+	"github.com/phaseless/phaseless/transport/fleetwire"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 
-var topics = tfleet.Topics{}
+var topics = fleetwire.Topics{}
 
 func startBroker(t testing.TB, cfg broker.Config) *broker.Broker {
 	t.Helper()
@@ -70,20 +70,20 @@ type simDevice struct {
 
 	mu       sync.Mutex // guards everything below
 	nextSeq  uint64
-	unsent   []tfleet.Record
+	unsent   []fleetwire.Record
 	inflight map[string]*simBatch // batch id → batch
 	acked    uint64               // records acknowledged
 	made     uint64               // records generated
 	sent     int                  // batch publishes, resends included
 	batchN   int
-	desired  []tfleet.DesiredConfig
-	cmds     []tfleet.Command
+	desired  []fleetwire.DesiredConfig
+	cmds     []fleetwire.Command
 	kick     chan struct{}
 	wg       sync.WaitGroup
 }
 
 type simBatch struct {
-	b      tfleet.TelemetryBatch
+	b      fleetwire.TelemetryBatch
 	sentAt time.Time
 }
 
@@ -105,8 +105,8 @@ func newSimDevice(t testing.TB, brokerURL, id string, o simOpts) *simDevice {
 	ctx, cancel := context.WithCancel(context.Background())
 	d := &simDevice{id: id, cancel: cancel, retryAfter: o.retryAfter, nextSeq: o.firstSeq + 1,
 		inflight: map[string]*simBatch{}, kick: make(chan struct{}, 1)}
-	will, _ := json.Marshal(tfleet.Status{DeviceID: id, State: "offline", Version: "sim-1"})
-	online, _ := json.Marshal(tfleet.Status{DeviceID: id, State: "online", Version: "sim-1", Slot: "a", Time: time.Now()})
+	will, _ := json.Marshal(fleetwire.Status{DeviceID: id, State: "offline", Version: "sim-1"})
+	online, _ := json.Marshal(fleetwire.Status{DeviceID: id, State: "online", Version: "sim-1", Slot: "a", Time: time.Now()})
 	cfg := autopaho.ClientConfig{
 		ServerUrls:                    []*url.URL{u},
 		KeepAlive:                     10,
@@ -115,7 +115,7 @@ func newSimDevice(t testing.TB, brokerURL, id string, o simOpts) *simDevice {
 		ReconnectBackoff:              autopaho.NewConstantBackoff(50 * time.Millisecond),
 		ConnectUsername:               o.user,
 		ConnectPassword:               []byte(o.pass),
-		WillMessage:                   &paho.WillMessage{Topic: topics.Device(id, tfleet.SuffixStatus), Payload: will, QoS: 1, Retain: true},
+		WillMessage:                   &paho.WillMessage{Topic: topics.Device(id, fleetwire.SuffixStatus), Payload: will, QoS: 1, Retain: true},
 		OnConnectionUp: func(cm *autopaho.ConnectionManager, _ *paho.Connack) {
 			d.wg.Add(1)
 			go func() {
@@ -123,11 +123,11 @@ func newSimDevice(t testing.TB, brokerURL, id string, o simOpts) *simDevice {
 				sctx, c := context.WithTimeout(ctx, 10*time.Second)
 				defer c()
 				_, _ = cm.Subscribe(sctx, &paho.Subscribe{Subscriptions: []paho.SubscribeOptions{
-					{Topic: topics.Device(id, tfleet.SuffixTelemetryAck), QoS: 1},
-					{Topic: topics.Device(id, tfleet.SuffixConfigDesired), QoS: 1},
-					{Topic: topics.Device(id, tfleet.SuffixCmd), QoS: 1},
+					{Topic: topics.Device(id, fleetwire.SuffixTelemetryAck), QoS: 1},
+					{Topic: topics.Device(id, fleetwire.SuffixConfigDesired), QoS: 1},
+					{Topic: topics.Device(id, fleetwire.SuffixCmd), QoS: 1},
 				}})
-				_, _ = cm.Publish(sctx, &paho.Publish{QoS: 1, Retain: true, Topic: topics.Device(id, tfleet.SuffixStatus), Payload: online})
+				_, _ = cm.Publish(sctx, &paho.Publish{QoS: 1, Retain: true, Topic: topics.Device(id, fleetwire.SuffixStatus), Payload: online})
 				d.poke()
 			}()
 		},
@@ -172,8 +172,8 @@ func (d *simDevice) onMessage(p *paho.Publish) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	switch suffix {
-	case tfleet.SuffixTelemetryAck:
-		var a tfleet.TelemetryAck
+	case fleetwire.SuffixTelemetryAck:
+		var a fleetwire.TelemetryAck
 		if json.Unmarshal(p.Payload, &a) != nil {
 			return
 		}
@@ -181,13 +181,13 @@ func (d *simDevice) onMessage(p *paho.Publish) {
 			d.acked += uint64(len(fb.b.Records))
 			delete(d.inflight, a.BatchID)
 		}
-	case tfleet.SuffixConfigDesired:
-		var c tfleet.DesiredConfig
+	case fleetwire.SuffixConfigDesired:
+		var c fleetwire.DesiredConfig
 		if json.Unmarshal(p.Payload, &c) == nil {
 			d.desired = append(d.desired, c)
 		}
-	case tfleet.SuffixCmd:
-		var c tfleet.Command
+	case fleetwire.SuffixCmd:
+		var c fleetwire.Command
 		if json.Unmarshal(p.Payload, &c) == nil {
 			d.cmds = append(d.cmds, c)
 		}
@@ -198,8 +198,8 @@ func (d *simDevice) onMessage(p *paho.Publish) {
 func (d *simDevice) generate(n int) {
 	d.mu.Lock()
 	for range n {
-		data, _ := json.Marshal(tfleet.RequestRecord{TraceID: fmt.Sprintf("%s-%d", d.id, d.nextSeq), Decision: "local", Path: "local", Outcome: "ok", CloudProb: 0.25})
-		d.unsent = append(d.unsent, tfleet.Record{Seq: d.nextSeq, Time: time.Now().UTC(), Kind: "request", Data: data})
+		data, _ := json.Marshal(fleetwire.RequestRecord{TraceID: fmt.Sprintf("%s-%d", d.id, d.nextSeq), Decision: "local", Path: "local", Outcome: "ok", CloudProb: 0.25})
+		d.unsent = append(d.unsent, fleetwire.Record{Seq: d.nextSeq, Time: time.Now().UTC(), Kind: "request", Data: data})
 		d.nextSeq++
 		d.made++
 	}
@@ -224,7 +224,7 @@ func (d *simDevice) uplink(ctx context.Context) {
 		for len(d.unsent) > 0 {
 			n := min(100, len(d.unsent))
 			d.batchN++
-			fb := &simBatch{b: tfleet.TelemetryBatch{DeviceID: d.id, BatchID: fmt.Sprintf("%s-b%d", d.id, d.batchN), Records: d.unsent[:n:n]}}
+			fb := &simBatch{b: fleetwire.TelemetryBatch{DeviceID: d.id, BatchID: fmt.Sprintf("%s-b%d", d.id, d.batchN), Records: d.unsent[:n:n]}}
 			d.unsent = d.unsent[n:]
 			d.inflight[fb.b.BatchID] = fb
 		}
@@ -238,7 +238,7 @@ func (d *simDevice) uplink(ctx context.Context) {
 		for _, fb := range out {
 			p, _ := json.Marshal(fb.b)
 			pctx, c := context.WithTimeout(ctx, 5*time.Second)
-			_, err := d.cm.Publish(pctx, &paho.Publish{QoS: 1, Topic: topics.Device(d.id, tfleet.SuffixTelemetry), Payload: p})
+			_, err := d.cm.Publish(pctx, &paho.Publish{QoS: 1, Topic: topics.Device(d.id, fleetwire.SuffixTelemetry), Payload: p})
 			c()
 			d.mu.Lock()
 			if err == nil {

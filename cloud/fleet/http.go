@@ -7,13 +7,14 @@ import (
 	"net/http"
 	"time"
 
-	tfleet "github.com/phaseless/phaseless/transport/fleet"
+	"github.com/phaseless/phaseless/cloud/fleetapi"
+	"github.com/phaseless/phaseless/transport/fleetwire"
 )
 
 // APIPrefix is where Handler's routes live; mount the handler there:
 //
 //	mux.Handle(fleet.APIPrefix, auth(mgr.Handler()))
-const APIPrefix = "/v1/fleet/"
+const APIPrefix = fleetapi.Prefix
 
 // Handler serves the fleet admin API. It does no authentication: the cloud
 // mounts it behind its API-key check (or --dev).
@@ -52,12 +53,7 @@ func writeJSON(w http.ResponseWriter, status int, v any) {
 	_ = enc.Encode(v)
 }
 
-type apiError struct {
-	Error struct {
-		Message string `json:"message"`
-		Type    string `json:"type"`
-	} `json:"error"`
-}
+type apiError = fleetapi.ErrorBody
 
 func writeError(w http.ResponseWriter, status int, err error) {
 	var e apiError
@@ -137,12 +133,6 @@ func (m *Manager) putConfig(w http.ResponseWriter, r *http.Request) {
 	}
 }
 
-// CommandRequest is the body of POST .../commands.
-type CommandRequest struct {
-	Name string            `json:"name"`
-	Args map[string]string `json:"args,omitempty"`
-}
-
 func (m *Manager) postCommand(w http.ResponseWriter, r *http.Request) {
 	var req CommandRequest
 	if !decodeBody(w, r, &req) {
@@ -203,7 +193,7 @@ func (m *Manager) export(w http.ResponseWriter, r *http.Request) {
 		since = t
 	}
 	dev := q.Get("device")
-	if dev != "" && tfleet.ValidateDeviceID(dev) != nil {
+	if dev != "" && fleetwire.ValidateDeviceID(dev) != nil {
 		writeError(w, http.StatusBadRequest, errors.New("device: not a device id"))
 		return
 	}

@@ -9,13 +9,13 @@ import (
 	"testing"
 
 	"github.com/phaseless/phaseless/cloud/fleet/broker"
-	tfleet "github.com/phaseless/phaseless/transport/fleet"
+	"github.com/phaseless/phaseless/transport/fleetwire"
 )
 
 func TestHandler(t *testing.T) {
 	b := startBroker(t, broker.Config{DevAuth: true})
 	m := openManager(t, Config{DataDir: t.TempDir(), Broker: b})
-	m.deliver(topics.Device("h-1", tfleet.SuffixTelemetry), batch("h-1", "b", 1, 3))
+	m.deliver(topics.Device("h-1", fleetwire.SuffixTelemetry), batch("h-1", "b", 1, 3))
 	srv := httptest.NewServer(m.Handler())
 	defer srv.Close()
 

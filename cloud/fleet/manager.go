@@ -16,7 +16,7 @@ import (
 	"time"
 
 	"github.com/phaseless/phaseless/cloud/fleet/internal/gate"
-	tfleet "github.com/phaseless/phaseless/transport/fleet"
+	"github.com/phaseless/phaseless/transport/fleetwire"
 	"github.com/phaseless/phaseless/transport/metrics"
 )
 
@@ -24,7 +24,7 @@ import (
 // Close it after the HTTP server stops and before the embedded broker does.
 type Manager struct {
 	cfg    Config
-	topics tfleet.Topics
+	topics fleetwire.Topics
 	log    *slog.Logger
 	now    func() time.Time
 	st     *store
@@ -63,7 +63,7 @@ func Open(cfg Config) (*Manager, error) {
 	}
 	reg := cfg.Metrics
 	m := &Manager{
-		cfg: cfg, topics: tfleet.Topics{Prefix: cfg.Prefix}, log: cfg.Logger, now: cfg.Now, st: st,
+		cfg: cfg, topics: fleetwire.Topics{Prefix: cfg.Prefix}, log: cfg.Logger, now: cfg.Now, st: st,
 		stop:            make(chan struct{}),
 		mBatches:        reg.Counter("fleet_telemetry_batches_total", "telemetry batches received (redeliveries included)"),
 		mIngested:       reg.Counter("fleet_telemetry_records_ingested_total", "distinct telemetry records stored"),
@@ -82,10 +82,10 @@ func Open(cfg Config) (*Manager, error) {
 	m.refreshCounts()
 
 	filters := []string{
-		m.topics.DeviceFilter(tfleet.SuffixStatus),
-		m.topics.DeviceFilter(tfleet.SuffixTelemetry),
-		m.topics.DeviceFilter(tfleet.SuffixConfigReported),
-		m.topics.DeviceFilter(tfleet.SuffixCmdResult),
+		m.topics.DeviceFilter(fleetwire.SuffixStatus),
+		m.topics.DeviceFilter(fleetwire.SuffixTelemetry),
+		m.topics.DeviceFilter(fleetwire.SuffixConfigReported),
+		m.topics.DeviceFilter(fleetwire.SuffixCmdResult),
 	}
 	// m.bus is set before anything can deliver: deliveries use it.
 	if cfg.Broker != nil {
@@ -180,20 +180,20 @@ func (m *Manager) deliver(topic string, payload []byte) {
 		return // a cleared retained message
 	}
 	switch suffix {
-	case tfleet.SuffixTelemetry:
+	case fleetwire.SuffixTelemetry:
 		m.handleTelemetry(id, payload)
-	case tfleet.SuffixStatus:
+	case fleetwire.SuffixStatus:
 		m.handleStatus(id, payload)
-	case tfleet.SuffixConfigReported:
+	case fleetwire.SuffixConfigReported:
 		m.handleReported(id, payload)
-	case tfleet.SuffixCmdResult:
+	case fleetwire.SuffixCmdResult:
 		m.handleResult(id, payload)
 	}
 }
 
 // decodeBatch decodes and checks a telemetry batch from device id.
-func decodeBatch(id string, payload []byte) (*tfleet.TelemetryBatch, error) {
-	var b tfleet.TelemetryBatch
+func decodeBatch(id string, payload []byte) (*fleetwire.TelemetryBatch, error) {
+	var b fleetwire.TelemetryBatch
 	if err := json.Unmarshal(payload, &b); err != nil {
 		return nil, err
 	}
@@ -213,7 +213,7 @@ func decodeBatch(id string, payload []byte) (*tfleet.TelemetryBatch, error) {
 func (m *Manager) handleTelemetry(id string, payload []byte) {
 	b, err := decodeBatch(id, payload)
 	if err != nil {
-		m.mDecodeErrors.With(tfleet.SuffixTelemetry).Inc()
+		m.mDecodeErrors.With(fleetwire.SuffixTelemetry).Inc()
 		m.log.Warn("bad telemetry batch", "device", id, "err", err)
 		return
 	}
@@ -238,14 +238,14 @@ func (m *Manager) handleTelemetry(id string, payload []byte) {
 	if res.newDevice {
 		m.refreshCounts()
 	}
-	ack, _ := json.Marshal(tfleet.TelemetryAck{BatchID: b.BatchID, UpTo: res.upTo})
-	m.bus.publishLater(m.topics.Device(id, tfleet.SuffixTelemetryAck), ack, false)
+	ack, _ := json.Marshal(fleetwire.TelemetryAck{BatchID: b.BatchID, UpTo: res.upTo})
+	m.bus.publishLater(m.topics.Device(id, fleetwire.SuffixTelemetryAck), ack, false)
 }
 
 func (m *Manager) handleStatus(id string, payload []byte) {
-	var s tfleet.Status
+	var s fleetwire.Status
 	if err := json.Unmarshal(payload, &s); err != nil {
-		m.mDecodeErrors.With(tfleet.SuffixStatus).Inc()
+		m.mDecodeErrors.With(fleetwire.SuffixStatus).Inc()
 		m.log.Warn("bad status", "device", id, "err", err)
 		return
 	}
@@ -274,9 +274,9 @@ func (m *Manager) handleStatus(id string, payload []byte) {
 }
 
 func (m *Manager) handleReported(id string, payload []byte) {
-	var r tfleet.ReportedConfig
+	var r fleetwire.ReportedConfig
 	if err := json.Unmarshal(payload, &r); err != nil {
-		m.mDecodeErrors.With(tfleet.SuffixConfigReported).Inc()
+		m.mDecodeErrors.With(fleetwire.SuffixConfigReported).Inc()
 		m.log.Warn("bad reported config", "device", id, "err", err)
 		return
 	}
@@ -295,9 +295,9 @@ func (m *Manager) handleReported(id string, payload []byte) {
 }
 
 func (m *Manager) handleResult(id string, payload []byte) {
-	var r tfleet.CommandResult
+	var r fleetwire.CommandResult
 	if err := json.Unmarshal(payload, &r); err != nil || r.ID == "" {
-		m.mDecodeErrors.With(tfleet.SuffixCmdResult).Inc()
+		m.mDecodeErrors.With(fleetwire.SuffixCmdResult).Inc()
 		m.log.Warn("bad command result", "device", id, "err", err)
 		return
 	}
@@ -332,7 +332,7 @@ func (m *Manager) reconcile(dev *Device) {
 	for i := len(cmds) - 1; i >= 0; i-- { // oldest first
 		if cmds[i].State == CommandPending {
 			p, _ := json.Marshal(cmds[i].Command)
-			m.bus.publishLater(m.topics.Device(dev.ID, tfleet.SuffixCmd), p, false)
+			m.bus.publishLater(m.topics.Device(dev.ID, fleetwire.SuffixCmd), p, false)
 		}
 	}
 }
@@ -352,7 +352,7 @@ func (m *Manager) reconcileAll() {
 
 func (m *Manager) publishDesired(dev *Device) {
 	p, _ := json.Marshal(dev.Desired)
-	m.bus.publishLater(m.topics.Device(dev.ID, tfleet.SuffixConfigDesired), p, true)
+	m.bus.publishLater(m.topics.Device(dev.ID, fleetwire.SuffixConfigDesired), p, true)
 }
 
 // Errors the API maps to statuses.
@@ -373,20 +373,12 @@ func (m *Manager) Device(id string) (*Device, error) {
 	return d, err
 }
 
-// ConfigUpdate changes a device's desired config.
-type ConfigUpdate struct {
-	// Values to set. With Merge, they are added to the current values and a
-	// null value removes a key; without, they replace all values.
-	Values map[string]*string `json:"values"`
-	Merge  bool               `json:"merge"`
-}
-
 // SetConfig stores the next version of a device's desired config and
 // publishes it retained. The device need not exist yet (pre-provisioning).
 // A failed publish is reported but the version stands: reconcile re-sends
 // it when the device or the broker comes back.
-func (m *Manager) SetConfig(ctx context.Context, id string, u ConfigUpdate) (*tfleet.DesiredConfig, error) {
-	if err := tfleet.ValidateDeviceID(id); err != nil {
+func (m *Manager) SetConfig(ctx context.Context, id string, u ConfigUpdate) (*fleetwire.DesiredConfig, error) {
+	if err := fleetwire.ValidateDeviceID(id); err != nil {
 		return nil, fmt.Errorf("%w: %v", ErrBadRequest, err)
 	}
 	for k := range u.Values {
@@ -395,7 +387,7 @@ func (m *Manager) SetConfig(ctx context.Context, id string, u ConfigUpdate) (*tf
 		}
 	}
 	dev, err := m.st.updateDevice(id, m.now(), true, func(d *Device) error {
-		next := &tfleet.DesiredConfig{Values: map[string]string{}}
+		next := &fleetwire.DesiredConfig{Values: map[string]string{}}
 		if d.Desired != nil {
 			next.Version = d.Desired.Version
 			if u.Merge {
@@ -420,7 +412,7 @@ func (m *Manager) SetConfig(ctx context.Context, id string, u ConfigUpdate) (*tf
 	}
 	m.refreshCounts()
 	p, _ := json.Marshal(dev.Desired)
-	if err := m.bus.publish(ctx, m.topics.Device(id, tfleet.SuffixConfigDesired), p, true); err != nil {
+	if err := m.bus.publish(ctx, m.topics.Device(id, fleetwire.SuffixConfigDesired), p, true); err != nil {
 		m.mPublishErrors.Inc()
 		return dev.Desired, fmt.Errorf("stored version %d but could not publish it yet: %w", dev.Desired.Version, err)
 	}
@@ -430,7 +422,7 @@ func (m *Manager) SetConfig(ctx context.Context, id string, u ConfigUpdate) (*tf
 // SendCommand issues a command (pending until the device answers on
 // cmd/result). A failed publish leaves it pending for reconcile.
 func (m *Manager) SendCommand(ctx context.Context, id, name string, args map[string]string) (*CommandState, error) {
-	if err := tfleet.ValidateDeviceID(id); err != nil {
+	if err := fleetwire.ValidateDeviceID(id); err != nil {
 		return nil, fmt.Errorf("%w: %v", ErrBadRequest, err)
 	}
 	if name == "" {
@@ -441,7 +433,7 @@ func (m *Manager) SendCommand(ctx context.Context, id, name string, args map[str
 	_, _ = rand.Read(rnd[:])
 	cs := CommandState{
 		DeviceID:  id,
-		Command:   tfleet.Command{ID: hex.EncodeToString(rnd[:]), Name: name, Args: args, IssuedAt: now},
+		Command:   fleetwire.Command{ID: hex.EncodeToString(rnd[:]), Name: name, Args: args, IssuedAt: now},
 		State:     CommandPending,
 		UpdatedAt: now,
 	}
@@ -450,7 +442,7 @@ func (m *Manager) SendCommand(ctx context.Context, id, name string, args map[str
 	}
 	m.refreshCounts()
 	p, _ := json.Marshal(cs.Command)
-	if err := m.bus.publish(ctx, m.topics.Device(id, tfleet.SuffixCmd), p, false); err != nil {
+	if err := m.bus.publish(ctx, m.topics.Device(id, fleetwire.SuffixCmd), p, false); err != nil {
 		m.mPublishErrors.Inc()
 		return &cs, fmt.Errorf("command %s stored but not published yet: %w", cs.ID, err)
 	}

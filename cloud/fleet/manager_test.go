@@ -14,7 +14,7 @@ import (
 	bolt "go.etcd.io/bbolt"
 
 	"github.com/phaseless/phaseless/cloud/fleet/broker"
-	tfleet "github.com/phaseless/phaseless/transport/fleet"
+	"github.com/phaseless/phaseless/transport/fleetwire"
 	"github.com/phaseless/phaseless/transport/metrics"
 )
 
@@ -115,8 +115,8 @@ func TestEmbeddedEndToEnd(t *testing.T) {
 	dupMetric := reg.Counter("fleet_telemetry_duplicates_total", "")
 	dupsBefore := dupMetric.Value()
 	d.mu.Lock()
-	first := tfleet.Record{Seq: 1, Time: time.Now(), Kind: "request", Data: json.RawMessage(`{}`)}
-	d.inflight["again"] = &simBatch{b: tfleet.TelemetryBatch{DeviceID: "car-1", BatchID: "again", Records: []tfleet.Record{first, {Seq: 2, Kind: "request"}}}}
+	first := fleetwire.Record{Seq: 1, Time: time.Now(), Kind: "request", Data: json.RawMessage(`{}`)}
+	d.inflight["again"] = &simBatch{b: fleetwire.TelemetryBatch{DeviceID: "car-1", BatchID: "again", Records: []fleetwire.Record{first, {Seq: 2, Kind: "request"}}}}
 	d.made += 2
 	d.mu.Unlock()
 	d.poke()
@@ -144,8 +144,8 @@ func TestEmbeddedEndToEnd(t *testing.T) {
 		defer d.mu.Unlock()
 		return len(d.desired) > 0 && d.desired[len(d.desired)-1].Version == 2
 	})
-	rep, _ := json.Marshal(tfleet.ReportedConfig{Version: 2, Applied: true})
-	if _, err := d.cm.Publish(context.Background(), pub(topics.Device("car-1", tfleet.SuffixConfigReported), rep, true)); err != nil {
+	rep, _ := json.Marshal(fleetwire.ReportedConfig{Version: 2, Applied: true})
+	if _, err := d.cm.Publish(context.Background(), pub(topics.Device("car-1", fleetwire.SuffixConfigReported), rep, true)); err != nil {
 		t.Fatal(err)
 	}
 	waitFor(t, "reported v2", func() bool {
@@ -166,8 +166,8 @@ func TestEmbeddedEndToEnd(t *testing.T) {
 	if dev, _ := m.Device("car-1"); dev.PendingCommands != 1 {
 		t.Fatalf("pending %d", dev.PendingCommands)
 	}
-	res, _ := json.Marshal(tfleet.CommandResult{ID: cs.ID, OK: true, Output: "reloaded"})
-	if _, err := d.cm.Publish(context.Background(), pub(topics.Device("car-1", tfleet.SuffixCmdResult), res, false)); err != nil {
+	res, _ := json.Marshal(fleetwire.CommandResult{ID: cs.ID, OK: true, Output: "reloaded"})
+	if _, err := d.cm.Publish(context.Background(), pub(topics.Device("car-1", fleetwire.SuffixCmdResult), res, false)); err != nil {
 		t.Fatal(err)
 	}
 	waitFor(t, "command done", func() bool {

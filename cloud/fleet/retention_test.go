@@ -8,7 +8,7 @@ import (
 	"time"
 
 	"github.com/phaseless/phaseless/cloud/fleet/broker"
-	tfleet "github.com/phaseless/phaseless/transport/fleet"
+	"github.com/phaseless/phaseless/transport/fleetwire"
 )
 
 // fakeClock is the injected Now for retention tests.
@@ -30,9 +30,9 @@ func (c *fakeClock) advance(d time.Duration) {
 }
 
 func batch(dev, id string, from, n uint64) []byte {
-	b := tfleet.TelemetryBatch{DeviceID: dev, BatchID: id}
+	b := fleetwire.TelemetryBatch{DeviceID: dev, BatchID: id}
 	for s := from; s < from+n; s++ {
-		b.Records = append(b.Records, tfleet.Record{Seq: s, Kind: "request", Data: json.RawMessage(`{"trace_id":"x"}`)})
+		b.Records = append(b.Records, fleetwire.Record{Seq: s, Kind: "request", Data: json.RawMessage(`{"trace_id":"x"}`)})
 	}
 	p, _ := json.Marshal(b)
 	return p
@@ -46,7 +46,7 @@ func TestRetention(t *testing.T) {
 	clk := &fakeClock{t: time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)}
 	b := startBroker(t, broker.Config{DevAuth: true})
 	m := openManager(t, Config{DataDir: t.TempDir(), Broker: b, MaxRecords: 50, MaxAge: time.Hour, Now: clk.now, PruneInterval: time.Hour})
-	tel := topics.Device("r-1", tfleet.SuffixTelemetry)
+	tel := topics.Device("r-1", fleetwire.SuffixTelemetry)
 
 	for i := range 12 {
 		m.deliver(tel, batch("r-1", fmt.Sprint("b", i), uint64(i*10+1), 10))
@@ -99,13 +99,13 @@ func TestDeliverRefusesBadInput(t *testing.T) {
 	b := startBroker(t, broker.Config{DevAuth: true})
 	m := openManager(t, Config{DataDir: t.TempDir(), Broker: b, MaxPayloadBytes: 4096})
 	for _, c := range []struct{ topic, payload string }{
-		{topics.Device("x-1", tfleet.SuffixTelemetry), `{"records":[`},
-		{topics.Device("x-1", tfleet.SuffixTelemetry), `{"device_id":"x-2","records":[{"seq":1}]}`},
-		{topics.Device("x-1", tfleet.SuffixTelemetry), `{"records":[{"seq":1,"data":{"a":1}}],"dropped":-1}`},
-		{topics.Device("x-1", tfleet.SuffixTelemetry), string(make([]byte, 5000))},
-		{topics.Device("x-1", tfleet.SuffixStatus), `"online"`},
-		{topics.Device("x-1", tfleet.SuffixConfigReported), `{"version":"two"}`},
-		{topics.Device("x-1", tfleet.SuffixCmdResult), `{"ok":true}`},
+		{topics.Device("x-1", fleetwire.SuffixTelemetry), `{"records":[`},
+		{topics.Device("x-1", fleetwire.SuffixTelemetry), `{"device_id":"x-2","records":[{"seq":1}]}`},
+		{topics.Device("x-1", fleetwire.SuffixTelemetry), `{"records":[{"seq":1,"data":{"a":1}}],"dropped":-1}`},
+		{topics.Device("x-1", fleetwire.SuffixTelemetry), string(make([]byte, 5000))},
+		{topics.Device("x-1", fleetwire.SuffixStatus), `"online"`},
+		{topics.Device("x-1", fleetwire.SuffixConfigReported), `{"version":"two"}`},
+		{topics.Device("x-1", fleetwire.SuffixCmdResult), `{"ok":true}`},
 		{"phaseless/dev/bad id/telemetry", `{}`},
 	} {
 		m.deliver(c.topic, []byte(c.payload))
@@ -121,7 +121,7 @@ func TestDeliverRefusesBadInput(t *testing.T) {
 	if errs != 8 {
 		t.Fatalf("decode errors %v, want 8", errs)
 	}
-	m.deliver(topics.Device("x-1", tfleet.SuffixTelemetry), batch("x-1", "ok", 1, 3))
+	m.deliver(topics.Device("x-1", fleetwire.SuffixTelemetry), batch("x-1", "ok", 1, 3))
 	if cnt, _ := m.Counts(); cnt.Stored != 3 {
 		t.Fatalf("good batch after bad ones: %+v", cnt)
 	}
@@ -134,11 +134,11 @@ func TestLastWillWins(t *testing.T) {
 	b := startBroker(t, broker.Config{DevAuth: true})
 	m := openManager(t, Config{DataDir: t.TempDir(), Broker: b})
 	st := func(state string, at time.Time) []byte {
-		p, _ := json.Marshal(tfleet.Status{DeviceID: "w-1", State: state, Version: "1", Time: at})
+		p, _ := json.Marshal(fleetwire.Status{DeviceID: "w-1", State: state, Version: "1", Time: at})
 		return p
 	}
 	connect := time.Now()
-	tp := topics.Device("w-1", tfleet.SuffixStatus)
+	tp := topics.Device("w-1", fleetwire.SuffixStatus)
 	m.deliver(tp, st("online", connect.Add(time.Millisecond)))
 	m.deliver(tp, st("offline", connect)) // the will
 	if d, _ := m.Device("w-1"); d.State() != "offline" {

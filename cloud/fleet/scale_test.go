@@ -11,7 +11,7 @@ import (
 	"github.com/eclipse/paho.golang/packets"
 
 	"github.com/phaseless/phaseless/cloud/fleet/broker"
-	tfleet "github.com/phaseless/phaseless/transport/fleet"
+	"github.com/phaseless/phaseless/transport/fleetwire"
 )
 
 // rawDevice is a minimal synchronous MQTT v5 device (one goroutine, no
@@ -64,7 +64,7 @@ func (d *rawDevice) connect(addr string) error {
 	sp := packets.NewControlPacket(packets.SUBSCRIBE)
 	s := sp.Content.(*packets.Subscribe)
 	s.PacketID = 1
-	s.Subscriptions = []packets.SubOptions{{Topic: topics.Device(d.id, tfleet.SuffixTelemetryAck), QoS: 1}}
+	s.Subscriptions = []packets.SubOptions{{Topic: topics.Device(d.id, fleetwire.SuffixTelemetryAck), QoS: 1}}
 	if err := d.write(sp); err != nil {
 		return err
 	}
@@ -82,7 +82,7 @@ func (d *rawDevice) connect(addr string) error {
 func (d *rawDevice) uplink(first, n uint64) error {
 	pp := packets.NewControlPacket(packets.PUBLISH)
 	p := pp.Content.(*packets.Publish)
-	p.QoS, p.PacketID, p.Topic = 1, 2, topics.Device(d.id, tfleet.SuffixTelemetry)
+	p.QoS, p.PacketID, p.Topic = 1, 2, topics.Device(d.id, fleetwire.SuffixTelemetry)
 	p.Payload = batch(d.id, d.id+"-1", first, n)
 	if err := d.write(pp); err != nil {
 		return err
@@ -93,7 +93,7 @@ func (d *rawDevice) uplink(first, n uint64) error {
 			return err
 		}
 		if ack, ok := r.Content.(*packets.Publish); ok {
-			var a tfleet.TelemetryAck
+			var a fleetwire.TelemetryAck
 			if err := json.Unmarshal(ack.Payload, &a); err != nil {
 				return err
 			}

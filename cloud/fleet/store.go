@@ -11,7 +11,7 @@ import (
 
 	bolt "go.etcd.io/bbolt"
 
-	tfleet "github.com/phaseless/phaseless/transport/fleet"
+	"github.com/phaseless/phaseless/transport/fleetwire"
 )
 
 // Buckets of fleet.db.
@@ -150,7 +150,7 @@ type ingestResult struct {
 
 // ingest stores the new records of one device's batch, skips those already
 // seen, and applies the count and age bounds, all in one transaction.
-func (s *store) ingest(id string, b *tfleet.TelemetryBatch, now time.Time, maxRecords int, maxAge time.Duration) (ingestResult, error) {
+func (s *store) ingest(id string, b *fleetwire.TelemetryBatch, now time.Time, maxRecords int, maxAge time.Duration) (ingestResult, error) {
 	var res ingestResult
 	err := s.db.Batch(func(tx *bolt.Tx) error {
 		res = ingestResult{} // Batch may run this function more than once
@@ -402,7 +402,7 @@ func (s *store) addCommand(cs CommandState, keep int) error {
 
 // commandResult records a device's result; false when the command is unknown
 // (trimmed, or never issued by this cloud).
-func (s *store) commandResult(dev string, r *tfleet.CommandResult, now time.Time) (bool, error) {
+func (s *store) commandResult(dev string, r *fleetwire.CommandResult, now time.Time) (bool, error) {
 	var found bool
 	err := s.db.Batch(func(tx *bolt.Tx) error {
 		found = false

@@ -1,81 +1,22 @@
 package fleet
 
-import (
-	"time"
+import "github.com/phaseless/phaseless/cloud/fleetapi"
 
-	tfleet "github.com/phaseless/phaseless/transport/fleet"
+// The admin API's types live in cloud/fleetapi so clients need not link the
+// broker; the manager uses them under these names.
+type (
+	Device          = fleetapi.Device
+	DeviceTelemetry = fleetapi.DeviceTelemetry
+	CommandState    = fleetapi.CommandState
+	ExportedRecord  = fleetapi.ExportedRecord
+	Counts          = fleetapi.Counts
+	ConfigUpdate    = fleetapi.ConfigUpdate
+	CommandRequest  = fleetapi.CommandRequest
 )
-
-// Device is one device in the registry, as the admin API shows it.
-type Device struct {
-	ID        string         `json:"id"`
-	Status    *tfleet.Status `json:"status,omitempty"` // last status (retained / last will)
-	FirstSeen time.Time      `json:"first_seen"`
-	LastSeen  time.Time      `json:"last_seen,omitzero"` // last message from the device itself
-
-	Desired    *tfleet.DesiredConfig  `json:"desired,omitempty"`
-	Reported   *tfleet.ReportedConfig `json:"reported,omitempty"`
-	ReportedAt time.Time              `json:"reported_at,omitzero"`
-
-	Telemetry DeviceTelemetry `json:"telemetry"`
-
-	// PendingCommands is filled by the API: commands without a result.
-	PendingCommands int `json:"pending_commands"`
-	// Commands is filled for single-device views, newest first.
-	Commands []CommandState `json:"commands,omitempty"`
-}
-
-// State is the device's last reported state: online, offline, or unknown
-// before its first status.
-func (d *Device) State() string {
-	if d.Status == nil || d.Status.State == "" {
-		return "unknown"
-	}
-	return d.Status.State
-}
-
-// DeviceTelemetry counts one device's telemetry.
-type DeviceTelemetry struct {
-	Stored          uint64    `json:"stored"`            // records held now
-	Ingested        uint64    `json:"ingested"`          // distinct records ever stored
-	Duplicates      uint64    `json:"duplicates"`        // redelivered records not stored again
-	Batches         uint64    `json:"batches"`           // batches received (duplicates included)
-	LastSeq         uint64    `json:"last_seq"`          // highest seq stored
-	DroppedOnDevice uint64    `json:"dropped_on_device"` // the device's own count of records it discarded
-	LastBatch       time.Time `json:"last_batch,omitzero"`
-}
 
 // Command states.
 const (
-	CommandPending = "pending" // issued, no result yet
-	CommandDone    = "done"    // result ok
-	CommandFailed  = "failed"  // result not ok
+	CommandPending = fleetapi.CommandPending
+	CommandDone    = fleetapi.CommandDone
+	CommandFailed  = fleetapi.CommandFailed
 )
-
-// CommandState is a command and what became of it.
-type CommandState struct {
-	DeviceID string `json:"device_id"`
-	tfleet.Command
-	State     string                `json:"state"`
-	Result    *tfleet.CommandResult `json:"result,omitempty"`
-	UpdatedAt time.Time             `json:"updated_at"`
-}
-
-// ExportedRecord is one line of the telemetry export: the record as the
-// device sent it (fleet.Record: seq, time, kind, data) plus which device
-// sent it and when the cloud stored it. Training reads Data as a
-// fleet.RequestRecord when Kind is "request".
-type ExportedRecord struct {
-	DeviceID string `json:"device_id"`
-	tfleet.Record
-	IngestedAt time.Time `json:"ingested_at"`
-}
-
-// Counts are fleet-wide telemetry totals.
-type Counts struct {
-	Stored     uint64 `json:"stored"`     // records held now
-	Ingested   uint64 `json:"ingested"`   // distinct records ever stored
-	Duplicates uint64 `json:"duplicates"` // redelivered records not stored again
-	Deleted    uint64 `json:"deleted"`    // removed by retention
-	Devices    int    `json:"devices"`
-}

@@ -5,6 +5,8 @@ import (
 	"math"
 	"slices"
 	"testing"
+
+	"github.com/phaseless/phaseless/transport/schedhint"
 	"time"
 )
 
@@ -188,62 +190,21 @@ func TestHintRoundTrip(t *testing.T) {
 		t.Fatal(err)
 	}
 	hint := d.Hint()
-	if len(hint) != HintLen || HintLen != 16 {
-		t.Fatalf("hint %q has length %d, HintLen %d", hint, len(hint), HintLen)
+	if len(hint) != schedhint.Len || schedhint.Len != 16 {
+		t.Fatalf("hint %q has length %d, schedhint.Len %d", hint, len(hint), schedhint.Len)
 	}
-	h, err := ParseHint(hint)
+	h, err := schedhint.Parse(hint)
 	if err != nil {
 		t.Fatal(err)
 	}
-	near := func(name string, got, want, tol float64) {
-		if math.Abs(got-want) > tol {
-			t.Errorf("%s = %v, want %v ± %v", name, got, want, tol)
-		}
+	// The codec's precision is schedhint's test; here: the decision's own
+	// signals went in, from the request and the chosen worker.
+	if h.InputTokens < 1900 || h.InputTokens > 2100 || h.PrefixFraction < 0.74 || h.PrefixFraction > 0.76 || h.KVFaultsPerMs != 3.4 || h.Load != 0.5 {
+		t.Errorf("hint %+v", h)
 	}
-	near("entropy", h.EntropyBits, 4.5, 1.0/64)
-	near("input tokens", float64(h.InputTokens), 2000, 2000*0.03)
-	near("predicted", float64(h.PredictedOutput), 20, 1)
-	near("prefix", h.PrefixFraction, 0.75, 0.01)
-	near("faults", h.KVFaultsPerMs, 3.4, 0.05)
-	near("load", h.Load, 0.5, 0.01)
-	near("sigma", h.BurstSigma, 5.5, 0.05)
 	if h.Pool != RolePrefill || h.Reason != ReasonPrefix || h.Policy != PolicyRules {
 		t.Errorf("pool/reason/policy = %v/%v/%v", h.Pool, h.Reason, h.Policy)
 	}
-}
-
-func TestParseHintRejects(t *testing.T) {
-	good := (&Decision{Vector: Vector{hintVersion}}).Hint()
-	bad := map[string]string{
-		"empty":       "",
-		"short":       good[:15],
-		"not base32":  "!!!!!!!!!!!!!!!!",
-		"bad version": (&Decision{Vector: Vector{9}}).Hint(),
-		"bad role":    (&Decision{Vector: Vector{hintVersion, 8: 0x0f}}).Hint(),
-	}
-	for name, h := range bad {
-		if _, err := ParseHint(h); err == nil {
-			t.Errorf("%s: ParseHint(%q) accepted", name, h)
-		}
-	}
-	if _, err := ParseHint(good); err != nil {
-		t.Fatal(err)
-	}
-}
-
-func FuzzParseHint(f *testing.F) {
-	f.Add((&Decision{Vector: Vector{hintVersion, 130, 170, 60, 200, 34, 32, 55, 0x10, 1}}).Hint())
-	f.Add("AAAAAAAAAAAAAAAA")
-	f.Add("")
-	f.Fuzz(func(t *testing.T, s string) {
-		h, err := ParseHint(s)
-		if err != nil {
-			return
-		}
-		if h.Pool >= NumRoles || h.Reason >= numReasons || h.EntropyBits < 0 || h.InputTokens < 0 {
-			t.Fatalf("accepted out-of-range hint %q: %+v", s, h)
-		}
-	})
 }
 
 func TestOutputPredictor(t *testing.T) {
@@ -329,7 +290,7 @@ func BenchmarkDecide(b *testing.B) {
 func TestDecideAllocsNothing(t *testing.T) {
 	s, req := benchFleet()
 	p := mustRules(t)
-	buf := make([]byte, 0, HintLen)
+	buf := make([]byte, 0, schedhint.Len)
 	allocs := testing.AllocsPerRun(200, func() {
 		d, _ := p.Decide(req, s)
 		buf = d.AppendHint(buf[:0])

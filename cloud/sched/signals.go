@@ -1,45 +1,22 @@
 package sched
 
-import (
-	"fmt"
-	"strings"
-)
+import "github.com/phaseless/phaseless/transport/schedhint"
 
-// Role is what a pool of workers is provisioned and tuned for.
-type Role uint8
+// Role is what a pool of workers is provisioned and tuned for (the hint's
+// pool nibble).
+type Role = schedhint.Pool
 
 // The four pools of DESIGN.md §5.
 const (
-	RolePrefill      Role = iota // long or hard prompts: compute-bound prefill
-	RoleDecode                   // long generations: memory-bandwidth-bound decode
-	RoleStream                   // short interactive streams: smooth token pacing
-	RoleConservative             // fallback: spare capacity, used when a pool is overloaded
-	NumRoles
+	RolePrefill      = schedhint.PoolPrefill
+	RoleDecode       = schedhint.PoolDecode
+	RoleStream       = schedhint.PoolStream
+	RoleConservative = schedhint.PoolConservative
+	NumRoles         = schedhint.NumPools
 )
 
-var roleNames = [NumRoles]string{"prefill-heavy", "decode-heavy", "stream", "conservative"}
-
-func (r Role) String() string {
-	if r < NumRoles {
-		return roleNames[r]
-	}
-	return fmt.Sprintf("role(%d)", uint8(r))
-}
-
 // ParseRole reads a role name as String writes it (also "prefill", "decode").
-func ParseRole(s string) (Role, error) {
-	switch strings.ToLower(strings.TrimSpace(s)) {
-	case "prefill-heavy", "prefill":
-		return RolePrefill, nil
-	case "decode-heavy", "decode":
-		return RoleDecode, nil
-	case "stream":
-		return RoleStream, nil
-	case "conservative", "fallback":
-		return RoleConservative, nil
-	}
-	return 0, fmt.Errorf("unknown pool role %q (prefill-heavy, decode-heavy, stream, conservative)", s)
-}
+func ParseRole(s string) (Role, error) { return schedhint.ParsePool(s) }
 
 // Request is what is measured about one request before it is placed. The
 // coordinator fills it once; Decide only reads it.

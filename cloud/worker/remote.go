@@ -12,6 +12,7 @@ import (
 
 	"github.com/phaseless/phaseless/transport/httpapi"
 	"github.com/phaseless/phaseless/transport/llm"
+	"github.com/phaseless/phaseless/transport/metrics"
 )
 
 // RemoteConfig describes an OpenAI-compatible server.
@@ -215,7 +216,7 @@ func (r *Remote) get(ctx context.Context, path string) ([]byte, int, error) {
 // loadFrom turns a metrics scrape into a Load. KV faults are a counter on
 // the server; the rate is taken between consecutive probes.
 func (r *Remote) loadFrom(body []byte) Load {
-	m := promSums(body, wantedMetrics)
+	m := metrics.Sums(body, wantedMetrics)
 	var l Load
 	if v, ok := first(m, runningNames); ok {
 		l.Running = int(v)

@@ -246,20 +246,6 @@ func TestProbeVLLMMetrics(t *testing.T) {
 	}
 }
 
-func FuzzPromLine(f *testing.F) {
-	for _, l := range strings.Split(vllmMetrics, "\n") {
-		f.Add(l)
-	}
-	f.Add(`x{a="\\"} 1`)
-	f.Add(`x{ 1`)
-	f.Fuzz(func(t *testing.T, line string) {
-		name, v, err := promLine([]byte(line))
-		if err == nil && (name == "" || v != v) {
-			t.Fatalf("accepted %q as %q=%v", line, name, v)
-		}
-	})
-}
-
 func TestBurstMeter(t *testing.T) {
 	m := NewBurstMeter()
 	t0 := time.Unix(1000, 0)
@@ -322,7 +308,7 @@ func TestWorkerSetSignals(t *testing.T) {
 
 	prompt := strings.Repeat("the same long system prompt. ", 8)
 	req := chat(prompt, 4)
-	ids := eng.Model().Tokenizer().Encode(llm.ChatPrompt(req.Messages))
+	ids := eng.Model().Tokenizer().Encode(lm.ChatPrompt(req.Messages))
 	ids = append([]int32{eng.Model().Tokenizer().BOS()}, ids...)
 	hashes := lm.BlockHashes(ids, 16)
 	if len(hashes) < 4 {

@@ -91,7 +91,7 @@ func TestHeldOutReplies(t *testing.T) {
 	var n int
 	for _, ex := range split.Test[:16] {
 		ids := m.ChatTokens([]llm.Message{{Role: "user", Content: ex.Prompt}})
-		for _, b := range []byte(ex.Answer + "\n" + llm.TurnEnd) {
+		for _, b := range []byte(ex.Answer + "\n" + lm.TurnEnd) {
 			lg := m.Logits(ids)
 			mx := lg[0]
 			for _, v := range lg {

@@ -14,7 +14,9 @@ import (
 
 // EngineConfig tunes an Engine. The zero value means defaults.
 type EngineConfig struct {
-	// BlockSize is the KV cache block size in tokens (default 16, as vLLM).
+	// BlockSize is the KV cache block size in tokens (default
+	// DefaultBlockSize). A scheduler matching prompts against this engine's
+	// cache (CachedPrefixBlocks) must hash with the same size.
 	BlockSize int
 	// KVBudgetBytes bounds the KV cache memory. Default: enough for MaxBatch
 	// full-context sequences, capped at 256 MiB (and never below one
@@ -36,9 +38,13 @@ type EngineConfig struct {
 	Now func() time.Time
 }
 
-func (c EngineConfig) withDefaults() EngineConfig {
+// DefaultBlockSize is the KV cache block size in tokens when EngineConfig
+// names none: 16, as vLLM.
+const DefaultBlockSize = 16
+
+func (c *EngineConfig) fillDefaults() {
 	if c.BlockSize == 0 {
-		c.BlockSize = 16
+		c.BlockSize = DefaultBlockSize
 	}
 	if c.MaxBatch == 0 {
 		c.MaxBatch = 16
@@ -58,7 +64,7 @@ func (c EngineConfig) withDefaults() EngineConfig {
 	if c.Now == nil {
 		c.Now = time.Now
 	}
-	return c
+
 }
 
 // Validate names the first bad field.
@@ -153,7 +159,7 @@ func NewEngine(m *Model, cfg EngineConfig) (*Engine, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	cfg = cfg.withDefaults()
+	cfg.fillDefaults()
 	perBlock := blockBytes(m.Config, cfg.BlockSize)
 	ctxBlocks := (m.Config.ContextLen + cfg.BlockSize - 1) / cfg.BlockSize
 	if cfg.KVBudgetBytes == 0 {
@@ -256,7 +262,7 @@ func BlockHashes(tokens []int32, blockSize int) []uint64 {
 }
 
 // Generate runs one chat request: it renders req.Messages with
-// llm.ChatPrompt, generates until EOS, llm.TurnEnd, a req.Stop sequence or
+// ChatPrompt, generates until EOS, TurnEnd, a req.Stop sequence or
 // req.MaxTokens, and emits each token's text as soon as it is sampled
 // (withholding only bytes of an incomplete UTF-8 character or a possible
 // stop-sequence prefix). Cancelling ctx, or emit returning an error, frees the
@@ -267,15 +273,15 @@ func (e *Engine) Generate(ctx context.Context, req *llm.Request, emit llm.Emit) 
 	}
 	return e.GenerateTokens(ctx, e.m.ChatTokens(req.Messages), GenOptions{
 		MaxTokens: req.MaxTokens, Temperature: req.Temperature, TopK: req.TopK, TopP: req.TopP,
-		Seed: req.Seed, Stop: append([]string{llm.TurnEnd}, req.Stop...),
+		Seed: req.Seed, Stop: append([]string{TurnEnd}, req.Stop...),
 	}, emit)
 }
 
-// ChatTokens is the prompt Generate runs for msgs: llm.ChatPrompt encoded,
+// ChatTokens is the prompt Generate runs for msgs: ChatPrompt encoded,
 // with BOS first when the model wants it. A scheduler hashes it with
 // BlockHashes to ask engines how much of it they have cached.
 func (m *Model) ChatTokens(msgs []llm.Message) []int32 {
-	ids := m.tok.Encode(llm.ChatPrompt(msgs))
+	ids := m.tok.Encode(ChatPrompt(msgs))
 	if m.tok.AddBOS() {
 		ids = append([]int32{m.tok.BOS()}, ids...)
 	}

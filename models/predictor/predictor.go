@@ -65,6 +65,11 @@ func (r EntropyRule) Predict(features []float32) (float64, error) {
 	return 1 / (1 + math.Exp(-(h-th)/soft)), nil
 }
 
+// Source names the rule in routing decisions ("entropy-rule"), so a
+// decision made by the rule reads as the rule's whether it runs alone or
+// inside a Swappable.
+func (EntropyRule) Source() string { return "entropy-rule" }
+
 // Bound is the byte entropy (bits) at which the rule answers p: the
 // entropy bound a probability threshold p stands for.
 func (r EntropyRule) Bound(p float64) float64 {

@@ -62,6 +62,15 @@ var _ Thresholder = (*Swappable)(nil)
 // Current returns the Predictor now serving.
 func (s *Swappable) Current() Predictor { return s.cur.Load().p }
 
+// Source names what the Swappable serves now: the current predictor's own
+// Source when it has one (EntropyRule), "predictor" for a learned model.
+func (s *Swappable) Source() string {
+	if n, ok := s.Current().(interface{ Source() string }); ok {
+		return n.Source()
+	}
+	return "predictor"
+}
+
 // Swap loads the ONNX model at path, validates it and makes it current. On
 // any error the old model keeps serving and the error says why.
 func (s *Swappable) Swap(path string) error {

@@ -5,7 +5,7 @@
 // lengths, character-class ratios, repetition and hashed n-grams.
 //
 // How it fits: the agent extracts the vector for every request and feeds it to
-// models/predictor; the vector travels in telemetry (transport/fleet
+// models/predictor; the vector travels in telemetry (transport/fleetwire
 // RequestRecord.Features with FeatureVersion = Version) and becomes training
 // data for the next predictor; cloud/sched reads ByteEntropy as its input
 // entropy signal. Everything here is pure, allocation-light and safe for

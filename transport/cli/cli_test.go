@@ -113,3 +113,57 @@ func TestHelpIsNotAnError(t *testing.T) {
 		t.Fatalf("err = %v", err)
 	}
 }
+
+func TestFieldsTable(t *testing.T) {
+	var cfg struct {
+		DataDir string
+		Workers StringList
+		N       int
+		Wait    time.Duration
+	}
+	cfg.DataDir, cfg.N = "d", 3 // filled defaults become the flags' defaults
+	table := Fields{
+		{Flag: "data-dir", Go: "DataDir", Value: &cfg.DataDir, Usage: "dir"},
+		{Flag: "worker", Go: "Workers", Value: &cfg.Workers, Usage: "repeatable"},
+		{Flag: "n", Go: "N", Value: &cfg.N, Usage: "count"},
+		{Flag: "wait", Go: "Wait", Value: &cfg.Wait, Usage: "wait"},
+	}
+	fs := flag.NewFlagSet("t", flag.ContinueOnError)
+	table.Register(fs)
+	if fs.Lookup("n").DefValue != "3" || fs.Lookup("data-dir").DefValue != "d" {
+		t.Fatalf("defaults %q %q", fs.Lookup("n").DefValue, fs.Lookup("data-dir").DefValue)
+	}
+	env := map[string]string{"PHASELESS_WAIT": "2s"}
+	if err := Parse(fs, []string{"--worker", "a", "--worker", "b"}, func(k string) string { return env[k] }); err != nil {
+		t.Fatal(err)
+	}
+	if cfg.Wait != 2*time.Second || len(cfg.Workers) != 2 || cfg.N != 3 {
+		t.Fatalf("parsed %+v", cfg)
+	}
+	err := table.Rename(&FieldError{Field: "DataDir", Err: errors.New("must not be empty")})
+	if err.Error() != `config field "data-dir": must not be empty` {
+		t.Fatalf("renamed: %v", err)
+	}
+	if err := table.Rename(&FieldError{Field: "Other", Err: errors.New("x")}); err.Error() != `config field "Other": x` {
+		t.Fatalf("unknown field renamed: %v", err)
+	}
+}
+
+func TestURLValue(t *testing.T) {
+	var u URL
+	if u.IsSet() || u.String() != "" {
+		t.Fatal("zero URL is set")
+	}
+	if err := u.Set("mqtt://user:pw@broker:1883"); err != nil || u.Host != "broker:1883" || u.User.Username() != "user" {
+		t.Fatalf("set: %v %+v", err, u.URL)
+	}
+	for _, bad := range []string{"broker:1883", "://x", "/just/a/path"} {
+		var v URL
+		if err := v.Set(bad); err == nil {
+			t.Errorf("%q accepted as %v", bad, v.URL)
+		}
+	}
+	if err := u.Set(""); err != nil || u.IsSet() {
+		t.Fatalf("empty value did not unset: %v", err)
+	}
+}

@@ -18,6 +18,9 @@ type Daemon struct {
 	// Validate checks the parsed configuration and returns a *FieldError for
 	// the first bad field.
 	Validate func() error
+	// Fields is the binary's configuration table; when set, a *FieldError
+	// from Validate naming a Go field is reported under its flag's name.
+	Fields Fields
 	// Commands are optional verbs (`phaseless-agent selfcheck`) that run
 	// instead of the daemon when named as the first argument.
 	Commands []*Command
@@ -56,7 +59,7 @@ func (d *Daemon) Main(args []string) int {
 	}
 	log, err := common.Logger(os.Stderr)
 	if err == nil && d.Validate != nil {
-		err = d.Validate()
+		err = d.Fields.Rename(d.Validate())
 	}
 	if err != nil {
 		fmt.Fprintf(os.Stderr, "%s: %v\n", d.Name, err)
@@ -65,7 +68,7 @@ func (d *Daemon) Main(args []string) int {
 	ctx, stop := SignalContext(context.Background())
 	defer stop()
 	log.Info("starting", "binary", d.Name, "version", Version, "commit", Commit)
-	if err := d.Run(ctx, log); err != nil && !errors.Is(err, context.Canceled) {
+	if err := d.Fields.Rename(d.Run(ctx, log)); err != nil && !errors.Is(err, context.Canceled) {
 		log.Error("stopped", "err", err)
 		return 1
 	}

@@ -6,9 +6,8 @@
 // canonical llm.Request, calls one llm.Generator (the agent's router or the
 // cloud's admission/scheduler chain) and writes the generator's tokens back in
 // the caller's API shape, each one flushed as soon as it exists. It holds no
-// routing or scheduling logic; what the generator decided before the first
-// token (llm.Meta: route, scheduler hint, fallback reason, burst budget)
-// becomes response headers, and failures (llm.Error codes) become each API's
+// routing or scheduling logic; the stream's begin event (llm.Meta: route,
+// scheduler hint, fallback, burst budget) becomes response headers, and failures (llm.Error codes) become each API's
 // own error JSON with the matching status.
 //
 // Streams never end silently: a failure after tokens were sent ends an OpenAI

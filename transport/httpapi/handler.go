@@ -274,29 +274,19 @@ func newID() string {
 	return hex.EncodeToString(b[:])
 }
 
-// writeMeta copies what the generator decided before its first token into
-// response headers. It must run before the first byte of the body.
-func writeMeta(hdr http.Header, meta *llm.Meta, fin *llm.Final) {
-	s := meta.Snapshot()
-	if s.Route == "" && fin != nil {
-		s.Route = fin.Route
-	}
-	if s.SchedulerHint == "" && fin != nil {
-		s.SchedulerHint = fin.SchedulerHint
-	}
-	if s.FallbackReason == "" && fin != nil {
-		s.FallbackReason = fin.FallbackReason
-	}
+// writeMeta turns a stream's begin event into response headers. It runs
+// before the first byte of the body.
+func writeMeta(hdr http.Header, m *llm.Meta) {
 	set := func(k, v string) {
 		if v != "" {
 			hdr.Set(k, v)
 		}
 	}
-	set("x-phaseless-route", s.Route)
-	set("x-scheduler-hint", s.SchedulerHint)
-	set("x-fallback-reason", s.FallbackReason)
-	if s.HasBudget {
-		hdr.Set("x-burst-budget-remaining", strconv.FormatInt(s.BudgetRemaining, 10))
+	set("x-phaseless-route", m.RouteHeader())
+	set("x-scheduler-hint", m.SchedulerHint)
+	set("x-fallback-reason", m.Fallback.String())
+	if m.HasBudget {
+		hdr.Set("x-burst-budget-remaining", strconv.FormatInt(m.BudgetRemaining, 10))
 	}
 }
 
@@ -304,17 +294,22 @@ func writeMeta(hdr http.Header, meta *llm.Meta, fin *llm.Final) {
 // through the request's life: tokens as they arrive, then the end. It owns
 // the timing metrics so both APIs measure the same thing.
 func (h *Handler) run(w http.ResponseWriter, r *http.Request, a api, req *llm.Request, resp responder) {
-	ctx, meta := llm.WithMeta(r.Context())
 	w.Header().Set("x-request-id", req.ID)
 	start := time.Now()
 	var last time.Time
-	started := false
+	started, begun := false, false
 	emit := func(t llm.Token) error {
+		if t.Meta != nil { // the begin event: headers, before any body byte
+			if !begun && !started {
+				begun = true
+				writeMeta(w.Header(), t.Meta)
+			}
+			return nil
+		}
 		now := time.Now()
 		if !started {
 			started = true
 			h.m.ttft.Observe(now.Sub(start).Seconds())
-			writeMeta(w.Header(), meta, nil)
 			if err := resp.begin(w); err != nil {
 				return err
 			}
@@ -324,7 +319,7 @@ func (h *Handler) run(w http.ResponseWriter, r *http.Request, a api, req *llm.Re
 		last = now
 		return resp.token(w, t)
 	}
-	fin, err := h.gen.Generate(ctx, req, emit)
+	fin, err := h.gen.Generate(r.Context(), req, emit)
 	h.m.duration.Observe(time.Since(start).Seconds())
 	if err != nil {
 		if r.Context().Err() != nil { // the client left; nobody reads the rest
@@ -333,7 +328,10 @@ func (h *Handler) run(w http.ResponseWriter, r *http.Request, a api, req *llm.Re
 		}
 		e := fromError(err)
 		if !started {
-			writeMeta(w.Header(), meta, nil)
+			var le *llm.Error
+			if errors.As(err, &le) && le.HasBudget {
+				w.Header().Set("x-burst-budget-remaining", strconv.FormatInt(le.BudgetRemaining, 10))
+			}
 			h.fail(w, a, e)
 			return
 		}
@@ -344,7 +342,6 @@ func (h *Handler) run(w http.ResponseWriter, r *http.Request, a api, req *llm.Re
 		return
 	}
 	if !started {
-		writeMeta(w.Header(), meta, &fin)
 		if err := resp.begin(w); err != nil {
 			return
 		}

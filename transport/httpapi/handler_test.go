@@ -27,8 +27,7 @@ type scriptGen struct {
 	tokens  []string
 	failAt  int // return err after this many tokens; -1 = after all
 	err     error
-	route   string
-	budget  int64
+	route   string        // sent in the begin event, ahead of the first token
 	gate    chan struct{} // when set, one receive before every token after the first
 	blockCh chan struct{} // when set, block until ctx ends (a hung engine)
 
@@ -41,10 +40,16 @@ func (g *scriptGen) Generate(ctx context.Context, req *llm.Request, emit llm.Emi
 	g.mu.Lock()
 	g.got = req
 	g.mu.Unlock()
-	meta := llm.MetaFrom(ctx)
-	meta.SetRoute(g.route)
-	if g.budget != 0 {
-		meta.SetBudgetRemaining(g.budget)
+	st := llm.NewStream(emit)
+	st.Meta.Route = g.route
+	if g.route == "" {
+		st = nil // a generator that decides nothing sends no begin event
+	}
+	send := func(t llm.Token) error {
+		if st == nil {
+			return emit(t)
+		}
+		return st.Emit(t)
 	}
 	if g.blockCh != nil {
 		close(g.blockCh)
@@ -65,7 +70,7 @@ func (g *scriptGen) Generate(ctx context.Context, req *llm.Request, emit llm.Emi
 				return llm.Final{}, ctx.Err()
 			}
 		}
-		if err := emit(llm.Token{Text: t, ID: int32(i)}); err != nil {
+		if err := send(llm.Token{Text: t, ID: int32(i)}); err != nil {
 			return llm.Final{}, err
 		}
 	}
@@ -76,7 +81,12 @@ func (g *scriptGen) Generate(ctx context.Context, req *llm.Request, emit llm.Emi
 	if len(g.tokens) >= req.MaxTokens {
 		reason = "length"
 	}
-	return llm.Final{PromptTokens: 7, CompletionTokens: len(g.tokens), FinishReason: reason, Route: g.route}, nil
+	if st != nil {
+		if err := st.Begin(); err != nil {
+			return llm.Final{}, err
+		}
+	}
+	return llm.Final{PromptTokens: 7, CompletionTokens: len(g.tokens), FinishReason: reason}, nil
 }
 
 func (g *scriptGen) request() *llm.Request {
@@ -456,7 +466,7 @@ func TestErrorMapping(t *testing.T) {
 		antType   string
 		budgetHdr string
 	}{
-		{&llm.Error{Code: llm.CodeBudget, Message: "over budget", RetryAfter: 1500 * time.Millisecond}, 429, "rate_limit_error", "rate_limit_error", "12"},
+		{&llm.Error{Code: llm.CodeBudget, Message: "over budget", RetryAfter: 1500 * time.Millisecond, BudgetRemaining: 12, HasBudget: true}, 429, "rate_limit_error", "rate_limit_error", "12"},
 		{llm.Errorf(llm.CodeOverloaded, "queue full"), 503, "server_error", "overloaded_error", ""},
 		{llm.Errorf(llm.CodeUnavailable, "no engine"), 503, "server_error", "api_error", ""},
 		{llm.Errorf(llm.CodeInvalid, "prompt too long"), 400, "invalid_request_error", "invalid_request_error", ""},
@@ -467,9 +477,6 @@ func TestErrorMapping(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(string(llm.CodeOf(tt.err)), func(t *testing.T) {
 			gen := &scriptGen{tokens: []string{"never"}, failAt: 0, err: tt.err, route: "cloud"}
-			if tt.budgetHdr != "" {
-				gen.budget = 12
-			}
 			url := serve(t, gen, Options{})
 			for _, stream := range []bool{false, true} {
 				s := ""

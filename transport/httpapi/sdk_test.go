@@ -14,7 +14,9 @@ import (
 type sdkGen struct{}
 
 func (sdkGen) Generate(ctx context.Context, req *llm.Request, emit llm.Emit) (llm.Final, error) {
-	llm.MetaFrom(ctx).SetRoute("local")
+	st := llm.NewStream(emit)
+	st.Meta.Route = llm.RouteLocal
+	emit = st.Emit
 	prompt := req.Messages[len(req.Messages)-1].Content
 	if prompt == "OVERLOADED" {
 		return llm.Final{}, llm.Errorf(llm.CodeOverloaded, "local queue is full")
@@ -27,7 +29,7 @@ func (sdkGen) Generate(ctx context.Context, req *llm.Request, emit llm.Emit) (ll
 			return llm.Final{}, err
 		}
 	}
-	return llm.Final{PromptTokens: 5, CompletionTokens: 3, FinishReason: "stop", Route: "local"}, nil
+	return llm.Final{PromptTokens: 5, CompletionTokens: 3, FinishReason: "stop"}, nil
 }
 
 // TestOfficialSDKs runs the official OpenAI and Anthropic Node SDKs, unchanged,

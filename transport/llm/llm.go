@@ -1,14 +1,9 @@
-// Package llm is the canonical completion request and token stream that every
-// hop shares: the HTTP APIs decode into it, the router and the scheduler read
-// it, the QUIC protocol carries it and the engines run it. Keeping one shape
-// means a request crosses agent → cloud → worker without being re-interpreted.
 package llm
 
 import (
 	"context"
 	"errors"
 	"fmt"
-	"strings"
 	"time"
 )
 
@@ -44,25 +39,28 @@ type Hints struct {
 	Policy         string // scheduler policy override, honoured in --dev only
 }
 
-// Token is one generated piece of text, emitted as soon as the engine has it.
+// Token is one event of a generation's stream: a generated piece of text,
+// emitted as soon as the engine has it — or, when Meta is set, the stream's
+// begin event (see Stream), which carries no text and comes before every
+// text token.
 type Token struct {
 	Text string // valid UTF-8; never splits a character
 	ID   int32
 	// EngineLatency is how long the engine took to produce this token.
 	EngineLatency time.Duration
+	// Meta, set only on the begin event, is the response metadata.
+	Meta *Meta
 }
 
-// Final is what is known when a generation ends.
+// Final is what is known when a generation ends. Where it ran and why is
+// not repeated here: the stream's begin event (Meta) said so.
 type Final struct {
 	PromptTokens     int
 	CompletionTokens int
 	FinishReason     string // stop, length, cancelled
 	TTFT             time.Duration
 	Total            time.Duration
-	PrefixHitTokens  int    // prompt tokens served from a cached prefix
-	SchedulerHint    string // base32 of the quantized scheduler vector
-	Route            string // where it ran: local, cloud/<pool>/<worker>, ...
-	FallbackReason   string
+	PrefixHitTokens  int // prompt tokens served from a cached prefix
 }
 
 // Emit receives each token as it is produced. Returning an error stops the
@@ -71,7 +69,9 @@ type Emit func(Token) error
 
 // Generator runs a request and streams its tokens through emit, without
 // holding any back. Engines, the QUIC client, the scheduler and remote
-// OpenAI-compatible servers all implement it.
+// OpenAI-compatible servers all implement it. A generator that decides where
+// the request runs sends a begin event (a Token with Meta) before its first
+// text token; see Stream.
 type Generator interface {
 	Generate(ctx context.Context, req *Request, emit Emit) (Final, error)
 }
@@ -100,6 +100,11 @@ type Error struct {
 	Retryable bool
 	// RetryAfter, when set, tells the caller when to try again.
 	RetryAfter time.Duration
+	// BudgetRemaining is the caller's remaining burst budget in tokens, valid
+	// when HasBudget: a budget refusal fails before any begin event, so the
+	// error itself carries what x-burst-budget-remaining reports.
+	BudgetRemaining int64
+	HasBudget       bool
 }
 
 func (e *Error) Error() string { return fmt.Sprintf("%s: %s", e.Code, e.Message) }
@@ -125,22 +130,3 @@ func CodeOf(err error) Code {
 	}
 	return CodeInternal
 }
-
-// ChatPrompt renders messages in the chat template the built-in models are
-// trained on: one "<|role|>" line per turn, then an open assistant turn. The
-// engine stops at the next "<|" so a model cannot speak for the user.
-func ChatPrompt(msgs []Message) string {
-	var b strings.Builder
-	for _, m := range msgs {
-		b.WriteString("<|")
-		b.WriteString(m.Role)
-		b.WriteString("|>\n")
-		b.WriteString(strings.TrimSpace(m.Content))
-		b.WriteString("\n")
-	}
-	b.WriteString("<|assistant|>\n")
-	return b.String()
-}
-
-// TurnEnd is the stop sequence that ends an assistant turn in ChatPrompt's template.
-const TurnEnd = "<|"

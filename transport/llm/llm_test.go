@@ -7,14 +7,6 @@ import (
 	"testing"
 )
 
-func TestChatPrompt(t *testing.T) {
-	got := ChatPrompt([]Message{{"system", "Be brief."}, {"user", " Turn on the AC \n"}})
-	want := "<|system|>\nBe brief.\n<|user|>\nTurn on the AC\n<|assistant|>\n"
-	if got != want {
-		t.Fatalf("got %q\nwant %q", got, want)
-	}
-}
-
 func TestCodeOf(t *testing.T) {
 	tests := []struct {
 		err  error
@@ -34,20 +26,5 @@ func TestCodeOf(t *testing.T) {
 	}
 	if !Errorf(CodeOverloaded, "x").Retryable || Errorf(CodeInvalid, "x").Retryable {
 		t.Error("retryable classification wrong")
-	}
-}
-
-func TestMetaNilSafeAndRoundTrip(t *testing.T) {
-	var nilMeta *Meta
-	nilMeta.SetRoute("x") // must not panic
-	if MetaFrom(context.Background()) != nil {
-		t.Fatal("empty context has a Meta")
-	}
-	ctx, m := WithMeta(context.Background())
-	MetaFrom(ctx).SetRoute("cloud/decode/w1")
-	MetaFrom(ctx).SetBudgetRemaining(42)
-	s := m.Snapshot()
-	if s.Route != "cloud/decode/w1" || !s.HasBudget || s.BudgetRemaining != 42 {
-		t.Fatalf("snapshot = %+v", s)
 	}
 }

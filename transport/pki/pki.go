@@ -28,7 +28,7 @@ import (
 	"path/filepath"
 	"time"
 
-	"github.com/phaseless/phaseless/transport/fleet"
+	"github.com/phaseless/phaseless/transport/fleetwire"
 )
 
 // File names inside a PKI directory.
@@ -129,7 +129,7 @@ func issueServer(dir string, hosts []string) error {
 // IssueDevice issues a client certificate for device id (CN = id), signed by
 // the CA in dir. It refuses to overwrite an existing certificate for id.
 func IssueDevice(dir, id string) error {
-	if err := fleet.ValidateDeviceID(id); err != nil {
+	if err := fleetwire.ValidateDeviceID(id); err != nil {
 		return fmt.Errorf("pki device: %w", err)
 	}
 	if _, err := os.Stat(filepath.Join(dir, DeviceCertFile(id))); err == nil {
@@ -202,7 +202,7 @@ func ServerTLS(dir string) (*tls.Config, error) {
 // DeviceTLS is device id's TLS configuration: its client certificate and the
 // fleet CA as the only trusted root. It sets no ALPN and no server name.
 func DeviceTLS(dir, id string) (*tls.Config, error) {
-	if err := fleet.ValidateDeviceID(id); err != nil {
+	if err := fleetwire.ValidateDeviceID(id); err != nil {
 		return nil, fmt.Errorf("pki: %w", err)
 	}
 	cert, err := tls.LoadX509KeyPair(filepath.Join(dir, DeviceCertFile(id)), filepath.Join(dir, DeviceKeyFile(id)))
@@ -227,7 +227,7 @@ func DeviceIDFromState(cs tls.ConnectionState) (string, error) {
 		return "", errors.New("pki: no client certificate")
 	}
 	id := cs.PeerCertificates[0].Subject.CommonName
-	if err := fleet.ValidateDeviceID(id); err != nil {
+	if err := fleetwire.ValidateDeviceID(id); err != nil {
 		return "", fmt.Errorf("pki: client certificate common name: %w", err)
 	}
 	return id, nil

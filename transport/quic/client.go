@@ -13,6 +13,7 @@ import (
 
 	quicgo "github.com/quic-go/quic-go"
 
+	"github.com/phaseless/phaseless/transport/backoff"
 	"github.com/phaseless/phaseless/transport/llm"
 )
 
@@ -59,7 +60,7 @@ type ClientConfig struct {
 	listenPacket func(laddr *net.UDPAddr) (net.PacketConn, error)
 }
 
-func (c *ClientConfig) setDefaults() {
+func (c *ClientConfig) fillDefaults() {
 	if c.KeepAlivePeriod == 0 {
 		c.KeepAlivePeriod = DefaultKeepAlivePeriod
 	}
@@ -72,7 +73,7 @@ func (c *ClientConfig) setDefaults() {
 	if c.MaxStreams == 0 {
 		c.MaxStreams = DefaultMaxStreams
 	}
-	c.Backoff.setDefaults()
+	c.Backoff.FillDefaults()
 	if c.StableAfter == 0 {
 		c.StableAfter = 5 * time.Second
 	}
@@ -86,10 +87,10 @@ func (c *ClientConfig) setDefaults() {
 		c.Logger = slog.New(slog.DiscardHandler)
 	}
 	if c.Clock == nil {
-		c.Clock = realClock{}
+		c.Clock = backoff.System{}
 	}
 	if c.Rand == nil {
-		c.Rand = defaultRand
+		c.Rand = backoff.Rand
 	}
 	if c.listenPacket == nil {
 		c.listenPacket = func(la *net.UDPAddr) (net.PacketConn, error) { return net.ListenUDP("udp", la) }
@@ -110,7 +111,7 @@ func (c *ClientConfig) Validate() error {
 	case c.MaxStreams < 0:
 		return errors.New("quic client config: MaxStreams: must not be negative")
 	}
-	if err := c.Backoff.validate(); err != nil {
+	if err := c.Backoff.Validate(); err != nil {
 		return fmt.Errorf("quic client config: %w", err)
 	}
 	if _, err := net.ResolveUDPAddr("udp", c.LocalAddr); err != nil {
@@ -225,7 +226,7 @@ var ErrClientClosed = errors.New("quic client closed")
 // set it returns an error when the first connection fails; afterwards the
 // client reconnects by itself until Close.
 func Dial(ctx context.Context, addr string, cfg ClientConfig) (*Client, error) {
-	cfg.setDefaults()
+	cfg.fillDefaults()
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
@@ -335,7 +336,7 @@ func (c *Client) run(l *link) {
 
 // backoff waits before the next attempt; false means the client closed.
 func (c *Client) backoff(failures *int) bool {
-	d := c.cfg.Backoff.delay(*failures, c.cfg.Rand())
+	d := c.cfg.Backoff.Delay(*failures, c.cfg.Rand())
 	*failures++
 	c.log.Debug("quic: reconnecting", "addr", c.addr, "in", d, "attempt", *failures)
 	return waitAfter(c.ctx, c.cfg.Clock.After(d)) == nil
@@ -545,8 +546,8 @@ func (c *Client) roundTrip(ctx context.Context, conn *quicgo.Conn, req *llm.Requ
 		return fail(err)
 	}
 	rt.sent = true
-	meta := llm.MetaFrom(ctx)
 	fr := newFrameReader(str)
+	metaSeen := false
 	for {
 		f, err := fr.next()
 		if err != nil {
@@ -555,7 +556,19 @@ func (c *Client) roundTrip(ctx context.Context, conn *quicgo.Conn, req *llm.Requ
 		}
 		switch f.Type {
 		case FrameMeta:
-			applyMeta(meta, f.Meta)
+			// The coordinator's begin event, relayed as the stream's own.
+			if metaSeen || rt.delivered > 0 {
+				str.CancelRead(streamProtocol)
+				str.CancelWrite(streamProtocol)
+				return fail(protoErr("meta frame after the stream began"))
+			}
+			metaSeen = true
+			m := f.Meta
+			if err := emit(llm.Token{Meta: &m}); err != nil {
+				abort()
+				rt.err = err
+				return llm.Final{}, rt
+			}
 		case FrameToken:
 			if err := emit(f.Token); err != nil {
 				abort()
@@ -576,21 +589,6 @@ func (c *Client) roundTrip(ctx context.Context, conn *quicgo.Conn, req *llm.Requ
 			str.CancelWrite(streamProtocol)
 			return fail(protoErr("server sent a %v frame", f.Type))
 		}
-	}
-}
-
-func applyMeta(m *llm.Meta, s llm.MetaSnapshot) {
-	if s.Route != "" {
-		m.SetRoute(s.Route)
-	}
-	if s.SchedulerHint != "" {
-		m.SetSchedulerHint(s.SchedulerHint)
-	}
-	if s.FallbackReason != "" {
-		m.SetFallbackReason(s.FallbackReason)
-	}
-	if s.HasBudget {
-		m.SetBudgetRemaining(s.BudgetRemaining)
 	}
 }
 

@@ -16,8 +16,7 @@ type generation struct {
 	mu          sync.Mutex // guards every field below
 	tokens      []llm.Token
 	bytes       int
-	meta        llm.MetaSnapshot
-	hasMeta     bool
+	meta        *llm.Meta // the begin event, once the handler sent it
 	done        bool
 	final       llm.Final
 	err         error
@@ -36,13 +35,19 @@ func llmCancelled(msg string) error {
 	return &llm.Error{Code: llm.CodeCancelled, Message: msg, Retryable: true}
 }
 
-// append logs a token; it fails when the log passes maxBytes, so a replay
-// buffer cannot grow without bound.
-func (g *generation) append(t llm.Token, meta *llm.Meta, maxBytes int) error {
+// append logs a stream event; it fails when the log passes maxBytes, so a
+// replay buffer cannot grow without bound. A begin event is kept apart from
+// the tokens: every follower gets it first.
+func (g *generation) append(t llm.Token, maxBytes int) error {
 	g.mu.Lock()
 	defer g.mu.Unlock()
-	if !g.hasMeta {
-		g.meta, g.hasMeta = meta.Snapshot(), true
+	if t.Meta != nil {
+		if g.meta == nil {
+			g.meta = t.Meta
+			close(g.changed)
+			g.changed = make(chan struct{})
+		}
+		return nil
 	}
 	g.bytes += len(t.Text) + 16
 	if g.bytes > maxBytes {
@@ -54,12 +59,9 @@ func (g *generation) append(t llm.Token, meta *llm.Meta, maxBytes int) error {
 	return nil
 }
 
-func (g *generation) finish(f llm.Final, err error, meta *llm.Meta, now time.Time) {
+func (g *generation) finish(f llm.Final, err error, now time.Time) {
 	g.mu.Lock()
 	defer g.mu.Unlock()
-	if !g.hasMeta {
-		g.meta, g.hasMeta = meta.Snapshot(), true
-	}
 	g.done, g.final, g.err, g.ended = true, f, err, now
 	close(g.changed)
 }
@@ -78,8 +80,7 @@ func (g *generation) leave() {
 // view is what a follower sees from index i on.
 type view struct {
 	tokens  []llm.Token
-	meta    llm.MetaSnapshot
-	hasMeta bool
+	meta    *llm.Meta
 	done    bool
 	final   llm.Final
 	err     error
@@ -91,7 +92,7 @@ func (g *generation) since(i int) view {
 	defer g.mu.Unlock()
 	// Tokens below len are never rewritten, so the slice is safe to read
 	// after unlocking even while append reallocates.
-	return view{g.tokens[i:len(g.tokens):len(g.tokens)], g.meta, g.hasMeta, g.done, g.final, g.err, g.changed}
+	return view{g.tokens[i:len(g.tokens):len(g.tokens)], g.meta, g.done, g.final, g.err, g.changed}
 }
 
 // dedupeTable maps (device, idempotency key) to its generation for TTL

@@ -68,11 +68,11 @@ func (t FrameType) String() string {
 // Frame is one decoded frame; the field named by Type is set.
 type Frame struct {
 	Type    FrameType
-	Request *llm.Request     // FrameRequest
-	Meta    llm.MetaSnapshot // FrameMeta
-	Token   llm.Token        // FrameToken
-	Final   llm.Final        // FrameFinal
-	Err     *llm.Error       // FrameError
+	Request *llm.Request // FrameRequest
+	Meta    llm.Meta     // FrameMeta
+	Token   llm.Token    // FrameToken
+	Final   llm.Final    // FrameFinal
+	Err     *llm.Error   // FrameError
 }
 
 // ProtocolError is a frame that breaks the protocol: an unknown version or
@@ -112,6 +112,8 @@ func AppendFrame(b []byte, f *Frame) ([]byte, error) {
 		b = appendString(b, f.Err.Message)
 		b = appendBool(b, f.Err.Retryable)
 		b = appendDuration(b, f.Err.RetryAfter)
+		b = appendBool(b, f.Err.HasBudget) // appended in revision 2 of the layout
+		b = binary.AppendVarint(b, f.Err.BudgetRemaining)
 	case FrameCancel:
 	default:
 		return b[:start], fmt.Errorf("cannot encode frame type %v", f.Type)
@@ -215,6 +217,9 @@ func decodePayload(t FrameType, p []byte) (Frame, error) {
 		f.Final = d.final()
 	case FrameError:
 		f.Err = &llm.Error{Code: llm.Code(d.string()), Message: d.string(), Retryable: d.bool(), RetryAfter: d.duration()}
+		if d.more() {
+			f.Err.HasBudget, f.Err.BudgetRemaining = d.bool(), d.varint()
+		}
 		if d.err == nil && f.Err.Code == "" {
 			d.fail("error frame without a code")
 		}
@@ -279,16 +284,42 @@ func (d *decoder) request() *llm.Request {
 	return r
 }
 
-func appendMeta(b []byte, m *llm.MetaSnapshot) []byte {
-	b = appendString(b, m.Route)
+// Meta payload: the first five fields are revision 1's (route as the
+// x-phaseless-route header writes it, hint, fallback text, budget), so an
+// older agent still shows them; revision 2 appends the typed fields a newer
+// peer reads instead: route, pool, worker, fallback cause, origin and code.
+func appendMeta(b []byte, m *llm.Meta) []byte {
+	b = appendString(b, m.RouteHeader())
 	b = appendString(b, m.SchedulerHint)
-	b = appendString(b, m.FallbackReason)
+	b = appendString(b, m.Fallback.String())
 	b = appendBool(b, m.HasBudget)
-	return binary.AppendVarint(b, m.BudgetRemaining)
+	b = binary.AppendVarint(b, m.BudgetRemaining)
+	b = appendString(b, m.Route)
+	b = appendString(b, m.Pool)
+	b = appendString(b, m.Worker)
+	b = append(b, byte(m.Fallback.Cause))
+	b = appendString(b, m.Fallback.From)
+	return appendString(b, string(m.Fallback.Code))
 }
 
-func (d *decoder) meta() llm.MetaSnapshot {
-	return llm.MetaSnapshot{Route: d.string(), SchedulerHint: d.string(), FallbackReason: d.string(), HasBudget: d.bool(), BudgetRemaining: d.varint()}
+func (d *decoder) meta() llm.Meta {
+	legacyRoute := d.string()
+	m := llm.Meta{SchedulerHint: d.string(), Fallback: llm.Fallback{Detail: d.string()}, HasBudget: d.bool(), BudgetRemaining: d.varint()}
+	if !d.more() { // a revision-1 peer: the route is all it said
+		m.Route = legacyRoute
+		return m
+	}
+	m.Route, m.Pool, m.Worker = d.string(), d.string(), d.string()
+	if c := llm.FallbackCause(d.byte()); c.Valid() {
+		m.Fallback.Cause = c
+	} else {
+		d.fail("fallback cause %d", c)
+	}
+	m.Fallback.From, m.Fallback.Code = d.string(), llm.Code(d.string())
+	if m.Fallback.Detail == m.Fallback.Cause.String() {
+		m.Fallback.Detail = "" // the text slot held only the cause's name
+	}
+	return m
 }
 
 func appendFinal(b []byte, f *llm.Final) []byte {
@@ -298,17 +329,21 @@ func appendFinal(b []byte, f *llm.Final) []byte {
 	b = appendDuration(b, f.TTFT)
 	b = appendDuration(b, f.Total)
 	b = binary.AppendVarint(b, int64(f.PrefixHitTokens))
-	b = appendString(b, f.SchedulerHint)
-	b = appendString(b, f.Route)
-	return appendString(b, f.FallbackReason)
+	// Revision 1 repeated the hint, route and fallback reason here; the
+	// meta frame carries them now. Three empty strings keep the layout
+	// that older decoders expect.
+	return append(b, 0, 0, 0)
 }
 
 func (d *decoder) final() llm.Final {
-	return llm.Final{
+	f := llm.Final{
 		PromptTokens: d.int(), CompletionTokens: d.int(), FinishReason: d.string(),
 		TTFT: d.duration(), Total: d.duration(), PrefixHitTokens: d.int(),
-		SchedulerHint: d.string(), Route: d.string(), FallbackReason: d.string(),
 	}
+	d.string() // revision 1's hint, route and fallback reason: now in the meta frame
+	d.string()
+	d.string()
+	return f
 }
 
 func appendString(b []byte, s string) []byte {
@@ -417,6 +452,23 @@ func (d *decoder) float() float64 {
 	}
 	v := math.Float64frombits(binary.BigEndian.Uint64(d.b))
 	d.b = d.b[8:]
+	return v
+}
+
+// more reports whether fields follow: a field appended in a later revision
+// of the layout is read only when the peer wrote it.
+func (d *decoder) more() bool { return d.err == nil && len(d.b) > 0 }
+
+func (d *decoder) byte() byte {
+	if d.err != nil {
+		return 0
+	}
+	if len(d.b) < 1 {
+		d.fail("truncated byte")
+		return 0
+	}
+	v := d.b[0]
+	d.b = d.b[1:]
 	return v
 }
 

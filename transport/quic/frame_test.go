@@ -23,11 +23,14 @@ func sampleFrames() []*Frame {
 			Hints:          llm.Hints{Route: "cloud", Prefetch: "high", BatchThreshold: 0.3, CacheTTL: 600 * time.Second, SemanticMode: "hybrid", Policy: "fifo"},
 		}},
 		{Type: FrameRequest, Request: &llm.Request{Messages: []llm.Message{}}},
-		{Type: FrameMeta, Meta: llm.MetaSnapshot{Route: "cloud/decode/w1", SchedulerHint: "ABCD", FallbackReason: "overloaded", BudgetRemaining: -5, HasBudget: true}},
+		{Type: FrameMeta, Meta: llm.Meta{Route: llm.RouteCloud, Pool: "decode-heavy", Worker: "w1", SchedulerHint: "ABCD", BudgetRemaining: -5, HasBudget: true,
+			Fallback: llm.Fallback{Cause: llm.FallbackPoolOverloaded, From: "w0", Code: llm.CodeOverloaded, Detail: "overloaded on w0"}}},
+		{Type: FrameMeta, Meta: llm.Meta{Route: llm.RouteLocal, Fallback: llm.Fallback{Cause: llm.FallbackNoCloud}}},
 		{Type: FrameToken, Token: llm.Token{Text: "wörld", ID: -7, EngineLatency: 1234 * time.Microsecond}},
 		{Type: FrameToken, Token: llm.Token{}},
-		{Type: FrameFinal, Final: llm.Final{PromptTokens: 12, CompletionTokens: 300, FinishReason: "length", TTFT: 5 * time.Millisecond, Total: time.Second, PrefixHitTokens: 8, SchedulerHint: "XYZ", Route: "cloud", FallbackReason: "x"}},
+		{Type: FrameFinal, Final: llm.Final{PromptTokens: 12, CompletionTokens: 300, FinishReason: "length", TTFT: 5 * time.Millisecond, Total: time.Second, PrefixHitTokens: 8}},
 		{Type: FrameError, Err: &llm.Error{Code: llm.CodeOverloaded, Message: "pool full", Retryable: true, RetryAfter: 2 * time.Second}},
+		{Type: FrameError, Err: &llm.Error{Code: llm.CodeBudget, Message: "over", RetryAfter: time.Second, BudgetRemaining: 12, HasBudget: true}},
 		{Type: FrameCancel},
 	}
 }
@@ -164,4 +167,35 @@ func FuzzDecodeFrame(f *testing.F) {
 			t.Fatalf("not stable:\n%x\n%x", b1, b2)
 		}
 	})
+}
+
+// TestMetaFrameRevision1: a meta frame from a peer that writes only the
+// first layout's fields (route text, hint, fallback text, budget) still
+// decodes, with the route as it was written; a final frame still carries the
+// three empty strings that layout expects.
+func TestMetaFrameRevision1(t *testing.T) {
+	p := appendString(nil, "cloud/stream/w2")
+	p = appendString(p, "HINT")
+	p = appendString(p, "overloaded on w1")
+	p = appendBool(p, true)
+	p = binary.AppendVarint(p, 99)
+	b := append([]byte{ProtocolVersion, byte(FrameMeta)}, binary.BigEndian.AppendUint32(nil, uint32(len(p)))...)
+	f, _, err := DecodeFrame(append(b, p...))
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := llm.Meta{Route: "cloud/stream/w2", SchedulerHint: "HINT", Fallback: llm.Fallback{Detail: "overloaded on w1"}, BudgetRemaining: 99, HasBudget: true}
+	if f.Meta != want {
+		t.Fatalf("got %+v\nwant %+v", f.Meta, want)
+	}
+	fin, _ := AppendFrame(nil, &Frame{Type: FrameFinal, Final: llm.Final{FinishReason: "stop"}})
+	if !bytes.HasSuffix(fin, []byte{0, 0, 0}) {
+		t.Fatalf("final frame %x lacks revision 1's three empty strings", fin)
+	}
+	// The new layout writes revision 1's route text for older agents.
+	m, _ := AppendFrame(nil, &Frame{Type: FrameMeta, Meta: llm.Meta{Route: llm.RouteCloud, Pool: "stream", Worker: "w2"}})
+	d := decoder{b: m[HeaderLen:]}
+	if r := d.string(); r != "cloud/stream/w2" {
+		t.Fatalf("revision 1 route slot %q", r)
+	}
 }

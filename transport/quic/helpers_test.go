@@ -126,7 +126,7 @@ type scripted struct {
 	pauseAt int
 	paused  chan struct{} // closed when the pause point is reached
 	release chan struct{}
-	meta    llm.MetaSnapshot // set through llm.Meta before the first token
+	meta    llm.Meta // sent as the begin event when set
 }
 
 func (s *scripted) Generate(ctx context.Context, req *llm.Request, emit llm.Emit) (llm.Final, error) {
@@ -134,9 +134,12 @@ func (s *scripted) Generate(ctx context.Context, req *llm.Request, emit llm.Emit
 	s.mu.Lock()
 	s.reqs = append(s.reqs, req)
 	s.mu.Unlock()
-	m := llm.MetaFrom(ctx)
-	m.SetRoute(s.meta.Route)
-	m.SetSchedulerHint(s.meta.SchedulerHint)
+	if s.meta != (llm.Meta{}) {
+		m := s.meta
+		if err := emit(llm.Token{Meta: &m}); err != nil {
+			return llm.Final{}, err
+		}
+	}
 	start := time.Now()
 	for i := range s.n {
 		if s.release != nil && i == s.pauseAt && s.calls.Load() == 1 {
@@ -151,7 +154,7 @@ func (s *scripted) Generate(ctx context.Context, req *llm.Request, emit llm.Emit
 			return llm.Final{}, err
 		}
 	}
-	return llm.Final{PromptTokens: len(req.Messages), CompletionTokens: s.n, FinishReason: "stop", Total: time.Since(start), Route: "test"}, nil
+	return llm.Final{PromptTokens: len(req.Messages), CompletionTokens: s.n, FinishReason: "stop", Total: time.Since(start)}, nil
 }
 
 // request returns the i-th request the handler ran.

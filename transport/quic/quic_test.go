@@ -16,19 +16,23 @@ import (
 )
 
 func TestStreamOrderAndCompleteness(t *testing.T) {
-	h := &scripted{n: 1000, meta: llm.MetaSnapshot{Route: "cloud/decode/w0", SchedulerHint: "MFRGG"}}
+	h := &scripted{n: 1000, meta: llm.Meta{Route: llm.RouteCloud, Pool: "decode-heavy", Worker: "w0", SchedulerHint: "MFRGG"}}
 	s := startServer(t, h)
 	c := dial(t, s.Addr().String(), "dev-1")
 
-	ctx, meta := llm.WithMeta(guardCtx(t))
+	ctx := guardCtx(t)
 	var toks []llm.Token
-	var metaAtFirst llm.MetaSnapshot
+	var begin *llm.Meta
 	r := req("order")
 	r.Stop, r.Temperature, r.Hints.Prefetch = []string{"<|"}, 0.4, "high"
 	r.Tenant = "forged" // the server must overwrite it from the certificate
 	final, err := c.Generate(ctx, r, func(tk llm.Token) error {
-		if len(toks) == 0 {
-			metaAtFirst = meta.Snapshot()
+		if tk.Meta != nil {
+			if begin != nil || len(toks) > 0 {
+				t.Errorf("begin event %+v after %d tokens", tk.Meta, len(toks))
+			}
+			begin = tk.Meta
+			return nil
 		}
 		toks = append(toks, tk)
 		return nil
@@ -40,11 +44,11 @@ func TestStreamOrderAndCompleteness(t *testing.T) {
 	if toks[999].EngineLatency != 999*time.Microsecond {
 		t.Errorf("engine latency %v not carried", toks[999].EngineLatency)
 	}
-	if final.CompletionTokens != 1000 || final.FinishReason != "stop" || final.Route != "test" || final.PromptTokens != 1 {
+	if final.CompletionTokens != 1000 || final.FinishReason != "stop" || final.PromptTokens != 1 {
 		t.Errorf("final %+v", final)
 	}
-	if metaAtFirst.Route != "cloud/decode/w0" || metaAtFirst.SchedulerHint != "MFRGG" {
-		t.Errorf("meta before the first token: %+v", metaAtFirst)
+	if begin == nil || *begin != h.meta {
+		t.Errorf("begin event before the first token: %+v, want %+v", begin, h.meta)
 	}
 	got := h.request(0)
 	if got.Tenant != "dev-1" {

@@ -17,33 +17,6 @@ import (
 	"github.com/phaseless/phaseless/transport/pki"
 )
 
-func TestBackoffDelay(t *testing.T) {
-	b := Backoff{Initial: 100 * time.Millisecond, Max: 1 * time.Second, Factor: 2}
-	for _, c := range []struct {
-		attempt int
-		r       float64
-		want    time.Duration
-	}{
-		{0, 0, 50 * time.Millisecond},
-		{0, 0.999999, 100 * time.Millisecond},
-		{1, 0.5, 150 * time.Millisecond},
-		{3, 0, 400 * time.Millisecond},
-		{4, 0, 500 * time.Millisecond}, // capped at Max before jitter
-		{4, 0.999999, time.Second},
-		{10000, 0.5, 750 * time.Millisecond}, // no overflow
-	} {
-		got := b.delay(c.attempt, c.r)
-		if got < c.want-time.Millisecond || got > c.want {
-			t.Errorf("delay(%d, %v) = %v, want %v", c.attempt, c.r, got, c.want)
-		}
-	}
-	for _, bad := range []Backoff{{Initial: -1}, {Initial: time.Second, Max: time.Millisecond, Factor: 2}, {Initial: 1, Max: 2, Factor: 0.5}} {
-		if bad.validate() == nil {
-			t.Errorf("%+v accepted", bad)
-		}
-	}
-}
-
 // stepClock hands each wait to the test, which decides when it ends.
 type stepClock struct {
 	calls chan clockCall
@@ -336,7 +309,7 @@ func TestDedupeTableExpiry(t *testing.T) {
 	tab := newDedupeTable(time.Minute, 2, clock)
 	nop := func(error) {}
 	finish := func(g *generation, err error) {
-		g.finish(llm.Final{}, err, nil, clock())
+		g.finish(llm.Final{}, err, clock())
 		tab.finished(g)
 	}
 

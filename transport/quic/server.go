@@ -62,7 +62,7 @@ type ServerConfig struct {
 	Now func() time.Time
 }
 
-func (c *ServerConfig) setDefaults() {
+func (c *ServerConfig) fillDefaults() {
 	if c.MaxStreamsPerConn == 0 {
 		c.MaxStreamsPerConn = DefaultMaxStreams
 	}
@@ -159,7 +159,7 @@ var ErrServerClosed = errors.New("quic server closed")
 
 // NewServer binds the UDP socket, so Addr is known before Serve runs.
 func NewServer(cfg ServerConfig) (*Server, error) {
-	cfg.setDefaults()
+	cfg.fillDefaults()
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
@@ -446,22 +446,15 @@ func (s *Server) serveStream(conn *quicgo.Conn, p *peer, str *quicgo.Stream) {
 // straight to the stream.
 func (s *Server) run(ctx context.Context, w *streamWriter, req *llm.Request, stopReset func() bool) {
 	s.generations.Add(1)
-	ctx, meta := llm.WithMeta(ctx)
 	metaSent := false
-	sendMeta := func(m llm.MetaSnapshot) error {
-		if metaSent {
-			return nil
-		}
-		metaSent = true
-		if m == (llm.MetaSnapshot{}) {
-			return nil
-		}
-		return w.write(&Frame{Type: FrameMeta, Meta: m})
-	}
 	emit := func(t llm.Token) error {
-		err := sendMeta(meta.Snapshot())
-		if err == nil {
+		var err error
+		switch {
+		case t.Meta == nil:
 			err = w.write(&Frame{Type: FrameToken, Token: t})
+		case !metaSent: // the begin event becomes the meta frame
+			metaSent = true
+			err = w.write(&Frame{Type: FrameMeta, Meta: *t.Meta})
 		}
 		if err != nil {
 			if ctx.Err() != nil {
@@ -472,11 +465,11 @@ func (s *Server) run(ctx context.Context, w *streamWriter, req *llm.Request, sto
 		return nil
 	}
 	final, err := s.cfg.Handler.Generate(ctx, req, emit)
-	s.end(ctx, w, final, err, func() error { return sendMeta(meta.Snapshot()) }, stopReset)
+	s.end(ctx, w, final, err, stopReset)
 }
 
 // end writes the terminal frame unless the client is gone.
-func (s *Server) end(ctx context.Context, w *streamWriter, final llm.Final, err error, sendMeta func() error, stopReset func() bool) {
+func (s *Server) end(ctx context.Context, w *streamWriter, final llm.Final, err error, stopReset func() bool) {
 	if !stopReset() {
 		return // the stream was reset: the client cancelled or the connection ended
 	}
@@ -487,7 +480,7 @@ func (s *Server) end(ctx context.Context, w *streamWriter, final llm.Final, err 
 	w.str.SetWriteDeadline(time.Now().Add(s.cfg.RequestTimeout))
 	if err != nil {
 		w.write(&Frame{Type: FrameError, Err: toLLMError(err)})
-	} else if sendMeta() == nil {
+	} else {
 		w.write(&Frame{Type: FrameFinal, Final: final})
 	}
 	w.str.Close()
@@ -508,19 +501,17 @@ func (s *Server) follow(ctx context.Context, w *streamWriter, req *llm.Request, 
 		genCancel(nil)
 		s.attached.Add(1)
 		if g.fingerprint != fp {
-			s.end(ctx, w, llm.Final{}, llm.Errorf(llm.CodeInvalid, "idempotency key %q was already used for a different request", req.IdempotencyKey), func() error { return nil }, stopReset)
+			s.end(ctx, w, llm.Final{}, llm.Errorf(llm.CodeInvalid, "idempotency key %q was already used for a different request", req.IdempotencyKey), stopReset)
 			return
 		}
 	}
 	next, metaSent := 0, false
 	for {
 		v := g.since(next)
-		if !metaSent && v.hasMeta {
+		if !metaSent && v.meta != nil {
 			metaSent = true
-			if v.meta != (llm.MetaSnapshot{}) {
-				if err := w.write(&Frame{Type: FrameMeta, Meta: v.meta}); err != nil {
-					return
-				}
+			if err := w.write(&Frame{Type: FrameMeta, Meta: *v.meta}); err != nil {
+				return
 			}
 		}
 		for i := range v.tokens {
@@ -530,7 +521,7 @@ func (s *Server) follow(ctx context.Context, w *streamWriter, req *llm.Request, 
 		}
 		next += len(v.tokens)
 		if v.done {
-			s.end(ctx, w, v.final, v.err, func() error { return nil }, stopReset)
+			s.end(ctx, w, v.final, v.err, stopReset)
 			return
 		}
 		select {
@@ -546,9 +537,8 @@ func (s *Server) follow(ctx context.Context, w *streamWriter, req *llm.Request, 
 func (s *Server) generate(ctx context.Context, g *generation, req *llm.Request) {
 	defer s.wg.Done()
 	s.generations.Add(1)
-	ctx, meta := llm.WithMeta(ctx)
 	final, err := s.cfg.Handler.Generate(ctx, req, func(t llm.Token) error {
-		if err := g.append(t, meta, s.cfg.MaxReplayBytes); err != nil {
+		if err := g.append(t, s.cfg.MaxReplayBytes); err != nil {
 			return err
 		}
 		if ctx.Err() != nil {
@@ -559,7 +549,7 @@ func (s *Server) generate(ctx context.Context, g *generation, req *llm.Request) 
 	if err == nil && ctx.Err() != nil {
 		err = context.Cause(ctx)
 	}
-	g.finish(final, err, meta, s.cfg.Now())
+	g.finish(final, err, s.cfg.Now())
 	s.dedupe.finished(g)
 }
 

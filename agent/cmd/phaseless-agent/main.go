@@ -22,6 +22,7 @@ func main() {
 		Summary:  "phaseless-agent — on-device LLM gateway: local engine or cloud offload, decided per request",
 		Flags:    fs,
 		Validate: cfg.Validate,
+		Fields:   cfg.Fields(),
 		Commands: []*cli.Command{{
 			Name:    "selfcheck",
 			Summary: "check storage, crypto and the engine on this board, then exit",

@@ -1,5 +1,5 @@
 // Package bolttest checks bbolt files in tests: the agent's two bbolt
-// stores (agent/fleet/boltqueue, the MQTT outbound queue, and
+// stores (agent/fleetclient/boltqueue, the MQTT outbound queue, and
 // agent/telemetry, the telemetry spool) both verify at every test's end that
 // what they left on disk is a consistent B+tree, since a torn write there
 // is what loses a device's data across a power cut.

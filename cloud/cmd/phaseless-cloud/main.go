@@ -22,6 +22,7 @@ func main() {
 		Summary:  "phaseless-cloud — coordinator: QUIC/HTTP ingress, admission, phase-less scheduling, worker pools, fleet",
 		Flags:    fs,
 		Validate: cfg.Validate,
+		Fields:   cfg.Fields(),
 		Run: func(ctx context.Context, log *slog.Logger) error {
 			c, err := cloud.New(cfg, log)
 			if err != nil {

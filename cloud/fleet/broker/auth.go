@@ -7,7 +7,7 @@ import (
 	mqtt "github.com/mochi-mqtt/server/v2"
 	"github.com/mochi-mqtt/server/v2/packets"
 
-	"github.com/phaseless/phaseless/transport/fleet"
+	"github.com/phaseless/phaseless/transport/fleetwire"
 	"github.com/phaseless/phaseless/transport/metrics"
 )
 
@@ -20,7 +20,7 @@ import (
 // process.
 type authHook struct {
 	mqtt.HookBase
-	topics    fleet.Topics
+	topics    fleetwire.Topics
 	passwords *Passwords
 	admins    map[string]bool
 	devAuth   bool
@@ -50,7 +50,7 @@ func (h *authHook) OnConnectAuthenticate(cl *mqtt.Client, pk packets.Packet) boo
 		switch {
 		case h.admins[cn]:
 			return h.deny(cl, "certificate CN is an admin name")
-		case fleet.ValidateDeviceID(cn) != nil:
+		case fleetwire.ValidateDeviceID(cn) != nil:
 			return h.deny(cl, "certificate CN is not a device id")
 		case cl.ID != cn:
 			return h.deny(cl, "client id differs from certificate CN")
@@ -66,7 +66,7 @@ func (h *authHook) OnConnectAuthenticate(cl *mqtt.Client, pk packets.Packet) boo
 		return h.deny(cl, "bad admin password")
 	}
 	if h.devAuth {
-		if fleet.ValidateDeviceID(cl.ID) != nil || (user != "" && user != cl.ID) {
+		if fleetwire.ValidateDeviceID(cl.ID) != nil || (user != "" && user != cl.ID) {
 			return h.deny(cl, "client id is not a device id or differs from username")
 		}
 		return true
@@ -74,7 +74,7 @@ func (h *authHook) OnConnectAuthenticate(cl *mqtt.Client, pk packets.Packet) boo
 	switch {
 	case user == "":
 		return h.deny(cl, "no credentials")
-	case fleet.ValidateDeviceID(user) != nil:
+	case fleetwire.ValidateDeviceID(user) != nil:
 		return h.deny(cl, "username is not a device id")
 	case cl.ID != user:
 		return h.deny(cl, "client id differs from username")

@@ -15,7 +15,7 @@ import (
 
 	"github.com/phaseless/phaseless/cloud/fleet/internal/gate"
 	"github.com/phaseless/phaseless/transport/cli"
-	"github.com/phaseless/phaseless/transport/fleet"
+	"github.com/phaseless/phaseless/transport/fleetwire"
 	"github.com/phaseless/phaseless/transport/metrics"
 )
 
@@ -46,7 +46,7 @@ type Config struct {
 	// StorePath is the bbolt file for sessions, inflight and retained
 	// messages; empty keeps them in memory only.
 	StorePath string
-	// Prefix is the topic prefix (default fleet.DefaultPrefix).
+	// Prefix is the topic prefix (default fleetwire.DefaultPrefix).
 	Prefix string
 	// MaxPacketBytes bounds one MQTT packet (default 4 MiB): a telemetry
 	// batch must fit.
@@ -70,7 +70,7 @@ func (c *Config) fillDefaults() {
 		c.TLSAddr = ":8883"
 	}
 	if c.Prefix == "" {
-		c.Prefix = fleet.DefaultPrefix
+		c.Prefix = fleetwire.DefaultPrefix
 	}
 	if c.MaxPacketBytes == 0 {
 		c.MaxPacketBytes = 4 << 20
@@ -89,10 +89,10 @@ func (c *Config) fillDefaults() {
 	}
 }
 
-// Validate reports the first bad field, named as the cloud's flags name it
-// (--mqtt, --mqtt-tls, --pki-dir, --mqtt-password-file, ...).
+// Validate reports the first bad field by its Go name; the binary that
+// fills the Config knows which of its settings that came from.
 func (c *Config) Validate() error {
-	for _, f := range []struct{ name, addr string }{{"mqtt", c.TCPAddr}, {"mqtt-tls", c.TLSAddr}} {
+	for _, f := range []struct{ name, addr string }{{"TCPAddr", c.TCPAddr}, {"TLSAddr", c.TLSAddr}} {
 		if f.addr == "" {
 			continue
 		}
@@ -101,27 +101,27 @@ func (c *Config) Validate() error {
 		}
 	}
 	if c.TCPAddr == "" && c.TLSAddr == "" {
-		return &cli.FieldError{Field: "mqtt", Err: errors.New("no listener: set a TCP address or TLS")}
+		return &cli.FieldError{Field: "TCPAddr", Err: errors.New("no listener: set a TCP address or TLS")}
 	}
 	if c.TLSAddr != "" && c.TLS == nil {
-		return &cli.FieldError{Field: "pki-dir", Err: errors.New("a TLS listener needs a server certificate")}
+		return &cli.FieldError{Field: "TLS", Err: errors.New("a TLS listener needs a server certificate")}
 	}
 	if c.TLS != nil && len(c.TLS.Certificates) == 0 && c.TLS.GetCertificate == nil {
-		return &cli.FieldError{Field: "pki-dir", Err: errors.New("no server certificate")}
+		return &cli.FieldError{Field: "TLS", Err: errors.New("no server certificate")}
 	}
 	if !c.DevAuth && c.PasswordFile == "" && c.Passwords == nil && c.TLS == nil {
-		return &cli.FieldError{Field: "mqtt-password-file", Err: errors.New("no way to authenticate devices: give a password file, TLS with client certificates, or DevAuth")}
+		return &cli.FieldError{Field: "PasswordFile", Err: errors.New("no way to authenticate devices: give a password file, TLS with client certificates, or DevAuth")}
 	}
 	if c.PasswordFile != "" && c.Passwords != nil {
-		return &cli.FieldError{Field: "mqtt-password-file", Err: errors.New("set PasswordFile or Passwords, not both")}
+		return &cli.FieldError{Field: "PasswordFile", Err: errors.New("set PasswordFile or Passwords, not both")}
 	}
 	for _, a := range c.Admins {
 		if a == "" {
-			return &cli.FieldError{Field: "mqtt-admins", Err: errors.New("empty admin name")}
+			return &cli.FieldError{Field: "Admins", Err: errors.New("empty admin name")}
 		}
 	}
 	if c.Prefix != "" && c.Prefix[len(c.Prefix)-1] != '/' {
-		return &cli.FieldError{Field: "mqtt-prefix", Err: fmt.Errorf("%q must end with /", c.Prefix)}
+		return &cli.FieldError{Field: "Prefix", Err: fmt.Errorf("%q must end with /", c.Prefix)}
 	}
 	return nil
 }
@@ -148,7 +148,7 @@ func Start(cfg Config) (*Broker, error) {
 	if cfg.PasswordFile != "" {
 		var err error
 		if pw, err = LoadPasswords(cfg.PasswordFile); err != nil {
-			return nil, &cli.FieldError{Field: "mqtt-password-file", Err: err}
+			return nil, &cli.FieldError{Field: "PasswordFile", Err: err}
 		}
 	}
 	caps := mqtt.NewDefaultServerCapabilities()
@@ -172,7 +172,7 @@ func Start(cfg Config) (*Broker, error) {
 		admins[a] = true
 	}
 	auth := &authHook{
-		topics:    fleet.Topics{Prefix: cfg.Prefix},
+		topics:    fleetwire.Topics{Prefix: cfg.Prefix},
 		passwords: pw,
 		admins:    admins,
 		devAuth:   cfg.DevAuth,
@@ -209,7 +209,7 @@ func Start(cfg Config) (*Broker, error) {
 	if cfg.TCPAddr != "" {
 		ln, err := net.Listen("tcp", cfg.TCPAddr)
 		if err != nil {
-			return fail(&cli.FieldError{Field: "mqtt", Err: err})
+			return fail(&cli.FieldError{Field: "TCPAddr", Err: err})
 		}
 		b.tcp = newNetListener("tcp", ln)
 		if err := srv.AddListener(b.tcp); err != nil {
@@ -226,7 +226,7 @@ func Start(cfg Config) (*Broker, error) {
 		}
 		ln, err := tls.Listen("tcp", cfg.TLSAddr, tc)
 		if err != nil {
-			return fail(&cli.FieldError{Field: "mqtt-tls", Err: err})
+			return fail(&cli.FieldError{Field: "TLSAddr", Err: err})
 		}
 		b.tls = newNetListener("tls", ln)
 		if err := srv.AddListener(b.tls); err != nil {

@@ -7,7 +7,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/phaseless/phaseless/transport/fleet"
+	"github.com/phaseless/phaseless/transport/fleetwire"
 	"github.com/phaseless/phaseless/transport/metrics"
 )
 
@@ -67,12 +67,12 @@ func TestConfigValidate(t *testing.T) {
 		cfg   Config
 		field string
 	}{
-		{"no auth", Config{TCPAddr: "127.0.0.1:0"}, "mqtt-password-file"},
-		{"bad addr", Config{TCPAddr: "nope", DevAuth: true}, "mqtt"},
-		{"tls addr without cert", Config{TLSAddr: "127.0.0.1:0", DevAuth: true}, "pki-dir"},
-		{"bad prefix", Config{DevAuth: true, Prefix: "x"}, "mqtt-prefix"},
-		{"empty admin", Config{DevAuth: true, Admins: []string{""}}, "mqtt-admins"},
-		{"missing password file", Config{TCPAddr: "127.0.0.1:0", PasswordFile: "/nonexistent/passwd"}, "mqtt-password-file"},
+		{"no auth", Config{TCPAddr: "127.0.0.1:0"}, "PasswordFile"},
+		{"bad addr", Config{TCPAddr: "nope", DevAuth: true}, "TCPAddr"},
+		{"tls addr without cert", Config{TLSAddr: "127.0.0.1:0", DevAuth: true}, "TLS"},
+		{"bad prefix", Config{DevAuth: true, Prefix: "x"}, "Prefix"},
+		{"empty admin", Config{DevAuth: true, Admins: []string{""}}, "Admins"},
+		{"missing password file", Config{TCPAddr: "127.0.0.1:0", PasswordFile: "/nonexistent/passwd"}, "PasswordFile"},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			_, err := Start(c.cfg)
@@ -90,7 +90,7 @@ func TestAuthAndACL(t *testing.T) {
 	reg := metrics.NewRegistry()
 	b := startBroker(t, Config{Passwords: passwordsFor(t, "dev-a", "dev-b", "ops"), Admins: []string{"ops"}, Metrics: reg})
 	addr := b.TCPAddr()
-	tp := fleet.Topics{}
+	tp := fleetwire.Topics{}
 
 	t.Run("refused", func(t *testing.T) {
 		for _, c := range []struct {
@@ -118,7 +118,7 @@ func TestAuthAndACL(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := subscribe(t, admin, tp.DeviceFilter(fleet.SuffixTelemetry)); err != nil {
+	if _, err := subscribe(t, admin, tp.DeviceFilter(fleetwire.SuffixTelemetry)); err != nil {
 		t.Fatal(err)
 	}
 	devA, err := dial(t, addr, "dev-a", dialOpts{user: "dev-a", pass: "pw-dev-a"})
@@ -128,31 +128,31 @@ func TestAuthAndACL(t *testing.T) {
 
 	// Denied publish first: MQTT orders messages per connection, so when the
 	// allowed one arrives at the admin, the denied one would have too.
-	resp, err := publish(t, devA, tp.Device("dev-b", fleet.SuffixTelemetry), "forged", false)
+	resp, err := publish(t, devA, tp.Device("dev-b", fleetwire.SuffixTelemetry), "forged", false)
 	if err == nil || resp == nil || resp.ReasonCode != 0x87 {
 		t.Fatalf("publish as dev-b: want PUBACK 0x87 (not authorized), got %+v %v", resp, err)
 	}
-	if _, err := publish(t, devA, tp.Device("dev-a", fleet.SuffixTelemetry), "mine", false); err != nil {
+	if _, err := publish(t, devA, tp.Device("dev-a", fleetwire.SuffixTelemetry), "mine", false); err != nil {
 		t.Fatal(err)
 	}
 	msgs := admin.waitMsgs(t, 1)
-	if len(msgs) != 1 || string(msgs[0].Payload) != "mine" || msgs[0].Topic != tp.Device("dev-a", fleet.SuffixTelemetry) {
+	if len(msgs) != 1 || string(msgs[0].Payload) != "mine" || msgs[0].Topic != tp.Device("dev-a", fleetwire.SuffixTelemetry) {
 		t.Fatalf("admin got %d messages, first %q", len(msgs), msgs[0].Payload)
 	}
 
-	for _, filter := range []string{tp.Device("dev-b", fleet.SuffixCmd), tp.DeviceFilter(fleet.SuffixCmd), "#", "$SYS/#", "phaseless/dev/dev-a"} {
+	for _, filter := range []string{tp.Device("dev-b", fleetwire.SuffixCmd), tp.DeviceFilter(fleetwire.SuffixCmd), "#", "$SYS/#", "phaseless/dev/dev-a"} {
 		sa, err := subscribe(t, devA, filter)
 		if err == nil || sa == nil || sa.Reasons[0] != 0x87 {
 			t.Errorf("subscribe %q: want SUBACK 0x87, got %+v %v", filter, sa, err)
 		}
 	}
-	for _, filter := range []string{tp.Device("dev-a", fleet.SuffixCmd), tp.Device("dev-a", "#"), tp.Fleet("#")} {
+	for _, filter := range []string{tp.Device("dev-a", fleetwire.SuffixCmd), tp.Device("dev-a", "#"), tp.Fleet("#")} {
 		if _, err := subscribe(t, devA, filter); err != nil {
 			t.Errorf("subscribe %q: %v", filter, err)
 		}
 	}
 	// The cloud's in-process publish reaches the device under its own tree.
-	if err := b.Publish(tp.Device("dev-a", fleet.SuffixCmd), []byte("do"), false); err != nil {
+	if err := b.Publish(tp.Device("dev-a", fleetwire.SuffixCmd), []byte("do"), false); err != nil {
 		t.Fatal(err)
 	}
 	if got := devA.waitMsgs(t, 1); string(got[0].Payload) != "do" {
@@ -190,15 +190,15 @@ func TestTLSClientCertificates(t *testing.T) {
 		}
 		return c
 	}
-	tp := fleet.Topics{}
+	tp := fleetwire.Topics{}
 	dev, err := dial(t, b.TLSAddr(), "dev-c", dialOpts{tls: clientTLS("dev-c")})
 	if err != nil {
 		t.Fatalf("device with certificate: %v", err)
 	}
-	if _, err := publish(t, dev, tp.Device("dev-c", fleet.SuffixStatus), "{}", true); err != nil {
+	if _, err := publish(t, dev, tp.Device("dev-c", fleetwire.SuffixStatus), "{}", true); err != nil {
 		t.Fatal(err)
 	}
-	if resp, err := publish(t, dev, tp.Device("dev-d", fleet.SuffixStatus), "{}", true); err == nil || resp.ReasonCode != 0x87 {
+	if resp, err := publish(t, dev, tp.Device("dev-d", fleetwire.SuffixStatus), "{}", true); err == nil || resp.ReasonCode != 0x87 {
 		t.Fatalf("cert device publishing as another: %+v %v", resp, err)
 	}
 	for _, c := range []struct{ name, cn, id, user, pass string }{

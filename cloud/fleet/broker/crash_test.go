@@ -12,7 +12,7 @@ import (
 	"github.com/eclipse/paho.golang/paho"
 
 	"github.com/phaseless/phaseless/internal/crashtest"
-	"github.com/phaseless/phaseless/transport/fleet"
+	"github.com/phaseless/phaseless/transport/fleetwire"
 )
 
 // TestKillWithQueuedQoS1LosesNothing kills a broker (kill -9) while a
@@ -22,7 +22,7 @@ import (
 // whose PUBACK the publisher had received, and bbolt's check is clean.
 func TestKillWithQueuedQoS1LosesNothing(t *testing.T) {
 	dir := t.TempDir()
-	topic := fleet.Topics{}.Device("dev-off", fleet.SuffixCmd)
+	topic := fleetwire.Topics{}.Device("dev-off", fleetwire.SuffixCmd)
 	cfgIn := func(dir string) Config {
 		return Config{StorePath: filepath.Join(dir, "broker.db"), PasswordFile: filepath.Join(dir, "passwd"), Admins: []string{"ops"}}
 	}

@@ -5,7 +5,7 @@
 // How it fits: devices connect to it over TCP (username/password, a
 // Mosquitto-compatible password file) or TLS (a client certificate whose CN
 // is the device id). A device may only publish and subscribe under its own
-// {prefix}dev/{id}/ (transport/fleet Topics.DeviceMay) and its client id must
+// {prefix}dev/{id}/ (transport/fleetwire Topics.DeviceMay) and its client id must
 // be its device id. The cloud's fleet manager (cloud/fleet) talks to the
 // broker in process through Publish and Subscribe, which bypass the ACL.
 //

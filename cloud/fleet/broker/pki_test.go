@@ -3,7 +3,7 @@ package broker
 import (
 	"testing"
 
-	"github.com/phaseless/phaseless/transport/fleet"
+	"github.com/phaseless/phaseless/transport/fleetwire"
 	"github.com/phaseless/phaseless/transport/pki"
 )
 
@@ -36,11 +36,11 @@ func TestFleetPKI(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	tp := fleet.Topics{}
-	if _, err := publish(t, c, tp.Device("car-7", fleet.SuffixStatus), `{"state":"online"}`, true); err != nil {
+	tp := fleetwire.Topics{}
+	if _, err := publish(t, c, tp.Device("car-7", fleetwire.SuffixStatus), `{"state":"online"}`, true); err != nil {
 		t.Fatal(err)
 	}
-	if resp, err := publish(t, c, tp.Device("car-8", fleet.SuffixStatus), `{"state":"online"}`, true); err == nil || resp.ReasonCode != 0x87 {
+	if resp, err := publish(t, c, tp.Device("car-8", fleetwire.SuffixStatus), `{"state":"online"}`, true); err == nil || resp.ReasonCode != 0x87 {
 		t.Fatalf("car-7 publishing as car-8: %+v %v", resp, err)
 	}
 	// car-7's certificate cannot connect as car-8.

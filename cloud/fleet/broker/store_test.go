@@ -14,7 +14,7 @@ import (
 	mochibolt "github.com/mochi-mqtt/server/v2/hooks/storage/bolt"
 	bolt "go.etcd.io/bbolt"
 
-	"github.com/phaseless/phaseless/transport/fleet"
+	"github.com/phaseless/phaseless/transport/fleetwire"
 	"github.com/phaseless/phaseless/transport/metrics"
 )
 
@@ -28,8 +28,8 @@ func TestRestartWithQoS1Inflight(t *testing.T) {
 	store := filepath.Join(dir, "broker.db")
 	pw := passwordsFor(t, "dev-off", "dev-on", "dev-ret", "ops")
 	cfg := Config{StorePath: store, Passwords: pw, Admins: []string{"ops"}}
-	tp := fleet.Topics{}
-	offTopic, onTopic := tp.Device("dev-off", fleet.SuffixCmd), tp.Device("dev-on", fleet.SuffixCmd)
+	tp := fleetwire.Topics{}
+	offTopic, onTopic := tp.Device("dev-off", fleetwire.SuffixCmd), tp.Device("dev-on", fleetwire.SuffixCmd)
 
 	b1 := startBroker(t, cfg)
 	off, err := dial(t, b1.TCPAddr(), "dev-off", dialOpts{user: "dev-off", pass: "pw-dev-off", persistent: true})
@@ -59,7 +59,7 @@ func TestRestartWithQoS1Inflight(t *testing.T) {
 	if _, err := publish(t, ops, onTopic, "on-0", false); err != nil {
 		t.Fatal(err)
 	}
-	retTopic := tp.Device("dev-ret", fleet.SuffixConfigDesired)
+	retTopic := tp.Device("dev-ret", fleetwire.SuffixConfigDesired)
 	if _, err := publish(t, ops, retTopic, `{"version":7}`, true); err != nil {
 		t.Fatal(err)
 	}

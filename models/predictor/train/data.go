@@ -15,7 +15,7 @@ import (
 	"strings"
 
 	"github.com/phaseless/phaseless/models/textfeat"
-	"github.com/phaseless/phaseless/transport/fleet"
+	"github.com/phaseless/phaseless/transport/fleetwire"
 )
 
 // MMLUPrompt is one RouteLLM MMLU row: a multiple-choice prompt and whether
@@ -214,8 +214,8 @@ type TelemetryStats struct {
 	SkippedUnknown        int // outcome says nothing about whether the device could have answered
 }
 
-// LoadTelemetry reads JSON lines of fleet.RequestRecord (as the fleet
-// exports them; a line may also be a fleet.Record whose Data is one) and
+// LoadTelemetry reads JSON lines of fleetwire.RequestRecord (as the fleet
+// exports them; a line may also be a fleetwire.Record whose Data is one) and
 // turns those whose outcome tells whether the device could answer into
 // examples:
 //   - ran locally and finished ok → 0 (the device handled it);
@@ -250,7 +250,7 @@ func LoadTelemetry(r io.Reader) ([]Example, TelemetryStats, error) {
 			}
 			raw = probe.Data
 		}
-		var rec fleet.RequestRecord
+		var rec fleetwire.RequestRecord
 		if err := json.Unmarshal(raw, &rec); err != nil {
 			return nil, st, fmt.Errorf("telemetry line %d: %w", line, err)
 		}
@@ -274,7 +274,7 @@ func LoadTelemetry(r io.Reader) ([]Example, TelemetryStats, error) {
 	return out, st, sc.Err()
 }
 
-func telemetryLabel(r fleet.RequestRecord) (float32, bool) {
+func telemetryLabel(r fleetwire.RequestRecord) (float32, bool) {
 	switch {
 	case r.Path == "local" && r.Outcome == "ok":
 		return 0, true

@@ -12,7 +12,7 @@ import (
 	"github.com/phaseless/phaseless/models/lmtrain/corpus"
 	"github.com/phaseless/phaseless/models/predictor"
 	"github.com/phaseless/phaseless/models/textfeat"
-	"github.com/phaseless/phaseless/transport/fleet"
+	"github.com/phaseless/phaseless/transport/fleetwire"
 )
 
 const repoData = "../../data/routing"
@@ -348,21 +348,21 @@ func TestConfigValidate(t *testing.T) {
 }
 
 func record(path, decision, outcome string, version int) string {
-	r := fleet.RequestRecord{TraceID: "t", Features: textfeat.Extract("open the sunroof"), FeatureVersion: version,
+	r := fleetwire.RequestRecord{TraceID: "t", Features: textfeat.Extract("open the sunroof"), FeatureVersion: version,
 		Decision: decision, Path: path, Outcome: outcome}
 	b, _ := json.Marshal(r)
 	return string(b)
 }
 
 func TestLoadTelemetryLabels(t *testing.T) {
-	wrapped, _ := json.Marshal(fleet.Record{Seq: 1, Kind: "request", Data: json.RawMessage(record("local", "local", "error", textfeat.Version))})
+	wrapped, _ := json.Marshal(fleetwire.Record{Seq: 1, Kind: "request", Data: json.RawMessage(record("local", "local", "error", textfeat.Version))})
 	lines := []string{
 		record("local", "local", "ok", textfeat.Version),        // 0
 		record("cloud", "local", "ok", textfeat.Version),        // 1: fell back
 		record("cloud", "cloud", "ok", textfeat.Version),        // skipped: no counterfactual
 		record("local", "local", "cancelled", textfeat.Version), // skipped
 		record("local", "local", "ok", textfeat.Version+1),      // skipped: other layout
-		string(wrapped), // 1: local failure inside a fleet.Record
+		string(wrapped), // 1: local failure inside a fleetwire.Record
 		"",
 	}
 	ex, st, err := LoadTelemetry(strings.NewReader(strings.Join(lines, "\n")))

@@ -1,0 +1,330 @@
+// Package coordinator is the cloud's request path: admit → measure → decide
+// → batch → stream. Coordinator is the llm.Generator that the QUIC and HTTP
+// ingress call for every request; package cloud builds it from its Config.
+package coordinator
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/phaseless/phaseless/cloud/admit"
+	"github.com/phaseless/phaseless/cloud/sched"
+	"github.com/phaseless/phaseless/cloud/worker"
+	"github.com/phaseless/phaseless/models/lm"
+	"github.com/phaseless/phaseless/models/textfeat"
+	"github.com/phaseless/phaseless/transport/llm"
+	"github.com/phaseless/phaseless/transport/metrics"
+)
+
+// Config is what a Coordinator is built from.
+type Config struct {
+	Workers  *worker.Set
+	Admitter *admit.Admitter
+	Fair     admit.FairConfig
+	Breaker  admit.BreakerConfig
+	Rules    sched.RulesConfig
+	// Tokenizer counts prompt tokens and cuts the blocks whose hashes are
+	// matched against the workers' caches: the built-in model's, so the
+	// hashes equal the engine's own.
+	Tokenizer lm.Tokenizer
+	// BlockSize is the workers' KV cache block size in tokens, which the
+	// prompt's block hashes are cut at (default lm.DefaultBlockSize); it must
+	// be the engines' EngineConfig.BlockSize or no prefix ever matches.
+	BlockSize int
+	// Budget returns a tenant's own bucket; the zero Bucket means the
+	// admitter's default.
+	Budget func(tenant string) admit.Bucket
+	// AllowPolicyOverride honours llm.Hints.Policy (x-phaseless-policy), so
+	// one coordinator serves the replay's three policies (--dev only).
+	AllowPolicyOverride bool
+	// SLATTFT and SLAITL define a request that met its SLA: first token
+	// within SLATTFT and mean inter-token gap within SLAITL. Defaults 2 s and
+	// 200 ms.
+	SLATTFT, SLAITL time.Duration
+	Metrics         *metrics.Registry
+	Logger          *slog.Logger
+}
+
+// Coordinator is the cloud's llm.Generator: admission, placement, batching
+// and streaming for every request that enters over HTTP or QUIC.
+type Coordinator struct {
+	cfg       Config
+	fair      *admit.Fair
+	breaker   *admit.Breaker
+	policy    sched.Policy
+	overrides map[string]sched.Policy
+	predictor *sched.OutputPredictor
+	snaps     sync.Pool // *sched.Snapshot, reused so a decision allocates nothing
+	m         coordMetrics
+}
+
+var _ llm.Generator = (*Coordinator)(nil)
+
+// New validates cfg and registers the coordinator's metrics.
+func New(cfg Config) (*Coordinator, error) {
+	if cfg.Workers == nil || cfg.Admitter == nil || cfg.Tokenizer == nil {
+		return nil, errors.New("coordinator: Workers, Admitter and Tokenizer are required")
+	}
+	if cfg.SLATTFT == 0 {
+		cfg.SLATTFT = 2 * time.Second
+	}
+	if cfg.SLAITL == 0 {
+		cfg.SLAITL = 200 * time.Millisecond
+	}
+	if cfg.SLATTFT < 0 || cfg.SLAITL < 0 {
+		return nil, errors.New("coordinator: SLATTFT and SLAITL must be positive")
+	}
+	if cfg.BlockSize == 0 {
+		cfg.BlockSize = lm.DefaultBlockSize
+	}
+	if cfg.Budget == nil {
+		cfg.Budget = func(string) admit.Bucket { return admit.Bucket{} }
+	}
+	if cfg.Metrics == nil {
+		cfg.Metrics = metrics.NewRegistry()
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.New(slog.DiscardHandler)
+	}
+	br, err := admit.NewBreaker(cfg.Breaker)
+	if err != nil {
+		return nil, err
+	}
+	fair, err := admit.NewFair(cfg.Fair, br.Open)
+	if err != nil {
+		return nil, err
+	}
+	c := &Coordinator{cfg: cfg, fair: fair, breaker: br, predictor: sched.NewOutputPredictor(0), overrides: map[string]sched.Policy{}}
+	if c.policy, err = sched.NewRules(cfg.Rules); err != nil {
+		return nil, err
+	}
+	for _, name := range []string{sched.NameScheduler, sched.NameRoundRobin, sched.NameLeastLoaded} {
+		p, err := sched.ByName(name, cfg.Rules)
+		if err != nil {
+			return nil, err
+		}
+		c.overrides[name] = p
+	}
+	c.overrides[sched.NameScheduler] = c.policy
+	c.snaps.New = func() any { return &sched.Snapshot{} }
+	c.m = newCoordMetrics(cfg.Metrics, c)
+	return c, nil
+}
+
+// measured is what is known about a request before it is placed.
+type measured struct {
+	sig    sched.Request
+	tenant string
+	cost   int64 // tokens charged against the budget: prompt + max output
+	maxOut int
+}
+
+func (c *Coordinator) measure(req *llm.Request) measured {
+	tok := c.cfg.Tokenizer
+	ids := tok.Encode(lm.ChatPrompt(req.Messages))
+	if tok.AddBOS() {
+		ids = append([]int32{tok.BOS()}, ids...)
+	}
+	var text strings.Builder
+	for i, m := range req.Messages {
+		if i > 0 {
+			text.WriteByte('\n')
+		}
+		text.WriteString(m.Content)
+	}
+	tenant := req.Tenant
+	if tenant == "" {
+		tenant = "anonymous"
+	}
+	return measured{
+		tenant: tenant,
+		cost:   int64(len(ids) + req.MaxTokens),
+		maxOut: req.MaxTokens,
+		sig: sched.Request{
+			InputTokens:     len(ids),
+			InputChars:      text.Len(),
+			EntropyBits:     textfeat.ByteEntropy(text.String()),
+			PredictedOutput: c.predictor.Predict(tenant, req.MaxTokens),
+			// Every hop streams (DESIGN.md §2: no token is held back), so
+			// every request is scheduled as a stream.
+			Stream:      true,
+			BlockHashes: lm.BlockHashes(ids, c.cfg.BlockSize),
+		},
+	}
+}
+
+// decide places a request with the policy in force and times the decision.
+func (c *Coordinator) decide(req *llm.Request, m *measured, snap *sched.Snapshot) (sched.Decision, error) {
+	t0 := time.Now()
+	c.cfg.Workers.Snapshot(snap, m.sig.BlockHashes)
+	var d sched.Decision
+	var err error
+	switch p, ok := c.overrides[req.Hints.Policy]; {
+	case c.cfg.AllowPolicyOverride && req.Hints.Policy != "" && ok:
+		// An explicit policy (--dev experiments, the replay's comparison)
+		// runs as asked, even with the breaker open, or the comparison
+		// would measure FIFO under three names.
+		d, err = p.Decide(&m.sig, snap)
+	case c.breaker.Open():
+		d, err = sched.FIFO(&m.sig, snap)
+	default:
+		d, err = c.policy.Decide(&m.sig, snap)
+	}
+	c.m.decision.Observe(time.Since(t0).Seconds())
+	return d, err
+}
+
+// Generate implements llm.Generator.
+func (c *Coordinator) Generate(ctx context.Context, req *llm.Request, emit llm.Emit) (llm.Final, error) {
+	if req.MaxTokens <= 0 {
+		return llm.Final{}, llm.Errorf(llm.CodeInvalid, "max tokens must be positive, got %d", req.MaxTokens)
+	}
+	if p := req.Hints.Policy; p != "" && c.overrides[p] == nil {
+		return llm.Final{}, llm.Errorf(llm.CodeInvalid, "unknown scheduler policy %q (scheduler, round-robin, least-loaded)", p)
+	}
+	m := c.measure(req)
+	bucket := c.cfg.Budget(m.tenant)
+	remaining, err := c.cfg.Admitter.Charge(ctx, m.tenant, m.cost, bucket)
+	if err != nil {
+		c.m.budgetRejections.Inc() // the error carries the remaining budget
+		return llm.Final{}, err
+	}
+	st := llm.NewStream(emit)
+	st.Meta = llm.Meta{Route: llm.RouteCloud, BudgetRemaining: remaining, HasBudget: true}
+	ticket, err := c.fair.Acquire(ctx, m.tenant, m.sig.InputTokens)
+	if err != nil {
+		c.cfg.Admitter.Refund(context.WithoutCancel(ctx), m.tenant, m.cost, bucket)
+		return llm.Final{}, err
+	}
+	defer ticket.Release()
+
+	snap := c.snaps.Get().(*sched.Snapshot)
+	defer c.snaps.Put(snap)
+	d, err := c.decide(req, &m, snap)
+	if err != nil {
+		return llm.Final{}, c.finish(ctx, &m, bucket, llm.RouteCloud, llm.Final{}, llm.Errorf(llm.CodeUnavailable, "no worker can take the request: %v", err), 0)
+	}
+	run := c.newRun(ctx, st, ticket)
+	fin, err := c.runOn(ctx, req, &m, d, run)
+	if err != nil && run.tokens == 0 && fallbackEligible(err) {
+		reason := string(llm.CodeOf(err))
+		if !c.cfg.Admitter.AllowFallback(ctx, m.tenant) {
+			c.m.fallbackDenied.Inc()
+		} else {
+			c.cfg.Workers.Snapshot(snap, m.sig.BlockHashes)
+			if fd, ferr := sched.Fallback(&m.sig, snap, d.Worker); ferr == nil {
+				c.m.fallbacks.With(reason).Inc()
+				from := c.cfg.Workers.Workers()[d.Worker].Name()
+				st.Meta.Fallback = llm.Fallback{Cause: llm.FallbackPoolOverloaded, From: from, Code: llm.CodeOf(err),
+					Detail: fmt.Sprintf("%s on %s", reason, from)}
+				fin, err = c.runOn(ctx, req, &m, fd, run)
+				d = fd
+			}
+		}
+	}
+	if err == nil {
+		err = st.Begin() // an answer without tokens still starts with its metadata
+	}
+	return fin, c.finish(ctx, &m, bucket, st.Meta.RouteHeader(), fin, err, run.itlSum)
+}
+
+// fallbackEligible: the 429/503-like failures of DESIGN.md §5.
+func fallbackEligible(err error) bool {
+	switch llm.CodeOf(err) {
+	case llm.CodeOverloaded, llm.CodeUnavailable:
+		return true
+	}
+	return false
+}
+
+// run is one request's streaming state, shared by a first attempt and its
+// fallback (a fallback happens only before the first token).
+type run struct {
+	c      *Coordinator
+	st     *llm.Stream
+	ticket *admit.Ticket
+	start  time.Time
+	last   time.Time
+	tokens int
+	ttft   time.Duration
+	itlSum time.Duration
+}
+
+func (c *Coordinator) newRun(_ context.Context, st *llm.Stream, t *admit.Ticket) *run {
+	return &run{c: c, st: st, ticket: t, start: time.Now()}
+}
+
+// forward passes a token on at once — nothing is buffered — and measures it.
+func (r *run) forward(t llm.Token) error {
+	if t.Meta != nil { // an upstream Phaseless's begin event: folded into ours
+		return r.st.Emit(t)
+	}
+	now := time.Now()
+	if r.tokens == 0 {
+		r.ttft = now.Sub(r.start)
+		r.c.m.ttft.Observe(r.ttft.Seconds())
+	} else {
+		gap := now.Sub(r.last)
+		r.itlSum += gap
+		r.c.m.itl.Observe(gap.Seconds())
+	}
+	r.last = now
+	r.tokens++
+	r.c.m.rate.add(now, 1)
+	r.c.m.outputTokens.Inc()
+	r.ticket.Output(1)
+	return r.st.Emit(t)
+}
+
+func (c *Coordinator) runOn(ctx context.Context, req *llm.Request, m *measured, d sched.Decision, r *run) (llm.Final, error) {
+	w := c.cfg.Workers.Workers()[d.Worker]
+	// Placement is final for this attempt: the begin event, sent with the
+	// first token, says so. A fallback attempt overwrites it.
+	r.st.Meta.Pool, r.st.Meta.Worker, r.st.Meta.SchedulerHint = d.Pool.String(), w.Name(), d.Hint()
+	c.m.pool[d.Pool].Inc()
+	c.m.reasons.With(d.Reason.String()).Inc()
+	fin, size, err := w.Generate(ctx, req, m.sig.InputTokens, m.sig.BlockHashes, r.forward)
+	if size > 0 {
+		c.m.batchSize.Observe(float64(size))
+	}
+	return fin, err
+}
+
+// finish records the outcome: budget refund, breaker, SLA, prefix hits, the
+// output predictor's history.
+func (c *Coordinator) finish(ctx context.Context, m *measured, bucket admit.Bucket, route string, fin llm.Final, err error, itlSum time.Duration) error {
+	used := int64(m.sig.InputTokens + fin.CompletionTokens)
+	c.cfg.Admitter.Refund(context.WithoutCancel(ctx), m.tenant, m.cost-used, bucket)
+	code := llm.CodeOf(err)
+	serverErr := code == llm.CodeInternal || code == llm.CodeUnavailable || code == llm.CodeOverloaded || code == llm.CodeTimeout
+	if err == nil || serverErr {
+		c.breaker.Record(serverErr, fin.TTFT)
+	}
+	if err != nil {
+		if serverErr {
+			c.m.sla.With("missed").Inc()
+			c.cfg.Logger.Warn("request failed", "tenant", m.tenant, "route", route, "code", string(code), "err", err)
+		}
+		return err
+	}
+	met := fin.TTFT <= c.cfg.SLATTFT
+	if fin.CompletionTokens > 1 && itlSum/time.Duration(fin.CompletionTokens-1) > c.cfg.SLAITL {
+		met = false
+	}
+	c.m.sla.With(map[bool]string{true: "met", false: "missed"}[met]).Inc()
+	c.m.promptTokens.Add(float64(fin.PromptTokens))
+	c.m.prefixHits.Add(float64(fin.PrefixHitTokens))
+	c.predictor.Observe(m.tenant, m.maxOut, fin.CompletionTokens)
+	return nil
+}
+
+// Ready reports whether some worker is healthy.
+func (c *Coordinator) Ready() error { return c.cfg.Workers.Ready() }
+
+// Breaker exposes the circuit breaker's state.
+func (c *Coordinator) Breaker() admit.BreakerState { return c.breaker.State() }

@@ -1,0 +1,110 @@
+// Package fleetapi is the cloud's fleet admin API as a client sees it: the
+// JSON types of /v1/fleet/ and a Go Client for them. cloud/fleet serves it;
+// phaselessctl (and any operator tool) uses it without linking the MQTT
+// broker or bbolt.
+package fleetapi
+
+import (
+	"time"
+
+	"github.com/phaseless/phaseless/transport/fleetwire"
+)
+
+// Device is one device in the registry, as the admin API shows it.
+type Device struct {
+	ID        string            `json:"id"`
+	Status    *fleetwire.Status `json:"status,omitempty"` // last status (retained / last will)
+	FirstSeen time.Time         `json:"first_seen"`
+	LastSeen  time.Time         `json:"last_seen,omitzero"` // last message from the device itself
+
+	Desired    *fleetwire.DesiredConfig  `json:"desired,omitempty"`
+	Reported   *fleetwire.ReportedConfig `json:"reported,omitempty"`
+	ReportedAt time.Time                 `json:"reported_at,omitzero"`
+
+	Telemetry DeviceTelemetry `json:"telemetry"`
+
+	// PendingCommands is filled by the API: commands without a result.
+	PendingCommands int `json:"pending_commands"`
+	// Commands is filled for single-device views, newest first.
+	Commands []CommandState `json:"commands,omitempty"`
+}
+
+// State is the device's last reported state: online, offline, or unknown
+// before its first status.
+func (d *Device) State() string {
+	if d.Status == nil || d.Status.State == "" {
+		return "unknown"
+	}
+	return d.Status.State
+}
+
+// DeviceTelemetry counts one device's telemetry.
+type DeviceTelemetry struct {
+	Stored          uint64    `json:"stored"`            // records held now
+	Ingested        uint64    `json:"ingested"`          // distinct records ever stored
+	Duplicates      uint64    `json:"duplicates"`        // redelivered records not stored again
+	Batches         uint64    `json:"batches"`           // batches received (duplicates included)
+	LastSeq         uint64    `json:"last_seq"`          // highest seq stored
+	DroppedOnDevice uint64    `json:"dropped_on_device"` // the device's own count of records it discarded
+	LastBatch       time.Time `json:"last_batch,omitzero"`
+}
+
+// Command states.
+const (
+	CommandPending = "pending" // issued, no result yet
+	CommandDone    = "done"    // result ok
+	CommandFailed  = "failed"  // result not ok
+)
+
+// CommandState is a command and what became of it.
+type CommandState struct {
+	DeviceID string `json:"device_id"`
+	fleetwire.Command
+	State     string                   `json:"state"`
+	Result    *fleetwire.CommandResult `json:"result,omitempty"`
+	UpdatedAt time.Time                `json:"updated_at"`
+}
+
+// ExportedRecord is one line of the telemetry export: the record as the
+// device sent it (fleet.Record: seq, time, kind, data) plus which device
+// sent it and when the cloud stored it. Training reads Data as a
+// fleet.RequestRecord when Kind is "request".
+type ExportedRecord struct {
+	DeviceID string `json:"device_id"`
+	fleetwire.Record
+	IngestedAt time.Time `json:"ingested_at"`
+}
+
+// ConfigUpdate changes a device's desired config (PUT .../config).
+type ConfigUpdate struct {
+	// Values to set. With Merge, they are added to the current values and a
+	// null value removes a key; without, they replace all values.
+	Values map[string]*string `json:"values"`
+	Merge  bool               `json:"merge"`
+}
+
+// CommandRequest is the body of POST .../commands.
+type CommandRequest struct {
+	Name string            `json:"name"`
+	Args map[string]string `json:"args,omitempty"`
+}
+
+// Counts are fleet-wide telemetry totals.
+type Counts struct {
+	Stored     uint64 `json:"stored"`     // records held now
+	Ingested   uint64 `json:"ingested"`   // distinct records ever stored
+	Duplicates uint64 `json:"duplicates"` // redelivered records not stored again
+	Deleted    uint64 `json:"deleted"`    // removed by retention
+	Devices    int    `json:"devices"`
+}
+
+// Prefix is where the admin API's routes live on the cloud's HTTP listener.
+const Prefix = "/v1/fleet/"
+
+// ErrorBody is the shape of every admin API error answer.
+type ErrorBody struct {
+	Error struct {
+		Message string `json:"message"`
+		Type    string `json:"type"`
+	} `json:"error"`
+}

@@ -1,0 +1,137 @@
+package phaseless
+
+import (
+	"bytes"
+	"encoding/json"
+	"io"
+	"os/exec"
+	"strings"
+	"testing"
+)
+
+const module = "github.com/phaseless/phaseless"
+
+// listed is what `go list -json` says about one package.
+type listed struct {
+	ImportPath string
+	Name       string
+	Doc        string
+	Deps       []string // transitive, non-test
+}
+
+// listPackages lists every package of the module (without tests: the rules
+// below bind what binaries link; tests may cross the lines).
+func listPackages(t *testing.T) []listed {
+	t.Helper()
+	out, err := exec.Command("go", "list", "-json=ImportPath,Name,Doc,Deps", "./...").Output()
+	if err != nil {
+		t.Fatalf("go list: %v", err)
+	}
+	var pkgs []listed
+	dec := json.NewDecoder(bytes.NewReader(out))
+	for {
+		var p listed
+		if err := dec.Decode(&p); err == io.EOF {
+			break
+		} else if err != nil {
+			t.Fatal(err)
+		}
+		pkgs = append(pkgs, p)
+	}
+	if len(pkgs) < 20 {
+		t.Fatalf("go list found only %d packages", len(pkgs))
+	}
+	return pkgs
+}
+
+// area is the top-level folder of a module package ("" for the root).
+func area(path string) string {
+	rest, ok := strings.CutPrefix(path, module+"/")
+	if !ok {
+		return ""
+	}
+	a, _, _ := strings.Cut(rest, "/")
+	return a
+}
+
+func within(path, prefix string) bool {
+	prefix = module + "/" + prefix
+	return path == prefix || strings.HasPrefix(path, prefix+"/")
+}
+
+// TestPackageDocs: every package says what it is for, in a doc comment that
+// starts the way godoc expects ("Package x ..." or, for a binary,
+// "Command x ...").
+func TestPackageDocs(t *testing.T) {
+	for _, p := range listPackages(t) {
+		want := "Package " + p.Name + " "
+		if p.Name == "main" {
+			want = "Command " + p.ImportPath[strings.LastIndex(p.ImportPath, "/")+1:] + " "
+		}
+		if !strings.HasPrefix(p.Doc, want) {
+			t.Errorf("%s: package doc %q does not start with %q", p.ImportPath, p.Doc, want)
+		}
+	}
+}
+
+// rule forbids the packages it matches from linking anything under the
+// forbidden folders.
+type rule struct {
+	from, why string
+	match     func(pkg string) bool
+	forbidden []string // module-relative prefixes
+}
+
+// TestImportRules encodes DESIGN.md §3's dependency rules on what each
+// package links (transitively).
+func TestImportRules(t *testing.T) {
+	inArea := func(a ...string) func(string) bool {
+		return func(p string) bool {
+			for _, x := range a {
+				if area(p) == x {
+					return true
+				}
+			}
+			return false
+		}
+	}
+	rules := []rule{
+		{from: "transport, models", why: "shared layers import nothing from agent or cloud", match: inArea("transport", "models"), forbidden: []string{"agent", "cloud"}},
+		{from: "agent", why: "the agent never imports the cloud", match: inArea("agent"), forbidden: []string{"cloud"}},
+		{from: "cloud", why: "the cloud never imports the agent", match: inArea("cloud"), forbidden: []string{"agent"}},
+		{from: "agent", why: "the agent links no training code", match: inArea("agent"), forbidden: []string{"models/lmtrain", "models/predictor/train"}},
+		{from: "firmware", why: "the OTA format is shared by agent and cloud", match: inArea("firmware"), forbidden: []string{"agent", "cloud"}},
+	}
+	checked := map[string]int{}
+	for _, p := range listPackages(t) {
+		for _, r := range rules {
+			if !r.match(p.ImportPath) {
+				continue
+			}
+			checked[r.from]++
+			for _, d := range p.Deps {
+				for _, f := range r.forbidden {
+					if within(d, f) {
+						t.Errorf("%s links %s: %s", p.ImportPath, d, r.why)
+					}
+				}
+			}
+		}
+	}
+	for _, r := range rules {
+		if checked[r.from] == 0 {
+			t.Errorf("rule for %s matched no package", r.from)
+		}
+	}
+}
+
+// TestImportRulesCatch: the rule matcher itself catches a violation and
+// does not confuse neighbouring names (agent vs agentx).
+func TestImportRulesCatch(t *testing.T) {
+	if !within(module+"/cloud/sched", "cloud") || within(module+"/cloudx", "cloud") || !within(module+"/models/lmtrain/corpus", "models/lmtrain") {
+		t.Fatal("within mismatches")
+	}
+	if area(module+"/agent/route") != "agent" || area(module) != "" || area("golang.org/x/sys") != "" {
+		t.Fatal("area mismatches")
+	}
+}

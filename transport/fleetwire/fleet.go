@@ -1,0 +1,193 @@
+// Package fleetwire is the MQTT v5 topic scheme and the JSON payloads that the
+// agent and the cloud exchange to manage a fleet (DESIGN.md §4). It has no
+// client or broker code: agent/fleetclient and cloud/fleet own those.
+package fleetwire
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+)
+
+// DefaultPrefix is the topic prefix unless configured otherwise.
+const DefaultPrefix = "phaseless/"
+
+// Per-device topic suffixes, under {prefix}dev/{id}/.
+const (
+	SuffixStatus         = "status"          // device→cloud, retained, also the last will
+	SuffixTelemetry      = "telemetry"       // device→cloud, batches of records
+	SuffixTelemetryAck   = "telemetry/ack"   // cloud→device, batch acknowledged (safe to delete)
+	SuffixConfigDesired  = "config/desired"  // cloud→device, retained
+	SuffixConfigReported = "config/reported" // device→cloud, retained
+	SuffixCmd            = "cmd"             // cloud→device
+	SuffixCmdResult      = "cmd/result"      // device→cloud
+)
+
+// Topics builds and parses topic names under one prefix.
+type Topics struct {
+	Prefix string // ends with "/"; empty means DefaultPrefix
+}
+
+func (t Topics) prefix() string {
+	if t.Prefix == "" {
+		return DefaultPrefix
+	}
+	return t.Prefix
+}
+
+// Device returns {prefix}dev/{id}/{suffix}.
+func (t Topics) Device(id, suffix string) string {
+	return t.prefix() + "dev/" + id + "/" + suffix
+}
+
+// DeviceFilter returns the subscription filter for one suffix across all
+// devices, e.g. phaseless/dev/+/telemetry.
+func (t Topics) DeviceFilter(suffix string) string {
+	return t.prefix() + "dev/+/" + suffix
+}
+
+// Fleet returns {prefix}fleet/{name}, for fleet-wide announcements.
+func (t Topics) Fleet(name string) string { return t.prefix() + "fleet/" + name }
+
+// ParseDevice splits a device topic into its device id and suffix.
+func (t Topics) ParseDevice(topic string) (id, suffix string, ok bool) {
+	rest, found := strings.CutPrefix(topic, t.prefix()+"dev/")
+	if !found {
+		return "", "", false
+	}
+	id, suffix, found = strings.Cut(rest, "/")
+	if !found || ValidateDeviceID(id) != nil || suffix == "" {
+		return "", "", false
+	}
+	return id, suffix, true
+}
+
+// DeviceMay reports whether device id may publish to or subscribe on topic
+// (or filter): only under its own dev/{id}/, plus reading fleet
+// announcements. This is the broker ACL.
+func (t Topics) DeviceMay(id, topic string, write bool) bool {
+	if ValidateDeviceID(id) != nil {
+		return false // an empty or odd id would widen "own subtree" (dev//...)
+	}
+	own := t.prefix() + "dev/" + id + "/"
+	if strings.HasPrefix(topic, own) && !strings.ContainsAny(topic[len(own):], "+#") {
+		return true
+	}
+	if strings.HasPrefix(topic, own) && !write {
+		return true // a device may use wildcards inside its own subtree to subscribe
+	}
+	return !write && strings.HasPrefix(topic, t.prefix()+"fleet/")
+}
+
+// ValidateDeviceID rejects ids that would break the topic scheme or the PKI.
+func ValidateDeviceID(id string) error {
+	if id == "" || len(id) > 64 {
+		return errors.New("device id must be 1..64 characters")
+	}
+	for _, r := range id {
+		if !(r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || r == '-' || r == '_' || r == '.') {
+			return fmt.Errorf("device id %q: only letters, digits, '-', '_' and '.' are allowed", id)
+		}
+	}
+	return nil
+}
+
+// Status is the retained device status, also set as the MQTT last will with
+// State "offline".
+type Status struct {
+	DeviceID string    `json:"device_id"`
+	State    string    `json:"state"` // online | offline
+	Version  string    `json:"version"`
+	Slot     string    `json:"slot,omitempty"` // active OTA slot: a | b
+	Board    string    `json:"board,omitempty"`
+	Time     time.Time `json:"time"`
+}
+
+// Record is one telemetry record as it travels; Data is the record body
+// (usually a RequestRecord) kept opaque so the transport never re-encodes it.
+type Record struct {
+	// Seq is per device and strictly increasing, also across restarts. A
+	// new device buffer starts at its creation time in microseconds, not
+	// at 1, so a device whose data directory was wiped does not reuse
+	// seqs the cloud has already ingested.
+	Seq  uint64          `json:"seq"`
+	Time time.Time       `json:"time"`
+	Kind string          `json:"kind"` // "request", ...
+	Data json.RawMessage `json:"data"`
+}
+
+// TelemetryBatch is what one telemetry publish carries. (DeviceID, Seq) makes
+// each record's identity, so ingest is idempotent under redelivery.
+type TelemetryBatch struct {
+	DeviceID string   `json:"device_id"`
+	BatchID  string   `json:"batch_id"`
+	Records  []Record `json:"records"`
+	// Dropped counts records the device discarded because its buffer was
+	// full (or found corrupt on disk). It is cumulative since the device's
+	// buffer was created, not per batch: the cloud keeps the largest value
+	// it has seen per device, so redelivered batches never count twice.
+	Dropped uint64 `json:"dropped,omitempty"`
+}
+
+// TelemetryAck tells the device which records are stored and may be deleted.
+// The cloud sends one per received batch, to {prefix}dev/{id}/telemetry/ack,
+// with UpTo = the largest seq of the batch once all of it is stored (also
+// when the records were already stored before: ingest is idempotent). A
+// smaller UpTo means only the records up to it are stored; the device then
+// resends the rest. Acks may arrive in any order.
+type TelemetryAck struct {
+	BatchID string `json:"batch_id"`
+	UpTo    uint64 `json:"up_to"` // every seq ≤ UpTo of this batch is stored
+}
+
+// RequestRecord is the telemetry body of one completion request on a device:
+// what the router saw, what it decided, and how it went. It is also the
+// training data for the next router predictor.
+type RequestRecord struct {
+	TraceID          string    `json:"trace_id"`
+	Features         []float32 `json:"features,omitempty"`
+	FeatureVersion   int       `json:"feature_version,omitempty"`
+	CloudProb        float64   `json:"cloud_prob"`
+	Decision         string    `json:"decision"` // local | cloud
+	Reason           string    `json:"reason"`
+	Path             string    `json:"path"` // where it actually ran
+	FallbackReason   string    `json:"fallback_reason,omitempty"`
+	FallbackCause    string    `json:"fallback_cause,omitempty"` // llm.FallbackCause name: no_cloud, cloud_timeout, ...
+	TTFTMillis       float64   `json:"ttft_ms"`
+	ITLMillis        float64   `json:"itl_ms"`
+	PromptTokens     int       `json:"prompt_tokens"`
+	CompletionTokens int       `json:"completion_tokens"`
+	Outcome          string    `json:"outcome"` // ok | error | cancelled
+	Error            string    `json:"error,omitempty"`
+}
+
+// DesiredConfig is the versioned configuration the cloud wants a device to run.
+type DesiredConfig struct {
+	Version uint64            `json:"version"`
+	Values  map[string]string `json:"values"`
+}
+
+// ReportedConfig is what the device applied.
+type ReportedConfig struct {
+	Version uint64 `json:"version"`
+	Applied bool   `json:"applied"`
+	Error   string `json:"error,omitempty"`
+}
+
+// Command asks a device to do something once; ID makes it idempotent.
+type Command struct {
+	ID       string            `json:"id"`
+	Name     string            `json:"name"` // update, reload-model, rollback, ...
+	Args     map[string]string `json:"args,omitempty"`
+	IssuedAt time.Time         `json:"issued_at"`
+}
+
+// CommandResult is the device's answer to a Command.
+type CommandResult struct {
+	ID     string `json:"id"`
+	OK     bool   `json:"ok"`
+	Output string `json:"output,omitempty"`
+	Error  string `json:"error,omitempty"`
+}

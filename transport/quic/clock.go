@@ -1,0 +1,9 @@
+package quic
+
+import "github.com/phaseless/phaseless/transport/backoff"
+
+// Backoff is the uplink's reconnect schedule (package backoff's Policy).
+type Backoff = backoff.Policy
+
+// Clock is the time source of reconnect backoff; tests pass a fake.
+type Clock = backoff.Clock
