@@ -14,6 +14,9 @@ TEST_FLAGS ?= -timeout 20m
 # The device build leaves out net/http's bundled HTTP/2 (0.5 MiB): the agent
 # serves HTTP/1.1 on loopback and talks to the cloud over QUIC.
 AGENT_TAGS := nethttpomithttp2
+# ARM devices also leave out the Jinja engine for models' own chat templates
+# (2.5 MiB, over the size budget; docs/engine.md).
+DEVICE_TAGS := $(AGENT_TAGS),lm_nojinja
 
 .PHONY: all build cross test lint vet fmt-check fuzz-smoke bench demo models clean
 
@@ -28,8 +31,8 @@ build:
 # Static, stripped agent binaries for the device boards.
 cross:
 	@mkdir -p bin/linux-arm64 bin/linux-armv7
-	CGO_ENABLED=0 GOOS=linux GOARCH=arm64 $(GO) build -tags $(AGENT_TAGS) -trimpath -ldflags '$(LDFLAGS)' -o bin/linux-arm64/phaseless-agent ./agent/cmd/phaseless-agent
-	CGO_ENABLED=0 GOOS=linux GOARCH=arm GOARM=7 $(GO) build -tags $(AGENT_TAGS) -trimpath -ldflags '$(LDFLAGS)' -o bin/linux-armv7/phaseless-agent ./agent/cmd/phaseless-agent
+	CGO_ENABLED=0 GOOS=linux GOARCH=arm64 $(GO) build -tags $(DEVICE_TAGS) -trimpath -ldflags '$(LDFLAGS)' -o bin/linux-arm64/phaseless-agent ./agent/cmd/phaseless-agent
+	CGO_ENABLED=0 GOOS=linux GOARCH=arm GOARM=7 $(GO) build -tags $(DEVICE_TAGS) -trimpath -ldflags '$(LDFLAGS)' -o bin/linux-armv7/phaseless-agent ./agent/cmd/phaseless-agent
 	@ls -l bin/linux-arm64/phaseless-agent bin/linux-armv7/phaseless-agent
 
 fmt-check:
@@ -45,6 +48,7 @@ test: lint
 	$(GO) test -race $(TEST_FLAGS) $$($(GO) list ./... | grep -Ev '$(RACE_SKIP)')
 	$(GO) test $(TEST_FLAGS) $$($(GO) list ./... | grep -E '$(RACE_SKIP)' || true)
 	$(GO) test $(TEST_FLAGS) -run 'ZeroRTT' ./transport/quic/  # skipped under -race: quic-go#4303
+	$(GO) test $(TEST_FLAGS) -run 'RolloutThousandDevices' ./cloud/fleet/  # under -race it runs 200 devices
 	$(MAKE) fuzz-smoke
 
 # A few seconds of fuzzing for every fuzz target (FUZZTIME=2s each).

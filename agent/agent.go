@@ -190,6 +190,8 @@ type Agent struct {
 	srv     *http.Server
 	lns     []net.Listener
 
+	restartc chan struct{} // closed when an installed update wants a restart
+
 	closeOnce sync.Once
 	closeErr  error
 }
@@ -221,12 +223,18 @@ func New(cfg Config, log *slog.Logger) (a *Agent, err error) {
 		return nil, fmt.Errorf("telemetry store: %w", err)
 	}
 	a.sink = newTelemetrySink(a.store, a.metrics, log, sinkWriters)
-	if a.ota, err = openOTA(cfg, log); err != nil {
+	if a.ota, err = openOTA(cfg, os.Getenv); err != nil {
 		return nil, err
 	}
+	a.restartc = make(chan struct{})
+	var restartOnce sync.Once
+	a.ota.restart = func() { restartOnce.Do(func() { close(a.restartc) }) }
 
 	if a.engine, err = openEngine(cfg); err != nil {
 		return nil, err
+	}
+	if a.engine.templateSkipped {
+		log.Warn("the model's chat template is not rendered in this build (lm_nojinja); chats use the built-in prompt format", "model", a.engine.name)
 	}
 	kv := a.engine.kvFaults
 	if a.runner, err = local.NewRunner(a.engine.gen, local.Config{Concurrency: cfg.LocalConcurrency, QueueDepth: cfg.LocalQueue, KVFaultsPerMs: kv}); err != nil {
@@ -340,7 +348,7 @@ func (a *Agent) newFleetClient() (*fleetclient.Client, error) {
 	fc := fleetclient.Config{
 		BrokerURL: a.cfg.MQTT, DeviceID: a.cfg.DeviceID, Version: cli.Version, Board: a.cfg.Board,
 		Store: a.store, StatePath: filepath.Join(a.cfg.DataDir, "fleet.db"), Logger: a.log.With("component", "fleet"),
-		Slot: a.ota.slot,
+		Slot: a.ota.slot, Artifacts: a.ota.artifacts, Trial: a.ota.onTrial,
 	}
 	if a.cfg.PKIDir != "" {
 		tc, err := pki.DeviceTLS(a.cfg.PKIDir, a.cfg.DeviceID)
@@ -455,7 +463,13 @@ func (a *Agent) Run(ctx context.Context) error {
 	fleetCtx, stopFleet := context.WithCancel(context.WithoutCancel(ctx))
 	fleetDone := make(chan error, 1)
 	if a.fleet != nil {
-		go func() { fleetDone <- a.fleet.Run(fleetCtx) }()
+		go func() {
+			var watch sync.WaitGroup
+			watch.Go(func() { a.ota.watchCommit(fleetCtx, a.fleet.PublishStatus) })
+			err := a.fleet.Run(fleetCtx)
+			watch.Wait()
+			fleetDone <- err
+		}()
 	} else {
 		fleetDone <- nil
 	}
@@ -465,6 +479,8 @@ func (a *Agent) Run(ctx context.Context) error {
 	case err = <-errc:
 		pending--
 	case <-ctx.Done():
+	case <-a.restartc:
+		a.log.Info("restarting into the slot just installed")
 	}
 	shutdownCtx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()

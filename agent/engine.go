@@ -20,6 +20,9 @@ type localEngine struct {
 	ready     func(context.Context) error // nil = always ready
 	close     func() error
 	batchSize int // generations the engine runs at once
+	// templateSkipped: the model has a chat template this build does not
+	// render (the device build leaves Jinja out, lm_nojinja).
+	templateSkipped bool
 }
 
 // defaultModel is the shipped edge model (models/edgemodel), embedded in
@@ -62,6 +65,7 @@ func openEngine(cfg Config) (*localEngine, error) {
 	}
 	return &localEngine{
 		gen: eng, name: name, close: eng.Close, batchSize: cfg.LocalConcurrency,
-		kvFaults: func() float64 { return eng.Stats().KVFaultsPerMs },
+		kvFaults:        func() float64 { return eng.Stats().KVFaultsPerMs },
+		templateSkipped: m.ChatTemplateSkipped(),
 	}, nil
 }

@@ -5,10 +5,10 @@ import (
 	"crypto/ed25519"
 	"errors"
 	"fmt"
-	"log/slog"
 	"net/http"
 	"net/url"
 	"path/filepath"
+	"time"
 
 	"github.com/phaseless/phaseless/firmware"
 	"github.com/phaseless/phaseless/transport/cli"
@@ -17,21 +17,34 @@ import (
 
 // ota applies signed updates sent as fleet commands: "update url=U
 // [rollback=true]" downloads a bundle, verifies it against the fleet's
-// trusted key (--ota-pub), this board and the running version, and installs
-// it into the inactive A/B slot on trial; "ota-commit" keeps the trial slot,
-// "ota-rollback" abandons it. The device's boot supervisor starts the binary
-// of the slot Running names; a trial that never commits rolls back by itself
-// after firmware.MaxTrialBoots boots.
+// trusted key (--ota-pub), this board and the running version, installs it
+// into the inactive A/B slot on trial and restarts into it. The boot
+// supervisor (`phaseless-agent supervise`, firmware.Supervisor) starts the
+// slot's binary and commits it only once it answers /readyz; "ota-commit" is
+// accepted only from a process that runs the trial slot, and "ota-rollback"
+// abandons a trial. An agent that no supervisor started refuses updates: an
+// installed slot would never run.
 type ota struct {
 	slots  *firmware.Slots
 	key    ed25519.PublicKey // nil: no trusted key, updates refused
 	board  string
 	client *http.Client
+	// running is the slot this process was started from, as the supervisor
+	// said in firmware.EnvSlot; "" when no supervisor started it.
+	running string
+	// restart asks the agent to exit so the supervisor starts the slot just
+	// installed; nil in tests.
+	restart func()
 }
 
-// openOTA opens the slots under the data directory and counts this boot.
-func openOTA(cfg Config, log *slog.Logger) (*ota, error) {
-	o := &ota{board: cfg.Board, client: &http.Client{}}
+// restartDelay lets the update command's result reach the fleet queue
+// before the agent exits.
+const restartDelay = 500 * time.Millisecond
+
+// openOTA opens the slots under the data directory. Boots are counted by the
+// supervisor that started this process, never here.
+func openOTA(cfg Config, getenv func(string) string) (*ota, error) {
+	o := &ota{board: cfg.Board, client: &http.Client{}, running: getenv(firmware.EnvSlot)}
 	if cfg.OTAPub != "" {
 		key, err := firmware.ReadPublicKey(cfg.OTAPub)
 		if err != nil {
@@ -43,21 +56,76 @@ func openOTA(cfg Config, log *slog.Logger) (*ota, error) {
 	if err != nil {
 		return nil, err
 	}
-	slot, rolledBack, err := slots.Boot()
-	if err != nil {
-		return nil, err
-	}
-	if rolledBack {
-		log.Warn("OTA trial slot never committed: rolled back", "slot", slot)
-	}
 	o.slots = slots
 	return o, nil
 }
 
-// slot is the slot this boot runs, for the fleet status.
+// slot is the slot this process runs, for the fleet status: the one the
+// supervisor started, or the committed one when no supervisor runs.
 func (o *ota) slot() string {
-	s, _ := o.slots.Running()
-	return s
+	if o.running != "" {
+		return o.running
+	}
+	return o.slots.State().Active
+}
+
+// artifacts is what the status reports: the agent version this slot holds
+// (its bundle's, or the build's for the factory install) and an update
+// that was installed and then rolled back — the other slot holds a version
+// newer than this one and no trial is pending — so a rollout counts it.
+func (o *ota) artifacts() (running, rolledBack map[string]string) {
+	st := o.slots.State()
+	slot := o.slot()
+	v := st.Versions[slot]
+	if v == "" {
+		v = cli.Version
+	}
+	running = map[string]string{firmware.KindAgent: v}
+	other := "a"
+	if slot == "a" {
+		other = "b"
+	}
+	if ov := st.Versions[other]; st.Trial == "" && ov != "" {
+		if newer, err := firmware.Newer(ov, v); err == nil && newer {
+			rolledBack = map[string]string{firmware.KindAgent: ov}
+		}
+	}
+	return running, rolledBack
+}
+
+// onTrial reports whether this process runs the slot on trial.
+func (o *ota) onTrial() bool {
+	return o.running != "" && o.slots.State().Trial == o.running
+}
+
+// commitPoll is how often a trial agent looks whether its supervisor has
+// committed it yet.
+const commitPoll = time.Second
+
+// watchCommit republishes the status once the supervisor commits the trial
+// slot this process runs, so the fleet (and a rollout) sees it committed.
+func (o *ota) watchCommit(ctx context.Context, publish func(context.Context) error) {
+	if !o.onTrial() {
+		return
+	}
+	t := time.NewTicker(commitPoll)
+	defer t.Stop()
+	for o.onTrial() {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+	}
+	for ctx.Err() == nil { // the connection may be down for a while
+		if err := publish(ctx); err == nil {
+			return
+		}
+		select {
+		case <-ctx.Done():
+		case <-t.C:
+		}
+	}
 }
 
 // maxBundleBytes bounds a download; the bundle's manifest bounds each file.
@@ -66,6 +134,9 @@ const maxBundleBytes = 1 << 30
 func (o *ota) update(ctx context.Context, cmd fleetwire.Command) (string, error) {
 	if o.key == nil {
 		return "", errors.New("no trusted OTA key on this device (--ota-pub): updates are refused")
+	}
+	if o.running == "" {
+		return "", errors.New("this agent was not started by its boot supervisor (phaseless-agent supervise): an installed slot would never run, so updates are refused")
 	}
 	u, err := url.Parse(cmd.Args["url"])
 	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
@@ -83,7 +154,7 @@ func (o *ota) update(ctx context.Context, cmd fleetwire.Command) (string, error)
 	if resp.StatusCode != http.StatusOK {
 		return "", fmt.Errorf("download bundle: %s", resp.Status)
 	}
-	_, running := o.slots.Running()
+	running := o.slots.State().Versions[o.slot()]
 	v, err := firmware.Open(http.MaxBytesReader(nil, resp.Body, maxBundleBytes), firmware.Policy{
 		TrustedKey: o.key, Board: o.board, RunningVersion: running,
 		AllowRollback: cmd.Args["rollback"] == "true",
@@ -91,14 +162,33 @@ func (o *ota) update(ctx context.Context, cmd fleetwire.Command) (string, error)
 	if err != nil {
 		return "", err
 	}
+	if k := v.Manifest.ArtifactKind(); k != firmware.KindAgent {
+		return "", fmt.Errorf("bundle is a %s artifact; this agent installs only agent bundles into its A/B slots", k)
+	}
 	slot, err := o.slots.Install(v)
 	if err != nil {
 		return "", err
 	}
-	return fmt.Sprintf("installed %s into slot %s on trial; restart into it, then send ota-commit", v.Manifest.Version, slot), nil
+	if o.restart != nil {
+		time.AfterFunc(restartDelay, o.restart)
+	}
+	return fmt.Sprintf("installed %s into slot %s on trial; restarting into it (the supervisor commits it once it is ready)", v.Manifest.Version, slot), nil
 }
 
+// commit keeps the trial slot early, but only from inside it: a slot that
+// never booted cannot become the committed one.
 func (o *ota) commit(context.Context, fleetwire.Command) (string, error) {
+	st := o.slots.State()
+	if st.Trial == "" {
+		return "", firmware.ErrNoTrial
+	}
+	if o.running != st.Trial {
+		runs := "was not started by the boot supervisor"
+		if o.running != "" {
+			runs = fmt.Sprintf("runs slot %s (%s)", o.running, st.Versions[o.running])
+		}
+		return "", fmt.Errorf("slot %s (%s) is on trial but has not booted: this process %s; the supervisor commits the trial once it starts and is ready", st.Trial, st.Versions[st.Trial], runs)
+	}
 	if err := o.slots.Commit(); err != nil {
 		return "", err
 	}

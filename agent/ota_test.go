@@ -6,13 +6,13 @@ import (
 	"crypto/ed25519"
 	"encoding/pem"
 	"errors"
-	"log/slog"
 	"net/http"
 	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/phaseless/phaseless/firmware"
 	"github.com/phaseless/phaseless/transport/fleetwire"
@@ -54,10 +54,20 @@ func TestOTAUpdateCommand(t *testing.T) {
 
 	cfg := testConfig(t)
 	cfg.Board, cfg.OTAPub = "rpi4", pubPath
-	o, err := openOTA(cfg, slog.New(slog.DiscardHandler))
+	supervisedAs := func(slot string) func(string) string {
+		return func(k string) string {
+			if k == firmware.EnvSlot {
+				return slot
+			}
+			return ""
+		}
+	}
+	o, err := openOTA(cfg, supervisedAs("a"))
 	if err != nil {
 		t.Fatal(err)
 	}
+	restarted := make(chan struct{}, 1)
+	o.restart = func() { restarted <- struct{}{} }
 	run := func(name string, fn func(context.Context, fleetwire.Command) (string, error), args map[string]string) (string, error) {
 		return fn(context.Background(), fleetwire.Command{ID: name, Name: name, Args: args})
 	}
@@ -71,6 +81,21 @@ func TestOTAUpdateCommand(t *testing.T) {
 	got, err := os.ReadFile(filepath.Join(o.slots.Path("b"), "bin", "phaseless-agent"))
 	if err != nil || string(got) != "agent 2.0" {
 		t.Fatalf("slot b holds %q, %v", got, err)
+	}
+	select { // the agent exits so the supervisor starts slot b
+	case <-restarted:
+	case <-time.After(10 * time.Second):
+		t.Fatal("an installed update did not ask for a restart")
+	}
+	// The process that installed slot b still runs slot a: committing a
+	// build that never booted is refused (the bug this replaced).
+	if _, err := run("ota-commit", o.commit, nil); err == nil || !strings.Contains(err.Error(), "has not booted") {
+		t.Fatalf("ota-commit from slot a: %v", err)
+	}
+	// After the restart the supervisor starts slot b, which may commit itself.
+	o, err = openOTA(cfg, supervisedAs("b"))
+	if err != nil {
+		t.Fatal(err)
 	}
 	if _, err := run("ota-commit", o.commit, nil); err != nil {
 		t.Fatal(err)
@@ -96,11 +121,21 @@ func TestOTAUpdateCommand(t *testing.T) {
 
 	// Without a trusted key nothing is installed, whatever is offered.
 	cfg.OTAPub, cfg.DataDir = "", t.TempDir()
-	keyless, err := openOTA(cfg, slog.New(slog.DiscardHandler))
+	keyless, err := openOTA(cfg, supervisedAs("a"))
 	if err != nil {
 		t.Fatal(err)
 	}
 	if _, err := run("update", keyless.update, map[string]string{"url": srv.URL + "/good"}); err == nil {
 		t.Fatal("an agent without --ota-pub installed a bundle")
+	}
+
+	// Nor without a supervisor: the installed slot would never start.
+	cfg.OTAPub, cfg.DataDir = pubPath, t.TempDir()
+	unsupervised, err := openOTA(cfg, func(string) string { return "" })
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := run("update", unsupervised.update, map[string]string{"url": srv.URL + "/good"}); err == nil || !strings.Contains(err.Error(), "supervisor") {
+		t.Fatalf("an unsupervised agent installed a bundle: %v", err)
 	}
 }

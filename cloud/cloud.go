@@ -29,7 +29,9 @@ import (
 	"github.com/phaseless/phaseless/cloud/fleet/broker"
 	"github.com/phaseless/phaseless/cloud/ingress"
 	"github.com/phaseless/phaseless/cloud/sched"
+	"github.com/phaseless/phaseless/cloud/sim"
 	"github.com/phaseless/phaseless/cloud/worker"
+	"github.com/phaseless/phaseless/firmware"
 	"github.com/phaseless/phaseless/models/cloudmodel"
 	"github.com/phaseless/phaseless/models/lm"
 	"github.com/phaseless/phaseless/transport/cli"
@@ -56,6 +58,8 @@ type Config struct {
 	MQTTTLS       string  // embedded broker's TLS listener (device certificates)
 	MQTTPasswords string  // Mosquitto password file for the embedded broker
 	MQTTURL       cli.URL // external broker instead of the embedded one; parsed when set
+	PublicURL     cli.URL // this cloud's HTTP base URL as devices reach it (rollout downloads); parsed when set
+	OTAPub        string  // the fleet's OTA public key: uploaded artifacts must be signed with it
 
 	BuiltinWorkers int           // built-in engines, one per pool role in turn
 	Budget         int64         // default burst budget in tokens
@@ -113,12 +117,14 @@ func (c *Config) Fields() cli.Fields {
 		{Flag: "pki-dir", Go: "PKIDir", Value: &c.PKIDir, Usage: "directory with the CA and server certificate (phaselessctl pki init)"},
 		{Flag: "dev", Go: "Dev", Value: &c.Dev, Usage: "development mode: no API keys required; creates a PKI in the data dir when none is given; honours x-phaseless-policy"},
 		{Flag: "model", Go: "Model", Value: &c.Model, Usage: "GGUF model for the built-in engine (default: the shipped cloud model)"},
-		{Flag: "worker", Go: "Workers", Value: &c.Workers, Usage: "OpenAI-compatible engine URL (repeatable); options in the fragment: URL#role=prefill-heavy&model=NAME&capacity=N"},
+		{Flag: "worker", Go: "Workers", Value: &c.Workers, Usage: "OpenAI-compatible engine URL (repeatable); options in the fragment: URL#role=prefill-heavy&model=NAME&capacity=N; or sim://GPU?model=M&n=N for simulated GPU workers (docs/sim.md)"},
 		{Flag: "redis", Go: "Redis", Value: &c.Redis, Usage: "Redis URL for shared admission state, e.g. redis://127.0.0.1:6379/0"},
 		{Flag: "api-keys", Go: "APIKeys", Value: &c.APIKeys, Usage: "file of API keys, one per line (key [tenant] [budget])"},
 		{Flag: "mqtt-tls", Go: "MQTTTLS", Value: &c.MQTTTLS, Usage: "embedded broker's MQTT-over-TLS listener, using the PKI's server certificate; empty disables it"},
 		{Flag: "mqtt-passwords", Go: "MQTTPasswords", Value: &c.MQTTPasswords, Usage: "Mosquitto password file for the embedded broker (username = device id)"},
 		{Flag: "mqtt-url", Go: "MQTTURL", Value: &c.MQTTURL, Usage: "external MQTT v5 broker (mqtt://user:pass@host:1883) instead of the embedded one"},
+		{Flag: "public-url", Go: "PublicURL", Value: &c.PublicURL, Usage: "this cloud's HTTP base URL as devices reach it, for rollout downloads (default: http://127.0.0.1 and the --http port)"},
+		{Flag: "ota-pub", Go: "OTAPub", Value: &c.OTAPub, Usage: "the fleet's OTA public key (phaselessctl ota keygen): uploaded rollout artifacts must be signed with it"},
 		{Flag: "builtin-workers", Go: "BuiltinWorkers", Value: &c.BuiltinWorkers, Usage: "built-in engine workers (roles assigned in turn: decode-heavy, prefill-heavy, stream); 0 with --worker runs remote engines only"},
 		{Flag: "budget", Go: "Budget", Value: &c.Budget, Usage: "default token budget per API key or device: burst size, refilled over --budget-period"},
 		{Flag: "budget-period", Go: "BudgetPeriod", Value: &c.BudgetPeriod, Usage: "how long an empty budget takes to refill, for the default and every key's budget (1m, 1h, 24h…)"},
@@ -153,6 +159,9 @@ func (c *Config) Validate() error {
 		if c.MQTT != "" {
 			return &cli.FieldError{Field: "MQTT", Err: errors.New("an embedded broker and an external broker URL are both set: leave the embedded broker's address empty")}
 		}
+	}
+	if c.PublicURL.IsSet() && (c.PublicURL.Scheme != "http" && c.PublicURL.Scheme != "https" || c.PublicURL.Host == "") {
+		return &cli.FieldError{Field: "PublicURL", Err: fmt.Errorf("%q is not an http(s) base URL", c.PublicURL.String())}
 	}
 	if c.Redis.IsSet() && c.Redis.Scheme != "redis" && c.Redis.Scheme != "rediss" {
 		return &cli.FieldError{Field: "Redis", Err: fmt.Errorf("%q is not a redis:// URL", c.Redis.String())}
@@ -196,6 +205,7 @@ type WorkerURL struct {
 	hasRole  bool
 	model    string
 	capacity int
+	sim      *sim.URLSpec // sim://GPU?model=M&n=N: simulated workers (cloud/sim)
 }
 
 // WorkerURLs is the repeatable --worker flag: each value is parsed once, when
@@ -227,6 +237,13 @@ func (l *WorkerURLs) Set(v string) error {
 }
 
 func parseWorkerURL(s string) (WorkerURL, error) {
+	if sim.IsURL(s) {
+		spec, err := sim.ParseURL(s)
+		if err != nil {
+			return WorkerURL{}, err
+		}
+		return WorkerURL{raw: s, sim: &spec}, nil
+	}
 	u, err := url.Parse(s)
 	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
 		return WorkerURL{}, fmt.Errorf("%q is not an http(s) URL", s)
@@ -282,6 +299,7 @@ type Cloud struct {
 	quic    *quic.Server
 	broker  *broker.Broker
 	fleet   *fleet.Manager
+	sims    []*sim.Fleet // simulated workers (--worker sim://...)
 	pkiDir  string
 }
 
@@ -400,8 +418,12 @@ func (c *Cloud) Start(ctx context.Context) (err error) {
 	if err != nil {
 		return err
 	}
+	var public map[string]http.Handler
+	if c.fleet != nil {
+		public = map[string]http.Handler{"GET " + fleet.ArtifactPrefix: c.fleet.ArtifactHandler()}
+	}
 	if c.http, err = ingress.NewHTTP(ingress.HTTPConfig{
-		Addr: c.cfg.HTTP, API: api, Admin: admin, AdminPrefix: "/v1/fleet/", Authenticate: auth,
+		Addr: c.cfg.HTTP, API: api, Admin: admin, AdminPrefix: "/v1/fleet/", Authenticate: auth, Public: public,
 		Metrics: c.metrics, Ready: ready, Logger: c.log,
 	}); err != nil {
 		return err
@@ -419,7 +441,14 @@ func (c *Cloud) Start(ctx context.Context) (err error) {
 // startFleet starts the embedded broker (or connects to --mqtt-url) and the
 // fleet manager on it; neither runs when both are empty.
 func (c *Cloud) startFleet() error {
-	fc := fleet.Config{DataDir: filepath.Join(c.cfg.DataDir, "fleet"), Metrics: c.metrics, Logger: c.log}
+	fc := fleet.Config{DataDir: filepath.Join(c.cfg.DataDir, "fleet"), Metrics: c.metrics, Logger: c.log, PublicURL: c.publicURL()}
+	if c.cfg.OTAPub != "" {
+		key, err := firmware.ReadPublicKey(c.cfg.OTAPub)
+		if err != nil {
+			return &cli.FieldError{Field: "OTAPub", Err: err}
+		}
+		fc.OTAPub = key
+	}
 	switch {
 	case c.cfg.MQTTURL.IsSet():
 		u := *c.cfg.MQTTURL.URL
@@ -462,6 +491,18 @@ func (c *Cloud) startFleet() error {
 	}
 	c.fleet = m
 	return nil
+}
+
+// publicURL is --public-url, or the --http listener on loopback.
+func (c *Cloud) publicURL() string {
+	if c.cfg.PublicURL.IsSet() {
+		return strings.TrimSuffix(c.cfg.PublicURL.String(), "/")
+	}
+	host, port, _ := net.SplitHostPort(c.cfg.HTTP) // validated
+	if host == "" || host == "0.0.0.0" || host == "::" {
+		host = "127.0.0.1"
+	}
+	return "http://" + net.JoinHostPort(host, port)
 }
 
 // MQTTAddr is the embedded broker's TCP address, empty when none runs.
@@ -533,7 +574,11 @@ func (c *Cloud) buildWorkers() ([]*worker.Worker, []*worker.Builtin, lm.Tokenize
 			workers, builtins = append(workers, w), append(builtins, b)
 		}
 	}
-	for i, wu := range c.cfg.Workers {
+	remotes, err := c.startSimWorkers()
+	if err != nil {
+		return fail(err)
+	}
+	for i, wu := range remotes {
 		r, err := worker.NewRemote(worker.RemoteConfig{URL: wu.base, Model: wu.model})
 		if err != nil {
 			return fail(err)
@@ -662,9 +707,37 @@ func (c *Cloud) closeLocked() error {
 		errs = append(errs, c.workers.Close())
 		c.workers = nil
 	}
+	for _, f := range c.sims {
+		errs = append(errs, f.Close())
+	}
+	c.sims = nil
 	if c.admit != nil {
 		errs = append(errs, c.admit.Close())
 		c.admit = nil
 	}
 	return errors.Join(errs...)
+}
+
+// startSimWorkers starts the simulated GPU servers of every sim:// worker
+// (cloud/sim) and returns the worker list with each replaced by its
+// servers' loopback URLs: the coordinator then drives them as it drives
+// real vLLM servers, over HTTP, reading their vLLM metrics.
+func (c *Cloud) startSimWorkers() ([]WorkerURL, error) {
+	var out []WorkerURL
+	for _, wu := range c.cfg.Workers {
+		if wu.sim == nil {
+			out = append(out, wu)
+			continue
+		}
+		f, err := sim.StartFleet(wu.raw)
+		if err != nil {
+			return nil, err
+		}
+		c.sims = append(c.sims, f)
+		for _, u := range f.URLs() {
+			out = append(out, WorkerURL{raw: u, base: u, host: strings.TrimPrefix(u, "http://"),
+				role: wu.sim.Role, hasRole: wu.sim.HasRole, model: wu.sim.Model.Name})
+		}
+	}
+	return out, nil
 }

@@ -33,10 +33,35 @@ const (
 
 // Manifest describes a bundle.
 type Manifest struct {
-	Version string    `json:"version"` // dotted numeric, e.g. 1.4.2
-	Board   string    `json:"board"`   // board profile the bundle is built for
+	Version string `json:"version"` // dotted numeric, e.g. 1.4.2
+	Board   string `json:"board"`   // board profile the bundle is built for
+	// Kind is what the bundle updates: KindAgent (the default when empty,
+	// as in bundles made before kinds existed), KindPredictor or KindModel.
+	Kind    string    `json:"kind,omitempty"`
 	Created time.Time `json:"created"`
 	Files   []File    `json:"files"`
+}
+
+// Artifact kinds: the agent binary (installed into an A/B slot and booted
+// on trial by the supervisor), the router model (ONNX) and the edge
+// language model (GGUF), both hot-swapped by the running agent.
+const (
+	KindAgent     = "agent"
+	KindPredictor = "predictor"
+	KindModel     = "model"
+	kindList      = "agent, predictor or model"
+)
+
+func validKind(k string) bool {
+	return k == "" || k == KindAgent || k == KindPredictor || k == KindModel
+}
+
+// ArtifactKind is m.Kind with the default applied.
+func (m Manifest) ArtifactKind() string {
+	if m.Kind == "" {
+		return KindAgent
+	}
+	return m.Kind
 }
 
 // File is one payload of a bundle.
@@ -56,9 +81,17 @@ var (
 
 // Write builds a signed bundle of files (name → content) into w.
 func Write(w io.Writer, key ed25519.PrivateKey, version, board string, files map[string][]byte, names []string) error {
-	m := Manifest{Version: version, Board: board, Created: time.Now().UTC()}
+	return WriteKind(w, key, KindAgent, version, board, files, names)
+}
+
+// WriteKind is Write for an artifact of the given kind.
+func WriteKind(w io.Writer, key ed25519.PrivateKey, kind, version, board string, files map[string][]byte, names []string) error {
+	m := Manifest{Version: version, Board: board, Kind: kind, Created: time.Now().UTC()}
 	if _, err := ParseVersion(version); err != nil {
 		return err
+	}
+	if !validKind(kind) {
+		return fmt.Errorf("artifact kind %q: want %s", kind, kindList)
 	}
 	for _, n := range names {
 		if err := checkName(n); err != nil {
@@ -107,28 +140,8 @@ type Verified struct {
 
 // Open reads and verifies a bundle's header from r against p.
 func Open(r io.Reader, p Policy) (*Verified, error) {
-	head := make([]byte, len(magic)+4)
-	if _, err := io.ReadFull(r, head); err != nil || string(head[:len(magic)]) != magic {
-		return nil, fmt.Errorf("%w: not a Phaseless bundle", ErrCorrupt)
-	}
-	n := binary.BigEndian.Uint32(head[len(magic):])
-	if n == 0 || n > maxManifest {
-		return nil, fmt.Errorf("%w: manifest length %d", ErrCorrupt, n)
-	}
-	mb := make([]byte, int(n)+ed25519.SignatureSize)
-	if _, err := io.ReadFull(r, mb); err != nil {
-		return nil, fmt.Errorf("%w: truncated header", ErrCorrupt)
-	}
-	sig := mb[n:]
-	mb = mb[:n]
-	if len(p.TrustedKey) != ed25519.PublicKeySize || !ed25519.Verify(p.TrustedKey, mb, sig) {
-		return nil, ErrBadSignature
-	}
-	var m Manifest
-	if err := json.Unmarshal(mb, &m); err != nil {
-		return nil, fmt.Errorf("%w: manifest: %v", ErrCorrupt, err)
-	}
-	if err := m.check(); err != nil {
+	m, err := readHeader(r, p.TrustedKey)
+	if err != nil {
 		return nil, err
 	}
 	if m.Board != p.Board {
@@ -144,9 +157,70 @@ func Open(r io.Reader, p Policy) (*Verified, error) {
 	return &Verified{Manifest: m, r: r}, nil
 }
 
+// Inspect reads a bundle's manifest for the cloud, which serves bundles to
+// devices and names their version in rollouts. With a key the signature is
+// checked as a device checks it; without one the manifest is only parsed
+// (devices verify it anyway). Payloads are not read.
+func Inspect(r io.Reader, key ed25519.PublicKey) (Manifest, error) {
+	if key == nil {
+		return readHeaderUnverified(r)
+	}
+	return readHeader(r, key)
+}
+
+func readHeader(r io.Reader, key ed25519.PublicKey) (Manifest, error) {
+	mb, sig, err := readRawHeader(r)
+	if err != nil {
+		return Manifest{}, err
+	}
+	if len(key) != ed25519.PublicKeySize || !ed25519.Verify(key, mb, sig) {
+		return Manifest{}, ErrBadSignature
+	}
+	return parseManifest(mb)
+}
+
+func readHeaderUnverified(r io.Reader) (Manifest, error) {
+	mb, _, err := readRawHeader(r)
+	if err != nil {
+		return Manifest{}, err
+	}
+	return parseManifest(mb)
+}
+
+// readRawHeader returns the manifest bytes and their signature.
+func readRawHeader(r io.Reader) (manifest, sig []byte, err error) {
+	head := make([]byte, len(magic)+4)
+	if _, err := io.ReadFull(r, head); err != nil || string(head[:len(magic)]) != magic {
+		return nil, nil, fmt.Errorf("%w: not a Phaseless bundle", ErrCorrupt)
+	}
+	n := binary.BigEndian.Uint32(head[len(magic):])
+	if n == 0 || n > maxManifest {
+		return nil, nil, fmt.Errorf("%w: manifest length %d", ErrCorrupt, n)
+	}
+	mb := make([]byte, int(n)+ed25519.SignatureSize)
+	if _, err := io.ReadFull(r, mb); err != nil {
+		return nil, nil, fmt.Errorf("%w: truncated header", ErrCorrupt)
+	}
+	return mb[:n], mb[n:], nil
+}
+
+func parseManifest(mb []byte) (Manifest, error) {
+	var m Manifest
+	if err := json.Unmarshal(mb, &m); err != nil {
+		return Manifest{}, fmt.Errorf("%w: manifest: %v", ErrCorrupt, err)
+	}
+	if err := m.check(); err != nil {
+		return Manifest{}, err
+	}
+	return m, nil
+}
+
 func (m *Manifest) check() error {
 	if _, err := ParseVersion(m.Version); err != nil {
 		return fmt.Errorf("%w: %v", ErrCorrupt, err)
+	}
+	if !validKind(m.Kind) {
+		return fmt.Errorf("%w: artifact kind %q (want %s)", ErrCorrupt, m.Kind, kindList)
 	}
 	if len(m.Files) == 0 || len(m.Files) > maxFiles {
 		return fmt.Errorf("%w: %d files", ErrCorrupt, len(m.Files))
@@ -194,6 +268,9 @@ func checkName(n string) error {
 	// "." would be the slot directory itself, written as a file.
 	if n == "" || n == "." || path.IsAbs(n) || path.Clean(n) != n || strings.HasPrefix(n, "..") || strings.ContainsAny(n, "\\\x00") {
 		return fmt.Errorf("unsafe file name %q", n)
+	}
+	if n == manifestFile {
+		return fmt.Errorf("file name %q is reserved for the slot's manifest", n)
 	}
 	return nil
 }

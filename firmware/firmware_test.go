@@ -166,3 +166,38 @@ func FuzzOpen(f *testing.F) {
 		v.Extract(func(string) (io.WriteCloser, error) { return Discard(), nil })
 	})
 }
+
+// TestSlotsSharedBetweenProcesses: the supervisor and the agent each open
+// the slots; what one writes, the other's next call sees (the supervisor
+// once booted the old slot again because its state was a stale copy).
+func TestSlotsSharedBetweenProcesses(t *testing.T) {
+	pub, priv := newKey(t)
+	dir := t.TempDir()
+	supervisor, err := OpenSlots(dir, "1.0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	agent, err := OpenSlots(dir, "1.0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	v, err := Open(bytes.NewReader(bundle(t, priv, "1.1", "rpi4")), Policy{TrustedKey: pub, Board: "rpi4", RunningVersion: "1.0"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := agent.Install(v); err != nil {
+		t.Fatal(err)
+	}
+	if slot, _, err := supervisor.Boot(); err != nil || slot != "b" {
+		t.Fatalf("the supervisor booted %q (%v) after the agent installed into b", slot, err)
+	}
+	if err := agent.Commit(); err != nil {
+		t.Fatal(err)
+	}
+	if err := supervisor.Commit(); !errors.Is(err, ErrNoTrial) {
+		t.Fatalf("second commit: %v", err)
+	}
+	if st := supervisor.State(); st.Active != "b" || st.Boots != 0 {
+		t.Fatalf("state %+v", st)
+	}
+}

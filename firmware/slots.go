@@ -19,8 +19,8 @@ import (
 type Slots struct {
 	dir string
 
-	mu    sync.Mutex // guards state and the files under dir
-	state SlotState
+	mu    sync.Mutex // guards state and the files under dir (with the file lock across processes)
+	state SlotState  // as last read from state.json
 }
 
 // SlotState is persisted in dir/state.json.
@@ -40,24 +40,27 @@ var ErrNoTrial = errors.New("no update on trial")
 
 // OpenSlots opens (or creates) the slot directory. A fresh device runs
 // initialVersion from slot a.
+//
+// Two processes share the state: the boot supervisor (Boot, Commit,
+// Rollback) and the agent it runs (Install, and Commit from inside a trial
+// slot). Every call therefore reads state.json afresh, and every change
+// holds an exclusive lock on the directory's lock file while it reads,
+// changes and replaces the state.
 func OpenSlots(dir, initialVersion string) (*Slots, error) {
 	s := &Slots{dir: dir}
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return nil, fmt.Errorf("open slots %s: %w", dir, err)
 	}
-	raw, err := os.ReadFile(filepath.Join(dir, "state.json"))
-	switch {
-	case errors.Is(err, os.ErrNotExist):
-		s.state = SlotState{Active: "a", Versions: map[string]string{"a": initialVersion}}
-		return s, s.save()
-	case err != nil:
-		return nil, fmt.Errorf("open slots %s: %w", dir, err)
-	}
-	if err := json.Unmarshal(raw, &s.state); err != nil || (s.state.Active != "a" && s.state.Active != "b") {
-		return nil, fmt.Errorf("open slots %s: corrupt state.json", dir)
-	}
-	if s.state.Versions == nil {
-		s.state.Versions = map[string]string{}
+	err := s.locked(func() error {
+		err := s.load()
+		if errors.Is(err, os.ErrNotExist) {
+			s.state = SlotState{Active: "a", Versions: map[string]string{"a": initialVersion}}
+			return s.save()
+		}
+		return err
+	})
+	if err != nil {
+		return nil, err
 	}
 	// A trial that is not the other slot (FuzzSlotState: "../../etc", the
 	// active slot itself) is dropped: the active slot is the one known to
@@ -71,10 +74,54 @@ func OpenSlots(dir, initialVersion string) (*Slots, error) {
 	return s, nil
 }
 
-// State returns a copy of the current state.
+// load reads state.json into s.state.
+func (s *Slots) load() error {
+	raw, err := os.ReadFile(filepath.Join(s.dir, "state.json"))
+	if err != nil {
+		if errors.Is(err, os.ErrNotExist) {
+			return err
+		}
+		return fmt.Errorf("open slots %s: %w", s.dir, err)
+	}
+	var st SlotState
+	if err := json.Unmarshal(raw, &st); err != nil || (st.Active != "a" && st.Active != "b") {
+		return fmt.Errorf("open slots %s: corrupt state.json", s.dir)
+	}
+	if st.Versions == nil {
+		st.Versions = map[string]string{}
+	}
+	s.state = st
+	return nil
+}
+
+// locked runs fn holding s.mu and the directory's file lock: no other
+// process changes the state meanwhile.
+func (s *Slots) locked(fn func() error) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	unlock, err := lockFile(filepath.Join(s.dir, "state.lock"))
+	if err != nil {
+		return fmt.Errorf("lock slots %s: %w", s.dir, err)
+	}
+	defer unlock()
+	return fn()
+}
+
+// change reloads the state, applies fn and saves it, under the lock.
+func (s *Slots) change(fn func() error) error {
+	return s.locked(func() error {
+		if err := s.load(); err != nil {
+			return err
+		}
+		return fn()
+	})
+}
+
+// State returns a copy of the current state as it is on disk.
 func (s *Slots) State() SlotState {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	_ = s.load() // on a read error the last state read stands
 	st := s.state
 	st.Versions = map[string]string{}
 	for k, v := range s.state.Versions {
@@ -85,13 +132,12 @@ func (s *Slots) State() SlotState {
 
 // Running returns the slot and version the device should run now.
 func (s *Slots) Running() (slot, version string) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	slot = s.state.Active
-	if s.state.Trial != "" {
-		slot = s.state.Trial
+	st := s.State()
+	slot = st.Active
+	if st.Trial != "" {
+		slot = st.Trial
 	}
-	return slot, s.state.Versions[slot]
+	return slot, st.Versions[slot]
 }
 
 // Path is the directory of a slot's files.
@@ -99,9 +145,15 @@ func (s *Slots) Path(slot string) string { return filepath.Join(s.dir, slot) }
 
 // Install extracts a verified bundle into the inactive slot and puts it on
 // trial. Nothing of the active slot is touched.
-func (s *Slots) Install(v *Verified) (string, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
+func (s *Slots) Install(v *Verified) (slot string, err error) {
+	err = s.change(func() error {
+		slot, err = s.install(v)
+		return err
+	})
+	return slot, err
+}
+
+func (s *Slots) install(v *Verified) (string, error) {
 	target := "b"
 	if s.state.Active == "b" {
 		target = "a"
@@ -127,6 +179,9 @@ func (s *Slots) Install(v *Verified) (string, error) {
 		}
 		return &syncFile{path: p}, nil
 	})
+	if err == nil {
+		err = writeSlotManifest(tmp, v.Manifest)
+	}
 	if err != nil {
 		os.RemoveAll(tmp)
 		return "", fmt.Errorf("install into slot %s: %w", target, err)
@@ -145,39 +200,43 @@ func (s *Slots) Install(v *Verified) (string, error) {
 // Boot is called once at start-up. It counts a boot of the trial slot and
 // rolls back when the trial has booted MaxTrialBoots times without Commit.
 func (s *Slots) Boot() (slot string, rolledBack bool, err error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.state.Trial == "" {
-		return s.state.Active, false, nil
-	}
-	if s.state.Boots >= MaxTrialBoots {
-		s.state.Trial, s.state.Boots = "", 0
-		return s.state.Active, true, s.save()
-	}
-	s.state.Boots++
-	return s.state.Trial, false, s.save()
+	err = s.change(func() error {
+		switch {
+		case s.state.Trial == "":
+			slot = s.state.Active
+			return nil
+		case s.state.Boots >= MaxTrialBoots:
+			s.state.Trial, s.state.Boots = "", 0
+			slot, rolledBack = s.state.Active, true
+		default:
+			s.state.Boots++
+			slot = s.state.Trial
+		}
+		return s.save()
+	})
+	return slot, rolledBack, err
 }
 
 // Commit makes the trial slot the active one.
 func (s *Slots) Commit() error {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.state.Trial == "" {
-		return ErrNoTrial
-	}
-	s.state.Active, s.state.Trial, s.state.Boots = s.state.Trial, "", 0
-	return s.save()
+	return s.change(func() error {
+		if s.state.Trial == "" {
+			return ErrNoTrial
+		}
+		s.state.Active, s.state.Trial, s.state.Boots = s.state.Trial, "", 0
+		return s.save()
+	})
 }
 
 // Rollback abandons the trial slot; the active slot runs again.
 func (s *Slots) Rollback() error {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.state.Trial == "" {
-		return ErrNoTrial
-	}
-	s.state.Trial, s.state.Boots = "", 0
-	return s.save()
+	return s.change(func() error {
+		if s.state.Trial == "" {
+			return ErrNoTrial
+		}
+		s.state.Trial, s.state.Boots = "", 0
+		return s.save()
+	})
 }
 
 // save writes state.json atomically: temp file, fsync, rename, fsync dir.

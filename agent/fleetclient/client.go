@@ -143,9 +143,11 @@ func (c *Client) Stats() Stats {
 }
 
 func (c *Client) status(state string) []byte {
+	running, rolledBack := c.cfg.Artifacts()
 	b, _ := json.Marshal(fleetwire.Status{
 		DeviceID: c.cfg.DeviceID, State: state, Version: c.cfg.Version,
-		Slot: c.cfg.Slot(), Board: c.cfg.Board, Time: c.cfg.Clock.Now().UTC(),
+		Slot: c.cfg.Slot(), Board: c.cfg.Board, Artifacts: running, RolledBack: rolledBack, Trial: c.cfg.Trial(),
+		Time: c.cfg.Clock.Now().UTC(),
 	})
 	return b
 }

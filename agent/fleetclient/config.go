@@ -28,6 +28,13 @@ type Config struct {
 	Version  string        // agent version, reported in the status
 	Board    string        // board profile, reported in the status
 	Slot     func() string // active OTA slot, read at every status publish; nil reports none
+	// Artifacts reports, at every status publish, the version of each
+	// artifact kind the device runs and any update it rolled back
+	// (fleet.Status.Artifacts and RolledBack); nil reports none.
+	Artifacts func() (running, rolledBack map[string]string)
+	// Trial reports whether the agent runs an OTA slot still on trial
+	// (fleet.Status.Trial); nil reports false.
+	Trial func() bool
 
 	// TLS is used for tls:// brokers: RootCAs with the fleet CA and the
 	// device certificate (transport/pki) in Certificates.
@@ -97,6 +104,12 @@ func (c *Config) fillDefaults() {
 	}
 	if c.AckTimeout == 0 {
 		c.AckTimeout = 15 * time.Second
+	}
+	if c.Trial == nil {
+		c.Trial = func() bool { return false }
+	}
+	if c.Artifacts == nil {
+		c.Artifacts = func() (map[string]string, map[string]string) { return nil, nil }
 	}
 	if c.Slot == nil {
 		c.Slot = func() string { return "" }

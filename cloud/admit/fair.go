@@ -68,6 +68,7 @@ type Fair struct {
 type waiter struct {
 	seq    uint64
 	ready  chan struct{}
+	fn     func(*Ticket) // instead of ready, for Submit
 	tenant string
 	prompt int
 	// granted is set under Fair.mu when a slot was handed over; a waiter
@@ -134,6 +135,34 @@ func (f *Fair) Acquire(ctx context.Context, tenant string, promptTokens int) (*T
 		f.mu.Unlock()
 		return nil, ctx.Err()
 	}
+}
+
+// Submit is Acquire without blocking, for callers that run in virtual time
+// (cloud/sim): granted is called with the ticket once a slot is free, at
+// once when one is, otherwise later from a Ticket's Release, with the queue's
+// lock held: it must not call back into the Fair queue. The error is the
+// overload Acquire returns when the queue is full.
+func (f *Fair) Submit(tenant string, promptTokens int, granted func(*Ticket)) error {
+	f.mu.Lock()
+	if f.running < f.cfg.Slots && f.waiting == 0 {
+		f.start(tenant, promptTokens)
+		f.mu.Unlock()
+		granted(&Ticket{f: f, tenant: tenant})
+		return nil
+	}
+	if f.waiting >= f.cfg.MaxQueue {
+		f.mu.Unlock()
+		return llm.Errorf(llm.CodeOverloaded, "coordinator queue full (%d waiting)", f.cfg.MaxQueue)
+	}
+	f.seq++
+	w := &waiter{seq: f.seq, fn: granted, tenant: tenant, prompt: promptTokens}
+	if len(f.queues[tenant]) == 0 {
+		f.lift(tenant)
+	}
+	f.queues[tenant] = append(f.queues[tenant], w)
+	f.waiting++
+	f.mu.Unlock()
+	return nil
 }
 
 // lift raises a tenant that becomes active to the smallest counter among
@@ -207,7 +236,11 @@ func (f *Fair) dispatch() {
 		best.granted = true
 		// Charged at grant, under the lock, so the next pick already sees it.
 		f.start(best.tenant, best.prompt)
-		close(best.ready)
+		if best.fn != nil {
+			best.fn(&Ticket{f: f, tenant: best.tenant})
+		} else {
+			close(best.ready)
+		}
 	}
 }
 

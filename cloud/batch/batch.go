@@ -32,6 +32,17 @@ type Config struct {
 	// Bounds are the upper prompt lengths (tokens) of the buckets, ascending;
 	// longer prompts go in a last, unbounded bucket. Default 64, 256, 1024, 4096.
 	Bounds []int
+	// Now and AfterFunc are the clock; defaults time.Now and time.AfterFunc.
+	// The GPU simulator (cloud/sim) runs this same batcher in virtual time
+	// through them.
+	Now       func() time.Time
+	AfterFunc func(d time.Duration, f func()) Timer
+}
+
+// Timer is what AfterFunc returns; *time.Timer is one.
+type Timer interface {
+	Reset(d time.Duration) bool
+	Stop() bool
 }
 
 func (c *Config) fill() {
@@ -43,6 +54,12 @@ func (c *Config) fill() {
 	}
 	if c.Bounds == nil {
 		c.Bounds = []int{64, 256, 1024, 4096}
+	}
+	if c.Now == nil {
+		c.Now = time.Now
+	}
+	if c.AfterFunc == nil {
+		c.AfterFunc = func(d time.Duration, f func()) Timer { return time.AfterFunc(d, f) }
 	}
 }
 
@@ -73,14 +90,24 @@ type Batcher struct {
 	mu      sync.Mutex // guards buckets, waiting, timer, closed
 	buckets [][]*pending
 	waiting int
-	timer   *time.Timer
+	timer   Timer
 	closed  bool
 }
 
 type pending struct {
 	at    time.Time
-	ready chan int // receives the size of the batch it was released in
-	gone  bool     // the waiter gave up; skip it
+	ready chan int  // receives the size of the batch it was released in
+	fn    func(int) // instead of ready, for Submit
+	gone  bool      // the waiter gave up; skip it
+}
+
+// deliver hands the waiter its batch size (0: closed).
+func (p *pending) deliver(n int) {
+	if p.fn != nil {
+		p.fn(n)
+		return
+	}
+	p.ready <- n
 }
 
 // New returns a Batcher for a worker whose free slots room reports.
@@ -113,11 +140,8 @@ func (b *Batcher) Wait(ctx context.Context, promptTokens int) (int, error) {
 		b.mu.Unlock()
 		return 1, nil
 	}
-	p := &pending{at: time.Now(), ready: make(chan int, 1)}
-	i := b.bucket(promptTokens)
-	b.buckets[i] = append(b.buckets[i], p)
-	b.waiting++
-	b.release()
+	p := &pending{at: b.cfg.Now(), ready: make(chan int, 1)}
+	b.hold(p, promptTokens)
 	b.mu.Unlock()
 
 	select {
@@ -141,6 +165,36 @@ func (b *Batcher) Wait(ctx context.Context, promptTokens int) (int, error) {
 	}
 }
 
+// hold queues p and lets out what may go. Called with mu held.
+func (b *Batcher) hold(p *pending, promptTokens int) {
+	i := b.bucket(promptTokens)
+	b.buckets[i] = append(b.buckets[i], p)
+	b.waiting++
+	b.release()
+}
+
+// Submit is Wait without blocking, for callers that run in virtual time
+// (cloud/sim): released is called with the batch size once the request may
+// enter the engine (0 if the batcher closed first). It is called at once
+// when the engine has room, otherwise later from Kick, the window timer or
+// Close, with the batcher's lock held: it must not call back into the
+// Batcher.
+func (b *Batcher) Submit(promptTokens int, released func(batchSize int)) {
+	b.mu.Lock()
+	if b.closed {
+		b.mu.Unlock()
+		released(0)
+		return
+	}
+	if b.waiting == 0 && b.room() > 0 {
+		b.mu.Unlock()
+		released(1)
+		return
+	}
+	b.hold(&pending{at: b.cfg.Now(), fn: released}, promptTokens)
+	b.mu.Unlock()
+}
+
 // Kick re-evaluates the buckets; the worker calls it when a sequence ends.
 func (b *Batcher) Kick() {
 	b.mu.Lock()
@@ -161,7 +215,7 @@ func (b *Batcher) release() {
 	if b.closed {
 		return
 	}
-	now := time.Now()
+	now := b.cfg.Now()
 	room := b.room()
 	// Expired buckets first, whatever the room: the window is a promise.
 	for i := range b.buckets {
@@ -201,7 +255,7 @@ func (b *Batcher) let(i int) int {
 	b.buckets[i] = q[k:]
 	b.compact(i)
 	for _, p := range batch {
-		p.ready <- len(batch)
+		p.deliver(len(batch))
 	}
 	b.waiting -= len(batch)
 	return len(batch)
@@ -223,7 +277,7 @@ func (b *Batcher) arm(now time.Time) {
 	}
 	d := oldest.Add(b.cfg.Window).Sub(now)
 	if b.timer == nil {
-		b.timer = time.AfterFunc(d, b.Kick)
+		b.timer = b.cfg.AfterFunc(d, b.Kick)
 	} else {
 		b.timer.Reset(d)
 	}
@@ -243,7 +297,7 @@ func (b *Batcher) Close() {
 	for i, q := range b.buckets {
 		for _, p := range q {
 			if !p.gone {
-				p.ready <- 0
+				p.deliver(0)
 			}
 		}
 		b.buckets[i] = nil

@@ -103,7 +103,7 @@ func New(cfg Config) (*Coordinator, error) {
 	if c.policy, err = sched.NewRules(cfg.Rules); err != nil {
 		return nil, err
 	}
-	for _, name := range []string{sched.NameScheduler, sched.NameRoundRobin, sched.NameLeastLoaded} {
+	for _, name := range sched.Names() {
 		p, err := sched.ByName(name, cfg.Rules)
 		if err != nil {
 			return nil, err
@@ -185,7 +185,7 @@ func (c *Coordinator) Generate(ctx context.Context, req *llm.Request, emit llm.E
 		return llm.Final{}, llm.Errorf(llm.CodeInvalid, "max tokens must be positive, got %d", req.MaxTokens)
 	}
 	if p := req.Hints.Policy; p != "" && c.overrides[p] == nil {
-		return llm.Final{}, llm.Errorf(llm.CodeInvalid, "unknown scheduler policy %q (scheduler, round-robin, least-loaded)", p)
+		return llm.Final{}, llm.Errorf(llm.CodeInvalid, "unknown scheduler policy %q (%s)", p, strings.Join(sched.Names(), ", "))
 	}
 	m := c.measure(req)
 	bucket := c.cfg.Budget(m.tenant)

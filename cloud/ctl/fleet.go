@@ -29,6 +29,8 @@ func init() {
 			{Name: "set", Summary: "set keys of a device's desired config (a new version, merged)", Run: fleetConfigSet},
 			{Name: "unset", Summary: "remove keys from a device's desired config (a new version)", Run: fleetConfigUnset},
 		}},
+		{Name: "label", Summary: "set or remove (key=) a device's labels, which rollouts select by: fleet label ID region=eu cohort=", Run: fleetLabel},
+		rolloutCommand,
 		{Name: "cmd", Summary: "send a command: fleet cmd ID NAME [key=value ...] [--wait 30s]", Run: fleetCmd},
 		{Name: "telemetry", Summary: "the telemetry store: count | export [--device ID] [--since T] [-o FILE]", Subcommands: []*cli.Command{
 			{Name: "count", Summary: "stored, ingested, duplicate and deleted record counts (fleet-wide or --device ID)", Run: fleetTelemetryCount},

@@ -1,6 +1,7 @@
 package ctl
 
 import (
+	"bufio"
 	"context"
 	"encoding/json"
 	"errors"
@@ -20,8 +21,9 @@ import (
 // shape, generate from a model, print logits for cross-checking against other
 // implementations, and benchmark. `lm train` (lmtrain.go) joins this command.
 func init() {
-	register(&cli.Command{Name: "lm", Summary: "built-in language models: init, generate, logits, bench, train", Subcommands: []*cli.Command{
-		{Name: "init", Summary: "write a random-weight llama model of a given shape as GGUF", Run: lmInit},
+	register(&cli.Command{Name: "lm", Summary: "built-in language models: init, generate, tokenize, logits, bench, train", Subcommands: []*cli.Command{
+		{Name: "init", Summary: "write a random-weight model (llama, qwen2, qwen3) of a given shape and vocabulary as GGUF", Run: lmInit},
+		{Name: "tokenize", Summary: "print the token ids of each JSON string read from stdin, one line each", Run: lmTokenize},
 		{Name: "generate", Summary: "stream a completion from a GGUF model", Run: lmGenerate},
 		{Name: "logits", Summary: "print final-position logits for token ids as a JSON array", Run: lmLogits},
 		{Name: "bench", Summary: "decode tok/s per batch size, prefill tok/s, TTFT cached vs uncached", Run: lmBench},
@@ -52,13 +54,42 @@ func lmInit(ctx context.Context, cio cli.IO, args []string) error {
 	fs.IntVar(&c.Vocab, "vocab", 258, "vocabulary size (at least 258: bytes, BOS, EOS)")
 	fs.IntVar(&c.ContextLen, "ctx", 1024, "context length")
 	fs.Float64Var(&c.RopeTheta, "rope-theta", 10000, "RoPE base")
+	fs.StringVar(&c.Arch, "arch", lm.ArchLlama, "architecture: llama, qwen2 (QKV bias) or qwen3 (per-head Q/K norm)")
+	fs.IntVar(&c.HeadSize, "head-dim", 0, "attention head width when not dim/heads (qwen3 models; 0 = dim/heads)")
+	ropeScale := fs.Float64("rope-scaling-factor", 0, "Llama 3 RoPE scaling factor (0 = none), written as rope_freqs.weight")
+	ropeLow := fs.Float64("rope-scaling-low-freq", 1, "Llama 3 RoPE scaling low_freq_factor")
+	ropeHigh := fs.Float64("rope-scaling-high-freq", 4, "Llama 3 RoPE scaling high_freq_factor")
+	ropeOrig := fs.Int("rope-scaling-orig-ctx", 8192, "Llama 3 RoPE scaling original_max_position_embeddings")
+	tied := fs.Bool("tied", false, "tie the output head to the embedding (no output.weight)")
+	tokJSON := fs.String("tokenizer", "", "Hugging Face tokenizer.json to carry as the vocabulary (default: the byte vocabulary)")
+	tokCfg := fs.String("tokenizer-config", "", "its tokenizer_config.json (BOS/EOS, add_bos_token, chat template)")
 	dtype := fs.String("dtype", "f32", "tensor storage: f32, f16 or q8_0")
 	seed := fs.Uint64("seed", 1, "random seed")
-	if done, err := lmParseFlags(fs, cio, args, "lm init --out F [--layers L --dim D --heads H --kv-heads K --ffn F --vocab V --ctx C --dtype f32|f16|q8_0 --seed S]"); done || err != nil {
+	if done, err := lmParseFlags(fs, cio, args, "lm init --out F [--layers L --dim D --heads H --kv-heads K --ffn F --vocab V --ctx C --dtype f32|f16|q8_0 --seed S "+
+		"--arch llama|qwen2|qwen3 --head-dim N --tied --rope-scaling-factor X --tokenizer tokenizer.json --tokenizer-config tokenizer_config.json]"); done || err != nil {
 		return err
 	}
 	if *out == "" {
 		return &cli.FieldError{Field: "out", Err: errors.New("required")}
+	}
+	if *tokCfg != "" && *tokJSON == "" {
+		return &cli.FieldError{Field: "tokenizer-config", Err: errors.New("needs --tokenizer")}
+	}
+	if c.Arch == lm.ArchLlama {
+		c.Arch = "" // the zero value every llama Config spells
+	}
+	var tok lm.TokenizerSpec
+	if *tokJSON != "" {
+		var err error
+		if tok, err = readHFTokenizer(*tokJSON, *tokCfg); err != nil {
+			return &cli.FieldError{Field: "tokenizer", Err: err}
+		}
+		vocabSet := false
+		fs.Visit(func(f *flag.Flag) { vocabSet = vocabSet || f.Name == "vocab" })
+		if vocabSet && c.Vocab != len(tok.Tokens) {
+			return &cli.FieldError{Field: "vocab", Err: fmt.Errorf("%d, but %s has %d tokens", c.Vocab, *tokJSON, len(tok.Tokens))}
+		}
+		c.Vocab = len(tok.Tokens)
 	}
 	if c.KVHeads == 0 {
 		c.KVHeads = c.Heads
@@ -73,13 +104,22 @@ func lmInit(ctx context.Context, cio cli.IO, args []string) error {
 	if err := c.Validate(); err != nil {
 		return err
 	}
-	tok, err := lm.PaddedByteTokenizerSpec(c.Vocab)
-	if err != nil {
-		return &cli.FieldError{Field: "vocab", Err: err}
+	if *tokJSON == "" {
+		if tok, err = lm.PaddedByteTokenizerSpec(c.Vocab); err != nil {
+			return &cli.FieldError{Field: "vocab", Err: err}
+		}
 	}
 	w, err := lm.RandomWeights(c, *seed)
 	if err != nil {
 		return err
+	}
+	if *tied {
+		w.Output = nil
+	}
+	if *ropeScale != 0 {
+		if w.RopeFreqs, err = lm.Llama3RopeFreqs(c, *ropeScale, *ropeLow, *ropeHigh, *ropeOrig); err != nil {
+			return &cli.FieldError{Field: "rope-scaling-factor", Err: err}
+		}
 	}
 	f, err := os.Create(*out)
 	if err != nil {
@@ -94,9 +134,76 @@ func lmInit(ctx context.Context, cio cli.IO, args []string) error {
 		return err
 	}
 	st, _ := os.Stat(*out)
-	fmt.Fprintf(cio.Stdout, "wrote %s: %d layers, dim %d, %d/%d heads, ffn %d, vocab %d, ctx %d, %s, %.1f MB\n",
-		*out, c.Layers, c.Dim, c.Heads, c.KVHeads, c.FFN, c.Vocab, c.ContextLen, dt, float64(st.Size())/1e6)
+	arch := c.Arch
+	if arch == "" {
+		arch = lm.ArchLlama
+	}
+	fmt.Fprintf(cio.Stdout, "wrote %s: %s, %d layers, dim %d, %d/%d heads, ffn %d, vocab %d (%s), ctx %d, %s, %.1f MB\n",
+		*out, arch, c.Layers, c.Dim, c.Heads, c.KVHeads, c.FFN, c.Vocab, tok.Model, c.ContextLen, dt, float64(st.Size())/1e6)
 	return nil
+}
+
+// loadModelFlag loads the model --model names.
+func loadModelFlag(path string) (*lm.Model, error) {
+	if path == "" {
+		return nil, &cli.FieldError{Field: "model", Err: errors.New("required")}
+	}
+	return lm.Load(path)
+}
+
+// readHFTokenizer reads tokenizer.json and, when named, tokenizer_config.json.
+func readHFTokenizer(tokPath, cfgPath string) (lm.TokenizerSpec, error) {
+	tj, err := os.ReadFile(tokPath)
+	if err != nil {
+		return lm.TokenizerSpec{}, err
+	}
+	var cj []byte
+	if cfgPath != "" {
+		if cj, err = os.ReadFile(cfgPath); err != nil {
+			return lm.TokenizerSpec{}, err
+		}
+	}
+	return lm.ReadHFTokenizer(tj, cj)
+}
+
+// lmTokenize prints, for each line of stdin (a JSON string), that string's
+// token ids space-separated (no BOS), as a reference tokenizer would, so the
+// engine's tokenizer can be compared with others line by line.
+func lmTokenize(ctx context.Context, cio cli.IO, args []string) error {
+	fs := flag.NewFlagSet("lm tokenize", flag.ContinueOnError)
+	model := fs.String("model", "", "GGUF model file")
+	special := fs.Bool("special", false, "parse special-token text (<|im_start|>) as those tokens")
+	if done, err := lmParseFlags(fs, cio, args, "lm tokenize --model F [--special] < lines-of-json-strings"); done || err != nil {
+		return err
+	}
+	m, err := loadModelFlag(*model)
+	if err != nil {
+		return err
+	}
+	tok := m.Tokenizer()
+	sc := bufio.NewScanner(cio.Stdin)
+	sc.Buffer(nil, 64<<20)
+	w := bufio.NewWriter(cio.Stdout)
+	for n := 1; sc.Scan(); n++ {
+		if err := ctx.Err(); err != nil {
+			return err
+		}
+		var text string
+		if err := json.Unmarshal(sc.Bytes(), &text); err != nil {
+			return fmt.Errorf("%w: stdin line %d is not a JSON string: %v", cli.ErrUsage, n, err)
+		}
+		for i, id := range tok.Tokenize(text, *special) {
+			if i > 0 {
+				w.WriteByte(' ')
+			}
+			w.WriteString(strconv.Itoa(int(id)))
+		}
+		w.WriteByte('\n')
+	}
+	if err := sc.Err(); err != nil {
+		return err
+	}
+	return w.Flush()
 }
 
 func lmGenerate(ctx context.Context, cio cli.IO, args []string) error {
@@ -113,10 +220,7 @@ func lmGenerate(ctx context.Context, cio cli.IO, args []string) error {
 	if done, err := lmParseFlags(fs, cio, args, `lm generate --model F --prompt "..." [--max-tokens N --temperature T --top-k K --top-p P --seed S --raw]`); done || err != nil {
 		return err
 	}
-	if *model == "" {
-		return &cli.FieldError{Field: "model", Err: errors.New("required")}
-	}
-	m, err := lm.Load(*model)
+	m, err := loadModelFlag(*model)
 	if err != nil {
 		return err
 	}

@@ -1,12 +1,15 @@
 package ctl
 
 import (
+	"bytes"
+	"context"
 	"encoding/json"
 	"path/filepath"
 	"strings"
 	"testing"
 
 	"github.com/phaseless/phaseless/models/lm"
+	"github.com/phaseless/phaseless/transport/cli"
 )
 
 func TestLMInitLogitsGenerateBench(t *testing.T) {
@@ -61,5 +64,56 @@ func TestLMInitLogitsGenerateBench(t *testing.T) {
 	}
 	if _, err := runCtl(t, "lm", "init", "--out", path, "--dim", "60", "--heads", "7"); err == nil {
 		t.Fatal("init accepted dim 60 with 7 heads")
+	}
+}
+
+// TestLMInitWithHFTokenizerAndTokenize: lm init carries a Hugging Face
+// vocabulary (tokens, merges, special tokens, chat template) into the file,
+// with each architecture; lm tokenize prints ids per JSON line.
+func TestLMInitWithHFTokenizerAndTokenize(t *testing.T) {
+	dir := t.TempDir()
+	tj := filepath.Join("..", "..", "models", "lm", "testdata", "tiny-tokenizer.json")
+	cj := filepath.Join("..", "..", "models", "lm", "testdata", "tiny-tokenizer_config.json")
+	for _, arch := range []struct{ name, extra string }{{"llama", "--rope-scaling-factor=8"}, {"qwen2", "--tied"}, {"qwen3", "--head-dim=24"}} {
+		path := filepath.Join(dir, arch.name+".gguf")
+		out, err := runCtl(t, "lm", "init", "--out", path, "--arch", arch.name, arch.extra, "--layers", "1", "--dim", "32", "--heads", "2",
+			"--ffn", "64", "--ctx", "64", "--tokenizer", tj, "--tokenizer-config", cj)
+		if err != nil || !strings.Contains(out, "vocab 267 (gpt2)") || !strings.Contains(out, arch.name) {
+			t.Fatalf("init %s: %v\n%s", arch.name, err, out)
+		}
+		m, err := lm.Load(path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		spec := m.TokenizerSpec()
+		if m.Config.Arch != map[string]string{"llama": ""}[arch.name] && m.Config.Arch != arch.name || spec.Pre != lm.PreQwen2 || len(spec.Merges) != 7 ||
+			!m.HasChatTemplate() || spec.EOS != 265 || spec.AddBOS {
+			t.Fatalf("%s: loaded %+v, pre %q, %d merges, template %v, EOS %d, add BOS %v", arch.name, m.Config, spec.Pre, len(spec.Merges), m.HasChatTemplate(), spec.EOS, spec.AddBOS)
+		}
+	}
+	if _, err := runCtl(t, "lm", "init", "--out", filepath.Join(dir, "x.gguf"), "--vocab", "300", "--tokenizer", tj); err == nil || !strings.Contains(err.Error(), "267 tokens") {
+		t.Fatalf("--vocab contradicting the tokenizer: %v", err)
+	}
+	path := filepath.Join(dir, "qwen2.gguf")
+	in := `"hello world"` + "\n" + `"<|im_start|>hi<think>"` + "\n" + `""` + "\n"
+	tokenize := func(args ...string) (string, error) {
+		var out bytes.Buffer
+		cio := cli.IO{Stdin: strings.NewReader(in), Stdout: &out, Stderr: &out, Getenv: func(string) string { return "" }}
+		err := Root().Dispatch(context.Background(), cio, append([]string{"lm", "tokenize", "--model", path}, args...))
+		return out.String(), err
+	}
+	// "hello" merges whole (259); " world" merges to "Ġwor" (262) then the
+	// bytes l and d; <think> is user-defined, so split either way.
+	out, err := tokenize()
+	if want := "259 262 108 100\n60 124 105 109 95 115 116 97 114 116 124 62 104 105 266\n\n"; err != nil || out != want {
+		t.Fatalf("tokenize: %v\n got %q\nwant %q", err, out, want)
+	}
+	out, err = tokenize("--special")
+	if want := "259 262 108 100\n264 104 105 266\n\n"; err != nil || out != want {
+		t.Fatalf("tokenize --special: %v\n got %q\nwant %q", err, out, want)
+	}
+	in = "not json\n"
+	if _, err := tokenize(); err == nil || !strings.Contains(err.Error(), "line 1") {
+		t.Fatalf("bad line: %v", err)
 	}
 }

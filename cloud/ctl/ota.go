@@ -58,6 +58,7 @@ func otaSign(_ context.Context, cio cli.IO, args []string) error {
 	version := fs.String("version", "", "bundle version, e.g. 1.4.2")
 	board := fs.String("board", "generic", "board profile")
 	out := fs.String("out", "bundle.plota", "output file")
+	kind := fs.String("kind", firmware.KindAgent, "what the bundle updates: agent (binary, A/B slot), predictor (router ONNX) or model (edge GGUF)")
 	if err := cli.Parse(fs, args, cio.Getenv); err != nil {
 		return fmt.Errorf("%w: %v", cli.ErrUsage, err)
 	}
@@ -88,14 +89,14 @@ func otaSign(_ context.Context, cio cli.IO, args []string) error {
 	if err != nil {
 		return err
 	}
-	if err := firmware.Write(f, key, *version, *board, files, names); err != nil {
+	if err := firmware.WriteKind(f, key, *kind, *version, *board, files, names); err != nil {
 		f.Close()
 		return err
 	}
 	if err := f.Close(); err != nil {
 		return err
 	}
-	fmt.Fprintf(cio.Stdout, "wrote %s: version %s, board %s, %d files\n", *out, *version, *board, len(names))
+	fmt.Fprintf(cio.Stdout, "wrote %s: %s version %s, board %s, %d files\n", *out, *kind, *version, *board, len(names))
 	return nil
 }
 

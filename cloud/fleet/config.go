@@ -1,6 +1,7 @@
 package fleet
 
 import (
+	"crypto/ed25519"
 	"crypto/tls"
 	"errors"
 	"fmt"
@@ -41,6 +42,16 @@ type Config struct {
 	PublishTimeout time.Duration
 	// MaxPayloadBytes rejects larger messages before decoding (default 8 MiB).
 	MaxPayloadBytes int
+
+	// PublicURL is the cloud's HTTP base URL as devices reach it
+	// (http://host:8080): rollouts send devices PublicURL/v1/fleet/artifacts/ID.
+	PublicURL string
+	// OTAPub, when set, is the fleet's OTA key: uploaded artifacts must be
+	// signed with it, as devices require.
+	OTAPub ed25519.PublicKey
+	// RolloutInterval is how often rollouts are stepped besides after
+	// device messages (default 2 s).
+	RolloutInterval time.Duration
 
 	// Now is the clock (default time.Now); tests inject one for retention.
 	Now     func() time.Time
@@ -89,6 +100,9 @@ func (c *Config) fillDefaults() {
 	}
 	if c.MaxPayloadBytes == 0 {
 		c.MaxPayloadBytes = 8 << 20
+	}
+	if c.RolloutInterval == 0 {
+		c.RolloutInterval = 2 * time.Second
 	}
 	if c.Now == nil {
 		c.Now = time.Now

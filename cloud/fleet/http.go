@@ -28,6 +28,8 @@ const APIPrefix = fleetapi.Prefix
 //	GET  /v1/fleet/telemetry/export[?device=ID][&since=RFC3339]
 //	                                            → JSON lines of ExportedRecord (application/x-ndjson)
 //
+// and the rollout routes (rollout_http.go).
+//
 // Errors are {"error":{"message":..., "type":...}} with 400, 404, 500, or
 // 503 (stored but the broker could not take the message yet; it is re-sent).
 func (m *Manager) Handler() http.Handler {
@@ -39,6 +41,7 @@ func (m *Manager) Handler() http.Handler {
 	mux.HandleFunc("GET /v1/fleet/devices/{id}/commands/{cmd}", m.getCommand)
 	mux.HandleFunc("GET /v1/fleet/telemetry/count", m.count)
 	mux.HandleFunc("GET /v1/fleet/telemetry/export", m.export)
+	m.rolloutRoutes(mux)
 	return mux
 }
 
@@ -75,7 +78,7 @@ func statusOf(err error) int {
 	switch {
 	case errors.Is(err, ErrBadRequest):
 		return http.StatusBadRequest
-	case errors.Is(err, ErrUnknownDevice):
+	case errors.Is(err, ErrUnknownDevice), errors.Is(err, ErrUnknownRollout), errors.Is(err, ErrUnknownArtifact):
 		return http.StatusNotFound
 	}
 	return http.StatusInternalServerError

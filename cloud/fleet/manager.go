@@ -32,9 +32,11 @@ type Manager struct {
 	gate   gate.Gate // deliveries in progress, waited for by Close
 
 	stop      chan struct{}
-	wg        sync.WaitGroup // the prune loop
+	wg        sync.WaitGroup // the prune and rollout loops
 	closeOnce sync.Once
 	closeErr  error
+
+	rolloutMu sync.Mutex // serialises rollout steps and state changes
 
 	stored atomic.Int64 // fleet_telemetry_records_stored, refreshed after writes
 	nDevs  atomic.Int64
@@ -104,8 +106,9 @@ func Open(cfg Config) (*Manager, error) {
 	if cfg.Broker != nil {
 		m.reconcileAll()
 	}
-	m.wg.Add(1)
+	m.wg.Add(2)
 	go m.pruneLoop()
+	go m.rolloutLoop(cfg.RolloutInterval)
 	return m, nil
 }
 
@@ -257,7 +260,7 @@ func (m *Manager) handleStatus(id string, payload []byte) {
 		// The last message wins, whatever its Time: a last will carries the
 		// time of the CONNECT it was registered with, older than the
 		// "online" the device published after that CONNECT.
-		d.Status = &s
+		d.Status, d.StatusAt = &s, now
 		if s.State == "online" {
 			d.LastSeen = now
 		}

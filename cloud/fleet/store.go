@@ -21,15 +21,19 @@ import (
 //	records  ingestNanos(8 BE) ‖ n(8 BE) → ExportedRecord (JSON, one export line)
 //	commands id 0x00 commandID → CommandState (JSON)
 //	meta     counter name → uint64 (8 BE)
+//	rollouts id → Rollout (JSON)
+//	artifacts id (bundle sha256) → ArtifactInfo (JSON); the bundle is DataDir/artifacts/id.plota
 //
 // Records are keyed by ingest time so retention (oldest first, by count or
 // age) and incremental export (?since=) are seeks, not scans.
 var (
-	bucketDevices  = []byte("devices")
-	bucketSeen     = []byte("seen")
-	bucketRecords  = []byte("records")
-	bucketCommands = []byte("commands")
-	bucketMeta     = []byte("meta")
+	bucketDevices   = []byte("devices")
+	bucketSeen      = []byte("seen")
+	bucketRecords   = []byte("records")
+	bucketCommands  = []byte("commands")
+	bucketMeta      = []byte("meta")
+	bucketRollouts  = []byte("rollouts")
+	bucketArtifacts = []byte("artifacts")
 
 	metaStored     = []byte("stored")
 	metaIngested   = []byte("ingested")
@@ -50,7 +54,7 @@ func openStore(path string) (*store, error) {
 	}
 	db.MaxBatchDelay = 2 * time.Millisecond
 	err = db.Update(func(tx *bolt.Tx) error {
-		for _, b := range [][]byte{bucketDevices, bucketSeen, bucketRecords, bucketCommands, bucketMeta} {
+		for _, b := range [][]byte{bucketDevices, bucketSeen, bucketRecords, bucketCommands, bucketMeta, bucketRollouts, bucketArtifacts} {
 			if _, err := tx.CreateBucketIfNotExists(b); err != nil {
 				return err
 			}
@@ -310,7 +314,13 @@ func (s *store) device(id string) (*Device, error) {
 	return dev, err
 }
 
-func (s *store) devices() ([]*Device, error) {
+func (s *store) devices() ([]*Device, error) { return s.listDevices(false) }
+
+// devicesWithCommands is devices with each one's recent commands, for the
+// rollout controller.
+func (s *store) devicesWithCommands() ([]*Device, error) { return s.listDevices(true) }
+
+func (s *store) listDevices(withCommands bool) ([]*Device, error) {
 	var out []*Device
 	err := s.db.View(func(tx *bolt.Tx) error {
 		return tx.Bucket(bucketDevices).ForEach(func(k, v []byte) error {
@@ -324,6 +334,9 @@ func (s *store) devices() ([]*Device, error) {
 				return err
 			}
 			dev.PendingCommands = pendingOf(cmds)
+			if withCommands {
+				dev.Commands = cmds
+			}
 			out = append(out, dev)
 			return nil
 		})

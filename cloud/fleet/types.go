@@ -12,7 +12,29 @@ type (
 	Counts          = fleetapi.Counts
 	ConfigUpdate    = fleetapi.ConfigUpdate
 	CommandRequest  = fleetapi.CommandRequest
+	Rollout         = fleetapi.Rollout
+	RolloutSpec     = fleetapi.RolloutSpec
+	RolloutDevice   = fleetapi.RolloutDevice
+	RolloutAction   = fleetapi.RolloutAction
+	LabelUpdate     = fleetapi.LabelUpdate
+	ArtifactInfo    = fleetapi.ArtifactInfo
+	Duration        = fleetapi.Duration
 )
+
+// Rollout and rollout-device states.
+const (
+	RolloutRunning  = fleetapi.RolloutRunning
+	RolloutPaused   = fleetapi.RolloutPaused
+	RolloutHalted   = fleetapi.RolloutHalted
+	RolloutAborted  = fleetapi.RolloutAborted
+	RolloutDone     = fleetapi.RolloutDone
+	DeviceUpdating  = fleetapi.DeviceUpdating
+	DeviceSucceeded = fleetapi.DeviceSucceeded
+	DeviceFailed    = fleetapi.DeviceFailed
+)
+
+// ParseStages reads "1%,10%,50%,100%" (fleetapi.ParseStages).
+var ParseStages = fleetapi.ParseStages
 
 // Command states.
 const (

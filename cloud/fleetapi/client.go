@@ -134,8 +134,9 @@ func (c *Client) do(ctx context.Context, method, path string, body, out any) err
 // send returns a 2xx response; any other answer is an error carrying the
 // server's message.
 func (c *Client) send(ctx context.Context, method, path string, body any) (*http.Response, error) {
-	var rd io.Reader
-	if body != nil {
+	// A reader goes as it is (an artifact upload); anything else as JSON.
+	rd, raw := body.(io.Reader)
+	if body != nil && !raw {
 		b, err := json.Marshal(body)
 		if err != nil {
 			return nil, err
@@ -146,7 +147,10 @@ func (c *Client) send(ctx context.Context, method, path string, body any) (*http
 	if err != nil {
 		return nil, err
 	}
-	if body != nil {
+	switch {
+	case raw:
+		req.Header.Set("Content-Type", "application/octet-stream")
+	case body != nil:
 		req.Header.Set("Content-Type", "application/json")
 	}
 	if c.apiKey != "" {

@@ -12,8 +12,11 @@ import (
 
 // Device is one device in the registry, as the admin API shows it.
 type Device struct {
-	ID        string            `json:"id"`
-	Status    *fleetwire.Status `json:"status,omitempty"` // last status (retained / last will)
+	ID       string            `json:"id"`
+	Status   *fleetwire.Status `json:"status,omitempty"`   // last status (retained / last will)
+	StatusAt time.Time         `json:"status_at,omitzero"` // when the cloud received it
+	// Labels are the operator's (region, cohort, …): rollouts select by them.
+	Labels    map[string]string `json:"labels,omitempty"`
 	FirstSeen time.Time         `json:"first_seen"`
 	LastSeen  time.Time         `json:"last_seen,omitzero"` // last message from the device itself
 

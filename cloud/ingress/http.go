@@ -24,6 +24,9 @@ type HTTPConfig struct {
 	// fleet manager's routes, /v1/fleet/).
 	Admin       http.Handler
 	AdminPrefix string
+	// Public are handlers by mux pattern served without authentication
+	// (the signed artifacts devices download).
+	Public map[string]http.Handler
 	// Authenticate guards Admin; nil means open (--dev).
 	Authenticate func(*http.Request) (string, error)
 	Metrics      *metrics.Registry
@@ -58,6 +61,9 @@ func NewHTTP(cfg HTTPConfig) (*HTTPServer, error) {
 			return nil, fmt.Errorf("ingress: HTTPConfig.AdminPrefix %q must end with /", cfg.AdminPrefix)
 		}
 		mux.Handle(cfg.AdminPrefix, guard(cfg.Authenticate, cfg.Admin))
+	}
+	for pattern, h := range cfg.Public {
+		mux.Handle(pattern, h)
 	}
 	metrics.Health(mux, cfg.Metrics, cfg.Ready)
 	ln, err := net.Listen("tcp", cfg.Addr)

@@ -430,6 +430,28 @@ func printReplay(w io.Writer, rows []replaySummary, o replayOptions) {
 	}
 }
 
+// TraceRequest is one request of a trace, format-independent: arrival,
+// prompt and output tokens, and Mooncake's shared-prefix block ids.
+type TraceRequest = traceRequest
+
+// ReadTrace reads the first limit requests (0 = all) of a trace file in
+// format azure or mooncake. The replay and the GPU simulator (phaselessctl
+// sim) read traces with it.
+func ReadTrace(path, format string, limit int) ([]TraceRequest, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, fmt.Errorf("trace: %w", err)
+	}
+	defer f.Close()
+	switch format {
+	case "azure":
+		return parseAzureTrace(f, limit)
+	case "mooncake":
+		return parseMooncakeTrace(f, limit)
+	}
+	return nil, fmt.Errorf("trace format %q is not azure or mooncake", format)
+}
+
 // Config is one replay: the trace, how it is scaled, the target and the SLO
 // that goodput counts against. phaselessctl replay maps its flags onto it.
 type Config struct {
@@ -456,20 +478,7 @@ type Config struct {
 // Run replays cfg.Trace against cfg.Target once per policy and round and
 // prints the summary table. It fails when a policy had no successful request.
 func Run(ctx context.Context, cfg Config) error {
-	f, err := os.Open(cfg.Trace)
-	if err != nil {
-		return fmt.Errorf("trace: %w", err)
-	}
-	defer f.Close()
-	var reqs []traceRequest
-	switch cfg.Format {
-	case "azure":
-		reqs, err = parseAzureTrace(f, cfg.Limit)
-	case "mooncake":
-		reqs, err = parseMooncakeTrace(f, cfg.Limit)
-	default:
-		return fmt.Errorf("trace format %q is not azure or mooncake", cfg.Format)
-	}
+	reqs, err := ReadTrace(cfg.Trace, cfg.Format, cfg.Limit)
 	if err != nil {
 		return err
 	}

@@ -11,13 +11,15 @@ type Reason = schedhint.Reason
 
 // Reasons, in the order Rules tries them.
 const (
-	ReasonLeastLoad  = schedhint.ReasonLeastLoad
-	ReasonPrefix     = schedhint.ReasonPrefix
-	ReasonKVFaults   = schedhint.ReasonKVFaults
-	ReasonOverloaded = schedhint.ReasonOverloaded
-	ReasonRoundRobin = schedhint.ReasonRoundRobin
-	ReasonFallback   = schedhint.ReasonFallback
-	ReasonFIFO       = schedhint.ReasonFIFO
+	ReasonLeastLoad     = schedhint.ReasonLeastLoad
+	ReasonPrefix        = schedhint.ReasonPrefix
+	ReasonKVFaults      = schedhint.ReasonKVFaults
+	ReasonOverloaded    = schedhint.ReasonOverloaded
+	ReasonRoundRobin    = schedhint.ReasonRoundRobin
+	ReasonFallback      = schedhint.ReasonFallback
+	ReasonFIFO          = schedhint.ReasonFIFO
+	ReasonScore         = schedhint.ReasonScore
+	ReasonDeclaredPhase = schedhint.ReasonDeclaredPhase
 )
 
 // PolicyID names a Policy inside a hint.
@@ -25,10 +27,12 @@ type PolicyID = schedhint.Policy
 
 // Policies known to the hint format.
 const (
-	PolicyRules       = schedhint.PolicyRules
-	PolicyRoundRobin  = schedhint.PolicyRoundRobin
-	PolicyLeastLoaded = schedhint.PolicyLeastLoaded
-	PolicyFIFO        = schedhint.PolicyFIFO
+	PolicyRules          = schedhint.PolicyRules
+	PolicyRoundRobin     = schedhint.PolicyRoundRobin
+	PolicyLeastLoaded    = schedhint.PolicyLeastLoaded
+	PolicyFIFO           = schedhint.PolicyFIFO
+	PolicyLLMD           = schedhint.PolicyLLMD
+	PolicyExplicitPhases = schedhint.PolicyExplicitPhases
 )
 
 // ErrNoWorker is returned when no healthy worker exists. It is a sentinel so

@@ -3,6 +3,7 @@ package sched
 import (
 	"fmt"
 	"math"
+	"strings"
 	"sync/atomic"
 )
 
@@ -16,15 +17,24 @@ type Policy interface {
 
 // Policy names accepted by ByName and the x-phaseless-policy override.
 const (
-	NameScheduler   = "scheduler"
-	NameRoundRobin  = "round-robin"
-	NameLeastLoaded = "least-loaded"
+	NameScheduler      = "scheduler"
+	NameRoundRobin     = "round-robin"
+	NameLeastLoaded    = "least-loaded"
+	NameLLMD           = "llm-d"
+	NameExplicitPhases = "explicit-phases"
 )
+
+// Names lists every policy ByName knows, the project's scheduler first.
+func Names() []string {
+	return []string{NameScheduler, NameRoundRobin, NameLeastLoaded, NameLLMD, NameExplicitPhases}
+}
 
 var (
 	_ Policy = (*Rules)(nil)
 	_ Policy = (*RoundRobin)(nil)
 	_ Policy = LeastLoaded{}
+	_ Policy = (*LLMD)(nil)
+	_ Policy = (*ExplicitPhases)(nil)
 )
 
 // RoundRobin cycles over the healthy, non-conservative workers regardless of
@@ -134,6 +144,10 @@ func ByName(name string, rules RulesConfig) (Policy, error) {
 		return &RoundRobin{}, nil
 	case NameLeastLoaded:
 		return LeastLoaded{}, nil
+	case NameLLMD:
+		return NewLLMD(LLMDConfig{})
+	case NameExplicitPhases:
+		return NewExplicitPhases(ExplicitPhasesConfig{})
 	}
-	return nil, fmt.Errorf("unknown policy %q (%s, %s, %s)", name, NameScheduler, NameRoundRobin, NameLeastLoaded)
+	return nil, fmt.Errorf("unknown policy %q (%s)", name, strings.Join(Names(), ", "))
 }

@@ -158,23 +158,36 @@ func (w *Worker) OutputTokens() uint64 { return w.tokens.Load() }
 // the given block hashes. It does not allocate.
 func (w *Worker) Signals(s *sched.Worker, hashes []uint64, now time.Time) {
 	l := w.load.Load()
-	inflight := int(w.inflight.Load())
-	*s = sched.Worker{
-		Role:          w.cfg.Role,
-		Healthy:       w.healthy.Load(),
-		Running:       max(inflight, l.Running),
-		Queued:        w.Queued(),
-		Capacity:      w.capacity(),
-		KVUsage:       l.KVUsage,
-		KVFaultsPerMs: l.KVFaultsPerMs,
-		BurstSigma:    w.burst.Sigma(now),
+	batched := 0
+	if w.batch != nil {
+		batched = w.batch.Waiting()
 	}
+	FillSignals(s, w.cfg.Role, w.healthy.Load(), int(w.inflight.Load()), batched, w.capacity(), l, w.burst.Sigma(now))
 	if len(hashes) > 0 {
 		n := w.eng.CachedPrefixBlocks(hashes)
 		if n < 0 {
 			n = w.prefix.match(hashes)
 		}
 		s.PrefixBlocks = n
+	}
+}
+
+// FillSignals turns what a worker knows about itself into the scheduler's
+// view of it: inflight generations, requests held in its batcher, the
+// capacity in force, the last probed engine load and the output σ. Worker
+// and the GPU simulator (cloud/sim) both build their signals with it, so
+// the policies see simulated workers exactly as they see live ones.
+// PrefixBlocks is left 0 for the caller's prefix probe.
+func FillSignals(s *sched.Worker, role sched.Role, healthy bool, inflight, batched, capacity int, l *Load, sigma float64) {
+	*s = sched.Worker{
+		Role:          role,
+		Healthy:       healthy,
+		Running:       max(inflight, l.Running),
+		Queued:        l.Waiting + batched,
+		Capacity:      capacity,
+		KVUsage:       l.KVUsage,
+		KVFaultsPerMs: l.KVFaultsPerMs,
+		BurstSigma:    sigma,
 	}
 }
 

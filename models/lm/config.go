@@ -7,6 +7,7 @@ import (
 
 // Config holds a model's hyper-parameters.
 type Config struct {
+	Arch       string  // ArchLlama (also ""), ArchQwen2 or ArchQwen3
 	Vocab      int     // tokens in the vocabulary
 	Dim        int     // embedding width (d_model)
 	Layers     int     // transformer blocks
@@ -16,10 +17,18 @@ type Config struct {
 	ContextLen int     // longest sequence (prompt + output) the model runs
 	RopeTheta  float64 // RoPE base; 0 means 10000
 	NormEps    float64 // RMSNorm epsilon; 0 means 1e-5
+	// HeadSize is the width of one attention head when it is not Dim/Heads
+	// (Qwen3 models: {arch}.attention.key_length); 0 means Dim/Heads.
+	HeadSize int
 }
 
-// HeadDim is Dim/Heads.
-func (c Config) HeadDim() int { return c.Dim / c.Heads }
+// HeadDim is HeadSize, or Dim/Heads when that is 0.
+func (c Config) HeadDim() int {
+	if c.HeadSize > 0 {
+		return c.HeadSize
+	}
+	return c.Dim / c.Heads
+}
 
 // WithDefaults fills RopeTheta and NormEps when zero.
 func (c Config) WithDefaults() Config {
@@ -44,8 +53,15 @@ func (c Config) Validate() error {
 		pos("Heads", c.Heads), pos("KVHeads", c.KVHeads), pos("FFN", c.FFN), pos("ContextLen", c.ContextLen)); err != nil {
 		return err
 	}
+	switch c.arch() {
+	case ArchLlama, ArchQwen2, ArchQwen3:
+	default:
+		return fmt.Errorf("model config: %w", unsupportedArch(c.Arch))
+	}
 	switch {
-	case c.Dim%c.Heads != 0:
+	case c.HeadSize < 0:
+		return fmt.Errorf("model config: HeadSize must not be negative, got %d", c.HeadSize)
+	case c.HeadSize == 0 && c.Dim%c.Heads != 0:
 		return fmt.Errorf("model config: Dim %d is not a multiple of Heads %d", c.Dim, c.Heads)
 	case c.HeadDim()%2 != 0:
 		return fmt.Errorf("model config: head dimension %d (Dim/Heads) must be even for RoPE", c.HeadDim())
@@ -60,7 +76,8 @@ func (c Config) Validate() error {
 	}
 	// Guard against absurd shapes from a hostile file before allocating.
 	const maxParams = 1 << 36
-	params := int64(c.Vocab)*int64(c.Dim)*2 + int64(c.Layers)*(int64(c.Dim)*int64(c.Dim)*4+int64(c.Dim)*int64(c.FFN)*3)
+	qDim := int64(c.Heads) * int64(c.HeadDim())
+	params := int64(c.Vocab)*int64(c.Dim)*2 + int64(c.Layers)*(int64(c.Dim)*qDim*4+int64(c.Dim)*int64(c.FFN)*3)
 	if params > maxParams || params < 0 {
 		return fmt.Errorf("model config: %d parameters is beyond what this engine runs", params)
 	}

@@ -1,5 +1,5 @@
-// Package lm is Phaseless's built-in language-model engine: a llama-architecture
-// decoder in pure Go (no cgo, so it cross-compiles into the ARM agent) that
+// Package lm is Phaseless's built-in language-model engine: a llama-family
+// decoder (llama, qwen2, qwen3; see Architectures) in pure Go (no cgo, so it cross-compiles into the ARM agent) that
 // loads GGUF files, and a continuous-batching server on top of it with a paged,
 // prefix-sharing KV cache. Its counters (KV faults, prefill vs decode tokens,
 // tokens per step) are the "KV jitter" signals the cloud scheduler and the
@@ -49,7 +49,11 @@
 // and logits = Woutput (RMSNorm(x)·output_norm). RoPE is llama.cpp's "normal"
 // mode for the llama architecture, rotating adjacent pairs: for i < hd/2,
 // θ_i = p · RopeTheta^(-2i/hd) and (x[2i], x[2i+1]) ↦ (x[2i]cosθ_i − x[2i+1]sinθ_i,
-// x[2i]sinθ_i + x[2i+1]cosθ_i). The engine computes in float32 (angles, mean of
+// x[2i]sinθ_i + x[2i+1]cosθ_i); with rope_freqs.weight (Llama 3 scaling) θ_i is
+// divided by its entry i. qwen2 and qwen3 rotate (x[i], x[i+hd/2]) instead
+// ("neox" mode); qwen2 adds blk.N.attn_{q,k,v}.bias to q, k and v; qwen3
+// RMS-normalises each head of q and k with blk.N.attn_{q,k}_norm.weight ([hd])
+// before RoPE, and its hd may differ from Dim/Heads (Config.HeadSize). The engine computes in float32 (angles, mean of
 // squares and softmax sums in float64) so an implementation following this
 // text agrees to float32 rounding.
 package lm

@@ -261,31 +261,31 @@ func BlockHashes(tokens []int32, blockSize int) []uint64 {
 	return kvcache.BlockHashes(tokens, blockSize)
 }
 
-// Generate runs one chat request: it renders req.Messages with
-// ChatPrompt, generates until EOS, TurnEnd, a req.Stop sequence or
-// req.MaxTokens, and emits each token's text as soon as it is sampled
-// (withholding only bytes of an incomplete UTF-8 character or a possible
+// Generate runs one chat request: it renders req.Messages with the model's
+// chat template (or ChatPrompt, stopping also at TurnEnd, when it has
+// none), generates until an end-of-generation token (EOS, <|eot_id|>,
+// <|im_end|>: Tokenizer.IsEOG), a req.Stop sequence or req.MaxTokens, and
+// emits each token's text as soon as it is sampled (withholding only bytes of an incomplete UTF-8 character or a possible
 // stop-sequence prefix). Cancelling ctx, or emit returning an error, frees the
 // sequence and its KV blocks.
 func (e *Engine) Generate(ctx context.Context, req *llm.Request, emit llm.Emit) (llm.Final, error) {
 	if req.MaxTokens <= 0 {
 		return llm.Final{}, llm.Errorf(llm.CodeInvalid, "max tokens must be positive, got %d", req.MaxTokens)
 	}
-	return e.GenerateTokens(ctx, e.m.ChatTokens(req.Messages), GenOptions{
-		MaxTokens: req.MaxTokens, Temperature: req.Temperature, TopK: req.TopK, TopP: req.TopP,
-		Seed: req.Seed, Stop: append([]string{TurnEnd}, req.Stop...),
-	}, emit)
-}
-
-// ChatTokens is the prompt Generate runs for msgs: ChatPrompt encoded,
-// with BOS first when the model wants it. A scheduler hashes it with
-// BlockHashes to ask engines how much of it they have cached.
-func (m *Model) ChatTokens(msgs []llm.Message) []int32 {
-	ids := m.tok.Encode(ChatPrompt(msgs))
-	if m.tok.AddBOS() {
-		ids = append([]int32{m.tok.BOS()}, ids...)
+	prompt, err := e.m.ChatPromptTokens(req.Messages)
+	if err != nil {
+		return llm.Final{}, llm.Errorf(llm.CodeInvalid, "%v", err)
 	}
-	return ids
+	stop := req.Stop
+	if !e.m.HasChatTemplate() {
+		// ChatPrompt's turns end in text; a model's own template ends
+		// them with a control token, which IsEOG stops at.
+		stop = append([]string{TurnEnd}, req.Stop...)
+	}
+	return e.GenerateTokens(ctx, prompt, GenOptions{
+		MaxTokens: req.MaxTokens, Temperature: req.Temperature, TopK: req.TopK, TopP: req.TopP,
+		Seed: req.Seed, Stop: stop,
+	}, emit)
 }
 
 // GenOptions are the sampling and stopping settings of one generation.
@@ -296,7 +296,8 @@ type GenOptions struct {
 	TopP        float64 // 0 = off
 	Seed        uint64  // 0 = random
 	Stop        []string
-	// IgnoreEOS keeps generating past EOS (benchmarks want fixed lengths).
+	// IgnoreEOS keeps generating past EOS and the other end-of-generation
+	// tokens (benchmarks want fixed lengths).
 	IgnoreEOS bool
 
 	// onDone, when set (tests), receives the generated token ids.

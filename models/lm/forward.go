@@ -83,7 +83,7 @@ func (m *Model) forward(ws *workspace, b *batch, kv *kvStore, out []float32) {
 	for t, id := range b.tokens {
 		m.embd.rowInto(int(id), ws.x[t*d:(t+1)*d])
 	}
-	ropeTables(ws.cos, ws.sin, b.pos, hd, cfg.RopeTheta)
+	ropeTables(ws.cos, ws.sin, b.pos, hd, cfg.RopeTheta, m.ropeFreqs)
 	eps := cfg.NormEps
 	for li := range m.layers {
 		l := &m.layers[li]
@@ -91,8 +91,18 @@ func (m *Model) forward(ws *workspace, b *batch, kv *kvStore, out []float32) {
 		l.q.mul(ws.pool, ws.q, ws.xn, n)
 		l.k.mul(ws.pool, ws.k, ws.xn, n)
 		l.v.mul(ws.pool, ws.v, ws.xn, n)
-		rope(ws.q, ws.cos, ws.sin, n, cfg.Heads, hd)
-		rope(ws.k, ws.cos, ws.sin, n, cfg.KVHeads, hd)
+		if l.qBias != nil {
+			addBias(ws.q, l.qBias, n)
+			addBias(ws.k, l.kBias, n)
+			addBias(ws.v, l.vBias, n)
+		}
+		if l.qNorm != nil {
+			rmsNorm(ws.q, ws.q, l.qNorm, n*cfg.Heads, eps)
+			rmsNorm(ws.k, ws.k, l.kNorm, n*cfg.KVHeads, eps)
+		}
+		neox := cfg.neoxRope()
+		rope(ws.q, ws.cos, ws.sin, n, cfg.Heads, hd, neox)
+		rope(ws.k, ws.cos, ws.sin, n, cfg.KVHeads, hd, neox)
 		kc, vc := kv.k[li], kv.v[li]
 		for t := range n {
 			slot := int(b.slots[b.seq[t]][b.pos[t]])
@@ -250,29 +260,39 @@ func swiGLU(p *pool, gate, up []float32, n int) {
 	})
 }
 
-// ropeTables fills cos/sin [n][hd/2] for each token's position.
-func ropeTables(cos, sin []float32, pos []int32, hd int, base float64) {
+// ropeTables fills cos/sin [n][hd/2] for each token's position; freqs, when
+// not nil, divides each frequency (Llama 3 scaling).
+func ropeTables(cos, sin []float32, pos []int32, hd int, base float64, freqs []float32) {
 	half := hd / 2
 	for t, p := range pos {
 		for i := range half {
 			theta := float64(p) * math.Pow(base, -2*float64(i)/float64(hd))
+			if freqs != nil {
+				theta /= float64(freqs[i])
+			}
 			s, c := math.Sincos(theta)
 			cos[t*half+i], sin[t*half+i] = float32(c), float32(s)
 		}
 	}
 }
 
-// rope rotates adjacent pairs of every head of x [n][heads·hd] in place.
-func rope(x, cos, sin []float32, n, heads, hd int) {
+// rope rotates pairs of every head of x [n][heads·hd] in place: adjacent
+// pairs (x[2i], x[2i+1]), or with neox the halves (x[i], x[i+hd/2]).
+func rope(x, cos, sin []float32, n, heads, hd int, neox bool) {
 	half := hd / 2
+	lo, hi, step := 0, 1, 2 // element indexes of pair i: lo+step·i, hi+step·i
+	if neox {
+		lo, hi, step = 0, half, 1
+	}
 	for t := range n {
 		c, s := cos[t*half:(t+1)*half], sin[t*half:(t+1)*half]
 		for h := range heads {
 			v := x[(t*heads+h)*hd : (t*heads+h+1)*hd]
 			for i := range half {
-				a, b := v[2*i], v[2*i+1]
-				v[2*i] = a*c[i] - b*s[i]
-				v[2*i+1] = a*s[i] + b*c[i]
+				j, k := lo+step*i, hi+step*i
+				a, b := v[j], v[k]
+				v[j] = a*c[i] - b*s[i]
+				v[k] = a*s[i] + b*c[i]
 			}
 		}
 	}

@@ -9,7 +9,7 @@ import (
 	"github.com/phaseless/phaseless/models/lm/gguf"
 )
 
-// Model is a loaded llama-architecture model: immutable after loading, so any
+// Model is a loaded model of one of the Architectures: immutable after loading, so any
 // number of goroutines may run it.
 type Model struct {
 	Config Config
@@ -21,17 +21,22 @@ type Model struct {
 
 	tok     Tokenizer
 	tokSpec TokenizerSpec
+	chat    chatRenderer // nil: ChatPrompt
 	embd    *matrix
 	layers  []layer
 	outNorm []float32
 	output  *matrix // may be embd (tied)
 	tied    bool
+	// ropeFreqs divides RoPE's frequencies (Llama 3 scaling); nil = none.
+	ropeFreqs []float32
 }
 
 type layer struct {
-	attnNorm, ffnNorm []float32
-	q, k, v, o        *matrix
-	gate, up, down    *matrix
+	attnNorm, ffnNorm   []float32
+	q, k, v, o          *matrix
+	gate, up, down      *matrix
+	qBias, kBias, vBias []float32 // qwen2
+	qNorm, kNorm        []float32 // qwen3
 }
 
 // Tokenizer returns the model's tokenizer.
@@ -51,7 +56,11 @@ func New(cfg Config, tok TokenizerSpec, w *Weights) (*Model, error) {
 	if err != nil {
 		return nil, err
 	}
-	m := &Model{Config: cfg, DType: F32, Meta: map[string]any{}, tok: t, tokSpec: tok, layers: make([]layer, cfg.Layers)}
+	chat, err := parseChatTemplate(tok)
+	if err != nil {
+		return nil, err
+	}
+	m := &Model{Config: cfg, DType: F32, Meta: map[string]any{}, tok: t, tokSpec: tok, chat: chat, layers: make([]layer, cfg.Layers)}
 	for _, s := range w.specs(cfg) {
 		if *s.ptr == nil {
 			continue // optional output head: tied below
@@ -104,10 +113,13 @@ func Read(r io.ReaderAt, size int64) (*Model, error) {
 	if err != nil {
 		return nil, err
 	}
-	if a, _ := f.Get(keyArch); a != "llama" {
-		return nil, fmt.Errorf("model architecture %v is not supported (want llama)", a)
+	arch, _ := f.Get(keyArch)
+	switch arch {
+	case ArchLlama, ArchQwen2, ArchQwen3:
+	default:
+		return nil, unsupportedArch(arch)
 	}
-	cfg, err := configFrom(f)
+	cfg, err := configFrom(f, arch.(string))
 	if err != nil {
 		return nil, err
 	}
@@ -125,7 +137,11 @@ func Read(r io.ReaderAt, size int64) (*Model, error) {
 	if err != nil {
 		return nil, err
 	}
-	m := &Model{Config: cfg, Meta: map[string]any{}, tok: tok, tokSpec: spec}
+	chat, err := parseChatTemplate(spec)
+	if err != nil {
+		return nil, err
+	}
+	m := &Model{Config: cfg, Meta: map[string]any{}, tok: tok, tokSpec: spec, chat: chat}
 	for _, kv := range f.KVs {
 		m.Meta[kv.Key] = kv.Value
 	}
@@ -168,6 +184,9 @@ func (m *Model) assign(name string, mat *matrix, cfg Config) {
 	case "output.weight":
 		m.output = mat
 		return
+	case "rope_freqs.weight":
+		m.ropeFreqs = vec()
+		return
 	}
 	var i int
 	var part string
@@ -194,6 +213,16 @@ func (m *Model) assign(name string, mat *matrix, cfg Config) {
 		l.up = mat
 	case "ffn_down.weight":
 		l.down = mat
+	case "attn_q.bias":
+		l.qBias = vec()
+	case "attn_k.bias":
+		l.kBias = vec()
+	case "attn_v.bias":
+		l.vBias = vec()
+	case "attn_q_norm.weight":
+		l.qNorm = vec()
+	case "attn_k_norm.weight":
+		l.kNorm = vec()
 	}
 }
 
@@ -228,7 +257,8 @@ func loadMatrix(f *gguf.File, ti *gguf.TensorInfo, s tensorSpec) (*matrix, error
 	return m, nil
 }
 
-func configFrom(f *gguf.File) (Config, error) {
+// configFrom reads the {arch}.* hyper-parameters.
+func configFrom(f *gguf.File, arch string) (Config, error) {
 	var errs []error
 	geti := func(key string, required bool) int {
 		v, ok := f.Get(key)
@@ -258,22 +288,42 @@ func configFrom(f *gguf.File) (Config, error) {
 			return 0
 		}
 	}
+	a := arch + "."
 	c := Config{
-		Vocab:      geti("llama.vocab_size", false),
-		Dim:        geti("llama.embedding_length", true),
-		Layers:     geti("llama.block_count", true),
-		Heads:      geti("llama.attention.head_count", true),
-		FFN:        geti("llama.feed_forward_length", true),
-		ContextLen: geti("llama.context_length", true),
-		RopeTheta:  getf("llama.rope.freq_base"),
-		NormEps:    getf("llama.attention.layer_norm_rms_epsilon"),
+		Arch:       arch,
+		Vocab:      geti(a+"vocab_size", false),
+		Dim:        geti(a+"embedding_length", true),
+		Layers:     geti(a+"block_count", true),
+		Heads:      geti(a+"attention.head_count", true),
+		FFN:        geti(a+"feed_forward_length", true),
+		ContextLen: geti(a+"context_length", true),
+		RopeTheta:  getf(a + "rope.freq_base"),
+		NormEps:    getf(a + "attention.layer_norm_rms_epsilon"),
+	}
+	if arch == ArchLlama {
+		c.Arch = "" // the zero value, as every llama Config in this module spells it
 	}
 	c.KVHeads = c.Heads
-	if _, ok := f.Get("llama.attention.head_count_kv"); ok {
-		c.KVHeads = geti("llama.attention.head_count_kv", true)
+	if _, ok := f.Get(a + "attention.head_count_kv"); ok {
+		c.KVHeads = geti(a+"attention.head_count_kv", true)
 	}
-	if rd := geti("llama.rope.dimension_count", false); rd != 0 && c.Heads > 0 && rd != c.Dim/c.Heads {
-		errs = append(errs, fmt.Errorf("partial RoPE (dimension_count %d, head dim %d) is not supported", rd, c.Dim/c.Heads))
+	if k := geti(a+"attention.key_length", false); k != 0 && c.Heads > 0 && (c.Dim%c.Heads != 0 || k != c.Dim/c.Heads) {
+		c.HeadSize = k
+	}
+	if v := geti(a+"attention.value_length", false); v != 0 && v != c.HeadDim() {
+		errs = append(errs, fmt.Errorf("value head size %d differs from key head size %d: not supported", v, c.HeadDim()))
+	}
+	if rd := geti(a+"rope.dimension_count", false); rd != 0 && c.Heads > 0 && rd != c.HeadDim() {
+		errs = append(errs, fmt.Errorf("partial RoPE (dimension_count %d, head dim %d) is not supported", rd, c.HeadDim()))
+	}
+	if st, ok := f.Get(a + "rope.scaling.type"); ok && st != "none" {
+		// linear / yarn / longrope change positions in ways this engine does
+		// not implement; Llama 3's scaling is the rope_freqs tensor instead.
+		errs = append(errs, fmt.Errorf("RoPE scaling %v is not supported (Llama 3 scaling, as rope_freqs.weight, is)", st))
+	}
+	// llama.cpp scales positions by 1/factor whatever the type says.
+	if fv := getf(a + "rope.scaling.factor"); fv != 0 && fv != 1 {
+		errs = append(errs, fmt.Errorf("RoPE scaling factor %v (linear position scaling) is not supported", fv))
 	}
 	if err := errors.Join(errs...); err != nil {
 		return c, err
@@ -284,7 +334,7 @@ func configFrom(f *gguf.File) (Config, error) {
 // Weights returns a float32 copy of the model's parameters (quantised tensors
 // dequantised), e.g. to continue training or to check an implementation.
 func (m *Model) Weights() *Weights {
-	w := &Weights{TokenEmbd: m.embd.float32s(), OutputNorm: clone(m.outNorm)}
+	w := &Weights{TokenEmbd: m.embd.float32s(), OutputNorm: clone(m.outNorm), RopeFreqs: cloneOrNil(m.ropeFreqs)}
 	if !m.tied {
 		w.Output = m.output.float32s()
 	}
@@ -292,12 +342,21 @@ func (m *Model) Weights() *Weights {
 		w.Layers = append(w.Layers, LayerWeights{
 			AttnNorm: clone(l.attnNorm), Q: l.q.float32s(), K: l.k.float32s(), V: l.v.float32s(), O: l.o.float32s(),
 			FFNNorm: clone(l.ffnNorm), Gate: l.gate.float32s(), Up: l.up.float32s(), Down: l.down.float32s(),
+			QBias: cloneOrNil(l.qBias), KBias: cloneOrNil(l.kBias), VBias: cloneOrNil(l.vBias),
+			QNorm: cloneOrNil(l.qNorm), KNorm: cloneOrNil(l.kNorm),
 		})
 	}
 	return w
 }
 
 func clone(v []float32) []float32 { return append([]float32(nil), v...) }
+
+func cloneOrNil(v []float32) []float32 {
+	if v == nil {
+		return nil
+	}
+	return clone(v)
+}
 
 // ValidateTokens reports the first token id outside the vocabulary, or a
 // sequence too long for the model's context.

@@ -332,7 +332,7 @@ func (e *Engine) advance(s *sequence, tok int32, now time.Time) {
 	if s.opt.onToken != nil {
 		s.opt.onToken()
 	}
-	if tok == e.m.tok.EOS() && !s.opt.IgnoreEOS {
+	if e.m.tok.IsEOG(tok) && !s.opt.IgnoreEOS {
 		e.complete(s, "stop")
 		return
 	}

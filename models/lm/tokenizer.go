@@ -2,7 +2,6 @@ package lm
 
 import (
 	"container/heap"
-	"errors"
 	"fmt"
 	"slices"
 	"sort"
@@ -16,7 +15,13 @@ import (
 // Tokenizer turns text into token ids and back. Encode never adds BOS; the
 // engine prepends it when the model asks for it (AddBOS).
 type Tokenizer interface {
+	// Encode is Tokenize(text, false).
 	Encode(text string) []int32
+	// Tokenize encodes text. User-defined tokens (added tokens that are not
+	// special) are always matched in the text, as llama.cpp and Hugging
+	// Face do; control tokens (<|eot_id|>, <s>) only when special is set,
+	// otherwise their text is encoded like any other.
+	Tokenize(text string, special bool) []int32
 	// Decode renders ids as text, dropping control tokens. Bytes that do not
 	// form valid UTF-8 become U+FFFD.
 	Decode(ids []int32) string
@@ -26,6 +31,10 @@ type Tokenizer interface {
 	Piece(id int32) []byte
 	BOS() int32
 	EOS() int32
+	// IsEOG reports whether id ends a generation: EOS, the end-of-turn token
+	// (tokenizer.ggml.eot_token_id), and the control tokens llama.cpp treats
+	// as turn ends by their text (<|eot_id|>, <|im_end|>, <|endoftext|>, …).
+	IsEOG(id int32) bool
 	AddBOS() bool
 	VocabSize() int
 }
@@ -45,34 +54,64 @@ const (
 	// TokenizerLlama is SentencePiece as llama.cpp runs it: pieces with scores,
 	// "▁" for spaces, and byte fallback through <0xXX> tokens.
 	TokenizerLlama = "llama"
-	// TokenizerByte is a plain byte vocabulary: every byte is one <0xXX> token,
-	// plus control tokens. What the project's own small models are trained with.
+	// TokenizerGPT2 is byte-level BPE (GPT-2, Llama 3, Qwen, SmolLM): a
+	// pre-tokenizer (TokenizerSpec.Pre) splits the text into words, whose
+	// bytes are merged by rank (TokenizerSpec.Merges).
+	TokenizerGPT2 = "gpt2"
+	// TokenizerByte is the project's first byte vocabulary: every byte is one
+	// <0xXX> token, plus control tokens. Files written before byte
+	// vocabularies became standard GGUF (ByteTokenizerSpec) carry it; they
+	// still load, with the same ids.
 	TokenizerByte = "byte"
 )
 
 // TokenizerSpec is a vocabulary as stored in GGUF metadata.
 type TokenizerSpec struct {
-	Model          string    // TokenizerLlama or TokenizerByte
-	Tokens         []string  // piece text; byte tokens are "<0xXX>"
+	Model          string    // TokenizerLlama, TokenizerGPT2 or TokenizerByte
+	Tokens         []string  // piece text; byte tokens are "<0xXX>"; gpt2 tokens in byte-level spelling
 	Scores         []float32 // merge priority (llama); nil = all zero
 	Types          []int32   // Token* types; nil = all normal
+	Merges         []string  // gpt2: "left right" token pairs, highest priority first
+	Pre            string    // gpt2: pre-tokenizer (PreLlama3, PreQwen2, PreGPT2, PreSmolLM)
 	BOS, EOS       int32
+	EOT            int32 // end of turn (<|eot_id|>, <|im_end|>); 0 or -1 = none
 	UNK            int32 // -1 = none
 	AddBOS         bool
-	AddSpacePrefix bool // llama: prepend a space before encoding, as SentencePiece does
+	AddSpacePrefix bool   // llama: prepend a space before encoding, as SentencePiece does
+	ChatTemplate   string // tokenizer.chat_template (Jinja); "" = the engine's own template
 }
 
 // ByteTokenizerSpec is the byte-level vocabulary: ids 0–255 are the bytes
-// themselves, 256 is BOS "<s>", 257 is EOS "</s>" (258 tokens).
+// themselves, 256 is BOS "<s>", 257 is EOS "</s>" (258 tokens). It is written
+// as a standard byte-level BPE vocabulary without merges (tokenizer.ggml.model
+// "gpt2", bytes in GPT-2's byte-level spelling), which llama.cpp encodes to
+// the same ids, whatever the pre-tokenizer splits, since every byte is a token.
 func ByteTokenizerSpec() TokenizerSpec {
-	s := TokenizerSpec{Model: TokenizerByte, BOS: 256, EOS: 257, UNK: -1, AddBOS: true}
+	s := TokenizerSpec{Model: TokenizerGPT2, Pre: PreGPT2, BOS: 256, EOS: 257, UNK: -1, AddBOS: true, Merges: []string{}}
 	for b := 0; b < 256; b++ {
-		s.Tokens = append(s.Tokens, fmt.Sprintf("<0x%02X>", b))
-		s.Types = append(s.Types, TokenByte)
+		s.Tokens = append(s.Tokens, string(byteToRune[b]))
+		s.Types = append(s.Types, TokenNormal)
 	}
 	s.Tokens = append(s.Tokens, "<s>", "</s>")
 	s.Types = append(s.Types, TokenControl, TokenControl)
 	return s
+}
+
+// IsByteVocab reports whether the spec is a byte vocabulary: ids 0–255 are
+// the bytes (ByteTokenizerSpec, padded or not, or the older "byte" model).
+func (s TokenizerSpec) IsByteVocab() bool {
+	switch {
+	case s.Model == TokenizerByte:
+		return true
+	case s.Model != TokenizerGPT2 || len(s.Merges) > 0 || len(s.Tokens) < 256:
+		return false
+	}
+	for b := 0; b < 256; b++ {
+		if s.Tokens[b] != string(byteToRune[b]) {
+			return false
+		}
+	}
+	return true
 }
 
 // PaddedByteTokenizerSpec is ByteTokenizerSpec padded with unused tokens to
@@ -89,12 +128,25 @@ func PaddedByteTokenizerSpec(vocab int) (TokenizerSpec, error) {
 	return s, nil
 }
 
+func unsupportedModel(m string) error {
+	return fmt.Errorf("tokenizer: unsupported tokenizer model %q (supported: %s, %s, %s)", m, TokenizerLlama, TokenizerGPT2, TokenizerByte)
+}
+
 // Validate checks the spec against a model's vocabulary size.
 func (s TokenizerSpec) Validate(vocab int) error {
+	if err := s.checkFields(vocab); err != nil {
+		return err
+	}
+	_, err := s.Build()
+	return err
+}
+
+// checkFields is Validate less building the tokenizer.
+func (s TokenizerSpec) checkFields(vocab int) error {
 	switch s.Model {
-	case TokenizerLlama, TokenizerByte:
+	case TokenizerLlama, TokenizerGPT2, TokenizerByte:
 	default:
-		return fmt.Errorf("tokenizer: unsupported tokenizer model %q (supported: %s, %s)", s.Model, TokenizerLlama, TokenizerByte)
+		return unsupportedModel(s.Model)
 	}
 	if len(s.Tokens) != vocab {
 		return fmt.Errorf("tokenizer: %d tokens for a vocabulary of %d", len(s.Tokens), vocab)
@@ -112,31 +164,68 @@ func (s TokenizerSpec) Validate(vocab int) error {
 	if s.UNK != -1 && !in(s.UNK) {
 		return fmt.Errorf("tokenizer: UNK %d outside the vocabulary", s.UNK)
 	}
-	_, err := s.Build()
-	return err
+	if s.EOT > 0 && !in(s.EOT) {
+		return fmt.Errorf("tokenizer: EOT %d outside the vocabulary", s.EOT)
+	}
+	return nil
 }
 
-func (s TokenizerSpec) kvs() []gguf.KV {
-	kv := []gguf.KV{
-		{Key: "tokenizer.ggml.model", Value: s.Model},
-		{Key: "tokenizer.ggml.tokens", Value: s.Tokens},
+func (s TokenizerSpec) typeOf(i int) int32 {
+	if s.Types == nil {
+		return TokenNormal
 	}
+	return s.Types[i]
+}
+
+// GGUF metadata keys of the tokenizer, as llama.cpp names them.
+const (
+	keyTokModel        = "tokenizer.ggml.model"
+	keyTokPre          = "tokenizer.ggml.pre"
+	keyTokTokens       = "tokenizer.ggml.tokens"
+	keyTokScores       = "tokenizer.ggml.scores"
+	keyTokTypes        = "tokenizer.ggml.token_type"
+	keyTokMerges       = "tokenizer.ggml.merges"
+	keyTokBOS          = "tokenizer.ggml.bos_token_id"
+	keyTokEOS          = "tokenizer.ggml.eos_token_id"
+	keyTokEOT          = "tokenizer.ggml.eot_token_id"
+	keyTokUNK          = "tokenizer.ggml.unknown_token_id"
+	keyTokAddBOS       = "tokenizer.ggml.add_bos_token"
+	keyTokSpacePrefix  = "tokenizer.ggml.add_space_prefix"
+	keyTokChatTemplate = "tokenizer.chat_template"
+)
+
+func (s TokenizerSpec) kvs() []gguf.KV {
+	kv := []gguf.KV{{Key: keyTokModel, Value: s.Model}}
+	if s.Model == TokenizerGPT2 {
+		kv = append(kv, gguf.KV{Key: keyTokPre, Value: s.Pre})
+	}
+	kv = append(kv, gguf.KV{Key: keyTokTokens, Value: s.Tokens})
 	if s.Scores != nil {
-		kv = append(kv, gguf.KV{Key: "tokenizer.ggml.scores", Value: s.Scores})
+		kv = append(kv, gguf.KV{Key: keyTokScores, Value: s.Scores})
 	}
 	if s.Types != nil {
-		kv = append(kv, gguf.KV{Key: "tokenizer.ggml.token_type", Value: s.Types})
+		kv = append(kv, gguf.KV{Key: keyTokTypes, Value: s.Types})
+	}
+	if s.Model == TokenizerGPT2 {
+		// llama.cpp requires the key for gpt2 vocabularies, even empty.
+		kv = append(kv, gguf.KV{Key: keyTokMerges, Value: append([]string{}, s.Merges...)})
 	}
 	kv = append(kv,
-		gguf.KV{Key: "tokenizer.ggml.bos_token_id", Value: uint32(s.BOS)},
-		gguf.KV{Key: "tokenizer.ggml.eos_token_id", Value: uint32(s.EOS)},
-		gguf.KV{Key: "tokenizer.ggml.add_bos_token", Value: s.AddBOS},
+		gguf.KV{Key: keyTokBOS, Value: uint32(s.BOS)},
+		gguf.KV{Key: keyTokEOS, Value: uint32(s.EOS)},
+		gguf.KV{Key: keyTokAddBOS, Value: s.AddBOS},
 	)
+	if s.EOT > 0 {
+		kv = append(kv, gguf.KV{Key: keyTokEOT, Value: uint32(s.EOT)})
+	}
 	if s.UNK >= 0 {
-		kv = append(kv, gguf.KV{Key: "tokenizer.ggml.unknown_token_id", Value: uint32(s.UNK)})
+		kv = append(kv, gguf.KV{Key: keyTokUNK, Value: uint32(s.UNK)})
 	}
 	if s.Model == TokenizerLlama {
-		kv = append(kv, gguf.KV{Key: "tokenizer.ggml.add_space_prefix", Value: s.AddSpacePrefix})
+		kv = append(kv, gguf.KV{Key: keyTokSpacePrefix, Value: s.AddSpacePrefix})
+	}
+	if s.ChatTemplate != "" {
+		kv = append(kv, gguf.KV{Key: keyTokChatTemplate, Value: s.ChatTemplate})
 	}
 	return kv
 }
@@ -144,28 +233,49 @@ func (s TokenizerSpec) kvs() []gguf.KV {
 // tokenizerSpecFrom reads tokenizer.ggml.* metadata.
 func tokenizerSpecFrom(f *gguf.File) (TokenizerSpec, error) {
 	var s TokenizerSpec
-	m, ok := f.Get("tokenizer.ggml.model")
+	m, ok := f.Get(keyTokModel)
 	if !ok {
-		return s, errors.New("tokenizer: tokenizer.ggml.model missing")
+		return s, fmt.Errorf("tokenizer: %s missing", keyTokModel)
 	}
 	if s.Model, ok = m.(string); !ok {
-		return s, fmt.Errorf("tokenizer: tokenizer.ggml.model is %T, want string", m)
+		return s, fmt.Errorf("tokenizer: %s is %T, want string", keyTokModel, m)
 	}
-	if s.Model != TokenizerLlama && s.Model != TokenizerByte {
-		return s, fmt.Errorf("tokenizer: unsupported tokenizer model %q (supported: %s, %s)", s.Model, TokenizerLlama, TokenizerByte)
+	switch s.Model {
+	case TokenizerLlama, TokenizerGPT2, TokenizerByte:
+	default:
+		return s, unsupportedModel(s.Model)
 	}
-	toks, _ := f.Get("tokenizer.ggml.tokens")
+	toks, _ := f.Get(keyTokTokens)
 	if s.Tokens, ok = toks.([]string); !ok {
-		return s, fmt.Errorf("tokenizer: tokenizer.ggml.tokens is %T, want a string array", toks)
+		return s, fmt.Errorf("tokenizer: %s is %T, want a string array", keyTokTokens, toks)
 	}
-	if v, ok := f.Get("tokenizer.ggml.scores"); ok {
+	if v, ok := f.Get(keyTokScores); ok {
 		if s.Scores, ok = v.([]float32); !ok {
-			return s, fmt.Errorf("tokenizer: tokenizer.ggml.scores is %T, want a float32 array", v)
+			return s, fmt.Errorf("tokenizer: %s is %T, want a float32 array", keyTokScores, v)
 		}
 	}
-	if v, ok := f.Get("tokenizer.ggml.token_type"); ok {
+	if v, ok := f.Get(keyTokTypes); ok {
 		if s.Types, ok = v.([]int32); !ok {
-			return s, fmt.Errorf("tokenizer: tokenizer.ggml.token_type is %T, want an int32 array", v)
+			return s, fmt.Errorf("tokenizer: %s is %T, want an int32 array", keyTokTypes, v)
+		}
+	}
+	if s.Model == TokenizerGPT2 {
+		v, ok := f.Get(keyTokMerges)
+		if !ok {
+			return s, fmt.Errorf("tokenizer: %s missing (a gpt2 vocabulary needs it)", keyTokMerges)
+		}
+		if s.Merges, ok = v.([]string); !ok {
+			return s, fmt.Errorf("tokenizer: %s is %T, want a string array", keyTokMerges, v)
+		}
+		if v, ok := f.Get(keyTokPre); ok {
+			if s.Pre, ok = v.(string); !ok {
+				return s, fmt.Errorf("tokenizer: %s is %T, want a string", keyTokPre, v)
+			}
+		}
+	}
+	if v, ok := f.Get(keyTokChatTemplate); ok {
+		if s.ChatTemplate, ok = v.(string); !ok {
+			return s, fmt.Errorf("tokenizer: %s is %T, want a string", keyTokChatTemplate, v)
 		}
 	}
 	id := func(key string, def int32) (int32, error) {
@@ -177,24 +287,30 @@ func tokenizerSpecFrom(f *gguf.File) (TokenizerSpec, error) {
 		if err != nil {
 			return 0, fmt.Errorf("tokenizer: %s: %w", key, err)
 		}
+		if n > 1<<31-1 {
+			return 0, fmt.Errorf("tokenizer: %s: %d is not a token id", key, n)
+		}
 		return int32(n), nil
 	}
 	var err error
-	if s.BOS, err = id("tokenizer.ggml.bos_token_id", 1); err != nil {
+	if s.BOS, err = id(keyTokBOS, 1); err != nil {
 		return s, err
 	}
-	if s.EOS, err = id("tokenizer.ggml.eos_token_id", 2); err != nil {
+	if s.EOS, err = id(keyTokEOS, 2); err != nil {
 		return s, err
 	}
-	if s.UNK, err = id("tokenizer.ggml.unknown_token_id", -1); err != nil {
+	if s.EOT, err = id(keyTokEOT, -1); err != nil {
+		return s, err
+	}
+	if s.UNK, err = id(keyTokUNK, -1); err != nil {
 		return s, err
 	}
 	s.AddBOS = true
-	if v, ok := f.Get("tokenizer.ggml.add_bos_token"); ok {
+	if v, ok := f.Get(keyTokAddBOS); ok {
 		s.AddBOS, _ = v.(bool)
 	}
 	s.AddSpacePrefix = s.Model == TokenizerLlama
-	if v, ok := f.Get("tokenizer.ggml.add_space_prefix"); ok {
+	if v, ok := f.Get(keyTokSpacePrefix); ok {
 		s.AddSpacePrefix, _ = v.(bool)
 	}
 	return s, nil
@@ -203,23 +319,31 @@ func tokenizerSpecFrom(f *gguf.File) (TokenizerSpec, error) {
 // buildFor checks the spec against a model's vocabulary size, then builds it:
 // what every model constructor needs before it can hold a tokenizer.
 func (s TokenizerSpec) buildFor(vocab int) (Tokenizer, error) {
-	if err := s.Validate(vocab); err != nil {
+	if err := s.checkFields(vocab); err != nil {
 		return nil, err
 	}
 	return s.Build()
 }
 
+// eogTexts are the control tokens llama.cpp also ends a generation at, by
+// their text, whatever the metadata's EOS says (a base model's EOS is
+// <|end_of_text|> while its chat template ends turns with <|eot_id|>).
+var eogTexts = map[string]bool{
+	"<|eot_id|>": true, "<|im_end|>": true, "<|end|>": true, "<end_of_turn>": true,
+	"<|endoftext|>": true, "<|end_of_text|>": true, "<|eom_id|>": true, "<EOT>": true, "_<EOT>": true,
+}
+
 // Build makes the tokenizer a spec describes.
 func (s TokenizerSpec) Build() (Tokenizer, error) {
-	v := &vocab{spec: s, pieces: make([][]byte, len(s.Tokens))}
+	v := &vocab{spec: s, pieces: make([][]byte, len(s.Tokens)), eog: map[int32]bool{s.EOS: true}, special: map[byte][]specialToken{}}
+	if s.EOT > 0 {
+		v.eog[s.EOT] = true
+	}
 	for b := range v.byteID {
 		v.byteID[b] = -1
 	}
 	for i, t := range s.Tokens {
-		typ := TokenNormal
-		if s.Types != nil {
-			typ = s.Types[i]
-		}
+		typ := s.typeOf(i)
 		switch typ {
 		case TokenByte:
 			b, ok := parseByteToken(t)
@@ -232,9 +356,25 @@ func (s TokenizerSpec) Build() (Tokenizer, error) {
 			v.pieces[i] = []byte{b}
 		case TokenControl, TokenUnused:
 			// Control tokens render as nothing: <s> must not appear in output.
+		case TokenUserDefined:
+			v.pieces[i] = []byte(t)
 		default:
-			v.pieces[i] = []byte(strings.ReplaceAll(t, "▁", " "))
+			if s.Model == TokenizerGPT2 {
+				v.pieces[i] = unByteLevel(t)
+			} else {
+				v.pieces[i] = []byte(strings.ReplaceAll(t, "▁", " "))
+			}
 		}
+		if (typ == TokenControl || typ == TokenUserDefined || typ == TokenUnknown) && t != "" {
+			v.special[t[0]] = append(v.special[t[0]], specialToken{text: t, id: int32(i), always: typ == TokenUserDefined})
+			if typ == TokenControl && eogTexts[t] {
+				v.eog[int32(i)] = true
+			}
+		}
+	}
+	for _, l := range v.special {
+		// Longest first, so the first match at a position is the longest.
+		slices.SortStableFunc(l, func(a, b specialToken) int { return len(b.text) - len(a.text) })
 	}
 	switch s.Model {
 	case TokenizerByte:
@@ -243,23 +383,28 @@ func (s TokenizerSpec) Build() (Tokenizer, error) {
 				return nil, fmt.Errorf("tokenizer: byte vocabulary lacks a token for byte %#02x", b)
 			}
 		}
-		return &byteTokenizer{v}, nil
+		v.frag = &byteTokenizer{v}
 	case TokenizerLlama:
 		t := &spmTokenizer{vocab: v, ids: make(map[string]int32, len(s.Tokens))}
 		for i, tok := range s.Tokens {
-			typ := TokenNormal
-			if s.Types != nil {
-				typ = s.Types[i]
-			}
+			typ := s.typeOf(i)
 			if typ == TokenNormal || typ == TokenUserDefined || typ == TokenUnknown {
 				if _, dup := t.ids[tok]; !dup {
 					t.ids[tok] = int32(i)
 				}
 			}
 		}
-		return t, nil
+		v.frag = t
+	case TokenizerGPT2:
+		t, err := newBPE(v, s)
+		if err != nil {
+			return nil, err
+		}
+		v.frag = t
+	default:
+		return nil, unsupportedModel(s.Model)
 	}
-	return nil, fmt.Errorf("tokenizer: unsupported tokenizer model %q (supported: %s, %s)", s.Model, TokenizerLlama, TokenizerByte)
+	return v, nil
 }
 
 func parseByteToken(t string) (byte, bool) {
@@ -270,17 +415,36 @@ func parseByteToken(t string) (byte, bool) {
 	return byte(n), err == nil
 }
 
-// vocab is what both tokenizers share: pieces for decoding and special ids.
+// vocab is what every tokenizer shares: pieces for decoding, special ids,
+// and the split of text at special and user-defined tokens; frag encodes
+// the plain text between them.
 type vocab struct {
-	spec   TokenizerSpec
-	pieces [][]byte
-	byteID [256]int32
+	spec    TokenizerSpec
+	pieces  [][]byte
+	byteID  [256]int32
+	eog     map[int32]bool
+	special map[byte][]specialToken // by first byte, longest first
+	frag    fragmentEncoder
 }
 
-func (v *vocab) BOS() int32     { return v.spec.BOS }
-func (v *vocab) EOS() int32     { return v.spec.EOS }
-func (v *vocab) AddBOS() bool   { return v.spec.AddBOS }
-func (v *vocab) VocabSize() int { return len(v.pieces) }
+// fragmentEncoder encodes text that holds no special token. afterSpecial is
+// true at the start of the text and right after a special token (where
+// SentencePiece adds its space prefix).
+type fragmentEncoder interface {
+	encodeFragment(text string, afterSpecial bool, out []int32) []int32
+}
+
+type specialToken struct {
+	text   string
+	id     int32
+	always bool // user-defined: matched even without special parsing
+}
+
+func (v *vocab) BOS() int32          { return v.spec.BOS }
+func (v *vocab) EOS() int32          { return v.spec.EOS }
+func (v *vocab) IsEOG(id int32) bool { return v.eog[id] }
+func (v *vocab) AddBOS() bool        { return v.spec.AddBOS }
+func (v *vocab) VocabSize() int      { return len(v.pieces) }
 
 func (v *vocab) Piece(id int32) []byte {
 	if id < 0 || int(id) >= len(v.pieces) {
@@ -300,12 +464,37 @@ func (v *vocab) Decode(ids []int32) string {
 	return strings.ToValidUTF8(string(b), "\uFFFD")
 }
 
+func (v *vocab) Encode(text string) []int32 { return v.Tokenize(text, false) }
+
+// Tokenize splits text at special tokens (leftmost, longest first) and
+// encodes the text between them, as llama.cpp's tokenizer_st_partition does.
+func (v *vocab) Tokenize(text string, special bool) []int32 {
+	var out []int32
+	after, start := true, 0
+	for i := 0; i < len(text); i++ {
+		for _, st := range v.special[text[i]] {
+			if (special || st.always) && strings.HasPrefix(text[i:], st.text) {
+				if start < i {
+					out = v.frag.encodeFragment(text[start:i], after, out)
+				}
+				out = append(out, st.id)
+				after, start = true, i+len(st.text)
+				i = start - 1
+				break
+			}
+		}
+	}
+	if start < len(text) {
+		out = v.frag.encodeFragment(text[start:], after, out)
+	}
+	return out
+}
+
 type byteTokenizer struct{ *vocab }
 
-func (t *byteTokenizer) Encode(text string) []int32 {
-	out := make([]int32, len(text))
+func (t *byteTokenizer) encodeFragment(text string, _ bool, out []int32) []int32 {
 	for i := 0; i < len(text); i++ {
-		out[i] = t.byteID[text[i]]
+		out = append(out, t.byteID[text[i]])
 	}
 	return out
 }
@@ -348,11 +537,11 @@ func (q *bigramQueue) Pop() any {
 	return x
 }
 
-func (t *spmTokenizer) Encode(text string) []int32 {
+func (t *spmTokenizer) encodeFragment(text string, afterSpecial bool, out []int32) []int32 {
 	if text == "" {
-		return nil
+		return out
 	}
-	if t.spec.AddSpacePrefix {
+	if t.spec.AddSpacePrefix && afterSpecial {
 		text = " " + text
 	}
 	text = strings.ReplaceAll(text, " ", "▁")
@@ -391,7 +580,6 @@ func (t *spmTokenizer) Encode(text string) []int32 {
 		try(l.prev, b.left)
 		try(b.left, l.next)
 	}
-	var out []int32
 	for i := 0; i >= 0; i = syms[i].next {
 		s := syms[i].text
 		if id, ok := t.ids[s]; ok {

@@ -8,6 +8,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/phaseless/phaseless/models/lm/gguf"
+	"github.com/phaseless/phaseless/transport/llm"
 )
 
 // spmSpec is a small SentencePiece vocabulary: control tokens, byte fallback
@@ -140,9 +141,9 @@ func TestUnsupportedTokenizerIsClearError(t *testing.T) {
 	cfg := tinyConfig()
 	w, _ := RandomWeights(cfg, 1)
 	spec := ByteTokenizerSpec()
-	spec.Model = "gpt2"
+	spec.Model = "rwkv"
 	var buf bytes.Buffer
-	if err := WriteGGUF(&buf, cfg, spec, w, nil, F32); err == nil || !strings.Contains(err.Error(), `unsupported tokenizer model "gpt2"`) {
+	if err := WriteGGUF(&buf, cfg, spec, w, nil, F32); err == nil || !strings.Contains(err.Error(), `unsupported tokenizer model "rwkv"`) {
 		t.Fatalf("writer: %v", err)
 	}
 	// A file written by another tool with that tokenizer fails on load.
@@ -151,9 +152,9 @@ func TestUnsupportedTokenizerIsClearError(t *testing.T) {
 	if err := WriteGGUF(&buf, cfg, good, w, nil, F32); err != nil {
 		t.Fatal(err)
 	}
-	raw := bytes.Replace(buf.Bytes(), []byte("\x04\x00\x00\x00\x00\x00\x00\x00byte"), []byte("\x04\x00\x00\x00\x00\x00\x00\x00gpt2"), 1)
+	raw := bytes.Replace(buf.Bytes(), []byte("\x04\x00\x00\x00\x00\x00\x00\x00gpt2"), []byte("\x04\x00\x00\x00\x00\x00\x00\x00rwkv"), 1)
 	_, err := Read(bytes.NewReader(raw), int64(len(raw)))
-	if err == nil || !strings.Contains(err.Error(), `unsupported tokenizer model "gpt2"`) {
+	if err == nil || !strings.Contains(err.Error(), `unsupported tokenizer model "rwkv"`) {
 		t.Fatalf("load: %v", err)
 	}
 }
@@ -196,6 +197,19 @@ func FuzzReadModel(f *testing.F) {
 		f.Fatal(err)
 	}
 	f.Add(buf.Bytes())
+	// A qwen3 file with a BPE vocabulary, special tokens and a chat template.
+	q := Config{Arch: ArchQwen3, Vocab: 300, Dim: 32, Layers: 1, Heads: 2, KVHeads: 1, HeadSize: 8, FFN: 32, ContextLen: 16}
+	qw, _ := RandomWeights(q, 1)
+	spec, _ := PaddedByteTokenizerSpec(300)
+	spec.Tokens[258], spec.Types[258] = "<|im_end|>", TokenControl
+	spec.Merges = []string{"h e"}
+	spec.Tokens[259], spec.Types[259] = "he", TokenNormal
+	spec.ChatTemplate = "{% for m in messages %}{{ m.content }}<|im_end|>{% endfor %}"
+	buf.Reset()
+	if err := WriteGGUF(&buf, q, spec, qw, nil, F32); err != nil {
+		f.Fatal(err)
+	}
+	f.Add(buf.Bytes())
 	f.Fuzz(func(t *testing.T, b []byte) {
 		m, err := Read(bytes.NewReader(b), int64(len(b)))
 		if err != nil {
@@ -205,5 +219,6 @@ func FuzzReadModel(f *testing.F) {
 			return // accepted but too big to run in a fuzz iteration
 		}
 		m.Logits([]int32{0})
+		m.ChatTokens([]llm.Message{{Role: "user", Content: "hello <|im_end|>"}})
 	})
 }

@@ -5,6 +5,7 @@ import (
 	"io"
 	"math"
 	"math/rand/v2"
+	"strings"
 
 	"github.com/phaseless/phaseless/models/lm/gguf"
 )
@@ -29,6 +30,9 @@ type Weights struct {
 	Layers     []LayerWeights
 	OutputNorm []float32 // [Dim]
 	Output     []float32 // [Vocab][Dim]; nil ties the head to TokenEmbd
+	// RopeFreqs divides each RoPE frequency (rope_freqs.weight, [HeadDim/2]):
+	// Llama 3's RoPE scaling (Llama3RopeFreqs); nil = none.
+	RopeFreqs []float32
 }
 
 // LayerWeights are one transformer block's parameters.
@@ -42,6 +46,11 @@ type LayerWeights struct {
 	Gate     []float32 // [FFN][Dim]
 	Up       []float32 // [FFN][Dim]
 	Down     []float32 // [Dim][FFN]
+
+	// qwen2 only: projection biases.
+	QBias, KBias, VBias []float32 // [Heads·HeadDim], [KVHeads·HeadDim] ×2
+	// qwen3 only: per-head RMSNorm weights of q and k.
+	QNorm, KNorm []float32 // [HeadDim]
 }
 
 // tensorSpec is one named tensor of a model: its GGUF name, rows × cols, and
@@ -75,10 +84,12 @@ func (w *Weights) specs(cfg Config) []tensorSpec {
 			tensorSpec{p + "ffn_up.weight", cfg.FFN, d, &l.Up, false},
 			tensorSpec{p + "ffn_down.weight", d, cfg.FFN, &l.Down, false},
 		)
+		s = append(s, cfg.layerExtras(p, l, q, kv)...)
 	}
 	return append(s,
 		tensorSpec{"output_norm.weight", 1, d, &w.OutputNorm, false},
-		tensorSpec{"output.weight", cfg.Vocab, d, &w.Output, true})
+		tensorSpec{"output.weight", cfg.Vocab, d, &w.Output, true},
+		tensorSpec{"rope_freqs.weight", 1, hd / 2, &w.RopeFreqs, true})
 }
 
 // Check reports the first tensor whose length does not match cfg.
@@ -111,8 +122,15 @@ func RandomWeights(cfg Config, seed uint64) (*Weights, error) {
 	rng := rand.New(rand.NewPCG(seed, 0x9e3779b97f4a7c15))
 	w := &Weights{}
 	for _, s := range w.specs(cfg) {
+		if s.name == "rope_freqs.weight" {
+			continue // not a learned weight: Llama3RopeFreqs
+		}
 		v := make([]float32, s.rows*s.cols)
-		if s.rows == 1 {
+		if strings.HasSuffix(s.name, ".bias") {
+			for i := range v {
+				v[i] = 0.1 * float32(rng.NormFloat64())
+			}
+		} else if s.rows == 1 {
 			for i := range v {
 				v[i] = 1 + 0.1*float32(rng.NormFloat64())
 			}
@@ -132,7 +150,7 @@ const (
 	keyArch = "general.architecture"
 )
 
-// WriteGGUF writes a llama-architecture GGUF v3 file: cfg as llama.* metadata,
+// WriteGGUF writes a GGUF v3 file of cfg's architecture: cfg as {arch}.* metadata,
 // tok as tokenizer.ggml.*, any extra meta (keys such as "general.name"; values
 // of GGUF scalar or slice types), and every weight encoded as dtype (norm
 // vectors always stay F32, as llama.cpp does). Q8_0 needs Dim and FFN to be
@@ -145,20 +163,28 @@ func WriteGGUF(w io.Writer, cfg Config, tok TokenizerSpec, weights *Weights, met
 	if err := tok.Validate(cfg.Vocab); err != nil {
 		return fmt.Errorf("write gguf: %w", err)
 	}
+	a := cfg.arch()
 	kvs := []gguf.KV{
-		{Key: keyArch, Value: "llama"},
-		{Key: "llama.context_length", Value: uint32(cfg.ContextLen)},
-		{Key: "llama.embedding_length", Value: uint32(cfg.Dim)},
-		{Key: "llama.block_count", Value: uint32(cfg.Layers)},
-		{Key: "llama.feed_forward_length", Value: uint32(cfg.FFN)},
-		{Key: "llama.attention.head_count", Value: uint32(cfg.Heads)},
-		{Key: "llama.attention.head_count_kv", Value: uint32(cfg.KVHeads)},
-		{Key: "llama.rope.dimension_count", Value: uint32(cfg.HeadDim())},
-		{Key: "llama.rope.freq_base", Value: float32(cfg.RopeTheta)},
-		{Key: "llama.attention.layer_norm_rms_epsilon", Value: float32(cfg.NormEps)},
-		{Key: "llama.vocab_size", Value: uint32(cfg.Vocab)},
-		{Key: "general.file_type", Value: fileType(dtype)},
+		{Key: keyArch, Value: a},
+		{Key: a + ".context_length", Value: uint32(cfg.ContextLen)},
+		{Key: a + ".embedding_length", Value: uint32(cfg.Dim)},
+		{Key: a + ".block_count", Value: uint32(cfg.Layers)},
+		{Key: a + ".feed_forward_length", Value: uint32(cfg.FFN)},
+		{Key: a + ".attention.head_count", Value: uint32(cfg.Heads)},
+		{Key: a + ".attention.head_count_kv", Value: uint32(cfg.KVHeads)},
 	}
+	if cfg.HeadSize > 0 || a == ArchQwen3 {
+		kvs = append(kvs,
+			gguf.KV{Key: a + ".attention.key_length", Value: uint32(cfg.HeadDim())},
+			gguf.KV{Key: a + ".attention.value_length", Value: uint32(cfg.HeadDim())})
+	}
+	kvs = append(kvs,
+		gguf.KV{Key: a + ".rope.dimension_count", Value: uint32(cfg.HeadDim())},
+		gguf.KV{Key: a + ".rope.freq_base", Value: float32(cfg.RopeTheta)},
+		gguf.KV{Key: a + ".attention.layer_norm_rms_epsilon", Value: float32(cfg.NormEps)},
+		gguf.KV{Key: a + ".vocab_size", Value: uint32(cfg.Vocab)},
+		gguf.KV{Key: "general.file_type", Value: fileType(dtype)},
+	)
 	kvs = append(kvs, tok.kvs()...)
 	for _, k := range sortedKeys(meta) {
 		if hasKey(kvs, k) {

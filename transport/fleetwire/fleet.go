@@ -97,12 +97,23 @@ func ValidateDeviceID(id string) error {
 // Status is the retained device status, also set as the MQTT last will with
 // State "offline".
 type Status struct {
-	DeviceID string    `json:"device_id"`
-	State    string    `json:"state"` // online | offline
-	Version  string    `json:"version"`
-	Slot     string    `json:"slot,omitempty"` // active OTA slot: a | b
-	Board    string    `json:"board,omitempty"`
-	Time     time.Time `json:"time"`
+	DeviceID string `json:"device_id"`
+	State    string `json:"state"` // online | offline
+	Version  string `json:"version"`
+	Slot     string `json:"slot,omitempty"` // active OTA slot: a | b
+	Board    string `json:"board,omitempty"`
+	// Artifacts are the versions of what the device runs, by artifact kind
+	// (agent: the slot's bundle version; predictor; model), so a rollout
+	// can tell an installed update from one that rolled back.
+	Artifacts map[string]string `json:"artifacts,omitempty"`
+	// RolledBack names, by kind, an update the device installed and then
+	// abandoned because it failed on trial (its boot supervisor rolled
+	// back), so a rollout counts it as failed without waiting.
+	RolledBack map[string]string `json:"rolled_back,omitempty"`
+	// Trial is set while the device runs an agent slot on trial: booted,
+	// not yet committed by its supervisor. A rollout waits for it to clear.
+	Trial bool      `json:"trial,omitempty"`
+	Time  time.Time `json:"time"`
 }
 
 // Record is one telemetry record as it travels; Data is the record body

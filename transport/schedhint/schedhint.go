@@ -54,17 +54,19 @@ type Reason uint8
 
 // Reasons, in the order the rules policy tries them.
 const (
-	ReasonLeastLoad  Reason = iota // least loaded worker of the chosen pool
-	ReasonPrefix                   // a worker already holds the prompt's prefix
-	ReasonKVFaults                 // the chosen pool was thrashing its KV cache; moved on
-	ReasonOverloaded               // every pool was faulting or full; least load anywhere
-	ReasonRoundRobin               // round-robin baseline
-	ReasonFallback                 // retry on the conservative pool after an overload
-	ReasonFIFO                     // circuit breaker open: plain FIFO, least load
+	ReasonLeastLoad     Reason = iota // least loaded worker of the chosen pool
+	ReasonPrefix                      // a worker already holds the prompt's prefix
+	ReasonKVFaults                    // the chosen pool was thrashing its KV cache; moved on
+	ReasonOverloaded                  // every pool was faulting or full; least load anywhere
+	ReasonRoundRobin                  // round-robin baseline
+	ReasonFallback                    // retry on the conservative pool after an overload
+	ReasonFIFO                        // circuit breaker open: plain FIFO, least load
+	ReasonScore                       // highest weighted score (llm-d baseline)
+	ReasonDeclaredPhase               // the client's declared phase picked the pool (explicit-phases baseline)
 	NumReasons
 )
 
-var reasonNames = [NumReasons]string{"least-load", "prefix-affinity", "kv-faults", "overloaded", "round-robin", "fallback", "fifo"}
+var reasonNames = [NumReasons]string{"least-load", "prefix-affinity", "kv-faults", "overloaded", "round-robin", "fallback", "fifo", "score", "declared-phase"}
 
 func (r Reason) String() string {
 	if r < NumReasons {
@@ -82,6 +84,8 @@ const (
 	PolicyRoundRobin
 	PolicyLeastLoaded
 	PolicyFIFO
+	PolicyLLMD
+	PolicyExplicitPhases
 )
 
 // VectorLen is the byte length of a quantized decision vector.

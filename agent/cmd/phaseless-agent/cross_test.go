@@ -31,8 +31,10 @@ const sizeBudget = 23 << 20
 
 // agentTags drops net/http's bundled HTTP/2 from the device build (0.5 MiB):
 // the local API is plain HTTP/1.1 on loopback or a Unix socket, and the
-// uplink is QUIC. The Makefile builds the agent with the same tags.
-const agentTags = "nethttpomithttp2"
+// uplink is QUIC. lm_nojinja leaves out the Jinja engine that renders
+// models' own chat templates (2.5 MiB). The Makefile's cross target builds
+// with the same tags (DEVICE_TAGS).
+const agentTags = "nethttpomithttp2,lm_nojinja"
 
 type board struct {
 	name, goarch, goarm, qemu string

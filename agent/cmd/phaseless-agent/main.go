@@ -24,6 +24,10 @@ func main() {
 		Validate: cfg.Validate,
 		Fields:   cfg.Fields(),
 		Commands: []*cli.Command{{
+			Name:    "supervise",
+			Summary: "boot supervisor: run the agent of the A/B slot the OTA state names, commit a healthy update, roll back a failing one",
+			Run:     agent.Supervise,
+		}, {
 			Name:    "selfcheck",
 			Summary: "check storage, crypto and the engine on this board, then exit",
 			Run: func(ctx context.Context, cio cli.IO, _ []string) error {

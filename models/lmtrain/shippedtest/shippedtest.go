@@ -22,7 +22,7 @@ func CheckShapeAndProvenance(t *testing.T, m *lm.Model, name string) int {
 	t.Helper()
 	c := m.Config
 	params := 2*c.Vocab*c.Dim + c.Dim + c.Layers*(2*c.Dim+2*c.Dim*c.Heads*c.HeadDim()+2*c.Dim*c.KVHeads*c.HeadDim()+3*c.Dim*c.FFN)
-	if spec := m.TokenizerSpec(); spec.Model != lm.TokenizerByte {
+	if spec := m.TokenizerSpec(); !spec.IsByteVocab() {
 		t.Errorf("tokenizer %q, want byte-level", spec.Model)
 	}
 	if m.Meta["general.name"] != name {

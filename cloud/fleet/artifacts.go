@@ -1,0 +1,135 @@
+package fleet
+
+import (
+	"bytes"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"path/filepath"
+
+	bolt "go.etcd.io/bbolt"
+
+	"github.com/phaseless/phaseless/firmware"
+)
+
+// ErrUnknownArtifact is returned for an artifact id the store does not hold.
+var ErrUnknownArtifact = errors.New("unknown artifact")
+
+// maxArtifact bounds an upload; devices bound their download the same way.
+const maxArtifact = 1 << 30
+
+// PutArtifact stores a bundle read from r. Its manifest is parsed (and, with
+// Config.OTAPub, its signature checked, so a bundle devices would refuse is
+// refused here first); storing the same bundle twice returns the same id.
+func (m *Manager) PutArtifact(r io.Reader) (*ArtifactInfo, error) {
+	dir := filepath.Join(m.cfg.DataDir, "artifacts")
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return nil, err
+	}
+	tmp, err := os.CreateTemp(dir, "upload-*")
+	if err != nil {
+		return nil, err
+	}
+	defer os.Remove(tmp.Name()) // after the rename this removes nothing
+	h := sha256.New()
+	var head bytes.Buffer // the manifest is in the first MiB
+	n, err := io.Copy(io.MultiWriter(tmp, h, &limitWriter{w: &head, n: 2 << 20}), io.LimitReader(r, maxArtifact+1))
+	if err == nil {
+		err = tmp.Sync()
+	}
+	if cerr := tmp.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		return nil, fmt.Errorf("store artifact: %w", err)
+	}
+	if n > maxArtifact {
+		return nil, fmt.Errorf("%w: artifact larger than %d bytes", ErrBadRequest, int64(maxArtifact))
+	}
+	man, err := firmware.Inspect(&head, m.cfg.OTAPub)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %v", ErrBadRequest, err)
+	}
+	info := &ArtifactInfo{
+		ID: hex.EncodeToString(h.Sum(nil)), Kind: man.ArtifactKind(), Version: man.Version, Board: man.Board,
+		Size: n, Verified: m.cfg.OTAPub != nil, Stored: m.now(),
+	}
+	if err := os.Rename(tmp.Name(), m.artifactPath(info.ID)); err != nil {
+		return nil, err
+	}
+	v, _ := json.Marshal(info)
+	err = m.st.db.Update(func(tx *bolt.Tx) error { return tx.Bucket(bucketArtifacts).Put([]byte(info.ID), v) })
+	return info, err
+}
+
+// Artifact returns a stored artifact's description.
+func (m *Manager) Artifact(id string) (*ArtifactInfo, error) {
+	var info *ArtifactInfo
+	err := m.st.db.View(func(tx *bolt.Tx) error {
+		v := tx.Bucket(bucketArtifacts).Get([]byte(id))
+		if v == nil {
+			return nil
+		}
+		info = new(ArtifactInfo)
+		return json.Unmarshal(v, info)
+	})
+	if err == nil && info == nil {
+		err = fmt.Errorf("%w %q", ErrUnknownArtifact, id)
+	}
+	return info, err
+}
+
+func (m *Manager) artifactPath(id string) string {
+	return filepath.Join(m.cfg.DataDir, "artifacts", id+".plota")
+}
+
+func (m *Manager) artifactURL(id string) string {
+	return m.cfg.PublicURL + ArtifactPrefix + id
+}
+
+// ArtifactPrefix is where ArtifactHandler serves bundles.
+const ArtifactPrefix = "/v1/fleet/artifacts/"
+
+// ArtifactHandler serves GET ArtifactPrefix{id}: the bundle bytes. Devices
+// download from it without an API key: a bundle is signed, not secret (each
+// device verifies it against the fleet key before installing), and its id is
+// its sha256. Mount it outside the admin API's authentication.
+func (m *Manager) ArtifactHandler() http.Handler {
+	mux := http.NewServeMux()
+	mux.HandleFunc("GET "+ArtifactPrefix+"{id}", func(w http.ResponseWriter, r *http.Request) {
+		info, err := m.Artifact(r.PathValue("id"))
+		if err != nil {
+			writeError(w, statusOf(err), err)
+			return
+		}
+		f, err := os.Open(m.artifactPath(info.ID))
+		if err != nil {
+			writeError(w, http.StatusInternalServerError, err)
+			return
+		}
+		defer f.Close()
+		w.Header().Set("Content-Type", "application/octet-stream")
+		http.ServeContent(w, r, info.ID+".plota", info.Stored, f)
+	})
+	return mux
+}
+
+// limitWriter keeps the first n bytes written and drops the rest.
+type limitWriter struct {
+	w io.Writer
+	n int
+}
+
+func (l *limitWriter) Write(p []byte) (int, error) {
+	if l.n > 0 {
+		k := min(l.n, len(p))
+		l.w.Write(p[:k])
+		l.n -= k
+	}
+	return len(p), nil
+}

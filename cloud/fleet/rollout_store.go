@@ -1,0 +1,71 @@
+package fleet
+
+import (
+	"encoding/json"
+	"fmt"
+
+	bolt "go.etcd.io/bbolt"
+)
+
+// Rollout storage: one JSON value per rollout in the rollouts bucket.
+
+func (s *store) putRollout(r *Rollout) error {
+	v, err := json.Marshal(r)
+	if err != nil {
+		return err
+	}
+	return s.db.Batch(func(tx *bolt.Tx) error { return tx.Bucket(bucketRollouts).Put([]byte(r.ID), v) })
+}
+
+func (s *store) rollout(id string) (*Rollout, error) {
+	var r *Rollout
+	err := s.db.View(func(tx *bolt.Tx) error {
+		v := tx.Bucket(bucketRollouts).Get([]byte(id))
+		if v == nil {
+			return nil
+		}
+		r = new(Rollout)
+		if err := json.Unmarshal(v, r); err != nil {
+			return fmt.Errorf("rollout %s: %w: %v", id, errCorrupt, err)
+		}
+		return nil
+	})
+	return r, err
+}
+
+func (s *store) rollouts() ([]*Rollout, error) {
+	var out []*Rollout
+	err := s.db.View(func(tx *bolt.Tx) error {
+		return tx.Bucket(bucketRollouts).ForEach(func(k, v []byte) error {
+			r := new(Rollout)
+			if err := json.Unmarshal(v, r); err != nil {
+				return fmt.Errorf("rollout %s: %w: %v", k, errCorrupt, err)
+			}
+			out = append(out, r)
+			return nil
+		})
+	})
+	return out, err
+}
+
+func (s *store) updateRollout(id string, fn func(*Rollout) error) error {
+	return s.db.Update(func(tx *bolt.Tx) error {
+		b := tx.Bucket(bucketRollouts)
+		v := b.Get([]byte(id))
+		if v == nil {
+			return fmt.Errorf("%w %q", ErrUnknownRollout, id)
+		}
+		r := new(Rollout)
+		if err := json.Unmarshal(v, r); err != nil {
+			return fmt.Errorf("rollout %s: %w: %v", id, errCorrupt, err)
+		}
+		if err := fn(r); err != nil {
+			return err
+		}
+		nv, err := json.Marshal(r)
+		if err != nil {
+			return err
+		}
+		return b.Put([]byte(id), nv)
+	})
+}

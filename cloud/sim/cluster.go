@@ -1,0 +1,556 @@
+package sim
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/phaseless/phaseless/cloud/admit"
+	"github.com/phaseless/phaseless/cloud/batch"
+	"github.com/phaseless/phaseless/cloud/sched"
+	"github.com/phaseless/phaseless/cloud/worker"
+)
+
+// Request is one request of a workload (a trace row).
+type Request struct {
+	At     time.Duration // arrival
+	Input  int           // prompt tokens
+	Output int           // tokens generated (the request's max_tokens: it runs to the end)
+	// Blocks are Mooncake hash_ids: equal ids are equal 512-token prefix
+	// blocks. Without them every prompt is unique.
+	Blocks []int
+	Tenant string // "" = one anonymous tenant, as a trace without keys
+}
+
+// Pool is a group of identical GPUs with one scheduling role.
+type Pool struct {
+	GPU   GPU
+	Count int // GPUs (each worker takes TP of them)
+	Role  sched.Role
+	// Deployment, when set, is the workers' physics as given (a calibrated
+	// CPU engine, FitCPU) instead of one sized from GPU and Config.Model.
+	Deployment *Deployment
+}
+
+// CPU names a pool of built-in CPU engines in a cluster spec ("2xcpu"):
+// its physics is not a datasheet but FitCPU's fit of lm bench figures,
+// which the caller puts in Pool.Deployment.
+const CPU = "cpu"
+
+// ParseCluster reads "8xh100[:ROLE],8xl4[:ROLE]". A pool without a role
+// gets one: a single pool cycles its workers through decode-heavy,
+// prefill-heavy and stream as phaseless-cloud does with unnamed workers
+// (ok reports which pools named none); several pools put the pool with the
+// most FLOPS on prefill-heavy and the rest on decode-heavy (DESIGN.md §5:
+// prefill on big GPUs, decode on cheap ones).
+func ParseCluster(spec string) (pools []Pool, cycle bool, err error) {
+	named := 0
+	for _, part := range strings.Split(spec, ",") {
+		part = strings.TrimSpace(part)
+		head, role, hasRole := strings.Cut(part, ":")
+		n, gname, ok := strings.Cut(strings.ToLower(head), "x")
+		count, cerr := strconv.Atoi(n)
+		if !ok || cerr != nil || count < 1 || count > 100000 {
+			return nil, false, fmt.Errorf("cluster %q: %q is not COUNTxGPU[:ROLE]", spec, part)
+		}
+		g, err := LookupGPU(gname)
+		if gname == CPU {
+			g, err = GPU{Name: CPU}, nil // its Deployment comes from FitCPU
+		}
+		if err != nil {
+			return nil, false, fmt.Errorf("cluster %q: %w", spec, err)
+		}
+		p := Pool{GPU: g, Count: count}
+		if hasRole {
+			if p.Role, err = sched.ParseRole(role); err != nil {
+				return nil, false, fmt.Errorf("cluster %q: %w", spec, err)
+			}
+			named++
+		}
+		pools = append(pools, p)
+	}
+	switch {
+	case named == len(pools):
+	case named > 0:
+		return nil, false, fmt.Errorf("cluster %q: name a role for every pool or for none", spec)
+	case len(pools) == 1:
+		cycle = true
+	default:
+		best := 0
+		for i, p := range pools {
+			if p.GPU.PeakFLOPS > pools[best].GPU.PeakFLOPS {
+				best = i
+			}
+		}
+		for i := range pools {
+			pools[i].Role = sched.RoleDecode
+		}
+		pools[best].Role = sched.RolePrefill
+	}
+	return pools, cycle, nil
+}
+
+// roleCycle is phaseless-cloud's assignment of unnamed workers.
+var roleCycle = []sched.Role{sched.RoleDecode, sched.RolePrefill, sched.RoleStream}
+
+// Config is one simulated cluster and the coordinator in front of it.
+type Config struct {
+	Pools []Pool
+	// CycleRoles gives the workers roles in turn (decode-heavy,
+	// prefill-heavy, stream) instead of their pool's Role.
+	CycleRoles bool
+	Model      Model
+	TP         int // GPUs per worker; 0 = the smallest that fits
+	Engine     EngineConfig
+	Policy     sched.Policy
+	// SLOTTFT and SLOTPOT define a request that met its SLO. Defaults 2 s
+	// and 100 ms.
+	SLOTTFT, SLOTPOT time.Duration
+	// ProbeInterval is how often worker load is re-read, as worker.Set
+	// does. Default 500 ms.
+	ProbeInterval time.Duration
+	// Batch configures each worker's batcher (cloud/batch); zero = its
+	// defaults.
+	Batch batch.Config
+	// Fair is the coordinator's fair queue; Slots 0 = twice the workers'
+	// capacity, as phaseless-cloud sets --max-running.
+	Fair admit.FairConfig
+	// Budget is every tenant's token bucket; zero = unlimited (a trace
+	// replay is not a budget test).
+	Budget admit.Bucket
+	// EntropyBits and CharsPerToken describe the prompts the scheduler
+	// measures (the trace has lengths, not text). Defaults 4.1 bits/char,
+	// what `phaselessctl replay`'s English word prompts measure, and 4
+	// characters per token (Llama 3's tokenizer on English).
+	EntropyBits, CharsPerToken float64
+}
+
+func (c *Config) fill() {
+	if c.SLOTTFT == 0 {
+		c.SLOTTFT = 2 * time.Second
+	}
+	if c.SLOTPOT == 0 {
+		c.SLOTPOT = 100 * time.Millisecond
+	}
+	if c.ProbeInterval == 0 {
+		c.ProbeInterval = 500 * time.Millisecond
+	}
+	if c.Budget == (admit.Bucket{}) {
+		c.Budget = admit.Bucket{Burst: 1 << 60, PerSecond: 1 << 50}
+	}
+	if c.EntropyBits == 0 {
+		c.EntropyBits = 4.1
+	}
+	if c.CharsPerToken == 0 {
+		c.CharsPerToken = 4
+	}
+}
+
+// Validate names the first bad field.
+func (c *Config) Validate() error {
+	switch {
+	case len(c.Pools) == 0:
+		return errors.New("sim.Config.Pools: empty")
+	case c.Policy == nil:
+		return errors.New("sim.Config.Policy: required")
+	case c.SLOTTFT < 0 || c.SLOTPOT < 0 || c.ProbeInterval < 0:
+		return errors.New("sim.Config.SLOTTFT/SLOTPOT/ProbeInterval: must be > 0")
+	case c.EntropyBits < 0 || c.EntropyBits > 8 || c.CharsPerToken < 0:
+		return errors.New("sim.Config.EntropyBits/CharsPerToken: out of range")
+	}
+	return nil
+}
+
+// Status is how a request ended.
+type Status uint8
+
+// Statuses.
+const (
+	StatusOK       Status = iota
+	StatusTooLong         // rejected by the engine: over the model length
+	StatusBudget          // refused by the token budget
+	StatusQueue           // refused: the coordinator's queue was full
+	StatusNoWorker        // the policy found no worker
+)
+
+// Outcome is one request's fate.
+type Outcome struct {
+	Arrival    time.Duration
+	TTFT, TPOT time.Duration // TPOT: mean gap after the first token
+	Done       time.Duration // when its last token came (or it was refused)
+	Prompt     int
+	Output     int // tokens generated
+	Cached     int // prompt tokens from the prefix cache
+	Worker     int
+	Status     Status
+	Finished   int // how many times it finished: must be 1
+}
+
+// WorkerInfo describes one simulated worker.
+type WorkerInfo struct {
+	Name string
+	Pool int
+	Role sched.Role
+	GPUs int
+	Busy time.Duration
+	Stat EngineStats
+}
+
+// Result is a run's raw outcome; Summarize turns it into the table's row.
+type Result struct {
+	Policy   string
+	Outcomes []Outcome
+	Makespan time.Duration // first arrival to the last token
+	Events   uint64
+	Workers  []WorkerInfo
+	Pools    []Pool
+	// MaxKVUsed is the most blocks any engine had in use at once, and
+	// KVBlocks their capacity (conservation: never more).
+	MaxKVUsed, KVBlocks int
+}
+
+type simWorker struct {
+	info     WorkerInfo
+	eng      *Engine
+	batcher  *batch.Batcher
+	burst    *worker.BurstMeter
+	inflight int
+	load     worker.Load
+	lastPre  uint64
+	stepping bool
+	kicked   bool
+}
+
+type flight struct {
+	i      int
+	sig    sched.Request
+	tenant string
+	cost   int64
+	ticket *admit.Ticket
+	seq    Seq
+	w      *simWorker
+	first  time.Duration
+	last   time.Duration
+	tokens int
+}
+
+// Cluster is one simulation: build it with New, Run it once.
+type Cluster struct {
+	cfg       Config
+	dep       *Deployment
+	q         eventQueue
+	clk       clock
+	workers   []*simWorker
+	admitter  *admit.Admitter
+	fair      *admit.Fair
+	predictor *sched.OutputPredictor
+	snap      sched.Snapshot
+	reqs      []Request
+	out       []Outcome
+	left      int
+	maxKV     int
+	ran       bool
+}
+
+// New builds the cluster: one engine per TP group of each pool.
+func New(cfg Config) (*Cluster, error) {
+	cfg.fill()
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	c := &Cluster{cfg: cfg, predictor: sched.NewOutputPredictor(0)}
+	c.clk = clock{q: &c.q, epoch: epoch}
+	capacity := 0
+	var err error
+	for pi, p := range cfg.Pools {
+		d := p.Deployment
+		if d == nil && p.GPU.Name == CPU {
+			return nil, errors.New("sim: a cpu pool needs its Deployment fitted from lm bench (FitCPU)")
+		}
+		if d == nil {
+			if d, err = NewDeployment(p.GPU, cfg.Model, cfg.TP, cfg.Engine); err != nil {
+				return nil, err
+			}
+		}
+		if c.dep == nil {
+			c.dep = d
+		}
+		n := p.Count / d.TP
+		if n < 1 {
+			return nil, fmt.Errorf("pool %d×%s: fewer GPUs than the %d tensor parallelism needs", p.Count, p.GPU.Name, d.TP)
+		}
+		for k := 0; k < n; k++ {
+			role := p.Role
+			if cfg.CycleRoles {
+				role = roleCycle[len(c.workers)%len(roleCycle)]
+			}
+			w := &simWorker{
+				info:  WorkerInfo{Name: fmt.Sprintf("%s-%d", p.GPU.Name, k), Pool: pi, Role: role, GPUs: d.TP},
+				eng:   NewEngine(d),
+				burst: worker.NewBurstMeter(),
+			}
+			bc := cfg.Batch
+			bc.Now, bc.AfterFunc = c.clk.Now, c.clk.AfterFunc
+			if w.batcher, err = batch.New(bc, func() int { return w.capacity() - w.inflight }); err != nil {
+				return nil, err
+			}
+			capacity += d.Engine.MaxNumSeqs
+			c.workers = append(c.workers, w)
+		}
+	}
+	fc := cfg.Fair
+	if fc.Slots == 0 {
+		fc.Slots = 2 * capacity
+	}
+	if c.fair, err = admit.NewFair(fc, nil); err != nil {
+		return nil, err
+	}
+	if c.admitter, err = admit.New(admit.Config{Budget: cfg.Budget, Now: c.clk.Now}); err != nil {
+		return nil, err
+	}
+	c.snap.Workers = make([]sched.Worker, len(c.workers))
+	return c, nil
+}
+
+// Deployment is the first pool's physics (every pool serves the same model).
+func (c *Cluster) Deployment() *Deployment { return c.dep }
+
+func (w *simWorker) capacity() int {
+	if w.load.Capacity > 0 {
+		return w.load.Capacity
+	}
+	return w.eng.d.Engine.MaxNumSeqs
+}
+
+func (c *Cluster) at(t time.Duration, fn func()) { c.q.push(t, fn) }
+
+// Run plays reqs (sorted by arrival) through the cluster to the last token.
+// The context is checked between events, so a long run can be stopped.
+func (c *Cluster) Run(ctx context.Context, reqs []Request) (*Result, error) {
+	if c.ran {
+		return nil, errors.New("sim: a Cluster runs once")
+	}
+	c.ran = true
+	c.reqs = reqs
+	c.out = make([]Outcome, len(reqs))
+	c.left = len(reqs)
+	for i := range reqs {
+		if i > 0 && reqs[i].At < reqs[i-1].At {
+			return nil, fmt.Errorf("sim: request %d arrives before request %d", i, i-1)
+		}
+		c.at(reqs[i].At, func() { c.arrive(i) })
+	}
+	c.probe() // as worker.NewSet: the first decisions see real state
+	for n := 0; len(c.q.h) > 0; n++ {
+		if n&0xffff == 0 {
+			if err := ctx.Err(); err != nil {
+				return nil, err
+			}
+		}
+		e := c.q.pop()
+		if e.cancelled {
+			continue
+		}
+		c.clk.now = e.at
+		c.q.n++
+		e.fn()
+	}
+	res := &Result{Policy: c.cfg.Policy.Name(), Outcomes: c.out, Events: c.q.n, Pools: c.cfg.Pools, MaxKVUsed: c.maxKV}
+	for i := range c.out {
+		res.Makespan = max(res.Makespan, c.out[i].Done)
+	}
+	for _, w := range c.workers {
+		w.info.Stat = w.eng.Stats()
+		w.info.Busy = w.info.Stat.Busy
+		res.Workers = append(res.Workers, w.info)
+		res.KVBlocks = max(res.KVBlocks, w.eng.d.KVBlocks)
+	}
+	return res, nil
+}
+
+// probe refreshes every worker's load as worker.Set's probe does: the
+// scheduler sees engine queues and KV state as of the last probe, and its
+// own in-flight counts live.
+func (c *Cluster) probe() {
+	ms := c.cfg.ProbeInterval.Seconds() * 1e3
+	for _, w := range c.workers {
+		st := w.eng.Stats()
+		w.load = worker.Load{
+			Running: w.eng.Running(), Waiting: w.eng.Waiting(), Capacity: w.eng.d.Engine.MaxNumSeqs,
+			KVUsage: w.eng.KVUsage(), KVFaultsPerMs: float64(st.Preemptions-w.lastPre) / ms,
+			PromptTokens: st.PromptTokens, PrefixHitTokens: st.CachedTokens,
+		}
+		w.lastPre = st.Preemptions
+	}
+	if c.left > 0 {
+		c.at(c.clk.now+c.cfg.ProbeInterval, c.probe)
+	}
+}
+
+func (c *Cluster) arrive(i int) {
+	r := &c.reqs[i]
+	f := &flight{i: i, tenant: r.Tenant}
+	if f.tenant == "" {
+		f.tenant = "anonymous"
+	}
+	out := max(1, r.Output)
+	f.seq = Seq{Prompt: max(1, r.Input), MaxOutput: out, User: f}
+	f.seq.Hashes = blockHashes(i, r, c.dep.Engine.BlockSize)
+	f.sig = sched.Request{
+		InputTokens:     f.seq.Prompt,
+		InputChars:      int(float64(f.seq.Prompt) * c.cfg.CharsPerToken),
+		EntropyBits:     c.cfg.EntropyBits,
+		PredictedOutput: c.predictor.Predict(f.tenant, out),
+		Stream:          true, // as the coordinator: every hop streams
+		BlockHashes:     f.seq.Hashes,
+	}
+	f.cost = int64(f.seq.Prompt + out)
+	c.out[i] = Outcome{Arrival: r.At, Prompt: f.seq.Prompt, Worker: -1}
+	if _, err := c.admitter.Charge(context.Background(), f.tenant, f.cost, admit.Bucket{}); err != nil {
+		c.refuse(f, StatusBudget)
+		return
+	}
+	if err := c.fair.Submit(f.tenant, f.seq.Prompt, func(t *admit.Ticket) {
+		f.ticket = t
+		c.at(c.clk.now, func() { c.place(f) })
+	}); err != nil {
+		c.admitter.Refund(context.Background(), f.tenant, f.cost, admit.Bucket{})
+		c.refuse(f, StatusQueue)
+	}
+}
+
+func (c *Cluster) refuse(f *flight, s Status) {
+	o := &c.out[f.i]
+	o.Status, o.Done = s, c.clk.now
+	o.Finished++
+	c.left--
+}
+
+// place is the coordinator's decision: every worker's signals, as
+// worker.Set.Snapshot fills them, then the policy.
+func (c *Cluster) place(f *flight) {
+	now := c.clk.Now()
+	for i, w := range c.workers {
+		s := &c.snap.Workers[i]
+		worker.FillSignals(s, w.info.Role, true, w.inflight, w.batcher.Waiting(), w.capacity(), &w.load, w.burst.Sigma(now))
+		s.PrefixBlocks = w.eng.CachedPrefixBlocks(f.sig.BlockHashes)
+	}
+	d, err := c.cfg.Policy.Decide(&f.sig, &c.snap)
+	if err != nil {
+		f.ticket.Release()
+		c.admitter.Refund(context.Background(), f.tenant, f.cost, admit.Bucket{})
+		c.refuse(f, StatusNoWorker)
+		return
+	}
+	f.w = c.workers[d.Worker]
+	c.out[f.i].Worker = d.Worker
+	f.w.batcher.Submit(f.seq.Prompt, func(int) {
+		c.at(c.clk.now, func() { c.start(f) })
+	})
+}
+
+func (c *Cluster) start(f *flight) {
+	w := f.w
+	w.inflight++
+	if err := w.eng.Add(&f.seq); err != nil {
+		c.finish(f, StatusTooLong)
+		return
+	}
+	if !w.stepping && !w.kicked {
+		w.kicked = true
+		// After whatever else arrives at this instant, so they share a step.
+		c.at(c.clk.now, func() {
+			w.kicked = false
+			c.step(w)
+		})
+	}
+}
+
+func (c *Cluster) step(w *simWorker) {
+	dt, ok := w.eng.Plan()
+	if !ok {
+		w.stepping = false
+		return
+	}
+	w.stepping = true
+	c.maxKV = max(c.maxKV, w.eng.kv.blocks()-w.eng.kv.free)
+	c.at(c.clk.now+dt, func() {
+		w.eng.Commit(c.emit)
+		c.step(w)
+	})
+}
+
+// emit is a token leaving the engine: the coordinator's accounting as
+// its run.forward does it (fair-queue charge, burst meter).
+func (c *Cluster) emit(s *Seq, finished bool) {
+	f := s.User.(*flight)
+	now := c.clk.now
+	if f.tokens == 0 {
+		f.first = now
+	}
+	f.last = now
+	f.tokens++
+	f.ticket.Output(1)
+	f.w.burst.Record(c.clk.Now())
+	if finished {
+		c.finish(f, StatusOK)
+	}
+}
+
+func (c *Cluster) finish(f *flight, st Status) {
+	w := f.w
+	w.inflight--
+	w.batcher.Kick()
+	f.ticket.Release()
+	used := int64(f.seq.Prompt + f.tokens)
+	c.admitter.Refund(context.Background(), f.tenant, f.cost-used, admit.Bucket{})
+	if st == StatusOK {
+		c.predictor.Observe(f.tenant, f.seq.MaxOutput, f.tokens)
+	}
+	o := &c.out[f.i]
+	o.Status, o.Output, o.Cached, o.Done = st, f.tokens, f.seq.CachedTokens, c.clk.now
+	if f.tokens > 0 {
+		o.TTFT = f.first - o.Arrival
+		if f.tokens > 1 {
+			o.TPOT = (f.last - f.first) / time.Duration(f.tokens-1)
+		}
+	}
+	o.Finished++
+	c.left--
+}
+
+// mix is splitmix64's finaliser.
+func mix(x uint64) uint64 {
+	x += 0x9e3779b97f4a7c15
+	x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9
+	x = (x ^ (x >> 27)) * 0x94d049bb133111eb
+	return x ^ (x >> 31)
+}
+
+// blockHashes are the chained hashes of a request's full blocks, as
+// lm.BlockHashes makes them from token ids: each covers its block and
+// everything before it. Mooncake's 512-token hash_ids give shared content;
+// tokens past them (or every token, without ids) are unique to the request.
+func blockHashes(i int, r *Request, bs int) []uint64 {
+	n := max(1, r.Input) / bs
+	hs := make([]uint64, n)
+	per := max(1, 512/bs)
+	var h uint64
+	for k := range n {
+		var content uint64
+		if b := k / per; b < len(r.Blocks) {
+			content = mix(uint64(r.Blocks[b])<<16 | uint64(k%per))
+		} else {
+			content = mix(mix(uint64(i)<<20|uint64(k)) ^ 0x5eed)
+		}
+		h = mix(h ^ content)
+		if h == 0 {
+			h = 1
+		}
+		hs[k] = h
+	}
+	return hs
+}

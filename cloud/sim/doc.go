@@ -1,0 +1,28 @@
+// Package sim is a discrete-event simulator of a GPU serving cluster that
+// runs the coordinator's own admission (cloud/admit), batching (cloud/batch)
+// and scheduling policies (cloud/sched) unchanged against simulated
+// vLLM-style engines, in virtual time, so every scheduling claim of the
+// project can be measured at fleet scale without GPUs.
+//
+// How it fits: a Cluster is built from GPU pools (Pool: a GPU profile, a
+// count and a sched.Role) serving one Model. Each worker is an Engine: a
+// vLLM-style continuous-batching scheduler with chunked prefill under a
+// per-step token budget, a paged KV cache sized as the GPU's memory less
+// weights and activations, prefix caching by chained block hashes with LRU
+// eviction, and preemption by recompute. A step's duration comes from a
+// roofline (Deployment.StepTime). Requests flow as they do live: the token
+// budget (admit.Admitter) and the fair queue (admit.Fair) admit, the worker
+// signals (worker.FillSignals, with worker.BurstMeter and the engine's own
+// prefix probe, refreshed by a probe every 500 ms as the live Set does) feed
+// sched.Policy.Decide, and the chosen worker's batch.Batcher releases the
+// request into its engine. The clock is virtual: nothing sleeps, and a run
+// is deterministic: nothing in it is random, so the same trace and
+// configuration give the same result.
+//
+// Server runs the same Engine in real time behind an OpenAI-compatible HTTP
+// endpoint with vLLM's Prometheus metric names, which is what
+// `phaseless-cloud --worker sim://h100?model=llama3.1-8b&n=8` starts.
+//
+// To measure a new policy: implement sched.Policy, register its name in
+// sched.ByName, and run `phaselessctl sim --policy NAME` (docs/sim.md).
+package sim

@@ -1,0 +1,269 @@
+package sim
+
+import (
+	"errors"
+	"fmt"
+	"slices"
+	"time"
+)
+
+// ErrTooLong is the engine's answer to a request whose prompt plus
+// max_tokens exceeds the model length, as vLLM rejects it (HTTP 400).
+var ErrTooLong = errors.New("sim: prompt + max tokens exceed the model length")
+
+// Seq is one request inside an engine.
+type Seq struct {
+	Prompt    int      // prompt tokens (≥ 1)
+	MaxOutput int      // tokens to generate (≥ 1); generation stops there
+	Hashes    []uint64 // chained hashes of the prompt's full blocks (non-zero)
+	User      any      // the driver's handle
+
+	// CachedTokens is how many prompt tokens came from the prefix cache
+	// when it was first scheduled; Preemptions how often it was preempted.
+	CachedTokens, Preemptions int
+
+	computed  int     // tokens whose KV exists
+	generated int     // output tokens sampled
+	blocks    []int32 // block table
+	hashed    int     // leading blocks registered in the prefix cache
+	step      int     // tokens scheduled in the planned step
+	admitted  bool
+	aborted   bool
+}
+
+// Generated is how many output tokens the sequence has produced.
+func (s *Seq) Generated() int { return s.generated }
+
+func (s *Seq) numTokens() int { return s.Prompt + s.generated }
+
+// EngineStats are an engine's cumulative counters.
+type EngineStats struct {
+	Steps, Preemptions         uint64
+	PromptTokens, CachedTokens uint64 // prompt tokens scheduled, and served from the cache
+	OutputTokens               uint64
+	Busy                       time.Duration // Σ step durations
+}
+
+// Engine is a vLLM-style engine (V1 scheduler) as a state machine: Plan
+// chooses the next step's work and returns its duration, Commit applies it
+// once that time has passed. A driver (the Cluster in virtual time, Server
+// in real time) calls them in turn. Each step first advances the running
+// sequences in order (a decode token each, or the next prefill chunk) under
+// the token budget, preempting the most recently admitted sequence when a
+// block cannot be had (its blocks are freed and it is recomputed later);
+// then, if nothing was preempted, admits waiting sequences first-come
+// first-served while sequence slots, budget and blocks last, reusing the
+// longest cached prefix of full blocks. Not safe for concurrent use.
+type Engine struct {
+	d       *Deployment
+	kv      *kvCache
+	waiting []*Seq
+	running []*Seq
+	planned []*Seq
+	last    time.Duration // planned step's duration
+	stats   EngineStats
+}
+
+// NewEngine returns an idle engine for a deployment.
+func NewEngine(d *Deployment) *Engine {
+	return &Engine{d: d, kv: newKVCache(d.KVBlocks)}
+}
+
+// Deployment is the engine's physics.
+func (e *Engine) Deployment() *Deployment { return e.d }
+
+// Add queues a sequence, or rejects it (ErrTooLong).
+func (e *Engine) Add(s *Seq) error {
+	if s.Prompt < 1 || s.MaxOutput < 1 {
+		return fmt.Errorf("sim: prompt %d and max output %d must be ≥ 1", s.Prompt, s.MaxOutput)
+	}
+	if s.Prompt+s.MaxOutput > e.d.MaxModelLen {
+		return ErrTooLong
+	}
+	e.waiting = append(e.waiting, s)
+	return nil
+}
+
+// Abort drops a sequence (the client went away) and frees its blocks.
+func (e *Engine) Abort(s *Seq) {
+	s.aborted = true
+	if s.step == 0 {
+		e.drop(s)
+	}
+}
+
+func (e *Engine) drop(s *Seq) {
+	if i := slices.Index(e.waiting, s); i >= 0 {
+		e.waiting = slices.Delete(e.waiting, i, i+1)
+	}
+	if i := slices.Index(e.running, s); i >= 0 {
+		e.running = slices.Delete(e.running, i, i+1)
+	}
+	e.kv.release(s.blocks)
+	s.blocks = nil
+}
+
+// Running and Waiting are the scheduler's queues' lengths.
+func (e *Engine) Running() int { return len(e.running) }
+
+// Waiting is how many sequences wait for their first (or, after a
+// preemption, their next) step.
+func (e *Engine) Waiting() int { return len(e.waiting) }
+
+// KVUsage is the fraction of KV blocks in use.
+func (e *Engine) KVUsage() float64 { return e.kv.usage() }
+
+// Stats returns the cumulative counters.
+func (e *Engine) Stats() EngineStats { return e.stats }
+
+// CachedPrefixBlocks is the prefix probe: how many leading hashes the
+// engine holds, whether in use or evictable.
+func (e *Engine) CachedPrefixBlocks(hashes []uint64) int { return e.kv.match(hashes) }
+
+// Idle reports that no sequence is queued or running.
+func (e *Engine) Idle() bool { return len(e.running) == 0 && len(e.waiting) == 0 }
+
+func ceilDiv(a, b int) int { return (a + b - 1) / b }
+
+// Plan schedules the next step and returns its duration; false when there
+// is nothing to do.
+func (e *Engine) Plan() (time.Duration, bool) {
+	bs, budget := e.d.Engine.BlockSize, e.d.Engine.MaxBatchedTokens
+	e.planned = e.planned[:0]
+	var shape StepShape
+	add := func(s *Seq, n int) {
+		s.step = n
+		budget -= n
+		e.planned = append(e.planned, s)
+		c := s.computed
+		shape.Tokens += n
+		shape.AttnPairs += float64(n)*float64(c) + float64(n)*float64(n+1)/2
+		shape.KVRead += c
+		if c+n == s.numTokens() {
+			shape.Sampled++
+		}
+	}
+	preempted := false
+	for i := 0; i < len(e.running) && budget > 0; i++ {
+		s := e.running[i]
+		n := min(s.numTokens()-s.computed, budget)
+		need := ceilDiv(s.computed+n, bs) - len(s.blocks)
+		for need > e.kv.free && s != nil {
+			v := e.running[len(e.running)-1]
+			e.preempt(v)
+			preempted = true
+			if v == s {
+				s = nil
+			}
+		}
+		if s == nil {
+			break
+		}
+		for range need {
+			s.blocks = append(s.blocks, e.kv.alloc())
+		}
+		add(s, n)
+	}
+	for !preempted && len(e.waiting) > 0 && len(e.running) < e.d.Engine.MaxNumSeqs && budget > 0 {
+		s := e.waiting[0]
+		// At least one token is computed, so the step samples.
+		hit := min(e.kv.match(s.Hashes), (s.numTokens()-1)/bs)
+		n := min(s.numTokens()-hit*bs, budget)
+		need := ceilDiv(hit*bs+n, bs) - hit
+		freeHits := 0
+		for _, h := range s.Hashes[:hit] {
+			if e.kv.ref[e.kv.byHash[h]] == 0 {
+				freeHits++
+			}
+		}
+		if need+freeHits > e.kv.free {
+			break
+		}
+		for _, h := range s.Hashes[:hit] {
+			s.blocks = append(s.blocks, e.kv.take(h))
+		}
+		for range need {
+			s.blocks = append(s.blocks, e.kv.alloc())
+		}
+		s.computed, s.hashed = hit*bs, hit
+		if !s.admitted {
+			s.admitted = true
+			s.CachedTokens = min(hit*bs, s.Prompt)
+			e.stats.PromptTokens += uint64(s.Prompt)
+			e.stats.CachedTokens += uint64(s.CachedTokens)
+		}
+		e.waiting = e.waiting[1:]
+		e.running = append(e.running, s)
+		add(s, n)
+	}
+	if len(e.planned) == 0 {
+		return 0, false
+	}
+	e.last = e.d.StepTime(shape)
+	return e.last, true
+}
+
+// preempt frees v's blocks and puts it first in the waiting queue, to be
+// recomputed (prompt and generated tokens) when there is room.
+func (e *Engine) preempt(v *Seq) {
+	e.running = e.running[:len(e.running)-1]
+	e.kv.release(v.blocks)
+	v.blocks, v.computed, v.hashed, v.step = nil, 0, 0, 0
+	v.Preemptions++
+	e.stats.Preemptions++
+	e.waiting = slices.Insert(e.waiting, 0, v)
+}
+
+// Commit applies the planned step: emit is called for every sequence that
+// sampled a token, with finished set on its last one (the engine has then
+// released it).
+func (e *Engine) Commit(emit func(s *Seq, finished bool)) {
+	bs := e.d.Engine.BlockSize
+	e.stats.Steps++
+	e.stats.Busy += e.last
+	done := 0
+	for _, s := range e.planned {
+		s.computed += s.step
+		s.step = 0
+		if s.aborted {
+			e.drop(s)
+			continue
+		}
+		for full := min(s.computed/bs, len(s.Hashes)); s.hashed < full; s.hashed++ {
+			e.kv.register(s.blocks[s.hashed], s.Hashes[s.hashed])
+		}
+		if s.computed < s.numTokens() {
+			continue // a prefill chunk that is not the last
+		}
+		s.generated++
+		e.stats.OutputTokens++
+		fin := s.generated >= s.MaxOutput
+		if fin {
+			e.kv.release(s.blocks)
+			s.blocks = nil
+			s.aborted = true // marks it for removal below
+			done++
+		}
+		emit(s, fin)
+	}
+	if done > 0 {
+		e.running = slices.DeleteFunc(e.running, func(s *Seq) bool { return s.aborted })
+	}
+	e.planned = e.planned[:0]
+}
+
+// check verifies the KV cache against the sequences' block tables.
+func (e *Engine) check() error {
+	refs := map[int32]int32{}
+	for _, q := range [][]*Seq{e.running, e.waiting} {
+		for _, s := range q {
+			for _, b := range s.blocks {
+				refs[b]++
+			}
+		}
+	}
+	if n := len(e.running); n > e.d.Engine.MaxNumSeqs {
+		return fmt.Errorf("%d running, limit %d", n, e.d.Engine.MaxNumSeqs)
+	}
+	return e.kv.check(refs)
+}

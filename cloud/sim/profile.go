@@ -1,0 +1,289 @@
+package sim
+
+import (
+	"errors"
+	"fmt"
+	"maps"
+	"math"
+	"slices"
+	"strings"
+	"time"
+)
+
+// GPU is an accelerator's published specification.
+type GPU struct {
+	Name           string
+	MemBytes       float64 // device memory
+	HBMBytesPerSec float64 // memory bandwidth
+	PeakFLOPS      float64 // dense BF16/FP16 tensor throughput (no sparsity)
+	LinkBytesPerS  float64 // per-GPU interconnect for tensor-parallel all-reduce
+	PricePerHour   float64 // default $ per GPU-hour (override with --price-NAME)
+}
+
+// The GPU profiles. Figures are the vendors' datasheets; prices are round
+// 2025 on-demand cloud figures per GPU-hour, a default to override.
+var gpus = map[string]GPU{
+	// NVIDIA H100 SXM5 datasheet: 80 GB HBM3, 3.35 TB/s, 989 TFLOPS dense
+	// BF16 (1,979 with sparsity), NVLink 900 GB/s.
+	"h100": {Name: "h100", MemBytes: 80e9, HBMBytesPerSec: 3.35e12, PeakFLOPS: 989e12, LinkBytesPerS: 900e9, PricePerHour: 3.00},
+	// NVIDIA A100 80GB SXM datasheet: 80 GB HBM2e, 2,039 GB/s, 312 TFLOPS
+	// dense BF16, NVLink 600 GB/s.
+	"a100": {Name: "a100", MemBytes: 80e9, HBMBytesPerSec: 2.039e12, PeakFLOPS: 312e12, LinkBytesPerS: 600e9, PricePerHour: 1.80},
+	// NVIDIA L4 datasheet: 24 GB GDDR6, 300 GB/s, 121 TFLOPS dense BF16
+	// (242 with sparsity), PCIe Gen4 x16 64 GB/s.
+	"l4": {Name: "l4", MemBytes: 24e9, HBMBytesPerSec: 300e9, PeakFLOPS: 121e12, LinkBytesPerS: 64e9, PricePerHour: 0.80},
+	// NVIDIA T4 datasheet: 16 GB GDDR6, 320 GB/s, 65 TFLOPS mixed-precision
+	// FP16 (no BF16), PCIe Gen3 x16 32 GB/s.
+	"t4": {Name: "t4", MemBytes: 16e9, HBMBytesPerSec: 320e9, PeakFLOPS: 65e12, LinkBytesPerS: 32e9, PricePerHour: 0.35},
+}
+
+// LookupGPU returns a GPU profile by name (h100, a100, l4, t4, cpu).
+func LookupGPU(name string) (GPU, error) {
+	g, ok := gpus[strings.ToLower(name)]
+	if !ok {
+		return GPU{}, fmt.Errorf("unknown GPU %q (%s)", name, strings.Join(GPUNames(), ", "))
+	}
+	return g, nil
+}
+
+// GPUNames lists the known GPU profiles.
+func GPUNames() []string { return slices.Sorted(maps.Keys(gpus)) }
+
+// Model is a decoder-only transformer's shape.
+type Model struct {
+	Name                             string
+	Layers, Hidden, Heads, KVHeads   int
+	HeadDim, FFN, Vocab              int
+	Params                           float64 // total parameters
+	ContextLen                       int     // longest prompt + output accepted
+	BytesPerParam, BytesPerKVElement float64 // 2 for BF16 weights and KV
+}
+
+// The model profiles, from each model's config.json on its Hugging Face
+// model card.
+var models = map[string]Model{
+	// meta-llama/Llama-3.1-8B: 32 layers, hidden 4096, 32 heads, 8 KV heads,
+	// intermediate 14336, vocab 128256, 8.03B parameters,
+	// max_position_embeddings 131072.
+	"llama3.1-8b": {Name: "llama3.1-8b", Layers: 32, Hidden: 4096, Heads: 32, KVHeads: 8, HeadDim: 128, FFN: 14336, Vocab: 128256, Params: 8.03e9, ContextLen: 131072, BytesPerParam: 2, BytesPerKVElement: 2},
+	// meta-llama/Llama-3.1-70B: 80 layers, hidden 8192, 64 heads, 8 KV
+	// heads, intermediate 28672, vocab 128256, 70.6B parameters, 131072.
+	"llama3.1-70b": {Name: "llama3.1-70b", Layers: 80, Hidden: 8192, Heads: 64, KVHeads: 8, HeadDim: 128, FFN: 28672, Vocab: 128256, Params: 70.6e9, ContextLen: 131072, BytesPerParam: 2, BytesPerKVElement: 2},
+	// Qwen/Qwen2.5-7B: 28 layers, hidden 3584, 28 heads, 4 KV heads,
+	// intermediate 18944, vocab 152064, 7.61B parameters,
+	// max_position_embeddings 32768 (131072 only with YaRN scaling).
+	"qwen2.5-7b": {Name: "qwen2.5-7b", Layers: 28, Hidden: 3584, Heads: 28, KVHeads: 4, HeadDim: 128, FFN: 18944, Vocab: 152064, Params: 7.61e9, ContextLen: 32768, BytesPerParam: 2, BytesPerKVElement: 2},
+}
+
+// LookupModel returns a model profile by name.
+func LookupModel(name string) (Model, error) {
+	m, ok := models[strings.ToLower(name)]
+	if !ok {
+		return Model{}, fmt.Errorf("unknown model %q (%s)", name, strings.Join(ModelNames(), ", "))
+	}
+	return m, nil
+}
+
+// ModelNames lists the known model profiles.
+func ModelNames() []string { return slices.Sorted(maps.Keys(models)) }
+
+// WeightBytes is the size of the weights.
+func (m *Model) WeightBytes() float64 { return m.Params * m.BytesPerParam }
+
+// KVBytesPerToken is the K and V of one token over all layers.
+func (m *Model) KVBytesPerToken() float64 {
+	return 2 * float64(m.Layers*m.KVHeads*m.HeadDim) * m.BytesPerKVElement
+}
+
+// EngineConfig is the serving engine's configuration. The zero value means
+// vLLM's defaults.
+type EngineConfig struct {
+	// BlockSize is the KV cache block in tokens (vLLM --block-size, 16).
+	BlockSize int
+	// MaxNumSeqs is how many sequences run at once (vLLM --max-num-seqs,
+	// 256).
+	MaxNumSeqs int
+	// MaxBatchedTokens is the per-step token budget shared by decodes and
+	// prefill chunks (vLLM --max-num-batched-tokens). Default as vLLM V1's
+	// API server picks it: 8192 on GPUs with ≥ 70 GB, 2048 on smaller ones.
+	MaxBatchedTokens int
+	// MemUtil is the fraction of device memory the engine may use (vLLM
+	// --gpu-memory-utilization, 0.9).
+	MemUtil float64
+	// ComputeEff and MemEff are the achieved fractions of peak FLOPS and of
+	// memory bandwidth. Defaults 0.6 (a typical prefill MFU of tuned
+	// kernels) and 0.85: with StepOverhead they reproduce the 6.5 ms TPOT
+	// measured for Llama-3.1-8B at concurrency 1 on an H100 (vLLM 0.21,
+	// InferenceBench, see /work/shared/data/README.md): 16.06 GB at
+	// 3.35 TB/s × 0.85 = 5.6 ms, plus the overhead.
+	ComputeEff, MemEff float64
+	// AttnEff is the achieved fraction of peak for attention's FLOPs.
+	// Default ComputeEff; a CPU engine's attention runs far below its
+	// matrix multiplies, so FitCPU sets it apart.
+	AttnEff float64
+	// StepOverhead is the fixed host-side cost of a step (scheduling,
+	// sampling, launch). Default 0.9 ms, the rest of that 6.5 ms.
+	StepOverhead time.Duration
+}
+
+func (c *EngineConfig) fill(g GPU) {
+	if c.BlockSize == 0 {
+		c.BlockSize = 16
+	}
+	if c.MaxNumSeqs == 0 {
+		c.MaxNumSeqs = 256
+	}
+	if c.MaxBatchedTokens == 0 {
+		c.MaxBatchedTokens = 2048
+		if g.MemBytes >= 70e9 {
+			c.MaxBatchedTokens = 8192
+		}
+	}
+	if c.MemUtil == 0 {
+		c.MemUtil = 0.9
+	}
+	if c.ComputeEff == 0 {
+		c.ComputeEff = 0.6
+	}
+	if c.MemEff == 0 {
+		c.MemEff = 0.85
+	}
+	if c.AttnEff == 0 {
+		c.AttnEff = c.ComputeEff
+	}
+	if c.StepOverhead == 0 {
+		c.StepOverhead = 900 * time.Microsecond
+	}
+}
+
+// Validate names the first bad field.
+func (c *EngineConfig) Validate() error {
+	switch {
+	case c.BlockSize < 1 || c.MaxNumSeqs < 1:
+		return errors.New("sim.EngineConfig.BlockSize/MaxNumSeqs: must be ≥ 1")
+	case c.MaxBatchedTokens < c.BlockSize:
+		return fmt.Errorf("sim.EngineConfig.MaxBatchedTokens: %d is below a block", c.MaxBatchedTokens)
+	case !(c.MemUtil > 0 && c.MemUtil <= 1):
+		return fmt.Errorf("sim.EngineConfig.MemUtil: %v is not in (0, 1]", c.MemUtil)
+	case !(c.ComputeEff > 0 && c.ComputeEff <= 1) || !(c.MemEff > 0 && c.MemEff <= 1) || !(c.AttnEff > 0 && c.AttnEff <= 1):
+		return errors.New("sim.EngineConfig.ComputeEff/MemEff/AttnEff: must be in (0, 1]")
+	case c.StepOverhead < 0:
+		return errors.New("sim.EngineConfig.StepOverhead: must be ≥ 0")
+	}
+	return nil
+}
+
+// Deployment is one model served on TP GPUs of one kind by one engine: a
+// worker's physics.
+type Deployment struct {
+	GPU    GPU
+	Model  Model
+	TP     int
+	Engine EngineConfig
+	// KVBlocks is how many KV blocks fit per engine; MaxModelLen the
+	// longest request it accepts (the model's context, or less when the
+	// cache cannot hold one request that long, as an operator would set
+	// vLLM's --max-model-len).
+	KVBlocks    int
+	MaxModelLen int
+}
+
+// activationReserve is memory held outside weights and KV: CUDA graphs, the
+// NCCL and cuBLAS workspaces and the allocator's slack. 1 GiB is an
+// estimate of what vLLM's profile run leaves aside on a small model.
+const activationReserve = 1 << 30
+
+// NewDeployment sizes the KV cache: device memory × MemUtil, less the
+// weights' share per GPU, less the activations of one forward pass over the
+// token budget (hidden state, attention and MLP intermediates in 16 bits),
+// the FP32 logits of MaxNumSeqs samples, and activationReserve. tp 0 picks
+// the smallest power of two that fits.
+func NewDeployment(g GPU, m Model, tp int, ec EngineConfig) (*Deployment, error) {
+	ec.fill(g)
+	if err := ec.Validate(); err != nil {
+		return nil, err
+	}
+	if tp == 0 {
+		for tp = 1; tp <= 8; tp *= 2 {
+			if d, err := NewDeployment(g, m, tp, ec); err == nil && d.KVBlocks*ec.BlockSize >= 4096 {
+				return d, nil
+			}
+		}
+		return nil, fmt.Errorf("%s does not fit on 8 × %s", m.Name, g.Name)
+	}
+	if tp < 1 || tp > 8 || tp&(tp-1) != 0 || m.KVHeads%tp != 0 && tp%m.KVHeads != 0 {
+		return nil, fmt.Errorf("tensor parallelism %d: must be 1, 2, 4 or 8 and divide the model's heads", tp)
+	}
+	d := &Deployment{GPU: g, Model: m, TP: tp, Engine: ec}
+	act := float64(ec.MaxBatchedTokens)*float64(4*m.Hidden+2*m.FFN/tp)*2 + float64(ec.MaxNumSeqs*m.Vocab)*4 + activationReserve
+	free := g.MemBytes*ec.MemUtil - m.WeightBytes()/float64(tp) - act
+	if free <= 0 {
+		return nil, fmt.Errorf("%s does not fit on %d × %s: %.1f GB of weights per GPU, %.1f GB usable", m.Name, tp, g.Name, m.WeightBytes()/float64(tp)/1e9, g.MemBytes*ec.MemUtil/1e9)
+	}
+	d.KVBlocks = int(free / (float64(ec.BlockSize) * d.kvBytesPerTokenPerGPU()))
+	d.MaxModelLen = min(m.ContextLen, d.KVBlocks*ec.BlockSize)
+	if d.KVBlocks < 1 {
+		return nil, fmt.Errorf("%s on %d × %s leaves no room for a KV block", m.Name, tp, g.Name)
+	}
+	return d, nil
+}
+
+// kvBytesPerTokenPerGPU: KV heads are split over the TP group (replicated
+// when there are fewer heads than GPUs).
+func (d *Deployment) kvBytesPerTokenPerGPU() float64 {
+	heads := max(1, d.Model.KVHeads/d.TP)
+	return 2 * float64(d.Model.Layers*heads*d.Model.HeadDim) * d.Model.BytesPerKVElement
+}
+
+// StepShape is what one engine step computes.
+type StepShape struct {
+	Tokens  int // prompt (prefill chunk) and decode tokens computed
+	Sampled int // sequences that sample a token (the LM head runs for these)
+	// AttnPairs is Σ over computed tokens of the context each attends to
+	// (causal: a chunk token at position p attends to p+1 positions).
+	AttnPairs float64
+	// KVRead is Σ over sequences of the context tokens whose K and V the
+	// step reads.
+	KVRead int
+}
+
+// StepCost splits a step's duration into its parts (seconds).
+type StepCost struct {
+	Compute, Memory, Comm, Overhead float64
+}
+
+// Seconds is the step's duration: the roofline's larger side, plus the
+// tensor-parallel all-reduces, plus the overhead.
+func (c StepCost) Seconds() float64 { return math.Max(c.Compute, c.Memory) + c.Comm + c.Overhead }
+
+// Cost is the roofline of one step on one GPU of the TP group.
+//
+// Compute: 2 FLOPs per parameter per token for the transformer's matrices
+// (embeddings excluded; the LM head only for sampled tokens) plus
+// attention's QKᵀ and PV, 4·layers·heads·head_dim per attended pair, split
+// over TP, at PeakFLOPS × ComputeEff. Memory: the weights' share plus the
+// K and V read and written, at HBM bandwidth × MemEff. Comm: two ring
+// all-reduces of the hidden state per layer (2·(TP−1)/TP of it crosses each
+// link) at the link bandwidth.
+func (d *Deployment) Cost(s StepShape) StepCost {
+	m, tp := &d.Model, float64(d.TP)
+	embed := float64(m.Vocab * m.Hidden)
+	matrix := m.Params - 2*embed // input embedding and LM head
+	flops := 2*matrix*float64(s.Tokens) + 2*embed*float64(s.Sampled)
+	attn := 4 * float64(m.Layers*m.Heads*m.HeadDim) * s.AttnPairs
+	bytes := m.WeightBytes()/tp + float64(s.KVRead+s.Tokens)*d.kvBytesPerTokenPerGPU()
+	c := StepCost{
+		Compute:  (flops/(d.GPU.PeakFLOPS*d.Engine.ComputeEff) + attn/(d.GPU.PeakFLOPS*d.Engine.AttnEff)) / tp,
+		Memory:   bytes / (d.GPU.HBMBytesPerSec * d.Engine.MemEff),
+		Overhead: d.Engine.StepOverhead.Seconds(),
+	}
+	if d.TP > 1 {
+		c.Comm = 2 * float64(m.Layers) * float64(s.Tokens*m.Hidden) * 2 * 2 * (tp - 1) / tp / d.GPU.LinkBytesPerS
+	}
+	return c
+}
+
+// StepTime is Cost's duration.
+func (d *Deployment) StepTime(s StepShape) time.Duration {
+	return time.Duration(d.Cost(s).Seconds() * 1e9)
+}
