@@ -13,23 +13,25 @@ import (
 	"github.com/phaseless/phaseless/cloud/admit"
 	"github.com/phaseless/phaseless/cloud/batch"
 	"github.com/phaseless/phaseless/cloud/sched"
+	"github.com/phaseless/phaseless/cloud/sim"
 	"github.com/phaseless/phaseless/cloud/worker"
 	"github.com/phaseless/phaseless/models/lm"
 	"github.com/phaseless/phaseless/transport/llm"
 )
 
-// stampedEngine is a built-in engine that notes, per request, when the
+// stampedEngine is a worker's engine that notes, per request, when the
 // engine got it and when it produced the first token: the engine's own
-// time to first token, which the coordinator's added latency excludes.
+// time to first token (for a remote engine, its HTTP round trip included),
+// which the coordinator's added latency excludes.
 type stampedEngine struct {
-	*worker.Builtin
+	worker.Engine
 	mu    sync.Mutex // guards spans
 	spans map[*llm.Request]time.Duration
 }
 
 func (e *stampedEngine) Generate(ctx context.Context, req *llm.Request, emit llm.Emit) (llm.Final, error) {
 	start, first := time.Now(), true
-	return e.Builtin.Generate(ctx, req, func(t llm.Token) error {
+	return e.Engine.Generate(ctx, req, func(t llm.Token) error {
 		if first {
 			first = false
 			e.mu.Lock()
@@ -48,13 +50,11 @@ type loadResult struct {
 	peakHeap uint64
 }
 
-// runStreams starts n streams at once through a coordinator over three
-// built-in workers and waits for every one to end.
-func runStreams(b *testing.B, n int, fair admit.FairConfig) loadResult {
-	b.Helper()
-	var engines []*stampedEngine
-	var ws []*worker.Worker
-	for i, r := range []sched.Role{sched.RolePrefill, sched.RoleDecode, sched.RoleStream} {
+// builtinEngines is three built-in engines on the test model: they share
+// the benchmark's CPUs with the coordinator.
+func builtinEngines(b *testing.B) []worker.Engine {
+	var out []worker.Engine
+	for range 3 {
 		m, err := worker.DevModel(testModelConfig, 1)
 		if err != nil {
 			b.Fatal(err)
@@ -63,12 +63,46 @@ func runStreams(b *testing.B, n int, fair admit.FairConfig) loadResult {
 		if err != nil {
 			b.Fatal(err)
 		}
-		se := &stampedEngine{Builtin: worker.NewBuiltin(eng), spans: map[*llm.Request]time.Duration{}}
-		w, err := worker.New(worker.Config{Name: fmt.Sprint("w", i), Role: r, Batch: &batch.Config{}}, se)
+		out = append(out, worker.NewBuiltin(eng))
+	}
+	return out
+}
+
+// simEngines is three simulated H100s serving llama3.1-8b in real time
+// (cloud/sim, what --worker sim://h100?model=llama3.1-8b&n=3 starts),
+// reached over HTTP as remote workers: the engines' time passes without
+// taking the benchmark's CPUs.
+func simEngines(b *testing.B) []worker.Engine {
+	f, err := sim.StartFleet("sim://h100?model=llama3.1-8b&n=3")
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { f.Close() })
+	var out []worker.Engine
+	for _, u := range f.URLs() {
+		r, err := worker.NewRemote(worker.RemoteConfig{URL: u, Model: f.Spec().Model.Name})
 		if err != nil {
 			b.Fatal(err)
 		}
-		engines, ws = append(engines, se), append(ws, w)
+		out = append(out, r)
+	}
+	return out
+}
+
+// runStreams starts n streams at once through a coordinator over three
+// workers (prefill, decode and stream pools) and waits for every one to end.
+func runStreams(b *testing.B, n int, fair admit.FairConfig, engines func(*testing.B) []worker.Engine) loadResult {
+	b.Helper()
+	var stamped []*stampedEngine
+	var ws []*worker.Worker
+	roles := []sched.Role{sched.RolePrefill, sched.RoleDecode, sched.RoleStream}
+	for i, e := range engines(b) {
+		se := &stampedEngine{Engine: e, spans: map[*llm.Request]time.Duration{}}
+		w, err := worker.New(worker.Config{Name: fmt.Sprint("w", i), Role: roles[i%len(roles)], Batch: &batch.Config{}}, se)
+		if err != nil {
+			b.Fatal(err)
+		}
+		stamped, ws = append(stamped, se), append(ws, w)
 	}
 	set, err := worker.NewSet(context.Background(), time.Hour, ws...)
 	if err != nil {
@@ -135,7 +169,7 @@ func runStreams(b *testing.B, n int, fair admit.FairConfig) loadResult {
 		case o.err == nil:
 			var span time.Duration
 			found := false
-			for _, e := range engines {
+			for _, e := range stamped {
 				e.mu.Lock()
 				if s, ok := e.spans[o.req]; ok {
 					span, found = s, true
@@ -165,45 +199,49 @@ func pct(d []time.Duration, p int) time.Duration {
 }
 
 // BenchmarkCoordinatorStreams runs bursts of 100, 300 and 1,000 concurrent
-// streams through the coordinator onto three built-in workers and reports
-// the coordinator's added time to first token (client TTFT minus the
-// engine's own TTFT: admission, fair queueing, placement, batching queue
-// and forwarding) at p50 and p95, the peak heap, and how many requests
-// were refused. Slots is set to the burst size so the added latency is the
-// coordinator's work, not a wait for capacity; "overload" is the cloud's
-// defaults with a 256-request queue, where the excess must be refused
-// (503 overloaded), not left to time out. Run:
+// streams through the coordinator onto three workers — simulated H100s
+// (sim) and built-in engines (builtin) — and reports the coordinator's
+// added time to first token (client TTFT minus the engine's own TTFT:
+// admission, fair queueing, placement, the batching window and
+// forwarding) at p50 and p95, the peak heap, and the share of requests
+// refused. Slots is the burst size, so no request waits for a coordinator
+// slot; "overload" is the cloud's default slots with a 256-request queue,
+// where the excess must be refused (503 overloaded), not left to time out.
 //
 //	go test -run '^$' -bench BenchmarkCoordinatorStreams -benchtime 3x ./cloud/coordinator/
 func BenchmarkCoordinatorStreams(b *testing.B) {
-	levels := []struct {
-		name    string
-		streams int
-		fair    admit.FairConfig
-	}{
-		{"streams=100", 100, admit.FairConfig{Slots: 100}},
-		{"streams=300", 300, admit.FairConfig{Slots: 300}},
-		{"streams=1000", 1000, admit.FairConfig{Slots: 1000}},
-		{"overload/streams=1000/queue=256", 1000, admit.FairConfig{MaxQueue: 256}},
-	}
-	for _, l := range levels {
-		b.Run(l.name, func(b *testing.B) {
-			var added []time.Duration
-			var ok, shed, other int
-			var peak uint64
-			for b.Loop() {
-				r := runStreams(b, l.streams, l.fair)
-				added = append(added, r.added...)
-				ok, shed, other = ok+r.ok, shed+r.shed, other+r.other
-				peak = max(peak, r.peakHeap)
-			}
-			if other > 0 {
-				b.Fatalf("%d requests neither answered nor refused", other)
-			}
-			b.ReportMetric(float64(pct(added, 50).Microseconds())/1000, "p50-added-ms")
-			b.ReportMetric(float64(pct(added, 95).Microseconds())/1000, "p95-added-ms")
-			b.ReportMetric(float64(peak)/(1<<20), "peak-heap-MiB")
-			b.ReportMetric(float64(shed)/float64(ok+shed), "shed-ratio")
-		})
+	for _, eng := range []struct {
+		name string
+		new  func(*testing.B) []worker.Engine
+	}{{"sim", simEngines}, {"builtin", builtinEngines}} {
+		for _, l := range []struct {
+			name    string
+			streams int
+			fair    admit.FairConfig
+		}{
+			{"streams=100", 100, admit.FairConfig{Slots: 100}},
+			{"streams=300", 300, admit.FairConfig{Slots: 300}},
+			{"streams=1000", 1000, admit.FairConfig{Slots: 1000}},
+			{"overload/streams=1000/queue=256", 1000, admit.FairConfig{MaxQueue: 256}},
+		} {
+			b.Run(eng.name+"/"+l.name, func(b *testing.B) {
+				var added []time.Duration
+				var ok, shed, other int
+				var peak uint64
+				for b.Loop() {
+					r := runStreams(b, l.streams, l.fair, eng.new)
+					added = append(added, r.added...)
+					ok, shed, other = ok+r.ok, shed+r.shed, other+r.other
+					peak = max(peak, r.peakHeap)
+				}
+				if other > 0 {
+					b.Fatalf("%d requests neither answered nor refused", other)
+				}
+				b.ReportMetric(float64(pct(added, 50).Microseconds())/1000, "p50-added-ms")
+				b.ReportMetric(float64(pct(added, 95).Microseconds())/1000, "p95-added-ms")
+				b.ReportMetric(float64(peak)/(1<<20), "peak-heap-MiB")
+				b.ReportMetric(float64(shed)/float64(ok+shed), "shed-ratio")
+			})
+		}
 	}
 }
