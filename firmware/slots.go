@@ -62,15 +62,6 @@ func OpenSlots(dir, initialVersion string) (*Slots, error) {
 	if err != nil {
 		return nil, err
 	}
-	// A trial that is not the other slot (FuzzSlotState: "../../etc", the
-	// active slot itself) is dropped: the active slot is the one known to
-	// work. Boots out of range ends the trial at the next Boot.
-	if t := s.state.Trial; t != "" && (t == s.state.Active || (t != "a" && t != "b")) {
-		s.state.Trial, s.state.Boots = "", 0
-	}
-	if s.state.Boots < 0 || s.state.Boots > MaxTrialBoots {
-		s.state.Boots = MaxTrialBoots
-	}
 	return s, nil
 }
 
@@ -89,6 +80,15 @@ func (s *Slots) load() error {
 	}
 	if st.Versions == nil {
 		st.Versions = map[string]string{}
+	}
+	// A trial that is not the other slot (FuzzSlotState: "../../etc", the
+	// active slot itself) is dropped: the active slot is the one known to
+	// work. Boots out of range ends the trial at the next Boot.
+	if t := st.Trial; t != "" && (t == st.Active || (t != "a" && t != "b")) {
+		st.Trial, st.Boots = "", 0
+	}
+	if st.Boots < 0 || st.Boots > MaxTrialBoots {
+		st.Boots = MaxTrialBoots
 	}
 	s.state = st
 	return nil
