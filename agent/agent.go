@@ -47,6 +47,11 @@ type Config struct {
 	Predictor string // ONNX router model; empty = the shipped one; "entropy" = the 4.2-bit rule
 	OTAPub    string // trusted ed25519 key for OTA bundles; empty = updates refused
 
+	// AllowHosts and AllowOrigins open the local API to more than loopback
+	// callers without a browser Origin (httpapi.LocalGuard, docs/security.md).
+	AllowHosts   cli.StringList
+	AllowOrigins cli.StringList
+
 	LocalModel string // model name sent to the --local-url server
 	// A zero below means the default in parentheses (FillDefaults) unless it says "flag:".
 	LocalConcurrency int           // generations the local engine runs at once (4)
@@ -56,6 +61,8 @@ type Config struct {
 	MaxOutputTokens  int           // largest max_tokens accepted
 	CloudRetryMax    time.Duration // longest wait between reconnect attempts to the cloud (30 s)
 	CloudFirstToken  time.Duration // cloud requests without a token by then run locally (15 s)
+	TelemetryRate    float64       // records per second the fleet uplink sends at most (500)
+	TelemetryMax     int           // records the telemetry buffer keeps before dropping the oldest (200,000)
 }
 
 // FillDefaults sets every field whose zero value is not a working setting,
@@ -84,6 +91,12 @@ func (c *Config) FillDefaults() {
 	if c.CloudRetryMax == 0 {
 		c.CloudRetryMax = 30 * time.Second
 	}
+	if c.TelemetryRate == 0 {
+		c.TelemetryRate = 500
+	}
+	if c.TelemetryMax == 0 {
+		c.TelemetryMax = 200_000
+	}
 }
 
 // Fields is phaseless-agent's configuration table: each field's flag, which
@@ -110,6 +123,10 @@ func (c *Config) Fields() cli.Fields {
 		{Flag: "max-output-tokens", Go: "MaxOutputTokens", Value: &c.MaxOutputTokens, Usage: "largest max_tokens a request may ask for"},
 		{Flag: "cloud-first-token-timeout", Go: "CloudFirstToken", Value: &c.CloudFirstToken, Usage: "cloud requests that have produced no token by then are cancelled and run locally"},
 		{Flag: "cloud-retry-max", Go: "CloudRetryMax", Value: &c.CloudRetryMax, Usage: "longest wait between reconnect attempts while the cloud is unreachable"},
+		{Flag: "allow-host", Go: "AllowHosts", Value: &c.AllowHosts, Usage: "extra name or address accepted in the local API's Host header besides loopback and localhost (repeatable; DNS rebinding guard)"},
+		{Flag: "allow-origin", Go: "AllowOrigins", Value: &c.AllowOrigins, Usage: "browser origin (scheme://host[:port]) allowed to call the local API (repeatable; others get 403)"},
+		{Flag: "telemetry-rate", Go: "TelemetryRate", Value: &c.TelemetryRate, Usage: "most telemetry records per second the fleet uplink sends (draining a backlog)"},
+		{Flag: "telemetry-max-records", Go: "TelemetryMax", Value: &c.TelemetryMax, Usage: "telemetry records kept on the device while offline; the oldest go first"},
 	}
 }
 
@@ -169,14 +186,32 @@ func (c *Config) Validate() error {
 	if c.MaxOutputTokens < 1 {
 		return &cli.FieldError{Field: "MaxOutputTokens", Err: fmt.Errorf("%d must be at least 1", c.MaxOutputTokens)}
 	}
+	if err := (httpapi.LocalGuard{Hosts: c.AllowHosts}).Validate(); err != nil {
+		return &cli.FieldError{Field: "AllowHosts", Err: err}
+	}
+	if err := (httpapi.LocalGuard{Origins: c.AllowOrigins}).Validate(); err != nil {
+		return &cli.FieldError{Field: "AllowOrigins", Err: err}
+	}
+	if c.TelemetryRate <= 0 {
+		return &cli.FieldError{Field: "TelemetryRate", Err: fmt.Errorf("%g must be positive", c.TelemetryRate)}
+	}
+	if c.TelemetryMax < 100 {
+		return &cli.FieldError{Field: "TelemetryMax", Err: fmt.Errorf("%d must be at least 100", c.TelemetryMax)}
+	}
 	return nil
 }
 
 // Agent is a running device agent.
 type Agent struct {
 	cfg     Config
-	log     *slog.Logger
-	metrics *metrics.Registry
+	baseCfg Config // the configuration as given (flags, env, file), before the fleet's
+
+	cfgMu      sync.Mutex // guards running and applying a desired config
+	running    Config     // what the process runs with now: cfg plus live fleet changes
+	startLevel string     // the log level as given, when the fleet sets none
+	disp       *route.Dispatcher
+	log        *slog.Logger
+	metrics    *metrics.Registry
 
 	engine  *localEngine
 	runner  *local.Runner
@@ -208,7 +243,12 @@ func New(cfg Config, log *slog.Logger) (a *Agent, err error) {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	a = &Agent{cfg: cfg, log: log, metrics: metrics.NewRegistry()}
+	// Settings the fleet changed (desired config) apply over the flags
+	// from the last run's kept copy, restart-only ones included.
+	base := cfg
+	startLevel := cli.LogLevel.Level().String()
+	cfg = loadDeviceConfig(cfg, log)
+	a = &Agent{cfg: cfg, baseCfg: base, running: cfg, startLevel: startLevel, log: log, metrics: metrics.NewRegistry()}
 	built := a // a "return nil, err" below sets a to nil before this defer runs
 	defer func() {
 		if err != nil {
@@ -219,7 +259,7 @@ func New(cfg Config, log *slog.Logger) (a *Agent, err error) {
 	if err := os.MkdirAll(cfg.DataDir, 0o750); err != nil {
 		return nil, &cli.FieldError{Field: "DataDir", Err: err}
 	}
-	if a.store, err = telemetry.Open(filepath.Join(cfg.DataDir, "telemetry.db"), telemetry.Config{}); err != nil {
+	if a.store, err = telemetry.Open(filepath.Join(cfg.DataDir, "telemetry.db"), telemetry.Config{MaxRecords: cfg.TelemetryMax}); err != nil {
 		return nil, fmt.Errorf("telemetry store: %w", err)
 	}
 	a.sink = newTelemetrySink(a.store, a.metrics, log, sinkWriters)
@@ -280,6 +320,7 @@ func New(cfg Config, log *slog.Logger) (a *Agent, err error) {
 	if err != nil {
 		return nil, err
 	}
+	a.disp = disp
 	api, err := httpapi.NewHandler(disp, httpapi.Options{
 		MaxOutputTokens: cfg.MaxOutputTokens,
 		Models:          func() []httpapi.Model { return []httpapi.Model{{ID: a.engine.name, OwnedBy: "device"}} },
@@ -297,8 +338,8 @@ func New(cfg Config, log *slog.Logger) (a *Agent, err error) {
 	mux := http.NewServeMux()
 	metrics.Health(mux, a.metrics, a.ready)
 	mux.Handle("/v1/", api)
-	a.handler = mux
-	a.srv = &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second, MaxHeaderBytes: httpapi.ServerMaxHeaderBytes}
+	a.handler = localGuard(cfg).Wrap(mux)
+	a.srv = &http.Server{Handler: a.handler, ReadHeaderTimeout: 10 * time.Second, MaxHeaderBytes: httpapi.ServerMaxHeaderBytes}
 
 	ln, err := net.Listen("tcp", cfg.Listen)
 	if err != nil {
@@ -349,6 +390,7 @@ func (a *Agent) newFleetClient() (*fleetclient.Client, error) {
 		BrokerURL: a.cfg.MQTT, DeviceID: a.cfg.DeviceID, Version: cli.Version, Board: a.cfg.Board,
 		Store: a.store, StatePath: filepath.Join(a.cfg.DataDir, "fleet.db"), Logger: a.log.With("component", "fleet"),
 		Slot: a.ota.slot, Artifacts: a.ota.artifacts, Trial: a.ota.onTrial,
+		UplinkRate: a.cfg.TelemetryRate, OnConfig: a.applyDesired,
 	}
 	if a.cfg.PKIDir != "" {
 		tc, err := pki.DeviceTLS(a.cfg.PKIDir, a.cfg.DeviceID)

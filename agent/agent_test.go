@@ -11,6 +11,7 @@ import (
 	"net"
 	"net/http"
 	"path/filepath"
+	"reflect"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -26,7 +27,17 @@ import (
 	"go.uber.org/goleak"
 )
 
-func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+func TestMain(m *testing.M) { goleak.VerifyTestMain(cleanupAfter{m}) }
+
+// cleanupAfter removes what the tests built once for all of them (the
+// phaseless-cloud binary) after they ran.
+type cleanupAfter struct{ m *testing.M }
+
+func (c cleanupAfter) Run() int {
+	code := c.m.Run()
+	removeBuiltCloud()
+	return code
+}
 
 // testConfig is an offline agent on a random loopback port with its own data
 // directory, routing by the entropy rule unless a test says otherwise.
@@ -36,6 +47,7 @@ func testConfig(t testing.TB) Config {
 		Listen: "127.0.0.1:0", DataDir: t.TempDir(), Predictor: "entropy",
 		LocalConcurrency: 4, LocalQueue: 256, RouteThreshold: 0.5, RouteHysteresis: 0.1, MaxOutputTokens: 4096,
 		CloudRetryMax: 300 * time.Millisecond, CloudFirstToken: 3 * time.Second,
+		TelemetryRate: 500, TelemetryMax: 200_000,
 	}
 }
 
@@ -66,6 +78,7 @@ func post(t *testing.T, url, body string, hdr ...string) *http.Response {
 	if err != nil {
 		t.Fatal(err)
 	}
+	req.Header.Set("Content-Type", "application/json")
 	for i := 0; i+1 < len(hdr); i += 2 {
 		req.Header.Set(hdr[i], hdr[i+1])
 	}
@@ -75,6 +88,16 @@ func post(t *testing.T, url, body string, hdr ...string) *http.Response {
 	}
 	t.Cleanup(func() { resp.Body.Close() })
 	return resp
+}
+
+// postJSON posts a JSON body; safe off the test goroutine.
+func postJSON(url, body string) (*http.Response, error) {
+	req, err := http.NewRequest("POST", url, strings.NewReader(body))
+	if err != nil {
+		return nil, err
+	}
+	req.Header.Set("Content-Type", "application/json")
+	return client.Do(req)
 }
 
 type chatResp struct {
@@ -191,8 +214,7 @@ func TestTwoHundredConcurrentLocalClients(t *testing.T) {
 	for i := range n {
 		wg.Go(func() {
 			body := fmt.Sprintf(`{"messages":[{"role":"user","content":"request %d: what is the tyre pressure?"}],"max_tokens":6,"stream":true}`, i)
-			req, _ := http.NewRequest("POST", url+"/v1/chat/completions", strings.NewReader(body))
-			resp, err := client.Do(req)
+			resp, err := postJSON(url+"/v1/chat/completions", body)
 			if err != nil {
 				errs <- err
 				return
@@ -238,6 +260,7 @@ func TestLocalQueueFullIs503(t *testing.T) {
 	for range n {
 		wg.Go(func() {
 			req, _ := http.NewRequest("POST", url+"/v1/chat/completions", strings.NewReader(`{"messages":[{"role":"user","content":"hi"}],"max_tokens":64}`))
+			req.Header.Set("Content-Type", "application/json") // the local API takes JSON only
 			resp, err := client.Do(req)
 			if err != nil {
 				t.Error(err)
@@ -397,13 +420,7 @@ func TestCloudFallbacks(t *testing.T) {
 	// 2. The cloud comes back.
 	gate := &gatedEngine{after: 2, held: make(chan struct{})}
 	cloud := startCloud(t, pkiDir, cloudAddr, gate)
-	deadline := time.Now().Add(60 * time.Second) // hang guard: reconnect backoff
-	for !a.cloud.Link().Connected {
-		if time.Now().After(deadline) {
-			t.Fatalf("agent never reconnected: %+v", a.cloud.Link())
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+	waitUntil(t, "the agent to reconnect", func() bool { return a.cloud.Link().Connected })
 	resp = post(t, url+"/v1/chat/completions", chat)
 	if resp.StatusCode != 200 || !strings.HasPrefix(resp.Header.Get("x-phaseless-route"), "cloud") || resp.Header.Get("x-fallback-reason") != "" {
 		t.Fatalf("after the cloud came back: %d route %q fallback %q", resp.StatusCode, resp.Header.Get("x-phaseless-route"), resp.Header.Get("x-fallback-reason"))
@@ -472,6 +489,8 @@ func TestConfigValidate(t *testing.T) {
 		{"max-output-tokens", func(c *Config) { c.MaxOutputTokens = 0 }},
 		{"cloud-retry-max", func(c *Config) { c.CloudRetryMax = time.Millisecond }},
 		{"cloud-first-token-timeout", func(c *Config) { c.CloudFirstToken = 0 }},
+		{"telemetry-rate", func(c *Config) { c.TelemetryRate = -1 }},
+		{"telemetry-max-records", func(c *Config) { c.TelemetryMax = 10 }},
 	}
 	for _, tt := range tests {
 		c := base
@@ -495,7 +514,7 @@ func TestConfigValidate(t *testing.T) {
 	fs := flag.NewFlagSet("agent", flag.ContinueOnError)
 	flagged.RegisterFlags(fs)
 	zero.LocalQueue, zero.RouteHysteresis = 64, 0.1 // the flag-only defaults
-	if flagged != zero || fs.Lookup("listen").DefValue != "127.0.0.1:7070" || fs.Lookup("cloud-retry-max").DefValue != "30s" {
+	if !reflect.DeepEqual(flagged, zero) || fs.Lookup("listen").DefValue != "127.0.0.1:7070" || fs.Lookup("cloud-retry-max").DefValue != "30s" {
 		t.Errorf("flag defaults %+v differ from FillDefaults %+v", flagged, zero)
 	}
 	for _, f := range zero.Fields() {

@@ -119,7 +119,7 @@ func (c *Config) Fields() cli.Fields {
 		{Flag: "model", Go: "Model", Value: &c.Model, Usage: "GGUF model for the built-in engine (default: the shipped cloud model)"},
 		{Flag: "worker", Go: "Workers", Value: &c.Workers, Usage: "OpenAI-compatible engine URL (repeatable); options in the fragment: URL#role=prefill-heavy&model=NAME&capacity=N; or sim://GPU?model=M&n=N for simulated GPU workers (docs/sim.md)"},
 		{Flag: "redis", Go: "Redis", Value: &c.Redis, Usage: "Redis URL for shared admission state, e.g. redis://127.0.0.1:6379/0"},
-		{Flag: "api-keys", Go: "APIKeys", Value: &c.APIKeys, Usage: "file of API keys, one per line (key [tenant] [budget])"},
+		{Flag: "api-keys", Go: "APIKeys", Value: &c.APIKeys, Usage: "file of API keys, one per line: key [tenant] [budget] [role=inference|operator|viewer] (docs/security.md)"},
 		{Flag: "mqtt-tls", Go: "MQTTTLS", Value: &c.MQTTTLS, Usage: "embedded broker's MQTT-over-TLS listener, using the PKI's server certificate; empty disables it"},
 		{Flag: "mqtt-passwords", Go: "MQTTPasswords", Value: &c.MQTTPasswords, Usage: "Mosquitto password file for the embedded broker (username = device id)"},
 		{Flag: "mqtt-url", Go: "MQTTURL", Value: &c.MQTTURL, Usage: "external MQTT v5 broker (mqtt://user:pass@host:1883) instead of the embedded one"},
@@ -299,7 +299,9 @@ type Cloud struct {
 	quic    *quic.Server
 	broker  *broker.Broker
 	fleet   *fleet.Manager
-	sims    []*sim.Fleet // simulated workers (--worker sim://...)
+	audit   *ingress.AuditLog
+	deny    *pki.DenyList // revoked devices in the PKI dir; nil without one
+	sims    []*sim.Fleet  // simulated workers (--worker sim://...)
 	pkiDir  string
 }
 
@@ -394,13 +396,23 @@ func (c *Cloud) Start(ctx context.Context) (err error) {
 	if err != nil {
 		return err
 	}
+	if err := os.MkdirAll(c.cfg.DataDir, 0o700); err != nil {
+		return &cli.FieldError{Field: "data-dir", Err: err}
+	}
+	if c.audit, err = ingress.OpenAudit(filepath.Join(c.cfg.DataDir, AuditLogFile), nil); err != nil {
+		return &cli.FieldError{Field: "data-dir", Err: err}
+	}
+	gate := ingress.NewGate(keys, nil, c.audit, c.log)
 	var auth func(*http.Request) (string, error)
 	if keys != nil {
-		auth = keys.Authenticate
+		auth = gate.Inference
 	}
 	if c.cfg.QUIC != "" || (c.cfg.MQTT != "" && c.cfg.MQTTTLS != "") || c.cfg.PKIDir != "" {
 		if c.pkiDir, err = ingress.ResolvePKI(c.cfg.PKIDir, c.cfg.Dev, c.cfg.DataDir); err != nil {
 			return &cli.FieldError{Field: "PKIDir", Err: err}
+		}
+		if c.deny, err = pki.LoadDenyList(c.pkiDir); err != nil {
+			return &cli.FieldError{Field: "pki-dir", Err: err}
 		}
 	}
 	if err := c.startFleet(); err != nil {
@@ -409,7 +421,7 @@ func (c *Cloud) Start(ctx context.Context) (err error) {
 	ready := c.coord.Ready
 	var admin http.Handler
 	if c.fleet != nil {
-		admin = c.fleet.Handler()
+		admin = gate.Admin(c.fleet.Handler())
 		ready = func() error { return errors.Join(c.coord.Ready(), c.fleet.Ready()) }
 	}
 	api, err := httpapi.NewHandler(c.coord, httpapi.Options{
@@ -423,14 +435,14 @@ func (c *Cloud) Start(ctx context.Context) (err error) {
 		public = map[string]http.Handler{"GET " + fleet.ArtifactPrefix: c.fleet.ArtifactHandler()}
 	}
 	if c.http, err = ingress.NewHTTP(ingress.HTTPConfig{
-		Addr: c.cfg.HTTP, API: api, Admin: admin, AdminPrefix: "/v1/fleet/", Authenticate: auth, Public: public,
+		Addr: c.cfg.HTTP, API: api, Admin: admin, AdminPrefix: "/v1/fleet/", Public: public,
 		Metrics: c.metrics, Ready: ready, Logger: c.log,
 	}); err != nil {
 		return err
 	}
 	if c.cfg.QUIC != "" {
 		if c.quic, err = ingress.NewQUIC(ingress.QUICConfig{
-			Addr: c.cfg.QUIC, PKIDir: c.pkiDir, Handler: c.coord, Logger: c.log,
+			Addr: c.cfg.QUIC, PKIDir: c.pkiDir, Handler: c.coord, Deny: c.deny, Logger: c.log,
 		}); err != nil {
 			return &cli.FieldError{Field: "QUIC", Err: err}
 		}
@@ -472,6 +484,12 @@ func (c *Cloud) startFleet() error {
 			}
 			bc.TLS, bc.TLSAddr = tc, c.cfg.MQTTTLS
 		}
+		if c.deny != nil {
+			if bc.TLS != nil {
+				pki.DenyRevoked(bc.TLS, c.deny)
+			}
+			bc.Revoked = c.deny.Revoked
+		}
 		if err := os.MkdirAll(c.cfg.DataDir, 0o700); err != nil {
 			return &cli.FieldError{Field: "DataDir", Err: err}
 		}
@@ -492,6 +510,10 @@ func (c *Cloud) startFleet() error {
 	c.fleet = m
 	return nil
 }
+
+// AuditLogFile, in the data directory, is the fleet admin audit log
+// (ingress.AuditLog): JSON lines of every change and every refusal.
+const AuditLogFile = "audit.jsonl"
 
 // publicURL is --public-url, or the --http listener on loopback.
 func (c *Cloud) publicURL() string {
@@ -661,6 +683,11 @@ func (c *Cloud) Serve(ctx context.Context) error {
 	}
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
+	var watching sync.WaitGroup
+	defer watching.Wait() // before Close: the watcher uses the listeners
+	if c.deny != nil {
+		watching.Go(func() { c.watchRevocations(ctx) })
+	}
 	errc := make(chan error, 2)
 	n := 1
 	go func() { errc <- h.Serve(ctx) }()
@@ -714,6 +741,10 @@ func (c *Cloud) closeLocked() error {
 	if c.admit != nil {
 		errs = append(errs, c.admit.Close())
 		c.admit = nil
+	}
+	if c.audit != nil {
+		errs = append(errs, c.audit.Close())
+		c.audit = nil
 	}
 	return errors.Join(errs...)
 }

@@ -339,7 +339,7 @@ func TestConfigValidate(t *testing.T) {
 // the fleet admin routes sit behind the API keys when keys are configured.
 func TestCloudFleetAdmin(t *testing.T) {
 	keys := filepath.Join(t.TempDir(), "keys")
-	os.WriteFile(keys, []byte("sk-operator-1 ops\n"), 0o600)
+	os.WriteFile(keys, []byte("sk-operator-1 ops role=operator\n"), 0o600)
 	c := startCloud(t, func(cfg *Config) {
 		cfg.MQTT, cfg.MQTTTLS, cfg.APIKeys, cfg.BuiltinWorkers = "127.0.0.1:0", "", keys, 1
 	})

@@ -402,6 +402,7 @@ func (c *Client) enqueue(ctx context.Context, cm *autopaho.ConnectionManager, to
 func (c *Client) configLoop(ctx context.Context, cm *autopaho.ConnectionManager) {
 	var applied uint64
 	var appliedOK, haveApplied bool
+	var last fleetwire.ReportedConfig // the report of the applied version
 	for {
 		select {
 		case <-ctx.Done():
@@ -424,13 +425,15 @@ func (c *Client) configLoop(ctx context.Context, cm *autopaho.ConnectionManager)
 			// the retained report.
 		default:
 			var err error
+			var restart []string
 			if c.cfg.OnConfig == nil {
 				err = errors.New("device has no config handler")
 			} else {
-				err = c.cfg.OnConfig(ctx, *d)
+				restart, err = c.cfg.OnConfig(ctx, *d)
 			}
 			applied, appliedOK, haveApplied = d.Version, err == nil, true
-			rep := fleetwire.ReportedConfig{Version: d.Version, Applied: err == nil}
+			rep := fleetwire.ReportedConfig{Version: d.Version, Applied: err == nil, RestartPending: restart}
+			last = rep
 			if err != nil {
 				rep.Error = err.Error()
 				c.stats.configsFailed.Add(1)
@@ -444,7 +447,7 @@ func (c *Client) configLoop(ctx context.Context, cm *autopaho.ConnectionManager)
 			}
 			continue
 		}
-		if err := c.enqueue(ctx, cm, c.tReported, true, fleetwire.ReportedConfig{Version: applied, Applied: true}); err != nil {
+		if err := c.enqueue(ctx, cm, c.tReported, true, last); err != nil {
 			c.log.Error("queue config report", "err", err)
 		}
 	}

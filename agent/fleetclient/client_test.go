@@ -217,14 +217,14 @@ func testConfigAppliedAndReported(t *testing.T, b broker) {
 	var mu sync.Mutex
 	var got []fleetwire.DesiredConfig
 	d := startDevice(t, Config{BrokerURL: b.URL(), DeviceID: id, Topics: topics,
-		OnConfig: func(_ context.Context, c fleetwire.DesiredConfig) error {
+		OnConfig: func(_ context.Context, c fleetwire.DesiredConfig) ([]string, error) {
 			mu.Lock()
 			defer mu.Unlock()
 			got = append(got, c)
 			if c.Values["route"] == "bogus" {
-				return errors.New("route must be auto, local or cloud")
+				return nil, errors.New("route must be auto, local or cloud")
 			}
-			return nil
+			return nil, nil
 		}})
 	cloud.waitFor("online", func() bool { _, ok := cloud.lastStatus(id); return ok })
 

@@ -71,7 +71,7 @@ type Config struct {
 
 	// OnConfig applies a desired configuration; its error is reported to
 	// the cloud in ReportedConfig. nil reports every config as not applied.
-	OnConfig func(ctx context.Context, c fleetwire.DesiredConfig) error
+	OnConfig func(ctx context.Context, c fleetwire.DesiredConfig) (restartPending []string, err error)
 
 	Logger *slog.Logger // default slog.Default()
 	Clock  Clock        // default the system clock

@@ -32,11 +32,11 @@ func TestWithCloudManager(t *testing.T) {
 	var mu sync.Mutex
 	var applied []fleetwire.DesiredConfig
 	d := startDevice(t, Config{BrokerURL: "mqtt://" + b.TCPAddr(), DeviceID: id, Version: "9.9", Store: store, UplinkRate: -1,
-		OnConfig: func(_ context.Context, c fleetwire.DesiredConfig) error {
+		OnConfig: func(_ context.Context, c fleetwire.DesiredConfig) ([]string, error) {
 			mu.Lock()
 			defer mu.Unlock()
 			applied = append(applied, c)
-			return nil
+			return nil, nil
 		}})
 	d.Handle("ping", func(context.Context, fleetwire.Command) (string, error) { return "pong", nil })
 

@@ -42,10 +42,18 @@ type DispatcherConfig struct {
 
 // Dispatcher is the agent's llm.Generator: decide, run, fall back, record.
 type Dispatcher struct {
-	cfg DispatcherConfig
-	log *slog.Logger
-	m   dispatchMetrics
+	cfg    DispatcherConfig
+	log    *slog.Logger
+	m      dispatchMetrics
+	router atomic.Pointer[Router] // cfg.Router until SetRouter
 }
+
+// SetRouter swaps the router for the requests that start from now on (a
+// fleet config changed its threshold); requests in flight keep theirs.
+func (d *Dispatcher) SetRouter(r *Router) { d.router.Store(r) }
+
+// Router is the router new requests are decided by.
+func (d *Dispatcher) Router() *Router { return d.router.Load() }
 
 var _ llm.Generator = (*Dispatcher)(nil)
 
@@ -64,7 +72,9 @@ func NewDispatcher(cfg DispatcherConfig) (*Dispatcher, error) {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	return &Dispatcher{cfg: cfg, log: log, m: newDispatchMetrics(cfg.Metrics)}, nil
+	d := &Dispatcher{cfg: cfg, log: log, m: newDispatchMetrics(cfg.Metrics)}
+	d.router.Store(cfg.Router)
+	return d, nil
 }
 
 func (d *Dispatcher) link() Link {
@@ -116,7 +126,7 @@ func (t *timedEmit) forward(tok llm.Token) error {
 // own begin event (pool, worker, hint, budget) when it ran there.
 func (d *Dispatcher) Generate(ctx context.Context, req *llm.Request, emit llm.Emit) (llm.Final, error) {
 	start := time.Now()
-	dec := d.cfg.Router.Decide(req, d.link(), d.load())
+	dec := d.router.Load().Decide(req, d.link(), d.load())
 	d.m.decisions.With(dec.Path).Inc()
 	st := llm.NewStream(emit)
 	te := &timedEmit{emit: st.Emit, start: start, itl: d.m.itl}

@@ -42,7 +42,7 @@ func init() {
 func fleetFlags(name string) (*flag.FlagSet, *string, *string) {
 	fs := flag.NewFlagSet(name, flag.ContinueOnError)
 	cloud := fs.String("cloud", "http://127.0.0.1:8080", "cloud HTTP API base URL")
-	key := fs.String("api-key", "", "API key for the cloud's admin API (not needed with phaseless-cloud --dev)")
+	key := fs.String("api-key", "", "operator API key (role=operator in the cloud's --api-keys; role=viewer for reads) for the cloud's admin API (not needed with phaseless-cloud --dev)")
 	return fs, cloud, key
 }
 

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/phaseless/phaseless/models/lm"
+	"github.com/phaseless/phaseless/models/lm/gguf"
 	"github.com/phaseless/phaseless/transport/cli"
 	"github.com/phaseless/phaseless/transport/llm"
 )
@@ -27,6 +28,7 @@ func init() {
 		{Name: "generate", Summary: "stream a completion from a GGUF model", Run: lmGenerate},
 		{Name: "logits", Summary: "print final-position logits for token ids as a JSON array", Run: lmLogits},
 		{Name: "bench", Summary: "decode tok/s per batch size, prefill tok/s, TTFT cached vs uncached", Run: lmBench},
+		{Name: "quantize", Summary: "rewrite a GGUF model with quantized tensors (q8_0, q6_k, q4_k_m, …)", Run: lmQuantize},
 	}})
 }
 
@@ -63,9 +65,9 @@ func lmInit(ctx context.Context, cio cli.IO, args []string) error {
 	tied := fs.Bool("tied", false, "tie the output head to the embedding (no output.weight)")
 	tokJSON := fs.String("tokenizer", "", "Hugging Face tokenizer.json to carry as the vocabulary (default: the byte vocabulary)")
 	tokCfg := fs.String("tokenizer-config", "", "its tokenizer_config.json (BOS/EOS, add_bos_token, chat template)")
-	dtype := fs.String("dtype", "f32", "tensor storage: f32, f16 or q8_0")
+	dtype := fs.String("dtype", "f32", "tensor storage: f32, f16, bf16, q8_0, q6_k, q4_k, …, or the q4_k_m / q5_k_m mixes")
 	seed := fs.Uint64("seed", 1, "random seed")
-	if done, err := lmParseFlags(fs, cio, args, "lm init --out F [--layers L --dim D --heads H --kv-heads K --ffn F --vocab V --ctx C --dtype f32|f16|q8_0 --seed S "+
+	if done, err := lmParseFlags(fs, cio, args, "lm init --out F [--layers L --dim D --heads H --kv-heads K --ffn F --vocab V --ctx C --dtype f32|f16|bf16|q8_0|q6_k|q4_k_m|… --seed S "+
 		"--arch llama|qwen2|qwen3 --head-dim N --tied --rope-scaling-factor X --tokenizer tokenizer.json --tokenizer-config tokenizer_config.json]"); done || err != nil {
 		return err
 	}
@@ -97,7 +99,7 @@ func lmInit(ctx context.Context, cio cli.IO, args []string) error {
 	if c.FFN == 0 {
 		c.FFN = (c.Dim*8/3 + 31) / 32 * 32
 	}
-	dt, err := lm.ParseDType(*dtype)
+	dt, err := lm.ParseRecipe(*dtype)
 	if err != nil {
 		return &cli.FieldError{Field: "dtype", Err: err}
 	}
@@ -126,7 +128,7 @@ func lmInit(ctx context.Context, cio cli.IO, args []string) error {
 		return err
 	}
 	meta := map[string]any{"general.name": "random", "phaseless.seed": *seed}
-	if err := lm.WriteGGUF(f, c, tok, w, meta, dt); err != nil {
+	if err := lm.WriteGGUFRecipe(f, c, tok, w, meta, dt); err != nil {
 		f.Close()
 		return err
 	}
@@ -139,7 +141,7 @@ func lmInit(ctx context.Context, cio cli.IO, args []string) error {
 		arch = lm.ArchLlama
 	}
 	fmt.Fprintf(cio.Stdout, "wrote %s: %s, %d layers, dim %d, %d/%d heads, ffn %d, vocab %d (%s), ctx %d, %s, %.1f MB\n",
-		*out, arch, c.Layers, c.Dim, c.Heads, c.KVHeads, c.FFN, c.Vocab, tok.Model, c.ContextLen, dt, float64(st.Size())/1e6)
+		*out, arch, c.Layers, c.Dim, c.Heads, c.KVHeads, c.FFN, c.Vocab, tok.Model, c.ContextLen, dt.Name, float64(st.Size())/1e6)
 	return nil
 }
 
@@ -299,14 +301,15 @@ func parseIDs(s string) ([]int32, error) {
 
 func lmBench(ctx context.Context, cio cli.IO, args []string) error {
 	fs := flag.NewFlagSet("lm bench", flag.ContinueOnError)
-	model := fs.String("model", "", "GGUF model file")
+	model := fs.String("model", "", "GGUF model file, or several separated by commas (measured in one run, interleaved)")
 	batches := fs.String("batch", "1,4,16", "decode batch sizes")
 	tokens := fs.Int("tokens", 64, "tokens generated per sequence")
 	promptLen := fs.Int("prompt-len", 512, "prompt length for prefill and TTFT")
 	shared := fs.Float64("shared", 0.9, "fraction of the TTFT prompt already cached")
 	threads := fs.Int("threads", 0, "compute threads (0 = all cores)")
+	repeats := fs.Int("repeats", 3, "interleaved repeats of each measurement (the best is kept)")
 	copyMB := fs.Int("copy-mb", 256, "size of the memory copy that measures bandwidth, MiB")
-	if done, err := lmParseFlags(fs, cio, args, "lm bench --model F [--batch 1,4,16 --tokens N --prompt-len N --shared 0.9]"); done || err != nil {
+	if done, err := lmParseFlags(fs, cio, args, "lm bench --model F[,G,…] [--batch 1,4,16 --tokens N --prompt-len N --shared 0.9 --repeats 3]"); done || err != nil {
 		return err
 	}
 	if *model == "" {
@@ -319,33 +322,115 @@ func lmBench(ctx context.Context, cio cli.IO, args []string) error {
 	if *shared <= 0 || *shared >= 1 {
 		return &cli.FieldError{Field: "shared", Err: fmt.Errorf("%v is not in (0, 1)", *shared)}
 	}
-	m, err := lm.Load(*model)
-	if err != nil {
-		return err
-	}
 	if *copyMB <= 0 {
 		return &cli.FieldError{Field: "copy-mb", Err: fmt.Errorf("%d is not positive", *copyMB)}
 	}
-	cfg := lm.BenchConfig{DecodeTokens: *tokens, PromptLen: *promptLen, Shared: *shared, Threads: *threads, CopyBytes: *copyMB << 20}
+	if *repeats <= 0 {
+		return &cli.FieldError{Field: "repeats", Err: fmt.Errorf("%d is not positive", *repeats)}
+	}
+	paths := strings.Split(*model, ",")
+	var models []*lm.Model
+	var fileBytes, loadRSS, touchedRSS []int64
+	for _, p := range paths {
+		before := lm.ResidentBytes()
+		m, err := lm.Load(p)
+		if err != nil {
+			return err
+		}
+		st, err := os.Stat(p)
+		if err != nil {
+			return err
+		}
+		loaded := lm.ResidentBytes()
+		m.Logits([]int32{0}) // one forward pass reads every weight matrix
+		models = append(models, m)
+		fileBytes = append(fileBytes, st.Size())
+		loadRSS = append(loadRSS, loaded-before)
+		touchedRSS = append(touchedRSS, lm.ResidentBytes()-before)
+	}
+	cfg := lm.BenchConfig{DecodeTokens: *tokens, PromptLen: *promptLen, Shared: *shared, Threads: *threads, CopyBytes: *copyMB << 20, Repeats: *repeats}
 	for _, b := range ids {
 		cfg.Batches = append(cfg.Batches, int(b))
 	}
-	r, err := lm.Bench(ctx, m, cfg)
+	rs, err := lm.BenchModels(ctx, models, cfg)
 	if err != nil {
 		return err
 	}
-	c := m.Config
-	fmt.Fprintf(cio.Stdout, "model %s: %d layers, dim %d, %d/%d heads, ffn %d, vocab %d, %s, weights %.1f MB\n",
-		*model, c.Layers, c.Dim, c.Heads, c.KVHeads, c.FFN, c.Vocab, m.DType, float64(r.WeightBytes)/1e6)
-	for _, d := range r.Decode {
-		fmt.Fprintf(cio.Stdout, "decode batch %3d: %8.1f tok/s (%.2f× batch 1), %8.1f tok per CPU-second (%.2f×)\n",
-			d.Batch, d.TokensPerSec, r.Speedup(d.Batch), d.TokensPerCPUSec, r.CPUSpeedup(d.Batch))
+	for i, m := range models {
+		r, c := rs[i], m.Config
+		fmt.Fprintf(cio.Stdout, "model %s: %d layers, dim %d, %d/%d heads, ffn %d, vocab %d, %s, weights %.1f MB\n",
+			paths[i], c.Layers, c.Dim, c.Heads, c.KVHeads, c.FFN, c.Vocab, m.TensorTypes(), float64(r.WeightBytes)/1e6)
+		fmt.Fprintf(cio.Stdout, "  file %.1f MB, memory-mapped %v, RSS grew %.1f MB at load, %.1f MB once a forward pass touched every matrix\n",
+			float64(fileBytes[i])/1e6, m.Mapped, float64(loadRSS[i])/1e6, float64(touchedRSS[i])/1e6)
+		for _, d := range r.Decode {
+			fmt.Fprintf(cio.Stdout, "  decode batch %3d: %8.1f tok/s (%.2f× batch 1), %8.1f tok per CPU-second (%.2f×)\n",
+				d.Batch, d.TokensPerSec, r.Speedup(d.Batch), d.TokensPerCPUSec, r.CPUSpeedup(d.Batch))
+		}
+		fmt.Fprintf(cio.Stdout, "  prefill: %.1f tok/s, %.1f tok per CPU-second (%d-token prompt)\n", r.PrefillTokensPerSec, r.PrefillTokensPerCPUSec, min(*promptLen, c.ContextLen-2))
+		fmt.Fprintf(cio.Stdout, "  TTFT uncached %v, cached %v with %d prompt tokens in cache (ratio %.3f)\n",
+			r.TTFTUncached.Round(time.Microsecond), r.TTFTCached.Round(time.Microsecond), r.CachedPromptTokens, float64(r.TTFTCached)/float64(r.TTFTUncached))
+		fmt.Fprintf(cio.Stdout, "  batch-1 decode reads %.2f GB/s of weights = %.0f%% of a memory copy's %.2f GB/s (read+write), %.0f%% of the %.2f GB/s a bare F32 matrix-vector product streams\n",
+			r.Decode[0].TokensPerSec*float64(r.WeightBytes)/1e9, 100*r.SingleStreamFraction, r.CopyBytesPerSec/1e9,
+			100*r.SingleStreamReadFraction, r.ReadBytesPerSec/1e9)
 	}
-	fmt.Fprintf(cio.Stdout, "prefill: %.1f tok/s (%d-token prompt)\n", r.PrefillTokensPerSec, min(*promptLen, c.ContextLen-2))
-	fmt.Fprintf(cio.Stdout, "TTFT uncached %v, cached %v with %d prompt tokens in cache (ratio %.3f)\n",
-		r.TTFTUncached.Round(time.Microsecond), r.TTFTCached.Round(time.Microsecond), r.CachedPromptTokens, float64(r.TTFTCached)/float64(r.TTFTUncached))
-	fmt.Fprintf(cio.Stdout, "batch-1 decode reads %.2f GB/s of weights = %.0f%% of a memory copy's %.2f GB/s (read+write), %.0f%% of the %.2f GB/s a bare matrix-vector product streams\n",
-		r.Decode[0].TokensPerSec*float64(r.WeightBytes)/1e9, 100*r.SingleStreamFraction, r.CopyBytesPerSec/1e9,
-		100*r.SingleStreamReadFraction, r.ReadBytesPerSec/1e9)
+	if len(models) > 1 {
+		fmt.Fprintf(cio.Stdout, "%-32s %12s %8s %12s %8s %12s %8s\n", "model (ratios: to the first)", "decode b1", "ratio", "per CPU-s", "ratio", "prefill/CPU-s", "ratio")
+		for i, r := range rs {
+			d, d0 := r.Decode[0], rs[0].Decode[0]
+			fmt.Fprintf(cio.Stdout, "%-32s %12.1f %7.2f× %12.1f %7.2f× %12.1f %7.2f×\n", paths[i], d.TokensPerSec, d.TokensPerSec/d0.TokensPerSec,
+				d.TokensPerCPUSec, d.TokensPerCPUSec/d0.TokensPerCPUSec, r.PrefillTokensPerCPUSec, r.PrefillTokensPerCPUSec/rs[0].PrefillTokensPerCPUSec)
+		}
+	}
+	return nil
+}
+
+func lmQuantize(ctx context.Context, cio cli.IO, args []string) error {
+	fs := flag.NewFlagSet("lm quantize", flag.ContinueOnError)
+	in := fs.String("in", "", "GGUF model to read (any supported tensor types)")
+	out := fs.String("out", "", "GGUF file to write")
+	typ := fs.String("type", "q4_k_m", "q4_k_m, q5_k_m, or a uniform type: q8_0, q6_k, q5_k, q4_k, q3_k, q2_k, q5_0, q5_1, q4_0, q4_1, bf16, f16, f32")
+	if done, err := lmParseFlags(fs, cio, args, "lm quantize --in F --out G [--type q4_k_m|q8_0|q6_k|…]"); done || err != nil {
+		return err
+	}
+	if *in == "" {
+		return &cli.FieldError{Field: "in", Err: errors.New("required")}
+	}
+	if *out == "" {
+		return &cli.FieldError{Field: "out", Err: errors.New("required")}
+	}
+	r, err := lm.ParseRecipe(*typ)
+	if err != nil {
+		return &cli.FieldError{Field: "type", Err: err}
+	}
+	src, err := os.Open(*in)
+	if err != nil {
+		return err
+	}
+	defer src.Close()
+	st, err := src.Stat()
+	if err != nil {
+		return err
+	}
+	f, err := gguf.Read(src, st.Size())
+	if err != nil {
+		return fmt.Errorf("read %s: %w", *in, err)
+	}
+	dst, err := os.Create(*out)
+	if err != nil {
+		return err
+	}
+	if err := lm.Quantize(dst, f, r); err != nil {
+		dst.Close()
+		return err
+	}
+	if err := dst.Close(); err != nil {
+		return err
+	}
+	m, err := lm.Load(*out)
+	if err != nil {
+		return fmt.Errorf("reload %s: %w", *out, err)
+	}
+	ost, _ := os.Stat(*out)
+	fmt.Fprintf(cio.Stdout, "wrote %s: %s, %.1f MB (from %.1f MB), tensors %s\n", *out, r.Name, float64(ost.Size())/1e6, float64(st.Size())/1e6, m.TensorTypes())
 	return nil
 }

@@ -67,6 +67,39 @@ func TestLMInitLogitsGenerateBench(t *testing.T) {
 	}
 }
 
+func TestLMQuantizeAndCompareBench(t *testing.T) {
+	dir := t.TempDir()
+	f32, q := filepath.Join(dir, "f32.gguf"), filepath.Join(dir, "q4km.gguf")
+	if out, err := runCtl(t, "lm", "init", "--out", f32, "--layers", "2", "--dim", "256", "--heads", "4",
+		"--ffn", "512", "--vocab", "300", "--ctx", "128"); err != nil {
+		t.Fatalf("init: %v\n%s", err, out)
+	}
+	out, err := runCtl(t, "lm", "quantize", "--in", f32, "--out", q, "--type", "q4_k_m")
+	if err != nil || !strings.Contains(out, "q4_k_m") || !strings.Contains(out, "q6_K×") {
+		t.Fatalf("quantize: %v\n%s", err, out)
+	}
+	m, err := lm.Load(q)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := m.TensorTypes(); got != "q4_K×13 q6_K×3" {
+		t.Errorf("tensor types %s", got)
+	}
+	if _, err := runCtl(t, "lm", "quantize", "--in", f32, "--out", q, "--type", "iq2_xxs"); err == nil {
+		t.Error("iq2_xxs accepted")
+	}
+	out, err = runCtl(t, "lm", "bench", "--model", f32+","+q, "--batch", "1", "--tokens", "4", "--prompt-len", "32",
+		"--copy-mb", "4", "--repeats", "1")
+	if err != nil {
+		t.Fatalf("bench: %v\n%s", err, out)
+	}
+	for _, s := range []string{"memory-mapped true", "once a forward pass touched every matrix", "model (ratios: to the first)", "q4km.gguf"} {
+		if !strings.Contains(out, s) {
+			t.Errorf("bench output lacks %q:\n%s", s, out)
+		}
+	}
+}
+
 // TestLMInitWithHFTokenizerAndTokenize: lm init carries a Hugging Face
 // vocabulary (tokens, merges, special tokens, chat template) into the file,
 // with each architecture; lm tokenize prints ids per JSON line.

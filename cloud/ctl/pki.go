@@ -19,6 +19,7 @@ func init() {
 	register(&cli.Command{Name: "pki", Summary: "fleet PKI: the CA, the cloud certificate and device certificates", Subcommands: []*cli.Command{
 		{Name: "init", Summary: "create the fleet CA and the cloud server certificate in --dir", Run: pkiInit},
 		{Name: "device", Summary: "issue a device certificate (CN = device id) from the CA in --dir", Run: pkiDevice},
+		{Name: "revoke", Summary: "revoke a device (a stolen car): add it to --dir's deny list, which the cloud reloads by itself", Run: pkiRevoke},
 	}})
 }
 

@@ -20,16 +20,15 @@ type HTTPConfig struct {
 	Addr string
 	// API serves /v1/ (an httpapi.Handler, which authenticates itself).
 	API http.Handler
-	// Admin, when set, is mounted at AdminPrefix behind Authenticate (the
-	// fleet manager's routes, /v1/fleet/).
+	// Admin, when set, is mounted at AdminPrefix (the fleet manager's
+	// routes, /v1/fleet/). It authenticates itself: the cloud wraps it in
+	// Gate.Admin (roles, audit log).
 	Admin       http.Handler
 	AdminPrefix string
 	// Public are handlers by mux pattern served without authentication
 	// (the signed artifacts devices download).
-	Public map[string]http.Handler
-	// Authenticate guards Admin; nil means open (--dev).
-	Authenticate func(*http.Request) (string, error)
-	Metrics      *metrics.Registry
+	Public  map[string]http.Handler
+	Metrics *metrics.Registry
 	// Ready backs /readyz.
 	Ready  func() error
 	Logger *slog.Logger
@@ -60,7 +59,7 @@ func NewHTTP(cfg HTTPConfig) (*HTTPServer, error) {
 		if cfg.AdminPrefix == "" || !strings.HasSuffix(cfg.AdminPrefix, "/") {
 			return nil, fmt.Errorf("ingress: HTTPConfig.AdminPrefix %q must end with /", cfg.AdminPrefix)
 		}
-		mux.Handle(cfg.AdminPrefix, guard(cfg.Authenticate, cfg.Admin))
+		mux.Handle(cfg.AdminPrefix, cfg.Admin)
 	}
 	for pattern, h := range cfg.Public {
 		mux.Handle(pattern, h)
@@ -74,22 +73,6 @@ func NewHTTP(cfg HTTPConfig) (*HTTPServer, error) {
 		srv: &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second, MaxHeaderBytes: httpapi.ServerMaxHeaderBytes},
 		ln:  ln, log: cfg.Logger,
 	}, nil
-}
-
-// guard admits only authenticated callers to h, answering 401 in JSON.
-func guard(auth func(*http.Request) (string, error), h http.Handler) http.Handler {
-	if auth == nil {
-		return h
-	}
-	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if _, err := auth(r); err != nil {
-			w.Header().Set("Content-Type", "application/json")
-			w.WriteHeader(http.StatusUnauthorized)
-			fmt.Fprintf(w, "{\"error\":{\"message\":%q,\"type\":\"authentication_error\"}}\n", strings.TrimPrefix(err.Error(), "authentication: "))
-			return
-		}
-		h.ServeHTTP(w, r)
-	})
 }
 
 // Addr is the bound address.

@@ -19,27 +19,41 @@ import (
 	"github.com/phaseless/phaseless/transport/llm"
 )
 
-// Key is one API key's tenant and token budget.
+// Key is one API key's tenant, token budget and role.
 type Key struct {
 	Tenant string
 	// Budget is the key's burst budget in tokens (refilled at Budget per
 	// minute); 0 means the coordinator's default.
 	Budget int64
+	// Role is what the key reaches (roles.go); RoleInference unless the
+	// line says otherwise.
+	Role Role
+	// ID names the key in logs and the audit log without revealing it
+	// (TenantOf's hash).
+	ID string
 }
 
 // Keys is a parsed --api-keys file.
 type Keys struct {
 	byKey    map[string]Key
 	byTenant map[string]int64
+	digests  []keyDigest // what lookup compares against
+}
+
+type keyDigest struct {
+	sum [sha256.Size]byte
+	key Key
 }
 
 // maxKeyLine bounds one line of the keys file.
 const maxKeyLine = 4096
 
-// ParseKeys reads one key per line: `key [tenant] [budget]`, separated by
-// spaces or tabs; blank lines and lines starting with # are ignored. Without
-// a tenant the key gets its own, named after a hash of the key so the
-// secret never appears in logs or metrics.
+// ParseKeys reads one key per line: `key [tenant] [budget] [role=ROLE]`,
+// separated by spaces or tabs; blank lines and lines starting with # are
+// ignored. Without a tenant the key gets its own, named after a hash of the
+// key so the secret never appears in logs or metrics. Without a role it is
+// an inference key (the only kind files written before roles held, which
+// keep their meaning for the OpenAI/Anthropic surface).
 func ParseKeys(r io.Reader) (*Keys, error) {
 	k := &Keys{byKey: map[string]Key{}, byTenant: map[string]int64{}}
 	sc := bufio.NewScanner(r)
@@ -52,10 +66,18 @@ func ParseKeys(r io.Reader) (*Keys, error) {
 			continue
 		}
 		f := strings.Fields(line)
-		if len(f) > 3 {
-			return nil, fmt.Errorf("api keys line %d: %d fields, want `key [tenant] [budget]`", n, len(f))
+		role := RoleInference
+		if last := f[len(f)-1]; len(f) > 1 && strings.HasPrefix(last, "role=") {
+			r, err := ParseRole(strings.TrimPrefix(last, "role="))
+			if err != nil {
+				return nil, fmt.Errorf("api keys line %d: %w", n, err)
+			}
+			role, f = r, f[:len(f)-1]
 		}
-		key := Key{Tenant: TenantOf(f[0])}
+		if len(f) > 3 {
+			return nil, fmt.Errorf("api keys line %d: %d fields, want `key [tenant] [budget] [role=ROLE]`", n, len(f))
+		}
+		key := Key{Tenant: TenantOf(f[0]), Role: role, ID: TenantOf(f[0])}
 		if len(f) >= 2 {
 			key.Tenant = f[1]
 		}
@@ -65,6 +87,9 @@ func ParseKeys(r io.Reader) (*Keys, error) {
 				return nil, fmt.Errorf("api keys line %d: budget %q must be a positive number of tokens", n, f[2])
 			}
 			key.Budget = b
+		}
+		if strings.HasPrefix(f[0], "role=") {
+			return nil, fmt.Errorf("api keys line %d: a line starts with the key; role= goes last", n)
 		}
 		if len(f[0]) < 8 {
 			return nil, fmt.Errorf("api keys line %d: key shorter than 8 characters", n)
@@ -82,6 +107,9 @@ func ParseKeys(r io.Reader) (*Keys, error) {
 	}
 	if len(k.byKey) == 0 {
 		return nil, fmt.Errorf("api keys: no keys")
+	}
+	for raw, e := range k.byKey {
+		k.digests = append(k.digests, keyDigest{sum: sha256.Sum256([]byte(raw)), key: e})
 	}
 	return k, nil
 }
@@ -114,8 +142,15 @@ func (k *Keys) Budget(tenant string) int64 { return k.byTenant[tenant] }
 
 // Authenticate finds the caller's key in `Authorization: Bearer KEY` (the
 // OpenAI SDKs) or `x-api-key: KEY` (the Anthropic SDKs) and returns its
-// tenant, or an authentication *llm.Error (401).
+// tenant, or an authentication *llm.Error (401). It checks no role: the
+// inference surface uses Gate.Inference, which does.
 func (k *Keys) Authenticate(r *http.Request) (string, error) {
+	e, err := k.AuthenticateKey(r)
+	return e.Tenant, err
+}
+
+// AuthenticateKey is Authenticate returning the whole Key.
+func (k *Keys) AuthenticateKey(r *http.Request) (Key, error) {
 	key := r.Header.Get("x-api-key")
 	if key == "" {
 		if a := r.Header.Get("Authorization"); len(a) > 7 && strings.EqualFold(a[:7], "bearer ") {
@@ -123,23 +158,33 @@ func (k *Keys) Authenticate(r *http.Request) (string, error) {
 		}
 	}
 	if key == "" {
-		return "", &llm.Error{Code: llm.CodeAuth, Message: "missing API key (Authorization: Bearer KEY or x-api-key: KEY)"}
+		return Key{}, errMissingKey
 	}
 	if e, ok := k.lookup(key); ok {
-		return e.Tenant, nil
+		return e, nil
 	}
-	return "", &llm.Error{Code: llm.CodeAuth, Message: "invalid API key"}
+	return Key{}, &llm.Error{Code: llm.CodeAuth, Message: "invalid API key"}
 }
 
-// lookup compares in constant time per stored key, so response timing does
-// not reveal how much of a guessed key was right.
+// errMissingKey is a request without credentials: not counted as a failed
+// guess by the Gate's limiter (a browser or a probe that sends none).
+var errMissingKey = &llm.Error{Code: llm.CodeAuth, Message: "missing API key (Authorization: Bearer KEY or x-api-key: KEY)"}
+
+// lookup compares SHA-256 digests of the candidate and of every stored key
+// in constant time, visiting all of them: the time taken depends on neither
+// how much of a guess was right nor its length (ConstantTimeCompare returns
+// early on a length mismatch, so raw keys of different lengths would leak
+// the length), nor on which key matched.
 func (k *Keys) lookup(key string) (Key, bool) {
+	want := sha256.Sum256([]byte(key))
 	var found Key
-	ok := false
-	for stored, e := range k.byKey {
-		if subtle.ConstantTimeCompare([]byte(stored), []byte(key)) == 1 {
-			found, ok = e, true
+	ok := 0
+	for _, s := range k.digests {
+		m := subtle.ConstantTimeCompare(s.sum[:], want[:])
+		if m == 1 {
+			found = s.key
 		}
+		ok |= m
 	}
-	return found, ok
+	return found, ok == 1
 }

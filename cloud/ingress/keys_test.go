@@ -47,6 +47,31 @@ sk-charlie-03
 	}
 }
 
+// Roles are an optional last field; files without them keep working, every
+// key in them an inference key.
+func TestParseKeysRoles(t *testing.T) {
+	k, err := ParseKeys(strings.NewReader(`
+sk-infer-0001 apps 5000
+sk-ops-000001 ops role=operator
+sk-view-00001 dash 10 role=viewer
+sk-bare-00001 role=inference
+`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for key, want := range map[string]Key{
+		"sk-infer-0001": {Tenant: "apps", Budget: 5000, Role: RoleInference},
+		"sk-ops-000001": {Tenant: "ops", Role: RoleOperator},
+		"sk-view-00001": {Tenant: "dash", Budget: 10, Role: RoleViewer},
+		"sk-bare-00001": {Tenant: TenantOf("sk-bare-00001"), Role: RoleInference},
+	} {
+		want.ID = TenantOf(key)
+		if got := k.byKey[key]; got != want {
+			t.Errorf("%s: %+v, want %+v", key, got, want)
+		}
+	}
+}
+
 func TestParseKeysRejects(t *testing.T) {
 	for name, text := range map[string]string{
 		"empty":         "# nothing\n",
@@ -55,6 +80,10 @@ func TestParseKeysRejects(t *testing.T) {
 		"extra field":   "sk-alpha-0001 t 5 x\n",
 		"duplicate key": "sk-alpha-0001\nsk-alpha-0001 other\n",
 		"huge line":     strings.Repeat("x", maxKeyLine+10) + "\n",
+		"unknown role":  "sk-alpha-0001 t role=admin\n",
+		"role first":    "role=operator sk-alpha-0001\n",
+		"role only key": "role=operator\n",
+		"role too many": "sk-alpha-0001 t 5 x role=viewer\n",
 	} {
 		if _, err := ParseKeys(strings.NewReader(text)); err == nil {
 			t.Errorf("%s: accepted", name)
@@ -65,6 +94,7 @@ func TestParseKeysRejects(t *testing.T) {
 func FuzzParseKeys(f *testing.F) {
 	f.Add("sk-alpha-0001 acme 5000\n# c\n\nsk-bravo-0002\n")
 	f.Add("sk-x 1 2 3")
+	f.Add("sk-ops-00001 ops role=operator\nsk-view-0001 role=viewer\n")
 	f.Fuzz(func(t *testing.T, text string) {
 		k, err := ParseKeys(strings.NewReader(text))
 		if err != nil {
@@ -74,7 +104,7 @@ func FuzzParseKeys(f *testing.F) {
 			t.Fatal("accepted a file without keys")
 		}
 		for key, e := range k.byKey {
-			if len(key) < 8 || e.Tenant == "" || e.Budget < 0 {
+			if _, err := ParseRole(string(e.Role)); len(key) < 8 || e.Tenant == "" || e.Budget < 0 || err != nil || e.ID != TenantOf(key) {
 				t.Fatalf("bad entry %q %+v", key, e)
 			}
 		}

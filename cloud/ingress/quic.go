@@ -18,7 +18,10 @@ type QUICConfig struct {
 	// PKIDir holds the fleet CA and the server certificate (ResolvePKI).
 	PKIDir  string
 	Handler llm.Generator
-	Logger  *slog.Logger
+	// Deny, when set, refuses revoked devices at the handshake and on each
+	// request (pki.DenyRevoked, quic.ServerConfig.Revoked).
+	Deny   *pki.DenyList
+	Logger *slog.Logger
 }
 
 // ResolvePKI returns the directory the cloud's certificates come from:
@@ -49,5 +52,10 @@ func NewQUIC(cfg QUICConfig) (*quic.Server, error) {
 	if err != nil {
 		return nil, err
 	}
-	return quic.NewServer(quic.ServerConfig{Addr: cfg.Addr, TLS: tc, Handler: cfg.Handler, Logger: cfg.Logger})
+	sc := quic.ServerConfig{Addr: cfg.Addr, TLS: tc, Handler: cfg.Handler, Logger: cfg.Logger}
+	if cfg.Deny != nil {
+		pki.DenyRevoked(tc, cfg.Deny)
+		sc.Revoked = cfg.Deny.Revoked
+	}
+	return quic.NewServer(sc)
 }

@@ -1,6 +1,7 @@
 package lm
 
 import (
+	"fmt"
 	"runtime"
 	"sync"
 	"sync/atomic"
@@ -26,8 +27,21 @@ type matrix struct {
 	rows, cols int
 	dtype      gguf.DType
 	f32        []float32 // F32 data
-	raw        []byte    // F16 or Q8_0 data
+	raw        []byte    // data of every other type
 	rowBytes   int
+	qk         *qkernel // the integer kernel of a block type; nil for F32/F16/BF16
+}
+
+// newRawMatrix wraps encoded data of any decoded type.
+func newRawMatrix(rows, cols int, d gguf.DType, raw []byte) (*matrix, error) {
+	rb, err := d.RowBytes(cols)
+	if err != nil {
+		return nil, err
+	}
+	if len(raw) != rb*rows {
+		return nil, fmt.Errorf("%s data of %d bytes for %d×%d", d, len(raw), rows, cols)
+	}
+	return &matrix{rows: rows, cols: cols, dtype: d, raw: raw, rowBytes: rb, qk: qkernels[d]}, nil
 }
 
 // rowInto decodes row r into dst (len cols).
@@ -35,10 +49,8 @@ func (m *matrix) rowInto(r int, dst []float32) {
 	switch m.dtype {
 	case gguf.F32:
 		copy(dst, m.f32[r*m.cols:(r+1)*m.cols])
-	case gguf.F16:
-		gguf.DecodeF16(dst, m.raw[r*m.rowBytes:(r+1)*m.rowBytes])
-	case gguf.Q8_0:
-		gguf.DecodeQ8(dst, m.raw[r*m.rowBytes:(r+1)*m.rowBytes])
+	default:
+		gguf.Dequantize(dst, m.raw[r*m.rowBytes:(r+1)*m.rowBytes], m.dtype)
 	}
 }
 
@@ -57,6 +69,7 @@ type pool struct {
 	threads int
 	scratch [][]float32 // one per worker, for dequantised tiles
 	packed  []float32   // activations packed for dot8x4AVX512, shared read-only by the workers
+	qx      []byte      // quantized activations for the integer kernels, shared read-only
 }
 
 func newPool(threads int) *pool {
@@ -104,6 +117,10 @@ func (p *pool) buf(worker, n int) []float32 {
 // weight tile is read once per call however many tokens there are, which is
 // what makes a batched decode step cost about as much as a single one.
 func (m *matrix) mul(p *pool, y, x []float32, n int) {
+	if m.qk != nil {
+		m.mulQuant(p, y, x, n)
+		return
+	}
 	if haveDot4 && m.cols >= 8 {
 		m.mulDot4(p, y, x, n)
 		return
@@ -277,4 +294,49 @@ func packPairs(buf, x []float32, n, cols, k8 int) []float32 {
 		}
 	}
 	return buf
+}
+
+// mulQuant is mul for block types: the tokens' activations are quantized
+// once, then each tile of weight rows is streamed once while every token's
+// integer dot product with each row is taken (the row stays in L1 across
+// tokens; groups of four share one unpacking of each block where a ×4
+// kernel exists). Every kernel does the same operations per (token, row)
+// pair, so batching cannot change a result.
+func (m *matrix) mulQuant(p *pool, y, x []float32, n int) {
+	if n == 0 {
+		return
+	}
+	k := m.qk
+	ab := k.actBytes(m.cols)
+	if cap(p.qx) < n*ab {
+		p.qx = make([]byte, n*ab)
+	}
+	qx := p.qx[:n*ab]
+	for t := range n {
+		k.quantize(qx[t*ab:(t+1)*ab], x[t*m.cols:(t+1)*m.cols])
+	}
+	nb := m.cols / k.blockLen
+	dot := k.dot
+	if f := fastDot(m.dtype); f != nil {
+		dot = f
+	}
+	dot4 := fastDot4(m.dtype)
+	tiles := (m.rows + tileRows - 1) / tileRows
+	p.run(tiles, func(_, tile int) {
+		r0 := tile * tileRows
+		var out [4]float32
+		for r := r0; r < min(r0+tileRows, m.rows); r++ {
+			row := m.raw[r*m.rowBytes : (r+1)*m.rowBytes]
+			t := 0
+			for ; dot4 != nil && t+4 <= n; t += 4 {
+				dot4(row, qx[t*ab:(t+4)*ab], ab, nb, &out)
+				for j, v := range out {
+					y[(t+j)*m.rows+r] = v
+				}
+			}
+			for ; t < n; t++ {
+				y[t*m.rows+r] = dot(row, qx[t*ab:(t+1)*ab], nb)
+			}
+		}
+	})
 }

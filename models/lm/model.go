@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"runtime"
 
 	"github.com/phaseless/phaseless/models/lm/gguf"
 )
@@ -18,6 +19,8 @@ type Model struct {
 	// Meta is the file's metadata, for provenance (general.name, training
 	// run ids, …).
 	Meta map[string]any
+	// Mapped is whether the weights are a memory-mapped file's pages.
+	Mapped bool
 
 	tok     Tokenizer
 	tokSpec TokenizerSpec
@@ -88,7 +91,10 @@ func (m *Model) WeightBytes() int64 {
 	return n
 }
 
-// Load reads a GGUF model file into memory.
+// Load opens a GGUF model file. On unix systems the file is memory-mapped
+// and the weights are used where they lie (a loaded model costs about the
+// file's size in page cache once touched, no heap copy); elsewhere it is read
+// into memory. The mapping is released when the Model becomes unreachable.
 func Load(path string) (*Model, error) {
 	f, err := os.Open(path)
 	if err != nil {
@@ -98,6 +104,16 @@ func Load(path string) (*Model, error) {
 	st, err := f.Stat()
 	if err != nil {
 		return nil, fmt.Errorf("load model: %w", err)
+	}
+	if data, unmap, ok := mapFile(f, st.Size()); ok {
+		m, err := readFile(gguf.ReadBytes(data))
+		if err != nil {
+			unmap()
+			return nil, fmt.Errorf("load model %s: %w", path, err)
+		}
+		m.Mapped = true
+		runtime.AddCleanup(m, func(unmap func()) { unmap() }, unmap)
+		return m, nil
 	}
 	m, err := Read(f, st.Size())
 	if err != nil {
@@ -109,7 +125,17 @@ func Load(path string) (*Model, error) {
 // Read loads a model from a GGUF image of the given size (a file, or bytes
 // embedded in the binary with go:embed via bytes.NewReader).
 func Read(r io.ReaderAt, size int64) (*Model, error) {
-	f, err := gguf.Read(r, size)
+	return readFile(gguf.Read(r, size))
+}
+
+// ReadBytes loads a model from a GGUF image in memory without copying its
+// weights (for example one embedded with go:embed): b must outlive the
+// Model and never change.
+func ReadBytes(b []byte) (*Model, error) {
+	return readFile(gguf.ReadBytes(b))
+}
+
+func readFile(f *gguf.File, err error) (*Model, error) {
 	if err != nil {
 		return nil, err
 	}
@@ -238,21 +264,20 @@ func loadMatrix(f *gguf.File, ti *gguf.TensorInfo, s tensorSpec) (*matrix, error
 	if err != nil {
 		return nil, err
 	}
-	m := &matrix{rows: s.rows, cols: s.cols, dtype: ti.Type}
-	switch ti.Type {
-	case gguf.F32:
-		m.f32 = make([]float32, s.rows*s.cols)
-		if err := gguf.Decode(m.f32, raw, gguf.F32); err != nil {
-			return nil, fmt.Errorf("tensor %s: %w", s.name, err)
+	if !ti.Type.Decoded() {
+		return nil, fmt.Errorf("tensor %s: %w", s.name, gguf.UnsupportedError(ti.Type))
+	}
+	if ti.Type == gguf.F32 {
+		m := &matrix{rows: s.rows, cols: s.cols, dtype: gguf.F32}
+		if m.f32 = float32View(raw); m.f32 == nil {
+			m.f32 = make([]float32, s.rows*s.cols)
+			gguf.Dequantize(m.f32, raw, gguf.F32)
 		}
-	case gguf.F16, gguf.Q8_0:
-		rb, err := ti.Type.RowBytes(s.cols)
-		if err != nil {
-			return nil, fmt.Errorf("tensor %s: %w", s.name, err)
-		}
-		m.raw, m.rowBytes = raw, rb
-	default:
-		return nil, fmt.Errorf("tensor %s: %w: %s", s.name, gguf.ErrUnsupportedType, ti.Type)
+		return m, nil
+	}
+	m, err := newRawMatrix(s.rows, s.cols, ti.Type, raw)
+	if err != nil {
+		return nil, fmt.Errorf("tensor %s: %w", s.name, err)
 	}
 	return m, nil
 }

@@ -10,17 +10,28 @@ import (
 	"github.com/phaseless/phaseless/models/lm/gguf"
 )
 
-// DType is how tensors are stored in a GGUF file: F32, F16 or Q8_0.
+// DType is how tensors are stored in a GGUF file (any type gguf decodes).
 type DType = gguf.DType
 
 // The storage types the engine loads and writes.
 const (
 	F32  = gguf.F32
 	F16  = gguf.F16
+	BF16 = gguf.BF16
+	Q4_0 = gguf.Q4_0
+	Q4_1 = gguf.Q4_1
+	Q5_0 = gguf.Q5_0
+	Q5_1 = gguf.Q5_1
 	Q8_0 = gguf.Q8_0
+	Q2_K = gguf.Q2_K
+	Q3_K = gguf.Q3_K
+	Q4_K = gguf.Q4_K
+	Q5_K = gguf.Q5_K
+	Q6_K = gguf.Q6_K
 )
 
-// ParseDType accepts f32, f16 and q8_0.
+// ParseDType accepts the name of any type gguf decodes (f32, f16, bf16,
+// q4_0 … q8_0, q2_k … q6_k).
 func ParseDType(s string) (DType, error) { return gguf.ParseDType(s) }
 
 // Weights are a model's parameters as float32, laid out as the package
@@ -153,9 +164,15 @@ const (
 // WriteGGUF writes a GGUF v3 file of cfg's architecture: cfg as {arch}.* metadata,
 // tok as tokenizer.ggml.*, any extra meta (keys such as "general.name"; values
 // of GGUF scalar or slice types), and every weight encoded as dtype (norm
-// vectors always stay F32, as llama.cpp does). Q8_0 needs Dim and FFN to be
-// multiples of 32.
+// vectors always stay F32, as llama.cpp does). A block type that does not
+// divide a matrix's rows falls back as Recipe.TypeFor says.
 func WriteGGUF(w io.Writer, cfg Config, tok TokenizerSpec, weights *Weights, meta map[string]any, dtype DType) error {
+	return WriteGGUFRecipe(w, cfg, tok, weights, meta, UniformRecipe(dtype))
+}
+
+// WriteGGUFRecipe is WriteGGUF with each tensor's type chosen by a recipe
+// (for example ParseRecipe("q4_k_m")).
+func WriteGGUFRecipe(w io.Writer, cfg Config, tok TokenizerSpec, weights *Weights, meta map[string]any, r Recipe) error {
 	cfg = cfg.WithDefaults()
 	if err := weights.Check(cfg); err != nil {
 		return fmt.Errorf("write gguf: %w", err)
@@ -183,7 +200,7 @@ func WriteGGUF(w io.Writer, cfg Config, tok TokenizerSpec, weights *Weights, met
 		gguf.KV{Key: a + ".rope.freq_base", Value: float32(cfg.RopeTheta)},
 		gguf.KV{Key: a + ".attention.layer_norm_rms_epsilon", Value: float32(cfg.NormEps)},
 		gguf.KV{Key: a + ".vocab_size", Value: uint32(cfg.Vocab)},
-		gguf.KV{Key: "general.file_type", Value: fileType(dtype)},
+		gguf.KV{Key: "general.file_type", Value: r.ftype},
 	)
 	kvs = append(kvs, tok.kvs()...)
 	for _, k := range sortedKeys(meta) {
@@ -197,10 +214,7 @@ func WriteGGUF(w io.Writer, cfg Config, tok TokenizerSpec, weights *Weights, met
 		if s.optional && *s.ptr == nil {
 			continue
 		}
-		t := dtype
-		if s.rows == 1 {
-			t = gguf.F32
-		}
+		t := r.TypeFor(s.name, s.cols, cfg.Layers, s.rows == 1)
 		dims := []uint64{uint64(s.cols), uint64(s.rows)}
 		if s.rows == 1 {
 			dims = dims[:1]
@@ -211,17 +225,6 @@ func WriteGGUF(w io.Writer, cfg Config, tok TokenizerSpec, weights *Weights, met
 		return fmt.Errorf("write gguf: %w", err)
 	}
 	return nil
-}
-
-// fileType is llama.cpp's LLAMA_FTYPE for a uniform tensor type.
-func fileType(d DType) uint32 {
-	switch d {
-	case F16:
-		return 1
-	case Q8_0:
-		return 7
-	}
-	return 0
 }
 
 func hasKey(kvs []gguf.KV, k string) bool {

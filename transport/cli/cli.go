@@ -55,13 +55,18 @@ func (c *Common) Register(fs *flag.FlagSet) {
 	fs.BoolVar(&c.ShowVersion, "version", false, "print the version and exit")
 }
 
-// Logger builds the process logger writing to w.
+// LogLevel is the level of the logger Common.Logger builds; the agent
+// changes it at run time when the fleet sets "log-level".
+var LogLevel = new(slog.LevelVar)
+
+// Logger builds the process logger writing to w, at LogLevel.
 func (c *Common) Logger(w io.Writer) (*slog.Logger, error) {
 	var lvl slog.Level
 	if err := lvl.UnmarshalText([]byte(c.LogLevel)); err != nil {
 		return nil, &FieldError{Field: "log-level", Err: fmt.Errorf("%q is not one of debug, info, warn, error", c.LogLevel)}
 	}
-	opts := &slog.HandlerOptions{Level: lvl}
+	LogLevel.Set(lvl)
+	opts := &slog.HandlerOptions{Level: LogLevel}
 	switch c.LogFormat {
 	case "text":
 		return slog.New(slog.NewTextHandler(w, opts)), nil

@@ -184,7 +184,10 @@ type DesiredConfig struct {
 type ReportedConfig struct {
 	Version uint64 `json:"version"`
 	Applied bool   `json:"applied"`
-	Error   string `json:"error,omitempty"`
+	Error   string `json:"error,omitempty"` // why it was not applied: the setting and what is wrong
+	// RestartPending lists the settings of this version that take effect
+	// at the device's next start; the others are in force already.
+	RestartPending []string `json:"restart_pending,omitempty"`
 }
 
 // Command asks a device to do something once; ID makes it idempotent.

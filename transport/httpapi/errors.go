@@ -60,6 +60,8 @@ func fromError(err error) *apiError {
 		e.status, e.oaiType, e.oaiCode, e.antType = http.StatusBadRequest, "invalid_request_error", "context_length_exceeded", "invalid_request_error"
 	case llm.CodeAuth:
 		e.status, e.oaiType, e.oaiCode, e.antType = http.StatusUnauthorized, "invalid_request_error", "invalid_api_key", "authentication_error"
+	case llm.CodePermission:
+		e.status, e.oaiType, e.oaiCode, e.antType = http.StatusForbidden, "invalid_request_error", "permission_denied", "permission_error"
 	case llm.CodeBudget:
 		e.status, e.oaiType, e.oaiCode, e.antType = http.StatusTooManyRequests, "rate_limit_error", "rate_limit_exceeded", "rate_limit_error"
 	case llm.CodeOverloaded:

@@ -84,13 +84,16 @@ const (
 	// CodeContextLength: the prompt does not fit this engine's context
 	// (400). Another engine, with a longer context, may still run it.
 	CodeContextLength Code = "context_length_exceeded"
-	CodeAuth          Code = "authentication"  // 401
-	CodeBudget        Code = "budget_exceeded" // 429
-	CodeOverloaded    Code = "overloaded"      // 503 (429/503-like: eligible for fallback)
-	CodeUnavailable   Code = "unavailable"     // 503 (no path to an engine)
-	CodeCancelled     Code = "cancelled"       // 499
-	CodeInternal      Code = "internal"        // 500
-	CodeTimeout       Code = "timeout"         // 504
+	CodeAuth          Code = "authentication" // 401
+	// CodePermission: the caller is known but its key's role does not
+	// reach this surface (an operator key on the inference API) (403).
+	CodePermission  Code = "permission"
+	CodeBudget      Code = "budget_exceeded" // 429
+	CodeOverloaded  Code = "overloaded"      // 503 (429/503-like: eligible for fallback)
+	CodeUnavailable Code = "unavailable"     // 503 (no path to an engine)
+	CodeCancelled   Code = "cancelled"       // 499
+	CodeInternal    Code = "internal"        // 500
+	CodeTimeout     Code = "timeout"         // 504
 )
 
 // Error is a failure that crosses hops with its classification intact.

@@ -9,6 +9,7 @@
 //	ca.pem, ca-key.pem                 fleet CA (phaselessctl pki init)
 //	server.pem, server-key.pem         cloud server certificate
 //	device-<id>.pem, device-<id>-key.pem  one device (phaselessctl pki device)
+//	revoked.txt                        revoked devices (phaselessctl pki revoke; revoke.go)
 package pki
 
 import (
@@ -292,10 +293,14 @@ func writeKey(path string, key *ecdsa.PrivateKey) error {
 	return writePEM(path, "PRIVATE KEY", der, 0o600)
 }
 
-// writePEM writes through a temporary file and a rename so a reader never
-// sees half a certificate, and a key is never readable by others even
-// briefly.
-func writePEM(path, typ string, der []byte, mode os.FileMode) (err error) {
+// writePEM writes a PEM block with writeFile.
+func writePEM(path, typ string, der []byte, mode os.FileMode) error {
+	return writeFile(path, pem.EncodeToMemory(&pem.Block{Type: typ, Bytes: der}), mode)
+}
+
+// writeFile writes through a temporary file and a rename so a reader never
+// sees half a file, and a key is never readable by others even briefly.
+func writeFile(path string, data []byte, mode os.FileMode) (err error) {
 	tmp, err := os.CreateTemp(filepath.Dir(path), ".tmp-"+filepath.Base(path)+"-*")
 	if err != nil {
 		return fmt.Errorf("pki: write %s: %w", path, err)
@@ -310,7 +315,7 @@ func writePEM(path, typ string, der []byte, mode os.FileMode) (err error) {
 	if err := tmp.Chmod(mode); err != nil {
 		return err
 	}
-	if err := pem.Encode(tmp, &pem.Block{Type: typ, Bytes: der}); err != nil {
+	if _, err := tmp.Write(data); err != nil {
 		return err
 	}
 	if err := tmp.Sync(); err != nil {

@@ -44,6 +44,12 @@ type ClientConfig struct {
 	// re-established before failing with a retryable CodeUnavailable, so
 	// the router can fall back to the device. Default 2 s.
 	ConnectWait time.Duration
+	// StallTimeout: while requests are in flight, a connection that has
+	// received no packet at all (tokens, heartbeats, acks) for this long is
+	// closed as dead and its requests end with a retryable CodeUnavailable
+	// (heartbeat.go). Default DefaultStallTimeout; negative turns heartbeats
+	// and the watchdog off, leaving dead peers to MaxIdleTimeout.
+	StallTimeout time.Duration
 	// Background makes Dial return at once and connect in the background;
 	// otherwise Dial fails unless the first connection succeeds.
 	Background bool
@@ -79,6 +85,9 @@ func (c *ClientConfig) fillDefaults() {
 	}
 	if c.ConnectWait == 0 {
 		c.ConnectWait = 2 * time.Second
+	}
+	if c.StallTimeout == 0 {
+		c.StallTimeout = DefaultStallTimeout
 	}
 	if c.LocalAddr == "" {
 		c.LocalAddr = ":0"
@@ -152,6 +161,7 @@ type Client struct {
 	cur        *link
 	ready      chan struct{} // closed while cur != nil
 	lastErr    string
+	lastAuth   bool // the last failure was the cloud refusing our certificate
 	reconnects int
 	connected  bool // a connection was ever established
 	closed     bool
@@ -177,6 +187,12 @@ type link struct {
 	// once here, before Migrate may switch.
 	settled  chan struct{}
 	used0RTT atomic.Bool
+	// inflight counts requests on the connection; the stall watchdog runs
+	// only while there are some. stalled records that it closed the
+	// connection; watched is closed when it returns (or never started).
+	inflight atomic.Int32
+	stalled  atomic.Bool
+	watched  chan struct{}
 }
 
 // settle records the handshake's outcome; run calls it once per link.
@@ -284,7 +300,7 @@ func (c *Client) connect(ctx context.Context) (*link, error) {
 		udp.Close()
 		return nil, err
 	}
-	return &link{conn: conn, trs: []*quicgo.Transport{tr}, udps: []net.PacketConn{udp}, local: udp.LocalAddr().String(), settled: make(chan struct{})}, nil
+	return &link{conn: conn, trs: []*quicgo.Transport{tr}, udps: []net.PacketConn{udp}, local: udp.LocalAddr().String(), settled: make(chan struct{}), watched: make(chan struct{})}, nil
 }
 
 func (c *Client) listenUDP() (net.PacketConn, error) {
@@ -316,11 +332,17 @@ func (c *Client) run(l *link) {
 			}
 		}
 		c.setLink(l)
+		if c.cfg.StallTimeout > 0 {
+			go l.watch(c.cfg.StallTimeout)
+		} else {
+			close(l.watched)
+		}
 		up := c.cfg.Clock.Now()
 		l.settle(c.ctx)
 		select {
 		case <-l.conn.Context().Done():
 			c.dropLink(l, context.Cause(l.conn.Context()))
+			<-l.watched
 			l = nil
 			if c.cfg.Clock.Now().Sub(up) >= c.cfg.StableAfter {
 				failures = 0
@@ -329,6 +351,7 @@ func (c *Client) run(l *link) {
 			}
 		case <-c.ctx.Done():
 			c.dropLink(l, ErrClientClosed)
+			<-l.watched
 			return
 		}
 	}
@@ -345,6 +368,7 @@ func (c *Client) backoff(failures *int) bool {
 func (c *Client) noteErr(err error) {
 	c.mu.Lock()
 	c.lastErr = err.Error()
+	c.lastAuth = linkError(err, 0).Code == llm.CodeAuth
 	c.mu.Unlock()
 	c.log.Warn("quic: cloud connection failed", "addr", c.addr, "err", err)
 }
@@ -368,6 +392,7 @@ func (c *Client) dropLink(l *link, cause error) {
 		c.ready = make(chan struct{})
 		if cause != nil {
 			c.lastErr = cause.Error()
+			c.lastAuth = linkError(cause, 0).Code == llm.CodeAuth
 		}
 	}
 	c.mu.Unlock()
@@ -380,7 +405,7 @@ func (c *Client) waitLink(ctx context.Context) (*link, error) {
 	var timeout <-chan time.Time
 	for {
 		c.mu.Lock()
-		l, ready, closed, lastErr := c.cur, c.ready, c.closed, c.lastErr
+		l, ready, closed, lastErr, lastAuth := c.cur, c.ready, c.closed, c.lastErr, c.lastAuth
 		c.mu.Unlock()
 		if closed {
 			return nil, &llm.Error{Code: llm.CodeUnavailable, Message: ErrClientClosed.Error()}
@@ -401,6 +426,11 @@ func (c *Client) waitLink(ctx context.Context) (*link, error) {
 			return nil, cancelled(ctx)
 		case <-c.ctx.Done():
 		case <-timeout:
+			if lastAuth {
+				// Keep the refusal's class: retrying will not help, and the
+				// operator must see it is the certificate (revoked, foreign).
+				return nil, &llm.Error{Code: llm.CodeAuth, Message: "no connection to the cloud: " + lastErr}
+			}
 			return nil, &llm.Error{Code: llm.CodeUnavailable, Message: "no connection to the cloud: " + lastErr, Retryable: true}
 		}
 	}
@@ -451,7 +481,7 @@ func (c *Client) Generate(ctx context.Context, req *llm.Request, emit llm.Emit) 
 				return llm.Final{}, linkError(cause, 0)
 			}
 		}
-		final, rt := c.roundTrip(ctx, l.conn, req, emit)
+		final, rt := c.roundTrip(ctx, l, req, emit)
 		if rt.linkLost {
 			// Record why now rather than when run notices, so Link agrees
 			// with the error the caller is about to see.
@@ -469,7 +499,10 @@ func (c *Client) Generate(ctx context.Context, req *llm.Request, emit llm.Emit) 
 				return llm.Final{}, cancelled(ctx)
 			}
 			continue
-		case attempt < 2 && rt.linkLost && (!rt.sent || keyed && rt.delivered == 0) && llm.CodeOf(rt.err) != llm.CodeAuth:
+		case attempt < 2 && rt.linkLost && !rt.stalled && (!rt.sent || keyed && rt.delivered == 0) && llm.CodeOf(rt.err) != llm.CodeAuth:
+			// A stalled link is not retried: the cloud stopped answering,
+			// and a redial would only add ConnectWait before the caller
+			// can fall back.
 			continue
 		case errors.Is(rt.err, quicgo.Err0RTTRejected):
 			return llm.Final{}, linkError(rt.err, 0)
@@ -483,6 +516,7 @@ type roundTripResult struct {
 	sent      bool  // the request frame was handed to the stream
 	delivered int   // tokens passed to emit
 	linkLost  bool  // the connection, not the server, failed
+	stalled   bool  // the watchdog closed the connection: the peer is presumed dead
 	cause     error // the transport's error behind err
 }
 
@@ -499,7 +533,10 @@ func connectionError(err error) bool {
 	return errors.As(err, &te) || errors.As(err, &ae) || errors.As(err, &ite) || errors.As(err, &hte) || errors.As(err, &sre)
 }
 
-func (c *Client) roundTrip(ctx context.Context, conn *quicgo.Conn, req *llm.Request, emit llm.Emit) (llm.Final, roundTripResult) {
+func (c *Client) roundTrip(ctx context.Context, l *link, req *llm.Request, emit llm.Emit) (llm.Final, roundTripResult) {
+	conn := l.conn
+	l.inflight.Add(1)
+	defer l.inflight.Add(-1)
 	var rt roundTripResult
 	fail := func(err error) (llm.Final, roundTripResult) {
 		if errors.Is(err, quicgo.Err0RTTRejected) {
@@ -542,7 +579,8 @@ func (c *Client) roundTrip(ctx context.Context, conn *quicgo.Conn, req *llm.Requ
 		stop()
 		abortOnce.Do(func() {})
 	}()
-	if err := w.write(&Frame{Type: FrameRequest, Request: req}); err != nil {
+	stall := c.cfg.StallTimeout
+	if err := w.write(&Frame{Type: FrameRequest, Request: req, Heartbeat: heartbeatInterval(stall)}); err != nil {
 		return fail(err)
 	}
 	rt.sent = true
@@ -552,9 +590,21 @@ func (c *Client) roundTrip(ctx context.Context, conn *quicgo.Conn, req *llm.Requ
 		f, err := fr.next()
 		if err != nil {
 			str.CancelWrite(streamCancelled)
+			if l.stalled.Load() && ctx.Err() == nil {
+				rt.linkLost, rt.stalled = true, true
+				after := ""
+				if rt.delivered > 0 {
+					after = fmt.Sprintf(" after %d tokens", rt.delivered)
+				}
+				rt.err = &llm.Error{Code: llm.CodeUnavailable, Retryable: true,
+					Message: fmt.Sprintf("cloud link stalled: nothing received for %v%s (peer presumed dead)", stall, after)}
+				rt.cause = rt.err
+				return llm.Final{}, rt
+			}
 			return fail(err)
 		}
 		switch f.Type {
+		case FrameHeartbeat:
 		case FrameMeta:
 			// The coordinator's begin event, relayed as the stream's own.
 			if metaSeen || rt.delivered > 0 {

@@ -45,6 +45,10 @@ const (
 	FrameFinal   FrameType = 4
 	FrameError   FrameType = 5
 	FrameCancel  FrameType = 6
+	// FrameHeartbeat (server → client, no payload) says the server is alive
+	// while a request produces nothing else; it is sent only to clients
+	// that ask for it in their request frame (see heartbeat.go).
+	FrameHeartbeat FrameType = 7
 )
 
 func (t FrameType) String() string {
@@ -61,6 +65,8 @@ func (t FrameType) String() string {
 		return "error"
 	case FrameCancel:
 		return "cancel"
+	case FrameHeartbeat:
+		return "heartbeat"
 	}
 	return fmt.Sprintf("unknown(%d)", byte(t))
 }
@@ -73,6 +79,11 @@ type Frame struct {
 	Token   llm.Token    // FrameToken
 	Final   llm.Final    // FrameFinal
 	Err     *llm.Error   // FrameError
+	// Heartbeat (FrameRequest) asks the server for a heartbeat frame at
+	// this interval while it writes nothing else; 0 asks for none. It is
+	// the last field of the request, so a server that predates it ignores
+	// it and a client that predates it sends none.
+	Heartbeat time.Duration
 }
 
 // ProtocolError is a frame that breaks the protocol: an unknown version or
@@ -96,6 +107,9 @@ func AppendFrame(b []byte, f *Frame) ([]byte, error) {
 			return b[:start], errors.New("request frame without a request")
 		}
 		b = appendRequest(b, f.Request)
+		if f.Heartbeat > 0 {
+			b = appendDuration(b, f.Heartbeat)
+		}
 	case FrameMeta:
 		b = appendMeta(b, &f.Meta)
 	case FrameToken:
@@ -114,7 +128,7 @@ func AppendFrame(b []byte, f *Frame) ([]byte, error) {
 		b = appendDuration(b, f.Err.RetryAfter)
 		b = appendBool(b, f.Err.HasBudget) // appended in revision 2 of the layout
 		b = binary.AppendVarint(b, f.Err.BudgetRemaining)
-	case FrameCancel:
+	case FrameCancel, FrameHeartbeat:
 	default:
 		return b[:start], fmt.Errorf("cannot encode frame type %v", f.Type)
 	}
@@ -132,7 +146,7 @@ func parseHeader(h []byte) (FrameType, int, error) {
 		return 0, 0, protoErr("unsupported version %d (this build speaks %d)", h[0], ProtocolVersion)
 	}
 	t := FrameType(h[1])
-	if t < FrameRequest || t > FrameCancel {
+	if t < FrameRequest || t > FrameHeartbeat {
 		return 0, 0, protoErr("unknown frame type %d", h[1])
 	}
 	n := binary.BigEndian.Uint32(h[2:])
@@ -203,6 +217,12 @@ func decodePayload(t FrameType, p []byte) (Frame, error) {
 	switch t {
 	case FrameRequest:
 		f.Request = d.request()
+		if d.err == nil && len(d.b) > 0 {
+			f.Heartbeat = d.duration()
+			if f.Heartbeat < 0 {
+				d.fail("negative heartbeat interval %v", f.Heartbeat)
+			}
+		}
 	case FrameMeta:
 		f.Meta = d.meta()
 	case FrameToken:
@@ -223,7 +243,7 @@ func decodePayload(t FrameType, p []byte) (Frame, error) {
 		if d.err == nil && f.Err.Code == "" {
 			d.fail("error frame without a code")
 		}
-	case FrameCancel:
+	case FrameCancel, FrameHeartbeat:
 	}
 	if d.err != nil {
 		return Frame{}, d.err

@@ -32,6 +32,8 @@ func sampleFrames() []*Frame {
 		{Type: FrameError, Err: &llm.Error{Code: llm.CodeOverloaded, Message: "pool full", Retryable: true, RetryAfter: 2 * time.Second}},
 		{Type: FrameError, Err: &llm.Error{Code: llm.CodeBudget, Message: "over", RetryAfter: time.Second, BudgetRemaining: 12, HasBudget: true}},
 		{Type: FrameCancel},
+		{Type: FrameHeartbeat},
+		{Type: FrameRequest, Request: &llm.Request{ID: "hb", Model: "auto"}, Heartbeat: 250 * time.Millisecond},
 	}
 }
 

@@ -33,13 +33,13 @@ var (
 )
 
 // testPKI is one fleet PKI shared by the package's tests (key generation is
-// the slow part), with devices dev-1 and dev-2.
+// the slow part), with devices dev-1, dev-2 and dev-3.
 func testPKI(t testing.TB) string {
 	t.Helper()
 	pkiOnce.Do(func() {
 		pkiDir, pkiErr = os.MkdirTemp("", "phaseless-quic-pki-")
 		if pkiErr == nil {
-			pkiErr = pki.EnsureDev(pkiDir, "dev-1", "dev-2")
+			pkiErr = pki.EnsureDev(pkiDir, "dev-1", "dev-2", "dev-3")
 		}
 	})
 	if pkiErr != nil {

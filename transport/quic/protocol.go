@@ -47,6 +47,8 @@ const (
 const (
 	connClosed   quicgo.ApplicationErrorCode = 0x0  // the client closed
 	connShutdown quicgo.ApplicationErrorCode = 0x10 // the server is shutting down
+	connRevoked  quicgo.ApplicationErrorCode = 0x11 // the device's certificate was revoked
+	connStalled  quicgo.ApplicationErrorCode = 0x12 // the client heard nothing from the server (heartbeat.go)
 )
 
 // linkError classifies a stream or connection failure for the caller: a
@@ -75,6 +77,8 @@ func linkError(err error, tokens int) *llm.Error {
 	case errors.As(err, &se) && se.Remote && se.ErrorCode == streamShutdown,
 		errors.As(err, &ae) && ae.Remote && ae.ErrorCode == connShutdown:
 		return &llm.Error{Code: llm.CodeUnavailable, Message: "cloud is shutting down" + after, Retryable: true}
+	case errors.As(err, &ae) && ae.Remote && ae.ErrorCode == connRevoked:
+		return &llm.Error{Code: llm.CodeAuth, Message: "the cloud revoked this device's certificate" + after}
 	case errors.As(err, &te) && te.ErrorCode.IsCryptoError():
 		return &llm.Error{Code: llm.CodeAuth, Message: "TLS handshake refused: " + te.Error()}
 	case errors.As(err, &ite), errors.As(err, &hte):

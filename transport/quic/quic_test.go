@@ -296,7 +296,15 @@ func TestThousandConcurrentStreams(t *testing.T) {
 		return llm.Final{CompletionTokens: 5}, nil
 	})
 	s := startServer(t, h, func(sc *ServerConfig) { sc.MaxStreamsPerConn = n })
-	c := dial(t, s.Addr().String(), "dev-1", func(cc *ClientConfig) { cc.MaxStreams = n })
+	c := dial(t, s.Addr().String(), "dev-1", func(cc *ClientConfig) {
+		cc.MaxStreams = n
+		// Both ends of a thousand streams in one process under -race on
+		// two shared cores can keep quic-go's loops from reading a packet
+		// for longer than the 1.2 s stall timeout; in production each end
+		// has its own process. This test is about stream limits, so the
+		// stall detector waits as long as the hang guard.
+		cc.StallTimeout = hangGuard
+	})
 	var wg sync.WaitGroup
 	errs := make(chan error, n)
 	for i := range n {

@@ -48,7 +48,11 @@ func TestReconnectBackoffUntilCloudComes(t *testing.T) {
 	clock := &stepClock{calls: make(chan clockCall)}
 	c := dial(t, addr, "dev-1", func(cc *ClientConfig) {
 		cc.Background = true
-		cc.HandshakeTimeout = 50 * time.Millisecond
+		// Only the attempts against the empty port wait this out; the
+		// attempt that reaches the server is retried below if a loaded
+		// machine (-race, shared cores) lets it expire, so it bounds the
+		// test's length, never its outcome.
+		cc.HandshakeTimeout = 250 * time.Millisecond
 		cc.Backoff = Backoff{Initial: 100 * time.Millisecond, Max: 400 * time.Millisecond, Factor: 2}
 		cc.Clock = clock
 		cc.Rand = func() float64 { return 0.5 }
@@ -68,21 +72,30 @@ func TestReconnectBackoffUntilCloudComes(t *testing.T) {
 			t.Fatalf("no reconnect attempt %d", i)
 		}
 	}
+	// From here on every wait the client asks for is taken off the
+	// unbuffered channel, so no goroutine blocks on it. Another backoff
+	// (after a handshake that a loaded machine let expire) ends at once;
+	// Generate's ConnectWait (2 s) never does, so the request waits for the
+	// handshake itself.
+	drained := make(chan struct{})
+	go func() {
+		defer close(drained)
+		for call := range clock.calls {
+			if call.d < time.Second {
+				call.fire <- time.Now()
+			}
+		}
+	}()
 	waitFor(t, "the client to connect", func() bool { return c.Link().Connected })
 	if st := c.Link(); st.Reconnects != 0 || st.LastError == "" {
 		t.Fatalf("link %+v: the first connection is not a reconnect, and the failures should be recorded", st)
 	}
-	// ConnectWait also runs on the injected clock; answer it if asked.
-	go func() {
-		for call := range clock.calls {
-			_ = call
-		}
-	}()
 	if _, _, err := collect(guardCtx(t), c, req("late")); err != nil {
 		t.Fatal(err)
 	}
 	c.Close()
 	close(clock.calls)
+	<-drained
 }
 
 func TestGenerateFailsFastWithoutLink(t *testing.T) {
@@ -430,7 +443,10 @@ func TestUnkeyedRequestDoesNotHangOnDeadRedial(t *testing.T) {
 	s := startServer(t, h)
 	addr := s.Addr().String()
 	c := dial(t, addr, "dev-1", func(cc *ClientConfig) {
-		cc.HandshakeTimeout = 300 * time.Millisecond
+		// Long enough that the first, live handshake never expires on a
+		// loaded machine; the dead redial is bounded by it, far inside
+		// hangGuard.
+		cc.HandshakeTimeout = 2 * time.Second
 		cc.ConnectWait = 2 * time.Second
 	})
 	if _, _, err := collect(guardCtx(t), c, req("warm")); err != nil { // leaves a session ticket

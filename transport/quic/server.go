@@ -56,6 +56,11 @@ type ServerConfig struct {
 	// MaxReplayBytes bounds the token log kept per idempotent request.
 	// Default 1 MiB.
 	MaxReplayBytes int
+	// Revoked, when set, is asked for every request's device: a revoked
+	// device's requests are refused and its connection closed, even on a
+	// connection or 0-RTT session established before the revocation
+	// (pki.DenyList.Revoked; the handshake refuses new ones, pki.DenyRevoked).
+	Revoked func(deviceID string) bool
 	// Logger defaults to discarding.
 	Logger *slog.Logger
 	// Now is the clock for dedupe expiry and ticket age; default time.Now.
@@ -144,9 +149,9 @@ type Server struct {
 	base       context.Context
 	cancelBase context.CancelCauseFunc
 
-	wg        sync.WaitGroup // every connection, stream and generation goroutine
-	mu        sync.Mutex     // guards conns, closed
-	conns     map[*quicgo.Conn]struct{}
+	wg        sync.WaitGroup         // every connection, stream and generation goroutine
+	mu        sync.Mutex             // guards conns, closed
+	conns     map[*quicgo.Conn]*peer // nil until serveConn has one
 	closed    bool
 	closeOnce sync.Once
 	closeErr  error
@@ -168,7 +173,7 @@ func NewServer(cfg ServerConfig) (*Server, error) {
 	if err := limitEarlyData(tc, cfg.DedupeTTL, cfg.Now); err != nil {
 		return nil, err
 	}
-	s := &Server{cfg: cfg, log: cfg.Logger, conns: map[*quicgo.Conn]struct{}{}, dedupe: newDedupeTable(cfg.DedupeTTL, cfg.DedupeMaxEntries, cfg.Now)}
+	s := &Server{cfg: cfg, log: cfg.Logger, conns: map[*quicgo.Conn]*peer{}, dedupe: newDedupeTable(cfg.DedupeTTL, cfg.DedupeMaxEntries, cfg.Now)}
 	s.udp = cfg.PacketConn
 	if s.udp == nil {
 		ua, err := net.ResolveUDPAddr("udp", cfg.Addr)
@@ -272,7 +277,7 @@ func (s *Server) track(conn *quicgo.Conn) bool {
 	if s.closed {
 		return false
 	}
-	s.conns[conn] = struct{}{}
+	s.conns[conn] = nil
 	s.wg.Add(1)
 	return true
 }
@@ -282,10 +287,11 @@ func (s *Server) track(conn *quicgo.Conn) bool {
 // a path switch, and a client may migrate only after the handshake is
 // confirmed (RFC 9000 §9), so both are read before that can happen.
 type peer struct {
-	remote string
-	ready  chan struct{} // closed once id and err are set
-	id     string
-	err    error
+	written lastWrite // any frame on any of its streams, for heartbeats
+	remote  string
+	ready   chan struct{} // closed once id and err are set
+	id      string
+	err     error
 }
 
 func (s *Server) serveConn(conn *quicgo.Conn) {
@@ -296,6 +302,9 @@ func (s *Server) serveConn(conn *quicgo.Conn) {
 		s.mu.Unlock()
 	}()
 	p := &peer{remote: conn.RemoteAddr().String(), ready: make(chan struct{})}
+	s.mu.Lock()
+	s.conns[conn] = p
+	s.mu.Unlock()
 	identified := make(chan struct{})
 	go func() {
 		defer close(identified)
@@ -357,9 +366,13 @@ func (s *Server) identify(ctx context.Context, conn *quicgo.Conn, p *peer, keyed
 
 // streamWriter serialises frame writes on one stream.
 type streamWriter struct {
-	mu  sync.Mutex // guards buf and writes to str
-	str *quicgo.Stream
-	buf []byte
+	mu   sync.Mutex // guards buf and writes to str
+	str  *quicgo.Stream
+	buf  []byte
+	conn *lastWrite // the connection's last write, for heartbeats (nil: none)
+	// stopHeartbeat stops the heartbeat writer before the last frame and
+	// the end of the stream (nil when none runs).
+	stopHeartbeat func()
 }
 
 func (w *streamWriter) write(f *Frame) error {
@@ -371,6 +384,9 @@ func (w *streamWriter) write(f *Frame) error {
 	}
 	w.buf = b
 	_, err = w.str.Write(b)
+	if w.conn != nil {
+		w.conn.touch()
+	}
 	return err
 }
 
@@ -408,6 +424,11 @@ func (s *Server) serveStream(conn *quicgo.Conn, p *peer, str *quicgo.Stream) {
 		return
 	}
 	req.Tenant = device
+	if s.cfg.Revoked != nil && s.cfg.Revoked(device) {
+		s.log.Warn("quic: request from a revoked device refused", "device", device, "remote", p.remote)
+		conn.CloseWithError(connRevoked, "device certificate revoked")
+		return
+	}
 
 	ctx, cancel := context.WithCancelCause(conn.Context())
 	defer cancel(nil)
@@ -427,7 +448,9 @@ func (s *Server) serveStream(conn *quicgo.Conn, p *peer, str *quicgo.Stream) {
 		defer resetting.Done()
 		str.CancelWrite(streamCancelled)
 	}))
-	w := &streamWriter{str: str}
+	w := &streamWriter{str: str, conn: &p.written}
+	w.stopHeartbeat = w.startHeartbeats(f.Heartbeat)
+	defer w.stopHeartbeat()
 	if keyed {
 		s.follow(ctx, w, req, stopReset)
 	} else {
@@ -470,6 +493,9 @@ func (s *Server) run(ctx context.Context, w *streamWriter, req *llm.Request, sto
 
 // end writes the terminal frame unless the client is gone.
 func (s *Server) end(ctx context.Context, w *streamWriter, final llm.Final, err error, stopReset func() bool) {
+	if w.stopHeartbeat != nil {
+		w.stopHeartbeat() // no heartbeat may follow the last frame or race Close
+	}
 	if !stopReset() {
 		return // the stream was reset: the client cancelled or the connection ended
 	}

@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"net"
 	"net/http"
 	"os"
@@ -11,6 +12,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/phaseless/phaseless/models/lm"
 )
 
 // sizeBudget is the most a stripped arm64 agent may weigh: device flash is
@@ -94,15 +97,29 @@ func TestCrossCompiledAgentUnderQEMU(t *testing.T) {
 			}
 			t.Logf("%s", out)
 			completeUnderQEMU(ctx, t, qemu, bin)
+			if b.goarch == "arm64" {
+				// A Q4_K_M model given with --model: the K-quant kernels on ARM.
+				q := filepath.Join(t.TempDir(), "q4km.gguf")
+				f, err := os.Create(q)
+				if err != nil {
+					t.Fatal(err)
+				}
+				r, _ := lm.ParseRecipe("q4_k_m")
+				cfg := lm.Config{Vocab: 300, Dim: 256, Layers: 2, Heads: 4, KVHeads: 2, FFN: 512, ContextLen: 512}
+				if err := errors.Join(lm.WriteRandom(f, cfg, 1, nil, r), f.Close()); err != nil {
+					t.Fatal(err)
+				}
+				completeUnderQEMU(ctx, t, qemu, bin, "--model", q)
+			}
 		})
 	}
 }
 
 // completeUnderQEMU starts the emulated agent offline with its default
-// model and asks it for one completion over its HTTP API: the whole local
+// model (or the extra flags' one) and asks it for one completion over its HTTP API: the whole local
 // path (API, router with the shipped predictor, engine, telemetry) on the
 // target architecture.
-func completeUnderQEMU(ctx context.Context, t *testing.T, qemu, bin string) {
+func completeUnderQEMU(ctx context.Context, t *testing.T, qemu, bin string, args ...string) {
 	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -110,7 +127,7 @@ func completeUnderQEMU(ctx context.Context, t *testing.T, qemu, bin string) {
 	}
 	addr := ln.Addr().String()
 	ln.Close()
-	cmd := exec.CommandContext(ctx, qemu, bin, "--listen", addr, "--data-dir", t.TempDir(), "--local-concurrency", "1")
+	cmd := exec.CommandContext(ctx, qemu, append([]string{bin, "--listen", addr, "--data-dir", t.TempDir(), "--local-concurrency", "1"}, args...)...)
 	var logs strings.Builder
 	cmd.Stdout, cmd.Stderr = &logs, &logs
 	if err := cmd.Start(); err != nil {

@@ -24,6 +24,7 @@ type authHook struct {
 	passwords *Passwords
 	admins    map[string]bool
 	devAuth   bool
+	revoked   func(deviceID string) bool // nil: nobody is
 	log       *slog.Logger
 
 	authFail  *metrics.LabeledCounter
@@ -44,7 +45,20 @@ func (h *authHook) Provides(b byte) bool {
 //   - an admin (Config.Admins) by password, with any client id;
 //   - with DevAuth, any client whose client id is a valid device id and
 //     whose username is empty or equal to it.
+//
+// A device on the deny list is refused whichever way it authenticates:
+// each way made its client id its device id.
 func (h *authHook) OnConnectAuthenticate(cl *mqtt.Client, pk packets.Packet) bool {
+	if !h.authenticate(cl, pk) {
+		return false
+	}
+	if h.revoked != nil && !h.admins[string(pk.Connect.Username)] && h.revoked(cl.ID) {
+		return h.deny(cl, "device revoked")
+	}
+	return true
+}
+
+func (h *authHook) authenticate(cl *mqtt.Client, pk packets.Packet) bool {
 	user := string(pk.Connect.Username)
 	if cn, ok := peerCN(cl); ok {
 		switch {
@@ -109,6 +123,11 @@ func peerCN(cl *mqtt.Client) (string, bool) {
 func (h *authHook) OnACLCheck(cl *mqtt.Client, topic string, write bool) bool {
 	if cl.Net.Inline || h.isAdmin(cl) {
 		return true
+	}
+	if h.revoked != nil && h.revoked(cl.ID) {
+		// Also stops deliveries queued in a revoked device's session.
+		h.aclDenied.With("revoked").Inc()
+		return false
 	}
 	if h.topics.DeviceMay(cl.ID, topic, write) {
 		return true

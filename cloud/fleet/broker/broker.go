@@ -42,6 +42,10 @@ type Config struct {
 	// DevAuth admits any client whose client id is a valid device id without
 	// credentials (the cloud's --dev mode); the ACL still applies.
 	DevAuth bool
+	// Revoked, when set, refuses devices on the fleet's deny list at
+	// connect and in the ACL (pki.DenyList.Revoked); DisconnectDevice
+	// closes one that is connected.
+	Revoked func(deviceID string) bool
 
 	// StorePath is the bbolt file for sessions, inflight and retained
 	// messages; empty keeps them in memory only.
@@ -176,6 +180,7 @@ func Start(cfg Config) (*Broker, error) {
 		passwords: pw,
 		admins:    admins,
 		devAuth:   cfg.DevAuth,
+		revoked:   cfg.Revoked,
 		log:       cfg.Logger,
 		authFail:  cfg.Metrics.LabeledCounter("fleet_broker_auth_failures_total", "MQTT connections refused, by reason", "reason"),
 		aclDenied: cfg.Metrics.LabeledCounter("fleet_broker_acl_denied_total", "MQTT publishes or subscriptions refused by the fleet ACL", "direction"),

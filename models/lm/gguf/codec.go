@@ -6,9 +6,17 @@ import (
 	"math"
 )
 
-// Encode appends the encoding of src as type d to dst. Q8_0 needs len(src)
-// to be a multiple of Q8BlockSize.
+// Encode appends the encoding of src as type d to dst; len(src) must be a
+// whole number of d's blocks. The float types round to nearest even; the
+// block types quantize as quant.go describes.
 func Encode(dst []byte, src []float32, d DType) ([]byte, error) {
+	ti := typeTable[d]
+	if !ti.decoded {
+		return nil, UnsupportedError(d)
+	}
+	if len(src)%ti.block != 0 {
+		return nil, fmt.Errorf("%s needs a multiple of %d values, got %d", d, ti.block, len(src))
+	}
 	switch d {
 	case F32:
 		for _, v := range src {
@@ -18,36 +26,26 @@ func Encode(dst []byte, src []float32, d DType) ([]byte, error) {
 		for _, v := range src {
 			dst = binary.LittleEndian.AppendUint16(dst, F32ToF16(v))
 		}
-	case Q8_0:
-		if len(src)%Q8BlockSize != 0 {
-			return nil, fmt.Errorf("q8_0 needs a multiple of %d values, got %d", Q8BlockSize, len(src))
-		}
-		for b := 0; b < len(src); b += Q8BlockSize {
-			blk := src[b : b+Q8BlockSize]
-			var amax float32
-			for _, v := range blk {
-				amax = max(amax, float32(math.Abs(float64(v))))
-			}
-			// Same rule as ggml's quantize_row_q8_0_ref: d = amax/127, and the
-			// values are rounded against 1/d computed from the unrounded d.
-			scale := amax / 127
-			inv := float32(0)
-			if scale != 0 {
-				inv = 1 / scale
-			}
-			dst = binary.LittleEndian.AppendUint16(dst, F32ToF16(scale))
-			for _, v := range blk {
-				dst = append(dst, byte(int8(math.Round(float64(v*inv)))))
-			}
+	case BF16:
+		for _, v := range src {
+			dst = binary.LittleEndian.AppendUint16(dst, F32ToBF16(v))
 		}
 	default:
-		return nil, fmt.Errorf("%w: %s", ErrUnsupportedType, d)
+		q := quantizers[d]
+		for b := 0; b < len(src); b += ti.block {
+			n := len(dst)
+			dst = append(dst, make([]byte, ti.bytes)...)
+			q(dst[n:], src[b:b+ti.block])
+		}
 	}
 	return dst, nil
 }
 
 // Decode fills dst from raw data of type d; raw must hold exactly len(dst) values.
 func Decode(dst []float32, raw []byte, d DType) error {
+	if !d.Decoded() {
+		return UnsupportedError(d)
+	}
 	want, err := d.RowBytes(len(dst))
 	if err != nil {
 		return err
@@ -55,34 +53,35 @@ func Decode(dst []float32, raw []byte, d DType) error {
 	if len(raw) != want {
 		return fmt.Errorf("%s data of %d bytes for %d values (want %d)", d, len(raw), len(dst), want)
 	}
+	Dequantize(dst, raw, d)
+	return nil
+}
+
+// Dequantize is Decode without the checks, for the engine's inner loops:
+// dst must be a whole number of blocks and raw must hold them.
+func Dequantize(dst []float32, raw []byte, d DType) {
 	switch d {
 	case F32:
 		for i := range dst {
 			dst[i] = math.Float32frombits(binary.LittleEndian.Uint32(raw[4*i:]))
 		}
 	case F16:
+		DecodeF16(dst, raw)
+	case BF16:
 		for i := range dst {
-			dst[i] = F16ToF32(binary.LittleEndian.Uint16(raw[2*i:]))
+			dst[i] = math.Float32frombits(uint32(binary.LittleEndian.Uint16(raw[2*i:])) << 16)
 		}
-	case Q8_0:
-		DecodeQ8(dst, raw)
+	default:
+		ti := typeTable[d]
+		deq := dequantizers[d]
+		for b := 0; b < len(dst)/ti.block; b++ {
+			deq(dst[b*ti.block:(b+1)*ti.block], raw[b*ti.bytes:(b+1)*ti.bytes])
+		}
 	}
-	return nil
 }
 
-// DecodeQ8 dequantizes Q8_0 blocks in raw into dst (len(dst)/32 blocks). It is
-// the engine's inner loop for quantized weights, so it skips Decode's checks.
-func DecodeQ8(dst []float32, raw []byte) {
-	for b := 0; b < len(dst)/Q8BlockSize; b++ {
-		blk := raw[b*q8BlockBytes : (b+1)*q8BlockBytes]
-		scale := F16ToF32(binary.LittleEndian.Uint16(blk))
-		out := dst[b*Q8BlockSize : (b+1)*Q8BlockSize]
-		q := blk[2 : 2+Q8BlockSize]
-		for i := range out {
-			out[i] = scale * float32(int8(q[i]))
-		}
-	}
-}
+// DecodeQ8 dequantizes Q8_0 blocks in raw into dst (len(dst)/32 blocks).
+func DecodeQ8(dst []float32, raw []byte) { Dequantize(dst, raw, Q8_0) }
 
 // DecodeF16 converts little-endian half floats in raw into dst.
 func DecodeF16(dst []float32, raw []byte) {
@@ -145,4 +144,14 @@ func F32ToF16(f float32) uint16 {
 		r++ // may carry into the exponent, which is the right rounding
 	}
 	return sign | uint16(r)
+}
+
+// F32ToBF16 rounds to bfloat16 (nearest even), keeping NaN a quiet NaN, as
+// ggml's ggml_compute_fp32_to_bf16 does.
+func F32ToBF16(f float32) uint16 {
+	u := math.Float32bits(f)
+	if u&0x7fffffff > 0x7f800000 {
+		return uint16(u>>16) | 64
+	}
+	return uint16((u + (0x7fff + (u >> 16 & 1))) >> 16)
 }

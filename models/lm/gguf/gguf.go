@@ -57,65 +57,11 @@ func (t ValueType) scalarSize() int {
 	return 0
 }
 
-// DType is a ggml tensor element type.
+// DType is a ggml tensor element type (ggml numbering; see types.go).
 type DType uint32
 
-// The tensor types this package can encode and decode (ggml numbering).
-const (
-	F32  DType = 0
-	F16  DType = 1
-	Q8_0 DType = 8
-)
-
-// Q8BlockSize is the number of values sharing one scale in Q8_0.
-const Q8BlockSize = 32
-
-// q8BlockBytes is one Q8_0 block: a float16 scale then 32 int8 values.
-const q8BlockBytes = 2 + Q8BlockSize
-
-func (d DType) String() string {
-	switch d {
-	case F32:
-		return "f32"
-	case F16:
-		return "f16"
-	case Q8_0:
-		return "q8_0"
-	}
-	return fmt.Sprintf("ggml_type(%d)", uint32(d))
-}
-
-// ParseDType accepts f32, f16 and q8_0 (case-sensitive, as the CLI spells them).
-func ParseDType(s string) (DType, error) {
-	switch s {
-	case "f32":
-		return F32, nil
-	case "f16":
-		return F16, nil
-	case "q8_0":
-		return Q8_0, nil
-	}
-	return 0, fmt.Errorf("unknown tensor type %q (want f32, f16 or q8_0)", s)
-}
-
-// RowBytes is the encoded size of n elements of type d, or an error when d is
-// unsupported or n does not fit d's block size.
-func (d DType) RowBytes(n int) (int, error) {
-	switch d {
-	case F32:
-		return 4 * n, nil
-	case F16:
-		return 2 * n, nil
-	case Q8_0:
-		if n%Q8BlockSize != 0 {
-			return 0, fmt.Errorf("q8_0 needs a multiple of %d elements per row, got %d", Q8BlockSize, n)
-		}
-		return n / Q8BlockSize * q8BlockBytes, nil
-	}
-	return 0, fmt.Errorf("%w: %s", ErrUnsupportedType, d)
-}
-
-// ErrUnsupportedType is returned for tensor types outside F32, F16 and Q8_0.
+// ErrUnsupportedType is returned for tensor types this package cannot decode
+// (the IQ and ternary types, Q8_1/Q8_K, integer tensors, unknown numbers).
 var ErrUnsupportedType = errors.New("unsupported tensor type")
 
 // ErrFormat marks a malformed file; errors.Is(err, ErrFormat) holds for every

@@ -2,7 +2,9 @@ package gguf
 
 import (
 	"bufio"
+	"bytes"
 	"encoding/binary"
+	"errors"
 	"fmt"
 	"io"
 	"math"
@@ -25,6 +27,19 @@ type File struct {
 	tensor map[string]int
 	r      io.ReaderAt
 	size   int64
+	data   []byte // the whole image when read with ReadBytes
+}
+
+// ReadBytes is Read over an image already in memory (a memory-mapped file,
+// an embedded model). TensorData then returns slices of b instead of
+// copies, so b must stay valid and unmodified while they are in use.
+func ReadBytes(b []byte) (*File, error) {
+	f, err := Read(bytes.NewReader(b), int64(len(b)))
+	if err != nil {
+		return nil, err
+	}
+	f.data = b
+	return f, nil
 }
 
 // Read parses the header of a GGUF file of the given size and checks that every
@@ -105,7 +120,7 @@ func (f *File) checkTensor(t *TensorInfo) error {
 	n := uint64(1)
 	for _, dim := range t.Dims {
 		hi, lo := bits.Mul64(n, dim)
-		if dim == 0 || hi != 0 || lo > uint64(f.size) {
+		if dim == 0 || hi != 0 || lo/8 > uint64(f.size) { // no type takes under a bit per value
 			return fmt.Errorf("%w: tensor %q has dimensions %v", ErrFormat, t.Name, t.Dims)
 		}
 		n = lo
@@ -114,6 +129,9 @@ func (f *File) checkTensor(t *TensorInfo) error {
 		return fmt.Errorf("%w: tensor %q row of %d elements", ErrFormat, t.Name, t.Dims[0])
 	}
 	nb, err := t.Bytes()
+	if errors.Is(err, ErrUnsupportedType) {
+		return err // an unknown type number: say so, not "malformed"
+	}
 	if err != nil {
 		return fmt.Errorf("%w: %w", ErrFormat, err)
 	}
@@ -142,11 +160,16 @@ func (f *File) Tensor(name string) (*TensorInfo, bool) {
 	return &f.Tensors[i], true
 }
 
-// TensorData reads the raw bytes of a tensor.
+// TensorData returns the raw bytes of a tensor: read into a new buffer, or,
+// for a File from ReadBytes, a slice of the image that must not be written.
 func (f *File) TensorData(t *TensorInfo) ([]byte, error) {
 	nb, err := t.Bytes()
 	if err != nil {
 		return nil, err
+	}
+	if f.data != nil {
+		off := uint64(f.DataOffset) + t.Offset // bounds checked when the header was read
+		return f.data[off : off+nb : off+nb], nil
 	}
 	buf := make([]byte, nb)
 	if _, err := f.r.ReadAt(buf, f.DataOffset+int64(t.Offset)); err != nil {

@@ -1,0 +1,46 @@
+package ingress
+
+import (
+	"fmt"
+	"net/http"
+)
+
+// Role is what an API key may reach. Keys are separated by duty: an
+// application's inference key leaking must not hand out the fleet (issue
+// 21 found any tenant key could queue an update command on every car).
+type Role string
+
+const (
+	// RoleInference reaches only the OpenAI/Anthropic surface
+	// (/v1/chat/completions, /v1/messages, /v1/models). The default.
+	RoleInference Role = "inference"
+	// RoleOperator reaches only the fleet admin routes (/v1/fleet/...),
+	// reading and changing.
+	RoleOperator Role = "operator"
+	// RoleViewer is a read-only operator (dashboards): GET and HEAD on the
+	// fleet admin routes.
+	RoleViewer Role = "viewer"
+)
+
+// ParseRole reads a role name from the keys file.
+func ParseRole(s string) (Role, error) {
+	switch r := Role(s); r {
+	case RoleInference, RoleOperator, RoleViewer:
+		return r, nil
+	}
+	return "", fmt.Errorf("role %q: want inference, operator or viewer", s)
+}
+
+// mayInfer reports whether r reaches the inference surface.
+func (r Role) mayInfer() bool { return r == RoleInference }
+
+// mayAdmin reports whether r may make this request on the admin routes.
+func (r Role) mayAdmin(method string) bool {
+	switch r {
+	case RoleOperator:
+		return true
+	case RoleViewer:
+		return method == http.MethodGet || method == http.MethodHead
+	}
+	return false
+}

@@ -1,0 +1,35 @@
+package cloud
+
+import (
+	"context"
+
+	"github.com/phaseless/phaseless/transport/pki"
+)
+
+// watchRevocations rereads the PKI directory's deny list (phaselessctl pki
+// revoke) until ctx ends and cuts off each newly revoked device at once:
+// its QUIC connections and its MQTT session are closed; the handshakes and
+// the broker's auth hook refuse it from then on (they read the same list).
+func (c *Cloud) watchRevocations(ctx context.Context) {
+	revoked := c.metrics.Counter("phaseless_devices_revoked_total", "devices newly found on the PKI deny list since start")
+	errs := c.metrics.Counter("phaseless_deny_list_errors_total", "failed rereads of the PKI deny list (the previous list stays in force)")
+	c.deny.Watch(ctx, pki.DefaultWatchInterval, func(ids []string) {
+		c.mu.Lock()
+		q, b := c.quic, c.broker
+		c.mu.Unlock()
+		for _, id := range ids {
+			revoked.Inc()
+			conns, mqtt := 0, false
+			if q != nil {
+				conns = q.DisconnectDevice(id)
+			}
+			if b != nil {
+				mqtt = b.DisconnectDevice(id)
+			}
+			c.log.Warn("device revoked", "device", id, "quic_connections_closed", conns, "mqtt_disconnected", mqtt)
+		}
+	}, func(err error) {
+		errs.Inc()
+		c.log.Error("deny list", "err", err)
+	})
+}

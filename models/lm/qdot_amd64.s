@@ -1,0 +1,503 @@
+#include "textflag.h"
+#include "reduce_amd64.h"
+
+// Integer dot products of one weight row with one token's quantized
+// activations (layouts and the exact float operations in qdot.go). The
+// integer parts are exact, and the float parts are the same multiplies and
+// adds, in the same order, as the Go kernels, so results match them bit for
+// bit. Bytes are multiplied with VPMADDUBSW (unsigned × signed into int16
+// pairs) and widened with VPMADDWD (int16 pairs into int32).
+
+// HSUMD sums the eight int32 lanes of y (x its low half) into the 32-bit
+// register reg. Clobbers X7.
+#define HSUMD(y, x, reg) \
+	VEXTRACTI128 $1, y, X7; \
+	VPADDD       X7, x, x; \
+	VPSHUFD      $0x4e, x, X7; \
+	VPADDD       X7, x, x; \
+	VPSHUFD      $0xb1, x, X7; \
+	VPADDD       X7, x, x; \
+	VMOVD        x, reg
+
+// SCALE_OP is the float step of a super-block: acc op= float32(f16 at
+// hoff(SI) · dx at (p)) · float32(ireg), op VADDSS or VSUBSS, with t and u
+// float temporaries and gp a general one. The same multiplies, in the same
+// order, as dotK's acc += float32(float32(d·dx)·float32(isum)).
+#define SCALE_OP(hoff, p, ireg, op, t, u, acc, gp) \
+	MOVWLZX    hoff(SI), gp; \
+	VMOVD      gp, t; \
+	VCVTPH2PS  t, t; \
+	VMULSS     (p), t, t; \
+	VCVTSI2SSL ireg, u, u; \
+	VMULSS     u, t, t; \
+	op         t, acc, acc
+
+// SCALE_ADD is SCALE_OP for the one-token kernels: activations at DI, the
+// float sum in X10. Clobbers R10, X8, X9.
+#define SCALE_ADD(hoff, ireg, op) SCALE_OP(hoff, DI, ireg, op, X8, X9, X10, R10)
+
+// Q4K_SCALES unpacks a Q4_K super-block's twelve scale bytes (at 4(SI)):
+// the eight 6-bit scales as int16 to 0(SP) (VPBROADCASTW reads them there)
+// and the eight mins as int32 lanes of Y1. Clobbers AX, BX, DX, R12, R13, X5.
+#define Q4K_SCALES \
+	MOVL 4(SI), AX; \
+	MOVL 8(SI), BX; \
+	MOVL 12(SI), DX; \
+	MOVL AX, R12; \
+	ANDL $0x3f3f3f3f, R12; \
+	VMOVD R12, X5; \
+	MOVL DX, R12; \
+	ANDL $0x0f0f0f0f, R12; \
+	MOVL AX, R13; \
+	SHRL $6, R13; \
+	ANDL $0x03030303, R13; \
+	SHLL $4, R13; \
+	ORL  R13, R12; \
+	VPINSRD $1, R12, X5, X5; \
+	VPMOVZXBW X5, X5; \
+	VMOVDQU X5, 0(SP); \
+	MOVL BX, R12; \
+	ANDL $0x3f3f3f3f, R12; \
+	VMOVD R12, X1; \
+	MOVL DX, R12; \
+	SHRL $4, R12; \
+	ANDL $0x0f0f0f0f, R12; \
+	MOVL BX, R13; \
+	SHRL $6, R13; \
+	ANDL $0x03030303, R13; \
+	SHLL $4, R13; \
+	ORL  R13, R12; \
+	VPINSRD $1, R12, X1, X1; \
+	VPMOVZXBD X1, Y1
+
+// X4_ARGS loads a ×4 kernel's arguments: w SI, the four tokens' activation
+// rows DI, R9, R10, R11, nb CX, out R8.
+#define X4_ARGS \
+	MOVQ w+0(FP), SI; \
+	MOVQ x+8(FP), DI; \
+	MOVQ xstride+16(FP), DX; \
+	MOVQ nb+24(FP), CX; \
+	MOVQ out+32(FP), R8; \
+	LEAQ (DI)(DX*1), R9; \
+	LEAQ (R9)(DX*1), R10; \
+	LEAQ (R10)(DX*1), R11
+
+// ARGS1 loads a one-token kernel's arguments: w SI, x DI, nb CX.
+#define ARGS1 \
+	MOVQ w+0(FP), SI; \
+	MOVQ x+8(FP), DI; \
+	MOVQ nb+16(FP), CX
+
+// BCASTD fills every 32-bit lane of y (x its low half) with the constant c.
+#define BCASTD(c, x, y) \
+	MOVL c, AX; \
+	VMOVD AX, x; \
+	VPBROADCASTD x, y
+
+// K1_START begins a one-token K-quant kernel: arguments, the float sum X10
+// cleared, the nibble mask in Y14.
+#define K1_START \
+	ARGS1; \
+	VXORPS X10, X10, X10; \
+	BCASTD($0x0f0f0f0f, X14, Y14)
+
+// X4_ZERO clears the four tokens' int32 sums.
+#define X4_ZERO \
+	VPXOR Y8, Y8, Y8; \
+	VPXOR Y9, Y9, Y9; \
+	VPXOR Y10, Y10, Y10; \
+	VPXOR Y11, Y11, Y11
+
+// X4_END folds the four tokens' super-block sums into out with fin (whose
+// per-token frame slots start at o) and moves to the next blocks.
+#define X4_END(fin, o, wb, xb) \
+	fin(Y8, X8, DI, o, 0); \
+	fin(Y9, X9, R9, o+4, 4); \
+	fin(Y10, X10, R10, o+8, 8); \
+	fin(Y11, X11, R11, o+12, 12); \
+	X4_NEXT(wb, xb)
+
+// X4_KSTART begins a K-quant ×4 kernel: arguments, out cleared (the float
+// sums live there), the nibble mask in Y14.
+#define X4_KSTART \
+	X4_ARGS; \
+	MOVQ $0, 0(R8); \
+	MOVQ $0, 8(R8); \
+	BCASTD($0x0f0f0f0f, X14, Y14)
+
+// X4_NEXT advances a ×4 kernel to the next weight and activation blocks.
+#define X4_NEXT(wb, xb) \
+	ADDQ $wb, SI; \
+	ADDQ $xb, DI; \
+	ADDQ $xb, R9; \
+	ADDQ $xb, R10; \
+	ADDQ $xb, R11
+
+// func dotQ8_0AVX2(w, x *byte, nb int) float32
+//
+// Q8_0 weights (34-byte blocks) against q8_0 activations (40-byte blocks):
+// |w| × sign(w)·x with VPSIGNB so VPMADDUBSW can take signed weights.
+TEXT ·dotQ8_0AVX2(SB), NOSPLIT, $0-28
+	ARGS1
+	VXORPS Y0, Y0, Y0
+	BCASTD($0x00010001, X15, Y15)
+	TESTQ CX, CX
+	JEQ  q80done
+
+q80loop:
+	VMOVDQU 2(SI), Y1
+	VMOVDQU 8(DI), Y2
+	VPSIGNB Y1, Y1, Y3
+	VPSIGNB Y1, Y2, Y4
+	VPMADDUBSW Y4, Y3, Y5
+	VPMADDWD Y15, Y5, Y5
+	VCVTDQ2PS Y5, Y5
+	MOVWLZX (SI), AX
+	VMOVD AX, X6
+	VCVTPH2PS X6, X6
+	VMULSS (DI), X6, X6
+	VBROADCASTSS X6, Y6
+	VMULPS Y6, Y5, Y5
+	VADDPS Y5, Y0, Y0
+	ADDQ $34, SI
+	ADDQ $40, DI
+	DECQ CX
+	JNZ  q80loop
+
+q80done:
+	REDUCE8(Y0, X0, ret+24(FP))
+	VZEROUPPER
+	RET
+
+// Q4K_STEP multiplies the 64 values of one 32-byte quant plane (low nibbles
+// then high nibbles) by activations at x0 and x1, weights them by the two
+// sub-block scales held as int16 at soff(SP) and soff+2(SP), and adds to Y0.
+#define Q4K_STEP(qoff, x0, x1, soff) \
+	VMOVDQU    qoff(SI), Y3; \
+	VPSRLW     $4, Y3, Y4; \
+	VPAND      Y14, Y3, Y3; \
+	VPAND      Y14, Y4, Y4; \
+	VPMADDUBSW x0(DI), Y3, Y3; \
+	VPMADDUBSW x1(DI), Y4, Y4; \
+	VPBROADCASTW soff(SP), Y5; \
+	VPBROADCASTW soff+2(SP), Y6; \
+	VPMADDWD   Y5, Y3, Y3; \
+	VPMADDWD   Y6, Y4, Y4; \
+	VPADDD     Y3, Y0, Y0; \
+	VPADDD     Y4, Y0, Y0
+
+// func dotQ4KAVX2(w, x *byte, nb int) float32
+//
+// Q4_K super-blocks (144 bytes) against q8_K activations (292 bytes): the
+// 6-bit scales and mins are unpacked in general registers, four at a time
+// (Q4K_SCALES), Σ sc·Σq·x is summed in int32 lanes, Σ m·Σx from the
+// activation block sums.
+TEXT ·dotQ4KAVX2(SB), NOSPLIT, $16-28
+	K1_START
+	BCASTD($0x00010001, X13, Y13)
+	TESTQ CX, CX
+	JEQ  q4kdone
+
+q4kloop:
+	Q4K_SCALES
+
+	// Σ_j m_j·(bsum[2j]+bsum[2j+1]) in Y1.
+	VPMADDWD 260(DI), Y13, Y2
+	VPMULLD Y2, Y1, Y1
+
+	VPXOR Y0, Y0, Y0
+	Q4K_STEP(16, 4, 36, 0)
+	Q4K_STEP(48, 68, 100, 4)
+	Q4K_STEP(80, 132, 164, 8)
+	Q4K_STEP(112, 196, 228, 12)
+
+	HSUMD(Y0, X0, AX)
+	HSUMD(Y1, X1, BX)
+	SCALE_ADD(0, AX, VADDSS)
+	SCALE_ADD(2, BX, VSUBSS)
+	ADDQ $144, SI
+	ADDQ $292, DI
+	DECQ CX
+	JNZ  q4kloop
+
+q4kdone:
+	VMOVSS X10, ret+24(FP)
+	VZEROUPPER
+	RET
+
+// Q6K_DOT multiplies 32 unsigned 6-bit quants in v by the activations at
+// xoff, weights the first 16 by the scale at s0(SP) and the next 16 by the
+// one at s1(SP) (the block's scales widened to int16 there), and adds to Y0.
+#define Q6K_DOT(v, xoff, s0, s1) \
+	VPMADDUBSW xoff(DI), v, v; \
+	VPBROADCASTW s0(SP), X8; \
+	VPBROADCASTW s1(SP), X9; \
+	VINSERTI128 $1, X9, Y8, Y8; \
+	VPMADDWD   Y8, v, v; \
+	VPADDD     v, Y0, Y0
+
+// Q6K_HALF does one 128-value half: low nibbles from the two 32-byte ql
+// planes, high bit pairs from the qh plane (bits 0-1, 2-3, 4-5, 6-7 for the
+// four 32-value runs), each shifted to bits 4-5 and masked with Y12 (0x30).
+#define Q6K_HALF(ql0, ql1, qh, x, s) \
+	VMOVDQU qh(SI), Y2; \
+	VMOVDQU ql0(SI), Y3; \
+	VMOVDQU ql1(SI), Y4; \
+	VPAND   Y14, Y3, Y5; \
+	VPSLLW  $4, Y2, Y6; \
+	VPAND   Y12, Y6, Y6; \
+	VPOR    Y6, Y5, Y5; \
+	Q6K_DOT(Y5, x, s, s+2); \
+	VPAND   Y14, Y4, Y5; \
+	VPSLLW  $2, Y2, Y6; \
+	VPAND   Y12, Y6, Y6; \
+	VPOR    Y6, Y5, Y5; \
+	Q6K_DOT(Y5, x+32, s+4, s+6); \
+	VPSRLW  $4, Y3, Y5; \
+	VPAND   Y14, Y5, Y5; \
+	VPAND   Y12, Y2, Y6; \
+	VPOR    Y6, Y5, Y5; \
+	Q6K_DOT(Y5, x+64, s+8, s+10); \
+	VPSRLW  $4, Y4, Y5; \
+	VPAND   Y14, Y5, Y5; \
+	VPSRLW  $2, Y2, Y6; \
+	VPAND   Y12, Y6, Y6; \
+	VPOR    Y6, Y5, Y5; \
+	Q6K_DOT(Y5, x+96, s+12, s+14)
+
+// func dotQ6KAVX2(w, x *byte, nb int) float32
+//
+// Q6_K super-blocks (210 bytes) against q8_K activations: the quants are
+// taken unsigned (q+32) and 32·Σ sc·Σx, from the block sums, subtracted.
+TEXT ·dotQ6KAVX2(SB), NOSPLIT, $32-28
+	K1_START
+	BCASTD($0x30303030, X12, Y12)
+	TESTQ CX, CX
+	JEQ  q6kdone
+
+q6kloop:
+	VPMOVSXBW 192(SI), Y1
+	VMOVDQU Y1, 0(SP)
+	VPMADDWD 260(DI), Y1, Y1
+	VPXOR Y0, Y0, Y0
+	Q6K_HALF(0, 32, 128, 4, 0)
+	Q6K_HALF(64, 96, 160, 132, 16)
+	HSUMD(Y0, X0, AX)
+	HSUMD(Y1, X1, BX)
+	SHLL $5, BX
+	SUBL BX, AX
+	SCALE_ADD(208, AX, VADDSS)
+	ADDQ $210, SI
+	ADDQ $292, DI
+	DECQ CX
+	JNZ  q6kloop
+
+q6kdone:
+	VMOVSS X10, ret+24(FP)
+	VZEROUPPER
+	RET
+
+// The ×4 kernels: one weight row against four tokens whose activation rows
+// are xstride bytes apart, out[t] for token t. Each weight block is loaded
+// and unpacked once for the four; every token's sums are the same
+// operations, in the same order, as the one-token kernel's, so a result does
+// not depend on which kernel, or which group of four, produced it.
+
+// Q80_TOKEN: one token's share of a Q8_0 block (|w| in Y5, w in Y4, dw in X6).
+#define Q80_TOKEN(p, acc) \
+	VMOVDQU      8(p), Y7; \
+	VPSIGNB      Y4, Y7, Y7; \
+	VPMADDUBSW   Y7, Y5, Y7; \
+	VPMADDWD     Y15, Y7, Y7; \
+	VCVTDQ2PS    Y7, Y7; \
+	VMULSS       (p), X6, X8; \
+	VBROADCASTSS X8, Y8; \
+	VMULPS       Y8, Y7, Y7; \
+	VADDPS       Y7, acc, acc
+
+// func dotQ8_0x4AVX2(w, x *byte, xstride, nb int, out *[4]float32)
+TEXT ·dotQ8_0x4AVX2(SB), NOSPLIT, $0-40
+	X4_ARGS
+	VXORPS Y0, Y0, Y0
+	VXORPS Y1, Y1, Y1
+	VXORPS Y2, Y2, Y2
+	VXORPS Y3, Y3, Y3
+	BCASTD($0x00010001, X15, Y15)
+	TESTQ CX, CX
+	JEQ  q80x4done
+
+q80x4loop:
+	VMOVDQU 2(SI), Y4
+	VPSIGNB Y4, Y4, Y5
+	MOVWLZX (SI), AX
+	VMOVD AX, X6
+	VCVTPH2PS X6, X6
+	Q80_TOKEN(DI, Y0)
+	Q80_TOKEN(R9, Y1)
+	Q80_TOKEN(R10, Y2)
+	Q80_TOKEN(R11, Y3)
+	X4_NEXT(34, 40)
+	DECQ CX
+	JNZ  q80x4loop
+
+q80x4done:
+	REDUCE8(Y0, X0, 0(R8))
+	REDUCE8(Y1, X1, 4(R8))
+	REDUCE8(Y2, X2, 8(R8))
+	REDUCE8(Y3, X3, 12(R8))
+	VZEROUPPER
+	RET
+
+// FSCALE is SCALE_OP for the ×4 kernels: token activations at p, the float
+// sum in X4 (loaded from and stored to out by the caller). Clobbers R12, X2, X3.
+#define FSCALE(hoff, p, ireg, op) SCALE_OP(hoff, p, ireg, op, X2, X3, X4, R12)
+
+// Q4K_MSUM: Σ_j m_j·(bsum[2j]+bsum[2j+1]) of the token at p (mins in Y1) to moff(SP).
+#define Q4K_MSUM(p, moff) \
+	VPMADDWD 260(p), Y13, Y2; \
+	VPMULLD  Y2, Y1, Y2; \
+	HSUMD(Y2, X2, AX); \
+	MOVL     AX, moff(SP)
+
+// Q4K_TOK: one token's products with the unpacked plane (Y3 low, Y4 high).
+#define Q4K_TOK(p, x0, x1, acc) \
+	VPMADDUBSW x0(p), Y3, Y7; \
+	VPMADDWD   Y5, Y7, Y7; \
+	VPADDD     Y7, acc, acc; \
+	VPMADDUBSW x1(p), Y4, Y7; \
+	VPMADDWD   Y6, Y7, Y7; \
+	VPADDD     Y7, acc, acc
+
+// Q4K_STEP4: one 32-byte quant plane, scales the int16s at s(SP) and s+2(SP).
+#define Q4K_STEP4(qoff, x0, x1, s) \
+	VMOVDQU qoff(SI), Y3; \
+	VPSRLW  $4, Y3, Y4; \
+	VPAND   Y14, Y3, Y3; \
+	VPAND   Y14, Y4, Y4; \
+	VPBROADCASTW s(SP), Y5; \
+	VPBROADCASTW s+2(SP), Y6; \
+	Q4K_TOK(DI, x0, x1, Y8); \
+	Q4K_TOK(R9, x0, x1, Y9); \
+	Q4K_TOK(R10, x0, x1, Y10); \
+	Q4K_TOK(R11, x0, x1, Y11)
+
+// Q4K_FINISH folds one token's super-block into out[ooff/4].
+#define Q4K_FINISH(acc, accx, p, moff, ooff) \
+	HSUMD(acc, accx, AX); \
+	MOVL   moff(SP), BX; \
+	VMOVSS ooff(R8), X4; \
+	FSCALE(0, p, AX, VADDSS); \
+	FSCALE(2, p, BX, VSUBSS); \
+	VMOVSS X4, ooff(R8)
+
+// func dotQ4Kx4AVX2(w, x *byte, xstride, nb int, out *[4]float32)
+//
+// Frame: 0(SP) the eight 6-bit scales as int16, 16(SP) the four tokens' min sums.
+TEXT ·dotQ4Kx4AVX2(SB), NOSPLIT, $32-40
+	X4_KSTART
+	BCASTD($0x00010001, X13, Y13)
+	TESTQ CX, CX
+	JEQ  q4kx4done
+
+q4kx4loop:
+	Q4K_SCALES
+	Q4K_MSUM(DI, 16)
+	Q4K_MSUM(R9, 20)
+	Q4K_MSUM(R10, 24)
+	Q4K_MSUM(R11, 28)
+
+	X4_ZERO
+	Q4K_STEP4(16, 4, 36, 0)
+	Q4K_STEP4(48, 68, 100, 4)
+	Q4K_STEP4(80, 132, 164, 8)
+	Q4K_STEP4(112, 196, 228, 12)
+	X4_END(Q4K_FINISH, 16, 144, 292)
+	DECQ CX
+	JNZ  q4kx4loop
+
+q4kx4done:
+	VZEROUPPER
+	RET
+
+// Q6K_TOK: one token's products with the 32 quants in Y5, scales in Y0.
+#define Q6K_TOK(p, xoff, acc) \
+	VPMADDUBSW xoff(p), Y5, Y7; \
+	VPMADDWD   Y0, Y7, Y7; \
+	VPADDD     Y7, acc, acc
+
+// Q6K_RUN4: the 32-value run in Y5 for all four tokens; scales at s0(SP), s1(SP).
+#define Q6K_RUN4(xoff, s0, s1) \
+	VPBROADCASTW s0(SP), X0; \
+	VPBROADCASTW s1(SP), X1; \
+	VINSERTI128 $1, X1, Y0, Y0; \
+	Q6K_TOK(DI, xoff, Y8); \
+	Q6K_TOK(R9, xoff, Y9); \
+	Q6K_TOK(R10, xoff, Y10); \
+	Q6K_TOK(R11, xoff, Y11)
+
+#define Q6K_HALF4(ql0, ql1, qh, x, s) \
+	VMOVDQU qh(SI), Y2; \
+	VMOVDQU ql0(SI), Y3; \
+	VMOVDQU ql1(SI), Y4; \
+	VPAND   Y14, Y3, Y5; \
+	VPSLLW  $4, Y2, Y6; \
+	VPAND   Y12, Y6, Y6; \
+	VPOR    Y6, Y5, Y5; \
+	Q6K_RUN4(x, s, s+2); \
+	VPAND   Y14, Y4, Y5; \
+	VPSLLW  $2, Y2, Y6; \
+	VPAND   Y12, Y6, Y6; \
+	VPOR    Y6, Y5, Y5; \
+	Q6K_RUN4(x+32, s+4, s+6); \
+	VPSRLW  $4, Y3, Y5; \
+	VPAND   Y14, Y5, Y5; \
+	VPAND   Y12, Y2, Y6; \
+	VPOR    Y6, Y5, Y5; \
+	Q6K_RUN4(x+64, s+8, s+10); \
+	VPSRLW  $4, Y4, Y5; \
+	VPAND   Y14, Y5, Y5; \
+	VPSRLW  $2, Y2, Y6; \
+	VPAND   Y12, Y6, Y6; \
+	VPOR    Y6, Y5, Y5; \
+	Q6K_RUN4(x+96, s+12, s+14)
+
+// Q6K_OFF: 32·Σ_g sc_g·bsum_g of the token at p (scales in Y1) to off(SP).
+#define Q6K_OFF(p, off) \
+	VPMADDWD 260(p), Y1, Y6; \
+	HSUMD(Y6, X6, AX); \
+	SHLL     $5, AX; \
+	MOVL     AX, off(SP)
+
+#define Q6K_FINISH(acc, accx, p, off, ooff) \
+	HSUMD(acc, accx, AX); \
+	SUBL   off(SP), AX; \
+	VMOVSS ooff(R8), X4; \
+	FSCALE(208, p, AX, VADDSS); \
+	VMOVSS X4, ooff(R8)
+
+// func dotQ6Kx4AVX2(w, x *byte, xstride, nb int, out *[4]float32)
+//
+// Frame: 0(SP) the sixteen scales as int16, 32(SP) the four tokens' offset sums.
+TEXT ·dotQ6Kx4AVX2(SB), NOSPLIT, $48-40
+	X4_KSTART
+	BCASTD($0x30303030, X12, Y12)
+	TESTQ CX, CX
+	JEQ  q6kx4done
+
+q6kx4loop:
+	VPMOVSXBW 192(SI), Y1
+	VMOVDQU Y1, 0(SP)
+	Q6K_OFF(DI, 32)
+	Q6K_OFF(R9, 36)
+	Q6K_OFF(R10, 40)
+	Q6K_OFF(R11, 44)
+	X4_ZERO
+	Q6K_HALF4(0, 32, 128, 4, 0)
+	Q6K_HALF4(64, 96, 160, 132, 16)
+	X4_END(Q6K_FINISH, 32, 210, 292)
+	DECQ CX
+	JNZ  q6kx4loop
+
+q6kx4done:
+	VZEROUPPER
+	RET

@@ -1,0 +1,334 @@
+#include "textflag.h"
+
+// The Q8_0 integer dot product on arm64 (NEON), the same operations as
+// dotQ8_0Go (qdot.go): per 32-value block, eight int32 lanes of four
+// consecutive products, scaled by float32(dw·dx) and accumulated as float32,
+// then reduced ((l0+l4)+(l1+l5)) + ((l2+l6)+(l3+l7)). The Go assembler has
+// no mnemonics for the integer multiplies, the vector float arithmetic or
+// the half-precision conversion, so those are encoded as WORDs; each is
+// annotated with its instruction.
+
+// Vd, Vn, Vm register fields.
+#define RD(d) (d)
+#define RN(n) ((n)<<5)
+#define RM(m) ((m)<<16)
+
+// ARGS3 loads (w, x, nb) into R0, R1, R2 and clears the lane sums V16, V17.
+#define ARGS3 \
+	MOVD w+0(FP), R0; \
+	MOVD x+8(FP), R1; \
+	MOVD nb+16(FP), R2; \
+	VEOR V16.B16, V16.B16, V16.B16; \
+	VEOR V17.B16, V17.B16, V17.B16
+
+// LOAD_Q8_0 loads a Q8_0 block's quants into V2, V3 and the activations into V4, V5.
+#define LOAD_Q8_0 \
+	ADD  $2, R0, R5; \
+	ADD  $8, R1, R6; \
+	VLD1 (R5), [V2.B16, V3.B16]; \
+	VLD1 (R6), [V4.B16, V5.B16]
+
+// NEXT_Q8_0 steps to the next block and loops to label while blocks remain.
+#define NEXT_Q8_0(label) \
+	ADD  $34, R0; \
+	ADD  $40, R1; \
+	SUBS $1, R2; \
+	BNE  label
+
+// f16 at (R0) → F0, times the float32 at (R1): dd in S0.
+#define BLOCK_SCALE \
+	MOVHU (R0), R4; \
+	WORD  $(0x1EE70000|RN(4)|RD(0)); \ // FMOV H0, W4
+	WORD  $(0x1EE24000|RN(0)|RD(0)); \ // FCVT S0, H0
+	FMOVS (R1), F1; \
+	FMULS F1, F0, F0
+
+// V6, V7 (int32 lanes 0-3, 4-7) → float, times dd, added to V16, V17.
+#define BLOCK_ACC \
+	WORD $(0x4E21D800|RN(6)|RD(6)); \         // SCVTF V6.4S, V6.4S
+	WORD $(0x4E21D800|RN(7)|RD(7)); \         // SCVTF V7.4S, V7.4S
+	VDUP V0.S[0], V8.S4; \
+	WORD $(0x6E20DC00|RM(8)|RN(6)|RD(6)); \   // FMUL V6.4S, V6.4S, V8.4S
+	WORD $(0x6E20DC00|RM(8)|RN(7)|RD(7)); \   // FMUL V7.4S, V7.4S, V8.4S
+	WORD $(0x4E20D400|RM(6)|RN(16)|RD(16)); \ // FADD V16.4S, V16.4S, V6.4S
+	WORD $(0x4E20D400|RM(7)|RN(17)|RD(17))    // FADD V17.4S, V17.4S, V7.4S
+
+// V16, V17 → the REDUCE8 sum in F18, stored at ret.
+#define FINISH \
+	WORD  $(0x4E20D400|RM(17)|RN(16)|RD(18)); \ // FADD V18.4S, V16.4S, V17.4S
+	WORD  $(0x6E20D400|RM(18)|RN(18)|RD(18)); \ // FADDP V18.4S, V18.4S, V18.4S
+	WORD  $(0x7E30D800|RN(18)|RD(18)); \        // FADDP S18, V18.2S
+	FMOVS F18, ret+24(FP); \
+	RET
+
+// func dotQ8_0SDOT(w, x *byte, nb int) float32
+//
+// With the dot-product extension (ARMv8.2 SDOT): each SDOT gives four lanes
+// of four consecutive products.
+TEXT ·dotQ8_0SDOT(SB), NOSPLIT, $0-28
+	ARGS3
+	CBZ  R2, sdotdone
+
+sdotloop:
+	LOAD_Q8_0
+	VEOR V6.B16, V6.B16, V6.B16
+	VEOR V7.B16, V7.B16, V7.B16
+	WORD $(0x4E809400|RM(4)|RN(2)|RD(6)) // SDOT V6.4S, V2.16B, V4.16B
+	WORD $(0x4E809400|RM(5)|RN(3)|RD(7)) // SDOT V7.4S, V3.16B, V5.16B
+	BLOCK_SCALE
+	BLOCK_ACC
+	NEXT_Q8_0(sdotloop)
+
+sdotdone:
+	FINISH
+
+// func dotQ8_0NEON(w, x *byte, nb int) float32
+//
+// Base ARMv8 NEON: SMULL/SMULL2 give int16 products, SADDLP sums pairs into
+// int32 and ADDP pairs of pairs, so lane l again holds values 4l…4l+3.
+TEXT ·dotQ8_0NEON(SB), NOSPLIT, $0-28
+	ARGS3
+	CBZ  R2, neondone
+
+neonloop:
+	LOAD_Q8_0
+	WORD $(0x0E20C000|RM(4)|RN(2)|RD(10))  // SMULL  V10.8H, V2.8B, V4.8B
+	WORD $(0x4E20C000|RM(4)|RN(2)|RD(11))  // SMULL2 V11.8H, V2.16B, V4.16B
+	WORD $(0x0E20C000|RM(5)|RN(3)|RD(12))  // SMULL  V12.8H, V3.8B, V5.8B
+	WORD $(0x4E20C000|RM(5)|RN(3)|RD(13))  // SMULL2 V13.8H, V3.16B, V5.16B
+	WORD $(0x4E602800|RN(10)|RD(10))       // SADDLP V10.4S, V10.8H
+	WORD $(0x4E602800|RN(11)|RD(11))       // SADDLP V11.4S, V11.8H
+	WORD $(0x4E602800|RN(12)|RD(12))       // SADDLP V12.4S, V12.8H
+	WORD $(0x4E602800|RN(13)|RD(13))       // SADDLP V13.4S, V13.8H
+	WORD $(0x4EA0BC00|RM(11)|RN(10)|RD(6)) // ADDP V6.4S, V10.4S, V11.4S
+	WORD $(0x4EA0BC00|RM(13)|RN(12)|RD(7)) // ADDP V7.4S, V12.4S, V13.4S
+	BLOCK_SCALE
+	BLOCK_ACC
+	NEXT_Q8_0(neonloop)
+
+neondone:
+	FINISH
+
+// The K-quant kernels on arm64 need SDOT (ARMv8.2 dot product); without it
+// the Go kernels run. They follow dotK (qdot.go): per super-block an exact
+// int32 Σ scale·Σq·x (groups summed by SDOT and ADDV, scaled in general
+// registers) and the float steps acc += float32(d·dx)·isum (and
+// acc −= float32(dmin·dx)·msum), as the Go kernel does them.
+
+// F16_TIMES_DX: float32(f16 at hoff(R0)) · dx (the float32 at (R1)) into F0.
+#define F16_TIMES_DX(hoff) \
+	MOVHU hoff(R0), R9; \
+	WORD  $(0x1EE70000|RN(9)|RD(0)); \
+	WORD  $(0x1EE24000|RN(0)|RD(0)); \
+	FMOVS (R1), F2; \
+	FMULS F2, F0, F0
+
+// SCALED_INTO_ACC: F20 op= float32(f16 at hoff · dx) · float32(ireg).
+#define SCALED_INTO_ACC(hoff, ireg, op) \
+	F16_TIMES_DX(hoff); \
+	SCVTFWS ireg, F1; \
+	FMULS   F1, F0, F0; \
+	op      F0, F20, F20
+
+// SUBSUM: the int32 sum of the four lanes of v into reg.
+#define SUBSUM(v, reg) \
+	VADDV v.S4, v; \
+	VMOV  v.S[0], reg
+
+// Q4K_SCALE: isum (R13) += (byte sh/8 of sreg) · sub-block sum in reg.
+#define Q4K_SCALE(sreg, sh, reg) \
+	LSRW $sh, sreg, R15; \
+	ANDW $0xff, R15, R15; \
+	MULW R15, reg, reg; \
+	ADDW reg, R13, R13
+
+// Q4K_MIN: msum (R12) += (byte sh/8 of mreg) · (bsum at boff + bsum at boff2).
+#define Q4K_MIN(mreg, sh, boff, boff2) \
+	LSRW $sh, mreg, R15; \
+	ANDW $0xff, R15, R15; \
+	MOVH boff(R1), R14; \
+	MOVH boff2(R1), R3; \
+	ADD  R3, R14, R14; \
+	MULW R15, R14, R14; \
+	ADDW R14, R12, R12
+
+// Q4K_PLANE: the 64 values of one 32-byte quant plane at qoff (low nibbles:
+// sub-block 2jj, high: 2jj+1) against the activations at xoff, into isum
+// with the scales in bytes sh/8 and sh/8+1 of sreg.
+#define Q4K_PLANE(qoff, xoff, sreg, sh, sh1) \
+	ADD  $qoff, R0, R3; \
+	VLD1 (R3), [V0.B16, V1.B16]; \
+	ADD  $xoff, R1, R3; \
+	VLD1 (R3), [V4.B16, V5.B16, V6.B16, V7.B16]; \
+	VAND V31.B16, V0.B16, V2.B16; \
+	VAND V31.B16, V1.B16, V3.B16; \
+	VUSHR $4, V0.B16, V0.B16; \
+	VUSHR $4, V1.B16, V1.B16; \
+	VEOR V8.B16, V8.B16, V8.B16; \
+	VEOR V9.B16, V9.B16, V9.B16; \
+	WORD $(0x4E809400|RM(4)|RN(2)|RD(8)); \
+	WORD $(0x4E809400|RM(5)|RN(3)|RD(8)); \
+	WORD $(0x4E809400|RM(6)|RN(0)|RD(9)); \
+	WORD $(0x4E809400|RM(7)|RN(1)|RD(9)); \
+	SUBSUM(V8, R9); \
+	SUBSUM(V9, R14); \
+	Q4K_SCALE(sreg, sh, R9); \
+	Q4K_SCALE(sreg, sh1, R14)
+
+// func dotQ4KSDOT(w, x *byte, nb int) float32
+//
+// The four WORDs in Q4K_PLANE are SDOT V8.4S, V2.16B, V4.16B; SDOT V8, V3,
+// V5; SDOT V9, V0, V6; SDOT V9, V1, V7.
+TEXT ·dotQ4KSDOT(SB), NOSPLIT, $0-28
+	MOVD w+0(FP), R0
+	MOVD x+8(FP), R1
+	MOVD nb+16(FP), R2
+	VEOR V20.B16, V20.B16, V20.B16
+	VMOVI $15, V31.B16
+	CBZ  R2, q4kdone
+
+q4kloop:
+	MOVWU 4(R0), R4
+	MOVWU 8(R0), R5
+	MOVWU 12(R0), R6
+	ANDW $0x3f3f3f3f, R4, R7  // scales 0-3
+	ANDW $0x0f0f0f0f, R6, R8
+	LSRW $6, R4, R9
+	ANDW $0x03030303, R9, R9
+	ORRW R9<<4, R8, R8        // scales 4-7
+	ANDW $0x3f3f3f3f, R5, R10 // mins 0-3
+	LSRW $4, R6, R11
+	ANDW $0x0f0f0f0f, R11, R11
+	LSRW $6, R5, R9
+	ANDW $0x03030303, R9, R9
+	ORRW R9<<4, R11, R11      // mins 4-7
+	MOVW ZR, R12
+	MOVW ZR, R13
+	Q4K_MIN(R10, 0, 260, 262)
+	Q4K_MIN(R10, 8, 264, 266)
+	Q4K_MIN(R10, 16, 268, 270)
+	Q4K_MIN(R10, 24, 272, 274)
+	Q4K_MIN(R11, 0, 276, 278)
+	Q4K_MIN(R11, 8, 280, 282)
+	Q4K_MIN(R11, 16, 284, 286)
+	Q4K_MIN(R11, 24, 288, 290)
+	Q4K_PLANE(16, 4, R7, 0, 8)
+	Q4K_PLANE(48, 68, R7, 16, 24)
+	Q4K_PLANE(80, 132, R8, 0, 8)
+	Q4K_PLANE(112, 196, R8, 16, 24)
+	SCALED_INTO_ACC(0, R13, FADDS)
+	SCALED_INTO_ACC(2, R12, FSUBS)
+	ADD  $144, R0
+	ADD  $292, R1
+	SUBS $1, R2
+	BNE  q4kloop
+
+q4kdone:
+	FMOVS F20, ret+24(FP)
+	RET
+
+// Q6K_GROUP: isum (R13) += sc_g · (Σ_g q'·x − 32·bsum_g), q' = q+32, for
+// the 16 quants in V16 against activations in xv (SDOT V24.4S, V16.16B, xv).
+#define Q6K_GROUP(xv, boff, soff) \
+	VEOR V24.B16, V24.B16, V24.B16; \
+	WORD $(0x4E809400|RM(xv)|RN(16)|RD(24)); \
+	SUBSUM(V24, R9); \
+	MOVH boff(R1), R14; \
+	SUBW R14<<5, R9, R9; \
+	MOVB soff(R0), R15; \
+	MULW R15, R9, R9; \
+	ADDW R9, R13, R13
+
+// Q6K_RUNj puts in V16 the 16 quants q' = low 4 bits | high 2 bits << 4 of
+// run j (0-3) of a half: low bits from lo (0x0F mask or >> 4), high bits
+// from qh (<< 4, << 2, in place, >> 2), masked with V30 (0x30).
+#define Q6K_HI(qh) \
+	VAND V30.B16, V17.B16, V17.B16; \
+	VORR V17.B16, V16.B16, V16.B16
+
+#define Q6K_RUN0(lo, qh) \
+	VAND V31.B16, lo.B16, V16.B16; \
+	VSHL $4, qh.B16, V17.B16; \
+	Q6K_HI(qh)
+
+#define Q6K_RUN1(lo, qh) \
+	VAND V31.B16, lo.B16, V16.B16; \
+	VSHL $2, qh.B16, V17.B16; \
+	Q6K_HI(qh)
+
+#define Q6K_RUN2(lo, qh) \
+	VUSHR $4, lo.B16, V16.B16; \
+	VORR qh.B16, qh.B16, V17.B16; \
+	Q6K_HI(qh)
+
+#define Q6K_RUN3(lo, qh) \
+	VUSHR $4, lo.B16, V16.B16; \
+	VUSHR $2, qh.B16, V17.B16; \
+	Q6K_HI(qh)
+
+// Q6K_LOAD loads a half: ql planes to V0-V3, qh to V4-V5, its 128
+// activations to V8-V15.
+#define Q6K_LOAD(ql, qh, xo) \
+	ADD  $ql, R0, R3; \
+	VLD1 (R3), [V0.B16, V1.B16, V2.B16, V3.B16]; \
+	ADD  $qh, R0, R3; \
+	VLD1 (R3), [V4.B16, V5.B16]; \
+	ADD  $xo, R1, R3; \
+	VLD1.P 64(R3), [V8.B16, V9.B16, V10.B16, V11.B16]; \
+	VLD1 (R3), [V12.B16, V13.B16, V14.B16, V15.B16]
+
+// func dotQ6KSDOT(w, x *byte, nb int) float32
+TEXT ·dotQ6KSDOT(SB), NOSPLIT, $0-28
+	MOVD w+0(FP), R0
+	MOVD x+8(FP), R1
+	MOVD nb+16(FP), R2
+	VEOR V20.B16, V20.B16, V20.B16
+	VMOVI $15, V31.B16
+	VMOVI $48, V30.B16
+	CBZ  R2, q6kdone
+
+q6kloop:
+	MOVW ZR, R13
+	Q6K_LOAD(0, 128, 4)
+	Q6K_RUN0(V0, V4)
+	Q6K_GROUP(8, 260, 192)
+	Q6K_RUN0(V1, V5)
+	Q6K_GROUP(9, 262, 193)
+	Q6K_RUN1(V2, V4)
+	Q6K_GROUP(10, 264, 194)
+	Q6K_RUN1(V3, V5)
+	Q6K_GROUP(11, 266, 195)
+	Q6K_RUN2(V0, V4)
+	Q6K_GROUP(12, 268, 196)
+	Q6K_RUN2(V1, V5)
+	Q6K_GROUP(13, 270, 197)
+	Q6K_RUN3(V2, V4)
+	Q6K_GROUP(14, 272, 198)
+	Q6K_RUN3(V3, V5)
+	Q6K_GROUP(15, 274, 199)
+	Q6K_LOAD(64, 160, 132)
+	Q6K_RUN0(V0, V4)
+	Q6K_GROUP(8, 276, 200)
+	Q6K_RUN0(V1, V5)
+	Q6K_GROUP(9, 278, 201)
+	Q6K_RUN1(V2, V4)
+	Q6K_GROUP(10, 280, 202)
+	Q6K_RUN1(V3, V5)
+	Q6K_GROUP(11, 282, 203)
+	Q6K_RUN2(V0, V4)
+	Q6K_GROUP(12, 284, 204)
+	Q6K_RUN2(V1, V5)
+	Q6K_GROUP(13, 286, 205)
+	Q6K_RUN3(V2, V4)
+	Q6K_GROUP(14, 288, 206)
+	Q6K_RUN3(V3, V5)
+	Q6K_GROUP(15, 290, 207)
+	SCALED_INTO_ACC(208, R13, FADDS)
+	ADD  $210, R0
+	ADD  $292, R1
+	SUBS $1, R2
+	BNE  q6kloop
+
+q6kdone:
+	FMOVS F20, ret+24(FP)
+	RET
