@@ -18,7 +18,7 @@ AGENT_TAGS := nethttpomithttp2
 # (2.5 MiB, over the size budget; docs/engine.md).
 DEVICE_TAGS := $(AGENT_TAGS),lm_nojinja
 
-.PHONY: all build cross test lint vet fmt-check bench demo models image clean
+.PHONY: all build cross test lint vet fmt-check fuzz-smoke bench demo models image clean
 
 all: build
 
@@ -65,6 +65,11 @@ test: lint
 	$(GO) test $(TEST_FLAGS) -run 'NoAlloc' ./models/textfeat/  # skipped under -race: sync.Pool drops items at random there
 	$(GO) test -race $(TEST_FLAGS) -run 'Concurrent|Swappable' ./models/predictor/  # its shared state, under the race detector
 	$(GO) test $(TEST_FLAGS) -run 'RolloutThousandDevices' ./cloud/fleet/  # under -race it runs 200 devices
+	$(MAKE) fuzz-smoke
+
+# A few seconds of fuzzing for every fuzz target (FUZZTIME=2s each).
+fuzz-smoke:
+	GO=$(GO) .ci/fuzz-smoke
 
 bench:
 	$(GO) test -run '^$$' -bench . -benchmem ./...

@@ -244,6 +244,16 @@ func Start(cfg Config) (*Broker, error) {
 		srv.Close()
 		return nil, fmt.Errorf("start MQTT broker: %w", err)
 	}
+	if b.store != nil {
+		n, err := b.store.replayJournal(srv)
+		if err != nil {
+			srv.Close()
+			return nil, err
+		}
+		if n > 0 {
+			cfg.Logger.Info("broker store: routed publishes a crash had cut off", "messages", n)
+		}
+	}
 	return b, nil
 }
 
