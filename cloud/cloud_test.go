@@ -194,6 +194,10 @@ func TestCloudBudgetAndKeys(t *testing.T) {
 		cfg.Dev = false
 		cfg.APIKeys = keys
 		cfg.BuiltinWorkers = 1
+		// A daily refill: a 400-token budget refilled per minute gives back
+		// ~7 tokens a second, which a slow (race, loaded) run saw as the
+		// second request not having spent anything.
+		cfg.BudgetPeriod = 24 * time.Hour
 	})
 	addr := c.HTTPAddr()
 	if r := chat(t, addr, "", "", "hi", 4); r.status != 401 {
