@@ -18,7 +18,7 @@ AGENT_TAGS := nethttpomithttp2
 # (2.5 MiB, over the size budget; docs/engine.md).
 DEVICE_TAGS := $(AGENT_TAGS),lm_nojinja
 
-.PHONY: all build cross test lint vet fmt-check bench demo models clean
+.PHONY: all build cross test lint vet fmt-check fuzz-smoke bench demo models image clean
 
 all: build
 
@@ -34,6 +34,16 @@ cross:
 	CGO_ENABLED=0 GOOS=linux GOARCH=arm64 $(GO) build -tags $(DEVICE_TAGS) -trimpath -ldflags '$(LDFLAGS)' -o bin/linux-arm64/phaseless-agent ./agent/cmd/phaseless-agent
 	CGO_ENABLED=0 GOOS=linux GOARCH=arm GOARM=7 $(GO) build -tags $(DEVICE_TAGS) -trimpath -ldflags '$(LDFLAGS)' -o bin/linux-armv7/phaseless-agent ./agent/cmd/phaseless-agent
 	@ls -l bin/linux-arm64/phaseless-agent bin/linux-armv7/phaseless-agent
+
+# Container images of the cloud (with phaselessctl beside it) and of
+# phaselessctl alone, on an empty base, without Docker or a registry:
+# bin/image/oci (an OCI layout) and docker-archive tarballs. See docs/deploy.md.
+image: build
+	@mkdir -p bin/image
+	bin/phaselessctl image build --entrypoint phaseless-cloud --ref phaseless/phaseless-cloud:$(VERSION) --version $(VERSION) \
+		--ports 8080/tcp,4433/udp,1883/tcp,8883/tcp --oci bin/image/oci --tar bin/image/phaseless-cloud.tar bin/phaseless-cloud bin/phaselessctl
+	bin/phaselessctl image build --entrypoint phaselessctl --ref phaseless/phaselessctl:$(VERSION) --version $(VERSION) \
+		--oci bin/image/oci --tar bin/image/phaselessctl.tar bin/phaselessctl
 
 # Without git (a tarball) the files come from find; an empty list is an error,
 # never a silent pass.
@@ -55,6 +65,11 @@ test: lint
 	$(GO) test $(TEST_FLAGS) -run 'NoAlloc' ./models/textfeat/  # skipped under -race: sync.Pool drops items at random there
 	$(GO) test -race $(TEST_FLAGS) -run 'Concurrent|Swappable' ./models/predictor/  # its shared state, under the race detector
 	$(GO) test $(TEST_FLAGS) -run 'RolloutThousandDevices' ./cloud/fleet/  # under -race it runs 200 devices
+	$(MAKE) fuzz-smoke
+
+# A few seconds of fuzzing for every fuzz target (FUZZTIME=2s each).
+fuzz-smoke:
+	GO=$(GO) .ci/fuzz-smoke
 
 bench:
 	$(GO) test -run '^$$' -bench . -benchmem ./...

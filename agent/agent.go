@@ -63,6 +63,7 @@ type Config struct {
 	CloudFirstToken  time.Duration // cloud requests without a token by then run locally (15 s)
 	TelemetryRate    float64       // records per second the fleet uplink sends at most (500)
 	TelemetryMax     int           // records the telemetry buffer keeps before dropping the oldest (200,000)
+	AdminListen      string        // pprof and /metrics on their own listener; empty = off
 }
 
 // FillDefaults sets every field whose zero value is not a working setting,
@@ -127,6 +128,7 @@ func (c *Config) Fields() cli.Fields {
 		{Flag: "allow-origin", Go: "AllowOrigins", Value: &c.AllowOrigins, Usage: "browser origin (scheme://host[:port]) allowed to call the local API (repeatable; others get 403)"},
 		{Flag: "telemetry-rate", Go: "TelemetryRate", Value: &c.TelemetryRate, Usage: "most telemetry records per second the fleet uplink sends (draining a backlog)"},
 		{Flag: "telemetry-max-records", Go: "TelemetryMax", Value: &c.TelemetryMax, Usage: "telemetry records kept on the device while offline; the oldest go first"},
+		{Flag: "admin-listen", Go: "AdminListen", Value: &c.AdminListen, Usage: "diagnostics listener: Go pprof at /debug/pprof/ and /metrics, unauthenticated (keep it on loopback); empty disables it"},
 	}
 }
 
@@ -153,6 +155,11 @@ func (c *Config) Validate() error {
 		}
 		if c.PKIDir == "" {
 			return &cli.FieldError{Field: "PKIDir", Err: errors.New("required when a cloud address is set: the directory phaselessctl pki device wrote")}
+		}
+	}
+	if c.AdminListen != "" {
+		if _, _, err := net.SplitHostPort(c.AdminListen); err != nil {
+			return &cli.FieldError{Field: "AdminListen", Err: err}
 		}
 	}
 	if c.MQTT != "" && c.DeviceID == "" {
@@ -224,6 +231,7 @@ type Agent struct {
 	handler http.Handler
 	srv     *http.Server
 	lns     []net.Listener
+	admin   *metrics.Admin // nil without --admin-listen
 
 	restartc chan struct{} // closed when an installed update wants a restart
 
@@ -353,6 +361,11 @@ func New(cfg Config, log *slog.Logger) (a *Agent, err error) {
 		}
 		a.lns = append(a.lns, uln)
 	}
+	if cfg.AdminListen != "" {
+		if a.admin, err = metrics.ListenAdmin(cfg.AdminListen, a.metrics); err != nil {
+			return nil, &cli.FieldError{Field: "AdminListen", Err: err}
+		}
+	}
 	log.Info("agent ready", "listen", ln.Addr().String(), "socket", cfg.Socket, "engine", a.engine.name, "predictor", predName, "cloud", cfg.Cloud)
 	return a, nil
 }
@@ -460,8 +473,10 @@ func listenUnix(path string) (net.Listener, error) {
 func (a *Agent) registerGauges() {
 	a.metrics.GaugeFunc("phaseless_agent_local_waiting", "requests waiting for the local engine", func() float64 { return float64(a.runner.Load().Waiting) })
 	a.metrics.GaugeFunc("phaseless_agent_local_running", "requests running on the local engine", func() float64 { return float64(a.runner.Load().Running) })
-	a.metrics.GaugeFunc("phaseless_agent_local_refused", "requests refused because the local queue was full (cumulative)", func() float64 { return float64(a.runner.Load().Refused) })
-	a.metrics.GaugeFunc("phaseless_agent_local_kv_faults_per_ms", "KV-cache faults per ms of the local engine", func() float64 { return a.runner.Load().KVFaultsPerMs })
+	a.metrics.CounterFunc("phaseless_agent_local_refused_total", "requests refused because the local queue was full", func() float64 { return float64(a.runner.Load().Refused) })
+	if f := a.engine.kvFaultsTotal; f != nil {
+		a.metrics.CounterFunc("phaseless_agent_local_kv_faults_total", "KV block allocations of the local engine that evicted a cached prefix or preempted a sequence", func() float64 { return float64(f()) })
+	}
 	if a.cloud != nil {
 		a.metrics.GaugeFunc("phaseless_agent_cloud_connected", "1 while the QUIC uplink is connected", func() float64 {
 			if a.cloud.Link().Connected {
@@ -484,6 +499,15 @@ func (a *Agent) ready() error {
 		}
 	}
 	return a.sink.err()
+}
+
+// AdminAddr is the diagnostics listener's address, empty without
+// --admin-listen.
+func (a *Agent) AdminAddr() string {
+	if a.admin == nil {
+		return ""
+	}
+	return a.admin.Addr()
 }
 
 // Addr is the TCP address of the local API.
@@ -515,6 +539,12 @@ func (a *Agent) Run(ctx context.Context) error {
 	} else {
 		fleetDone <- nil
 	}
+	adminDone := make(chan error, 1)
+	if a.admin != nil {
+		go func() { adminDone <- a.admin.Serve() }()
+	} else {
+		adminDone <- nil
+	}
 	var err error
 	pending := len(a.lns)
 	select {
@@ -543,6 +573,9 @@ func (a *Agent) Run(ctx context.Context) error {
 	if cerr := a.Close(); err == nil {
 		err = cerr
 	}
+	if aerr := <-adminDone; aerr != nil && err == nil { // Close ended it
+		err = fmt.Errorf("admin listener: %w", aerr)
+	}
 	if errors.Is(err, http.ErrServerClosed) {
 		err = nil
 	}
@@ -558,6 +591,9 @@ func (a *Agent) Close() error {
 		}
 		for _, ln := range a.lns {
 			ln.Close()
+		}
+		if a.admin != nil {
+			errs = append(errs, a.admin.Close())
 		}
 		if a.cloud != nil {
 			errs = append(errs, a.cloud.Close())

@@ -22,6 +22,7 @@ import (
 	"github.com/phaseless/phaseless/transport/cli"
 	"github.com/phaseless/phaseless/transport/fleetwire"
 	"github.com/phaseless/phaseless/transport/llm"
+	"github.com/phaseless/phaseless/transport/metrics/metricstest"
 	"github.com/phaseless/phaseless/transport/pki"
 	"github.com/phaseless/phaseless/transport/quic"
 	"go.uber.org/goleak"
@@ -186,9 +187,24 @@ func TestLocalPathEndToEnd(t *testing.T) {
 	}
 	defer mresp.Body.Close()
 	m, _ := io.ReadAll(mresp.Body)
-	for _, want := range []string{`phaseless_route_decisions_total{path="local"} 2`, `phaseless_api_requests_total{status="200"} 2`, "phaseless_api_ttft_seconds_count 2", "phaseless_route_ttft_local_seconds_count 2"} {
-		if !strings.Contains(string(m), want) {
-			t.Errorf("metrics lack %q", want)
+	fams := metricstest.Parse(t, string(m))
+	metricstest.CheckConventions(t, fams)
+	for _, want := range []struct {
+		name   string
+		labels []string
+	}{
+		{"phaseless_route_decisions_total", []string{"path=local"}},
+		{"phaseless_api_requests_total", []string{"status=200"}},
+		{"phaseless_api_ttft_seconds", nil},
+		{"phaseless_route_ttft_seconds", []string{"path=local"}},
+	} {
+		if v, ok := metricstest.Value(fams, want.name, want.labels...); v != 2 {
+			t.Errorf("%s%v = %v (found %v), want 2", want.name, want.labels, v, ok)
+		}
+	}
+	for _, name := range []string{"phaseless_agent_local_refused_total", "phaseless_agent_local_kv_faults_total", "phaseless_agent_telemetry_pending"} {
+		if _, ok := fams[name]; !ok {
+			t.Errorf("metrics lack %s", name)
 		}
 	}
 	for _, p := range []string{"/healthz", "/readyz"} {

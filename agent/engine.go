@@ -15,12 +15,15 @@ import (
 
 // localEngine is the device's engine as the agent holds it.
 type localEngine struct {
-	gen       llm.Generator
-	name      string                      // listed at /v1/models
-	kvFaults  func() float64              // nil for external servers
-	ready     func(context.Context) error // nil = always ready
-	close     func() error
-	batchSize int // generations the engine runs at once
+	gen      llm.Generator
+	name     string         // listed at /v1/models
+	kvFaults func() float64 // recent faults per ms; nil for external servers
+	// kvFaultsTotal is the cumulative count behind kvFaults (nil for
+	// external servers), exported as a counter for PromQL's rate().
+	kvFaultsTotal func() uint64
+	ready         func(context.Context) error // nil = always ready
+	close         func() error
+	batchSize     int // generations the engine runs at once
 	// templateSkipped: the model has a chat template this build does not
 	// render (the device build leaves Jinja out, lm_nojinja).
 	templateSkipped bool
@@ -71,6 +74,7 @@ func openEngine(cfg Config) (*localEngine, error) {
 	le := &localEngine{
 		gen: eng, name: name, close: eng.Close, batchSize: cfg.LocalConcurrency,
 		kvFaults:        func() float64 { return eng.Stats().KVFaultsPerMs },
+		kvFaultsTotal:   func() uint64 { return eng.Stats().KVFaults },
 		templateSkipped: m.ChatTemplateSkipped(),
 	}
 	if cfg.Model == "" {

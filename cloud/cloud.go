@@ -30,6 +30,7 @@ import (
 	"github.com/phaseless/phaseless/cloud/ingress"
 	"github.com/phaseless/phaseless/cloud/sched"
 	"github.com/phaseless/phaseless/cloud/sim"
+	"github.com/phaseless/phaseless/cloud/ui"
 	"github.com/phaseless/phaseless/cloud/worker"
 	"github.com/phaseless/phaseless/firmware"
 	"github.com/phaseless/phaseless/models/cloudmodel"
@@ -69,6 +70,7 @@ type Config struct {
 	MaxRunning     int           // requests running at once before the fair queue holds them; 0 = 2× the workers' capacity
 	SLATTFT        time.Duration
 	SLAITL         time.Duration
+	AdminListen    string // pprof and /metrics on their own listener; empty = off
 }
 
 // FillDefaults sets every field whose zero value is not a working setting,
@@ -133,6 +135,7 @@ func (c *Config) Fields() cli.Fields {
 		{Flag: "max-running", Go: "MaxRunning", Value: &c.MaxRunning, Usage: "requests running at once before the per-tenant fair queue holds them (0: twice the workers' capacity)"},
 		{Flag: "sla-ttft", Go: "SLATTFT", Value: &c.SLATTFT, Usage: "SLA: time to first token"},
 		{Flag: "sla-itl", Go: "SLAITL", Value: &c.SLAITL, Usage: "SLA: mean time between tokens"},
+		{Flag: "admin-listen", Go: "AdminListen", Value: &c.AdminListen, Usage: "diagnostics listener: Go pprof at /debug/pprof/ and /metrics, unauthenticated (bind to loopback); empty disables it"},
 	}
 }
 
@@ -147,7 +150,7 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 // Validate reports the first bad field, by its Go name (Fields maps it to
 // the flag).
 func (c *Config) Validate() error {
-	for _, f := range []struct{ name, addr string }{{"HTTP", c.HTTP}, {"QUIC", c.QUIC}, {"MQTT", c.MQTT}, {"MQTTTLS", c.MQTTTLS}} {
+	for _, f := range []struct{ name, addr string }{{"HTTP", c.HTTP}, {"QUIC", c.QUIC}, {"MQTT", c.MQTT}, {"MQTTTLS", c.MQTTTLS}, {"AdminListen", c.AdminListen}} {
 		if f.addr == "" && f.name != "HTTP" {
 			continue
 		}
@@ -299,6 +302,7 @@ type Cloud struct {
 	quic    *quic.Server
 	broker  *broker.Broker
 	fleet   *fleet.Manager
+	admin   *metrics.Admin // nil without --admin-listen
 	audit   *ingress.AuditLog
 	deny    *pki.DenyList // revoked devices in the PKI dir; nil without one
 	sims    []*sim.Fleet  // simulated workers (--worker sim://...)
@@ -434,11 +438,24 @@ func (c *Cloud) Start(ctx context.Context) (err error) {
 	if c.fleet != nil {
 		public = map[string]http.Handler{"GET " + fleet.ArtifactPrefix: c.fleet.ArtifactHandler()}
 	}
+	uiCfg := ui.Config{Cloud: c.coord.Dashboard(), Authenticate: auth}
+	if c.fleet != nil {
+		uiCfg.Fleet = c.fleet
+	}
+	dash, err := ui.New(uiCfg)
+	if err != nil {
+		return err
+	}
 	if c.http, err = ingress.NewHTTP(ingress.HTTPConfig{
-		Addr: c.cfg.HTTP, API: api, Admin: admin, AdminPrefix: "/v1/fleet/", Public: public,
+		Addr: c.cfg.HTTP, API: api, Admin: admin, AdminPrefix: "/v1/fleet/", Public: public, UI: dash,
 		Metrics: c.metrics, Ready: ready, Logger: c.log,
 	}); err != nil {
 		return err
+	}
+	if c.cfg.AdminListen != "" {
+		if c.admin, err = metrics.ListenAdmin(c.cfg.AdminListen, c.metrics); err != nil {
+			return &cli.FieldError{Field: "AdminListen", Err: err}
+		}
 	}
 	if c.cfg.QUIC != "" {
 		if c.quic, err = ingress.NewQUIC(ingress.QUICConfig{
@@ -649,6 +666,16 @@ func (c *Cloud) HTTPAddr() string {
 	return c.http.Addr()
 }
 
+// AdminAddr is the bound diagnostics address, empty without --admin-listen.
+func (c *Cloud) AdminAddr() string {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.admin == nil {
+		return ""
+	}
+	return c.admin.Addr()
+}
+
 // QUICAddr is the bound QUIC address, empty when QUIC is off.
 func (c *Cloud) QUICAddr() string {
 	c.mu.Lock()
@@ -676,7 +703,7 @@ func (c *Cloud) Coordinator() *coordinator.Coordinator {
 // Serve runs the listeners until ctx ends or one fails, then closes everything.
 func (c *Cloud) Serve(ctx context.Context) error {
 	c.mu.Lock()
-	h, q := c.http, c.quic
+	h, q, adm := c.http, c.quic, c.admin
 	c.mu.Unlock()
 	if h == nil {
 		return errors.New("cloud: Serve before Start")
@@ -691,6 +718,13 @@ func (c *Cloud) Serve(ctx context.Context) error {
 	errc := make(chan error, 2)
 	n := 1
 	go func() { errc <- h.Serve(ctx) }()
+	if adm != nil {
+		n++
+		c.log.Info("admin listener (pprof, metrics)", "addr", adm.Addr())
+		stop := context.AfterFunc(ctx, func() { adm.Close() })
+		defer stop()
+		go func() { errc <- adm.Serve() }()
+	}
 	if q != nil {
 		n++
 		c.log.Info("QUIC listening for agents", "addr", q.Addr().String(), "pki", c.PKIDir())
@@ -721,6 +755,9 @@ func (c *Cloud) closeLocked() error {
 	}
 	if c.quic != nil {
 		errs = append(errs, c.quic.Close())
+	}
+	if c.admin != nil {
+		errs = append(errs, c.admin.Close())
 	}
 	if c.fleet != nil {
 		errs = append(errs, c.fleet.Close())

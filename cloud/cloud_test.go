@@ -19,6 +19,7 @@ import (
 
 	"github.com/phaseless/phaseless/cloud/sched"
 	"github.com/phaseless/phaseless/transport/llm"
+	"github.com/phaseless/phaseless/transport/metrics/metricstest"
 	"github.com/phaseless/phaseless/transport/pki"
 	"github.com/phaseless/phaseless/transport/quic"
 	"github.com/phaseless/phaseless/transport/schedhint"
@@ -155,15 +156,32 @@ func TestCloudHTTP(t *testing.T) {
 	if bad := chat(t, addr, "", "fastest", "x", 4); bad.status != 400 {
 		t.Fatalf("unknown policy: %d %s", bad.status, bad.body)
 	}
-	m := scrape(t, addr)
-	for _, want := range []string{
-		"phaseless_sched_decision_seconds_count 2", "phaseless_cloud_ttft_seconds_count 2",
-		`phaseless_cloud_sla_requests_total{result=`, "phaseless_pool_prefill_heavy_utilization",
-		"phaseless_engine_capacity 32", "phaseless_batch_size_count 2",
+	fams := metricstest.Parse(t, scrape(t, addr))
+	metricstest.CheckConventions(t, fams)
+	for _, want := range []struct {
+		name   string
+		labels []string
+		v      float64
+	}{
+		{"phaseless_sched_decision_seconds", nil, 2},
+		{"phaseless_engine_capacity", nil, 32},
+		{"phaseless_batch_size", nil, 2},
+		{"phaseless_pool_capacity", []string{"pool=prefill-heavy"}, -1},
+		{"phaseless_pool_utilization", []string{"pool=decode-heavy"}, -1},
+		{"phaseless_worker_healthy", nil, 1},
+		{"phaseless_cloud_sla_requests_total", nil, -1},
 	} {
-		if !strings.Contains(m, want) {
-			t.Errorf("metrics lack %q", want)
+		v, ok := metricstest.Value(fams, want.name, want.labels...)
+		if !ok || (want.v >= 0 && v != want.v) {
+			t.Errorf("%s%v = %v (found %v), want %v", want.name, want.labels, v, ok, want.v)
 		}
+	}
+	var ttfts uint64
+	for _, s := range fams["phaseless_cloud_ttft_seconds"].GetMetric() {
+		ttfts += s.GetHistogram().GetSampleCount()
+	}
+	if ttfts != 2 {
+		t.Errorf("phaseless_cloud_ttft_seconds counts %d requests over its pools, want 2", ttfts)
 	}
 }
 
@@ -176,9 +194,9 @@ func TestCloudBudgetAndKeys(t *testing.T) {
 		cfg.Dev = false
 		cfg.APIKeys = keys
 		cfg.BuiltinWorkers = 1
-		// Refilling over a day regains no measurable budget between two
-		// requests, however slowly a loaded machine runs them: the check
-		// below must not depend on wall-clock time.
+		// A daily refill: a 400-token budget refilled per minute gives back
+		// ~7 tokens a second, which a slow (race, loaded) run saw as the
+		// second request not having spent anything.
 		cfg.BudgetPeriod = 24 * time.Hour
 	})
 	addr := c.HTTPAddr()
@@ -373,4 +391,21 @@ func TestCloudFleetAdmin(t *testing.T) {
 		t.Fatalf("readyz with fleet: %v %v", resp, err)
 	}
 	resp.Body.Close()
+}
+
+// pprof is off by default and, with --admin-listen, served with /metrics on
+// its own listener, never on the public HTTP API.
+func TestCloudAdminListener(t *testing.T) {
+	off := startCloud(t, nil)
+	if off.AdminAddr() != "" {
+		t.Fatalf("admin listener on by default: %s", off.AdminAddr())
+	}
+	if resp, err := http.Get("http://" + off.HTTPAddr() + "/debug/pprof/"); err != nil || resp.StatusCode != http.StatusNotFound {
+		t.Fatalf("public listener serves pprof: %v %v", resp, err)
+	} else {
+		resp.Body.Close()
+	}
+	c := startCloud(t, func(cfg *Config) { cfg.AdminListen = "127.0.0.1:0" })
+	metricstest.CheckPprof(t, c.AdminAddr())
+	metricstest.CheckConventions(t, metricstest.Scrape(t, "http://"+c.AdminAddr()+"/metrics"))
 }

@@ -265,7 +265,8 @@ func (v *Verified) Extract(create func(name string) (io.WriteCloser, error)) err
 }
 
 func checkName(n string) error {
-	if n == "" || path.IsAbs(n) || path.Clean(n) != n || strings.HasPrefix(n, "..") || strings.ContainsAny(n, "\\\x00") {
+	// "." would be the slot directory itself, written as a file.
+	if n == "" || n == "." || path.IsAbs(n) || path.Clean(n) != n || strings.HasPrefix(n, "..") || strings.ContainsAny(n, "\\\x00") {
 		return fmt.Errorf("unsafe file name %q", n)
 	}
 	if n == manifestFile {

@@ -81,6 +81,15 @@ func (s *Slots) load() error {
 	if st.Versions == nil {
 		st.Versions = map[string]string{}
 	}
+	// A trial that is not the other slot (FuzzSlotState: "../../etc", the
+	// active slot itself) is dropped: the active slot is the one known to
+	// work. Boots out of range ends the trial at the next Boot.
+	if t := st.Trial; t != "" && (t == st.Active || (t != "a" && t != "b")) {
+		st.Trial, st.Boots = "", 0
+	}
+	if st.Boots < 0 || st.Boots > MaxTrialBoots {
+		st.Boots = MaxTrialBoots
+	}
 	s.state = st
 	return nil
 }
@@ -148,6 +157,18 @@ func (s *Slots) install(v *Verified) (string, error) {
 	target := "b"
 	if s.state.Active == "b" {
 		target = "a"
+	}
+	// The state must stop naming the target before its files are touched:
+	// a power cut while an update is reinstalled over the slot on trial
+	// would otherwise leave the device booting a half-written slot.
+	if _, named := s.state.Versions[target]; named || s.state.Trial == target {
+		if s.state.Trial == target {
+			s.state.Trial, s.state.Boots = "", 0
+		}
+		delete(s.state.Versions, target)
+		if err := s.save(); err != nil {
+			return "", err
+		}
 	}
 	tmp := filepath.Join(s.dir, target+".incoming")
 	os.RemoveAll(tmp)

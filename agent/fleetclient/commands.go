@@ -74,17 +74,17 @@ func (s *resultStore) put(res fleetwire.CommandResult) error {
 		if err != nil {
 			return err
 		}
-		var k [8]byte
-		binary.BigEndian.PutUint64(k[:], n)
-		if err := ob.Put(k[:], []byte(res.ID)); err != nil {
+		var key [8]byte
+		binary.BigEndian.PutUint64(key[:], n)
+		if err := ob.Put(key[:], []byte(res.ID)); err != nil {
 			return err
 		}
+		// Order keys are consecutive sequence numbers, so everything at or
+		// below n-keepResults goes. (Bucket.Stats cannot count here: it
+		// reads the committed pages, not this transaction's changes, and
+		// once trusted it deleted every saved result at the 1026th.)
 		c := ob.Cursor()
-		for ob.Stats().KeyN > keepResults {
-			k, id := c.First()
-			if k == nil {
-				break
-			}
+		for k, id := c.First(); k != nil && n > keepResults && binary.BigEndian.Uint64(k) <= n-keepResults; k, id = c.First() {
 			if err := rb.Delete(id); err != nil {
 				return err
 			}

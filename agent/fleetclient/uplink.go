@@ -169,11 +169,13 @@ func (c *Client) sendBatch(ctx context.Context, cm *autopaho.ConnectionManager, 
 	// The id names the records it carries, so a resend of the same records
 	// has the same id and a late ack of the first send still matches.
 	f.id = fmt.Sprintf("%d-%d", f.first(), f.last())
+	st := c.cfg.Store.Stats()
 	payload, err := json.Marshal(fleetwire.TelemetryBatch{
 		DeviceID: c.cfg.DeviceID,
 		BatchID:  f.id,
 		Records:  recs,
-		Dropped:  c.cfg.Store.Stats().Dropped,
+		Dropped:  st.Dropped,
+		Pending:  uint64(st.Records),
 	})
 	if err != nil {
 		return nil, err

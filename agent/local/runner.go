@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"sync/atomic"
+	"time"
 
 	"github.com/phaseless/phaseless/transport/llm"
 )
@@ -75,7 +76,9 @@ func (r *Runner) Generate(ctx context.Context, req *llm.Request, emit llm.Emit) 
 		if w := r.waiting.Add(1); w > int64(r.cfg.QueueDepth) {
 			r.waiting.Add(-1)
 			r.refused.Add(1)
-			return llm.Final{}, &llm.Error{Code: llm.CodeOverloaded, Retryable: true,
+			// Retry-After: a second is a few local answers at the built-in
+			// engine's speed; a client that waits it finds the queue moved.
+			return llm.Final{}, &llm.Error{Code: llm.CodeOverloaded, Retryable: true, RetryAfter: time.Second,
 				Message: fmt.Sprintf("local engine overloaded: %d running and %d waiting (queue depth %d)", r.running.Load(), w-1, r.cfg.QueueDepth)}
 		}
 		select {

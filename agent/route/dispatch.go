@@ -307,18 +307,12 @@ func ms(d time.Duration) float64 { return float64(d) / float64(time.Millisecond)
 
 // labeledHistogram is one histogram per label value (the metrics package has
 // labelled counters only).
-type labeledHistogram struct {
-	byVal map[string]*metrics.Histogram
-}
-
-func (l labeledHistogram) With(v string) *metrics.Histogram { return l.byVal[v] }
-
 type dispatchMetrics struct {
 	decisions    *metrics.LabeledCounter
 	fallbacks    *metrics.LabeledCounter
 	outcomes     *metrics.LabeledCounter
 	recordErrors *metrics.Counter
-	ttft         labeledHistogram
+	ttft         *metrics.HistogramVec
 	itl          *metrics.Histogram
 }
 
@@ -332,10 +326,7 @@ func newDispatchMetrics(r *metrics.Registry) dispatchMetrics {
 		outcomes:     r.LabeledCounter("phaseless_route_requests_total", "requests by outcome", "outcome"),
 		recordErrors: r.Counter("phaseless_route_telemetry_errors_total", "telemetry records that could not be stored"),
 		itl:          r.Histogram("phaseless_route_itl_seconds", "inter-token latency as the router forwards tokens, seconds", metrics.DefLatencyBuckets),
-		ttft:         labeledHistogram{byVal: map[string]*metrics.Histogram{}},
-	}
-	for _, p := range []string{PathLocal, PathCloud} {
-		m.ttft.byVal[p] = r.Histogram(fmt.Sprintf("phaseless_route_ttft_%s_seconds", p), "time to first token on the "+p+" path, seconds", metrics.DefLatencyBuckets)
+		ttft:         r.HistogramVec("phaseless_route_ttft_seconds", "time to first token by the path the request ran on, seconds", metrics.DefLatencyBuckets, "path"),
 	}
 	return m
 }

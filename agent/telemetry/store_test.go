@@ -18,12 +18,7 @@ import (
 	"github.com/phaseless/phaseless/transport/fleetwire"
 )
 
-func TestMain(m *testing.M) {
-	if crashChild() {
-		return
-	}
-	goleak.VerifyTestMain(m)
-}
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 
 // openStore opens a store in a temp dir and, at cleanup, closes it and runs
 // bbolt's consistency check over the file.

@@ -251,8 +251,11 @@ type run struct {
 	start  time.Time
 	last   time.Time
 	tokens int
-	ttft   time.Duration
-	itlSum time.Duration
+	// ttftHist and itlHist are the pool's series, looked up once per
+	// placement rather than once per token.
+	ttftHist, itlHist *metrics.Histogram
+	ttft              time.Duration
+	itlSum            time.Duration
 }
 
 func (c *Coordinator) newRun(_ context.Context, st *llm.Stream, t *admit.Ticket) *run {
@@ -267,15 +270,14 @@ func (r *run) forward(t llm.Token) error {
 	now := time.Now()
 	if r.tokens == 0 {
 		r.ttft = now.Sub(r.start)
-		r.c.m.ttft.Observe(r.ttft.Seconds())
+		r.ttftHist.Observe(r.ttft.Seconds())
 	} else {
 		gap := now.Sub(r.last)
 		r.itlSum += gap
-		r.c.m.itl.Observe(gap.Seconds())
+		r.itlHist.Observe(gap.Seconds())
 	}
 	r.last = now
 	r.tokens++
-	r.c.m.rate.add(now, 1)
 	r.c.m.outputTokens.Inc()
 	r.ticket.Output(1)
 	return r.st.Emit(t)
@@ -286,7 +288,8 @@ func (c *Coordinator) runOn(ctx context.Context, req *llm.Request, m *measured, 
 	// Placement is final for this attempt: the begin event, sent with the
 	// first token, says so. A fallback attempt overwrites it.
 	r.st.Meta.Pool, r.st.Meta.Worker, r.st.Meta.SchedulerHint = d.Pool.String(), w.Name(), d.Hint()
-	c.m.pool[d.Pool].Inc()
+	c.m.pool.With(d.Pool.String()).Inc()
+	r.ttftHist, r.itlHist = c.m.ttft.With(d.Pool.String()), c.m.itl.With(d.Pool.String())
 	c.m.reasons.With(d.Reason.String()).Inc()
 	fin, size, err := w.Generate(ctx, req, m.sig.InputTokens, m.sig.BlockHashes, r.forward)
 	if size > 0 {

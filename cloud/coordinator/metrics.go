@@ -1,11 +1,8 @@
 package coordinator
 
 import (
-	"strings"
-	"sync"
-	"time"
-
 	"github.com/phaseless/phaseless/cloud/sched"
+	"github.com/phaseless/phaseless/cloud/worker"
 	"github.com/phaseless/phaseless/transport/metrics"
 )
 
@@ -15,7 +12,7 @@ var decisionBuckets = []float64{1e-6, 2.5e-6, 5e-6, 1e-5, 2.5e-5, 5e-5, 1e-4, 2.
 
 type coordMetrics struct {
 	decision         *metrics.Histogram
-	ttft, itl        *metrics.Histogram
+	ttft, itl        *metrics.HistogramVec // by pool
 	batchSize        *metrics.Histogram
 	outputTokens     *metrics.Counter
 	promptTokens     *metrics.Counter
@@ -25,15 +22,30 @@ type coordMetrics struct {
 	fallbacks        *metrics.LabeledCounter
 	sla              *metrics.LabeledCounter
 	reasons          *metrics.LabeledCounter
-	pool             [sched.NumRoles]*metrics.Counter
-	rate             *rateMeter
+	pool             *metrics.CounterVec
+}
+
+// poolLoad sums the coordinator's workers of one pool.
+type poolLoad struct {
+	running, capacity, queued int
+}
+
+func (c *Coordinator) poolLoads() [sched.NumRoles]poolLoad {
+	var p [sched.NumRoles]poolLoad
+	for _, w := range c.cfg.Workers.Workers() {
+		l := &p[w.Role()]
+		l.running += w.Inflight()
+		l.capacity += max(w.LastLoad().Capacity, 1)
+		l.queued += w.Queued()
+	}
+	return p
 }
 
 func newCoordMetrics(r *metrics.Registry, c *Coordinator) coordMetrics {
 	m := coordMetrics{
 		decision:         r.Histogram("phaseless_sched_decision_seconds", "time to measure the workers and decide where a request runs, seconds", decisionBuckets),
-		ttft:             r.Histogram("phaseless_cloud_ttft_seconds", "time from admission to the first token (HTTP and QUIC), seconds", metrics.DefLatencyBuckets),
-		itl:              r.Histogram("phaseless_cloud_itl_seconds", "time between consecutive tokens, seconds", metrics.DefLatencyBuckets),
+		ttft:             r.HistogramVec("phaseless_cloud_ttft_seconds", "time from admission to the first token (HTTP and QUIC), by the pool that ran it, seconds", metrics.DefLatencyBuckets, "pool"),
+		itl:              r.HistogramVec("phaseless_cloud_itl_seconds", "time between consecutive tokens, by pool, seconds", metrics.DefLatencyBuckets, "pool"),
 		batchSize:        r.Histogram("phaseless_batch_size", "requests released into an engine together", []float64{1, 2, 3, 4, 6, 8, 12, 16}),
 		outputTokens:     r.Counter("phaseless_cloud_output_tokens_total", "tokens streamed to clients"),
 		promptTokens:     r.Counter("phaseless_cloud_prompt_tokens_total", "prompt tokens of completed requests"),
@@ -43,90 +55,62 @@ func newCoordMetrics(r *metrics.Registry, c *Coordinator) coordMetrics {
 		fallbacks:        r.LabeledCounter("phaseless_admit_fallbacks_total", "requests retried on the conservative pool, by the first attempt's failure", "reason"),
 		sla:              r.LabeledCounter("phaseless_cloud_sla_requests_total", "completed requests by whether they met the TTFT and ITL SLA", "result"),
 		reasons:          r.LabeledCounter("phaseless_sched_decisions_total", "placements by the rule that made them", "reason"),
-		rate:             &rateMeter{},
+		pool:             r.CounterVec("phaseless_pool_requests_total", "requests placed on each pool", "pool"),
 	}
-	r.GaugeFunc("phaseless_cloud_tokens_per_second", "output tokens per second over the last 10 s", m.rate.perSecond)
-	r.GaugeFunc("phaseless_cloud_sla_completion_ratio", "share of completed requests that met the SLA", func() float64 {
-		met, missed := m.sla.With("met").Value(), m.sla.With("missed").Value()
-		if met+missed == 0 {
-			return 1
-		}
-		return met / (met + missed)
-	})
-	r.GaugeFunc("phaseless_cloud_prefix_hit_ratio", "share of prompt tokens served from a cached prefix", func() float64 {
-		if p := m.promptTokens.Value(); p > 0 {
-			return m.prefixHits.Value() / p
-		}
-		return 0
-	})
 	r.GaugeFunc("phaseless_admit_breaker_open", "1 while the circuit breaker runs plain FIFO", func() float64 {
 		if c.breaker.Open() {
 			return 1
 		}
 		return 0
 	})
-	r.GaugeFunc("phaseless_admit_breaker_trips", "times the circuit breaker opened", func() float64 { return float64(c.breaker.State().Trips) })
+	r.CounterFunc("phaseless_admit_breaker_trips_total", "times the circuit breaker opened", func() float64 { return float64(c.breaker.State().Trips) })
 	r.GaugeFunc("phaseless_admit_queue_waiting", "requests waiting for a slot in the fair queue", func() float64 { return float64(c.fair.Stats().Waiting) })
 	r.GaugeFunc("phaseless_admit_queue_running", "requests holding a slot", func() float64 { return float64(c.fair.Stats().Running) })
-	// The registry has no labelled gauges, so each pool gets its own names.
-	for role := sched.Role(0); role < sched.NumRoles; role++ {
-		name := strings.ReplaceAll(role.String(), "-", "_")
-		m.pool[role] = r.Counter("phaseless_pool_"+name+"_requests_total", "requests placed on the "+role.String()+" pool")
-		r.GaugeFunc("phaseless_pool_"+name+"_utilization", "running sequences over capacity in the "+role.String()+" pool", func() float64 {
-			run, capacity := 0, 0
-			for _, w := range c.cfg.Workers.Workers() {
-				if w.Role() == role {
-					run += w.Inflight()
-					capacity += max(w.LastLoad().Capacity, 1)
-				}
+	pools := []string{"pool"}
+	perPool := func(f func(poolLoad) float64) func(metrics.Emit) {
+		return func(emit metrics.Emit) {
+			for role, l := range c.poolLoads() {
+				emit(f(l), sched.Role(role).String())
 			}
-			if capacity == 0 {
-				return 0
-			}
-			return float64(run) / float64(capacity)
-		})
-		r.GaugeFunc("phaseless_pool_"+name+"_queue", "requests waiting for a worker of the "+role.String()+" pool", func() float64 {
-			q := 0
-			for _, w := range c.cfg.Workers.Workers() {
-				if w.Role() == role {
-					q += w.Queued()
-				}
-			}
-			return float64(q)
-		})
+		}
 	}
+	r.GaugeVecFunc("phaseless_pool_running", "sequences running on the pool's workers", pools, perPool(func(l poolLoad) float64 { return float64(l.running) }))
+	r.GaugeVecFunc("phaseless_pool_capacity", "sequences the pool's workers run at once (1 per worker whose capacity is unknown)", pools, perPool(func(l poolLoad) float64 { return float64(l.capacity) }))
+	// Utilisation is the one ratio kept: the scheduler decides on it, and the
+	// dashboards show the value it saw rather than a scrape-time recomputation.
+	r.GaugeVecFunc("phaseless_pool_utilization", "running sequences over capacity in the pool", pools, perPool(func(l poolLoad) float64 {
+		if l.capacity == 0 {
+			return 0
+		}
+		return float64(l.running) / float64(l.capacity)
+	}))
+	r.GaugeVecFunc("phaseless_pool_queue", "requests waiting for a worker of the pool", pools, perPool(func(l poolLoad) float64 { return float64(l.queued) }))
+	registerWorkerMetrics(r, c)
 	return m
 }
 
-// rateMeter counts events in 1 s slots over the last 10 s.
-type rateMeter struct {
-	mu    sync.Mutex // guards slots, stamp
-	slots [11]float64
-	stamp [11]int64
-}
-
-func (r *rateMeter) add(now time.Time, n float64) {
-	s := now.Unix()
-	i := int(s % int64(len(r.slots)))
-	r.mu.Lock()
-	if r.stamp[i] != s {
-		r.stamp[i], r.slots[i] = s, 0
-	}
-	r.slots[i] += n
-	r.mu.Unlock()
-}
-
-// perSecond is the mean over the ten complete seconds before now.
-func (r *rateMeter) perSecond() float64 {
-	cur := time.Now().Unix()
-	var sum float64
-	r.mu.Lock()
-	for k := int64(1); k <= 10; k++ {
-		s := cur - k
-		if i := int(s % int64(len(r.slots))); r.stamp[i] == s {
-			sum += r.slots[i]
+// registerWorkerMetrics exports each worker's last probed load, labelled by
+// worker name and pool, so one slow or full worker stands out on a dashboard.
+func registerWorkerMetrics(r *metrics.Registry, c *Coordinator) {
+	labels := []string{"worker", "pool"}
+	perWorker := func(f func(*worker.Worker) float64) func(metrics.Emit) {
+		return func(emit metrics.Emit) {
+			for _, w := range c.cfg.Workers.Workers() {
+				emit(f(w), w.Name(), w.Role().String())
+			}
 		}
 	}
-	r.mu.Unlock()
-	return sum / 10
+	r.GaugeVecFunc("phaseless_worker_inflight", "requests the coordinator has running on the worker", labels, perWorker(func(w *worker.Worker) float64 { return float64(w.Inflight()) }))
+	r.GaugeVecFunc("phaseless_worker_queue", "requests waiting for the worker", labels, perWorker(func(w *worker.Worker) float64 { return float64(w.Queued()) }))
+	r.GaugeVecFunc("phaseless_worker_kv_usage", "fraction of the worker's KV cache in use, as last probed", labels, perWorker(func(w *worker.Worker) float64 { return w.LastLoad().KVUsage }))
+	r.GaugeVecFunc("phaseless_worker_capacity", "sequences the worker runs at once, as last probed (0 = unknown)", labels, perWorker(func(w *worker.Worker) float64 { return float64(w.LastLoad().Capacity) }))
+	r.GaugeVecFunc("phaseless_worker_healthy", "1 while the worker's last probe succeeded", labels, perWorker(func(w *worker.Worker) float64 {
+		if w.Healthy() {
+			return 1
+		}
+		return 0
+	}))
+	r.CounterVecFunc("phaseless_worker_output_tokens_total", "tokens the worker generated for this coordinator", labels, perWorker(func(w *worker.Worker) float64 { return float64(w.OutputTokens()) }))
+	r.CounterVecFunc("phaseless_worker_prefix_hit_tokens_total", "prompt tokens the worker served from its prefix cache (its own counter; 0 = unknown)", labels, perWorker(func(w *worker.Worker) float64 { return float64(w.LastLoad().PrefixHitTokens) }))
+	r.CounterVecFunc("phaseless_worker_prompt_tokens_total", "prompt tokens the worker ran or served from cache (its own counter; 0 = unknown)", labels, perWorker(func(w *worker.Worker) float64 { return float64(w.LastLoad().PromptTokens) }))
 }

@@ -114,7 +114,7 @@ func newExternalBus(cfg *Config, filters []string, deliver func(topic string, pa
 	return &externalBus{
 		cfg: cfg, filters: filters, deliver: deliver, onUp: onUp, log: cfg.Logger, timeout: cfg.PublishTimeout,
 		outbox:  make(chan outMsg, 8192),
-		dropped: cfg.Metrics.Counter("fleet_mqtt_outbox_dropped_total", "messages to devices dropped because the outbox to the external broker was full"),
+		dropped: cfg.Metrics.Counter("phaseless_fleet_mqtt_outbox_dropped_total", "messages to devices dropped because the outbox to the external broker was full"),
 		ctx:     ctx, cancel: cancel,
 	}
 }

@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"testing"
 
-	"github.com/phaseless/phaseless/cloud/fleet/broker"
 	"github.com/phaseless/phaseless/transport/fleetwire"
 )
 
@@ -57,16 +56,7 @@ func FuzzDeliver(f *testing.F) {
 	f.Add(uint8(2), []byte(`{"version":3,"applied":false,"error":"x"}`))
 	f.Add(uint8(3), []byte(`{"id":"abc","ok":true}`))
 	f.Add(uint8(0), []byte(`[]`))
-	b, err := broker.Start(broker.Config{TCPAddr: "127.0.0.1:0", DevAuth: true})
-	if err != nil {
-		f.Fatal(err)
-	}
-	f.Cleanup(func() { b.Close() })
-	m, err := Open(Config{DataDir: f.TempDir(), Broker: b, MaxRecords: 1000})
-	if err != nil {
-		f.Fatal(err)
-	}
-	f.Cleanup(func() { m.Close() })
+	m := fuzzManager(f)
 	suffixes := []string{fleetwire.SuffixTelemetry, fleetwire.SuffixStatus, fleetwire.SuffixConfigReported, fleetwire.SuffixCmdResult, fleetwire.SuffixTelemetryAck}
 	f.Fuzz(func(t *testing.T, which uint8, payload []byte) {
 		suffix := suffixes[int(which)%len(suffixes)]

@@ -3,6 +3,7 @@ package fleet
 import (
 	"encoding/json"
 	"errors"
+	"io"
 	"net/http"
 	"time"
 
@@ -109,6 +110,11 @@ func decodeBody(w http.ResponseWriter, r *http.Request, v any) bool {
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(v); err != nil {
 		writeError(w, http.StatusBadRequest, errors.New("body: "+err.Error()))
+		return false
+	}
+	// A second document after the first would be silently ignored.
+	if _, err := dec.Token(); err != io.EOF {
+		writeError(w, http.StatusBadRequest, errors.New("body: data after the JSON object"))
 		return false
 	}
 	return true

@@ -36,9 +36,11 @@ type Manager struct {
 	closeOnce sync.Once
 	closeErr  error
 
+	history statusHistory
+
 	rolloutMu sync.Mutex // serialises rollout steps and state changes
 
-	stored atomic.Int64 // fleet_telemetry_records_stored, refreshed after writes
+	stored atomic.Int64 // phaseless_fleet_telemetry_records_stored, refreshed after writes
 	nDevs  atomic.Int64
 
 	mBatches, mIngested, mDuplicates, mDeleted *metrics.Counter
@@ -67,20 +69,21 @@ func Open(cfg Config) (*Manager, error) {
 	m := &Manager{
 		cfg: cfg, topics: fleetwire.Topics{Prefix: cfg.Prefix}, log: cfg.Logger, now: cfg.Now, st: st,
 		stop:            make(chan struct{}),
-		mBatches:        reg.Counter("fleet_telemetry_batches_total", "telemetry batches received (redeliveries included)"),
-		mIngested:       reg.Counter("fleet_telemetry_records_ingested_total", "distinct telemetry records stored"),
-		mDuplicates:     reg.Counter("fleet_telemetry_duplicates_total", "redelivered telemetry records recognised by (device, seq) and not stored again"),
-		mDeleted:        reg.Counter("fleet_telemetry_retention_deleted_total", "telemetry records deleted by the retention bound (count or age)"),
-		mIngestErrors:   reg.Counter("fleet_telemetry_ingest_errors_total", "telemetry batches not stored because the store failed (not acknowledged; the device resends)"),
-		mSeqReset:       reg.Counter("fleet_telemetry_seq_index_resets_total", "corrupt per-device seq indexes that were reset"),
-		mMerged:         reg.Counter("fleet_telemetry_seq_gaps_merged_total", "old seq gaps folded into the seen set by its size bound"),
-		mUnknownResults: reg.Counter("fleet_command_results_unknown_total", "command results for commands this cloud does not know"),
-		mPublishErrors:  reg.Counter("fleet_publish_errors_total", "publishes to devices that failed (retried by reconcile)"),
-		mDecodeErrors:   reg.LabeledCounter("fleet_decode_errors_total", "device messages that did not decode or were refused, by topic suffix", "suffix"),
-		mIngestSeconds:  reg.Histogram("fleet_telemetry_ingest_seconds", "time to store one telemetry batch (bbolt commit included)", metrics.DefLatencyBuckets),
+		mBatches:        reg.Counter("phaseless_fleet_telemetry_batches_total", "telemetry batches received (redeliveries included)"),
+		mIngested:       reg.Counter("phaseless_fleet_telemetry_records_ingested_total", "distinct telemetry records stored"),
+		mDuplicates:     reg.Counter("phaseless_fleet_telemetry_duplicates_total", "redelivered telemetry records recognised by (device, seq) and not stored again"),
+		mDeleted:        reg.Counter("phaseless_fleet_telemetry_retention_deleted_total", "telemetry records deleted by the retention bound (count or age)"),
+		mIngestErrors:   reg.Counter("phaseless_fleet_telemetry_ingest_errors_total", "telemetry batches not stored because the store failed (not acknowledged; the device resends)"),
+		mSeqReset:       reg.Counter("phaseless_fleet_telemetry_seq_index_resets_total", "corrupt per-device seq indexes that were reset"),
+		mMerged:         reg.Counter("phaseless_fleet_telemetry_seq_gaps_merged_total", "old seq gaps folded into the seen set by its size bound"),
+		mUnknownResults: reg.Counter("phaseless_fleet_command_results_unknown_total", "command results for commands this cloud does not know"),
+		mPublishErrors:  reg.Counter("phaseless_fleet_publish_errors_total", "publishes to devices that failed (retried by reconcile)"),
+		mDecodeErrors:   reg.LabeledCounter("phaseless_fleet_decode_errors_total", "device messages that did not decode or were refused, by topic suffix", "suffix"),
+		mIngestSeconds:  reg.Histogram("phaseless_fleet_telemetry_ingest_seconds", "time to store one telemetry batch (bbolt commit included)", metrics.DefLatencyBuckets),
 	}
-	reg.GaugeFunc("fleet_telemetry_records_stored", "telemetry records held in the fleet store", func() float64 { return float64(m.stored.Load()) })
-	reg.GaugeFunc("fleet_devices", "devices in the registry", func() float64 { return float64(m.nDevs.Load()) })
+	reg.GaugeFunc("phaseless_fleet_telemetry_records_stored", "telemetry records held in the fleet store", func() float64 { return float64(m.stored.Load()) })
+	reg.GaugeFunc("phaseless_fleet_devices", "devices in the registry", func() float64 { return float64(m.nDevs.Load()) })
+	m.registerDeviceGauges()
 	m.refreshCounts()
 
 	filters := []string{
@@ -254,6 +257,7 @@ func (m *Manager) handleStatus(id string, payload []byte) {
 	}
 	s.DeviceID = id
 	now := m.now()
+	m.history.add(id, now, s)
 	var wasOnline bool
 	dev, err := m.st.updateDevice(id, now, true, func(d *Device) error {
 		wasOnline = d.Status != nil && d.Status.State == "online"

@@ -112,7 +112,7 @@ func TestEmbeddedEndToEnd(t *testing.T) {
 	// again and counted as duplicates, not stored twice. (The device may
 	// already have resent batches whose ack was slow: count from here.)
 	before, _ := m.Device("car-1")
-	dupMetric := reg.Counter("fleet_telemetry_duplicates_total", "")
+	dupMetric := reg.Counter("phaseless_fleet_telemetry_duplicates_total", "")
 	dupsBefore := dupMetric.Value()
 	d.mu.Lock()
 	first := fleetwire.Record{Seq: 1, Time: time.Now(), Kind: "request", Data: json.RawMessage(`{}`)}

@@ -204,6 +204,11 @@ func (s *store) ingest(id string, b *fleetwire.TelemetryBatch, now time.Time, ma
 		dev.Telemetry.Ingested += uint64(res.stored)
 		dev.Telemetry.Duplicates += uint64(res.duplicates)
 		dev.Telemetry.DroppedOnDevice = b.Dropped // cumulative on the device
+		if n := len(b.Records); n > 0 && b.Records[n-1].Seq >= dev.Telemetry.LastSeq {
+			// The newest batch says what is still on the device; a late
+			// redelivery of an older one would report a stale backlog.
+			dev.Telemetry.PendingOnDevice = b.Pending
+		}
 		meta := tx.Bucket(bucketMeta)
 		if err := addU64(meta, metaStored, uint64(res.stored)); err != nil {
 			return err

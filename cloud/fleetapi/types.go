@@ -49,6 +49,7 @@ type DeviceTelemetry struct {
 	Batches         uint64    `json:"batches"`           // batches received (duplicates included)
 	LastSeq         uint64    `json:"last_seq"`          // highest seq stored
 	DroppedOnDevice uint64    `json:"dropped_on_device"` // the device's own count of records it discarded
+	PendingOnDevice uint64    `json:"pending_on_device"` // records the device still held unacknowledged at its newest batch (its backlog)
 	LastBatch       time.Time `json:"last_batch,omitzero"`
 }
 

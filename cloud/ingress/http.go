@@ -25,6 +25,9 @@ type HTTPConfig struct {
 	// Gate.Admin (roles, audit log).
 	Admin       http.Handler
 	AdminPrefix string
+	// UI, when set, is the dashboard, mounted at /ui/; it checks API keys
+	// itself (a browser signs in once and carries a cookie).
+	UI http.Handler
 	// Public are handlers by mux pattern served without authentication
 	// (the signed artifacts devices download).
 	Public  map[string]http.Handler
@@ -60,6 +63,9 @@ func NewHTTP(cfg HTTPConfig) (*HTTPServer, error) {
 			return nil, fmt.Errorf("ingress: HTTPConfig.AdminPrefix %q must end with /", cfg.AdminPrefix)
 		}
 		mux.Handle(cfg.AdminPrefix, cfg.Admin)
+	}
+	if cfg.UI != nil {
+		mux.Handle("/ui/", cfg.UI)
 	}
 	for pattern, h := range cfg.Public {
 		mux.Handle(pattern, h)

@@ -30,13 +30,13 @@ func RegisterEngineMetrics(reg *metrics.Registry, engines []*Builtin) {
 		}
 		return sum(func(l Load) float64 { return l.KVUsage })() / float64(len(engines))
 	})
-	reg.GaugeFunc("phaseless_engine_kv_faults_total", "KV block allocations that evicted a cached prefix or preempted a sequence", func() float64 {
+	reg.CounterFunc("phaseless_engine_kv_faults_total", "KV block allocations that evicted a cached prefix or preempted a sequence", func() float64 {
 		var v float64
 		for _, e := range engines {
 			v += float64(e.eng.Stats().KVFaults)
 		}
 		return v
 	})
-	reg.GaugeFunc("phaseless_engine_prefix_hit_tokens_total", "prompt tokens served from cached prefix blocks", sum(func(l Load) float64 { return float64(l.PrefixHitTokens) }))
-	reg.GaugeFunc("phaseless_engine_prompt_tokens_total", "prompt tokens run or served from cache", sum(func(l Load) float64 { return float64(l.PromptTokens) }))
+	reg.CounterFunc("phaseless_engine_prefix_hit_tokens_total", "prompt tokens served from cached prefix blocks", sum(func(l Load) float64 { return float64(l.PrefixHitTokens) }))
+	reg.CounterFunc("phaseless_engine_prompt_tokens_total", "prompt tokens run or served from cache", sum(func(l Load) float64 { return float64(l.PromptTokens) }))
 }

@@ -69,7 +69,7 @@ type demo struct {
 }
 
 // cloudMetricNames are what the summary shows of the coordinator.
-var cloudMetricNames = []string{"phaseless_sched_decision_seconds_count", "phaseless_cloud_sla_completion_ratio", "phaseless_cloud_prefix_hit_ratio", "phaseless_cloud_output_tokens_total"}
+var cloudMetricNames = []string{"phaseless_sched_decision_seconds_count", `phaseless_cloud_sla_requests_total{result="met"}`, `phaseless_cloud_sla_requests_total{result="missed"}`, "phaseless_cloud_prefix_hit_tokens_total", "phaseless_cloud_prompt_tokens_total", "phaseless_cloud_output_tokens_total"}
 
 func (d *demo) scrapeCloud(ctx context.Context) []string {
 	var out []string

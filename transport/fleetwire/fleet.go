@@ -140,6 +140,10 @@ type TelemetryBatch struct {
 	// buffer was created, not per batch: the cloud keeps the largest value
 	// it has seen per device, so redelivered batches never count twice.
 	Dropped uint64 `json:"dropped,omitempty"`
+	// Pending is how many records the device held unacknowledged when it
+	// sent this batch (this batch's included): its offline backlog, for
+	// the fleet's view of a device that is still catching up.
+	Pending uint64 `json:"pending,omitempty"`
 }
 
 // TelemetryAck tells the device which records are stored and may be deleted.

@@ -381,14 +381,18 @@ func (q *Queue) quarantineLocked(id uint64, why error) error {
 		if err := b.Delete(idKey(id)); err != nil {
 			return err
 		}
+		// Counted by hand: Bucket.Stats reads the committed pages, not
+		// this transaction's changes (trusting it emptied the bucket).
+		kept := 0
+		if err := qb.ForEach(func(_, _ []byte) error { kept++; return nil }); err != nil {
+			return err
+		}
 		c := qb.Cursor()
-		for qb.Stats().KeyN > q.cfg.KeepQuarantined {
-			if k, _ := c.First(); k == nil {
-				break
-			}
+		for k, _ := c.First(); k != nil && kept > q.cfg.KeepQuarantined; k, _ = c.First() {
 			if err := c.Delete(); err != nil {
 				return err
 			}
+			kept--
 		}
 		return putU64(m, metaCorrupt, q.stats.Corrupt+1)
 	})

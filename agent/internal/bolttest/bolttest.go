@@ -7,27 +7,13 @@ package bolttest
 
 import (
 	"testing"
-	"time"
 
-	bolt "go.etcd.io/bbolt"
+	"github.com/phaseless/phaseless/internal/crashtest"
 )
 
 // Check opens the closed bbolt file at path read-only and runs bbolt's
 // consistency check over it, failing t on the first problem.
 func Check(t testing.TB, path string) {
 	t.Helper()
-	// The timeout only guards against a store left open by the test.
-	db, err := bolt.Open(path, 0o600, &bolt.Options{ReadOnly: true, Timeout: 5 * time.Second})
-	if err != nil {
-		t.Fatalf("reopen %s for check: %v", path, err)
-	}
-	defer db.Close()
-	if err := db.View(func(tx *bolt.Tx) error {
-		for err := range tx.Check() {
-			return err
-		}
-		return nil
-	}); err != nil {
-		t.Errorf("bbolt check %s: %v", path, err)
-	}
+	crashtest.CheckBolt(t, path)
 }

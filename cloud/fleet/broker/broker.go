@@ -182,8 +182,8 @@ func Start(cfg Config) (*Broker, error) {
 		devAuth:   cfg.DevAuth,
 		revoked:   cfg.Revoked,
 		log:       cfg.Logger,
-		authFail:  cfg.Metrics.LabeledCounter("fleet_broker_auth_failures_total", "MQTT connections refused, by reason", "reason"),
-		aclDenied: cfg.Metrics.LabeledCounter("fleet_broker_acl_denied_total", "MQTT publishes or subscriptions refused by the fleet ACL", "direction"),
+		authFail:  cfg.Metrics.LabeledCounter("phaseless_fleet_broker_auth_failures_total", "MQTT connections refused, by reason", "reason"),
+		aclDenied: cfg.Metrics.LabeledCounter("phaseless_fleet_broker_acl_denied_total", "MQTT publishes or subscriptions refused by the fleet ACL", "direction"),
 	}
 	if err := srv.AddHook(auth, nil); err != nil {
 		return nil, err
@@ -238,11 +238,21 @@ func Start(cfg Config) (*Broker, error) {
 			return fail(err)
 		}
 	}
-	cfg.Metrics.GaugeFunc("fleet_broker_clients_connected", "MQTT clients connected to the embedded broker",
+	cfg.Metrics.GaugeFunc("phaseless_fleet_broker_clients_connected", "MQTT clients connected to the embedded broker",
 		func() float64 { return float64(atomic.LoadInt64(&srv.Info.ClientsConnected)) })
 	if err := srv.Serve(); err != nil {
 		srv.Close()
 		return nil, fmt.Errorf("start MQTT broker: %w", err)
+	}
+	if b.store != nil {
+		n, err := b.store.replayJournal(srv)
+		if err != nil {
+			srv.Close()
+			return nil, err
+		}
+		if n > 0 {
+			cfg.Logger.Info("broker store: routed publishes a crash had cut off", "messages", n)
+		}
 	}
 	return b, nil
 }

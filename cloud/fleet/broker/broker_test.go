@@ -158,7 +158,7 @@ func TestAuthAndACL(t *testing.T) {
 	if got := devA.waitMsgs(t, 1); string(got[0].Payload) != "do" {
 		t.Fatalf("device got %q", got[0].Payload)
 	}
-	if v := reg.LabeledCounter("fleet_broker_acl_denied_total", "", "direction").With("write").Value(); v != 1 {
+	if v := reg.LabeledCounter("phaseless_fleet_broker_acl_denied_total", "", "direction").With("write").Value(); v != 1 {
 		t.Errorf("acl denied writes = %v, want 1", v)
 	}
 }

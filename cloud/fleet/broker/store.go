@@ -53,7 +53,7 @@ func openStore(path string, log *slog.Logger, reg *metrics.Registry) (*storeHook
 	// concurrent clients into one fsync'd transaction.
 	db.MaxBatchDelay = 2 * time.Millisecond
 	err = db.Update(func(tx *bolt.Tx) error {
-		for _, b := range [][]byte{bucketClients, bucketSubs, bucketInflight, bucketRetained} {
+		for _, b := range [][]byte{bucketClients, bucketSubs, bucketInflight, bucketRetained, bucketPublishing} {
 			if _, err := tx.CreateBucketIfNotExists(b); err != nil {
 				return err
 			}
@@ -67,8 +67,8 @@ func openStore(path string, log *slog.Logger, reg *metrics.Registry) (*storeHook
 	return &storeHook{
 		db:          db,
 		log:         log,
-		writeErrors: reg.Counter("fleet_broker_store_write_errors_total", "writes to the broker's bbolt store that failed"),
-		badRecords:  reg.Counter("fleet_broker_store_bad_records_total", "undecodable records skipped when the broker restored its store"),
+		writeErrors: reg.Counter("phaseless_fleet_broker_store_write_errors_total", "writes to the broker's bbolt store that failed"),
+		badRecords:  reg.Counter("phaseless_fleet_broker_store_bad_records_total", "undecodable records skipped when the broker restored its store"),
 	}, nil
 }
 
@@ -78,7 +78,7 @@ func (h *storeHook) Provides(b byte) bool {
 	switch b {
 	case mqtt.OnSessionEstablished, mqtt.OnDisconnect, mqtt.OnSubscribed, mqtt.OnUnsubscribed,
 		mqtt.OnRetainMessage, mqtt.OnRetainedExpired, mqtt.OnWillSent, mqtt.OnQosPublish,
-		mqtt.OnQosComplete, mqtt.OnQosDropped, mqtt.OnClientExpired,
+		mqtt.OnQosComplete, mqtt.OnQosDropped, mqtt.OnClientExpired, mqtt.OnPublish, mqtt.OnPublished,
 		mqtt.StoredClients, mqtt.StoredSubscriptions, mqtt.StoredInflightMessages, mqtt.StoredRetainedMessages:
 		return true
 	}
