@@ -1,12 +1,17 @@
 // Package firmware is over-the-air updates for the agent: the signed bundle
-// format (bundle.go) and A/B install slots with trial boots and rollback
-// (slots.go).
+// format (bundle.go), A/B install slots with trial boots and rollback
+// (slots.go), and the boot supervisor that starts a slot and alone commits
+// it (supervisor.go).
 //
-// How it fits: the cloud's operator signs a bundle with the fleet's ed25519
-// key (phaselessctl), announces it with an "update" command over MQTT, and the
-// agent's fleet client downloads it, verifies it with Open against its
-// Policy (trusted key, board, newer version), installs it into the inactive
-// slot and restarts into it on trial. The agent refuses anything unsigned,
-// mis-signed, for another board, or older than what runs unless an explicit
-// rollback command allows it.
+// How it fits: the operator signs a bundle with the fleet's ed25519 key
+// (phaselessctl ota sign) and rolls it out in stages (phaselessctl fleet
+// rollout; cloud/fleet sends each chosen device an "update" command). The
+// agent downloads it, verifies it with Open against its Policy (trusted key,
+// board, newer version), installs it into the inactive slot on trial and
+// exits. The supervisor (phaseless-agent supervise) boots the trial slot,
+// commits it once the new agent answers its health check and rolls it back
+// otherwise; the agent then reports the version it runs, or the one it
+// rolled back, and the rollout counts the outcome. The supervisor and the
+// agent are two processes, so Slots reads its state from disk on every call
+// and changes it under a file lock.
 package firmware
