@@ -162,6 +162,10 @@ func applyFile(fs *flag.FlagSet, path string, set map[string]bool) error {
 	for _, k := range keys {
 		name := strings.ReplaceAll(k, "_", "-")
 		src := "file " + path
+		if k == "" {
+			// A key that decodes to nothing ("? !tag", "'': 1") names no field.
+			return &FieldError{Field: "config", Source: src, Err: errors.New("a key is empty: every key must name a flag")}
+		}
 		f := fs.Lookup(name)
 		if f == nil || name == "config" {
 			return &FieldError{Field: k, Source: src, Err: errors.New("unknown field")}
