@@ -185,7 +185,12 @@ func TestAbandonedGenerationIsForgotten(t *testing.T) {
 			_, _, err := collect(ctx, c, r)
 			errc <- err
 		}()
-		<-b.started
+		select { // a request that fails before its generation starts would leave the test waiting
+		case <-b.started:
+		case err := <-errc:
+			cancel()
+			t.Fatalf("the request ended before its generation started: %v", err)
+		}
 		cancel()
 		<-errc
 		if cause := <-b.cause; cause == nil {
