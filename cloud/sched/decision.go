@@ -47,6 +47,11 @@ type Decision struct {
 	Policy       PolicyID
 	PrefixBlocks int              // cached prefix blocks on the chosen worker
 	Vector       schedhint.Vector // quantized signals behind the decision
+	// Split asks for prefill/decode disaggregation: the prompt's prefill runs
+	// on Worker, its KV blocks are handed to DecodeWorker (another index
+	// into Snapshot.Workers), which decodes. Unset, Worker does both.
+	Split        bool
+	DecodeWorker int
 }
 
 // quantize fills d.Vector from the request and the chosen worker.

@@ -21,10 +21,11 @@ import (
 //
 // Payload fields are uvarints, zig-zag varints, IEEE-754 float64 bits
 // (8 bytes big-endian) and strings (uvarint length + bytes), in the fixed
-// order written by the append* functions below. A decoder ignores bytes after
-// the fields it knows, so a later revision may append fields without a
-// version bump; anything that changes the meaning of existing fields bumps
-// ProtocolVersion.
+// order written by the append* functions below. Fields added since the first
+// revision come after the fixed ones: revision 2's meta and error fields, then
+// the tagged extension sections of ext.go, which a decoder skips when it does
+// not know them, so features add fields without a version bump. Anything that
+// changes the meaning of existing fields bumps ProtocolVersion.
 const (
 	ProtocolVersion = 1
 	HeaderLen       = 6
@@ -107,8 +108,14 @@ func AppendFrame(b []byte, f *Frame) ([]byte, error) {
 			return b[:start], errors.New("request frame without a request")
 		}
 		b = appendRequest(b, f.Request)
-		if f.Heartbeat > 0 {
-			b = appendDuration(b, f.Heartbeat)
+		// The heartbeat interval is optional, and the extensions follow
+		// it: write it when either is there.
+		mark := len(b)
+		b = appendDuration(b, f.Heartbeat)
+		exts := len(b)
+		b = appendExts(b, requestExts, f.Request)
+		if f.Heartbeat <= 0 && len(b) == exts {
+			b = b[:mark]
 		}
 	case FrameMeta:
 		b = appendMeta(b, &f.Meta)
@@ -116,8 +123,10 @@ func AppendFrame(b []byte, f *Frame) ([]byte, error) {
 		b = appendString(b, f.Token.Text)
 		b = binary.AppendVarint(b, int64(f.Token.ID))
 		b = appendDuration(b, f.Token.EngineLatency)
+		b = appendExts(b, tokenExts, &f.Token)
 	case FrameFinal:
 		b = appendFinal(b, &f.Final)
+		b = appendExts(b, finalExts, &f.Final)
 	case FrameError:
 		if f.Err == nil {
 			return b[:start], errors.New("error frame without an error")
@@ -223,6 +232,7 @@ func decodePayload(t FrameType, p []byte) (Frame, error) {
 				d.fail("negative heartbeat interval %v", f.Heartbeat)
 			}
 		}
+		decodeExts(&d, requestExts, f.Request)
 	case FrameMeta:
 		f.Meta = d.meta()
 	case FrameToken:
@@ -233,8 +243,10 @@ func decodePayload(t FrameType, p []byte) (Frame, error) {
 		}
 		f.Token.ID = int32(id)
 		f.Token.EngineLatency = d.duration()
+		decodeExts(&d, tokenExts, &f.Token)
 	case FrameFinal:
 		f.Final = d.final()
+		decodeExts(&d, finalExts, &f.Final)
 	case FrameError:
 		f.Err = &llm.Error{Code: llm.Code(d.string()), Message: d.string(), Retryable: d.bool(), RetryAfter: d.duration()}
 		if d.more() {

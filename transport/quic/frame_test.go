@@ -116,10 +116,11 @@ func TestFrameRejects(t *testing.T) {
 }
 
 func TestFrameTrailingFieldsIgnored(t *testing.T) {
-	// A later revision may append fields: an old decoder keeps what it knows.
+	// A later revision may append sections (ext.go): a decoder skips the
+	// ones it does not know and keeps what it knows.
 	b, _ := AppendFrame(nil, &Frame{Type: FrameToken, Token: llm.Token{Text: "x", ID: 3}})
-	b = append(b, 0xAA, 0xBB)
-	binary.BigEndian.PutUint32(b[2:], binary.BigEndian.Uint32(b[2:])+2)
+	b = append(b, 0x7f, 0, 0, 0, 2, 0xAA, 0xBB)
+	binary.BigEndian.PutUint32(b[2:], binary.BigEndian.Uint32(b[2:])+7)
 	f, n, err := DecodeFrame(b)
 	if err != nil || n != len(b) || f.Token.Text != "x" || f.Token.ID != 3 {
 		t.Fatalf("got %+v n=%d err=%v", f, n, err)
