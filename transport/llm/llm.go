@@ -27,6 +27,9 @@ type Request struct {
 	IdempotencyKey string // set when a retry or 0-RTT replay must run once
 	Tenant         string // API key's tenant or device id; set by the receiver, not the caller
 	Hints          Hints
+
+	// Prompt caching (cache.go).
+	CacheRequest
 }
 
 // Hints are the optional x-* request headers of DESIGN.md §4.
@@ -61,6 +64,9 @@ type Final struct {
 	TTFT             time.Duration
 	Total            time.Duration
 	PrefixHitTokens  int // prompt tokens served from a cached prefix
+
+	// Prompt caching (cache.go).
+	CacheUsage
 }
 
 // Emit receives each token as it is produced. Returning an error stops the
