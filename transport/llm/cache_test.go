@@ -7,7 +7,9 @@ import (
 
 func TestCheckCache(t *testing.T) {
 	msgs := []Message{{Role: "system", Content: "sys"}, {Role: "user", Content: "hi"}}
-	bp := func(m, c int, ttl time.Duration) CacheBreakpoint { return CacheBreakpoint{Message: m, Chars: c, TTL: ttl} }
+	bp := func(m, c int, ttl time.Duration) CacheBreakpoint {
+		return CacheBreakpoint{Message: m, Chars: c, TTL: ttl}
+	}
 	for _, tc := range []struct {
 		name string
 		bps  []CacheBreakpoint
