@@ -306,6 +306,9 @@ func (e *Engine) runBatch(work []planned) {
 			e.alloc.Register(s.blocks[bi], h)
 			s.hashes = append(s.hashes, h)
 		}
+		if len(s.pins) > 0 {
+			e.pinComputed(s)
+		}
 		if s.computed < len(s.tokens) {
 			continue
 		}
@@ -378,6 +381,7 @@ func (s *sequence) finalInfo(reason string) llm.Final {
 		CompletionTokens: max(0, s.generated()),
 		FinishReason:     reason,
 		PrefixHitTokens:  max(0, s.prefixHit),
+		CacheUsage:       llm.CacheUsage{CacheWriteTokens: min(s.cacheWrite, s.promptLen)},
 	}
 	if !s.firstTok.IsZero() {
 		f.TTFT = s.firstTok.Sub(s.start)
