@@ -40,7 +40,9 @@ func (g *cacheGen) breakpoints() []llm.CacheBreakpoint {
 func TestPromptCacheBreakpoints(t *testing.T) {
 	gen := &cacheGen{}
 	url := serve(t, gen, Options{})
-	bp := func(m, c int, ttl time.Duration) llm.CacheBreakpoint { return llm.CacheBreakpoint{Message: m, Chars: c, TTL: ttl} }
+	bp := func(m, c int, ttl time.Duration) llm.CacheBreakpoint {
+		return llm.CacheBreakpoint{Message: m, Chars: c, TTL: ttl}
+	}
 	for _, tc := range []struct {
 		name, path, body string
 		hdr              map[string]string
