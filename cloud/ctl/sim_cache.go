@@ -40,4 +40,3 @@ func (c simCache) wrap(p sched.Policy) (sched.Policy, error) {
 	}
 	return sched.NewAffinity(p, sched.AffinityConfig{})
 }
-
