@@ -86,3 +86,9 @@ func (a *Affinity) holder(s *Snapshot) int {
 	}
 	return best
 }
+
+// Place is the Decision for worker i of s, for a layer in front of the
+// policies (the coordinator's semantic grouping) that chose it itself.
+func Place(req *Request, s *Snapshot, i int, r Reason) Decision {
+	return decided(req, s, i, r, PolicyRules)
+}

@@ -139,6 +139,7 @@ type Stats struct {
 	PinHits             uint64
 	PinExpiries         uint64
 	PinRefusedBlocks    uint64
+	CacheWriteTokens    uint64 // prompt tokens newly pinned
 	PinnedBytesPerBlock int64
 }
 

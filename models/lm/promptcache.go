@@ -56,6 +56,9 @@ func (e *Engine) pinComputed(s *sequence) {
 		}
 		r := e.alloc.Pin(s.opt.tenant, s.hashes[:k], p.ttl)
 		s.cacheWrite += r.Added * bs
+		e.mu.Lock()
+		e.stats.CacheWriteTokens += uint64(r.Added * bs)
+		e.mu.Unlock()
 	}
 }
 
