@@ -304,3 +304,17 @@ func (l *cacheLayer) after(ctx context.Context, c *Coordinator, req *llm.Request
 // Close stops the prompt-caching layer's warm-ups, waiting for them, and
 // closes its directory. Requests still in flight are not waited for.
 func (c *Coordinator) Close() error { return c.cache.close() }
+
+// check refuses the x-* knobs of this layer that would change nothing
+// here: no header is accepted and then ignored (DESIGN.md §4).
+func (l *cacheLayer) check(req *llm.Request) error {
+	h := &req.Hints
+	prefetching := !l.cfg.NoPrefetch
+	switch {
+	case h.Prefetch != "" && h.Prefetch != string(prefetch.None) && !prefetching:
+		return llm.Errorf(llm.CodeInvalid, "header x-prefetch-hint: prefetch is off on this coordinator (--cache-layers)")
+	case h.SemanticMode != "" && !prefetching && !l.grouping(req):
+		return llm.Errorf(llm.CodeInvalid, "header x-semantic-mode: neither semantic grouping (x-batch-threshold, --cache-layers semantic) nor prefetch is on for this request")
+	}
+	return nil
+}

@@ -220,3 +220,28 @@ func scrape(reg *metrics.Registry) string {
 	reg.WriteText(&b)
 	return b.String()
 }
+
+// TestCacheKnobsRefusedWhenOff: a knob whose layer is off is refused,
+// naming the header, instead of being ignored.
+func TestCacheKnobsRefusedWhenOff(t *testing.T) {
+	c, _, _ := cacheCoordinator(t, CacheConfig{NoPrefetch: true})
+	for _, tc := range []struct {
+		header string
+		set    func(*llm.Hints)
+		ok     bool
+	}{
+		{"x-prefetch-hint", func(h *llm.Hints) { h.Prefetch = "high" }, false},
+		{"x-prefetch-hint none", func(h *llm.Hints) { h.Prefetch = "none" }, true},
+		{"x-semantic-mode", func(h *llm.Hints) { h.SemanticMode = "intent" }, false},
+		{"x-semantic-mode with x-batch-threshold", func(h *llm.Hints) { h.SemanticMode = "intent"; h.BatchThreshold = 0.5 }, true},
+	} {
+		t.Run(tc.header, func(t *testing.T) {
+			req := conversation("open the sunroof")
+			tc.set(&req.Hints)
+			_, _, _, err := generate(t, c, req)
+			if tc.ok != (err == nil) || err != nil && (llm.CodeOf(err) != llm.CodeInvalid || !strings.Contains(err.Error(), strings.Fields(tc.header)[0])) {
+				t.Fatalf("err %v, want ok=%v or a 400 naming %s", err, tc.ok, tc.header)
+			}
+		})
+	}
+}

@@ -205,6 +205,9 @@ func (c *Coordinator) Generate(ctx context.Context, req *llm.Request, emit llm.E
 	if p := req.Hints.Policy; p != "" && c.overrides[p] == nil {
 		return llm.Final{}, llm.Errorf(llm.CodeInvalid, "unknown scheduler policy %q (%s)", p, strings.Join(sched.Names(), ", "))
 	}
+	if err := c.cache.check(req); err != nil {
+		return llm.Final{}, err
+	}
 	m := c.measure(req)
 	m.fp = semantic.Of(req.Messages, req.Hints.SemanticMode)
 	bucket := c.cfg.Budget(m.tenant)
