@@ -14,6 +14,10 @@ type AffinityConfig struct {
 	// request, since queueing behind a full worker costs more than the
 	// prefill saved. Default 1.
 	MaxLoad float64
+	// Slack is how much more loaded than the least loaded healthy worker
+	// the holder may be and still count as having room (default 0.25, 4
+	// of 16 slots): a cached prefix is worth a short queue, not a hot spot.
+	Slack float64
 }
 
 func (c *AffinityConfig) fill() {
@@ -22,6 +26,9 @@ func (c *AffinityConfig) fill() {
 	}
 	if c.MaxLoad == 0 {
 		c.MaxLoad = 1
+	}
+	if c.Slack == 0 {
+		c.Slack = 0.25
 	}
 }
 
@@ -44,8 +51,8 @@ func NewAffinity(inner Policy, cfg AffinityConfig) (*Affinity, error) {
 	if inner == nil {
 		return nil, fmt.Errorf("sched: affinity needs an inner policy")
 	}
-	if cfg.MinBlocks < 0 || cfg.MaxLoad < 0 {
-		return nil, fmt.Errorf("sched: AffinityConfig MinBlocks %d and MaxLoad %g must not be negative", cfg.MinBlocks, cfg.MaxLoad)
+	if cfg.MinBlocks < 0 || cfg.MaxLoad < 0 || cfg.Slack < 0 {
+		return nil, fmt.Errorf("sched: AffinityConfig MinBlocks %d, MaxLoad %g and Slack %g must not be negative", cfg.MinBlocks, cfg.MaxLoad, cfg.Slack)
 	}
 	cfg.fill()
 	return &Affinity{Inner: inner, cfg: cfg, name: inner.Name() + "+affinity"}, nil
@@ -66,11 +73,13 @@ func (a *Affinity) Decide(req *Request, s *Snapshot) (Decision, error) {
 // the next-best by MinBlocks and has room; -1 otherwise.
 func (a *Affinity) holder(s *Snapshot) int {
 	best, second := -1, 0
+	minLoad := a.cfg.MaxLoad
 	for i := range s.Workers {
 		w := &s.Workers[i]
 		if !w.Healthy {
 			continue
 		}
+		minLoad = min(minLoad, w.Load())
 		switch {
 		case best < 0 || w.PrefixBlocks > s.Workers[best].PrefixBlocks:
 			if best >= 0 {
@@ -81,7 +90,10 @@ func (a *Affinity) holder(s *Snapshot) int {
 			second = w.PrefixBlocks
 		}
 	}
-	if best < 0 || s.Workers[best].PrefixBlocks-second < a.cfg.MinBlocks || s.Workers[best].Load() >= a.cfg.MaxLoad {
+	if best < 0 || s.Workers[best].PrefixBlocks-second < a.cfg.MinBlocks {
+		return -1
+	}
+	if l := s.Workers[best].Load(); l >= a.cfg.MaxLoad || l > minLoad+a.cfg.Slack {
 		return -1
 	}
 	return best
