@@ -13,7 +13,7 @@ import (
 // DefaultCacheLayers are the prompt-caching layers on when --cache-layers
 // names none: the ones the measurements in docs/cloud.md ("Prompt caching")
 // found worth it.
-const DefaultCacheLayers = "affinity,prefetch"
+const DefaultCacheLayers = "affinity"
 
 // cacheConfig builds the coordinator's prompt-caching layer from
 // --cache-layers, with the pinned-prefix directory in Redis when --redis is
@@ -33,7 +33,7 @@ func (c *Cloud) cacheConfig(ctx context.Context) (coordinator.CacheConfig, error
 			return coordinator.CacheConfig{}, &cli.FieldError{Field: "CacheLayers", Err: fmt.Errorf("%q is not one of affinity, prefetch, semantic, none", l)}
 		}
 	}
-	cc := coordinator.CacheConfig{NoAffinity: !on["affinity"], NoPrefetch: !on["prefetch"], Semantic: on["semantic"]}
+	cc := coordinator.CacheConfig{NoAffinity: !on["affinity"], Prefetch: on["prefetch"], Semantic: on["semantic"]}
 	if c.cfg.Redis.IsSet() {
 		dir, err := affinity.NewRedis(ctx, c.cfg.Redis.String(), "")
 		if err != nil {

@@ -133,7 +133,7 @@ func (c *Config) Fields() cli.Fields {
 		{Flag: "budget-period", Go: "BudgetPeriod", Value: &c.BudgetPeriod, Usage: "how long an empty budget takes to refill, for the default and every key's budget (1m, 1h, 24h…)"},
 		{Flag: "batch-window", Go: "BatchWindow", Value: &c.BatchWindow, Usage: "longest a request waits to be batched with similar-length prompts while its engine is full"},
 		{Flag: "batch-max", Go: "BatchMax", Value: &c.BatchMax, Usage: "most requests released into an engine together"},
-		{Flag: "cache-layers", Go: "CacheLayers", Value: &c.CacheLayers, Usage: "prompt-caching layers: affinity, prefetch, semantic (comma-separated), or none; default affinity,prefetch (docs/cloud.md)"},
+		{Flag: "cache-layers", Go: "CacheLayers", Value: &c.CacheLayers, Usage: "prompt-caching layers: affinity, prefetch, semantic (comma-separated), or none; default affinity (docs/cloud.md)"},
 		{Flag: "max-running", Go: "MaxRunning", Value: &c.MaxRunning, Usage: "requests running at once before the per-tenant fair queue holds them (0: twice the workers' capacity)"},
 		{Flag: "sla-ttft", Go: "SLATTFT", Value: &c.SLATTFT, Usage: "SLA: time to first token"},
 		{Flag: "sla-itl", Go: "SLAITL", Value: &c.SLAITL, Usage: "SLA: mean time between tokens"},

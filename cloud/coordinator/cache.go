@@ -16,7 +16,7 @@ import (
 
 // CacheConfig is the coordinator's prompt-caching layer: conversation
 // affinity, the pinned-prefix directory, semantic grouping and predictive
-// prefetch. The zero value turns affinity and prefetch on and grouping off
+// prefetch. The zero value turns affinity on and grouping and prefetch off
 // (docs/cloud.md, "Prompt caching", has the measurements behind this).
 type CacheConfig struct {
 	// NoAffinity turns off routing a request to the worker holding the most
@@ -29,10 +29,10 @@ type CacheConfig struct {
 	// when off, a request opts in by sending x-batch-threshold.
 	Semantic bool
 	Group    semantic.GroupConfig
-	// NoPrefetch turns off warming predicted clusters' prefixes; a request
-	// also turns it off for itself with x-prefetch-hint: none.
-	NoPrefetch bool
-	Prefetch   prefetch.Config
+	// Prefetch warms predicted clusters' prefixes into idle workers; a
+	// request turns it off for itself with x-prefetch-hint: none.
+	Prefetch      bool
+	PrefetchModel prefetch.Config
 }
 
 // cacheLayer is the coordinator's state for CacheConfig.
@@ -69,7 +69,7 @@ func newCacheLayer(cfg CacheConfig, tok lm.Tokenizer, bs int, reg *metrics.Regis
 	if l.groups, err = semantic.NewGrouper(cfg.Group); err != nil {
 		return nil, err
 	}
-	if l.model, err = prefetch.New(cfg.Prefetch); err != nil {
+	if l.model, err = prefetch.New(cfg.PrefetchModel); err != nil {
 		return nil, err
 	}
 	l.ctx, l.cancel = context.WithCancel(context.Background())
@@ -205,7 +205,7 @@ func commonLen(a, b []int32) int {
 func (l *cacheLayer) predict(c *Coordinator, req *llm.Request, fp *semantic.Fingerprint, m *measured) {
 	hint := prefetch.Hint(req.Hints.Prefetch)
 	n, maxLoad := hint.Budget()
-	if l.cfg.NoPrefetch {
+	if !l.cfg.Prefetch {
 		n = 0
 	}
 	if req.Hints.SemanticMode == "" {
@@ -309,7 +309,7 @@ func (c *Coordinator) Close() error { return c.cache.close() }
 // here: no header is accepted and then ignored (DESIGN.md §4).
 func (l *cacheLayer) check(req *llm.Request) error {
 	h := &req.Hints
-	prefetching := !l.cfg.NoPrefetch
+	prefetching := l.cfg.Prefetch
 	switch {
 	case h.Prefetch != "" && h.Prefetch != string(prefetch.None) && !prefetching:
 		return llm.Errorf(llm.CodeInvalid, "header x-prefetch-hint: prefetch is off on this coordinator (--cache-layers)")

@@ -70,7 +70,7 @@ func pinAll(r *llm.Request) *llm.Request {
 // policy has nothing to go on and picks w0.
 func TestReplicasRouteToThePinnedConversation(t *testing.T) {
 	dir := affinity.NewMemory(nil)
-	a, _, _ := cacheCoordinator(t, CacheConfig{Directory: dir, NoPrefetch: true})
+	a, _, _ := cacheCoordinator(t, CacheConfig{Directory: dir})
 	// Where a fresh coordinator's policy puts a request of its own accord:
 	// B, fresh, would put the follow-up there too.
 	natural, _, _, err := generate(t, a, conversation("play some jazz"))
@@ -103,7 +103,7 @@ func TestReplicasRouteToThePinnedConversation(t *testing.T) {
 		{"own directory", nil, false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			b, reg, _ := cacheCoordinator(t, CacheConfig{Directory: tc.dir, NoPrefetch: true})
+			b, reg, _ := cacheCoordinator(t, CacheConfig{Directory: tc.dir})
 			meta, _, _, err := generate(t, b, follow)
 			if err != nil {
 				t.Fatal(err)
@@ -143,7 +143,7 @@ func TestSemanticGroupingKnobs(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			// A fresh coordinator each time: where the policy puts a request
 			// of its own accord, and a group opened on the other worker.
-			c, reg, _ := cacheCoordinator(t, CacheConfig{NoPrefetch: true, NoAffinity: true})
+			c, reg, _ := cacheCoordinator(t, CacheConfig{NoAffinity: true})
 			alone, _, _, err := generate(t, c, conversation("what is the tyre pressure"))
 			if err != nil {
 				t.Fatal(err)
@@ -186,7 +186,7 @@ func TestPrefetchWarmsThePredictedPrefix(t *testing.T) {
 		warm bool
 	}{{"high", true}, {"none", false}} {
 		t.Run(tc.hint, func(t *testing.T) {
-			c, reg, engines := cacheCoordinator(t, CacheConfig{NoAffinity: true})
+			c, reg, engines := cacheCoordinator(t, CacheConfig{NoAffinity: true, Prefetch: true})
 			for _, r := range []*llm.Request{
 				ask(bank, "set up direct deposit for me", tc.hint),
 				ask(travel, "book a flight to boston", tc.hint),
@@ -224,7 +224,7 @@ func scrape(reg *metrics.Registry) string {
 // TestCacheKnobsRefusedWhenOff: a knob whose layer is off is refused,
 // naming the header, instead of being ignored.
 func TestCacheKnobsRefusedWhenOff(t *testing.T) {
-	c, _, _ := cacheCoordinator(t, CacheConfig{NoPrefetch: true})
+	c, _, _ := cacheCoordinator(t, CacheConfig{})
 	for _, tc := range []struct {
 		header string
 		set    func(*llm.Hints)

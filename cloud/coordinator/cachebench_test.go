@@ -40,12 +40,12 @@ func TestCacheLayersLive(t *testing.T) {
 		pin  bool
 	}
 	for _, v := range []variant{
-		{"prefix-aware placement (Rules)", CacheConfig{NoAffinity: true, NoPrefetch: true}, false},
-		{"+ TTL pinning (system prompt, 5m)", CacheConfig{NoAffinity: true, NoPrefetch: true}, true},
-		{"+ affinity", CacheConfig{NoPrefetch: true}, true},
-		{"+ prefetch", CacheConfig{}, true},
-		{"+ semantic grouping", CacheConfig{Semantic: true}, true},
-		{"affinity + prefetch, no pinning", CacheConfig{}, false},
+		{"prefix-aware placement (Rules)", CacheConfig{NoAffinity: true}, false},
+		{"+ TTL pinning (system prompt, 5m)", CacheConfig{NoAffinity: true}, true},
+		{"+ affinity", CacheConfig{}, true},
+		{"+ prefetch", CacheConfig{Prefetch: true}, true},
+		{"+ semantic grouping", CacheConfig{Prefetch: true, Semantic: true}, true},
+		{"affinity alone (no pinning)", CacheConfig{}, false},
 	} {
 		hit, p50, p99 := runCacheWorkload(t, v.cc, v.pin, convs)
 		fmt.Printf("| %s | %.1f%% | %.1f | %.1f |\n", v.name, 100*hit, p50, p99)
