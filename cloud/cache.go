@@ -1,10 +1,10 @@
 package cloud
 
 import (
-	"context"
 	"fmt"
 	"strings"
 
+	"github.com/phaseless/phaseless/cloud/admit"
 	"github.com/phaseless/phaseless/cloud/affinity"
 	"github.com/phaseless/phaseless/cloud/coordinator"
 	"github.com/phaseless/phaseless/transport/cli"
@@ -18,7 +18,7 @@ const DefaultCacheLayers = "affinity"
 // cacheConfig builds the coordinator's prompt-caching layer from
 // --cache-layers, with the pinned-prefix directory in Redis when --redis is
 // set, so replicas route each other's conversations.
-func (c *Cloud) cacheConfig(ctx context.Context) (coordinator.CacheConfig, error) {
+func (c *Cloud) cacheConfig(store admit.Store) (coordinator.CacheConfig, error) {
 	spec := c.cfg.CacheLayers
 	if spec == "" {
 		spec = DefaultCacheLayers
@@ -34,12 +34,8 @@ func (c *Cloud) cacheConfig(ctx context.Context) (coordinator.CacheConfig, error
 		}
 	}
 	cc := coordinator.CacheConfig{NoAffinity: !on["affinity"], Prefetch: on["prefetch"], Semantic: on["semantic"]}
-	if c.cfg.Redis.IsSet() {
-		dir, err := affinity.NewRedis(ctx, c.cfg.Redis.String(), "")
-		if err != nil {
-			return cc, &cli.FieldError{Field: "Redis", Err: err}
-		}
-		cc.Directory = dir
+	if rs, ok := store.(*admit.RedisStore); ok {
+		cc.Directory = affinity.NewRedis(rs.Client(), "")
 	}
 	return cc, nil
 }

@@ -1,7 +1,6 @@
 package cloud
 
 import (
-	"context"
 	"strings"
 	"testing"
 )
@@ -19,7 +18,7 @@ func TestCacheLayersFlag(t *testing.T) {
 		{spec: "affinity,bogus", bad: true},
 	} {
 		c := &Cloud{cfg: Config{CacheLayers: tc.spec}}
-		cc, err := c.cacheConfig(context.Background())
+		cc, err := c.cacheConfig(nil)
 		if tc.bad {
 			if err == nil || !strings.Contains(err.Error(), "bogus") {
 				t.Fatalf("%q: err %v, want one naming the bad layer", tc.spec, err)

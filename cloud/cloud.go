@@ -386,7 +386,7 @@ func (c *Cloud) Start(ctx context.Context) (err error) {
 			return &cli.FieldError{Field: "APIKeys", Err: err}
 		}
 	}
-	cacheConfig, err := c.cacheConfig(ctx)
+	cacheConfig, err := c.cacheConfig(store)
 	if err != nil {
 		return err
 	}

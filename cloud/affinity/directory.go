@@ -109,22 +109,14 @@ type Redis struct {
 // ends, and one MGET stays small.
 const maxLookup = 512
 
-// NewRedis connects to url (redis://host:port/db) and checks it with a PING.
-// Keys are prefix + "pin:" + the hash (prefix default "phaseless:").
-func NewRedis(ctx context.Context, url, prefix string) (*Redis, error) {
-	opt, err := redis.ParseURL(url)
-	if err != nil {
-		return nil, fmt.Errorf("redis url: %w", err)
-	}
+// NewRedis keeps the directory in Redis over client (the admission store's
+// connection, admit.RedisStore.Client, which owns it). Keys are prefix +
+// "pin:" + the hash (prefix default "phaseless:").
+func NewRedis(client *redis.Client, prefix string) *Redis {
 	if prefix == "" {
 		prefix = "phaseless:"
 	}
-	c := redis.NewClient(opt)
-	if err := c.Ping(ctx).Err(); err != nil {
-		c.Close()
-		return nil, fmt.Errorf("redis %s: %w", opt.Addr, err)
-	}
-	return &Redis{client: c, prefix: prefix + "pin:"}, nil
+	return &Redis{client: client, prefix: prefix + "pin:"}
 }
 
 func (r *Redis) key(h uint64) string { return r.prefix + strconv.FormatUint(h, 16) }
@@ -165,5 +157,5 @@ func (r *Redis) Lookup(ctx context.Context, hashes []uint64) (string, int, error
 	return "", 0, nil
 }
 
-// Close implements Directory.
-func (r *Redis) Close() error { return r.client.Close() }
+// Close implements Directory. The client belongs to its owner, who closes it.
+func (r *Redis) Close() error { return nil }

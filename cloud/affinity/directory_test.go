@@ -5,6 +5,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/redis/go-redis/v9"
+
 	"github.com/phaseless/phaseless/cloud/admit/redistest"
 )
 
@@ -48,16 +50,16 @@ func TestMemoryDirectory(t *testing.T) {
 func TestRedisDirectorySharedByReplicas(t *testing.T) {
 	url := redistest.Start(t)
 	ctx := context.Background()
-	a, err := NewRedis(ctx, url, "test:")
-	if err != nil {
-		t.Fatal(err)
+	client := func() *redis.Client {
+		opt, err := redis.ParseURL(url)
+		if err != nil {
+			t.Fatal(err)
+		}
+		c := redis.NewClient(opt)
+		t.Cleanup(func() { c.Close() })
+		return c
 	}
-	defer a.Close()
-	b, err := NewRedis(ctx, url, "test:")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer b.Close()
+	a, b := NewRedis(client(), "test:"), NewRedis(client(), "test:")
 	// Redis expires keys on its own clock; fast-forwarding it is not
 	// possible, so the short pin is deleted the way expiry removes it.
 	checkDirectory(t, a, b, func(time.Duration) { a.client.Del(ctx, a.key(14)) })

@@ -2,6 +2,7 @@ package coordinator
 
 import (
 	"context"
+	"strconv"
 	"sync"
 	"time"
 
@@ -82,18 +83,11 @@ func newCacheLayer(cfg CacheConfig, tok lm.Tokenizer, bs int, reg *metrics.Regis
 	reg.CounterVecFunc("phaseless_semantic_group_closed_total", "semantic groups closed, by final size (the batch a group made)", []string{"size"}, func(emit metrics.Emit) {
 		for size, n := range l.groups.Stats().Sizes {
 			if n > 0 {
-				emit(float64(n), itoa(size))
+				emit(float64(n), strconv.Itoa(size))
 			}
 		}
 	})
 	return l, nil
-}
-
-func itoa(n int) string {
-	if n < 10 {
-		return string(rune('0' + n))
-	}
-	return itoa(n/10) + string(rune('0'+n%10))
 }
 
 // policy wraps the coordinator's policy in the affinity layer unless off.
