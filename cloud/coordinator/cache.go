@@ -36,6 +36,10 @@ type CacheConfig struct {
 	PrefetchModel prefetch.Config
 }
 
+// directoryTimeout bounds a directory lookup on the decision path: a local
+// Redis answers an MGET in well under a millisecond.
+const directoryTimeout = 20 * time.Millisecond
+
 // cacheLayer is the coordinator's state for CacheConfig.
 type cacheLayer struct {
 	cfg     CacheConfig
@@ -102,6 +106,10 @@ func (l *cacheLayer) policy(p sched.Policy) (sched.Policy, error) {
 // it holds pinned: another replica may have placed the conversation, and a
 // remote engine's cache cannot be probed.
 func (l *cacheLayer) mergePins(ctx context.Context, c *Coordinator, snap *sched.Snapshot, hashes []uint64) {
+	// A slow directory (Redis under strain) must not hold up placement:
+	// without an answer the request is placed on the engines' own tables.
+	ctx, cancel := context.WithTimeout(ctx, directoryTimeout)
+	defer cancel()
 	name, n, err := l.dir.Lookup(ctx, hashes)
 	switch {
 	case err != nil:
