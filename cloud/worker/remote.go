@@ -78,6 +78,9 @@ type Remote struct {
 	cfg    RemoteConfig
 	base   *url.URL
 	stream *httpapi.Client
+	// kvClient, when set, makes the KV handoff calls instead of stream's
+	// client (a push made on behalf of another coordinator).
+	kvClient *http.Client
 
 	mu         sync.Mutex // guards lastFaults, lastAt, noMetrics
 	lastFaults float64
