@@ -50,7 +50,7 @@ type Config struct {
 	// (sched.NewRules(Rules)).
 	Policy  sched.Policy
 	Metrics *metrics.Registry
-	Logger          *slog.Logger
+	Logger  *slog.Logger
 }
 
 // Coordinator is the cloud's llm.Generator: admission, placement, batching

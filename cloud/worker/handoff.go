@@ -85,7 +85,7 @@ type HandoffError struct {
 }
 
 func (e *HandoffError) Error() string { return fmt.Sprintf("kv handoff %s: %v", e.Stage, e.Err) }
-func (e *HandoffError) Unwrap() error  { return e.Err }
+func (e *HandoffError) Unwrap() error { return e.Err }
 
 // ErrSplitUnsupported: one of the two engines cannot take its half (an
 // OpenAI-compatible server that is not Phaseless answers 404 to /v1/kv/).
