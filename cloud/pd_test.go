@@ -1,0 +1,249 @@
+package cloud
+
+import (
+	"bufio"
+	"context"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"os/exec"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/phaseless/phaseless/cloud/admit"
+	"github.com/phaseless/phaseless/cloud/coordinator"
+	"github.com/phaseless/phaseless/cloud/sched"
+	"github.com/phaseless/phaseless/cloud/worker"
+	"github.com/phaseless/phaseless/models/cloudmodel"
+	"github.com/phaseless/phaseless/transport/llm"
+)
+
+// pdWorkerEnv makes this test binary a worker process: a --dev cloud with one
+// built-in engine that prints its HTTP address and serves until stdin closes.
+const pdWorkerEnv = "PHASELESS_TEST_PD_WORKER"
+
+// TestPDWorkerProcess is the body of the worker processes that
+// TestSplitAcrossProcesses starts; run directly, it has nothing to do.
+func TestPDWorkerProcess(t *testing.T) {
+	dir := os.Getenv(pdWorkerEnv)
+	if dir == "" {
+		t.Skip("runs only as TestSplitAcrossProcesses's worker process")
+	}
+	c, err := New(Config{HTTP: "127.0.0.1:0", DataDir: dir, Dev: true, BuiltinWorkers: 1}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	if err := c.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	fmt.Printf("addr=%s\n", c.HTTPAddr())
+	go func() {
+		io.Copy(io.Discard, os.Stdin) // the parent closes stdin to stop us
+		cancel()
+	}()
+	if err := c.Serve(ctx); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// startWorkerProcess runs TestPDWorkerProcess in a child process and
+// returns its base URL.
+func startWorkerProcess(t *testing.T) string {
+	t.Helper()
+	cmd := exec.Command(os.Args[0], "-test.run=^TestPDWorkerProcess$")
+	cmd.Env = append(os.Environ(), pdWorkerEnv+"="+t.TempDir())
+	stdin, err := cmd.StdinPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd.Stderr = os.Stderr
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		stdin.Close()
+		done := make(chan error, 1)
+		go func() { done <- cmd.Wait() }()
+		select {
+		case err := <-done:
+			if err != nil {
+				t.Errorf("worker process: %v", err)
+			}
+		case <-time.After(30 * time.Second):
+			cmd.Process.Kill()
+			<-done
+			t.Error("worker process did not stop when its stdin closed")
+		}
+	})
+	sc := bufio.NewScanner(stdout)
+	for sc.Scan() {
+		if addr, ok := strings.CutPrefix(sc.Text(), "addr="); ok {
+			go io.Copy(io.Discard, stdout)
+			return "http://" + addr
+		}
+	}
+	t.Fatalf("worker process exited before saying its address: %v", sc.Err())
+	return ""
+}
+
+// fixedPolicy places every request as its Decision says (the decider that
+// chooses when to split is cloud/sched's).
+type fixedPolicy struct{ d sched.Decision }
+
+func (fixedPolicy) Name() string { return "test-fixed" }
+func (p fixedPolicy) Decide(*sched.Request, *sched.Snapshot) (sched.Decision, error) {
+	return p.d, nil
+}
+
+// scrapeSeries reads one series (name and labels as written) from a
+// process's /metrics.
+func scrapeSeries(t *testing.T, base, series string) float64 {
+	t.Helper()
+	resp, err := http.Get(base + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	body, _ := io.ReadAll(resp.Body)
+	for _, line := range strings.Split(string(body), "\n") {
+		if v, ok := strings.CutPrefix(line, series+" "); ok {
+			var f float64
+			if _, err := fmt.Sscan(v, &f); err != nil {
+				t.Fatal(err)
+			}
+			return f
+		}
+	}
+	t.Fatalf("%s has no %s", base, series)
+	return 0
+}
+
+// TestSplitAcrossProcesses: a coordinator with no engine of its own splits a
+// request between two worker processes (each a phaseless-cloud with a
+// built-in engine, reached over HTTP as any remote worker is): the prefill
+// process pushes the KV blocks to the decode process, which streams the
+// tokens a colocated run gives.
+func TestSplitAcrossProcesses(t *testing.T) {
+	pre, dec := startWorkerProcess(t), startWorkerProcess(t)
+	tok := func() []*worker.Worker {
+		var ws []*worker.Worker
+		for i, u := range []string{pre, dec} {
+			r, err := worker.NewRemote(worker.RemoteConfig{URL: u})
+			if err != nil {
+				t.Fatal(err)
+			}
+			w, err := worker.New(worker.Config{Name: []string{"pre", "dec"}[i], Role: []sched.Role{sched.RolePrefill, sched.RoleDecode}[i]}, r)
+			if err != nil {
+				t.Fatal(err)
+			}
+			ws = append(ws, w)
+		}
+		return ws
+	}
+	model, err := cloudmodel.Open()
+	if err != nil {
+		t.Fatal(err)
+	}
+	coord := func(d sched.Decision) *coordinator.Coordinator {
+		set, err := worker.NewSet(context.Background(), time.Hour, tok()...)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { set.Close() })
+		a, err := admit.New(admit.Config{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { a.Close() })
+		c, err := coordinator.New(coordinator.Config{Workers: set, Admitter: a, Tokenizer: model.Tokenizer(), Policy: fixedPolicy{d}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return c
+	}
+	colocated := coord(sched.Decision{Worker: 0, Pool: sched.RolePrefill})
+	split := coord(sched.Decision{Worker: 0, Pool: sched.RolePrefill, Split: true, DecodeWorker: 1})
+
+	run := func(c *coordinator.Coordinator, req *llm.Request) (llm.Meta, string) {
+		var begin llm.Meta
+		var text strings.Builder
+		_, err := c.Generate(context.Background(), req, func(tk llm.Token) error {
+			if tk.Meta != nil {
+				begin = *tk.Meta
+			}
+			text.WriteString(tk.Text)
+			return nil
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return begin, text.String()
+	}
+	for i, temp := range []float64{0, 0.9} {
+		req := &llm.Request{Model: "auto", MaxTokens: 20, Temperature: temp, Seed: 42,
+			Messages: []llm.Message{{Role: "user", Content: "What is the capital of France? Explain briefly."}}}
+		_, want := run(colocated, req)
+		begin, got := run(split, req)
+		if got != want || got == "" {
+			t.Fatalf("temperature %v: split %q, colocated %q", temp, got, want)
+		}
+		if begin.Worker != "pre" || begin.Split.DecodeWorker != "dec" || begin.Split.KVBytes <= 0 || begin.Fallback.Cause != llm.FallbackNone {
+			t.Fatalf("begin event %+v", begin)
+		}
+		// The blocks went from the prefill process to the decode process.
+		if out := scrapeSeries(t, pre, `phaseless_engine_kv_handoffs_total{direction="out"}`); out != float64(i+1) {
+			t.Fatalf("prefill process handed off %v sequences, want %d", out, i+1)
+		}
+		if in := scrapeSeries(t, dec, `phaseless_engine_kv_handoffs_total{direction="in"}`); in != float64(i+1) {
+			t.Fatalf("decode process resumed %v sequences, want %d", in, i+1)
+		}
+	}
+}
+
+// TestDevStartsEveryPool: --dev runs one built-in worker per pool, the
+// conservative pool included, unless told otherwise.
+func TestDevStartsEveryPool(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		cfg  func(*Config)
+		want []sched.Role
+	}{
+		{"dev", func(*Config) {}, devRoles},
+		{"not dev", func(c *Config) { c.Dev, c.APIKeys = false, writeKeys(t) }, roleCycle[:1]},
+		{"roles given", func(c *Config) {
+			c.BuiltinWorkers = 3
+			c.BuiltinRoles.Set("conservative,prefill")
+		}, []sched.Role{sched.RoleConservative, sched.RolePrefill, sched.RoleConservative}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			c := startCloud(t, func(c *Config) {
+				c.BuiltinWorkers = 0
+				tc.cfg(c)
+			})
+			var got []sched.Role
+			for _, w := range c.workers.Workers() {
+				got = append(got, w.Role())
+			}
+			if fmt.Sprint(got) != fmt.Sprint(tc.want) {
+				t.Fatalf("built-in pools %v, want %v", got, tc.want)
+			}
+		})
+	}
+}
+
+func writeKeys(t *testing.T) string {
+	t.Helper()
+	p := t.TempDir() + "/keys"
+	if err := os.WriteFile(p, []byte("sk-test-key-0001 acme\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
