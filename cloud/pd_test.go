@@ -18,6 +18,7 @@ import (
 	"github.com/phaseless/phaseless/cloud/worker"
 	"github.com/phaseless/phaseless/models/cloudmodel"
 	"github.com/phaseless/phaseless/transport/llm"
+	"github.com/phaseless/phaseless/transport/metrics"
 )
 
 // pdWorkerEnv makes this test binary a worker process: a --dev cloud with one
@@ -52,7 +53,7 @@ func TestPDWorkerProcess(t *testing.T) {
 
 // startWorkerProcess runs TestPDWorkerProcess in a child process and
 // returns its base URL.
-func startWorkerProcess(t *testing.T) string {
+func startWorkerProcess(t testing.TB) string {
 	t.Helper()
 	cmd := exec.Command(os.Args[0], "-test.run=^TestPDWorkerProcess$")
 	cmd.Env = append(os.Environ(), pdWorkerEnv+"="+t.TempDir())
@@ -126,6 +127,45 @@ func scrapeSeries(t *testing.T, base, series string) float64 {
 	return 0
 }
 
+// remoteCoordinator is a coordinator with no engine of its own whose two
+// workers are the processes at pre (prefill-heavy, "pre") and dec
+// (decode-heavy, "dec"), placing every request as d says.
+func remoteCoordinator(t testing.TB, pre, dec string, d sched.Decision) (*coordinator.Coordinator, *metrics.Registry) {
+	t.Helper()
+	var ws []*worker.Worker
+	for i, u := range []string{pre, dec} {
+		r, err := worker.NewRemote(worker.RemoteConfig{URL: u})
+		if err != nil {
+			t.Fatal(err)
+		}
+		w, err := worker.New(worker.Config{Name: []string{"pre", "dec"}[i], Role: []sched.Role{sched.RolePrefill, sched.RoleDecode}[i]}, r)
+		if err != nil {
+			t.Fatal(err)
+		}
+		ws = append(ws, w)
+	}
+	model, err := cloudmodel.Open()
+	if err != nil {
+		t.Fatal(err)
+	}
+	set, err := worker.NewSet(context.Background(), time.Hour, ws...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { set.Close() })
+	a, err := admit.New(admit.Config{Budget: admit.Bucket{Burst: 1 << 40, PerSecond: 1 << 30}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { a.Close() })
+	reg := metrics.NewRegistry()
+	c, err := coordinator.New(coordinator.Config{Workers: set, Admitter: a, Tokenizer: model.Tokenizer(), Policy: fixedPolicy{d}, Metrics: reg})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c, reg
+}
+
 // TestSplitAcrossProcesses: a coordinator with no engine of its own splits a
 // request between two worker processes (each a phaseless-cloud with a
 // built-in engine, reached over HTTP as any remote worker is): the prefill
@@ -133,44 +173,8 @@ func scrapeSeries(t *testing.T, base, series string) float64 {
 // tokens a colocated run gives.
 func TestSplitAcrossProcesses(t *testing.T) {
 	pre, dec := startWorkerProcess(t), startWorkerProcess(t)
-	tok := func() []*worker.Worker {
-		var ws []*worker.Worker
-		for i, u := range []string{pre, dec} {
-			r, err := worker.NewRemote(worker.RemoteConfig{URL: u})
-			if err != nil {
-				t.Fatal(err)
-			}
-			w, err := worker.New(worker.Config{Name: []string{"pre", "dec"}[i], Role: []sched.Role{sched.RolePrefill, sched.RoleDecode}[i]}, r)
-			if err != nil {
-				t.Fatal(err)
-			}
-			ws = append(ws, w)
-		}
-		return ws
-	}
-	model, err := cloudmodel.Open()
-	if err != nil {
-		t.Fatal(err)
-	}
-	coord := func(d sched.Decision) *coordinator.Coordinator {
-		set, err := worker.NewSet(context.Background(), time.Hour, tok()...)
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { set.Close() })
-		a, err := admit.New(admit.Config{})
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { a.Close() })
-		c, err := coordinator.New(coordinator.Config{Workers: set, Admitter: a, Tokenizer: model.Tokenizer(), Policy: fixedPolicy{d}})
-		if err != nil {
-			t.Fatal(err)
-		}
-		return c
-	}
-	colocated := coord(sched.Decision{Worker: 0, Pool: sched.RolePrefill})
-	split := coord(sched.Decision{Worker: 0, Pool: sched.RolePrefill, Split: true, DecodeWorker: 1})
+	colocated, _ := remoteCoordinator(t, pre, dec, sched.Decision{Worker: 0, Pool: sched.RolePrefill})
+	split, _ := remoteCoordinator(t, pre, dec, sched.Decision{Worker: 0, Pool: sched.RolePrefill, Split: true, DecodeWorker: 1})
 
 	run := func(c *coordinator.Coordinator, req *llm.Request) (llm.Meta, string) {
 		var begin llm.Meta
@@ -246,4 +250,58 @@ func writeKeys(t *testing.T) string {
 		t.Fatal(err)
 	}
 	return p
+}
+
+// BenchmarkSplitAcrossProcesses is BenchmarkSplitVsColocated
+// (cloud/coordinator) between processes: two worker processes, each a
+// --dev cloud with one built-in engine on the shipped model, reached over
+// HTTP on loopback. Alternately, a request runs colocated on the second and
+// split (prefill on the first, which pushes the encoded KV to the second's
+// /v1/kv/handoffs, decode on the second). It reports the handoff's bytes
+// per prompt token, the transfer's mean time (encode, POST, decode and park
+// at the decode process), each side's request time and their ratio.
+//
+//	go test ./cloud -run '^$' -bench SplitAcrossProcesses -benchtime 20x
+func BenchmarkSplitAcrossProcesses(b *testing.B) {
+	pre, dec := startWorkerProcess(b), startWorkerProcess(b)
+	for _, words := range []int{8, 40} {
+		b.Run(fmt.Sprintf("prompt=%dwords", words), func(b *testing.B) {
+			// Colocated on the decode process: the split's prefill, on the
+			// other, never finds the prompt already cached.
+			colocated, _ := remoteCoordinator(b, pre, dec, sched.Decision{Worker: 1, Pool: sched.RoleDecode})
+			split, reg := remoteCoordinator(b, pre, dec, sched.Decision{Worker: 0, Pool: sched.RolePrefill, Split: true, DecodeWorker: 1})
+			var coloT, splitT time.Duration
+			var bytes, prompt int64
+			for i := range b.N {
+				text := fmt.Sprintf("request %d of %d: %s", i, words, strings.Repeat("the engine hands its keys and values over ", words/7+1))
+				req := &llm.Request{Model: "auto", MaxTokens: 16, Seed: 1,
+					Messages: []llm.Message{{Role: "user", Content: strings.Join(strings.Fields(text)[:words], " ")}}}
+				start := time.Now()
+				if _, err := colocated.Generate(b.Context(), req, func(llm.Token) error { return nil }); err != nil {
+					b.Fatal(err)
+				}
+				coloT += time.Since(start)
+				var begin llm.Meta
+				start = time.Now()
+				fin, err := split.Generate(b.Context(), req, func(tk llm.Token) error {
+					if tk.Meta != nil {
+						begin = *tk.Meta
+					}
+					return nil
+				})
+				if err != nil || !begin.Split.IsSet() {
+					b.Fatalf("split: %v %+v", err, begin)
+				}
+				splitT += time.Since(start)
+				bytes, prompt = bytes+begin.Split.KVBytes, prompt+int64(fin.PromptTokens)
+			}
+			n := float64(b.N)
+			b.ReportMetric(float64(bytes)/float64(prompt), "handoff-B/prompt-token")
+			b.ReportMetric(float64(prompt)/n, "prompt-tokens")
+			b.ReportMetric(coloT.Seconds()*1e3/n, "colocated-ms/req")
+			b.ReportMetric(splitT.Seconds()*1e3/n, "split-ms/req")
+			b.ReportMetric(splitT.Seconds()/coloT.Seconds(), "split/colocated")
+			b.ReportMetric(coordinator.HandoffMeanSeconds(reg, "transfer")*1e3, "transfer-ms")
+		})
+	}
 }

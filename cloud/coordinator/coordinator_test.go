@@ -65,7 +65,7 @@ func newCoordinator(t *testing.T, clk *clock, workers ...*worker.Worker) (*Coord
 
 // newCoordinatorWith is newCoordinator with a policy of the test's (nil:
 // the rules).
-func newCoordinatorWith(t *testing.T, clk *clock, policy sched.Policy, workers ...*worker.Worker) (*Coordinator, *metrics.Registry) {
+func newCoordinatorWith(t testing.TB, clk *clock, policy sched.Policy, workers ...*worker.Worker) (*Coordinator, *metrics.Registry) {
 	t.Helper()
 	set, err := worker.NewSet(context.Background(), time.Hour, workers...)
 	if err != nil {

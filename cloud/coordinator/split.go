@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strconv"
+	"strings"
 
 	"github.com/phaseless/phaseless/cloud/sched"
 	"github.com/phaseless/phaseless/cloud/worker"
@@ -111,4 +113,24 @@ func (c *Coordinator) resumeDecision(req *llm.Request, m *measured, snap *sched.
 		return sched.Decision{}, sched.ErrNoWorker
 	}
 	return sched.Decision{Worker: best, Pool: snap.Workers[best].Role, Reason: sched.ReasonLeastLoad, Policy: sched.PolicyLeastLoaded}, nil
+}
+
+// HandoffMeanSeconds is the mean of a split stage's time (prefill or
+// transfer) in reg's phaseless_pd_handoff_seconds, 0 before any split; the
+// benchmarks report it.
+func HandoffMeanSeconds(reg *metrics.Registry, stage string) float64 {
+	var sb strings.Builder
+	reg.WriteText(&sb)
+	var sum, count float64
+	for _, line := range strings.Split(sb.String(), "\n") {
+		for suffix, dst := range map[string]*float64{"_sum": &sum, "_count": &count} {
+			if v, ok := strings.CutPrefix(line, `phaseless_pd_handoff_seconds`+suffix+`{stage="`+stage+`"} `); ok {
+				*dst, _ = strconv.ParseFloat(v, 64)
+			}
+		}
+	}
+	if count == 0 {
+		return 0
+	}
+	return sum / count
 }
