@@ -117,6 +117,9 @@ func New(cfg Config) (*Coordinator, error) {
 		c.overrides[name] = p
 	}
 	c.overrides[sched.NameScheduler] = c.policy
+	if c.overrides[NameDisaggregated], err = newDisaggregated(); err != nil {
+		return nil, err
+	}
 	c.snaps.New = func() any { return &sched.Snapshot{} }
 	c.m = newCoordMetrics(cfg.Metrics, c)
 	return c, nil
@@ -191,7 +194,7 @@ func (c *Coordinator) Generate(ctx context.Context, req *llm.Request, emit llm.E
 		return llm.Final{}, llm.Errorf(llm.CodeInvalid, "max tokens must be positive, got %d", req.MaxTokens)
 	}
 	if p := req.Hints.Policy; p != "" && c.overrides[p] == nil {
-		return llm.Final{}, llm.Errorf(llm.CodeInvalid, "unknown scheduler policy %q (%s)", p, strings.Join(sched.Names(), ", "))
+		return llm.Final{}, llm.Errorf(llm.CodeInvalid, "unknown scheduler policy %q (%s)", p, strings.Join(append(sched.Names(), NameDisaggregated), ", "))
 	}
 	m := c.measure(req)
 	bucket := c.cfg.Budget(m.tenant)

@@ -134,3 +134,53 @@ func HandoffMeanSeconds(reg *metrics.Registry, stage string) float64 {
 	}
 	return sum / count
 }
+
+// NameDisaggregated is the x-phaseless-policy (--dev) that splits every
+// request it can: the demo's and experiments' way to see a split without
+// waiting for the scheduler to choose one.
+const NameDisaggregated = "disaggregated"
+
+// disaggregated prefills on the least loaded prefill-heavy worker and
+// decodes on the least loaded other decode-heavy worker (else stream). With
+// no healthy worker of the one pool or the other it places the request as
+// explicit phases would, on one worker.
+type disaggregated struct {
+	prefill *sched.ExplicitPhases // declares every request a prefill
+}
+
+var _ sched.Policy = disaggregated{}
+
+func newDisaggregated() (disaggregated, error) {
+	p, err := sched.NewExplicitPhases(sched.ExplicitPhasesConfig{PrefillPrompt: 1})
+	return disaggregated{prefill: p}, err
+}
+
+func (disaggregated) Name() string { return NameDisaggregated }
+
+func (p disaggregated) Decide(req *sched.Request, s *sched.Snapshot) (sched.Decision, error) {
+	d, err := p.prefill.Decide(req, s)
+	if err != nil || d.Pool != sched.RolePrefill {
+		return d, err
+	}
+	best, bestPref := -1, 0
+	for i := range s.Workers {
+		w := &s.Workers[i]
+		pref := 0
+		switch w.Role {
+		case sched.RoleDecode:
+			pref = 2
+		case sched.RoleStream:
+			pref = 1
+		}
+		if i == d.Worker || !w.Healthy || pref == 0 {
+			continue
+		}
+		if pref > bestPref || pref == bestPref && w.Load() < s.Workers[best].Load() {
+			best, bestPref = i, pref
+		}
+	}
+	if best >= 0 {
+		d.Split, d.DecodeWorker = true, best
+	}
+	return d, nil
+}

@@ -192,3 +192,32 @@ func TestSplitFailureRunsColocated(t *testing.T) {
 		})
 	}
 }
+
+// TestDisaggregatedPolicy: the --dev policy splits from the prefill-heavy
+// pool to the decode-heavy one, and runs colocated when no pair exists.
+func TestDisaggregatedPolicy(t *testing.T) {
+	clk := &clock{t: time.Unix(1e9, 0)}
+	st, _ := builtinWorker(t, "st", sched.RoleStream)
+	pre, _ := builtinWorker(t, "pre", sched.RolePrefill)
+	dec, _ := builtinWorker(t, "dec", sched.RoleDecode)
+	c, _ := newCoordinatorWith(t, clk, nil, st, pre, dec)
+	c.cfg.AllowPolicyOverride = true
+	req := greedy("split by the dev policy", 6)
+	req.Hints.Policy = NameDisaggregated
+	got := collect(c, req)
+	if got.err != nil || got.begin.Worker != "pre" || got.begin.Split.DecodeWorker != "dec" {
+		t.Fatalf("%+v", got)
+	}
+
+	lone, _ := builtinWorker(t, "lone", sched.RoleDecode)
+	c2, _ := newCoordinatorWith(t, clk, nil, lone)
+	c2.cfg.AllowPolicyOverride = true
+	if got := collect(c2, req); got.err != nil || got.begin.Split.IsSet() || got.begin.Worker != "lone" {
+		t.Fatalf("no prefill pool: %+v", got)
+	}
+	d, _ := newDisaggregated()
+	snap := &sched.Snapshot{Workers: []sched.Worker{{Role: sched.RolePrefill, Healthy: true, Capacity: 4}, {Role: sched.RoleDecode, Healthy: true, Capacity: 4}}}
+	if n := testing.AllocsPerRun(100, func() { d.Decide(&sched.Request{InputTokens: 10}, snap) }); n != 0 {
+		t.Fatalf("Decide allocates %v times", n)
+	}
+}
