@@ -185,12 +185,13 @@ func DecodeHandoff(b []byte) (*Handoff, error) {
 	for l := 0; l < h.Layers; l++ {
 		for _, dst := range [2]*[]float32{&h.K[l], &h.V[l]} {
 			vs := make([]float32, per)
+			src := p[:4*per]
 			for j := range vs {
-				v := math.Float32frombits(le.Uint32(p[4*j:]))
-				if math.IsNaN(float64(v)) || math.IsInf(float64(v), 0) {
+				bits := le.Uint32(src[4*j:])
+				if bits&0x7f800000 == 0x7f800000 { // every exponent bit: ±Inf or NaN
 					return nil, handoffErr("layer %d holds a non-finite value", l)
 				}
-				vs[j] = v
+				vs[j] = math.Float32frombits(bits)
 			}
 			*dst = vs
 			p = p[4*per:]
