@@ -1,13 +1,11 @@
 package main
 
 import (
-	"bufio"
 	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
 	"net/http"
-	"strings"
 	"time"
 )
 
@@ -44,10 +42,11 @@ func (d *demo) splitDemo(ctx context.Context) {
 	fmt.Printf("    same tokens split and colocated (temperature 0): %v\n", answers[0] == answers[1])
 }
 
-// cloudChat sends one streaming chat completion to the cloud with a policy.
+// cloudChat sends one chat completion to the cloud with a policy (not
+// streamed: the headers say where it ran either way).
 func (d *demo) cloudChat(ctx context.Context, text, policy string) (route, decode, answer string, took time.Duration, err error) {
 	body, _ := json.Marshal(map[string]any{
-		"model": "auto", "stream": true, "max_tokens": 32, "temperature": 0,
+		"model": "auto", "max_tokens": 32, "temperature": 0,
 		"messages": []map[string]string{{"role": "user", "content": text}},
 	})
 	req, _ := http.NewRequestWithContext(ctx, "POST", "http://"+d.cloudHTTP+"/v1/chat/completions", bytes.NewReader(body))
@@ -59,26 +58,13 @@ func (d *demo) cloudChat(ctx context.Context, text, policy string) (route, decod
 		return "", "", "", 0, err
 	}
 	defer resp.Body.Close()
-	if resp.StatusCode != http.StatusOK {
-		return "", "", "", 0, fmt.Errorf("HTTP %d", resp.StatusCode)
+	var out struct {
+		Choices []struct {
+			Message struct{ Content string } `json:"message"`
+		} `json:"choices"`
 	}
-	var sb strings.Builder
-	sc := bufio.NewScanner(resp.Body)
-	for sc.Scan() {
-		line, ok := strings.CutPrefix(sc.Text(), "data: ")
-		if !ok || line == "[DONE]" {
-			continue
-		}
-		var chunk struct {
-			Choices []struct {
-				Delta struct{ Content string } `json:"delta"`
-			} `json:"choices"`
-		}
-		if json.Unmarshal([]byte(line), &chunk) == nil {
-			for _, c := range chunk.Choices {
-				sb.WriteString(c.Delta.Content)
-			}
-		}
+	if err := json.NewDecoder(resp.Body).Decode(&out); err != nil || resp.StatusCode != http.StatusOK || len(out.Choices) == 0 {
+		return "", "", "", 0, fmt.Errorf("HTTP %d: %v", resp.StatusCode, err)
 	}
-	return resp.Header.Get("x-phaseless-route"), resp.Header.Get("x-phaseless-decode"), sb.String(), time.Since(start), sc.Err()
+	return resp.Header.Get("x-phaseless-route"), resp.Header.Get("x-phaseless-decode"), out.Choices[0].Message.Content, time.Since(start), nil
 }
