@@ -305,3 +305,20 @@ func BenchmarkSplitAcrossProcesses(b *testing.B) {
 		})
 	}
 }
+
+// TestDevSplitOverHTTP: in --dev, x-phaseless-policy: disaggregated splits a
+// request between the prefill-heavy and decode-heavy built-in workers, and
+// the response headers name both.
+func TestDevSplitOverHTTP(t *testing.T) {
+	c := startCloud(t, func(c *Config) { c.BuiltinWorkers = 0 })
+	r := chat(t, c.HTTPAddr(), "", "disaggregated", "hello there, split me", 6)
+	if r.status != http.StatusOK || r.text == "" {
+		t.Fatalf("status %d: %s", r.status, r.body)
+	}
+	if route, dec := r.header.Get("x-phaseless-route"), r.header.Get("x-phaseless-decode"); route != "cloud/prefill-heavy/builtin-1" || dec != "decode-heavy/builtin-0" {
+		t.Fatalf("route %q, decode %q", route, dec)
+	}
+	if m := scrape(t, c.HTTPAddr()); !strings.Contains(m, `phaseless_pd_handoffs_total{result="ok"} 1`) {
+		t.Fatalf("no handoff counted:\n%s", m)
+	}
+}

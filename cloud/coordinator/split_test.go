@@ -6,6 +6,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -134,9 +135,13 @@ func TestSplitFailureRunsColocated(t *testing.T) {
 	want := collect(colo, req)
 
 	// An OpenAI-compatible server that is not Phaseless: no /v1/kv/.
+	var kvCalls atomic.Int32
 	plain := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if r.URL.Path == "/health" {
 			return
+		}
+		if strings.HasPrefix(r.URL.Path, "/v1/kv/") {
+			kvCalls.Add(1)
 		}
 		http.NotFound(w, r)
 	}))
@@ -189,7 +194,15 @@ func TestSplitFailureRunsColocated(t *testing.T) {
 			if v := counterValue(t, reg, `phaseless_pd_handoffs_total{result="`+tc.stage+`"}`); v != 1 {
 				t.Fatalf("handoffs{result=%s} = %v", tc.stage, v)
 			}
+			// A second split to the same worker: a server that answered 404
+			// is not asked again.
+			if got := collect(c, req); got.err != nil || got.begin.Fallback.Cause != llm.FallbackHandoffFailed {
+				t.Fatalf("second request %+v", got)
+			}
 		})
+	}
+	if n := kvCalls.Load(); n != 1 {
+		t.Fatalf("the server without kv endpoints was asked %d times", n)
 	}
 }
 

@@ -8,6 +8,7 @@ import (
 	"net/url"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/phaseless/phaseless/transport/httpapi"
@@ -81,6 +82,9 @@ type Remote struct {
 	// kvClient, when set, makes the KV handoff calls instead of stream's
 	// client (a push made on behalf of another coordinator).
 	kvClient *http.Client
+	// noKV is set once the server answered 404 on /v1/kv/ (not a
+	// Phaseless cloud, or one from before KV handoffs): splits skip it.
+	noKV atomic.Bool
 
 	mu         sync.Mutex // guards lastFaults, lastAt, noMetrics
 	lastFaults float64

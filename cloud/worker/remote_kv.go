@@ -17,6 +17,9 @@ import (
 // kvDo POSTs body to one of the server's KV endpoints and returns the
 // response, or the error it answered with.
 func (r *Remote) kvDo(ctx context.Context, path, contentType string, body []byte) (*http.Response, error) {
+	if !r.SplitSupported() {
+		return nil, ErrSplitUnsupported
+	}
 	req, err := http.NewRequestWithContext(ctx, http.MethodPost, r.endpoint(path), bytes.NewReader(body))
 	if err != nil {
 		return nil, err
@@ -35,10 +38,18 @@ func (r *Remote) kvDo(ctx context.Context, path, contentType string, body []byte
 	}
 	if resp.StatusCode != http.StatusOK {
 		defer resp.Body.Close()
-		return nil, readKVError(resp)
+		err := readKVError(resp)
+		if err == ErrSplitUnsupported {
+			r.noKV.Store(true)
+		}
+		return nil, err
 	}
 	return resp, nil
 }
+
+// SplitSupported reports whether the server may take a half of a split:
+// false once it answered 404 on /v1/kv/, so later splits do not ask again.
+func (r *Remote) SplitSupported() bool { return !r.noKV.Load() }
 
 // park uploads an encoded handoff to this (decode) server and returns the
 // id it is parked under.

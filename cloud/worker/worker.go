@@ -240,13 +240,21 @@ func (w *Worker) slot(ctx context.Context, promptTokens int, hashes []uint64, fn
 // CanSplit reports whether the worker's engine can take either half of a
 // split request (Splitter).
 func (w *Worker) CanSplit() bool {
-	_, ok := w.eng.(Splitter)
-	return ok
+	if _, ok := w.eng.(Splitter); !ok {
+		return false
+	}
+	if s, ok := w.eng.(interface{ SplitSupported() bool }); ok {
+		return s.SplitSupported()
+	}
+	return true
 }
 
 // Prefill runs the prefill half of a split on this worker, in its batch,
 // and delivers the KV blocks to dst, whose Resume then decodes.
 func (w *Worker) Prefill(ctx context.Context, req *llm.Request, promptTokens int, hashes []uint64, dst *Worker) (Handoff, int, error) {
+	if !w.CanSplit() {
+		return Handoff{}, 0, stageErr(StagePrefill, ErrSplitUnsupported)
+	}
 	if !dst.CanSplit() {
 		return Handoff{}, 0, stageErr(StageTransfer, ErrSplitUnsupported)
 	}
