@@ -85,8 +85,9 @@ func TestSplitEqualsColocated(t *testing.T) {
 				return sampledOpts(i)
 			}
 			want := solo(t, m, ps, opts)
+			// The engines page differently: a handoff is positions, not blocks.
 			p := newEngine(t, m, EngineConfig{BlockSize: 4, StepTokens: 16})
-			d := newEngine(t, m, EngineConfig{BlockSize: 4})
+			d := newEngine(t, m, EngineConfig{BlockSize: 8})
 			var got []result
 			for i, pr := range ps {
 				got = append(got, splitGenerate(t, p, d, pr, opts(i), i%3 != 0))
