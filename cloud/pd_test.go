@@ -19,6 +19,8 @@ import (
 	"github.com/phaseless/phaseless/models/cloudmodel"
 	"github.com/phaseless/phaseless/transport/llm"
 	"github.com/phaseless/phaseless/transport/metrics"
+	"github.com/phaseless/phaseless/transport/pki"
+	"github.com/phaseless/phaseless/transport/quic"
 )
 
 // pdWorkerEnv makes this test binary a worker process: a --dev cloud with one
@@ -320,5 +322,41 @@ func TestDevSplitOverHTTP(t *testing.T) {
 	}
 	if m := scrape(t, c.HTTPAddr()); !strings.Contains(m, `phaseless_pd_handoffs_total{result="ok"} 1`) {
 		t.Fatalf("no handoff counted:\n%s", m)
+	}
+}
+
+// TestSplitOverQUIC: an agent learns both halves of a split from the begin
+// event over QUIC (meta-frame section 30).
+func TestSplitOverQUIC(t *testing.T) {
+	c := startCloud(t, func(cfg *Config) { cfg.QUIC = "127.0.0.1:0"; cfg.BuiltinWorkers = 0 })
+	dir := c.PKIDir()
+	if err := pki.EnsureDev(dir, "car-8"); err != nil {
+		t.Fatal(err)
+	}
+	tc, err := pki.DeviceTLS(dir, "car-8")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	cl, err := quic.Dial(ctx, c.QUICAddr(), quic.ClientConfig{TLS: tc})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	var begin llm.Meta
+	req := &llm.Request{ID: "q-split", Model: "auto", MaxTokens: 4, Hints: llm.Hints{Policy: "disaggregated"},
+		Messages: []llm.Message{{Role: "user", Content: "split over quic"}}}
+	if _, err := cl.Generate(ctx, req, func(tk llm.Token) error {
+		if tk.Meta != nil {
+			begin = *tk.Meta
+		}
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	want := llm.Split{DecodePool: "decode-heavy", DecodeWorker: "builtin-0"}
+	if begin.Worker != "builtin-1" || begin.Split.DecodeWorker != want.DecodeWorker || begin.Split.DecodePool != want.DecodePool || begin.Split.KVBytes <= 0 {
+		t.Fatalf("begin event over QUIC: %+v", begin)
 	}
 }
