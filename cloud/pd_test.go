@@ -2,12 +2,14 @@ package cloud
 
 import (
 	"bufio"
+	"bytes"
 	"context"
 	"fmt"
 	"io"
 	"net/http"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -17,6 +19,8 @@ import (
 	"github.com/phaseless/phaseless/cloud/sched"
 	"github.com/phaseless/phaseless/cloud/worker"
 	"github.com/phaseless/phaseless/models/cloudmodel"
+	"github.com/phaseless/phaseless/models/lm"
+	"github.com/phaseless/phaseless/models/lm/gguf"
 	"github.com/phaseless/phaseless/transport/llm"
 	"github.com/phaseless/phaseless/transport/metrics"
 	"github.com/phaseless/phaseless/transport/pki"
@@ -27,6 +31,10 @@ import (
 // built-in engine that prints its HTTP address and serves until stdin closes.
 const pdWorkerEnv = "PHASELESS_TEST_PD_WORKER"
 
+// pdModelEnv, when set, is the GGUF file the worker process serves instead
+// of the shipped model.
+const pdModelEnv = "PHASELESS_TEST_PD_MODEL"
+
 // TestPDWorkerProcess is the body of the worker processes that
 // TestSplitAcrossProcesses starts; run directly, it has nothing to do.
 func TestPDWorkerProcess(t *testing.T) {
@@ -34,7 +42,7 @@ func TestPDWorkerProcess(t *testing.T) {
 	if dir == "" {
 		t.Skip("runs only as TestSplitAcrossProcesses's worker process")
 	}
-	c, err := New(Config{HTTP: "127.0.0.1:0", DataDir: dir, Dev: true, BuiltinWorkers: 1}, nil)
+	c, err := New(Config{HTTP: "127.0.0.1:0", DataDir: dir, Dev: true, BuiltinWorkers: 1, Model: os.Getenv(pdModelEnv)}, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -53,12 +61,12 @@ func TestPDWorkerProcess(t *testing.T) {
 	}
 }
 
-// startWorkerProcess runs TestPDWorkerProcess in a child process and
-// returns its base URL.
-func startWorkerProcess(t testing.TB) string {
+// startWorkerProcess runs TestPDWorkerProcess in a child process serving
+// model (empty: the shipped one) and returns its base URL.
+func startWorkerProcess(t testing.TB, model string) string {
 	t.Helper()
 	cmd := exec.Command(os.Args[0], "-test.run=^TestPDWorkerProcess$")
-	cmd.Env = append(os.Environ(), pdWorkerEnv+"="+t.TempDir())
+	cmd.Env = append(os.Environ(), pdWorkerEnv+"="+t.TempDir(), pdModelEnv+"="+model)
 	stdin, err := cmd.StdinPipe()
 	if err != nil {
 		t.Fatal(err)
@@ -174,7 +182,27 @@ func remoteCoordinator(t testing.TB, pre, dec string, d sched.Decision) (*coordi
 // process pushes the KV blocks to the decode process, which streams the
 // tokens a colocated run gives.
 func TestSplitAcrossProcesses(t *testing.T) {
-	pre, dec := startWorkerProcess(t), startWorkerProcess(t)
+	// The shipped model is F16; a Q8_0 copy checks quantized weights across
+	// processes too (its 192-wide rows leave Q4_K out: 256-wide blocks).
+	var q8 bytes.Buffer
+	src, err := gguf.ReadBytes(cloudmodel.GGUF())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := lm.Quantize(&q8, src, lm.UniformRecipe(lm.Q8_0)); err != nil {
+		t.Fatal(err)
+	}
+	q8Path := filepath.Join(t.TempDir(), "cloud-q8_0.gguf")
+	if err := os.WriteFile(q8Path, q8.Bytes(), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	for _, model := range []string{"", q8Path} {
+		t.Run(map[string]string{"": "f16", q8Path: "q8_0"}[model], func(t *testing.T) { splitAcrossProcesses(t, model) })
+	}
+}
+
+func splitAcrossProcesses(t *testing.T, model string) {
+	pre, dec := startWorkerProcess(t, model), startWorkerProcess(t, model)
 	colocated, _ := remoteCoordinator(t, pre, dec, sched.Decision{Worker: 0, Pool: sched.RolePrefill})
 	split, _ := remoteCoordinator(t, pre, dec, sched.Decision{Worker: 0, Pool: sched.RolePrefill, Split: true, DecodeWorker: 1})
 
@@ -265,7 +293,7 @@ func writeKeys(t *testing.T) string {
 //
 //	go test ./cloud -run '^$' -bench SplitAcrossProcesses -benchtime 20x
 func BenchmarkSplitAcrossProcesses(b *testing.B) {
-	pre, dec := startWorkerProcess(b), startWorkerProcess(b)
+	pre, dec := startWorkerProcess(b, ""), startWorkerProcess(b, "")
 	for _, words := range []int{8, 40} {
 		b.Run(fmt.Sprintf("prompt=%dwords", words), func(b *testing.B) {
 			// Colocated on the decode process: the split's prefill, on the
