@@ -72,8 +72,12 @@ func (c *Coordinator) runSplit(ctx context.Context, req *llm.Request, m *measure
 	r.st.Meta.Split.KVBytes = h.Bytes
 	fin, _, err := dw.Resume(ctx, req, h, m.sig.InputTokens, m.sig.BlockHashes, r.forward)
 	if err == nil {
-		// The prompt's cache hits happened where it ran: on the prefill worker.
+		// The prompt ran on the prefill worker: its cache hits, and its time
+		// and the transfer's before the decode worker's first token (the SLA
+		// and the breaker read TTFT).
 		fin.PrefixHitTokens = h.PrefixHitTokens
+		fin.TTFT += h.Prefill + h.Transfer
+		fin.Total += h.Prefill + h.Transfer
 	}
 	return fin, err
 }
