@@ -61,12 +61,19 @@ func NewAffinity(inner Policy, cfg AffinityConfig) (*Affinity, error) {
 // Name implements Policy.
 func (a *Affinity) Name() string { return a.name }
 
-// Decide implements Policy.
+// Decide implements Policy. The inner policy decides first: a split
+// prefill (Decision.Split) is its call and stands, since the decode worker
+// it names is chosen for the prefill worker; otherwise the holder, when
+// there is one with room, replaces its choice.
 func (a *Affinity) Decide(req *Request, s *Snapshot) (Decision, error) {
-	if i := a.holder(s); i >= 0 {
+	d, err := a.Inner.Decide(req, s)
+	if err != nil || d.Split {
+		return d, err
+	}
+	if i := a.holder(s); i >= 0 && i != d.Worker {
 		return decided(req, s, i, ReasonPrefix, PolicyRules), nil
 	}
-	return a.Inner.Decide(req, s)
+	return d, nil
 }
 
 // holder is the healthy worker with the most cached blocks when it leads

@@ -2,12 +2,15 @@ package sched
 
 import "testing"
 
-// fixed always picks worker 0: what the affinity layer overrides, or not.
-type fixed struct{}
+// fixed always picks worker 0, splitting when split is set: what the
+// affinity layer overrides, or not.
+type fixed struct{ split bool }
 
 func (fixed) Name() string { return "fixed" }
-func (fixed) Decide(req *Request, s *Snapshot) (Decision, error) {
-	return decided(req, s, 0, ReasonLeastLoad, PolicyRules), nil
+func (f fixed) Decide(req *Request, s *Snapshot) (Decision, error) {
+	d := decided(req, s, 0, ReasonLeastLoad, PolicyRules)
+	d.Split = f.split
+	return d, nil
 }
 
 func TestAffinityRoutesToTheHolderWithRoom(t *testing.T) {
@@ -42,6 +45,11 @@ func TestAffinityRoutesToTheHolderWithRoom(t *testing.T) {
 	}
 	if a.Name() != "fixed+affinity" {
 		t.Fatal(a.Name())
+	}
+	// A split is the inner policy's decision and stands.
+	sp, _ := NewAffinity(fixed{split: true}, AffinityConfig{})
+	if d, _ := sp.Decide(req, &Snapshot{Workers: []Worker{worker(0, 0), worker(12, 0)}}); d.Worker != 0 || !d.Split {
+		t.Fatalf("split overridden: %+v", d)
 	}
 	if _, err := NewAffinity(nil, AffinityConfig{}); err == nil {
 		t.Fatal("nil inner accepted")
