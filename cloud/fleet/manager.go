@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/phaseless/phaseless/cloud/fleet/internal/gate"
+	"github.com/phaseless/phaseless/cloud/fleetapi"
 	"github.com/phaseless/phaseless/transport/fleetwire"
 	"github.com/phaseless/phaseless/transport/metrics"
 )
@@ -259,7 +260,9 @@ func (m *Manager) handleStatus(id string, payload []byte) {
 	now := m.now()
 	m.history.add(id, now, s)
 	var wasOnline bool
-	dev, err := m.st.updateDevice(id, now, true, func(d *Device) error {
+	// The board is a config group label: a device's first status, or one
+	// naming another board, may change its merged config.
+	dev, changed, err := m.st.updateDeviceConfig(id, now, true, func(d *Device) error {
 		wasOnline = d.Status != nil && d.Status.State == "online"
 		// The last message wins, whatever its Time: a last will carries the
 		// time of the CONNECT it was registered with, older than the
@@ -277,6 +280,8 @@ func (m *Manager) handleStatus(id string, payload []byte) {
 	m.refreshCounts()
 	if dev != nil && dev.State() == "online" && !wasOnline {
 		m.reconcile(dev)
+	} else if changed {
+		m.publishDesired(dev)
 	}
 }
 
@@ -380,42 +385,36 @@ func (m *Manager) Device(id string) (*Device, error) {
 	return d, err
 }
 
-// SetConfig stores the next version of a device's desired config and
-// publishes it retained. The device need not exist yet (pre-provisioning).
+// SetConfig changes a device's own overrides, the top layer of its config
+// (configlayers.go), and publishes the merged result retained; its version
+// goes up when the merged values change. The device need not exist yet
+// (pre-provisioning).
 // A failed publish is reported but the version stands: reconcile re-sends
 // it when the device or the broker comes back.
 func (m *Manager) SetConfig(ctx context.Context, id string, u ConfigUpdate) (*fleetwire.DesiredConfig, error) {
 	if err := fleetwire.ValidateDeviceID(id); err != nil {
 		return nil, fmt.Errorf("%w: %v", ErrBadRequest, err)
 	}
-	for k := range u.Values {
-		if k == "" {
-			return nil, fmt.Errorf("%w: empty config key", ErrBadRequest)
-		}
+	if err := checkKeys(u); err != nil {
+		return nil, err
 	}
-	dev, err := m.st.updateDevice(id, m.now(), true, func(d *Device) error {
-		next := &fleetwire.DesiredConfig{Values: map[string]string{}}
-		if d.Desired != nil {
-			next.Version = d.Desired.Version
-			if u.Merge {
-				for k, v := range d.Desired.Values {
-					next.Values[k] = v
-				}
-			}
-		}
-		next.Version++
-		for k, v := range u.Values {
-			if v == nil {
-				delete(next.Values, k)
-			} else {
-				next.Values[k] = *v
-			}
-		}
-		d.Desired = next
+	dev, _, err := m.st.updateDeviceConfig(id, m.now(), true, func(d *Device) error {
+		adoptLegacyOverrides(d)
+		d.Overrides = fleetapi.ApplyUpdate(d.Overrides, u)
 		return nil
 	})
 	if err != nil {
 		return nil, err
+	}
+	if dev.Desired == nil {
+		// Nothing set anywhere: publish an empty version 1 so the device
+		// reports it and the operator sees the change land.
+		if dev, err = m.st.updateDevice(id, m.now(), true, func(d *Device) error {
+			d.Desired = &fleetwire.DesiredConfig{Version: 1, Values: map[string]string{}}
+			return nil
+		}); err != nil {
+			return nil, err
+		}
 	}
 	m.refreshCounts()
 	p, _ := json.Marshal(dev.Desired)

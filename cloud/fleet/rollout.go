@@ -47,7 +47,8 @@ func (m *Manager) SetLabels(id string, labels map[string]*string) (*Device, erro
 			return nil, fmt.Errorf("%w: label name %q is empty or reserved (board and version come from the device)", ErrBadRequest, k)
 		}
 	}
-	return m.st.updateDevice(id, m.now(), true, func(d *Device) error {
+	// Labels pick config groups too: the merged config follows them.
+	dev, changed, err := m.st.updateDeviceConfig(id, m.now(), true, func(d *Device) error {
 		if d.Labels == nil {
 			d.Labels = map[string]string{}
 		}
@@ -60,6 +61,10 @@ func (m *Manager) SetLabels(id string, labels map[string]*string) (*Device, erro
 		}
 		return nil
 	})
+	if err == nil && changed {
+		m.publishDesired(dev)
+	}
+	return dev, err
 }
 
 // CreateRollout starts a rollout of a stored artifact.

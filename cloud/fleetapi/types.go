@@ -20,9 +20,14 @@ type Device struct {
 	FirstSeen time.Time         `json:"first_seen"`
 	LastSeen  time.Time         `json:"last_seen,omitzero"` // last message from the device itself
 
-	Desired    *fleetwire.DesiredConfig  `json:"desired,omitempty"`
-	Reported   *fleetwire.ReportedConfig `json:"reported,omitempty"`
-	ReportedAt time.Time                 `json:"reported_at,omitzero"`
+	// Desired is the merged config the device is asked to run (fleet
+	// defaults, label groups, then Overrides: MergeConfig); ConfigSources
+	// names the layer each key came from.
+	Desired       *fleetwire.DesiredConfig  `json:"desired,omitempty"`
+	Overrides     map[string]string         `json:"overrides,omitempty"`
+	ConfigSources map[string]string         `json:"config_sources,omitempty"`
+	Reported      *fleetwire.ReportedConfig `json:"reported,omitempty"`
+	ReportedAt    time.Time                 `json:"reported_at,omitzero"`
 
 	Telemetry DeviceTelemetry `json:"telemetry"`
 
@@ -79,7 +84,8 @@ type ExportedRecord struct {
 	IngestedAt time.Time `json:"ingested_at"`
 }
 
-// ConfigUpdate changes a device's desired config (PUT .../config).
+// ConfigUpdate changes a device's overrides (PUT .../devices/{id}/config)
+// or a config layer (PUT .../config/{scope}).
 type ConfigUpdate struct {
 	// Values to set. With Merge, they are added to the current values and a
 	// null value removes a key; without, they replace all values.
