@@ -58,6 +58,7 @@ type Config struct {
 	LocalQueue       int           // requests that may wait for the local engine before 503s (flag: 64)
 	RouteThreshold   float64       // cloud probability at which the router prefers the cloud; 0 = the model's
 	RouteHysteresis  float64       // relative band of the link and load signals, never the content score (flag: 0.1)
+	RouteMode        string        // auto (the router decides), local or cloud for requests that pin no route (auto)
 	MaxOutputTokens  int           // largest max_tokens accepted
 	CloudRetryMax    time.Duration // longest wait between reconnect attempts to the cloud (30 s)
 	CloudFirstToken  time.Duration // cloud requests without a token by then run locally (15 s)
@@ -98,6 +99,9 @@ func (c *Config) FillDefaults() {
 	if c.TelemetryMax == 0 {
 		c.TelemetryMax = 200_000
 	}
+	if c.RouteMode == "" {
+		c.RouteMode = route.ModeAuto
+	}
 }
 
 // Fields is phaseless-agent's configuration table: each field's flag, which
@@ -120,6 +124,7 @@ func (c *Config) Fields() cli.Fields {
 		{Flag: "local-concurrency", Go: "LocalConcurrency", Value: &c.LocalConcurrency, Usage: "generations the local engine runs at once"},
 		{Flag: "local-queue", Go: "LocalQueue", Value: &c.LocalQueue, Usage: "requests that may wait for the local engine; more get 503 overloaded"},
 		{Flag: "route-threshold", Go: "RouteThreshold", Value: &c.RouteThreshold, Usage: "cloud probability at or above which requests go to the cloud; 0 = the predictor model's own threshold (0.5 without one)"},
+		{Flag: "route-mode", Go: "RouteMode", Value: &c.RouteMode, Usage: "route of requests without an x-phaseless-route header: auto (the router decides), local (all on the device) or cloud (all to the cloud, local fallback)"},
 		{Flag: "route-hysteresis", Go: "RouteHysteresis", Value: &c.RouteHysteresis, Usage: "relative hysteresis of the link (RTT, loss) and load signals, so a flapping uplink does not bounce traffic; never applied to the content score"},
 		{Flag: "max-output-tokens", Go: "MaxOutputTokens", Value: &c.MaxOutputTokens, Usage: "largest max_tokens a request may ask for"},
 		{Flag: "cloud-first-token-timeout", Go: "CloudFirstToken", Value: &c.CloudFirstToken, Usage: "cloud requests that have produced no token by then are cancelled and run locally"},
@@ -183,6 +188,9 @@ func (c *Config) Validate() error {
 			field = "RouteHysteresis"
 		}
 		return &cli.FieldError{Field: field, Err: err}
+	}
+	if err := (route.Config{Mode: c.RouteMode}).Validate(); err != nil {
+		return &cli.FieldError{Field: "RouteMode", Err: fmt.Errorf("%q must be auto, local or cloud", c.RouteMode)}
 	}
 	if c.CloudRetryMax < 250*time.Millisecond {
 		return &cli.FieldError{Field: "CloudRetryMax", Err: fmt.Errorf("%v must be at least 250ms", c.CloudRetryMax)}
@@ -293,7 +301,7 @@ func New(cfg Config, log *slog.Logger) (a *Agent, err error) {
 		return nil, &cli.FieldError{Field: "Predictor", Err: err}
 	}
 	a.pred = pred
-	router, err := route.NewRouter(route.Config{Threshold: cfg.RouteThreshold, Hysteresis: cfg.RouteHysteresis, Probe: a.engine.probe}, pred)
+	router, err := route.NewRouter(a.routeConfig(cfg), pred)
 	if err != nil {
 		return nil, err
 	}
