@@ -70,4 +70,3 @@ func (c *countingGen) Generate(_ context.Context, _ *llm.Request, emit llm.Emit)
 	}
 	return llm.Final{FinishReason: "stop"}, nil
 }
-
