@@ -22,6 +22,7 @@ import (
 	"github.com/phaseless/phaseless/agent/local"
 	"github.com/phaseless/phaseless/agent/route"
 	"github.com/phaseless/phaseless/agent/telemetry"
+	"github.com/phaseless/phaseless/firmware"
 	"github.com/phaseless/phaseless/models/predictor"
 	"github.com/phaseless/phaseless/transport/cli"
 	"github.com/phaseless/phaseless/transport/fleetwire"
@@ -301,6 +302,19 @@ func New(cfg Config, log *slog.Logger) (a *Agent, err error) {
 		return nil, &cli.FieldError{Field: "Predictor", Err: err}
 	}
 	a.pred = pred
+	// Router and edge models the fleet installed replace what the flags
+	// name (a rollout's purpose), from the last run's kept install.
+	if a.ota.hot, err = a.openHot(); err != nil {
+		return nil, err
+	}
+	for kind, h := range a.ota.hot {
+		if v := h.boot(context.Background()); v != "" {
+			log.Info("fleet-installed artifact in force", "kind", kind, "version", v)
+			if kind == firmware.KindPredictor {
+				predName = "fleet " + v
+			}
+		}
+	}
 	router, err := route.NewRouter(a.routeConfig(cfg), pred)
 	if err != nil {
 		return nil, err
