@@ -159,7 +159,7 @@ func TestHotSwapArtifacts(t *testing.T) {
 		url  string
 		want error
 	}{
-		"mis-signed": {shop.add(t, otherKey, firmware.KindPredictor, "2.0", "rpi4", "router.onnx", predictor.Shipped()), firmware.ErrBadSignature},
+		"mis-signed":  {shop.add(t, otherKey, firmware.KindPredictor, "2.0", "rpi4", "router.onnx", predictor.Shipped()), firmware.ErrBadSignature},
 		"other board": {shop.add(t, shop.priv, firmware.KindPredictor, "2.0", "jetson", "router.onnx", predictor.Shipped()), firmware.ErrWrongBoard},
 		"older":       {shop.add(t, shop.priv, firmware.KindPredictor, "1.0", "rpi4", "router.onnx", predictor.Shipped()), firmware.ErrNotNewer},
 	} {

@@ -108,4 +108,3 @@ func TestRouterRolloutReachesFleet(t *testing.T) {
 		}
 	}
 }
-
