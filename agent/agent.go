@@ -244,6 +244,8 @@ type Agent struct {
 
 	restartc chan struct{} // closed when an installed update wants a restart
 
+	mFeedback *metrics.LabeledCounter // POST /v1/feedback verdicts stored, by rating
+
 	closeOnce sync.Once
 	closeErr  error
 }
@@ -368,6 +370,7 @@ func New(cfg Config, log *slog.Logger) (a *Agent, err error) {
 	mux := http.NewServeMux()
 	metrics.Health(mux, a.metrics, a.ready)
 	mux.Handle("/v1/", api)
+	mux.HandleFunc("POST /v1/feedback", a.feedback)
 	a.handler = localGuard(cfg).Wrap(mux)
 	a.srv = &http.Server{Handler: a.handler, ReadHeaderTimeout: 10 * time.Second, MaxHeaderBytes: httpapi.ServerMaxHeaderBytes}
 
@@ -493,6 +496,7 @@ func listenUnix(path string) (net.Listener, error) {
 }
 
 func (a *Agent) registerGauges() {
+	a.mFeedback = a.metrics.LabeledCounter("phaseless_agent_feedback_total", "app verdicts on answers (POST /v1/feedback) kept with the telemetry, by rating", "rating")
 	a.metrics.GaugeFunc("phaseless_agent_local_waiting", "requests waiting for the local engine", func() float64 { return float64(a.runner.Load().Waiting) })
 	a.metrics.GaugeFunc("phaseless_agent_local_running", "requests running on the local engine", func() float64 { return float64(a.runner.Load().Running) })
 	a.metrics.CounterFunc("phaseless_agent_local_refused_total", "requests refused because the local queue was full", func() float64 { return float64(a.runner.Load().Refused) })
