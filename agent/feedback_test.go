@@ -30,7 +30,9 @@ func TestFeedbackIsKeptWithTelemetry(t *testing.T) {
 		`not json`,
 	} {
 		r := post(t, url+"/v1/feedback", bad)
-		var e struct{ Error struct{ Message, Type string } }
+		var e struct {
+			Error struct{ Message, Type string }
+		}
 		if err := json.NewDecoder(r.Body).Decode(&e); r.StatusCode != 400 || err != nil || e.Error.Type != "invalid_request_error" {
 			t.Errorf("%s: %d %+v %v", bad, r.StatusCode, e, err)
 		}
