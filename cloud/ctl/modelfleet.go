@@ -5,8 +5,8 @@ import (
 	"errors"
 	"flag"
 	"fmt"
-	"os"
 	"maps"
+	"os"
 	"path/filepath"
 	"text/tabwriter"
 
