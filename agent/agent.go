@@ -11,6 +11,7 @@ import (
 	"fmt"
 	"io/fs"
 	"log/slog"
+	"math"
 	"net"
 	"net/http"
 	"os"
@@ -60,6 +61,7 @@ type Config struct {
 	RouteThreshold   float64       // cloud probability at which the router prefers the cloud; 0 = the model's
 	RouteHysteresis  float64       // relative band of the link and load signals, never the content score (flag: 0.1)
 	RouteMode        string        // auto (the router decides), local or cloud for requests that pin no route (auto)
+	ShadowShare      float64       // share of local answers sampled for shadow evaluation, 0..MaxShadowShare (0: off)
 	MaxOutputTokens  int           // largest max_tokens accepted
 	CloudRetryMax    time.Duration // longest wait between reconnect attempts to the cloud (30 s)
 	CloudFirstToken  time.Duration // cloud requests without a token by then run locally (15 s)
@@ -126,6 +128,7 @@ func (c *Config) Fields() cli.Fields {
 		{Flag: "local-queue", Go: "LocalQueue", Value: &c.LocalQueue, Usage: "requests that may wait for the local engine; more get 503 overloaded"},
 		{Flag: "route-threshold", Go: "RouteThreshold", Value: &c.RouteThreshold, Usage: "cloud probability at or above which requests go to the cloud; 0 = the predictor model's own threshold (0.5 without one)"},
 		{Flag: "route-mode", Go: "RouteMode", Value: &c.RouteMode, Usage: "route of requests without an x-phaseless-route header: auto (the router decides), local (all on the device) or cloud (all to the cloud, local fallback)"},
+		{Flag: "shadow-share", Go: "ShadowShare", Value: &c.ShadowShare, Usage: "share of locally answered requests whose text and answer go to the cloud for shadow evaluation (0 = off, at most 0.25)"},
 		{Flag: "route-hysteresis", Go: "RouteHysteresis", Value: &c.RouteHysteresis, Usage: "relative hysteresis of the link (RTT, loss) and load signals, so a flapping uplink does not bounce traffic; never applied to the content score"},
 		{Flag: "max-output-tokens", Go: "MaxOutputTokens", Value: &c.MaxOutputTokens, Usage: "largest max_tokens a request may ask for"},
 		{Flag: "cloud-first-token-timeout", Go: "CloudFirstToken", Value: &c.CloudFirstToken, Usage: "cloud requests that have produced no token by then are cancelled and run locally"},
@@ -190,6 +193,9 @@ func (c *Config) Validate() error {
 		}
 		return &cli.FieldError{Field: field, Err: err}
 	}
+	if c.ShadowShare < 0 || c.ShadowShare > MaxShadowShare || math.IsNaN(c.ShadowShare) {
+		return &cli.FieldError{Field: "ShadowShare", Err: fmt.Errorf("%g must be in [0,%g]: shadow evaluation sends request text off the device", c.ShadowShare, MaxShadowShare)}
+	}
 	if err := (route.Config{Mode: c.RouteMode}).Validate(); err != nil {
 		return &cli.FieldError{Field: "RouteMode", Err: fmt.Errorf("%q must be auto, local or cloud", c.RouteMode)}
 	}
@@ -245,6 +251,7 @@ type Agent struct {
 	restartc chan struct{} // closed when an installed update wants a restart
 
 	mFeedback *metrics.LabeledCounter // POST /v1/feedback verdicts stored, by rating
+	shadow    *shadowTap              // the local engine as the dispatcher sees it: samples answers for shadow evaluation
 
 	closeOnce sync.Once
 	closeErr  error
@@ -299,6 +306,7 @@ func New(cfg Config, log *slog.Logger) (a *Agent, err error) {
 	if a.runner, err = local.NewRunner(a.engine.gen, local.Config{Concurrency: cfg.LocalConcurrency, QueueDepth: cfg.LocalQueue, KVFaultsPerMs: kv}); err != nil {
 		return nil, err
 	}
+	a.shadow = newShadowTap(a.runner, a.store, a.metrics, log, cfg.ShadowShare)
 	pred, predName, err := loadPredictor(cfg.Predictor)
 	if err != nil {
 		return nil, &cli.FieldError{Field: "Predictor", Err: err}
@@ -322,7 +330,7 @@ func New(cfg Config, log *slog.Logger) (a *Agent, err error) {
 		return nil, err
 	}
 	dcfg := route.DispatcherConfig{
-		Router: router, Local: a.runner, Record: a.sink.record, Metrics: a.metrics, Logger: log,
+		Router: router, Local: a.shadow, Record: a.sink.record, Metrics: a.metrics, Logger: log,
 		CloudFirstToken: cfg.CloudFirstToken,
 		Load: func() route.Load {
 			l := a.runner.Load()
@@ -626,6 +634,9 @@ func (a *Agent) Close() error {
 		}
 		if a.engine != nil {
 			errs = append(errs, a.engine.close())
+		}
+		if a.shadow != nil {
+			a.shadow.close()
 		}
 		if a.sink != nil {
 			a.sink.close()

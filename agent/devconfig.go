@@ -34,6 +34,7 @@ var deviceSettings = []deviceSetting{
 	{"route-threshold", true},
 	{"route-hysteresis", true},
 	{"route-mode", true},
+	{"shadow-share", true},
 	{"log-level", true},
 	{"cloud", false},
 	{"cloud-first-token-timeout", false},
@@ -172,6 +173,10 @@ func (a *Agent) applyDesired(_ context.Context, dc fleetwire.DesiredConfig) ([]s
 		}
 		a.disp.SetRouter(r)
 		a.running.RouteThreshold, a.running.RouteHysteresis, a.running.RouteMode = next.RouteThreshold, next.RouteHysteresis, next.RouteMode
+	}
+	if next.ShadowShare != a.running.ShadowShare {
+		a.shadow.setShare(next.ShadowShare)
+		a.running.ShadowShare = next.ShadowShare
 	}
 	if level == "" {
 		level = a.startLevel

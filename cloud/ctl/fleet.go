@@ -187,6 +187,7 @@ func fleetStatus(ctx context.Context, cio cli.IO, args []string) error {
 			fmt.Fprintf(w, "  %s=%s (from %s)\n", k, d.Desired.Values[k], orDash(d.ConfigSources[k]))
 		}
 	}
+	fmt.Fprintf(w, "shadow:     %s\n", shadowLine(d))
 	t := d.Telemetry
 	fmt.Fprintf(w, "telemetry:  %d stored, %d ingested, %d duplicates, %d batches, last seq %d, %d dropped on device\n", t.Stored, t.Ingested, t.Duplicates, t.Batches, t.LastSeq, t.DroppedOnDevice)
 	fmt.Fprintf(w, "commands:   %d pending\n", d.PendingCommands)

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"sort"
+	"strconv"
 	"strings"
 	"text/tabwriter"
 
@@ -162,4 +163,21 @@ func joinKV(m map[string]string) string {
 		b.WriteString(k + "=" + m[k])
 	}
 	return b.String()
+}
+
+// shadowLine says whether the device samples local answers for shadow
+// evaluation (its merged shadow-share key, and which layer set it) and how
+// the cloud graded them.
+func shadowLine(d *fleetapi.Device) string {
+	share := ""
+	if d.Desired != nil {
+		share = d.Desired.Values["shadow-share"]
+	}
+	t := d.Telemetry
+	graded := fmt.Sprintf("%d graded: %d passed, %d failed, %d the cloud could not answer", t.ShadowPassed+t.ShadowFailed, t.ShadowPassed, t.ShadowFailed, t.ShadowErrors)
+	if v, err := strconv.ParseFloat(share, 64); err != nil || v <= 0 {
+		return "off (no shadow-share in its config); " + graded
+	} else {
+		return fmt.Sprintf("%.3g%% of local answers (shadow-share from %s, at most 25%%); %s", 100*v, orDash(d.ConfigSources["shadow-share"]), graded)
+	}
 }

@@ -48,7 +48,10 @@ type Manager struct {
 	mIngestErrors, mSeqReset, mMerged          *metrics.Counter
 	mUnknownResults, mPublishErrors            *metrics.Counter
 	mDecodeErrors                              *metrics.LabeledCounter
-	mIngestSeconds                             *metrics.Histogram
+	mShadow                                    *metrics.LabeledCounter
+
+	shadowCh       chan shadowJob // samples waiting for a grader; nil without Config.Shadow
+	mIngestSeconds *metrics.Histogram
 }
 
 // Open opens (or creates) DataDir/fleet.db, subscribes to the device topics
@@ -80,6 +83,7 @@ func Open(cfg Config) (*Manager, error) {
 		mUnknownResults: reg.Counter("phaseless_fleet_command_results_unknown_total", "command results for commands this cloud does not know"),
 		mPublishErrors:  reg.Counter("phaseless_fleet_publish_errors_total", "publishes to devices that failed (retried by reconcile)"),
 		mDecodeErrors:   reg.LabeledCounter("phaseless_fleet_decode_errors_total", "device messages that did not decode or were refused, by topic suffix", "suffix"),
+		mShadow:         reg.LabeledCounter("phaseless_fleet_shadow_samples_total", "devices' shadow samples by outcome: passed, failed, cloud_error, duplicate, dropped (queue full), no_grader, malformed", "outcome"),
 		mIngestSeconds:  reg.Histogram("phaseless_fleet_telemetry_ingest_seconds", "time to store one telemetry batch (bbolt commit included)", metrics.DefLatencyBuckets),
 	}
 	reg.GaugeFunc("phaseless_fleet_telemetry_records_stored", "telemetry records held in the fleet store", func() float64 { return float64(m.stored.Load()) })
@@ -110,6 +114,7 @@ func Open(cfg Config) (*Manager, error) {
 	if cfg.Broker != nil {
 		m.reconcileAll()
 	}
+	m.startShadow()
 	m.wg.Add(2)
 	go m.pruneLoop()
 	go m.rolloutLoop(cfg.RolloutInterval)
@@ -245,6 +250,7 @@ func (m *Manager) handleTelemetry(id string, payload []byte) {
 	if res.newDevice {
 		m.refreshCounts()
 	}
+	m.queueShadow(id, b)
 	ack, _ := json.Marshal(fleetwire.TelemetryAck{BatchID: b.BatchID, UpTo: res.upTo})
 	m.bus.publishLater(m.topics.Device(id, fleetwire.SuffixTelemetryAck), ack, false)
 }

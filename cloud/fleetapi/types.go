@@ -56,6 +56,12 @@ type DeviceTelemetry struct {
 	DroppedOnDevice uint64    `json:"dropped_on_device"` // the device's own count of records it discarded
 	PendingOnDevice uint64    `json:"pending_on_device"` // records the device still held unacknowledged at its newest batch (its backlog)
 	LastBatch       time.Time `json:"last_batch,omitzero"`
+	// Shadow evaluation of the device's sampled local answers (its
+	// shadow-share config key): graded by the cloud, passed or failed, or
+	// not graded because the cloud could not answer.
+	ShadowPassed uint64 `json:"shadow_passed,omitempty"`
+	ShadowFailed uint64 `json:"shadow_failed,omitempty"`
+	ShadowErrors uint64 `json:"shadow_errors,omitempty"`
 }
 
 // Command states.
