@@ -161,6 +161,9 @@ func (a *Agent) openHot() (map[string]*hotArtifact, error) {
 		if err != nil {
 			return fmt.Errorf("%s artifacts: %w", kind, err)
 		}
+		if st.Discarded != nil {
+			a.log.Warn("installed artifacts' state is damaged; running the agent's own until the fleet updates it", "kind", kind, "err", st.Discarded)
+		}
 		hot[kind] = &hotArtifact{kind: kind, ext: ext, store: st, load: load, log: a.log, changed: a.publishStatus}
 		return nil
 	}

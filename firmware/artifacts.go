@@ -7,6 +7,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"strings"
 )
 
 // Artifacts keeps the installed versions of one hot-swapped artifact kind
@@ -26,6 +27,9 @@ import (
 type Artifacts struct {
 	dir   string
 	state ArtifactState
+	// Discarded says why OpenArtifacts set aside a state.json that did not
+	// parse (kept as state.json.corrupt); nil normally.
+	Discarded error
 }
 
 // ArtifactState is state.json.
@@ -42,8 +46,24 @@ type ArtifactState struct {
 	Failed string `json:"failed,omitempty"`
 }
 
+// parse reads state.json: every version it names must be one (they are
+// directory names under the store).
+func (st *ArtifactState) parse(raw []byte) error {
+	var v ArtifactState
+	if err := json.Unmarshal(raw, &v); err != nil {
+		return fmt.Errorf("%w: state.json: %v", ErrCorrupt, err)
+	}
+	for _, s := range []string{v.Current, v.Previous, v.Failed} {
+		if _, err := ParseVersion(s); s != "" && (err != nil || strings.HasPrefix(s, "v")) {
+			return fmt.Errorf("%w: state.json names %q, not a version", ErrCorrupt, s)
+		}
+	}
+	*st = v
+	return nil
+}
+
 // OpenArtifacts opens (or creates) dir and removes installs a crash left
-// half-done.
+// half-done. A state.json that does not parse is set aside (Discarded).
 func OpenArtifacts(dir string) (*Artifacts, error) {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return nil, err
@@ -55,8 +75,13 @@ func OpenArtifacts(dir string) (*Artifacts, error) {
 	case err != nil:
 		return nil, err
 	default:
-		if err := json.Unmarshal(raw, &a.state); err != nil {
-			return nil, fmt.Errorf("%w: %s/state.json: %v", ErrCorrupt, dir, err)
+		if err := a.state.parse(raw); err != nil {
+			// A damaged state must not keep the agent from starting: it
+			// runs its own artifacts, and the fleet sends the update again.
+			a.state, a.Discarded = ArtifactState{}, err
+			if err := os.Rename(filepath.Join(dir, "state.json"), filepath.Join(dir, "state.json.corrupt")); err != nil {
+				return nil, err
+			}
 		}
 	}
 	ents, err := os.ReadDir(dir)

@@ -62,3 +62,29 @@ func TestLoadFleetTelemetryJoinsQuality(t *testing.T) {
 		t.Fatalf("train %d + held out %d of 200 (held-out share %g)", len(tr), len(ho), HeldOutShare)
 	}
 }
+
+// FuzzLoadFleetTelemetry: an export file is outside bytes; whatever it
+// holds, the loader returns an error or examples of the feature width
+// with labels 0 or 1, never a panic.
+func FuzzLoadFleetTelemetry(f *testing.F) {
+	f.Add([]byte(`{"kind":"feedback","data":{"trace_id":"a","rating":"bad"}}`), false)
+	f.Add([]byte(`{"kind":"shadow-grade","data":{"trace_id":"a","ok":true}}`+"\n"+`{"trace_id":"a","path":"local","outcome":"ok"}`), true)
+	f.Add([]byte(`{"kind":"request","data":{"trace_id":"x","features":[1,2],"feature_version":3}}`), false)
+	f.Add([]byte(`{"kind":"feedback","data":{"rating":"meh"}}`), true)
+	f.Add([]byte("\n\n{"), false)
+	f.Fuzz(func(t *testing.T, in []byte, heldOut bool) {
+		part := FleetTrain
+		if heldOut {
+			part = FleetHeldOut
+		}
+		ex, _, err := LoadFleetTelemetry(strings.NewReader(string(in)), part)
+		if err != nil {
+			return
+		}
+		for _, e := range ex {
+			if len(e.Features) != textfeat.Dim || (e.Label != 0 && e.Label != 1) {
+				t.Fatalf("example %+v", e)
+			}
+		}
+	})
+}
