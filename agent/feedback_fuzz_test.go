@@ -31,7 +31,9 @@ func FuzzFeedbackBody(f *testing.F) {
 		switch rec.Code {
 		case http.StatusAccepted:
 		case http.StatusBadRequest:
-			var e struct{ Error struct{ Message, Type string } }
+			var e struct {
+				Error struct{ Message, Type string }
+			}
 			if err := json.Unmarshal(rec.Body.Bytes(), &e); err != nil || e.Error.Message == "" {
 				t.Fatalf("400 not in the error shape: %s", rec.Body)
 			}
