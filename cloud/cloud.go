@@ -521,6 +521,16 @@ func (c *Cloud) startFleet() error {
 	default:
 		return nil
 	}
+	if c.cfg.Redis.IsSet() {
+		// Replicas sharing Redis share the fleet through one writer
+		// (cloud/fleet/lease.go): a second fleet manager refuses to start.
+		host, _ := os.Hostname()
+		lease, err := fleet.NewRedisLease(c.cfg.Redis.String(), "", host+" "+c.publicURL(), 0)
+		if err != nil {
+			return &cli.FieldError{Field: "Redis", Err: err}
+		}
+		fc.Lease = lease
+	}
 	m, err := fleet.Open(fc)
 	if err != nil {
 		return err

@@ -54,6 +54,11 @@ type Config struct {
 	// device messages (default 2 s).
 	RolloutInterval time.Duration
 
+	// Lease, when set, makes this Manager the fleet's single writer
+	// (lease.go): Open fails while another holds it, and rollouts, commands
+	// and config changes stop if it is lost.
+	Lease Lease
+
 	// Shadow, when set, grades devices' shadow samples (shadow.go): the
 	// cloud's own generator (the coordinator) answers each sampled request.
 	Shadow llm.Generator

@@ -167,6 +167,9 @@ func (m *Manager) SetConfigLayer(ctx context.Context, scope string, u ConfigUpda
 	if err := checkKeys(u); err != nil {
 		return nil, err
 	}
+	if err := m.fence(ctx); err != nil {
+		return nil, fmt.Errorf("%w: %v", ErrNotWriter, err)
+	}
 	l, changed, err := m.st.setLayer(scope, u, m.now())
 	if err != nil {
 		return nil, err

@@ -83,6 +83,8 @@ func statusOf(err error) int {
 		return http.StatusBadRequest
 	case errors.Is(err, ErrUnknownDevice), errors.Is(err, ErrUnknownRollout), errors.Is(err, ErrUnknownArtifact):
 		return http.StatusNotFound
+	case errors.Is(err, ErrNotWriter):
+		return http.StatusServiceUnavailable
 	}
 	return http.StatusInternalServerError
 }

@@ -62,6 +62,22 @@ func Open(cfg Config) (*Manager, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
+	if cfg.Lease != nil {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		err := cfg.Lease.Acquire(ctx)
+		cancel()
+		if err != nil {
+			return nil, err
+		}
+	}
+	m, err := open(cfg)
+	if err != nil && cfg.Lease != nil {
+		_ = cfg.Lease.Release(context.Background())
+	}
+	return m, err
+}
+
+func open(cfg Config) (*Manager, error) {
 	if err := os.MkdirAll(cfg.DataDir, 0o700); err != nil {
 		return nil, fmt.Errorf("fleet data dir: %w", err)
 	}
@@ -121,8 +137,20 @@ func Open(cfg Config) (*Manager, error) {
 	return m, nil
 }
 
-// Ready is nil when the Manager can reach devices (for /readyz).
-func (m *Manager) Ready() error { return m.bus.ready() }
+// Ready is nil when the Manager can reach devices and holds its lease
+// (for /readyz).
+func (m *Manager) Ready() error {
+	return errors.Join(m.bus.ready(), m.fence(context.Background()))
+}
+
+// fence is nil while this Manager may steer devices: it has no lease, or
+// its lease is still its own.
+func (m *Manager) fence(ctx context.Context) error {
+	if m.cfg.Lease == nil {
+		return nil
+	}
+	return m.cfg.Lease.Held(ctx)
+}
 
 // Close stops the subscriptions, waits for messages being handled and
 // closes the store. Safe to call more than once.
@@ -133,6 +161,9 @@ func (m *Manager) Close() error {
 		err := m.bus.close()
 		m.gate.Close()
 		m.closeErr = errors.Join(err, m.st.db.Close())
+		if m.cfg.Lease != nil {
+			m.closeErr = errors.Join(m.closeErr, m.cfg.Lease.Release(context.Background()))
+		}
 	})
 	return m.closeErr
 }
@@ -377,6 +408,9 @@ func (m *Manager) publishDesired(dev *Device) {
 var (
 	ErrUnknownDevice = errors.New("unknown device")
 	ErrBadRequest    = errors.New("bad request")
+	// ErrNotWriter: this Manager's fleet lease is lost; another steers the
+	// fleet now (lease.go).
+	ErrNotWriter = errors.New("not the fleet's writer")
 )
 
 // Devices lists the registry.
@@ -403,6 +437,9 @@ func (m *Manager) SetConfig(ctx context.Context, id string, u ConfigUpdate) (*fl
 	}
 	if err := checkKeys(u); err != nil {
 		return nil, err
+	}
+	if err := m.fence(ctx); err != nil {
+		return nil, fmt.Errorf("%w: %v", ErrNotWriter, err)
 	}
 	dev, _, err := m.st.updateDeviceConfig(id, m.now(), true, func(d *Device) error {
 		adoptLegacyOverrides(d)
@@ -439,6 +476,9 @@ func (m *Manager) SendCommand(ctx context.Context, id, name string, args map[str
 	}
 	if name == "" {
 		return nil, fmt.Errorf("%w: command name is required", ErrBadRequest)
+	}
+	if err := m.fence(ctx); err != nil {
+		return nil, fmt.Errorf("%w: %v", ErrNotWriter, err)
 	}
 	now := m.now()
 	var rnd [8]byte

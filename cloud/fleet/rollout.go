@@ -144,6 +144,10 @@ func (m *Manager) SetRolloutState(ctx context.Context, id, state, reason string)
 func (m *Manager) StepRollouts(ctx context.Context) {
 	m.rolloutMu.Lock()
 	defer m.rolloutMu.Unlock()
+	if err := m.fence(ctx); err != nil {
+		m.log.Error("rollouts not stepped: this fleet manager is not the fleet's writer", "err", err)
+		return
+	}
 	rs, err := m.st.rollouts()
 	if err != nil {
 		m.log.Error("rollouts: list", "err", err)
@@ -187,9 +191,12 @@ func (m *Manager) sendUpdates(ctx context.Context, r *Rollout, devices []string)
 			mu.Lock()
 			defer mu.Unlock()
 			rd := r.Devices[dev]
-			if cs != nil {
+			switch {
+			case cs != nil:
 				rd.Command = cs.ID // a failed publish is retried by reconcile
-			} else {
+			case errors.Is(err, ErrNotWriter):
+				delete(r.Devices, dev) // not sent: the fleet's writer sends it
+			default:
 				rd.State, rd.Error = DeviceFailed, "send update: "+err.Error()
 			}
 		})
