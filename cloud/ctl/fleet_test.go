@@ -142,6 +142,9 @@ func TestFleetCommands(t *testing.T) {
 	must("log-level  debug  region=eu", "fleet", "config", "show", "car-9")
 	must("region=eu: layer version 2", "fleet", "config", "unset", "--group", "region=eu", "log-level")
 	must("log-level=warn (from fleet)", "fleet", "status", "car-9")
+	must("shadow:     off", "fleet", "status", "car-9")
+	must("fleet: layer version 2", "fleet", "config", "set", "--fleet", "shadow-share=0.05")
+	must("shadow:     5% of local answers (shadow-share from fleet, at most 25%); 0 graded", "fleet", "status", "car-9")
 	if _, err := run("fleet", "config", "set", "--group", "version=1", "a=b"); err == nil {
 		t.Error("a version group was accepted")
 	}

@@ -175,9 +175,9 @@ func shadowLine(d *fleetapi.Device) string {
 	}
 	t := d.Telemetry
 	graded := fmt.Sprintf("%d graded: %d passed, %d failed, %d the cloud could not answer", t.ShadowPassed+t.ShadowFailed, t.ShadowPassed, t.ShadowFailed, t.ShadowErrors)
-	if v, err := strconv.ParseFloat(share, 64); err != nil || v <= 0 {
+	v, err := strconv.ParseFloat(share, 64)
+	if err != nil || v <= 0 {
 		return "off (no shadow-share in its config); " + graded
-	} else {
-		return fmt.Sprintf("%.3g%% of local answers (shadow-share from %s, at most 25%%); %s", 100*v, orDash(d.ConfigSources["shadow-share"]), graded)
 	}
+	return fmt.Sprintf("%.3g%% of local answers (shadow-share from %s, at most 25%%); %s", 100*v, orDash(d.ConfigSources["shadow-share"]), graded)
 }
