@@ -8,8 +8,6 @@ import (
 	"encoding/pem"
 	"errors"
 	"fmt"
-	"net/http"
-	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"strings"
@@ -19,7 +17,6 @@ import (
 	"github.com/phaseless/phaseless/agent/route"
 	"github.com/phaseless/phaseless/cloud/ctl"
 	"github.com/phaseless/phaseless/cloud/fleet"
-	"github.com/phaseless/phaseless/cloud/fleet/broker"
 	"github.com/phaseless/phaseless/firmware"
 	"github.com/phaseless/phaseless/models/predictor"
 	"github.com/phaseless/phaseless/models/predictor/train"
@@ -56,21 +53,7 @@ func TestLearningLoop(t *testing.T) {
 	os.WriteFile(keyPath, pem.EncodeToMemory(&pem.Block{Type: firmware.PrivateKeyPEMType, Bytes: priv.Seed()}), 0o600)
 	os.WriteFile(pubPath, pem.EncodeToMemory(&pem.Block{Type: firmware.PublicKeyPEMType, Bytes: pub}), 0o644)
 
-	b, err := broker.Start(broker.Config{TCPAddr: "127.0.0.1:0", DevAuth: true})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer b.Close()
-	mux := http.NewServeMux()
-	srv := httptest.NewServer(mux)
-	defer srv.Close()
-	m, err := fleet.Open(fleet.Config{DataDir: filepath.Join(dir, "fleet"), Broker: b, PublicURL: srv.URL, OTAPub: pub, RolloutInterval: 100 * time.Millisecond})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer m.Close()
-	mux.Handle(fleet.APIPrefix, m.Handler())
-	mux.Handle("GET "+fleet.ArtifactPrefix, m.ArtifactHandler())
+	m, b, srv := startFleetCloud(t, pub)
 
 	data, err := train.LoadRouting(filepath.Join("..", ctl.DefaultRoutingData))
 	if err != nil {

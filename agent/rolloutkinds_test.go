@@ -3,6 +3,7 @@ package agent
 import (
 	"bytes"
 	"context"
+	"crypto/ed25519"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -23,20 +24,7 @@ import (
 // rest are not sent it.
 func TestRouterRolloutReachesFleet(t *testing.T) {
 	shop := newBundleShop(t)
-	b, err := broker.Start(broker.Config{TCPAddr: "127.0.0.1:0", DevAuth: true})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer b.Close()
-	mux := http.NewServeMux()
-	srv := httptest.NewServer(mux)
-	defer srv.Close()
-	m, err := fleet.Open(fleet.Config{DataDir: t.TempDir(), Broker: b, PublicURL: srv.URL, OTAPub: shop.pub, RolloutInterval: 100 * time.Millisecond})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer m.Close()
-	mux.Handle(fleet.ArtifactPrefix, m.ArtifactHandler())
+	m, b, _ := startFleetCloud(t, shop.pub)
 
 	ids := []string{"car-r1", "car-r2", "car-r3"}
 	agents := map[string]*Agent{}
@@ -107,4 +95,27 @@ func TestRouterRolloutReachesFleet(t *testing.T) {
 			t.Fatalf("%s serves router %q after the halted rollout, want 1.1", id, v)
 		}
 	}
+}
+
+// startFleetCloud runs what a cloud runs for the fleet: an embedded broker,
+// a fleet manager trusting pub, and its admin API and artifact downloads
+// on an HTTP server, all until the test ends.
+func startFleetCloud(t *testing.T, pub ed25519.PublicKey) (*fleet.Manager, *broker.Broker, *httptest.Server) {
+	t.Helper()
+	b, err := broker.Start(broker.Config{TCPAddr: "127.0.0.1:0", DevAuth: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { b.Close() })
+	mux := http.NewServeMux()
+	srv := httptest.NewServer(mux)
+	t.Cleanup(srv.Close)
+	m, err := fleet.Open(fleet.Config{DataDir: t.TempDir(), Broker: b, PublicURL: srv.URL, OTAPub: pub, RolloutInterval: 100 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { m.Close() })
+	mux.Handle(fleet.APIPrefix, m.Handler())
+	mux.Handle("GET "+fleet.ArtifactPrefix, m.ArtifactHandler())
+	return m, b, srv
 }

@@ -42,53 +42,65 @@ func configTarget(fleetFlag bool, group string, pos []string, usage string) (sco
 	return scope, device, pos, nil
 }
 
-func fleetConfigSet(ctx context.Context, cio cli.IO, args []string) error {
-	const usage = "fleet config set ID|--fleet|--group LABEL=VALUE key=value [key=value ...] [--replace]"
-	fs, cloud, key := fleetFlags("fleet config set")
-	replace := fs.Bool("replace", false, "replace the layer's whole config instead of merging the given keys")
-	fleetFlag := fs.Bool("fleet", false, "set the fleet-wide defaults")
-	group := fs.String("group", "", "set a label group's values (board=B, region=R, cohort=C or any label)")
+// configEdit is one set or unset: the parsed target and the rest of the
+// arguments (key=value pairs or keys).
+type configEdit struct {
+	cloud, key, scope, device string
+	rest                      []string
+	replace                   bool
+}
+
+// parseConfigEdit reads the flags and target shared by set and unset.
+func parseConfigEdit(cio cli.IO, args []string, verb, usage string) (*configEdit, bool, error) {
+	fs, cloud, key := fleetFlags("fleet config " + verb)
+	var replace *bool
+	if verb == "set" {
+		replace = fs.Bool("replace", false, "replace the layer's whole config instead of merging the given keys")
+	}
+	fleetFlag := fs.Bool("fleet", false, verb+" keys of the fleet-wide defaults")
+	group := fs.String("group", "", verb+" keys of a label group (LABEL=VALUE: board=B, region=R, cohort=C or any label)")
 	pos, done, err := parseFleet(fs, cio, args, usage, 1, true)
+	if done || err != nil {
+		return nil, done, err
+	}
+	e := &configEdit{cloud: *cloud, key: *key, replace: replace != nil && *replace}
+	if e.scope, e.device, e.rest, err = configTarget(*fleetFlag, *group, pos, usage); err != nil {
+		return nil, false, err
+	}
+	return e, false, nil
+}
+
+func fleetConfigSet(ctx context.Context, cio cli.IO, args []string) error {
+	e, done, err := parseConfigEdit(cio, args, "set", "fleet config set ID|--fleet|--group LABEL=VALUE key=value [key=value ...] [--replace]")
 	if done || err != nil {
 		return err
 	}
-	scope, device, rest, err := configTarget(*fleetFlag, *group, pos, usage)
+	kv, err := parseKV(e.rest)
 	if err != nil {
 		return err
 	}
-	kv, err := parseKV(rest)
-	if err != nil {
-		return err
-	}
-	u := fleetapi.ConfigUpdate{Merge: !*replace, Values: map[string]*string{}}
+	u := fleetapi.ConfigUpdate{Merge: !e.replace, Values: map[string]*string{}}
 	for k, v := range kv {
 		u.Values[k] = &v
 	}
-	return putConfig(ctx, cio, *cloud, *key, scope, device, u)
+	return putConfig(ctx, cio, e, u)
 }
 
 func fleetConfigUnset(ctx context.Context, cio cli.IO, args []string) error {
-	const usage = "fleet config unset ID|--fleet|--group LABEL=VALUE key [key ...]"
-	fs, cloud, key := fleetFlags("fleet config unset")
-	fleetFlag := fs.Bool("fleet", false, "remove keys from the fleet-wide defaults")
-	group := fs.String("group", "", "remove keys from a label group (LABEL=VALUE)")
-	pos, done, err := parseFleet(fs, cio, args, usage, 1, true)
+	e, done, err := parseConfigEdit(cio, args, "unset", "fleet config unset ID|--fleet|--group LABEL=VALUE key [key ...]")
 	if done || err != nil {
 		return err
 	}
-	scope, device, rest, err := configTarget(*fleetFlag, *group, pos, usage)
-	if err != nil {
-		return err
-	}
 	u := fleetapi.ConfigUpdate{Merge: true, Values: map[string]*string{}}
-	for _, k := range rest {
+	for _, k := range e.rest {
 		u.Values[k] = nil
 	}
-	return putConfig(ctx, cio, *cloud, *key, scope, device, u)
+	return putConfig(ctx, cio, e, u)
 }
 
-func putConfig(ctx context.Context, cio cli.IO, cloud, key, scope, device string, u fleetapi.ConfigUpdate) error {
-	c, err := newFleetClient(cloud, key)
+func putConfig(ctx context.Context, cio cli.IO, e *configEdit, u fleetapi.ConfigUpdate) error {
+	scope, device := e.scope, e.device
+	c, err := newFleetClient(e.cloud, e.key)
 	if err != nil {
 		return err
 	}

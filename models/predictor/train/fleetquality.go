@@ -1,13 +1,11 @@
 package train
 
 import (
-	"bufio"
 	"crypto/sha256"
 	"encoding/binary"
 	"encoding/json"
 	"fmt"
 	"io"
-	"strings"
 
 	"github.com/phaseless/phaseless/models/predictor"
 	"github.com/phaseless/phaseless/models/textfeat"
@@ -63,50 +61,47 @@ func InHeldOut(traceID string) bool {
 // labelled with the quality signals joined to them.
 func LoadFleetTelemetry(r io.Reader, part FleetPart) ([]Example, FleetStats, error) {
 	var st FleetStats
-	type req struct {
-		rec  fleetwire.RequestRecord
-		line int
-	}
-	var reqs []req
+	var reqs []fleetwire.RequestRecord
 	verdict := map[string]bool{} // trace id → good (apps)
 	shadow := map[string]bool{}  // trace id → passed (cloud)
-	sc := bufio.NewScanner(r)
-	sc.Buffer(make([]byte, 64<<10), 16<<20)
-	line := 0
-	for sc.Scan() {
-		line++
-		b := strings.TrimSpace(sc.Text())
-		if b == "" {
-			continue
+	// One JSON value after another (the export's lines): an exported
+	// record with kind and data, or a bare RequestRecord.
+	dec := json.NewDecoder(r)
+	for line := 1; ; line++ {
+		var v json.RawMessage
+		if err := dec.Decode(&v); err == io.EOF {
+			break
+		} else if err != nil {
+			return nil, st, fmt.Errorf("telemetry record %d: %w", line, err)
 		}
 		var env struct {
 			Kind string          `json:"kind"`
 			Data json.RawMessage `json:"data"`
 		}
-		raw := []byte(b)
+		raw := []byte(v)
 		if err := json.Unmarshal(raw, &env); err == nil && len(env.Data) > 0 {
 			raw = env.Data
 		} else {
-			env.Kind = fleetwire.KindRequest // a bare RequestRecord line
+			env.Kind = fleetwire.KindRequest
 		}
 		switch env.Kind {
 		case fleetwire.KindRequest, "":
 			var rec fleetwire.RequestRecord
 			if err := json.Unmarshal(raw, &rec); err != nil {
-				return nil, st, fmt.Errorf("telemetry line %d: %w", line, err)
+				return nil, st, fmt.Errorf("telemetry record %d: %w", line, err)
 			}
-			reqs = append(reqs, req{rec, line})
+			reqs = append(reqs, rec)
 		case fleetwire.KindFeedback:
 			var f fleetwire.FeedbackRecord
 			if err := json.Unmarshal(raw, &f); err != nil || f.Validate() != nil {
-				return nil, st, fmt.Errorf("telemetry line %d: bad feedback record", line)
+				return nil, st, fmt.Errorf("telemetry record %d: bad feedback record", line)
 			}
 			verdict[f.TraceID] = f.Rating == fleetwire.RatingGood
 			st.Feedback++
 		case fleetwire.KindShadowGrade:
 			var g fleetwire.ShadowGrade
 			if err := json.Unmarshal(raw, &g); err != nil || g.TraceID == "" {
-				return nil, st, fmt.Errorf("telemetry line %d: bad shadow grade", line)
+				return nil, st, fmt.Errorf("telemetry record %d: bad shadow grade", line)
 			}
 			if g.Error == "" {
 				shadow[g.TraceID] = g.OK
@@ -114,12 +109,8 @@ func LoadFleetTelemetry(r io.Reader, part FleetPart) ([]Example, FleetStats, err
 			}
 		}
 	}
-	if err := sc.Err(); err != nil {
-		return nil, st, err
-	}
 	var out []Example
-	for _, q := range reqs {
-		rec := q.rec
+	for _, rec := range reqs {
 		if part != FleetAll && InHeldOut(rec.TraceID) != (part == FleetHeldOut) {
 			st.OtherPart++
 			continue
