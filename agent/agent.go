@@ -473,6 +473,11 @@ func (a *Agent) reloadPredictor(_ context.Context, cmd fleetwire.Command) (strin
 			return "", err
 		}
 	default:
+		if a.ota.key != nil {
+			// This fleet signs its router models: an unsigned file on the
+			// device would go round the manifest check.
+			return "", errors.New(`this agent trusts a fleet OTA key: router models come as signed predictor bundles ("update url=…", phaselessctl ota sign --kind predictor); reload-predictor takes only path=entropy`)
+		}
 		if err := a.pred.Swap(path); err != nil {
 			return "", err
 		}

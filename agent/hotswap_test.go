@@ -170,6 +170,10 @@ func TestHotSwapArtifacts(t *testing.T) {
 	if a.pred.Current() != v11 {
 		t.Fatal("a refused bundle changed the router")
 	}
+	// With a fleet key, an unsigned file cannot go round the manifest check.
+	if _, err := a.reloadPredictor(context.Background(), fleetwire.Command{Name: "reload-predictor", Args: map[string]string{"path": "../models/predictor/predictor.onnx"}}); err == nil || a.pred.Current() != v11 {
+		t.Fatalf("reload-predictor of an unsigned file on an agent with a fleet key: %v", err)
+	}
 
 	// The edge model: a new GGUF answers from then on.
 	before := a.engine.swap.current()
