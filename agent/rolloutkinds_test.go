@@ -14,6 +14,7 @@ import (
 	"github.com/phaseless/phaseless/cloud/fleet/broker"
 	"github.com/phaseless/phaseless/firmware"
 	"github.com/phaseless/phaseless/models/predictor"
+	"github.com/phaseless/phaseless/transport/llm"
 )
 
 // TestRouterRolloutReachesFleet rolls a router-model bundle out in stages
@@ -21,7 +22,7 @@ import (
 // agent swaps it in without a restart and the rollout completes; then a
 // broken router halts its rollout at the first stage, the device that got
 // it reports it rolled back and keeps serving the previous one, and the
-// rest are not sent it.
+// rest are not sent it. Last, an edge-model bundle reaches all three.
 func TestRouterRolloutReachesFleet(t *testing.T) {
 	shop := newBundleShop(t)
 	m, b, _ := startFleetCloud(t, shop.pub)
@@ -37,10 +38,10 @@ func TestRouterRolloutReachesFleet(t *testing.T) {
 	for _, id := range ids {
 		waitUntil(t, id+" online", func() bool { d, err := m.Device(id); return err == nil && d.State() == "online" })
 	}
-	rollout := func(version string, onnx []byte) *fleet.Rollout {
+	rolloutKind := func(kind, version, file string, payload []byte) *fleet.Rollout {
 		t.Helper()
 		var bb bytes.Buffer
-		if err := firmware.WriteKind(&bb, shop.priv, firmware.KindPredictor, version, "rpi4", map[string][]byte{"router.onnx": onnx}, []string{"router.onnx"}); err != nil {
+		if err := firmware.WriteKind(&bb, shop.priv, kind, version, "rpi4", map[string][]byte{file: payload}, []string{file}); err != nil {
 			t.Fatal(err)
 		}
 		art, err := m.PutArtifact(&bb)
@@ -51,7 +52,7 @@ func TestRouterRolloutReachesFleet(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if r.Kind != firmware.KindPredictor {
+		if r.Kind != kind {
 			t.Fatalf("rollout kind %q", r.Kind)
 		}
 		var cur *fleet.Rollout
@@ -60,6 +61,9 @@ func TestRouterRolloutReachesFleet(t *testing.T) {
 			return cur.State == fleet.RolloutDone || cur.State == fleet.RolloutHalted
 		})
 		return cur
+	}
+	rollout := func(version string, onnx []byte) *fleet.Rollout {
+		return rolloutKind(firmware.KindPredictor, version, "router.onnx", onnx)
 	}
 	before := map[string]predictor.Predictor{}
 	for id, a := range agents {
@@ -93,6 +97,19 @@ func TestRouterRolloutReachesFleet(t *testing.T) {
 	for id, a := range agents {
 		if v := a.ota.hot[firmware.KindPredictor].version(); v != "1.1" {
 			t.Fatalf("%s serves router %q after the halted rollout, want 1.1", id, v)
+		}
+	}
+
+	// The edge language model takes the same path.
+	if r := rolloutKind(firmware.KindModel, "2.0", "edge.gguf", tinyGGUF(t, 3)); r.State != fleet.RolloutDone || r.Progress().Succeeded != 3 {
+		t.Fatalf("edge model rollout %s (%s): %+v", r.State, r.Reason, r.Progress())
+	}
+	for id, a := range agents {
+		if v := a.ota.hot[firmware.KindModel].version(); v != "2.0" || a.engine.swap.current().probe != nil {
+			t.Fatalf("%s runs edge model %q", id, v)
+		}
+		if _, err := a.engine.gen.Generate(context.Background(), &llm.Request{ID: "after", MaxTokens: 2, Messages: []llm.Message{{Role: "user", Content: "hello"}}}, func(llm.Token) error { return nil }); err != nil {
+			t.Fatalf("%s: the new edge model does not answer: %v", id, err)
 		}
 	}
 }
