@@ -73,6 +73,9 @@ func (m *Manager) CreateRollout(ctx context.Context, spec RolloutSpec) (*Rollout
 	if err := spec.Validate(); err != nil {
 		return nil, fmt.Errorf("%w: %v", ErrBadRequest, err)
 	}
+	if err := m.fence(ctx); err != nil {
+		return nil, fmt.Errorf("%w: %v", ErrNotWriter, err)
+	}
 	art, err := m.Artifact(spec.Artifact)
 	if err != nil {
 		return nil, err
@@ -113,6 +116,9 @@ func (m *Manager) Rollout(id string) (*Rollout, error) {
 // ("aborted") a rollout. Resuming a halted rollout is how an operator
 // overrides the failure bound: the halted stage is judged again from now.
 func (m *Manager) SetRolloutState(ctx context.Context, id, state, reason string) (*Rollout, error) {
+	if err := m.fence(ctx); err != nil {
+		return nil, fmt.Errorf("%w: %v", ErrNotWriter, err)
+	}
 	m.rolloutMu.Lock() // a step in progress would write back the old state
 	err := m.st.updateRollout(id, func(r *Rollout) error {
 		switch {
