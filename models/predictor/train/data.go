@@ -43,6 +43,8 @@ type Data struct {
 	// Fresh is the project's own evaluation set (FreshFile): requests
 	// written as people say them, never used for training.
 	Fresh []Example
+	// Dev is the hand-written development set (DevFile), never trained on.
+	Dev []Example
 }
 
 // LoadRouting reads dir/mmlu/mmlu_<subject>.csv[.gz] and
@@ -80,7 +82,10 @@ func LoadRouting(dir string) (*Data, error) {
 			d.CLINC = append(d.CLINC, Utterance{Text: u[0], Intent: u[1], Split: strings.TrimPrefix(split, "oos_")})
 		}
 	}
-	if d.Fresh, err = loadFresh(filepath.Join(dir, FreshFile)); err != nil {
+	if d.Fresh, err = loadFresh(filepath.Join(dir, FreshFile), SourceFreshOpen, SourceFreshCar); err != nil {
+		return nil, err
+	}
+	if d.Dev, err = loadFresh(filepath.Join(dir, DevFile), SourceDevOpen, SourceDevCar); err != nil {
 		return nil, err
 	}
 	return d, nil

@@ -48,7 +48,7 @@ const (
 var EdgeSources = []string{SourceEdgeCLINC, SourceInCar, SourceOtherCLINC, SourceOOS, SourceMMLU, SourceWiki, SourceFacts}
 
 // AllEdgeSources adds the fresh set's sources, which only evaluation reads.
-var AllEdgeSources = append(slices.Clip(EdgeSources), SourceFreshCar, SourceFreshOpen)
+var AllEdgeSources = append(slices.Clip(EdgeSources), SourceDevCar, SourceDevOpen, SourceFreshCar, SourceFreshOpen)
 
 // IsCarSource reports whether a source holds requests the edge model
 // answers: the ones that should stay on the device.
@@ -79,6 +79,8 @@ type EdgeSplit struct {
 	// Fresh is the project's own evaluation set (Data.Fresh), never
 	// trained on and disjoint from the rest by prompt.
 	Fresh []Example
+	// Dev is the development set (Data.Dev), likewise never trained on.
+	Dev []Example
 }
 
 // EdgeSplit labels the corpus for the edge model and splits it by prompt:
@@ -188,6 +190,7 @@ func (d *Data) EdgeSplit() (*EdgeSplit, error) {
 	s.Val = keep(val)
 	s.Train = keep(train)
 	s.Fresh = slices.Clone(d.Fresh)
+	s.Dev = slices.Clone(d.Dev)
 	return s, nil
 }
 

@@ -160,6 +160,10 @@ type EdgeRow struct {
 	// MMLU is. MMLUAPGR uses RouteLLM's own Mixtral/GPT-4 labels on held-out
 	// MMLU, whose answers our models cannot be graded on.
 	APGR, ShortAPGR, MMLUAPGR float64
+	// DevAPGR is ShortAPGR's measure on the development set and the
+	// validation split's fact questions: what choices are made on, so
+	// that ShortAPGR stays a test.
+	DevAPGR float64
 	// Quality is the share of graded held-out prompts answered right when
 	// routed at Threshold; BothRight the share where every prompt goes to
 	// the model that answers it (an oracle's quality).
@@ -192,7 +196,7 @@ func CountSources(ex []Example) map[string]int {
 // maxCarToCloud is ChooseThreshold's constraint for routers without a
 // threshold.
 func EvaluateEdge(routers []Router, split *EdgeSplit, maxCarToCloud float64) (*EdgeReport, error) {
-	test := append(slices.Clip(split.Test), split.Fresh...)
+	test := append(append(slices.Clip(split.Test), split.Fresh...), split.Dev...)
 	rep := &EdgeReport{Train: CountSources(split.Train), Val: CountSources(split.Val), Test: CountSources(test),
 		EdgeAcc: map[string]float64{}, CloudAcc: map[string]float64{}}
 	labels := make([]float32, len(split.Test))
@@ -201,12 +205,15 @@ func EvaluateEdge(routers []Router, split *EdgeSplit, maxCarToCloud float64) (*E
 	}
 	var graded, short, mmlu []int
 	gradedBySource := map[string]int{}
+	isDev := func(src string) bool { return src == SourceDevOpen || src == SourceDevCar }
 	for i, e := range test {
 		if e.Graded {
-			graded = append(graded, i)
 			gradedBySource[e.Source]++
 			rep.EdgeAcc[e.Source] += b2f(e.EdgeOK)
 			rep.CloudAcc[e.Source] += b2f(e.CloudOK)
+		}
+		if e.Graded && !isDev(e.Source) {
+			graded = append(graded, i)
 			rep.EdgeRight += int(b2f(e.EdgeOK))
 			rep.CloudRight += int(b2f(e.CloudOK))
 			rep.Oracle += int(b2f(e.EdgeOK || e.CloudOK))
@@ -219,6 +226,20 @@ func EvaluateEdge(routers []Router, split *EdgeSplit, maxCarToCloud float64) (*E
 		}
 	}
 	rep.Graded = len(graded)
+	// The development set and the validation facts, scored in the same
+	// list as the test (dev) and apart (val).
+	var devIdx []int
+	var valFacts []Example
+	for i, e := range test {
+		if e.Graded && isDev(e.Source) {
+			devIdx = append(devIdx, i)
+		}
+	}
+	for _, e := range split.Val {
+		if e.Graded && e.Source == SourceFacts {
+			valFacts = append(valFacts, e)
+		}
+	}
 	for src, n := range gradedBySource {
 		rep.EdgeAcc[src] /= float64(n)
 		rep.CloudAcc[src] /= float64(n)
@@ -298,6 +319,18 @@ func EvaluateEdge(routers []Router, split *EdgeSplit, maxCarToCloud float64) (*E
 		row.ShortAPGR = Curve(sc, ex).APGR()
 		ex, sc = pick(mmlu, ts, false)
 		row.MMLUAPGR = Curve(sc, ex).APGR()
+		if len(devIdx) > 0 {
+			ex, sc = pick(devIdx, ts, true)
+			vs, err := scoreAll(rt.P, valFacts)
+			if err != nil {
+				return nil, fmt.Errorf("evaluate %s: %w", rt.Name, err)
+			}
+			for _, e := range valFacts {
+				e.Weak, e.Strong = e.EdgeOK, e.CloudOK
+				ex = append(ex, e)
+			}
+			row.DevAPGR = Curve(append(sc, vs...), ex).APGR()
+		}
 		rep.Rows = append(rep.Rows, row)
 	}
 	return rep, nil
@@ -336,7 +369,7 @@ func (r *EdgeReport) Print(w io.Writer) {
 	fmt.Fprintf(w, "graded held-out prompts %d: edge right %d, cloud right %d, either %d\n  edge:  %s\n  cloud: %s\n\n",
 		r.Graded, r.EdgeRight, r.CloudRight, r.Oracle, acc(r.EdgeAcc), acc(r.CloudAcc))
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
-	fmt.Fprint(tw, "router (held-out)\tthreshold\tAPGR\tAPGR fresh+facts\tMMLU APGR\tquality\tAUC\tbal acc\tcar→cloud")
+	fmt.Fprint(tw, "router (held-out)\tthreshold\tAPGR\tAPGR fresh+facts\tAPGR dev+val facts\tMMLU APGR\tquality\tAUC\tbal acc\tcar→cloud")
 	for _, src := range AllEdgeSources {
 		fmt.Fprintf(tw, "\t%s", src)
 	}
@@ -346,7 +379,7 @@ func (r *EdgeReport) Print(w io.Writer) {
 		if row.Tuned {
 			th += " (val)"
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%.3f\t%.3f\t%.3f\t%.3f\t%.3f\t%.3f\t%.1f%%", row.Name, th, row.APGR, row.ShortAPGR, row.MMLUAPGR, row.Quality, row.AUC, row.Balanced, 100*row.CarToCloud)
+		fmt.Fprintf(tw, "%s\t%s\t%.3f\t%.3f\t%.3f\t%.3f\t%.3f\t%.3f\t%.3f\t%.1f%%", row.Name, th, row.APGR, row.ShortAPGR, row.DevAPGR, row.MMLUAPGR, row.Quality, row.AUC, row.Balanced, 100*row.CarToCloud)
 		for _, src := range AllEdgeSources {
 			fmt.Fprintf(tw, "\t%.1f%%", 100*row.ToCloud[src])
 		}
