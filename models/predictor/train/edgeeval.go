@@ -81,7 +81,7 @@ const DefaultMaxCarToCloud = 0.05
 
 // ChooseThreshold returns the threshold in [0.01, 0.99] that maximises
 // BalancedAccuracy of scores over ex (a validation split) among those that
-// send at most maxCarToCloud of the car requests (IsCarSource) to the cloud,
+// send at most maxCarToCloud of the car requests labelled local (carKept) to the cloud,
 // and its balanced accuracy. maxCarToCloud ≥ 1 removes the constraint.
 // Candidates are the midpoints between consecutive distinct scores; ties go
 // to the candidate nearest 0.5, so a flat optimum keeps the probability's
@@ -99,7 +99,7 @@ func ChooseThreshold(scores []float64, ex []Example, maxCarToCloud float64) (thr
 		total[cell(e)]++
 		cloud[cell(e)]++ // below every candidate: all to the cloud
 		label[cell(e)] = e.Label
-		if IsCarSource(e.Source) {
+		if carKept(e) {
 			car++
 		}
 	}
@@ -122,7 +122,7 @@ func ChooseThreshold(scores []float64, ex []Example, maxCarToCloud float64) (thr
 	for k := 1; k <= len(idx); k++ {
 		e := ex[idx[k-1]] // now below the threshold: local
 		cloud[cell(e)]--
-		if IsCarSource(e.Source) {
+		if carKept(e) {
 			carCloud--
 		}
 		if k < len(idx) && scores[idx[k]] == scores[idx[k-1]] {
@@ -136,6 +136,15 @@ func ChooseThreshold(scores []float64, ex []Example, maxCarToCloud float64) (thr
 	}
 	return best, bestAcc
 }
+
+// carKept reports whether ChooseThreshold's bound counts e: a car request
+// (IsCarSource) labelled local, one the device answers (or neither model
+// does). A request of a car source labelled for the cloud — a translation,
+// a sum the edge model gets wrong — is one the router should send, and
+// counting it against the bound held the threshold up: with it, the
+// threshold of the development runs sent 5–15 points fewer open questions
+// of dev.tsv to the cloud at the same share of its car commands.
+func carKept(e Example) bool { return IsCarSource(e.Source) && e.Label < 0.5 }
 
 // EdgeRow is one router's result on the test split.
 type EdgeRow struct {
@@ -370,8 +379,12 @@ func (r *EdgeReport) Print(w io.Writer) {
 		r.Graded, r.EdgeRight, r.CloudRight, r.Oracle, acc(r.EdgeAcc), acc(r.CloudAcc))
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 	fmt.Fprint(tw, "router (held-out)\tthreshold\tAPGR\tAPGR fresh+facts\tAPGR dev+val facts\tMMLU APGR\tquality\tAUC\tbal acc\tcar→cloud")
+	var cols []string // sources with held-out prompts
 	for _, src := range AllEdgeSources {
-		fmt.Fprintf(tw, "\t%s", src)
+		if r.Test[src] > 0 {
+			cols = append(cols, src)
+			fmt.Fprintf(tw, "\t%s", src)
+		}
 	}
 	fmt.Fprintln(tw)
 	for _, row := range r.Rows {
@@ -380,7 +393,7 @@ func (r *EdgeReport) Print(w io.Writer) {
 			th += " (val)"
 		}
 		fmt.Fprintf(tw, "%s\t%s\t%.3f\t%.3f\t%.3f\t%.3f\t%.3f\t%.3f\t%.3f\t%.1f%%", row.Name, th, row.APGR, row.ShortAPGR, row.DevAPGR, row.MMLUAPGR, row.Quality, row.AUC, row.Balanced, 100*row.CarToCloud)
-		for _, src := range AllEdgeSources {
+		for _, src := range cols {
 			fmt.Fprintf(tw, "\t%.1f%%", 100*row.ToCloud[src])
 		}
 		fmt.Fprintln(tw)

@@ -516,8 +516,16 @@ func dropProbes(ex []Example) {
 	for i := range ex {
 		if promptBucket(ex[i].Text)%ProbeDropEvery == 1 {
 			ex[i].Features = slices.Clone(ex[i].Features)
-			clear(ex[i].Features[textfeat.ProbeOffset:textfeat.Dim])
+			clear(ex[i].Features[textfeat.ProbeOffset:textfeat.V2Dim])
 		}
+	}
+}
+
+// clearProbes empties every example's probe block (Config.Probe unset).
+func clearProbes(ex []Example) {
+	for i := range ex {
+		ex[i].Features = slices.Clone(ex[i].Features)
+		clear(ex[i].Features[textfeat.ProbeOffset:textfeat.V2Dim])
 	}
 }
 
@@ -531,7 +539,7 @@ func (u Unprobed) Predict(f []float32) (float64, error) {
 		return u.P.Predict(f)
 	}
 	g := slices.Clone(f)
-	clear(g[textfeat.ProbeOffset:])
+	clear(g[textfeat.ProbeOffset:textfeat.V2Dim])
 	return u.P.Predict(g)
 }
 
