@@ -75,7 +75,7 @@ func eachLine(ctx context.Context, r io.Reader, fn func(string) error) error {
 func modelFeatures(ctx context.Context, cio cli.IO, args []string) error {
 	fs := flag.NewFlagSet("model features", flag.ContinueOnError)
 	fs.String("config", "", "optional YAML config file")
-	probe := fs.Bool("probe", true, "fill the probe block with the shipped edge model's prefill, as the agent does")
+	probe := fs.Bool("probe", false, "fill the probe block with the shipped edge model's prefill (the agent does for a predictor that reads the block; the shipped one does not)")
 	if err := parseFlags(fs, cio, args, fmt.Sprintf("phaselessctl model features < lines: textfeat v%d vectors (%d floats) as JSON arrays", textfeat.Version, textfeat.Dim)); err != nil {
 		return helpOK(err)
 	}

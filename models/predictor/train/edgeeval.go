@@ -142,8 +142,9 @@ func ChooseThreshold(scores []float64, ex []Example, maxCarToCloud float64) (thr
 // does). A request of a car source labelled for the cloud — a translation,
 // a sum the edge model gets wrong — is one the router should send, and
 // counting it against the bound held the threshold up: with it, the
-// threshold of the development runs sent 5–15 points fewer open questions
-// of dev.tsv to the cloud at the same share of its car commands.
+// thresholds of the development runs sent 5–10 points fewer open
+// questions of dev.tsv to the cloud, at a share of its car commands
+// within a point.
 func carKept(e Example) bool { return IsCarSource(e.Source) && e.Label < 0.5 }
 
 // EdgeRow is one router's result on the test split.
