@@ -175,6 +175,7 @@ func modelTrain(ctx context.Context, cio cli.IO, args []string) error {
 	lr := fs.Float64("learn-rate", 0, "Adam learning rate (0 = default 0.003)")
 	maxCar := fs.Float64("max-car-to-cloud", 0, "largest share of validation car requests labelled local the chosen threshold may send to the cloud (0 = default 0.05; 1 = maximise balanced accuracy alone)")
 	trainProbe := fs.Bool("probe", false, "train on the edge model's prefill probe (the device then runs it before each routed request); default: the probe block is left empty and ignored")
+	telWeight := fs.Float64("telemetry-weight", 0, "share of the loss on the --telemetry examples, edge labels only (0 = the default, 0.2)")
 	if err := parseFlags(fs, cio, args, "phaselessctl model train [--data DIR] [--telemetry FILE] --out F: train the router predictor and evaluate it"); err != nil {
 		return helpOK(err)
 	}
@@ -188,13 +189,17 @@ func modelTrain(ctx context.Context, cio cli.IO, args []string) error {
 	if err != nil {
 		return err
 	}
+	weights, err := telemetryWeights(*telWeight, *labels)
+	if err != nil {
+		return err
+	}
 	res, err := train.Run(ctx, train.Options{
 		DataDir:   *data,
 		Labels:    *labels,
 		Compare:   others,
 		Telemetry: telemetry,
 		Out:       *out,
-		Config:    train.Config{Seed: *seed, Hidden: *hidden, Epochs: *epochs, LearnRate: *lr, MaxCarToCloud: *maxCar, Probe: *trainProbe},
+		Config:    train.Config{Seed: *seed, Hidden: *hidden, Epochs: *epochs, LearnRate: *lr, MaxCarToCloud: *maxCar, SourceWeights: weights, Probe: *trainProbe},
 		Log:       cio.Stderr,
 	})
 	if err != nil {
