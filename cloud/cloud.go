@@ -68,6 +68,7 @@ type Config struct {
 	BatchWindow    time.Duration // longest a request is held for bucketing
 	BatchMax       int           // most requests released together
 	MaxRunning     int           // requests running at once before the fair queue holds them; 0 = 2× the workers' capacity
+	MaxQueued      int           // requests the fair queue holds before new ones get 503 overloaded; 0 = 1024
 	SLATTFT        time.Duration
 	SLAITL         time.Duration
 	AdminListen    string // pprof and /metrics on their own listener; empty = off
@@ -133,6 +134,7 @@ func (c *Config) Fields() cli.Fields {
 		{Flag: "batch-window", Go: "BatchWindow", Value: &c.BatchWindow, Usage: "longest a request waits to be batched with similar-length prompts while its engine is full"},
 		{Flag: "batch-max", Go: "BatchMax", Value: &c.BatchMax, Usage: "most requests released into an engine together"},
 		{Flag: "max-running", Go: "MaxRunning", Value: &c.MaxRunning, Usage: "requests running at once before the per-tenant fair queue holds them (0: twice the workers' capacity)"},
+		{Flag: "max-queued", Go: "MaxQueued", Value: &c.MaxQueued, Usage: "requests the fair queue holds before more are refused with 503 overloaded in the API's error shape (0: 1024)"},
 		{Flag: "sla-ttft", Go: "SLATTFT", Value: &c.SLATTFT, Usage: "SLA: time to first token"},
 		{Flag: "sla-itl", Go: "SLAITL", Value: &c.SLAITL, Usage: "SLA: mean time between tokens"},
 		{Flag: "admin-listen", Go: "AdminListen", Value: &c.AdminListen, Usage: "diagnostics listener: Go pprof at /debug/pprof/ and /metrics, unauthenticated (bind to loopback); empty disables it"},
@@ -190,6 +192,8 @@ func (c *Config) Validate() error {
 		return &cli.FieldError{Field: "BatchMax", Err: fmt.Errorf("%d must be at least 1", c.BatchMax)}
 	case c.MaxRunning < 0:
 		return &cli.FieldError{Field: "MaxRunning", Err: fmt.Errorf("%d must not be negative", c.MaxRunning)}
+	case c.MaxQueued < 0:
+		return &cli.FieldError{Field: "MaxQueued", Err: fmt.Errorf("%d must not be negative", c.MaxQueued)}
 	case c.SLATTFT <= 0:
 		return &cli.FieldError{Field: "SLATTFT", Err: errors.New("must be positive")}
 	case c.SLAITL <= 0:
@@ -391,7 +395,7 @@ func (c *Cloud) Start(ctx context.Context) (err error) {
 	}
 	c.coord, err = coordinator.New(coordinator.Config{
 		Workers: c.workers, Admitter: c.admit, Tokenizer: tok, BlockSize: kvBlockSize,
-		Fair:                admit.FairConfig{Slots: slots},
+		Fair:                admit.FairConfig{Slots: slots, MaxQueue: c.cfg.MaxQueued},
 		Budget:              budgetOf(keys, c.cfg.BudgetPeriod),
 		AllowPolicyOverride: c.cfg.Dev,
 		SLATTFT:             c.cfg.SLATTFT, SLAITL: c.cfg.SLAITL,

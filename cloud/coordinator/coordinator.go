@@ -271,6 +271,9 @@ func (r *run) forward(t llm.Token) error {
 	if r.tokens == 0 {
 		r.ttft = now.Sub(r.start)
 		r.ttftHist.Observe(r.ttft.Seconds())
+		// The engine's own share of the TTFT (its latency for this first
+		// token), so a client can tell what the coordinator added.
+		r.st.Meta.EngineTTFT = t.EngineLatency
 	} else {
 		gap := now.Sub(r.last)
 		r.itlSum += gap

@@ -143,7 +143,7 @@ func TestFallbackToConservative(t *testing.T) {
 			}
 			f := s.Fallback
 			if f.Cause != llm.FallbackPoolOverloaded || f.From != "busy" || f.Code != llm.CodeOverloaded || !strings.HasPrefix(f.String(), "overloaded on busy") ||
-				s.RouteHeader() != "cloud/conservative/spare" || !s.HasBudget {
+				s.RouteHeader() != "cloud/conservative/spare" || !s.HasBudget || s.EngineTTFT <= 0 {
 				t.Fatalf("request %d: begin %+v final %+v", i, s, fin)
 			}
 			if h, _ := schedhint.Parse(s.SchedulerHint); h.Reason != sched.ReasonFallback {

@@ -319,7 +319,8 @@ func (d *decoder) request() *llm.Request {
 // Meta payload: the first five fields are revision 1's (route as the
 // x-phaseless-route header writes it, hint, fallback text, budget), so an
 // older agent still shows them; revision 2 appends the typed fields a newer
-// peer reads instead: route, pool, worker, fallback cause, origin and code.
+// peer reads instead: route, pool, worker, fallback cause, origin and code;
+// revision 3 appends the engine's time to first token (Server-Timing).
 func appendMeta(b []byte, m *llm.Meta) []byte {
 	b = appendString(b, m.RouteHeader())
 	b = appendString(b, m.SchedulerHint)
@@ -331,7 +332,8 @@ func appendMeta(b []byte, m *llm.Meta) []byte {
 	b = appendString(b, m.Worker)
 	b = append(b, byte(m.Fallback.Cause))
 	b = appendString(b, m.Fallback.From)
-	return appendString(b, string(m.Fallback.Code))
+	b = appendString(b, string(m.Fallback.Code))
+	return appendDuration(b, m.EngineTTFT)
 }
 
 func (d *decoder) meta() llm.Meta {
@@ -350,6 +352,11 @@ func (d *decoder) meta() llm.Meta {
 	m.Fallback.From, m.Fallback.Code = d.string(), llm.Code(d.string())
 	if m.Fallback.Detail == m.Fallback.Cause.String() {
 		m.Fallback.Detail = "" // the text slot held only the cause's name
+	}
+	if d.more() { // revision 3
+		if m.EngineTTFT = d.duration(); m.EngineTTFT < 0 {
+			d.fail("engine TTFT %v", m.EngineTTFT)
+		}
 	}
 	return m
 }
