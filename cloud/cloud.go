@@ -59,6 +59,7 @@ type Config struct {
 	MQTTTLS       string  // embedded broker's TLS listener (device certificates)
 	MQTTPasswords string  // Mosquitto password file for the embedded broker
 	MQTTURL       cli.URL // external broker instead of the embedded one; parsed when set
+	MQTTDynsec    bool    // the external broker is a Mosquitto with the dynamic security plugin: revoked devices are disabled there
 	PublicURL     cli.URL // this cloud's HTTP base URL as devices reach it (rollout downloads); parsed when set
 	OTAPub        string  // the fleet's OTA public key: uploaded artifacts must be signed with it
 
@@ -126,6 +127,7 @@ func (c *Config) Fields() cli.Fields {
 		{Flag: "mqtt-tls", Go: "MQTTTLS", Value: &c.MQTTTLS, Usage: "embedded broker's MQTT-over-TLS listener, using the PKI's server certificate; empty disables it"},
 		{Flag: "mqtt-passwords", Go: "MQTTPasswords", Value: &c.MQTTPasswords, Usage: "Mosquitto password file for the embedded broker (username = device id)"},
 		{Flag: "mqtt-url", Go: "MQTTURL", Value: &c.MQTTURL, Usage: "external MQTT v5 broker (mqtt://user:pass@host:1883) instead of the embedded one"},
+		{Flag: "mqtt-dynsec", Go: "MQTTDynsec", Value: &c.MQTTDynsec, Usage: "the --mqtt-url broker is a Mosquitto with the dynamic security plugin and its user has the plugin's admin role: a revoked device is disabled there (kicked and refused) at once"},
 		{Flag: "public-url", Go: "PublicURL", Value: &c.PublicURL, Usage: "this cloud's HTTP base URL as devices reach it, for rollout downloads (default: http://127.0.0.1 and the --http port)"},
 		{Flag: "ota-pub", Go: "OTAPub", Value: &c.OTAPub, Usage: "the fleet's OTA public key (phaselessctl ota keygen): uploaded rollout artifacts must be signed with it"},
 		{Flag: "builtin-workers", Go: "BuiltinWorkers", Value: &c.BuiltinWorkers, Usage: "built-in engine workers (roles assigned in turn: decode-heavy, prefill-heavy, stream); 0 with --worker runs remote engines only"},
@@ -192,6 +194,8 @@ func (c *Config) Validate() error {
 		return &cli.FieldError{Field: "BatchMax", Err: fmt.Errorf("%d must be at least 1", c.BatchMax)}
 	case c.MaxRunning < 0:
 		return &cli.FieldError{Field: "MaxRunning", Err: fmt.Errorf("%d must not be negative", c.MaxRunning)}
+	case c.MQTTDynsec && !c.MQTTURL.IsSet():
+		return &cli.FieldError{Field: "MQTTDynsec", Err: errors.New("needs an external broker (--mqtt-url)")}
 	case c.MaxQueued < 0:
 		return &cli.FieldError{Field: "MaxQueued", Err: fmt.Errorf("%d must not be negative", c.MaxQueued)}
 	case c.SLATTFT <= 0:
@@ -485,7 +489,7 @@ func (c *Cloud) startFleet() error {
 	switch {
 	case c.cfg.MQTTURL.IsSet():
 		u := *c.cfg.MQTTURL.URL
-		ext := &fleet.External{URL: u.String()}
+		ext := &fleet.External{URL: u.String(), DynamicSecurity: c.cfg.MQTTDynsec}
 		if u.User != nil {
 			ext.Username = u.User.Username()
 			ext.Password, _ = u.User.Password()
