@@ -48,8 +48,8 @@ func loadCmd(ctx context.Context, cio cli.IO, args []string) error {
 	hdr := headerFlag{}
 	fs.Var(hdr, "header", "extra request header, Name: value (repeatable; e.g. x-phaseless-route: cloud)")
 	failOnError := fs.Bool("fail-on-error", true, "exit non-zero when a request neither finished nor was refused with 429/503")
-	if err := cli.Parse(fs, args, cio.Getenv); err != nil {
-		return fmt.Errorf("%w: %v", cli.ErrUsage, err)
+	if done, err := pkiFlags(fs, cio, args, "load --url http://HOST:PORT [--streams N --requests N --max-tokens N --ramp D --api openai|anthropic]"); done || err != nil {
+		return err
 	}
 	if *ramp <= 0 {
 		return &cli.FieldError{Field: "ramp", Err: fmt.Errorf("%v must be positive", *ramp)}
