@@ -189,6 +189,12 @@ func readStream(api string, body io.Reader, first func()) error {
 			if string(data) == "[DONE]" {
 				return nil
 			}
+			if got && !bytes.Contains(data, []byte(`"error"`)) {
+				// After the first token only the end and errors matter:
+				// decoding every chunk made the client, on the same
+				// machine, a large part of what it measured.
+				continue
+			}
 			var c struct {
 				Choices []struct {
 					Delta struct {
