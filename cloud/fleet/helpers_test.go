@@ -17,6 +17,7 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/phaseless/phaseless/cloud/fleet/broker"
+	"github.com/phaseless/phaseless/internal/mosquittotest"
 	"github.com/phaseless/phaseless/transport/fleetwire"
 )
 
@@ -316,30 +317,8 @@ log_dest stderr
 log_type error
 log_type warning
 `, port, pwFile, aclFile))
-	cmd := exec.Command(bin, "-c", conf)
-	var stderr strings.Builder
-	cmd.Stderr = &stderr
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	done := make(chan struct{})
-	go func() { cmd.Wait(); close(done) }()
-	t.Cleanup(func() {
-		cmd.Process.Kill()
-		<-done
-		if t.Failed() {
-			t.Logf("mosquitto stderr:\n%s", stderr.String())
-		}
-	})
 	addr := fmt.Sprintf("127.0.0.1:%d", port)
-	waitFor(t, "mosquitto to listen", func() bool {
-		select {
-		case <-done:
-			t.Fatalf("mosquitto exited: %s", stderr.String())
-		default:
-		}
-		return dialOK(addr)
-	})
+	mosquittotest.Run(t, bin, conf, addr)
 	return "mqtt://" + addr
 }
 

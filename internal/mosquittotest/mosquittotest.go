@@ -66,6 +66,16 @@ log_type warning
 `, port, plugin, state)), 0o600); err != nil {
 		t.Fatal(err)
 	}
+	addr := fmt.Sprintf("127.0.0.1:%d", port)
+	Run(t, bin, conf, addr)
+	return "mqtt://" + addr
+}
+
+// Run starts bin -c conf, whose listener is addr, waits until it accepts
+// connections, and kills it at test cleanup (logging its stderr if the
+// test failed).
+func Run(t testing.TB, bin, conf, addr string) {
+	t.Helper()
 	cmd := exec.Command(bin, "-c", conf)
 	var stderr strings.Builder
 	cmd.Stderr = &stderr
@@ -81,7 +91,6 @@ log_type warning
 			t.Logf("mosquitto stderr:\n%s", stderr.String())
 		}
 	})
-	addr := fmt.Sprintf("127.0.0.1:%d", port)
 	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(10 * time.Millisecond) { // a hang guard
 		select {
 		case <-done:
@@ -90,13 +99,12 @@ log_type warning
 		}
 		if c, err := net.Dial("tcp", addr); err == nil {
 			c.Close()
-			break
+			return
 		}
 		if time.Now().After(deadline) {
 			t.Fatalf("mosquitto did not listen on %s: %s", addr, stderr.String())
 		}
 	}
-	return "mqtt://" + addr
 }
 
 // Device is one device connection, watched for the broker closing it.
