@@ -298,7 +298,7 @@ func startMosquitto(t testing.TB, users map[string]string, admin string) string 
 	}
 	pwFile := write("passwd", pw.String())
 	aclFile := write("acl", fmt.Sprintf("user %s\ntopic readwrite phaseless/#\n\npattern readwrite phaseless/dev/%%u/#\npattern read phaseless/fleet/#\n", admin))
-	port := freePort(t)
+	port := mosquittotest.FreePort(t)
 	// As root, mosquitto drops to user "mosquitto", which cannot read the
 	// test's private temp dir; keep it as the test's user.
 	runAs := ""

@@ -46,7 +46,7 @@ func StartDynsec(t testing.TB, admin, adminPw string) string {
 	if out, err := exec.Command(ctrl, "dynsec", "init", state, admin, adminPw).CombinedOutput(); err != nil {
 		t.Fatalf("mosquitto_ctrl dynsec init: %v\n%s", err, out)
 	}
-	port := freePort(t)
+	port := FreePort(t)
 	runAs := ""
 	if os.Geteuid() == 0 {
 		// As root, mosquitto drops to user "mosquitto", which cannot read the
@@ -151,8 +151,8 @@ func Connect(t testing.TB, brokerURL, id, pw string) (*Device, error) {
 	return d, nil
 }
 
-// freePort returns a loopback TCP port that was free a moment ago.
-func freePort(t testing.TB) int {
+// FreePort returns a loopback TCP port that was free a moment ago.
+func FreePort(t testing.TB) int {
 	t.Helper()
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
