@@ -23,6 +23,12 @@ func startSimCloud(t *testing.T, maxRunning, maxQueued int) *cloud.Cloud {
 	if err := cfg.Workers.Set("sim://h100?model=llama3.1-8b&n=1"); err != nil {
 		t.Fatal(err)
 	}
+	return startTestCloud(t, cfg)
+}
+
+// startTestCloud starts and serves a cloud until the test ends.
+func startTestCloud(t *testing.T, cfg cloud.Config) *cloud.Cloud {
+	t.Helper()
 	c, err := cloud.New(cfg, nil)
 	if err != nil {
 		t.Fatal(err)
@@ -80,8 +86,10 @@ func TestLoadCommand(t *testing.T) {
 // times out, and the command says so.
 func TestLoadCommandOverload(t *testing.T) {
 	c := startSimCloud(t, 1, 1)
-	ok, shed, failed, out, err := runLoad(t, "--url", "http://"+c.HTTPAddr(), "--streams", "12", "--requests", "2", "--max-tokens", "32", "--ramp", "1ns", "--timeout", "30s")
-	if err != nil || ok == 0 || shed == 0 || failed != 0 || ok+shed != 24 {
-		t.Fatalf("ok %d shed %d failed %d, err %v:\n%s", ok, shed, failed, err, out)
+	for _, api := range []string{"openai", "anthropic"} {
+		ok, shed, failed, out, err := runLoad(t, "--url", "http://"+c.HTTPAddr(), "--api", api, "--streams", "12", "--requests", "2", "--max-tokens", "32", "--ramp", "1ns", "--timeout", "30s")
+		if err != nil || ok == 0 || shed == 0 || failed != 0 || ok+shed != 24 {
+			t.Fatalf("%s: ok %d shed %d failed %d, err %v:\n%s", api, ok, shed, failed, err, out)
+		}
 	}
 }
