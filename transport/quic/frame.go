@@ -319,8 +319,7 @@ func (d *decoder) request() *llm.Request {
 // Meta payload: the first five fields are revision 1's (route as the
 // x-phaseless-route header writes it, hint, fallback text, budget), so an
 // older agent still shows them; revision 2 appends the typed fields a newer
-// peer reads instead: route, pool, worker, fallback cause, origin and code;
-// revision 3 appends the engine's time to first token (Server-Timing).
+// peer reads instead: route, pool, worker, fallback cause, origin and code.
 func appendMeta(b []byte, m *llm.Meta) []byte {
 	b = appendString(b, m.RouteHeader())
 	b = appendString(b, m.SchedulerHint)
@@ -333,7 +332,7 @@ func appendMeta(b []byte, m *llm.Meta) []byte {
 	b = append(b, byte(m.Fallback.Cause))
 	b = appendString(b, m.Fallback.From)
 	b = appendString(b, string(m.Fallback.Code))
-	return appendDuration(b, m.EngineTTFT)
+	return appendExts(b, metaExts, m)
 }
 
 func (d *decoder) meta() llm.Meta {
@@ -353,11 +352,7 @@ func (d *decoder) meta() llm.Meta {
 	if m.Fallback.Detail == m.Fallback.Cause.String() {
 		m.Fallback.Detail = "" // the text slot held only the cause's name
 	}
-	if d.more() { // revision 3
-		if m.EngineTTFT = d.duration(); m.EngineTTFT < 0 {
-			d.fail("engine TTFT %v", m.EngineTTFT)
-		}
-	}
+	decodeExts(d, metaExts, &m)
 	return m
 }
 
