@@ -28,9 +28,11 @@ func EdgePreset() Preset {
 		// cores): small batches give more updates for the same tokens, which
 		// an underfitting small model turns into accuracy (held-out reply
 		// accuracy: 3,000 × 8 steps 21%, 7,000 × 8 47%, 10,000 × 8 60%).
-		Train: TrainConfig{Seed: 1, Steps: 10000, Batch: 8, SeqLen: 128, LR: 3e-3, MinLR: 3e-4, Warmup: 100,
+		// Windows of 160 tokens (not 128) hold a whole tool-call example:
+		// the tools turn, a request and a call run to about 150 bytes.
+		Train: TrainConfig{Seed: 1, Steps: 10000, Batch: 8, SeqLen: 160, LR: 3e-3, MinLR: 3e-4, Warmup: 100,
 			WeightDecay: 0.1, Clip: 1, EvalEvery: 1000, EvalWindows: 256}.WithDefaults(),
-		Corpus:  corpus.Edge,
+		Corpus:  corpus.EdgeWithTools,
 		Sources: corpus.EdgeSources,
 	}
 }

@@ -9,8 +9,10 @@ import (
 
 // Message is one chat turn.
 type Message struct {
-	Role    string // system, user, assistant
+	Role    string // system, user, assistant, tool
 	Content string
+
+	ToolTurn // tool calls of an assistant turn, or the call a tool turn answers (tools.go)
 }
 
 // Request is a completion request after API-specific decoding and validation.
@@ -27,6 +29,8 @@ type Request struct {
 	IdempotencyKey string // set when a retry or 0-RTT replay must run once
 	Tenant         string // API key's tenant or device id; set by the receiver, not the caller
 	Hints          Hints
+
+	ToolRequest // tools, tool_choice and response_format (tools.go)
 }
 
 // Hints are the optional x-* request headers of DESIGN.md §4.
@@ -50,6 +54,10 @@ type Token struct {
 	EngineLatency time.Duration
 	// Meta, set only on the begin event, is the response metadata.
 	Meta *Meta
+
+	// Tool, when set, makes this token a piece of a tool call instead of
+	// reply text (Text is then empty); see tools.go.
+	Tool *ToolDelta
 }
 
 // Final is what is known when a generation ends. Where it ran and why is
@@ -57,7 +65,7 @@ type Token struct {
 type Final struct {
 	PromptTokens     int
 	CompletionTokens int
-	FinishReason     string // stop, length, cancelled
+	FinishReason     string // stop, length, cancelled, tool_calls
 	TTFT             time.Duration
 	Total            time.Duration
 	PrefixHitTokens  int // prompt tokens served from a cached prefix
