@@ -8,6 +8,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/phaseless/phaseless/models/lm/grammar"
 	"github.com/phaseless/phaseless/models/lm/kvcache"
 	"github.com/phaseless/phaseless/transport/llm"
 )
@@ -272,7 +273,11 @@ func (e *Engine) Generate(ctx context.Context, req *llm.Request, emit llm.Emit) 
 	if req.MaxTokens <= 0 {
 		return llm.Final{}, llm.Errorf(llm.CodeInvalid, "max tokens must be positive, got %d", req.MaxTokens)
 	}
-	prompt, err := e.m.ChatPromptTokens(req.Messages)
+	msgs := req.Messages
+	if req.HasTools() || hasToolTurns(msgs) {
+		msgs = toolMessages(req, e.m.HasChatTemplate())
+	}
+	prompt, err := e.m.ChatPromptTokens(msgs)
 	if err != nil {
 		return llm.Final{}, llm.Errorf(llm.CodeInvalid, "%v", err)
 	}
@@ -282,10 +287,23 @@ func (e *Engine) Generate(ctx context.Context, req *llm.Request, emit llm.Emit) 
 		// them with a control token, which IsEOG stops at.
 		stop = append([]string{TurnEnd}, req.Stop...)
 	}
+	g, err := compileConstraint(req, stop)
+	if err != nil {
+		return llm.Final{}, err
+	}
 	return e.GenerateTokens(ctx, prompt, GenOptions{
 		MaxTokens: req.MaxTokens, Temperature: req.Temperature, TopK: req.TopK, TopP: req.TopP,
-		Seed: req.Seed, Stop: stop,
+		Seed: req.Seed, Stop: stop, grammar: g, toolCalls: req.HasTools(),
 	}, emit)
+}
+
+func hasToolTurns(msgs []llm.Message) bool {
+	for _, m := range msgs {
+		if m.Role == "tool" || len(m.ToolCalls) > 0 {
+			return true
+		}
+	}
+	return false
 }
 
 // GenOptions are the sampling and stopping settings of one generation.
@@ -299,6 +317,11 @@ type GenOptions struct {
 	// IgnoreEOS keeps generating past EOS and the other end-of-generation
 	// tokens (benchmarks want fixed lengths).
 	IgnoreEOS bool
+
+	// grammar, when set, constrains the output (tool calls, JSON).
+	grammar *grammar.Grammar
+	// toolCalls turns the output's calls into ToolDelta events.
+	toolCalls bool
 
 	// onDone, when set (tests), receives the generated token ids.
 	onDone func([]int32)
@@ -343,6 +366,12 @@ func (e *Engine) GenerateTokens(ctx context.Context, prompt []int32, opt GenOpti
 		start:     start,
 		notify:    make(chan struct{}, 1),
 		prefixHit: -1,
+	}
+	if opt.grammar != nil {
+		s.constraint = newConstraint(e.m, opt.grammar)
+	}
+	if opt.toolCalls {
+		s.tools = &toolParser{}
 	}
 	e.mu.Lock()
 	switch {
@@ -428,7 +457,11 @@ type sequence struct {
 	sampler   *sampler
 	decoder   *StreamDecoder
 	stop      stopMatcher
-	start     time.Time
+	// constraint keeps the output in the request's grammar; tools parses
+	// its tool calls. Both nil for free text.
+	constraint *constraint
+	tools      *toolParser
+	start      time.Time
 	firstTok  time.Time
 	lastTok   time.Time
 	prefixHit int // -1 until first admitted

@@ -311,7 +311,16 @@ func (e *Engine) runBatch(work []planned) {
 		}
 		logits := sb.logits[li*vocab : (li+1)*vocab]
 		li++
-		e.advance(s, s.sampler.sample(logits), now)
+		if s.constraint == nil {
+			e.advance(s, s.sampler.sample(logits), now)
+			continue
+		}
+		tok, ok := s.constraint.sample(s.sampler, logits)
+		if !ok {
+			e.complete(s, "stop") // nothing may follow: the text is complete
+			continue
+		}
+		e.advance(s, tok, now)
 	}
 	e.running = slices.DeleteFunc(e.running, func(s *sequence) bool { return s.ended })
 	e.recordStep(prefill, decode)
@@ -338,10 +347,10 @@ func (e *Engine) advance(s *sequence, tok int32, now time.Time) {
 	}
 	text, stopped := s.stop.push(s.decoder.Push(tok))
 	if text != "" {
-		s.push(llm.Token{Text: text, ID: tok, EngineLatency: latency})
+		s.emitText(text, tok, latency)
 	}
 	switch {
-	case stopped:
+	case stopped, s.constraint != nil && s.constraint.state.Done():
 		e.complete(s, "stop")
 	case s.generated() >= s.opt.MaxTokens || len(s.tokens) >= e.m.Config.ContextLen:
 		e.complete(s, "length")
@@ -357,8 +366,17 @@ func (e *Engine) complete(s *sequence, reason string) {
 		if !stopped {
 			tail += s.stop.flush()
 		}
+		last := s.tokens[len(s.tokens)-1]
 		if tail != "" {
-			s.push(llm.Token{Text: tail, ID: s.tokens[len(s.tokens)-1]})
+			s.emitText(tail, last, 0)
+		}
+		if s.tools != nil {
+			for _, t := range s.tools.flush(last) {
+				s.push(t)
+			}
+			if s.tools.calls > 0 && reason == "stop" {
+				reason = llm.FinishToolCalls
+			}
 		}
 	}
 	e.releaseBlocks(s)
@@ -370,6 +388,19 @@ func (e *Engine) complete(s *sequence, reason string) {
 	e.stats.Completed++
 	e.mu.Unlock()
 	s.finish(s.finalInfo(reason), nil)
+}
+
+// emitText streams text, through the tool-call parser when the request
+// offered tools.
+func (s *sequence) emitText(text string, tok int32, latency time.Duration) {
+	if s.tools == nil {
+		s.push(llm.Token{Text: text, ID: tok, EngineLatency: latency})
+		return
+	}
+	for _, t := range s.tools.push(text, tok) {
+		t.EngineLatency = latency
+		s.push(t)
+	}
 }
 
 func (s *sequence) finalInfo(reason string) llm.Final {

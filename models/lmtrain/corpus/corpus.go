@@ -31,7 +31,7 @@ type Example struct {
 	// System, when set, is a system turn before the request (the tools
 	// turn of EdgeWithTools).
 	System string
-	Intent         string // CLINC150 intent, "incar-N" (N-th in-car template group) or "wiki"
+	Intent string // CLINC150 intent, "incar-N" (N-th in-car template group) or "wiki"
 }
 
 // Split is a corpus with its held-out part. No prompt text of Test appears in Train.
