@@ -462,11 +462,11 @@ type sequence struct {
 	constraint *constraint
 	tools      *toolParser
 	start      time.Time
-	firstTok  time.Time
-	lastTok   time.Time
-	prefixHit int // -1 until first admitted
-	preempted bool
-	ended     bool // step loop only: s has left the engine
+	firstTok   time.Time
+	lastTok    time.Time
+	prefixHit  int // -1 until first admitted
+	preempted  bool
+	ended      bool // step loop only: s has left the engine
 
 	abortQueued bool // guarded by Engine.mu
 
