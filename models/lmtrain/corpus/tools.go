@@ -206,6 +206,30 @@ func EdgeWithTools(seed uint64) (Split, error) {
 	return s, nil
 }
 
+// EdgeToolsTune is the fine-tuning corpus of the tools stage: EdgeWithTools
+// with the plain (no tools turn) edge examples thinned to a third, a replay
+// that keeps the model's prose while the tool examples make up about a
+// quarter of what it reads. The held-out part is EdgeWithTools's.
+func EdgeToolsTune(seed uint64) (Split, error) {
+	s, err := EdgeWithTools(seed)
+	if err != nil {
+		return Split{}, err
+	}
+	keep := s.Train[:0]
+	plain := 0
+	for _, e := range s.Train {
+		if e.System == "" {
+			plain++
+			if plain%3 != 0 {
+				continue
+			}
+		}
+		keep = append(keep, e)
+	}
+	s.Train = keep
+	return s, nil
+}
+
 // proseIsTool reports whether an in-car prose group ("incar-N") is one a
 // tool answers when tools are offered (so it is not trained as prose under
 // the tools turn).
