@@ -114,14 +114,14 @@ func (h *Handler) serveMessages(w http.ResponseWriter, r *http.Request, tenant s
 }
 
 type antMessage struct {
-	ID           string     `json:"id"`
-	Type         string     `json:"type"`
-	Role         string     `json:"role"`
-	Model        string     `json:"model"`
-	Content      []any      `json:"content"` // antBlock, antToolUse
-	StopReason   *string    `json:"stop_reason"`
-	StopSequence *string    `json:"stop_sequence"`
-	Usage        antUsage   `json:"usage"`
+	ID           string   `json:"id"`
+	Type         string   `json:"type"`
+	Role         string   `json:"role"`
+	Model        string   `json:"model"`
+	Content      []any    `json:"content"` // antBlock, antToolUse
+	StopReason   *string  `json:"stop_reason"`
+	StopSequence *string  `json:"stop_sequence"`
+	Usage        antUsage `json:"usage"`
 }
 
 type antBlock struct {
