@@ -364,3 +364,84 @@ func toolInput(args string) json.RawMessage {
 	}
 	return json.RawMessage("{}")
 }
+
+// --- upstream (Client, to OpenAI-compatible engines) ---
+
+// upToolFields are the tool and format fields of an upstream request, as
+// vLLM, SGLang and llama.cpp's server take them (OpenAI's shape): the
+// schemas pass through unchanged, so the engine's own guided decoding
+// constrains the output.
+type upToolFields struct {
+	Tools             []oaiTool          `json:"tools,omitempty"`
+	ToolChoice        any                `json:"tool_choice,omitempty"`
+	ParallelToolCalls *bool              `json:"parallel_tool_calls,omitempty"`
+	ResponseFormat    *oaiResponseFormat `json:"response_format,omitempty"`
+}
+
+func upTools(tr *llm.ToolRequest) upToolFields {
+	var f upToolFields
+	for _, t := range tr.Tools {
+		var ot oaiTool
+		ot.Type = "function"
+		ot.Function.Name, ot.Function.Description, ot.Function.Parameters = t.Name, t.Description, t.Parameters
+		if t.Strict {
+			strict := true
+			ot.Function.Strict = &strict
+		}
+		f.Tools = append(f.Tools, ot)
+	}
+	switch tr.ToolChoice.Mode {
+	case llm.ToolNone:
+		f.ToolChoice = "none"
+	case llm.ToolRequired:
+		f.ToolChoice = "required"
+	case llm.ToolNamed:
+		f.ToolChoice = map[string]any{"type": "function", "function": map[string]string{"name": tr.ToolChoice.Name}}
+	}
+	if len(f.Tools) == 0 {
+		f.ToolChoice = nil // servers refuse a choice without tools
+	}
+	if tr.ToolChoice.Single && len(f.Tools) > 0 {
+		no := false
+		f.ParallelToolCalls = &no
+	}
+	switch rf := &tr.ResponseFormat; rf.Type {
+	case llm.FormatJSONObject:
+		f.ResponseFormat = &oaiResponseFormat{Type: "json_object"}
+	case llm.FormatJSONSchema:
+		f.ResponseFormat = &oaiResponseFormat{Type: "json_schema"}
+		strict := rf.Strict
+		name := rf.Name
+		if name == "" {
+			name = "response" // OpenAI requires one
+		}
+		f.ResponseFormat.JSONSchema = &struct {
+			Name   string          `json:"name"`
+			Schema json.RawMessage `json:"schema"`
+			Strict *bool           `json:"strict"`
+		}{name, rf.Schema, &strict}
+	}
+	return f
+}
+
+func upToolCalls(calls []llm.ToolCall) []oaiToolCall {
+	if len(calls) == 0 {
+		return nil
+	}
+	out := make([]oaiToolCall, len(calls))
+	for i, c := range calls {
+		out[i].ID, out[i].Type = c.ID, "function"
+		out[i].Function.Name, out[i].Function.Arguments = c.Name, c.Arguments
+	}
+	return out
+}
+
+// toolDeltaFromUp is an upstream streamed tool_calls entry as a ToolDelta.
+// Servers that omit the index (one call) get 0.
+func toolDeltaFromUp(tc oaiToolCall) *llm.ToolDelta {
+	d := &llm.ToolDelta{ID: tc.ID, Name: tc.Function.Name, Arguments: tc.Function.Arguments}
+	if tc.Index != nil && *tc.Index >= 0 && *tc.Index < maxTools {
+		d.Index = *tc.Index
+	}
+	return d
+}

@@ -3,6 +3,7 @@ package httpapi
 import (
 	"context"
 	"encoding/json"
+	"reflect"
 	"strings"
 	"sync"
 	"testing"
@@ -253,5 +254,51 @@ func TestOfficialSDKTools(t *testing.T) {
 		if got := results[check]; got != want {
 			t.Errorf("%s:\n got %s\nwant %s", check, got, want)
 		}
+	}
+}
+
+// TestClientPassesToolsThrough: the upstream client (what remote
+// OpenAI-compatible workers use) sends tools, tool_choice, the history's
+// calls and results and the response format in OpenAI's shape, and turns
+// the server's streamed tool_calls back into ToolDelta events. The server
+// is this package's handler, so the round trip must give back the request.
+func TestClientPassesToolsThrough(t *testing.T) {
+	gen := &toolGen{}
+	c := newClient(t, ClientConfig{URL: serve(t, gen, Options{})})
+	tr := llm.ToolRequest{
+		Tools:      []llm.Tool{{Name: "set_fan_speed", Description: "fan", Parameters: json.RawMessage(`{"type":"object"}`), Strict: true}},
+		ToolChoice: llm.ToolChoice{Mode: llm.ToolNamed, Name: "set_fan_speed", Single: true},
+	}
+	req := &llm.Request{Model: "auto", MaxTokens: 8, ToolRequest: tr, Messages: []llm.Message{
+		{Role: "user", Content: "fan 1"},
+		{Role: "assistant", ToolTurn: llm.ToolTurn{ToolCalls: []llm.ToolCall{{ID: "c0", Name: "set_fan_speed", Arguments: `{"level":1}`}}}},
+		{Role: "tool", Content: "fan at 1", ToolTurn: llm.ToolTurn{ToolCallID: "c0"}},
+		{Role: "user", Content: "now 2"},
+	}}
+	var calls toolCollector
+	fin, err := c.Generate(context.Background(), req, func(tk llm.Token) error {
+		if tk.Tool != nil {
+			calls.add(tk.Tool)
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if fin.FinishReason != llm.FinishToolCalls || len(calls.calls) != 1 || calls.calls[0] != (llm.ToolCall{ID: "call_1", Name: "set_fan_speed", Arguments: `{"level":2}`}) {
+		t.Fatalf("final %+v calls %+v", fin, calls.calls)
+	}
+	got := gen.last()
+	if !reflect.DeepEqual(got.ToolRequest, tr) || !reflect.DeepEqual(got.Messages, req.Messages) {
+		t.Fatalf("server saw\n%+v\n%+v", got.ToolRequest, got.Messages)
+	}
+
+	rf := llm.ResponseFormat{Type: llm.FormatJSONSchema, Name: "weather", Schema: json.RawMessage(`{"type":"object"}`), Strict: true}
+	req = &llm.Request{Model: "auto", MaxTokens: 8, Messages: []llm.Message{{Role: "user", Content: "weather"}}, ToolRequest: llm.ToolRequest{ResponseFormat: rf}}
+	if _, err := c.Generate(context.Background(), req, func(llm.Token) error { return nil }); err != nil {
+		t.Fatal(err)
+	}
+	if got := gen.last(); !reflect.DeepEqual(got.ResponseFormat, rf) || len(got.Tools) != 0 || got.ToolChoice != (llm.ToolChoice{}) {
+		t.Fatalf("server saw %+v", got.ToolRequest)
 	}
 }
