@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"math/rand/v2"
+	"regexp"
 	"slices"
 	"strconv"
 	"strings"
@@ -246,4 +247,34 @@ func proseIsTool(intent string) bool {
 		return false
 	}
 	return true
+}
+
+// toolAskPatterns are the tool templates' requests as regular expressions,
+// slots as wildcards.
+var toolAskPatterns = func() []*regexp.Regexp {
+	var out []*regexp.Regexp
+	for _, t := range toolTemplates {
+		for _, a := range t.asks {
+			q := regexp.MustCompile(`\\\{[a-z]+\\\}`).ReplaceAllStringFunc(regexp.QuoteMeta(a), func(slot string) string {
+				if _, ok := toolNumbers[slot[2:len(slot)-2]]; ok {
+					return `[0-9]+`
+				}
+				return `.+`
+			})
+			out = append(out, regexp.MustCompile("^"+q+"$"))
+		}
+	}
+	return out
+}()
+
+// FromToolTemplate reports whether request is one of the tool templates'
+// wordings with any slot values: an evaluation set written fresh must
+// contain none.
+func FromToolTemplate(request string) bool {
+	for _, re := range toolAskPatterns {
+		if re.MatchString(strings.TrimSpace(request)) {
+			return true
+		}
+	}
+	return false
 }
