@@ -150,6 +150,9 @@ func run(ctx context.Context, binDir, dataDir string, perPhase int, keep bool) e
 	d.anthropic(ctx, "demo-car-1", "What is the tire pressure for my car?")
 	d.phase(ctx, "pinned", []prompt{{text: "Turn the fan to level 2", kind: "command", route: "cloud"}})
 
+	step("5b. Tool calls: the edge model calls the car's tools (climate, windows, timers, media, ...) and the car executes them")
+	d.car(ctx, "demo-car-1")
+
 	step("6. Cloud outage: the cloud stops; agents answer locally and buffer telemetry in bbolt")
 	d.cloudMetrics = d.scrapeCloud(ctx) // the restarted cloud starts its counters anew
 	d.cloud.stop()
