@@ -16,10 +16,7 @@
 // consumes a byte before it recurses), so expanding a parse always ends.
 package grammar
 
-import (
-	"fmt"
-	"math/bits"
-)
+import "fmt"
 
 // byteSet is a set of bytes, one bit each.
 type byteSet [4]uint64
@@ -38,11 +35,6 @@ func (s *byteSet) union(o *byteSet) {
 	}
 }
 
-func (s *byteSet) empty() bool { return s[0]|s[1]|s[2]|s[3] == 0 }
-
-func (s *byteSet) count() int {
-	return bits.OnesCount64(s[0]) + bits.OnesCount64(s[1]) + bits.OnesCount64(s[2]) + bits.OnesCount64(s[3])
-}
 
 // elem is one element of an alternative: a byte from set, or a rule.
 type elem struct {
