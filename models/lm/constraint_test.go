@@ -64,6 +64,16 @@ func (c *collected) emit(t llm.Token) error {
 	return nil
 }
 
+func run(t *testing.T, e *Engine, req *llm.Request) (collected, llm.Final) {
+	t.Helper()
+	var c collected
+	fin, err := e.Generate(context.Background(), req, c.emit)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c, fin
+}
+
 // TestConstrainedToolCallsValidate runs a random-weight model, which left
 // alone writes noise, under each tool_choice: every reply it gives is
 // well-formed calls to the offered tools with arguments valid against their
@@ -80,11 +90,7 @@ func TestConstrainedToolCallsValidate(t *testing.T) {
 		for seed := range uint64(12) {
 			req := &llm.Request{Messages: []llm.Message{{Role: "user", Content: "open the window"}}, MaxTokens: 200, Temperature: 1, Seed: seed + 1,
 				ToolRequest: llm.ToolRequest{Tools: testTools, ToolChoice: choice}}
-			var c collected
-			fin, err := e.Generate(context.Background(), req, c.emit)
-			if err != nil {
-				t.Fatal(err)
-			}
+			c, fin := run(t, e, req)
 			if fin.FinishReason == "length" {
 				continue
 			}
@@ -134,11 +140,7 @@ func TestConstrainedJSONSchema(t *testing.T) {
 		for _, rf := range []llm.ResponseFormat{{Type: llm.FormatJSONSchema, Schema: schema, Strict: true}, {Type: llm.FormatJSONObject}} {
 			req := &llm.Request{Messages: []llm.Message{{Role: "user", Content: "weather"}}, MaxTokens: 120, Temperature: 1, Seed: seed + 1,
 				ToolRequest: llm.ToolRequest{ResponseFormat: rf}}
-			var c collected
-			fin, err := e.Generate(context.Background(), req, c.emit)
-			if err != nil {
-				t.Fatal(err)
-			}
+			c, fin := run(t, e, req)
 			if fin.FinishReason == "length" {
 				continue
 			}

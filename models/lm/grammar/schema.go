@@ -489,14 +489,21 @@ func (c *compiler) number(n *node, path string) []elem {
 	if bounded {
 		return []elem{ref(r)}
 	}
-	var sign byteSet
-	sign.add('+', '+')
-	sign.add('-', '-')
-	var e byteSet
-	e.add('e', 'e')
-	e.add('E', 'E')
-	exp := b.optional([]elem{b.set(e), ref(b.optional([]elem{b.set(sign)})), digits, ref(b.star([]elem{digits}))})
-	return []elem{ref(r), ref(exp)}
+	return []elem{ref(r), ref(c.exponent())}
+}
+
+// exponent matches an optional JSON exponent ("e-12").
+func (c *compiler) exponent() int32 {
+	return c.shared("exponent", func(int32) [][]elem {
+		b := c.b
+		digits := b.rangeElem('0', '9')
+		var sign, e byteSet
+		sign.add('+', '+')
+		sign.add('-', '-')
+		e.add('e', 'e')
+		e.add('E', 'E')
+		return [][]elem{{}, {b.set(e), ref(b.optional([]elem{b.set(sign)})), digits, ref(b.star([]elem{digits}))}}
+	})
 }
 
 // intRange is a rule matching the decimal integers in [lo, hi] (no
@@ -738,16 +745,10 @@ func (c *compiler) anyValue() int32 {
 	c.memo["value"] = r
 	b := c.b
 	digits := b.rangeElem('0', '9')
-	var sign byteSet
-	sign.add('+', '+')
-	sign.add('-', '-')
-	var e byteSet
-	e.add('e', 'e')
-	e.add('E', 'E')
-	num := seq(b.lit(""), []elem{ref(b.optional(b.lit("-")))},
+	num := seq([]elem{ref(b.optional(b.lit("-")))},
 		[]elem{ref(b.rule(b.lit("0"), []elem{b.rangeElem('1', '9'), ref(b.star([]elem{digits}))}))},
 		[]elem{ref(b.optional(seq(b.lit("."), []elem{digits, ref(b.star([]elem{digits}))})))},
-		[]elem{ref(b.optional([]elem{b.set(e), ref(b.optional([]elem{b.set(sign)})), digits, ref(b.star([]elem{digits}))}))})
+		[]elem{ref(c.exponent())})
 	moreItems := b.newRule()
 	b.define(moreItems, b.lit("]"), seq(b.lit(","), []elem{ref(r), ref(moreItems)}))
 	arr := seq(b.lit("["), []elem{ref(b.rule(b.lit("]"), []elem{ref(r), ref(moreItems)}))})
