@@ -35,7 +35,6 @@ func (s *byteSet) union(o *byteSet) {
 	}
 }
 
-
 // elem is one element of an alternative: a byte from set, or a rule.
 type elem struct {
 	set  *byteSet // nil for a rule reference
