@@ -23,9 +23,11 @@ func init() {
 	tokenExts = append(tokenExts, ext[llm.Token]{tag: extTokenTool, name: "tool-delta", append: appendToolDelta, decode: decodeToolDelta})
 }
 
-// tools     uvarint count, then per tool: name, description, parameters (strings), strict (bool)
-// choice    mode (byte), name (string), single (bool)
-// format    type, name, schema (strings), strict (bool)
+// appendToolRequest writes the tools section:
+//
+//	tools     uvarint count, then per tool: name, description, parameters (strings), strict (bool)
+//	choice    mode (byte), name (string), single (bool)
+//	format    type, name, schema (strings), strict (bool)
 func appendToolRequest(b []byte, r *llm.Request) []byte {
 	tr := &r.ToolRequest
 	if len(tr.Tools) == 0 && tr.ToolChoice == (llm.ToolChoice{}) && tr.ResponseFormat.Type == "" {
@@ -75,9 +77,10 @@ func decodeToolRequest(d *decoder, r *llm.Request) {
 	rf.Strict = d.bool()
 }
 
-// turns     uvarint count, then per turn: message index (uvarint, ascending),
+// appendToolTurns writes the tool-turns section:
 //
-//	calls (uvarint count; id, name, arguments), call id (string), error (bool)
+//	turns     uvarint count, then per turn: message index (uvarint, ascending),
+//	          calls (uvarint count; id, name, arguments), call id (string), error (bool)
 func appendToolTurns(b []byte, r *llm.Request) []byte {
 	n := 0
 	for _, m := range r.Messages {
@@ -134,7 +137,9 @@ func decodeToolTurns(d *decoder, r *llm.Request) {
 	}
 }
 
-// delta     index (uvarint), id, name, arguments (strings)
+// appendToolDelta writes the tool-delta section:
+//
+//	delta     index (uvarint), id, name, arguments (strings)
 func appendToolDelta(b []byte, t *llm.Token) []byte {
 	if t.Tool == nil {
 		return b
