@@ -46,7 +46,7 @@ func RunJob(ctx context.Context, j Job) (*Result, error) {
 		return res, err
 	}
 	var buf bytes.Buffer
-	prov := Provenance{Name: "phaseless-" + p.Name, Description: p.Description, Preset: p.Name, Command: j.Command,
+	prov := Provenance{Name: p.ArtifactName(), Description: p.Description, Preset: p.Name, Command: j.Command,
 		Train: p.Train, Sources: p.Sources, Result: res}
 	if err := ExportGGUF(&buf, res.Params, prov, j.DType); err != nil {
 		return res, err

@@ -18,6 +18,17 @@ type Preset struct {
 	// FineTune says the preset continues a trained model of its shape
 	// (given as the run's Init) rather than starting from random weights.
 	FineTune bool
+	// Artifact is the model's general.name; "" means "phaseless-" + Name.
+	// A fine-tuning stage keeps its base's name (the agent lists it).
+	Artifact string
+}
+
+// ArtifactName is the general.name of the model p makes.
+func (p Preset) ArtifactName() string {
+	if p.Artifact != "" {
+		return p.Artifact
+	}
+	return "phaseless-" + p.Name
 }
 
 // EdgePreset is the in-vehicle assistant: about 0.9M weights, small enough
@@ -53,6 +64,7 @@ func EdgeToolsPreset() Preset {
 		WeightDecay: 0.1, Clip: 1, EvalEvery: 250, EvalWindows: 256}.WithDefaults()
 	p.Corpus = corpus.EdgeToolsTune
 	p.FineTune = true
+	p.Artifact = "phaseless-edge"
 	return p
 }
 
