@@ -89,6 +89,19 @@ func (c *constraint) sample(s *sampler, logits []float32) (tok int32, ok bool) {
 	return 0, false
 }
 
+// accept advances past a token sampled elsewhere (the first token of a
+// handed-off prefill), reporting whether the grammar allows it.
+func (c *constraint) accept(tok int32) bool {
+	if c.tok.IsEOG(tok) {
+		return c.state.Accepting()
+	}
+	next, ok := c.state.AdvanceBytes(c.tok.Piece(tok))
+	if ok {
+		c.state = next
+	}
+	return ok
+}
+
 func allNeg(v []float32) bool {
 	for _, x := range v {
 		if !math.IsInf(float64(x), -1) {

@@ -206,3 +206,34 @@ func TestToolHistoryRendered(t *testing.T) {
 		t.Fatalf("prompt\n%q\nwant\n%q", got, want)
 	}
 }
+
+// TestConstrainedSplitMatchesWhole runs tool-call requests split between
+// two engines (prefill on one, KV handed to the other, decode there): the
+// decode side's grammar starts after the handed-off first token, and the
+// calls are those one engine produces.
+func TestConstrainedSplitMatchesWhole(t *testing.T) {
+	m, _ := buildModel(t, tinyConfig(), F32, 4, false)
+	whole, pre, dec := newEngine(t, m, EngineConfig{}), newEngine(t, m, EngineConfig{}), newEngine(t, m, EngineConfig{})
+	for seed := range uint64(6) {
+		req := &llm.Request{Messages: []llm.Message{{Role: "user", Content: "open the window"}}, MaxTokens: 200, Temperature: 1, Seed: seed + 1,
+			ToolRequest: llm.ToolRequest{Tools: testTools, ToolChoice: llm.ToolChoice{Mode: llm.ToolRequired}}}
+		want, wfin := run(t, whole, req)
+		h, _, err := pre.PrefillChat(context.Background(), req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var got collected
+		gfin, err := dec.ResumeChat(context.Background(), req, h, got.emit)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got.text != want.text || len(got.calls) != len(want.calls) || gfin.FinishReason != wfin.FinishReason {
+			t.Fatalf("seed %d: split %+v (%s), whole %+v (%s)", seed, got, gfin.FinishReason, want, wfin.FinishReason)
+		}
+		for i := range got.calls {
+			if got.calls[i].Name != want.calls[i].Name || got.calls[i].Arguments != want.calls[i].Arguments {
+				t.Fatalf("seed %d: call %d split %+v whole %+v", seed, i, got.calls[i], want.calls[i])
+			}
+		}
+	}
+}

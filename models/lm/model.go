@@ -6,6 +6,7 @@ import (
 	"io"
 	"os"
 	"runtime"
+	"sync"
 
 	"github.com/phaseless/phaseless/models/lm/gguf"
 )
@@ -34,6 +35,9 @@ type Model struct {
 	ropeFreqs []float32
 	// vocab indexes the token pieces for grammar masks, built on first use.
 	vocab vocabIndex
+
+	fpOnce sync.Once // guards fp, computed on first use (Fingerprint)
+	fp     uint64
 }
 
 type layer struct {
