@@ -11,14 +11,16 @@ import (
 )
 
 // def is one tool: name, description and the arguments' JSON schema. The
-// order of properties in each schema is the order the model writes them.
+// order of properties in each schema is the order the model writes them;
+// free-form values carry grammar.CopyKeyword, so the engine's grammar
+// keeps them to what the request says.
 type def struct{ name, desc, schema string }
 
 var defs = []def{
 	{"set_temperature", "Set the cabin temperature in degrees Celsius.",
-		`{"type":"object","properties":{"temperature":{"type":"integer","minimum":16,"maximum":30}},"required":["temperature"],"additionalProperties":false}`},
+		`{"type":"object","properties":{"temperature":{"type":"integer","minimum":16,"maximum":30,"x-phaseless-copy":true}},"required":["temperature"],"additionalProperties":false}`},
 	{"set_fan_speed", "Set the climate fan speed (0 is off).",
-		`{"type":"object","properties":{"level":{"type":"integer","minimum":0,"maximum":5}},"required":["level"],"additionalProperties":false}`},
+		`{"type":"object","properties":{"level":{"type":"integer","minimum":0,"maximum":5,"x-phaseless-copy":true}},"required":["level"],"additionalProperties":false}`},
 	{"set_defrost", "Turn the windshield defroster on or off.",
 		`{"type":"object","properties":{"on":{"type":"boolean"}},"required":["on"],"additionalProperties":false}`},
 	{"set_window", "Open or close a window.",
@@ -26,17 +28,17 @@ var defs = []def{
 	{"set_seat_heater", "Turn a seat heater on or off.",
 		`{"type":"object","properties":{"seat":{"type":"string","enum":["driver","passenger","rear"]},"on":{"type":"boolean"}},"required":["seat","on"],"additionalProperties":false}`},
 	{"navigate_to", "Start route guidance to a destination: a city, street or place.",
-		`{"type":"object","properties":{"destination":{"type":"string","minLength":1,"maxLength":60}},"required":["destination"],"additionalProperties":false}`},
+		`{"type":"object","properties":{"destination":{"type":"string","minLength":1,"maxLength":60,"x-phaseless-copy":true}},"required":["destination"],"additionalProperties":false}`},
 	{"play_media", "Play music: a genre, artist or station.",
-		`{"type":"object","properties":{"query":{"type":"string","minLength":1,"maxLength":60}},"required":["query"],"additionalProperties":false}`},
+		`{"type":"object","properties":{"query":{"type":"string","minLength":1,"maxLength":60,"x-phaseless-copy":true}},"required":["query"],"additionalProperties":false}`},
 	{"media_control", "Pause, resume or skip the current media.",
 		`{"type":"object","properties":{"action":{"type":"string","enum":["pause","resume","next","previous"]}},"required":["action"],"additionalProperties":false}`},
 	{"set_volume", "Set the audio volume.",
-		`{"type":"object","properties":{"level":{"type":"integer","minimum":0,"maximum":30}},"required":["level"],"additionalProperties":false}`},
+		`{"type":"object","properties":{"level":{"type":"integer","minimum":0,"maximum":30,"x-phaseless-copy":true}},"required":["level"],"additionalProperties":false}`},
 	{"set_timer", "Start a countdown timer.",
-		`{"type":"object","properties":{"minutes":{"type":"integer","minimum":1,"maximum":180}},"required":["minutes"],"additionalProperties":false}`},
+		`{"type":"object","properties":{"minutes":{"type":"integer","minimum":1,"maximum":180,"x-phaseless-copy":true}},"required":["minutes"],"additionalProperties":false}`},
 	{"call_contact", "Phone a contact by name.",
-		`{"type":"object","properties":{"name":{"type":"string","minLength":1,"maxLength":40}},"required":["name"],"additionalProperties":false}`},
+		`{"type":"object","properties":{"name":{"type":"string","minLength":1,"maxLength":40,"x-phaseless-copy":true}},"required":["name"],"additionalProperties":false}`},
 	{"get_vehicle_status", "Read a vehicle status item.",
 		`{"type":"object","properties":{"item":{"type":"string","enum":["fuel","battery","range","tire_pressure","oil","doors"]}},"required":["item"],"additionalProperties":false}`},
 	{"lock_doors", "Lock or unlock the doors.",

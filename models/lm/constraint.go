@@ -115,6 +115,12 @@ func allNeg(v []float32) bool {
 // it offers tools, else its JSON response format, else none. stops may
 // follow the constrained text.
 func compileConstraint(req *llm.Request, stops []string) (*grammar.Grammar, error) {
+	copyFrom := ""
+	for _, m := range req.Messages {
+		if m.Role == "user" {
+			copyFrom = m.Content
+		}
+	}
 	if req.HasTools() {
 		tools := make([]grammar.Tool, 0, len(req.Tools))
 		for _, t := range req.Tools {
@@ -127,7 +133,7 @@ func compileConstraint(req *llm.Request, stops []string) (*grammar.Grammar, erro
 			return nil, llm.Errorf(llm.CodeInvalid, "tool_choice names %q, which is not among the tools", req.ToolChoice.Name)
 		}
 		g, err := grammar.ToolCalls(grammar.CallFormat{Open: ToolCallOpen, Close: ToolCallClose, Sep: ToolCallSep}, tools,
-			grammar.ToolCallOptions{Prose: req.ToolChoice.Mode == llm.ToolAuto, Single: req.ToolChoice.Single, Stops: stops})
+			grammar.ToolCallOptions{Prose: req.ToolChoice.Mode == llm.ToolAuto, Single: req.ToolChoice.Single, Stops: stops, CopyFrom: copyFrom})
 		if err != nil {
 			return nil, llm.Errorf(llm.CodeInvalid, "tools: %v", err)
 		}
@@ -137,7 +143,7 @@ func compileConstraint(req *llm.Request, stops []string) (*grammar.Grammar, erro
 	case llm.FormatJSONObject:
 		return grammar.JSONObject(stops...), nil
 	case llm.FormatJSONSchema:
-		g, err := grammar.Schema(req.ResponseFormat.Schema, stops...)
+		g, err := grammar.SchemaWith(req.ResponseFormat.Schema, grammar.Options{Stops: stops, CopyFrom: copyFrom})
 		if err != nil {
 			return nil, llm.Errorf(llm.CodeInvalid, "response_format: %v", err)
 		}

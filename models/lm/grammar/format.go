@@ -27,6 +27,8 @@ type ToolCallOptions struct {
 	Single bool
 	// Stops may follow the calls, as in Schema.
 	Stops []string
+	// CopyFrom is the text CopyKeyword arguments are copied from.
+	CopyFrom string
 }
 
 // ToolCalls compiles the grammar of a reply of tool calls: each call names
@@ -35,7 +37,7 @@ func ToolCalls(f CallFormat, tools []Tool, o ToolCallOptions) (*Grammar, error) 
 	if len(tools) == 0 {
 		return nil, &SchemaError{Reason: "no tools to call"}
 	}
-	return compile(func(c *compiler) []elem {
+	return compileCopying(o.CopyFrom, func(c *compiler) []elem {
 		b := c.b
 		var alts [][]elem
 		for _, t := range tools {

@@ -258,3 +258,33 @@ func TestTokenTrieMask(t *testing.T) {
 		}
 	}
 }
+
+func TestCopyFromRequest(t *testing.T) {
+	schema := []byte(`{"type":"object","properties":{"dest":{"type":"string","maxLength":20,"x-phaseless-copy":true},"min":{"type":"integer","minimum":1,"maximum":60,"x-phaseless-copy":true}},"required":["dest","min"]}`)
+	g, err := SchemaWith(schema, Options{CopyFrom: `drive to "San José" in 10 or 90 minutes`})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for in, ok := range map[string]bool{
+		`{"dest":"San José","min":10}`: true, `{"dest":"José","min":10}`: true, `{"dest":"drive to","min":10}`: true,
+		`{"dest":"Sa","min":10}`: false, `{"dest":"Denver","min":10}`: false, `{"dest":"to \"San","min":10}`: false,
+		`{"dest":"in 10","min":90}`: false, `{"dest":"in 10","min":11}`: false, `{"dest":" in","min":10}`: false,
+	} {
+		if got := g.Match([]byte(in)); got != ok {
+			t.Errorf("%s: matched %v, want %v", in, got, ok)
+		}
+	}
+	// Without a copy source, or with no fitting value, the schema compiles as usual.
+	for _, src := range []string{"", "no numbers"} {
+		g, err := SchemaWith(schema, Options{CopyFrom: src})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if want := src == ""; g.Match([]byte(`{"dest":"Denver","min":42}`)) != want {
+			t.Errorf("copy source %q: free values matched %v", src, !want)
+		}
+		if !g.Match([]byte(`{"dest":"no","min":42}`)) {
+			t.Errorf("copy source %q: the integer without a number in the text is not free", src)
+		}
+	}
+}

@@ -28,7 +28,8 @@ const (
 // the grammar did not enforce would let output through that fails it.
 var (
 	annotations = map[string]bool{"title": true, "description": true, "default": true, "examples": true, "$schema": true,
-		"$id": true, "$comment": true, "deprecated": true, "readOnly": true, "writeOnly": true, "$defs": true, "definitions": true, "strict": true}
+		"$id": true, "$comment": true, "deprecated": true, "readOnly": true, "writeOnly": true, "$defs": true, "definitions": true, "strict": true,
+		CopyKeyword: true}
 	keywords = map[string]bool{"type": true, "enum": true, "const": true, "anyOf": true, "$ref": true,
 		"properties": true, "required": true, "additionalProperties": true,
 		"items": true, "minItems": true, "maxItems": true,
@@ -50,7 +51,9 @@ func (e *SchemaError) Error() string {
 }
 
 type compiler struct {
-	b    *builder
+	// copyFrom is the text CopyKeyword values are copied from ("" = none).
+	copyFrom string
+	b        *builder
 	root *node
 	refs map[string]int32 // rule of each $ref target compiled so far
 	memo map[string]int32 // shared rules: "string", "value", ...
@@ -66,7 +69,11 @@ func (c *compiler) fail(path, format string, args ...any) {
 // compile runs f with a fresh compiler, turning the builder's size panic
 // into an error.
 func compile(f func(c *compiler) []elem) (g *Grammar, err error) {
-	c := &compiler{b: newBuilder(MaxRules), refs: map[string]int32{}, memo: map[string]int32{}}
+	return compileCopying("", f)
+}
+
+func compileCopying(copyFrom string, f func(c *compiler) []elem) (g *Grammar, err error) {
+	c := &compiler{copyFrom: copyFrom, b: newBuilder(MaxRules), refs: map[string]int32{}, memo: map[string]int32{}}
 	defer func() {
 		if r := recover(); r != nil {
 			tb, ok := r.(errTooBig)
@@ -372,6 +379,9 @@ func (c *compiler) str(n *node, path string) []elem {
 	if c.err != nil {
 		return nil
 	}
+	if e := c.copiedString(n, lo, hi, okHi); e != nil {
+		return e
+	}
 	if !okLo && !okHi {
 		return []elem{ref(c.anyString())}
 	}
@@ -462,6 +472,9 @@ func (c *compiler) integer(n *node, path string) []elem {
 	lo, hi, ok := c.intBounds(n, path)
 	if !ok {
 		return nil
+	}
+	if e := c.copiedInteger(n, lo, hi); e != nil {
+		return e
 	}
 	return []elem{ref(c.intRange(lo, hi))}
 }
