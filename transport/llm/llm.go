@@ -36,6 +36,9 @@ type Request struct {
 	KVHandoff string
 
 	ToolRequest // tools, tool_choice and response_format (tools.go)
+
+	// Prompt caching (cache.go).
+	CacheRequest
 }
 
 // Hints are the optional x-* request headers of DESIGN.md §4.
@@ -74,6 +77,9 @@ type Final struct {
 	TTFT             time.Duration
 	Total            time.Duration
 	PrefixHitTokens  int // prompt tokens served from a cached prefix
+
+	// Prompt caching (cache.go).
+	CacheUsage
 }
 
 // Emit receives each token as it is produced. Returning an error stops the

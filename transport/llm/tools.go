@@ -113,3 +113,17 @@ type ToolTurn struct {
 
 // FinishToolCalls is Final.FinishReason when the reply ended with tool calls.
 const FinishToolCalls = "tool_calls"
+
+// Equal reports whether m and o are the same turn, tool calls included
+// (Message holds slices, so == does not compile).
+func (m Message) Equal(o Message) bool {
+	if m.Role != o.Role || m.Content != o.Content || m.ToolCallID != o.ToolCallID || m.ToolError != o.ToolError || len(m.ToolCalls) != len(o.ToolCalls) {
+		return false
+	}
+	for i := range m.ToolCalls {
+		if m.ToolCalls[i] != o.ToolCalls[i] {
+			return false
+		}
+	}
+	return true
+}
