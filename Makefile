@@ -83,7 +83,8 @@ demo: build
 # embedded in the agent, and the cloud's default model. See docs/models.md.
 models: build
 	bin/phaselessctl model train --out models/predictor/predictor.onnx
-	bin/phaselessctl lm train --preset edge --out models/edgemodel/edge.gguf
+	bin/phaselessctl lm train --preset edge --out bin/edge-base.gguf
+	bin/phaselessctl lm train --preset edge-tools --init bin/edge-base.gguf --out models/edgemodel/edge.gguf
 	bin/phaselessctl lm train --preset cloud --out models/cloudmodel/cloud.gguf
 
 clean:

@@ -55,3 +55,52 @@ func TestOfficialSDKsAgainstAgent(t *testing.T) {
 		t.Errorf("validation error %+v", r)
 	}
 }
+
+// TestOfficialSDKToolsAgainstAgent calls the agent's built-in engine
+// through the official SDKs with tools and a JSON schema. Which call the
+// model picks is its own business (models/edgemodel measures that); that
+// every call comes back well-formed is the grammar's: the SDKs parse each
+// call's arguments, and they must name an offered tool (the one
+// tool_choice named) with values the schema allows.
+func TestOfficialSDKToolsAgainstAgent(t *testing.T) {
+	dir := sdktest.Dir(t)
+	_, url := startAgent(t, testConfig(t))
+	type call struct {
+		Name      string
+		Arguments map[string]any
+	}
+	type result struct {
+		Check, Finish, Stop string
+		Calls               []call
+		Parsed              map[string]any
+	}
+	res := map[string]result{}
+	for _, r := range sdktest.Run[result](t, dir, "agent-tools.mjs", url) {
+		res[r.Check] = r
+	}
+	validArgs := func(c call) bool {
+		switch c.Name {
+		case "set_fan_speed":
+			l, ok := c.Arguments["level"].(float64)
+			return ok && len(c.Arguments) == 1 && l >= 0 && l <= 5 && l == float64(int(l))
+		case "set_window":
+			w, a := c.Arguments["window"], c.Arguments["action"]
+			return len(c.Arguments) == 2 && (w == "driver" || w == "passenger") && (a == "open" || a == "close")
+		}
+		return false
+	}
+	for _, check := range []string{"openai.tools", "openai.stream.tools", "anthropic.stream.tools"} {
+		r := res[check]
+		if len(r.Calls) == 0 || (r.Finish != "tool_calls" && r.Stop != "tool_use") {
+			t.Errorf("%s: %+v", check, r)
+		}
+		for _, c := range r.Calls {
+			if !validArgs(c) || check == "openai.stream.tools" && c.Name != "set_window" {
+				t.Errorf("%s: call %+v", check, c)
+			}
+		}
+	}
+	if r := res["openai.parse"]; r.Finish != "stop" || !validArgs(call{Name: "set_window", Arguments: r.Parsed}) {
+		t.Errorf("openai.parse %+v", r)
+	}
+}

@@ -37,6 +37,7 @@ func lmTrain(ctx context.Context, cio cli.IO, args []string) error {
 	seed := fs.Uint64("seed", 0, "override the preset's seed")
 	stopAt := fs.Int("stop-at", 0, "end after this many steps (checkpointed) and write the model as it is then; resume later with the same flags minus this one")
 	quiet := fs.Bool("quiet", false, "no progress bar")
+	initFile := fs.String("init", "", "GGUF model to start from (required by fine-tuning presets such as edge-tools)")
 	if err := cli.Parse(fs, args, cio.Getenv); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			cli.PrintUsage(cio.Stdout, fs, "lm train --preset edge|cloud --out FILE.gguf: train a default model and write it as GGUF")
@@ -74,7 +75,20 @@ func lmTrain(ctx context.Context, cio cli.IO, args []string) error {
 	if *stopAt > 0 {
 		cmd = append(cmd, "--stop-at", fmt.Sprint(*stopAt))
 	}
-	job := lmtrain.Job{Preset: p, Out: *out, DType: dt, Checkpoint: *ckpt, StopAt: *stopAt, Command: strings.Join(cmd, " "),
+	var init *lmtrain.Params
+	if *initFile != "" {
+		m, err := lm.Load(*initFile)
+		if err != nil {
+			return &cli.FieldError{Field: "init", Err: err}
+		}
+		if init, err = lmtrain.ParamsFromModel(m, p.Model); err != nil {
+			return &cli.FieldError{Field: "init", Err: err}
+		}
+		cmd = append(cmd, "--init", *initFile)
+	} else if p.FineTune {
+		return &cli.FieldError{Field: "init", Err: fmt.Errorf("preset %s fine-tunes a trained model: --init FILE names it", p.Name)}
+	}
+	job := lmtrain.Job{Preset: p, Out: *out, DType: dt, Checkpoint: *ckpt, StopAt: *stopAt, Init: init, Command: strings.Join(cmd, " "),
 		Logf: func(f string, a ...any) { fmt.Fprintf(cio.Stderr, "\n"+f+"\n", a...) }}
 	if !*quiet {
 		job.Progress = cio.Stderr

@@ -292,7 +292,7 @@ func sharedPrefix(msgs []llm.Message) []llm.Message {
 
 func commonPrefix(a, b []llm.Message) []llm.Message {
 	n := 0
-	for n < len(a) && n < len(b) && a[n] == b[n] {
+	for n < len(a) && n < len(b) && a[n].Equal(b[n]) {
 		n++
 	}
 	return a[:n]

@@ -47,7 +47,7 @@ func TestPredictsTheNextClusterAndItsPrefix(t *testing.T) {
 		clk.t = clk.t.Add(time.Second)
 	}
 	// After bank comes travel, every time.
-	if len(preds) != 1 || preds[0].Probability != 1 || len(preds[0].Prefix) != 1 || preds[0].Prefix[0] != travel {
+	if len(preds) != 1 || preds[0].Probability != 1 || len(preds[0].Prefix) != 1 || !preds[0].Prefix[0].Equal(travel) {
 		t.Fatalf("predictions %+v, want travel's system prompt", preds)
 	}
 	st := m.Stats()
@@ -79,7 +79,7 @@ func TestDecayFavoursTheRecentPattern(t *testing.T) {
 	observe(bank, "set up direct deposit for me")
 	observe(other, "turn the heat up")
 	p := observe(bank, "set up direct deposit for me")
-	if len(p) == 0 || p[0].Prefix[0] != other {
+	if len(p) == 0 || !p[0].Prefix[0].Equal(other) {
 		t.Fatalf("predictions %+v: the one recent transition should beat five stale ones", p)
 	}
 }

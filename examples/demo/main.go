@@ -153,6 +153,9 @@ func run(ctx context.Context, binDir, dataDir string, perPhase int, keep bool) e
 	step("5b. Cloud pools: four built-in workers, one per pool; a request split between two (prefill on one, KV handed to the other, decode there)")
 	d.splitDemo(ctx)
 
+	step("5c. Tool calls: the edge model calls the car's tools (climate, windows, timers, media, ...) and the car executes them")
+	d.car(ctx, "demo-car-1")
+
 	step("6. Cloud outage: the cloud stops; agents answer locally and buffer telemetry in bbolt")
 	d.cloudMetrics = d.scrapeCloud(ctx) // the restarted cloud starts its counters anew
 	d.cloud.stop()

@@ -43,7 +43,7 @@ func TestHeldOutReplyAccuracy(t *testing.T) {
 	for i := range picked[:12] {
 		t.Logf("  %s: %q → %q", picked[i].Intent, picked[i].Prompt, replies[i])
 	}
-	// The shipped model measured 60.1%; the bound is well below it so that a
+	// The shipped model measured 64.5% (60.1% before its tools stage); the bound is well below it so that a
 	// retrain on another machine passes and a broken model does not.
 	if acc < 0.35 {
 		t.Errorf("held-out reply accuracy %.1f%%, want at least 35%% (chance is about 1%%)", 100*acc)

@@ -164,6 +164,14 @@ func (e *Engine) admitImported(s *sequence, now time.Time) bool {
 	e.stats.HandoffsIn++
 	e.stats.PrefixHitTokens += uint64(s.prefixHit)
 	e.mu.Unlock()
+	if s.constraint != nil && !s.constraint.accept(h.Next) {
+		// The prefill engine sampled outside this request's grammar: it
+		// ran another request's options, which ResumeChat rules out.
+		e.releaseBlocks(s)
+		s.ended = true
+		s.finish(s.finalInfo("stop"), llm.Errorf(llm.CodeInvalid, "kv handoff's first token %d is outside the request's grammar", h.Next))
+		return true
+	}
 	e.advance(s, h.Next, now)
 	return true
 }

@@ -9,6 +9,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/phaseless/phaseless/models/lm/grammar"
 	"github.com/phaseless/phaseless/models/lm/kvcache"
 	"github.com/phaseless/phaseless/transport/llm"
 )
@@ -311,7 +312,11 @@ func (e *Engine) chatRequest(req *llm.Request) ([]int32, GenOptions, error) {
 	if req.MaxTokens <= 0 {
 		return nil, GenOptions{}, llm.Errorf(llm.CodeInvalid, "max tokens must be positive, got %d", req.MaxTokens)
 	}
-	prompt, err := e.m.ChatPromptTokens(req.Messages)
+	msgs := req.Messages
+	if req.HasTools() || hasToolTurns(msgs) {
+		msgs = toolMessages(req, e.m.HasChatTemplate())
+	}
+	prompt, err := e.m.ChatPromptTokens(msgs)
 	if err != nil {
 		return nil, GenOptions{}, llm.Errorf(llm.CodeInvalid, "%v", err)
 	}
@@ -321,10 +326,24 @@ func (e *Engine) chatRequest(req *llm.Request) ([]int32, GenOptions, error) {
 		// them with a control token, which IsEOG stops at.
 		stop = append([]string{TurnEnd}, req.Stop...)
 	}
+	g, err := compileConstraint(req, stop)
+	if err != nil {
+		return nil, GenOptions{}, err
+	}
 	return prompt, GenOptions{
 		MaxTokens: req.MaxTokens, Temperature: req.Temperature, TopK: req.TopK, TopP: req.TopP,
-		Seed: req.Seed, Stop: stop, tenant: req.Tenant, pins: e.m.pinPoints(req, prompt),
+		Seed: req.Seed, Stop: stop, grammar: g, toolCalls: req.HasTools(),
+		tenant: req.Tenant, pins: e.m.pinPoints(req, prompt),
 	}, nil
+}
+
+func hasToolTurns(msgs []llm.Message) bool {
+	for _, m := range msgs {
+		if m.Role == "tool" || len(m.ToolCalls) > 0 {
+			return true
+		}
+	}
+	return false
 }
 
 // GenOptions are the sampling and stopping settings of one generation.
@@ -338,6 +357,11 @@ type GenOptions struct {
 	// IgnoreEOS keeps generating past EOS and the other end-of-generation
 	// tokens (benchmarks want fixed lengths).
 	IgnoreEOS bool
+
+	// grammar, when set, constrains the output (tool calls, JSON).
+	grammar *grammar.Grammar
+	// toolCalls turns the output's calls into ToolDelta events.
+	toolCalls bool
 
 	// onDone, when set (tests), receives the generated token ids.
 	onDone func([]int32)
@@ -382,7 +406,7 @@ func (e *Engine) newSequence(prompt []int32, opt GenOptions) (*sequence, error) 
 		seed = e.seeds.Uint64()
 		e.seedMu.Unlock()
 	}
-	return &sequence{
+	s := &sequence{
 		tokens:    append([]int32(nil), prompt...),
 		promptLen: len(prompt),
 		opt:       opt,
@@ -394,7 +418,14 @@ func (e *Engine) newSequence(prompt []int32, opt GenOptions) (*sequence, error) 
 		notify:    make(chan struct{}, 1),
 		prefixHit: -1,
 		pins:      slices.Clone(opt.pins),
-	}, nil
+	}
+	if opt.grammar != nil {
+		s.constraint = newConstraint(e.m, opt.grammar)
+	}
+	if opt.toolCalls {
+		s.tools = &toolParser{}
+	}
+	return s, nil
 }
 
 // run queues s and streams its tokens through emit until it ends.
@@ -487,10 +518,14 @@ type sequence struct {
 	sampler   *sampler
 	decoder   *StreamDecoder
 	stop      stopMatcher
-	start     time.Time
-	firstTok  time.Time
-	lastTok   time.Time
-	prefixHit int // -1 until first admitted
+	// constraint keeps the output in the request's grammar; tools parses
+	// its tool calls. Both nil for free text.
+	constraint *constraint
+	tools      *toolParser
+	start      time.Time
+	firstTok   time.Time
+	lastTok    time.Time
+	prefixHit  int // -1 until first admitted
 	// pins are the request's cache breakpoints (promptcache.go);
 	// cacheWrite the prompt tokens s newly pinned.
 	pins       []pinPoint

@@ -33,6 +33,8 @@ type Model struct {
 	tied    bool
 	// ropeFreqs divides RoPE's frequencies (Llama 3 scaling); nil = none.
 	ropeFreqs []float32
+	// vocab indexes the token pieces for grammar masks, built on first use.
+	vocab vocabIndex
 
 	fpOnce sync.Once // guards fp, computed on first use (Fingerprint)
 	fp     uint64

@@ -312,11 +312,21 @@ func (e *Engine) runBatch(work []planned) {
 		}
 		logits := sb.logits[li*vocab : (li+1)*vocab]
 		li++
+		tok := int32(0)
+		if s.constraint == nil {
+			tok = s.sampler.sample(logits)
+		} else {
+			var ok bool
+			if tok, ok = s.constraint.sample(s.sampler, logits); !ok {
+				e.complete(s, "stop") // nothing may follow: the text is complete
+				continue
+			}
+		}
 		if s.export {
-			e.exportSequence(s, s.sampler.sample(logits))
+			e.exportSequence(s, tok)
 			continue
 		}
-		e.advance(s, s.sampler.sample(logits), now)
+		e.advance(s, tok, now)
 	}
 	e.running = slices.DeleteFunc(e.running, func(s *sequence) bool { return s.ended })
 	e.recordStep(prefill, decode)
@@ -361,10 +371,10 @@ func (e *Engine) advance(s *sequence, tok int32, now time.Time) {
 	}
 	text, stopped := s.stop.push(s.decoder.Push(tok))
 	if text != "" {
-		s.push(llm.Token{Text: text, ID: tok, EngineLatency: latency})
+		s.emitText(text, tok, latency)
 	}
 	switch {
-	case stopped:
+	case stopped, s.constraint != nil && s.constraint.state.Done():
 		e.complete(s, "stop")
 	case s.generated() >= s.opt.MaxTokens || len(s.tokens) >= e.m.Config.ContextLen:
 		e.complete(s, "length")
@@ -380,8 +390,17 @@ func (e *Engine) complete(s *sequence, reason string) {
 		if !stopped {
 			tail += s.stop.flush()
 		}
+		last := s.tokens[len(s.tokens)-1]
 		if tail != "" {
-			s.push(llm.Token{Text: tail, ID: s.tokens[len(s.tokens)-1]})
+			s.emitText(tail, last, 0)
+		}
+		if s.tools != nil {
+			for _, t := range s.tools.flush(last) {
+				s.push(t)
+			}
+			if s.tools.calls > 0 && reason == "stop" {
+				reason = llm.FinishToolCalls
+			}
 		}
 	}
 	e.releaseBlocks(s)
@@ -393,6 +412,19 @@ func (e *Engine) complete(s *sequence, reason string) {
 	e.stats.Completed++
 	e.mu.Unlock()
 	s.finish(s.finalInfo(reason), nil)
+}
+
+// emitText streams text, through the tool-call parser when the request
+// offered tools.
+func (s *sequence) emitText(text string, tok int32, latency time.Duration) {
+	if s.tools == nil {
+		s.push(llm.Token{Text: text, ID: tok, EngineLatency: latency})
+		return
+	}
+	for _, t := range s.tools.push(text, tok) {
+		t.EngineLatency = latency
+		s.push(t)
+	}
 }
 
 func (s *sequence) finalInfo(reason string) llm.Final {

@@ -29,6 +29,34 @@ func EngineWeights(p *Params) *lm.Weights {
 	return w
 }
 
+// ParamsFromModel copies a loaded model's weights (dequantised) into
+// training parameters of shape c, to fine-tune it.
+func ParamsFromModel(m *lm.Model, c Config) (*Params, error) {
+	if got := EngineConfig(c); m.Config.Vocab != got.Vocab || m.Config.Dim != got.Dim || m.Config.Layers != got.Layers ||
+		m.Config.Heads != got.Heads || m.Config.KVHeads != got.KVHeads || m.Config.FFN != got.FFN {
+		return nil, fmt.Errorf("init model: shape %+v is not the preset's %+v", m.Config, got)
+	}
+	p := NewParams(c)
+	w := m.Weights()
+	if w.Output == nil {
+		return nil, fmt.Errorf("init model: tied output weights are not supported")
+	}
+	ew := EngineWeights(p)
+	pairs := [][2][]float32{{ew.TokenEmbd, w.TokenEmbd}, {ew.OutputNorm, w.OutputNorm}, {ew.Output, w.Output}}
+	for i, l := range w.Layers {
+		d := ew.Layers[i]
+		pairs = append(pairs, [2][]float32{d.AttnNorm, l.AttnNorm}, [2][]float32{d.Q, l.Q}, [2][]float32{d.K, l.K}, [2][]float32{d.V, l.V},
+			[2][]float32{d.O, l.O}, [2][]float32{d.FFNNorm, l.FFNNorm}, [2][]float32{d.Gate, l.Gate}, [2][]float32{d.Up, l.Up}, [2][]float32{d.Down, l.Down})
+	}
+	for _, pr := range pairs {
+		if len(pr[0]) != len(pr[1]) {
+			return nil, fmt.Errorf("init model: tensor of %d values where %d are expected", len(pr[1]), len(pr[0]))
+		}
+		copy(pr[0], pr[1])
+	}
+	return p, nil
+}
+
 // Provenance is what a shipped model records about how it was made, written
 // into the GGUF metadata under phaseless.*.
 type Provenance struct {

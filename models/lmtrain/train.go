@@ -21,10 +21,22 @@ type Run struct {
 	Checkpoint string
 	// StopAt, when in (0, Steps), ends the run early after that many steps
 	// (checkpointed), as if interrupted; a later Run resumes it.
-	StopAt   int
+	StopAt int
+	// Init, when set, is the weights a fresh run starts from (fine-tuning
+	// a trained model) instead of a seeded random init; a resumed
+	// checkpoint still wins.
+	Init     *Params
 	Progress io.Writer            // progress bar (stderr); nil = none
 	Now      func() time.Time     // clock for tokens/s; nil = time.Now
 	Logf     func(string, ...any) // one line per validation; nil = none
+}
+
+func (r *Run) init(p *Params, tc TrainConfig) {
+	if r.Init != nil {
+		copy(p.Flat, r.Init.Flat)
+		return
+	}
+	p.Init(tc.Seed, tc.InitStd)
 }
 
 // EvalPoint is one validation measurement.
@@ -82,7 +94,7 @@ func Train(ctx context.Context, r Run) (*Result, error) {
 		ck, err := LoadCheckpoint(r.Checkpoint)
 		switch {
 		case errors.Is(err, fs.ErrNotExist):
-			p.Init(tc.Seed, tc.InitStd)
+			r.init(p, tc)
 		case err != nil:
 			return nil, err
 		default:
@@ -95,7 +107,7 @@ func Train(ctx context.Context, r Run) (*Result, error) {
 			step, opt.Step, res.ResumedAt = ck.Step, ck.Step, ck.Step
 		}
 	} else {
-		p.Init(tc.Seed, tc.InitStd)
+		r.init(p, tc)
 	}
 	save := func(done int) error {
 		if r.Checkpoint == "" {

@@ -21,6 +21,7 @@ type MessagesRequest struct {
 	StopSequences []string        `json:"stop_sequences"`
 	Stream        bool            `json:"stream"`
 	Tools         json.RawMessage `json:"tools"`
+	ToolChoice    json.RawMessage `json:"tool_choice"` // tools.go
 }
 
 // AntMessage is one Anthropic message; Content is a string or an array of
@@ -66,14 +67,14 @@ func decodeMessages(body []byte, lim limits) (*llm.Request, bool, *apiError) {
 		if m.Role != "user" && m.Role != "assistant" {
 			return nil, false, invalid("messages", "messages.%d.role: %q is not one of user, assistant", i, m.Role)
 		}
-		text, e := textContent("messages.content", m.Content)
+		turns, e := anthropicMessages(i, m.Role, m.Content)
 		if e != nil {
 			return nil, false, e
 		}
-		req.Messages = append(req.Messages, llm.Message{Role: m.Role, Content: text})
+		req.Messages = append(req.Messages, turns...)
 	}
-	if t := strings.TrimSpace(string(mr.Tools)); t != "" && t != "null" && t != "[]" {
-		return nil, false, invalid("tools", "tools are not supported")
+	if e := decodeAnthropicTools(&mr, req); e != nil {
+		return nil, false, e
 	}
 	if req.Temperature, e = parseTemperature(mr.Temperature); e != nil {
 		return nil, false, e
@@ -104,7 +105,7 @@ func (h *Handler) serveMessages(w http.ResponseWriter, r *http.Request, tenant s
 	if !ok {
 		return
 	}
-	msg := antMessage{ID: "msg_" + req.ID, Type: "message", Role: "assistant", Model: req.Model, Content: []antBlock{}}
+	msg := antMessage{ID: "msg_" + req.ID, Type: "message", Role: "assistant", Model: req.Model, Content: []any{}}
 	if stream {
 		h.run(w, r, apiAnthropic, req, &messagesStreamer{msg: msg})
 	} else {
@@ -113,14 +114,14 @@ func (h *Handler) serveMessages(w http.ResponseWriter, r *http.Request, tenant s
 }
 
 type antMessage struct {
-	ID           string     `json:"id"`
-	Type         string     `json:"type"`
-	Role         string     `json:"role"`
-	Model        string     `json:"model"`
-	Content      []antBlock `json:"content"`
-	StopReason   *string    `json:"stop_reason"`
-	StopSequence *string    `json:"stop_sequence"`
-	Usage        antUsage   `json:"usage"`
+	ID           string   `json:"id"`
+	Type         string   `json:"type"`
+	Role         string   `json:"role"`
+	Model        string   `json:"model"`
+	Content      []any    `json:"content"` // antBlock, antToolUse
+	StopReason   *string  `json:"stop_reason"`
+	StopSequence *string  `json:"stop_sequence"`
+	Usage        antUsage `json:"usage"`
 }
 
 type antBlock struct {
@@ -138,25 +139,39 @@ type antUsage struct {
 
 // anthropicStop maps the canonical finish reason to Anthropic's stop_reason.
 func anthropicStop(r string) string {
-	if r == "length" {
+	switch r {
+	case "length":
 		return "max_tokens"
+	case llm.FinishToolCalls:
+		return "tool_use"
 	}
 	return "end_turn"
 }
 
 type messagesCollector struct {
-	msg  antMessage
-	text strings.Builder
+	msg   antMessage
+	text  strings.Builder
+	tools toolCollector
 }
 
 func (c *messagesCollector) begin(http.ResponseWriter) error { return nil }
 func (c *messagesCollector) token(_ http.ResponseWriter, t llm.Token) error {
+	if t.Tool != nil {
+		c.tools.add(t.Tool)
+		return nil
+	}
 	c.text.WriteString(t.Text)
 	return nil
 }
 func (c *messagesCollector) end(w http.ResponseWriter, fin llm.Final) {
 	stop := anthropicStop(fin.FinishReason)
-	c.msg.Content = []antBlock{{Type: "text", Text: c.text.String()}}
+	c.msg.Content = nil
+	if c.text.Len() > 0 || len(c.tools.calls) == 0 {
+		c.msg.Content = append(c.msg.Content, antBlock{Type: "text", Text: c.text.String()})
+	}
+	for _, call := range c.tools.calls {
+		c.msg.Content = append(c.msg.Content, antToolUse{Type: "tool_use", ID: call.ID, Name: call.Name, Input: toolInput(call.Arguments)})
+	}
 	c.msg.StopReason = &stop
 	c.msg.Usage = antUsageOf(fin)
 	writeJSON(w, http.StatusOK, c.msg)
@@ -168,6 +183,11 @@ func (c *messagesCollector) fail(w http.ResponseWriter, e *apiError) { e.write(w
 // per token, then content_block_stop, message_delta and message_stop once.
 type messagesStreamer struct {
 	msg antMessage
+	// open is the index of the content block being written, -1 before
+	// the first; openTool says whether it is a tool_use block. Blocks open
+	// lazily: a reply may start with text or with a call.
+	open     int
+	openTool bool
 }
 
 func (s *messagesStreamer) event(w http.ResponseWriter, name string, v any) error {
@@ -187,32 +207,76 @@ func (s *messagesStreamer) begin(w http.ResponseWriter) error {
 	sseHeaders(w)
 	// Input tokens are counted by the engine and known only at the end; they
 	// are reported in message_delta's usage, which the SDKs merge.
-	if err := s.event(w, "message_start", struct {
+	s.open = -1
+	return s.event(w, "message_start", struct {
 		Type    string     `json:"type"`
 		Message antMessage `json:"message"`
-	}{"message_start", s.msg}); err != nil {
+	}{"message_start", s.msg})
+}
+
+// startBlock closes the open block and opens block, a text or tool_use block.
+func (s *messagesStreamer) startBlock(w http.ResponseWriter, block any, tool bool) error {
+	if err := s.stopBlock(w); err != nil {
 		return err
 	}
+	s.open++
+	s.openTool = tool
 	return s.event(w, "content_block_start", struct {
-		Type         string   `json:"type"`
-		Index        int      `json:"index"`
-		ContentBlock antBlock `json:"content_block"`
-	}{"content_block_start", 0, antBlock{Type: "text"}})
+		Type         string `json:"type"`
+		Index        int    `json:"index"`
+		ContentBlock any    `json:"content_block"`
+	}{"content_block_start", s.open, block})
+}
+
+func (s *messagesStreamer) stopBlock(w http.ResponseWriter) error {
+	if s.open < 0 {
+		return nil
+	}
+	return s.event(w, "content_block_stop", struct {
+		Type  string `json:"type"`
+		Index int    `json:"index"`
+	}{"content_block_stop", s.open})
+}
+
+type antJSONDelta struct {
+	Type        string `json:"type"`
+	PartialJSON string `json:"partial_json"`
 }
 
 func (s *messagesStreamer) token(w http.ResponseWriter, t llm.Token) error {
+	var delta any = antTextDelta{"text_delta", t.Text}
+	switch {
+	case t.Tool != nil && t.Tool.Name != "":
+		// A new call: its tool_use block starts with an empty input that
+		// the input_json_delta events fill.
+		if err := s.startBlock(w, antToolUse{Type: "tool_use", ID: t.Tool.ID, Name: t.Tool.Name, Input: json.RawMessage("{}")}, true); err != nil {
+			return err
+		}
+		if t.Tool.Arguments == "" {
+			return nil
+		}
+		delta = antJSONDelta{"input_json_delta", t.Tool.Arguments}
+	case t.Tool != nil:
+		delta = antJSONDelta{"input_json_delta", t.Tool.Arguments}
+	case s.open < 0 || s.openTool:
+		if err := s.startBlock(w, antBlock{Type: "text"}, false); err != nil {
+			return err
+		}
+	}
 	return s.event(w, "content_block_delta", struct {
-		Type  string       `json:"type"`
-		Index int          `json:"index"`
-		Delta antTextDelta `json:"delta"`
-	}{"content_block_delta", 0, antTextDelta{"text_delta", t.Text}})
+		Type  string `json:"type"`
+		Index int    `json:"index"`
+		Delta any    `json:"delta"`
+	}{"content_block_delta", s.open, delta})
 }
 
 func (s *messagesStreamer) end(w http.ResponseWriter, fin llm.Final) {
-	if s.event(w, "content_block_stop", struct {
-		Type  string `json:"type"`
-		Index int    `json:"index"`
-	}{"content_block_stop", 0}) != nil {
+	if s.open < 0 { // no token at all: an empty text block, as Anthropic sends
+		if s.startBlock(w, antBlock{Type: "text"}, false) != nil {
+			return
+		}
+	}
+	if s.stopBlock(w) != nil {
 		return
 	}
 	stop := anthropicStop(fin.FinishReason)

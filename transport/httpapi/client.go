@@ -146,11 +146,15 @@ type upRequest struct {
 	StreamOptions struct {
 		IncludeUsage bool `json:"include_usage"`
 	} `json:"stream_options"`
+	upToolFields // tools.go
 }
 
 type upMessage struct {
 	Role    string `json:"role"`
 	Content string `json:"content"`
+
+	ToolCalls  []oaiToolCall `json:"tool_calls,omitempty"`
+	ToolCallID string        `json:"tool_call_id,omitempty"`
 }
 
 // upChunk is one streamed event; Error appears when a server fails
@@ -158,7 +162,8 @@ type upMessage struct {
 type upChunk struct {
 	Choices []struct {
 		Delta struct {
-			Content string `json:"content"`
+			Content   string        `json:"content"`
+			ToolCalls []oaiToolCall `json:"tool_calls"`
 		} `json:"delta"`
 		FinishReason *string `json:"finish_reason"`
 	} `json:"choices"`
@@ -189,8 +194,9 @@ func (c *Client) Generate(ctx context.Context, req *llm.Request, emit llm.Emit) 
 	}
 	body.Messages = make([]upMessage, len(req.Messages))
 	for i, m := range req.Messages {
-		body.Messages[i] = upMessage{Role: m.Role, Content: m.Content}
+		body.Messages[i] = upMessage{Role: m.Role, Content: m.Content, ToolCalls: upToolCalls(m.ToolCalls), ToolCallID: m.ToolCallID}
 	}
+	body.upToolFields = upTools(&req.ToolRequest)
 	raw, err := json.Marshal(body)
 	if err != nil {
 		return llm.Final{}, llm.Errorf(llm.CodeInternal, "encode request: %v", err)
@@ -278,6 +284,11 @@ func decodeStream(ctx context.Context, body io.Reader, start time.Time, name str
 				}
 				last = now
 			}
+			for _, tc := range ch.Delta.ToolCalls {
+				if err := emit(llm.Token{ID: -1, Tool: toolDeltaFromUp(tc)}); err != nil {
+					return fin, err
+				}
+			}
 			if ch.FinishReason != nil && *ch.FinishReason != "" {
 				fin.FinishReason = finishReason(*ch.FinishReason)
 			}
@@ -295,11 +306,11 @@ func decodeStream(ctx context.Context, body io.Reader, start time.Time, name str
 }
 
 // finishReason maps OpenAI's finish reasons onto llm.Final's: the token
-// limit is "length", every other end ("stop", "content_filter",
-// "tool_calls") is "stop".
+// limit is "length", "tool_calls" stays, every other end ("stop",
+// "content_filter") is "stop".
 func finishReason(r string) string {
-	if r == "length" {
-		return "length"
+	if r == "length" || r == llm.FinishToolCalls {
+		return r
 	}
 	return "stop"
 }

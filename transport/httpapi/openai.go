@@ -27,6 +27,11 @@ type ChatRequest struct {
 		IncludeUsage bool `json:"include_usage"`
 	} `json:"stream_options"`
 	Tools json.RawMessage `json:"tools"`
+
+	// Tool calling and structured output (tools.go).
+	ToolChoice        json.RawMessage `json:"tool_choice"`
+	ParallelToolCalls *bool           `json:"parallel_tool_calls"`
+	ResponseFormat    json.RawMessage `json:"response_format"`
 }
 
 // ChatMessage is one OpenAI message; Content is a string or an array of
@@ -34,6 +39,9 @@ type ChatRequest struct {
 type ChatMessage struct {
 	Role    string          `json:"role"`
 	Content json.RawMessage `json:"content"`
+
+	ToolCalls  []oaiToolCall `json:"tool_calls"`   // assistant
+	ToolCallID string        `json:"tool_call_id"` // tool
 }
 
 type contentPart struct {
@@ -92,18 +100,22 @@ func decodeChat(body []byte, lim limits) (*llm.Request, chatStream, *apiError) {
 		switch role {
 		case "developer":
 			role = "system" // OpenAI's newer name for the system turn
-		case "system", "user", "assistant":
+		case "system", "user", "assistant", "tool":
 		default:
-			return nil, chatStream{}, invalid("messages", "messages[%d].role %q is not supported (system, developer, user, assistant)", i, m.Role)
+			return nil, chatStream{}, invalid("messages", "messages[%d].role %q is not supported (system, developer, user, assistant, tool)", i, m.Role)
 		}
 		text, e := textContent("messages.content", m.Content)
 		if e != nil {
 			return nil, chatStream{}, e
 		}
-		req.Messages = append(req.Messages, llm.Message{Role: role, Content: text})
+		msg := llm.Message{Role: role, Content: text}
+		if e := openAIToolTurn(i, &m, &msg); e != nil {
+			return nil, chatStream{}, e
+		}
+		req.Messages = append(req.Messages, msg)
 	}
-	if t := strings.TrimSpace(string(cr.Tools)); t != "" && t != "null" && t != "[]" {
-		return nil, chatStream{}, invalid("tools", "tools are not supported")
+	if e := decodeOpenAITools(&cr, req); e != nil {
+		return nil, chatStream{}, e
 	}
 	switch {
 	case cr.MaxCompletionTokens != nil:
@@ -212,8 +224,8 @@ func chatUsage(fin llm.Final) *ChatUsage {
 
 // openAIFinish maps the canonical finish reason to OpenAI's.
 func openAIFinish(r string) string {
-	if r == "length" {
-		return "length"
+	if r == "length" || r == llm.FinishToolCalls {
+		return r
 	}
 	return "stop"
 }
@@ -232,18 +244,24 @@ type chatChoice struct {
 }
 
 type chatOutMessage struct {
-	Role    string `json:"role"`
-	Content string `json:"content"`
+	Role      string        `json:"role"`
+	Content   *string       `json:"content"` // null when the reply is only tool calls
+	ToolCalls []oaiToolCall `json:"tool_calls,omitempty"`
 }
 
 // chatCollector answers a non-streaming request once generation ended.
 type chatCollector struct {
-	base chatBase
-	text strings.Builder
+	base  chatBase
+	text  strings.Builder
+	tools toolCollector
 }
 
 func (c *chatCollector) begin(http.ResponseWriter) error { return nil }
 func (c *chatCollector) token(_ http.ResponseWriter, t llm.Token) error {
+	if t.Tool != nil {
+		c.tools.add(t.Tool)
+		return nil
+	}
 	c.text.WriteString(t.Text)
 	return nil
 }
@@ -252,11 +270,19 @@ func (c *chatCollector) end(w http.ResponseWriter, fin llm.Final) {
 	writeJSON(w, http.StatusOK, chatCompletion{
 		chatBase: c.base,
 		Choices: []chatChoice{{
-			Message: chatOutMessage{Role: "assistant", Content: c.text.String()}, Logprobs: json.RawMessage("null"),
+			Message: c.message(), Logprobs: json.RawMessage("null"),
 			FinishReason: openAIFinish(fin.FinishReason),
 		}},
 		Usage: chatUsage(fin),
 	})
+}
+
+func (c *chatCollector) message() chatOutMessage {
+	m := chatOutMessage{Role: "assistant", ToolCalls: c.tools.openAI()}
+	if text := c.text.String(); text != "" || m.ToolCalls == nil {
+		m.Content = &text
+	}
+	return m
 }
 
 // fail is unreachable for the collector (begin wrote nothing, so run sends
@@ -277,8 +303,9 @@ type chunkChoice struct {
 }
 
 type chunkDelta struct {
-	Role    string  `json:"role,omitempty"`
-	Content *string `json:"content,omitempty"`
+	Role      string        `json:"role,omitempty"`
+	Content   *string       `json:"content,omitempty"`
+	ToolCalls []oaiToolCall `json:"tool_calls,omitempty"`
 }
 
 // chatStreamer writes OpenAI SSE chunks, one per token.
@@ -306,6 +333,9 @@ func (s *chatStreamer) begin(w http.ResponseWriter) error {
 
 func (s *chatStreamer) token(w http.ResponseWriter, t llm.Token) error {
 	d := chunkDelta{Content: &t.Text}
+	if t.Tool != nil {
+		d = chunkDelta{ToolCalls: openAIToolDelta(t.Tool)}
+	}
 	if s.first {
 		d.Role, s.first = "assistant", false
 	}

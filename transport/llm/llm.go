@@ -9,8 +9,10 @@ import (
 
 // Message is one chat turn.
 type Message struct {
-	Role    string // system, user, assistant
+	Role    string // system, user, assistant, tool
 	Content string
+
+	ToolTurn // tool calls of an assistant turn, or the call a tool turn answers (tools.go)
 }
 
 // Request is a completion request after API-specific decoding and validation.
@@ -32,6 +34,8 @@ type Request struct {
 	// request (x-phaseless-kv-handoff, cloud-to-worker only): it decodes
 	// from that prefill instead of running the prompt (see Split).
 	KVHandoff string
+
+	ToolRequest // tools, tool_choice and response_format (tools.go)
 
 	// Prompt caching (cache.go).
 	CacheRequest
@@ -58,6 +62,10 @@ type Token struct {
 	EngineLatency time.Duration
 	// Meta, set only on the begin event, is the response metadata.
 	Meta *Meta
+
+	// Tool, when set, makes this token a piece of a tool call instead of
+	// reply text (Text is then empty); see tools.go.
+	Tool *ToolDelta
 }
 
 // Final is what is known when a generation ends. Where it ran and why is
@@ -65,7 +73,7 @@ type Token struct {
 type Final struct {
 	PromptTokens     int
 	CompletionTokens int
-	FinishReason     string // stop, length, cancelled
+	FinishReason     string // stop, length, cancelled, tool_calls
 	TTFT             time.Duration
 	Total            time.Duration
 	PrefixHitTokens  int // prompt tokens served from a cached prefix

@@ -2,6 +2,7 @@ package quic
 
 import (
 	"bytes"
+	"reflect"
 	"strings"
 	"testing"
 
@@ -91,5 +92,42 @@ func TestExtensionMalformed(t *testing.T) {
 		if _, _, err := DecodeFrame(b); err == nil || !strings.Contains(err.Error(), "extension") {
 			t.Errorf("%s: got %v, want an extension error", name, err)
 		}
+	}
+}
+
+// TestToolSectionsRoundTrip carries a request with tools, a response
+// format and a tool-calling history, and a tool-call token, across the
+// frame codec.
+func TestToolSectionsRoundTrip(t *testing.T) {
+	req := &llm.Request{ID: "r1", Model: "auto", MaxTokens: 4, Messages: []llm.Message{
+		{Role: "user", Content: "fan 2"},
+		{Role: "assistant", ToolTurn: llm.ToolTurn{ToolCalls: []llm.ToolCall{{ID: "c1", Name: "set_fan_speed", Arguments: `{"level":2}`}}}},
+		{Role: "tool", Content: "ok", ToolTurn: llm.ToolTurn{ToolCallID: "c1", ToolError: true}},
+		{Role: "user", Content: "thanks"},
+	}, ToolRequest: llm.ToolRequest{
+		Tools:          []llm.Tool{{Name: "set_fan_speed", Description: "fan", Parameters: []byte(`{"type":"object"}`), Strict: true}, {Name: "any"}},
+		ToolChoice:     llm.ToolChoice{Mode: llm.ToolNamed, Name: "set_fan_speed", Single: true},
+		ResponseFormat: llm.ResponseFormat{Type: llm.FormatJSONSchema, Name: "w", Schema: []byte(`{}`), Strict: true},
+	}}
+	f, _, err := DecodeFrame(encode(t, &Frame{Type: FrameRequest, Request: req}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !reflect.DeepEqual(f.Request, req) {
+		t.Fatalf("decoded\n%+v\nwant\n%+v", f.Request, req)
+	}
+	tok := llm.Token{ID: 7, Tool: &llm.ToolDelta{Index: 1, ID: "c2", Name: "n", Arguments: `{"a"`}}
+	f, _, err = DecodeFrame(encode(t, &Frame{Type: FrameToken, Token: tok}))
+	if err != nil || !reflect.DeepEqual(f.Token, tok) {
+		t.Fatalf("token %+v, %v", f.Token, err)
+	}
+	// A plain request and token carry no section.
+	plain := &llm.Request{ID: "r1", Model: "auto", MaxTokens: 4, Messages: []llm.Message{{Role: "user", Content: "x"}}}
+	saved := requestExts
+	b := encode(t, &Frame{Type: FrameRequest, Request: plain})
+	requestExts = nil
+	defer func() { requestExts = saved }()
+	if !bytes.Equal(b, encode(t, &Frame{Type: FrameRequest, Request: plain})) {
+		t.Fatal("a request without tools has extension bytes")
 	}
 }

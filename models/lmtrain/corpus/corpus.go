@@ -28,7 +28,10 @@ var wikiText string
 // Example is one chat exchange.
 type Example struct {
 	Prompt, Answer string
-	Intent         string // CLINC150 intent, "incar-N" (N-th in-car template group) or "wiki"
+	// System, when set, is a system turn before the request (the tools
+	// turn of EdgeWithTools).
+	System string
+	Intent string // CLINC150 intent, "incar-N" (N-th in-car template group) or "wiki"
 }
 
 // Split is a corpus with its held-out part. No prompt text of Test appears in Train.
@@ -51,6 +54,9 @@ var (
 // reply and the start of the next turn, "<|", which is the engine's stop
 // sequence (lm.TurnEnd): the model learns to end its turn there.
 func (e Example) Chat() string {
+	if e.System != "" {
+		return "<|system|>\n" + e.System + "\n<|user|>\n" + strings.TrimSpace(e.Prompt) + "\n<|assistant|>\n" + e.Answer + "\n<|"
+	}
 	return "<|user|>\n" + strings.TrimSpace(e.Prompt) + "\n<|assistant|>\n" + e.Answer + "\n<|"
 }
 

@@ -1,0 +1,166 @@
+package edgemodel
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"os"
+	"reflect"
+	"strings"
+	"sync"
+	"testing"
+
+	"github.com/phaseless/phaseless/models/cartools"
+	"github.com/phaseless/phaseless/models/lm"
+	"github.com/phaseless/phaseless/models/lm/grammar"
+	"github.com/phaseless/phaseless/models/lmtrain/corpus"
+	"github.com/phaseless/phaseless/transport/llm"
+)
+
+// toolCase is one held-out request of testdata/toolcalls.jsonl, written
+// for this test and in none of the training templates' wordings: the tool
+// it should call ("" for small talk, which should get prose) and the exact
+// arguments; InText marks requests whose argument values appear in the
+// request's words (the issue's goal is measured on those).
+type toolCase struct {
+	Request string         `json:"request"`
+	Tool    string         `json:"tool"`
+	Args    map[string]any `json:"args"`
+	InText  bool           `json:"in_text"`
+}
+
+func loadToolCases(t *testing.T) []toolCase {
+	t.Helper()
+	f, err := os.Open("testdata/toolcalls.jsonl")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	var out []toolCase
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		var c toolCase
+		if err := json.Unmarshal(sc.Bytes(), &c); err != nil {
+			t.Fatal(err)
+		}
+		if corpus.FromToolTemplate(c.Request) {
+			t.Fatalf("held-out request %q is a training template's wording", c.Request)
+		}
+		out = append(out, c)
+	}
+	return out
+}
+
+// TestToolCallAccuracy asks the shipped model, through the engine with the
+// car tool set offered (tool_choice auto, greedy), every held-out request,
+// and measures how often it calls the right tool, and with exactly the
+// right arguments; small talk should get prose. It measures twice: with
+// the tool set as shipped, whose free-form values the grammar copies from
+// the request (grammar.CopyKeyword), and with that keyword removed, the
+// model alone choosing the values. Run with -v for the numbers:
+// go test -v -run TestToolCallAccuracy ./models/edgemodel
+func TestToolCallAccuracy(t *testing.T) {
+	m, err := Open()
+	if err != nil {
+		t.Fatal(err)
+	}
+	e, err := lm.NewEngine(m, lm.EngineConfig{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer e.Close()
+	cases := loadToolCases(t)
+	free := cartools.Tools()
+	for i := range free {
+		free[i].Parameters = json.RawMessage(strings.ReplaceAll(string(free[i].Parameters), `,"`+grammar.CopyKeyword+`":true`, ""))
+	}
+	measureToolCalls(t, e, cases, free, "values chosen by the model")
+	s := measureToolCalls(t, e, cases, cartools.Tools(), "values copied by the grammar")
+	if !strings.HasPrefix(m.Meta["phaseless.train.preset"].(string), "edge-tools") {
+		t.Skip("the shipped model predates tool training")
+	}
+	// Bounds below the measured numbers (docs/tools.md: 60.5% and 46.3%, far
+	// from the issue's goals of 90% and 80%) so that a model that stops
+	// calling tools fails; they are guards, not the goals.
+	if s.rightTool < 0.5 || s.exactInText < 0.35 || s.prose < 0.75 {
+		t.Errorf("tool calling below its bounds: %+v", s)
+	}
+}
+
+type toolScores struct{ rightTool, exactInText, prose float64 }
+
+func measureToolCalls(t *testing.T, e *lm.Engine, cases []toolCase, tools []llm.Tool, label string) toolScores {
+	t.Helper()
+	type reply struct {
+		text  string
+		calls []llm.ToolCall
+	}
+	replies := make([]reply, len(cases))
+	var wg sync.WaitGroup
+	sem := make(chan struct{}, 16)
+	for i, c := range cases {
+		wg.Add(1)
+		sem <- struct{}{}
+		go func() {
+			defer wg.Done()
+			defer func() { <-sem }()
+			req := &llm.Request{Messages: []llm.Message{{Role: "user", Content: c.Request}}, MaxTokens: 160,
+				ToolRequest: llm.ToolRequest{Tools: tools}}
+			r := &replies[i]
+			_, err := e.Generate(context.Background(), req, func(tk llm.Token) error {
+				switch {
+				case tk.Tool == nil:
+					r.text += tk.Text
+				case tk.Tool.Index == len(r.calls):
+					r.calls = append(r.calls, llm.ToolCall{Name: tk.Tool.Name, Arguments: tk.Tool.Arguments})
+				default:
+					r.calls[tk.Tool.Index].Arguments += tk.Tool.Arguments
+				}
+				return nil
+			})
+			if err != nil {
+				t.Error(err)
+			}
+		}()
+	}
+	wg.Wait()
+	var calls, rightTool, inText, exactInText, exactAll, talk, prose int
+	for i, c := range cases {
+		r := replies[i]
+		if c.Tool == "" {
+			talk++
+			if len(r.calls) == 0 {
+				prose++
+			} else {
+				t.Logf("small talk %q → call %s%s", c.Request, r.calls[0].Name, r.calls[0].Arguments)
+			}
+			continue
+		}
+		calls++
+		if c.InText {
+			inText++
+		}
+		if len(r.calls) == 0 || r.calls[0].Name != c.Tool {
+			t.Logf("miss  %q → %q %+v (want %s)", c.Request, r.text, r.calls, c.Tool)
+			continue
+		}
+		rightTool++
+		var got map[string]any
+		if err := json.Unmarshal([]byte(r.calls[0].Arguments), &got); err != nil {
+			t.Errorf("%q: arguments %q do not parse: %v", c.Request, r.calls[0].Arguments, err)
+			continue
+		}
+		if !reflect.DeepEqual(got, c.Args) {
+			t.Logf("args  %q → %s (want %v)", c.Request, r.calls[0].Arguments, c.Args)
+			continue
+		}
+		exactAll++
+		if c.InText {
+			exactInText++
+		}
+	}
+	pct := func(a, b int) float64 { return 100 * float64(a) / float64(max(b, 1)) }
+	t.Logf("%s: right tool %.1f%% (%d of %d); exact arguments %.1f%% where the values are in the request (%d of %d), %.1f%% of all (%d of %d); small talk answered in prose %d of %d",
+		label, pct(rightTool, calls), rightTool, calls, pct(exactInText, inText), exactInText, inText, pct(exactAll, calls), exactAll, calls, prose, talk)
+	return toolScores{pct(rightTool, calls) / 100, pct(exactInText, inText) / 100, pct(prose, talk) / 100}
+}

@@ -1,0 +1,122 @@
+package grammar
+
+import (
+	"regexp"
+	"strconv"
+	"unicode/utf8"
+)
+
+// CopyKeyword marks a string or integer property whose value should be
+// copied from the request ("navigate to Denver" → "Denver", "a 10 minute
+// timer" → 10): compiled with a copy source (Options.CopyFrom), such a
+// string may only be a span of that text and such an integer only a number
+// written in it, still within the schema's bounds. When the text has no
+// fitting value, or no copy source is given, the property compiles as
+// without the keyword. Apps opt in per property; the car tool set does for
+// its free-form values, which is what lets a small model that picks the
+// right tool also get the value exactly right.
+const CopyKeyword = "x-phaseless-copy"
+
+// Options are the optional parts of a compile.
+type Options struct {
+	// Stops may follow the value (see Schema).
+	Stops []string
+	// CopyFrom is the text CopyKeyword values are copied from: the
+	// request's last user turn.
+	CopyFrom string
+}
+
+// SchemaWith is Schema with options.
+func SchemaWith(schema []byte, o Options) (*Grammar, error) {
+	n, err := parseNode(schema)
+	if err != nil {
+		return nil, &SchemaError{Reason: err.Error()}
+	}
+	return compileCopying(o.CopyFrom, func(c *compiler) []elem {
+		c.root = n
+		return c.withStops(c.value(n, "#"), o.Stops)
+	})
+}
+
+func (c *compiler) copying(n *node) bool {
+	k := n.get(CopyKeyword)
+	return c.copyFrom != "" && k != nil && k.kind == 'b' && k.b
+}
+
+// copiedString matches a JSON string whose content is a span of the copy
+// source: one or more whole words, not crossing a '"', '\\' or control
+// character (which a copy would have to escape). It returns nil when the
+// schema does not ask for a copy or no span fits its length bounds.
+func (c *compiler) copiedString(n *node, lo, hi int, okHi bool) []elem {
+	if !c.copying(n) || lo > 1 {
+		return nil
+	}
+	b := c.b
+	quote := b.litRule(`"`)
+	var starts [][]elem
+	text := c.copyFrom
+	for seg := 0; seg < len(text); {
+		end := seg
+		for end < len(text) && text[end] != '"' && text[end] != '\\' && text[end] >= 0x20 {
+			end++
+		}
+		// A segment longer than maxLength characters is left out whole
+		// rather than cut into spans that would each need a count.
+		if end > seg && (!okHi || utf8.RuneCountInString(text[seg:end]) <= hi) && utf8.ValidString(text[seg:end]) {
+			// after[i]: a span reached the character boundary i; it may end
+			// (the closing quote) or take the next character.
+			after := map[int]int32{end: quote}
+			var bounds []int
+			for i := range text[seg:end] {
+				bounds = append(bounds, seg+i)
+			}
+			for k := len(bounds) - 1; k >= 0; k-- {
+				i := bounds[k]
+				next := end
+				if k+1 < len(bounds) {
+					next = bounds[k+1]
+				}
+				ch := b.lit(text[i:next])
+				// A copied value is whole words: it ends before a space
+				// or at the segment's end, and starts after one.
+				if text[i] == ' ' {
+					after[i] = b.rule(c.b.lit(`"`), seq(ch, []elem{ref(after[next])}))
+				} else {
+					after[i] = b.rule(seq(ch, []elem{ref(after[next])}))
+				}
+				if text[i] != ' ' && (i == seg || text[i-1] == ' ') {
+					starts = append(starts, seq(ch, []elem{ref(after[next])}))
+				}
+			}
+		}
+		seg = end + 1
+	}
+	if len(starts) == 0 {
+		return nil
+	}
+	return seq(b.lit(`"`), []elem{ref(b.rule(starts...))})
+}
+
+var numberRE = regexp.MustCompile(`-?[0-9]+`)
+
+// copiedInteger matches the integers written in the copy source that lie
+// within [lo, hi]; nil when the schema does not ask for a copy or none do.
+func (c *compiler) copiedInteger(n *node, lo, hi int64) []elem {
+	if !c.copying(n) {
+		return nil
+	}
+	var alts [][]elem
+	seen := map[int64]bool{}
+	for _, m := range numberRE.FindAllString(c.copyFrom, -1) {
+		v, err := strconv.ParseInt(m, 10, 64)
+		if err != nil || v < lo || v > hi || seen[v] {
+			continue
+		}
+		seen[v] = true
+		alts = append(alts, c.b.lit(strconv.FormatInt(v, 10)))
+	}
+	if len(alts) == 0 {
+		return nil
+	}
+	return []elem{ref(c.b.rule(alts...))}
+}

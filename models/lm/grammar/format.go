@@ -1,0 +1,95 @@
+package grammar
+
+import (
+	"encoding/json"
+	"fmt"
+)
+
+// Tool is one callable tool for ToolCalls: its name and the JSON schema of
+// its arguments (nil: any object).
+type Tool struct {
+	Name   string
+	Schema []byte
+}
+
+// CallFormat is the markup around a call: Open + {"name":N,"arguments":A}
+// + Close, consecutive calls separated by Sep.
+type CallFormat struct {
+	Open, Close, Sep string
+}
+
+// ToolCallOptions say which replies ToolCalls allows.
+type ToolCallOptions struct {
+	// Prose allows a reply in prose instead of calls (tool_choice auto):
+	// any text that does not start with Format.Open.
+	Prose bool
+	// Single allows one call, not several.
+	Single bool
+	// Stops may follow the calls, as in Schema.
+	Stops []string
+	// CopyFrom is the text CopyKeyword arguments are copied from.
+	CopyFrom string
+}
+
+// ToolCalls compiles the grammar of a reply of tool calls: each call names
+// one of tools and has arguments valid against that tool's schema.
+func ToolCalls(f CallFormat, tools []Tool, o ToolCallOptions) (*Grammar, error) {
+	if len(tools) == 0 {
+		return nil, &SchemaError{Reason: "no tools to call"}
+	}
+	return compileCopying(o.CopyFrom, func(c *compiler) []elem {
+		b := c.b
+		var alts [][]elem
+		for _, t := range tools {
+			name, _ := json.Marshal(t.Name)
+			var args []elem
+			if len(t.Schema) == 0 {
+				args = []elem{ref(c.anyObject())}
+			} else {
+				n, err := parseNode(t.Schema)
+				if err != nil {
+					c.fail("", "tool %s: %v", t.Name, err)
+					return nil
+				}
+				c.root, c.refs = n, map[string]int32{}
+				args = c.value(n, "tool "+t.Name+" #")
+			}
+			alts = append(alts, seq(b.lit(string(name)+`,"arguments":`), args))
+		}
+		call := seq(b.lit(f.Open+`{"name":`), []elem{ref(b.rule(alts...))}, b.lit("}"+f.Close))
+		calls := call
+		if !o.Single {
+			calls = seq(call, []elem{ref(b.star(seq(b.lit(f.Sep), call)))})
+		}
+		calls = c.withStops(calls, o.Stops)
+		if !o.Prose {
+			return calls
+		}
+		return []elem{ref(b.rule(calls, []elem{ref(c.proseNotStarting(f.Open))}))}
+	})
+}
+
+// proseNotStarting matches any bytes that do not begin with prefix.
+func (c *compiler) proseNotStarting(prefix string) int32 {
+	b := c.b
+	var all byteSet
+	all.add(0, 255)
+	rest := b.star([]elem{b.set(all)})
+	// p[k]: k bytes of prefix matched so far; leaving the prefix at any
+	// byte frees the rest.
+	next := int32(-1)
+	for k := len(prefix) - 1; k >= 0; k-- {
+		var other byteSet
+		other.add(0, 255)
+		other[prefix[k]>>6] &^= 1 << (prefix[k] & 63)
+		alts := [][]elem{{}, {b.set(other), ref(rest)}}
+		if next >= 0 {
+			alts = append(alts, []elem{b.byteElem(prefix[k]), ref(next)})
+		}
+		next = b.rule(alts...)
+	}
+	return next
+}
+
+// String describes the grammar's size, for logs.
+func (g *Grammar) String() string { return fmt.Sprintf("grammar(%d rules)", len(g.rules)) }

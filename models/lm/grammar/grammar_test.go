@@ -1,0 +1,290 @@
+package grammar
+
+import (
+	"bytes"
+	"encoding/json"
+	"math/rand/v2"
+	"strconv"
+	"strings"
+	"testing"
+
+	"github.com/santhosh-tekuri/jsonschema/v6"
+)
+
+// walk draws a random sentence of g: at each step a byte some parse
+// accepts, preferring bytes that close values so walks end, and stopping
+// once the text is complete with probability stopP. It returns false when
+// no sentence was finished within limit bytes.
+func walk(g *Grammar, rng *rand.Rand, limit int, stopP float64) ([]byte, bool) {
+	s := g.Start()
+	var out []byte
+	for len(out) < limit {
+		if s.Done() || (s.Accepting() && rng.Float64() < stopP) {
+			return out, true
+		}
+		next := s.next()
+		var cands []byte
+		for c := range 256 {
+			if next.has(byte(c)) {
+				cands = append(cands, byte(c))
+			}
+		}
+		if len(cands) == 0 {
+			return out, s.Accepting()
+		}
+		var c byte
+		closers := []byte(`"}]0123456789,tfn`)
+		if rng.Float64() < 0.5 {
+			var pref []byte
+			for _, x := range closers {
+				if next.has(x) {
+					pref = append(pref, x)
+				}
+			}
+			if len(pref) > 0 {
+				c = pref[rng.IntN(len(pref))]
+			}
+		}
+		if c == 0 {
+			c = cands[rng.IntN(len(cands))]
+		}
+		var ok bool
+		if s, ok = s.Advance(c); !ok {
+			panic("an allowed byte was refused")
+		}
+		out = append(out, c)
+	}
+	return out, false
+}
+
+func compileValidator(t testing.TB, schema string) *jsonschema.Schema {
+	t.Helper()
+	doc, err := jsonschema.UnmarshalJSON(strings.NewReader(schema))
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := jsonschema.NewCompiler()
+	if err := c.AddResource("schema.json", doc); err != nil {
+		t.Fatal(err)
+	}
+	sch, err := c.Compile("schema.json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return sch
+}
+
+var schemas = []string{
+	`{"type":"object","properties":{"temperature":{"type":"integer","minimum":16,"maximum":30}},"required":["temperature"],"additionalProperties":false}`,
+	`{"type":"object","properties":{"name":{"type":"string","minLength":2,"maxLength":5},"tags":{"type":"array","items":{"type":"string","enum":["a","b","c"]},"minItems":1,"maxItems":3},"score":{"type":"number","minimum":-2.5,"maximum":7}},"required":["name","tags"]}`,
+	`{"type":"array","items":{"type":["integer","null"],"exclusiveMinimum":-3,"exclusiveMaximum":120},"minItems":2}`,
+	`{"anyOf":[{"type":"boolean"},{"const":{"x":[1,"y"]}},{"type":"string","maxLength":0}]}`,
+	`{"$defs":{"node":{"type":"object","properties":{"v":{"type":"integer"},"next":{"anyOf":[{"$ref":"#/$defs/node"},{"type":"null"}]}},"required":["v","next"],"additionalProperties":false}},"$ref":"#/$defs/node"}`,
+	`{"type":"object","additionalProperties":{"type":"number"}}`,
+	`{}`,
+	`{"type":"object","properties":{"a":{"type":"integer"},"b":{"type":"integer"},"c":{"type":"integer"}},"required":["c"]}`,
+}
+
+// TestSchemaSentencesValidate draws random sentences of each compiled
+// schema and checks them with an independent JSON schema validator.
+func TestSchemaSentencesValidate(t *testing.T) {
+	rng := rand.New(rand.NewPCG(1, 2))
+	for _, sc := range schemas {
+		g, err := Schema([]byte(sc))
+		if err != nil {
+			t.Fatalf("%s: %v", sc, err)
+		}
+		v := compileValidator(t, sc)
+		finished := 0
+		for range 200 {
+			out, ok := walk(g, rng, 400, 0.3)
+			if !ok {
+				continue
+			}
+			finished++
+			inst, err := jsonschema.UnmarshalJSON(bytes.NewReader(out))
+			if err != nil {
+				t.Fatalf("%s: %q does not parse: %v", sc, out, err)
+			}
+			if err := v.Validate(inst); err != nil {
+				t.Fatalf("%s: %q does not validate: %v", sc, out, err)
+			}
+		}
+		if finished < 50 {
+			t.Errorf("%s: only %d of 200 walks finished", sc, finished)
+		}
+	}
+}
+
+// TestIntegerRangesExact checks that the range construction admits exactly
+// the integers within the bounds, around the edges and across digit counts.
+func TestIntegerRangesExact(t *testing.T) {
+	for _, r := range [][2]int64{{16, 30}, {0, 5}, {1, 180}, {-15, 7}, {-120, -3}, {99, 1001}, {0, 0}, {7, 7}, {-5, -5}, {10, 99}, {123, 4567}} {
+		g, err := Schema([]byte(`{"type":"integer","minimum":` + strconv.FormatInt(r[0], 10) + `,"maximum":` + strconv.FormatInt(r[1], 10) + `}`))
+		if err != nil {
+			t.Fatal(err)
+		}
+		for v := r[0] - 150; v <= r[1]+150; v++ {
+			if got, want := g.Match([]byte(strconv.FormatInt(v, 10))), v >= r[0] && v <= r[1]; got != want {
+				t.Fatalf("range %v: %d matched %v", r, v, got)
+			}
+		}
+		for _, bad := range []string{"01", "-0", "+1", "1.0", "", "-"} {
+			if g.Match([]byte(bad)) && bad != "0" {
+				t.Errorf("range %v matched %q", r, bad)
+			}
+		}
+	}
+}
+
+func TestStringsAreValidUTF8JSON(t *testing.T) {
+	g, err := Schema([]byte(`{"type":"string","maxLength":3}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		in string
+		ok bool
+	}{{`"abc"`, true}, {`"abcd"`, false}, {`"é中😀"`, true}, {`"\u00e9"`, true}, {`"\n"`, true}, {"\"\n\"", false},
+		{"\"\xc0\xaf\"", false}, {"\"\xed\xa0\x80\"", false}, {`"\x"`, false}, {`"`, false}} {
+		if got := g.Match([]byte(tc.in)); got != tc.ok {
+			t.Errorf("%q: matched %v, want %v", tc.in, got, tc.ok)
+		}
+		if tc.ok {
+			var s string
+			if err := json.Unmarshal([]byte(tc.in), &s); err != nil {
+				t.Errorf("%q: %v", tc.in, err)
+			}
+		}
+	}
+}
+
+func TestObjectPropertyOrderAndOptional(t *testing.T) {
+	g, err := Schema([]byte(schemas[7]))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for in, ok := range map[string]bool{`{"c":1}`: true, `{"a":1,"c":2}`: true, `{"a":1,"b":2,"c":3}`: true, `{"b":2,"c":3}`: true,
+		`{"c":1,"a":2}`: false, `{"a":1}`: false, `{}`: false, `{,"c":1}`: false, `{"a":1,,"c":1}`: false} {
+		if got := g.Match([]byte(in)); got != ok {
+			t.Errorf("%s: matched %v, want %v", in, got, ok)
+		}
+	}
+}
+
+func TestUnsupportedKeywordsRefused(t *testing.T) {
+	for _, sc := range []string{`{"type":"string","pattern":"^a"}`, `{"type":"string","format":"date-time"}`, `{"oneOf":[{}]}`,
+		`{"type":"integer","multipleOf":2}`, `{"$ref":"#/$defs/missing"}`, `{"type":"string","maxLength":100000}`, `{"type":"wat"}`, `{"enum":[]}`,
+		`{"type":"integer","minimum":5,"maximum":4}`, `false`, `[1]`, `{"type":"object"`} {
+		if _, err := Schema([]byte(sc)); err == nil {
+			t.Errorf("%s compiled", sc)
+		}
+	}
+}
+
+var carFormat = CallFormat{Open: "<tool_call>", Close: "</tool_call>", Sep: "\n"}
+
+func TestToolCallGrammar(t *testing.T) {
+	tools := []Tool{
+		{Name: "set_fan_speed", Schema: []byte(`{"type":"object","properties":{"level":{"type":"integer","minimum":0,"maximum":5}},"required":["level"],"additionalProperties":false}`)},
+		{Name: "set_timer", Schema: []byte(`{"type":"object","properties":{"minutes":{"type":"integer","minimum":1}},"required":["minutes"]}`)},
+		{Name: "anything"},
+	}
+	auto, err := ToolCalls(carFormat, tools, ToolCallOptions{Prose: true, Stops: []string{"<|"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	single, err := ToolCalls(carFormat, tools[:1], ToolCallOptions{Single: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		g    *Grammar
+		in   string
+		want bool
+	}{
+		{auto, `<tool_call>{"name":"set_fan_speed","arguments":{"level":2}}</tool_call>`, true},
+		{auto, `<tool_call>{"name":"set_fan_speed","arguments":{"level":2}}</tool_call>` + "\n<|", true},
+		{auto, `<tool_call>{"name":"set_fan_speed","arguments":{"level":9}}</tool_call>`, false},
+		{auto, `<tool_call>{"name":"set_fan","arguments":{"level":2}}</tool_call>`, false},
+		{auto, `<tool_call>{"name":"set_timer","arguments":{"minutes":10}}</tool_call>` + "\n" + `<tool_call>{"name":"anything","arguments":{"x":[true]}}</tool_call>`, true},
+		{auto, "Fan speed set to 2.", true},
+		{auto, "<tool", true},
+		{auto, "", true},
+		{auto, "<tool_call>hello", false},
+		{single, `<tool_call>{"name":"set_fan_speed","arguments":{"level":0}}</tool_call>`, true},
+		{single, `<tool_call>{"name":"set_fan_speed","arguments":{"level":0}}</tool_call>` + "\n" + `<tool_call>{"name":"set_fan_speed","arguments":{"level":0}}</tool_call>`, false},
+		{single, "Fan speed set to 2.", false},
+	} {
+		if got := tc.g.Match([]byte(tc.in)); got != tc.want {
+			t.Errorf("%q: matched %v, want %v", tc.in, got, tc.want)
+		}
+	}
+	s, _ := single.Start().AdvanceBytes([]byte(`<tool_call>{"name":"set_fan_speed","arguments":{"level":0}}</tool_call>`))
+	if !s.Done() {
+		t.Error("a finished single call leaves room for more")
+	}
+}
+
+// TestTokenTrieMask checks the trie mask against advancing each piece on
+// its own.
+func TestTokenTrieMask(t *testing.T) {
+	pieces := [][]byte{nil, []byte(`{"`), []byte(`level`), []byte(`":`), []byte(`2`), []byte(`9`), []byte(`}`), []byte(`"`), []byte(`{`), []byte(`le`), []byte(`lev`), []byte(`x`), []byte(`":2}`)}
+	for c := range 256 {
+		pieces = append(pieces, []byte{byte(c)})
+	}
+	trie := NewTokenTrie(pieces)
+	g, err := Schema([]byte(schemas[0]))
+	if err != nil {
+		t.Fatal(err)
+	}
+	allow := make([]bool, len(pieces))
+	rng := rand.New(rand.NewPCG(3, 4))
+	for range 20 {
+		out, _ := walk(g, rng, 100, 0)
+		for i := 0; i <= len(out); i++ {
+			s, ok := g.Start().AdvanceBytes(out[:i])
+			if !ok {
+				t.Fatal("prefix refused")
+			}
+			trie.Mask(s, allow)
+			for id, p := range pieces {
+				_, want := s.AdvanceBytes(p)
+				want = want && len(p) > 0
+				if allow[id] != want {
+					t.Fatalf("after %q: token %q allowed %v, want %v", out[:i], p, allow[id], want)
+				}
+			}
+		}
+	}
+}
+
+func TestCopyFromRequest(t *testing.T) {
+	schema := []byte(`{"type":"object","properties":{"dest":{"type":"string","maxLength":20,"x-phaseless-copy":true},"min":{"type":"integer","minimum":1,"maximum":60,"x-phaseless-copy":true}},"required":["dest","min"]}`)
+	g, err := SchemaWith(schema, Options{CopyFrom: `drive to "San José" in 10 or 90 minutes`})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for in, ok := range map[string]bool{
+		`{"dest":"San José","min":10}`: true, `{"dest":"José","min":10}`: true, `{"dest":"drive to","min":10}`: true,
+		`{"dest":"Sa","min":10}`: false, `{"dest":"Denver","min":10}`: false, `{"dest":"to \"San","min":10}`: false,
+		`{"dest":"in 10","min":90}`: false, `{"dest":"in 10","min":11}`: false, `{"dest":" in","min":10}`: false,
+	} {
+		if got := g.Match([]byte(in)); got != ok {
+			t.Errorf("%s: matched %v, want %v", in, got, ok)
+		}
+	}
+	// Without a copy source, or with no fitting value, the schema compiles as usual.
+	for _, src := range []string{"", "no numbers"} {
+		g, err := SchemaWith(schema, Options{CopyFrom: src})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if want := src == ""; g.Match([]byte(`{"dest":"Denver","min":42}`)) != want {
+			t.Errorf("copy source %q: free values matched %v", src, !want)
+		}
+		if !g.Match([]byte(`{"dest":"no","min":42}`)) {
+			t.Errorf("copy source %q: the integer without a number in the text is not free", src)
+		}
+	}
+}

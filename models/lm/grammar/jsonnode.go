@@ -1,0 +1,157 @@
+package grammar
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"io"
+)
+
+// node is a decoded JSON value that keeps the order of object members:
+// a schema's "properties" order is the order the model writes them.
+type node struct {
+	kind byte // 'o' object, 'a' array, 's' string, 'n' number, 'b' bool, 'z' null
+	obj  []member
+	arr  []*node
+	str  string
+	num  json.Number
+	b    bool
+}
+
+type member struct {
+	key string
+	val *node
+}
+
+func (n *node) get(key string) *node {
+	if n == nil || n.kind != 'o' {
+		return nil
+	}
+	for _, m := range n.obj {
+		if m.key == key {
+			return m.val
+		}
+	}
+	return nil
+}
+
+// maxNodeDepth bounds the nesting of a schema document.
+const maxNodeDepth = 64
+
+func parseNode(data []byte) (*node, error) {
+	d := json.NewDecoder(bytes.NewReader(data))
+	d.UseNumber()
+	n, err := readNode(d, 0)
+	if err != nil {
+		return nil, err
+	}
+	if _, err := d.Token(); err != io.EOF {
+		return nil, fmt.Errorf("trailing data after the schema")
+	}
+	return n, nil
+}
+
+func readNode(d *json.Decoder, depth int) (*node, error) {
+	if depth > maxNodeDepth {
+		return nil, fmt.Errorf("schema nested deeper than %d", maxNodeDepth)
+	}
+	t, err := d.Token()
+	if err != nil {
+		return nil, err
+	}
+	switch v := t.(type) {
+	case json.Delim:
+		switch v {
+		case '{':
+			n := &node{kind: 'o'}
+			keys := map[string]bool{}
+			for d.More() {
+				kt, err := d.Token()
+				if err != nil {
+					return nil, err
+				}
+				k, ok := kt.(string)
+				if !ok {
+					return nil, fmt.Errorf("object key is not a string")
+				}
+				if keys[k] {
+					return nil, fmt.Errorf("key %q appears twice", k)
+				}
+				keys[k] = true
+				val, err := readNode(d, depth+1)
+				if err != nil {
+					return nil, err
+				}
+				n.obj = append(n.obj, member{k, val})
+			}
+			if _, err := d.Token(); err != nil {
+				return nil, err
+			}
+			return n, nil
+		case '[':
+			n := &node{kind: 'a'}
+			for d.More() {
+				val, err := readNode(d, depth+1)
+				if err != nil {
+					return nil, err
+				}
+				n.arr = append(n.arr, val)
+			}
+			if _, err := d.Token(); err != nil {
+				return nil, err
+			}
+			return n, nil
+		}
+		return nil, fmt.Errorf("unexpected %v", v)
+	case string:
+		return &node{kind: 's', str: v}, nil
+	case json.Number:
+		return &node{kind: 'n', num: v}, nil
+	case bool:
+		return &node{kind: 'b', b: v}, nil
+	case nil:
+		return &node{kind: 'z'}, nil
+	}
+	return nil, fmt.Errorf("unexpected token %v", t)
+}
+
+// compact writes n as compact JSON (the form the grammar spells an enum or
+// const value in).
+func (n *node) compact(b *bytes.Buffer) {
+	switch n.kind {
+	case 'o':
+		b.WriteByte('{')
+		for i, m := range n.obj {
+			if i > 0 {
+				b.WriteByte(',')
+			}
+			k, _ := json.Marshal(m.key)
+			b.Write(k)
+			b.WriteByte(':')
+			m.val.compact(b)
+		}
+		b.WriteByte('}')
+	case 'a':
+		b.WriteByte('[')
+		for i, v := range n.arr {
+			if i > 0 {
+				b.WriteByte(',')
+			}
+			v.compact(b)
+		}
+		b.WriteByte(']')
+	case 's':
+		s, _ := json.Marshal(n.str)
+		b.Write(s)
+	case 'n':
+		b.WriteString(n.num.String())
+	case 'b':
+		if n.b {
+			b.WriteString("true")
+		} else {
+			b.WriteString("false")
+		}
+	default:
+		b.WriteString("null")
+	}
+}
