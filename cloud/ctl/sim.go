@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"math"
+	"os"
 	"path/filepath"
 	"runtime"
 	"strconv"
@@ -42,6 +43,8 @@ type simOptions struct {
 	prices           sim.Prices
 	probe            time.Duration
 	reqs             []replay.TraceRequest
+	link             *sim.Link           // --kv-link; nil = by pools
+	learned          *sched.LearnedModel // --learned-model; nil = the shipped one
 }
 
 // simRequests turns a trace into simulator requests at a rate scale.
@@ -55,12 +58,12 @@ func simRequests(reqs []replay.TraceRequest, scale float64) []sim.Request {
 
 // simRun runs one policy at one rate scale.
 func simRun(ctx context.Context, o *simOptions, policy string, scale float64) (sim.Summary, error) {
-	p, err := sched.ByName(policy, sched.RulesConfig{})
+	p, err := sched.New(policy, sched.Options{SLOTTFT: o.sloTTFT, SLOTPOT: o.sloTPOT, Learned: o.learned})
 	if err != nil {
 		return sim.Summary{}, err
 	}
 	c, err := sim.New(sim.Config{Pools: o.pools, CycleRoles: o.cycle, Model: o.model, TP: o.tp, Engine: o.engine,
-		Policy: p, SLOTTFT: o.sloTTFT, SLOTPOT: o.sloTPOT, ProbeInterval: o.probe})
+		Policy: p, SLOTTFT: o.sloTTFT, SLOTPOT: o.sloTPOT, ProbeInterval: o.probe, KVLink: o.link, Prices: o.prices})
 	if err != nil {
 		return sim.Summary{}, err
 	}
@@ -242,6 +245,8 @@ func simCmd(ctx context.Context, cio cli.IO, args []string) error {
 	plotDir := fs.String("plot", "", "write PNG plots (SLO attainment against rate; TTFT CDF) to this directory")
 	probe := fs.Duration("probe-interval", 500*time.Millisecond, "how often worker load (queues, KV usage, preemptions) is re-read, as phaseless-cloud probes its workers")
 	cpuModel := fs.String("cpu-model", "", "GGUF model for cpu pools (--cluster 2xcpu): lm bench runs it here and the built-in engine's profile is fitted from the figures")
+	kvLink := fs.String("kv-link", "auto", "link a disaggregated request's KV blocks cross: auto (NVLink inside an H100/A100 pool, PCIe inside others, 400 Gb RDMA between pools) or "+strings.Join(sim.LinkNames(), ", "))
+	learnedPath := fs.String("learned-model", "", "the learned policy's classifier (phaselessctl sched train --out); default the shipped one")
 	prices := priceFlags(fs)
 	usage := "sim --trace F --format azure|mooncake [--cluster 8xh100[,8xl4]] [--model llama3.1-8b] [--policy all|NAME,...] [--rate-scale X,Y] [--slo-ttft 2s --slo-tpot 100ms] [--json] [--max-rate] [--plot DIR]"
 	if done, err := lmParseFlags(fs, cio, args, usage); done || err != nil {
@@ -294,6 +299,22 @@ func simCmd(ctx context.Context, cio cli.IO, args []string) error {
 			return &cli.FieldError{Field: "price-" + n, Err: errors.New("must be ≥ 0")}
 		}
 		o.prices[n] = *v
+	}
+	if *kvLink != "auto" {
+		l, err := sim.LookupLink(*kvLink)
+		if err != nil {
+			return &cli.FieldError{Field: "kv-link", Err: err}
+		}
+		o.link = &l
+	}
+	if *learnedPath != "" {
+		data, err := os.ReadFile(*learnedPath)
+		if err != nil {
+			return &cli.FieldError{Field: "learned-model", Err: err}
+		}
+		if o.learned, err = sched.ReadLearned(data); err != nil {
+			return &cli.FieldError{Field: "learned-model", Err: err}
+		}
 	}
 	if o.reqs, err = replay.ReadTrace(*trace, *format, *limit); err != nil {
 		return err
