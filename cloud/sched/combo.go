@@ -10,12 +10,12 @@ type Combo uint8
 // the pool; split ones prefill on the prefill-heavy pool and decode on
 // another pool (Decision.Split).
 const (
-	ComboColocatePrefill Combo = iota // one prefill-heavy worker does both
-	ComboColocateDecode               // one decode-heavy worker does both
-	ComboColocateStream               // one stream worker does both
-	ComboColocateCheapest             // the cheapest worker anywhere that meets the SLOs (Priced without a split)
-	ComboSplitDecode                  // prefill-heavy prefills, decode-heavy decodes
-	ComboSplitStream                  // prefill-heavy prefills, stream decodes
+	ComboColocatePrefill  Combo = iota // one prefill-heavy worker does both
+	ComboColocateDecode                // one decode-heavy worker does both
+	ComboColocateStream                // one stream worker does both
+	ComboColocateCheapest              // the cheapest worker anywhere that meets the SLOs (Priced without a split)
+	ComboSplitDecode                   // prefill-heavy prefills, decode-heavy decodes
+	ComboSplitStream                   // prefill-heavy prefills, stream decodes
 	NumCombos
 )
 

@@ -37,7 +37,7 @@ const DefaultPolicy = NamePricedPD
 // Names lists every policy ByName knows, the project's scheduler first.
 func Names() []string {
 	return []string{NameScheduler, NameRoundRobin, NameLeastLoaded, NameLLMD, NameExplicitPhases,
-		NameRules, NamePriced, NamePD, NamePricedPD}
+		NameRules, NamePriced, NamePD, NamePricedPD, NameLearned}
 }
 
 // Baselines lists the policies the project's scheduler is measured against.
