@@ -11,6 +11,7 @@ import (
 	"os"
 	"path/filepath"
 	"runtime"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -347,14 +348,10 @@ func simCmd(ctx context.Context, cio cli.IO, args []string) error {
 		printSim(cio.Stdout, rows)
 		fmt.Fprintf(cio.Stdout, "SLO: TTFT ≤ %v and TPOT ≤ %v. goodput = requests meeting both per second of the run; $/M tok = cluster GPU-hours × price over the output tokens served within the SLOs.\n", o.sloTTFT, o.sloTPOT)
 	}
-	var best []simBest
 	if *maxRate {
-		for _, p := range o.policies {
-			x, s, err := simMaxRate(ctx, o, p, o.rates[0], 0.9)
-			if err != nil {
-				return err
-			}
-			best = append(best, simBest{policy: p, scale: x, summary: s})
+		best, err := simMaxRates(ctx, o)
+		if err != nil {
+			return err
 		}
 		printMaxRate(cio.Stdout, best, o)
 	}
@@ -373,19 +370,71 @@ type simBest struct {
 	summary sim.Summary
 }
 
+// simMaxRates searches every policy's highest sustainable rate, the
+// policies on GOMAXPROCS goroutines (each search is sequential).
+func simMaxRates(ctx context.Context, o *simOptions) ([]simBest, error) {
+	best := make([]simBest, len(o.policies))
+	errs := make([]error, len(o.policies))
+	sem := make(chan struct{}, runtime.GOMAXPROCS(0))
+	var wg sync.WaitGroup
+	for i, p := range o.policies {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			sem <- struct{}{}
+			defer func() { <-sem }()
+			x, s, err := simMaxRate(ctx, o, p, o.rates[0], 0.9)
+			best[i], errs[i] = simBest{policy: p, scale: x, summary: s}, err
+		}()
+	}
+	wg.Wait()
+	return best, errors.Join(errs...)
+}
+
+// printMaxRate prints each policy's highest sustainable rate and its cost
+// per million output tokens there, against round-robin, the best of the
+// baselines run (sched.Baselines) and explicit phases, when they ran.
 func printMaxRate(w io.Writer, best []simBest, o *simOptions) {
 	span := o.reqs[len(o.reqs)-1].At.Seconds()
-	fmt.Fprintln(w, "\nhighest sustainable rate (≥ 90% of requests within both SLOs):")
+	rr, base, explicit := -1, -1, -1
+	for i, b := range best {
+		switch {
+		case b.policy == sched.NameRoundRobin:
+			rr = i
+		case b.policy == sched.NameExplicitPhases:
+			explicit = i
+		}
+		if slices.Contains(sched.Baselines(), b.policy) && (base < 0 || b.scale > best[base].scale) {
+			base = i
+		}
+	}
+	ratio := func(b simBest, ref int) string {
+		if ref < 0 || best[ref].scale == 0 {
+			return "-"
+		}
+		return fmt.Sprintf("%.2f", b.scale/best[ref].scale)
+	}
+	fmt.Fprintln(w, "\nhighest sustainable rate (≥ 90% of requests within both SLOs), and the cost per million output tokens there:")
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(tw, "policy\tmax rate×\treq/s\tgoodput req/s\t")
+	fmt.Fprintln(tw, "policy\tmax rate×\treq/s\tgoodput req/s\t× round-robin\t× best baseline\t$/M out tok\tvs explicit-phases\t")
 	for _, b := range best {
 		rps := 0.0
 		if span > 0 && b.scale > 0 {
 			rps = float64(len(o.reqs)) / (span / b.scale)
 		}
-		fmt.Fprintf(tw, "%s\t%.3g\t%.2f\t%.2f\t\n", b.policy, b.scale, rps, b.summary.GoodputRPS)
+		cost, vs := "-", "-"
+		if c := b.summary.CostPerMTok; b.scale > 0 && !math.IsInf(c, 0) {
+			cost = fmt.Sprintf("%.3f", c)
+			if explicit >= 0 && best[explicit].scale > 0 && !math.IsInf(best[explicit].summary.CostPerMTok, 0) {
+				vs = fmt.Sprintf("%+.0f%%", 100*(c/best[explicit].summary.CostPerMTok-1))
+			}
+		}
+		fmt.Fprintf(tw, "%s\t%.3g\t%.2f\t%.2f\t%s\t%s\t%s\t%s\t\n", b.policy, b.scale, rps, b.summary.GoodputRPS, ratio(b, rr), ratio(b, base), cost, vs)
 	}
 	tw.Flush()
+	if base >= 0 {
+		fmt.Fprintf(w, "best baseline: %s. $/M out tok = the cluster's GPU-hours × price over the output tokens served within the SLOs, at that policy's highest rate.\n", best[base].policy)
+	}
 }
 
 // simCPUPools fits the built-in engine's profile for the cluster's cpu

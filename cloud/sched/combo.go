@@ -70,27 +70,27 @@ func (p *Priced) DecideCombo(req *Request, s *Snapshot, c Combo, pol PolicyID, r
 	var pre, dec roleMask
 	switch c {
 	case ComboColocatePrefill:
-		return p.colocate(req, s, 1<<RolePrefill, pol, r)
+		return p.colocate(req, s, 1<<RolePrefill, pol, r, 0)
 	case ComboColocateDecode:
-		return p.colocate(req, s, 1<<RoleDecode, pol, r)
+		return p.colocate(req, s, 1<<RoleDecode, pol, r, 0)
 	case ComboColocateStream:
-		return p.colocate(req, s, 1<<RoleStream, pol, r)
+		return p.colocate(req, s, 1<<RoleStream, pol, r, 0)
 	case ComboSplitDecode:
 		pre, dec = 1<<RolePrefill, 1<<RoleDecode
 	case ComboSplitStream:
 		pre, dec = 1<<RolePrefill, 1<<RoleStream
 	default:
-		return p.colocate(req, s, anyRole, pol, r)
+		return p.colocate(req, s, anyRole, pol, r, 0)
 	}
 	if req.PredictedOutput >= 2 {
-		a := p.best(req, s, pre, phasePrefill, -1)
+		a := p.best(req, s, pre, phasePrefill, -1, 0)
 		if a.i >= 0 {
-			if b := p.best(req, s, dec, phaseDecode, a.i); b.i >= 0 {
+			if b := p.best(req, s, dec, phaseDecode, a.i, 0); b.i >= 0 {
 				d := decided(req, s, a.i, r, pol)
 				d.Split, d.DecodeWorker = true, b.i
 				return d, nil
 			}
 		}
 	}
-	return p.colocate(req, s, anyRole, pol, r)
+	return p.colocate(req, s, anyRole, pol, r, 0)
 }

@@ -3,6 +3,8 @@ package sched
 import (
 	"errors"
 	"math"
+	"math/bits"
+	"sync/atomic"
 	"time"
 )
 
@@ -31,6 +33,14 @@ type PricedConfig struct {
 	// may use and still count as meeting it: queueing is bursty, so TTFT
 	// keeps more in reserve than the steadier TPOT. Defaults 0.5 and 0.8.
 	TTFTHeadroom, TPOTHeadroom float64
+	// MinDecodeShare is the share of the workers the planner keeps on the
+	// decode side when it grows the prefill pool (Disaggregate only): the
+	// prefill pool grows on a TTFT breach, as Dynamo's planner's does, up
+	// to the rest. Default 3/8: of the shares tried on the Azure code head
+	// on 8×H100 (2/8, 3/8, 4/8: 20.1×, 20.1×, 18.4× the trace's rate),
+	// 3/8 also held best on the Mooncake head (2.31× against 1.66×);
+	// docs/cloud.md.
+	MinDecodeShare float64
 }
 
 func (c *PricedConfig) fill() {
@@ -49,6 +59,9 @@ func (c *PricedConfig) fill() {
 	if c.TPOTHeadroom == 0 {
 		c.TPOTHeadroom = 0.8
 	}
+	if c.MinDecodeShare == 0 {
+		c.MinDecodeShare = 3.0 / 8
+	}
 }
 
 // Validate names the first bad field.
@@ -58,6 +71,8 @@ func (c *PricedConfig) Validate() error {
 		return errors.New("sched.PricedConfig.SLOTTFT/SLOTPOT: must be > 0")
 	case c.SplitPrefill < 0:
 		return errors.New("sched.PricedConfig.SplitPrefill: must be ≥ 0")
+	case !(c.MinDecodeShare > 0 && c.MinDecodeShare < 1):
+		return errors.New("sched.PricedConfig.MinDecodeShare: must be in (0, 1)")
 	case !(c.TTFTHeadroom > 0 && c.TTFTHeadroom <= 1) || !(c.TPOTHeadroom > 0 && c.TPOTHeadroom <= 1):
 		return errors.New("sched.PricedConfig.TTFTHeadroom/TPOTHeadroom: must be in (0, 1]")
 	}
@@ -85,11 +100,23 @@ var ReferenceClass = Class{PrefillTokensPerSec: 36700, DecodeStepSec: 0.0066, De
 // token, and a prefill-heavy worker meets the TTFT while a worker of
 // another pool meets the TPOT: the prefill runs on the first, the KV
 // blocks move, the second decodes. Spending cheap GPUs first keeps the
-// expensive ones free for what only they do fast.
+// expensive ones free for what only they do fast. Which workers prefill
+// is the planner's: it starts from the roles and, when no prefiller can
+// meet the TTFT, moves a decode-side worker of an equally fast class into
+// the prefill pool (plan, grow), so on identical GPUs the split between
+// prefill and decode follows the load instead of the role cycle.
 type Priced struct {
 	cfg  PricedConfig
 	name string
+	// prefillers is the planner's choice of the workers (by index, the
+	// first 64) that take prefills, when Disaggregate is on; bit 63 set
+	// means it was seeded from the roles. Atomic: Decide runs on many
+	// goroutines.
+	prefillers atomic.Uint64
 }
+
+// planned marks a seeded prefillers set (worker 63 then keeps its role).
+const planned = 1 << 63
 
 // NewPriced validates cfg and returns the policy; name is what Name reports.
 func NewPriced(name string, cfg PricedConfig) (*Priced, error) {
@@ -190,12 +217,12 @@ const (
 
 // best returns the best worker of the pools in mask for ph (i = -1: none
 // healthy there), skipping exclude.
-func (p *Priced) best(req *Request, s *Snapshot, mask roleMask, ph phase, exclude int) placement {
+func (p *Priced) best(req *Request, s *Snapshot, mask roleMask, ph phase, exclude int, pre uint64) placement {
 	b := placement{i: -1}
 	out := max(1, req.PredictedOutput)
 	for i := range s.Workers {
 		w := &s.Workers[i]
-		if !w.Healthy || i == exclude || !mask.has(w.Role) {
+		if !w.Healthy || i == exclude || !mask.has(p.role(i, w, pre)) {
 			continue
 		}
 		var ttft, tpot float64
@@ -225,38 +252,118 @@ func (p *Priced) best(req *Request, s *Snapshot, mask roleMask, ph phase, exclud
 // Decide implements Policy.
 func (p *Priced) Decide(req *Request, s *Snapshot) (Decision, error) {
 	if !p.cfg.Disaggregate {
-		return p.colocate(req, s, anyRole, PolicyPriced, ReasonPriced)
+		return p.colocate(req, s, anyRole, PolicyPriced, ReasonPriced, 0)
 	}
+	pre := p.plan(s)
 	// Decode-side pools keep their steps for decodes: a prompt whose
 	// prefill there would stall them for SplitPrefill or more goes to the
 	// prefill-heavy pool, split when it decodes further.
 	dec := anyRole &^ (1 << RolePrefill)
-	local := p.best(req, s, dec, phaseBoth, -1)
+	local := p.best(req, s, dec, phaseBoth, -1, pre)
 	if local.i >= 0 && local.risk <= 1 && p.prefillSec(req, &s.Workers[local.i]) < p.cfg.SplitPrefill.Seconds() {
 		return decided(req, s, local.i, ReasonPriced, PolicyPriced), nil
 	}
 	if req.PredictedOutput >= 2 {
-		if a := p.best(req, s, 1<<RolePrefill, phasePrefill, -1); a.i >= 0 {
-			// Dynamo's rule: a prefill queue too long to meet the TTFT
-			// sends the prefill back to a decode worker that can take it,
-			// when that worker's class prefills about as fast (on a slower
-			// class the prefill stalls its decodes for longer than the
-			// queue it avoids).
-			if a.risk > 1 && local.i >= 0 && local.risk <= 1 &&
+		a := p.best(req, s, 1<<RolePrefill, phasePrefill, -1, pre)
+		if a.i >= 0 && a.risk > 1 {
+			// The prefill queue is too long to meet the TTFT: as
+			// Dynamo's planner grows its prefill pool on a TTFT
+			// breach, a decode-side worker of a class that prefills
+			// about as fast becomes a prefiller (it stops taking
+			// decodes; those it has finish there). Mixing the prefill
+			// into its decodes instead would stall every one of them.
+			if j := p.grow(s, pre, &s.Workers[a.i]); j >= 0 {
+				pre |= 1 << j
+				a = p.best(req, s, 1<<RolePrefill, phasePrefill, -1, pre)
+			} else if local.i >= 0 && local.risk <= 1 &&
 				p.class(&s.Workers[local.i]).PrefillTokensPerSec >= 0.5*p.class(&s.Workers[a.i]).PrefillTokensPerSec {
+				// No worker left to grow into (or the planner is
+				// off): Dynamo's router sends the prefill back to a
+				// decode worker that can take it.
 				return decided(req, s, local.i, ReasonPriced, PolicyPriced), nil
 			}
-			if b := p.best(req, s, dec, phaseDecode, a.i); b.i >= 0 && (b.risk <= 1 || local.i < 0 || local.risk > 1) {
+		}
+		if a.i >= 0 {
+			if b := p.best(req, s, dec, phaseDecode, a.i, pre); b.i >= 0 && (b.risk <= 1 || local.i < 0 || local.risk > 1) {
 				d := decided(req, s, a.i, ReasonSplit, PolicyPriced)
 				d.Split, d.DecodeWorker = true, b.i
 				return d, nil
 			}
 		}
 	}
-	if c := p.best(req, s, 1<<RolePrefill, phaseBoth, -1); c.i >= 0 && (c.risk <= 1 || local.i < 0) {
+	if c := p.best(req, s, 1<<RolePrefill, phaseBoth, -1, pre); c.i >= 0 && (c.risk <= 1 || local.i < 0) {
 		return decided(req, s, c.i, ReasonPriced, PolicyPriced), nil
 	}
-	return p.colocate(req, s, anyRole, PolicyPriced, ReasonPriced)
+	return p.colocate(req, s, anyRole, PolicyPriced, ReasonPriced, pre)
+}
+
+// role is the pool worker i serves in under the planner's set pre (its
+// own role beyond the first 63 workers or with the planner off).
+func (p *Priced) role(i int, w *Worker, pre uint64) Role {
+	if pre == 0 || i >= 63 || w.Role == RoleConservative {
+		return w.Role
+	}
+	switch {
+	case pre&(1<<i) != 0:
+		return RolePrefill
+	case w.Role == RolePrefill:
+		return RoleDecode
+	}
+	return w.Role
+}
+
+// plan returns the planner's prefill set, seeding it from the workers'
+// roles on first use. The set only grows (grow): a variant that gave a
+// prefiller back to decoding whenever two stood idle flapped, and measured
+// worse (docs/cloud.md).
+func (p *Priced) plan(s *Snapshot) uint64 {
+	if len(s.Workers) > 63 {
+		return 0
+	}
+	if pre := p.prefillers.Load(); pre != 0 {
+		return pre
+	}
+	pre := uint64(planned)
+	for i := range s.Workers {
+		if s.Workers[i].Role == RolePrefill {
+			pre |= 1 << i
+		}
+	}
+	if p.prefillers.CompareAndSwap(0, pre) {
+		return pre
+	}
+	return p.prefillers.Load()
+}
+
+// grow adds to the prefill set the decode-side worker, of a class that
+// prefills at least half as fast as the prefiller like, with the fewest
+// sequences running (those its new prefills stall), and returns it; -1
+// when the planner is off, there is none, or the decode side is down to
+// MinDecodeShare of the workers.
+func (p *Priced) grow(s *Snapshot, pre uint64, like *Worker) int {
+	if pre == 0 || bits.OnesCount64(pre&^planned) >= len(s.Workers)-max(1, int(math.Ceil(p.cfg.MinDecodeShare*float64(len(s.Workers))))) {
+		return -1
+	}
+	j := -1
+	for i := range min(len(s.Workers), 63) {
+		w := &s.Workers[i]
+		if !w.Healthy || pre&(1<<i) != 0 || w.Role == RoleConservative ||
+			p.class(w).PrefillTokensPerSec < 0.5*p.class(like).PrefillTokensPerSec {
+			continue
+		}
+		if j < 0 || w.Running < s.Workers[j].Running {
+			j = i
+		}
+	}
+	if j < 0 {
+		return -1
+	}
+	for {
+		old := p.prefillers.Load()
+		if p.prefillers.CompareAndSwap(old, old|1<<j) {
+			return j
+		}
+	}
 }
 
 // prefillSec is how long req's uncached prompt alone occupies w.
@@ -267,9 +374,9 @@ func (p *Priced) prefillSec(req *Request, w *Worker) float64 {
 // colocate places req on one worker of the pools in mask, or anywhere
 // outside the conservative pool when none is healthy there, or on the
 // conservative pool when that is all there is.
-func (p *Priced) colocate(req *Request, s *Snapshot, mask roleMask, pol PolicyID, r Reason) (Decision, error) {
+func (p *Priced) colocate(req *Request, s *Snapshot, mask roleMask, pol PolicyID, r Reason, pre uint64) (Decision, error) {
 	for _, m := range [...]roleMask{mask, anyRole, 1 << RoleConservative} {
-		if c := p.best(req, s, m, phaseBoth, -1); c.i >= 0 {
+		if c := p.best(req, s, m, phaseBoth, -1, pre); c.i >= 0 {
 			return decided(req, s, c.i, r, pol), nil
 		}
 	}

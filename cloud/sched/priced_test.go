@@ -67,3 +67,40 @@ func TestPricedAllocs(t *testing.T) {
 		t.Fatalf("Decide allocates %v times", n)
 	}
 }
+
+// TestPricedPlanner: on identical GPUs a TTFT breach in the prefill pool
+// moves the decode-side worker with the fewest sequences into it, up to
+// MinDecodeShare of the workers left decoding.
+func TestPricedPlanner(t *testing.T) {
+	p, err := NewPriced("t", PricedConfig{Classes: true, Disaggregate: true, MinDecodeShare: 0.5})
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := &Snapshot{Workers: []Worker{
+		{Role: RolePrefill, Healthy: true, Capacity: 256, Class: h100, PendingPrefill: 60000},
+		{Role: RoleDecode, Healthy: true, Capacity: 256, Class: h100, Running: 9},
+		{Role: RoleDecode, Healthy: true, Capacity: 256, Class: h100, Running: 3},
+		{Role: RoleStream, Healthy: true, Capacity: 256, Class: h100, Running: 5},
+	}}
+	long := &Request{InputTokens: 4000, PredictedOutput: 20}
+	d, _ := p.Decide(long, s)
+	if !d.Split || d.Worker != 2 || d.DecodeWorker == 0 || d.DecodeWorker == 2 {
+		t.Fatalf("first breach: %+v (want the prefill on worker 2, the emptiest decoder)", d)
+	}
+	// Worker 2 stays a prefiller: it takes the next long prompt and no decode.
+	s.Workers[2].PendingPrefill = 4000
+	d, _ = p.Decide(long, s)
+	if !d.Split || d.Worker != 2 || d.DecodeWorker == 2 {
+		t.Fatalf("after growing: %+v", d)
+	}
+	// With half the workers prefilling the pool stops growing: the next
+	// breach goes back to a decode worker (Dynamo's local prefill).
+	s.Workers[2].PendingPrefill = 60000
+	d, _ = p.Decide(long, s)
+	if d.Split || d.Worker == 0 || d.Worker == 2 {
+		t.Fatalf("at the cap: %+v", d)
+	}
+	if _, err := NewPriced("x", PricedConfig{MinDecodeShare: 1}); err == nil {
+		t.Fatal("MinDecodeShare 1 accepted")
+	}
+}

@@ -49,6 +49,9 @@ type Worker struct {
 	// request. The coordinator counts it live (probed signals are too stale
 	// for it: a burst lands between two probes).
 	PendingPrefill int
+	// Prefilling is how many requests those tokens belong to: the rest of
+	// Running decodes, and a prefill placed here stalls each of them.
+	Prefilling int
 	// Class prices the worker's hardware; zero when it declared none.
 	Class Class
 }

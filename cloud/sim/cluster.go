@@ -244,6 +244,7 @@ type simWorker struct {
 	class    sched.Class
 	pool     *Pool
 	pending  int           // uncached prompt tokens placed here before their first token
+	prefills int           // the requests those tokens belong to
 	nicFree  time.Duration // when its NIC has received the KV transfers already under way
 	dollarsS float64       // $ per second of stepping
 }
@@ -474,7 +475,7 @@ func (c *Cluster) place(f *flight) {
 		s := &c.snap.Workers[i]
 		worker.FillSignals(s, w.info.Role, true, w.inflight, w.batcher.Waiting(), w.capacity(), &w.load, w.burst.Sigma(now))
 		s.PrefixBlocks = w.eng.CachedPrefixBlocks(f.sig.BlockHashes)
-		s.PendingPrefill, s.Class = w.pending, w.class
+		s.PendingPrefill, s.Prefilling, s.Class = w.pending, w.prefills, w.class
 	}
 	d, err := c.cfg.Policy.Decide(&f.sig, &c.snap)
 	if err == nil && c.cfg.Hook != nil {
@@ -493,6 +494,7 @@ func (c *Cluster) place(f *flight) {
 	c.out[f.i].Worker = d.Worker
 	f.pw, f.pend = f.w, max(1, f.seq.Prompt-c.snap.Workers[d.Worker].PrefixBlocks*c.dep.Engine.BlockSize)
 	f.w.pending += f.pend
+	f.w.prefills++
 	if d.Split && d.DecodeWorker >= 0 && d.DecodeWorker < len(c.workers) && d.DecodeWorker != d.Worker && f.seq.MaxOutput >= 2 {
 		// The prefill half samples the first token; the decode worker
 		// counts the request from now on, as the coordinator would.
@@ -580,6 +582,7 @@ func (c *Cluster) emit(s *Seq, finished bool) {
 func (c *Cluster) prefilled(f *flight) {
 	if f.pw != nil {
 		f.pw.pending -= f.pend
+		f.pw.prefills--
 		f.pw = nil
 	}
 }
