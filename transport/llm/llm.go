@@ -27,6 +27,11 @@ type Request struct {
 	IdempotencyKey string // set when a retry or 0-RTT replay must run once
 	Tenant         string // API key's tenant or device id; set by the receiver, not the caller
 	Hints          Hints
+
+	// KVHandoff names a KV handoff parked at the worker that receives this
+	// request (x-phaseless-kv-handoff, cloud-to-worker only): it decodes
+	// from that prefill instead of running the prompt (see Split).
+	KVHandoff string
 }
 
 // Hints are the optional x-* request headers of DESIGN.md §4.
