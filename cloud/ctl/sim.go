@@ -416,25 +416,36 @@ func printMaxRate(w io.Writer, best []simBest, o *simOptions) {
 	}
 	fmt.Fprintln(w, "\nhighest sustainable rate (≥ 90% of requests within both SLOs), and the cost per million output tokens there:")
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(tw, "policy\tmax rate×\treq/s\tgoodput req/s\t× round-robin\t× best baseline\t$/M out tok\tvs explicit-phases\t")
+	fmt.Fprintln(tw, "policy\tmax rate×\treq/s\tgoodput req/s\t× round-robin\t× best baseline\t$/M out tok\tvs explicit-phases\tbusy $/M out tok\tvs explicit-phases\t")
 	for _, b := range best {
 		rps := 0.0
 		if span > 0 && b.scale > 0 {
 			rps = float64(len(o.reqs)) / (span / b.scale)
 		}
-		cost, vs := "-", "-"
-		if c := b.summary.CostPerMTok; b.scale > 0 && !math.IsInf(c, 0) {
-			cost = fmt.Sprintf("%.3f", c)
-			if explicit >= 0 && best[explicit].scale > 0 && !math.IsInf(best[explicit].summary.CostPerMTok, 0) {
-				vs = fmt.Sprintf("%+.0f%%", 100*(c/best[explicit].summary.CostPerMTok-1))
-			}
-		}
-		fmt.Fprintf(tw, "%s\t%.3g\t%.2f\t%.2f\t%s\t%s\t%s\t%s\t\n", b.policy, b.scale, rps, b.summary.GoodputRPS, ratio(b, rr), ratio(b, base), cost, vs)
+		cost, vs := costCells(b, best, explicit, func(s *sim.Summary) float64 { return s.CostPerMTok })
+		busy, bvs := costCells(b, best, explicit, func(s *sim.Summary) float64 { return s.BusyCostPerMTok })
+		fmt.Fprintf(tw, "%s\t%.3g\t%.2f\t%.2f\t%s\t%s\t%s\t%s\t%s\t%s\t\n", b.policy, b.scale, rps, b.summary.GoodputRPS, ratio(b, rr), ratio(b, base), cost, vs, busy, bvs)
 	}
 	tw.Flush()
 	if base >= 0 {
-		fmt.Fprintf(w, "best baseline: %s. $/M out tok = the cluster's GPU-hours × price over the output tokens served within the SLOs, at that policy's highest rate.\n", best[base].policy)
+		fmt.Fprintf(w, "best baseline: %s. $/M out tok = the cluster's GPU-hours × price over the output tokens served within the SLOs, at that policy's highest rate; busy $/M out tok counts only the GPU time spent stepping.\n", best[base].policy)
 	}
+}
+
+// costCells formats b's cost (by of its summary) and its difference from
+// explicit phases' ("-" where either is unknown).
+func costCells(b simBest, best []simBest, explicit int, by func(*sim.Summary) float64) (cost, vs string) {
+	c := by(&b.summary)
+	if b.scale == 0 || math.IsInf(c, 0) {
+		return "-", "-"
+	}
+	cost, vs = fmt.Sprintf("%.3f", c), "-"
+	if explicit >= 0 && best[explicit].scale > 0 {
+		if e := by(&best[explicit].summary); !math.IsInf(e, 0) && e > 0 {
+			vs = fmt.Sprintf("%+.0f%%", 100*(c/e-1))
+		}
+	}
+	return cost, vs
 }
 
 // simCPUPools fits the built-in engine's profile for the cluster's cpu
