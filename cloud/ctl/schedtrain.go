@@ -69,6 +69,18 @@ func schedTrain(ctx context.Context, cio cli.IO, args []string) error {
 	for i, c := range m.Centres {
 		fmt.Fprintf(cio.Stdout, "centre %2d %+.3f %+.3f %+.3f → %s\n", i, c[0], c[1], c[2], m.Combos[i])
 	}
+	held, err := learn.CollectHeld(ctx, cfg, model, trs)
+	if err != nil {
+		return err
+	}
+	for _, e := range []struct {
+		name string
+		ss   []learn.Sample
+	}{{"training windows", samples}, {"held-out windows", held}} {
+		ev := learn.Evaluate(m, e.ss)
+		fmt.Fprintf(cio.Stdout, "%s: %d samples, best combination chosen on %.0f%%; mean score %.3f (oracle %.3f, always %s %.3f)\n",
+			e.name, ev.Samples, 100*ev.Agree, ev.Chosen, ev.Oracle, ev.FixedCombo, ev.Fixed)
+	}
 	if err := os.WriteFile(*out, m.ONNX(), 0o644); err != nil {
 		return err
 	}

@@ -112,6 +112,16 @@ func scale(w []sim.Request, rate float64) []sim.Request {
 // Collect runs the counterfactual simulations and returns the samples of
 // the training windows.
 func Collect(ctx context.Context, cfg Config, model sim.Model, traces []Trace) ([]Sample, error) {
+	return collect(ctx, cfg, model, traces, false)
+}
+
+// CollectHeld is Collect over the held-out windows only: the samples the
+// classifier is evaluated on (Evaluate), never trained on.
+func CollectHeld(ctx context.Context, cfg Config, model sim.Model, traces []Trace) ([]Sample, error) {
+	return collect(ctx, cfg, model, traces, true)
+}
+
+func collect(ctx context.Context, cfg Config, model sim.Model, traces []Trace, held bool) ([]Sample, error) {
 	cfg.fill()
 	var out []Sample
 	for _, tr := range traces {
@@ -123,7 +133,7 @@ func Collect(ctx context.Context, cfg Config, model sim.Model, traces []Trace) (
 			}
 			used := 0
 			for k, w := range wins {
-				if cfg.Held(k) || used >= cfg.MaxWindows {
+				if cfg.Held(k) != held || used >= cfg.MaxWindows {
 					continue
 				}
 				used++
@@ -181,6 +191,60 @@ func collectWindow(ctx context.Context, cfg *Config, pools []sim.Pool, cycle boo
 		}
 	}
 	return samples, nil
+}
+
+// Evaluation is how a classifier's choices score on samples (each
+// sample's Score: met − CostWeight × relative cost).
+type Evaluation struct {
+	Samples int
+	// Agree is the share of samples on which the classifier chose the
+	// best combination.
+	Agree float64
+	// Chosen, Oracle and Fixed are mean scores: of the classifier's
+	// choices, of each sample's best, and of the one combination that
+	// scores best over all samples (what a policy without the classifier
+	// could at most get from a single choice).
+	Chosen, Oracle, Fixed float64
+	FixedCombo            sched.Combo
+}
+
+// Evaluate scores m's choices on samples (from CollectHeld: windows it
+// never saw). A combination unavailable on a sample's cluster scores as
+// the cheapest colocated placement would (DecideCombo's fallback).
+func Evaluate(m *sched.LearnedModel, samples []Sample) Evaluation {
+	ev := Evaluation{Samples: len(samples)}
+	if len(samples) == 0 {
+		return ev
+	}
+	score := func(s *Sample, c sched.Combo) float64 {
+		if math.IsInf(s.Score[c], -1) {
+			return s.Score[sched.ComboColocateCheapest]
+		}
+		return s.Score[c]
+	}
+	var fixed [sched.NumCombos]float64
+	for i := range samples {
+		s := &samples[i]
+		c := m.Combos[m.Nearest(m.Embed(&s.X))]
+		if c == s.Best {
+			ev.Agree++
+		}
+		ev.Chosen += score(s, c)
+		ev.Oracle += score(s, s.Best)
+		for cb := range sched.NumCombos {
+			fixed[cb] += score(s, cb)
+		}
+	}
+	ev.FixedCombo = sched.ComboColocateCheapest
+	for cb := range sched.NumCombos {
+		if fixed[cb] > fixed[ev.FixedCombo] {
+			ev.FixedCombo = cb
+		}
+	}
+	n := float64(len(samples))
+	ev.Agree /= n
+	ev.Chosen, ev.Oracle, ev.Fixed = ev.Chosen/n, ev.Oracle/n, fixed[ev.FixedCombo]/n
+	return ev
 }
 
 // label scores each sample's combinations and picks the best valid one.
