@@ -96,7 +96,7 @@ var ReferenceClass = Class{PrefillTokensPerSec: 36700, DecodeStepSec: 0.0066, De
 // (chunked prefill shares steps with decodes, so a worker's prefill
 // backlog stretches its decodes' token gaps). A worker whose KV cache
 // cannot hold the prompt and output is never chosen. A request splits when
-// its uncached prompt reaches SplitPrompt, it will decode more than one
+// its uncached prompt takes SplitPrefill or more, it will decode more than one
 // token, and a prefill-heavy worker meets the TTFT while a worker of
 // another pool meets the TPOT: the prefill runs on the first, the KV
 // blocks move, the second decodes. Spending cheap GPUs first keeps the
@@ -138,12 +138,6 @@ func (p *Priced) class(w *Worker) *Class {
 		return &w.Class
 	}
 	return &ReferenceClass
-}
-
-// est is one placement's estimate.
-type est struct {
-	ttft, tpot float64 // seconds
-	fits       bool    // the KV cache holds prompt and output
 }
 
 func uncached(req *Request, w *Worker) int {
