@@ -46,6 +46,7 @@ type simOptions struct {
 	reqs             []replay.TraceRequest
 	link             *sim.Link           // --kv-link; nil = by pools
 	learned          *sched.LearnedModel // --learned-model; nil = the shipped one
+	cache            simCache            // prompt caching (sim_cache.go)
 }
 
 // simRequests turns a trace into simulator requests at a rate scale.
@@ -63,8 +64,11 @@ func simRun(ctx context.Context, o *simOptions, policy string, scale float64) (s
 	if err != nil {
 		return sim.Summary{}, err
 	}
+	if p, err = o.cache.wrap(p); err != nil {
+		return sim.Summary{}, err
+	}
 	c, err := sim.New(sim.Config{Pools: o.pools, CycleRoles: o.cycle, Model: o.model, TP: o.tp, Engine: o.engine,
-		Policy: p, SLOTTFT: o.sloTTFT, SLOTPOT: o.sloTPOT, ProbeInterval: o.probe, KVLink: o.link, Prices: o.prices})
+		Policy: p, SLOTTFT: o.sloTTFT, SLOTPOT: o.sloTPOT, ProbeInterval: o.probe, KVLink: o.link, Prices: o.prices, Cache: o.cache.cfg})
 	if err != nil {
 		return sim.Summary{}, err
 	}
@@ -249,12 +253,16 @@ func simCmd(ctx context.Context, cio cli.IO, args []string) error {
 	kvLink := fs.String("kv-link", "auto", "link a disaggregated request's KV blocks cross: auto (NVLink inside an H100/A100 pool, PCIe inside others, 400 Gb RDMA between pools) or "+strings.Join(sim.LinkNames(), ", "))
 	learnedPath := fs.String("learned-model", "", "the learned policy's classifier (phaselessctl sched train --out); default the shipped one")
 	prices := priceFlags(fs)
+	cacheFlags := simCacheFlags(fs)
 	usage := "sim --trace F --format azure|mooncake [--cluster 8xh100[,8xl4]] [--model llama3.1-8b] [--policy all|NAME,...] [--rate-scale X,Y] [--slo-ttft 2s --slo-tpot 100ms] [--json] [--max-rate] [--plot DIR]"
 	if done, err := lmParseFlags(fs, cio, args, usage); done || err != nil {
 		return err
 	}
 	o := &simOptions{sloTTFT: *sloTTFT, sloTPOT: *sloTPOT, tp: *tp, prices: sim.Prices{}, probe: *probe}
 	var err error
+	if o.cache, err = cacheFlags(); err != nil {
+		return err
+	}
 	switch {
 	case *trace == "":
 		return &cli.FieldError{Field: "trace", Err: errors.New("required")}
