@@ -1,7 +1,6 @@
 package sim
 
 import (
-	"context"
 	"math"
 	"testing"
 
@@ -59,15 +58,7 @@ func TestSplit(t *testing.T) {
 			}
 			cfg.KVLink = &l
 		}
-		c, err := New(cfg)
-		if err != nil {
-			t.Fatal(err)
-		}
-		res, err := c.Run(context.Background(), reqs)
-		if err != nil {
-			t.Fatal(err)
-		}
-		return res
+		return runConfig(t, cfg, reqs)
 	}
 	xfer := map[string]float64{}
 	for _, link := range []string{"", "nvlink", "tcp"} {
