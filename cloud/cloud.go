@@ -120,7 +120,7 @@ func (c *Config) Fields() cli.Fields {
 		{Flag: "pki-dir", Go: "PKIDir", Value: &c.PKIDir, Usage: "directory with the CA and server certificate (phaselessctl pki init)"},
 		{Flag: "dev", Go: "Dev", Value: &c.Dev, Usage: "development mode: no API keys required; creates a PKI in the data dir when none is given; honours x-phaseless-policy"},
 		{Flag: "model", Go: "Model", Value: &c.Model, Usage: "GGUF model for the built-in engine (default: the shipped cloud model)"},
-		{Flag: "worker", Go: "Workers", Value: &c.Workers, Usage: "OpenAI-compatible engine URL (repeatable); options in the fragment: URL#role=prefill-heavy&model=NAME&capacity=N; or sim://GPU?model=M&n=N for simulated GPU workers (docs/sim.md)"},
+		{Flag: "worker", Go: "Workers", Value: &c.Workers, Usage: "OpenAI-compatible engine URL (repeatable); options in the fragment: URL#role=prefill-heavy&model=NAME&capacity=N&gpu=h100; or sim://GPU?model=M&n=N for simulated GPU workers (docs/sim.md)"},
 		{Flag: "redis", Go: "Redis", Value: &c.Redis, Usage: "Redis URL for shared admission state, e.g. redis://127.0.0.1:6379/0"},
 		{Flag: "api-keys", Go: "APIKeys", Value: &c.APIKeys, Usage: "file of API keys, one per line: key [tenant] [budget] [role=inference|operator|viewer] (docs/security.md)"},
 		{Flag: "mqtt-tls", Go: "MQTTTLS", Value: &c.MQTTTLS, Usage: "embedded broker's MQTT-over-TLS listener, using the PKI's server certificate; empty disables it"},
@@ -206,7 +206,7 @@ func (c *Config) Validate() error {
 }
 
 // WorkerURL is one --worker value: an OpenAI-compatible server's URL and the
-// options in its fragment (URL#role=prefill-heavy&model=NAME&capacity=N).
+// options in its fragment (URL#role=prefill-heavy&model=NAME&capacity=N&gpu=h100).
 type WorkerURL struct {
 	raw      string
 	base     string // the URL without its fragment
@@ -215,7 +215,11 @@ type WorkerURL struct {
 	hasRole  bool
 	model    string
 	capacity int
-	sim      *sim.URLSpec // sim://GPU?model=M&n=N: simulated workers (cloud/sim)
+	// gpu is the worker's GPU (#gpu=h100, or a sim:// worker's): the
+	// priced policies price it by cloud/sim's profile of that GPU.
+	gpu string
+	tp  int          // a sim:// worker's GPUs per engine; 0 = the fewest that fit
+	sim *sim.URLSpec // sim://GPU?model=M&n=N: simulated workers (cloud/sim)
 }
 
 // WorkerURLs is the repeatable --worker flag: each value is parsed once, when
@@ -272,17 +276,42 @@ func parseWorkerURL(s string) (WorkerURL, error) {
 			w.hasRole = true
 		case "model":
 			w.model = v[0]
+		case "gpu":
+			if _, err := sim.LookupGPU(v[0]); err != nil {
+				return WorkerURL{}, fmt.Errorf("%q: %v", s, err)
+			}
+			w.gpu = v[0]
 		case "capacity":
 			if w.capacity, err = strconv.Atoi(v[0]); err != nil || w.capacity < 1 {
 				return WorkerURL{}, fmt.Errorf("%q: capacity %q must be a positive integer", s, v[0])
 			}
 		default:
-			return WorkerURL{}, fmt.Errorf("%q: unknown option %q (role, model, capacity)", s, k)
+			return WorkerURL{}, fmt.Errorf("%q: unknown option %q (role, model, capacity, gpu)", s, k)
 		}
 	}
 	u.Fragment = ""
 	w.base, w.host = u.String(), u.Host
 	return w, nil
+}
+
+// class is what the priced policies know of the worker's hardware: cloud/sim's
+// roofline figures for its GPU serving its model (the llama3.1-8b profile
+// when the model has none), at the profile's price; zero when no GPU was
+// declared.
+func (w *WorkerURL) class() sched.Class {
+	g, err := sim.LookupGPU(w.gpu)
+	if w.gpu == "" || err != nil {
+		return sched.Class{}
+	}
+	m, err := sim.LookupModel(w.model)
+	if err != nil {
+		m, _ = sim.LookupModel("llama3.1-8b")
+	}
+	d, err := sim.NewDeployment(g, m, w.tp, sim.EngineConfig{})
+	if err != nil {
+		return sched.Class{} // the model does not fit the GPU: priced by load alone
+	}
+	return d.Class(g.PricePerHour)
 }
 
 // kvBlockSize is the built-in engines' KV block size and the size the
@@ -729,7 +758,7 @@ func (c *Cloud) buildWorkers() ([]*worker.Worker, []*worker.Builtin, lm.Tokenize
 		if wu.hasRole {
 			role = wu.role
 		}
-		w, err := worker.New(worker.Config{Name: fmt.Sprintf("remote-%d-%s", i, wu.host), Role: role, Capacity: wu.capacity}, r)
+		w, err := worker.New(worker.Config{Name: fmt.Sprintf("remote-%d-%s", i, wu.host), Role: role, Capacity: wu.capacity, Class: wu.class()}, r)
 		if err != nil {
 			r.Close()
 			return fail(err)
@@ -910,7 +939,7 @@ func (c *Cloud) startSimWorkers() ([]WorkerURL, error) {
 		c.sims = append(c.sims, f)
 		for _, u := range f.URLs() {
 			out = append(out, WorkerURL{raw: u, base: u, host: strings.TrimPrefix(u, "http://"),
-				role: wu.sim.Role, hasRole: wu.sim.HasRole, model: wu.sim.Model.Name})
+				role: wu.sim.Role, hasRole: wu.sim.HasRole, model: wu.sim.Model.Name, gpu: wu.sim.GPU.Name, tp: wu.sim.TP})
 		}
 	}
 	return out, nil

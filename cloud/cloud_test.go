@@ -336,7 +336,7 @@ func TestConfigValidate(t *testing.T) {
 		t.Errorf("flag defaults %+v differ from FillDefaults %+v", flagged, zero)
 	}
 	// --worker values are parsed once, when set: a bad one fails there.
-	for _, bad := range []string{"ftp://x", "http://x:1#role=gpu", "http://x:1#colour=red", "http://x:1#capacity=0"} {
+	for _, bad := range []string{"ftp://x", "http://x:1#role=gpu", "http://x:1#colour=red", "http://x:1#capacity=0", "http://x:1#gpu=h900"} {
 		var c Config
 		fs := flag.NewFlagSet("cloud", flag.ContinueOnError)
 		c.RegisterFlags(fs)
@@ -354,6 +354,17 @@ func TestConfigValidate(t *testing.T) {
 	wu := c.Workers[0]
 	if wu.base != "http://gpu:8000" || wu.role != sched.RolePrefill || wu.model != "llama" || wu.capacity != 64 {
 		t.Fatalf("parsed %+v", wu)
+	}
+	if cl := wu.class(); cl.Known() {
+		t.Fatalf("no #gpu, yet a class: %+v", cl)
+	}
+	// #gpu= prices the worker by the simulator's profile of that GPU.
+	if err := c.Workers.Set("http://l4:8000#gpu=l4,http://h100:8000#gpu=h100&model=llama3.1-8b"); err != nil {
+		t.Fatal(err)
+	}
+	l4, h100 := c.Workers[1].class(), c.Workers[2].class()
+	if l4.ID != sched.ClassL4 || h100.ID != sched.ClassH100 || !(h100.PrefillTokensPerSec > 4*l4.PrefillTokensPerSec) || !(h100.PricePerHour > l4.PricePerHour) {
+		t.Fatalf("classes: l4 %+v, h100 %+v", l4, h100)
 	}
 }
 

@@ -5,9 +5,11 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/phaseless/phaseless/cloud/replay"
+	"github.com/phaseless/phaseless/cloud/sched"
 	"github.com/phaseless/phaseless/transport/cli"
 )
 
@@ -24,7 +26,7 @@ func replayCmd(ctx context.Context, cio cli.IO, args []string) error {
 	format := fs.String("format", "", "trace format: azure or mooncake")
 	speedup := fs.Float64("speedup", 1, "divide the trace's inter-arrival times by this")
 	limit := fs.Int("limit", 200, "replay the first N requests (0 = all)")
-	policy := fs.String("policy", "all", "scheduler, round-robin, least-loaded, or all (one run each, same trace, same workers)")
+	policy := fs.String("policy", "all", "all (scheduler, round-robin, least-loaded) or a comma-separated list of policies (sched.Names), one run each, same trace, same workers")
 	scale := fs.Float64("scale", 0.1, "multiply the trace's prompt lengths by this (a small model has a short context)")
 	outScale := fs.Float64("output-scale", 1, "multiply the trace's output lengths by this")
 	maxInput := fs.Int("max-input", 800, "cap on prompt tokens after scaling")
@@ -57,11 +59,17 @@ func replayCmd(ctx context.Context, cio cli.IO, args []string) error {
 	case *maxInput < 1 || *maxOutput < 1 || *cpt < 1:
 		return &cli.FieldError{Field: "max-input", Err: errors.New("max-input, max-output and chars-per-token must be ≥ 1")}
 	}
-	policies := []string{*policy}
+	var policies []string
 	if *policy == "all" {
 		policies = []string{"scheduler", "round-robin", "least-loaded"}
-	} else if *policy != "scheduler" && *policy != "round-robin" && *policy != "least-loaded" {
-		return &cli.FieldError{Field: "policy", Err: fmt.Errorf("%q is not scheduler, round-robin, least-loaded or all", *policy)}
+	} else {
+		for _, p := range strings.Split(*policy, ",") {
+			p = strings.TrimSpace(p)
+			if _, err := sched.ByName(p, sched.RulesConfig{}); err != nil || p == "" {
+				return &cli.FieldError{Field: "policy", Err: fmt.Errorf("%q: not all or one of %s", p, strings.Join(sched.Names(), ", "))}
+			}
+			policies = append(policies, p)
+		}
 	}
 	if *apiKey == "" {
 		*apiKey = cio.Getenv("PHASELESS_API_KEY")

@@ -8,8 +8,10 @@ import (
 	"fmt"
 	"io"
 	"math"
+	"os"
 	"path/filepath"
 	"runtime"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -42,7 +44,9 @@ type simOptions struct {
 	prices           sim.Prices
 	probe            time.Duration
 	reqs             []replay.TraceRequest
-	cache            simCache // prompt caching (sim_cache.go)
+	link             *sim.Link           // --kv-link; nil = by pools
+	learned          *sched.LearnedModel // --learned-model; nil = the shipped one
+	cache            simCache            // prompt caching (sim_cache.go)
 }
 
 // simRequests turns a trace into simulator requests at a rate scale.
@@ -56,7 +60,7 @@ func simRequests(reqs []replay.TraceRequest, scale float64) []sim.Request {
 
 // simRun runs one policy at one rate scale.
 func simRun(ctx context.Context, o *simOptions, policy string, scale float64) (sim.Summary, error) {
-	p, err := sched.ByName(policy, sched.RulesConfig{})
+	p, err := sched.New(policy, sched.Options{SLOTTFT: o.sloTTFT, SLOTPOT: o.sloTPOT, Learned: o.learned})
 	if err != nil {
 		return sim.Summary{}, err
 	}
@@ -64,7 +68,7 @@ func simRun(ctx context.Context, o *simOptions, policy string, scale float64) (s
 		return sim.Summary{}, err
 	}
 	c, err := sim.New(sim.Config{Pools: o.pools, CycleRoles: o.cycle, Model: o.model, TP: o.tp, Engine: o.engine,
-		Policy: p, SLOTTFT: o.sloTTFT, SLOTPOT: o.sloTPOT, ProbeInterval: o.probe, Cache: o.cache.cfg})
+		Policy: p, SLOTTFT: o.sloTTFT, SLOTPOT: o.sloTPOT, ProbeInterval: o.probe, KVLink: o.link, Prices: o.prices, Cache: o.cache.cfg})
 	if err != nil {
 		return sim.Summary{}, err
 	}
@@ -246,6 +250,8 @@ func simCmd(ctx context.Context, cio cli.IO, args []string) error {
 	plotDir := fs.String("plot", "", "write PNG plots (SLO attainment against rate; TTFT CDF) to this directory")
 	probe := fs.Duration("probe-interval", 500*time.Millisecond, "how often worker load (queues, KV usage, preemptions) is re-read, as phaseless-cloud probes its workers")
 	cpuModel := fs.String("cpu-model", "", "GGUF model for cpu pools (--cluster 2xcpu): lm bench runs it here and the built-in engine's profile is fitted from the figures")
+	kvLink := fs.String("kv-link", "auto", "link a disaggregated request's KV blocks cross: auto (NVLink inside an H100/A100 pool, PCIe inside others, 400 Gb RDMA between pools) or "+strings.Join(sim.LinkNames(), ", "))
+	learnedPath := fs.String("learned-model", "", "the learned policy's classifier (phaselessctl sched train --out); default the shipped one")
 	prices := priceFlags(fs)
 	cacheFlags := simCacheFlags(fs)
 	usage := "sim --trace F --format azure|mooncake [--cluster 8xh100[,8xl4]] [--model llama3.1-8b] [--policy all|NAME,...] [--rate-scale X,Y] [--slo-ttft 2s --slo-tpot 100ms] [--json] [--max-rate] [--plot DIR]"
@@ -303,6 +309,22 @@ func simCmd(ctx context.Context, cio cli.IO, args []string) error {
 		}
 		o.prices[n] = *v
 	}
+	if *kvLink != "auto" {
+		l, err := sim.LookupLink(*kvLink)
+		if err != nil {
+			return &cli.FieldError{Field: "kv-link", Err: err}
+		}
+		o.link = &l
+	}
+	if *learnedPath != "" {
+		data, err := os.ReadFile(*learnedPath)
+		if err != nil {
+			return &cli.FieldError{Field: "learned-model", Err: err}
+		}
+		if o.learned, err = sched.ReadLearned(data); err != nil {
+			return &cli.FieldError{Field: "learned-model", Err: err}
+		}
+	}
 	if o.reqs, err = replay.ReadTrace(*trace, *format, *limit); err != nil {
 		return err
 	}
@@ -334,14 +356,10 @@ func simCmd(ctx context.Context, cio cli.IO, args []string) error {
 		printSim(cio.Stdout, rows)
 		fmt.Fprintf(cio.Stdout, "SLO: TTFT ≤ %v and TPOT ≤ %v. goodput = requests meeting both per second of the run; $/M tok = cluster GPU-hours × price over the output tokens served within the SLOs.\n", o.sloTTFT, o.sloTPOT)
 	}
-	var best []simBest
 	if *maxRate {
-		for _, p := range o.policies {
-			x, s, err := simMaxRate(ctx, o, p, o.rates[0], 0.9)
-			if err != nil {
-				return err
-			}
-			best = append(best, simBest{policy: p, scale: x, summary: s})
+		best, err := simMaxRates(ctx, o)
+		if err != nil {
+			return err
 		}
 		printMaxRate(cio.Stdout, best, o)
 	}
@@ -360,19 +378,82 @@ type simBest struct {
 	summary sim.Summary
 }
 
+// simMaxRates searches every policy's highest sustainable rate, the
+// policies on GOMAXPROCS goroutines (each search is sequential).
+func simMaxRates(ctx context.Context, o *simOptions) ([]simBest, error) {
+	best := make([]simBest, len(o.policies))
+	errs := make([]error, len(o.policies))
+	sem := make(chan struct{}, runtime.GOMAXPROCS(0))
+	var wg sync.WaitGroup
+	for i, p := range o.policies {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			sem <- struct{}{}
+			defer func() { <-sem }()
+			x, s, err := simMaxRate(ctx, o, p, o.rates[0], 0.9)
+			best[i], errs[i] = simBest{policy: p, scale: x, summary: s}, err
+		}()
+	}
+	wg.Wait()
+	return best, errors.Join(errs...)
+}
+
+// printMaxRate prints each policy's highest sustainable rate and its cost
+// per million output tokens there, against round-robin, the best of the
+// baselines run (sched.Baselines) and explicit phases, when they ran.
 func printMaxRate(w io.Writer, best []simBest, o *simOptions) {
 	span := o.reqs[len(o.reqs)-1].At.Seconds()
-	fmt.Fprintln(w, "\nhighest sustainable rate (≥ 90% of requests within both SLOs):")
+	rr, base, explicit := -1, -1, -1
+	for i, b := range best {
+		switch {
+		case b.policy == sched.NameRoundRobin:
+			rr = i
+		case b.policy == sched.NameExplicitPhases:
+			explicit = i
+		}
+		if slices.Contains(sched.Baselines(), b.policy) && (base < 0 || b.scale > best[base].scale) {
+			base = i
+		}
+	}
+	ratio := func(b simBest, ref int) string {
+		if ref < 0 || best[ref].scale == 0 {
+			return "-"
+		}
+		return fmt.Sprintf("%.2f", b.scale/best[ref].scale)
+	}
+	fmt.Fprintln(w, "\nhighest sustainable rate (≥ 90% of requests within both SLOs), and the cost per million output tokens there:")
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(tw, "policy\tmax rate×\treq/s\tgoodput req/s\t")
+	fmt.Fprintln(tw, "policy\tmax rate×\treq/s\tgoodput req/s\t× round-robin\t× best baseline\t$/M out tok\tvs explicit-phases\tbusy $/M out tok\tvs explicit-phases\t")
 	for _, b := range best {
 		rps := 0.0
 		if span > 0 && b.scale > 0 {
 			rps = float64(len(o.reqs)) / (span / b.scale)
 		}
-		fmt.Fprintf(tw, "%s\t%.3g\t%.2f\t%.2f\t\n", b.policy, b.scale, rps, b.summary.GoodputRPS)
+		cost, vs := costCells(b, best, explicit, func(s *sim.Summary) float64 { return s.CostPerMTok })
+		busy, bvs := costCells(b, best, explicit, func(s *sim.Summary) float64 { return s.BusyCostPerMTok })
+		fmt.Fprintf(tw, "%s\t%.3g\t%.2f\t%.2f\t%s\t%s\t%s\t%s\t%s\t%s\t\n", b.policy, b.scale, rps, b.summary.GoodputRPS, ratio(b, rr), ratio(b, base), cost, vs, busy, bvs)
 	}
 	tw.Flush()
+	if base >= 0 {
+		fmt.Fprintf(w, "best baseline: %s. $/M out tok = the cluster's GPU-hours × price over the output tokens served within the SLOs, at that policy's highest rate; busy $/M out tok counts only the GPU time spent stepping.\n", best[base].policy)
+	}
+}
+
+// costCells formats b's cost (by of its summary) and its difference from
+// explicit phases' ("-" where either is unknown).
+func costCells(b simBest, best []simBest, explicit int, by func(*sim.Summary) float64) (cost, vs string) {
+	c := by(&b.summary)
+	if b.scale == 0 || math.IsInf(c, 0) {
+		return "-", "-"
+	}
+	cost, vs = fmt.Sprintf("%.3f", c), "-"
+	if explicit >= 0 && best[explicit].scale > 0 {
+		if e := by(&best[explicit].summary); !math.IsInf(e, 0) && e > 0 {
+			vs = fmt.Sprintf("%+.0f%%", 100*(c/e-1))
+		}
+	}
+	return cost, vs
 }
 
 // simCPUPools fits the built-in engine's profile for the cluster's cpu

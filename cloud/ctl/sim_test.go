@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"github.com/phaseless/phaseless/cloud/sched"
 	"os"
 	"path/filepath"
 	"slices"
@@ -54,8 +55,8 @@ func TestSimCommand(t *testing.T) {
 			t.Fatalf("line %s", l)
 		}
 	}
-	if lines != 10 {
-		t.Fatalf("%d JSON lines, want 5 policies × 2 rates\n%s", lines, out)
+	if want := 2 * len(sched.Names()); lines != want {
+		t.Fatalf("%d JSON lines, want %d policies × 2 rates\n%s", lines, len(sched.Names()), out)
 	}
 	dir := t.TempDir()
 	out, err = runSim(t, "--trace", "../replay/testdata/traces/mooncake-conversation-head.jsonl", "--format", "mooncake", "--limit", "30",

@@ -56,7 +56,11 @@ func TestExplicitPhases(t *testing.T) {
 		t.Fatalf("no pool: %+v", d)
 	}
 	for _, n := range Names() {
-		if q, err := ByName(n, RulesConfig{}); err != nil || q.Name() != n {
+		want := n
+		if n == NameScheduler {
+			want = DefaultPolicy
+		}
+		if q, err := ByName(n, RulesConfig{}); err != nil || q.Name() != want {
 			t.Fatalf("ByName(%q) = %v, %v", n, q, err)
 		}
 	}

@@ -20,6 +20,9 @@ const (
 	ReasonFIFO          = schedhint.ReasonFIFO
 	ReasonScore         = schedhint.ReasonScore
 	ReasonDeclaredPhase = schedhint.ReasonDeclaredPhase
+	ReasonPriced        = schedhint.ReasonPriced
+	ReasonSplit         = schedhint.ReasonSplit
+	ReasonCentre        = schedhint.ReasonCentre
 )
 
 // PolicyID names a Policy inside a hint.
@@ -33,6 +36,8 @@ const (
 	PolicyFIFO           = schedhint.PolicyFIFO
 	PolicyLLMD           = schedhint.PolicyLLMD
 	PolicyExplicitPhases = schedhint.PolicyExplicitPhases
+	PolicyPriced         = schedhint.PolicyPriced
+	PolicyLearned        = schedhint.PolicyLearned
 )
 
 // ErrNoWorker is returned when no healthy worker exists. It is a sentinel so
@@ -56,6 +61,22 @@ type Decision struct {
 
 // quantize fills d.Vector from the request and the chosen worker.
 func (d *Decision) quantize(req *Request, w *Worker) {
+	h := d.hint(req, w)
+	d.Vector = h.Vector()
+}
+
+// classified re-quantizes d with the learned classifier's vector and centre
+// (a version-2 hint).
+func (d *Decision) classified(req *Request, s *Snapshot, e [EmbedDim]float32, centre int) {
+	h := d.hint(req, &s.Workers[d.Worker])
+	h.Classified, h.Centre = true, centre
+	for i, x := range e {
+		h.Embedding[i] = float64(x)
+	}
+	d.Vector = h.Vector()
+}
+
+func (d *Decision) hint(req *Request, w *Worker) schedhint.Hint {
 	h := schedhint.Hint{
 		EntropyBits: req.EntropyBits, InputTokens: req.InputTokens, PredictedOutput: req.PredictedOutput,
 		KVFaultsPerMs: w.KVFaultsPerMs, Load: w.Load(), BurstSigma: w.BurstSigma,
@@ -64,7 +85,7 @@ func (d *Decision) quantize(req *Request, w *Worker) {
 	if n := len(req.BlockHashes); n > 0 {
 		h.PrefixFraction = float64(d.PrefixBlocks) / float64(n)
 	}
-	d.Vector = h.Vector()
+	return h
 }
 
 // AppendHint appends the base32 hint (x-scheduler-hint) to dst without

@@ -5,6 +5,7 @@ import (
 	"math"
 	"strings"
 	"sync/atomic"
+	"time"
 )
 
 // Policy turns a request's and the workers' signals into a Decision. Decide
@@ -22,11 +23,26 @@ const (
 	NameLeastLoaded    = "least-loaded"
 	NameLLMD           = "llm-d"
 	NameExplicitPhases = "explicit-phases"
+	NameRules          = "rules"     // the signal thresholds of DESIGN.md §5
+	NamePriced         = "priced"    // GPU classes priced, no disaggregation
+	NamePD             = "pd"        // disaggregation, every worker priced alike
+	NamePricedPD       = "priced-pd" // both
+	NameLearned        = "learned"   // the learned classifier over resource combinations
 )
+
+// DefaultPolicy is what NameScheduler runs: the policy that won the
+// simulator's comparison (docs/cloud.md).
+const DefaultPolicy = NamePricedPD
 
 // Names lists every policy ByName knows, the project's scheduler first.
 func Names() []string {
-	return []string{NameScheduler, NameRoundRobin, NameLeastLoaded, NameLLMD, NameExplicitPhases}
+	return []string{NameScheduler, NameRoundRobin, NameLeastLoaded, NameLLMD, NameExplicitPhases,
+		NameRules, NamePriced, NamePD, NamePricedPD, NameLearned}
+}
+
+// Baselines lists the policies the project's scheduler is measured against.
+func Baselines() []string {
+	return []string{NameRoundRobin, NameLeastLoaded, NameLLMD, NameExplicitPhases}
 }
 
 var (
@@ -35,6 +51,8 @@ var (
 	_ Policy = LeastLoaded{}
 	_ Policy = (*LLMD)(nil)
 	_ Policy = (*ExplicitPhases)(nil)
+	_ Policy = (*Priced)(nil)
+	_ Policy = (*Learned)(nil)
 )
 
 // RoundRobin cycles over the healthy, non-conservative workers regardless of
@@ -134,12 +152,43 @@ func decided(req *Request, s *Snapshot, i int, r Reason, p PolicyID) Decision {
 	return d
 }
 
+// Options configures the policies New builds. The zero value means every
+// policy's defaults.
+type Options struct {
+	Rules RulesConfig
+	// SLOTTFT and SLOTPOT are the targets the priced and learned policies
+	// estimate against; zero = 2 s and 100 ms.
+	SLOTTFT, SLOTPOT time.Duration
+	// Learned is the classifier the learned policy starts with; nil = the
+	// shipped one.
+	Learned *LearnedModel
+}
+
 // ByName returns a fresh policy for a name accepted in --policy and the
 // x-phaseless-policy header.
 func ByName(name string, rules RulesConfig) (Policy, error) {
+	return New(name, Options{Rules: rules})
+}
+
+// New returns a fresh policy by name, configured by o.
+func New(name string, o Options) (Policy, error) {
+	priced := func(c PricedConfig) (Policy, error) {
+		c.SLOTTFT, c.SLOTPOT = o.SLOTTFT, o.SLOTPOT
+		return NewPriced(name, c)
+	}
 	switch name {
 	case NameScheduler, "":
-		return NewRules(rules)
+		return New(DefaultPolicy, o)
+	case NameRules:
+		return NewRules(o.Rules)
+	case NamePriced:
+		return priced(PricedConfig{Classes: true})
+	case NamePD:
+		return priced(PricedConfig{Disaggregate: true})
+	case NamePricedPD:
+		return priced(PricedConfig{Classes: true, Disaggregate: true})
+	case NameLearned:
+		return newLearned(o.Learned, PricedConfig{SLOTTFT: o.SLOTTFT, SLOTPOT: o.SLOTPOT})
 	case NameRoundRobin:
 		return &RoundRobin{}, nil
 	case NameLeastLoaded:

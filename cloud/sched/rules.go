@@ -136,7 +136,7 @@ func NewRules(cfg RulesConfig) (*Rules, error) {
 func (p *Rules) Config() RulesConfig { return p.cfg }
 
 // Name implements Policy.
-func (*Rules) Name() string { return NameScheduler }
+func (*Rules) Name() string { return NameRules }
 
 // poolOrder lists, per preferred role, the pools to try in turn.
 var poolOrder = [NumRoles][NumRoles]Role{

@@ -44,6 +44,16 @@ type Worker struct {
 	// PrefixBlocks is how many of Request.BlockHashes, from the start, the
 	// worker has cached; Snapshot fills it per request.
 	PrefixBlocks int
+	// PendingPrefill is the uncached prompt tokens placed on the worker
+	// whose first token has not come yet: the prefill work ahead of a new
+	// request. The coordinator counts it live (probed signals are too stale
+	// for it: a burst lands between two probes).
+	PendingPrefill int
+	// Prefilling is how many requests those tokens belong to: the rest of
+	// Running decodes, and a prefill placed here stalls each of them.
+	Prefilling int
+	// Class prices the worker's hardware; zero when it declared none.
+	Class Class
 }
 
 // Load is the worker's occupancy: queued and running work over capacity.

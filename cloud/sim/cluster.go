@@ -126,6 +126,17 @@ type Config struct {
 	// what `phaselessctl replay`'s English word prompts measure, and 4
 	// characters per token (Llama 3's tokenizer on English).
 	EntropyBits, CharsPerToken float64
+	// KVLink, when set, is the link every disaggregated request's KV
+	// blocks cross; nil = defaultLink between the two workers' pools.
+	KVLink *Link
+	// Prices sets $ per GPU-hour by GPU name for the classes the
+	// scheduler prices (sched.Class) and each request's Outcome.Cost; a
+	// GPU not in it costs its profile's PricePerHour.
+	Prices Prices
+	// Hook, when set, is called after every decision with the request's
+	// index and may change the decision: training forces resource
+	// combinations on sampled requests with it (cloud/sched/learn).
+	Hook func(i int, req *sched.Request, s *sched.Snapshot, d *sched.Decision)
 	// Cache is prompt caching: TTL pinning (cache.go).
 	Cache CacheConfig
 }
@@ -190,6 +201,14 @@ type Outcome struct {
 	Worker     int
 	Status     Status
 	Finished   int // how many times it finished: must be 1
+	// Split reports a disaggregated request: prefilled on Worker, decoded
+	// on DecodeWorker after a KV transfer of Transfer.
+	Split        bool
+	DecodeWorker int
+	Transfer     time.Duration
+	// Cost is the $ of GPU time spent on it: each step's duration × the
+	// worker's price, shared among the step's sequences by their tokens.
+	Cost float64
 }
 
 // WorkerInfo describes one simulated worker.
@@ -225,19 +244,31 @@ type simWorker struct {
 	lastPre  uint64
 	stepping bool
 	kicked   bool
+	class    sched.Class
+	pool     *Pool
+	pending  int           // uncached prompt tokens placed here before their first token
+	prefills int           // the requests those tokens belong to
+	nicFree  time.Duration // when its NIC has received the KV transfers already under way
+	dollarsS float64       // $ per second of stepping
 }
 
 type flight struct {
-	i      int
-	sig    sched.Request
-	tenant string
-	cost   int64
-	ticket *admit.Ticket
-	seq    Seq
-	w      *simWorker
-	first  time.Duration
-	last   time.Duration
-	tokens int
+	i       int
+	sig     sched.Request
+	tenant  string
+	cost    int64
+	ticket  *admit.Ticket
+	seq     Seq
+	pre     Seq // the prefill half of a split request
+	split   bool
+	dw      *simWorker // the decode worker of a split request
+	pw      *simWorker // where its prefill is pending
+	pend    int        // the pending prefill tokens counted on pw
+	w       *simWorker
+	first   time.Duration
+	last    time.Duration
+	tokens  int
+	dollars float64
 }
 
 // Cluster is one simulation: build it with New, Run it once.
@@ -290,10 +321,17 @@ func New(cfg Config) (*Cluster, error) {
 			if cfg.CycleRoles {
 				role = roleCycle[len(c.workers)%len(roleCycle)]
 			}
+			price, ok := cfg.Prices[p.GPU.Name]
+			if !ok {
+				price = p.GPU.PricePerHour
+			}
 			w := &simWorker{
-				info:  WorkerInfo{Name: fmt.Sprintf("%s-%d", p.GPU.Name, k), Pool: pi, Role: role, GPUs: d.TP},
-				eng:   NewEngine(d),
-				burst: worker.NewBurstMeter(),
+				info:     WorkerInfo{Name: fmt.Sprintf("%s-%d", p.GPU.Name, k), Pool: pi, Role: role, GPUs: d.TP},
+				eng:      NewEngine(d),
+				burst:    worker.NewBurstMeter(),
+				class:    d.Class(price),
+				pool:     &cfg.Pools[pi],
+				dollarsS: price * float64(d.TP) / 3600,
 			}
 			bc := cfg.Batch
 			bc.Now, bc.AfterFunc = c.clk.Now, c.clk.AfterFunc
@@ -442,8 +480,15 @@ func (c *Cluster) place(f *flight) {
 		s := &c.snap.Workers[i]
 		worker.FillSignals(s, w.info.Role, true, w.inflight, w.batcher.Waiting(), w.capacity(), &w.load, w.burst.Sigma(now))
 		s.PrefixBlocks = w.eng.CachedPrefixBlocks(f.sig.BlockHashes)
+		s.PendingPrefill, s.Prefilling, s.Class = w.pending, w.prefills, w.class
 	}
 	d, err := c.cfg.Policy.Decide(&f.sig, &c.snap)
+	if err == nil && c.cfg.Hook != nil {
+		c.cfg.Hook(f.i, &f.sig, &c.snap, &d)
+	}
+	if err == nil && (d.Worker < 0 || d.Worker >= len(c.workers)) {
+		err = fmt.Errorf("sim: policy chose worker %d of %d", d.Worker, len(c.workers))
+	}
 	if err != nil {
 		f.ticket.Release()
 		c.admitter.Refund(context.Background(), f.tenant, f.cost, admit.Bucket{})
@@ -452,6 +497,18 @@ func (c *Cluster) place(f *flight) {
 	}
 	f.w = c.workers[d.Worker]
 	c.out[f.i].Worker = d.Worker
+	f.pw, f.pend = f.w, max(1, f.seq.Prompt-c.snap.Workers[d.Worker].PrefixBlocks*c.dep.Engine.BlockSize)
+	f.w.pending += f.pend
+	f.w.prefills++
+	if d.Split && d.DecodeWorker >= 0 && d.DecodeWorker < len(c.workers) && d.DecodeWorker != d.Worker && f.seq.MaxOutput >= 2 {
+		// The prefill half samples the first token; the decode worker
+		// counts the request from now on, as the coordinator would.
+		f.split, f.dw = true, c.workers[d.DecodeWorker]
+		f.pre = Seq{Prompt: f.seq.Prompt, MaxOutput: 1, Hashes: f.seq.Hashes, User: f}
+		f.dw.inflight++
+		o := &c.out[f.i]
+		o.Split, o.DecodeWorker = true, d.DecodeWorker
+	}
 	f.w.batcher.Submit(f.seq.Prompt, func(int) {
 		c.at(c.clk.now, func() { c.start(f) })
 	})
@@ -460,10 +517,19 @@ func (c *Cluster) place(f *flight) {
 func (c *Cluster) start(f *flight) {
 	w := f.w
 	w.inflight++
-	if err := w.eng.Add(&f.seq); err != nil {
+	s := &f.seq
+	if f.split {
+		s = &f.pre
+	}
+	if err := w.eng.Add(s); err != nil {
 		c.finish(f, StatusTooLong)
 		return
 	}
+	c.kick(w)
+}
+
+// kick starts w stepping unless it is.
+func (c *Cluster) kick(w *simWorker) {
 	if !w.stepping && !w.kicked {
 		w.kicked = true
 		// After whatever else arrives at this instant, so they share a step.
@@ -482,6 +548,13 @@ func (c *Cluster) step(w *simWorker) {
 	}
 	w.stepping = true
 	c.maxKV = max(c.maxKV, w.eng.kv.blocks()-w.eng.kv.free)
+	total := 0
+	for _, s := range w.eng.planned {
+		total += s.step
+	}
+	for _, s := range w.eng.planned {
+		s.User.(*flight).dollars += dt.Seconds() * w.dollarsS * float64(s.step) / float64(total)
+	}
 	c.at(c.clk.now+dt, func() {
 		w.eng.Commit(c.emit)
 		c.step(w)
@@ -495,18 +568,63 @@ func (c *Cluster) emit(s *Seq, finished bool) {
 	now := c.clk.now
 	if f.tokens == 0 {
 		f.first = now
+		c.prefilled(f)
 	}
 	f.last = now
 	f.tokens++
 	f.ticket.Output(1)
 	f.w.burst.Record(c.clk.Now())
+	if finished && s == &f.pre {
+		c.handOver(f)
+		return
+	}
 	if finished {
 		c.finish(f, StatusOK)
 	}
 }
 
+// prefilled drops f's prefill from its worker's pending count.
+func (c *Cluster) prefilled(f *flight) {
+	if f.pw != nil {
+		f.pw.pending -= f.pend
+		f.pw.prefills--
+		f.pw = nil
+	}
+}
+
+// handOver ends a split request's prefill: the prefill worker is done with
+// it, its KV blocks cross the link (one transfer at a time into the decode
+// worker's NIC), and the decode worker admits it with them.
+func (c *Cluster) handOver(f *flight) {
+	p, d := f.w, f.dw
+	p.inflight--
+	p.batcher.Kick()
+	link := defaultLink(p.pool, d.pool)
+	if c.cfg.KVLink != nil {
+		link = *c.cfg.KVLink
+	}
+	dt := link.TransferTime(c.dep, f.seq.Prompt)
+	start := max(c.clk.now, d.nicFree)
+	d.nicFree = start + dt
+	c.out[f.i].Transfer = d.nicFree - c.clk.now
+	c.at(d.nicFree, func() {
+		f.w = d
+		f.seq.Imported = true
+		if err := d.eng.Add(&f.seq); err != nil {
+			c.finish(f, StatusTooLong)
+			return
+		}
+		c.kick(d)
+	})
+}
+
 func (c *Cluster) finish(f *flight, st Status) {
+	c.prefilled(f)
 	w := f.w
+	if f.split && w != f.dw {
+		f.dw.inflight-- // refused before the hand-over: the decode worker's reservation goes too
+		f.dw.batcher.Kick()
+	}
 	w.inflight--
 	w.batcher.Kick()
 	f.ticket.Release()
@@ -516,7 +634,10 @@ func (c *Cluster) finish(f *flight, st Status) {
 		c.predictor.Observe(f.tenant, f.seq.MaxOutput, f.tokens)
 	}
 	o := &c.out[f.i]
-	o.Status, o.Output, o.Cached, o.Done = st, f.tokens, f.seq.CachedTokens, c.clk.now
+	o.Status, o.Output, o.Cached, o.Done, o.Cost = st, f.tokens, f.seq.CachedTokens, c.clk.now, f.dollars
+	if f.split {
+		o.Cached = f.pre.CachedTokens
+	}
 	if f.tokens > 0 {
 		o.TTFT = f.first - o.Arrival
 		if f.tokens > 1 {

@@ -17,6 +17,11 @@ type Seq struct {
 	MaxOutput int      // tokens to generate (≥ 1); generation stops there
 	Hashes    []uint64 // chained hashes of the prompt's full blocks (non-zero)
 	User      any      // the driver's handle
+	// Imported marks a sequence whose prompt KV arrives from another engine
+	// (prefill/decode disaggregation): that engine prefilled it and sampled
+	// its first token, so admission allocates the prompt's blocks without
+	// computing them and the first step decodes the second token.
+	Imported bool
 
 	// CachedTokens is how many prompt tokens came from the prefix cache
 	// when it was first scheduled; Preemptions how often it was preempted.
@@ -103,6 +108,12 @@ func (e *Engine) Add(s *Seq) error {
 	}
 	if s.Prompt+s.MaxOutput > e.d.MaxModelLen {
 		return ErrTooLong
+	}
+	if s.Imported && !s.admitted {
+		if s.MaxOutput < 2 {
+			return fmt.Errorf("sim: an imported sequence must decode past its first token (max output %d)", s.MaxOutput)
+		}
+		s.generated = 1
 	}
 	e.waiting = append(e.waiting, s)
 	return nil
@@ -191,6 +202,21 @@ func (e *Engine) Plan() (time.Duration, bool) {
 	}
 	for !preempted && len(e.waiting) > 0 && len(e.running) < e.d.Engine.MaxNumSeqs && budget > 0 {
 		s := e.waiting[0]
+		if s.Imported && !s.admitted {
+			// Its KV comes with it: blocks for the prompt and the first token.
+			need := ceilDiv(s.numTokens(), bs)
+			if need > e.kv.free {
+				break
+			}
+			for range need {
+				s.blocks = append(s.blocks, e.kv.alloc())
+			}
+			s.computed, s.hashed, s.admitted = s.Prompt, 0, true
+			e.waiting = e.waiting[1:]
+			e.running = append(e.running, s)
+			add(s, s.numTokens()-s.computed)
+			continue
+		}
 		// At least one token is computed, so the step samples.
 		hit := min(e.kv.match(s.Hashes), (s.numTokens()-1)/bs)
 		n := min(s.numTokens()-hit*bs, budget)

@@ -141,7 +141,13 @@ func runPolicy(t testing.TB, cluster string, policy string, reqs []Request, ec E
 	if err != nil {
 		t.Fatal(err)
 	}
-	c, err := New(Config{Pools: pools, CycleRoles: cycle, Model: m, Policy: p, Engine: ec})
+	return runConfig(t, Config{Pools: pools, CycleRoles: cycle, Model: m, Policy: p, Engine: ec}, reqs)
+}
+
+// runConfig runs reqs through a cluster built from cfg, failing t on error.
+func runConfig(t testing.TB, cfg Config, reqs []Request) *Result {
+	t.Helper()
+	c, err := New(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}

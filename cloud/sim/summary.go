@@ -15,18 +15,22 @@ type PoolUse struct {
 
 // Summary is a run's row in the table (and its JSON line).
 type Summary struct {
-	Policy                 string
-	RateScale              float64
-	Requests, Completed    int
-	TooLong, Refused       int
-	Met                    int // completed within both SLOs
-	GoodputRPS             float64
-	SLOAttainment          float64 // Met over Requests
-	TTFTP50, TTFTP99       time.Duration
-	TPOTP50, TPOTP99       time.Duration
-	OutputTPS              float64
-	PrefixHit              float64 // prompt tokens served from the prefix cache, over prompt tokens
-	CostPerMTok            float64 // $ per million output tokens served within the SLOs; +Inf when none
+	Policy              string
+	RateScale           float64
+	Requests, Completed int
+	TooLong, Refused    int
+	Met                 int // completed within both SLOs
+	GoodputRPS          float64
+	SLOAttainment       float64 // Met over Requests
+	TTFTP50, TTFTP99    time.Duration
+	TPOTP50, TPOTP99    time.Duration
+	OutputTPS           float64
+	PrefixHit           float64 // prompt tokens served from the prefix cache, over prompt tokens
+	CostPerMTok         float64 // $ per million output tokens served within the SLOs; +Inf when none
+	// BusyCostPerMTok counts only the GPU time spent stepping (each
+	// request's Outcome.Cost, every request's), as a cluster that scales
+	// idle GPUs away would pay, over the same tokens; +Inf when none.
+	BusyCostPerMTok        float64
 	Pools                  []PoolUse
 	Makespan               time.Duration
 	Events                 uint64
@@ -47,8 +51,10 @@ func Summarize(r *Result, rateScale float64, sloTTFT, sloTPOT time.Duration, pri
 	s := Summary{Policy: r.Policy, RateScale: rateScale, Requests: len(r.Outcomes), Makespan: r.Makespan, Events: r.Events, SLOTTFT: sloTTFT, SLOTPOT: sloTPOT}
 	var ttft, tpot []time.Duration
 	var prompt, cached int
+	busyCost := 0.0
 	for i := range r.Outcomes {
 		o := &r.Outcomes[i]
+		busyCost += o.Cost
 		switch o.Status {
 		case StatusOK:
 		case StatusTooLong:
@@ -104,9 +110,10 @@ func Summarize(r *Result, rateScale float64, sloTTFT, sloTPOT time.Duration, pri
 		}
 		s.PricePerHour += price * float64(p.Count)
 	}
-	s.CostPerMTok = math.Inf(1)
+	s.CostPerMTok, s.BusyCostPerMTok = math.Inf(1), math.Inf(1)
 	if s.MetOutput > 0 {
 		s.CostPerMTok = s.PricePerHour * secs / 3600 / (float64(s.MetOutput) / 1e6)
+		s.BusyCostPerMTok = busyCost / (float64(s.MetOutput) / 1e6)
 	}
 	return s
 }

@@ -19,6 +19,7 @@ import (
 
 	"github.com/phaseless/phaseless/cloud/batch"
 	"github.com/phaseless/phaseless/cloud/sched"
+	"github.com/phaseless/phaseless/models/lm"
 	"github.com/phaseless/phaseless/transport/llm"
 )
 
@@ -63,6 +64,10 @@ type Config struct {
 	// PrefixEntries sizes the index of routed prefix blocks used when the
 	// engine cannot report its cache. Default 65536.
 	PrefixEntries int
+	// Class is the worker's GPU class as the priced policies see it
+	// (`--worker URL#gpu=h100`, or a sim:// worker's GPU); zero when it
+	// declared none.
+	Class sched.Class
 }
 
 // Worker is one engine with its role and measured signals.
@@ -74,10 +79,14 @@ type Worker struct {
 	prefix *prefixIndex
 
 	inflight atomic.Int64 // generations running through this worker
-	healthy  atomic.Bool
-	load     atomic.Pointer[Load]
-	probeErr atomic.Pointer[string]
-	tokens   atomic.Uint64 // output tokens emitted
+	// pendingTokens and pendingReqs count the prefill work placed here
+	// whose first token has not come (uncached prompt tokens, requests):
+	// counted live, because a burst lands between two probes.
+	pendingTokens, pendingReqs atomic.Int64
+	healthy                    atomic.Bool
+	load                       atomic.Pointer[Load]
+	probeErr                   atomic.Pointer[string]
+	tokens                     atomic.Uint64 // output tokens emitted
 
 	closeOnce sync.Once
 }
@@ -164,11 +173,38 @@ func (w *Worker) Signals(s *sched.Worker, hashes []uint64, now time.Time) {
 	}
 	FillSignals(s, w.cfg.Role, w.healthy.Load(), int(w.inflight.Load()), batched, w.capacity(), l, w.burst.Sigma(now))
 	if len(hashes) > 0 {
-		n := w.eng.CachedPrefixBlocks(hashes)
-		if n < 0 {
-			n = w.prefix.match(hashes)
-		}
-		s.PrefixBlocks = n
+		s.PrefixBlocks = w.cachedBlocks(hashes)
+	}
+	s.PendingPrefill, s.Prefilling, s.Class = int(w.pendingTokens.Load()), int(w.pendingReqs.Load()), w.cfg.Class
+}
+
+func (w *Worker) cachedBlocks(hashes []uint64) int {
+	n := w.eng.CachedPrefixBlocks(hashes)
+	if n < 0 {
+		n = w.prefix.match(hashes)
+	}
+	return n
+}
+
+// PendingPrefill is the uncached prompt tokens placed on the worker whose
+// first token has not come, and how many requests they belong to.
+func (w *Worker) PendingPrefill() (tokens, requests int) {
+	return int(w.pendingTokens.Load()), int(w.pendingReqs.Load())
+}
+
+// prefilling counts a request's uncached prompt as pending on w until done
+// is called (its first token, or the end of its prefill): blockTokens is
+// the prompt's block size in tokens.
+func (w *Worker) prefilling(promptTokens int, hashes []uint64) (done func()) {
+	n := int64(max(1, promptTokens-w.cachedBlocks(hashes)*lm.DefaultBlockSize))
+	w.pendingTokens.Add(n)
+	w.pendingReqs.Add(1)
+	var once sync.Once
+	return func() {
+		once.Do(func() {
+			w.pendingTokens.Add(-n)
+			w.pendingReqs.Add(-1)
+		})
 	}
 }
 
@@ -195,9 +231,15 @@ func FillSignals(s *sched.Worker, role sched.Role, healthy bool, inflight, batch
 // full, then streams the engine's tokens through emit, measuring burstiness.
 // batchSize is the size of the batch the request was released with.
 func (w *Worker) Generate(ctx context.Context, req *llm.Request, promptTokens int, hashes []uint64, emit llm.Emit) (fin llm.Final, batchSize int, err error) {
+	done := w.prefilling(promptTokens, hashes)
+	defer done()
+	counted := w.counted(emit)
 	batchSize, err = w.slot(ctx, promptTokens, hashes, func() error {
 		var err error
-		fin, err = w.eng.Generate(ctx, req, w.counted(emit))
+		fin, err = w.eng.Generate(ctx, req, func(t llm.Token) error {
+			done()
+			return counted(t)
+		})
 		return err
 	})
 	return fin, batchSize, err
@@ -267,6 +309,8 @@ func (w *Worker) prefillTo(ctx context.Context, req *llm.Request, promptTokens i
 		return Handoff{}, 0, stageErr(StagePrefill, ErrSplitUnsupported)
 	}
 	var h Handoff
+	done := w.prefilling(promptTokens, hashes)
+	defer done()
 	size, err := w.slot(ctx, promptTokens, hashes, func() error {
 		var err error
 		h, err = sp.PrefillTo(ctx, req, dst)

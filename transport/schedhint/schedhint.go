@@ -63,10 +63,13 @@ const (
 	ReasonFIFO                        // circuit breaker open: plain FIFO, least load
 	ReasonScore                       // highest weighted score (llm-d baseline)
 	ReasonDeclaredPhase               // the client's declared phase picked the pool (explicit-phases baseline)
+	ReasonPriced                      // the cheapest GPU class whose estimated TTFT and TPOT meet the SLOs
+	ReasonSplit                       // prefill/decode disaggregation: prefill here, decode on another worker
+	ReasonCentre                      // the learned classifier's nearest centre chose the resource combination
 	NumReasons
 )
 
-var reasonNames = [NumReasons]string{"least-load", "prefix-affinity", "kv-faults", "overloaded", "round-robin", "fallback", "fifo", "score", "declared-phase"}
+var reasonNames = [NumReasons]string{"least-load", "prefix-affinity", "kv-faults", "overloaded", "round-robin", "fallback", "fifo", "score", "declared-phase", "priced", "split", "centre"}
 
 func (r Reason) String() string {
 	if r < NumReasons {
@@ -86,17 +89,29 @@ const (
 	PolicyFIFO
 	PolicyLLMD
 	PolicyExplicitPhases
+	PolicyPriced  // class-priced placement with or without disaggregation
+	PolicyLearned // the learned classifier
 )
 
-// VectorLen is the byte length of a quantized decision vector.
-const VectorLen = 10
+// VectorLen is the byte length of a version-1 decision vector (the rules
+// and the baselines); VectorLenV2 of a version-2 one, which appends the
+// learned classifier's 3-d vector and its nearest centre.
+const (
+	VectorLen   = 10
+	VectorLenV2 = 14
+)
 
-// Version is the first byte of every vector, so a later format (the
-// learned classifier's 3-d output) can be told apart.
-const Version = 1
+// Version is the first byte of a vector without the classifier's output;
+// VersionClassified of one with it. Parse reads both, so hints written
+// before the classifier existed still decode.
+const (
+	Version           = 1
+	VersionClassified = 2
+)
 
 // Vector is the quantized decision vector: one byte per signal, so a hint is
-// 16 base32 characters. Layout (index: meaning, scale):
+// 16 base32 characters (23 with the classifier's output). Layout (index:
+// meaning, scale):
 //
 //	0 version
 //	1 input entropy, bits/char × 32
@@ -108,7 +123,9 @@ const Version = 1
 //	7 chosen worker's output burst σ × 10
 //	8 pool role (low nibble) | reason (high nibble)
 //	9 policy id
-type Vector [VectorLen]byte
+//	10–12 (version 2) the classifier's 3-d vector, each in [−1, 1] as int8 × 127
+//	13 (version 2) the chosen centre's index
+type Vector [VectorLenV2]byte
 
 func q8(v float64) byte {
 	switch {
@@ -136,13 +153,33 @@ type Hint struct {
 	Pool            Pool
 	Reason          Reason
 	Policy          Policy
+	// Classified marks a decision of the learned classifier: Embedding is
+	// its 3-d vector (each in [−1, 1]), Centre the nearest centre's index.
+	Classified bool
+	Embedding  [3]float64
+	Centre     int
+}
+
+func q127(v float64) byte {
+	v = math.Max(-1, math.Min(1, v))
+	if math.IsNaN(v) {
+		v = 0
+	}
+	return byte(int8(math.Round(v * 127)))
 }
 
 // Vector quantizes h. It runs on every scheduling decision, so it does not
 // allocate.
 func (h *Hint) Vector() Vector {
+	ver, e, centre := byte(Version), [3]byte{}, byte(0)
+	if h.Classified {
+		ver, centre = VersionClassified, byte(min(max(h.Centre, 0), 255))
+		for i, x := range h.Embedding {
+			e[i] = q127(x)
+		}
+	}
 	return Vector{
-		Version,
+		ver,
 		q8(h.EntropyBits * 32),
 		logq(h.InputTokens),
 		logq(h.PredictedOutput),
@@ -152,39 +189,55 @@ func (h *Hint) Vector() Vector {
 		q8(h.BurstSigma * 10),
 		byte(h.Pool)&0x0f | byte(h.Reason)<<4,
 		byte(h.Policy),
+		e[0], e[1], e[2], centre,
 	}
 }
 
 var encoding = base32.StdEncoding.WithPadding(base32.NoPadding)
 
-// Len is the length of an encoded hint.
-var Len = encoding.EncodedLen(VectorLen)
+// Len is the length of an encoded version-1 hint, LenV2 of a version-2 one.
+var (
+	Len   = encoding.EncodedLen(VectorLen)
+	LenV2 = encoding.EncodedLen(VectorLenV2)
+)
+
+func (v *Vector) bytes() []byte {
+	if v[0] == VersionClassified {
+		return v[:]
+	}
+	return v[:VectorLen]
+}
 
 // Append appends the base32 hint (x-scheduler-hint) to dst without
 // allocating when dst has room.
 func (v *Vector) Append(dst []byte) []byte {
-	return encoding.AppendEncode(dst, v[:])
+	return encoding.AppendEncode(dst, v.bytes())
 }
 
 // String returns the base32 hint.
-func (v *Vector) String() string { return string(v.Append(make([]byte, 0, Len))) }
+func (v *Vector) String() string { return string(v.Append(make([]byte, 0, LenV2))) }
 
 // Parse decodes a hint written by Vector.Append. It comes from a response
 // header, so anything malformed is an error, never a panic.
 func Parse(s string) (Hint, error) {
-	if len(s) != Len {
-		return Hint{}, fmt.Errorf("scheduler hint: length %d, want %d", len(s), Len)
+	want := VectorLen
+	switch len(s) {
+	case Len:
+	case LenV2:
+		want = VectorLenV2
+	default:
+		return Hint{}, fmt.Errorf("scheduler hint: length %d, want %d or %d", len(s), Len, LenV2)
 	}
 	var v Vector
 	n, err := encoding.Decode(v[:], []byte(s))
 	if err != nil {
 		return Hint{}, fmt.Errorf("scheduler hint: %w", err)
 	}
-	if n != VectorLen {
-		return Hint{}, fmt.Errorf("scheduler hint: %d bytes, want %d", n, VectorLen)
+	if n != want {
+		return Hint{}, fmt.Errorf("scheduler hint: %d bytes, want %d", n, want)
 	}
-	if v[0] != Version {
-		return Hint{}, fmt.Errorf("scheduler hint: version %d, want %d", v[0], Version)
+	if (want == VectorLen && v[0] != Version) || (want == VectorLenV2 && v[0] != VersionClassified) {
+		return Hint{}, fmt.Errorf("scheduler hint: version %d in a %d-byte hint", v[0], n)
 	}
 	pool, reason := Pool(v[8]&0x0f), Reason(v[8]>>4)
 	if pool >= NumPools || reason >= NumReasons {
@@ -202,5 +255,8 @@ func Parse(s string) (Hint, error) {
 		Pool:            pool,
 		Reason:          reason,
 		Policy:          Policy(v[9]),
+		Classified:      want == VectorLenV2,
+		Embedding:       [3]float64{float64(int8(v[10])) / 127, float64(int8(v[11])) / 127, float64(int8(v[12])) / 127},
+		Centre:          int(v[13]),
 	}, nil
 }

@@ -34,6 +34,35 @@ func TestRoundTrip(t *testing.T) {
 	}
 }
 
+// TestClassifiedRoundTrip: a version-2 hint carries the classifier's
+// vector and centre; a version-1 hint (as written before) still decodes.
+func TestClassifiedRoundTrip(t *testing.T) {
+	in := Hint{InputTokens: 100, Pool: PoolPrefill, Reason: ReasonCentre, Policy: PolicyLearned,
+		Classified: true, Embedding: [3]float64{0.5, -1, 0.02}, Centre: 16}
+	v := in.Vector()
+	s := v.String()
+	if len(s) != LenV2 || LenV2 != 23 {
+		t.Fatalf("hint %q has length %d, LenV2 %d", s, len(s), LenV2)
+	}
+	h, err := Parse(s)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !h.Classified || h.Centre != 16 || h.Reason != ReasonCentre || h.Policy != PolicyLearned {
+		t.Fatalf("decoded %+v", h)
+	}
+	for i, want := range in.Embedding {
+		if math.Abs(h.Embedding[i]-want) > 1.0/127 {
+			t.Errorf("embedding[%d] = %v, want %v", i, h.Embedding[i], want)
+		}
+	}
+	// A hint from before version 2 (bytes as the old encoder wrote them).
+	old, err := Parse("AFBKIPEWEIQDOEAB")
+	if err != nil || old.Classified || old.Pool != PoolPrefill || old.Reason != ReasonPrefix || old.InputTokens != 1217 {
+		t.Fatalf("old hint: %+v, %v", old, err)
+	}
+}
+
 func TestParseRejects(t *testing.T) {
 	good := (&Vector{Version}).String()
 	bad := map[string]string{
@@ -41,6 +70,7 @@ func TestParseRejects(t *testing.T) {
 		"short":       good[:15],
 		"not base32":  "!!!!!!!!!!!!!!!!",
 		"bad version": (&Vector{9}).String(),
+		"v2 as v1":    (&Vector{VersionClassified}).String()[:Len],
 		"bad role":    (&Vector{Version, 8: 0x0f}).String(),
 		"bad reason":  (&Vector{Version, 8: 0xf0}).String(),
 	}
@@ -68,6 +98,7 @@ func TestParsePool(t *testing.T) {
 func FuzzParse(f *testing.F) {
 	f.Add((&Vector{Version, 130, 170, 60, 200, 34, 32, 55, 0x10, 1}).String())
 	f.Add("AAAAAAAAAAAAAAAA")
+	f.Add((&Vector{VersionClassified, 130, 170, 60, 200, 34, 32, 55, 0x1b, 8, 12, 250, 3, 16}).String())
 	f.Add("")
 	f.Fuzz(func(t *testing.T, s string) {
 		h, err := Parse(s)

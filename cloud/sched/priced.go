@@ -1,0 +1,381 @@
+package sched
+
+import (
+	"errors"
+	"math"
+	"math/bits"
+	"sync/atomic"
+	"time"
+)
+
+// PricedConfig configures the Priced policy. The zero value means: every
+// worker priced alike, no disaggregation, the defaults below.
+type PricedConfig struct {
+	// SLOTTFT and SLOTPOT are the targets the estimates are held to.
+	// Defaults 2 s and 100 ms (the simulator's SLO).
+	SLOTTFT, SLOTPOT time.Duration
+	// Classes prices each worker by its declared GPU class (Worker.Class):
+	// its prefill rate, decode step, KV capacity and price. Off, every
+	// worker is priced as ReferenceClass and only load tells them apart.
+	Classes bool
+	// Disaggregate lets a long uncached prompt be prefilled on a
+	// prefill-heavy worker and decoded on another (Decision.Split), as
+	// llm-d's P/D decider and Dynamo's disaggregated router do.
+	Disaggregate bool
+	// SplitPrefill is the prefill time, on the decode-side worker's class,
+	// from which a prompt is not prefilled there: it goes to the
+	// prefill-heavy pool (split when it decodes more than one token). Below
+	// it the prefill is cheap enough to share the decodes' steps. Default
+	// 10 ms (about 390 tokens on an H100, 50 on an L4; Dynamo's
+	// max_local_prefill_length plays the same part in tokens).
+	SplitPrefill time.Duration
+	// TTFTHeadroom and TPOTHeadroom are the shares of each SLO an estimate
+	// may use and still count as meeting it: queueing is bursty, so TTFT
+	// keeps more in reserve than the steadier TPOT. Defaults 0.5 and 0.8.
+	TTFTHeadroom, TPOTHeadroom float64
+	// MinDecodeShare is the share of the workers the planner keeps on the
+	// decode side when it grows the prefill pool (Disaggregate only): the
+	// prefill pool grows on a TTFT breach, as Dynamo's planner's does, up
+	// to the rest. Default 3/8: of the shares tried on the Azure code head
+	// on 8×H100 (2/8, 3/8, 4/8: 20.1×, 20.1×, 18.4× the trace's rate),
+	// 3/8 also held best on the Mooncake head (2.31× against 1.66×);
+	// docs/cloud.md.
+	MinDecodeShare float64
+}
+
+func (c *PricedConfig) fill() {
+	if c.SLOTTFT == 0 {
+		c.SLOTTFT = 2 * time.Second
+	}
+	if c.SLOTPOT == 0 {
+		c.SLOTPOT = 100 * time.Millisecond
+	}
+	if c.SplitPrefill == 0 {
+		c.SplitPrefill = 10 * time.Millisecond
+	}
+	if c.TTFTHeadroom == 0 {
+		c.TTFTHeadroom = 0.5
+	}
+	if c.TPOTHeadroom == 0 {
+		c.TPOTHeadroom = 0.8
+	}
+	if c.MinDecodeShare == 0 {
+		c.MinDecodeShare = 3.0 / 8
+	}
+}
+
+// Validate names the first bad field.
+func (c *PricedConfig) Validate() error {
+	switch {
+	case c.SLOTTFT < 0 || c.SLOTPOT < 0:
+		return errors.New("sched.PricedConfig.SLOTTFT/SLOTPOT: must be > 0")
+	case c.SplitPrefill < 0:
+		return errors.New("sched.PricedConfig.SplitPrefill: must be ≥ 0")
+	case !(c.MinDecodeShare > 0 && c.MinDecodeShare < 1):
+		return errors.New("sched.PricedConfig.MinDecodeShare: must be in (0, 1)")
+	case !(c.TTFTHeadroom > 0 && c.TTFTHeadroom <= 1) || !(c.TPOTHeadroom > 0 && c.TPOTHeadroom <= 1):
+		return errors.New("sched.PricedConfig.TTFTHeadroom/TPOTHeadroom: must be in (0, 1]")
+	}
+	return nil
+}
+
+// ReferenceClass prices a worker that declared no class: the simulator's
+// H100 serving Llama-3.1-8B (cloud/sim's TestReferenceClass keeps the two
+// in step). Only ratios between workers matter when every worker uses it.
+var ReferenceClass = Class{PrefillTokensPerSec: 36700, DecodeStepSec: 0.0066, DecodeStepPerSeq: 0.000047, KVTokens: 411952, PricePerHour: 3}
+
+// Priced places each request on the worker whose estimated TTFT and TPOT
+// meet the SLOs on the cheapest GPU class, the least loaded by those
+// estimates among equals; with Disaggregate it also decides per request
+// whether to split prefill and decode. The estimates, per worker:
+//
+//	TTFT = (pending prefill tokens + this prompt's uncached tokens) / prefill rate
+//	TPOT = decode step + per-sequence cost × (running + queued + 1)
+//	       + pending prefill time / predicted output tokens
+//
+// (chunked prefill shares steps with decodes, so a worker's prefill
+// backlog stretches its decodes' token gaps). A worker whose KV cache
+// cannot hold the prompt and output is never chosen. A request splits when
+// its uncached prompt takes SplitPrefill or more, it will decode more than one
+// token, and a prefill-heavy worker meets the TTFT while a worker of
+// another pool meets the TPOT: the prefill runs on the first, the KV
+// blocks move, the second decodes. Spending cheap GPUs first keeps the
+// expensive ones free for what only they do fast. Which workers prefill
+// is the planner's: it starts from the roles and, when no prefiller can
+// meet the TTFT, moves a decode-side worker of an equally fast class into
+// the prefill pool (plan, grow), so on identical GPUs the split between
+// prefill and decode follows the load instead of the role cycle.
+type Priced struct {
+	cfg  PricedConfig
+	name string
+	// prefillers is the planner's choice of the workers (by index, the
+	// first 64) that take prefills, when Disaggregate is on; bit 63 set
+	// means it was seeded from the roles. Atomic: Decide runs on many
+	// goroutines.
+	prefillers atomic.Uint64
+}
+
+// planned marks a seeded prefillers set (worker 63 then keeps its role).
+const planned = 1 << 63
+
+// NewPriced validates cfg and returns the policy; name is what Name reports.
+func NewPriced(name string, cfg PricedConfig) (*Priced, error) {
+	cfg.fill()
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	return &Priced{cfg: cfg, name: name}, nil
+}
+
+// Name implements Policy.
+func (p *Priced) Name() string { return p.name }
+
+// Config returns the configuration in effect.
+func (p *Priced) Config() PricedConfig { return p.cfg }
+
+func (p *Priced) class(w *Worker) *Class {
+	if p.cfg.Classes && w.Class.Known() {
+		return &w.Class
+	}
+	return &ReferenceClass
+}
+
+func uncached(req *Request, w *Worker) int {
+	return max(1, req.InputTokens-w.PrefixBlocks*16)
+}
+
+// prefillEst is the TTFT of req's prefill on w.
+func (p *Priced) prefillEst(req *Request, w *Worker) float64 {
+	c := p.class(w)
+	return float64(w.PendingPrefill+uncached(req, w)) / c.PrefillTokensPerSec
+}
+
+// decodeEst is the TPOT of req's decode on w.
+func (p *Priced) decodeEst(req *Request, w *Worker) float64 {
+	c := p.class(w)
+	out := max(1, req.PredictedOutput)
+	return c.DecodeStepSec + c.DecodeStepPerSeq*float64(w.Running+w.Queued+1) +
+		float64(w.PendingPrefill)/c.PrefillTokensPerSec/float64(out)
+}
+
+func (p *Priced) fits(req *Request, w *Worker, tokens int) bool {
+	c := p.class(w)
+	return c.KVTokens == 0 || tokens <= c.KVTokens
+}
+
+// risk is the larger share of its headroom-reduced SLO an estimate uses:
+// at most 1 meets both.
+func (p *Priced) risk(ttft, tpot float64) float64 {
+	return max(ttft/(p.cfg.TTFTHeadroom*p.cfg.SLOTTFT.Seconds()), tpot/(p.cfg.TPOTHeadroom*p.cfg.SLOTPOT.Seconds()))
+}
+
+// roleMask selects pools: bit r for Role r.
+type roleMask uint8
+
+const anyRole roleMask = 1<<RolePrefill | 1<<RoleDecode | 1<<RoleStream
+
+func (m roleMask) has(r Role) bool { return m&(1<<r) != 0 }
+
+// placement ranks candidates: feasible before not, then cheaper, then less
+// risky.
+type placement struct {
+	i     int
+	risk  float64
+	price float64
+}
+
+func (a placement) better(b placement) bool {
+	if b.i < 0 {
+		return a.i >= 0
+	}
+	af, bf := a.risk <= 1, b.risk <= 1
+	switch {
+	case af != bf:
+		return af
+	case !af:
+		return a.risk < b.risk
+	case a.price != b.price:
+		return a.price < b.price
+	}
+	return a.risk < b.risk
+}
+
+// phase is what a worker is asked to do for the request.
+type phase uint8
+
+const (
+	phaseBoth    phase = iota // prefill and decode (colocated)
+	phasePrefill              // prefill only (the first token), then hand the KV over
+	phaseDecode               // decode only, from handed-over KV
+)
+
+// best returns the best worker of the pools in mask for ph (i = -1: none
+// healthy there), skipping exclude.
+func (p *Priced) best(req *Request, s *Snapshot, mask roleMask, ph phase, exclude int, pre uint64) placement {
+	b := placement{i: -1}
+	out := max(1, req.PredictedOutput)
+	for i := range s.Workers {
+		w := &s.Workers[i]
+		if !w.Healthy || i == exclude || !mask.has(p.role(i, w, pre)) {
+			continue
+		}
+		var ttft, tpot float64
+		need := req.InputTokens + out
+		switch ph {
+		case phaseBoth:
+			ttft, tpot = p.prefillEst(req, w), p.decodeEst(req, w)
+		case phasePrefill:
+			ttft, need = p.prefillEst(req, w), req.InputTokens+1
+		case phaseDecode:
+			tpot = p.decodeEst(req, w)
+		}
+		c := placement{i: i, risk: p.risk(ttft, tpot), price: p.class(w).PricePerHour}
+		if !p.fits(req, w, need) {
+			c.risk = math.Inf(1)
+		}
+		if c.better(b) {
+			b = c
+		}
+	}
+	if b.i >= 0 && math.IsInf(b.risk, 1) {
+		return placement{i: -1}
+	}
+	return b
+}
+
+// Decide implements Policy.
+func (p *Priced) Decide(req *Request, s *Snapshot) (Decision, error) {
+	if !p.cfg.Disaggregate {
+		return p.colocate(req, s, anyRole, PolicyPriced, ReasonPriced, 0)
+	}
+	pre := p.plan(s)
+	// Decode-side pools keep their steps for decodes: a prompt whose
+	// prefill there would stall them for SplitPrefill or more goes to the
+	// prefill-heavy pool, split when it decodes further.
+	dec := anyRole &^ (1 << RolePrefill)
+	local := p.best(req, s, dec, phaseBoth, -1, pre)
+	if local.i >= 0 && local.risk <= 1 && p.prefillSec(req, &s.Workers[local.i]) < p.cfg.SplitPrefill.Seconds() {
+		return decided(req, s, local.i, ReasonPriced, PolicyPriced), nil
+	}
+	if req.PredictedOutput >= 2 {
+		a := p.best(req, s, 1<<RolePrefill, phasePrefill, -1, pre)
+		if a.i >= 0 && a.risk > 1 {
+			// The prefill queue is too long to meet the TTFT: as
+			// Dynamo's planner grows its prefill pool on a TTFT
+			// breach, a decode-side worker of a class that prefills
+			// about as fast becomes a prefiller (it stops taking
+			// decodes; those it has finish there). Mixing the prefill
+			// into its decodes instead would stall every one of them.
+			if j := p.grow(s, pre, &s.Workers[a.i]); j >= 0 {
+				pre |= 1 << j
+				a = p.best(req, s, 1<<RolePrefill, phasePrefill, -1, pre)
+			} else if local.i >= 0 && local.risk <= 1 &&
+				p.class(&s.Workers[local.i]).PrefillTokensPerSec >= 0.5*p.class(&s.Workers[a.i]).PrefillTokensPerSec {
+				// No worker left to grow into (or the planner is
+				// off): Dynamo's router sends the prefill back to a
+				// decode worker that can take it.
+				return decided(req, s, local.i, ReasonPriced, PolicyPriced), nil
+			}
+		}
+		if a.i >= 0 {
+			if b := p.best(req, s, dec, phaseDecode, a.i, pre); b.i >= 0 && (b.risk <= 1 || local.i < 0 || local.risk > 1) {
+				d := decided(req, s, a.i, ReasonSplit, PolicyPriced)
+				d.Split, d.DecodeWorker = true, b.i
+				return d, nil
+			}
+		}
+	}
+	if c := p.best(req, s, 1<<RolePrefill, phaseBoth, -1, pre); c.i >= 0 && (c.risk <= 1 || local.i < 0) {
+		return decided(req, s, c.i, ReasonPriced, PolicyPriced), nil
+	}
+	return p.colocate(req, s, anyRole, PolicyPriced, ReasonPriced, pre)
+}
+
+// role is the pool worker i serves in under the planner's set pre (its
+// own role beyond the first 63 workers or with the planner off).
+func (p *Priced) role(i int, w *Worker, pre uint64) Role {
+	if pre == 0 || i >= 63 || w.Role == RoleConservative {
+		return w.Role
+	}
+	switch {
+	case pre&(1<<i) != 0:
+		return RolePrefill
+	case w.Role == RolePrefill:
+		return RoleDecode
+	}
+	return w.Role
+}
+
+// plan returns the planner's prefill set, seeding it from the workers'
+// roles on first use. The set only grows (grow): a variant that gave a
+// prefiller back to decoding whenever two stood idle flapped, and measured
+// worse (docs/cloud.md).
+func (p *Priced) plan(s *Snapshot) uint64 {
+	if len(s.Workers) > 63 {
+		return 0
+	}
+	if pre := p.prefillers.Load(); pre != 0 {
+		return pre
+	}
+	pre := uint64(planned)
+	for i := range s.Workers {
+		if s.Workers[i].Role == RolePrefill {
+			pre |= 1 << i
+		}
+	}
+	if p.prefillers.CompareAndSwap(0, pre) {
+		return pre
+	}
+	return p.prefillers.Load()
+}
+
+// grow adds to the prefill set the decode-side worker, of a class that
+// prefills at least half as fast as the prefiller like, with the fewest
+// sequences running (those its new prefills stall), and returns it; -1
+// when the planner is off, there is none, or the decode side is down to
+// MinDecodeShare of the workers.
+func (p *Priced) grow(s *Snapshot, pre uint64, like *Worker) int {
+	if pre == 0 || bits.OnesCount64(pre&^planned) >= len(s.Workers)-max(1, int(math.Ceil(p.cfg.MinDecodeShare*float64(len(s.Workers))))) {
+		return -1
+	}
+	j := -1
+	for i := range min(len(s.Workers), 63) {
+		w := &s.Workers[i]
+		if !w.Healthy || pre&(1<<i) != 0 || w.Role == RoleConservative ||
+			p.class(w).PrefillTokensPerSec < 0.5*p.class(like).PrefillTokensPerSec {
+			continue
+		}
+		if j < 0 || w.Running < s.Workers[j].Running {
+			j = i
+		}
+	}
+	if j < 0 {
+		return -1
+	}
+	for {
+		old := p.prefillers.Load()
+		if p.prefillers.CompareAndSwap(old, old|1<<j) {
+			return j
+		}
+	}
+}
+
+// prefillSec is how long req's uncached prompt alone occupies w.
+func (p *Priced) prefillSec(req *Request, w *Worker) float64 {
+	return float64(uncached(req, w)) / p.class(w).PrefillTokensPerSec
+}
+
+// colocate places req on one worker of the pools in mask, or anywhere
+// outside the conservative pool when none is healthy there, or on the
+// conservative pool when that is all there is.
+func (p *Priced) colocate(req *Request, s *Snapshot, mask roleMask, pol PolicyID, r Reason, pre uint64) (Decision, error) {
+	for _, m := range [...]roleMask{mask, anyRole, 1 << RoleConservative} {
+		if c := p.best(req, s, m, phaseBoth, -1, pre); c.i >= 0 {
+			return decided(req, s, c.i, r, pol), nil
+		}
+	}
+	if i := leastLoaded(s, -1, false); i >= 0 {
+		return decided(req, s, i, ReasonOverloaded, pol), nil
+	}
+	return Decision{}, ErrNoWorker
+}

@@ -1,0 +1,106 @@
+package sched
+
+import "testing"
+
+var (
+	h100 = Class{ID: ClassH100, PrefillTokensPerSec: 36700, DecodeStepSec: 0.0066, DecodeStepPerSeq: 0.000047, KVTokens: 400000, PricePerHour: 3}
+	l4   = Class{ID: ClassL4, PrefillTokensPerSec: 4500, DecodeStepSec: 0.064, DecodeStepPerSeq: 0.0004, KVTokens: 30000, PricePerHour: 0.8}
+)
+
+// mixed is two H100 prefill workers and two L4 decode workers.
+func mixed() *Snapshot {
+	return &Snapshot{Workers: []Worker{
+		{Role: RolePrefill, Healthy: true, Capacity: 256, Class: h100},
+		{Role: RolePrefill, Healthy: true, Capacity: 256, Class: h100},
+		{Role: RoleDecode, Healthy: true, Capacity: 256, Class: l4},
+		{Role: RoleDecode, Healthy: true, Capacity: 256, Class: l4},
+	}}
+}
+
+func TestPricedSplit(t *testing.T) {
+	p, err := NewPriced("t", PricedConfig{Classes: true, Disaggregate: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := mixed()
+	s.Workers[0].PendingPrefill = 20000 // the first H100 is busy prefilling
+	long := &Request{InputTokens: 3000, PredictedOutput: 100}
+	d, _ := p.Decide(long, s)
+	if !d.Split || d.Worker != 1 || (d.DecodeWorker != 2 && d.DecodeWorker != 3) || d.Reason != ReasonSplit {
+		t.Fatalf("long prompt: %+v", d)
+	}
+	// A short prompt prefills where it decodes, on the cheap class.
+	short := &Request{InputTokens: 20, PredictedOutput: 100}
+	if d, _ := p.Decide(short, s); d.Split || s.Workers[d.Worker].Class.ID != ClassL4 {
+		t.Fatalf("short prompt: %+v", d)
+	}
+	// A one-token answer never splits: there is nothing to decode.
+	if d, _ := p.Decide(&Request{InputTokens: 3000, PredictedOutput: 1}, s); d.Split || s.Workers[d.Worker].Role != RolePrefill {
+		t.Fatalf("one-token answer: %+v", d)
+	}
+	// A prompt and output the L4s cannot hold decode on an H100.
+	if d, _ := p.Decide(&Request{InputTokens: 40000, PredictedOutput: 100}, s); d.Split || s.Workers[d.Worker].Class.ID != ClassH100 {
+		t.Fatalf("over the L4's KV: %+v", d)
+	}
+	// Busy L4s (their estimated TPOT over the SLO) push decode to the H100s.
+	for i := 2; i < 4; i++ {
+		s.Workers[i].Running = 200
+	}
+	if d, _ := p.Decide(short, s); s.Workers[d.Worker].Class.ID != ClassH100 {
+		t.Fatalf("busy L4s: %+v", d)
+	}
+	// Without classes, the decider sees four equal workers.
+	blind, _ := NewPriced("b", PricedConfig{})
+	if d, _ := blind.Decide(short, mixed()); d.Split {
+		t.Fatalf("colocating policy split: %+v", d)
+	}
+	if _, err := NewPriced("x", PricedConfig{TTFTHeadroom: 2}); err == nil {
+		t.Fatal("headroom 2 accepted")
+	}
+}
+
+func TestPricedAllocs(t *testing.T) {
+	p, _ := NewPriced("t", PricedConfig{Classes: true, Disaggregate: true})
+	s := mixed()
+	req := &Request{InputTokens: 3000, PredictedOutput: 100, BlockHashes: hashes(100)}
+	if n := testing.AllocsPerRun(100, func() { _, _ = p.Decide(req, s) }); n != 0 {
+		t.Fatalf("Decide allocates %v times", n)
+	}
+}
+
+// TestPricedPlanner: on identical GPUs a TTFT breach in the prefill pool
+// moves the decode-side worker with the fewest sequences into it, up to
+// MinDecodeShare of the workers left decoding.
+func TestPricedPlanner(t *testing.T) {
+	p, err := NewPriced("t", PricedConfig{Classes: true, Disaggregate: true, MinDecodeShare: 0.5})
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := &Snapshot{Workers: []Worker{
+		{Role: RolePrefill, Healthy: true, Capacity: 256, Class: h100, PendingPrefill: 60000},
+		{Role: RoleDecode, Healthy: true, Capacity: 256, Class: h100, Running: 9},
+		{Role: RoleDecode, Healthy: true, Capacity: 256, Class: h100, Running: 3},
+		{Role: RoleStream, Healthy: true, Capacity: 256, Class: h100, Running: 5},
+	}}
+	long := &Request{InputTokens: 4000, PredictedOutput: 20}
+	d, _ := p.Decide(long, s)
+	if !d.Split || d.Worker != 2 || d.DecodeWorker == 0 || d.DecodeWorker == 2 {
+		t.Fatalf("first breach: %+v (want the prefill on worker 2, the emptiest decoder)", d)
+	}
+	// Worker 2 stays a prefiller: it takes the next long prompt and no decode.
+	s.Workers[2].PendingPrefill = 4000
+	d, _ = p.Decide(long, s)
+	if !d.Split || d.Worker != 2 || d.DecodeWorker == 2 {
+		t.Fatalf("after growing: %+v", d)
+	}
+	// With half the workers prefilling the pool stops growing: the next
+	// breach goes back to a decode worker (Dynamo's local prefill).
+	s.Workers[2].PendingPrefill = 60000
+	d, _ = p.Decide(long, s)
+	if d.Split || d.Worker == 0 || d.Worker == 2 {
+		t.Fatalf("at the cap: %+v", d)
+	}
+	if _, err := NewPriced("x", PricedConfig{MinDecodeShare: 1}); err == nil {
+		t.Fatal("MinDecodeShare 1 accepted")
+	}
+}
