@@ -39,3 +39,39 @@ func TestNEONKernelsMatchGo(t *testing.T) {
 		t.Log("no SDOT on this CPU: base NEON kernels only")
 	}
 }
+
+// BenchmarkArm64Kernels times one 4,096-column row dot product per type with
+// the Go kernel, base NEON and (where the CPU has it) SDOT. Under qemu the
+// ratios are a sanity check only: emulated speed is not hardware speed.
+func BenchmarkArm64Kernels(b *testing.B) {
+	rng := rand.New(rand.NewPCG(17, 18))
+	for _, d := range quantTypes {
+		ak, ok := arm64Kernels[d]
+		if !ok {
+			continue
+		}
+		k := qkernels[d]
+		m := quantMatrix(b, rng, d, 1, 4096)
+		nb := m.cols / k.blockLen
+		qx := make([]byte, k.actBytes(m.cols))
+		k.quantize(qx, randVec(rng, m.cols))
+		w := m.raw
+		variants := map[string]func(w, x []byte, nb int) float32{
+			"go":   k.dot,
+			"neon": func(w, x []byte, nb int) float32 { return ak.neon(unsafe.SliceData(w), unsafe.SliceData(x), nb) },
+		}
+		if haveSDOT {
+			variants["sdot"] = func(w, x []byte, nb int) float32 { return ak.sdot(unsafe.SliceData(w), unsafe.SliceData(x), nb) }
+		}
+		for _, name := range []string{"go", "neon", "sdot"} {
+			if f, ok := variants[name]; ok {
+				b.Run(d.String()+"/"+name, func(b *testing.B) {
+					b.SetBytes(int64(len(w)))
+					for b.Loop() {
+						f(w, qx, nb)
+					}
+				})
+			}
+		}
+	}
+}
