@@ -192,6 +192,18 @@ neondone:
 	SUBS $1, R2; \
 	BNE  label
 
+// K_KERNEL is a K-quant kernel's body: block (a macro taking one super-block
+// of wb weight bytes into F20) over the nb blocks, then F20 returned.
+#define K_KERNEL(block, wb) \
+	K_ARGS; \
+	CBZ  R2, kdone; \
+kloop: \
+	block; \
+	K_NEXT(wb, kloop); \
+kdone: \
+	FMOVS F20, ret+24(FP); \
+	RET
+
 // Q4K_BLOCK: one Q4_K super-block into F20: unpack the 6-bit scales and
 // mins, msum from the activation group sums, isum over the four planes.
 #define Q4K_BLOCK \
@@ -236,16 +248,7 @@ TEXT ·dotQ4KSDOT(SB), NOSPLIT, $0-28
 	WORD $(0x4E809400|RM(5)|RN(3)|RD(8)); \ // SDOT V8.4S, V3.16B, V5.16B
 	WORD $(0x4E809400|RM(6)|RN(0)|RD(9)); \ // SDOT V9.4S, V0.16B, V6.16B
 	WORD $(0x4E809400|RM(7)|RN(1)|RD(9))     // SDOT V9.4S, V1.16B, V7.16B
-	K_ARGS
-	CBZ  R2, q4ksdotdone
-
-q4ksdotloop:
-	Q4K_BLOCK
-	K_NEXT(144, q4ksdotloop)
-
-q4ksdotdone:
-	FMOVS F20, ret+24(FP)
-	RET
+	K_KERNEL(Q4K_BLOCK, 144)
 #undef Q4K_DOTS
 
 // func dotQ4KNEON(w, x *byte, nb int) float32
@@ -264,16 +267,7 @@ TEXT ·dotQ4KNEON(SB), NOSPLIT, $0-28
 	WORD $(0x4E208000|RM(7)|RN(1)|RD(25)); \ // SMLAL2 V25.8H, V1.16B, V7.16B
 	WORD $(0x4E602800|RN(24)|RD(8)); \       // SADDLP V8.4S, V24.8H
 	WORD $(0x4E602800|RN(25)|RD(9))           // SADDLP V9.4S, V25.8H
-	K_ARGS
-	CBZ  R2, q4kneondone
-
-q4kneonloop:
-	Q4K_BLOCK
-	K_NEXT(144, q4kneonloop)
-
-q4kneondone:
-	FMOVS F20, ret+24(FP)
-	RET
+	K_KERNEL(Q4K_BLOCK, 144)
 #undef Q4K_DOTS
 
 // Q6K_GROUP: isum (R13) += sc_g · (Σ_g q'·x − 32·bsum_g), q' = q+32, for
@@ -369,16 +363,7 @@ TEXT ·dotQ6KSDOT(SB), NOSPLIT, $0-28
 #define Q6K_DOT(xv) \
 	VEOR V24.B16, V24.B16, V24.B16; \
 	WORD $(0x4E809400|RM(xv)|RN(16)|RD(24)) // SDOT V24.4S, V16.16B, Vxv.16B
-	K_ARGS
-	CBZ  R2, q6ksdotdone
-
-q6ksdotloop:
-	Q6K_BLOCK
-	K_NEXT(210, q6ksdotloop)
-
-q6ksdotdone:
-	FMOVS F20, ret+24(FP)
-	RET
+	K_KERNEL(Q6K_BLOCK, 210)
 #undef Q6K_DOT
 
 // func dotQ6KNEON(w, x *byte, nb int) float32
@@ -390,14 +375,5 @@ TEXT ·dotQ6KNEON(SB), NOSPLIT, $0-28
 	WORD $(0x0E20C000|RM(xv)|RN(16)|RD(25)); \ // SMULL  V25.8H, V16.8B, Vxv.8B
 	WORD $(0x4E208000|RM(xv)|RN(16)|RD(25)); \ // SMLAL2 V25.8H, V16.16B, Vxv.16B
 	WORD $(0x4E602800|RN(25)|RD(24))            // SADDLP V24.4S, V25.8H
-	K_ARGS
-	CBZ  R2, q6kneondone
-
-q6kneonloop:
-	Q6K_BLOCK
-	K_NEXT(210, q6kneonloop)
-
-q6kneondone:
-	FMOVS F20, ret+24(FP)
-	RET
+	K_KERNEL(Q6K_BLOCK, 210)
 #undef Q6K_DOT
