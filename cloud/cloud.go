@@ -72,6 +72,7 @@ type Config struct {
 	SLATTFT        time.Duration
 	SLAITL         time.Duration
 	AdminListen    string // pprof and /metrics on their own listener; empty = off
+	CacheLayers    string // prompt-caching layers, comma-separated (cache.go); empty = the default set
 }
 
 // FillDefaults sets every field whose zero value is not a working setting,
@@ -131,6 +132,7 @@ func (c *Config) Fields() cli.Fields {
 		{Flag: "budget-period", Go: "BudgetPeriod", Value: &c.BudgetPeriod, Usage: "how long an empty budget takes to refill, for the default and every key's budget (1m, 1h, 24h…)"},
 		{Flag: "batch-window", Go: "BatchWindow", Value: &c.BatchWindow, Usage: "longest a request waits to be batched with similar-length prompts while its engine is full"},
 		{Flag: "batch-max", Go: "BatchMax", Value: &c.BatchMax, Usage: "most requests released into an engine together"},
+		{Flag: "cache-layers", Go: "CacheLayers", Value: &c.CacheLayers, Usage: "prompt-caching layers: affinity, prefetch, semantic (comma-separated), or none; default affinity (docs/cloud.md)"},
 		{Flag: "max-running", Go: "MaxRunning", Value: &c.MaxRunning, Usage: "requests running at once before the per-tenant fair queue holds them (0: twice the workers' capacity)"},
 		{Flag: "sla-ttft", Go: "SLATTFT", Value: &c.SLATTFT, Usage: "SLA: time to first token"},
 		{Flag: "sla-itl", Go: "SLAITL", Value: &c.SLAITL, Usage: "SLA: mean time between tokens"},
@@ -408,6 +410,7 @@ func (c *Cloud) Start(ctx context.Context) (err error) {
 		return err
 	}
 	worker.RegisterEngineMetrics(c.metrics, builtins)
+	worker.RegisterCacheMetrics(c.metrics, builtins)
 
 	var store admit.Store = admit.NewMemoryStore()
 	if c.cfg.Redis.IsSet() {
@@ -434,6 +437,10 @@ func (c *Cloud) Start(ctx context.Context) (err error) {
 			return &cli.FieldError{Field: "APIKeys", Err: err}
 		}
 	}
+	cacheConfig, err := c.cacheConfig(store)
+	if err != nil {
+		return err
+	}
 	slots := c.cfg.MaxRunning
 	if slots == 0 {
 		for _, w := range workers {
@@ -447,6 +454,7 @@ func (c *Cloud) Start(ctx context.Context) (err error) {
 		AllowPolicyOverride: c.cfg.Dev,
 		SLATTFT:             c.cfg.SLATTFT, SLAITL: c.cfg.SLAITL,
 		Metrics: c.metrics, Logger: c.log,
+		Cache: cacheConfig,
 	})
 	if err != nil {
 		return err
@@ -543,7 +551,8 @@ func (c *Cloud) kvServer(workers []*worker.Worker, auth func(*http.Request) (str
 // startFleet starts the embedded broker (or connects to --mqtt-url) and the
 // fleet manager on it; neither runs when both are empty.
 func (c *Cloud) startFleet() error {
-	fc := fleet.Config{DataDir: filepath.Join(c.cfg.DataDir, "fleet"), Metrics: c.metrics, Logger: c.log, PublicURL: c.publicURL()}
+	fc := fleet.Config{DataDir: filepath.Join(c.cfg.DataDir, "fleet"), Metrics: c.metrics, Logger: c.log, PublicURL: c.publicURL(),
+		Shadow: c.coord} // the coordinator answers devices' shadow samples
 	if c.cfg.OTAPub != "" {
 		key, err := firmware.ReadPublicKey(c.cfg.OTAPub)
 		if err != nil {
@@ -592,6 +601,16 @@ func (c *Cloud) startFleet() error {
 		c.log.Info("embedded MQTT broker listening", "tcp", b.TCPAddr(), "tls", b.TLSAddr())
 	default:
 		return nil
+	}
+	if c.cfg.Redis.IsSet() {
+		// Replicas sharing Redis share the fleet through one writer
+		// (cloud/fleet/lease.go): a second fleet manager refuses to start.
+		host, _ := os.Hostname()
+		lease, err := fleet.NewRedisLease(c.cfg.Redis.String(), "", host+" "+c.publicURL(), 0)
+		if err != nil {
+			return &cli.FieldError{Field: "Redis", Err: err}
+		}
+		fc.Lease = lease
 	}
 	m, err := fleet.Open(fc)
 	if err != nil {
@@ -842,6 +861,9 @@ func (c *Cloud) closeLocked() error {
 	if c.broker != nil {
 		errs = append(errs, c.broker.Close())
 		c.broker = nil
+	}
+	if c.coord != nil {
+		errs = append(errs, c.coord.Close()) // before the workers its warm-ups run on
 	}
 	if c.workers != nil {
 		errs = append(errs, c.workers.Close())

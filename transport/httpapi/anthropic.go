@@ -131,6 +131,9 @@ type antBlock struct {
 type antUsage struct {
 	InputTokens  int `json:"input_tokens"`
 	OutputTokens int `json:"output_tokens"`
+	// Prompt tokens written into the pinned prompt cache (promptcache.go);
+	// Anthropic counts them apart from input_tokens.
+	CacheCreationInputTokens int `json:"cache_creation_input_tokens"`
 }
 
 // anthropicStop maps the canonical finish reason to Anthropic's stop_reason.
@@ -155,7 +158,7 @@ func (c *messagesCollector) end(w http.ResponseWriter, fin llm.Final) {
 	stop := anthropicStop(fin.FinishReason)
 	c.msg.Content = []antBlock{{Type: "text", Text: c.text.String()}}
 	c.msg.StopReason = &stop
-	c.msg.Usage = antUsage{fin.PromptTokens, fin.CompletionTokens}
+	c.msg.Usage = antUsageOf(fin)
 	writeJSON(w, http.StatusOK, c.msg)
 }
 func (c *messagesCollector) fail(w http.ResponseWriter, e *apiError) { e.write(w, apiAnthropic) }
@@ -223,7 +226,7 @@ func (s *messagesStreamer) end(w http.ResponseWriter, fin llm.Final) {
 	}{Type: "message_delta", Delta: struct {
 		StopReason   *string `json:"stop_reason"`
 		StopSequence *string `json:"stop_sequence"`
-	}{StopReason: &stop}, Usage: antUsage{fin.PromptTokens, fin.CompletionTokens}}) != nil {
+	}{StopReason: &stop}, Usage: antUsageOf(fin)}) != nil {
 		return
 	}
 	s.event(w, "message_stop", struct {

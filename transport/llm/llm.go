@@ -32,6 +32,9 @@ type Request struct {
 	// request (x-phaseless-kv-handoff, cloud-to-worker only): it decodes
 	// from that prefill instead of running the prompt (see Split).
 	KVHandoff string
+
+	// Prompt caching (cache.go).
+	CacheRequest
 }
 
 // Hints are the optional x-* request headers of DESIGN.md §4.
@@ -66,6 +69,9 @@ type Final struct {
 	TTFT             time.Duration
 	Total            time.Duration
 	PrefixHitTokens  int // prompt tokens served from a cached prefix
+
+	// Prompt caching (cache.go).
+	CacheUsage
 }
 
 // Emit receives each token as it is produced. Returning an error stops the
