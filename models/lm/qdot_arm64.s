@@ -38,7 +38,7 @@
 // f16 at (R0) → F0, times the float32 at (R1): dd in S0.
 #define BLOCK_SCALE \
 	MOVHU (R0), R4; \
-	WORD  $(0x1EE70000|RN(4)|RD(0)); \ // FMOV H0, W4
+	FMOVS R4, F0; \ // f16 bits in H0 (FMOV H0, W4 needs FEAT_FP16: not on A53/A72)
 	WORD  $(0x1EE24000|RN(0)|RD(0)); \ // FCVT S0, H0
 	FMOVS (R1), F1; \
 	FMULS F1, F0, F0
@@ -109,17 +109,21 @@ neonloop:
 neondone:
 	FINISH
 
-// The K-quant kernels on arm64 need SDOT (ARMv8.2 dot product); without it
-// the Go kernels run. They follow dotK (qdot.go): per super-block an exact
-// int32 Σ scale·Σq·x (groups summed by SDOT and ADDV, scaled in general
-// registers) and the float steps acc += float32(d·dx)·isum (and
-// acc −= float32(dmin·dx)·msum), as the Go kernel does them.
+// The K-quant kernels follow dotK (qdot.go): per super-block an exact int32
+// Σ scale·Σq·x (group sums by SDOT, or by SMULL/SMLAL/SADDLP on CPUs without
+// the dot-product extension, then ADDV; scaled in general registers) and the
+// float steps acc += float32(d·dx)·isum (and acc −= float32(dmin·dx)·msum),
+// as the Go kernel does them. The integer sums are exact in any order, so
+// the SDOT and base-NEON variants give the same bits. Each kernel is written
+// once, as macros (Q4K_BLOCK, Q6K_BLOCK) that call Q4K_DOTS and Q6K_DOT;
+// those two are defined before each variant's TEXT and undefined after it
+// (the assembler expands nested macros where they are used).
 
 // F16_TIMES_DX: float32(f16 at hoff(R0)) · dx (the float32 at (R1)) into F0.
 #define F16_TIMES_DX(hoff) \
 	MOVHU hoff(R0), R9; \
-	WORD  $(0x1EE70000|RN(9)|RD(0)); \
-	WORD  $(0x1EE24000|RN(0)|RD(0)); \
+	FMOVS R9, F0; \ // f16 bits in H0, as in BLOCK_SCALE
+	WORD  $(0x1EE24000|RN(0)|RD(0)); \ // FCVT S0, H0
 	FMOVS (R1), F2; \
 	FMULS F2, F0, F0
 
@@ -164,74 +168,112 @@ neondone:
 	VAND V31.B16, V1.B16, V3.B16; \
 	VUSHR $4, V0.B16, V0.B16; \
 	VUSHR $4, V1.B16, V1.B16; \
-	VEOR V8.B16, V8.B16, V8.B16; \
-	VEOR V9.B16, V9.B16, V9.B16; \
-	WORD $(0x4E809400|RM(4)|RN(2)|RD(8)); \
-	WORD $(0x4E809400|RM(5)|RN(3)|RD(8)); \
-	WORD $(0x4E809400|RM(6)|RN(0)|RD(9)); \
-	WORD $(0x4E809400|RM(7)|RN(1)|RD(9)); \
+	Q4K_DOTS; \
 	SUBSUM(V8, R9); \
 	SUBSUM(V9, R14); \
 	Q4K_SCALE(sreg, sh, R9); \
 	Q4K_SCALE(sreg, sh1, R14)
 
-// func dotQ4KSDOT(w, x *byte, nb int) float32
-//
-// The four WORDs in Q4K_PLANE are SDOT V8.4S, V2.16B, V4.16B; SDOT V8, V3,
-// V5; SDOT V9, V0, V6; SDOT V9, V1, V7.
-TEXT ·dotQ4KSDOT(SB), NOSPLIT, $0-28
-	MOVD w+0(FP), R0
-	MOVD x+8(FP), R1
-	MOVD nb+16(FP), R2
-	VEOR V20.B16, V20.B16, V20.B16
-	VMOVI $15, V31.B16
-	CBZ  R2, q4kdone
+// K_ARGS loads (w, x, nb) into R0, R1, R2, clears the float sum F20 and
+// sets the nibble masks V31 (0x0F) and V30 (0x30).
+#define K_ARGS \
+	MOVD w+0(FP), R0; \
+	MOVD x+8(FP), R1; \
+	MOVD nb+16(FP), R2; \
+	VEOR V20.B16, V20.B16, V20.B16; \
+	VMOVI $15, V31.B16; \
+	VMOVI $48, V30.B16
 
-q4kloop:
-	MOVWU 4(R0), R4
-	MOVWU 8(R0), R5
-	MOVWU 12(R0), R6
-	ANDW $0x3f3f3f3f, R4, R7  // scales 0-3
-	ANDW $0x0f0f0f0f, R6, R8
-	LSRW $6, R4, R9
-	ANDW $0x03030303, R9, R9
-	ORRW R9<<4, R8, R8        // scales 4-7
-	ANDW $0x3f3f3f3f, R5, R10 // mins 0-3
-	LSRW $4, R6, R11
-	ANDW $0x0f0f0f0f, R11, R11
-	LSRW $6, R5, R9
-	ANDW $0x03030303, R9, R9
-	ORRW R9<<4, R11, R11      // mins 4-7
-	MOVW ZR, R12
-	MOVW ZR, R13
-	Q4K_MIN(R10, 0, 260, 262)
-	Q4K_MIN(R10, 8, 264, 266)
-	Q4K_MIN(R10, 16, 268, 270)
-	Q4K_MIN(R10, 24, 272, 274)
-	Q4K_MIN(R11, 0, 276, 278)
-	Q4K_MIN(R11, 8, 280, 282)
-	Q4K_MIN(R11, 16, 284, 286)
-	Q4K_MIN(R11, 24, 288, 290)
-	Q4K_PLANE(16, 4, R7, 0, 8)
-	Q4K_PLANE(48, 68, R7, 16, 24)
-	Q4K_PLANE(80, 132, R8, 0, 8)
-	Q4K_PLANE(112, 196, R8, 16, 24)
-	SCALED_INTO_ACC(0, R13, FADDS)
-	SCALED_INTO_ACC(2, R12, FSUBS)
-	ADD  $144, R0
-	ADD  $292, R1
-	SUBS $1, R2
-	BNE  q4kloop
+// K_NEXT steps past one weight super-block of wb bytes and one activation
+// super-block, and loops to label while blocks remain.
+#define K_NEXT(wb, label) \
+	ADD  $wb, R0; \
+	ADD  $292, R1; \
+	SUBS $1, R2; \
+	BNE  label
 
-q4kdone:
-	FMOVS F20, ret+24(FP)
+// K_KERNEL is a K-quant kernel's body: block (a macro taking one super-block
+// of wb weight bytes into F20) over the nb blocks, then F20 returned.
+#define K_KERNEL(block, wb) \
+	K_ARGS; \
+	CBZ  R2, kdone; \
+kloop: \
+	block; \
+	K_NEXT(wb, kloop); \
+kdone: \
+	FMOVS F20, ret+24(FP); \
 	RET
 
+// Q4K_BLOCK: one Q4_K super-block into F20: unpack the 6-bit scales and
+// mins, msum from the activation group sums, isum over the four planes.
+#define Q4K_BLOCK \
+	MOVWU 4(R0), R4; \
+	MOVWU 8(R0), R5; \
+	MOVWU 12(R0), R6; \
+	ANDW $0x3f3f3f3f, R4, R7; \ // scales 0-3
+	ANDW $0x0f0f0f0f, R6, R8; \
+	LSRW $6, R4, R9; \
+	ANDW $0x03030303, R9, R9; \
+	ORRW R9<<4, R8, R8; \ // scales 4-7
+	ANDW $0x3f3f3f3f, R5, R10; \ // mins 0-3
+	LSRW $4, R6, R11; \
+	ANDW $0x0f0f0f0f, R11, R11; \
+	LSRW $6, R5, R9; \
+	ANDW $0x03030303, R9, R9; \
+	ORRW R9<<4, R11, R11; \ // mins 4-7
+	MOVW ZR, R12; \
+	MOVW ZR, R13; \
+	Q4K_MIN(R10, 0, 260, 262); \
+	Q4K_MIN(R10, 8, 264, 266); \
+	Q4K_MIN(R10, 16, 268, 270); \
+	Q4K_MIN(R10, 24, 272, 274); \
+	Q4K_MIN(R11, 0, 276, 278); \
+	Q4K_MIN(R11, 8, 280, 282); \
+	Q4K_MIN(R11, 16, 284, 286); \
+	Q4K_MIN(R11, 24, 288, 290); \
+	Q4K_PLANE(16, 4, R7, 0, 8); \
+	Q4K_PLANE(48, 68, R7, 16, 24); \
+	Q4K_PLANE(80, 132, R8, 0, 8); \
+	Q4K_PLANE(112, 196, R8, 16, 24); \
+	SCALED_INTO_ACC(0, R13, FADDS); \
+	SCALED_INTO_ACC(2, R12, FSUBS)
+
+// func dotQ4KSDOT(w, x *byte, nb int) float32
+TEXT ·dotQ4KSDOT(SB), NOSPLIT, $0-28
+// Q4K_DOTS: V8 = lanes of V2·V4 + V3·V5, V9 = lanes of V0·V6 + V1·V7.
+#define Q4K_DOTS \
+	VEOR V8.B16, V8.B16, V8.B16; \
+	VEOR V9.B16, V9.B16, V9.B16; \
+	WORD $(0x4E809400|RM(4)|RN(2)|RD(8)); \ // SDOT V8.4S, V2.16B, V4.16B
+	WORD $(0x4E809400|RM(5)|RN(3)|RD(8)); \ // SDOT V8.4S, V3.16B, V5.16B
+	WORD $(0x4E809400|RM(6)|RN(0)|RD(9)); \ // SDOT V9.4S, V0.16B, V6.16B
+	WORD $(0x4E809400|RM(7)|RN(1)|RD(9))     // SDOT V9.4S, V1.16B, V7.16B
+	K_KERNEL(Q4K_BLOCK, 144)
+#undef Q4K_DOTS
+
+// func dotQ4KNEON(w, x *byte, nb int) float32
+//
+// Base NEON: SMULL/SMLAL(2) sum four products per int16 lane (|q·x| ≤
+// 15·128, so at most 7,680: exact), SADDLP widens pairs to int32.
+TEXT ·dotQ4KNEON(SB), NOSPLIT, $0-28
+#define Q4K_DOTS \
+	WORD $(0x0E20C000|RM(4)|RN(2)|RD(24)); \ // SMULL  V24.8H, V2.8B, V4.8B
+	WORD $(0x4E208000|RM(4)|RN(2)|RD(24)); \ // SMLAL2 V24.8H, V2.16B, V4.16B
+	WORD $(0x0E208000|RM(5)|RN(3)|RD(24)); \ // SMLAL  V24.8H, V3.8B, V5.8B
+	WORD $(0x4E208000|RM(5)|RN(3)|RD(24)); \ // SMLAL2 V24.8H, V3.16B, V5.16B
+	WORD $(0x0E20C000|RM(6)|RN(0)|RD(25)); \ // SMULL  V25.8H, V0.8B, V6.8B
+	WORD $(0x4E208000|RM(6)|RN(0)|RD(25)); \ // SMLAL2 V25.8H, V0.16B, V6.16B
+	WORD $(0x0E208000|RM(7)|RN(1)|RD(25)); \ // SMLAL  V25.8H, V1.8B, V7.8B
+	WORD $(0x4E208000|RM(7)|RN(1)|RD(25)); \ // SMLAL2 V25.8H, V1.16B, V7.16B
+	WORD $(0x4E602800|RN(24)|RD(8)); \       // SADDLP V8.4S, V24.8H
+	WORD $(0x4E602800|RN(25)|RD(9))           // SADDLP V9.4S, V25.8H
+	K_KERNEL(Q4K_BLOCK, 144)
+#undef Q4K_DOTS
+
 // Q6K_GROUP: isum (R13) += sc_g · (Σ_g q'·x − 32·bsum_g), q' = q+32, for
-// the 16 quants in V16 against activations in xv (SDOT V24.4S, V16.16B, xv).
+// the 16 quants in V16 against activations in xv (Q6K_DOT: the lanes of V16·xv into V24).
 #define Q6K_GROUP(xv, boff, soff) \
-	VEOR V24.B16, V24.B16, V24.B16; \
-	WORD $(0x4E809400|RM(xv)|RN(16)|RD(24)); \
+	Q6K_DOT(xv); \
 	SUBSUM(V24, R9); \
 	MOVH boff(R1), R14; \
 	SUBW R14<<5, R9, R9; \
@@ -277,58 +319,61 @@ q4kdone:
 	VLD1.P 64(R3), [V8.B16, V9.B16, V10.B16, V11.B16]; \
 	VLD1 (R3), [V12.B16, V13.B16, V14.B16, V15.B16]
 
+// Q6K_BLOCK: one Q6_K super-block into F20, two halves of 128 values.
+#define Q6K_BLOCK \
+	MOVW ZR, R13; \
+	Q6K_LOAD(0, 128, 4); \
+	Q6K_RUN0(V0, V4); \
+	Q6K_GROUP(8, 260, 192); \
+	Q6K_RUN0(V1, V5); \
+	Q6K_GROUP(9, 262, 193); \
+	Q6K_RUN1(V2, V4); \
+	Q6K_GROUP(10, 264, 194); \
+	Q6K_RUN1(V3, V5); \
+	Q6K_GROUP(11, 266, 195); \
+	Q6K_RUN2(V0, V4); \
+	Q6K_GROUP(12, 268, 196); \
+	Q6K_RUN2(V1, V5); \
+	Q6K_GROUP(13, 270, 197); \
+	Q6K_RUN3(V2, V4); \
+	Q6K_GROUP(14, 272, 198); \
+	Q6K_RUN3(V3, V5); \
+	Q6K_GROUP(15, 274, 199); \
+	Q6K_LOAD(64, 160, 132); \
+	Q6K_RUN0(V0, V4); \
+	Q6K_GROUP(8, 276, 200); \
+	Q6K_RUN0(V1, V5); \
+	Q6K_GROUP(9, 278, 201); \
+	Q6K_RUN1(V2, V4); \
+	Q6K_GROUP(10, 280, 202); \
+	Q6K_RUN1(V3, V5); \
+	Q6K_GROUP(11, 282, 203); \
+	Q6K_RUN2(V0, V4); \
+	Q6K_GROUP(12, 284, 204); \
+	Q6K_RUN2(V1, V5); \
+	Q6K_GROUP(13, 286, 205); \
+	Q6K_RUN3(V2, V4); \
+	Q6K_GROUP(14, 288, 206); \
+	Q6K_RUN3(V3, V5); \
+	Q6K_GROUP(15, 290, 207); \
+	SCALED_INTO_ACC(208, R13, FADDS)
+
 // func dotQ6KSDOT(w, x *byte, nb int) float32
 TEXT ·dotQ6KSDOT(SB), NOSPLIT, $0-28
-	MOVD w+0(FP), R0
-	MOVD x+8(FP), R1
-	MOVD nb+16(FP), R2
-	VEOR V20.B16, V20.B16, V20.B16
-	VMOVI $15, V31.B16
-	VMOVI $48, V30.B16
-	CBZ  R2, q6kdone
+#define Q6K_DOT(xv) \
+	VEOR V24.B16, V24.B16, V24.B16; \
+	WORD $(0x4E809400|RM(xv)|RN(16)|RD(24)) // SDOT V24.4S, V16.16B, Vxv.16B
+	K_KERNEL(Q6K_BLOCK, 210)
+#undef Q6K_DOT
 
-q6kloop:
-	MOVW ZR, R13
-	Q6K_LOAD(0, 128, 4)
-	Q6K_RUN0(V0, V4)
-	Q6K_GROUP(8, 260, 192)
-	Q6K_RUN0(V1, V5)
-	Q6K_GROUP(9, 262, 193)
-	Q6K_RUN1(V2, V4)
-	Q6K_GROUP(10, 264, 194)
-	Q6K_RUN1(V3, V5)
-	Q6K_GROUP(11, 266, 195)
-	Q6K_RUN2(V0, V4)
-	Q6K_GROUP(12, 268, 196)
-	Q6K_RUN2(V1, V5)
-	Q6K_GROUP(13, 270, 197)
-	Q6K_RUN3(V2, V4)
-	Q6K_GROUP(14, 272, 198)
-	Q6K_RUN3(V3, V5)
-	Q6K_GROUP(15, 274, 199)
-	Q6K_LOAD(64, 160, 132)
-	Q6K_RUN0(V0, V4)
-	Q6K_GROUP(8, 276, 200)
-	Q6K_RUN0(V1, V5)
-	Q6K_GROUP(9, 278, 201)
-	Q6K_RUN1(V2, V4)
-	Q6K_GROUP(10, 280, 202)
-	Q6K_RUN1(V3, V5)
-	Q6K_GROUP(11, 282, 203)
-	Q6K_RUN2(V0, V4)
-	Q6K_GROUP(12, 284, 204)
-	Q6K_RUN2(V1, V5)
-	Q6K_GROUP(13, 286, 205)
-	Q6K_RUN3(V2, V4)
-	Q6K_GROUP(14, 288, 206)
-	Q6K_RUN3(V3, V5)
-	Q6K_GROUP(15, 290, 207)
-	SCALED_INTO_ACC(208, R13, FADDS)
-	ADD  $210, R0
-	ADD  $292, R1
-	SUBS $1, R2
-	BNE  q6kloop
-
-q6kdone:
-	FMOVS F20, ret+24(FP)
-	RET
+// func dotQ6KNEON(w, x *byte, nb int) float32
+//
+// Base NEON: two products per int16 lane (|q'·x| ≤ 63·128, at most 16,128:
+// exact), SADDLP widens pairs to int32.
+TEXT ·dotQ6KNEON(SB), NOSPLIT, $0-28
+#define Q6K_DOT(xv) \
+	WORD $(0x0E20C000|RM(xv)|RN(16)|RD(25)); \ // SMULL  V25.8H, V16.8B, Vxv.8B
+	WORD $(0x4E208000|RM(xv)|RN(16)|RD(25)); \ // SMLAL2 V25.8H, V16.16B, Vxv.16B
+	WORD $(0x4E602800|RN(25)|RD(24))            // SADDLP V24.4S, V25.8H
+	K_KERNEL(Q6K_BLOCK, 210)
+#undef Q6K_DOT

@@ -1,40 +1,76 @@
 package lm
 
 import (
-	"math"
 	"math/rand/v2"
 	"testing"
 	"unsafe"
-
-	"github.com/phaseless/phaseless/models/lm/gguf"
 )
 
-// TestQ8_0NEONKernelsMatchGo runs both arm64 Q8_0 kernels (SDOT where the
-// CPU has it, and base NEON always) against the Go kernel, bit for bit.
-func TestQ8_0NEONKernelsMatchGo(t *testing.T) {
-	rng := rand.New(rand.NewPCG(15, 16))
-	k := qkernels[gguf.Q8_0]
-	kernels := map[string]func(w, x *byte, nb int) float32{"neon": dotQ8_0NEON}
-	if haveSDOT {
-		kernels["sdot"] = dotQ8_0SDOT
-	} else {
-		t.Log("no SDOT on this CPU: base NEON kernel only")
+// TestNEONKernelsMatchGo runs both arm64 kernels of every type that has
+// them, base NEON always and SDOT where the CPU has it, against the Go
+// kernel, bit for bit (TestQuantAssemblyMatchesGo covers only the one that
+// fastDot selects). Under qemu, TestArm64KernelsUnderQEMU runs it on a CPU
+// model without SDOT (cortex-a72) and on one with it.
+func TestNEONKernelsMatchGo(t *testing.T) {
+	if !haveNEON {
+		t.Skip("no ASIMD on this CPU")
 	}
-	for trial := range 300 {
-		nb := 1 + trial%7
-		w := make([]byte, nb*34)
-		for i := range w {
-			w[i] = byte(rng.Uint32())
+	rng := rand.New(rand.NewPCG(15, 16))
+	for _, d := range quantTypes {
+		k, ok := arm64Kernels[d]
+		if !ok {
+			continue
 		}
-		for b := range nb {
-			copy(w[b*34:], []byte{byte(rng.Uint32()), byte(rng.Uint32()&0x1f | 0x10)}) // f16 scale, exponent kept moderate
+		variants := map[string]func(w, x *byte, nb int) float32{"neon": k.neon}
+		if haveSDOT {
+			variants["sdot"] = k.sdot
 		}
-		qx := make([]byte, k.actBytes(nb*32))
-		k.quantize(qx, randVec(rng, nb*32))
-		want := k.dot(w, qx, nb)
-		for name, f := range kernels {
-			if got := f(unsafe.SliceData(w), unsafe.SliceData(qx), nb); math.Float32bits(got) != math.Float32bits(want) {
-				t.Fatalf("%s trial %d (%d blocks): %v, Go %v", name, trial, nb, got, want)
+		for _, name := range []string{"neon", "sdot"} {
+			f, ok := variants[name]
+			if !ok {
+				continue
+			}
+			one := func(w, x []byte, nb int) float32 { return f(unsafe.SliceData(w), unsafe.SliceData(x), nb) }
+			kernelMatchesGo(t, rng, d, d.String()+" "+name, one, nil)
+			t.Logf("%s %s kernel equals the Go kernel", d, name)
+		}
+	}
+	if !haveSDOT {
+		t.Log("no SDOT on this CPU: base NEON kernels only")
+	}
+}
+
+// BenchmarkArm64Kernels times one 4,096-column row dot product per type with
+// the Go kernel, base NEON and (where the CPU has it) SDOT. Under qemu the
+// ratios are a sanity check only: emulated speed is not hardware speed.
+func BenchmarkArm64Kernels(b *testing.B) {
+	rng := rand.New(rand.NewPCG(17, 18))
+	for _, d := range quantTypes {
+		ak, ok := arm64Kernels[d]
+		if !ok {
+			continue
+		}
+		k := qkernels[d]
+		m := quantMatrix(b, rng, d, 1, 4096)
+		nb := m.cols / k.blockLen
+		qx := make([]byte, k.actBytes(m.cols))
+		k.quantize(qx, randVec(rng, m.cols))
+		w := m.raw
+		variants := map[string]func(w, x []byte, nb int) float32{
+			"go":   k.dot,
+			"neon": func(w, x []byte, nb int) float32 { return ak.neon(unsafe.SliceData(w), unsafe.SliceData(x), nb) },
+		}
+		if haveSDOT {
+			variants["sdot"] = func(w, x []byte, nb int) float32 { return ak.sdot(unsafe.SliceData(w), unsafe.SliceData(x), nb) }
+		}
+		for _, name := range []string{"go", "neon", "sdot"} {
+			if f, ok := variants[name]; ok {
+				b.Run(d.String()+"/"+name, func(b *testing.B) {
+					b.SetBytes(int64(len(w)))
+					for b.Loop() {
+						f(w, qx, nb)
+					}
+				})
 			}
 		}
 	}

@@ -280,49 +280,57 @@ func TestUnsupportedTensorTypeNamed(t *testing.T) {
 	}
 }
 
-// TestQuantAssemblyMatchesGo runs each assembly kernel against the Go one
-// on random bytes (every scale, min and quant bit pattern, not only what the
-// quantizer writes), with small finite f16 scales, over 1–5 blocks.
+// TestQuantAssemblyMatchesGo runs each assembly kernel this CPU selects
+// against the Go one (kernelMatchesGo).
 func TestQuantAssemblyMatchesGo(t *testing.T) {
 	rng := rand.New(rand.NewPCG(13, 14))
 	for _, d := range quantTypes {
-		fast := fastDot(d)
-		if fast == nil {
+		if fast := fastDot(d); fast != nil {
+			kernelMatchesGo(t, rng, d, d.String(), fast, fastDot4(d))
+			t.Logf("%s: assembly kernel equals the Go kernel", d)
+		}
+	}
+}
+
+// kernelMatchesGo checks a one-token kernel (and a four-token one, if not
+// nil) against the Go kernel of d, bit for bit, on random bytes (every
+// scale, min and quant bit pattern, not only what the quantizer writes),
+// with small finite f16 scales, over 1–5 blocks.
+func kernelMatchesGo(t *testing.T, rng *rand.Rand, d DType, name string,
+	fast func(w, x []byte, nb int) float32, f4 func(w, x []byte, stride, nb int, out *[4]float32)) {
+	t.Helper()
+	k := qkernels[d]
+	bb, _ := d.RowBytes(k.blockLen)
+	for trial := range 200 {
+		nb := 1 + trial%5
+		w := make([]byte, nb*bb)
+		for i := range w {
+			w[i] = byte(rng.Uint32())
+		}
+		for b := range nb {
+			for _, off := range f16Fields(d) {
+				binary.LittleEndian.PutUint16(w[b*bb+off:], gguf.F32ToF16(float32(rng.NormFloat64()*0.01)))
+			}
+		}
+		ab := k.actBytes(nb * k.blockLen)
+		qx := make([]byte, 4*ab)
+		for tok := range 4 {
+			k.quantize(qx[tok*ab:(tok+1)*ab], randVec(rng, nb*k.blockLen))
+		}
+		want, got := k.dot(w, qx[:ab], nb), fast(w, qx[:ab], nb)
+		if math.Float32bits(want) != math.Float32bits(got) {
+			t.Fatalf("%s trial %d (%d blocks): assembly %v, Go %v", name, trial, nb, got, want)
+		}
+		if f4 == nil {
 			continue
 		}
-		k := qkernels[d]
-		bb, _ := d.RowBytes(k.blockLen)
-		for trial := range 200 {
-			nb := 1 + trial%5
-			w := make([]byte, nb*bb)
-			for i := range w {
-				w[i] = byte(rng.Uint32())
-			}
-			for b := range nb {
-				for _, off := range f16Fields(d) {
-					binary.LittleEndian.PutUint16(w[b*bb+off:], gguf.F32ToF16(float32(rng.NormFloat64()*0.01)))
-				}
-			}
-			ab := k.actBytes(nb * k.blockLen)
-			qx := make([]byte, 4*ab)
-			for tok := range 4 {
-				k.quantize(qx[tok*ab:(tok+1)*ab], randVec(rng, nb*k.blockLen))
-			}
-			want, got := k.dot(w, qx[:ab], nb), fast(w, qx[:ab], nb)
-			if math.Float32bits(want) != math.Float32bits(got) {
-				t.Fatalf("%s trial %d (%d blocks): assembly %v, Go %v", d, trial, nb, got, want)
-			}
-			if f4 := fastDot4(d); f4 != nil {
-				var out [4]float32
-				f4(w, qx, ab, nb, &out)
-				for tok, g := range out {
-					if want := k.dot(w, qx[tok*ab:(tok+1)*ab], nb); math.Float32bits(g) != math.Float32bits(want) {
-						t.Fatalf("%s ×4 kernel, trial %d token %d: %v, Go %v", d, trial, tok, g, want)
-					}
-				}
+		var out [4]float32
+		f4(w, qx, ab, nb, &out)
+		for tok, g := range out {
+			if want := k.dot(w, qx[tok*ab:(tok+1)*ab], nb); math.Float32bits(g) != math.Float32bits(want) {
+				t.Fatalf("%s ×4 kernel, trial %d token %d: %v, Go %v", name, trial, tok, g, want)
 			}
 		}
-		t.Logf("%s: assembly kernel equals the Go kernel", d)
 	}
 }
 
