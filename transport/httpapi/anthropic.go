@@ -11,16 +11,18 @@ import (
 // MessagesRequest is the subset of Anthropic's Messages request that
 // Phaseless honours.
 type MessagesRequest struct {
-	Model         string          `json:"model"`
-	Messages      []AntMessage    `json:"messages"`
-	System        json.RawMessage `json:"system"` // string or array of text blocks
-	MaxTokens     *int            `json:"max_tokens"`
-	Temperature   json.RawMessage `json:"temperature"`
-	TopP          *float64        `json:"top_p"`
-	TopK          *int            `json:"top_k"`
-	StopSequences []string        `json:"stop_sequences"`
-	Stream        bool            `json:"stream"`
-	Tools         json.RawMessage `json:"tools"`
+	Model     string          `json:"model"`
+	Messages  []AntMessage    `json:"messages"`
+	System    json.RawMessage `json:"system"` // string or array of text blocks
+	MaxTokens *int            `json:"max_tokens"`
+	// MaxOutputTokens is the source articles' name for max_tokens.
+	MaxOutputTokens *int            `json:"max_output_tokens"`
+	Temperature     json.RawMessage `json:"temperature"`
+	TopP            *float64        `json:"top_p"`
+	TopK            *int            `json:"top_k"`
+	StopSequences   []string        `json:"stop_sequences"`
+	Stream          bool            `json:"stream"`
+	Tools           json.RawMessage `json:"tools"`
 }
 
 // AntMessage is one Anthropic message; Content is a string or an array of
@@ -44,10 +46,14 @@ func decodeMessages(body []byte, lim limits) (*llm.Request, bool, *apiError) {
 	if req.Model, e = lim.checkModel(mr.Model); e != nil {
 		return nil, false, e
 	}
+	maxParam := "max_tokens"
+	if mr.MaxTokens == nil && mr.MaxOutputTokens != nil {
+		maxParam, mr.MaxTokens = "max_output_tokens", mr.MaxOutputTokens
+	}
 	if mr.MaxTokens == nil {
 		return nil, false, invalid("max_tokens", "max_tokens: field required")
 	}
-	if e := lim.checkMaxTokens("max_tokens", *mr.MaxTokens); e != nil {
+	if e := lim.checkMaxTokens(maxParam, *mr.MaxTokens); e != nil {
 		return nil, false, e
 	}
 	req.MaxTokens = *mr.MaxTokens
@@ -128,9 +134,18 @@ type antBlock struct {
 	Text string `json:"text"`
 }
 
+// antUsage is Anthropic's usage object. As in Anthropic's API,
+// input_tokens counts only the prompt tokens that were not read from the
+// cache; cache_read_input_tokens counts those that were.
 type antUsage struct {
-	InputTokens  int `json:"input_tokens"`
-	OutputTokens int `json:"output_tokens"`
+	InputTokens          int `json:"input_tokens"`
+	OutputTokens         int `json:"output_tokens"`
+	CacheReadInputTokens int `json:"cache_read_input_tokens"`
+}
+
+func anthropicUsage(fin llm.Final) antUsage {
+	hit := min(fin.PrefixHitTokens, fin.PromptTokens)
+	return antUsage{InputTokens: fin.PromptTokens - hit, OutputTokens: fin.CompletionTokens, CacheReadInputTokens: hit}
 }
 
 // anthropicStop maps the canonical finish reason to Anthropic's stop_reason.
@@ -144,18 +159,21 @@ func anthropicStop(r string) string {
 type messagesCollector struct {
 	msg  antMessage
 	text strings.Builder
+	gen  genLatency
 }
 
 func (c *messagesCollector) begin(http.ResponseWriter) error { return nil }
 func (c *messagesCollector) token(_ http.ResponseWriter, t llm.Token) error {
 	c.text.WriteString(t.Text)
+	c.gen.add(t)
 	return nil
 }
 func (c *messagesCollector) end(w http.ResponseWriter, fin llm.Final) {
+	c.gen.writeHeaders(w.Header(), fin)
 	stop := anthropicStop(fin.FinishReason)
 	c.msg.Content = []antBlock{{Type: "text", Text: c.text.String()}}
 	c.msg.StopReason = &stop
-	c.msg.Usage = antUsage{fin.PromptTokens, fin.CompletionTokens}
+	c.msg.Usage = anthropicUsage(fin)
 	writeJSON(w, http.StatusOK, c.msg)
 }
 func (c *messagesCollector) fail(w http.ResponseWriter, e *apiError) { e.write(w, apiAnthropic) }
@@ -168,11 +186,16 @@ type messagesStreamer struct {
 }
 
 func (s *messagesStreamer) event(w http.ResponseWriter, name string, v any) error {
+	return s.eventStats(w, name, v, nil)
+}
+
+// eventStats writes one event with a StatsField line when stats is set.
+func (s *messagesStreamer) eventStats(w http.ResponseWriter, name string, v any, stats []byte) error {
 	b, err := json.Marshal(v)
 	if err != nil {
 		return err
 	}
-	return writeEvent(w, name, b)
+	return writeEventStats(w, name, b, stats)
 }
 
 type antTextDelta struct {
@@ -198,11 +221,11 @@ func (s *messagesStreamer) begin(w http.ResponseWriter) error {
 }
 
 func (s *messagesStreamer) token(w http.ResponseWriter, t llm.Token) error {
-	return s.event(w, "content_block_delta", struct {
+	return s.eventStats(w, "content_block_delta", struct {
 		Type  string       `json:"type"`
 		Index int          `json:"index"`
 		Delta antTextDelta `json:"delta"`
-	}{"content_block_delta", 0, antTextDelta{"text_delta", t.Text}})
+	}{"content_block_delta", 0, antTextDelta{"text_delta", t.Text}}, tokenStats(t))
 }
 
 func (s *messagesStreamer) end(w http.ResponseWriter, fin llm.Final) {
@@ -223,12 +246,12 @@ func (s *messagesStreamer) end(w http.ResponseWriter, fin llm.Final) {
 	}{Type: "message_delta", Delta: struct {
 		StopReason   *string `json:"stop_reason"`
 		StopSequence *string `json:"stop_sequence"`
-	}{StopReason: &stop}, Usage: antUsage{fin.PromptTokens, fin.CompletionTokens}}) != nil {
+	}{StopReason: &stop}, Usage: anthropicUsage(fin)}) != nil {
 		return
 	}
-	s.event(w, "message_stop", struct {
+	s.eventStats(w, "message_stop", struct {
 		Type string `json:"type"`
-	}{"message_stop"})
+	}{"message_stop"}, endStats(fin))
 }
 
 // fail ends the stream with Anthropic's error event, which the official SDK
