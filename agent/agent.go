@@ -329,7 +329,7 @@ func New(cfg Config, log *slog.Logger) (a *Agent, err error) {
 		return nil, err
 	}
 	a.disp = disp
-	api, err := httpapi.NewHandler(disp, httpapi.Options{
+	api, err := httpapi.NewHandler(modelPin{next: disp, local: a.engine.name}, httpapi.Options{
 		MaxOutputTokens: cfg.MaxOutputTokens,
 		Models:          func() []httpapi.Model { return []httpapi.Model{{ID: a.engine.name, OwnedBy: "device"}} },
 		Logger:          log, Metrics: a.metrics,

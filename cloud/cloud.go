@@ -430,6 +430,7 @@ func (c *Cloud) Start(ctx context.Context) (err error) {
 	}
 	api, err := httpapi.NewHandler(c.coord, httpapi.Options{
 		Authenticate: auth, AllowPolicyHint: c.cfg.Dev, Metrics: c.metrics, Logger: c.log,
+		Models: c.listModels,
 	})
 	if err != nil {
 		return err
@@ -603,7 +604,7 @@ func (c *Cloud) buildWorkers() ([]*worker.Worker, []*worker.Builtin, lm.Tokenize
 			}
 			b := worker.NewBuiltin(eng)
 			w, err := worker.New(worker.Config{
-				Name: fmt.Sprintf("builtin-%d", i), Role: roleCycle[i%len(roleCycle)],
+				Name: fmt.Sprintf("builtin-%d", i), Role: roleCycle[i%len(roleCycle)], Model: c.builtinModelName(),
 				Batch: &batch.Config{Window: c.cfg.BatchWindow, MaxBatch: c.cfg.BatchMax},
 			}, b)
 			if err != nil {
@@ -626,7 +627,7 @@ func (c *Cloud) buildWorkers() ([]*worker.Worker, []*worker.Builtin, lm.Tokenize
 		if wu.hasRole {
 			role = wu.role
 		}
-		w, err := worker.New(worker.Config{Name: fmt.Sprintf("remote-%d-%s", i, wu.host), Role: role, Capacity: wu.capacity}, r)
+		w, err := worker.New(worker.Config{Name: fmt.Sprintf("remote-%d-%s", i, wu.host), Role: role, Capacity: wu.capacity, Model: listedModel(wu.model)}, r)
 		if err != nil {
 			r.Close()
 			return fail(err)
@@ -642,6 +643,34 @@ func (c *Cloud) buildWorkers() ([]*worker.Worker, []*worker.Builtin, lm.Tokenize
 		}
 	}
 	return workers, builtins, tok, nil
+}
+
+// builtinModelName is how /v1/models lists the built-in engine's model:
+// the file's base name, as the agent names its own, or the shipped one's.
+func (c *Cloud) builtinModelName() string {
+	if c.cfg.Model != "" {
+		return strings.TrimSuffix(filepath.Base(c.cfg.Model), filepath.Ext(c.cfg.Model))
+	}
+	return cloudmodel.Name
+}
+
+// listedModel is a remote worker's model as /v1/models lists it: none for
+// "auto", where the remote answers with whatever it serves.
+func listedModel(m string) string {
+	if m == "auto" {
+		return ""
+	}
+	return m
+}
+
+// listModels is GET /v1/models beyond "auto": the workers' models. A name
+// not listed is a 404, as on the agent.
+func (c *Cloud) listModels() []httpapi.Model {
+	var out []httpapi.Model
+	for _, m := range c.coord.Models() {
+		out = append(out, httpapi.Model{ID: m, OwnedBy: "phaseless"})
+	}
+	return out
 }
 
 // loadModel loads --model, or the shipped cloud model (models/cloudmodel).

@@ -162,6 +162,7 @@ func (c *Coordinator) measure(req *llm.Request) measured {
 func (c *Coordinator) decide(req *llm.Request, m *measured, snap *sched.Snapshot) (sched.Decision, error) {
 	t0 := time.Now()
 	c.cfg.Workers.Snapshot(snap, m.sig.BlockHashes)
+	c.pinModel(req.Model, snap)
 	var d sched.Decision
 	var err error
 	switch p, ok := c.overrides[req.Hints.Policy]; {
@@ -217,6 +218,7 @@ func (c *Coordinator) Generate(ctx context.Context, req *llm.Request, emit llm.E
 			c.m.fallbackDenied.Inc()
 		} else {
 			c.cfg.Workers.Snapshot(snap, m.sig.BlockHashes)
+			c.pinModel(req.Model, snap)
 			if fd, ferr := sched.Fallback(&m.sig, snap, d.Worker); ferr == nil {
 				c.m.fallbacks.With(reason).Inc()
 				from := c.cfg.Workers.Workers()[d.Worker].Name()

@@ -63,6 +63,10 @@ type Config struct {
 	// PrefixEntries sizes the index of routed prefix blocks used when the
 	// engine cannot report its cache. Default 65536.
 	PrefixEntries int
+	// Model is the model the engine serves, as /v1/models lists it; a
+	// request that names it may run here. "" (a remote serving whatever it
+	// was started with) takes only requests for "auto".
+	Model string
 }
 
 // Worker is one engine with its role and measured signals.
@@ -114,6 +118,9 @@ func New(cfg Config, eng Engine) (*Worker, error) {
 
 // Name is the worker's name, as it appears in routes and metrics.
 func (w *Worker) Name() string { return w.cfg.Name }
+
+// Model is the model the worker serves; "" when unknown.
+func (w *Worker) Model() string { return w.cfg.Model }
 
 // Role is the worker's pool.
 func (w *Worker) Role() sched.Role { return w.cfg.Role }
