@@ -17,6 +17,7 @@ import (
 
 	"github.com/phaseless/phaseless/transport/llm"
 	"github.com/phaseless/phaseless/transport/sse"
+	"github.com/phaseless/phaseless/transport/tracing"
 )
 
 // ClientConfig describes an OpenAI-compatible server reached by a Client.
@@ -207,6 +208,7 @@ func (c *Client) Generate(ctx context.Context, req *llm.Request, emit llm.Emit) 
 	if req.ID != "" {
 		hreq.Header.Set("x-request-id", req.ID)
 	}
+	setTraceHeaders(hreq.Header, tracing.Outgoing(ctx, req.Trace))
 	if c.cfg.APIKey != "" {
 		hreq.Header.Set("Authorization", "Bearer "+c.cfg.APIKey)
 	}

@@ -131,6 +131,9 @@ func decodeRequest[X any](h *Handler, w http.ResponseWriter, r *http.Request, a 
 	if e == nil {
 		req.Hints, e = parseHints(r.Header, h.opts.AllowPolicyHint)
 	}
+	if e == nil {
+		req.Trace, e = parseTrace(r.Header)
+	}
 	if e != nil {
 		h.fail(w, a, e)
 		return nil, extra, false

@@ -126,3 +126,39 @@ func TestOfficialSDKsStats(t *testing.T) {
 	}
 	sdktest.CheckStats(t, results, "Hi there", 40, 30)
 }
+
+// TestTraceparentHeader: a valid traceparent reaches the generator with its
+// tracestate; a malformed one, or a tracestate alone, is a 400 naming the
+// header; the upstream Client sends the context on to the next server.
+func TestTraceparentHeader(t *testing.T) {
+	const tp = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
+	got := make(chan *llm.Request, 1)
+	url := serve(t, cachedGen{got: got}, Options{})
+	body := `{"messages":[{"role":"user","content":"hi"}]}`
+	if resp := post(t, url+"/v1/chat/completions", body, map[string]string{"traceparent": tp, "tracestate": "congo=t61rcWkgMzE"}); resp.StatusCode != 200 {
+		t.Fatalf("valid traceparent: %s", resp.Status)
+	}
+	if r := <-got; r.Trace != (llm.Trace{Parent: tp, State: "congo=t61rcWkgMzE"}) {
+		t.Errorf("trace %+v", r.Trace)
+	}
+	for _, hdr := range []map[string]string{{"traceparent": "00-xyz-01"}, {"tracestate": "a=b"}} {
+		resp := post(t, url+"/v1/chat/completions", body, hdr)
+		if b := readAll(t, resp.Body); resp.StatusCode != 400 || (!strings.Contains(b, `"param":"traceparent"`) && !strings.Contains(b, `"param":"tracestate"`)) {
+			t.Errorf("%v: %s %s", hdr, resp.Status, b)
+		}
+	}
+
+	// The hop client passes the request's context on.
+	c, err := NewClient(ClientConfig{URL: url})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.CloseIdleConnections()
+	if _, err := c.Generate(context.Background(), &llm.Request{Model: "auto", MaxTokens: 4, Messages: []llm.Message{{Role: "user", Content: "x"}},
+		Trace: llm.Trace{Parent: tp}}, func(llm.Token) error { return nil }); err != nil {
+		t.Fatal(err)
+	}
+	if r := <-got; r.Trace.Parent != tp {
+		t.Errorf("upstream got trace %+v", r.Trace)
+	}
+}

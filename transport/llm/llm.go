@@ -27,6 +27,9 @@ type Request struct {
 	IdempotencyKey string // set when a retry or 0-RTT replay must run once
 	Tenant         string // API key's tenant or device id; set by the receiver, not the caller
 	Hints          Hints
+
+	// Trace is the W3C trace context (trace.go).
+	Trace Trace
 }
 
 // Hints are the optional x-* request headers of DESIGN.md §4.
