@@ -40,6 +40,7 @@ import (
 	"github.com/phaseless/phaseless/transport/metrics"
 	"github.com/phaseless/phaseless/transport/pki"
 	"github.com/phaseless/phaseless/transport/quic"
+	"github.com/phaseless/phaseless/transport/tracing/otlp"
 )
 
 // Config is everything the coordinator is configured with. Flag names are the
@@ -61,6 +62,7 @@ type Config struct {
 	MQTTURL       cli.URL // external broker instead of the embedded one; parsed when set
 	PublicURL     cli.URL // this cloud's HTTP base URL as devices reach it (rollout downloads); parsed when set
 	OTAPub        string  // the fleet's OTA public key: uploaded artifacts must be signed with it
+	OTLP          cli.URL // OTLP/HTTP collector that request spans are exported to; parsed when set
 
 	BuiltinWorkers int           // built-in engines, one per pool role in turn
 	Budget         int64         // default burst budget in tokens
@@ -126,6 +128,7 @@ func (c *Config) Fields() cli.Fields {
 		{Flag: "mqtt-passwords", Go: "MQTTPasswords", Value: &c.MQTTPasswords, Usage: "Mosquitto password file for the embedded broker (username = device id)"},
 		{Flag: "mqtt-url", Go: "MQTTURL", Value: &c.MQTTURL, Usage: "external MQTT v5 broker (mqtt://user:pass@host:1883) instead of the embedded one"},
 		{Flag: "public-url", Go: "PublicURL", Value: &c.PublicURL, Usage: "this cloud's HTTP base URL as devices reach it, for rollout downloads (default: http://127.0.0.1 and the --http port)"},
+		{Flag: "otlp", Go: "OTLP", Value: &c.OTLP, Usage: "OpenTelemetry collector URL (OTLP/HTTP, e.g. http://127.0.0.1:4318): export spans for admission, scheduling, queueing, prefill and decode"},
 		{Flag: "ota-pub", Go: "OTAPub", Value: &c.OTAPub, Usage: "the fleet's OTA public key (phaselessctl ota keygen): uploaded rollout artifacts must be signed with it"},
 		{Flag: "builtin-workers", Go: "BuiltinWorkers", Value: &c.BuiltinWorkers, Usage: "built-in engine workers (roles assigned in turn: decode-heavy, prefill-heavy, stream); 0 with --worker runs remote engines only"},
 		{Flag: "budget", Go: "Budget", Value: &c.Budget, Usage: "default token budget per API key or device: burst size, refilled over --budget-period"},
@@ -307,6 +310,7 @@ type Cloud struct {
 	deny    *pki.DenyList // revoked devices in the PKI dir; nil without one
 	sims    []*sim.Fleet  // simulated workers (--worker sim://...)
 	pkiDir  string
+	tracer  *otlp.Provider // spans (--otlp); a no-op provider without it
 }
 
 // New builds a coordinator from a validated config.
@@ -389,13 +393,16 @@ func (c *Cloud) Start(ctx context.Context) (err error) {
 			slots += 2 * max(w.LastLoad().Capacity, 16)
 		}
 	}
+	if c.tracer, err = otlp.New(ctx, otlp.Config{URL: c.cfg.OTLP.String(), Service: "phaseless-cloud"}); err != nil {
+		return &cli.FieldError{Field: "OTLP", Err: err}
+	}
 	c.coord, err = coordinator.New(coordinator.Config{
 		Workers: c.workers, Admitter: c.admit, Tokenizer: tok, BlockSize: kvBlockSize,
 		Fair:                admit.FairConfig{Slots: slots},
 		Budget:              budgetOf(keys, c.cfg.BudgetPeriod),
 		AllowPolicyOverride: c.cfg.Dev,
 		SLATTFT:             c.cfg.SLATTFT, SLAITL: c.cfg.SLAITL,
-		Metrics: c.metrics, Logger: c.log,
+		Metrics: c.metrics, Logger: c.log, Tracer: c.tracer.TracerProvider(),
 	})
 	if err != nil {
 		return err
@@ -811,6 +818,13 @@ func (c *Cloud) closeLocked() error {
 	if c.audit != nil {
 		errs = append(errs, c.audit.Close())
 		c.audit = nil
+	}
+	if c.tracer != nil {
+		// Last: the spans of requests that the listeners' closing ended.
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		errs = append(errs, c.tracer.Shutdown(ctx))
+		cancel()
+		c.tracer = nil
 	}
 	return errors.Join(errs...)
 }

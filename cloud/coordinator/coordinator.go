@@ -12,6 +12,8 @@ import (
 	"sync"
 	"time"
 
+	"go.opentelemetry.io/otel/trace"
+
 	"github.com/phaseless/phaseless/cloud/admit"
 	"github.com/phaseless/phaseless/cloud/sched"
 	"github.com/phaseless/phaseless/cloud/worker"
@@ -19,6 +21,7 @@ import (
 	"github.com/phaseless/phaseless/models/textfeat"
 	"github.com/phaseless/phaseless/transport/llm"
 	"github.com/phaseless/phaseless/transport/metrics"
+	"github.com/phaseless/phaseless/transport/tracing"
 )
 
 // Config is what a Coordinator is built from.
@@ -48,6 +51,8 @@ type Config struct {
 	SLATTFT, SLAITL time.Duration
 	Metrics         *metrics.Registry
 	Logger          *slog.Logger
+	// Tracer records each request's spans (tracing.go); nil records none.
+	Tracer trace.TracerProvider
 }
 
 // Coordinator is the cloud's llm.Generator: admission, placement, batching
@@ -180,8 +185,8 @@ func (c *Coordinator) decide(req *llm.Request, m *measured, snap *sched.Snapshot
 	return d, err
 }
 
-// Generate implements llm.Generator.
-func (c *Coordinator) Generate(ctx context.Context, req *llm.Request, emit llm.Emit) (llm.Final, error) {
+// generate is Generate inside the request's span (tracing.go).
+func (c *Coordinator) generate(ctx context.Context, req *llm.Request, emit llm.Emit) (llm.Final, error) {
 	if req.MaxTokens <= 0 {
 		return llm.Final{}, llm.Errorf(llm.CodeInvalid, "max tokens must be positive, got %d", req.MaxTokens)
 	}
@@ -190,14 +195,18 @@ func (c *Coordinator) Generate(ctx context.Context, req *llm.Request, emit llm.E
 	}
 	m := c.measure(req)
 	bucket := c.cfg.Budget(m.tenant)
+	_, span := tracing.Child(ctx, "admission")
 	remaining, err := c.cfg.Admitter.Charge(ctx, m.tenant, m.cost, bucket)
+	tracing.End(span, err)
 	if err != nil {
 		c.m.budgetRejections.Inc() // the error carries the remaining budget
 		return llm.Final{}, err
 	}
 	st := llm.NewStream(emit)
 	st.Meta = llm.Meta{Route: llm.RouteCloud, BudgetRemaining: remaining, HasBudget: true}
+	_, span = tracing.Child(ctx, "queueing", queueTenant)
 	ticket, err := c.fair.Acquire(ctx, m.tenant, m.sig.InputTokens)
+	tracing.End(span, err)
 	if err != nil {
 		c.cfg.Admitter.Refund(context.WithoutCancel(ctx), m.tenant, m.cost, bucket)
 		return llm.Final{}, err
@@ -206,7 +215,9 @@ func (c *Coordinator) Generate(ctx context.Context, req *llm.Request, emit llm.E
 
 	snap := c.snaps.Get().(*sched.Snapshot)
 	defer c.snaps.Put(snap)
+	_, span = tracing.Child(ctx, "scheduling")
 	d, err := c.decide(req, &m, snap)
+	endScheduling(span, d, err)
 	if err != nil {
 		return llm.Final{}, c.finish(ctx, &m, bucket, llm.RouteCloud, llm.Final{}, llm.Errorf(llm.CodeUnavailable, "no worker can take the request: %v", err), 0)
 	}

@@ -17,9 +17,12 @@ import (
 	"sync/atomic"
 	"time"
 
+	"go.opentelemetry.io/otel/attribute"
+
 	"github.com/phaseless/phaseless/cloud/batch"
 	"github.com/phaseless/phaseless/cloud/sched"
 	"github.com/phaseless/phaseless/transport/llm"
+	"github.com/phaseless/phaseless/transport/tracing"
 )
 
 // Load is what an engine reports about itself.
@@ -116,6 +119,9 @@ func New(cfg Config, eng Engine) (*Worker, error) {
 	return w, nil
 }
 
+// queueBatch tells the batcher's queue span from the coordinator's.
+var queueBatch = attribute.String("phaseless.queue", "batch")
+
 // Name is the worker's name, as it appears in routes and metrics.
 func (w *Worker) Name() string { return w.cfg.Name }
 
@@ -204,7 +210,9 @@ func FillSignals(s *sched.Worker, role sched.Role, healthy bool, inflight, batch
 func (w *Worker) Generate(ctx context.Context, req *llm.Request, promptTokens int, hashes []uint64, emit llm.Emit) (fin llm.Final, batchSize int, err error) {
 	batchSize = 1
 	if w.batch != nil {
+		_, span := tracing.Child(ctx, "queueing", queueBatch)
 		batchSize, err = w.batch.Wait(ctx, promptTokens)
+		tracing.End(span, err)
 		if err != nil {
 			if err == batch.ErrClosed {
 				err = llm.Errorf(llm.CodeUnavailable, "worker %s is shutting down", w.cfg.Name)
@@ -220,11 +228,13 @@ func (w *Worker) Generate(ctx context.Context, req *llm.Request, promptTokens in
 		}
 	}()
 	w.prefix.add(hashes)
+	emit, done := tracing.Generation(ctx, emit)
 	fin, err = w.eng.Generate(ctx, req, func(t llm.Token) error {
 		w.burst.Record(time.Now())
 		w.tokens.Add(1)
 		return emit(t)
 	})
+	done(fin, err)
 	return fin, batchSize, err
 }
 
