@@ -8,10 +8,13 @@ import (
 	"sync/atomic"
 	"time"
 
+	"go.opentelemetry.io/otel/attribute"
+
 	"github.com/phaseless/phaseless/models/textfeat"
 	"github.com/phaseless/phaseless/transport/fleetwire"
 	"github.com/phaseless/phaseless/transport/llm"
 	"github.com/phaseless/phaseless/transport/metrics"
+	"github.com/phaseless/phaseless/transport/tracing"
 )
 
 // Recorder stores one telemetry record per request (agent/telemetry's Store
@@ -126,7 +129,10 @@ func (t *timedEmit) forward(tok llm.Token) error {
 // own begin event (pool, worker, hint, budget) when it ran there.
 func (d *Dispatcher) Generate(ctx context.Context, req *llm.Request, emit llm.Emit) (llm.Final, error) {
 	start := time.Now()
+	_, span := tracing.Child(ctx, "scheduling")
 	dec := d.router.Load().Decide(req, d.link(), d.load())
+	span.SetAttributes(attribute.String("phaseless.path", dec.Path), attribute.Float64("phaseless.cloud_prob", dec.CloudProb))
+	span.End()
 	d.m.decisions.With(dec.Path).Inc()
 	st := llm.NewStream(emit)
 	te := &timedEmit{emit: st.Emit, start: start, itl: d.m.itl}
