@@ -376,9 +376,7 @@ func (c *Client) once(ctx context.Context, base string, req *Request, body []byt
 		Route: hresp.Header.Get("x-phaseless-route"), SchedulerHint: hresp.Header.Get("x-scheduler-hint"),
 		FallbackReason: hresp.Header.Get("x-fallback-reason"), RequestID: hresp.Header.Get("x-request-id"),
 	}
-	if v, err := strconv.ParseInt(hresp.Header.Get("x-burst-budget-remaining"), 10, 64); err == nil {
-		resp.Budget, resp.HasBudget = v, true
-	}
+	resp.Budget, resp.HasBudget = budgetHeader(hresp.Header)
 	d := &decoder{api: c.cfg.API, clock: c.cfg.Clock, start: start, onText: onText}
 	if err := d.run(hresp.Body, resp); err != nil {
 		return nil, err
@@ -391,11 +389,15 @@ func (c *Client) once(ctx context.Context, base string, req *Request, body []byt
 
 // budget reports a response's budget header to OnBudget.
 func (c *Client) budget(r *http.Response, base string) {
-	v, err := strconv.ParseInt(r.Header.Get("x-burst-budget-remaining"), 10, 64)
-	if err != nil || c.cfg.OnBudget == nil {
-		return
+	if v, ok := budgetHeader(r.Header); ok && c.cfg.OnBudget != nil {
+		c.cfg.OnBudget(Budget{Remaining: v, RetryAfter: retryAfter(r.Header), URL: base})
 	}
-	c.cfg.OnBudget(Budget{Remaining: v, RetryAfter: retryAfter(r.Header), URL: base})
+}
+
+// budgetHeader reads x-burst-budget-remaining.
+func budgetHeader(h http.Header) (int64, bool) {
+	v, err := strconv.ParseInt(h.Get("x-burst-budget-remaining"), 10, 64)
+	return v, err == nil
 }
 
 // retryAfter reads Retry-After in delay-seconds (what Phaseless writes);
@@ -423,9 +425,7 @@ const maxErrorBody = 64 << 10
 func statusError(r *http.Response) *Error {
 	raw, _ := io.ReadAll(io.LimitReader(r.Body, maxErrorBody))
 	e := &Error{Status: r.StatusCode, RetryAfter: retryAfter(r.Header)}
-	if v, err := strconv.ParseInt(r.Header.Get("x-burst-budget-remaining"), 10, 64); err == nil {
-		e.Budget, e.HasBudget = v, true
-	}
+	e.Budget, e.HasBudget = budgetHeader(r.Header)
 	var body struct {
 		Error *struct {
 			Message string `json:"message"`

@@ -7,13 +7,12 @@ import (
 	"time"
 
 	"github.com/phaseless/phaseless/transport/backoff"
+	"github.com/phaseless/phaseless/transport/httpapi"
 	"github.com/phaseless/phaseless/transport/sse"
 )
 
-// statsField is transport/httpapi.StatsField, the SSE field that carries
-// the server's own numbers (repeated here: this package imports no server
-// code).
-const statsField = "phaseless"
+// statsField is the SSE field that carries the server's own numbers.
+const statsField = httpapi.StatsField
 
 // decoder reads one streamed answer in either API's shape.
 type decoder struct {
@@ -175,14 +174,8 @@ func (d *decoder) openAI(ev sse.Event, resp *Response) (bool, error) {
 			} `json:"delta"`
 			FinishReason *string `json:"finish_reason"`
 		} `json:"choices"`
-		Usage *struct {
-			PromptTokens     int `json:"prompt_tokens"`
-			CompletionTokens int `json:"completion_tokens"`
-			Details          *struct {
-				CachedTokens int `json:"cached_tokens"`
-			} `json:"prompt_tokens_details"`
-		} `json:"usage"`
-		Error *streamError `json:"error"`
+		Usage *httpapi.ChatUsage `json:"usage"`
+		Error *streamError       `json:"error"`
 	}
 	if err := json.Unmarshal(ev.Data, &c); err != nil {
 		return false, d.badEvent(err)
@@ -199,10 +192,7 @@ func (d *decoder) openAI(ev sse.Event, resp *Response) (bool, error) {
 		}
 	}
 	if u := c.Usage; u != nil {
-		resp.Usage.PromptTokens, resp.Usage.CompletionTokens = u.PromptTokens, u.CompletionTokens
-		if u.Details != nil {
-			resp.Usage.CachedTokens = u.Details.CachedTokens
-		}
+		resp.Usage = Usage{PromptTokens: u.PromptTokens, CompletionTokens: u.CompletionTokens, CachedTokens: u.PromptTokensDetails.CachedTokens}
 	}
 	return false, nil
 }
