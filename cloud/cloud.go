@@ -64,7 +64,8 @@ type Config struct {
 	OTAPub        string  // the fleet's OTA public key: uploaded artifacts must be signed with it
 	OTLP          cli.URL // OTLP/HTTP collector that request spans are exported to; parsed when set
 
-	BuiltinWorkers int           // built-in engines, one per pool role in turn
+	BuiltinWorkers int           // built-in engines; 0: none beside --worker, else 1 (4 in --dev)
+	BuiltinRoles   RoleList      // the built-in engines' pools, in turn; empty: decode-heavy, prefill-heavy, stream (--dev adds conservative)
 	Budget         int64         // default burst budget in tokens
 	BudgetPeriod   time.Duration // how long an empty budget takes to refill (every key's); 0 = a minute
 	BatchWindow    time.Duration // longest a request is held for bucketing
@@ -89,9 +90,6 @@ func (c *Config) FillDefaults() {
 	}
 	if c.DataDir == "" {
 		c.DataDir = "phaseless-cloud-data"
-	}
-	if c.BuiltinWorkers == 0 && len(c.Workers) == 0 {
-		c.BuiltinWorkers = 1
 	}
 	if c.Budget == 0 {
 		c.Budget = 200000
@@ -130,7 +128,8 @@ func (c *Config) Fields() cli.Fields {
 		{Flag: "public-url", Go: "PublicURL", Value: &c.PublicURL, Usage: "this cloud's HTTP base URL as devices reach it, for rollout downloads (default: http://127.0.0.1 and the --http port)"},
 		{Flag: "otlp", Go: "OTLP", Value: &c.OTLP, Usage: "OpenTelemetry collector URL (OTLP/HTTP, e.g. http://127.0.0.1:4318): export spans for admission, scheduling, queueing, prefill and decode"},
 		{Flag: "ota-pub", Go: "OTAPub", Value: &c.OTAPub, Usage: "the fleet's OTA public key (phaselessctl ota keygen): uploaded rollout artifacts must be signed with it"},
-		{Flag: "builtin-workers", Go: "BuiltinWorkers", Value: &c.BuiltinWorkers, Usage: "built-in engine workers (roles assigned in turn: decode-heavy, prefill-heavy, stream); 0 with --worker runs remote engines only"},
+		{Flag: "builtin-workers", Go: "BuiltinWorkers", Value: &c.BuiltinWorkers, Usage: "built-in engine workers; 0: none when --worker is given, else 1, or 4 with --dev (one per pool, conservative included)"},
+		{Flag: "builtin-roles", Go: "BuiltinRoles", Value: &c.BuiltinRoles, Usage: "pools of the built-in workers, assigned in turn, e.g. decode-heavy,prefill-heavy,stream,conservative (default: decode-heavy,prefill-heavy,stream; --dev adds conservative)"},
 		{Flag: "budget", Go: "Budget", Value: &c.Budget, Usage: "default token budget per API key or device: burst size, refilled over --budget-period"},
 		{Flag: "budget-period", Go: "BudgetPeriod", Value: &c.BudgetPeriod, Usage: "how long an empty budget takes to refill, for the default and every key's budget (1m, 1h, 24h…)"},
 		{Flag: "batch-window", Go: "BatchWindow", Value: &c.BatchWindow, Usage: "longest a request waits to be batched with similar-length prompts while its engine is full"},
@@ -181,8 +180,6 @@ func (c *Config) Validate() error {
 	switch {
 	case c.BuiltinWorkers < 0 || c.BuiltinWorkers > 64:
 		return &cli.FieldError{Field: "BuiltinWorkers", Err: fmt.Errorf("%d is not in 0..64", c.BuiltinWorkers)}
-	case c.BuiltinWorkers == 0 && len(c.Workers) == 0:
-		return &cli.FieldError{Field: "BuiltinWorkers", Err: errors.New("0 needs at least one remote worker URL")}
 	case c.Budget <= 0:
 		return &cli.FieldError{Field: "Budget", Err: fmt.Errorf("%d must be positive", c.Budget)}
 	case c.BudgetPeriod != 0 && c.BudgetPeriod < time.Second:
@@ -290,6 +287,57 @@ const kvBlockSize = lm.DefaultBlockSize
 // conservative pool is only ever chosen explicitly.
 var roleCycle = []sched.Role{sched.RoleDecode, sched.RolePrefill, sched.RoleStream}
 
+// devRoles are --dev's built-in workers: one per pool, so pool choice, the
+// conservative fallback and splits between pools show on one machine.
+var devRoles = []sched.Role{sched.RoleDecode, sched.RolePrefill, sched.RoleStream, sched.RoleConservative}
+
+// builtins is how many built-in workers run and their pools.
+func (c *Config) builtins() (int, []sched.Role) {
+	roles := []sched.Role(c.BuiltinRoles)
+	if len(roles) == 0 {
+		roles = roleCycle
+		if c.Dev {
+			roles = devRoles
+		}
+	}
+	n := c.BuiltinWorkers
+	if n == 0 && len(c.Workers) == 0 {
+		n = 1
+		if c.Dev {
+			n = len(roles)
+		}
+	}
+	return n, roles
+}
+
+// RoleList is the --builtin-roles flag: pool names, comma-separated.
+type RoleList []sched.Role
+
+func (l *RoleList) String() string {
+	names := make([]string, len(*l))
+	for i, r := range *l {
+		names[i] = r.String()
+	}
+	return strings.Join(names, ",")
+}
+
+// Set parses a comma-separated list of pools (sched.ParseRole's names).
+func (l *RoleList) Set(v string) error {
+	var out RoleList
+	for _, s := range strings.Split(v, ",") {
+		if s = strings.TrimSpace(s); s == "" {
+			continue
+		}
+		r, err := sched.ParseRole(s)
+		if err != nil {
+			return err
+		}
+		out = append(out, r)
+	}
+	*l = out
+	return nil
+}
+
 // Cloud is a running coordinator.
 type Cloud struct {
 	cfg     Config
@@ -310,7 +358,10 @@ type Cloud struct {
 	deny    *pki.DenyList // revoked devices in the PKI dir; nil without one
 	sims    []*sim.Fleet  // simulated workers (--worker sim://...)
 	pkiDir  string
-	tracer  *otlp.Provider // spans (--otlp); a no-op provider without it
+	// handoffs holds KV handoffs other coordinators' prefill workers pushed
+	// here, until their decode requests take them (worker.KVServer).
+	handoffs *worker.HandoffStore
+	tracer   *otlp.Provider // spans (--otlp); a no-op provider without it
 }
 
 // New builds a coordinator from a validated config.
@@ -322,7 +373,7 @@ func New(cfg Config, log *slog.Logger) (*Cloud, error) {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	return &Cloud{cfg: cfg, log: log, metrics: metrics.NewRegistry()}, nil
+	return &Cloud{cfg: cfg, log: log, metrics: metrics.NewRegistry(), handoffs: worker.NewHandoffStore(worker.HandoffStoreConfig{})}, nil
 }
 
 // Metrics is the coordinator's registry (served at /metrics).
@@ -436,15 +487,21 @@ func (c *Cloud) Start(ctx context.Context) (err error) {
 		ready = func() error { return errors.Join(c.coord.Ready(), c.fleet.Ready()) }
 	}
 	api, err := httpapi.NewHandler(c.coord, httpapi.Options{
-		Authenticate: auth, AllowPolicyHint: c.cfg.Dev, Metrics: c.metrics, Logger: c.log,
+		Authenticate: auth, AllowPolicyHint: c.cfg.Dev, AllowKVHandoff: len(builtins) > 0, Metrics: c.metrics, Logger: c.log,
 		Models: c.listModels,
 	})
 	if err != nil {
 		return err
 	}
-	var public map[string]http.Handler
+	public := map[string]http.Handler{}
 	if c.fleet != nil {
-		public = map[string]http.Handler{"GET " + fleet.ArtifactPrefix: c.fleet.ArtifactHandler()}
+		public["GET "+fleet.ArtifactPrefix] = c.fleet.ArtifactHandler()
+	}
+	if kv, err := c.kvServer(workers, auth); err != nil {
+		return err
+	} else if kv != nil {
+		// Authenticated by the KV server itself, with the inference keys.
+		public["/v1/kv/"] = kv
 	}
 	uiCfg := ui.Config{Cloud: c.coord.Dashboard(), Authenticate: auth}
 	if c.fleet != nil {
@@ -473,6 +530,22 @@ func (c *Cloud) Start(ctx context.Context) (err error) {
 		}
 	}
 	return nil
+}
+
+// kvServer serves the KV handoff endpoints (worker.KVServer) on the
+// built-in workers, so this cloud can be another coordinator's prefill or
+// decode worker; nil when there are none.
+func (c *Cloud) kvServer(workers []*worker.Worker, auth func(*http.Request) (string, error)) (http.Handler, error) {
+	var builtin []*worker.Worker
+	for _, w := range workers {
+		if _, ok := w.Engine().(*worker.Builtin); ok {
+			builtin = append(builtin, w)
+		}
+	}
+	if len(builtin) == 0 {
+		return nil, nil
+	}
+	return worker.NewKVServer(worker.KVServerConfig{Workers: builtin, Store: c.handoffs, Authenticate: auth})
 }
 
 // startFleet starts the embedded broker (or connects to --mqtt-url) and the
@@ -597,21 +670,24 @@ func (c *Cloud) buildWorkers() ([]*worker.Worker, []*worker.Builtin, lm.Tokenize
 		}
 		return nil, nil, nil, err
 	}
-	if c.cfg.BuiltinWorkers > 0 {
+	nBuiltin, roles := c.cfg.builtins()
+	if nBuiltin > 0 {
 		model, err := c.loadModel()
 		if err != nil {
 			return fail(err)
 		}
 		tok = model.Tokenizer()
-		threads := max(1, runtime.GOMAXPROCS(0)/c.cfg.BuiltinWorkers)
-		for i := 0; i < c.cfg.BuiltinWorkers; i++ {
+		threads := max(1, runtime.GOMAXPROCS(0)/nBuiltin)
+		for i := 0; i < nBuiltin; i++ {
 			eng, err := lm.NewEngine(model, lm.EngineConfig{Threads: threads, BlockSize: kvBlockSize})
 			if err != nil {
 				return fail(fmt.Errorf("built-in engine: %w", err))
 			}
-			b := worker.NewBuiltin(eng)
+			// One store for every built-in engine: a handoff another
+			// coordinator parks here resumes on whichever this coordinator picks.
+			b := worker.NewBuiltinWithHandoffs(eng, c.handoffs)
 			w, err := worker.New(worker.Config{
-				Name: fmt.Sprintf("builtin-%d", i), Role: roleCycle[i%len(roleCycle)], Model: c.builtinModelName(),
+				Name: fmt.Sprintf("builtin-%d", i), Role: roles[i%len(roles)], Model: c.builtinModelName(),
 				Batch: &batch.Config{Window: c.cfg.BatchWindow, MaxBatch: c.cfg.BatchMax},
 			}, b)
 			if err != nil {
@@ -630,7 +706,7 @@ func (c *Cloud) buildWorkers() ([]*worker.Worker, []*worker.Builtin, lm.Tokenize
 		if err != nil {
 			return fail(err)
 		}
-		role := roleCycle[(c.cfg.BuiltinWorkers+i)%len(roleCycle)]
+		role := roleCycle[(nBuiltin+i)%len(roleCycle)]
 		if wu.hasRole {
 			role = wu.role
 		}

@@ -306,7 +306,7 @@ func TestConfigValidate(t *testing.T) {
 		return Config{HTTP: ":8080", QUIC: ":4433", MQTT: "", DataDir: "d", Dev: true, BuiltinWorkers: 1, Budget: 1, BatchMax: 16, SLATTFT: time.Second, SLAITL: time.Second}
 	}
 	cases := map[string]func(*Config){
-		"builtin-workers": func(c *Config) { c.BuiltinWorkers = 0 },
+		"builtin-workers": func(c *Config) { c.BuiltinWorkers = -1 },
 		"budget":          func(c *Config) { c.Budget = 0 },
 		"budget-period":   func(c *Config) { c.BudgetPeriod = time.Millisecond },
 		"batch-max":       func(c *Config) { c.BatchMax = 0 },

@@ -49,8 +49,11 @@ type Config struct {
 	// within SLATTFT and mean inter-token gap within SLAITL. Defaults 2 s and
 	// 200 ms.
 	SLATTFT, SLAITL time.Duration
-	Metrics         *metrics.Registry
-	Logger          *slog.Logger
+	// Policy, when set, is the scheduler in force instead of the rules
+	// (sched.NewRules(Rules)).
+	Policy  sched.Policy
+	Metrics *metrics.Registry
+	Logger  *slog.Logger
 	// Tracer records each request's spans (tracing.go); nil records none.
 	Tracer trace.TracerProvider
 }
@@ -105,8 +108,11 @@ func New(cfg Config) (*Coordinator, error) {
 		return nil, err
 	}
 	c := &Coordinator{cfg: cfg, fair: fair, breaker: br, predictor: sched.NewOutputPredictor(0), overrides: map[string]sched.Policy{}}
-	if c.policy, err = sched.NewRules(cfg.Rules); err != nil {
-		return nil, err
+	c.policy = cfg.Policy
+	if c.policy == nil {
+		if c.policy, err = sched.NewRules(cfg.Rules); err != nil {
+			return nil, err
+		}
 	}
 	for _, name := range sched.Names() {
 		p, err := sched.ByName(name, cfg.Rules)
@@ -116,6 +122,9 @@ func New(cfg Config) (*Coordinator, error) {
 		c.overrides[name] = p
 	}
 	c.overrides[sched.NameScheduler] = c.policy
+	if c.overrides[NameDisaggregated], err = newDisaggregated(); err != nil {
+		return nil, err
+	}
 	c.snaps.New = func() any { return &sched.Snapshot{} }
 	c.m = newCoordMetrics(cfg.Metrics, c)
 	return c, nil
@@ -191,7 +200,7 @@ func (c *Coordinator) generate(ctx context.Context, req *llm.Request, emit llm.E
 		return llm.Final{}, llm.Errorf(llm.CodeInvalid, "max tokens must be positive, got %d", req.MaxTokens)
 	}
 	if p := req.Hints.Policy; p != "" && c.overrides[p] == nil {
-		return llm.Final{}, llm.Errorf(llm.CodeInvalid, "unknown scheduler policy %q (%s)", p, strings.Join(sched.Names(), ", "))
+		return llm.Final{}, llm.Errorf(llm.CodeInvalid, "unknown scheduler policy %q (%s)", p, strings.Join(append(sched.Names(), NameDisaggregated), ", "))
 	}
 	m := c.measure(req)
 	bucket := c.cfg.Budget(m.tenant)
@@ -216,13 +225,33 @@ func (c *Coordinator) generate(ctx context.Context, req *llm.Request, emit llm.E
 	snap := c.snaps.Get().(*sched.Snapshot)
 	defer c.snaps.Put(snap)
 	_, span = tracing.Child(ctx, "scheduling")
-	d, err := c.decide(req, &m, snap)
+	var d sched.Decision
+	if req.KVHandoff != "" {
+		d, err = c.resumeDecision(req, &m, snap)
+	} else {
+		d, err = c.decide(req, &m, snap)
+	}
 	endScheduling(span, d, err)
 	if err != nil {
 		return llm.Final{}, c.finish(ctx, &m, bucket, llm.RouteCloud, llm.Final{}, llm.Errorf(llm.CodeUnavailable, "no worker can take the request: %v", err), 0)
 	}
 	run := c.newRun(ctx, st, ticket)
-	fin, err := c.runOn(ctx, req, &m, d, run)
+	var fin llm.Final
+	if c.splittable(d) {
+		fin, err = c.runSplit(ctx, req, &m, d, run)
+		switch {
+		case err == nil:
+			c.m.pd.handoffs.With("ok").Inc()
+		case run.tokens == 0 && ctx.Err() == nil:
+			c.m.pd.handoffs.With(handoffResult(err)).Inc()
+			st.Meta.Fallback = splitFallback(d, st.Meta.Split.DecodeWorker, err)
+			st.Meta.Split = llm.Split{}
+			d.Split = false
+			fin, err = c.runOn(ctx, req, &m, d, run)
+		}
+	} else {
+		fin, err = c.runOn(ctx, req, &m, d, run)
+	}
 	if err != nil && run.tokens == 0 && fallbackEligible(err) {
 		reason := string(llm.CodeOf(err))
 		if !c.cfg.Admitter.AllowFallback(ctx, m.tenant) {

@@ -60,6 +60,13 @@ func (c *clock) Advance(d time.Duration) {
 
 func newCoordinator(t *testing.T, clk *clock, workers ...*worker.Worker) (*Coordinator, *metrics.Registry) {
 	t.Helper()
+	return newCoordinatorWith(t, clk, nil, workers...)
+}
+
+// newCoordinatorWith is newCoordinator with a policy of the test's (nil:
+// the rules).
+func newCoordinatorWith(t testing.TB, clk *clock, policy sched.Policy, workers ...*worker.Worker) (*Coordinator, *metrics.Registry) {
+	t.Helper()
 	set, err := worker.NewSet(context.Background(), time.Hour, workers...)
 	if err != nil {
 		t.Fatal(err)
@@ -73,7 +80,7 @@ func newCoordinator(t *testing.T, clk *clock, workers ...*worker.Worker) (*Coord
 	tok, _ := lm.ByteTokenizerSpec().Build()
 	reg := metrics.NewRegistry()
 	c, err := New(Config{
-		Workers: set, Admitter: a, Tokenizer: tok, Metrics: reg,
+		Workers: set, Admitter: a, Tokenizer: tok, Metrics: reg, Policy: policy,
 		Breaker: admit.BreakerConfig{Window: 10 * time.Second, MinRequests: 10, Now: clk.Now},
 	})
 	if err != nil {

@@ -23,6 +23,7 @@ type coordMetrics struct {
 	sla              *metrics.LabeledCounter
 	reasons          *metrics.LabeledCounter
 	pool             *metrics.CounterVec
+	pd               pdMetrics
 }
 
 // poolLoad sums the coordinator's workers of one pool.
@@ -56,6 +57,7 @@ func newCoordMetrics(r *metrics.Registry, c *Coordinator) coordMetrics {
 		sla:              r.LabeledCounter("phaseless_cloud_sla_requests_total", "completed requests by whether they met the TTFT and ITL SLA", "result"),
 		reasons:          r.LabeledCounter("phaseless_sched_decisions_total", "placements by the rule that made them", "reason"),
 		pool:             r.CounterVec("phaseless_pool_requests_total", "requests placed on each pool", "pool"),
+		pd:               newPDMetrics(r),
 	}
 	r.GaugeFunc("phaseless_admit_breaker_open", "1 while the circuit breaker runs plain FIFO", func() float64 {
 		if c.breaker.Open() {

@@ -39,4 +39,13 @@ func RegisterEngineMetrics(reg *metrics.Registry, engines []*Builtin) {
 	})
 	reg.CounterFunc("phaseless_engine_prefix_hit_tokens_total", "prompt tokens served from cached prefix blocks", sum(func(l Load) float64 { return float64(l.PrefixHitTokens) }))
 	reg.CounterFunc("phaseless_engine_prompt_tokens_total", "prompt tokens run or served from cache", sum(func(l Load) float64 { return float64(l.PromptTokens) }))
+	reg.CounterVecFunc("phaseless_engine_kv_handoffs_total", "sequences whose KV left the built-in engines after their prefill (out) or that started from a handed-over KV (in)", []string{"direction"}, func(emit metrics.Emit) {
+		var in, out uint64
+		for _, e := range engines {
+			s := e.eng.Stats()
+			in, out = in+s.HandoffsIn, out+s.HandoffsOut
+		}
+		emit(float64(in), "in")
+		emit(float64(out), "out")
+	})
 }

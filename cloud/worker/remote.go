@@ -8,6 +8,7 @@ import (
 	"net/url"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/phaseless/phaseless/transport/httpapi"
@@ -78,6 +79,12 @@ type Remote struct {
 	cfg    RemoteConfig
 	base   *url.URL
 	stream *httpapi.Client
+	// kvClient, when set, makes the KV handoff calls instead of stream's
+	// client (a push made on behalf of another coordinator).
+	kvClient *http.Client
+	// noKV is set once the server answered 404 on /v1/kv/ (not a
+	// Phaseless cloud, or one from before KV handoffs): splits skip it.
+	noKV atomic.Bool
 
 	mu         sync.Mutex // guards lastFaults, lastAt, noMetrics
 	lastFaults float64

@@ -119,8 +119,13 @@ func New(cfg Config, eng Engine) (*Worker, error) {
 	return w, nil
 }
 
-// queueBatch tells the batcher's queue span from the coordinator's.
-var queueBatch = attribute.String("phaseless.queue", "batch")
+// queueBatch tells the batcher's queue span from the coordinator's;
+// splitHalf marks the prefill and decode spans of a split request, each on
+// its own worker.
+var (
+	queueBatch = attribute.String("phaseless.queue", "batch")
+	splitHalf  = attribute.Bool("phaseless.split", true)
+)
 
 // Name is the worker's name, as it appears in routes and metrics.
 func (w *Worker) Name() string { return w.cfg.Name }
@@ -208,6 +213,29 @@ func FillSignals(s *sched.Worker, role sched.Role, healthy bool, inflight, batch
 // full, then streams the engine's tokens through emit, measuring burstiness.
 // batchSize is the size of the batch the request was released with.
 func (w *Worker) Generate(ctx context.Context, req *llm.Request, promptTokens int, hashes []uint64, emit llm.Emit) (fin llm.Final, batchSize int, err error) {
+	batchSize, err = w.slot(ctx, promptTokens, hashes, func() error {
+		emit, done := tracing.Generation(ctx, w.counted(emit))
+		var err error
+		fin, err = w.eng.Generate(ctx, req, emit)
+		done(fin, err)
+		return err
+	})
+	return fin, batchSize, err
+}
+
+// counted wraps emit to measure burstiness and count output tokens.
+func (w *Worker) counted(emit llm.Emit) llm.Emit {
+	return func(t llm.Token) error {
+		w.burst.Record(time.Now())
+		w.tokens.Add(1)
+		return emit(t)
+	}
+}
+
+// slot runs fn as one of the engine's sequences: after the batcher releases
+// it when the engine is full, counted in Inflight while it runs. hashes are
+// the prompt's blocks, which the engine will hold afterwards.
+func (w *Worker) slot(ctx context.Context, promptTokens int, hashes []uint64, fn func() error) (batchSize int, err error) {
 	batchSize = 1
 	if w.batch != nil {
 		_, span := tracing.Child(ctx, "queueing", queueBatch)
@@ -217,7 +245,7 @@ func (w *Worker) Generate(ctx context.Context, req *llm.Request, promptTokens in
 			if err == batch.ErrClosed {
 				err = llm.Errorf(llm.CodeUnavailable, "worker %s is shutting down", w.cfg.Name)
 			}
-			return llm.Final{}, 0, err
+			return 0, err
 		}
 	}
 	w.inflight.Add(1)
@@ -228,14 +256,70 @@ func (w *Worker) Generate(ctx context.Context, req *llm.Request, promptTokens in
 		}
 	}()
 	w.prefix.add(hashes)
-	emit, done := tracing.Generation(ctx, emit)
-	fin, err = w.eng.Generate(ctx, req, func(t llm.Token) error {
-		w.burst.Record(time.Now())
-		w.tokens.Add(1)
-		return emit(t)
+	return batchSize, fn()
+}
+
+// CanSplit reports whether the worker's engine can take either half of a
+// split request (Splitter).
+func (w *Worker) CanSplit() bool {
+	if _, ok := w.eng.(Splitter); !ok {
+		return false
+	}
+	if s, ok := w.eng.(interface{ SplitSupported() bool }); ok {
+		return s.SplitSupported()
+	}
+	return true
+}
+
+// Prefill runs the prefill half of a split on this worker, in its batch,
+// and delivers the KV blocks to dst, whose Resume then decodes.
+func (w *Worker) Prefill(ctx context.Context, req *llm.Request, promptTokens int, hashes []uint64, dst *Worker) (Handoff, int, error) {
+	if !w.CanSplit() {
+		return Handoff{}, 0, stageErr(StagePrefill, ErrSplitUnsupported)
+	}
+	if !dst.CanSplit() {
+		return Handoff{}, 0, stageErr(StageTransfer, ErrSplitUnsupported)
+	}
+	return w.prefillTo(ctx, req, promptTokens, hashes, dst.eng)
+}
+
+func (w *Worker) prefillTo(ctx context.Context, req *llm.Request, promptTokens int, hashes []uint64, dst Engine) (Handoff, int, error) {
+	sp, ok := w.eng.(Splitter)
+	if !ok {
+		return Handoff{}, 0, stageErr(StagePrefill, ErrSplitUnsupported)
+	}
+	var h Handoff
+	size, err := w.slot(ctx, promptTokens, hashes, func() error {
+		_, span := tracing.Child(ctx, "prefill", splitHalf)
+		var err error
+		h, err = sp.PrefillTo(ctx, req, dst)
+		tracing.End(span, err)
+		return err
 	})
-	done(fin, err)
-	return fin, batchSize, err
+	if err != nil {
+		return Handoff{}, size, stageErr(StagePrefill, err)
+	}
+	return h, size, nil
+}
+
+// Resume runs the decode half of a split on this worker from the blocks
+// Prefill delivered, streaming its tokens through emit.
+func (w *Worker) Resume(ctx context.Context, req *llm.Request, h Handoff, promptTokens int, hashes []uint64, emit llm.Emit) (fin llm.Final, batchSize int, err error) {
+	sp, ok := w.eng.(Splitter)
+	if !ok {
+		return llm.Final{}, 0, stageErr(StageResume, ErrSplitUnsupported)
+	}
+	batchSize, err = w.slot(ctx, promptTokens, hashes, func() error {
+		_, span := tracing.Child(ctx, "decode", splitHalf)
+		var err error
+		fin, err = sp.Resume(ctx, req, h, w.counted(emit))
+		tracing.End(span, err)
+		return err
+	})
+	if err != nil {
+		return fin, batchSize, stageErr(StageResume, err)
+	}
+	return fin, batchSize, nil
 }
 
 // probe refreshes health and load. A failed probe marks the worker

@@ -105,7 +105,7 @@ func run(ctx context.Context, binDir, dataDir string, perPhase int, keep bool) e
 	}
 	fmt.Println("   ", pkiDir, "(phaselessctl pki init / pki device do the same)")
 
-	step("2. Cloud: QUIC ingress, scheduler, built-in engine (shipped cloud model), embedded MQTT broker (TLS, device certificates)")
+	step("2. Cloud: QUIC ingress, scheduler, four built-in engines (shipped cloud model; one per pool, --dev), embedded MQTT broker (TLS, device certificates)")
 	d.cloudHTTP = freeAddr("tcp")
 	quicAddr, mqttAddr, mqttTLS := freeAddr("udp"), freeAddr("tcp"), freeAddr("tcp")
 	d.cloudArgs = []string{"--dev", "--http", d.cloudHTTP, "--quic", quicAddr, "--mqtt", mqttAddr, "--mqtt-tls", mqttTLS,
@@ -149,6 +149,9 @@ func run(ctx context.Context, binDir, dataDir string, perPhase int, keep bool) e
 	step("5. Both APIs: an Anthropic Messages request, and a pinned route (x-phaseless-route: cloud)")
 	d.anthropic(ctx, "demo-car-1", "What is the tire pressure for my car?")
 	d.phase(ctx, "pinned", []prompt{{text: "Turn the fan to level 2", kind: "command", route: "cloud"}})
+
+	step("5b. Cloud pools: four built-in workers, one per pool; a request split between two (prefill on one, KV handed to the other, decode there)")
+	d.splitDemo(ctx)
 
 	step("6. Cloud outage: the cloud stops; agents answer locally and buffer telemetry in bbolt")
 	d.cloudMetrics = d.scrapeCloud(ctx) // the restarted cloud starts its counters anew

@@ -12,6 +12,9 @@
 // token per step and fills the rest of the step's token budget with chunks of
 // waiting prompts; Engine implements transport/llm.Generator, so agent/local and
 // cloud/worker call Generate and get tokens streamed as UTF-8-complete text.
+// Engine.Prefill and Engine.Resume split a generation between two engines:
+// the first runs the prompt and hands over its KV blocks as a Handoff, the
+// second decodes from them (prefill/decode disaggregation).
 // Model.Logits is the plain single-sequence forward pass used by
 // `phaselessctl lm logits` and by models/lmtrain's agreement test; WriteGGUF is
 // how the trainer saves weights the engine loads.

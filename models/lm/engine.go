@@ -119,6 +119,9 @@ type Stats struct {
 	TokensPerStep  float64
 	LastStepTokens int
 	Completed      uint64
+	// HandoffsOut counts prefills whose KV left as a Handoff (Prefill);
+	// HandoffsIn, sequences started from one (Resume).
+	HandoffsOut, HandoffsIn uint64
 }
 
 // Engine serves generation requests on one Model with continuous batching.
@@ -269,12 +272,22 @@ func BlockHashes(tokens []int32, blockSize int) []uint64 {
 // stop-sequence prefix). Cancelling ctx, or emit returning an error, frees the
 // sequence and its KV blocks.
 func (e *Engine) Generate(ctx context.Context, req *llm.Request, emit llm.Emit) (llm.Final, error) {
+	prompt, opt, err := e.chatRequest(req)
+	if err != nil {
+		return llm.Final{}, err
+	}
+	return e.GenerateTokens(ctx, prompt, opt, emit)
+}
+
+// chatRequest is a chat request's prompt tokens and options, as Generate
+// runs them.
+func (e *Engine) chatRequest(req *llm.Request) ([]int32, GenOptions, error) {
 	if req.MaxTokens <= 0 {
-		return llm.Final{}, llm.Errorf(llm.CodeInvalid, "max tokens must be positive, got %d", req.MaxTokens)
+		return nil, GenOptions{}, llm.Errorf(llm.CodeInvalid, "max tokens must be positive, got %d", req.MaxTokens)
 	}
 	prompt, err := e.m.ChatPromptTokens(req.Messages)
 	if err != nil {
-		return llm.Final{}, llm.Errorf(llm.CodeInvalid, "%v", err)
+		return nil, GenOptions{}, llm.Errorf(llm.CodeInvalid, "%v", err)
 	}
 	stop := req.Stop
 	if !e.m.HasChatTemplate() {
@@ -282,10 +295,10 @@ func (e *Engine) Generate(ctx context.Context, req *llm.Request, emit llm.Emit) 
 		// them with a control token, which IsEOG stops at.
 		stop = append([]string{TurnEnd}, req.Stop...)
 	}
-	return e.GenerateTokens(ctx, prompt, GenOptions{
+	return prompt, GenOptions{
 		MaxTokens: req.MaxTokens, Temperature: req.Temperature, TopK: req.TopK, TopP: req.TopP,
 		Seed: req.Seed, Stop: stop,
-	}, emit)
+	}, nil
 }
 
 // GenOptions are the sampling and stopping settings of one generation.
@@ -309,23 +322,29 @@ type GenOptions struct {
 
 // GenerateTokens runs a prompt given as token ids (BOS included if wanted).
 func (e *Engine) GenerateTokens(ctx context.Context, prompt []int32, opt GenOptions, emit llm.Emit) (llm.Final, error) {
-	start := e.cfg.Now()
-	if emit == nil {
-		emit = func(llm.Token) error { return nil }
+	s, err := e.newSequence(prompt, opt)
+	if err != nil {
+		return llm.Final{}, err
 	}
+	return e.run(ctx, s, emit)
+}
+
+// newSequence checks a prompt and options and builds their sequence. A
+// seed of 0 in opt is replaced by one of the engine's picks.
+func (e *Engine) newSequence(prompt []int32, opt GenOptions) (*sequence, error) {
 	if len(prompt) == 0 {
-		return llm.Final{}, llm.Errorf(llm.CodeInvalid, "empty prompt")
+		return nil, llm.Errorf(llm.CodeInvalid, "empty prompt")
 	}
 	if len(prompt) >= e.m.Config.ContextLen {
-		return llm.Final{}, llm.Errorf(llm.CodeContextLength, "prompt of %d tokens does not fit the context of %d", len(prompt), e.m.Config.ContextLen)
+		return nil, llm.Errorf(llm.CodeContextLength, "prompt of %d tokens does not fit the context of %d", len(prompt), e.m.Config.ContextLen)
 	}
 	for _, t := range prompt {
 		if t < 0 || int(t) >= e.m.Config.Vocab {
-			return llm.Final{}, llm.Errorf(llm.CodeInvalid, "token %d outside the vocabulary", t)
+			return nil, llm.Errorf(llm.CodeInvalid, "token %d outside the vocabulary", t)
 		}
 	}
 	if opt.MaxTokens <= 0 {
-		return llm.Final{}, llm.Errorf(llm.CodeInvalid, "max tokens must be positive, got %d", opt.MaxTokens)
+		return nil, llm.Errorf(llm.CodeInvalid, "max tokens must be positive, got %d", opt.MaxTokens)
 	}
 	seed := opt.Seed
 	if seed == 0 {
@@ -333,16 +352,24 @@ func (e *Engine) GenerateTokens(ctx context.Context, prompt []int32, opt GenOpti
 		seed = e.seeds.Uint64()
 		e.seedMu.Unlock()
 	}
-	s := &sequence{
+	return &sequence{
 		tokens:    append([]int32(nil), prompt...),
 		promptLen: len(prompt),
 		opt:       opt,
+		seed:      seed,
 		sampler:   newSampler(opt.Temperature, opt.TopK, opt.TopP, seed),
 		decoder:   NewStreamDecoder(e.m.tok),
 		stop:      stopMatcher{stops: nonEmpty(opt.Stop)},
-		start:     start,
+		start:     e.cfg.Now(),
 		notify:    make(chan struct{}, 1),
 		prefixHit: -1,
+	}, nil
+}
+
+// run queues s and streams its tokens through emit until it ends.
+func (e *Engine) run(ctx context.Context, s *sequence, emit llm.Emit) (llm.Final, error) {
+	if emit == nil {
+		emit = func(llm.Token) error { return nil }
 	}
 	e.mu.Lock()
 	switch {
@@ -381,7 +408,7 @@ func (e *Engine) GenerateTokens(ctx context.Context, prompt []int32, opt GenOpti
 		if !done {
 			continue
 		}
-		fin.Total = e.cfg.Now().Sub(start)
+		fin.Total = e.cfg.Now().Sub(s.start)
 		switch {
 		case emitErr != nil:
 			fin.FinishReason = "cancelled"
@@ -425,6 +452,7 @@ type sequence struct {
 	blocks    []int32  // block table: position p lives in blocks[p/BlockSize]
 	hashes    []uint64 // chained hashes of the blocks registered so far
 	opt       GenOptions
+	seed      uint64 // the sampler's seed
 	sampler   *sampler
 	decoder   *StreamDecoder
 	stop      stopMatcher
@@ -434,6 +462,13 @@ type sequence struct {
 	prefixHit int // -1 until first admitted
 	preempted bool
 	ended     bool // step loop only: s has left the engine
+	// export (Prefill) ends s after its prompt: the step loop copies its
+	// keys and values into handoff instead of streaming the first token.
+	export  bool
+	handoff *Handoff
+	// imported (Resume) is the handoff s starts from: on admission its
+	// keys and values are written into s's blocks, then dropped.
+	imported *Handoff
 
 	abortQueued bool // guarded by Engine.mu
 

@@ -6,6 +6,7 @@ import (
 	"io"
 	"os"
 	"runtime"
+	"sync"
 
 	"github.com/phaseless/phaseless/models/lm/gguf"
 )
@@ -32,6 +33,9 @@ type Model struct {
 	tied    bool
 	// ropeFreqs divides RoPE's frequencies (Llama 3 scaling); nil = none.
 	ropeFreqs []float32
+
+	fpOnce sync.Once // guards fp, computed on first use (Fingerprint)
+	fp     uint64
 }
 
 type layer struct {

@@ -15,6 +15,7 @@ type sampler struct {
 	topK        int
 	topP        float64
 	rng         *rand.Rand
+	draws       uint32 // random numbers drawn so far (a KV handoff carries it)
 	cand        []candidate
 }
 
@@ -25,6 +26,16 @@ type candidate struct {
 
 func newSampler(temperature float64, topK int, topP float64, seed uint64) *sampler {
 	return &sampler{temperature: temperature, topK: topK, topP: topP, rng: rand.New(rand.NewPCG(seed, seed^0x5851f42d4c957f2d))}
+}
+
+// skip advances the random source past n draws, so a sampler rebuilt from
+// a seed (a decode engine resuming a KV handoff) continues where the
+// original stopped.
+func (s *sampler) skip(n uint32) {
+	for range n {
+		s.rng.Float64()
+	}
+	s.draws += n
 }
 
 // sample returns the argmax when temperature is 0; otherwise it draws from
@@ -73,6 +84,7 @@ func (s *sampler) sample(logits []float32) int32 {
 		}
 	}
 	s.cand = c
+	s.draws++
 	r := s.rng.Float64() * sum
 	for _, x := range c {
 		r -= x.p

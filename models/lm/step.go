@@ -120,12 +120,21 @@ func (e *Engine) step() bool {
 		}
 		s := e.waiting[0]
 		e.mu.Unlock()
-		if !e.admit(s) {
+		var ok bool
+		if s.imported != nil {
+			ok = e.admitImported(s, e.cfg.Now())
+		} else {
+			ok = e.admit(s)
+		}
+		if !ok {
 			break
 		}
 		e.mu.Lock()
 		e.waiting = e.waiting[1:]
 		e.mu.Unlock()
+		if s.ended { // a handed-off first token that was also its last
+			continue
+		}
 		e.running = append(e.running, s)
 		if n := e.reserve(s, min(len(s.tokens)-s.computed, budget), -1, nil); n > 0 {
 			work = append(work, planned{s, n})
@@ -297,24 +306,35 @@ func (e *Engine) runBatch(work []planned) {
 			prefill += w.n
 		}
 		s.computed += w.n
-		for bi := len(s.hashes); (bi+1)*bs <= s.computed; bi++ {
-			parent := uint64(kvcache.RootHash)
-			if bi > 0 {
-				parent = s.hashes[bi-1]
-			}
-			h := kvcache.NextHash(parent, bi, s.tokens[bi*bs:(bi+1)*bs])
-			e.alloc.Register(s.blocks[bi], h)
-			s.hashes = append(s.hashes, h)
-		}
+		e.registerBlocks(s)
 		if s.computed < len(s.tokens) {
 			continue
 		}
 		logits := sb.logits[li*vocab : (li+1)*vocab]
 		li++
+		if s.export {
+			e.exportSequence(s, s.sampler.sample(logits))
+			continue
+		}
 		e.advance(s, s.sampler.sample(logits), now)
 	}
 	e.running = slices.DeleteFunc(e.running, func(s *sequence) bool { return s.ended })
 	e.recordStep(prefill, decode)
+}
+
+// registerBlocks registers s's newly full blocks as reusable prefix blocks
+// under their chained hashes.
+func (e *Engine) registerBlocks(s *sequence) {
+	bs := e.cfg.BlockSize
+	for bi := len(s.hashes); (bi+1)*bs <= s.computed; bi++ {
+		parent := uint64(kvcache.RootHash)
+		if bi > 0 {
+			parent = s.hashes[bi-1]
+		}
+		h := kvcache.NextHash(parent, bi, s.tokens[bi*bs:(bi+1)*bs])
+		e.alloc.Register(s.blocks[bi], h)
+		s.hashes = append(s.hashes, h)
+	}
 }
 
 // advance appends a sampled token to s, streams its text and ends s when it

@@ -212,6 +212,9 @@ func (c *Client) Generate(ctx context.Context, req *llm.Request, emit llm.Emit) 
 	if c.cfg.APIKey != "" {
 		hreq.Header.Set("Authorization", "Bearer "+c.cfg.APIKey)
 	}
+	if req.KVHandoff != "" {
+		hreq.Header.Set(KVHandoffHeader, req.KVHandoff)
+	}
 	resp, err := c.http.Do(hreq)
 	if err != nil {
 		return llm.Final{}, transportError(ctx, c.cfg.Name, err)

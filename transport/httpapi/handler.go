@@ -140,6 +140,13 @@ func decodeRequest[X any](h *Handler, w http.ResponseWriter, r *http.Request, a 
 	}
 	req.ID, req.Tenant = newID(), tenant
 	req.IdempotencyKey = r.Header.Get("Idempotency-Key")
+	if v := strings.TrimSpace(r.Header.Get(KVHandoffHeader)); v != "" {
+		if !h.opts.AllowKVHandoff {
+			h.fail(w, a, invalid(KVHandoffHeader, "header %s is accepted only by a cloud worker", KVHandoffHeader))
+			return nil, extra, false
+		}
+		req.KVHandoff = v
+	}
 	return req, extra, true
 }
 
@@ -287,6 +294,7 @@ func writeMeta(hdr http.Header, m *llm.Meta) {
 	}
 	set("x-phaseless-route", m.RouteHeader())
 	set("x-scheduler-hint", m.SchedulerHint)
+	set("x-phaseless-decode", m.Split.String())
 	set("x-fallback-reason", m.Fallback.String())
 	if m.HasBudget {
 		hdr.Set("x-burst-budget-remaining", strconv.FormatInt(m.BudgetRemaining, 10))

@@ -57,6 +57,9 @@ type Options struct {
 	Authenticate func(*http.Request) (tenant string, err error)
 	// AllowPolicyHint honours the x-phaseless-policy header (cloud --dev only).
 	AllowPolicyHint bool
+	// AllowKVHandoff honours KVHandoffHeader (the cloud, which serves as
+	// another coordinator's decode worker); elsewhere it is refused.
+	AllowKVHandoff bool
 	// Logger receives one line per failed request; nil discards.
 	Logger *slog.Logger
 	// Metrics, when set, receives request counts, TTFT and inter-token latency.
@@ -100,3 +103,7 @@ func (o *Options) Validate() error {
 	}
 	return nil
 }
+
+// KVHandoffHeader carries llm.Request.KVHandoff: the id of a KV handoff
+// parked at the receiving cloud worker, whose decode this request is.
+const KVHandoffHeader = "x-phaseless-kv-handoff"

@@ -28,6 +28,11 @@ type Request struct {
 	Tenant         string // API key's tenant or device id; set by the receiver, not the caller
 	Hints          Hints
 
+	// KVHandoff names a KV handoff parked at the worker that receives this
+	// request (x-phaseless-kv-handoff, cloud-to-worker only): it decodes
+	// from that prefill instead of running the prompt (see Split).
+	KVHandoff string
+
 	// Trace is the W3C trace context (trace.go).
 	Trace Trace
 }

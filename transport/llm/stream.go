@@ -13,6 +13,9 @@ type Meta struct {
 	Worker        string // the cloud worker it was placed on
 	SchedulerHint string // base32 scheduler vector (transport/schedhint)
 	Fallback      Fallback
+	// Split, when set, names the worker that decoded after another ran
+	// the prefill (Pool, Worker).
+	Split Split
 	// BudgetRemaining is the caller's remaining burst budget in tokens,
 	// valid when HasBudget.
 	BudgetRemaining int64
@@ -42,7 +45,7 @@ func (m *Meta) merge(in *Meta) {
 		m.Route = in.Route
 	}
 	if m.Pool == "" && m.Worker == "" {
-		m.Pool, m.Worker = in.Pool, in.Worker
+		m.Pool, m.Worker, m.Split = in.Pool, in.Worker, in.Split
 	}
 	if m.SchedulerHint == "" {
 		m.SchedulerHint = in.SchedulerHint
@@ -77,10 +80,14 @@ const (
 	// FallbackPoolOverloaded: the cloud worker first chosen answered
 	// overloaded/unavailable; it ran on the conservative pool.
 	FallbackPoolOverloaded
+	// FallbackHandoffFailed: a prefill/decode split failed before its
+	// first token (the prefill, the KV transfer or the decode worker's
+	// import); it ran on one worker.
+	FallbackHandoffFailed
 	numFallbackCauses
 )
 
-var fallbackCauseNames = [numFallbackCauses]string{"", "no_cloud", "cloud_timeout", "cloud_error", "local_refused", "pool_overloaded"}
+var fallbackCauseNames = [numFallbackCauses]string{"", "no_cloud", "cloud_timeout", "cloud_error", "local_refused", "pool_overloaded", "handoff_failed"}
 
 // String is the cause's stable name, used as a metrics label.
 func (c FallbackCause) String() string {

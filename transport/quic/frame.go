@@ -331,7 +331,8 @@ func appendMeta(b []byte, m *llm.Meta) []byte {
 	b = appendString(b, m.Worker)
 	b = append(b, byte(m.Fallback.Cause))
 	b = appendString(b, m.Fallback.From)
-	return appendString(b, string(m.Fallback.Code))
+	b = appendString(b, string(m.Fallback.Code))
+	return appendExts(b, metaExts, m)
 }
 
 func (d *decoder) meta() llm.Meta {
@@ -351,6 +352,7 @@ func (d *decoder) meta() llm.Meta {
 	if m.Fallback.Detail == m.Fallback.Cause.String() {
 		m.Fallback.Detail = "" // the text slot held only the cause's name
 	}
+	decodeExts(d, metaExts, &m)
 	return m
 }
 
