@@ -74,6 +74,7 @@ type Config struct {
 	SLATTFT        time.Duration
 	SLAITL         time.Duration
 	AdminListen    string // pprof and /metrics on their own listener; empty = off
+	CacheLayers    string // prompt-caching layers, comma-separated (cache.go); empty = the default set
 }
 
 // FillDefaults sets every field whose zero value is not a working setting,
@@ -134,6 +135,7 @@ func (c *Config) Fields() cli.Fields {
 		{Flag: "budget-period", Go: "BudgetPeriod", Value: &c.BudgetPeriod, Usage: "how long an empty budget takes to refill, for the default and every key's budget (1m, 1h, 24h…)"},
 		{Flag: "batch-window", Go: "BatchWindow", Value: &c.BatchWindow, Usage: "longest a request waits to be batched with similar-length prompts while its engine is full"},
 		{Flag: "batch-max", Go: "BatchMax", Value: &c.BatchMax, Usage: "most requests released into an engine together"},
+		{Flag: "cache-layers", Go: "CacheLayers", Value: &c.CacheLayers, Usage: "prompt-caching layers: affinity, prefetch, semantic (comma-separated), or none; default affinity (docs/cloud.md)"},
 		{Flag: "max-running", Go: "MaxRunning", Value: &c.MaxRunning, Usage: "requests running at once before the per-tenant fair queue holds them (0: twice the workers' capacity)"},
 		{Flag: "sla-ttft", Go: "SLATTFT", Value: &c.SLATTFT, Usage: "SLA: time to first token"},
 		{Flag: "sla-itl", Go: "SLAITL", Value: &c.SLAITL, Usage: "SLA: mean time between tokens"},
@@ -412,6 +414,7 @@ func (c *Cloud) Start(ctx context.Context) (err error) {
 		return err
 	}
 	worker.RegisterEngineMetrics(c.metrics, builtins)
+	worker.RegisterCacheMetrics(c.metrics, builtins)
 
 	var store admit.Store = admit.NewMemoryStore()
 	if c.cfg.Redis.IsSet() {
@@ -438,6 +441,10 @@ func (c *Cloud) Start(ctx context.Context) (err error) {
 			return &cli.FieldError{Field: "APIKeys", Err: err}
 		}
 	}
+	cacheConfig, err := c.cacheConfig(store)
+	if err != nil {
+		return err
+	}
 	slots := c.cfg.MaxRunning
 	if slots == 0 {
 		for _, w := range workers {
@@ -454,6 +461,7 @@ func (c *Cloud) Start(ctx context.Context) (err error) {
 		AllowPolicyOverride: c.cfg.Dev,
 		SLATTFT:             c.cfg.SLATTFT, SLAITL: c.cfg.SLAITL,
 		Metrics: c.metrics, Logger: c.log, Tracer: c.tracer.TracerProvider(),
+		Cache: cacheConfig,
 	})
 	if err != nil {
 		return err
@@ -878,6 +886,9 @@ func (c *Cloud) closeLocked() error {
 	if c.broker != nil {
 		errs = append(errs, c.broker.Close())
 		c.broker = nil
+	}
+	if c.coord != nil {
+		errs = append(errs, c.coord.Close()) // before the workers its warm-ups run on
 	}
 	if c.workers != nil {
 		errs = append(errs, c.workers.Close())

@@ -115,6 +115,11 @@ func (r *RedisStore) Count(ctx context.Context, key string, limit int64, window 
 }
 
 // Close implements Store; it is idempotent.
+// Client is the store's connection, for other state the replicas share
+// over the same Redis (cloud/affinity's pinned-prefix directory). The store
+// owns it: Close closes it.
+func (r *RedisStore) Client() *redis.Client { return r.client }
+
 func (r *RedisStore) Close() error {
 	r.once.Do(func() { r.err = r.client.Close() })
 	return r.err

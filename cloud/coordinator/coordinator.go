@@ -16,6 +16,7 @@ import (
 
 	"github.com/phaseless/phaseless/cloud/admit"
 	"github.com/phaseless/phaseless/cloud/sched"
+	"github.com/phaseless/phaseless/cloud/semantic"
 	"github.com/phaseless/phaseless/cloud/worker"
 	"github.com/phaseless/phaseless/models/lm"
 	"github.com/phaseless/phaseless/models/textfeat"
@@ -56,6 +57,8 @@ type Config struct {
 	Logger  *slog.Logger
 	// Tracer records each request's spans (tracing.go); nil records none.
 	Tracer trace.TracerProvider
+	// Cache is the prompt-caching layer (cache.go).
+	Cache CacheConfig
 }
 
 // Coordinator is the cloud's llm.Generator: admission, placement, batching
@@ -69,6 +72,7 @@ type Coordinator struct {
 	predictor *sched.OutputPredictor
 	snaps     sync.Pool // *sched.Snapshot, reused so a decision allocates nothing
 	m         coordMetrics
+	cache     *cacheLayer
 }
 
 var _ llm.Generator = (*Coordinator)(nil)
@@ -108,11 +112,17 @@ func New(cfg Config) (*Coordinator, error) {
 		return nil, err
 	}
 	c := &Coordinator{cfg: cfg, fair: fair, breaker: br, predictor: sched.NewOutputPredictor(0), overrides: map[string]sched.Policy{}}
+	if c.cache, err = newCacheLayer(cfg.Cache, cfg.Tokenizer, cfg.BlockSize, cfg.Metrics); err != nil {
+		return nil, err
+	}
 	c.policy = cfg.Policy
 	if c.policy == nil {
 		if c.policy, err = sched.NewRules(cfg.Rules); err != nil {
 			return nil, err
 		}
+	}
+	if c.policy, err = c.cache.policy(c.policy); err != nil {
+		return nil, err
 	}
 	for _, name := range sched.Names() {
 		p, err := sched.ByName(name, cfg.Rules)
@@ -133,6 +143,7 @@ func New(cfg Config) (*Coordinator, error) {
 // measured is what is known about a request before it is placed.
 type measured struct {
 	sig    sched.Request
+	fp     semantic.Fingerprint // x-semantic-mode's fingerprint (cache.go)
 	tenant string
 	cost   int64 // tokens charged against the budget: prompt + max output
 	maxOut int
@@ -177,8 +188,10 @@ func (c *Coordinator) decide(req *llm.Request, m *measured, snap *sched.Snapshot
 	t0 := time.Now()
 	c.cfg.Workers.Snapshot(snap, m.sig.BlockHashes)
 	c.pinModel(req.Model, snap)
+	c.cache.mergePins(c.cache.ctx, c, snap, m.sig.BlockHashes)
 	var d sched.Decision
 	var err error
+	grouped := false
 	switch p, ok := c.overrides[req.Hints.Policy]; {
 	case c.cfg.AllowPolicyOverride && req.Hints.Policy != "" && ok:
 		// An explicit policy (--dev experiments, the replay's comparison)
@@ -188,7 +201,12 @@ func (c *Coordinator) decide(req *llm.Request, m *measured, snap *sched.Snapshot
 	case c.breaker.Open():
 		d, err = sched.FIFO(&m.sig, snap)
 	default:
-		d, err = c.policy.Decide(&m.sig, snap)
+		if d, grouped = c.cache.join(req, &m.fp, m, snap); !grouped {
+			d, err = c.policy.Decide(&m.sig, snap)
+		}
+		if err == nil && !grouped {
+			c.cache.opened(req, &m.fp, m, d.Worker)
+		}
 	}
 	c.m.decision.Observe(time.Since(t0).Seconds())
 	return d, err
@@ -202,7 +220,11 @@ func (c *Coordinator) generate(ctx context.Context, req *llm.Request, emit llm.E
 	if p := req.Hints.Policy; p != "" && c.overrides[p] == nil {
 		return llm.Final{}, llm.Errorf(llm.CodeInvalid, "unknown scheduler policy %q (%s)", p, strings.Join(append(sched.Names(), NameDisaggregated), ", "))
 	}
+	if err := c.cache.check(req); err != nil {
+		return llm.Final{}, err
+	}
 	m := c.measure(req)
+	m.fp = semantic.Of(req.Messages, req.Hints.SemanticMode)
 	bucket := c.cfg.Budget(m.tenant)
 	_, span := tracing.Child(ctx, "admission")
 	remaining, err := c.cfg.Admitter.Charge(ctx, m.tenant, m.cost, bucket)
@@ -271,6 +293,9 @@ func (c *Coordinator) generate(ctx context.Context, req *llm.Request, emit llm.E
 	}
 	if err == nil {
 		err = st.Begin() // an answer without tokens still starts with its metadata
+	}
+	if err == nil {
+		c.cache.after(ctx, c, req, &m, c.cfg.Workers.Workers()[d.Worker].Name())
 	}
 	return fin, c.finish(ctx, &m, bucket, st.Meta.RouteHeader(), fin, err, run.itlSum)
 }

@@ -42,6 +42,7 @@ type simOptions struct {
 	prices           sim.Prices
 	probe            time.Duration
 	reqs             []replay.TraceRequest
+	cache            simCache // prompt caching (sim_cache.go)
 }
 
 // simRequests turns a trace into simulator requests at a rate scale.
@@ -59,8 +60,11 @@ func simRun(ctx context.Context, o *simOptions, policy string, scale float64) (s
 	if err != nil {
 		return sim.Summary{}, err
 	}
+	if p, err = o.cache.wrap(p); err != nil {
+		return sim.Summary{}, err
+	}
 	c, err := sim.New(sim.Config{Pools: o.pools, CycleRoles: o.cycle, Model: o.model, TP: o.tp, Engine: o.engine,
-		Policy: p, SLOTTFT: o.sloTTFT, SLOTPOT: o.sloTPOT, ProbeInterval: o.probe})
+		Policy: p, SLOTTFT: o.sloTTFT, SLOTPOT: o.sloTPOT, ProbeInterval: o.probe, Cache: o.cache.cfg})
 	if err != nil {
 		return sim.Summary{}, err
 	}
@@ -243,12 +247,16 @@ func simCmd(ctx context.Context, cio cli.IO, args []string) error {
 	probe := fs.Duration("probe-interval", 500*time.Millisecond, "how often worker load (queues, KV usage, preemptions) is re-read, as phaseless-cloud probes its workers")
 	cpuModel := fs.String("cpu-model", "", "GGUF model for cpu pools (--cluster 2xcpu): lm bench runs it here and the built-in engine's profile is fitted from the figures")
 	prices := priceFlags(fs)
+	cacheFlags := simCacheFlags(fs)
 	usage := "sim --trace F --format azure|mooncake [--cluster 8xh100[,8xl4]] [--model llama3.1-8b] [--policy all|NAME,...] [--rate-scale X,Y] [--slo-ttft 2s --slo-tpot 100ms] [--json] [--max-rate] [--plot DIR]"
 	if done, err := lmParseFlags(fs, cio, args, usage); done || err != nil {
 		return err
 	}
 	o := &simOptions{sloTTFT: *sloTTFT, sloTPOT: *sloTPOT, tp: *tp, prices: sim.Prices{}, probe: *probe}
 	var err error
+	if o.cache, err = cacheFlags(); err != nil {
+		return err
+	}
 	switch {
 	case *trace == "":
 		return &cli.FieldError{Field: "trace", Err: errors.New("required")}

@@ -126,9 +126,12 @@ type Config struct {
 	// what `phaselessctl replay`'s English word prompts measure, and 4
 	// characters per token (Llama 3's tokenizer on English).
 	EntropyBits, CharsPerToken float64
+	// Cache is prompt caching: TTL pinning (cache.go).
+	Cache CacheConfig
 }
 
 func (c *Config) fill() {
+	c.Cache.fill()
 	if c.SLOTTFT == 0 {
 		c.SLOTTFT = 2 * time.Second
 	}
@@ -161,7 +164,7 @@ func (c *Config) Validate() error {
 	case c.EntropyBits < 0 || c.EntropyBits > 8 || c.CharsPerToken < 0:
 		return errors.New("sim.Config.EntropyBits/CharsPerToken: out of range")
 	}
-	return nil
+	return c.Cache.validate()
 }
 
 // Status is how a request ended.
@@ -312,6 +315,7 @@ func New(cfg Config) (*Cluster, error) {
 		return nil, err
 	}
 	c.snap.Workers = make([]sched.Worker, len(c.workers))
+	c.enablePinning()
 	return c, nil
 }
 
@@ -399,6 +403,7 @@ func (c *Cluster) arrive(i int) {
 	out := max(1, r.Output)
 	f.seq = Seq{Prompt: max(1, r.Input), MaxOutput: out, User: f}
 	f.seq.Hashes = blockHashes(i, r, c.dep.Engine.BlockSize)
+	c.pinRequest(&f.seq, f.tenant)
 	f.sig = sched.Request{
 		InputTokens:     f.seq.Prompt,
 		InputChars:      int(float64(f.seq.Prompt) * c.cfg.CharsPerToken),

@@ -22,6 +22,15 @@ type Seq struct {
 	// when it was first scheduled; Preemptions how often it was preempted.
 	CachedTokens, Preemptions int
 
+	// Prompt caching (pin.go): the leading PinBlocks of Hashes are pinned
+	// for PinTTL, charged to Tenant, once computed; WrittenBlocks is how
+	// many that newly pinned (cache writes).
+	PinBlocks     int
+	PinTTL        time.Duration
+	Tenant        string
+	WrittenBlocks int
+	pinDone       bool
+
 	computed  int     // tokens whose KV exists
 	generated int     // output tokens sampled
 	blocks    []int32 // block table
@@ -67,6 +76,21 @@ type Engine struct {
 // NewEngine returns an idle engine for a deployment.
 func NewEngine(d *Deployment) *Engine {
 	return &Engine{d: d, kv: newKVCache(d.KVBlocks)}
+}
+
+// EnablePinning turns prompt-cache pinning on: at most maxBlocks pinned in
+// all and tenantBlocks per tenant, lifetimes on the now clock.
+func (e *Engine) EnablePinning(maxBlocks, tenantBlocks int, now func() time.Duration) {
+	e.kv.enablePins(maxBlocks, tenantBlocks, now)
+}
+
+// PinStats are the engine's pinning counters: blocks pinned now, prefix
+// hits on pinned blocks, pins that ran out, blocks a cap refused.
+func (e *Engine) PinStats() (pinned int, hits, expiries, refused uint64) {
+	if p := e.kv.pin; p != nil {
+		return p.total, p.hits, p.expiries, p.refused
+	}
+	return 0, 0, 0, 0
 }
 
 // Deployment is the engine's physics.
@@ -130,6 +154,7 @@ func ceilDiv(a, b int) int { return (a + b - 1) / b }
 func (e *Engine) Plan() (time.Duration, bool) {
 	bs, budget := e.d.Engine.BlockSize, e.d.Engine.MaxBatchedTokens
 	e.planned = e.planned[:0]
+	e.kv.expire()
 	var shape StepShape
 	add := func(s *Seq, n int) {
 		s.step = n
@@ -172,7 +197,7 @@ func (e *Engine) Plan() (time.Duration, bool) {
 		need := ceilDiv(hit*bs+n, bs) - hit
 		freeHits := 0
 		for _, h := range s.Hashes[:hit] {
-			if e.kv.ref[e.kv.byHash[h]] == 0 {
+			if b := e.kv.byHash[h]; e.kv.ref[b] == 0 && !e.kv.pinned(b) {
 				freeHits++
 			}
 		}
@@ -231,6 +256,10 @@ func (e *Engine) Commit(emit func(s *Seq, finished bool)) {
 		}
 		for full := min(s.computed/bs, len(s.Hashes)); s.hashed < full; s.hashed++ {
 			e.kv.register(s.blocks[s.hashed], s.Hashes[s.hashed])
+		}
+		if s.PinBlocks > 0 && !s.pinDone && s.hashed >= min(s.PinBlocks, len(s.Hashes)) {
+			s.pinDone = true
+			s.WrittenBlocks = e.kv.pinPrefix(s.Tenant, s.Hashes[:min(s.PinBlocks, len(s.Hashes))], s.PinTTL)
 		}
 		if s.computed < s.numTokens() {
 			continue // a prefill chunk that is not the last

@@ -15,6 +15,7 @@ type kvCache struct {
 	head, tail int32
 	free       int
 	byHash     map[uint64]int32
+	pin        *pins // nil: pinning off (pin.go)
 }
 
 func newKVCache(blocks int) *kvCache {
@@ -89,10 +90,11 @@ func (c *kvCache) match(hashes []uint64) int {
 // take adds a user to the cached block holding h (which match found).
 func (c *kvCache) take(h uint64) int32 {
 	b := c.byHash[h]
-	if c.ref[b] == 0 {
+	if c.ref[b] == 0 && !c.pinned(b) {
 		c.unlink(b)
 	}
 	c.ref[b]++
+	c.touch(b)
 	return b
 }
 
@@ -102,7 +104,7 @@ func (c *kvCache) release(bs []int32) {
 	for i := len(bs) - 1; i >= 0; i-- {
 		b := bs[i]
 		c.ref[b]--
-		if c.ref[b] == 0 {
+		if c.ref[b] == 0 && !c.pinned(b) {
 			c.push(b)
 		}
 	}
@@ -135,6 +137,9 @@ func (c *kvCache) check(refs map[int32]int32) error {
 	if n != c.free {
 		return fmt.Errorf("free queue has %d blocks, count says %d", n, c.free)
 	}
+	if idle := c.pinnedIdle(); n+idle != len(c.ref)-countUsed(c.ref) {
+		return fmt.Errorf("%d free and %d idle pinned blocks, but %d without users", n, idle, len(c.ref)-countUsed(c.ref))
+	}
 	for b := range c.ref {
 		if c.ref[b] < 0 || c.ref[b] != refs[int32(b)] {
 			return fmt.Errorf("block %d: %d users counted, %d held", b, c.ref[b], refs[int32(b)])
@@ -146,4 +151,14 @@ func (c *kvCache) check(refs map[int32]int32) error {
 		}
 	}
 	return nil
+}
+
+func countUsed(ref []int32) int {
+	n := 0
+	for _, r := range ref {
+		if r > 0 {
+			n++
+		}
+	}
+	return n
 }

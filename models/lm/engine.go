@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"runtime"
+	"slices"
 	"sync"
 	"time"
 
@@ -36,6 +37,15 @@ type EngineConfig struct {
 	FaultWindow time.Duration
 	// Now is the clock (default time.Now); tests inject their own.
 	Now func() time.Time
+
+	// PinnedBytes caps the KV memory prompt caching may pin (cache
+	// breakpoints, x-cache-ttl); pinned blocks are never evicted while they
+	// live. Default: half the KV budget. It is always cut so one
+	// full-context sequence fits beside it; negative turns pinning off.
+	PinnedBytes int64
+	// PinTenantBytes caps one tenant's pinned memory (default: half of
+	// PinnedBytes), so one tenant cannot take the pinned share.
+	PinTenantBytes int64
 }
 
 // DefaultBlockSize is the KV cache block size in tokens when EngineConfig
@@ -84,6 +94,8 @@ func (c EngineConfig) Validate() error {
 		return fmt.Errorf("engine config: Threads %d is negative", c.Threads)
 	case c.FaultWindow < 0:
 		return fmt.Errorf("engine config: FaultWindow %v is negative", c.FaultWindow)
+	case c.PinTenantBytes < 0:
+		return fmt.Errorf("engine config: PinTenantBytes %d is negative", c.PinTenantBytes)
 	}
 	if c.StepTokens > 0 && c.MaxBatch > 0 && c.StepTokens < c.MaxBatch {
 		return fmt.Errorf("engine config: StepTokens %d must be at least MaxBatch %d (one decode token each)", c.StepTokens, c.MaxBatch)
@@ -122,6 +134,16 @@ type Stats struct {
 	// HandoffsOut counts prefills whose KV left as a Handoff (Prefill);
 	// HandoffsIn, sequences started from one (Resume).
 	HandoffsOut, HandoffsIn uint64
+
+	// Prompt caching: blocks pinned now (in all and per tenant), Acquire
+	// hits on pinned blocks, pins that ran out, blocks a cap refused.
+	PinnedBlocks        int
+	PinnedByTenant      map[string]int
+	PinHits             uint64
+	PinExpiries         uint64
+	PinRefusedBlocks    uint64
+	CacheWriteTokens    uint64 // prompt tokens newly pinned
+	PinnedBytesPerBlock int64
 }
 
 // Engine serves generation requests on one Model with continuous batching.
@@ -174,7 +196,7 @@ func NewEngine(m *Model, cfg EngineConfig) (*Engine, error) {
 		return nil, fmt.Errorf("engine config: KVBudgetBytes %d holds %d blocks of %d tokens; one %d-token context needs %d (%d bytes)",
 			cfg.KVBudgetBytes, nBlocks, cfg.BlockSize, m.Config.ContextLen, ctxBlocks, int64(ctxBlocks)*perBlock)
 	}
-	alloc, err := kvcache.New(int(nBlocks))
+	alloc, err := kvcache.NewPinning(int(nBlocks), cfg.pinConfig(int(nBlocks), ctxBlocks, perBlock))
 	if err != nil {
 		return nil, err
 	}
@@ -222,6 +244,7 @@ func (e *Engine) signal() {
 func (e *Engine) Stats() Stats {
 	held, cached, free := e.alloc.Counts()
 	as := e.alloc.Stats()
+	pinned, byTenant := e.alloc.PinCounts()
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	s := e.stats
@@ -229,6 +252,9 @@ func (e *Engine) Stats() Stats {
 	s.KVBlocksUsed, s.KVBlocksCached, s.KVBlocksFree = held, cached, cached+free
 	s.Evictions = as.Evictions
 	s.KVFaults = as.Evictions + s.Preemptions
+	s.PinnedBlocks, s.PinnedByTenant = pinned, byTenant
+	s.PinHits, s.PinExpiries, s.PinRefusedBlocks = as.PinHits, as.PinExpiries, as.PinRefused
+	s.PinnedBytesPerBlock = blockBytes(e.m.Config, e.cfg.BlockSize)
 	now := e.cfg.Now()
 	cut := now.Add(-e.cfg.FaultWindow)
 	var base *stepMark
@@ -297,7 +323,7 @@ func (e *Engine) chatRequest(req *llm.Request) ([]int32, GenOptions, error) {
 	}
 	return prompt, GenOptions{
 		MaxTokens: req.MaxTokens, Temperature: req.Temperature, TopK: req.TopK, TopP: req.TopP,
-		Seed: req.Seed, Stop: stop,
+		Seed: req.Seed, Stop: stop, tenant: req.Tenant, pins: e.m.pinPoints(req, prompt),
 	}, nil
 }
 
@@ -318,6 +344,10 @@ type GenOptions struct {
 	// onToken, when set (benchmarks), runs in the step loop for every sampled
 	// token, whether or not its text was emitted yet.
 	onToken func()
+	// tenant and pins are the request's prompt caching: the prefixes to pin
+	// and whose pinned-memory cap they count against.
+	tenant string
+	pins   []pinPoint
 }
 
 // GenerateTokens runs a prompt given as token ids (BOS included if wanted).
@@ -363,6 +393,7 @@ func (e *Engine) newSequence(prompt []int32, opt GenOptions) (*sequence, error) 
 		start:     e.cfg.Now(),
 		notify:    make(chan struct{}, 1),
 		prefixHit: -1,
+		pins:      slices.Clone(opt.pins),
 	}, nil
 }
 
@@ -460,8 +491,12 @@ type sequence struct {
 	firstTok  time.Time
 	lastTok   time.Time
 	prefixHit int // -1 until first admitted
-	preempted bool
-	ended     bool // step loop only: s has left the engine
+	// pins are the request's cache breakpoints (promptcache.go);
+	// cacheWrite the prompt tokens s newly pinned.
+	pins       []pinPoint
+	cacheWrite int
+	preempted  bool
+	ended      bool // step loop only: s has left the engine
 	// export (Prefill) ends s after its prompt: the step loop copies its
 	// keys and values into handoff instead of streaming the first token.
 	export  bool

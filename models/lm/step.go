@@ -335,6 +335,9 @@ func (e *Engine) registerBlocks(s *sequence) {
 		e.alloc.Register(s.blocks[bi], h)
 		s.hashes = append(s.hashes, h)
 	}
+	if len(s.pins) > 0 {
+		e.pinComputed(s)
+	}
 }
 
 // advance appends a sampled token to s, streams its text and ends s when it
@@ -398,6 +401,7 @@ func (s *sequence) finalInfo(reason string) llm.Final {
 		CompletionTokens: max(0, s.generated()),
 		FinishReason:     reason,
 		PrefixHitTokens:  max(0, s.prefixHit),
+		CacheUsage:       llm.CacheUsage{CacheWriteTokens: min(s.cacheWrite, s.promptLen)},
 	}
 	if !s.firstTok.IsZero() {
 		f.TTFT = s.firstTok.Sub(s.start)

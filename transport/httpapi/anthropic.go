@@ -135,17 +135,17 @@ type antBlock struct {
 }
 
 // antUsage is Anthropic's usage object. As in Anthropic's API,
-// input_tokens counts only the prompt tokens that were not read from the
-// cache; cache_read_input_tokens counts those that were.
+// input_tokens counts only the prompt tokens neither read from nor written
+// to the cache (antUsageOf).
 type antUsage struct {
-	InputTokens          int `json:"input_tokens"`
-	OutputTokens         int `json:"output_tokens"`
+	InputTokens  int `json:"input_tokens"`
+	OutputTokens int `json:"output_tokens"`
+	// Prompt tokens read from the cache (the engine's prefix cache,
+	// llm.Final.PrefixHitTokens).
 	CacheReadInputTokens int `json:"cache_read_input_tokens"`
-}
-
-func anthropicUsage(fin llm.Final) antUsage {
-	hit := min(fin.PrefixHitTokens, fin.PromptTokens)
-	return antUsage{InputTokens: fin.PromptTokens - hit, OutputTokens: fin.CompletionTokens, CacheReadInputTokens: hit}
+	// Prompt tokens written into the pinned prompt cache (promptcache.go);
+	// Anthropic counts them apart from input_tokens.
+	CacheCreationInputTokens int `json:"cache_creation_input_tokens"`
 }
 
 // anthropicStop maps the canonical finish reason to Anthropic's stop_reason.
@@ -173,7 +173,7 @@ func (c *messagesCollector) end(w http.ResponseWriter, fin llm.Final) {
 	stop := anthropicStop(fin.FinishReason)
 	c.msg.Content = []antBlock{{Type: "text", Text: c.text.String()}}
 	c.msg.StopReason = &stop
-	c.msg.Usage = anthropicUsage(fin)
+	c.msg.Usage = antUsageOf(fin)
 	writeJSON(w, http.StatusOK, c.msg)
 }
 func (c *messagesCollector) fail(w http.ResponseWriter, e *apiError) { e.write(w, apiAnthropic) }
@@ -246,7 +246,7 @@ func (s *messagesStreamer) end(w http.ResponseWriter, fin llm.Final) {
 	}{Type: "message_delta", Delta: struct {
 		StopReason   *string `json:"stop_reason"`
 		StopSequence *string `json:"stop_sequence"`
-	}{StopReason: &stop}, Usage: anthropicUsage(fin)}) != nil {
+	}{StopReason: &stop}, Usage: antUsageOf(fin)}) != nil {
 		return
 	}
 	s.eventStats(w, "message_stop", struct {

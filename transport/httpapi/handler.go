@@ -132,6 +132,9 @@ func decodeRequest[X any](h *Handler, w http.ResponseWriter, r *http.Request, a 
 		req.Hints, e = parseHints(r.Header, h.opts.AllowPolicyHint)
 	}
 	if e == nil {
+		e = promptCache(a, body, req)
+	}
+	if e == nil {
 		req.Trace, e = parseTrace(r.Header)
 	}
 	if e != nil {

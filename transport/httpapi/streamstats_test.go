@@ -57,7 +57,7 @@ func TestStreamStatsFields(t *testing.T) {
 		`{"model":"auto","max_tokens":8,"messages":[{"role":"user","content":"hi"}],"stream":true}`, nil).Body)
 	for _, want := range []string{
 		"event: content_block_delta\nphaseless: {\"gen_us\":1500}\n",
-		`"usage":{"input_tokens":10,"output_tokens":3,"cache_read_input_tokens":30}`,
+		`"usage":{"input_tokens":10,"output_tokens":3,"cache_read_input_tokens":30,"cache_creation_input_tokens":0}`,
 		"event: message_stop\nphaseless: {\"prompt_tokens\":40,\"prefix_hit_tokens\":30,\"prefix_cache_efficiency\":0.75}\n",
 	} {
 		if !strings.Contains(ant, want) {

@@ -33,6 +33,9 @@ type Request struct {
 	// from that prefill instead of running the prompt (see Split).
 	KVHandoff string
 
+	// Prompt caching (cache.go).
+	CacheRequest
+
 	// Trace is the W3C trace context (trace.go).
 	Trace Trace
 }
@@ -69,6 +72,9 @@ type Final struct {
 	TTFT             time.Duration
 	Total            time.Duration
 	PrefixHitTokens  int // prompt tokens served from a cached prefix
+
+	// Prompt caching (cache.go).
+	CacheUsage
 }
 
 // Emit receives each token as it is produced. Returning an error stops the

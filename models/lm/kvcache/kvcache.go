@@ -5,13 +5,15 @@
 // whose contents may still be asked for.
 //
 // The allocator only hands out block numbers; the engine owns the memory the
-// numbers index. A block is in exactly one state: held (refs > 0), cached
-// (refs = 0, registered under a hash, on the LRU list), or free.
+// numbers index. A block is in exactly one state: held (refs > 0), pinned
+// (refs = 0, registered, kept until its prompt-caching lifetime ends; see
+// Pin), cached (refs = 0, registered under a hash, on the LRU list), or free.
 package kvcache
 
 import (
 	"fmt"
 	"sync"
+	"time"
 )
 
 // Hash chaining constants: splitmix64's, so hashes are stable across
@@ -75,6 +77,7 @@ type Allocator struct {
 	cached     int
 	held       int
 	stats      Stats
+	pins       pinTable
 }
 
 // Stats counts allocator events since creation.
@@ -83,17 +86,35 @@ type Stats struct {
 	Evictions   uint64 // allocations that had to drop a cached block
 	Failures    uint64 // allocations with no block to give
 	Hits        uint64 // blocks found by Acquire
+	// PinHits counts Acquire hits on pinned blocks (each refreshed its
+	// lifetime); PinExpiries pins that ran out and became evictable.
+	PinHits, PinExpiries uint64
+	// PinRefused counts blocks a Pin could not pin because the tenant's
+	// or the allocator's cap was reached (they stay merely cached).
+	PinRefused uint64
 }
 
-// New makes an allocator of n blocks.
-func New(n int) (*Allocator, error) {
+// New makes an allocator of n blocks that pins nothing (Pin refuses every
+// block); NewPinning gives it caps and a clock.
+func New(n int) (*Allocator, error) { return NewPinning(n, PinConfig{}) }
+
+// NewPinning makes an allocator of n blocks whose Pin keeps prompt-cache
+// prefixes within cfg's caps.
+func NewPinning(n int, cfg PinConfig) (*Allocator, error) {
 	if n <= 0 {
 		return nil, fmt.Errorf("kvcache: need at least one block, got %d", n)
+	}
+	if err := cfg.validate(n); err != nil {
+		return nil, err
+	}
+	if cfg.Now == nil {
+		cfg.Now = time.Now
 	}
 	a := &Allocator{
 		refs: make([]int32, n), hash: make([]uint64, n), hashed: make([]bool, n),
 		byHash: map[uint64]int32{}, free: make([]int32, n),
 		prev: make([]int32, n), next: make([]int32, n), head: -1, tail: -1,
+		pins: newPinTable(n, cfg),
 	}
 	for i := range a.free {
 		a.free[i] = int32(n - 1 - i) // pop from the end: block 0 first
@@ -105,17 +126,20 @@ func New(n int) (*Allocator, error) {
 func (a *Allocator) Total() int { return len(a.refs) }
 
 // Counts returns how many blocks are held, cached (reusable prefix, evictable)
-// and free.
+// and free. Pinned blocks nobody holds are in none of the three (PinCounts).
 func (a *Allocator) Counts() (held, cached, free int) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
+	a.expireLocked()
 	return a.held, a.cached, len(a.free)
 }
 
-// Available is how many blocks an allocation could get (free plus evictable).
+// Available is how many blocks an allocation could get (free plus evictable;
+// never a live pinned block).
 func (a *Allocator) Available() int {
 	a.mu.Lock()
 	defer a.mu.Unlock()
+	a.expireLocked()
 	return len(a.free) + a.cached
 }
 
@@ -132,6 +156,9 @@ func (a *Allocator) Stats() Stats {
 func (a *Allocator) Allocate() (id int32, evicted, ok bool) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
+	if len(a.free) == 0 {
+		a.expireLocked() // a pin that ran out is evictable again
+	}
 	switch {
 	case len(a.free) > 0:
 		id = a.free[len(a.free)-1]
@@ -158,6 +185,7 @@ func (a *Allocator) Allocate() (id int32, evicted, ok bool) {
 func (a *Allocator) Acquire(hashes []uint64) []int32 {
 	a.mu.Lock()
 	defer a.mu.Unlock()
+	a.expireLocked() // a pin past its end is not refreshed by a late hit
 	var out []int32
 	for _, h := range hashes {
 		id, ok := a.byHash[h]
@@ -165,10 +193,15 @@ func (a *Allocator) Acquire(hashes []uint64) []int32 {
 			break
 		}
 		if a.refs[id] == 0 {
-			a.unlink(id)
+			if !a.pins.pinned(id) {
+				a.unlink(id)
+			}
 			a.held++
 		}
 		a.refs[id]++
+		if a.pins.refresh(id) {
+			a.stats.PinHits++
+		}
 		out = append(out, id)
 	}
 	a.stats.Hits += uint64(len(out))
@@ -225,11 +258,14 @@ func (a *Allocator) Release(id int32) {
 		return
 	}
 	a.held--
-	if a.hashed[id] {
+	switch {
+	case a.pins.pinned(id):
+		// Kept off the LRU list: nothing evicts it until the pin ends.
+	case a.hashed[id]:
 		a.pushTail(id)
-		return
+	default:
+		a.free = append(a.free, id)
 	}
-	a.free = append(a.free, id)
 }
 
 func (a *Allocator) pushTail(id int32) {

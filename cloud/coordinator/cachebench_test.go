@@ -1,0 +1,212 @@
+package coordinator
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"os"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/phaseless/phaseless/cloud/admit"
+	"github.com/phaseless/phaseless/cloud/batch"
+	"github.com/phaseless/phaseless/cloud/sched"
+	"github.com/phaseless/phaseless/cloud/worker"
+	"github.com/phaseless/phaseless/models/cloudmodel"
+	"github.com/phaseless/phaseless/models/lm"
+	"github.com/phaseless/phaseless/transport/llm"
+	"github.com/phaseless/phaseless/transport/metrics"
+)
+
+// TestCacheLayersLive measures the prompt-caching layers live, on built-in
+// engines serving the shipped cloud model: multi-turn conversations of
+// CLINC150 utterances (clinc/oos-eval, CC BY 3.0; /work/shared/data) behind
+// one short system prompt per CLINC domain, each domain its own tenant. It
+// prints the prefix-hit share and the TTFT p50/p99 of each configuration.
+// Heavy (about a minute of CPU): it runs only with PHASELESS_CACHE_BENCH=1.
+//
+//	PHASELESS_CACHE_BENCH=1 go test -run TestCacheLayersLive -v ./cloud/coordinator
+func TestCacheLayersLive(t *testing.T) {
+	if os.Getenv("PHASELESS_CACHE_BENCH") != "1" {
+		t.Skip("set PHASELESS_CACHE_BENCH=1 to run the live prompt-caching measurement")
+	}
+	convs := clincConversations(t, 96)
+	type variant struct {
+		name string
+		cc   CacheConfig
+		pin  bool
+	}
+	for _, v := range []variant{
+		{"prefix-aware placement (Rules)", CacheConfig{NoAffinity: true}, false},
+		{"+ TTL pinning (system prompt, 5m)", CacheConfig{NoAffinity: true}, true},
+		{"+ affinity", CacheConfig{}, true},
+		{"+ prefetch", CacheConfig{Prefetch: true}, true},
+		{"+ semantic grouping", CacheConfig{Prefetch: true, Semantic: true}, true},
+		{"affinity alone (no pinning)", CacheConfig{}, false},
+	} {
+		hit, p50, p99 := runCacheWorkload(t, v.cc, v.pin, convs)
+		fmt.Printf("| %s | %.1f%% | %.1f | %.1f |\n", v.name, 100*hit, p50, p99)
+	}
+}
+
+// clincConversations makes n two-turn conversations, domains in turn,
+// from CLINC150 test utterances of each domain's intents.
+func clincConversations(t *testing.T, n int) [][]llm.Message {
+	dir := "/work/shared/data/routing/"
+	var small struct {
+		Test [][2]string `json:"test"`
+	}
+	var domains map[string][]string
+	for f, v := range map[string]any{"clinc150-small.json": &small, "clinc150-domains.json": &domains} {
+		b, err := os.ReadFile(dir + f)
+		if err != nil {
+			t.Skipf("CLINC150 data: %v", err)
+		}
+		if err := json.Unmarshal(b, v); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// Short system prompts: the cloud model's context is 256 bytes.
+	systems := map[string]string{
+		"banking":          "You are the bank assistant. Be brief and exact about accounts.",
+		"travel":           "You are the travel desk. Be brief about flights, hotels, visas.",
+		"auto_and_commute": "You are the car assistant. Be brief about the car and the road.",
+		"utility":          "You are a helpful utility bot. Be brief: time, weather, timers.",
+	}
+	names := slices.Sorted(func(yield func(string) bool) {
+		for k := range systems {
+			if !yield(k) {
+				return
+			}
+		}
+	})
+	byDomain := map[string][]string{}
+	for _, d := range names {
+		for _, ex := range small.Test {
+			if slices.Contains(domains[d], ex[1]) && len(ex[0]) <= 60 {
+				byDomain[d] = append(byDomain[d], ex[0])
+			}
+		}
+	}
+	out := make([][]llm.Message, n)
+	for i := range out {
+		d := names[i%len(names)]
+		u := byDomain[d]
+		k := i / len(names)
+		out[i] = []llm.Message{
+			{Role: "system", Content: systems[d]},
+			{Role: "user", Content: u[(2*k)%len(u)]},
+			{Role: "user", Content: u[(2*k+1)%len(u)]}, // the follow-up; the reply goes before it
+		}
+	}
+	return out
+}
+
+// runCacheWorkload plays the conversations on three fresh built-in
+// workers, six clients at a time, each holding two conversations open and
+// alternating between them (so a follow-up comes after other traffic),
+// and returns the prefix-hit share and TTFT p50/p99 in ms.
+func runCacheWorkload(t *testing.T, cc CacheConfig, pin bool, convs [][]llm.Message) (hit, p50, p99 float64) {
+	t.Helper()
+	m, err := cloudmodel.Open()
+	if err != nil {
+		t.Fatal(err)
+	}
+	const blockBytes = 2 * 4 * 16 * 3 * 32 * 4 // layers × block × KV heads × head dim × f32, keys and values
+	var ws []*worker.Worker
+	for i := range 3 {
+		// Three contexts of KV each: the four domains' prompts and the
+		// open conversations do not all fit, so what stays cached matters.
+		eng, err := lm.NewEngine(m, lm.EngineConfig{MaxBatch: 4, Threads: 1, KVBudgetBytes: 48 * blockBytes})
+		if err != nil {
+			t.Fatal(err)
+		}
+		w, err := worker.New(worker.Config{Name: fmt.Sprintf("w%d", i), Role: sched.RoleStream, Batch: &batch.Config{}}, worker.NewBuiltin(eng))
+		if err != nil {
+			t.Fatal(err)
+		}
+		ws = append(ws, w)
+	}
+	set, err := worker.NewSet(context.Background(), 100*time.Millisecond, ws...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer set.Close()
+	a, _ := admit.New(admit.Config{})
+	defer a.Close()
+	c, err := New(Config{Workers: set, Admitter: a, Tokenizer: m.Tokenizer(), Metrics: metrics.NewRegistry(), Cache: cc})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+
+	var mu sync.Mutex
+	var ttfts []float64
+	var hitTok, promptTok int
+	turn := func(msgs []llm.Message) string {
+		req := &llm.Request{Model: "auto", MaxTokens: 4, Seed: 1, Tenant: "app-" + msgs[0].Content[:12], Messages: msgs}
+		if pin {
+			req.CacheBreakpoints = []llm.CacheBreakpoint{{Message: 0, Chars: len(msgs[0].Content), TTL: 5 * time.Minute}}
+		}
+		start := time.Now()
+		var first time.Duration
+		var text strings.Builder
+		fin, err := c.Generate(context.Background(), req, func(tk llm.Token) error {
+			if tk.Meta == nil && first == 0 {
+				first = time.Since(start)
+			}
+			text.WriteString(tk.Text)
+			return nil
+		})
+		if err != nil {
+			t.Errorf("generate: %v", err)
+			return ""
+		}
+		mu.Lock()
+		ttfts = append(ttfts, float64(first.Microseconds())/1e3)
+		hitTok += fin.PrefixHitTokens
+		promptTok += fin.PromptTokens
+		mu.Unlock()
+		return text.String()
+	}
+	var wg sync.WaitGroup
+	next := make(chan int)
+	for range 6 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for {
+				i, ok := <-next
+				if !ok {
+					return
+				}
+				j, ok := <-next
+				pair := [][]llm.Message{convs[i]}
+				if ok {
+					pair = append(pair, convs[j])
+				}
+				replies := make([]string, len(pair))
+				for k, cv := range pair { // first turns
+					replies[k] = turn(cv[:2])
+				}
+				for k, cv := range pair { // follow-ups, after the other's first turn
+					turn([]llm.Message{cv[0], cv[1], {Role: "assistant", Content: replies[k]}, cv[2]})
+				}
+				if !ok {
+					return
+				}
+			}
+		}()
+	}
+	for i := range convs {
+		next <- i
+	}
+	close(next)
+	wg.Wait()
+	slices.Sort(ttfts)
+	q := func(p float64) float64 { return ttfts[min(len(ttfts)-1, int(p*float64(len(ttfts))))] }
+	return float64(hitTok) / float64(promptTok), q(0.5), q(0.99)
+}

@@ -1,0 +1,47 @@
+package worker
+
+import (
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/phaseless/phaseless/transport/llm"
+	"github.com/phaseless/phaseless/transport/metrics"
+	"github.com/phaseless/phaseless/transport/metrics/metricstest"
+)
+
+// TestCacheMetrics: a request that pins its system prompt shows up as
+// pinned blocks and bytes of its tenant and as cache-write tokens; a second
+// turn counts pin hits; the page follows the conventions.
+func TestCacheMetrics(t *testing.T) {
+	b := NewBuiltin(engineOf(t, tinyConfig))
+	t.Cleanup(func() { b.Close() })
+	reg := metrics.NewRegistry()
+	RegisterCacheMetrics(reg, []*Builtin{b})
+	sys := "You answer briefly about the car and nothing else at all."
+	turn := func(user string) llm.Final {
+		_, fin := collect(t, b, &llm.Request{Tenant: "acme", MaxTokens: 2, Seed: 1,
+			Messages:     []llm.Message{{Role: "system", Content: sys}, {Role: "user", Content: user}},
+			CacheRequest: llm.CacheRequest{CacheBreakpoints: []llm.CacheBreakpoint{{Message: 0, Chars: len(sys), TTL: 5 * time.Minute}}}})
+		return fin
+	}
+	first := turn("hello")
+	turn("and the tyres?")
+	var page strings.Builder
+	reg.WriteText(&page)
+	fams := metricstest.Parse(t, page.String())
+	metricstest.CheckConventions(t, fams)
+	blocks, _ := metricstest.Value(fams, "phaseless_engine_pinned_blocks", "tenant=acme")
+	bytes, _ := metricstest.Value(fams, "phaseless_engine_pinned_bytes", "tenant=acme")
+	writes, _ := metricstest.Value(fams, "phaseless_engine_cache_write_tokens_total")
+	hits, _ := metricstest.Value(fams, "phaseless_engine_pin_hits_total")
+	bs := float64(b.LM().Config().BlockSize)
+	if blocks == 0 || bytes <= blocks || writes != blocks*bs || float64(first.CacheWriteTokens) != writes || hits < blocks {
+		t.Fatalf("pinned %v blocks, %v bytes, %v tokens written (first turn %d), %v pin hits", blocks, bytes, writes, first.CacheWriteTokens, hits)
+	}
+	for _, name := range []string{"phaseless_engine_pin_expiries_total", "phaseless_engine_pin_refused_blocks_total", "phaseless_engine_evictions_total"} {
+		if _, ok := metricstest.Value(fams, name); !ok {
+			t.Errorf("%s missing", name)
+		}
+	}
+}

@@ -1,0 +1,150 @@
+package httpapi
+
+import (
+	"bytes"
+	"encoding/json"
+	"strings"
+	"time"
+
+	"github.com/phaseless/phaseless/transport/llm"
+)
+
+// cacheControl is Anthropic's cache_control object on a system, message or
+// tool block: {"type": "ephemeral", "ttl": "5m" | "1h"}.
+type cacheControl struct {
+	Type string `json:"type"`
+	TTL  string `json:"ttl"`
+}
+
+// cachedPart is a content block as far as prompt caching reads it.
+type cachedPart struct {
+	Type         string        `json:"type"`
+	Text         string        `json:"text"`
+	CacheControl *cacheControl `json:"cache_control"`
+}
+
+// cachedBody is the part of either API's body that can carry cache_control.
+type cachedBody struct {
+	System   json.RawMessage `json:"system"`
+	Messages []struct {
+		Content json.RawMessage `json:"content"`
+	} `json:"messages"`
+	Tools []struct {
+		CacheControl *cacheControl `json:"cache_control"`
+	} `json:"tools"`
+}
+
+// defaultCacheTTL is a cache_control block's lifetime when it names none and
+// no x-cache-ttl header sets one: Anthropic's default, five minutes.
+const defaultCacheTTL = 5 * time.Minute
+
+// promptCache turns the body's cache_control blocks and the x-cache-ttl
+// header into req's cache breakpoints. A block's breakpoint covers the
+// prompt up to and including it; x-cache-ttl alone marks the whole prompt
+// and, beside cache_control, is the lifetime of the blocks that name none.
+// It runs after the API's decoder accepted the body, so req.Messages maps
+// onto the body's messages (Anthropic's system, when set, is message 0).
+func promptCache(a api, body []byte, req *llm.Request) *apiError {
+	ttl := req.Hints.CacheTTL
+	if !bytes.Contains(body, []byte(`"cache_control"`)) {
+		if ttl > 0 && len(req.Messages) > 0 {
+			last := len(req.Messages) - 1
+			req.CacheBreakpoints = []llm.CacheBreakpoint{{Message: last, Chars: len(req.Messages[last].Content), TTL: ttl}}
+		}
+		return nil
+	}
+	if ttl == 0 {
+		ttl = defaultCacheTTL
+	}
+	var cb cachedBody
+	if err := json.Unmarshal(body, &cb); err != nil {
+		return invalid("", "request body: %v", err)
+	}
+	for _, t := range cb.Tools {
+		if t.CacheControl != nil {
+			return invalid("tools.cache_control", "cache_control on tools is not supported; mark the system prompt instead")
+		}
+	}
+	var bps []llm.CacheBreakpoint
+	add := func(param string, msg int, raw json.RawMessage) *apiError {
+		s := strings.TrimSpace(string(raw))
+		if s == "" || s[0] != '[' {
+			return nil // a plain string carries no cache_control
+		}
+		var parts []cachedPart
+		if err := json.Unmarshal(raw, &parts); err != nil {
+			return invalid(param, "%s: %v", param, err)
+		}
+		var text strings.Builder
+		for _, p := range parts {
+			text.WriteString(p.Text)
+			if p.CacheControl == nil {
+				continue
+			}
+			d, e := p.CacheControl.lifetime(param+".cache_control", ttl)
+			if e != nil {
+				return e
+			}
+			// The decoder concatenates a message's text blocks; a block
+			// it did not render (an empty system prompt) has no place in
+			// the prompt to end a prefix at.
+			if msg < 0 || msg >= len(req.Messages) || !strings.HasPrefix(req.Messages[msg].Content, text.String()) {
+				return invalid(param+".cache_control", "%s: cache_control on a block that is not part of the prompt", param)
+			}
+			bps = append(bps, llm.CacheBreakpoint{Message: msg, Chars: text.Len(), TTL: d})
+		}
+		return nil
+	}
+	first := 0
+	if a == apiAnthropic {
+		sys := -1
+		if len(req.Messages) > 0 && req.Messages[0].Role == "system" {
+			sys, first = 0, 1
+		}
+		if e := add("system", sys, cb.System); e != nil {
+			return e
+		}
+	}
+	for i, m := range cb.Messages {
+		if e := add("messages.content", first+i, m.Content); e != nil {
+			return e
+		}
+	}
+	if len(bps) > llm.MaxCacheBreakpoints {
+		return invalid("cache_control", "%d blocks with cache_control; at most %d", len(bps), llm.MaxCacheBreakpoints)
+	}
+	req.CacheBreakpoints = bps
+	if err := req.CheckCache(); err != nil {
+		return invalid("cache_control", "cache_control: %v", err)
+	}
+	return nil
+}
+
+// lifetime reads a cache_control's ttl; def is the lifetime when it names
+// none.
+func (c *cacheControl) lifetime(param string, def time.Duration) (time.Duration, *apiError) {
+	if c.Type != "ephemeral" {
+		return 0, invalid(param, "%s.type: %q is not \"ephemeral\"", param, c.Type)
+	}
+	switch c.TTL {
+	case "":
+		return def, nil
+	case "5m":
+		return 5 * time.Minute, nil
+	case "1h":
+		return time.Hour, nil
+	}
+	return 0, invalid(param, "%s.ttl: %q is not one of 5m, 1h", param, c.TTL)
+}
+
+// antUsageOf is Anthropic's usage for a final record: prompt tokens written
+// to the cache are reported as cache_creation_input_tokens and those read
+// from it (the engine's prefix hits) as cache_read_input_tokens, neither as
+// input.
+func antUsageOf(fin llm.Final) antUsage {
+	hit := min(fin.PrefixHitTokens, fin.PromptTokens)
+	return antUsage{
+		InputTokens: max(0, fin.PromptTokens-hit-fin.CacheWriteTokens), OutputTokens: fin.CompletionTokens,
+		CacheReadInputTokens: hit, CacheCreationInputTokens: fin.CacheWriteTokens,
+	}
+}

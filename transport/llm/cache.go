@@ -1,0 +1,68 @@
+package llm
+
+import (
+	"fmt"
+	"time"
+)
+
+// Prompt caching (Anthropic's cache_control, the x-cache-ttl header): a
+// request marks where a prefix of its prompt ends and how long the engine
+// keeps that prefix's KV blocks pinned; the final record says how many
+// prompt tokens the request wrote into the pinned cache. Reads are
+// Final.PrefixHitTokens, as for any prefix-cache hit.
+
+// MaxCacheBreakpoints is how many breakpoints a request may carry: four, as
+// Anthropic's Messages API allows.
+const MaxCacheBreakpoints = 4
+
+// Lifetimes a breakpoint may ask for: Anthropic's "5m" and "1h", and
+// anything between them in whole seconds through x-cache-ttl.
+const (
+	MinCacheTTL = 5 * time.Minute
+	MaxCacheTTL = time.Hour
+)
+
+// CacheBreakpoint ends a cached prefix: everything the prompt renders
+// before the end of Messages[Message]'s first Chars bytes of content.
+type CacheBreakpoint struct {
+	Message int
+	Chars   int // bytes of Messages[Message].Content the prefix covers
+	TTL     time.Duration
+}
+
+// CacheRequest is embedded in Request.
+type CacheRequest struct {
+	// CacheBreakpoints, in prompt order, are the prefixes to pin.
+	CacheBreakpoints []CacheBreakpoint
+}
+
+// CacheUsage is embedded in Final.
+type CacheUsage struct {
+	// CacheWriteTokens are prompt tokens this request newly pinned
+	// (cache_creation_input_tokens); a prefix already pinned only has its
+	// lifetime refreshed and counts as read.
+	CacheWriteTokens int
+}
+
+// CheckCache reports the first breakpoint that does not fit the request's
+// messages or the allowed lifetimes.
+func (r *Request) CheckCache() error {
+	if n := len(r.CacheBreakpoints); n > MaxCacheBreakpoints {
+		return fmt.Errorf("%d cache breakpoints; at most %d", n, MaxCacheBreakpoints)
+	}
+	prevMsg, prevChars := -1, -1
+	for i, bp := range r.CacheBreakpoints {
+		switch {
+		case bp.Message < 0 || bp.Message >= len(r.Messages):
+			return fmt.Errorf("cache breakpoint %d: message %d of %d", i, bp.Message, len(r.Messages))
+		case bp.Chars < 0 || bp.Chars > len(r.Messages[bp.Message].Content):
+			return fmt.Errorf("cache breakpoint %d: %d bytes into a %d-byte message", i, bp.Chars, len(r.Messages[bp.Message].Content))
+		case bp.TTL < MinCacheTTL || bp.TTL > MaxCacheTTL:
+			return fmt.Errorf("cache breakpoint %d: lifetime %v outside %v..%v", i, bp.TTL, MinCacheTTL, MaxCacheTTL)
+		case bp.Message < prevMsg || bp.Message == prevMsg && bp.Chars < prevChars:
+			return fmt.Errorf("cache breakpoint %d comes before breakpoint %d", i, i-1)
+		}
+		prevMsg, prevChars = bp.Message, bp.Chars
+	}
+	return nil
+}
