@@ -66,6 +66,7 @@ test: lint
 	$(GO) test $(TEST_FLAGS) -run 'NoAlloc' ./models/textfeat/  # skipped under -race: sync.Pool drops items at random there
 	$(GO) test -race $(TEST_FLAGS) -run 'Concurrent|Swappable' ./models/predictor/  # its shared state, under the race detector
 	$(GO) test $(TEST_FLAGS) -run 'RolloutThousandDevices' ./cloud/fleet/  # under -race it runs 200 devices
+	$(GO) test $(TEST_FLAGS) -run 'LearningLoop' ./agent/  # skipped under -race: it trains a router with gorgonia
 	$(MAKE) fuzz-smoke
 
 # A few seconds of fuzzing for every fuzz target (FUZZTIME=2s each).

@@ -11,6 +11,7 @@ import (
 	"fmt"
 	"io/fs"
 	"log/slog"
+	"math"
 	"net"
 	"net/http"
 	"os"
@@ -22,6 +23,7 @@ import (
 	"github.com/phaseless/phaseless/agent/local"
 	"github.com/phaseless/phaseless/agent/route"
 	"github.com/phaseless/phaseless/agent/telemetry"
+	"github.com/phaseless/phaseless/firmware"
 	"github.com/phaseless/phaseless/models/predictor"
 	"github.com/phaseless/phaseless/transport/cli"
 	"github.com/phaseless/phaseless/transport/fleetwire"
@@ -58,6 +60,8 @@ type Config struct {
 	LocalQueue       int           // requests that may wait for the local engine before 503s (flag: 64)
 	RouteThreshold   float64       // cloud probability at which the router prefers the cloud; 0 = the model's
 	RouteHysteresis  float64       // relative band of the link and load signals, never the content score (flag: 0.1)
+	RouteMode        string        // auto (the router decides), local or cloud for requests that pin no route (auto)
+	ShadowShare      float64       // share of local answers sampled for shadow evaluation, 0..MaxShadowShare (0: off)
 	MaxOutputTokens  int           // largest max_tokens accepted
 	CloudRetryMax    time.Duration // longest wait between reconnect attempts to the cloud (30 s)
 	CloudFirstToken  time.Duration // cloud requests without a token by then run locally (15 s)
@@ -99,6 +103,9 @@ func (c *Config) FillDefaults() {
 	if c.TelemetryMax == 0 {
 		c.TelemetryMax = 200_000
 	}
+	if c.RouteMode == "" {
+		c.RouteMode = route.ModeAuto
+	}
 }
 
 // Fields is phaseless-agent's configuration table: each field's flag, which
@@ -122,6 +129,8 @@ func (c *Config) Fields() cli.Fields {
 		{Flag: "local-concurrency", Go: "LocalConcurrency", Value: &c.LocalConcurrency, Usage: "generations the local engine runs at once"},
 		{Flag: "local-queue", Go: "LocalQueue", Value: &c.LocalQueue, Usage: "requests that may wait for the local engine; more get 503 overloaded"},
 		{Flag: "route-threshold", Go: "RouteThreshold", Value: &c.RouteThreshold, Usage: "cloud probability at or above which requests go to the cloud; 0 = the predictor model's own threshold (0.5 without one)"},
+		{Flag: "route-mode", Go: "RouteMode", Value: &c.RouteMode, Usage: "route of requests without an x-phaseless-route header: auto (the router decides), local (all on the device) or cloud (all to the cloud, local fallback)"},
+		{Flag: "shadow-share", Go: "ShadowShare", Value: &c.ShadowShare, Usage: "share of locally answered requests whose text and answer go to the cloud for shadow evaluation (0 = off, at most 0.25)"},
 		{Flag: "route-hysteresis", Go: "RouteHysteresis", Value: &c.RouteHysteresis, Usage: "relative hysteresis of the link (RTT, loss) and load signals, so a flapping uplink does not bounce traffic; never applied to the content score"},
 		{Flag: "max-output-tokens", Go: "MaxOutputTokens", Value: &c.MaxOutputTokens, Usage: "largest max_tokens a request may ask for"},
 		{Flag: "cloud-first-token-timeout", Go: "CloudFirstToken", Value: &c.CloudFirstToken, Usage: "cloud requests that have produced no token by then are cancelled and run locally"},
@@ -186,6 +195,12 @@ func (c *Config) Validate() error {
 		}
 		return &cli.FieldError{Field: field, Err: err}
 	}
+	if c.ShadowShare < 0 || c.ShadowShare > MaxShadowShare || math.IsNaN(c.ShadowShare) {
+		return &cli.FieldError{Field: "ShadowShare", Err: fmt.Errorf("%g must be in [0,%g]: shadow evaluation sends request text off the device", c.ShadowShare, MaxShadowShare)}
+	}
+	if err := (route.Config{Mode: c.RouteMode}).Validate(); err != nil {
+		return &cli.FieldError{Field: "RouteMode", Err: fmt.Errorf("%q must be auto, local or cloud", c.RouteMode)}
+	}
 	if c.CloudRetryMax < 250*time.Millisecond {
 		return &cli.FieldError{Field: "CloudRetryMax", Err: fmt.Errorf("%v must be at least 250ms", c.CloudRetryMax)}
 	}
@@ -237,6 +252,9 @@ type Agent struct {
 	tracer  tracerProvider // spans (--otlp); a no-op without it
 
 	restartc chan struct{} // closed when an installed update wants a restart
+
+	mFeedback *metrics.LabeledCounter // POST /v1/feedback verdicts stored, by rating
+	shadow    *shadowTap              // the local engine as the dispatcher sees it: samples answers for shadow evaluation
 
 	closeOnce sync.Once
 	closeErr  error
@@ -291,17 +309,31 @@ func New(cfg Config, log *slog.Logger) (a *Agent, err error) {
 	if a.runner, err = local.NewRunner(a.engine.gen, local.Config{Concurrency: cfg.LocalConcurrency, QueueDepth: cfg.LocalQueue, KVFaultsPerMs: kv}); err != nil {
 		return nil, err
 	}
+	a.shadow = newShadowTap(a.runner, a.store, a.metrics, log, cfg.ShadowShare)
 	pred, predName, err := loadPredictor(cfg.Predictor)
 	if err != nil {
 		return nil, &cli.FieldError{Field: "Predictor", Err: err}
 	}
 	a.pred = pred
-	router, err := route.NewRouter(route.Config{Threshold: cfg.RouteThreshold, Hysteresis: cfg.RouteHysteresis, Probe: a.engine.probe}, pred)
+	// Router and edge models the fleet installed replace what the flags
+	// name (a rollout's purpose), from the last run's kept install.
+	if a.ota.hot, err = a.openHot(); err != nil {
+		return nil, err
+	}
+	for kind, h := range a.ota.hot {
+		if v := h.boot(context.Background()); v != "" {
+			log.Info("fleet-installed artifact in force", "kind", kind, "version", v)
+			if kind == firmware.KindPredictor {
+				predName = "fleet " + v
+			}
+		}
+	}
+	router, err := route.NewRouter(a.routeConfig(cfg), pred)
 	if err != nil {
 		return nil, err
 	}
 	dcfg := route.DispatcherConfig{
-		Router: router, Local: a.runner, Record: a.sink.record, Metrics: a.metrics, Logger: log,
+		Router: router, Local: a.shadow, Record: a.sink.record, Metrics: a.metrics, Logger: log,
 		CloudFirstToken: cfg.CloudFirstToken,
 		Load: func() route.Load {
 			l := a.runner.Load()
@@ -352,6 +384,7 @@ func New(cfg Config, log *slog.Logger) (a *Agent, err error) {
 	mux := http.NewServeMux()
 	metrics.Health(mux, a.metrics, a.ready)
 	mux.Handle("/v1/", api)
+	mux.HandleFunc("POST /v1/feedback", a.feedback)
 	a.handler = localGuard(cfg).Wrap(mux)
 	a.srv = &http.Server{Handler: a.handler, ReadHeaderTimeout: 10 * time.Second, MaxHeaderBytes: httpapi.ServerMaxHeaderBytes}
 
@@ -446,6 +479,11 @@ func (a *Agent) reloadPredictor(_ context.Context, cmd fleetwire.Command) (strin
 			return "", err
 		}
 	default:
+		if a.ota.key != nil {
+			// This fleet signs its router models: an unsigned file on the
+			// device would go round the manifest check.
+			return "", errors.New(`this agent trusts a fleet OTA key: router models come as signed predictor bundles ("update url=…", phaselessctl ota sign --kind predictor); reload-predictor takes only path=entropy`)
+		}
 		if err := a.pred.Swap(path); err != nil {
 			return "", err
 		}
@@ -477,6 +515,7 @@ func listenUnix(path string) (net.Listener, error) {
 }
 
 func (a *Agent) registerGauges() {
+	a.mFeedback = a.metrics.LabeledCounter("phaseless_agent_feedback_total", "app verdicts on answers (POST /v1/feedback) kept with the telemetry, by rating", "rating")
 	a.metrics.GaugeFunc("phaseless_agent_local_waiting", "requests waiting for the local engine", func() float64 { return float64(a.runner.Load().Waiting) })
 	a.metrics.GaugeFunc("phaseless_agent_local_running", "requests running on the local engine", func() float64 { return float64(a.runner.Load().Running) })
 	a.metrics.CounterFunc("phaseless_agent_local_refused_total", "requests refused because the local queue was full", func() float64 { return float64(a.runner.Load().Refused) })
@@ -606,6 +645,9 @@ func (a *Agent) Close() error {
 		}
 		if a.engine != nil {
 			errs = append(errs, a.engine.close())
+		}
+		if a.shadow != nil {
+			a.shadow.close()
 		}
 		if a.sink != nil {
 			a.sink.close()

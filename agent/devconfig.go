@@ -33,6 +33,8 @@ type deviceSetting struct {
 var deviceSettings = []deviceSetting{
 	{"route-threshold", true},
 	{"route-hysteresis", true},
+	{"route-mode", true},
+	{"shadow-share", true},
 	{"log-level", true},
 	{"cloud", false},
 	{"cloud-first-token-timeout", false},
@@ -164,13 +166,17 @@ func (a *Agent) applyDesired(_ context.Context, dc fleetwire.DesiredConfig) ([]s
 	if err := writeFileAtomic(filepath.Join(a.cfg.DataDir, deviceConfigFile), raw); err != nil {
 		return nil, fmt.Errorf("keep the device config: %w", err)
 	}
-	if next.RouteThreshold != a.running.RouteThreshold || next.RouteHysteresis != a.running.RouteHysteresis {
-		r, err := route.NewRouter(route.Config{Threshold: next.RouteThreshold, Hysteresis: next.RouteHysteresis, Probe: a.engine.probe}, a.pred)
+	if next.RouteThreshold != a.running.RouteThreshold || next.RouteHysteresis != a.running.RouteHysteresis || next.RouteMode != a.running.RouteMode {
+		r, err := route.NewRouter(a.routeConfig(next), a.pred)
 		if err != nil {
 			return nil, err // Validate passed, so this is a bug; nothing has changed
 		}
 		a.disp.SetRouter(r)
-		a.running.RouteThreshold, a.running.RouteHysteresis = next.RouteThreshold, next.RouteHysteresis
+		a.running.RouteThreshold, a.running.RouteHysteresis, a.running.RouteMode = next.RouteThreshold, next.RouteHysteresis, next.RouteMode
+	}
+	if next.ShadowShare != a.running.ShadowShare {
+		a.shadow.setShare(next.ShadowShare)
+		a.running.ShadowShare = next.ShadowShare
 	}
 	if level == "" {
 		level = a.startLevel
@@ -187,6 +193,12 @@ func (a *Agent) applyDesired(_ context.Context, dc fleetwire.DesiredConfig) ([]s
 	}
 	a.log.Info("fleet config applied", "version", dc.Version, "restart_pending", restart)
 	return restart, nil
+}
+
+// routeConfig is the router's configuration from c: the settings the
+// fleet may change live, and the local engine's probe.
+func (a *Agent) routeConfig(c Config) route.Config {
+	return route.Config{Threshold: c.RouteThreshold, Hysteresis: c.RouteHysteresis, Mode: c.RouteMode, Probe: a.engine.probe}
 }
 
 // fieldValues is each flag's value in c, as text.

@@ -71,7 +71,29 @@ func TestFleetConfigApplies(t *testing.T) {
 		t.Fatalf("live threshold %g, want 0.8", got)
 	}
 
+	// route-mode applies live: requests that pin no route follow it, a
+	// request's own header still wins.
+	decide := func(pin string) route.Decision {
+		return a.disp.Router().Decide(&llm.Request{Messages: []llm.Message{{Role: "user", Content: "open the window"}}, Hints: llm.Hints{Route: pin}}, route.Link{Configured: true, Connected: true}, route.Load{})
+	}
+	if d := decide(""); d.Path != route.PathLocal || strings.HasPrefix(d.Reason, "route-mode") {
+		t.Fatalf("before route-mode: %s (%s)", d.Path, d.Reason)
+	}
+	if r := reported(set("route-threshold", "0.8", "cloud-first-token-timeout", "4s", "log-level", "debug", "route-mode", "cloud")); !r.Applied {
+		t.Fatalf("route-mode=cloud refused: %+v", r)
+	}
+	if d := decide(""); d.Path != route.PathCloud || d.Reason != "route-mode: cloud" {
+		t.Fatalf("route-mode=cloud: %s (%s)", d.Path, d.Reason)
+	}
+	if d := decide("local"); d.Path != route.PathLocal || d.Reason != "x-phaseless-route: local" {
+		t.Fatalf("header under route-mode=cloud: %s (%s)", d.Path, d.Reason)
+	}
+	if got := threshold(a); got != 0.8 {
+		t.Fatalf("threshold %g after route-mode", got)
+	}
+
 	for _, bad := range [][]string{
+		{"route-mode", "sideways"},                // not a mode
 		{"route-threshold", "1.5"},                // out of range
 		{"local-queue", "many"},                   // does not parse
 		{"colour", "blue"},                        // not a device setting
@@ -92,7 +114,7 @@ func TestFleetConfigApplies(t *testing.T) {
 	}
 	cfg.MQTT = "" // the kept copy applies without the fleet
 	a2, _ := startAgent(t, cfg)
-	if a2.cfg.CloudFirstToken != 4*time.Second || threshold(a2) != 0.8 {
+	if a2.cfg.CloudFirstToken != 4*time.Second || threshold(a2) != 0.8 || a2.cfg.RouteMode != "cloud" {
 		t.Fatalf("after restart: first-token timeout %v, threshold %g", a2.cfg.CloudFirstToken, threshold(a2))
 	}
 }

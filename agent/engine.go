@@ -31,6 +31,11 @@ type localEngine struct {
 	// (route.Config.Probe); nil for external servers and for other models,
 	// whose probe numbers the shipped predictor was not trained on.
 	probe func(text string) textfeat.Probe
+	// swap is the built-in engine, replaceable by the fleet's edge-model
+	// artifacts; nil for an external server.
+	swap *swapEngine
+	// cfg is what a replacement engine is built with.
+	engineCfg lm.EngineConfig
 }
 
 // defaultModel is the shipped edge model (models/edgemodel), embedded in
@@ -71,14 +76,24 @@ func openEngine(cfg Config) (*localEngine, error) {
 	if err != nil {
 		return nil, fmt.Errorf("local engine: %w", err)
 	}
+	var probeModel *lm.Model
+	if cfg.Model == "" {
+		probeModel = m
+	}
+	sw := newSwapEngine(eng, probeModel)
 	le := &localEngine{
-		gen: eng, name: name, close: eng.Close, batchSize: cfg.LocalConcurrency,
-		kvFaults:        func() float64 { return eng.Stats().KVFaultsPerMs },
-		kvFaultsTotal:   func() uint64 { return eng.Stats().KVFaults },
+		gen: sw, swap: sw, engineCfg: ecfg, name: name, close: sw.close, batchSize: cfg.LocalConcurrency,
+		kvFaults:        func() float64 { return sw.current().eng.Stats().KVFaultsPerMs },
+		kvFaultsTotal:   func() uint64 { return sw.current().eng.Stats().KVFaults },
 		templateSkipped: m.ChatTemplateSkipped(),
 	}
-	if cfg.Model == "" {
-		le.probe = func(text string) textfeat.Probe { return probeText(m, text) }
+	if probeModel != nil {
+		le.probe = func(text string) textfeat.Probe {
+			if pm := sw.current().probe; pm != nil {
+				return probeText(pm, text)
+			}
+			return textfeat.Probe{} // a fleet-installed model: the probe block stays unmeasured
+		}
 	}
 	return le, nil
 }

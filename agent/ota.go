@@ -35,6 +35,9 @@ type ota struct {
 	// restart asks the agent to exit so the supervisor starts the slot just
 	// installed; nil in tests.
 	restart func()
+	// hot installs the kinds the running agent swaps in place (router
+	// model, edge model: hotswap.go), by firmware kind.
+	hot map[string]*hotArtifact
 }
 
 // restartDelay lets the update command's result reach the fleet queue
@@ -90,6 +93,18 @@ func (o *ota) artifacts() (running, rolledBack map[string]string) {
 			rolledBack = map[string]string{firmware.KindAgent: ov}
 		}
 	}
+	for kind, h := range o.hot {
+		st := h.store.State()
+		if st.Current != "" {
+			running[kind] = st.Current
+		}
+		if st.Failed != "" {
+			if rolledBack == nil {
+				rolledBack = map[string]string{}
+			}
+			rolledBack[kind] = st.Failed
+		}
+	}
 	return running, rolledBack
 }
 
@@ -135,9 +150,6 @@ func (o *ota) update(ctx context.Context, cmd fleetwire.Command) (string, error)
 	if o.key == nil {
 		return "", errors.New("no trusted OTA key on this device (--ota-pub): updates are refused")
 	}
-	if o.running == "" {
-		return "", errors.New("this agent was not started by its boot supervisor (phaseless-agent supervise): an installed slot would never run, so updates are refused")
-	}
 	u, err := url.Parse(cmd.Args["url"])
 	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
 		return "", fmt.Errorf(`argument "url" must be the bundle's http(s) URL, got %q`, cmd.Args["url"])
@@ -154,16 +166,34 @@ func (o *ota) update(ctx context.Context, cmd fleetwire.Command) (string, error)
 	if resp.StatusCode != http.StatusOK {
 		return "", fmt.Errorf("download bundle: %s", resp.Status)
 	}
-	running := o.slots.State().Versions[o.slot()]
-	v, err := firmware.Open(http.MaxBytesReader(nil, resp.Body, maxBundleBytes), firmware.Policy{
-		TrustedKey: o.key, Board: o.board, RunningVersion: running,
-		AllowRollback: cmd.Args["rollback"] == "true",
-	})
+	// Every kind goes through the same signed manifest: its signature is
+	// checked first, then the kind says which version it must be newer
+	// than and where it goes.
+	m, bundle, err := firmware.Peek(http.MaxBytesReader(nil, resp.Body, maxBundleBytes), o.key)
 	if err != nil {
 		return "", err
 	}
-	if k := v.Manifest.ArtifactKind(); k != firmware.KindAgent {
-		return "", fmt.Errorf("bundle is a %s artifact; this agent installs only agent bundles into its A/B slots", k)
+	policy := firmware.Policy{TrustedKey: o.key, Board: o.board, AllowRollback: cmd.Args["rollback"] == "true"}
+	kind := m.ArtifactKind()
+	if kind != firmware.KindAgent {
+		h := o.hot[kind]
+		if h == nil {
+			return "", fmt.Errorf("bundle is a %s artifact, which this agent cannot swap in (%s)", kind, o.hotKinds())
+		}
+		policy.RunningVersion = h.version()
+		v, err := firmware.Open(bundle, policy)
+		if err != nil {
+			return "", err
+		}
+		return h.install(ctx, v)
+	}
+	if o.running == "" {
+		return "", errors.New("this agent was not started by its boot supervisor (phaseless-agent supervise): an installed slot would never run, so agent updates are refused")
+	}
+	policy.RunningVersion = o.slots.State().Versions[o.slot()]
+	v, err := firmware.Open(bundle, policy)
+	if err != nil {
+		return "", err
 	}
 	slot, err := o.slots.Install(v)
 	if err != nil {

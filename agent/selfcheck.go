@@ -14,7 +14,6 @@ import (
 	"github.com/phaseless/phaseless/models/lm"
 	"github.com/phaseless/phaseless/models/predictor"
 	"github.com/phaseless/phaseless/models/textfeat"
-	"github.com/phaseless/phaseless/transport/llm"
 	bolt "go.etcd.io/bbolt"
 )
 
@@ -129,12 +128,5 @@ func checkEngine(ctx context.Context) error {
 		return err
 	}
 	defer eng.Close()
-	fin, err := eng.Generate(ctx, &llm.Request{MaxTokens: 4, Seed: 1, Messages: []llm.Message{{Role: "user", Content: "selfcheck"}}}, func(llm.Token) error { return nil })
-	if err != nil {
-		return err
-	}
-	if fin.CompletionTokens < 1 {
-		return fmt.Errorf("engine produced no token (finish %q)", fin.FinishReason)
-	}
-	return nil
+	return engineAnswers(ctx, eng)
 }

@@ -559,7 +559,8 @@ func (c *Cloud) kvServer(workers []*worker.Worker, auth func(*http.Request) (str
 // startFleet starts the embedded broker (or connects to --mqtt-url) and the
 // fleet manager on it; neither runs when both are empty.
 func (c *Cloud) startFleet() error {
-	fc := fleet.Config{DataDir: filepath.Join(c.cfg.DataDir, "fleet"), Metrics: c.metrics, Logger: c.log, PublicURL: c.publicURL()}
+	fc := fleet.Config{DataDir: filepath.Join(c.cfg.DataDir, "fleet"), Metrics: c.metrics, Logger: c.log, PublicURL: c.publicURL(),
+		Shadow: c.coord} // the coordinator answers devices' shadow samples
 	if c.cfg.OTAPub != "" {
 		key, err := firmware.ReadPublicKey(c.cfg.OTAPub)
 		if err != nil {
@@ -608,6 +609,16 @@ func (c *Cloud) startFleet() error {
 		c.log.Info("embedded MQTT broker listening", "tcp", b.TCPAddr(), "tls", b.TLSAddr())
 	default:
 		return nil
+	}
+	if c.cfg.Redis.IsSet() {
+		// Replicas sharing Redis share the fleet through one writer
+		// (cloud/fleet/lease.go): a second fleet manager refuses to start.
+		host, _ := os.Hostname()
+		lease, err := fleet.NewRedisLease(c.cfg.Redis.String(), "", host+" "+c.publicURL(), 0)
+		if err != nil {
+			return &cli.FieldError{Field: "Redis", Err: err}
+		}
+		fc.Lease = lease
 	}
 	m, err := fleet.Open(fc)
 	if err != nil {

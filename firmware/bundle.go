@@ -168,6 +168,18 @@ func Inspect(r io.Reader, key ed25519.PublicKey) (Manifest, error) {
 	return readHeader(r, key)
 }
 
+// Peek verifies a bundle's signed manifest, so a device can tell what kind
+// of artifact it is before choosing the Policy to Open it with, and returns
+// a reader that yields the whole bundle again from its first byte.
+func Peek(r io.Reader, key ed25519.PublicKey) (Manifest, io.Reader, error) {
+	var head bytes.Buffer
+	m, err := readHeader(io.TeeReader(r, &head), key)
+	if err != nil {
+		return Manifest{}, nil, err
+	}
+	return m, io.MultiReader(&head, r), nil
+}
+
 func readHeader(r io.Reader, key ed25519.PublicKey) (Manifest, error) {
 	mb, sig, err := readRawHeader(r)
 	if err != nil {

@@ -166,3 +166,33 @@ func FuzzReadKey(f *testing.F) {
 		}
 	})
 }
+
+// FuzzArtifactState: whatever state.json holds, OpenArtifacts opens (a
+// damaged state is set aside, never fatal) and names only versions, which
+// are directory names under the store.
+func FuzzArtifactState(f *testing.F) {
+	f.Add([]byte(`{"current":"1.2","previous":"1.1","failed":"1.3"}`))
+	f.Add([]byte(`{"current":"../../etc"}`))
+	f.Add([]byte(`{"current":"v1.2"}`))
+	f.Add([]byte(`{`))
+	f.Add([]byte(`null`))
+	f.Fuzz(func(t *testing.T, state []byte) {
+		dir := t.TempDir()
+		if err := os.WriteFile(filepath.Join(dir, "state.json"), state, 0o644); err != nil {
+			t.Fatal(err)
+		}
+		a, err := OpenArtifacts(dir)
+		if err != nil {
+			t.Fatal(err)
+		}
+		st := a.State()
+		for _, v := range []string{st.Current, st.Previous, st.Failed} {
+			if v == "" {
+				continue
+			}
+			if _, err := ParseVersion(v); err != nil || filepath.Dir(a.Path(v)) != dir {
+				t.Fatalf("state names %q", v)
+			}
+		}
+	})
+}

@@ -4,7 +4,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"os"
 	"path/filepath"
 	"sync"
@@ -171,19 +170,7 @@ func (s *Slots) install(v *Verified) (string, error) {
 		}
 	}
 	tmp := filepath.Join(s.dir, target+".incoming")
-	os.RemoveAll(tmp)
-	err := v.Extract(func(name string) (io.WriteCloser, error) {
-		p := filepath.Join(tmp, filepath.FromSlash(name))
-		if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
-			return nil, err
-		}
-		return &syncFile{path: p}, nil
-	})
-	if err == nil {
-		err = writeSlotManifest(tmp, v.Manifest)
-	}
-	if err != nil {
-		os.RemoveAll(tmp)
+	if err := extractTo(tmp, v); err != nil {
 		return "", fmt.Errorf("install into slot %s: %w", target, err)
 	}
 	if err := os.RemoveAll(s.Path(target)); err != nil {
@@ -245,23 +232,7 @@ func (s *Slots) save() error {
 	if err != nil {
 		return err
 	}
-	f := &syncFile{path: filepath.Join(s.dir, "state.json.tmp")}
-	if _, err := f.Write(raw); err != nil {
-		f.Close()
-		return err
-	}
-	if err := f.Close(); err != nil {
-		return err
-	}
-	if err := os.Rename(f.path, filepath.Join(s.dir, "state.json")); err != nil {
-		return err
-	}
-	d, err := os.Open(s.dir)
-	if err != nil {
-		return err
-	}
-	defer d.Close()
-	return d.Sync()
+	return writeAtomic(s.dir, "state.json", raw)
 }
 
 // syncFile is a file created on first write and fsync'd on Close, so a slot

@@ -60,7 +60,7 @@ type Inputs struct {
 	// ThresholdSource is "config" (Config.Threshold), "model" (the
 	// predictor's own, Thresholder) or "default" (0.5).
 	ThresholdSource string
-	Override        string // x-phaseless-route when not auto
+	Override        string // x-phaseless-route when not auto, else Config.Mode when not auto
 	Link            Link
 	Load            Load
 }
@@ -108,7 +108,17 @@ type Config struct {
 	// block unmeasured (an external local server). It is skipped when the
 	// score cannot matter: a route override, or no reachable cloud.
 	Probe func(text string) textfeat.Probe
+	// Mode is the route of requests that do not pin one themselves
+	// (x-phaseless-route: auto or absent): ModeAuto ("" too) lets the
+	// router decide, PathLocal keeps every such request on the device (no
+	// offload when the engine refuses: the operator said local), PathCloud
+	// sends every one to the cloud (with the usual local fallback when the
+	// cloud fails before its first token). A request's own header wins.
+	Mode string
 }
+
+// ModeAuto is Config.Mode's default: the router decides.
+const ModeAuto = "auto"
 
 func (c *Config) fill() {
 	if c.Threshold == 0 {
@@ -152,6 +162,8 @@ func (c Config) Validate() error {
 		return fmt.Errorf("route: MaxKVFaultsPerMs %g must be positive", c.MaxKVFaultsPerMs)
 	case c.MaxQueueFraction <= 0 || c.MaxQueueFraction > 1:
 		return fmt.Errorf("route: MaxQueueFraction %g must be in (0,1]", c.MaxQueueFraction)
+	case c.Mode != "" && c.Mode != ModeAuto && c.Mode != PathLocal && c.Mode != PathCloud:
+		return fmt.Errorf("route: Mode %q must be auto, local or cloud", c.Mode)
 	}
 	return nil
 }
@@ -206,6 +218,10 @@ func (r *Router) Decide(req *llm.Request, link Link, load Load) Decision {
 	text := Text(req)
 	d.Features = textfeat.Extract(text)
 	o := req.Hints.Route
+	overrideBy := "x-phaseless-route: "
+	if o != PathLocal && o != PathCloud && (r.cfg.Mode == PathLocal || r.cfg.Mode == PathCloud) {
+		o, overrideBy = r.cfg.Mode, "route-mode: "
+	}
 	if r.cfg.Probe != nil && o != PathLocal && o != PathCloud && link.Configured && link.Connected {
 		textfeat.SetProbe(d.Features, r.cfg.Probe(text))
 		d.Probed = d.Features[textfeat.IdxProbed] == 1
@@ -263,7 +279,7 @@ func (r *Router) Decide(req *llm.Request, link Link, load Load) Decision {
 	switch {
 	case o == PathLocal || o == PathCloud:
 		d.Override = o
-		d.Path, d.Reason = o, "x-phaseless-route: "+o
+		d.Path, d.Reason = o, overrideBy+o
 	case !link.Configured:
 		d.Path, d.Reason = PathLocal, "offline-only (no cloud configured)"
 	case !link.Connected:

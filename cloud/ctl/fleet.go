@@ -25,9 +25,10 @@ func init() {
 	register(&cli.Command{Name: "fleet", Summary: "fleet operations over the cloud's HTTP API: devices, status, config, commands, telemetry", Subcommands: []*cli.Command{
 		{Name: "devices", Summary: "list devices: state, version, slot, last seen, config versions, telemetry", Run: fleetDevices},
 		{Name: "status", Summary: "one device in detail (fleet status ID)", Run: fleetStatus},
-		{Name: "config", Summary: "desired config: fleet config set ID key=value ... | unset ID key ...", Subcommands: []*cli.Command{
-			{Name: "set", Summary: "set keys of a device's desired config (a new version, merged)", Run: fleetConfigSet},
-			{Name: "unset", Summary: "remove keys from a device's desired config (a new version)", Run: fleetConfigUnset},
+		{Name: "config", Summary: "desired config in layers (fleet defaults < label groups < device): set | unset | show", Subcommands: []*cli.Command{
+			{Name: "set", Summary: "set keys: fleet config set ID|--fleet|--group LABEL=VALUE key=value ...", Run: fleetConfigSet},
+			{Name: "unset", Summary: "remove keys: fleet config unset ID|--fleet|--group LABEL=VALUE key ...", Run: fleetConfigUnset},
+			{Name: "show", Summary: "the layers (fleet config show), or one device's merged config with each key's layer (fleet config show ID)", Run: fleetConfigShow},
 		}},
 		{Name: "label", Summary: "set or remove (key=) a device's labels, which rollouts select by: fleet label ID region=eu cohort=", Run: fleetLabel},
 		rolloutCommand,
@@ -182,15 +183,11 @@ func fleetStatus(ctx context.Context, cio cli.IO, args []string) error {
 	}
 	fmt.Fprintf(w, "first seen: %s\nlast seen:  %s\nconfig:     %s (desired/reported)\n", d.FirstSeen.Format(time.RFC3339), ago(d.LastSeen), configVersions(d))
 	if d.Desired != nil {
-		keys := make([]string, 0, len(d.Desired.Values))
-		for k := range d.Desired.Values {
-			keys = append(keys, k)
-		}
-		sort.Strings(keys)
-		for _, k := range keys {
-			fmt.Fprintf(w, "  %s=%s\n", k, d.Desired.Values[k])
+		for _, k := range sortedKeys(d.Desired.Values) {
+			fmt.Fprintf(w, "  %s=%s (from %s)\n", k, d.Desired.Values[k], orDash(d.ConfigSources[k]))
 		}
 	}
+	fmt.Fprintf(w, "shadow:     %s\n", shadowLine(d))
 	t := d.Telemetry
 	fmt.Fprintf(w, "telemetry:  %d stored, %d ingested, %d duplicates, %d batches, last seq %d, %d dropped on device\n", t.Stored, t.Ingested, t.Duplicates, t.Batches, t.LastSeq, t.DroppedOnDevice)
 	fmt.Fprintf(w, "commands:   %d pending\n", d.PendingCommands)
@@ -214,50 +211,6 @@ func parseKV(args []string) (map[string]string, error) {
 		out[k] = v
 	}
 	return out, nil
-}
-
-func fleetConfigSet(ctx context.Context, cio cli.IO, args []string) error {
-	fs, cloud, key := fleetFlags("fleet config set")
-	replace := fs.Bool("replace", false, "replace the whole config instead of merging the given keys")
-	pos, done, err := parseFleet(fs, cio, args, "fleet config set ID key=value [key=value ...] [--replace]", 2, true)
-	if done || err != nil {
-		return err
-	}
-	kv, err := parseKV(pos[1:])
-	if err != nil {
-		return err
-	}
-	u := fleetapi.ConfigUpdate{Merge: !*replace, Values: map[string]*string{}}
-	for k, v := range kv {
-		u.Values[k] = &v
-	}
-	return putConfig(ctx, cio, *cloud, *key, pos[0], u)
-}
-
-func fleetConfigUnset(ctx context.Context, cio cli.IO, args []string) error {
-	fs, cloud, key := fleetFlags("fleet config unset")
-	pos, done, err := parseFleet(fs, cio, args, "fleet config unset ID key [key ...]", 2, true)
-	if done || err != nil {
-		return err
-	}
-	u := fleetapi.ConfigUpdate{Merge: true, Values: map[string]*string{}}
-	for _, k := range pos[1:] {
-		u.Values[k] = nil
-	}
-	return putConfig(ctx, cio, *cloud, *key, pos[0], u)
-}
-
-func putConfig(ctx context.Context, cio cli.IO, cloud, key, id string, u fleetapi.ConfigUpdate) error {
-	c, err := newFleetClient(cloud, key)
-	if err != nil {
-		return err
-	}
-	dc, err := c.SetConfig(ctx, id, u)
-	if err != nil {
-		return err
-	}
-	fmt.Fprintf(cio.Stdout, "%s: desired config version %d published\n", id, dc.Version)
-	return nil
 }
 
 func fleetCmd(ctx context.Context, cio cli.IO, args []string) error {

@@ -127,6 +127,27 @@ func TestFleetCommands(t *testing.T) {
 	if strings.Contains(out, "max_tokens") {
 		t.Errorf("unset key still shown:\n%s", out)
 	}
+	// Layers: fleet defaults and a label group under the device's override.
+	must("fleet: layer version 1", "fleet", "config", "set", "--fleet", "route=cloud", "log-level=warn")
+	must("labels map[region:eu]", "fleet", "label", "car-9", "region=eu")
+	must("region=eu: layer version 1", "fleet", "config", "set", "--group", "region=eu", "log-level=debug")
+	out = must("log-level=debug (from region=eu)", "fleet", "status", "car-9")
+	if !strings.Contains(out, "route=local (from device)") {
+		t.Errorf("the device override does not win:\n%s", out)
+	}
+	out = must("region=eu", "fleet", "config", "show")
+	if strings.Index(out, "fleet ") > strings.Index(out, "region=eu") {
+		t.Errorf("layers not in precedence order:\n%s", out)
+	}
+	must("log-level  debug  region=eu", "fleet", "config", "show", "car-9")
+	must("region=eu: layer version 2", "fleet", "config", "unset", "--group", "region=eu", "log-level")
+	must("log-level=warn (from fleet)", "fleet", "status", "car-9")
+	must("shadow:     off", "fleet", "status", "car-9")
+	must("fleet: layer version 2", "fleet", "config", "set", "--fleet", "shadow-share=0.05")
+	must("shadow:     5% of local answers (shadow-share from fleet, at most 25%); 0 graded", "fleet", "status", "car-9")
+	if _, err := run("fleet", "config", "set", "--group", "version=1", "a=b"); err == nil {
+		t.Error("a version group was accepted")
+	}
 	must("2 stored, 2 ingested, 0 duplicates", "fleet", "telemetry", "count")
 	must("car-9: 2 stored", "fleet", "telemetry", "count", "--device", "car-9")
 	must("done did reload-model p.onnx", "fleet", "cmd", "car-9", "reload-model", "file=p.onnx", "--wait", "20s")

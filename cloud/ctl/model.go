@@ -171,6 +171,7 @@ func modelTrain(ctx context.Context, cio cli.IO, args []string) error {
 	epochs := fs.Int("epochs", 0, "epochs (0 = default 15)")
 	lr := fs.Float64("learn-rate", 0, "Adam learning rate (0 = default 0.003)")
 	maxCar := fs.Float64("max-car-to-cloud", 0, "largest share of validation car requests the chosen threshold may send to the cloud (0 = default 0.05; 1 = maximise balanced accuracy alone)")
+	telWeight := fs.Float64("telemetry-weight", 0, "share of the loss on the --telemetry examples, edge labels only (0 = the default, 0.2)")
 	if err := parseFlags(fs, cio, args, "phaselessctl model train [--data DIR] [--telemetry FILE] --out F: train the router predictor and evaluate it"); err != nil {
 		return helpOK(err)
 	}
@@ -184,13 +185,17 @@ func modelTrain(ctx context.Context, cio cli.IO, args []string) error {
 	if err != nil {
 		return err
 	}
+	weights, err := telemetryWeights(*telWeight, *labels)
+	if err != nil {
+		return err
+	}
 	res, err := train.Run(ctx, train.Options{
 		DataDir:   *data,
 		Labels:    *labels,
 		Compare:   others,
 		Telemetry: telemetry,
 		Out:       *out,
-		Config:    train.Config{Seed: *seed, Hidden: *hidden, Epochs: *epochs, LearnRate: *lr, MaxCarToCloud: *maxCar},
+		Config:    train.Config{Seed: *seed, Hidden: *hidden, Epochs: *epochs, LearnRate: *lr, MaxCarToCloud: *maxCar, SourceWeights: weights},
 		Log:       cio.Stderr,
 	})
 	if err != nil {

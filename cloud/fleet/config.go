@@ -13,6 +13,7 @@ import (
 	"github.com/phaseless/phaseless/cloud/fleet/broker"
 	"github.com/phaseless/phaseless/transport/cli"
 	"github.com/phaseless/phaseless/transport/fleetwire"
+	"github.com/phaseless/phaseless/transport/llm"
 	"github.com/phaseless/phaseless/transport/metrics"
 )
 
@@ -52,6 +53,21 @@ type Config struct {
 	// RolloutInterval is how often rollouts are stepped besides after
 	// device messages (default 2 s).
 	RolloutInterval time.Duration
+
+	// Lease, when set, makes this Manager the fleet's single writer
+	// (lease.go): Open fails while another holds it, and rollouts, commands
+	// and config changes stop if it is lost.
+	Lease Lease
+
+	// Shadow, when set, grades devices' shadow samples (shadow.go): the
+	// cloud's own generator (the coordinator) answers each sampled request.
+	Shadow llm.Generator
+	// ShadowWorkers grade at once (default 2); ShadowQueue bounds samples
+	// waiting (default 256, more are dropped and counted); ShadowTimeout
+	// bounds one cloud answer (default 2 minutes).
+	ShadowWorkers int
+	ShadowQueue   int
+	ShadowTimeout time.Duration
 
 	// Now is the clock (default time.Now); tests inject one for retention.
 	Now     func() time.Time
@@ -103,6 +119,15 @@ func (c *Config) fillDefaults() {
 	}
 	if c.RolloutInterval == 0 {
 		c.RolloutInterval = 2 * time.Second
+	}
+	if c.ShadowWorkers == 0 {
+		c.ShadowWorkers = 2
+	}
+	if c.ShadowQueue == 0 {
+		c.ShadowQueue = 256
+	}
+	if c.ShadowTimeout == 0 {
+		c.ShadowTimeout = 2 * time.Minute
 	}
 	if c.Now == nil {
 		c.Now = time.Now

@@ -21,7 +21,9 @@ const APIPrefix = fleetapi.Prefix
 //
 //	GET  /v1/fleet/devices                      → [Device]
 //	GET  /v1/fleet/devices/{id}                 → Device with its recent commands
-//	PUT  /v1/fleet/devices/{id}/config          ConfigUpdate → DesiredConfig
+//	PUT  /v1/fleet/devices/{id}/config          ConfigUpdate (the device's overrides) → DesiredConfig (merged)
+//	GET  /v1/fleet/config                       → [ConfigLayer] in precedence order
+//	PUT  /v1/fleet/config/{scope}               ConfigUpdate → ConfigLayer ("fleet" or "label=value")
 //	POST /v1/fleet/devices/{id}/commands        {"name","args"} → CommandState (202)
 //	GET  /v1/fleet/devices/{id}/commands/{cmd}  → CommandState
 //	GET  /v1/fleet/telemetry/count[?device=ID]  → Counts, or that device's DeviceTelemetry
@@ -42,6 +44,7 @@ func (m *Manager) Handler() http.Handler {
 	mux.HandleFunc("GET /v1/fleet/telemetry/count", m.count)
 	mux.HandleFunc("GET /v1/fleet/telemetry/export", m.export)
 	m.rolloutRoutes(mux)
+	m.configRoutes(mux)
 	return mux
 }
 
@@ -80,6 +83,8 @@ func statusOf(err error) int {
 		return http.StatusBadRequest
 	case errors.Is(err, ErrUnknownDevice), errors.Is(err, ErrUnknownRollout), errors.Is(err, ErrUnknownArtifact):
 		return http.StatusNotFound
+	case errors.Is(err, ErrNotWriter):
+		return http.StatusServiceUnavailable
 	}
 	return http.StatusInternalServerError
 }

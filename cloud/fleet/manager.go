@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/phaseless/phaseless/cloud/fleet/internal/gate"
+	"github.com/phaseless/phaseless/cloud/fleetapi"
 	"github.com/phaseless/phaseless/transport/fleetwire"
 	"github.com/phaseless/phaseless/transport/metrics"
 )
@@ -47,7 +48,10 @@ type Manager struct {
 	mIngestErrors, mSeqReset, mMerged          *metrics.Counter
 	mUnknownResults, mPublishErrors            *metrics.Counter
 	mDecodeErrors                              *metrics.LabeledCounter
-	mIngestSeconds                             *metrics.Histogram
+	mShadow                                    *metrics.LabeledCounter
+
+	shadowCh       chan shadowJob // samples waiting for a grader; nil without Config.Shadow
+	mIngestSeconds *metrics.Histogram
 }
 
 // Open opens (or creates) DataDir/fleet.db, subscribes to the device topics
@@ -58,6 +62,22 @@ func Open(cfg Config) (*Manager, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
+	if cfg.Lease != nil {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		err := cfg.Lease.Acquire(ctx)
+		cancel()
+		if err != nil {
+			return nil, err
+		}
+	}
+	m, err := open(cfg)
+	if err != nil && cfg.Lease != nil {
+		_ = cfg.Lease.Release(context.Background())
+	}
+	return m, err
+}
+
+func open(cfg Config) (*Manager, error) {
 	if err := os.MkdirAll(cfg.DataDir, 0o700); err != nil {
 		return nil, fmt.Errorf("fleet data dir: %w", err)
 	}
@@ -79,6 +99,7 @@ func Open(cfg Config) (*Manager, error) {
 		mUnknownResults: reg.Counter("phaseless_fleet_command_results_unknown_total", "command results for commands this cloud does not know"),
 		mPublishErrors:  reg.Counter("phaseless_fleet_publish_errors_total", "publishes to devices that failed (retried by reconcile)"),
 		mDecodeErrors:   reg.LabeledCounter("phaseless_fleet_decode_errors_total", "device messages that did not decode or were refused, by topic suffix", "suffix"),
+		mShadow:         reg.LabeledCounter("phaseless_fleet_shadow_samples_total", "devices' shadow samples by outcome: passed, failed, cloud_error, duplicate, dropped (queue full), no_grader, malformed", "outcome"),
 		mIngestSeconds:  reg.Histogram("phaseless_fleet_telemetry_ingest_seconds", "time to store one telemetry batch (bbolt commit included)", metrics.DefLatencyBuckets),
 	}
 	reg.GaugeFunc("phaseless_fleet_telemetry_records_stored", "telemetry records held in the fleet store", func() float64 { return float64(m.stored.Load()) })
@@ -109,14 +130,27 @@ func Open(cfg Config) (*Manager, error) {
 	if cfg.Broker != nil {
 		m.reconcileAll()
 	}
+	m.startShadow()
 	m.wg.Add(2)
 	go m.pruneLoop()
 	go m.rolloutLoop(cfg.RolloutInterval)
 	return m, nil
 }
 
-// Ready is nil when the Manager can reach devices (for /readyz).
-func (m *Manager) Ready() error { return m.bus.ready() }
+// Ready is nil when the Manager can reach devices and holds its lease
+// (for /readyz).
+func (m *Manager) Ready() error {
+	return errors.Join(m.bus.ready(), m.fence(context.Background()))
+}
+
+// fence is nil while this Manager may steer devices: it has no lease, or
+// its lease is still its own.
+func (m *Manager) fence(ctx context.Context) error {
+	if m.cfg.Lease == nil {
+		return nil
+	}
+	return m.cfg.Lease.Held(ctx)
+}
 
 // Close stops the subscriptions, waits for messages being handled and
 // closes the store. Safe to call more than once.
@@ -127,6 +161,9 @@ func (m *Manager) Close() error {
 		err := m.bus.close()
 		m.gate.Close()
 		m.closeErr = errors.Join(err, m.st.db.Close())
+		if m.cfg.Lease != nil {
+			m.closeErr = errors.Join(m.closeErr, m.cfg.Lease.Release(context.Background()))
+		}
 	})
 	return m.closeErr
 }
@@ -244,6 +281,7 @@ func (m *Manager) handleTelemetry(id string, payload []byte) {
 	if res.newDevice {
 		m.refreshCounts()
 	}
+	m.queueShadow(id, b)
 	ack, _ := json.Marshal(fleetwire.TelemetryAck{BatchID: b.BatchID, UpTo: res.upTo})
 	m.bus.publishLater(m.topics.Device(id, fleetwire.SuffixTelemetryAck), ack, false)
 }
@@ -259,7 +297,9 @@ func (m *Manager) handleStatus(id string, payload []byte) {
 	now := m.now()
 	m.history.add(id, now, s)
 	var wasOnline bool
-	dev, err := m.st.updateDevice(id, now, true, func(d *Device) error {
+	// The board is a config group label: a device's first status, or one
+	// naming another board, may change its merged config.
+	dev, changed, err := m.st.updateDeviceConfig(id, now, true, func(d *Device) error {
 		wasOnline = d.Status != nil && d.Status.State == "online"
 		// The last message wins, whatever its Time: a last will carries the
 		// time of the CONNECT it was registered with, older than the
@@ -277,6 +317,8 @@ func (m *Manager) handleStatus(id string, payload []byte) {
 	m.refreshCounts()
 	if dev != nil && dev.State() == "online" && !wasOnline {
 		m.reconcile(dev)
+	} else if changed {
+		m.publishDesired(dev)
 	}
 }
 
@@ -366,6 +408,9 @@ func (m *Manager) publishDesired(dev *Device) {
 var (
 	ErrUnknownDevice = errors.New("unknown device")
 	ErrBadRequest    = errors.New("bad request")
+	// ErrNotWriter: this Manager's fleet lease is lost; another steers the
+	// fleet now (lease.go).
+	ErrNotWriter = errors.New("not the fleet's writer")
 )
 
 // Devices lists the registry.
@@ -380,42 +425,39 @@ func (m *Manager) Device(id string) (*Device, error) {
 	return d, err
 }
 
-// SetConfig stores the next version of a device's desired config and
-// publishes it retained. The device need not exist yet (pre-provisioning).
+// SetConfig changes a device's own overrides, the top layer of its config
+// (configlayers.go), and publishes the merged result retained; its version
+// goes up when the merged values change. The device need not exist yet
+// (pre-provisioning).
 // A failed publish is reported but the version stands: reconcile re-sends
 // it when the device or the broker comes back.
 func (m *Manager) SetConfig(ctx context.Context, id string, u ConfigUpdate) (*fleetwire.DesiredConfig, error) {
 	if err := fleetwire.ValidateDeviceID(id); err != nil {
 		return nil, fmt.Errorf("%w: %v", ErrBadRequest, err)
 	}
-	for k := range u.Values {
-		if k == "" {
-			return nil, fmt.Errorf("%w: empty config key", ErrBadRequest)
-		}
+	if err := checkKeys(u); err != nil {
+		return nil, err
 	}
-	dev, err := m.st.updateDevice(id, m.now(), true, func(d *Device) error {
-		next := &fleetwire.DesiredConfig{Values: map[string]string{}}
-		if d.Desired != nil {
-			next.Version = d.Desired.Version
-			if u.Merge {
-				for k, v := range d.Desired.Values {
-					next.Values[k] = v
-				}
-			}
-		}
-		next.Version++
-		for k, v := range u.Values {
-			if v == nil {
-				delete(next.Values, k)
-			} else {
-				next.Values[k] = *v
-			}
-		}
-		d.Desired = next
+	if err := m.fence(ctx); err != nil {
+		return nil, fmt.Errorf("%w: %v", ErrNotWriter, err)
+	}
+	dev, _, err := m.st.updateDeviceConfig(id, m.now(), true, func(d *Device) error {
+		adoptLegacyOverrides(d)
+		d.Overrides = fleetapi.ApplyUpdate(d.Overrides, u)
 		return nil
 	})
 	if err != nil {
 		return nil, err
+	}
+	if dev.Desired == nil {
+		// Nothing set anywhere: publish an empty version 1 so the device
+		// reports it and the operator sees the change land.
+		if dev, err = m.st.updateDevice(id, m.now(), true, func(d *Device) error {
+			d.Desired = &fleetwire.DesiredConfig{Version: 1, Values: map[string]string{}}
+			return nil
+		}); err != nil {
+			return nil, err
+		}
 	}
 	m.refreshCounts()
 	p, _ := json.Marshal(dev.Desired)
@@ -434,6 +476,9 @@ func (m *Manager) SendCommand(ctx context.Context, id, name string, args map[str
 	}
 	if name == "" {
 		return nil, fmt.Errorf("%w: command name is required", ErrBadRequest)
+	}
+	if err := m.fence(ctx); err != nil {
+		return nil, fmt.Errorf("%w: %v", ErrNotWriter, err)
 	}
 	now := m.now()
 	var rnd [8]byte

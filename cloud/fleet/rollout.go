@@ -47,7 +47,8 @@ func (m *Manager) SetLabels(id string, labels map[string]*string) (*Device, erro
 			return nil, fmt.Errorf("%w: label name %q is empty or reserved (board and version come from the device)", ErrBadRequest, k)
 		}
 	}
-	return m.st.updateDevice(id, m.now(), true, func(d *Device) error {
+	// Labels pick config groups too: the merged config follows them.
+	dev, changed, err := m.st.updateDeviceConfig(id, m.now(), true, func(d *Device) error {
 		if d.Labels == nil {
 			d.Labels = map[string]string{}
 		}
@@ -60,6 +61,10 @@ func (m *Manager) SetLabels(id string, labels map[string]*string) (*Device, erro
 		}
 		return nil
 	})
+	if err == nil && changed {
+		m.publishDesired(dev)
+	}
+	return dev, err
 }
 
 // CreateRollout starts a rollout of a stored artifact.
@@ -67,6 +72,9 @@ func (m *Manager) CreateRollout(ctx context.Context, spec RolloutSpec) (*Rollout
 	spec.FillDefaults()
 	if err := spec.Validate(); err != nil {
 		return nil, fmt.Errorf("%w: %v", ErrBadRequest, err)
+	}
+	if err := m.fence(ctx); err != nil {
+		return nil, fmt.Errorf("%w: %v", ErrNotWriter, err)
 	}
 	art, err := m.Artifact(spec.Artifact)
 	if err != nil {
@@ -108,6 +116,9 @@ func (m *Manager) Rollout(id string) (*Rollout, error) {
 // ("aborted") a rollout. Resuming a halted rollout is how an operator
 // overrides the failure bound: the halted stage is judged again from now.
 func (m *Manager) SetRolloutState(ctx context.Context, id, state, reason string) (*Rollout, error) {
+	if err := m.fence(ctx); err != nil {
+		return nil, fmt.Errorf("%w: %v", ErrNotWriter, err)
+	}
 	m.rolloutMu.Lock() // a step in progress would write back the old state
 	err := m.st.updateRollout(id, func(r *Rollout) error {
 		switch {
@@ -139,6 +150,10 @@ func (m *Manager) SetRolloutState(ctx context.Context, id, state, reason string)
 func (m *Manager) StepRollouts(ctx context.Context) {
 	m.rolloutMu.Lock()
 	defer m.rolloutMu.Unlock()
+	if err := m.fence(ctx); err != nil {
+		m.log.Error("rollouts not stepped: this fleet manager is not the fleet's writer", "err", err)
+		return
+	}
 	rs, err := m.st.rollouts()
 	if err != nil {
 		m.log.Error("rollouts: list", "err", err)
@@ -182,9 +197,12 @@ func (m *Manager) sendUpdates(ctx context.Context, r *Rollout, devices []string)
 			mu.Lock()
 			defer mu.Unlock()
 			rd := r.Devices[dev]
-			if cs != nil {
+			switch {
+			case cs != nil:
 				rd.Command = cs.ID // a failed publish is retried by reconcile
-			} else {
+			case errors.Is(err, ErrNotWriter):
+				delete(r.Devices, dev) // not sent: the fleet's writer sends it
+			default:
 				rd.State, rd.Error = DeviceFailed, "send update: "+err.Error()
 			}
 		})

@@ -22,6 +22,8 @@ import (
 //	commands id 0x00 commandID → CommandState (JSON)
 //	meta     counter name → uint64 (8 BE)
 //	rollouts id → Rollout (JSON)
+//	shadowgraded device 0x00 trace id → empty: shadow samples graded
+//	configs  scope ("fleet" or "label=value") → ConfigLayer (JSON)
 //	artifacts id (bundle sha256) → ArtifactInfo (JSON); the bundle is DataDir/artifacts/id.plota
 //
 // Records are keyed by ingest time so retention (oldest first, by count or
@@ -54,7 +56,7 @@ func openStore(path string) (*store, error) {
 	}
 	db.MaxBatchDelay = 2 * time.Millisecond
 	err = db.Update(func(tx *bolt.Tx) error {
-		for _, b := range [][]byte{bucketDevices, bucketSeen, bucketRecords, bucketCommands, bucketMeta, bucketRollouts, bucketArtifacts} {
+		for _, b := range [][]byte{bucketDevices, bucketSeen, bucketRecords, bucketCommands, bucketMeta, bucketRollouts, bucketArtifacts, bucketConfigs, bucketShadowGraded} {
 			if _, err := tx.CreateBucketIfNotExists(b); err != nil {
 				return err
 			}

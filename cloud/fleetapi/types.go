@@ -20,9 +20,14 @@ type Device struct {
 	FirstSeen time.Time         `json:"first_seen"`
 	LastSeen  time.Time         `json:"last_seen,omitzero"` // last message from the device itself
 
-	Desired    *fleetwire.DesiredConfig  `json:"desired,omitempty"`
-	Reported   *fleetwire.ReportedConfig `json:"reported,omitempty"`
-	ReportedAt time.Time                 `json:"reported_at,omitzero"`
+	// Desired is the merged config the device is asked to run (fleet
+	// defaults, label groups, then Overrides: MergeConfig); ConfigSources
+	// names the layer each key came from.
+	Desired       *fleetwire.DesiredConfig  `json:"desired,omitempty"`
+	Overrides     map[string]string         `json:"overrides,omitempty"`
+	ConfigSources map[string]string         `json:"config_sources,omitempty"`
+	Reported      *fleetwire.ReportedConfig `json:"reported,omitempty"`
+	ReportedAt    time.Time                 `json:"reported_at,omitzero"`
 
 	Telemetry DeviceTelemetry `json:"telemetry"`
 
@@ -51,6 +56,12 @@ type DeviceTelemetry struct {
 	DroppedOnDevice uint64    `json:"dropped_on_device"` // the device's own count of records it discarded
 	PendingOnDevice uint64    `json:"pending_on_device"` // records the device still held unacknowledged at its newest batch (its backlog)
 	LastBatch       time.Time `json:"last_batch,omitzero"`
+	// Shadow evaluation of the device's sampled local answers (its
+	// shadow-share config key): graded by the cloud, passed or failed, or
+	// not graded because the cloud could not answer.
+	ShadowPassed uint64 `json:"shadow_passed,omitempty"`
+	ShadowFailed uint64 `json:"shadow_failed,omitempty"`
+	ShadowErrors uint64 `json:"shadow_errors,omitempty"`
 }
 
 // Command states.
@@ -79,7 +90,8 @@ type ExportedRecord struct {
 	IngestedAt time.Time `json:"ingested_at"`
 }
 
-// ConfigUpdate changes a device's desired config (PUT .../config).
+// ConfigUpdate changes a device's overrides (PUT .../devices/{id}/config)
+// or a config layer (PUT .../config/{scope}).
 type ConfigUpdate struct {
 	// Values to set. With Merge, they are added to the current values and a
 	// null value removes a key; without, they replace all values.

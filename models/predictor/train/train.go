@@ -85,11 +85,16 @@ func Run(ctx context.Context, opt Options) (*Result, error) {
 		if err != nil {
 			return nil, fmt.Errorf("telemetry: %w", err)
 		}
-		ex, st, err := LoadTelemetry(f)
+		// Quality signals relabel local answers; the held-out slice stays
+		// out for model evaluate (fleetquality.go).
+		ex, fst, err := LoadFleetTelemetry(f, FleetTrain)
 		f.Close()
 		if err != nil {
 			return nil, fmt.Errorf("telemetry %s: %w", path, err)
 		}
+		st := fst.TelemetryStats
+		logf("telemetry %s: %d feedback and %d shadow grades joined: %d local answers relabelled cloud, %d confirmed local; %d requests held out\n",
+			path, fst.Feedback, fst.ShadowGrades, fst.BadLocal, fst.GoodLocal, fst.OtherPart)
 		logf("telemetry %s: %d records, %d local + %d cloud labels, %d skipped (feature version), %d skipped (no label)\n",
 			path, st.Records, st.Local, st.Cloud, st.SkippedVersion, st.SkippedUnknown)
 		res.Telemetry.Records += st.Records

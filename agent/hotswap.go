@@ -1,0 +1,246 @@
+package agent
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"path/filepath"
+	"sort"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/phaseless/phaseless/firmware"
+	"github.com/phaseless/phaseless/models/lm"
+	"github.com/phaseless/phaseless/models/predictor"
+	"github.com/phaseless/phaseless/transport/llm"
+)
+
+// hotArtifact installs one artifact kind that the running agent swaps in
+// place — the router model (firmware.KindPredictor, ONNX) or the edge
+// language model (firmware.KindModel, GGUF) — from a bundle ota.update has
+// verified against the fleet key, this board and the version in force.
+// The steps, each safe to kill -9 (firmware.Artifacts): install the files
+// beside the version in force; load and health-check the new one without
+// serving it; make it current on disk; swap it in. A candidate that fails
+// its health check is recorded as failed (reported in the status as rolled
+// back, so a rollout counts it) and the version in force keeps serving: no
+// request ever sees it. At start, the current version is loaded and checked
+// again; one that no longer loads gives way to the previous one.
+type hotArtifact struct {
+	kind string
+	ext  string // the payload is the bundle's first file with this extension
+
+	mu    sync.Mutex // guards store; one install at a time
+	store *firmware.Artifacts
+
+	// load reads an installed file and health-checks it without serving
+	// it; swap puts it in service.
+	load func(ctx context.Context, file string) (swap func(), err error)
+	// changed republishes the device status (nil without a fleet).
+	changed func()
+	log     *slog.Logger
+}
+
+func (h *hotArtifact) state() firmware.ArtifactState {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.store.State()
+}
+
+// version is the version in force, "" when the agent runs its own.
+func (h *hotArtifact) version() string { return h.state().Current }
+
+// payload is the file of dir that holds the artifact.
+func (h *hotArtifact) payload(dir string, m firmware.Manifest) (string, error) {
+	for _, f := range m.Files {
+		if strings.EqualFold(filepath.Ext(f.Name), h.ext) {
+			return filepath.Join(dir, filepath.FromSlash(f.Name)), nil
+		}
+	}
+	return "", fmt.Errorf("%s bundle %s has no %s file", h.kind, m.Version, h.ext)
+}
+
+func (h *hotArtifact) install(ctx context.Context, v *firmware.Verified) (string, error) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	ver, was := v.Manifest.Version, h.store.State().Current
+	if was == "" {
+		was = "the agent's own"
+	}
+	file, err := h.payload("", v.Manifest)
+	if err != nil {
+		return "", err
+	}
+	dir, err := h.store.Install(v)
+	if err != nil {
+		return "", err
+	}
+	swap, err := h.load(ctx, filepath.Join(dir, file))
+	if err != nil {
+		if ferr := h.store.Fail(ver); ferr != nil {
+			err = errors.Join(err, ferr)
+		}
+		h.notify()
+		return "", fmt.Errorf("%s %s failed its health check and was rolled back; %s keeps serving: %w", h.kind, ver, was, err)
+	}
+	if err := h.store.Activate(ver); err != nil {
+		return "", err
+	}
+	swap()
+	h.notify()
+	h.log.Info("artifact swapped in", "kind", h.kind, "version", ver, "previous", was)
+	return fmt.Sprintf("%s %s verified, health-checked and swapped in without a restart (previous: %s)", h.kind, ver, was), nil
+}
+
+func (h *hotArtifact) notify() {
+	if h.changed != nil {
+		go h.changed() // the status goes out through the fleet client's queue
+	}
+}
+
+// boot puts the installed version in force at start: Current, or Previous
+// when Current no longer verifies or loads. It returns the version serving,
+// "" when the agent's own does.
+func (h *hotArtifact) boot(ctx context.Context) string {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	st := h.store.State()
+	for _, v := range []string{st.Current, st.Previous} {
+		if v == "" {
+			continue
+		}
+		dir := h.store.Path(v)
+		m, err := firmware.VerifyInstalled(dir)
+		var file string
+		if err == nil {
+			file, err = h.payload(dir, m)
+		}
+		var swap func()
+		if err == nil {
+			swap, err = h.load(ctx, file)
+		}
+		if err == nil {
+			if v != h.store.State().Current {
+				err = h.store.Activate(v)
+			}
+			if err == nil {
+				swap()
+				return v
+			}
+		}
+		h.log.Warn("installed artifact does not load; falling back", "kind", h.kind, "version", v, "err", err)
+		if err := h.store.Fail(v); err != nil {
+			h.log.Error("record failed artifact", "kind", h.kind, "version", v, "err", err)
+		}
+	}
+	return ""
+}
+
+// hotKinds names the kinds this agent swaps in, for refusals.
+func (o *ota) hotKinds() string {
+	if len(o.hot) == 0 {
+		return "it swaps in no artifact kinds"
+	}
+	ks := make([]string, 0, len(o.hot))
+	for k := range o.hot {
+		ks = append(ks, k)
+	}
+	sort.Strings(ks)
+	return "it swaps in " + strings.Join(ks, " and ")
+}
+
+// openHot builds the hot-swapped kinds under DATA_DIR/artifacts/KIND: the
+// router model always, the edge model when the built-in engine runs (an
+// external --local-url server manages its own model).
+func (a *Agent) openHot() (map[string]*hotArtifact, error) {
+	hot := map[string]*hotArtifact{}
+	add := func(kind, ext string, load func(context.Context, string) (func(), error)) error {
+		st, err := firmware.OpenArtifacts(filepath.Join(a.cfg.DataDir, "artifacts", kind))
+		if err != nil {
+			return fmt.Errorf("%s artifacts: %w", kind, err)
+		}
+		if st.Discarded != nil {
+			a.log.Warn("installed artifacts' state is damaged; running the agent's own until the fleet updates it", "kind", kind, "err", st.Discarded)
+		}
+		hot[kind] = &hotArtifact{kind: kind, ext: ext, store: st, load: load, log: a.log, changed: a.publishStatus}
+		return nil
+	}
+	if err := add(firmware.KindPredictor, ".onnx", a.loadPredictorArtifact); err != nil {
+		return nil, err
+	}
+	if a.engine.swap != nil {
+		if err := add(firmware.KindModel, ".gguf", a.loadModelArtifact); err != nil {
+			return nil, err
+		}
+	}
+	return hot, nil
+}
+
+// loadPredictorArtifact's health check is predictor.Validate: the model
+// takes this build's feature vector and answers a probability for each
+// probe text.
+func (a *Agent) loadPredictorArtifact(_ context.Context, file string) (func(), error) {
+	m, err := predictor.Load(file)
+	if err != nil {
+		return nil, err
+	}
+	if err := predictor.Validate(m); err != nil {
+		return nil, err
+	}
+	return func() {
+		if err := a.pred.SwapTo(m); err != nil { // validated above: not expected
+			a.log.Error("swap predictor", "err", err)
+		}
+	}, nil
+}
+
+// modelHealthTimeout bounds the edge model's health check.
+const modelHealthTimeout = 60 * time.Second
+
+// loadModelArtifact's health check builds an engine on the new model and
+// has it answer a short chat: it must produce tokens without an error.
+func (a *Agent) loadModelArtifact(ctx context.Context, file string) (func(), error) {
+	m, err := lm.Load(file)
+	if err != nil {
+		return nil, err
+	}
+	eng, err := lm.NewEngine(m, a.engine.engineCfg)
+	if err != nil {
+		return nil, err
+	}
+	hctx, cancel := context.WithTimeout(ctx, modelHealthTimeout)
+	defer cancel()
+	if err := engineAnswers(hctx, eng); err != nil {
+		eng.Close()
+		return nil, fmt.Errorf("health check: %w", err)
+	}
+	return func() { a.engine.swap.replace(eng, nil) }, nil
+}
+
+// engineAnswers asks eng for a few tokens through its scheduler, the code
+// path requests take (selfcheck and the edge model's health check).
+func engineAnswers(ctx context.Context, eng llm.Generator) error {
+	fin, err := eng.Generate(ctx, &llm.Request{ID: "health-check", MaxTokens: 4, Seed: 1, Messages: []llm.Message{{Role: "user", Content: "selfcheck"}}}, func(llm.Token) error { return nil })
+	if err != nil {
+		return err
+	}
+	if fin.CompletionTokens < 1 {
+		return fmt.Errorf("engine produced no token (finish %q)", fin.FinishReason)
+	}
+	return nil
+}
+
+// publishStatus republishes the fleet status (artifact versions) when a
+// fleet client runs.
+func (a *Agent) publishStatus() {
+	if a.fleet == nil {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := a.fleet.PublishStatus(ctx); err != nil {
+		a.log.Warn("status not republished", "err", err)
+	}
+}

@@ -1,0 +1,103 @@
+package fleet
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/phaseless/phaseless/cloud/admit/redistest"
+	"github.com/phaseless/phaseless/cloud/fleet/broker"
+)
+
+// TestFleetLeaseSingleWriter runs two fleet managers against one Redis, as
+// two cloud processes sharing a fleet would: the second refuses to start
+// while the first holds the lease, naming it; when the first loses its
+// lease (it expired and the second took it), the first stops sending
+// commands and stepping rollouts and says so in its readiness; when the
+// first is gone, the second takes over.
+func TestFleetLeaseSingleWriter(t *testing.T) {
+	url := redistest.Start(t)
+	lease := func(name string) *RedisLease {
+		l, err := NewRedisLease(url, "", name, 3*time.Second)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return l
+	}
+	b := startBroker(t, broker.Config{DevAuth: true})
+	a, err := Open(Config{DataDir: t.TempDir(), Broker: b, Lease: lease("cloud-a")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer a.Close()
+	if err := a.Ready(); err != nil {
+		t.Fatalf("holder not ready: %v", err)
+	}
+	b2 := startBroker(t, broker.Config{DevAuth: true})
+	bDir := t.TempDir()
+	if _, err := Open(Config{DataDir: bDir, Broker: b2, Lease: lease("cloud-b")}); !errors.Is(err, ErrLeaseHeld) || !strings.Contains(err.Error(), "cloud-a") {
+		t.Fatalf("second manager: %v, want the lease held by cloud-a", err)
+	}
+	ctx := context.Background()
+	if _, err := a.SendCommand(ctx, "car-1", "ping", nil); err != nil {
+		t.Fatalf("holder cannot send: %v", err)
+	}
+
+	// Renewal puts the full TTL back while the lease is a's.
+	rc := redis.NewClient(mustParse(t, url))
+	defer rc.Close()
+	rc.PExpire(ctx, "phaseless:fleet:lease", 500*time.Millisecond)
+	if n, err := a.cfg.Lease.(*RedisLease).renewOnce(); n != 1 || err != nil {
+		t.Fatalf("renew: %d %v", n, err)
+	}
+	if ttl, _ := rc.PTTL(ctx, "phaseless:fleet:lease").Result(); ttl <= time.Second {
+		t.Fatalf("lease TTL %v after a renewal, want about 3s", ttl)
+	}
+
+	// The lease passes to another holder behind a's back (a was cut off
+	// for longer than the TTL): a must stop steering devices.
+	if err := rc.Set(ctx, "phaseless:fleet:lease", "othertoken cloud-c", 3*time.Second).Err(); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := a.SendCommand(ctx, "car-1", "ping", nil); !errors.Is(err, ErrNotWriter) {
+		t.Fatalf("a sent a command without the lease: %v", err)
+	}
+	if n, err := a.cfg.Lease.(*RedisLease).renewOnce(); n != 0 || err != nil {
+		t.Fatalf("a renewed another holder's lease: %d %v", n, err)
+	}
+	if _, err := a.SetConfigLayer(ctx, "fleet", ConfigUpdate{Values: map[string]*string{"k": ptr("v")}}); !errors.Is(err, ErrNotWriter) {
+		t.Fatalf("a changed config without the lease: %v", err)
+	}
+	if err := a.Ready(); err == nil || !strings.Contains(err.Error(), "cloud-c") {
+		t.Fatalf("a's readiness without the lease: %v", err)
+	}
+	// Closing a does not delete the successor's lease.
+	a.Close()
+	if v, _ := rc.Get(ctx, "phaseless:fleet:lease").Result(); v != "othertoken cloud-c" {
+		t.Fatalf("a's Close removed another holder's lease: %q", v)
+	}
+	// Once the key is free (cloud-c's lease expired), b starts and steers.
+	rc.Del(ctx, "phaseless:fleet:lease")
+	m, err := Open(Config{DataDir: bDir, Broker: b2, Lease: lease("cloud-b")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer m.Close()
+	if _, err := m.SendCommand(ctx, "car-1", "ping", nil); err != nil {
+		t.Fatalf("the new holder cannot send: %v", err)
+	}
+}
+
+func mustParse(t *testing.T, url string) *redis.Options {
+	o, err := redis.ParseURL(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return o
+}
+
+func ptr(s string) *string { return &s }
