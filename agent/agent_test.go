@@ -153,6 +153,9 @@ func TestLocalPathEndToEnd(t *testing.T) {
 	if resp.StatusCode != 200 || resp.Header.Get("x-phaseless-route") != "local" {
 		t.Fatalf("status %d route %q", resp.StatusCode, resp.Header.Get("x-phaseless-route"))
 	}
+	if st := resp.Header.Get("Server-Timing"); !strings.HasPrefix(st, "engine;dur=") {
+		t.Fatalf("Server-Timing %q: the local engine's TTFT is not reported", st)
+	}
 	c := readJSON[chatResp](t, resp.Body)
 	if len(c.Choices) != 1 || c.Usage.CompletionTokens < 1 || c.Usage.CompletionTokens > 8 {
 		t.Fatalf("completion %+v", c)

@@ -28,8 +28,9 @@ type localEngine struct {
 	// render (the device build leaves Jinja out, lm_nojinja).
 	templateSkipped bool
 	// probe measures a request on the shipped edge model for the router
-	// (route.Config.Probe); nil for external servers and for other models,
-	// whose probe numbers the shipped predictor was not trained on.
+	// (route.Config.Probe), which runs it only for a predictor that reads
+	// the probe block (the shipped one does not); nil for external servers
+	// and for other models, whose probe numbers no predictor was trained on.
 	probe func(text string) textfeat.Probe
 	// swap is the built-in engine, replaceable by the fleet's edge-model
 	// artifacts; nil for an external server.

@@ -60,6 +60,7 @@ type Config struct {
 	MQTTTLS       string  // embedded broker's TLS listener (device certificates)
 	MQTTPasswords string  // Mosquitto password file for the embedded broker
 	MQTTURL       cli.URL // external broker instead of the embedded one; parsed when set
+	MQTTDynsec    bool    // the external broker is a Mosquitto with the dynamic security plugin: revoked devices are disabled there
 	PublicURL     cli.URL // this cloud's HTTP base URL as devices reach it (rollout downloads); parsed when set
 	OTAPub        string  // the fleet's OTA public key: uploaded artifacts must be signed with it
 	OTLP          cli.URL // OTLP/HTTP collector that request spans are exported to; parsed when set
@@ -71,6 +72,7 @@ type Config struct {
 	BatchWindow    time.Duration // longest a request is held for bucketing
 	BatchMax       int           // most requests released together
 	MaxRunning     int           // requests running at once before the fair queue holds them; 0 = 2× the workers' capacity
+	MaxQueued      int           // requests the fair queue holds before new ones get 503 overloaded; 0 = 1024
 	SLATTFT        time.Duration
 	SLAITL         time.Duration
 	AdminListen    string // pprof and /metrics on their own listener; empty = off
@@ -126,6 +128,7 @@ func (c *Config) Fields() cli.Fields {
 		{Flag: "mqtt-tls", Go: "MQTTTLS", Value: &c.MQTTTLS, Usage: "embedded broker's MQTT-over-TLS listener, using the PKI's server certificate; empty disables it"},
 		{Flag: "mqtt-passwords", Go: "MQTTPasswords", Value: &c.MQTTPasswords, Usage: "Mosquitto password file for the embedded broker (username = device id)"},
 		{Flag: "mqtt-url", Go: "MQTTURL", Value: &c.MQTTURL, Usage: "external MQTT v5 broker (mqtt://user:pass@host:1883) instead of the embedded one"},
+		{Flag: "mqtt-dynsec", Go: "MQTTDynsec", Value: &c.MQTTDynsec, Usage: "the --mqtt-url broker is a Mosquitto with the dynamic security plugin and its user has the plugin's admin role: a revoked device is disabled there (kicked and refused) at once"},
 		{Flag: "public-url", Go: "PublicURL", Value: &c.PublicURL, Usage: "this cloud's HTTP base URL as devices reach it, for rollout downloads (default: http://127.0.0.1 and the --http port)"},
 		{Flag: "otlp", Go: "OTLP", Value: &c.OTLP, Usage: "OpenTelemetry collector URL (OTLP/HTTP, e.g. http://127.0.0.1:4318): export spans for admission, scheduling, queueing, prefill and decode"},
 		{Flag: "ota-pub", Go: "OTAPub", Value: &c.OTAPub, Usage: "the fleet's OTA public key (phaselessctl ota keygen): uploaded rollout artifacts must be signed with it"},
@@ -137,6 +140,7 @@ func (c *Config) Fields() cli.Fields {
 		{Flag: "batch-max", Go: "BatchMax", Value: &c.BatchMax, Usage: "most requests released into an engine together"},
 		{Flag: "cache-layers", Go: "CacheLayers", Value: &c.CacheLayers, Usage: "prompt-caching layers: affinity, prefetch, semantic (comma-separated), or none; default affinity (docs/cloud.md)"},
 		{Flag: "max-running", Go: "MaxRunning", Value: &c.MaxRunning, Usage: "requests running at once before the per-tenant fair queue holds them (0: twice the workers' capacity)"},
+		{Flag: "max-queued", Go: "MaxQueued", Value: &c.MaxQueued, Usage: "requests the fair queue holds before more are refused with 503 overloaded in the API's error shape (0: 1024)"},
 		{Flag: "sla-ttft", Go: "SLATTFT", Value: &c.SLATTFT, Usage: "SLA: time to first token"},
 		{Flag: "sla-itl", Go: "SLAITL", Value: &c.SLAITL, Usage: "SLA: mean time between tokens"},
 		{Flag: "admin-listen", Go: "AdminListen", Value: &c.AdminListen, Usage: "diagnostics listener: Go pprof at /debug/pprof/ and /metrics, unauthenticated (bind to loopback); empty disables it"},
@@ -192,6 +196,10 @@ func (c *Config) Validate() error {
 		return &cli.FieldError{Field: "BatchMax", Err: fmt.Errorf("%d must be at least 1", c.BatchMax)}
 	case c.MaxRunning < 0:
 		return &cli.FieldError{Field: "MaxRunning", Err: fmt.Errorf("%d must not be negative", c.MaxRunning)}
+	case c.MQTTDynsec && !c.MQTTURL.IsSet():
+		return &cli.FieldError{Field: "MQTTDynsec", Err: errors.New("needs an external broker (--mqtt-url)")}
+	case c.MaxQueued < 0:
+		return &cli.FieldError{Field: "MaxQueued", Err: fmt.Errorf("%d must not be negative", c.MaxQueued)}
 	case c.SLATTFT <= 0:
 		return &cli.FieldError{Field: "SLATTFT", Err: errors.New("must be positive")}
 	case c.SLAITL <= 0:
@@ -456,7 +464,7 @@ func (c *Cloud) Start(ctx context.Context) (err error) {
 	}
 	c.coord, err = coordinator.New(coordinator.Config{
 		Workers: c.workers, Admitter: c.admit, Tokenizer: tok, BlockSize: kvBlockSize,
-		Fair:                admit.FairConfig{Slots: slots},
+		Fair:                admit.FairConfig{Slots: slots, MaxQueue: c.cfg.MaxQueued},
 		Budget:              budgetOf(keys, c.cfg.BudgetPeriod),
 		AllowPolicyOverride: c.cfg.Dev,
 		SLATTFT:             c.cfg.SLATTFT, SLAITL: c.cfg.SLAITL,
@@ -571,7 +579,7 @@ func (c *Cloud) startFleet() error {
 	switch {
 	case c.cfg.MQTTURL.IsSet():
 		u := *c.cfg.MQTTURL.URL
-		ext := &fleet.External{URL: u.String()}
+		ext := &fleet.External{URL: u.String(), DynamicSecurity: c.cfg.MQTTDynsec}
 		if u.User != nil {
 			ext.Username = u.User.Username()
 			ext.Password, _ = u.User.Password()

@@ -102,6 +102,7 @@ func (d *Dispatcher) load() Load {
 // timedEmit forwards tokens unchanged and measures them on the way.
 type timedEmit struct {
 	emit   llm.Emit
+	st     *llm.Stream // whose begin event learns the engine's TTFT
 	start  time.Time
 	first  time.Time
 	last   time.Time
@@ -116,6 +117,11 @@ func (t *timedEmit) forward(tok llm.Token) error {
 	now := time.Now()
 	if t.tokens == 0 {
 		t.first = now
+		if t.st.Meta.EngineTTFT == 0 {
+			// A local engine's latency for its first token; the cloud's
+			// begin event, merged before, already says its own.
+			t.st.Meta.EngineTTFT = tok.EngineLatency
+		}
 	} else {
 		t.itl.Observe(now.Sub(t.last).Seconds())
 	}
@@ -138,7 +144,7 @@ func (d *Dispatcher) Generate(ctx context.Context, req *llm.Request, emit llm.Em
 	span.End()
 	d.m.decisions.With(dec.Path).Inc()
 	st := llm.NewStream(emit)
-	te := &timedEmit{emit: st.Emit, start: start, itl: d.m.itl}
+	te := &timedEmit{emit: st.Emit, st: st, start: start, itl: d.m.itl}
 
 	path := dec.Path
 	var fb llm.Fallback

@@ -530,7 +530,7 @@ func TestProbeFillsFeatures(t *testing.T) {
 		t.Fatalf("probed %v, decision %+v", probed, d.Inputs)
 	}
 	if seen.last[textfeat.IdxProbed] != 1 || seen.last[textfeat.IdxEntropyFirst] != 2 || seen.last[textfeat.IdxPromptNLL] != 3 {
-		t.Fatalf("predictor saw probe block %v", seen.last[textfeat.ProbeOffset:])
+		t.Fatalf("predictor saw probe block %v", seen.last[textfeat.ProbeOffset:textfeat.V2Dim])
 	}
 	req := userReq("who wrote hamlet")
 	req.Hints.Route = PathLocal
@@ -545,10 +545,25 @@ func TestProbeFillsFeatures(t *testing.T) {
 	if len(probed) != 1 {
 		t.Errorf("probe ran %d times, want once", len(probed))
 	}
+	// A predictor that does not read the block (the shipped one) is not
+	// probed for: the probe would cost a prefill for nothing.
+	blind := &featurePredictor{noProbe: true}
+	r, err = NewRouter(Config{Probe: probe}, predictor.NewSwappable(blind))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if d := r.Decide(userReq("who wrote hamlet"), up, Load{}); d.Probed || len(probed) != 1 || blind.last[textfeat.IdxProbed] != 0 {
+		t.Errorf("probed for a predictor that does not read the probe: %d probes", len(probed))
+	}
 }
 
 // featurePredictor records the vector it was asked about.
-type featurePredictor struct{ last []float32 }
+type featurePredictor struct {
+	last    []float32
+	noProbe bool // ReadsProbe answers false
+}
+
+func (p *featurePredictor) ReadsProbe() bool { return !p.noProbe }
 
 func (p *featurePredictor) Predict(f []float32) (float64, error) {
 	p.last = slices.Clone(f)

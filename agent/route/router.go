@@ -104,9 +104,11 @@ type Config struct {
 	// Probe measures the request on the model that would answer it locally
 	// (the agent wires the built-in engine's prefill, models/lm ProbeChat):
 	// its result fills the feature vector's probe block
-	// (textfeat.SetProbe), which the shipped predictor reads. nil leaves the
+	// (textfeat.SetProbe), for a predictor trained on it. nil leaves the
 	// block unmeasured (an external local server). It is skipped when the
-	// score cannot matter: a route override, or no reachable cloud.
+	// score cannot matter: a route override, no reachable cloud, or a
+	// predictor that does not read the block (predictor.ProbeReader; the
+	// shipped one since textfeat version 3 does not: docs/predictor.md).
 	Probe func(text string) textfeat.Probe
 	// Mode is the route of requests that do not pin one themselves
 	// (x-phaseless-route: auto or absent): ModeAuto ("" too) lets the
@@ -212,6 +214,18 @@ type Sourcer interface {
 	Source() string
 }
 
+// readsProbe: whether the serving predictor reads the probe block (one
+// that does not say is taken to); the entropy rule alone does not.
+func (r *Router) readsProbe() bool {
+	if r.pred == nil {
+		return false
+	}
+	if pr, ok := r.pred.(predictor.ProbeReader); ok {
+		return pr.ReadsProbe()
+	}
+	return true
+}
+
 // Decide picks a path for req.
 func (r *Router) Decide(req *llm.Request, link Link, load Load) Decision {
 	d := Decision{Inputs: Inputs{Link: link, Load: load}}
@@ -222,7 +236,7 @@ func (r *Router) Decide(req *llm.Request, link Link, load Load) Decision {
 	if o != PathLocal && o != PathCloud && (r.cfg.Mode == PathLocal || r.cfg.Mode == PathCloud) {
 		o, overrideBy = r.cfg.Mode, "route-mode: "
 	}
-	if r.cfg.Probe != nil && o != PathLocal && o != PathCloud && link.Configured && link.Connected {
+	if r.cfg.Probe != nil && r.readsProbe() && o != PathLocal && o != PathCloud && link.Configured && link.Connected {
 		textfeat.SetProbe(d.Features, r.cfg.Probe(text))
 		d.Probed = d.Features[textfeat.IdxProbed] == 1
 	}

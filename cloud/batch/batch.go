@@ -19,6 +19,7 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"time"
 )
 
@@ -87,9 +88,12 @@ type Batcher struct {
 	cfg  Config
 	room func() int // free sequence slots in the engine now
 
-	mu      sync.Mutex // guards buckets, waiting, timer, closed
+	mu      sync.Mutex // guards buckets, timer, closed, and writes to waiting
 	buckets [][]*pending
-	waiting int
+	// waiting is written under mu and read without it: every placement
+	// decision reads it for every worker (Waiting), and taking mu there
+	// made decisions queue behind the releases of a busy worker.
+	waiting atomic.Int64
 	timer   Timer
 	closed  bool
 }
@@ -136,7 +140,7 @@ func (b *Batcher) Wait(ctx context.Context, promptTokens int) (int, error) {
 		b.mu.Unlock()
 		return 0, ErrClosed
 	}
-	if b.waiting == 0 && b.room() > 0 {
+	if b.waiting.Load() == 0 && b.room() > 0 {
 		b.mu.Unlock()
 		return 1, nil
 	}
@@ -159,7 +163,7 @@ func (b *Batcher) Wait(ctx context.Context, promptTokens int) (int, error) {
 		default:
 		}
 		p.gone = true
-		b.waiting--
+		b.waiting.Add(-1)
 		b.mu.Unlock()
 		return 0, ctx.Err()
 	}
@@ -169,7 +173,7 @@ func (b *Batcher) Wait(ctx context.Context, promptTokens int) (int, error) {
 func (b *Batcher) hold(p *pending, promptTokens int) {
 	i := b.bucket(promptTokens)
 	b.buckets[i] = append(b.buckets[i], p)
-	b.waiting++
+	b.waiting.Add(1)
 	b.release()
 }
 
@@ -186,7 +190,7 @@ func (b *Batcher) Submit(promptTokens int, released func(batchSize int)) {
 		released(0)
 		return
 	}
-	if b.waiting == 0 && b.room() > 0 {
+	if b.waiting.Load() == 0 && b.room() > 0 {
 		b.mu.Unlock()
 		released(1)
 		return
@@ -203,11 +207,7 @@ func (b *Batcher) Kick() {
 }
 
 // Waiting is how many requests are held now.
-func (b *Batcher) Waiting() int {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.waiting
-}
+func (b *Batcher) Waiting() int { return int(b.waiting.Load()) }
 
 // release lets out what may go now and arms the timer for the next window
 // expiry. Called with mu held.
@@ -257,7 +257,7 @@ func (b *Batcher) let(i int) int {
 	for _, p := range batch {
 		p.deliver(len(batch))
 	}
-	b.waiting -= len(batch)
+	b.waiting.Add(-int64(len(batch)))
 	return len(batch)
 }
 
@@ -302,5 +302,5 @@ func (b *Batcher) Close() {
 		}
 		b.buckets[i] = nil
 	}
-	b.waiting = 0
+	b.waiting.Store(0)
 }

@@ -258,6 +258,7 @@ func (c *Coordinator) generate(ctx context.Context, req *llm.Request, emit llm.E
 		return llm.Final{}, c.finish(ctx, &m, bucket, llm.RouteCloud, llm.Final{}, llm.Errorf(llm.CodeUnavailable, "no worker can take the request: %v", err), 0)
 	}
 	run := c.newRun(ctx, st, ticket)
+	defer run.billOutput() // before the deferred Release: the slot's last tokens count
 	var fin llm.Final
 	if c.splittable(d) {
 		fin, err = c.runSplit(ctx, req, &m, d, run)
@@ -323,6 +324,28 @@ type run struct {
 	ttftHist, itlHist *metrics.Histogram
 	ttft              time.Duration
 	itlSum            time.Duration
+	// unbilled is output not yet charged to the fair queue. Charging it
+	// per token took the fair queue's lock, which every stream of the
+	// coordinator shares, for every token; billing every outputBillEvery
+	// tokens keeps the tenant's counter at most that far behind.
+	unbilled int
+	// engineBase is engine time spent before the first token's own
+	// latency: a split's prefill and KV transfer (0 colocated).
+	engineBase time.Duration
+}
+
+// outputBillEvery is how many output tokens a run charges the fair queue at
+// once. A counter a few tokens behind does not change which tenant the VTC
+// queue serves next in any way that matters (a request's prompt alone is
+// charged in the tens of tokens); 16 makes the lock one take per 16 tokens.
+const outputBillEvery = 16
+
+// billOutput charges the unbilled output to the run's tenant.
+func (r *run) billOutput() {
+	if r.unbilled > 0 {
+		r.ticket.Output(r.unbilled)
+		r.unbilled = 0
+	}
 }
 
 func (c *Coordinator) newRun(_ context.Context, st *llm.Stream, t *admit.Ticket) *run {
@@ -338,6 +361,9 @@ func (r *run) forward(t llm.Token) error {
 	if r.tokens == 0 {
 		r.ttft = now.Sub(r.start)
 		r.ttftHist.Observe(r.ttft.Seconds())
+		// The engine's own share of the TTFT (its latency for this first
+		// token), so a client can tell what the coordinator added.
+		r.st.Meta.EngineTTFT = r.engineBase + t.EngineLatency
 	} else {
 		gap := now.Sub(r.last)
 		r.itlSum += gap
@@ -346,11 +372,14 @@ func (r *run) forward(t llm.Token) error {
 	r.last = now
 	r.tokens++
 	r.c.m.outputTokens.Inc()
-	r.ticket.Output(1)
+	if r.unbilled++; r.unbilled >= outputBillEvery {
+		r.billOutput()
+	}
 	return r.st.Emit(t)
 }
 
 func (c *Coordinator) runOn(ctx context.Context, req *llm.Request, m *measured, d sched.Decision, r *run) (llm.Final, error) {
+	r.engineBase = 0
 	w := c.cfg.Workers.Workers()[d.Worker]
 	// Placement is final for this attempt: the begin event, sent with the
 	// first token, says so. A fallback attempt overwrites it.

@@ -3,6 +3,7 @@ package coordinator
 import (
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -150,7 +151,7 @@ func TestFallbackToConservative(t *testing.T) {
 			}
 			f := s.Fallback
 			if f.Cause != llm.FallbackPoolOverloaded || f.From != "busy" || f.Code != llm.CodeOverloaded || !strings.HasPrefix(f.String(), "overloaded on busy") ||
-				s.RouteHeader() != "cloud/conservative/spare" || !s.HasBudget {
+				s.RouteHeader() != "cloud/conservative/spare" || !s.HasBudget || s.EngineTTFT <= 0 {
 				t.Fatalf("request %d: begin %+v final %+v", i, s, fin)
 			}
 			if h, _ := schedhint.Parse(s.SchedulerHint); h.Reason != sched.ReasonFallback {
@@ -300,3 +301,25 @@ func BenchmarkDecisionPath(b *testing.B) {
 }
 
 func slicesSort(d []time.Duration) { slices.Sort(d) }
+
+// TestOutputBilledInFull: output is charged to the fair queue in batches of
+// outputBillEvery tokens, and the remainder when the request ends, so the
+// tenant's virtual counter ends at exactly prompt + 2 × output (the default
+// weights) whatever the batch boundaries.
+func TestOutputBilledInFull(t *testing.T) {
+	w, _ := builtinWorker(t, "w", sched.RoleStream)
+	c, _ := newCoordinator(t, &clock{t: time.Unix(1e9, 0)}, w)
+	for _, n := range []int{1, outputBillEvery, outputBillEvery + 3} {
+		tenant := fmt.Sprint("t", n)
+		req := request(tenant, "count the tokens", n)
+		req.Temperature = 0
+		_, tokens, fin, err := generate(t, c, req)
+		if err != nil || tokens == 0 {
+			t.Fatalf("%d tokens: %v after %d", n, err, tokens)
+		}
+		want := float64(fin.PromptTokens) + 2*float64(tokens)
+		if got := c.fair.Counter(tenant); got != want {
+			t.Fatalf("max %d: counter %v after %d prompt and %d output tokens, want %v", n, got, fin.PromptTokens, tokens, want)
+		}
+	}
+}

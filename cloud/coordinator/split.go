@@ -70,6 +70,7 @@ func (c *Coordinator) runSplit(ctx context.Context, req *llm.Request, m *measure
 	c.m.pd.bytes.With(d.Pool.String(), decodePool).Add(float64(h.Bytes))
 	c.m.pd.promptTokens.With(d.Pool.String(), decodePool).Add(float64(h.PromptTokens))
 	r.st.Meta.Split.KVBytes = h.Bytes
+	r.engineBase = h.Prefill + h.Transfer // the engines' share of the TTFT (Server-Timing)
 	fin, _, err := dw.Resume(ctx, req, h, m.sig.InputTokens, m.sig.BlockHashes, r.forward)
 	if err == nil {
 		// The prompt ran on the prefill worker: its cache hits, and its time

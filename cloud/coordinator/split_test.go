@@ -109,6 +109,12 @@ func TestSplitMatchesColocated(t *testing.T) {
 		if b.Fallback.Cause != llm.FallbackNone {
 			t.Fatalf("fallback %+v on a split that worked", b.Fallback)
 		}
+		// The engines' share of the TTFT (Server-Timing) counts the
+		// prefill and the transfer before the decode's first token.
+		stages := counterValue(t, reg, `phaseless_pd_handoff_seconds_sum{stage="prefill"}`) + counterValue(t, reg, `phaseless_pd_handoff_seconds_sum{stage="transfer"}`)
+		if b.EngineTTFT.Seconds() <= stages {
+			t.Fatalf("engine TTFT %v, but prefill and transfer took %vs", b.EngineTTFT, stages)
+		}
 		if ps, ds := pEng.Stats(), dEng.Stats(); ps.HandoffsOut != 1 || ds.HandoffsIn != 1 || ps.DecodeTokens != 0 || ds.PrefillTokens != 0 {
 			t.Fatalf("prefill engine %+v\ndecode engine %+v", ps, ds)
 		}

@@ -75,7 +75,7 @@ func eachLine(ctx context.Context, r io.Reader, fn func(string) error) error {
 func modelFeatures(ctx context.Context, cio cli.IO, args []string) error {
 	fs := flag.NewFlagSet("model features", flag.ContinueOnError)
 	fs.String("config", "", "optional YAML config file")
-	probe := fs.Bool("probe", true, "fill the probe block with the shipped edge model's prefill, as the agent does")
+	probe := fs.Bool("probe", false, "fill the probe block with the shipped edge model's prefill (the agent does for a predictor that reads the block; the shipped one does not)")
 	if err := parseFlags(fs, cio, args, fmt.Sprintf("phaselessctl model features < lines: textfeat v%d vectors (%d floats) as JSON arrays", textfeat.Version, textfeat.Dim)); err != nil {
 		return helpOK(err)
 	}
@@ -129,13 +129,16 @@ func modelScore(ctx context.Context, cio cli.IO, args []string) error {
 	fs := flag.NewFlagSet("model score", flag.ContinueOnError)
 	fs.String("config", "", "optional YAML config file")
 	model := fs.String("model", "", "ONNX predictor; empty = the shipped model, \"entropy\" = the entropy>4.2 rule")
-	probe := fs.Bool("probe", true, "fill the probe block with the shipped edge model's prefill, as the agent does")
+	probe := fs.Bool("probe", true, "fill the probe block with the shipped edge model's prefill when the predictor reads it, as the agent does (false: never)")
 	if err := parseFlags(fs, cio, args, "phaselessctl model score [--model F] < lines: one cloud probability per line"); err != nil {
 		return helpOK(err)
 	}
 	p, err := loadPredictor(*model)
 	if err != nil {
 		return err
+	}
+	if r, ok := p.(predictor.ProbeReader); ok && !r.ReadsProbe() {
+		*probe = false
 	}
 	pr, err := edgeProbe(*probe)
 	if err != nil {
@@ -170,7 +173,8 @@ func modelTrain(ctx context.Context, cio cli.IO, args []string) error {
 	hidden := fs.Int("hidden", 0, "hidden units (0 = default 32)")
 	epochs := fs.Int("epochs", 0, "epochs (0 = default 15)")
 	lr := fs.Float64("learn-rate", 0, "Adam learning rate (0 = default 0.003)")
-	maxCar := fs.Float64("max-car-to-cloud", 0, "largest share of validation car requests the chosen threshold may send to the cloud (0 = default 0.05; 1 = maximise balanced accuracy alone)")
+	maxCar := fs.Float64("max-car-to-cloud", 0, "largest share of validation car requests labelled local the chosen threshold may send to the cloud (0 = default 0.05; 1 = maximise balanced accuracy alone)")
+	trainProbe := fs.Bool("probe", false, "train on the edge model's prefill probe (the device then runs it before each routed request); default: the probe block is left empty and ignored")
 	telWeight := fs.Float64("telemetry-weight", 0, "share of the loss on the --telemetry examples, edge labels only (0 = the default, 0.2)")
 	if err := parseFlags(fs, cio, args, "phaselessctl model train [--data DIR] [--telemetry FILE] --out F: train the router predictor and evaluate it"); err != nil {
 		return helpOK(err)
@@ -195,7 +199,7 @@ func modelTrain(ctx context.Context, cio cli.IO, args []string) error {
 		Compare:   others,
 		Telemetry: telemetry,
 		Out:       *out,
-		Config:    train.Config{Seed: *seed, Hidden: *hidden, Epochs: *epochs, LearnRate: *lr, MaxCarToCloud: *maxCar, SourceWeights: weights},
+		Config:    train.Config{Seed: *seed, Hidden: *hidden, Epochs: *epochs, LearnRate: *lr, MaxCarToCloud: *maxCar, SourceWeights: weights, Probe: *trainProbe},
 		Log:       cio.Stderr,
 	})
 	if err != nil {

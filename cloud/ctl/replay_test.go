@@ -14,26 +14,13 @@ import (
 // TestReplayAgainstCoordinator replays a few mooncake requests against a
 // real dev coordinator under all three policies in one run.
 func TestReplayAgainstCoordinator(t *testing.T) {
-	c, err := cloud.New(cloud.Config{
+	c := startTestCloud(t, cloud.Config{
 		HTTP: "127.0.0.1:0", DataDir: t.TempDir(), Dev: true, BuiltinWorkers: 2, Budget: 1 << 30,
 		BatchWindow: 150 * time.Millisecond, BatchMax: 16, SLATTFT: 2 * time.Second, SLAITL: 200 * time.Millisecond,
-	}, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	if err := c.Start(ctx); err != nil {
-		t.Fatal(err)
-	}
-	done := make(chan error, 1)
-	go func() { done <- c.Serve(ctx) }()
-	defer func() {
-		cancel()
-		<-done
-	}()
+	})
 	var out, errb bytes.Buffer
 	cio := cli.IO{Stdout: &out, Stderr: &errb, Getenv: func(string) string { return "" }}
-	err = replayCmd(context.Background(), cio, []string{
+	err := replayCmd(context.Background(), cio, []string{
 		"--target", "http://" + c.HTTPAddr(), "--trace", "../replay/testdata/traces/mooncake-conversation-head.jsonl",
 		"--format", "mooncake", "--limit", "8", "--speedup", "1000", "--scale", "0.03", "--max-input", "150", "--max-output", "6",
 	})

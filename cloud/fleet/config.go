@@ -93,6 +93,11 @@ type External struct {
 	TLS *tls.Config
 	// KeepAlive in seconds (default 30).
 	KeepAlive uint16
+	// DynamicSecurity says the broker is a Mosquitto running its dynamic
+	// security plugin and Username holds the plugin's admin role: a device
+	// revoked with phaselessctl pki revoke is then disabled there
+	// (RevokeOnBroker), which closes its connections and refuses it.
+	DynamicSecurity bool
 }
 
 func (c *Config) fillDefaults() {

@@ -17,6 +17,7 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/phaseless/phaseless/cloud/fleet/broker"
+	"github.com/phaseless/phaseless/internal/mosquittotest"
 	"github.com/phaseless/phaseless/transport/fleetwire"
 )
 
@@ -297,7 +298,7 @@ func startMosquitto(t testing.TB, users map[string]string, admin string) string 
 	}
 	pwFile := write("passwd", pw.String())
 	aclFile := write("acl", fmt.Sprintf("user %s\ntopic readwrite phaseless/#\n\npattern readwrite phaseless/dev/%%u/#\npattern read phaseless/fleet/#\n", admin))
-	port := freePort(t)
+	port := mosquittotest.FreePort(t)
 	// As root, mosquitto drops to user "mosquitto", which cannot read the
 	// test's private temp dir; keep it as the test's user.
 	runAs := ""
@@ -316,30 +317,8 @@ log_dest stderr
 log_type error
 log_type warning
 `, port, pwFile, aclFile))
-	cmd := exec.Command(bin, "-c", conf)
-	var stderr strings.Builder
-	cmd.Stderr = &stderr
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	done := make(chan struct{})
-	go func() { cmd.Wait(); close(done) }()
-	t.Cleanup(func() {
-		cmd.Process.Kill()
-		<-done
-		if t.Failed() {
-			t.Logf("mosquitto stderr:\n%s", stderr.String())
-		}
-	})
 	addr := fmt.Sprintf("127.0.0.1:%d", port)
-	waitFor(t, "mosquitto to listen", func() bool {
-		select {
-		case <-done:
-			t.Fatalf("mosquitto exited: %s", stderr.String())
-		default:
-		}
-		return dialOK(addr)
-	})
+	mosquittotest.Run(t, bin, conf, addr)
 	return "mqtt://" + addr
 }
 

@@ -14,6 +14,7 @@ import (
 	bolt "go.etcd.io/bbolt"
 
 	"github.com/phaseless/phaseless/cloud/fleet/broker"
+	"github.com/phaseless/phaseless/internal/mosquittotest"
 	"github.com/phaseless/phaseless/transport/fleetwire"
 	"github.com/phaseless/phaseless/transport/metrics"
 )
@@ -229,7 +230,7 @@ func TestManagerDownEmbedded(t *testing.T) {
 // nothing is lost or counted twice.
 func TestCloudRestartEmbedded(t *testing.T) {
 	dir := t.TempDir()
-	port := freePort(t)
+	port := mosquittotest.FreePort(t)
 	addr := fmt.Sprintf("127.0.0.1:%d", port)
 	start := func() (*broker.Broker, *Manager) {
 		b, err := broker.Start(broker.Config{TCPAddr: addr, DevAuth: true, StorePath: filepath.Join(dir, "broker.db")})

@@ -2,7 +2,7 @@ package worker
 
 import (
 	"math"
-	"sync"
+	"sync/atomic"
 	"time"
 )
 
@@ -16,11 +16,21 @@ const burstSlots = 20
 
 // BurstMeter measures output burstiness: the standard deviation of tokens
 // emitted per 100 ms over the last 2 s.
+//
+// Record runs for every token of every stream on the worker, so it takes
+// no lock: each slot is one atomic word holding the slot number and its
+// count (a mutex here was a per-token lock every stream of a worker
+// contended for; see docs/reliability.md, "Load").
 type BurstMeter struct {
-	mu     sync.Mutex // guards counts, stamps
-	counts [burstSlots + 1]int
-	stamps [burstSlots + 1]int64 // which slot number each entry holds
+	slots [burstSlots + 1]atomic.Uint64 // slotNumber<<countBits | count
 }
+
+// countBits is the width of a slot's count: 16M tokens per 100 ms per
+// worker, far above any engine; the count saturates there.
+const (
+	countBits = 24
+	countMask = 1<<countBits - 1
+)
 
 // NewBurstMeter returns an empty meter.
 func NewBurstMeter() *BurstMeter { return &BurstMeter{} }
@@ -30,13 +40,20 @@ func slotOf(t time.Time) int64 { return t.UnixNano() / int64(burstSlot) }
 // Record counts one token emitted at now.
 func (m *BurstMeter) Record(now time.Time) {
 	s := slotOf(now)
-	i := int(s % int64(len(m.counts)))
-	m.mu.Lock()
-	if m.stamps[i] != s {
-		m.stamps[i], m.counts[i] = s, 0
+	a := &m.slots[int(s%int64(len(m.slots)))]
+	for {
+		old := a.Load()
+		next := uint64(s)<<countBits | 1
+		if int64(old>>countBits) == s {
+			if old&countMask == countMask {
+				return
+			}
+			next = old + 1
+		}
+		if a.CompareAndSwap(old, next) {
+			return
+		}
 	}
-	m.counts[i]++
-	m.mu.Unlock()
 }
 
 // Sigma returns σ of tokens per slot over the complete slots before now;
@@ -44,18 +61,16 @@ func (m *BurstMeter) Record(now time.Time) {
 func (m *BurstMeter) Sigma(now time.Time) float64 {
 	cur := slotOf(now)
 	var sum, sq float64
-	m.mu.Lock()
 	for k := int64(1); k <= burstSlots; k++ {
 		s := cur - k
-		i := int(s % int64(len(m.counts)))
-		c := 0
-		if m.stamps[i] == s {
-			c = m.counts[i]
+		v := m.slots[int(s%int64(len(m.slots)))].Load()
+		c := 0.0
+		if int64(v>>countBits) == s {
+			c = float64(v & countMask)
 		}
-		sum += float64(c)
-		sq += float64(c) * float64(c)
+		sum += c
+		sq += c * c
 	}
-	m.mu.Unlock()
 	mean := sum / burstSlots
 	v := sq/burstSlots - mean*mean
 	if v <= 0 {

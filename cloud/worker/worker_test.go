@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"net"
 	"net/http"
 	"net/http/httptest"
@@ -269,6 +270,27 @@ func TestBurstMeter(t *testing.T) {
 	// Old slots age out.
 	if got := b.Sigma(t0.Add(time.Minute)); got != 0 {
 		t.Fatalf("σ a minute later = %v", got)
+	}
+}
+
+// TestBurstMeterConcurrent: Record takes no lock, and no token is lost
+// when every stream of a worker records at once, across a slot boundary.
+func TestBurstMeterConcurrent(t *testing.T) {
+	m := NewBurstMeter()
+	t0 := time.Unix(1000, 0)
+	var wg sync.WaitGroup
+	for g := range 8 {
+		wg.Go(func() {
+			for k := range 1000 {
+				m.Record(t0.Add(time.Duration((g+k)%2) * burstSlot))
+			}
+		})
+	}
+	wg.Wait()
+	// 4,000 tokens in each of two slots out of 20: mean 400, σ = √(2·4000²/20 − 400²).
+	want := math.Sqrt(2*4000*4000/20.0 - 400*400)
+	if got := m.Sigma(t0.Add(20 * burstSlot)); math.Abs(got-want) > 1e-9 {
+		t.Fatalf("σ = %v, want %v (tokens lost or doubled)", got, want)
 	}
 }
 

@@ -143,7 +143,7 @@ func run(ctx context.Context, binDir, dataDir string, perPhase int, keep bool) e
 		return err
 	}
 
-	step("4. Workload, cloud online: in-car commands, fact questions, MMLU questions and out-of-scope requests; the agents decide")
+	step("4. Workload, cloud online: in-car commands (CLINC150 and spoken), general and fact questions, MMLU questions and out-of-scope requests; the agents decide")
 	d.phase(ctx, "online", wl.mix(perPhase))
 
 	step("5. Both APIs: an Anthropic Messages request, and a pinned route (x-phaseless-route: cloud)")
@@ -192,13 +192,17 @@ func run(ctx context.Context, binDir, dataDir string, perPhase int, keep bool) e
 // prompt is one request of the workload.
 type prompt struct {
 	text  string
-	kind  string // command | question | mmlu | out-of-scope
+	kind  string // command | spoken-car | general | question | mmlu | out-of-scope
 	route string // optional x-phaseless-route
 }
 
 type workload struct {
 	commands, questions, mmlu, oos []string
-	rng                            *rand.Rand
+	// general and spoken are the fresh set's open-domain questions and
+	// car commands, shown apart in the summary: issue 19's goals are
+	// stated on them (general questions to the cloud, car commands local).
+	general, spoken []string
+	rng             *rand.Rand
 }
 
 // carIntents are the CLINC150 intents an in-vehicle assistant should answer
@@ -241,20 +245,22 @@ func loadWorkload(dir string) (*workload, error) {
 	// ("who wrote Hamlet", "skip this song"), which the router never saw.
 	for _, e := range d.Fresh {
 		if e.Source == train.SourceFreshOpen {
-			w.questions = append(w.questions, e.Text)
+			w.general = append(w.general, e.Text)
 		} else {
-			w.commands = append(w.commands, e.Text)
+			w.spoken = append(w.spoken, e.Text)
 		}
 	}
-	if len(w.commands) == 0 || len(w.oos) == 0 || len(w.mmlu) == 0 {
-		return nil, errors.New("workload: routing data has no test commands, out-of-scope or held-out MMLU prompts")
+	if len(w.commands) == 0 || len(w.oos) == 0 || len(w.mmlu) == 0 || len(w.general) == 0 || len(w.spoken) == 0 {
+		return nil, errors.New("workload: routing data has no test commands, out-of-scope, held-out MMLU prompts or fresh set")
 	}
 	return w, nil
 }
 
-// mix draws n prompts: two in five in-car commands, and one in five each of
-// fact questions, exam questions and out-of-scope requests, the way a head
-// unit's traffic skews towards commands.
+// mix draws n prompts: two in five in-car commands (CLINC150's and, every
+// other one, the fresh set's spoken ones), one in five general questions
+// (the fresh set's and, every other one, fact questions), and one in ten
+// each of exam questions and out-of-scope requests, the way a head unit's
+// traffic skews towards commands.
 func (w *workload) mix(n int) []prompt {
 	out := make([]prompt, 0, n)
 	pick := func(from []string, kind string) {
@@ -262,14 +268,28 @@ func (w *workload) mix(n int) []prompt {
 	}
 	for i := range n {
 		switch i % 5 {
-		case 0, 2:
+		case 0:
 			pick(w.commands, "command")
+		case 2:
+			pick(w.spoken, "spoken-car")
 		case 1:
-			pick(w.questions, "question")
+			if i/5%2 == 0 {
+				pick(w.general, "general")
+			} else {
+				pick(w.questions, "question")
+			}
 		case 3:
-			pick(w.mmlu, "mmlu")
+			if i/5%2 == 0 {
+				pick(w.mmlu, "mmlu")
+			} else {
+				pick(w.oos, "out-of-scope")
+			}
 		case 4:
-			pick(w.oos, "out-of-scope")
+			if i/5%2 == 0 {
+				pick(w.general, "general")
+			} else {
+				pick(w.oos, "out-of-scope")
+			}
 		}
 	}
 	return out
@@ -511,7 +531,7 @@ func (d *demo) summary() {
 	}
 	// Where each car sent each kind of prompt while it had a choice (the
 	// cloud was up and the request was not pinned).
-	kinds := []string{"command", "question", "mmlu", "out-of-scope"}
+	kinds := []string{"command", "spoken-car", "general", "question", "mmlu", "out-of-scope"}
 	fmt.Printf("\n    %-12s", "sent to cloud")
 	for _, kind := range kinds {
 		fmt.Printf("  %-12s", kind)

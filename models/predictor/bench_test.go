@@ -47,7 +47,9 @@ func benchRouteWith(b *testing.B, p Predictor, probe func(string) textfeat.Probe
 	}
 }
 
-// BenchmarkRouteModel is features + ONNX inference with the shipped model.
+// BenchmarkRouteModel: features + ONNX inference with the shipped model,
+// all the agent runs to route a request since textfeat v3 (the shipped
+// model does not read the probe block, so the agent does not probe).
 func BenchmarkRouteModel(b *testing.B) {
 	m, err := Default()
 	if err != nil {
@@ -56,12 +58,13 @@ func BenchmarkRouteModel(b *testing.B) {
 	benchRoute(b, m)
 }
 
-// BenchmarkRouteProbed is what the agent pays per request with the built-in
-// engine: features, the shipped edge model's probe (prefill of at most
+// BenchmarkRouteV2Probed is what the agent paid per request with the
+// previous shipped model (testdata/predictor-edge-v2.onnx, textfeat v2):
+// features, the shipped edge model's probe (prefill of at most
 // textfeat.ProbeMaxTokens prompt tokens and textfeat.ProbeSteps greedy
-// steps, one core) and ONNX inference.
-func BenchmarkRouteProbed(b *testing.B) {
-	m, err := Default()
+// steps, one core, as agent/engine.go ran it) and ONNX inference.
+func BenchmarkRouteV2Probed(b *testing.B) {
+	m, err := Load("testdata/predictor-edge-v2.onnx")
 	if err != nil {
 		b.Fatal(err)
 	}

@@ -27,6 +27,7 @@ const MaxModelBytes = 16 << 20
 type Model struct {
 	width     int
 	threshold float64 // from MetaThreshold; 0 = the model names none
+	probe     bool    // reads the probe block (MetaProbe)
 	prepared  []byte  // the model after prepare(), re-encoded; what each instance decodes
 	free      chan *instance
 
@@ -93,12 +94,13 @@ func Read(data []byte) (*Model, error) {
 	if err != nil {
 		return nil, err
 	}
-	if width != textfeat.Dim && width != textfeat.V1Dim {
-		return nil, fmt.Errorf("%w: model input has %d features, textfeat v%d has %d (v1: %d)", ErrInputWidth, width, textfeat.Version, textfeat.Dim, textfeat.V1Dim)
+	if width != textfeat.Dim && width != textfeat.V1Dim && width != textfeat.V2Dim {
+		return nil, fmt.Errorf("%w: model input has %d features, textfeat v%d has %d (v1: %d, v2: %d)", ErrInputWidth, width, textfeat.Version, textfeat.Dim, textfeat.V1Dim, textfeat.V2Dim)
 	}
 	m := &Model{
 		width:     width,
 		threshold: th,
+		probe:     readsProbe(pb, width),
 		prepared:  onnxpb.Marshal(pb),
 		free:      make(chan *instance, max(1, runtime.GOMAXPROCS(0))),
 	}
@@ -137,15 +139,42 @@ func readThreshold(pb *onnxpb.Model) (float64, error) {
 // keeps its own default.
 func (m *Model) Threshold() (th float64, ok bool) { return m.threshold, m.threshold > 0 }
 
+// MetaProbe is the ONNX metadata_props key that says whether a model reads
+// the feature vector's probe block (textfeat.SetProbe): "1" when it was
+// trained on the edge model's prefill probe, "0" when it was trained with
+// the block empty, so the device need not run the probe for it. A file
+// without the key reads the block when it is as wide as the block
+// (version 2, whose models were all trained on it).
+const MetaProbe = "phaseless.reads_probe"
+
+func readsProbe(pb *onnxpb.Model, width int) bool {
+	if v, ok := pb.Meta(MetaProbe); ok {
+		return v == "1"
+	}
+	return width >= textfeat.V2Dim
+}
+
+// ReadsProbe reports whether the model reads the probe block (MetaProbe):
+// the router runs the edge model's probe only for a predictor that does.
+func (m *Model) ReadsProbe() bool { return m.probe }
+
+// ProbeReader is a Predictor that says whether it reads the probe block;
+// one that does not say is taken to read it.
+type ProbeReader interface {
+	ReadsProbe() bool
+}
+
+var _ ProbeReader = (*Model)(nil)
+
 // InputWidth is the number of features the model takes.
 func (m *Model) InputWidth() int { return m.width }
 
 // Predict implements Predictor: one forward pass at batch 1. A version-1
-// model (textfeat.V1Dim inputs) reads the version-1 prefix of a current
-// vector, which is laid out unchanged.
+// or version-2 model (textfeat.V1Dim, V2Dim inputs) reads its prefix of a
+// current vector, which is laid out unchanged.
 func (m *Model) Predict(features []float32) (float64, error) {
-	if m.width == textfeat.V1Dim && len(features) == textfeat.Dim {
-		features = features[:textfeat.V1Dim]
+	if m.width < textfeat.Dim && len(features) == textfeat.Dim {
+		features = features[:m.width]
 	}
 	if len(features) != m.width {
 		return 0, fmt.Errorf("%w: %d features, model takes %d", ErrInputWidth, len(features), m.width)

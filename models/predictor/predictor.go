@@ -53,6 +53,13 @@ type EntropyRule struct {
 	Feature   int     // index into the vector; 0 = textfeat.IdxByteEntropy
 }
 
+// ReadsProbe reports whether the rule reads a feature of the probe block
+// (ProbeReader): the edge-model entropy rule does, the byte-entropy rule
+// does not.
+func (r EntropyRule) ReadsProbe() bool {
+	return r.Feature >= textfeat.ProbeOffset && r.Feature < textfeat.ProbeOffset+textfeat.ProbeFeatures
+}
+
 var _ Predictor = EntropyRule{}
 
 // Predict implements Predictor.

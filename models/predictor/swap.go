@@ -59,6 +59,17 @@ func (s *Swappable) Threshold() (float64, bool) {
 
 var _ Thresholder = (*Swappable)(nil)
 
+// ReadsProbe is the serving predictor's (ProbeReader; true when it does not
+// say).
+func (s *Swappable) ReadsProbe() bool {
+	if r, ok := s.cur.Load().p.(ProbeReader); ok {
+		return r.ReadsProbe()
+	}
+	return true
+}
+
+var _ ProbeReader = (*Swappable)(nil)
+
 // Current returns the Predictor now serving.
 func (s *Swappable) Current() Predictor { return s.cur.Load().p }
 

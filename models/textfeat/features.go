@@ -10,10 +10,11 @@ import (
 // Version identifies the feature layout below. A predictor trained on one
 // version must not be fed another: telemetry records carry it, and training
 // skips records of another version.
-const Version = 2
+const Version = 3
 
-// Layout of the feature vector (version 2: version 1's 83 values first,
-// unchanged, then hashed word buckets and the answering model's probe). Every value is finite; ratios are
+// Layout of the feature vector (version 3: version 2's 218 values first,
+// unchanged — version 1's 83, hashed word buckets, the answering model's
+// probe — then the edge block, edge.go). Every value is finite; ratios are
 // in [0,1]; lengths are natural logs of 1+count so a 100 KB paste does not
 // dwarf everything else. The predictor standardises inputs inside the model
 // file, so the vector keeps readable units (entropy in bits).
@@ -42,8 +43,9 @@ const (
 
 // Hashed character trigrams follow the dense features, then hashed word
 // unigram and bigram buckets, then the probe of the model that would answer
-// (SetProbe). Version 1 was the first 83 values alone: a version-1 model
-// reads V1Dim values of a version-2 vector unchanged. (32 word buckets on
+// (SetProbe), then the edge block. Version 1 was the first 83 values alone,
+// version 2 the first 218: a model of either reads its prefix of a
+// version-3 vector unchanged. (32 word buckets on
 // RouteLLM's intent labels memorised training topics and were dropped in
 // version 1; with graded labels and unseen-request evaluation they pay,
 // docs/predictor.md.)
@@ -64,8 +66,15 @@ const (
 	// which reads "not measured".
 	ProbeOffset = WordOffset + WordBuckets
 
+	// V2Dim is the length of a version-2 vector, a prefix of this one.
+	V2Dim = ProbeOffset + ProbeFeatures
+
+	// EdgeOffset starts the edge block (version 3, edge.go): the
+	// request's familiarity to the edge model's training prompts.
+	EdgeOffset = V2Dim
+
 	// Dim is the length of every feature vector.
-	Dim = ProbeOffset + ProbeFeatures
+	Dim = EdgeOffset + EdgeFeatures
 )
 
 // The probe block: what the answering model's own prefill says
@@ -107,7 +116,7 @@ type Probe struct {
 // ExtractInto). Steps beyond ProbeSteps are ignored; a probe without steps
 // leaves the block unmeasured. Non-finite values are clamped.
 func SetProbe(dst []float32, p Probe) {
-	blk := dst[ProbeOffset:Dim]
+	blk := dst[ProbeOffset : ProbeOffset+ProbeFeatures]
 	clear(blk)
 	n := min(len(p.Entropy), len(p.TopProb), ProbeSteps)
 	if n == 0 {
@@ -154,7 +163,20 @@ func Extract(s string) []float32 {
 // ExtractInto writes the features of s into dst, which must have length at
 // least Dim; it allocates nothing for ASCII text, which makes it the hot-path
 // form for the router.
-func ExtractInto(dst []float32, s string) {
+func ExtractInto(dst []float32, s string) { extractInto(dst, s, false) }
+
+// ExtractLeaveOut is Extract as if the edge model had not been trained on
+// s: an edge prompt with the same words is left out of the edge block's
+// counts. Training extracts its examples this way, so that a CLINC150
+// utterance the edge corpus holds looks like the unseen requests the
+// device will get, not like a prompt it has by heart.
+func ExtractLeaveOut(s string) []float32 {
+	v := make([]float32, Dim)
+	extractInto(v, s, true)
+	return v
+}
+
+func extractInto(dst []float32, s string, leaveOut bool) {
 	dst = dst[:Dim]
 	clear(dst)
 	s = Normalize(s)
@@ -259,7 +281,7 @@ func ExtractInto(dst []float32, s string) {
 		dst[IdxHasQuestion] = 1
 	}
 
-	sc.words(dst)
+	sc.words(dst, leaveOut)
 	sc.trigrams(dst)
 }
 
@@ -268,6 +290,13 @@ func ExtractInto(dst []float32, s string) {
 type scratch struct {
 	runes  []rune   // lower-cased, white space collapsed to one ' ', framed by spaces
 	hashes []uint64 // word or trigram hashes, sorted to count distinct ones
+
+	totalLen, maxLen int // of the words wordHashes found
+
+	// The edge block's nearest-prompt search (edge.go).
+	dots    []float32 // per edge prompt, zero between requests
+	touched []int32   // prompts whose dots are non-zero
+	seen    []uint64  // distinct words of the request
 }
 
 var scratchPool = sync.Pool{New: func() any {
@@ -298,18 +327,18 @@ func bucket(h uint64, n int) int {
 	return int(h % uint64(n))
 }
 
-// words fills the word features from sc.runes.
-func (sc *scratch) words(dst []float32) {
-	sc.hashes = sc.hashes[:0]
-	totalLen, maxLen := 0, 0
+// wordHashes splits sc.runes into words and returns their hashes in order
+// (in sc.hashes), with the total and the largest word length.
+func (sc *scratch) wordHashes() []uint64 {
+	sc.hashes, sc.totalLen, sc.maxLen = sc.hashes[:0], 0, 0
 	h, n := uint64(fnvOffset), 0
 	flush := func() {
 		if n == 0 {
 			return
 		}
 		sc.hashes = append(sc.hashes, h)
-		totalLen += n
-		maxLen = max(maxLen, n)
+		sc.totalLen += n
+		sc.maxLen = max(sc.maxLen, n)
 		h, n = fnvOffset, 0
 	}
 	for _, r := range sc.runes {
@@ -326,10 +355,18 @@ func (sc *scratch) words(dst []float32) {
 		}
 	}
 	flush()
+	return sc.hashes
+}
+
+// words fills the word features and the edge block from sc.runes.
+func (sc *scratch) words(dst []float32, leaveOut bool) {
+	sc.wordHashes()
+	totalLen, maxLen := sc.totalLen, sc.maxLen
 	words := len(sc.hashes)
 	if words == 0 {
 		return
 	}
+	sc.edge(dst, sc.hashes, leaveOut)
 	share := 1 / float32(words)
 	for i, h := range sc.hashes {
 		dst[WordOffset+bucket(h, WordBuckets)] += share

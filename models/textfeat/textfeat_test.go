@@ -2,6 +2,7 @@ package textfeat
 
 import (
 	"math"
+	"slices"
 	"strings"
 	"testing"
 	"unicode/utf8"
@@ -117,14 +118,15 @@ func TestExtractLayout(t *testing.T) {
 		t.Errorf("word buckets sum to %v, want 17/9", s)
 	}
 	if s := sumBuckets(ProbeOffset, ProbeFeatures); s != 0 {
-		t.Errorf("Extract filled the probe block: %v", v[ProbeOffset:])
+		t.Errorf("Extract filled the probe block: %v", v[ProbeOffset:V2Dim])
 	}
 }
 
-// TestVersion1Prefix: a version-2 vector starts with the version-1 vector,
-// so a version-1 model reads it unchanged (models/predictor relies on it).
+// TestVersion1Prefix: a version-3 vector starts with the version-2 vector,
+// which starts with the version-1 vector, so older models read their
+// prefix unchanged (models/predictor relies on it).
 func TestVersion1Prefix(t *testing.T) {
-	if V1Dim != 83 || WordOffset != V1Dim || ProbeOffset+ProbeFeatures != Dim {
+	if V1Dim != 83 || WordOffset != V1Dim || ProbeOffset+ProbeFeatures != V2Dim || V2Dim != 218 || EdgeOffset+EdgeFeatures != Dim {
 		t.Fatalf("layout: V1Dim %d, WordOffset %d, ProbeOffset %d, Dim %d", V1Dim, WordOffset, ProbeOffset, Dim)
 	}
 	// The trigram buckets of "navigate home" are what version 1 computed
@@ -179,7 +181,7 @@ func TestSetProbe(t *testing.T) {
 	}
 	checkFinite(t, v)
 	SetProbe(v, Probe{PromptNLL: math.Inf(1)})
-	for i := ProbeOffset; i < Dim; i++ {
+	for i := ProbeOffset; i < V2Dim; i++ {
 		if v[i] != 0 {
 			t.Fatalf("a probe without steps left feature %d = %v", i, v[i])
 		}
@@ -308,5 +310,49 @@ func BenchmarkExtract(b *testing.B) {
 			}
 			sink = dst
 		})
+	}
+}
+
+// TestEdgeBlock: the edge block tells a request the edge corpus covers
+// from one about things it never mentions, and leaving a corpus prompt out
+// makes it look unseen.
+func TestEdgeBlock(t *testing.T) {
+	car := Extract("turn up the heat")
+	open := Extract("who painted the sistine chapel ceiling")
+	if car[IdxNearest] <= open[IdxNearest] || car[IdxUnknownContent] >= open[IdxUnknownContent] {
+		t.Errorf("car: nearest %.3f unknown %.3f; open: nearest %.3f unknown %.3f", car[IdxNearest], car[IdxUnknownContent], open[IdxNearest], open[IdxUnknownContent])
+	}
+	if open[IdxUnknownContent] == 0 || open[IdxUnknownPairs] == 0 {
+		t.Errorf("no unknown words or pairs in %q: %v", "who painted the sistine chapel ceiling", open[EdgeOffset:Dim])
+	}
+	// "turn up the heat" is an edge prompt: exact match, then left out.
+	if car[IdxNearest] < 0.999 {
+		t.Errorf("an edge prompt's nearest cosine %.3f, want 1", car[IdxNearest])
+	}
+	lo := ExtractLeaveOut("turn up the heat")
+	if lo[IdxNearest] >= car[IdxNearest] || lo[IdxMeanWordDF] >= car[IdxMeanWordDF] {
+		t.Errorf("left out: nearest %.3f mean df %.3f; kept: %.3f %.3f", lo[IdxNearest], lo[IdxMeanWordDF], car[IdxNearest], car[IdxMeanWordDF])
+	}
+	if !slices.Equal(lo[:EdgeOffset], car[:EdgeOffset]) {
+		t.Error("leaving out changed features outside the edge block")
+	}
+	// A request not in the corpus is the same either way.
+	if !slices.Equal(ExtractLeaveOut("who painted the sistine chapel ceiling"), open) {
+		t.Error("leaving out changed an unseen request's features")
+	}
+}
+
+// TestSetProbeKeepsEdgeBlock: the probe block sits between the word
+// buckets and the edge block; filling it must leave both as they were.
+func TestSetProbeKeepsEdgeBlock(t *testing.T) {
+	v := Extract("who painted the sistine chapel ceiling")
+	w := slices.Clone(v)
+	SetProbe(w, Probe{PromptNLL: 2, Entropy: []float64{1}, TopProb: []float64{0.5}})
+	if !slices.Equal(v[:ProbeOffset], w[:ProbeOffset]) || !slices.Equal(v[EdgeOffset:], w[EdgeOffset:]) {
+		t.Errorf("SetProbe changed values outside the probe block")
+	}
+	SetProbe(w, Probe{})
+	if !slices.Equal(v, w) {
+		t.Errorf("an empty probe did not restore the vector")
 	}
 }

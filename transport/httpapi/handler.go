@@ -302,6 +302,11 @@ func writeMeta(hdr http.Header, m *llm.Meta) {
 	if m.HasBudget {
 		hdr.Set("x-burst-budget-remaining", strconv.FormatInt(m.BudgetRemaining, 10))
 	}
+	if m.EngineTTFT > 0 {
+		// W3C Server Timing: browsers' devtools and phaselessctl load read
+		// it; the SDKs ignore it.
+		hdr.Set("Server-Timing", "engine;dur="+strconv.FormatFloat(float64(m.EngineTTFT)/1e6, 'f', 3, 64))
+	}
 }
 
 // run calls the generator for one decoded request and drives a responder

@@ -1,6 +1,9 @@
 package llm
 
-import "fmt"
+import (
+	"fmt"
+	"time"
+)
 
 // Meta is a stream's begin event: what the generators decided before the
 // first token — where the request runs, the scheduler's hint, why a
@@ -20,6 +23,13 @@ type Meta struct {
 	// valid when HasBudget.
 	BudgetRemaining int64
 	HasBudget       bool
+
+	// Load measurement (issue 21). EngineTTFT is the engine's own time to
+	// the first token, as the generator that placed the request saw it
+	// (for a remote engine, its HTTP round trip included); 0 when unknown.
+	// The HTTP API sends it as `Server-Timing: engine;dur=MS`, so a client
+	// (phaselessctl load) can tell what the serving path added.
+	EngineTTFT time.Duration
 }
 
 // Routes a Meta names.
@@ -55,6 +65,9 @@ func (m *Meta) merge(in *Meta) {
 	}
 	if !m.HasBudget {
 		m.BudgetRemaining, m.HasBudget = in.BudgetRemaining, in.HasBudget
+	}
+	if m.EngineTTFT == 0 {
+		m.EngineTTFT = in.EngineTTFT
 	}
 }
 

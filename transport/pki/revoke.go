@@ -11,8 +11,10 @@ import (
 	"fmt"
 	"io"
 	"io/fs"
+	"maps"
 	"os"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strings"
 	"sync"
@@ -156,6 +158,16 @@ func (d *DenyList) Revoked(id string) bool {
 	d.mu.RLock()
 	defer d.mu.RUnlock()
 	return d.ids[id]
+}
+
+// IDs returns every device on the list, sorted.
+func (d *DenyList) IDs() []string {
+	if d == nil {
+		return nil
+	}
+	d.mu.RLock()
+	defer d.mu.RUnlock()
+	return slices.Sorted(maps.Keys(d.ids))
 }
 
 // Reload rereads the file if its size or modification time changed and

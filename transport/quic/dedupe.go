@@ -13,15 +13,19 @@ import (
 // the original, a 0-RTT replay, a retry after a lost link — follows the same
 // run from the start instead of starting another.
 type generation struct {
-	mu          sync.Mutex // guards every field below
-	tokens      []llm.Token
-	bytes       int
-	meta        *llm.Meta // the begin event, once the handler sent it
-	done        bool
-	final       llm.Final
-	err         error
-	changed     chan struct{} // closed and replaced whenever the log grows or ends
-	subs        int           // streams following this generation
+	mu      sync.Mutex // guards every field below
+	tokens  []llm.Token
+	bytes   int
+	meta    *llm.Meta // the begin event, once the handler sent it
+	done    bool
+	final   llm.Final
+	err     error
+	changed chan struct{} // closed and replaced whenever the log grows or ends
+	subs    int           // streams following this generation
+	// abandoned: its last follower left before it ended, so it was
+	// cancelled; it stays in the table until its handler returns, but a
+	// retry must not join it (see dedupeTable.join).
+	abandoned   bool
 	cancel      context.CancelCauseFunc
 	ended       time.Time
 	key         string
@@ -73,6 +77,7 @@ func (g *generation) leave() {
 	defer g.mu.Unlock()
 	g.subs--
 	if g.subs == 0 && !g.done {
+		g.abandoned = true
 		g.cancel(errNoFollowers)
 	}
 }
@@ -114,19 +119,39 @@ func newDedupeTable(ttl time.Duration, maxEntries int, now func() time.Time) *de
 // join returns the generation for key, creating it when there is none; the
 // caller becomes a follower either way and must call leave. created says the
 // caller must start it.
+//
+// A generation that was abandoned, or that ended in an error finished
+// forgets, is replaced rather than joined, although it may still be in
+// the table: between its last follower leaving and its handler returning
+// (finished removes it) a retry would otherwise follow a cancelled run
+// and get its cancellation instead of an answer. That window is what made
+// TestAbandonedGenerationIsForgotten fail (and, before it reported the
+// early end, hang) under -race.
 func (t *dedupeTable) join(key string, fp [32]byte, cancel context.CancelCauseFunc) (g *generation, created bool) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	t.expireLocked()
 	if g := t.entries[key]; g != nil {
 		g.mu.Lock()
-		g.subs++
+		live := !g.abandoned && !(g.done && forgotten(g.err))
+		if live {
+			g.subs++
+		}
 		g.mu.Unlock()
-		return g, false
+		if live {
+			return g, false
+		}
 	}
 	g = &generation{changed: make(chan struct{}), subs: 1, cancel: cancel, key: key, fingerprint: fp}
 	t.entries[key] = g
 	return g, true
+}
+
+// forgotten reports whether a generation that ended with err is dropped at
+// once: cancelled or failed retryably, it delivered nothing a second run
+// could duplicate.
+func forgotten(err error) bool {
+	return err != nil && (toLLMError(err).Retryable || llm.CodeOf(err) == llm.CodeCancelled)
 }
 
 // ended records that g finished. A generation that was cancelled or failed
@@ -138,7 +163,7 @@ func (t *dedupeTable) finished(g *generation) {
 	g.mu.Unlock()
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	if err != nil && (toLLMError(err).Retryable || llm.CodeOf(err) == llm.CodeCancelled) {
+	if forgotten(err) {
 		if t.entries[g.key] == g {
 			delete(t.entries, g.key)
 		}

@@ -24,7 +24,7 @@ func sampleFrames() []*Frame {
 		}},
 		{Type: FrameRequest, Request: &llm.Request{Messages: []llm.Message{}}},
 		{Type: FrameMeta, Meta: llm.Meta{Route: llm.RouteCloud, Pool: "decode-heavy", Worker: "w1", SchedulerHint: "ABCD", BudgetRemaining: -5, HasBudget: true,
-			Fallback: llm.Fallback{Cause: llm.FallbackPoolOverloaded, From: "w0", Code: llm.CodeOverloaded, Detail: "overloaded on w0"}}},
+			Fallback: llm.Fallback{Cause: llm.FallbackPoolOverloaded, From: "w0", Code: llm.CodeOverloaded, Detail: "overloaded on w0"}, EngineTTFT: 42 * time.Millisecond}},
 		{Type: FrameMeta, Meta: llm.Meta{Route: llm.RouteLocal, Fallback: llm.Fallback{Cause: llm.FallbackNoCloud}}},
 		{Type: FrameToken, Token: llm.Token{Text: "wörld", ID: -7, EngineLatency: 1234 * time.Microsecond}},
 		{Type: FrameToken, Token: llm.Token{}},

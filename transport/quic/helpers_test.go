@@ -85,7 +85,10 @@ func dial(t testing.TB, addr string, device string, mods ...func(*ClientConfig))
 	if err != nil {
 		t.Fatal(err)
 	}
-	cfg := ClientConfig{TLS: tc, Backoff: Backoff{Initial: 10 * time.Millisecond, Max: 200 * time.Millisecond}}
+	// The stall watchdog's 1.2 s default is a wall-clock bound that a loaded
+	// CI machine can exceed between two heartbeats (TestConnectionMigration
+	// failed so at load average 25); tests that are about stalls set their own.
+	cfg := ClientConfig{TLS: tc, Backoff: Backoff{Initial: 10 * time.Millisecond, Max: 200 * time.Millisecond}, StallTimeout: hangGuard}
 	for _, m := range mods {
 		m(&cfg)
 	}

@@ -172,9 +172,16 @@ func TestRetryAttachesToRunningGeneration(t *testing.T) {
 
 // Everyone leaving a keyed generation cancels it, and a later retry runs it
 // afresh: nothing was delivered that it could duplicate.
+//
+// The handler lingers after its cancellation (it reports the cause, then
+// returns only once the test lets it), so the retry always arrives while
+// the abandoned generation is still in the dedupe table: the window that
+// made this test fail once under -race, when the retry joined the
+// cancelled run instead of starting its own.
 func TestAbandonedGenerationIsForgotten(t *testing.T) {
-	b := newBlocker()
+	b := &lingerer{blocker: newBlocker(), linger: make(chan struct{})}
 	s := startServer(t, b)
+	defer b.let()
 	c := dial(t, s.Addr().String(), "dev-1")
 	r := req("abandon")
 	r.IdempotencyKey = "abandon-1"
@@ -197,6 +204,7 @@ func TestAbandonedGenerationIsForgotten(t *testing.T) {
 			t.Fatal("generation not cancelled")
 		}
 	}
+	b.let()
 	if st := s.Stats(); st.Generations != 2 || st.Attached != 0 {
 		t.Fatalf("stats %+v: the retry should have run afresh", st)
 	}
@@ -375,6 +383,55 @@ func TestDedupeTableExpiry(t *testing.T) {
 	}
 	if _, created := tab.join("1", [32]byte{}, nop); !created {
 		t.Fatal("oldest entry kept over the limit")
+	}
+}
+
+// lingerer is a blocker whose Generate, once cancelled and its cause
+// reported, returns only after let.
+type lingerer struct {
+	*blocker
+	linger chan struct{}
+	once   sync.Once
+}
+
+func (l *lingerer) Generate(ctx context.Context, r *llm.Request, emit llm.Emit) (llm.Final, error) {
+	f, err := l.blocker.Generate(ctx, r, emit)
+	<-l.linger
+	return f, err
+}
+
+func (l *lingerer) let() { l.once.Do(func() { close(l.linger) }) }
+
+// TestDedupeRetryAfterAbandon is the window behind the flake of
+// TestAbandonedGenerationIsForgotten, step by step: every follower left (so
+// the run was cancelled) but its handler has not returned, or has ended
+// but finished has not removed it yet. A retry in either state must start
+// a new generation, not follow the cancelled one; the late finished of the
+// old run must not remove the new one.
+func TestDedupeRetryAfterAbandon(t *testing.T) {
+	now := time.Unix(1000, 0)
+	tab := newDedupeTable(time.Minute, 16, func() time.Time { return now })
+	var cause error
+	old, _ := tab.join("k", [32]byte{}, func(err error) { cause = err })
+	old.leave()
+	if cause != errNoFollowers {
+		t.Fatalf("last follower leaving: cause %v", cause)
+	}
+	retry, created := tab.join("k", [32]byte{}, func(error) {})
+	if !created || retry == old {
+		t.Fatal("a retry joined a generation its every follower had left")
+	}
+	old.finish(llm.Final{}, cause, now)
+	tab.finished(old)
+	if again, created := tab.join("k", [32]byte{}, func(error) {}); created || again != retry {
+		t.Fatal("the cancelled run's finish removed the retry's generation")
+	}
+
+	// Ended cancelled, not yet removed by finished.
+	g, _ := tab.join("e", [32]byte{}, func(error) {})
+	g.finish(llm.Final{}, context.Canceled, now)
+	if g2, created := tab.join("e", [32]byte{}, func(error) {}); !created || g2 == g {
+		t.Fatal("a retry joined a cancelled generation before finished removed it")
 	}
 }
 

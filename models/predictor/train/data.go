@@ -43,6 +43,10 @@ type Data struct {
 	// Fresh is the project's own evaluation set (FreshFile): requests
 	// written as people say them, never used for training.
 	Fresh []Example
+	// Dev is the hand-written development set (DevFile), never trained on.
+	Dev []Example
+	// Spoken are hand-written training requests (SpokenFile).
+	Spoken []Example
 }
 
 // LoadRouting reads dir/mmlu/mmlu_<subject>.csv[.gz] and
@@ -80,7 +84,13 @@ func LoadRouting(dir string) (*Data, error) {
 			d.CLINC = append(d.CLINC, Utterance{Text: u[0], Intent: u[1], Split: strings.TrimPrefix(split, "oos_")})
 		}
 	}
-	if d.Fresh, err = loadFresh(filepath.Join(dir, FreshFile)); err != nil {
+	if d.Fresh, err = loadFresh(filepath.Join(dir, FreshFile), SourceFreshOpen, SourceFreshCar, false); err != nil {
+		return nil, err
+	}
+	if d.Dev, err = loadFresh(filepath.Join(dir, DevFile), SourceDevOpen, SourceDevCar, false); err != nil {
+		return nil, err
+	}
+	if d.Spoken, err = loadFresh(filepath.Join(dir, SpokenFile), SourceSpokenOpen, SourceSpokenCar, true); err != nil {
 		return nil, err
 	}
 	return d, nil

@@ -70,14 +70,25 @@ func (n *Net) ONNX() []byte {
 	if n.Threshold > 0 {
 		m.Metadata = []onnxpb.Property{{Key: predictor.MetaThreshold, Value: strconv.FormatFloat(n.Threshold, 'f', 4, 64)}}
 	}
+	if n.In == textfeat.Dim {
+		reads := "1"
+		if n.IgnoresProbe {
+			reads = "0"
+		}
+		m.Metadata = append(m.Metadata, onnxpb.Property{Key: predictor.MetaProbe, Value: reads})
+	}
 	return onnxpb.Marshal(m)
 }
 
 // featureVersion is the textfeat layout the net reads: 1 for a
-// version-1-wide net (RouteLLM labels), else the current one.
+// version-1-wide net (RouteLLM labels), 2 for a version-2-wide one, else
+// the current one.
 func (n *Net) featureVersion() int {
-	if n.In == textfeat.V1Dim {
+	switch n.In {
+	case textfeat.V1Dim:
 		return 1
+	case textfeat.V2Dim:
+		return 2
 	}
 	return textfeat.Version
 }

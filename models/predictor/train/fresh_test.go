@@ -37,3 +37,31 @@ func TestFreshSetIsUnseen(t *testing.T) {
 		t.Errorf("fresh set %v: want a few hundred of each kind", kinds)
 	}
 }
+
+// TestDevSetIsUnseen: the development set shares no request with the fresh
+// set (which must stay a test nobody tuned on) nor with the edge split, and
+// its references name the grader kind of their kind.
+func TestDevSetIsUnseen(t *testing.T) {
+	d, s := loadSplit(t, false)
+	seen := map[string]string{}
+	for _, set := range [][]Example{s.Train, s.Val, s.Test, d.Fresh} {
+		for _, e := range set {
+			seen[PromptKey(e.Text)] = e.Source
+		}
+	}
+	kinds := map[string]int{}
+	for _, e := range d.Dev {
+		k := PromptKey(e.Text)
+		if src, ok := seen[k]; ok {
+			t.Errorf("dev request %q is also a %s prompt", e.Text, src)
+		}
+		seen[k] = e.Source
+		kinds[e.Source]++
+		if e.Ref == nil || (e.Source == SourceDevCar) != (e.Ref.Kind == grade.Command) {
+			t.Errorf("%q (%s): reference %+v", e.Text, e.Source, e.Ref)
+		}
+	}
+	if kinds[SourceDevOpen] < 100 || kinds[SourceDevCar] < 100 {
+		t.Errorf("dev set %v: want over a hundred of each kind", kinds)
+	}
+}

@@ -250,14 +250,14 @@ func GradeRun(ctx context.Context, opt GradeOptions) error {
 	}
 	var items []item
 	seen := map[string]bool{}
-	for i, set := range [][]Example{split.Train, split.Val, split.Test, data.Fresh} {
+	for i, set := range [][]Example{split.Train, split.Val, split.Test, data.Fresh, data.Dev} {
 		for _, e := range set {
 			k := CacheKey(e.Text)
 			if seen[k] {
 				continue
 			}
 			seen[k] = true
-			items = append(items, item{e, i >= 2})
+			items = append(items, item{e, i >= 1}) // validation (DevAPGR reads its facts) and held out
 		}
 	}
 	entry := func(e Example) *GradedEntry {
@@ -497,7 +497,7 @@ func (d *Data) GradedSplit(dir string) (*EdgeSplit, error) {
 	if err != nil {
 		return nil, err
 	}
-	for _, set := range [][]Example{split.Train, split.Val, split.Test, split.Fresh} {
+	for _, set := range [][]Example{split.Train, split.Val, split.Test, split.Fresh, split.Dev} {
 		if err := ApplyGraded(g, set); err != nil {
 			return nil, err
 		}
@@ -516,8 +516,16 @@ func dropProbes(ex []Example) {
 	for i := range ex {
 		if promptBucket(ex[i].Text)%ProbeDropEvery == 1 {
 			ex[i].Features = slices.Clone(ex[i].Features)
-			clear(ex[i].Features[textfeat.ProbeOffset:textfeat.Dim])
+			clear(ex[i].Features[textfeat.ProbeOffset:textfeat.V2Dim])
 		}
+	}
+}
+
+// clearProbes empties every example's probe block (Config.Probe unset).
+func clearProbes(ex []Example) {
+	for i := range ex {
+		ex[i].Features = slices.Clone(ex[i].Features)
+		clear(ex[i].Features[textfeat.ProbeOffset:textfeat.V2Dim])
 	}
 }
 
@@ -531,7 +539,7 @@ func (u Unprobed) Predict(f []float32) (float64, error) {
 		return u.P.Predict(f)
 	}
 	g := slices.Clone(f)
-	clear(g[textfeat.ProbeOffset:])
+	clear(g[textfeat.ProbeOffset:textfeat.V2Dim])
 	return u.P.Predict(g)
 }
 

@@ -30,6 +30,13 @@ type Config struct {
 	// data (docs/predictor.md): giving out-of-scope 0.25 sent a third of
 	// unseen commands to the cloud for no gain in AUC.
 	SourceWeights map[string]float64
+	// Probe trains on the probe block (edge labels): the edge model's
+	// prefill, which the device then runs before every routed request.
+	// Without it the block is cleared and the net ignores it (IgnoreProbe):
+	// measured on the development set, the edge block (textfeat version 3)
+	// carries what the probe did, for microseconds instead of a prefill
+	// (docs/predictor.md).
+	Probe bool
 	// MaxCarToCloud bounds the share of validation car requests the chosen
 	// threshold may send to the cloud (edge labels; default
 	// DefaultMaxCarToCloud; 1 = maximise balanced accuracy alone).
@@ -94,6 +101,24 @@ type Net struct {
 	// Threshold is the decision threshold chosen on validation data
 	// (ChooseThreshold), written into the ONNX metadata; 0 = none.
 	Threshold float64
+	// IgnoresProbe: the net was trained with the probe block empty and its
+	// weights on the block zeroed (IgnoreProbe), so the block cannot change
+	// its answer; the ONNX metadata says so (predictor.MetaProbe) and the
+	// device skips the probe.
+	IgnoresProbe bool
+}
+
+// IgnoreProbe zeroes the first layer's weights on the probe block of a
+// net trained without it (the block was 0 in every example, so no answer
+// on the training data changes) and marks the net IgnoresProbe.
+func (n *Net) IgnoreProbe() {
+	if n.In != textfeat.Dim {
+		return
+	}
+	for j := textfeat.ProbeOffset; j < textfeat.ProbeOffset+textfeat.ProbeFeatures; j++ {
+		clear(n.W1[j*n.Hidden : (j+1)*n.Hidden])
+	}
+	n.IgnoresProbe = true
 }
 
 // Fit trains a Net on examples with gorgonia (Adam, weighted binary
@@ -269,10 +294,10 @@ func exampleWeights(cfg Config, examples []Example) ([]float64, error) {
 
 // Predict runs the net in float64 on one raw feature vector; training code
 // and tests use it to check the exported ONNX file against the weights.
-// A version-1 net (textfeat.V1Dim inputs) reads the version-1 prefix of a
-// current vector, as predictor.Model does.
+// A version-1 or -2 net (textfeat.V1Dim, V2Dim inputs) reads its prefix of
+// a current vector, as predictor.Model does.
 func (n *Net) Predict(features []float32) (float64, error) {
-	if n.In == textfeat.V1Dim && len(features) == textfeat.Dim {
+	if (n.In == textfeat.V1Dim || n.In == textfeat.V2Dim) && len(features) == textfeat.Dim {
 		features = features[:n.In]
 	}
 	if len(features) != n.In {

@@ -68,11 +68,18 @@ func Run(ctx context.Context, opt Options) (*Result, error) {
 		if split, err = data.GradedSplit(opt.DataDir); err != nil {
 			return nil, err
 		}
-		dropProbes(split.Train)
+		if cfg.Probe {
+			dropProbes(split.Train)
+		} else {
+			clearProbes(split.Train)
+		}
 		examples = split.Train
 		check = append(append(append([]Example(nil), split.Val...), split.Test...), split.Fresh...)
 		if opt.Config.SourceWeights == nil {
 			cfg.SourceWeights = EdgeSourceWeights
+		}
+		if opt.Config.L2 == 0 {
+			cfg.L2 = EdgeL2
 		}
 	} else {
 		examples = data.TrainExamples()
@@ -118,6 +125,9 @@ func Run(ctx context.Context, opt Options) (*Result, error) {
 	net, err := Fit(cfg, examples)
 	if err != nil {
 		return nil, err
+	}
+	if labels == LabelsEdge && !cfg.Probe {
+		net.IgnoreProbe()
 	}
 	res.Net = net
 	logf("loss by epoch: first %.4f, last %.4f\n", net.Losses[0], net.Losses[len(net.Losses)-1])
@@ -165,7 +175,11 @@ func Run(ctx context.Context, opt Options) (*Result, error) {
 		return res, err
 	}
 	th, _ := m.Threshold()
-	routers := append([]Router{{Name: "predictor (new)", P: m, Threshold: th}, {Name: "predictor (new), no probe", P: Unprobed{m}, Threshold: th}}, opt.Compare...)
+	routers := []Router{{Name: "predictor (new)", P: m, Threshold: th}}
+	if !net.IgnoresProbe {
+		routers = append(routers, Router{Name: "predictor (new), no probe", P: Unprobed{m}, Threshold: th})
+	}
+	routers = append(routers, opt.Compare...)
 	routers = append(routers, EntropyRouters()...)
 	res.EdgeReport, err = EvaluateEdge(routers, split, cfg.MaxCarToCloud)
 	return res, err
