@@ -15,8 +15,9 @@ TEST_FLAGS ?= -timeout 20m
 # serves HTTP/1.1 on loopback and talks to the cloud over QUIC.
 AGENT_TAGS := nethttpomithttp2
 # ARM devices also leave out the Jinja engine for models' own chat templates
-# (2.5 MiB, over the size budget; docs/engine.md).
-DEVICE_TAGS := $(AGENT_TAGS),lm_nojinja
+# (2.5 MiB, over the size budget; docs/engine.md) and the OTLP span exporter
+# (3.3 MiB; docs/client.md: the cloud exports the device's traces).
+DEVICE_TAGS := $(AGENT_TAGS),lm_nojinja,nootlp
 
 .PHONY: all build cross test lint vet fmt-check fuzz-smoke bench demo models image clean
 

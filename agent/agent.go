@@ -68,6 +68,7 @@ type Config struct {
 	TelemetryRate    float64       // records per second the fleet uplink sends at most (500)
 	TelemetryMax     int           // records the telemetry buffer keeps before dropping the oldest (200,000)
 	AdminListen      string        // pprof and /metrics on their own listener; empty = off
+	OTLP             cli.URL       // OTLP/HTTP collector for request spans (tracing.go); parsed when set
 }
 
 // FillDefaults sets every field whose zero value is not a working setting,
@@ -112,6 +113,7 @@ func (c *Config) FillDefaults() {
 func (c *Config) Fields() cli.Fields {
 	return cli.Fields{
 		{Flag: "listen", Go: "Listen", Value: &c.Listen, Usage: "local API address (HTTP)"},
+		{Flag: "otlp", Go: "OTLP", Value: &c.OTLP, Usage: "OpenTelemetry collector URL (OTLP/HTTP, e.g. http://127.0.0.1:4318): export request spans (routing, local queueing, prefill, decode); the trace continues on the cloud"},
 		{Flag: "socket", Go: "Socket", Value: &c.Socket, Usage: "also serve the local API on this Unix socket"},
 		{Flag: "device-id", Go: "DeviceID", Value: &c.DeviceID, Usage: "this device's id (the CN of its certificate)"},
 		{Flag: "board", Go: "Board", Value: &c.Board, Usage: "board profile name, checked against OTA bundles"},
@@ -247,6 +249,7 @@ type Agent struct {
 	srv     *http.Server
 	lns     []net.Listener
 	admin   *metrics.Admin // nil without --admin-listen
+	tracer  tracerProvider // spans (--otlp); a no-op without it
 
 	restartc chan struct{} // closed when an installed update wants a restart
 
@@ -361,7 +364,10 @@ func New(cfg Config, log *slog.Logger) (a *Agent, err error) {
 		return nil, err
 	}
 	a.disp = disp
-	api, err := httpapi.NewHandler(disp, httpapi.Options{
+	if a.tracer, err = newTracer(cfg); err != nil {
+		return nil, &cli.FieldError{Field: "OTLP", Err: err}
+	}
+	api, err := httpapi.NewHandler(traced{next: modelPin{next: disp, local: a.engine.name}, tp: a.tracer.TracerProvider()}, httpapi.Options{
 		MaxOutputTokens: cfg.MaxOutputTokens,
 		Models:          func() []httpapi.Model { return []httpapi.Model{{ID: a.engine.name, OwnedBy: "device"}} },
 		Logger:          log, Metrics: a.metrics,
@@ -648,6 +654,11 @@ func (a *Agent) Close() error {
 		}
 		if a.store != nil {
 			errs = append(errs, a.store.Close())
+		}
+		if a.tracer != nil {
+			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			errs = append(errs, a.tracer.Shutdown(ctx))
+			cancel()
 		}
 		if a.cfg.Socket != "" && len(a.lns) > 1 {
 			os.Remove(a.cfg.Socket)

@@ -40,6 +40,7 @@ import (
 	"github.com/phaseless/phaseless/transport/metrics"
 	"github.com/phaseless/phaseless/transport/pki"
 	"github.com/phaseless/phaseless/transport/quic"
+	"github.com/phaseless/phaseless/transport/tracing/otlp"
 )
 
 // Config is everything the coordinator is configured with. Flag names are the
@@ -62,6 +63,7 @@ type Config struct {
 	MQTTDynsec    bool    // the external broker is a Mosquitto with the dynamic security plugin: revoked devices are disabled there
 	PublicURL     cli.URL // this cloud's HTTP base URL as devices reach it (rollout downloads); parsed when set
 	OTAPub        string  // the fleet's OTA public key: uploaded artifacts must be signed with it
+	OTLP          cli.URL // OTLP/HTTP collector that request spans are exported to; parsed when set
 
 	BuiltinWorkers int           // built-in engines; 0: none beside --worker, else 1 (4 in --dev)
 	BuiltinRoles   RoleList      // the built-in engines' pools, in turn; empty: decode-heavy, prefill-heavy, stream (--dev adds conservative)
@@ -128,6 +130,7 @@ func (c *Config) Fields() cli.Fields {
 		{Flag: "mqtt-url", Go: "MQTTURL", Value: &c.MQTTURL, Usage: "external MQTT v5 broker (mqtt://user:pass@host:1883) instead of the embedded one"},
 		{Flag: "mqtt-dynsec", Go: "MQTTDynsec", Value: &c.MQTTDynsec, Usage: "the --mqtt-url broker is a Mosquitto with the dynamic security plugin and its user has the plugin's admin role: a revoked device is disabled there (kicked and refused) at once"},
 		{Flag: "public-url", Go: "PublicURL", Value: &c.PublicURL, Usage: "this cloud's HTTP base URL as devices reach it, for rollout downloads (default: http://127.0.0.1 and the --http port)"},
+		{Flag: "otlp", Go: "OTLP", Value: &c.OTLP, Usage: "OpenTelemetry collector URL (OTLP/HTTP, e.g. http://127.0.0.1:4318): export spans for admission, scheduling, queueing, prefill and decode"},
 		{Flag: "ota-pub", Go: "OTAPub", Value: &c.OTAPub, Usage: "the fleet's OTA public key (phaselessctl ota keygen): uploaded rollout artifacts must be signed with it"},
 		{Flag: "builtin-workers", Go: "BuiltinWorkers", Value: &c.BuiltinWorkers, Usage: "built-in engine workers; 0: none when --worker is given, else 1, or 4 with --dev (one per pool, conservative included)"},
 		{Flag: "builtin-roles", Go: "BuiltinRoles", Value: &c.BuiltinRoles, Usage: "pools of the built-in workers, assigned in turn, e.g. decode-heavy,prefill-heavy,stream,conservative (default: decode-heavy,prefill-heavy,stream; --dev adds conservative)"},
@@ -397,6 +400,7 @@ type Cloud struct {
 	// handoffs holds KV handoffs other coordinators' prefill workers pushed
 	// here, until their decode requests take them (worker.KVServer).
 	handoffs *worker.HandoffStore
+	tracer   *otlp.Provider // spans (--otlp); a no-op provider without it
 }
 
 // New builds a coordinator from a validated config.
@@ -484,13 +488,16 @@ func (c *Cloud) Start(ctx context.Context) (err error) {
 			slots += 2 * max(w.LastLoad().Capacity, 16)
 		}
 	}
+	if c.tracer, err = otlp.New(ctx, otlp.Config{URL: c.cfg.OTLP.String(), Service: "phaseless-cloud"}); err != nil {
+		return &cli.FieldError{Field: "OTLP", Err: err}
+	}
 	c.coord, err = coordinator.New(coordinator.Config{
 		Workers: c.workers, Admitter: c.admit, Tokenizer: tok, BlockSize: kvBlockSize,
 		Fair:                admit.FairConfig{Slots: slots, MaxQueue: c.cfg.MaxQueued},
 		Budget:              budgetOf(keys, c.cfg.BudgetPeriod),
 		AllowPolicyOverride: c.cfg.Dev,
 		SLATTFT:             c.cfg.SLATTFT, SLAITL: c.cfg.SLAITL,
-		Metrics: c.metrics, Logger: c.log,
+		Metrics: c.metrics, Logger: c.log, Tracer: c.tracer.TracerProvider(),
 		Cache: cacheConfig,
 	})
 	if err != nil {
@@ -526,6 +533,7 @@ func (c *Cloud) Start(ctx context.Context) (err error) {
 	}
 	api, err := httpapi.NewHandler(c.coord, httpapi.Options{
 		Authenticate: auth, AllowPolicyHint: c.cfg.Dev, AllowKVHandoff: len(builtins) > 0, Metrics: c.metrics, Logger: c.log,
+		Models: c.listModels,
 	})
 	if err != nil {
 		return err
@@ -735,7 +743,7 @@ func (c *Cloud) buildWorkers() ([]*worker.Worker, []*worker.Builtin, lm.Tokenize
 			// coordinator parks here resumes on whichever this coordinator picks.
 			b := worker.NewBuiltinWithHandoffs(eng, c.handoffs)
 			w, err := worker.New(worker.Config{
-				Name: fmt.Sprintf("builtin-%d", i), Role: roles[i%len(roles)],
+				Name: fmt.Sprintf("builtin-%d", i), Role: roles[i%len(roles)], Model: c.builtinModelName(),
 				Batch: &batch.Config{Window: c.cfg.BatchWindow, MaxBatch: c.cfg.BatchMax},
 			}, b)
 			if err != nil {
@@ -758,7 +766,7 @@ func (c *Cloud) buildWorkers() ([]*worker.Worker, []*worker.Builtin, lm.Tokenize
 		if wu.hasRole {
 			role = wu.role
 		}
-		w, err := worker.New(worker.Config{Name: fmt.Sprintf("remote-%d-%s", i, wu.host), Role: role, Capacity: wu.capacity, Class: wu.class()}, r)
+		w, err := worker.New(worker.Config{Name: fmt.Sprintf("remote-%d-%s", i, wu.host), Role: role, Capacity: wu.capacity, Class: wu.class(), Model: listedModel(wu.model)}, r)
 		if err != nil {
 			r.Close()
 			return fail(err)
@@ -774,6 +782,34 @@ func (c *Cloud) buildWorkers() ([]*worker.Worker, []*worker.Builtin, lm.Tokenize
 		}
 	}
 	return workers, builtins, tok, nil
+}
+
+// builtinModelName is how /v1/models lists the built-in engine's model:
+// the file's base name, as the agent names its own, or the shipped one's.
+func (c *Cloud) builtinModelName() string {
+	if c.cfg.Model != "" {
+		return strings.TrimSuffix(filepath.Base(c.cfg.Model), filepath.Ext(c.cfg.Model))
+	}
+	return cloudmodel.Name
+}
+
+// listedModel is a remote worker's model as /v1/models lists it: none for
+// "auto", where the remote answers with whatever it serves.
+func listedModel(m string) string {
+	if m == "auto" {
+		return ""
+	}
+	return m
+}
+
+// listModels is GET /v1/models beyond "auto": the workers' models. A name
+// not listed is a 404, as on the agent.
+func (c *Cloud) listModels() []httpapi.Model {
+	var out []httpapi.Model
+	for _, m := range c.coord.Models() {
+		out = append(out, httpapi.Model{ID: m, OwnedBy: "phaseless"})
+	}
+	return out
 }
 
 // loadModel loads --model, or the shipped cloud model (models/cloudmodel).
@@ -917,6 +953,13 @@ func (c *Cloud) closeLocked() error {
 	if c.audit != nil {
 		errs = append(errs, c.audit.Close())
 		c.audit = nil
+	}
+	if c.tracer != nil {
+		// Last: the spans of requests that the listeners' closing ended.
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		errs = append(errs, c.tracer.Shutdown(ctx))
+		cancel()
+		c.tracer = nil
 	}
 	return errors.Join(errs...)
 }

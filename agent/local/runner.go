@@ -7,7 +7,10 @@ import (
 	"sync/atomic"
 	"time"
 
+	"go.opentelemetry.io/otel/attribute"
+
 	"github.com/phaseless/phaseless/transport/llm"
+	"github.com/phaseless/phaseless/transport/tracing"
 )
 
 // Config bounds a Runner.
@@ -70,6 +73,25 @@ func NewRunner(eng llm.Generator, cfg Config) (*Runner, error) {
 // Generate waits for a slot (or fails fast when the queue is full) and runs
 // req on the engine. ctx ending while it waits or runs cancels it.
 func (r *Runner) Generate(ctx context.Context, req *llm.Request, emit llm.Emit) (llm.Final, error) {
+	_, queued := tracing.Child(ctx, "queueing", attribute.String("phaseless.queue", "local"))
+	if err := r.acquire(ctx); err != nil {
+		tracing.End(queued, err)
+		return llm.Final{}, err
+	}
+	queued.End()
+	r.running.Add(1)
+	defer func() {
+		r.running.Add(-1)
+		<-r.slots
+	}()
+	emit, done := tracing.Generation(ctx, emit)
+	fin, err := r.eng.Generate(ctx, req, emit)
+	done(fin, err)
+	return fin, err
+}
+
+// acquire takes an engine slot, waiting in the queue when all are busy.
+func (r *Runner) acquire(ctx context.Context) error {
 	select {
 	case r.slots <- struct{}{}: // a free slot: no queueing at all
 	default:
@@ -78,7 +100,7 @@ func (r *Runner) Generate(ctx context.Context, req *llm.Request, emit llm.Emit) 
 			r.refused.Add(1)
 			// Retry-After: a second is a few local answers at the built-in
 			// engine's speed; a client that waits it finds the queue moved.
-			return llm.Final{}, &llm.Error{Code: llm.CodeOverloaded, Retryable: true, RetryAfter: time.Second,
+			return &llm.Error{Code: llm.CodeOverloaded, Retryable: true, RetryAfter: time.Second,
 				Message: fmt.Sprintf("local engine overloaded: %d running and %d waiting (queue depth %d)", r.running.Load(), w-1, r.cfg.QueueDepth)}
 		}
 		select {
@@ -86,15 +108,10 @@ func (r *Runner) Generate(ctx context.Context, req *llm.Request, emit llm.Emit) 
 			r.waiting.Add(-1)
 		case <-ctx.Done():
 			r.waiting.Add(-1)
-			return llm.Final{}, context.Cause(ctx)
+			return context.Cause(ctx)
 		}
 	}
-	r.running.Add(1)
-	defer func() {
-		r.running.Add(-1)
-		<-r.slots
-	}()
-	return r.eng.Generate(ctx, req, emit)
+	return nil
 }
 
 // Load is the runner's current state.

@@ -8,10 +8,13 @@ import (
 	"sync/atomic"
 	"time"
 
+	"go.opentelemetry.io/otel/attribute"
+
 	"github.com/phaseless/phaseless/models/textfeat"
 	"github.com/phaseless/phaseless/transport/fleetwire"
 	"github.com/phaseless/phaseless/transport/llm"
 	"github.com/phaseless/phaseless/transport/metrics"
+	"github.com/phaseless/phaseless/transport/tracing"
 )
 
 // Recorder stores one telemetry record per request (agent/telemetry's Store
@@ -135,7 +138,10 @@ func (d *Dispatcher) Generate(ctx context.Context, req *llm.Request, emit llm.Em
 		return llm.Final{}, err
 	}
 	start := time.Now()
+	_, span := tracing.Child(ctx, "scheduling")
 	dec := d.router.Load().Decide(req, d.link(), d.load())
+	span.SetAttributes(attribute.String("phaseless.path", dec.Path), attribute.Float64("phaseless.cloud_prob", dec.CloudProb))
+	span.End()
 	d.m.decisions.With(dec.Path).Inc()
 	st := llm.NewStream(emit)
 	te := &timedEmit{emit: st.Emit, st: st, start: start, itl: d.m.itl}

@@ -12,6 +12,8 @@ import (
 	"sync"
 	"time"
 
+	"go.opentelemetry.io/otel/trace"
+
 	"github.com/phaseless/phaseless/cloud/admit"
 	"github.com/phaseless/phaseless/cloud/sched"
 	"github.com/phaseless/phaseless/cloud/semantic"
@@ -20,6 +22,7 @@ import (
 	"github.com/phaseless/phaseless/models/textfeat"
 	"github.com/phaseless/phaseless/transport/llm"
 	"github.com/phaseless/phaseless/transport/metrics"
+	"github.com/phaseless/phaseless/transport/tracing"
 )
 
 // Config is what a Coordinator is built from.
@@ -52,6 +55,8 @@ type Config struct {
 	Policy  sched.Policy
 	Metrics *metrics.Registry
 	Logger  *slog.Logger
+	// Tracer records each request's spans (tracing.go); nil records none.
+	Tracer trace.TracerProvider
 	// Cache is the prompt-caching layer (cache.go).
 	Cache CacheConfig
 }
@@ -182,6 +187,7 @@ func (c *Coordinator) measure(req *llm.Request) measured {
 func (c *Coordinator) decide(req *llm.Request, m *measured, snap *sched.Snapshot) (sched.Decision, error) {
 	t0 := time.Now()
 	c.cfg.Workers.Snapshot(snap, m.sig.BlockHashes)
+	c.pinModel(req.Model, snap)
 	c.cache.mergePins(c.cache.ctx, c, snap, m.sig.BlockHashes)
 	var d sched.Decision
 	var err error
@@ -206,8 +212,8 @@ func (c *Coordinator) decide(req *llm.Request, m *measured, snap *sched.Snapshot
 	return d, err
 }
 
-// Generate implements llm.Generator.
-func (c *Coordinator) Generate(ctx context.Context, req *llm.Request, emit llm.Emit) (llm.Final, error) {
+// generate is Generate inside the request's span (tracing.go).
+func (c *Coordinator) generate(ctx context.Context, req *llm.Request, emit llm.Emit) (llm.Final, error) {
 	if req.MaxTokens <= 0 {
 		return llm.Final{}, llm.Errorf(llm.CodeInvalid, "max tokens must be positive, got %d", req.MaxTokens)
 	}
@@ -220,14 +226,18 @@ func (c *Coordinator) Generate(ctx context.Context, req *llm.Request, emit llm.E
 	m := c.measure(req)
 	m.fp = semantic.Of(req.Messages, req.Hints.SemanticMode)
 	bucket := c.cfg.Budget(m.tenant)
+	_, span := tracing.Child(ctx, "admission")
 	remaining, err := c.cfg.Admitter.Charge(ctx, m.tenant, m.cost, bucket)
+	tracing.End(span, err)
 	if err != nil {
 		c.m.budgetRejections.Inc() // the error carries the remaining budget
 		return llm.Final{}, err
 	}
 	st := llm.NewStream(emit)
 	st.Meta = llm.Meta{Route: llm.RouteCloud, BudgetRemaining: remaining, HasBudget: true}
+	_, span = tracing.Child(ctx, "queueing", queueTenant)
 	ticket, err := c.fair.Acquire(ctx, m.tenant, m.sig.InputTokens)
+	tracing.End(span, err)
 	if err != nil {
 		c.cfg.Admitter.Refund(context.WithoutCancel(ctx), m.tenant, m.cost, bucket)
 		return llm.Final{}, err
@@ -236,12 +246,14 @@ func (c *Coordinator) Generate(ctx context.Context, req *llm.Request, emit llm.E
 
 	snap := c.snaps.Get().(*sched.Snapshot)
 	defer c.snaps.Put(snap)
+	_, span = tracing.Child(ctx, "scheduling")
 	var d sched.Decision
 	if req.KVHandoff != "" {
 		d, err = c.resumeDecision(req, &m, snap)
 	} else {
 		d, err = c.decide(req, &m, snap)
 	}
+	endScheduling(span, d, err)
 	if err != nil {
 		return llm.Final{}, c.finish(ctx, &m, bucket, llm.RouteCloud, llm.Final{}, llm.Errorf(llm.CodeUnavailable, "no worker can take the request: %v", err), 0)
 	}
@@ -269,6 +281,7 @@ func (c *Coordinator) Generate(ctx context.Context, req *llm.Request, emit llm.E
 			c.m.fallbackDenied.Inc()
 		} else {
 			c.cfg.Workers.Snapshot(snap, m.sig.BlockHashes)
+			c.pinModel(req.Model, snap)
 			if fd, ferr := sched.Fallback(&m.sig, snap, d.Worker); ferr == nil {
 				c.m.fallbacks.With(reason).Inc()
 				from := c.cfg.Workers.Workers()[d.Worker].Name()

@@ -17,10 +17,13 @@ import (
 	"sync/atomic"
 	"time"
 
+	"go.opentelemetry.io/otel/attribute"
+
 	"github.com/phaseless/phaseless/cloud/batch"
 	"github.com/phaseless/phaseless/cloud/sched"
 	"github.com/phaseless/phaseless/models/lm"
 	"github.com/phaseless/phaseless/transport/llm"
+	"github.com/phaseless/phaseless/transport/tracing"
 )
 
 // Load is what an engine reports about itself.
@@ -68,6 +71,10 @@ type Config struct {
 	// (`--worker URL#gpu=h100`, or a sim:// worker's GPU); zero when it
 	// declared none.
 	Class sched.Class
+	// Model is the model the engine serves, as /v1/models lists it; a
+	// request that names it may run here. "" (a remote serving whatever it
+	// was started with) takes only requests for "auto".
+	Model string
 }
 
 // Worker is one engine with its role and measured signals.
@@ -121,8 +128,19 @@ func New(cfg Config, eng Engine) (*Worker, error) {
 	return w, nil
 }
 
+// queueBatch tells the batcher's queue span from the coordinator's;
+// splitHalf marks the prefill and decode spans of a split request, each on
+// its own worker.
+var (
+	queueBatch = attribute.String("phaseless.queue", "batch")
+	splitHalf  = attribute.Bool("phaseless.split", true)
+)
+
 // Name is the worker's name, as it appears in routes and metrics.
 func (w *Worker) Name() string { return w.cfg.Name }
+
+// Model is the model the worker serves; "" when unknown.
+func (w *Worker) Model() string { return w.cfg.Model }
 
 // Role is the worker's pool.
 func (w *Worker) Role() sched.Role { return w.cfg.Role }
@@ -231,15 +249,17 @@ func FillSignals(s *sched.Worker, role sched.Role, healthy bool, inflight, batch
 // full, then streams the engine's tokens through emit, measuring burstiness.
 // batchSize is the size of the batch the request was released with.
 func (w *Worker) Generate(ctx context.Context, req *llm.Request, promptTokens int, hashes []uint64, emit llm.Emit) (fin llm.Final, batchSize int, err error) {
-	done := w.prefilling(promptTokens, hashes)
-	defer done()
+	prefilled := w.prefilling(promptTokens, hashes)
+	defer prefilled()
 	counted := w.counted(emit)
 	batchSize, err = w.slot(ctx, promptTokens, hashes, func() error {
-		var err error
-		fin, err = w.eng.Generate(ctx, req, func(t llm.Token) error {
-			done()
+		emit, done := tracing.Generation(ctx, func(t llm.Token) error {
+			prefilled() // the first token ends the request's pending prefill
 			return counted(t)
 		})
+		var err error
+		fin, err = w.eng.Generate(ctx, req, emit)
+		done(fin, err)
 		return err
 	})
 	return fin, batchSize, err
@@ -260,7 +280,9 @@ func (w *Worker) counted(emit llm.Emit) llm.Emit {
 func (w *Worker) slot(ctx context.Context, promptTokens int, hashes []uint64, fn func() error) (batchSize int, err error) {
 	batchSize = 1
 	if w.batch != nil {
+		_, span := tracing.Child(ctx, "queueing", queueBatch)
 		batchSize, err = w.batch.Wait(ctx, promptTokens)
+		tracing.End(span, err)
 		if err != nil {
 			if err == batch.ErrClosed {
 				err = llm.Errorf(llm.CodeUnavailable, "worker %s is shutting down", w.cfg.Name)
@@ -312,8 +334,10 @@ func (w *Worker) prefillTo(ctx context.Context, req *llm.Request, promptTokens i
 	done := w.prefilling(promptTokens, hashes)
 	defer done()
 	size, err := w.slot(ctx, promptTokens, hashes, func() error {
+		_, span := tracing.Child(ctx, "prefill", splitHalf)
 		var err error
 		h, err = sp.PrefillTo(ctx, req, dst)
+		tracing.End(span, err)
 		return err
 	})
 	if err != nil {
@@ -330,8 +354,10 @@ func (w *Worker) Resume(ctx context.Context, req *llm.Request, h Handoff, prompt
 		return llm.Final{}, 0, stageErr(StageResume, ErrSplitUnsupported)
 	}
 	batchSize, err = w.slot(ctx, promptTokens, hashes, func() error {
+		_, span := tracing.Child(ctx, "decode", splitHalf)
 		var err error
 		fin, err = sp.Resume(ctx, req, h, w.counted(emit))
+		tracing.End(span, err)
 		return err
 	})
 	if err != nil {

@@ -11,17 +11,19 @@ import (
 // MessagesRequest is the subset of Anthropic's Messages request that
 // Phaseless honours.
 type MessagesRequest struct {
-	Model         string          `json:"model"`
-	Messages      []AntMessage    `json:"messages"`
-	System        json.RawMessage `json:"system"` // string or array of text blocks
-	MaxTokens     *int            `json:"max_tokens"`
-	Temperature   json.RawMessage `json:"temperature"`
-	TopP          *float64        `json:"top_p"`
-	TopK          *int            `json:"top_k"`
-	StopSequences []string        `json:"stop_sequences"`
-	Stream        bool            `json:"stream"`
-	Tools         json.RawMessage `json:"tools"`
-	ToolChoice    json.RawMessage `json:"tool_choice"` // tools.go
+	Model     string          `json:"model"`
+	Messages  []AntMessage    `json:"messages"`
+	System    json.RawMessage `json:"system"` // string or array of text blocks
+	MaxTokens *int            `json:"max_tokens"`
+	// MaxOutputTokens is the source articles' name for max_tokens.
+	MaxOutputTokens *int            `json:"max_output_tokens"`
+	Temperature     json.RawMessage `json:"temperature"`
+	TopP            *float64        `json:"top_p"`
+	TopK            *int            `json:"top_k"`
+	StopSequences   []string        `json:"stop_sequences"`
+	Stream          bool            `json:"stream"`
+	Tools           json.RawMessage `json:"tools"`
+	ToolChoice      json.RawMessage `json:"tool_choice"` // tools.go
 }
 
 // AntMessage is one Anthropic message; Content is a string or an array of
@@ -45,10 +47,14 @@ func decodeMessages(body []byte, lim limits) (*llm.Request, bool, *apiError) {
 	if req.Model, e = lim.checkModel(mr.Model); e != nil {
 		return nil, false, e
 	}
+	maxParam := "max_tokens"
+	if mr.MaxTokens == nil && mr.MaxOutputTokens != nil {
+		maxParam, mr.MaxTokens = "max_output_tokens", mr.MaxOutputTokens
+	}
 	if mr.MaxTokens == nil {
 		return nil, false, invalid("max_tokens", "max_tokens: field required")
 	}
-	if e := lim.checkMaxTokens("max_tokens", *mr.MaxTokens); e != nil {
+	if e := lim.checkMaxTokens(maxParam, *mr.MaxTokens); e != nil {
 		return nil, false, e
 	}
 	req.MaxTokens = *mr.MaxTokens
@@ -129,9 +135,15 @@ type antBlock struct {
 	Text string `json:"text"`
 }
 
+// antUsage is Anthropic's usage object. As in Anthropic's API,
+// input_tokens counts only the prompt tokens neither read from nor written
+// to the cache (antUsageOf).
 type antUsage struct {
 	InputTokens  int `json:"input_tokens"`
 	OutputTokens int `json:"output_tokens"`
+	// Prompt tokens read from the cache (the engine's prefix cache,
+	// llm.Final.PrefixHitTokens).
+	CacheReadInputTokens int `json:"cache_read_input_tokens"`
 	// Prompt tokens written into the pinned prompt cache (promptcache.go);
 	// Anthropic counts them apart from input_tokens.
 	CacheCreationInputTokens int `json:"cache_creation_input_tokens"`
@@ -152,6 +164,7 @@ type messagesCollector struct {
 	msg   antMessage
 	text  strings.Builder
 	tools toolCollector
+	gen   genLatency
 }
 
 func (c *messagesCollector) begin(http.ResponseWriter) error { return nil }
@@ -161,9 +174,11 @@ func (c *messagesCollector) token(_ http.ResponseWriter, t llm.Token) error {
 		return nil
 	}
 	c.text.WriteString(t.Text)
+	c.gen.add(t)
 	return nil
 }
 func (c *messagesCollector) end(w http.ResponseWriter, fin llm.Final) {
+	c.gen.writeHeaders(w.Header(), fin)
 	stop := anthropicStop(fin.FinishReason)
 	c.msg.Content = nil
 	if c.text.Len() > 0 || len(c.tools.calls) == 0 {
@@ -191,11 +206,16 @@ type messagesStreamer struct {
 }
 
 func (s *messagesStreamer) event(w http.ResponseWriter, name string, v any) error {
+	return s.eventStats(w, name, v, nil)
+}
+
+// eventStats writes one event with a StatsField line when stats is set.
+func (s *messagesStreamer) eventStats(w http.ResponseWriter, name string, v any, stats []byte) error {
 	b, err := json.Marshal(v)
 	if err != nil {
 		return err
 	}
-	return writeEvent(w, name, b)
+	return writeEventStats(w, name, b, stats)
 }
 
 type antTextDelta struct {
@@ -263,11 +283,11 @@ func (s *messagesStreamer) token(w http.ResponseWriter, t llm.Token) error {
 			return err
 		}
 	}
-	return s.event(w, "content_block_delta", struct {
+	return s.eventStats(w, "content_block_delta", struct {
 		Type  string `json:"type"`
 		Index int    `json:"index"`
 		Delta any    `json:"delta"`
-	}{"content_block_delta", s.open, delta})
+	}{"content_block_delta", s.open, delta}, tokenStats(t))
 }
 
 func (s *messagesStreamer) end(w http.ResponseWriter, fin llm.Final) {
@@ -293,9 +313,9 @@ func (s *messagesStreamer) end(w http.ResponseWriter, fin llm.Final) {
 	}{StopReason: &stop}, Usage: antUsageOf(fin)}) != nil {
 		return
 	}
-	s.event(w, "message_stop", struct {
+	s.eventStats(w, "message_stop", struct {
 		Type string `json:"type"`
-	}{"message_stop"})
+	}{"message_stop"}, endStats(fin))
 }
 
 // fail ends the stream with Anthropic's error event, which the official SDK

@@ -16,6 +16,8 @@ import (
 	"time"
 
 	"github.com/phaseless/phaseless/transport/llm"
+	"github.com/phaseless/phaseless/transport/sse"
+	"github.com/phaseless/phaseless/transport/tracing"
 )
 
 // ClientConfig describes an OpenAI-compatible server reached by a Client.
@@ -212,6 +214,7 @@ func (c *Client) Generate(ctx context.Context, req *llm.Request, emit llm.Emit) 
 	if req.ID != "" {
 		hreq.Header.Set("x-request-id", req.ID)
 	}
+	setTraceHeaders(hreq.Header, tracing.Outgoing(ctx, req.Trace))
 	if c.cfg.APIKey != "" {
 		hreq.Header.Set("Authorization", "Bearer "+c.cfg.APIKey)
 	}
@@ -249,7 +252,7 @@ func decodeStream(ctx context.Context, body io.Reader, start time.Time, name str
 	br := bufio.NewReaderSize(body, 16<<10)
 	last := start
 	for {
-		line, err := readLine(br)
+		line, err := sse.ReadLine(br, sse.DefaultMaxLine)
 		if err != nil {
 			if errors.Is(err, io.EOF) && ctx.Err() == nil {
 				// A server that crashed mid-stream closes without [DONE].
@@ -335,28 +338,6 @@ func parseStreamLine(line []byte, name string) (c *upChunk, done bool, err error
 		return nil, false, llm.Errorf(codeForType(c.Error.Type), "%s: %s", name, c.Error.Message)
 	}
 	return c, false, nil
-}
-
-// maxLine bounds one stream line so a hostile server cannot make the
-// client buffer without end.
-const maxLine = 1 << 20
-
-// readLine reads one line without its line ending, at most maxLine bytes.
-func readLine(br *bufio.Reader) ([]byte, error) {
-	var b []byte
-	for {
-		frag, isPrefix, err := br.ReadLine()
-		if err != nil {
-			return nil, err
-		}
-		b = append(b, frag...)
-		if len(b) > maxLine {
-			return nil, errors.New("stream line over 1 MiB")
-		}
-		if !isPrefix {
-			return b, nil
-		}
-	}
 }
 
 // transportError classifies a failure to talk to the server.

@@ -10,6 +10,12 @@
 // scheduler hint, fallback, burst budget) becomes response headers, and failures (llm.Error codes) become each API's
 // own error JSON with the matching status.
 //
+// Streams carry Phaseless' own numbers in an SSE field the official SDKs
+// skip (StatsField: each token's engine latency, the prefix-cache
+// efficiency at the end; headers on non-streamed answers), and usage
+// reports cached prompt tokens in each API's own field. A W3C traceparent
+// header becomes llm.Request.Trace, which every later hop continues.
+//
 // Streams never end silently: a failure after tokens were sent ends an OpenAI
 // stream with a final `data: {"error":…}` event (and no [DONE]) and an
 // Anthropic stream with `event: error`, which both official SDKs raise as

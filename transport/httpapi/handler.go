@@ -134,6 +134,9 @@ func decodeRequest[X any](h *Handler, w http.ResponseWriter, r *http.Request, a 
 	if e == nil {
 		e = promptCache(a, body, req)
 	}
+	if e == nil {
+		req.Trace, e = parseTrace(r.Header)
+	}
 	if e != nil {
 		h.fail(w, a, e)
 		return nil, extra, false
@@ -387,10 +390,20 @@ func sseHeaders(w http.ResponseWriter) {
 // writeEvent writes one SSE event and flushes it: tokens leave the process as
 // soon as they exist. An empty name writes a data-only event (OpenAI style).
 func writeEvent(w http.ResponseWriter, name string, data []byte) error {
-	buf := make([]byte, 0, len(name)+len(data)+16)
+	return writeEventStats(w, name, data, nil)
+}
+
+// writeEventStats is writeEvent with a StatsField line when stats is set.
+func writeEventStats(w http.ResponseWriter, name string, data, stats []byte) error {
+	buf := make([]byte, 0, len(name)+len(data)+len(stats)+32)
 	if name != "" {
 		buf = append(buf, "event: "...)
 		buf = append(buf, name...)
+		buf = append(buf, '\n')
+	}
+	if stats != nil {
+		buf = append(buf, StatsField+": "...)
+		buf = append(buf, stats...)
 		buf = append(buf, '\n')
 	}
 	buf = append(buf, "data: "...)

@@ -17,6 +17,7 @@ type ChatRequest struct {
 	Messages            []ChatMessage   `json:"messages"`
 	MaxTokens           *int            `json:"max_tokens"`
 	MaxCompletionTokens *int            `json:"max_completion_tokens"`
+	MaxOutputTokens     *int            `json:"max_output_tokens"` // the source articles' (and Responses API's) name
 	Temperature         json.RawMessage `json:"temperature"`
 	TopP                *float64        `json:"top_p"`
 	N                   *int            `json:"n"`
@@ -128,6 +129,11 @@ func decodeChat(body []byte, lim limits) (*llm.Request, chatStream, *apiError) {
 			return nil, chatStream{}, e
 		}
 		req.MaxTokens = *cr.MaxTokens
+	case cr.MaxOutputTokens != nil:
+		if e := lim.checkMaxTokens("max_output_tokens", *cr.MaxOutputTokens); e != nil {
+			return nil, chatStream{}, e
+		}
+		req.MaxTokens = *cr.MaxOutputTokens
 	default:
 		req.MaxTokens = lim.defaultTokens
 	}
@@ -211,15 +217,24 @@ type chatBase struct {
 	Model   string `json:"model"`
 }
 
-// ChatUsage is OpenAI's usage object.
+// ChatUsage is OpenAI's usage object. PromptTokensDetails.CachedTokens is
+// how many prompt tokens came from a cached prefix, as OpenAI reports
+// prompt caching.
 type ChatUsage struct {
-	PromptTokens     int `json:"prompt_tokens"`
-	CompletionTokens int `json:"completion_tokens"`
-	TotalTokens      int `json:"total_tokens"`
+	PromptTokens        int                 `json:"prompt_tokens"`
+	CompletionTokens    int                 `json:"completion_tokens"`
+	TotalTokens         int                 `json:"total_tokens"`
+	PromptTokensDetails PromptTokensDetails `json:"prompt_tokens_details"`
+}
+
+// PromptTokensDetails is OpenAI's usage.prompt_tokens_details.
+type PromptTokensDetails struct {
+	CachedTokens int `json:"cached_tokens"`
 }
 
 func chatUsage(fin llm.Final) *ChatUsage {
-	return &ChatUsage{fin.PromptTokens, fin.CompletionTokens, fin.PromptTokens + fin.CompletionTokens}
+	return &ChatUsage{fin.PromptTokens, fin.CompletionTokens, fin.PromptTokens + fin.CompletionTokens,
+		PromptTokensDetails{CachedTokens: fin.PrefixHitTokens}}
 }
 
 // openAIFinish maps the canonical finish reason to OpenAI's.
@@ -254,6 +269,7 @@ type chatCollector struct {
 	base  chatBase
 	text  strings.Builder
 	tools toolCollector
+	gen   genLatency
 }
 
 func (c *chatCollector) begin(http.ResponseWriter) error { return nil }
@@ -263,9 +279,11 @@ func (c *chatCollector) token(_ http.ResponseWriter, t llm.Token) error {
 		return nil
 	}
 	c.text.WriteString(t.Text)
+	c.gen.add(t)
 	return nil
 }
 func (c *chatCollector) end(w http.ResponseWriter, fin llm.Final) {
+	c.gen.writeHeaders(w.Header(), fin)
 	c.base.Object = "chat.completion"
 	writeJSON(w, http.StatusOK, chatCompletion{
 		chatBase: c.base,
@@ -315,14 +333,15 @@ type chatStreamer struct {
 	first        bool // the next chunk is the first one (carries the role)
 }
 
-func (s *chatStreamer) chunk(w http.ResponseWriter, c chatChunk) error {
+// chunk writes c, with a StatsField line when stats is set.
+func (s *chatStreamer) chunk(w http.ResponseWriter, c chatChunk, stats []byte) error {
 	c.chatBase = s.base
 	c.Object = "chat.completion.chunk"
 	b, err := json.Marshal(c)
 	if err != nil {
 		return err
 	}
-	return writeEvent(w, "", b)
+	return writeEventStats(w, "", b, stats)
 }
 
 func (s *chatStreamer) begin(w http.ResponseWriter) error {
@@ -339,7 +358,7 @@ func (s *chatStreamer) token(w http.ResponseWriter, t llm.Token) error {
 	if s.first {
 		d.Role, s.first = "assistant", false
 	}
-	return s.chunk(w, chatChunk{Choices: []chunkChoice{{Delta: d}}})
+	return s.chunk(w, chatChunk{Choices: []chunkChoice{{Delta: d}}}, tokenStats(t))
 }
 
 func (s *chatStreamer) end(w http.ResponseWriter, fin llm.Final) {
@@ -349,15 +368,15 @@ func (s *chatStreamer) end(w http.ResponseWriter, fin llm.Final) {
 		d = chunkDelta{Role: "assistant", Content: &empty}
 	}
 	reason := openAIFinish(fin.FinishReason)
-	if s.chunk(w, chatChunk{Choices: []chunkChoice{{Delta: d, FinishReason: &reason}}}) != nil {
+	if s.chunk(w, chatChunk{Choices: []chunkChoice{{Delta: d, FinishReason: &reason}}}, nil) != nil {
 		return
 	}
 	if s.includeUsage {
-		if s.chunk(w, chatChunk{Choices: []chunkChoice{}, Usage: chatUsage(fin)}) != nil {
+		if s.chunk(w, chatChunk{Choices: []chunkChoice{}, Usage: chatUsage(fin)}, nil) != nil {
 			return
 		}
 	}
-	writeEvent(w, "", []byte("[DONE]"))
+	writeEventStats(w, "", []byte("[DONE]"), endStats(fin))
 }
 
 // fail ends the stream with OpenAI's in-stream error object and no [DONE],

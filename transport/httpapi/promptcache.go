@@ -138,10 +138,13 @@ func (c *cacheControl) lifetime(param string, def time.Duration) (time.Duration,
 }
 
 // antUsageOf is Anthropic's usage for a final record: prompt tokens written
-// to the cache are reported as cache_creation_input_tokens, not as input.
+// to the cache are reported as cache_creation_input_tokens and those read
+// from it (the engine's prefix hits) as cache_read_input_tokens, neither as
+// input.
 func antUsageOf(fin llm.Final) antUsage {
+	hit := min(fin.PrefixHitTokens, fin.PromptTokens)
 	return antUsage{
-		InputTokens: fin.PromptTokens - fin.CacheWriteTokens, OutputTokens: fin.CompletionTokens,
-		CacheCreationInputTokens: fin.CacheWriteTokens,
+		InputTokens: max(0, fin.PromptTokens-hit-fin.CacheWriteTokens), OutputTokens: fin.CompletionTokens,
+		CacheReadInputTokens: hit, CacheCreationInputTokens: fin.CacheWriteTokens,
 	}
 }

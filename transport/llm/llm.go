@@ -39,6 +39,9 @@ type Request struct {
 
 	// Prompt caching (cache.go).
 	CacheRequest
+
+	// Trace is the W3C trace context (trace.go).
+	Trace Trace
 }
 
 // Hints are the optional x-* request headers of DESIGN.md §4.

@@ -27,17 +27,23 @@ import (
 //     keep every exported method of every reachable type;
 //   - the embedded edge model (models/edgemodel) is 1.6 MiB.
 //
-// The budget is 23 MiB: it fails on real growth, and the way back under 20
+// The budget was 23 MiB: it fails on real growth, and the way back under 20
 // MB is a predictor runtime without gorgonia, which the design card rules
-// out today.
-const sizeBudget = 23 << 20
+// out today. Trace propagation (issue 16) added the OpenTelemetry API,
+// 448 KiB measured on arm64 (main 23,724,194 bytes, with it 24,182,946,
+// both with agentTags), and the budget grew by half a MiB for it; the SDK
+// and exporter (3.3 MiB more) stay out of device builds (nootlp).
+const sizeBudget = 23<<20 + 512<<10
 
 // agentTags drops net/http's bundled HTTP/2 from the device build (0.5 MiB):
 // the local API is plain HTTP/1.1 on loopback or a Unix socket, and the
 // uplink is QUIC. lm_nojinja leaves out the Jinja engine that renders
-// models' own chat templates (2.5 MiB). The Makefile's cross target builds
-// with the same tags (DEVICE_TAGS).
-const agentTags = "nethttpomithttp2,lm_nojinja"
+// models' own chat templates (2.5 MiB). nootlp leaves out the OpenTelemetry
+// SDK and OTLP exporter (3.3 MiB, measured: 27.1 MB with it, 24.1 MB
+// without): the device still starts spans and sends the trace context to
+// the cloud, which exports; --otlp is refused. The Makefile's cross target
+// builds with the same tags (DEVICE_TAGS).
+const agentTags = "nethttpomithttp2,lm_nojinja,nootlp"
 
 type board struct {
 	name, goarch, goarm, qemu string
