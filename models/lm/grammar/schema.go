@@ -54,10 +54,10 @@ type compiler struct {
 	// copyFrom is the text CopyKeyword values are copied from ("" = none).
 	copyFrom string
 	b        *builder
-	root *node
-	refs map[string]int32 // rule of each $ref target compiled so far
-	memo map[string]int32 // shared rules: "string", "value", ...
-	err  *SchemaError
+	root     *node
+	refs     map[string]int32 // rule of each $ref target compiled so far
+	memo     map[string]int32 // shared rules: "string", "value", ...
+	err      *SchemaError
 }
 
 func (c *compiler) fail(path, format string, args ...any) {
