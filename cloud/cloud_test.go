@@ -256,25 +256,33 @@ func TestCloudRemoteWorker(t *testing.T) {
 	}
 }
 
-// TestCloudQUIC: an agent with a device certificate from the dev PKI
-// streams a request over QUIC; its device id is the tenant.
-func TestCloudQUIC(t *testing.T) {
-	c := startCloud(t, func(cfg *Config) { cfg.QUIC = "127.0.0.1:0"; cfg.BuiltinWorkers = 1 })
+// dialDevice connects to c's QUIC listener as device, with a certificate
+// from c's dev PKI; the context bounds the test's requests.
+func dialDevice(t *testing.T, c *Cloud, device string) (context.Context, *quic.Client) {
+	t.Helper()
 	dir := c.PKIDir()
-	if err := pki.EnsureDev(dir, "car-7"); err != nil {
+	if err := pki.EnsureDev(dir, device); err != nil {
 		t.Fatal(err)
 	}
-	tc, err := pki.DeviceTLS(dir, "car-7")
+	tc, err := pki.DeviceTLS(dir, device)
 	if err != nil {
 		t.Fatal(err)
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
+	t.Cleanup(cancel)
 	cl, err := quic.Dial(ctx, c.QUICAddr(), quic.ClientConfig{TLS: tc})
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer cl.Close()
+	t.Cleanup(func() { cl.Close() })
+	return ctx, cl
+}
+
+// TestCloudQUIC: an agent with a device certificate from the dev PKI
+// streams a request over QUIC; its device id is the tenant.
+func TestCloudQUIC(t *testing.T) {
+	c := startCloud(t, func(cfg *Config) { cfg.QUIC = "127.0.0.1:0"; cfg.BuiltinWorkers = 1 })
+	ctx, cl := dialDevice(t, c, "car-7")
 	var sb strings.Builder
 	var begin *llm.Meta
 	fin, err := cl.Generate(ctx, &llm.Request{ID: "q1", Model: "auto", MaxTokens: 8, Messages: []llm.Message{{Role: "user", Content: "status of the car"}}},

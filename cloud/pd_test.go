@@ -23,8 +23,6 @@ import (
 	"github.com/phaseless/phaseless/models/lm/gguf"
 	"github.com/phaseless/phaseless/transport/llm"
 	"github.com/phaseless/phaseless/transport/metrics"
-	"github.com/phaseless/phaseless/transport/pki"
-	"github.com/phaseless/phaseless/transport/quic"
 )
 
 // pdWorkerEnv makes this test binary a worker process: a --dev cloud with one
@@ -357,21 +355,7 @@ func TestDevSplitOverHTTP(t *testing.T) {
 // event over QUIC (meta-frame section 30).
 func TestSplitOverQUIC(t *testing.T) {
 	c := startCloud(t, func(cfg *Config) { cfg.QUIC = "127.0.0.1:0"; cfg.BuiltinWorkers = 0 })
-	dir := c.PKIDir()
-	if err := pki.EnsureDev(dir, "car-8"); err != nil {
-		t.Fatal(err)
-	}
-	tc, err := pki.DeviceTLS(dir, "car-8")
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	cl, err := quic.Dial(ctx, c.QUICAddr(), quic.ClientConfig{TLS: tc})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer cl.Close()
+	ctx, cl := dialDevice(t, c, "car-8")
 	var begin llm.Meta
 	req := &llm.Request{ID: "q-split", Model: "auto", MaxTokens: 4, Hints: llm.Hints{Policy: "disaggregated"},
 		Messages: []llm.Message{{Role: "user", Content: "split over quic"}}}

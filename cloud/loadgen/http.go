@@ -11,6 +11,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/phaseless/phaseless/cloud/replay"
 )
 
 // HTTPConfig is the API a load run talks to.
@@ -195,16 +197,7 @@ func readStream(api string, body io.Reader, first func()) error {
 				// machine, a large part of what it measured.
 				continue
 			}
-			var c struct {
-				Choices []struct {
-					Delta struct {
-						Content string `json:"content"`
-					} `json:"delta"`
-				} `json:"choices"`
-				Error *struct {
-					Message string `json:"message"`
-				} `json:"error"`
-			}
+			var c replay.ChatChunk
 			if err := json.Unmarshal(data, &c); err != nil {
 				return fmt.Errorf("bad chunk %.100q: %v", data, err)
 			}

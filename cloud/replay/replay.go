@@ -282,16 +282,7 @@ func replayOne(ctx context.Context, o replayOptions, policy, prompt string, maxT
 		if !ok || data == "[DONE]" {
 			continue
 		}
-		var ev struct {
-			Choices []struct {
-				Delta struct {
-					Content string `json:"content"`
-				} `json:"delta"`
-			} `json:"choices"`
-			Error *struct {
-				Message string `json:"message"`
-			} `json:"error"`
-		}
+		var ev ChatChunk
 		if json.Unmarshal([]byte(data), &ev) != nil {
 			continue
 		}
@@ -533,4 +524,17 @@ func Run(ctx context.Context, cfg Config) error {
 		}
 	}
 	return nil
+}
+
+// ChatChunk is what a load client reads of an OpenAI chat-completion stream
+// event: the delta text, or the error an event carries instead.
+type ChatChunk struct {
+	Choices []struct {
+		Delta struct {
+			Content string `json:"content"`
+		} `json:"delta"`
+	} `json:"choices"`
+	Error *struct {
+		Message string `json:"message"`
+	} `json:"error"`
 }

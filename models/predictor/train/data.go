@@ -289,14 +289,19 @@ func LoadTelemetry(r io.Reader) ([]Example, TelemetryStats, error) {
 			st.SkippedUnknown++
 			continue
 		}
-		if label == 1 {
-			st.Cloud++
-		} else {
-			st.Local++
-		}
-		out = append(out, Example{Features: rec.Features, Label: label, Source: "telemetry", Group: "telemetry"})
+		out = st.keep(out, rec.Features, label)
 	}
 	return out, st, sc.Err()
+}
+
+// keep counts a telemetry example under its label and appends it to out.
+func (st *TelemetryStats) keep(out []Example, features []float32, label float32) []Example {
+	if label == 1 {
+		st.Cloud++
+	} else {
+		st.Local++
+	}
+	return append(out, Example{Features: features, Label: label, Source: "telemetry", Group: "telemetry"})
 }
 
 func telemetryLabel(r fleetwire.RequestRecord) (float32, bool) {

@@ -140,12 +140,7 @@ func LoadFleetTelemetry(r io.Reader, part FleetPart) ([]Example, FleetStats, err
 			st.SkippedUnknown++
 			continue
 		}
-		if label == 1 {
-			st.Cloud++
-		} else {
-			st.Local++
-		}
-		out = append(out, Example{Features: rec.Features, Label: label, Source: "telemetry", Group: "telemetry"})
+		out = st.keep(out, rec.Features, label)
 	}
 	return out, st, nil
 }
