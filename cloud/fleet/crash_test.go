@@ -29,9 +29,10 @@ func TestKillDuringIngestStoresEachRecordOnce(t *testing.T) {
 	ackedRecs := map[string]bool{} // "dev seq"
 	ackedCmds := map[string]string{}
 	crashtest.Run(t, crashtest.Config{
-		Cycles: crashtest.Cycles(t, 30), // 100 with PHASELESS_CRASH_CYCLES=100
-		Arg:    path,
-		Child:  ingestChild,
+		Progress: true,                    // the test checks that something was acknowledged
+		Cycles:   crashtest.Cycles(t, 30), // 100 with PHASELESS_CRASH_CYCLES=100
+		Arg:      path,
+		Child:    ingestChild,
 		Verify: func(t *testing.T, _ int, lines, _ []string) {
 			for _, l := range lines {
 				f := strings.Fields(l)

@@ -29,9 +29,10 @@ func TestKillWithQueuedQoS1LosesNothing(t *testing.T) {
 	acked := map[string]bool{}
 	delivered := map[string]int{}
 	crashtest.Run(t, crashtest.Config{
-		Cycles: crashtest.Cycles(t, 15), // 100 with PHASELESS_CRASH_CYCLES=100
-		Arg:    dir,
-		MaxRun: 200 * time.Millisecond,
+		Progress: true,                    // the test checks that something was acknowledged
+		Cycles:   crashtest.Cycles(t, 15), // 100 with PHASELESS_CRASH_CYCLES=100
+		Arg:      dir,
+		MaxRun:   200 * time.Millisecond,
 		Setup: func(t *testing.T) {
 			var lines []string
 			for _, u := range []string{"dev-off", "ops"} {
