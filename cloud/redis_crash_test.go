@@ -167,9 +167,11 @@ func TestReplicaKilledFallbacksHold(t *testing.T) {
 			}
 		})
 	}
-	const limit = 2 // admit's default FallbackLimit
+	const limit = 2                 // admit's default FallbackLimit
+	const window = 10 * time.Minute // admit's default FallbackWindow: the count holds within it
 	var survivor *Cloud
 	granted, byKilled := 0, 0
+	start := time.Now()
 	crashtest.Run(t, crashtest.Config{
 		Cycles: crashtest.Cycles(t, 3),
 		Arg:    arg,
@@ -204,6 +206,9 @@ func TestReplicaKilledFallbacksHold(t *testing.T) {
 			}
 			if fell {
 				granted++
+			}
+			if time.Since(start) > window {
+				t.Fatalf("the test ran past the %v fallback window, after which a tenant's count rightly restarts", window)
 			}
 			if granted > limit {
 				t.Fatalf("%d fallbacks granted to one tenant within the window (%d by killed replicas), limit %d", granted, byKilled, limit)
