@@ -243,6 +243,11 @@ func Parse(s string) (Hint, error) {
 	if pool >= NumPools || reason >= NumReasons {
 		return Hint{}, fmt.Errorf("scheduler hint: pool/reason byte %#x out of range", v[8])
 	}
+	for _, b := range v[10:13] {
+		if b == 0x80 { // int8 −128: q127 writes −127..127 only
+			return Hint{}, fmt.Errorf("scheduler hint: embedding byte %#x out of range", b)
+		}
+	}
 	unlog := func(b byte) int { return int(math.Round(math.Exp2(float64(b)/16) - 1)) }
 	return Hint{
 		EntropyBits:     float64(v[1]) / 32,
