@@ -217,6 +217,7 @@ func Start(cfg Config) (*Broker, error) {
 			return fail(&cli.FieldError{Field: "TCPAddr", Err: err})
 		}
 		b.tcp = newNetListener("tcp", ln)
+		b.tcp.disconnect = disconnectListener(srv)
 		if err := srv.AddListener(b.tcp); err != nil {
 			return fail(err)
 		}
@@ -234,6 +235,7 @@ func Start(cfg Config) (*Broker, error) {
 			return fail(&cli.FieldError{Field: "TLSAddr", Err: err})
 		}
 		b.tls = newNetListener("tls", ln)
+		b.tls.disconnect = disconnectListener(srv)
 		if err := srv.AddListener(b.tls); err != nil {
 			return fail(err)
 		}
@@ -315,4 +317,17 @@ func (b *Broker) Close() error {
 		b.closeErr = b.srv.Close()
 	})
 	return b.closeErr
+}
+
+// disconnectListener sends every client of a listener mochi's "server
+// shutting down" DISCONNECT, as mochi's own closeListenerClients does, but
+// takes the client map's read lock once (see netListener.disconnect).
+func disconnectListener(srv *mqtt.Server) func(string) {
+	return func(listener string) {
+		for _, cl := range srv.Clients.GetAll() {
+			if cl.Net.Listener == listener && !cl.Closed() {
+				_ = srv.DisconnectClient(cl, packets.ErrServerShuttingDown)
+			}
+		}
+	}
 }

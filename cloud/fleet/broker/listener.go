@@ -18,6 +18,12 @@ type netListener struct {
 	id  string
 	ln  net.Listener
 	log *slog.Logger
+	// disconnect, when set, replaces mochi's CloseFn: mochi v2.7.9's
+	// Clients.GetByListener read-locks the client map twice (RLock, then
+	// Len's RLock), so a client attaching during Close (its Delete queues
+	// for the write lock between the two) deadlocks the broker's shutdown;
+	// seen in CI under -race. disconnect reads the map once.
+	disconnect func(listener string)
 
 	mu     sync.Mutex // guards conns, closed
 	conns  map[net.Conn]struct{}
@@ -78,7 +84,11 @@ func (l *netListener) Close(closeClients listeners.CloseFn) {
 	l.closed = true
 	l.mu.Unlock()
 	_ = l.ln.Close()
-	closeClients(l.id)
+	if l.disconnect != nil {
+		l.disconnect(l.id)
+	} else {
+		closeClients(l.id)
+	}
 	l.mu.Lock()
 	for c := range l.conns {
 		c.Close()
