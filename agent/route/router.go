@@ -236,6 +236,11 @@ func (r *Router) Decide(req *llm.Request, link Link, load Load) Decision {
 	if o != PathLocal && o != PathCloud && (r.cfg.Mode == PathLocal || r.cfg.Mode == PathCloud) {
 		o, overrideBy = r.cfg.Mode, "route-mode: "
 	}
+	if name := cloudOnlyHint(req); name != "" && o != PathLocal && o != PathCloud && link.Configured {
+		// The request asks for a mechanism only the cloud has (semantic
+		// grouping, prefetch): it goes where that takes effect.
+		o, overrideBy = PathCloud, "header "+name+" acts in the cloud: "
+	}
 	if r.cfg.Probe != nil && r.readsProbe() && o != PathLocal && o != PathCloud && link.Configured && link.Connected {
 		textfeat.SetProbe(d.Features, r.cfg.Probe(text))
 		d.Probed = d.Features[textfeat.IdxProbed] == 1
