@@ -107,8 +107,8 @@ func NewRemote(cfg RemoteConfig) (*Remote, error) {
 	r := &Remote{cfg: cfg, base: base}
 	stream, err := httpapi.NewClient(httpapi.ClientConfig{
 		CacheControl: r.phaseless.Load,
-		URL:  base.String(),
-		Name: "remote " + base.Host,
+		URL:          base.String(),
+		Name:         "remote " + base.Host,
 		// "auto" (or nothing) lets the server's configured model answer.
 		Model: func(requested string) string {
 			if requested == "" || requested == "auto" {
