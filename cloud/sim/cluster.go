@@ -287,6 +287,7 @@ type Cluster struct {
 	left      int
 	maxKV     int
 	ran       bool
+	retain    *retainer // predictive pinning (retain.go); nil = off
 }
 
 // New builds the cluster: one engine per TP group of each pool.
@@ -441,7 +442,7 @@ func (c *Cluster) arrive(i int) {
 	out := max(1, r.Output)
 	f.seq = Seq{Prompt: max(1, r.Input), MaxOutput: out, User: f}
 	f.seq.Hashes = blockHashes(i, r, c.dep.Engine.BlockSize)
-	c.pinRequest(&f.seq, f.tenant)
+	c.pinRequest(i, &f.seq, f.tenant)
 	f.sig = sched.Request{
 		InputTokens:     f.seq.Prompt,
 		InputChars:      int(float64(f.seq.Prompt) * c.cfg.CharsPerToken),
@@ -547,7 +548,7 @@ func (c *Cluster) step(w *simWorker) {
 		return
 	}
 	w.stepping = true
-	c.maxKV = max(c.maxKV, w.eng.kv.blocks()-w.eng.kv.free)
+	c.maxKV = max(c.maxKV, w.eng.kv.blocks()-w.eng.kv.free())
 	total := 0
 	for _, s := range w.eng.planned {
 		total += s.step
