@@ -24,6 +24,10 @@ type CacheConfig struct {
 	// Retain, when its Threshold is set, pins only the prompts the
 	// follow-up model predicts a next turn for (retain.go).
 	Retain RetainConfig
+	// Prefetch warms the prompts the follow-up model predicts a next turn
+	// for back into an idle worker's cache when no worker holds them any
+	// more (prefetch.go); it needs Retain.
+	Prefetch PrefetchConfig
 	// PinFor, when set, decides request i's pin lifetime instead (0 = no
 	// pin): a bound computed from the whole trace, such as an oracle that
 	// knows which requests are followed up. Not a mechanism.
@@ -49,6 +53,10 @@ func (c *CacheConfig) validate() error {
 		return errors.New("sim.Config.Cache.Retain: want 0 ≤ Threshold ≤ 1 and non-negative durations")
 	case c.Retain.Threshold > 0 && c.TTL <= 0:
 		return errors.New("sim.Config.Cache.Retain: predictive pinning needs a TTL")
+	case c.Prefetch.On && c.Retain.Threshold <= 0:
+		return errors.New("sim.Config.Cache.Prefetch: needs the follow-up model (Retain.Threshold)")
+	case c.Prefetch.MaxLoad < 0 || c.Prefetch.MaxLoad > 1 || c.Prefetch.ChunkTokens < 0:
+		return errors.New("sim.Config.Cache.Prefetch: want 0 ≤ MaxLoad ≤ 1 and ChunkTokens ≥ 0")
 	}
 	return nil
 }
@@ -57,7 +65,7 @@ func (c *CacheConfig) validate() error {
 func (c *Cluster) enablePinning() {
 	cc := c.cfg.Cache
 	if cc.Retain.Threshold > 0 {
-		c.retain = newRetainer(cc.Retain, cc.TTL)
+		c.retain = newRetainer(cc.Retain, cc.TTL, c.dep.Engine.BlockSize)
 	}
 	if cc.TTL <= 0 && cc.PinFor == nil {
 		return
@@ -77,7 +85,7 @@ func (c *Cluster) pinRequest(i int, s *Seq, tenant string) {
 	switch {
 	case c.cfg.Cache.PinFor != nil:
 		ttl = c.cfg.Cache.PinFor(i)
-	case c.retain != nil && !c.retain.observe(&c.reqs[i], c.clk.now):
+	case c.retain != nil && !c.retain.observeWith(&c.reqs[i], c.clk.now, s.Hashes, tenant):
 		ttl = 0
 	}
 	if ttl <= 0 {

@@ -48,6 +48,10 @@ type retainEntry struct {
 	depth    int
 	at       time.Duration
 	followed bool
+	// hashes, for a request predicted to be followed up, are its full
+	// blocks' chained hashes: what prefetch warms back if they are evicted.
+	hashes []uint64
+	tenant string
 }
 
 // retainer is the model's state for one cluster run.
@@ -57,18 +61,19 @@ type retainer struct {
 	index   map[uint64]*retainEntry // chained hash of a prompt's full hash_ids → its entry
 	pending []*retainEntry          // in arrival order, until labelled
 	chain   []uint64
+	bs      int // engine block size: 512-token hash_ids are 512/bs blocks
 
 	pinned, seen, predictedHits uint64
 }
 
-func newRetainer(cfg RetainConfig, ttl time.Duration) *retainer {
+func newRetainer(cfg RetainConfig, ttl time.Duration, blockSize int) *retainer {
 	if cfg.Horizon == 0 {
 		cfg.Horizon = ttl
 	}
 	if cfg.HalfLife == 0 {
 		cfg.HalfLife = 10 * time.Minute
 	}
-	return &retainer{cfg: cfg, index: map[uint64]*retainEntry{}}
+	return &retainer{cfg: cfg, index: map[uint64]*retainEntry{}, bs: max(1, blockSize)}
 }
 
 func (r *retainer) decay(c *retainCount, now time.Duration) {
@@ -90,8 +95,13 @@ func (r *retainer) label(e *retainEntry, followed bool, now time.Duration) {
 
 // observe takes a request as it arrives and says whether to pin its
 // prompt: it labels the request it follows up (if any) and the requests
-// whose horizon passed, then estimates this one's class.
+// whose horizon passed, then estimates this one's class. hashes are its
+// prompt's block hashes, kept for prefetch when it is predicted.
 func (r *retainer) observe(req *Request, now time.Duration) bool {
+	return r.observeWith(req, now, nil, "")
+}
+
+func (r *retainer) observeWith(req *Request, now time.Duration, hashes []uint64, tenant string) bool {
 	for len(r.pending) > 0 && (r.pending[0].followed || r.pending[0].at+r.cfg.Horizon <= now) {
 		e := r.pending[0]
 		r.pending = r.pending[1:]
@@ -121,19 +131,78 @@ func (r *retainer) observe(req *Request, now time.Duration) bool {
 	length := min(retainLengths-1, int(math.Log2(float64(max(1, req.Input)))))
 	class := min(depth, retainDepths-1)*retainLengths + length
 	r.seen++
-	// Its full blocks are what a follow-up extends; the last hash_id
-	// covers a partial block that the next turn's text continues.
-	if n := len(r.chain) - 1; n >= 2 {
-		e := &retainEntry{class: class, depth: depth, at: now}
-		r.index[r.chain[n-1]] = e
-		r.pending = append(r.pending, e)
-	}
 	c := &r.counts[class]
 	r.decay(c, now)
 	p := (c.pos + retainPrior*retainPriorN) / (c.n + retainPriorN)
-	if p >= r.cfg.Threshold {
-		r.pinned++
-		return true
+	predicted := p >= r.cfg.Threshold
+	// Its full blocks are what a follow-up extends; the last hash_id
+	// covers a partial block that the next turn's text continues.
+	if n := len(r.chain) - 1; n >= 2 {
+		e := &retainEntry{class: class, depth: depth, at: now, tenant: tenant}
+		if predicted && hashes != nil {
+			e.hashes = hashes[:min(len(hashes), n*512/r.bs)]
+		}
+		r.index[r.chain[n-1]] = e
+		r.pending = append(r.pending, e)
 	}
-	return false
+	if predicted {
+		r.pinned++
+	}
+	return predicted
+}
+
+// warmScan bounds how many of the most recent predicted requests a
+// prefetch probe considers: the follow-ups most likely still to come.
+const warmScan = 64
+
+// warmCandidate is the most recent request predicted to be followed up,
+// not yet followed, within its horizon, whose prompt held (a worker holds
+// its last block: blocks are evicted tail first) says is gone; skip is
+// passed over (taken by another worker this probe). nil when none.
+func (r *retainer) warmCandidate(now time.Duration, held func(last uint64) bool, skip map[*retainEntry]bool) *retainEntry {
+	for i, k := len(r.pending)-1, 0; i >= 0 && k < warmScan; i-- {
+		e := r.pending[i]
+		if now-e.at > r.cfg.Horizon {
+			break
+		}
+		if e.followed || len(e.hashes) == 0 {
+			continue
+		}
+		k++
+		if skip[e] || held(e.hashes[len(e.hashes)-1]) {
+			continue
+		}
+		return e
+	}
+	return nil
+}
+
+// FollowUpGaps says, for each request of a trace sorted by arrival, how
+// long after it its first follow-up came (a later request extending its
+// full hash_ids, as the follow-up model sees it), or 0 when none did: the
+// future an oracle bound knows and no mechanism does.
+func FollowUpGaps(reqs []Request) []time.Duration {
+	gaps := make([]time.Duration, len(reqs))
+	last := map[uint64]int{}
+	var chain []uint64
+	for i, r := range reqs {
+		chain = chain[:0]
+		var h uint64
+		for _, b := range r.Blocks {
+			h = mix(h ^ mix(uint64(b)+1))
+			chain = append(chain, h)
+		}
+		for k := len(chain); k >= 2; k-- {
+			if j, ok := last[chain[k-1]]; ok {
+				if gaps[j] == 0 {
+					gaps[j] = max(1, r.At-reqs[j].At)
+				}
+				break
+			}
+		}
+		if n := len(chain) - 1; n >= 2 {
+			last[chain[n-1]] = i
+		}
+	}
+	return gaps
 }
