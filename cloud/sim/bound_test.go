@@ -76,7 +76,9 @@ func TestIsolatedPrefillBound(t *testing.T) {
 	}
 	slices.Sort(system)
 	slices.Sort(unbounded)
-	q := func(d []time.Duration, p float64) time.Duration { return d[int(p*float64(len(d)-1))].Round(time.Millisecond) }
+	q := func(d []time.Duration, p float64) time.Duration {
+		return d[int(p*float64(len(d)-1))].Round(time.Millisecond)
+	}
 	for _, p := range []float64{0.5, 0.99} {
 		t.Logf("p%.0f alone on an idle h100: %v with the system block cached, %v with an unbounded cache", 100*p, q(system, p), q(unbounded, p))
 		if q(unbounded, p) > q(system, p) {

@@ -21,7 +21,6 @@ type PrefetchConfig struct {
 	ChunkTokens int
 }
 
-
 // prefetch runs at each probe: each predicted prompt that no worker holds
 // any more, most recent first, goes to the idle worker holding the most of
 // it, while idle workers last.
