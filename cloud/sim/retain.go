@@ -63,7 +63,7 @@ type retainer struct {
 	chain   []uint64
 	bs      int // engine block size: 512-token hash_ids are 512/bs blocks
 
-	pinned, seen, predictedHits uint64
+	pinned, seen uint64 // prompts pinned, of requests seen
 }
 
 func newRetainer(cfg RetainConfig, ttl time.Duration, blockSize int) *retainer {

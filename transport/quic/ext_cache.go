@@ -18,14 +18,14 @@ const (
 	tagToolBreakpoints = 21 // request: count, then (tools, ttl) each
 )
 
-// splitBreakpoints is r's tool breakpoints (they come first, CheckCache
-// says so) and its message breakpoints.
-func splitBreakpoints(r *llm.Request) (tools, msgs []llm.CacheBreakpoint) {
+// splitBreakpoints is the tool breakpoints (they come first, CheckCache
+// says so) and the message breakpoints.
+func splitBreakpoints(bps []llm.CacheBreakpoint) (tools, msgs []llm.CacheBreakpoint) {
 	n := 0
-	for n < len(r.CacheBreakpoints) && r.CacheBreakpoints[n].Tools != 0 {
+	for n < len(bps) && bps[n].Tools != 0 {
 		n++
 	}
-	return r.CacheBreakpoints[:n], r.CacheBreakpoints[n:]
+	return bps[:n], bps[n:]
 }
 
 // checkBreakpoints fails d when r's breakpoints do not fit its prompt, so
@@ -40,60 +40,65 @@ func checkBreakpoints(d *decoder, r *llm.Request) {
 	}
 }
 
-func init() {
-	requestExts = append(requestExts, ext[llm.Request]{
-		tag: tagCacheBreakpoints, name: "cache breakpoints",
+// breakpointSection is a request section holding some of its cache
+// breakpoints: a count, then each one's fields (at least minSize bytes).
+// pick chooses them from a request; add puts the decoded ones back.
+func breakpointSection(tag uint64, name string, minSize int, pick func([]llm.CacheBreakpoint) []llm.CacheBreakpoint,
+	put func([]byte, llm.CacheBreakpoint) []byte, get func(*decoder) llm.CacheBreakpoint, add func(*llm.Request, []llm.CacheBreakpoint)) ext[llm.Request] {
+	return ext[llm.Request]{
+		tag: tag, name: name,
 		append: func(b []byte, r *llm.Request) []byte {
-			_, msgs := splitBreakpoints(r)
-			if len(msgs) == 0 {
+			bps := pick(r.CacheBreakpoints)
+			if len(bps) == 0 {
 				return b
 			}
-			b = binary.AppendUvarint(b, uint64(len(msgs)))
-			for _, bp := range msgs {
+			b = binary.AppendUvarint(b, uint64(len(bps)))
+			for _, bp := range bps {
+				b = put(b, bp)
+			}
+			return b
+		},
+		decode: func(d *decoder, r *llm.Request) {
+			n := d.count(minSize)
+			if n > llm.MaxCacheBreakpoints {
+				d.fail("%d %s; at most %d", n, name, llm.MaxCacheBreakpoints)
+				return
+			}
+			bps := make([]llm.CacheBreakpoint, n)
+			for i := range bps {
+				bps[i] = get(d)
+			}
+			add(r, bps)
+		},
+	}
+}
+
+func init() {
+	requestExts = append(requestExts,
+		breakpointSection(tagCacheBreakpoints, "cache breakpoints", 3,
+			func(bps []llm.CacheBreakpoint) []llm.CacheBreakpoint { _, msgs := splitBreakpoints(bps); return msgs },
+			func(b []byte, bp llm.CacheBreakpoint) []byte {
 				b = binary.AppendVarint(b, int64(bp.Message))
 				b = binary.AppendVarint(b, int64(bp.Chars))
-				b = appendDuration(b, bp.TTL)
-			}
-			return b
-		},
-		decode: func(d *decoder, r *llm.Request) {
-			n := d.count(3)
-			if n > llm.MaxCacheBreakpoints {
-				d.fail("%d cache breakpoints; at most %d", n, llm.MaxCacheBreakpoints)
-				return
-			}
-			for range n {
-				r.CacheBreakpoints = append(r.CacheBreakpoints, llm.CacheBreakpoint{Message: d.int(), Chars: d.int(), TTL: d.duration()})
-			}
-		},
-	}, ext[llm.Request]{
-		tag: tagToolBreakpoints, name: "tool cache breakpoints",
-		append: func(b []byte, r *llm.Request) []byte {
-			tools, _ := splitBreakpoints(r)
-			if len(tools) == 0 {
-				return b
-			}
-			b = binary.AppendUvarint(b, uint64(len(tools)))
-			for _, bp := range tools {
-				b = binary.AppendVarint(b, int64(bp.Tools))
-				b = appendDuration(b, bp.TTL)
-			}
-			return b
-		},
-		decode: func(d *decoder, r *llm.Request) {
-			n := d.count(2)
-			if n > llm.MaxCacheBreakpoints {
-				d.fail("%d tool cache breakpoints; at most %d", n, llm.MaxCacheBreakpoints)
-				return
-			}
-			tools := make([]llm.CacheBreakpoint, n)
-			for i := range tools {
-				tools[i] = llm.CacheBreakpoint{Tools: d.int(), TTL: d.duration()}
-			}
+				return appendDuration(b, bp.TTL)
+			},
+			func(d *decoder) llm.CacheBreakpoint {
+				return llm.CacheBreakpoint{Message: d.int(), Chars: d.int(), TTL: d.duration()}
+			},
+			func(r *llm.Request, bps []llm.CacheBreakpoint) {
+				r.CacheBreakpoints = append(r.CacheBreakpoints, bps...)
+			}),
+		breakpointSection(tagToolBreakpoints, "tool cache breakpoints", 2,
+			func(bps []llm.CacheBreakpoint) []llm.CacheBreakpoint { tools, _ := splitBreakpoints(bps); return tools },
+			func(b []byte, bp llm.CacheBreakpoint) []byte {
+				return appendDuration(binary.AppendVarint(b, int64(bp.Tools)), bp.TTL)
+			},
+			func(d *decoder) llm.CacheBreakpoint { return llm.CacheBreakpoint{Tools: d.int(), TTL: d.duration()} },
 			// Sections may come in any order; tool breakpoints go first.
-			r.CacheBreakpoints = append(tools, r.CacheBreakpoints...)
-		},
-	})
+			func(r *llm.Request, bps []llm.CacheBreakpoint) {
+				r.CacheBreakpoints = append(bps, r.CacheBreakpoints...)
+			}),
+	)
 	finalExts = append(finalExts, ext[llm.Final]{
 		tag: tagCacheUsage, name: "cache usage",
 		append: func(b []byte, f *llm.Final) []byte {
