@@ -36,6 +36,7 @@ type Manager struct {
 	wg        sync.WaitGroup // the prune and rollout loops
 	closeOnce sync.Once
 	closeErr  error
+	ownsLease bool // Open took cfg.Lease and closes it; a Standby keeps its own
 
 	history statusHistory
 
@@ -72,9 +73,20 @@ func Open(cfg Config) (*Manager, error) {
 	}
 	m, err := open(cfg)
 	if err != nil && cfg.Lease != nil {
-		_ = cfg.Lease.Release(context.Background())
+		_ = closeLease(cfg.Lease)
+	}
+	if m != nil {
+		m.ownsLease = true
 	}
 	return m, err
+}
+
+// closeLease gives the lease up and closes its client when it has one.
+func closeLease(l Lease) error {
+	if c, ok := l.(io.Closer); ok {
+		return c.Close()
+	}
+	return l.Release(context.Background())
 }
 
 func open(cfg Config) (*Manager, error) {
@@ -161,7 +173,11 @@ func (m *Manager) Close() error {
 		err := m.bus.close()
 		m.gate.Close()
 		m.closeErr = errors.Join(err, m.st.db.Close())
-		if m.cfg.Lease != nil {
+		switch {
+		case m.cfg.Lease == nil:
+		case m.ownsLease:
+			m.closeErr = errors.Join(m.closeErr, closeLease(m.cfg.Lease))
+		default: // a Standby's: it may take the lease again
 			m.closeErr = errors.Join(m.closeErr, m.cfg.Lease.Release(context.Background()))
 		}
 	})
