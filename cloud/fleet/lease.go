@@ -210,6 +210,21 @@ func (l *RedisLease) Holder(ctx context.Context) (string, error) {
 	return name, err
 }
 
+// BindStore records id as the fleet store's identity beside the lease if
+// none is recorded yet, and returns the recorded one: a standby compares
+// it with the store it opened (standby.go).
+func (l *RedisLease) BindStore(ctx context.Context, id string) (string, error) {
+	key := l.key + ":store"
+	if err := l.client.SetNX(ctx, key, id, 0).Err(); err != nil {
+		return "", fmt.Errorf("fleet store identity: %w", err)
+	}
+	v, err := l.client.Get(ctx, key).Result()
+	if err != nil {
+		return "", fmt.Errorf("fleet store identity: %w", err)
+	}
+	return v, nil
+}
+
 // Close releases the lease and closes the Redis client.
 func (l *RedisLease) Close() error {
 	ctx, cancel := context.WithTimeout(context.Background(), l.ttl/3)

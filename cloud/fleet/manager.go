@@ -71,7 +71,7 @@ func Open(cfg Config) (*Manager, error) {
 			return nil, err
 		}
 	}
-	m, err := open(cfg)
+	m, err := open(cfg, nil)
 	if err != nil && cfg.Lease != nil {
 		_ = closeLease(cfg.Lease)
 	}
@@ -89,13 +89,21 @@ func closeLease(l Lease) error {
 	return l.Release(context.Background())
 }
 
-func open(cfg Config) (*Manager, error) {
+// open opens the store and, if check (when set) accepts it, the Manager
+// on it: check runs before anything reaches devices.
+func open(cfg Config, check func(*store) error) (*Manager, error) {
 	if err := os.MkdirAll(cfg.DataDir, 0o700); err != nil {
 		return nil, fmt.Errorf("fleet data dir: %w", err)
 	}
 	st, err := openStore(filepath.Join(cfg.DataDir, "fleet.db"))
 	if err != nil {
 		return nil, err
+	}
+	if check != nil {
+		if err := check(st); err != nil {
+			st.db.Close()
+			return nil, err
+		}
 	}
 	reg := cfg.Metrics
 	m := &Manager{

@@ -108,7 +108,7 @@ func (s *Standby) step() {
 		s.set(nil, fmt.Errorf("%w: %w", ErrStandby, err))
 		return
 	}
-	m, err := open(s.cfg)
+	m, err := open(s.cfg, func(st *store) error { return s.sameStore(ctx, st) })
 	if err != nil {
 		// The store may still be locked by a writer that lost its lease
 		// but has not closed yet: give the lease back and try again.
@@ -119,6 +119,40 @@ func (s *Standby) step() {
 	}
 	s.cfg.Logger.Info("fleet lease taken: this replica is the fleet's writer", "data_dir", s.cfg.DataDir)
 	s.set(m, nil)
+}
+
+// ErrOtherStore is returned when a standby's fleet store is not the one
+// the fleet's writers have used: taking over with it would forget every
+// rollout, config layer and record, and step devices' config versions back.
+var ErrOtherStore = errors.New("this fleet store is not the fleet's")
+
+// storeBinder is a Lease that records the fleet store's identity
+// (RedisLease.BindStore).
+type storeBinder interface {
+	BindStore(ctx context.Context, id string) (string, error)
+}
+
+// sameStore checks that st is the one the fleet's writers used: the
+// first writer records its store's identity beside the lease, and a
+// standby on a store of its own (per-replica data directories, not a
+// shared one) stays a standby instead of taking the fleet over empty.
+func (s *Standby) sameStore(ctx context.Context, st *store) error {
+	b, ok := s.cfg.Lease.(storeBinder)
+	if !ok {
+		return nil
+	}
+	id, err := st.id()
+	if err != nil {
+		return err
+	}
+	fleetID, err := b.BindStore(ctx, id)
+	if err != nil {
+		return err
+	}
+	if fleetID != id {
+		return fmt.Errorf("%w: %s holds store %s, the fleet's writers used %s: point the fleet data directory at the shared store, or delete the lease's :store key in Redis to make this store the fleet's", ErrOtherStore, s.cfg.DataDir, id, fleetID)
+	}
+	return nil
 }
 
 func (s *Standby) set(m *Manager, waiting error) {

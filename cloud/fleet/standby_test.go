@@ -238,3 +238,41 @@ func TestStandbyStepsDown(t *testing.T) {
 	l.client.Del(ctx, "phaseless:fleet:lease")
 	waitFor(t, "the standby takes over again", func() bool { return s.Manager() != nil })
 }
+
+// TestStandbyRefusesOtherStore: replicas whose fleet stores are their own
+// (per-replica data directories) cannot hand the fleet over: the standby
+// takes the lease when the writer stops, finds its store is not the one
+// the writer used, gives the lease back and stays a standby, saying why,
+// until an operator makes its store the fleet's.
+func TestStandbyRefusesOtherStore(t *testing.T) {
+	url := redistest.Start(t)
+	lease := func(name string) *RedisLease {
+		l, err := NewRedisLease(url, "", name, 3*time.Second)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return l
+	}
+	b := startBroker(t, broker.Config{DevAuth: true})
+	a, err := OpenStandby(Config{DataDir: t.TempDir(), Broker: b, Lease: lease("cloud-a")}, 20*time.Millisecond)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer a.Close()
+	if a.Manager() == nil {
+		t.Fatal("the first replica is not the writer")
+	}
+	lb := lease("cloud-b")
+	bs, err := OpenStandby(Config{DataDir: t.TempDir(), Broker: b, Lease: lb}, 20*time.Millisecond)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer bs.Close()
+	a.Close()
+	waitFor(t, "B refuses its own store", func() bool { return errors.Is(bs.Writer(), ErrOtherStore) })
+	if bs.Manager() != nil {
+		t.Fatal("B took the fleet over with a store of its own")
+	}
+	lb.client.Del(context.Background(), "phaseless:fleet:lease:store")
+	waitFor(t, "B takes over once its store is made the fleet's", func() bool { return bs.Manager() != nil })
+}
