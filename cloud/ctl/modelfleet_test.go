@@ -118,19 +118,10 @@ func TestEvaluateAgainstFleetRouter(t *testing.T) {
 	// A cloud whose devices run: 1.1 on two rpi4s, 1.0 on one, none on
 	// another (the router it started with); in region eu, a 0.9 whose
 	// bundle another key signed (the cloud has no --ota-pub to refuse it).
-	b, err := broker.Start(broker.Config{TCPAddr: "127.0.0.1:0", DevAuth: true})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer b.Close()
 	mux := http.NewServeMux()
 	srv := httptest.NewServer(mux)
 	defer srv.Close()
-	m, err := fleet.Open(fleet.Config{DataDir: t.TempDir(), Broker: b, PublicURL: srv.URL})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer m.Close()
+	b, m := startFleet(t, fleet.Config{PublicURL: srv.URL})
 	mux.Handle(fleet.APIPrefix, m.Handler())
 	mux.Handle("GET "+fleet.ArtifactPrefix, m.ArtifactHandler())
 	_, otherKey, _ := ed25519.GenerateKey(nil)
@@ -150,25 +141,7 @@ func TestEvaluateAgainstFleetRouter(t *testing.T) {
 	store(priv, "1.1", fleetRouter)
 	store(priv, "1.0", candidate)
 	store(otherKey, "0.9", fleetRouter)
-	tp := fleetwire.Topics{}
-	for id, v := range map[string]string{"car-1": "1.1", "car-2": "1.1", "car-3": "1.0", "car-4": "", "car-eu": "0.9"} {
-		st := fleetwire.Status{DeviceID: id, State: "online", Version: "2.0.0", Board: "rpi4", Time: time.Now()}
-		if v != "" {
-			st.Artifacts = map[string]string{firmware.KindPredictor: v}
-		}
-		payload, _ := json.Marshal(st)
-		if err := b.Publish(tp.Device(id, fleetwire.SuffixStatus), payload, true); err != nil {
-			t.Fatal(err)
-		}
-	}
-	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(10 * time.Millisecond) {
-		if ds, _ := m.Devices(); len(ds) == 5 {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatal("device statuses not registered")
-		}
-	}
+	reportRouters(t, b, m, map[string]string{"car-1": "1.1", "car-2": "1.1", "car-3": "1.0", "car-4": "", "car-eu": "0.9"})
 	eu := "eu"
 	if _, err := m.SetLabels("car-eu", map[string]*string{"region": &eu}); err != nil {
 		t.Fatal(err)
@@ -232,16 +205,7 @@ func TestEvaluateAgainstFleetRouter(t *testing.T) {
 // version they report, the majority (ties to the newer version), and the
 // bundle named for it.
 func TestRunningArtifactAPI(t *testing.T) {
-	b, err := broker.Start(broker.Config{TCPAddr: "127.0.0.1:0", DevAuth: true})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer b.Close()
-	m, err := fleet.Open(fleet.Config{DataDir: t.TempDir(), Broker: b})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer m.Close()
+	b, m := startFleet(t, fleet.Config{})
 	_, priv, _ := ed25519.GenerateKey(nil)
 	var ids = map[string]string{}
 	for _, v := range []string{"1.1", "1.2"} {
@@ -255,23 +219,7 @@ func TestRunningArtifactAPI(t *testing.T) {
 		}
 		ids[v] = info.ID
 	}
-	tp := fleetwire.Topics{}
-	for id, v := range map[string]string{"a": "1.1", "b": "1.2", "c": "", "d": "1.1", "e": "1.2"} {
-		st := fleetwire.Status{DeviceID: id, State: "online", Board: "rpi4", Time: time.Now()}
-		if v != "" {
-			st.Artifacts = map[string]string{firmware.KindPredictor: v}
-		}
-		payload, _ := json.Marshal(st)
-		b.Publish(tp.Device(id, fleetwire.SuffixStatus), payload, true)
-	}
-	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(10 * time.Millisecond) {
-		if ds, _ := m.Devices(); len(ds) == 5 {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatal("device statuses not registered")
-		}
-	}
+	reportRouters(t, b, m, map[string]string{"a": "1.1", "b": "1.2", "c": "", "d": "1.1", "e": "1.2"})
 	srv := httptest.NewServer(m.Handler())
 	defer srv.Close()
 	get := func(q string) fleet.RunningArtifact {
@@ -304,5 +252,48 @@ func TestRunningArtifactAPI(t *testing.T) {
 	}
 	if resp, _ := http.Get(srv.URL + "/v1/fleet/running/firmware"); resp.StatusCode != 400 {
 		t.Fatalf("unknown kind: %s", resp.Status)
+	}
+}
+
+// startFleet runs a fleet Manager on an embedded broker for the test.
+func startFleet(t *testing.T, cfg fleet.Config) (*broker.Broker, *fleet.Manager) {
+	t.Helper()
+	b, err := broker.Start(broker.Config{TCPAddr: "127.0.0.1:0", DevAuth: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { b.Close() })
+	cfg.DataDir, cfg.Broker = t.TempDir(), b
+	m, err := fleet.Open(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { m.Close() })
+	return b, m
+}
+
+// reportRouters publishes each device's retained status, on board rpi4,
+// running the given router version ("" for none), and waits until the
+// Manager has them all.
+func reportRouters(t *testing.T, b *broker.Broker, m *fleet.Manager, versions map[string]string) {
+	t.Helper()
+	tp := fleetwire.Topics{}
+	for id, v := range versions {
+		st := fleetwire.Status{DeviceID: id, State: "online", Version: "2.0.0", Board: "rpi4", Time: time.Now()}
+		if v != "" {
+			st.Artifacts = map[string]string{firmware.KindPredictor: v}
+		}
+		payload, _ := json.Marshal(st)
+		if err := b.Publish(tp.Device(id, fleetwire.SuffixStatus), payload, true); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+		if ds, _ := m.Devices(); len(ds) == len(versions) {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("device statuses not registered")
+		}
 	}
 }

@@ -9,7 +9,6 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -53,13 +52,7 @@ func (d *dyingLease) Close() error {
 // Then B stops cleanly and A, back as a standby, takes over at once.
 func TestStandbyTakesOverRollout(t *testing.T) {
 	url := redistest.Start(t)
-	lease := func(name string) *dyingLease {
-		l, err := NewRedisLease(url, "", name, 3*time.Second)
-		if err != nil {
-			t.Fatal(err)
-		}
-		return &dyingLease{RedisLease: l}
-	}
+	lease := func(name string) *dyingLease { return &dyingLease{RedisLease: testLease(t, url, name)} }
 	pub, priv, _ := ed25519.GenerateKey(nil)
 	b := startBroker(t, broker.Config{DevAuth: true})
 	shared := t.TempDir() // the fleet store both replicas reach
@@ -114,22 +107,14 @@ func TestStandbyTakesOverRollout(t *testing.T) {
 	devs := make([]*otaDevice, n)
 	client := &http.Client{}
 	defer client.CloseIdleConnections()
-	var served sync.WaitGroup
 	for i := range devs {
 		d := &otaDevice{id: fmt.Sprintf("car-%02d", i), board: "rk3588", version: "1.0", pub: pub}
 		if err := d.connect(b.TCPAddr()); err != nil {
 			t.Fatal(err)
 		}
 		devs[i] = d
-		served.Add(1)
-		go func() { defer served.Done(); d.serve(client) }()
 	}
-	defer func() {
-		for _, d := range devs {
-			d.conn.Close()
-		}
-		served.Wait()
-	}()
+	defer serveDevices(devs, client)()
 	waitFor(t, "every device registered", func() bool { ds, _ := a.Manager().Devices(); return len(ds) == n })
 
 	var bb bytes.Buffer
@@ -211,10 +196,7 @@ func TestStandbyTakesOverRollout(t *testing.T) {
 // and stands by; it takes over again when the lease is free.
 func TestStandbyStepsDown(t *testing.T) {
 	url := redistest.Start(t)
-	l, err := NewRedisLease(url, "", "cloud-a", 3*time.Second)
-	if err != nil {
-		t.Fatal(err)
-	}
+	l := testLease(t, url, "cloud-a")
 	b := startBroker(t, broker.Config{DevAuth: true})
 	s, err := OpenStandby(Config{DataDir: t.TempDir(), Broker: b, Lease: l}, 20*time.Millisecond)
 	if err != nil {
@@ -246,15 +228,8 @@ func TestStandbyStepsDown(t *testing.T) {
 // until an operator makes its store the fleet's.
 func TestStandbyRefusesOtherStore(t *testing.T) {
 	url := redistest.Start(t)
-	lease := func(name string) *RedisLease {
-		l, err := NewRedisLease(url, "", name, 3*time.Second)
-		if err != nil {
-			t.Fatal(err)
-		}
-		return l
-	}
 	b := startBroker(t, broker.Config{DevAuth: true})
-	a, err := OpenStandby(Config{DataDir: t.TempDir(), Broker: b, Lease: lease("cloud-a")}, 20*time.Millisecond)
+	a, err := OpenStandby(Config{DataDir: t.TempDir(), Broker: b, Lease: testLease(t, url, "cloud-a")}, 20*time.Millisecond)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -262,7 +237,7 @@ func TestStandbyRefusesOtherStore(t *testing.T) {
 	if a.Manager() == nil {
 		t.Fatal("the first replica is not the writer")
 	}
-	lb := lease("cloud-b")
+	lb := testLease(t, url, "cloud-b")
 	bs, err := OpenStandby(Config{DataDir: t.TempDir(), Broker: b, Lease: lb}, 20*time.Millisecond)
 	if err != nil {
 		t.Fatal(err)
