@@ -21,7 +21,7 @@ import (
 // first is gone, the second takes over.
 func TestFleetLeaseSingleWriter(t *testing.T) {
 	url := redistest.Start(t)
-	lease := func(name string) *RedisLease { return testLease(t, url, name) }
+	lease := func(name string) *RedisLease { return testLease(t, url, name, 3*time.Second) }
 	b := startBroker(t, broker.Config{DevAuth: true})
 	a, err := Open(Config{DataDir: t.TempDir(), Broker: b, Lease: lease("cloud-a")})
 	if err != nil {
@@ -86,10 +86,10 @@ func TestFleetLeaseSingleWriter(t *testing.T) {
 	}
 }
 
-// testLease is a lease on the test's redis-server with a 3 s TTL.
-func testLease(t *testing.T, url, name string) *RedisLease {
+// testLease is a lease on the test's redis-server.
+func testLease(t *testing.T, url, name string, ttl time.Duration) *RedisLease {
 	t.Helper()
-	l, err := NewRedisLease(url, "", name, 3*time.Second)
+	l, err := NewRedisLease(url, "", name, ttl)
 	if err != nil {
 		t.Fatal(err)
 	}

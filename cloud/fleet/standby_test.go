@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -52,7 +53,9 @@ func (d *dyingLease) Close() error {
 // Then B stops cleanly and A, back as a standby, takes over at once.
 func TestStandbyTakesOverRollout(t *testing.T) {
 	url := redistest.Start(t)
-	lease := func(name string) *dyingLease { return &dyingLease{RedisLease: testLease(t, url, name)} }
+	// A TTL well above the renewal period, so that a loaded machine does
+	// not lose the writer its lease before the test kills it.
+	lease := func(name string) *dyingLease { return &dyingLease{RedisLease: testLease(t, url, name, 6*time.Second)} }
 	pub, priv, _ := ed25519.GenerateKey(nil)
 	b := startBroker(t, broker.Config{DevAuth: true})
 	shared := t.TempDir() // the fleet store both replicas reach
@@ -60,9 +63,26 @@ func TestStandbyTakesOverRollout(t *testing.T) {
 
 	// Devices download from the public URL, which reaches whichever
 	// replica is the writer (a load balancer in front of both).
-	var writer atomic.Pointer[Standby]
+	var (
+		mu       sync.Mutex // guards replicas
+		replicas []*Standby
+	)
+	writer := func() *Standby {
+		mu.Lock()
+		defer mu.Unlock()
+		for _, s := range replicas {
+			if s.Manager() != nil {
+				return s
+			}
+		}
+		return nil
+	}
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		writer.Load().ArtifactHandler().ServeHTTP(w, r)
+		if s := writer(); s != nil {
+			s.ArtifactHandler().ServeHTTP(w, r)
+			return
+		}
+		http.Error(w, "no writer", http.StatusServiceUnavailable)
 	}))
 	defer srv.Close()
 	cfg := func(l Lease) Config {
@@ -77,7 +97,6 @@ func TestStandbyTakesOverRollout(t *testing.T) {
 	if a.Manager() == nil || a.Writer() != nil {
 		t.Fatalf("the first replica is not the writer: %v", a.Writer())
 	}
-	writer.Store(a)
 	var takeovers atomic.Int32
 	bs, err := OpenStandby(cfg(lb), 50*time.Millisecond)
 	if err != nil {
@@ -91,6 +110,9 @@ func TestStandbyTakesOverRollout(t *testing.T) {
 		}
 	}
 	bs.mu.Unlock()
+	mu.Lock()
+	replicas = append(replicas, a, bs)
+	mu.Unlock()
 	if bs.Manager() != nil || !errors.Is(bs.Writer(), ErrStandby) || !strings.Contains(bs.Writer().Error(), "cloud-a") {
 		t.Fatalf("the second replica is not standing by for cloud-a: %v", bs.Writer())
 	}
@@ -131,7 +153,11 @@ func TestStandbyTakesOverRollout(t *testing.T) {
 		t.Fatal(err)
 	}
 	rollout := func() *Rollout {
-		m := writer.Load().Manager()
+		s := writer()
+		if s == nil {
+			return nil
+		}
+		m := s.Manager()
 		if m == nil {
 			return nil
 		}
@@ -146,7 +172,6 @@ func TestStandbyTakesOverRollout(t *testing.T) {
 	// A dies: its manager stops, its lease is left to expire.
 	la.dead.Store(true)
 	a.Close()
-	writer.Store(bs)
 	waitFor(t, "B takes over once A's lease expires", func() bool { return bs.Manager() != nil && takeovers.Load() > 0 })
 	if err := bs.Writer(); err != nil || takeovers.Load() != 1 {
 		t.Fatalf("B after the takeover: %v, %d takeovers", err, takeovers.Load())
@@ -183,8 +208,10 @@ func TestStandbyTakesOverRollout(t *testing.T) {
 	if a2.Manager() != nil {
 		t.Fatal("two writers at once")
 	}
+	mu.Lock()
+	replicas = append(replicas, a2)
+	mu.Unlock()
 	bs.Close()
-	writer.Store(a2)
 	waitFor(t, "A takes over from B", func() bool { return a2.Manager() != nil })
 	if ro := rollout(); ro == nil || ro.State != RolloutDone {
 		t.Fatalf("A after B: rollout %+v", ro)
@@ -196,7 +223,7 @@ func TestStandbyTakesOverRollout(t *testing.T) {
 // and stands by; it takes over again when the lease is free.
 func TestStandbyStepsDown(t *testing.T) {
 	url := redistest.Start(t)
-	l := testLease(t, url, "cloud-a")
+	l := testLease(t, url, "cloud-a", 3*time.Second)
 	b := startBroker(t, broker.Config{DevAuth: true})
 	s, err := OpenStandby(Config{DataDir: t.TempDir(), Broker: b, Lease: l}, 20*time.Millisecond)
 	if err != nil {
@@ -229,7 +256,7 @@ func TestStandbyStepsDown(t *testing.T) {
 func TestStandbyRefusesOtherStore(t *testing.T) {
 	url := redistest.Start(t)
 	b := startBroker(t, broker.Config{DevAuth: true})
-	a, err := OpenStandby(Config{DataDir: t.TempDir(), Broker: b, Lease: testLease(t, url, "cloud-a")}, 20*time.Millisecond)
+	a, err := OpenStandby(Config{DataDir: t.TempDir(), Broker: b, Lease: testLease(t, url, "cloud-a", 3*time.Second)}, 20*time.Millisecond)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -237,7 +264,7 @@ func TestStandbyRefusesOtherStore(t *testing.T) {
 	if a.Manager() == nil {
 		t.Fatal("the first replica is not the writer")
 	}
-	lb := testLease(t, url, "cloud-b")
+	lb := testLease(t, url, "cloud-b", 3*time.Second)
 	bs, err := OpenStandby(Config{DataDir: t.TempDir(), Broker: b, Lease: lb}, 20*time.Millisecond)
 	if err != nil {
 		t.Fatal(err)
