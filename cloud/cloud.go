@@ -17,6 +17,7 @@ import (
 	"os"
 	"path/filepath"
 	"runtime"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -79,6 +80,7 @@ type Config struct {
 	SLAITL         time.Duration
 	AdminListen    string // pprof and /metrics on their own listener; empty = off
 	CacheLayers    string // prompt-caching layers, comma-separated (cache.go); empty = the default set
+	Scheduler      string // the placement policy (sched.Names); empty = sched.NameScheduler, i.e. sched.DefaultPolicy
 }
 
 // FillDefaults sets every field whose zero value is not a working setting,
@@ -142,6 +144,7 @@ func (c *Config) Fields() cli.Fields {
 		{Flag: "budget-period", Go: "BudgetPeriod", Value: &c.BudgetPeriod, Usage: "how long an empty budget takes to refill, for the default and every key's budget (1m, 1h, 24h…)"},
 		{Flag: "batch-window", Go: "BatchWindow", Value: &c.BatchWindow, Usage: "longest a request waits to be batched with similar-length prompts while its engine is full"},
 		{Flag: "batch-max", Go: "BatchMax", Value: &c.BatchMax, Usage: "most requests released into an engine together"},
+		{Flag: "scheduler", Go: "Scheduler", Value: &c.Scheduler, Usage: "placement policy: " + strings.Join(sched.Names(), ", ") + " (scheduler = the project's default, " + sched.DefaultPolicy + "; the others are the baselines and ablations docs/cloud.md measures)"},
 		{Flag: "cache-layers", Go: "CacheLayers", Value: &c.CacheLayers, Usage: "prompt-caching layers: affinity, prefetch, semantic (comma-separated), or none; default affinity (docs/cloud.md)"},
 		{Flag: "max-running", Go: "MaxRunning", Value: &c.MaxRunning, Usage: "requests running at once before the per-tenant fair queue holds them (0: twice the workers' capacity)"},
 		{Flag: "max-queued", Go: "MaxQueued", Value: &c.MaxQueued, Usage: "requests the fair queue holds before more are refused with 503 overloaded in the API's error shape (0: 1024)"},
@@ -210,6 +213,8 @@ func (c *Config) Validate() error {
 		return &cli.FieldError{Field: "SLATTFT", Err: errors.New("must be positive")}
 	case c.SLAITL <= 0:
 		return &cli.FieldError{Field: "SLAITL", Err: errors.New("must be positive")}
+	case c.Scheduler != "" && !slices.Contains(sched.Names(), c.Scheduler):
+		return &cli.FieldError{Field: "Scheduler", Err: fmt.Errorf("unknown policy %q (%s)", c.Scheduler, strings.Join(sched.Names(), ", "))}
 	}
 	return nil
 }
@@ -502,8 +507,8 @@ func (c *Cloud) Start(ctx context.Context) (err error) {
 		Workers: c.workers, Admitter: c.admit, Tokenizer: tok, BlockSize: kvBlockSize,
 		Fair:                admit.FairConfig{Slots: slots, MaxQueue: c.cfg.MaxQueued},
 		Budget:              budgetOf(keys, c.cfg.BudgetPeriod),
-		AllowPolicyOverride: c.cfg.Dev,
-		SLATTFT:             c.cfg.SLATTFT, SLAITL: c.cfg.SLAITL,
+		AllowPolicyOverride: c.cfg.Dev, Scheduler: c.cfg.Scheduler,
+		SLATTFT: c.cfg.SLATTFT, SLAITL: c.cfg.SLAITL,
 		Metrics: c.metrics, Logger: c.log, Tracer: c.tracer.TracerProvider(),
 		Cache: cacheConfig,
 	})

@@ -142,8 +142,9 @@ func TestCloudHTTP(t *testing.T) {
 	if !strings.HasPrefix(r.header.Get("x-phaseless-route"), "cloud/") {
 		t.Fatalf("route %q", r.header.Get("x-phaseless-route"))
 	}
+	// The cloud's default scheduler is the priced policy (priced-pd).
 	h, err := schedhint.Parse(r.header.Get("x-scheduler-hint"))
-	if err != nil || h.Policy != sched.PolicyRules || h.InputTokens < 20 {
+	if err != nil || h.Policy != sched.PolicyPriced || h.InputTokens < 20 {
 		t.Fatalf("hint %q → %+v, %v", r.header.Get("x-scheduler-hint"), h, err)
 	}
 	if r.header.Get("x-burst-budget-remaining") == "" {
@@ -155,6 +156,14 @@ func TestCloudHTTP(t *testing.T) {
 	}
 	if bad := chat(t, addr, "", "fastest", "x", 4); bad.status != 400 {
 		t.Fatalf("unknown policy: %d %s", bad.status, bad.body)
+	}
+	// --scheduler picks the policy in force for every request.
+	rules := startCloud(t, func(c *Config) { c.Scheduler = sched.NameRules })
+	if h, _ := schedhint.Parse(chat(t, rules.HTTPAddr(), "", "", "hello", 4).header.Get("x-scheduler-hint")); h.Policy != sched.PolicyRules {
+		t.Fatalf("--scheduler rules: %+v", h)
+	}
+	if _, err := New(Config{HTTP: "127.0.0.1:0", DataDir: t.TempDir(), Dev: true, Budget: 1, BatchMax: 1, SLATTFT: time.Second, SLAITL: time.Second, Scheduler: "fastest"}, nil); err == nil || !strings.Contains(err.Error(), "unknown policy") {
+		t.Fatalf("--scheduler fastest: %v", err)
 	}
 	fams := metricstest.Parse(t, scrape(t, addr))
 	metricstest.CheckConventions(t, fams)

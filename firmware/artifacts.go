@@ -189,7 +189,7 @@ func (a *Artifacts) save() error {
 	if err != nil {
 		return err
 	}
-	return writeAtomic(a.dir, "state.json", raw)
+	return WriteAtomic(a.dir, "state.json", raw)
 }
 
 // extractTo writes v's payloads into dir (created afresh) with every file
@@ -212,9 +212,10 @@ func extractTo(dir string, v *Verified) error {
 	return err
 }
 
-// writeAtomic replaces dir/name with data: temp file, fsync, rename, fsync
-// of the directory.
-func writeAtomic(dir, name string, data []byte) error {
+// WriteAtomic replaces dir/name with data: temp file, fsync, rename, fsync
+// of the directory, so a power cut leaves the old file or the new one,
+// never a torn one or a rename the directory forgot.
+func WriteAtomic(dir, name string, data []byte) error {
 	f := &syncFile{path: filepath.Join(dir, name+".tmp")}
 	if _, err := f.Write(data); err != nil {
 		f.Close()
