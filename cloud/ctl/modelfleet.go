@@ -1,13 +1,11 @@
 package ctl
 
 import (
-	"bytes"
 	"context"
 	"crypto/ed25519"
 	"errors"
 	"flag"
 	"fmt"
-	"io"
 	"maps"
 	"os"
 	"path/filepath"
@@ -138,38 +136,15 @@ func (fr *fleetRouter) fetch(ctx context.Context, cio cli.IO) (predictor.Predict
 // a device does, checks it is the version the fleet reports, and returns
 // its ONNX file (size and sha256 checked against the signed manifest).
 func routerFromBundle(bundle []byte, pub ed25519.PublicKey, version string) ([]byte, error) {
-	man, err := firmware.Inspect(bytes.NewReader(bundle), pub)
+	man, onnx, err := firmware.ReadPayload(bundle, pub, ".onnx")
 	if err != nil {
 		return nil, err
 	}
 	if man.ArtifactKind() != firmware.KindPredictor || man.Version != version {
 		return nil, fmt.Errorf("holds %s %s, want predictor %s", man.ArtifactKind(), man.Version, version)
 	}
-	// Any version is acceptable here: the policy only checks the board.
-	v, err := firmware.Open(bytes.NewReader(bundle), firmware.Policy{TrustedKey: pub, Board: man.Board, RunningVersion: man.Version, AllowRollback: true})
-	if err != nil {
-		return nil, err
-	}
-	var onnx *bytes.Buffer
-	err = v.Extract(func(name string) (io.WriteCloser, error) {
-		if onnx == nil && strings.EqualFold(filepath.Ext(name), ".onnx") {
-			onnx = new(bytes.Buffer)
-			return nopCloser{onnx}, nil
-		}
-		return firmware.Discard(), nil
-	})
-	if err != nil {
-		return nil, err
-	}
-	if onnx == nil {
-		return nil, errors.New("no .onnx file in the bundle")
-	}
-	return onnx.Bytes(), nil
+	return onnx, nil
 }
-
-type nopCloser struct{ io.Writer }
-
-func (nopCloser) Close() error { return nil }
 
 func selString(sel map[string]string) string {
 	keys := slices.Sorted(maps.Keys(sel))
