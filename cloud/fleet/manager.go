@@ -122,9 +122,27 @@ func open(cfg Config, check func(*store) error) (*Manager, error) {
 		mShadow:         reg.LabeledCounter("phaseless_fleet_shadow_samples_total", "devices' shadow samples by outcome: passed, failed, cloud_error, duplicate, dropped (queue full), no_grader, malformed", "outcome"),
 		mIngestSeconds:  reg.Histogram("phaseless_fleet_telemetry_ingest_seconds", "time to store one telemetry batch (bbolt commit included)", metrics.DefLatencyBuckets),
 	}
-	reg.GaugeFunc("phaseless_fleet_telemetry_records_stored", "telemetry records held in the fleet store", func() float64 { return float64(m.stored.Load()) })
-	reg.GaugeFunc("phaseless_fleet_devices", "devices in the registry", func() float64 { return float64(m.nDevs.Load()) })
-	m.registerDeviceGauges()
+	// A registry keeps the first function registered under a name, so a
+	// Standby's later Managers report through the one it points at now.
+	cur := func() *Manager {
+		if cfg.live != nil {
+			return cfg.live.Load()
+		}
+		return m
+	}
+	reg.GaugeFunc("phaseless_fleet_telemetry_records_stored", "telemetry records held in the fleet store", func() float64 {
+		if c := cur(); c != nil {
+			return float64(c.stored.Load())
+		}
+		return 0
+	})
+	reg.GaugeFunc("phaseless_fleet_devices", "devices in the registry", func() float64 {
+		if c := cur(); c != nil {
+			return float64(c.nDevs.Load())
+		}
+		return 0
+	})
+	registerDeviceGauges(reg, cur)
 	m.refreshCounts()
 
 	filters := []string{

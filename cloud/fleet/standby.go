@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net/http"
 	"sync"
+	"sync/atomic"
 	"time"
 )
 
@@ -67,6 +68,7 @@ func OpenStandby(cfg Config, poll time.Duration) (*Standby, error) {
 	if poll <= 0 {
 		poll = DefaultStandbyPoll
 	}
+	cfg.live = new(atomic.Pointer[Manager])
 	s := &Standby{cfg: cfg, poll: poll, stop: make(chan struct{}), done: make(chan struct{})}
 	s.step()
 	go s.run()
@@ -156,6 +158,7 @@ func (s *Standby) sameStore(ctx context.Context, st *store) error {
 }
 
 func (s *Standby) set(m *Manager, waiting error) {
+	s.cfg.live.Store(m)
 	s.mu.Lock()
 	changed := s.m != m
 	s.m, s.waiting = m, waiting
@@ -232,6 +235,7 @@ func (s *Standby) Close() error {
 	s.closeOnce.Do(func() {
 		close(s.stop)
 		<-s.done
+		s.cfg.live.Store(nil)
 		s.mu.Lock()
 		m := s.m
 		s.m, s.api, s.art, s.waiting = nil, nil, nil, ErrStandby

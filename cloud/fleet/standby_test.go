@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"crypto/ed25519"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"net/http"
@@ -17,6 +18,8 @@ import (
 	"github.com/phaseless/phaseless/cloud/admit/redistest"
 	"github.com/phaseless/phaseless/cloud/fleet/broker"
 	"github.com/phaseless/phaseless/firmware"
+	"github.com/phaseless/phaseless/transport/fleetwire"
+	"github.com/phaseless/phaseless/transport/metrics"
 )
 
 // dyingLease is a RedisLease whose holder can die: once dead, giving the
@@ -225,7 +228,8 @@ func TestStandbyStepsDown(t *testing.T) {
 	url := redistest.Start(t)
 	l := testLease(t, url, "cloud-a", 3*time.Second)
 	b := startBroker(t, broker.Config{DevAuth: true})
-	s, err := OpenStandby(Config{DataDir: t.TempDir(), Broker: b, Lease: l}, 20*time.Millisecond)
+	reg := metrics.NewRegistry()
+	s, err := OpenStandby(Config{DataDir: t.TempDir(), Broker: b, Lease: l, Metrics: reg}, 20*time.Millisecond)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -246,6 +250,20 @@ func TestStandbyStepsDown(t *testing.T) {
 	}
 	l.client.Del(ctx, "phaseless:fleet:lease")
 	waitFor(t, "the standby takes over again", func() bool { return s.Manager() != nil })
+	// The fleet's gauges, registered by the first Manager, report the
+	// second's registry.
+	st, _ := json.Marshal(fleetwire.Status{DeviceID: "car-1", State: "online", Version: "1.0", Time: time.Now()})
+	if err := b.Publish(topics.Device("car-1", fleetwire.SuffixStatus), st, true); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "the device registered", func() bool { ds, _ := s.Manager().Devices(); return len(ds) == 1 })
+	var text strings.Builder
+	reg.WriteText(&text)
+	for _, want := range []string{"phaseless_fleet_devices 1\n", `phaseless_fleet_devices_by_state{state="online"} 1`} {
+		if !strings.Contains(text.String(), want) {
+			t.Fatalf("metrics after a second takeover lack %q:\n%s", want, text.String())
+		}
+	}
 }
 
 // TestStandbyRefusesOtherStore: replicas whose fleet stores are their own
