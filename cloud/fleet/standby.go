@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"os"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -208,7 +210,9 @@ func (s *Standby) Handler() http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { s.serve(w, r, false) })
 }
 
-// ArtifactHandler is the writer's Manager.ArtifactHandler, 503 meanwhile.
+// ArtifactHandler is the writer's Manager.ArtifactHandler; meanwhile it
+// serves bundles from the shared store's directory (serveStored), and 503
+// for any it does not hold.
 func (s *Standby) ArtifactHandler() http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { s.serve(w, r, true) })
 }
@@ -220,12 +224,39 @@ func (s *Standby) serve(w http.ResponseWriter, r *http.Request, artifacts bool) 
 		h = s.art
 	}
 	s.mu.Unlock()
+	if h == nil && artifacts && s.serveStored(w, r) {
+		return
+	}
 	if h == nil {
 		w.Header().Set("Retry-After", fmt.Sprint(int(s.poll.Seconds())+1))
 		writeError(w, http.StatusServiceUnavailable, why)
 		return
 	}
 	h.ServeHTTP(w, r)
+}
+
+// serveStored serves a bundle from the shared fleet directory while this
+// replica stands by, so that devices whose download reaches it (a load
+// balancer in front of every replica) do not fail their update: a bundle's
+// file is named by its sha256 and written once, before any rollout names
+// it, and devices verify its signature. It reports false when it has none.
+func (s *Standby) serveStored(w http.ResponseWriter, r *http.Request) bool {
+	id, ok := strings.CutPrefix(r.URL.Path, ArtifactPrefix)
+	if !ok || r.Method != http.MethodGet && r.Method != http.MethodHead || len(id) != 64 || strings.Trim(id, "0123456789abcdef") != "" {
+		return false
+	}
+	f, err := os.Open(artifactPath(s.cfg.DataDir, id))
+	if err != nil {
+		return false
+	}
+	defer f.Close()
+	fi, err := f.Stat()
+	if err != nil || !fi.Mode().IsRegular() {
+		return false
+	}
+	w.Header().Set("Content-Type", "application/octet-stream")
+	http.ServeContent(w, r, id+".plota", fi.ModTime(), f)
+	return true
 }
 
 // Close stops waiting, closes the Manager if this process is the writer

@@ -146,9 +146,21 @@ func TestStandbyTakesOverRollout(t *testing.T) {
 	if err := firmware.Write(&bb, priv, "2.0", "rk3588", map[string][]byte{"phaseless-agent": []byte("agent 2.0")}, []string{"phaseless-agent"}); err != nil {
 		t.Fatal(err)
 	}
+	bundle := bytes.Clone(bb.Bytes())
 	info, err := a.Manager().PutArtifact(&bb)
 	if err != nil {
 		t.Fatal(err)
+	}
+	// A download that reaches the standby is served from the shared store.
+	rec = httptest.NewRecorder()
+	bs.ArtifactHandler().ServeHTTP(rec, httptest.NewRequest("GET", ArtifactPrefix+info.ID, nil))
+	if rec.Code != 200 || !bytes.Equal(rec.Body.Bytes(), bundle) {
+		t.Fatalf("standby's artifact download: %d, %d bytes", rec.Code, rec.Body.Len())
+	}
+	rec = httptest.NewRecorder()
+	bs.ArtifactHandler().ServeHTTP(rec, httptest.NewRequest("GET", ArtifactPrefix+strings.Repeat("0", 64), nil))
+	if rec.Code != http.StatusServiceUnavailable {
+		t.Fatalf("standby's download of a bundle it does not hold: %d", rec.Code)
 	}
 	stages, _ := ParseStages("10%,50%,100%")
 	r, err := a.Manager().CreateRollout(context.Background(), RolloutSpec{Artifact: info.ID, Stages: stages, Soak: Duration(10 * time.Minute)})
