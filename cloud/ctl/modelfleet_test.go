@@ -117,7 +117,8 @@ func TestEvaluateAgainstFleetRouter(t *testing.T) {
 
 	// A cloud whose devices run: 1.1 on two rpi4s, 1.0 on one, none on
 	// another (the router it started with); in region eu, a 0.9 whose
-	// bundle another key signed (the cloud has no --ota-pub to refuse it).
+	// bundle another key signed (the cloud has no --ota-pub to refuse it);
+	// in region us, a 3.0 the cloud holds no bundle of.
 	mux := http.NewServeMux()
 	srv := httptest.NewServer(mux)
 	defer srv.Close()
@@ -141,12 +142,16 @@ func TestEvaluateAgainstFleetRouter(t *testing.T) {
 	store(priv, "1.1", fleetRouter)
 	store(priv, "1.0", candidate)
 	store(otherKey, "0.9", fleetRouter)
-	reportRouters(t, b, m, map[string]string{"car-1": "1.1", "car-2": "1.1", "car-3": "1.0", "car-4": "", "car-eu": "0.9"})
+	reportRouters(t, b, m, map[string]string{"car-1": "1.1", "car-2": "1.1", "car-3": "1.0", "car-4": "", "car-eu": "0.9", "car-us": "3.0"})
 	eu := "eu"
 	if _, err := m.SetLabels("car-eu", map[string]*string{"region": &eu}); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := m.SetLabels("car-4", map[string]*string{"cohort": &eu}); err != nil {
+		t.Fatal(err)
+	}
+	us := "us"
+	if _, err := m.SetLabels("car-us", map[string]*string{"region": &us}); err != nil {
 		t.Fatal(err)
 	}
 
@@ -162,7 +167,7 @@ func TestEvaluateAgainstFleetRouter(t *testing.T) {
 	}
 	// With the cloud it is judged against 1.1, which most devices run.
 	out, err := eval("--cloud", srv.URL, "--ota-pub", pubPath)
-	if !errors.Is(err, ErrWorseRouter) || !strings.Contains(out, "fleet's router: 1.1, run by 2 of 5 devices (scope: every device;") {
+	if !errors.Is(err, ErrWorseRouter) || !strings.Contains(out, "fleet's router: 1.1, run by 2 of 6 devices (scope: every device;") {
 		t.Fatalf("evaluate against the fleet: %v\n%s", err, out)
 	}
 	t.Logf("evaluate against the fleet:\n%s", out)
@@ -177,6 +182,10 @@ func TestEvaluateAgainstFleetRouter(t *testing.T) {
 	if out, err := eval("--cloud", srv.URL, "--ota-pub", pubPath, "--select", "region=eu"); err == nil || !strings.Contains(err.Error(), "signature") {
 		t.Fatalf("a router bundle signed by another key was used: %v\n%s", err, out)
 	}
+	// A version the cloud holds no bundle of cannot be compared with.
+	if out, err := eval("--cloud", srv.URL, "--ota-pub", pubPath, "--select", "region=us"); err == nil || !strings.Contains(err.Error(), "holds no bundle") {
+		t.Fatalf("evaluate against a router the cloud has no bundle of: %v\n%s", err, out)
+	}
 	// A scope whose devices report no rolled-out router runs the shipped one.
 	if out, err := eval("--cloud", srv.URL, "--ota-pub", pubPath, "--select", "cohort=eu"); err != nil || !strings.Contains(out, "comparing with the shipped router") {
 		t.Fatalf("evaluate in a scope without a rolled-out router: %v\n%s", err, out)
@@ -187,7 +196,7 @@ func TestEvaluateAgainstFleetRouter(t *testing.T) {
 	// and starts no rollout when it fails.
 	out, err = runCtl(t, "model", "publish", "--model", candidate, "--version", "1.2", "--board", "rpi4", "--key", keyPath,
 		"--telemetry", export, "--cloud", srv.URL, "--stages", "100%", "--soak", "0s")
-	if !errors.Is(err, ErrWorseRouter) || !strings.Contains(out, "fleet's router: 1.1, run by 2 of 5 devices (scope: board=rpi4;") {
+	if !errors.Is(err, ErrWorseRouter) || !strings.Contains(out, "fleet's router: 1.1, run by 2 of 6 devices (scope: board=rpi4;") {
 		t.Fatalf("publish of a router worse than the fleet's: %v\n%s", err, out)
 	}
 	if rs, _ := m.Rollouts(); len(rs) != 0 {
