@@ -537,7 +537,7 @@ func (c *Cloud) Start(ctx context.Context) (err error) {
 		ready = func() error { return errors.Join(c.coord.Ready(), c.fleet.Ready()) }
 	}
 	api, err := httpapi.NewHandler(c.coord, httpapi.Options{
-		Authenticate: auth, AllowPolicyHint: c.cfg.Dev, AllowKVHandoff: len(builtins) > 0, Metrics: c.metrics, Logger: c.log,
+		Authenticate: auth, AllowPolicyHint: c.cfg.Dev, AllowKVHandoff: len(builtins) > 0, Cloud: true, Metrics: c.metrics, Logger: c.log,
 		Models: c.listModels,
 	})
 	if err != nil {
