@@ -126,9 +126,9 @@ func (c *Config) Fields() cli.Fields {
 		{Flag: "pki-dir", Go: "PKIDir", Value: &c.PKIDir, Usage: "directory with the CA and server certificate (phaselessctl pki init)"},
 		{Flag: "dev", Go: "Dev", Value: &c.Dev, Usage: "development mode: no API keys required; creates a PKI in the data dir when none is given; honours x-phaseless-policy"},
 		{Flag: "model", Go: "Model", Value: &c.Model, Usage: "GGUF model for the built-in engine (default: the shipped cloud model)"},
-		{Flag: "worker", Go: "Workers", Value: &c.Workers, Usage: "OpenAI-compatible engine URL (repeatable); options in the fragment: URL#role=prefill-heavy&model=NAME&capacity=N&gpu=h100; or sim://GPU?model=M&n=N for simulated GPU workers (docs/sim.md)"},
+		{Flag: "worker", Go: "Workers", Value: &c.Workers, Usage: "OpenAI-compatible engine URL (repeatable); options in the fragment: URL#role=prefill-heavy&model=NAME&capacity=N&gpu=h100&key=BEARER; or sim://GPU?model=M&n=N for simulated GPU workers (docs/sim.md)"},
 		{Flag: "redis", Go: "Redis", Value: &c.Redis, Usage: "Redis URL for shared admission state, e.g. redis://127.0.0.1:6379/0"},
-		{Flag: "api-keys", Go: "APIKeys", Value: &c.APIKeys, Usage: "file of API keys, one per line: key [tenant] [budget] [role=inference|operator|viewer] (docs/security.md)"},
+		{Flag: "api-keys", Go: "APIKeys", Value: &c.APIKeys, Usage: "file of API keys, one per line: key [tenant] [budget] [role=inference|operator|viewer|worker] (docs/security.md)"},
 		{Flag: "mqtt-tls", Go: "MQTTTLS", Value: &c.MQTTTLS, Usage: "embedded broker's MQTT-over-TLS listener, using the PKI's server certificate; empty disables it"},
 		{Flag: "mqtt-passwords", Go: "MQTTPasswords", Value: &c.MQTTPasswords, Usage: "Mosquitto password file for the embedded broker (username = device id)"},
 		{Flag: "mqtt-url", Go: "MQTTURL", Value: &c.MQTTURL, Usage: "external MQTT v5 broker (mqtt://user:pass@host:1883) instead of the embedded one"},
@@ -234,6 +234,9 @@ type WorkerURL struct {
 	gpu string
 	tp  int          // a sim:// worker's GPUs per engine; 0 = the fewest that fit
 	sim *sim.URLSpec // sim://GPU?model=M&n=N: simulated workers (cloud/sim)
+	// key is the bearer token the worker wants (#key=): for another
+	// phaseless-cloud with --api-keys, a role=worker key.
+	key string
 }
 
 // WorkerURLs is the repeatable --worker flag: each value is parsed once, when
@@ -290,6 +293,8 @@ func parseWorkerURL(s string) (WorkerURL, error) {
 			w.hasRole = true
 		case "model":
 			w.model = v[0]
+		case "key":
+			w.key = v[0]
 		case "gpu":
 			if _, err := sim.LookupGPU(v[0]); err != nil {
 				return WorkerURL{}, fmt.Errorf("%q: %v", s, err)
@@ -300,11 +305,15 @@ func parseWorkerURL(s string) (WorkerURL, error) {
 				return WorkerURL{}, fmt.Errorf("%q: capacity %q must be a positive integer", s, v[0])
 			}
 		default:
-			return WorkerURL{}, fmt.Errorf("%q: unknown option %q (role, model, capacity, gpu)", s, k)
+			return WorkerURL{}, fmt.Errorf("%q: unknown option %q (role, model, capacity, gpu, key)", s, k)
 		}
 	}
 	u.Fragment = ""
 	w.base, w.host = u.String(), u.Host
+	if w.key != "" { // printed as the flag's value and in errors: never the key
+		opts.Set("key", "REDACTED")
+		w.raw = w.base + "#" + opts.Encode()
+	}
 	return w, nil
 }
 
@@ -544,7 +553,7 @@ func (c *Cloud) Start(ctx context.Context) (err error) {
 		ready = func() error { return errors.Join(c.coord.Ready(), fr()) }
 	}
 	api, err := httpapi.NewHandler(c.coord, httpapi.Options{
-		Authenticate: auth, AllowPolicyHint: c.cfg.Dev, AllowKVHandoff: len(builtins) > 0, Metrics: c.metrics, Logger: c.log,
+		Authenticate: auth, AllowPolicyHint: c.cfg.Dev, AllowKVHandoff: len(builtins) > 0, Cloud: true, Metrics: c.metrics, Logger: c.log,
 		Models: c.listModels,
 	})
 	if err != nil {
@@ -554,10 +563,14 @@ func (c *Cloud) Start(ctx context.Context) (err error) {
 	if fa, _ := c.fleetAPI(); fa != nil {
 		public["GET "+fleet.ArtifactPrefix] = fa.ArtifactHandler()
 	}
-	if kv, err := c.kvServer(workers, auth); err != nil {
+	var kvAuth func(*http.Request) (string, error)
+	if keys != nil {
+		kvAuth = gate.Worker
+	}
+	if kv, err := c.kvServer(workers, kvAuth); err != nil {
 		return err
 	} else if kv != nil {
-		// Authenticated by the KV server itself, with the inference keys.
+		// Authenticated by the KV server itself, with worker keys only.
 		public["/v1/kv/"] = kv
 	}
 	uiCfg := ui.Config{Cloud: c.coord.Dashboard(), Authenticate: auth}
@@ -775,7 +788,7 @@ func (c *Cloud) buildWorkers() ([]*worker.Worker, []*worker.Builtin, lm.Tokenize
 		return fail(err)
 	}
 	for i, wu := range remotes {
-		r, err := worker.NewRemote(worker.RemoteConfig{URL: wu.base, Model: wu.model})
+		r, err := worker.NewRemote(worker.RemoteConfig{URL: wu.base, Model: wu.model, APIKey: wu.key})
 		if err != nil {
 			return fail(err)
 		}

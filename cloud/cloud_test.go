@@ -375,6 +375,15 @@ func TestConfigValidate(t *testing.T) {
 	if cl := wu.class(); cl.Known() {
 		t.Fatalf("no #gpu, yet a class: %+v", cl)
 	}
+	// #key= is the bearer token for a worker that wants one (another cloud's
+	// role=worker key); the flag's printed value never shows it.
+	var keyed WorkerURLs
+	if err := keyed.Set("http://peer:8080#key=sk-work-1&role=decode-heavy"); err != nil {
+		t.Fatal(err)
+	}
+	if keyed[0].key != "sk-work-1" || keyed[0].base != "http://peer:8080" || strings.Contains(keyed.String(), "sk-work-1") {
+		t.Fatalf("keyed worker %+v, printed %q", keyed[0], keyed.String())
+	}
 	// #gpu= prices the worker by the simulator's profile of that GPU.
 	if err := c.Workers.Set("http://l4:8000#gpu=l4,http://h100:8000#gpu=h100&model=llama3.1-8b"); err != nil {
 		t.Fatal(err)

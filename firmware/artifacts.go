@@ -7,7 +7,6 @@ import (
 	"io"
 	"os"
 	"path/filepath"
-	"strings"
 )
 
 // Artifacts keeps the installed versions of one hot-swapped artifact kind
@@ -46,15 +45,16 @@ type ArtifactState struct {
 	Failed string `json:"failed,omitempty"`
 }
 
-// parse reads state.json: every version it names must be one (they are
-// directory names under the store).
+// parse reads state.json: every version it names must be one that Install
+// takes (ParseVersion: a leading "v" included), since they are directory
+// names under the store.
 func (st *ArtifactState) parse(raw []byte) error {
 	var v ArtifactState
 	if err := json.Unmarshal(raw, &v); err != nil {
 		return fmt.Errorf("%w: state.json: %v", ErrCorrupt, err)
 	}
 	for _, s := range []string{v.Current, v.Previous, v.Failed} {
-		if _, err := ParseVersion(s); s != "" && (err != nil || strings.HasPrefix(s, "v")) {
+		if _, err := ParseVersion(s); s != "" && err != nil {
 			return fmt.Errorf("%w: state.json names %q, not a version", ErrCorrupt, s)
 		}
 	}
