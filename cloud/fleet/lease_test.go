@@ -21,13 +21,7 @@ import (
 // first is gone, the second takes over.
 func TestFleetLeaseSingleWriter(t *testing.T) {
 	url := redistest.Start(t)
-	lease := func(name string) *RedisLease {
-		l, err := NewRedisLease(url, "", name, 3*time.Second)
-		if err != nil {
-			t.Fatal(err)
-		}
-		return l
-	}
+	lease := func(name string) *RedisLease { return testLease(t, url, name, 3*time.Second) }
 	b := startBroker(t, broker.Config{DevAuth: true})
 	a, err := Open(Config{DataDir: t.TempDir(), Broker: b, Lease: lease("cloud-a")})
 	if err != nil {
@@ -90,6 +84,16 @@ func TestFleetLeaseSingleWriter(t *testing.T) {
 	if _, err := m.SendCommand(ctx, "car-1", "ping", nil); err != nil {
 		t.Fatalf("the new holder cannot send: %v", err)
 	}
+}
+
+// testLease is a lease on the test's redis-server.
+func testLease(t *testing.T, url, name string, ttl time.Duration) *RedisLease {
+	t.Helper()
+	l, err := NewRedisLease(url, "", name, ttl)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return l
 }
 
 func mustParse(t *testing.T, url string) *redis.Options {

@@ -36,6 +36,7 @@ type Manager struct {
 	wg        sync.WaitGroup // the prune and rollout loops
 	closeOnce sync.Once
 	closeErr  error
+	ownsLease bool // Open took cfg.Lease and closes it; a Standby keeps its own
 
 	history statusHistory
 
@@ -70,20 +71,39 @@ func Open(cfg Config) (*Manager, error) {
 			return nil, err
 		}
 	}
-	m, err := open(cfg)
+	m, err := open(cfg, nil)
 	if err != nil && cfg.Lease != nil {
-		_ = cfg.Lease.Release(context.Background())
+		_ = closeLease(cfg.Lease)
+	}
+	if m != nil {
+		m.ownsLease = true
 	}
 	return m, err
 }
 
-func open(cfg Config) (*Manager, error) {
+// closeLease gives the lease up and closes its client when it has one.
+func closeLease(l Lease) error {
+	if c, ok := l.(io.Closer); ok {
+		return c.Close()
+	}
+	return l.Release(context.Background())
+}
+
+// open opens the store and, if check (when set) accepts it, the Manager
+// on it: check runs before anything reaches devices.
+func open(cfg Config, check func(*store) error) (*Manager, error) {
 	if err := os.MkdirAll(cfg.DataDir, 0o700); err != nil {
 		return nil, fmt.Errorf("fleet data dir: %w", err)
 	}
 	st, err := openStore(filepath.Join(cfg.DataDir, "fleet.db"))
 	if err != nil {
 		return nil, err
+	}
+	if check != nil {
+		if err := check(st); err != nil {
+			st.db.Close()
+			return nil, err
+		}
 	}
 	reg := cfg.Metrics
 	m := &Manager{
@@ -102,9 +122,27 @@ func open(cfg Config) (*Manager, error) {
 		mShadow:         reg.LabeledCounter("phaseless_fleet_shadow_samples_total", "devices' shadow samples by outcome: passed, failed, cloud_error, duplicate, dropped (queue full), no_grader, malformed", "outcome"),
 		mIngestSeconds:  reg.Histogram("phaseless_fleet_telemetry_ingest_seconds", "time to store one telemetry batch (bbolt commit included)", metrics.DefLatencyBuckets),
 	}
-	reg.GaugeFunc("phaseless_fleet_telemetry_records_stored", "telemetry records held in the fleet store", func() float64 { return float64(m.stored.Load()) })
-	reg.GaugeFunc("phaseless_fleet_devices", "devices in the registry", func() float64 { return float64(m.nDevs.Load()) })
-	m.registerDeviceGauges()
+	// A registry keeps the first function registered under a name, so a
+	// Standby's later Managers report through the one it points at now.
+	cur := func() *Manager {
+		if cfg.live != nil {
+			return cfg.live.Load()
+		}
+		return m
+	}
+	reg.GaugeFunc("phaseless_fleet_telemetry_records_stored", "telemetry records held in the fleet store", func() float64 {
+		if c := cur(); c != nil {
+			return float64(c.stored.Load())
+		}
+		return 0
+	})
+	reg.GaugeFunc("phaseless_fleet_devices", "devices in the registry", func() float64 {
+		if c := cur(); c != nil {
+			return float64(c.nDevs.Load())
+		}
+		return 0
+	})
+	registerDeviceGauges(reg, cur)
 	m.refreshCounts()
 
 	filters := []string{
@@ -161,7 +199,11 @@ func (m *Manager) Close() error {
 		err := m.bus.close()
 		m.gate.Close()
 		m.closeErr = errors.Join(err, m.st.db.Close())
-		if m.cfg.Lease != nil {
+		switch {
+		case m.cfg.Lease == nil:
+		case m.ownsLease:
+			m.closeErr = errors.Join(m.closeErr, closeLease(m.cfg.Lease))
+		default: // a Standby's: it may take the lease again
 			m.closeErr = errors.Join(m.closeErr, m.cfg.Lease.Release(context.Background()))
 		}
 	})

@@ -281,21 +281,8 @@ func planRollout(r *Rollout, devs []*Device, now time.Time) (send []string) {
 
 // matches reports whether the selector picks d.
 func matches(r *Rollout, d *Device) bool {
-	for k, v := range r.Spec.Select {
-		var got string
-		switch k {
-		case "board":
-			if d.Status != nil {
-				got = d.Status.Board
-			}
-		case "version":
-			got = artifactVersion(d, r.Kind)
-		default:
-			got = d.Labels[k]
-		}
-		if got != v {
-			return false
-		}
+	if !selected(r.Spec.Select, d, r.Kind) {
+		return false
 	}
 	// A bundle for another board would be refused by the device anyway.
 	return d.Status == nil || d.Status.Board == "" || r.Board == "" || d.Status.Board == r.Board

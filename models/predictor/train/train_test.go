@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"fmt"
 	"math"
 	"os"
 	"strings"
@@ -386,26 +387,48 @@ func FuzzLoadTelemetry(f *testing.F) {
 	})
 }
 
+// TestRunWithTelemetry trains with a fleet export: requests labelled by
+// the outcome rule, and two local answers the cloud shadow-graded, which
+// the grade relabels as an app's feedback would (the failed one cloud, the
+// passed one local), with no feedback in the file at all.
 func TestRunWithTelemetry(t *testing.T) {
 	path := t.TempDir() + "/fleet.jsonl"
-	lines := strings.Join([]string{
+	lines := []string{
 		record("local", "local", "ok", textfeat.Version),
 		record("cloud", "local", "ok", textfeat.Version),
 		record("cloud", "cloud", "ok", textfeat.Version),
-	}, "\n")
-	if err := os.WriteFile(path, []byte(lines), 0o644); err != nil {
+	}
+	var graded []string // trace ids of the training part, not held out
+	for i := 0; len(graded) < 2; i++ {
+		if id := fmt.Sprintf("shadowed-%d", i); !InHeldOut(id) {
+			graded = append(graded, id)
+		}
+	}
+	for i, id := range graded {
+		r, _ := json.Marshal(fleetwire.RequestRecord{TraceID: id, Features: textfeat.Extract("what is the capital of Peru"), FeatureVersion: textfeat.Version, Decision: "local", Path: "local", Outcome: "ok"})
+		g, _ := json.Marshal(fleetwire.ShadowGrade{TraceID: id, OK: i == 1})
+		sg, _ := json.Marshal(map[string]any{"device_id": "car-1", "kind": fleetwire.KindShadowGrade, "data": json.RawMessage(g)})
+		lines = append(lines, string(r), string(sg))
+	}
+	if err := os.WriteFile(path, []byte(strings.Join(lines, "\n")), 0o644); err != nil {
 		t.Fatal(err)
 	}
 	base, err := Run(context.Background(), Options{DataDir: repoData, Config: Config{Seed: 1, Epochs: 1}})
 	if err != nil {
 		t.Fatal(err)
 	}
-	res, err := Run(context.Background(), Options{DataDir: repoData, Telemetry: []string{path}, Config: Config{Seed: 1, Epochs: 1}})
+	var log strings.Builder
+	res, err := Run(context.Background(), Options{DataDir: repoData, Telemetry: []string{path}, Log: &log, Config: Config{Seed: 1, Epochs: 1}})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if res.Examples != base.Examples+2 || res.Telemetry.Local != 1 || res.Telemetry.Cloud != 1 || res.Telemetry.SkippedUnknown != 1 {
+	// local: the plain local answer and the one whose shadow grade passed;
+	// cloud: the fallback and the local answer that failed its grade.
+	if res.Examples != base.Examples+4 || res.Telemetry.Local != 2 || res.Telemetry.Cloud != 2 || res.Telemetry.SkippedUnknown != 1 {
 		t.Fatalf("examples %d (base %d), telemetry %+v", res.Examples, base.Examples, res.Telemetry)
+	}
+	if !strings.Contains(log.String(), "0 feedback and 2 shadow grades joined: 1 local answers relabelled cloud, 1 confirmed local") {
+		t.Fatalf("model train's account of the quality signals:\n%s", log.String())
 	}
 	if bytes.Equal(res.Model, base.Model) {
 		t.Fatal("telemetry did not change the model")
