@@ -5,10 +5,13 @@ import "github.com/phaseless/phaseless/transport/llm"
 // cloudOnlyHint names the first x-* header of req that only the cloud's
 // coordinator acts on (prefetch, semantic grouping), or "" when none is set.
 // x-prefetch-hint: none asks for nothing the device would have to do, so it
-// holds anywhere; x-cache-ttl pins in the local engine too and is not here.
-func cloudOnlyHint(req *llm.Request) string {
+// holds anywhere; x-cache-ttl pins in the built-in engine too, and is here
+// only when the local engine keeps no lifetimes (localNoPins).
+func cloudOnlyHint(req *llm.Request, localNoPins bool) string {
 	h := &req.Hints
 	switch {
+	case h.CacheTTL > 0 && localNoPins:
+		return "x-cache-ttl"
 	case h.Prefetch != "" && h.Prefetch != "none":
 		return "x-prefetch-hint"
 	case h.BatchThreshold != 0:
@@ -24,8 +27,8 @@ func cloudOnlyHint(req *llm.Request) string {
 // cloud configured): nothing there would act on it, and a header is never
 // accepted and then ignored. The router sends every other request that
 // carries one to the cloud (Router.Decide), where it takes effect.
-func checkCloudHints(req *llm.Request, dec Decision) error {
-	name := cloudOnlyHint(req)
+func checkCloudHints(req *llm.Request, dec Decision, localNoPins bool) error {
+	name := cloudOnlyHint(req, localNoPins)
 	if name == "" || dec.Path != PathLocal {
 		return nil
 	}

@@ -7,6 +7,7 @@ import (
 	"net/http/httptest"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/phaseless/phaseless/transport/httpapi"
 	"github.com/phaseless/phaseless/transport/llm"
@@ -17,10 +18,13 @@ import (
 // even where the router would keep it on the device (a car request); one
 // that cannot get there (forced local, route-mode local, no cloud) is
 // refused naming the header instead of running with it ignored.
-// x-prefetch-hint: none asks for nothing and runs anywhere.
+// x-prefetch-hint: none asks for nothing and runs anywhere. x-cache-ttl
+// pins in the built-in engine, and is cloud-only where the local engine is
+// an external server that keeps no lifetimes.
 func TestCloudOnlyHints(t *testing.T) {
 	r, _ := NewRouter(Config{}, nil)
 	localMode, _ := NewRouter(Config{Mode: PathLocal}, nil)
+	localServer, _ := NewRouter(Config{LocalNoPins: true}, nil)
 	type setup struct {
 		d            *Dispatcher
 		local, cloud *engine
@@ -51,6 +55,10 @@ func TestCloudOnlyHints(t *testing.T) {
 		{"prefetch none stays local", mk(r, true), llm.Hints{Prefetch: "none"}, "", false},
 		{"prefetch none forced local", mk(r, false), llm.Hints{Route: PathLocal, Prefetch: "none"}, "", false},
 		{"none set, local", mk(r, false), llm.Hints{Route: PathLocal}, "", false},
+		{"cache ttl pins in the built-in engine", mk(r, true), llm.Hints{CacheTTL: 10 * time.Minute}, "", false},
+		{"cache ttl forced local on the built-in engine", mk(r, false), llm.Hints{Route: PathLocal, CacheTTL: 10 * time.Minute}, "", false},
+		{"cache ttl with a local server goes to the cloud", mk(localServer, true), llm.Hints{CacheTTL: 10 * time.Minute}, "", true},
+		{"cache ttl with a local server forced local", mk(localServer, true), llm.Hints{Route: PathLocal, CacheTTL: 10 * time.Minute}, "x-cache-ttl", false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			req := userReq("turn on the heated seats") // the router keeps it on the device

@@ -136,10 +136,11 @@ func (t *timedEmit) forward(tok llm.Token) error {
 func (d *Dispatcher) Generate(ctx context.Context, req *llm.Request, emit llm.Emit) (llm.Final, error) {
 	start := time.Now()
 	_, span := tracing.Child(ctx, "scheduling")
-	dec := d.router.Load().Decide(req, d.link(), d.load())
+	router := d.router.Load()
+	dec := router.Decide(req, d.link(), d.load())
 	span.SetAttributes(attribute.String("phaseless.path", dec.Path), attribute.Float64("phaseless.cloud_prob", dec.CloudProb))
 	span.End()
-	if err := checkCloudHints(req, dec); err != nil {
+	if err := checkCloudHints(req, dec, router.cfg.LocalNoPins); err != nil {
 		return llm.Final{}, err
 	}
 	d.m.decisions.With(dec.Path).Inc()
