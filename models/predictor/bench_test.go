@@ -58,6 +58,17 @@ func BenchmarkRouteModel(b *testing.B) {
 	benchRoute(b, m)
 }
 
+// BenchmarkRouteV3 is the same with the previous shipped model
+// (testdata/predictor-edge-v3.onnx: 32 hidden units where the shipped one
+// has 64), the baseline of its cost in the same run.
+func BenchmarkRouteV3(b *testing.B) {
+	m, err := Load("testdata/predictor-edge-v3.onnx")
+	if err != nil {
+		b.Fatal(err)
+	}
+	benchRoute(b, m)
+}
+
 // BenchmarkRouteV2Probed is what the agent paid per request with the
 // previous shipped model (testdata/predictor-edge-v2.onnx, textfeat v2):
 // features, the shipped edge model's probe (prefill of at most

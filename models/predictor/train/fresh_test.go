@@ -65,3 +65,31 @@ func TestDevSetIsUnseen(t *testing.T) {
 		t.Errorf("dev set %v: want over a hundred of each kind", kinds)
 	}
 }
+
+// TestFresh2SetIsUnseen: the second held-out set shares no request with
+// any other routing file or the edge split, and its references name the
+// grader kind of their kind.
+func TestFresh2SetIsUnseen(t *testing.T) {
+	d, s := loadSplit(t, false)
+	seen := map[string]string{}
+	for _, set := range [][]Example{s.Train, s.Val, s.Test, d.Fresh, d.Dev, d.Spoken} {
+		for _, e := range set {
+			seen[PromptKey(e.Text)] = e.Source
+		}
+	}
+	kinds := map[string]int{}
+	for _, e := range d.Fresh2 {
+		k := PromptKey(e.Text)
+		if src, ok := seen[k]; ok {
+			t.Errorf("fresh2 request %q is also a %s prompt", e.Text, src)
+		}
+		seen[k] = e.Source
+		kinds[e.Source]++
+		if e.Ref == nil || (e.Source == SourceFresh2Car) != (e.Ref.Kind == grade.Command) {
+			t.Errorf("%q (%s): reference %+v", e.Text, e.Source, e.Ref)
+		}
+	}
+	if kinds[SourceFresh2Open] < 100 || kinds[SourceFresh2Car] < 75 {
+		t.Errorf("fresh2 set %v: want about a hundred of each kind", kinds)
+	}
+}
