@@ -263,7 +263,7 @@ func compareRouters(paths []string, labels string) ([]train.Router, error) {
 		}
 		out = append(out, train.Router{Name: path, P: p, Threshold: routerThreshold(p)})
 		if labels == train.LabelsEdge {
-			out = append(out, train.Router{Name: path + ", threshold tuned on val", P: p})
+			out = append(out, train.Router{Name: path + ", threshold tuned", P: p})
 		}
 	}
 	return out, nil

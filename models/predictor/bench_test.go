@@ -92,17 +92,30 @@ func BenchmarkRouteV2Probed(b *testing.B) {
 // BenchmarkRouteEntropyRule is features + the articles' rule: the baseline.
 func BenchmarkRouteEntropyRule(b *testing.B) { benchRoute(b, EntropyRule{}) }
 
-// BenchmarkPredictOnly is the onnx-go forward pass alone.
+// BenchmarkPredictOnly is the onnx-go forward pass alone, of the shipped
+// model and of the previous one (testdata/predictor-edge-v3.onnx, half the
+// hidden units) in the same run.
 func BenchmarkPredictOnly(b *testing.B) {
-	m, err := Default()
+	shipped, err := Default()
+	if err != nil {
+		b.Fatal(err)
+	}
+	v3, err := Load("testdata/predictor-edge-v3.onnx")
 	if err != nil {
 		b.Fatal(err)
 	}
 	feat := textfeat.Extract(benchTexts["mmlu"])
-	b.ReportAllocs()
-	for b.Loop() {
-		if _, err := m.Predict(feat); err != nil {
-			b.Fatal(err)
-		}
+	for _, m := range []struct {
+		name string
+		p    Predictor
+	}{{"shipped", shipped}, {"v3", v3}} {
+		b.Run(m.name, func(b *testing.B) {
+			b.ReportAllocs()
+			for b.Loop() {
+				if _, err := m.p.Predict(feat); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
 	}
 }

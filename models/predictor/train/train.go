@@ -219,8 +219,8 @@ func Run(ctx context.Context, opt Options) (*Result, error) {
 func EntropyRouters() []Router {
 	return []Router{
 		{Name: "entropy ≥ 4.2 bits (route default)", P: predictor.EntropyRule{}, Threshold: 0.5},
-		{Name: "entropy, bound tuned on val", P: predictor.EntropyRule{Softness: 1}},
-		{Name: "edge-model entropy, tuned on val", P: predictor.EntropyRule{Feature: textfeat.IdxEntropyMean, Threshold: 1, Softness: 0.5}},
+		{Name: "entropy, bound tuned", P: predictor.EntropyRule{Softness: 1}},
+		{Name: "edge-model entropy, bound tuned", P: predictor.EntropyRule{Feature: textfeat.IdxEntropyMean, Threshold: 1, Softness: 0.5}},
 	}
 }
 
