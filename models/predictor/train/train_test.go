@@ -299,6 +299,48 @@ func TestChooseThreshold(t *testing.T) {
 	}
 }
 
+func TestChooseDevThreshold(t *testing.T) {
+	open := func(n int) []Example {
+		ex := make([]Example, n)
+		for i := range ex {
+			ex[i] = Example{Source: SourceDevOpen, Label: 1}
+		}
+		return ex
+	}
+	car := func(n int) []Example {
+		ex := make([]Example, n)
+		for i := range ex {
+			ex[i] = Example{Source: SourceDevCar}
+		}
+		return ex
+	}
+	// Four open questions (0.3, 0.6, 0.7, 0.9) and four car commands
+	// (0.1, 0.2, 0.4, 0.65). Cut at 0.5: open 3/4 to the cloud, car 3/4
+	// local; every other cut leaves one of the two at 2/4 or less (0.35:
+	// car 2/4; 0.675: open 2/4).
+	ex := append(open(4), car(4)...)
+	ex = append(ex, Example{Source: SourceMMLU, Label: 1}) // not a dev source: ignored
+	scores := []float64{0.3, 0.6, 0.7, 0.9, 0.1, 0.2, 0.4, 0.65, 0.99}
+	th, worst, ok := ChooseDevThreshold(scores, ex)
+	if !ok || math.Abs(th-0.5) > 1e-9 || math.Abs(worst-0.75) > 1e-12 {
+		t.Fatalf("threshold %v, worst share %v, ok %v; want 0.5, 0.75, true", th, worst, ok)
+	}
+	// Moving one car command above every open question moves the best cut
+	// no further: at 0.95 the open share is 0.
+	scores[7] = 0.95
+	if th, worst, _ = ChooseDevThreshold(scores, ex); math.Abs(th-0.5) > 1e-9 || math.Abs(worst-0.75) > 1e-12 {
+		t.Fatalf("threshold %v, worst share %v; want 0.5, 0.75", th, worst)
+	}
+	// Without both kinds there is no dev rule.
+	if _, _, ok := ChooseDevThreshold([]float64{0.5}, open(1)); ok {
+		t.Fatal("ok without car commands")
+	}
+	// Every candidate stays inside the router's (0,1).
+	if th, _, _ = ChooseDevThreshold([]float64{1, 1, 1, 1, 1, 1, 1, 1, 1}, ex); th < minThreshold || th > maxThreshold {
+		t.Fatalf("threshold %v outside [%v, %v]", th, minThreshold, maxThreshold)
+	}
+}
+
 func TestFitSeeded(t *testing.T) {
 	d, err := LoadRouting(repoData)
 	if err != nil {
