@@ -118,22 +118,13 @@ func ChooseThreshold(scores []float64, ex []Example, maxCarToCloud float64) (thr
 	if len(idx) == 0 {
 		return best, math.NaN()
 	}
-	consider(scores[idx[0]] / 2)
-	for k := 1; k <= len(idx); k++ {
-		e := ex[idx[k-1]] // now below the threshold: local
+	sweepThresholds(scores, idx, func(i int) {
+		e := ex[i] // now below the threshold: local
 		cloud[cell(e)]--
 		if carKept(e) {
 			carCloud--
 		}
-		if k < len(idx) && scores[idx[k]] == scores[idx[k-1]] {
-			continue
-		}
-		if k == len(idx) {
-			consider((scores[idx[k-1]] + 1) / 2)
-		} else {
-			consider((scores[idx[k-1]] + scores[idx[k]]) / 2)
-		}
-	}
+	}, consider)
 	return best, bestAcc
 }
 
@@ -175,13 +166,25 @@ func ChooseDevThreshold(scores []float64, dev []Example) (threshold, worst float
 			best, bestWorst = t, w
 		}
 	}
-	consider(scores[idx[0]] / 2)
-	for k := 1; k <= len(idx); k++ {
-		if dev[idx[k-1]].Source == SourceDevOpen { // now below the threshold: local
+	sweepThresholds(scores, idx, func(i int) {
+		if dev[i].Source == SourceDevOpen { // now below the threshold: local
 			openCloud--
 		} else {
 			carLocal++
 		}
+	}, consider)
+	return best, bestWorst, true
+}
+
+// sweepThresholds calls consider with every candidate threshold over the
+// scores at idx (sorted ascending): below the lowest, the midpoint between
+// each pair of consecutive distinct scores, and between the highest and 1.
+// Before each candidate above a score, it calls below with the index of
+// every example that candidate puts below the threshold.
+func sweepThresholds(scores []float64, idx []int, below func(i int), consider func(t float64)) {
+	consider(scores[idx[0]] / 2)
+	for k := 1; k <= len(idx); k++ {
+		below(idx[k-1])
 		if k < len(idx) && scores[idx[k]] == scores[idx[k-1]] {
 			continue
 		}
@@ -191,7 +194,6 @@ func ChooseDevThreshold(scores []float64, dev []Example) (threshold, worst float
 			consider((scores[idx[k-1]] + scores[idx[k]]) / 2)
 		}
 	}
-	return best, bestWorst, true
 }
 
 // chooseThreshold is the rule a run without a threshold uses: on the
