@@ -278,7 +278,7 @@ func modelEval(ctx context.Context, cio cli.IO, args []string) error {
 	var compare cli.StringList
 	fs.Var(&compare, "compare", "another ONNX predictor to evaluate in the same run (repeatable)")
 	seed := fs.Uint64("seed", 1, "seed of the random-routing baseline (routellm labels)")
-	maxCar := fs.Float64("max-car-to-cloud", train.DefaultMaxCarToCloud, "for routers without a threshold: the largest share of validation car requests the threshold chosen for them may send to the cloud")
+	maxCar := fs.Float64("max-car-to-cloud", train.DefaultMaxCarToCloud, "for routers without a threshold, where the data has no development set (dev.tsv; with one their threshold is chosen on it): the largest share of validation car requests the threshold chosen for them may send to the cloud")
 	if err := parseFlags(fs, cio, args, "phaselessctl model eval [--model F] [--compare F] [--labels edge|routellm] [--data DIR]: held-out routing metrics vs the entropy rule"); err != nil {
 		return helpOK(err)
 	}
