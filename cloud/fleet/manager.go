@@ -409,8 +409,16 @@ func (m *Manager) handleResult(id string, payload []byte) {
 // config it has not reported, and commands without a result. Devices treat
 // both idempotently (config by version, commands by id).
 func (m *Manager) reconcile(dev *Device) {
+	if m.steers() {
+		m.resend(dev)
+	}
+}
+
+// resend publishes what dev has not acknowledged: a newer desired config
+// and its pending commands. The caller has checked the lease.
+func (m *Manager) resend(dev *Device) {
 	if dev.Desired != nil && (dev.Reported == nil || dev.Reported.Version < dev.Desired.Version) {
-		m.publishDesired(dev)
+		m.sendDesired(dev)
 	}
 	cmds := dev.Commands
 	if cmds == nil {
@@ -429,6 +437,9 @@ func (m *Manager) reconcile(dev *Device) {
 }
 
 func (m *Manager) reconcileAll() {
+	if !m.steers() {
+		return
+	}
 	devs, err := m.st.devices()
 	if err != nil {
 		m.log.Error("reconcile: list devices", "err", err)
@@ -436,14 +447,36 @@ func (m *Manager) reconcileAll() {
 	}
 	for _, d := range devs {
 		if d.Desired != nil && (d.Reported == nil || d.Reported.Version < d.Desired.Version) || d.PendingCommands > 0 {
-			m.reconcile(d)
+			m.resend(d)
 		}
 	}
 }
 
+// publishDesired sends dev its desired config, if this Manager still holds
+// the fleet lease: a holder that lost it must not steer devices from the
+// message handlers either (a device reconnecting, reporting a stale
+// version or changing board), only from the API, which fences itself.
 func (m *Manager) publishDesired(dev *Device) {
+	if m.steers() {
+		m.sendDesired(dev)
+	}
+}
+
+func (m *Manager) sendDesired(dev *Device) {
 	p, _ := json.Marshal(dev.Desired)
 	m.bus.publishLater(m.topics.Device(dev.ID, fleetwire.SuffixConfigDesired), p, true)
+}
+
+// steers reports whether this Manager holds the fleet lease (always, with
+// no lease configured), logging why not.
+func (m *Manager) steers() bool {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if err := m.fence(ctx); err != nil {
+		m.log.Warn("not the fleet's writer: nothing sent to devices", "err", err)
+		return false
+	}
+	return true
 }
 
 // Errors the API maps to statuses.

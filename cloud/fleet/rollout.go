@@ -47,7 +47,11 @@ func (m *Manager) SetLabels(id string, labels map[string]*string) (*Device, erro
 			return nil, fmt.Errorf("%w: label name %q is empty or reserved (board and version come from the device)", ErrBadRequest, k)
 		}
 	}
-	// Labels pick config groups too: the merged config follows them.
+	// Labels pick config groups too: the merged config follows them, so
+	// only the fleet's writer changes them.
+	if err := m.fence(context.Background()); err != nil {
+		return nil, fmt.Errorf("%w: %v", ErrNotWriter, err)
+	}
 	dev, changed, err := m.st.updateDeviceConfig(id, m.now(), true, func(d *Device) error {
 		if d.Labels == nil {
 			d.Labels = map[string]string{}
