@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/phaseless/phaseless/cloud/replay"
+	"github.com/phaseless/phaseless/cloud/sched"
 	"github.com/phaseless/phaseless/cloud/sim"
 )
 
@@ -85,4 +86,83 @@ func TestIsolatedPrefillBound(t *testing.T) {
 			t.Fatal("an unbounded cache made prefill slower")
 		}
 	}
+}
+
+// TestSlowestAreFirstTurns says what the held-out half's slowest 1% (TTFT,
+// llm-d placement, no pinning) are: how many are first turns, for which no
+// cache holds anything, and how many have prompts short enough (< 30k
+// tokens, under a second alone) that they are waiting rather than
+// computing. Run with PHASELESS_SIM_TRACE as TestIsolatedPrefillBound; it
+// checks only that the slowest are counted.
+func TestSlowestAreFirstTurns(t *testing.T) {
+	path := os.Getenv("PHASELESS_SIM_TRACE")
+	if path == "" {
+		t.Skip("PHASELESS_SIM_TRACE names a Mooncake trace")
+	}
+	tr, err := replay.ReadTrace(path, "mooncake", 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	reqs := make([]sim.Request, len(tr))
+	for i, r := range tr {
+		reqs[i] = sim.Request{At: r.At, Input: r.Input, Output: r.Output, Blocks: r.Blocks}
+	}
+	pools, cycle, _ := sim.ParseCluster("8xh100")
+	m, _ := sim.LookupModel("llama3.1-8b")
+	p, err := sched.New("llm-d", sched.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err := sim.New(sim.Config{Pools: pools, CycleRoles: cycle, Model: m, Policy: p})
+	if err != nil {
+		t.Fatal(err)
+	}
+	res, err := c.Run(t.Context(), reqs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// A request with an earlier follow-up gap pointing at it is not a
+	// first turn: mark every request some earlier one is followed up by.
+	gaps := sim.FollowUpGaps(reqs)
+	followUp := make([]bool, len(reqs))
+	for i, g := range gaps {
+		if g == 0 {
+			continue
+		}
+		for j := i + 1; j < len(reqs) && reqs[j].At <= reqs[i].At+g; j++ {
+			if reqs[j].At == reqs[i].At+g && extends(reqs[j].Blocks, reqs[i].Blocks) {
+				followUp[j] = true
+				break
+			}
+		}
+	}
+	half := reqs[len(reqs)-1].At / 2
+	var idx []int
+	for i, o := range res.Outcomes {
+		if o.Arrival >= half {
+			idx = append(idx, i)
+		}
+	}
+	slices.SortFunc(idx, func(a, b int) int { return int(res.Outcomes[b].TTFT - res.Outcomes[a].TTFT) })
+	top := idx[:len(idx)/100]
+	first, short := 0, 0
+	for _, i := range top {
+		if !followUp[i] {
+			first++
+		}
+		if res.Outcomes[i].Prompt < 30000 {
+			short++
+		}
+	}
+	t.Logf("slowest 1%% of the second half: %d requests, %d first turns, %d with prompts under 30k tokens", len(top), first, short)
+	if len(top) == 0 {
+		t.Fatal("no requests")
+	}
+}
+
+// extends reports that b's full blocks (all but its last, partial one)
+// begin a.
+func extends(a, b []int) bool {
+	n := len(b) - 1
+	return n >= 2 && len(a) >= n && slices.Equal(a[:n], b[:n])
 }
