@@ -73,6 +73,14 @@ func TestPromptCacheBreakpoints(t *testing.T) {
 		{"openai function tool", "/v1/chat/completions",
 			`{"model":"auto","max_tokens":4,"tools":[{"type":"function","function":{"name":"a"},"cache_control":{"type":"ephemeral"}}],"messages":[{"role":"user","content":"hi"}]}`,
 			nil, []llm.CacheBreakpoint{{Tools: 1, TTL: 5 * time.Minute}}},
+		{"anthropic parallel tool results, then text", "/v1/messages",
+			`{"model":"auto","max_tokens":4,"tools":[{"name":"a","input_schema":{"type":"object"}}],"messages":[` +
+				`{"role":"user","content":"turn both on"},` +
+				`{"role":"assistant","content":[{"type":"tool_use","id":"t1","name":"a","input":{}},{"type":"tool_use","id":"t2","name":"a","input":{}}]},` +
+				`{"role":"user","content":[{"type":"tool_result","tool_use_id":"t1","content":"ok-a","cache_control":{"type":"ephemeral"}},{"type":"tool_result","tool_use_id":"t2","content":"ok-b"},{"type":"text","text":"and then?","cache_control":{"type":"ephemeral"}}]},` +
+				`{"role":"assistant","content":"done"},{"role":"user","content":[{"type":"text","text":"thanks","cache_control":{"type":"ephemeral"}}]}]}`,
+			// turns: 0 user, 1 assistant calls, 2-3 tool results, 4 user text, 5 assistant, 6 user
+			nil, []llm.CacheBreakpoint{bp(2, 4, 5*time.Minute), bp(4, 9, 5*time.Minute), bp(6, 6, 5*time.Minute)}},
 		{"nothing asked, nothing pinned", "/v1/chat/completions",
 			`{"model":"auto","max_tokens":4,"messages":[{"role":"user","content":"hello"}]}`, nil, nil},
 	} {
