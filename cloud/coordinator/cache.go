@@ -132,6 +132,12 @@ func (l *cacheLayer) grouping(req *llm.Request) bool {
 	return l.cfg.Semantic || req.Hints.BatchThreshold > 0
 }
 
+// fingerprints says whether req's semantic fingerprint is read at all: by
+// grouping or the prefetcher; otherwise it is not worth its hashing.
+func (l *cacheLayer) fingerprints(req *llm.Request) bool {
+	return l.grouping(req) || l.cfg.Prefetch
+}
+
 // join places req with an open group of similar requests on a worker that
 // has room; ok is false when there is none.
 func (l *cacheLayer) join(req *llm.Request, fp *semantic.Fingerprint, m *measured, snap *sched.Snapshot) (sched.Decision, bool) {
@@ -208,11 +214,13 @@ func commonLen(a, b []int32) int {
 // next predicted clusters' prefixes into idle workers, within the budget
 // of req's x-prefetch-hint.
 func (l *cacheLayer) predict(c *Coordinator, req *llm.Request, fp *semantic.Fingerprint, m *measured) {
+	if !l.cfg.Prefetch {
+		// Off, the model learns nothing: it would keep a cluster (and a
+		// copy of its prompt prefix) per tenant that nothing reads.
+		return
+	}
 	hint := prefetch.Hint(req.Hints.Prefetch)
 	n, maxLoad := hint.Budget()
-	if !l.cfg.Prefetch {
-		n = 0
-	}
 	if req.Hints.SemanticMode == "" {
 		// A tenant's kinds of request are its conversations' topics; the
 		// hybrid default, half the user's wording, splits one kind in many.

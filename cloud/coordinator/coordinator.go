@@ -232,7 +232,9 @@ func (c *Coordinator) generate(ctx context.Context, req *llm.Request, emit llm.E
 		return llm.Final{}, err
 	}
 	m := c.measure(req)
-	m.fp = semantic.Of(req.Messages, req.Hints.SemanticMode)
+	if c.cache.fingerprints(req) {
+		m.fp = semantic.Of(req.Messages, req.Hints.SemanticMode)
+	}
 	bucket := c.cfg.Budget(m.tenant)
 	_, span := tracing.Child(ctx, "admission")
 	remaining, err := c.cfg.Admitter.Charge(ctx, m.tenant, m.cost, bucket)
