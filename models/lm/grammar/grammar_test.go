@@ -295,7 +295,7 @@ func TestCopyFromRequest(t *testing.T) {
 func TestCopyEnumAndNumberWords(t *testing.T) {
 	schema := []byte(`{"type":"object","properties":{"w":{"type":"string","enum":["driver","rear left","all","tire_pressure"],"x-phaseless-copy":true},"n":{"type":"integer","minimum":0,"maximum":5,"x-phaseless-copy":true}},"required":["w","n"]}`)
 	for src, cases := range map[string]map[string]bool{
-		"roll the Driver's window down to three": {`{"w":"driver","n":3}`: true, `{"w":"all","n":3}`: false, `{"w":"driver","n":0}`: false},
+		"roll the Driver's window down to three":  {`{"w":"driver","n":3}`: true, `{"w":"all","n":3}`: false, `{"w":"driver","n":0}`: false},
 		"open the rear left and all the others 2": {`{"w":"rear left","n":2}`: true, `{"w":"all","n":2}`: true, `{"w":"driver","n":2}`: false},
 		"check the tire pressure":                 {`{"w":"tire_pressure","n":4}`: true, `{"w":"driver","n":4}`: false},
 		"open a window, someone":                  {`{"w":"driver","n":4}`: true, `{"w":"all","n":0}`: true},
