@@ -86,12 +86,23 @@ func (c *compiler) copiedString(n *node, lo, hi int, okHi bool) []elem {
 					next = bounds[k+1]
 				}
 				ch := b.lit(text[i:next])
+				take := seq(ch, []elem{ref(after[next])})
 				// A copied value is whole words: it ends before a space
-				// or at the segment's end, and starts after one.
-				if text[i] == ' ' {
-					after[i] = b.rule(c.b.lit(`"`), seq(ch, []elem{ref(after[next])}))
-				} else {
-					after[i] = b.rule(seq(ch, []elem{ref(after[next])}))
+				// or at the segment's end, and starts after one. A word's
+				// trailing punctuation ("Sacramento, give me …") is not
+				// part of it: the value may end before it and not after
+				// it, and may go on through it ("St. Louis").
+				switch {
+				case trailingPunct(text, i, next, end) && next == end:
+					after[i] = quote
+				case trailingPunct(text, i, next, end):
+					after[i] = b.rule(c.b.lit(`"`), take)
+				case text[i] == ' ' && i > seg && strings.IndexByte(copyPunct, text[i-1]) >= 0:
+					after[i] = b.rule(take)
+				case text[i] == ' ':
+					after[i] = b.rule(c.b.lit(`"`), take)
+				default:
+					after[i] = b.rule(take)
 				}
 				if text[i] != ' ' && (i == seg || text[i-1] == ' ') {
 					starts = append(starts, seq(ch, []elem{ref(after[next])}))
@@ -104,6 +115,15 @@ func (c *compiler) copiedString(n *node, lo, hi int, okHi bool) []elem {
 		return nil
 	}
 	return seq(b.lit(`"`), []elem{ref(b.rule(starts...))})
+}
+
+// copyPunct is the punctuation a copied span does not end with.
+const copyPunct = ",.;:!?"
+
+// trailingPunct reports whether text[i:next] is punctuation that ends a
+// word: followed by a space or the segment's end.
+func trailingPunct(text string, i, next, end int) bool {
+	return next == i+1 && strings.IndexByte(copyPunct, text[i]) >= 0 && i > 0 && text[i-1] != ' ' && (next == end || text[next] == ' ')
 }
 
 var numberRE = regexp.MustCompile(`-?[0-9]+`)

@@ -312,3 +312,21 @@ func TestCopyEnumAndNumberWords(t *testing.T) {
 		}
 	}
 }
+
+// TestCopyStopsBeforePunctuation: a copied span does not end with a
+// word's trailing punctuation, and may run through it.
+func TestCopyStopsBeforePunctuation(t *testing.T) {
+	schema := []byte(`{"type":"string","x-phaseless-copy":true}`)
+	g, err := SchemaWith(schema, Options{CopyFrom: "to Sacramento, then St. Louis! ok."})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for in, ok := range map[string]bool{
+		`"Sacramento"`: true, `"Sacramento,"`: false, `"Sacramento, then"`: true, `"St. Louis"`: true, `"St."`: false,
+		`"St"`: true, `"Louis"`: true, `"Louis!"`: false, `"ok"`: true, `"ok."`: false, `"Louis! ok"`: true,
+	} {
+		if got := g.Match([]byte(in)); got != ok {
+			t.Errorf("%s: matched %v, want %v", in, got, ok)
+		}
+	}
+}
