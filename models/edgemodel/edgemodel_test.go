@@ -47,14 +47,14 @@ func TestHeldOutReplyAccuracy(t *testing.T) {
 	t.Logf("held-out reply accuracy %.1f%% (%d of %d); replies that write a tool call although no tools were offered: %d", 100*acc, right, len(picked), calls)
 	// Without the tools turn the model answers in prose: the tools stage
 	// must not leak its call form into plain replies (measured: 1 of 318
-	// before and after the 3,000-step stage).
+	// after the 1,500-step stage, 0 for the shipped one).
 	if calls > len(picked)/30 {
 		t.Errorf("%d of %d plain replies write a tool call", calls, len(picked))
 	}
 	for i := range picked[:12] {
 		t.Logf("  %s: %q → %q", picked[i].Intent, picked[i].Prompt, replies[i])
 	}
-	// The shipped model measured 65.7% (60.1% before its tools stage, 64.5%
+	// The shipped model measured 67.6% (60.1% before its tools stage, 64.5%
 	// after the 1,500-step one); the bound is well below it so that a
 	// retrain on another machine passes and a broken model does not.
 	if acc < 0.35 {

@@ -280,7 +280,7 @@ func EdgeWithTools(seed uint64) (Split, error) {
 	for _, set := range []*[]Example{&s.Train, &s.Test} {
 		var add []Example
 		for i, e := range *set {
-			every := 6
+			every := 12
 			if smallTalk[e.Intent] {
 				every = 2
 			}
@@ -303,9 +303,12 @@ func EdgeWithTools(seed uint64) (Split, error) {
 }
 
 // EdgeToolsTune is the fine-tuning corpus of the tools stage: EdgeWithTools
-// with the plain (no tools turn) edge examples thinned to a third, a replay
-// that keeps the model's prose while the tool examples make up about a
-// quarter of what it reads. The held-out part is EdgeWithTools's.
+// with the plain (no tools turn) CLINC150 examples thinned to a third, a
+// replay that keeps the model's prose while the tool examples make up
+// about half of what it reads. The plain in-car requests stay in full:
+// they are the same requests as the calls without the tools turn, and
+// thinned, the model wrote calls when no tools were offered. The held-out
+// part is EdgeWithTools's.
 func EdgeToolsTune(seed uint64) (Split, error) {
 	s, err := EdgeWithTools(seed)
 	if err != nil {
@@ -314,7 +317,7 @@ func EdgeToolsTune(seed uint64) (Split, error) {
 	keep := s.Train[:0]
 	plain := 0
 	for _, e := range s.Train {
-		if e.System == "" {
+		if e.System == "" && !strings.HasPrefix(e.Intent, "incar-") {
 			plain++
 			if plain%3 != 0 {
 				continue
