@@ -64,6 +64,8 @@ type Config struct {
 	MQTTDynsec    bool    // the external broker is a Mosquitto with the dynamic security plugin: revoked devices are disabled there
 	PublicURL     cli.URL // this cloud's HTTP base URL as devices reach it (rollout downloads); parsed when set
 	OTAPub        string  // the fleet's OTA public key: uploaded artifacts must be signed with it
+	FleetDataDir  string  // the fleet store's directory; empty: DATA_DIR/fleet
+	FleetStandby  bool    // with Redis: wait for the fleet lease as a standby instead of refusing to start (fleetstandby.go)
 	OTLP          cli.URL // OTLP/HTTP collector that request spans are exported to; parsed when set
 
 	BuiltinWorkers int           // built-in engines; 0: none beside --worker, else 1 (4 in --dev)
@@ -134,6 +136,8 @@ func (c *Config) Fields() cli.Fields {
 		{Flag: "public-url", Go: "PublicURL", Value: &c.PublicURL, Usage: "this cloud's HTTP base URL as devices reach it, for rollout downloads (default: http://127.0.0.1 and the --http port)"},
 		{Flag: "otlp", Go: "OTLP", Value: &c.OTLP, Usage: "OpenTelemetry collector URL (OTLP/HTTP, e.g. http://127.0.0.1:4318): export spans for admission, scheduling, queueing, prefill and decode"},
 		{Flag: "ota-pub", Go: "OTAPub", Value: &c.OTAPub, Usage: "the fleet's OTA public key (phaselessctl ota keygen): uploaded rollout artifacts must be signed with it"},
+		{Flag: "fleet-data-dir", Go: "FleetDataDir", Value: &c.FleetDataDir, Usage: "directory of the fleet store (registry, config, telemetry, rollouts); default DATA_DIR/fleet. Replicas with --fleet-standby share it"},
+		{Flag: "fleet-standby", Go: "FleetStandby", Value: &c.FleetStandby, Usage: "with --redis and --mqtt-url: when another replica holds the fleet lease, wait for it as a standby (serving inference) and take over the fleet when it stops or dies, from the shared --fleet-data-dir"},
 		{Flag: "builtin-workers", Go: "BuiltinWorkers", Value: &c.BuiltinWorkers, Usage: "built-in engine workers; 0: none when --worker is given, else 1, or 4 with --dev (one per pool, conservative included)"},
 		{Flag: "builtin-roles", Go: "BuiltinRoles", Value: &c.BuiltinRoles, Usage: "pools of the built-in workers, assigned in turn, e.g. decode-heavy,prefill-heavy,stream,conservative (default: decode-heavy,prefill-heavy,stream; --dev adds conservative)"},
 		{Flag: "budget", Go: "Budget", Value: &c.Budget, Usage: "default token budget per API key or device: burst size, refilled over --budget-period"},
@@ -201,6 +205,8 @@ func (c *Config) Validate() error {
 		return &cli.FieldError{Field: "MaxRunning", Err: fmt.Errorf("%d must not be negative", c.MaxRunning)}
 	case c.MQTTDynsec && !c.MQTTURL.IsSet():
 		return &cli.FieldError{Field: "MQTTDynsec", Err: errors.New("needs an external broker (--mqtt-url)")}
+	case c.FleetStandby && (!c.Redis.IsSet() || !c.MQTTURL.IsSet()):
+		return &cli.FieldError{Field: "FleetStandby", Err: errors.New("needs --redis (the lease) and --mqtt-url (a broker every replica reaches: an embedded broker's sessions die with its replica)")}
 	case c.MaxQueued < 0:
 		return &cli.FieldError{Field: "MaxQueued", Err: fmt.Errorf("%d must not be negative", c.MaxQueued)}
 	case c.SLATTFT <= 0:
@@ -406,6 +412,7 @@ type Cloud struct {
 	quic    *quic.Server
 	broker  *broker.Broker
 	fleet   *fleet.Manager
+	standby *fleet.Standby // instead of fleet with --fleet-standby
 	admin   *metrics.Admin // nil without --admin-listen
 	audit   *ingress.AuditLog
 	deny    *pki.DenyList // revoked devices in the PKI dir; nil without one
@@ -541,9 +548,9 @@ func (c *Cloud) Start(ctx context.Context) (err error) {
 	}
 	ready := c.coord.Ready
 	var admin http.Handler
-	if c.fleet != nil {
-		admin = gate.Admin(c.fleet.Handler())
-		ready = func() error { return errors.Join(c.coord.Ready(), c.fleet.Ready()) }
+	if fa, fr := c.fleetAPI(); fa != nil {
+		admin = gate.Admin(fa.Handler())
+		ready = func() error { return errors.Join(c.coord.Ready(), fr()) }
 	}
 	api, err := httpapi.NewHandler(c.coord, httpapi.Options{
 		Authenticate: auth, AllowPolicyHint: c.cfg.Dev, AllowKVHandoff: len(builtins) > 0, Cloud: true, Metrics: c.metrics, Logger: c.log,
@@ -553,8 +560,8 @@ func (c *Cloud) Start(ctx context.Context) (err error) {
 		return err
 	}
 	public := map[string]http.Handler{}
-	if c.fleet != nil {
-		public["GET "+fleet.ArtifactPrefix] = c.fleet.ArtifactHandler()
+	if fa, _ := c.fleetAPI(); fa != nil {
+		public["GET "+fleet.ArtifactPrefix] = fa.ArtifactHandler()
 	}
 	var kvAuth func(*http.Request) (string, error)
 	if keys != nil {
@@ -569,6 +576,8 @@ func (c *Cloud) Start(ctx context.Context) (err error) {
 	uiCfg := ui.Config{Cloud: c.coord.Dashboard(), Authenticate: auth}
 	if c.fleet != nil {
 		uiCfg.Fleet = c.fleet
+	} else if c.standby != nil {
+		uiCfg.Fleet = standbyFleet{c.standby}
 	}
 	dash, err := ui.New(uiCfg)
 	if err != nil {
@@ -614,7 +623,7 @@ func (c *Cloud) kvServer(workers []*worker.Worker, auth func(*http.Request) (str
 // startFleet starts the embedded broker (or connects to --mqtt-url) and the
 // fleet manager on it; neither runs when both are empty.
 func (c *Cloud) startFleet() error {
-	fc := fleet.Config{DataDir: filepath.Join(c.cfg.DataDir, "fleet"), Metrics: c.metrics, Logger: c.log, PublicURL: c.publicURL(),
+	fc := fleet.Config{DataDir: c.fleetDataDir(), Metrics: c.metrics, Logger: c.log, PublicURL: c.publicURL(),
 		Shadow: c.coord} // the coordinator answers devices' shadow samples
 	if c.cfg.OTAPub != "" {
 		key, err := firmware.ReadPublicKey(c.cfg.OTAPub)
@@ -674,6 +683,9 @@ func (c *Cloud) startFleet() error {
 			return &cli.FieldError{Field: "Redis", Err: err}
 		}
 		fc.Lease = lease
+		if c.cfg.FleetStandby {
+			return c.startStandby(fc)
+		}
 	}
 	m, err := fleet.Open(fc)
 	if err != nil {
@@ -948,6 +960,10 @@ func (c *Cloud) closeLocked() error {
 	if c.fleet != nil {
 		errs = append(errs, c.fleet.Close())
 		c.fleet = nil
+	}
+	if c.standby != nil {
+		errs = append(errs, c.standby.Close())
+		c.standby = nil
 	}
 	if c.broker != nil {
 		errs = append(errs, c.broker.Close())

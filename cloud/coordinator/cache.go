@@ -173,10 +173,13 @@ func firstBlock(hashes []uint64) uint64 {
 // hit records it again, as the engine refreshes the pin).
 func (l *cacheLayer) pinned(ctx context.Context, req *llm.Request, m *measured, worker string) {
 	now := l.now()
+	whole := l.promptTokens(lm.PromptMessages(req, false))
 	for _, bp := range req.CacheBreakpoints {
-		msgs := append([]llm.Message(nil), req.Messages[:bp.Message+1]...)
-		msgs[bp.Message].Content = msgs[bp.Message].Content[:bp.Chars]
-		n := commonLen(l.promptTokens(msgs), l.promptTokens(req.Messages)) / l.bs
+		msgs := lm.CachePrefix(req, bp, false)
+		if msgs == nil {
+			continue
+		}
+		n := commonLen(l.promptTokens(msgs), whole) / l.bs
 		if n == 0 || n > len(m.sig.BlockHashes) {
 			continue
 		}

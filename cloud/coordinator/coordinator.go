@@ -157,7 +157,9 @@ type measured struct {
 
 func (c *Coordinator) measure(req *llm.Request) measured {
 	tok := c.cfg.Tokenizer
-	ids := tok.Encode(lm.ChatPrompt(req.Messages))
+	// As the engines render it (tool definitions first), so the blocks
+	// hashed here are the ones they cache.
+	ids := tok.Encode(lm.ChatPrompt(lm.PromptMessages(req, false)))
 	if tok.AddBOS() {
 		ids = append([]int32{tok.BOS()}, ids...)
 	}

@@ -200,7 +200,8 @@ func TestToolHistoryRendered(t *testing.T) {
 		{Role: "assistant", ToolTurn: llm.ToolTurn{ToolCalls: []llm.ToolCall{{ID: "c1", Name: "set_fan_speed", Arguments: `{"level":2}`}}}},
 		{Role: "tool", Content: "ok", ToolTurn: llm.ToolTurn{ToolCallID: "c1"}},
 	}, ToolRequest: llm.ToolRequest{Tools: testTools}}
-	got := ChatPrompt(toolMessages(req, false))
+	msgs, _ := toolMessages(req, false)
+	got := ChatPrompt(msgs)
 	want := "<|system|>\n" + ToolsSystemPrompt + "\n<|user|>\nfan 2\n<|assistant|>\n" + FormatToolCall("set_fan_speed", `{"level":2}`) + "\n<|tool|>\nok\n<|assistant|>\n"
 	if got != want {
 		t.Fatalf("prompt\n%q\nwant\n%q", got, want)

@@ -3,6 +3,7 @@ package httpapi
 import (
 	"bytes"
 	"encoding/json"
+	"fmt"
 	"strings"
 	"time"
 
@@ -40,7 +41,8 @@ const defaultCacheTTL = 5 * time.Minute
 
 // promptCache turns the body's cache_control blocks and the x-cache-ttl
 // header into req's cache breakpoints. A block's breakpoint covers the
-// prompt up to and including it; x-cache-ttl alone marks the whole prompt
+// prompt up to and including it (a tool's: the tool definitions up to and
+// including it); x-cache-ttl alone marks the whole prompt
 // and, beside cache_control, is the lifetime of the blocks that name none.
 // It runs after the API's decoder accepted the body, so req.Messages maps
 // onto the body's messages (Anthropic's system, when set, is message 0).
@@ -60,12 +62,24 @@ func promptCache(a api, body []byte, req *llm.Request) *apiError {
 	if err := json.Unmarshal(body, &cb); err != nil {
 		return invalid("", "request body: %v", err)
 	}
-	for _, t := range cb.Tools {
-		if t.CacheControl != nil {
-			return invalid("tools.cache_control", "cache_control on tools is not supported; mark the system prompt instead")
-		}
-	}
 	var bps []llm.CacheBreakpoint
+	// A tool's cache_control ends a prefix after its definition: the
+	// engines render the tools ahead of every turn, in the body's order,
+	// so the prefix is the definitions up to it and nothing else.
+	for i, t := range cb.Tools {
+		if t.CacheControl == nil {
+			continue
+		}
+		param := fmt.Sprintf("tools.%d.cache_control", i)
+		d, e := t.CacheControl.lifetime(param, ttl)
+		if e != nil {
+			return e
+		}
+		if i >= len(req.Tools) || !req.HasTools() {
+			return invalid(param, "%s: the tools are not part of the prompt (tool_choice none)", param)
+		}
+		bps = append(bps, llm.CacheBreakpoint{Tools: i + 1, TTL: d})
+	}
 	add := func(param string, msg int, raw json.RawMessage) *apiError {
 		s := strings.TrimSpace(string(raw))
 		if s == "" || s[0] != '[' {
