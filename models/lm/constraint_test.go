@@ -212,7 +212,7 @@ func TestToolHistoryRendered(t *testing.T) {
 	for _, c := range []struct{ content, want string }{{"window stuck", "The tool failed: window stuck"}, {"", "The tool failed."}} {
 		req.Messages[2] = llm.Message{Role: "tool", Content: c.content, ToolTurn: llm.ToolTurn{ToolCallID: "c1", ToolError: true}}
 		for _, templated := range []bool{false, true} {
-			msgs := toolMessages(req, templated)
+			msgs, _ := toolMessages(req, templated)
 			if last := msgs[len(msgs)-1]; last.Role != "tool" || last.Content != c.want {
 				t.Errorf("templated %v: failed result rendered as %+v, want %q", templated, last, c.want)
 			}
