@@ -206,6 +206,18 @@ func TestToolHistoryRendered(t *testing.T) {
 	if got != want {
 		t.Fatalf("prompt\n%q\nwant\n%q", got, want)
 	}
+
+	// A failed call (Anthropic is_error) is said to have failed, with a
+	// chat template or without; an empty error still says it.
+	for _, c := range []struct{ content, want string }{{"window stuck", "The tool failed: window stuck"}, {"", "The tool failed."}} {
+		req.Messages[2] = llm.Message{Role: "tool", Content: c.content, ToolTurn: llm.ToolTurn{ToolCallID: "c1", ToolError: true}}
+		for _, templated := range []bool{false, true} {
+			msgs, _ := toolMessages(req, templated)
+			if last := msgs[len(msgs)-1]; last.Role != "tool" || last.Content != c.want {
+				t.Errorf("templated %v: failed result rendered as %+v, want %q", templated, last, c.want)
+			}
+		}
+	}
 }
 
 // TestConstrainedSplitMatchesWhole runs tool-call requests split between

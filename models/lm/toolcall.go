@@ -37,7 +37,8 @@ func FormatToolCall(name, args string) string {
 
 // toolMessages renders the tool parts of a history as text turns the chat
 // templates know: an assistant turn's calls become its text in the models'
-// call form, a tool result becomes a "tool" turn. For a model with a chat
+// call form, a tool result becomes a "tool" turn (a failed one's text
+// begins llm.ToolFailed). For a model with a chat
 // template, a system turn listing the tools (name, description, parameters
 // as JSON, as Hermes-style templates do) comes first; a byte-level model
 // gets ToolsSystemPrompt. toolEnds[i] is the byte of that first turn's
@@ -93,7 +94,9 @@ func toolMessages(req *llm.Request, templated bool) (msgs []llm.Message, toolEnd
 			}
 			msgs = append(msgs, llm.Message{Role: m.Role, Content: b.String()})
 		case m.Role == "tool":
-			msgs = append(msgs, llm.Message{Role: "tool", Content: m.Content})
+			// A failed call's result says so (llm.ToolFailed): the chat
+			// formats have no error flag of their own.
+			msgs = append(msgs, llm.Message{Role: "tool", Content: m.ToolResultText()})
 		default:
 			msgs = append(msgs, llm.Message{Role: m.Role, Content: m.Content})
 		}

@@ -201,7 +201,9 @@ func (c *Client) Generate(ctx context.Context, req *llm.Request, emit llm.Emit) 
 	}
 	body.Messages = make([]upMessage, len(req.Messages))
 	for i, m := range req.Messages {
-		body.Messages[i] = upMessage{Role: m.Role, Content: m.Content, ToolCalls: upToolCalls(m.ToolCalls), ToolCallID: m.ToolCallID}
+		// OpenAI's tool message has no error flag: a failed result
+		// (Anthropic is_error) says it failed in its text.
+		body.Messages[i] = upMessage{Role: m.Role, Content: m.ToolResultText(), ToolCalls: upToolCalls(m.ToolCalls), ToolCallID: m.ToolCallID}
 	}
 	body.upToolFields = upTools(&req.ToolRequest)
 	cacheTTL := c.cacheControl(&body, req)
