@@ -213,17 +213,7 @@ func (c *toolCollector) add(d *llm.ToolDelta) {
 	call.Arguments += d.Arguments
 }
 
-func (c *toolCollector) openAI() []oaiToolCall {
-	if len(c.calls) == 0 {
-		return nil
-	}
-	out := make([]oaiToolCall, len(c.calls))
-	for i, call := range c.calls {
-		out[i].ID, out[i].Type = call.ID, "function"
-		out[i].Function.Name, out[i].Function.Arguments = call.Name, call.Arguments
-	}
-	return out
-}
+func (c *toolCollector) openAI() []oaiToolCall { return upToolCalls(c.calls) }
 
 // openAIToolDelta is one streamed tool_calls delta.
 func openAIToolDelta(d *llm.ToolDelta) []oaiToolCall {
