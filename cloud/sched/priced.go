@@ -281,8 +281,9 @@ func (p *Priced) best(req *Request, s *Snapshot, mask roleMask, ph phase, exclud
 		case phaseDecode:
 			tpot = p.decodeEst(req, w)
 		}
-		if ph != phasePrefill && out >= 2 && p.role(i, w, pre) == RolePrefill {
-			// A prefiller may decode, but the prefills it takes later
+		if ph != phasePrefill && out >= 2 && pre != 0 && p.role(i, w, pre) == RolePrefill {
+			// A prefiller (the planner's: without one every worker
+			// prefills alike) may decode, but the prefills it takes later
 			// stall every step: up to the backlog the planner lets one
 			// hold before it grows the pool (TTFTHeadroom of the TTFT
 			// SLO), spread over this request's tokens. A long decode
