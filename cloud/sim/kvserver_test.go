@@ -99,6 +99,17 @@ func TestServerSplit(t *testing.T) {
 	if pre.PromptTokens != uint64(n) || pre.OutputTokens != 1 || dec.PromptTokens != 0 || dec.OutputTokens != 5 {
 		t.Fatalf("prefill engine %+v, decode engine %+v: want the prompt and 1 token there, 5 decoded here", pre, dec)
 	}
+	// Both engines count their steps, and how late they ran, on /metrics.
+	resp, err := http.Get(f.URLs()[1] + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var m bytes.Buffer
+	m.ReadFrom(resp.Body)
+	resp.Body.Close()
+	if !strings.Contains(m.String(), "phaseless_sim_step_late_seconds_total{") || strings.Contains(m.String(), `phaseless_sim_steps_total{model_name="llama3.1-8b"} 0`) {
+		t.Fatalf("decode worker's metrics:\n%s", m.String())
+	}
 	// The handoff was taken: a second decode from it fails.
 	if _, err := rs[1].Resume(ctx, req, h, func(llm.Token) error { return nil }); err == nil {
 		t.Fatal("a handoff was decoded twice")

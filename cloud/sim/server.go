@@ -12,6 +12,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/phaseless/phaseless/cloud/sched"
@@ -39,6 +40,12 @@ type Server struct {
 	eng *Engine
 
 	kv kvState // splits (kvserver.go)
+
+	// steps and lateNanos count the engine's steps and how much later
+	// than planned their ends were taken up (the timer's lateness and the
+	// loop's own delay): a host too loaded to keep real time shows here,
+	// and every token then comes that much later than the roofline says.
+	steps, lateNanos atomic.Int64
 }
 
 var _ llm.Generator = (*Server)(nil)
@@ -73,6 +80,7 @@ func (s *Server) loop() {
 				return
 			}
 		}
+		planned := time.Now().Add(dt)
 		t.Reset(dt)
 		select {
 		case <-t.C:
@@ -80,6 +88,8 @@ func (s *Server) loop() {
 			return
 		}
 		s.mu.Lock()
+		s.steps.Add(1)
+		s.lateNanos.Add(max(0, time.Since(planned).Nanoseconds()))
 		s.eng.Commit(func(q *Seq, finished bool) {
 			rt := q.User.(*rtSeq)
 			rt.tokens <- struct{}{} // buffered for every token: never blocks the loop
@@ -231,6 +241,8 @@ func (s *Server) WriteMetrics(w http.ResponseWriter) {
 		{"vllm:prompt_tokens_total", "counter", "Number of prefill tokens processed.", float64(st.PromptTokens)},
 		{"vllm:generation_tokens_total", "counter", "Number of generation tokens processed.", float64(st.OutputTokens)},
 		{"phaseless_engine_capacity", "gauge", "Sequences the engine runs at once (vLLM --max-num-seqs).", float64(capacity)},
+		{"phaseless_sim_steps_total", "counter", "Steps the simulated engine ran.", float64(s.steps.Load())},
+		{"phaseless_sim_step_late_seconds_total", "counter", "Seconds the simulated engine's steps ended later than the roofline planned (a host too loaded to keep real time).", float64(s.lateNanos.Load()) / 1e9},
 	} {
 		fmt.Fprintf(w, "# HELP %s %s\n# TYPE %s %s\n%s%s %g\n", m.name, m.help, m.name, m.typ, m.name, l, m.v)
 	}
