@@ -19,7 +19,7 @@ AGENT_TAGS := nethttpomithttp2
 # (3.3 MiB; docs/client.md: the cloud exports the device's traces).
 DEVICE_TAGS := $(AGENT_TAGS),lm_nojinja,nootlp
 
-.PHONY: all build cross test lint vet fmt-check fuzz-smoke bench demo models image clean
+.PHONY: all build cross test lint vet fmt-check fuzz-smoke bench demo models router image clean
 
 all: build
 
@@ -83,10 +83,21 @@ demo: build
 # cores): the router predictor (byte-identical on amd64), the edge model
 # embedded in the agent, and the cloud's default model. See docs/models.md.
 models: build
-	bin/phaselessctl model train --out models/predictor/predictor.onnx
 	bin/phaselessctl lm train --preset edge --out bin/edge-base.gguf
 	bin/phaselessctl lm train --preset edge-tools --init bin/edge-base.gguf --out models/edgemodel/edge.gguf
 	bin/phaselessctl lm train --preset cloud --out models/cloudmodel/cloud.gguf
+	$(MAKE) router
+
+# After a new edge or cloud model: the edge block's prompt list from the
+# edge corpus, a regrade of the routing prompts with the shipped models
+# (about 9 minutes when either changed, seconds otherwise) and the router
+# retrained on the grades, beside the earlier routers (docs/predictor.md,
+# "Regrade and retrain").
+router:
+	UPDATE_EDGE_PROMPTS=1 $(GO) test -count=1 -run TestEdgePromptsUpToDate ./models/predictor/train
+	$(MAKE) build
+	bin/phaselessctl model grade
+	bin/phaselessctl model train --out models/predictor/predictor.onnx --compare models/predictor/testdata/predictor-edge-v3.onnx --compare models/predictor/testdata/predictor-edge-v2.onnx --compare models/predictor/testdata/predictor-edge-v1.onnx
 
 clean:
 	rm -rf bin

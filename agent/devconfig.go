@@ -14,6 +14,7 @@ import (
 	"strings"
 
 	"github.com/phaseless/phaseless/agent/route"
+	"github.com/phaseless/phaseless/firmware"
 	"github.com/phaseless/phaseless/transport/cli"
 	"github.com/phaseless/phaseless/transport/fleetwire"
 )
@@ -163,7 +164,7 @@ func (a *Agent) applyDesired(_ context.Context, dc fleetwire.DesiredConfig) ([]s
 		return nil, err
 	}
 	raw, _ := json.Marshal(storedConfig{Version: dc.Version, Values: dc.Values})
-	if err := writeFileAtomic(filepath.Join(a.cfg.DataDir, deviceConfigFile), raw); err != nil {
+	if err := firmware.WriteAtomic(a.cfg.DataDir, deviceConfigFile, raw); err != nil {
 		return nil, fmt.Errorf("keep the device config: %w", err)
 	}
 	if next.RouteThreshold != a.running.RouteThreshold || next.RouteHysteresis != a.running.RouteHysteresis || next.RouteMode != a.running.RouteMode {
@@ -208,25 +209,4 @@ func fieldValues(c Config) map[string]string {
 	out := map[string]string{}
 	fs.VisitAll(func(f *flag.Flag) { out[f.Name] = f.Value.String() })
 	return out
-}
-
-// writeFileAtomic replaces path with data: temp file, fsync, rename.
-func writeFileAtomic(path string, data []byte) error {
-	tmp := path + ".tmp"
-	f, err := os.OpenFile(tmp, os.O_CREATE|os.O_TRUNC|os.O_WRONLY, 0o600)
-	if err != nil {
-		return err
-	}
-	if _, err := f.Write(data); err != nil {
-		f.Close()
-		return err
-	}
-	if err := f.Sync(); err != nil {
-		f.Close()
-		return err
-	}
-	if err := f.Close(); err != nil {
-		return err
-	}
-	return os.Rename(tmp, path)
 }

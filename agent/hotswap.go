@@ -37,7 +37,7 @@ type hotArtifact struct {
 
 	// load reads an installed file and health-checks it without serving
 	// it; swap puts it in service.
-	load func(ctx context.Context, file string) (swap func(), err error)
+	load func(ctx context.Context, file string) (swap, discard func(), err error)
 	// changed republishes the device status (nil without a fleet).
 	changed func()
 	log     *slog.Logger
@@ -77,7 +77,7 @@ func (h *hotArtifact) install(ctx context.Context, v *firmware.Verified) (string
 	if err != nil {
 		return "", err
 	}
-	swap, err := h.load(ctx, filepath.Join(dir, file))
+	swap, discard, err := h.load(ctx, filepath.Join(dir, file))
 	if err != nil {
 		if ferr := h.store.Fail(ver); ferr != nil {
 			err = errors.Join(err, ferr)
@@ -86,6 +86,7 @@ func (h *hotArtifact) install(ctx context.Context, v *firmware.Verified) (string
 		return "", fmt.Errorf("%s %s failed its health check and was rolled back; %s keeps serving: %w", h.kind, ver, was, err)
 	}
 	if err := h.store.Activate(ver); err != nil {
+		discard() // the loaded engine never serves: free it
 		return "", err
 	}
 	swap()
@@ -117,9 +118,9 @@ func (h *hotArtifact) boot(ctx context.Context) string {
 		if err == nil {
 			file, err = h.payload(dir, m)
 		}
-		var swap func()
+		var swap, discard func()
 		if err == nil {
-			swap, err = h.load(ctx, file)
+			swap, discard, err = h.load(ctx, file)
 		}
 		if err == nil {
 			if v != h.store.State().Current {
@@ -129,6 +130,7 @@ func (h *hotArtifact) boot(ctx context.Context) string {
 				swap()
 				return v
 			}
+			discard()
 		}
 		h.log.Warn("installed artifact does not load; falling back", "kind", h.kind, "version", v, "err", err)
 		if err := h.store.Fail(v); err != nil {
@@ -156,7 +158,7 @@ func (o *ota) hotKinds() string {
 // external --local-url server manages its own model).
 func (a *Agent) openHot() (map[string]*hotArtifact, error) {
 	hot := map[string]*hotArtifact{}
-	add := func(kind, ext string, load func(context.Context, string) (func(), error)) error {
+	add := func(kind, ext string, load func(context.Context, string) (func(), func(), error)) error {
 		st, err := firmware.OpenArtifacts(filepath.Join(a.cfg.DataDir, "artifacts", kind))
 		if err != nil {
 			return fmt.Errorf("%s artifacts: %w", kind, err)
@@ -181,19 +183,19 @@ func (a *Agent) openHot() (map[string]*hotArtifact, error) {
 // loadPredictorArtifact's health check is predictor.Validate: the model
 // takes this build's feature vector and answers a probability for each
 // probe text.
-func (a *Agent) loadPredictorArtifact(_ context.Context, file string) (func(), error) {
+func (a *Agent) loadPredictorArtifact(_ context.Context, file string) (swap, discard func(), err error) {
 	m, err := predictor.Load(file)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	if err := predictor.Validate(m); err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	return func() {
 		if err := a.pred.SwapTo(m); err != nil { // validated above: not expected
 			a.log.Error("swap predictor", "err", err)
 		}
-	}, nil
+	}, func() {}, nil
 }
 
 // modelHealthTimeout bounds the edge model's health check.
@@ -201,22 +203,22 @@ const modelHealthTimeout = 60 * time.Second
 
 // loadModelArtifact's health check builds an engine on the new model and
 // has it answer a short chat: it must produce tokens without an error.
-func (a *Agent) loadModelArtifact(ctx context.Context, file string) (func(), error) {
+func (a *Agent) loadModelArtifact(ctx context.Context, file string) (swap, discard func(), err error) {
 	m, err := lm.Load(file)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	eng, err := lm.NewEngine(m, a.engine.engineCfg)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	hctx, cancel := context.WithTimeout(ctx, modelHealthTimeout)
 	defer cancel()
 	if err := engineAnswers(hctx, eng); err != nil {
 		eng.Close()
-		return nil, fmt.Errorf("health check: %w", err)
+		return nil, nil, fmt.Errorf("health check: %w", err)
 	}
-	return func() { a.engine.swap.replace(eng, nil) }, nil
+	return func() { a.engine.swap.replace(eng, nil) }, func() { eng.Close() }, nil
 }
 
 // engineAnswers asks eng for a few tokens through its scheduler, the code

@@ -39,11 +39,14 @@ var (
 // rates its answers (POST /v1/feedback: banking answers bad, car answers
 // good); the fleet's telemetry export carries requests and verdicts;
 // `phaselessctl model train --telemetry` retrains the router with those
-// labels; `model evaluate` finds it better than the fleet's router on the
-// held-out slice (and the old router worse than the new); `model publish`
-// signs it and starts a staged rollout that reaches every agent, whose
-// router then sends held-out banking requests to the cloud and keeps car
-// commands on the device.
+// labels; `model evaluate --cloud` finds it better than the router the
+// fleet runs (the shipped one: no rollout yet) on the held-out slice (and
+// the old router worse than the new); `model publish` signs it and starts
+// a staged rollout that reaches every agent, whose router then sends
+// held-out banking requests to the cloud and keeps car commands on the
+// device. A second candidate is then judged against that router, 1.1,
+// fetched from the cloud: one that passes against the shipped router is
+// refused, by evaluate and by publish.
 func TestLearningLoop(t *testing.T) {
 	if raceEnabled {
 		t.Skip("trains a router with gorgonia: minutes under -race; make test runs it without")
@@ -127,9 +130,15 @@ func TestLearningLoop(t *testing.T) {
 	} else if !strings.Contains(out, "relabelled cloud") {
 		t.Logf("model train:\n%s", out)
 	}
-	out, err := run("model", "evaluate", "--candidate", cand, "--telemetry", export)
+	// Evaluated against the router the fleet runs: no rollout has reached
+	// it yet, so that is the shipped one, and the output says so.
+	fleetGate := []string{"--telemetry", export, "--cloud", srv.URL, "--ota-pub", pubPath}
+	out, err := run(append([]string{"model", "evaluate", "--candidate", cand}, fleetGate...)...)
 	if err != nil {
 		t.Fatalf("model evaluate refused the retrained router: %v\n%s", err, out)
+	}
+	if !strings.Contains(out, "comparing with the shipped router") {
+		t.Fatalf("before any rollout the fleet's router is not the shipped one:\n%s", out)
 	}
 	t.Logf("model evaluate:\n%s", out)
 	// The gate works the other way too: the old router is worse than the new.
@@ -208,5 +217,39 @@ func TestLearningLoop(t *testing.T) {
 		if bank != candBank || car != candCar {
 			t.Fatalf("%s routes unlike the evaluated router: banking %.0f%% (evaluated %.0f%%), car %.0f%% (evaluated %.0f%%)", id, 100*bank, 100*candBank, 100*car, 100*candCar)
 		}
+	}
+
+	// The next candidate is judged against 1.1, which the fleet now runs
+	// (fetched from the cloud and verified), not against the shipped
+	// router. The shipped router's network as a candidate passes the gate
+	// against the shipped router (a tie is not worse) and is refused
+	// against the fleet's: only the fleet's router can refuse it, and
+	// above it lost to 1.1 given as a file.
+	waitUntil(t, "every device reports router 1.1", func() bool {
+		ds, err := m.Devices()
+		n := 0
+		for _, d := range ds {
+			if d.Status != nil && d.Status.Artifacts[firmware.KindPredictor] == "1.1" {
+				n++
+			}
+		}
+		return err == nil && n == len(ids)
+	})
+	if out, err := run(append([]string{"model", "evaluate", "--candidate", shipped, "--current", "shipped"}, fleetGate...)...); err != nil {
+		t.Fatalf("the shipped router lost against itself: %v\n%s", err, out)
+	}
+	out, err = run(append([]string{"model", "evaluate", "--candidate", shipped}, fleetGate...)...)
+	if !errors.Is(err, ctl.ErrWorseRouter) || !strings.Contains(out, "fleet's router: 1.1, run by 3 of 3 devices") {
+		t.Fatalf("a second candidate was not judged against the fleet's 1.1: %v\n%s", err, out)
+	}
+	t.Logf("second candidate against the fleet:\n%s", out)
+	// publish runs that gate too and starts no rollout.
+	out, err = run("model", "publish", "--model", shipped, "--version", "1.2", "--board", "rpi4", "--key", keyPath,
+		"--telemetry", export, "--cloud", srv.URL, "--stages", "100%", "--soak", "0s")
+	if !errors.Is(err, ctl.ErrWorseRouter) || !strings.Contains(out, "fleet's router: 1.1") {
+		t.Fatalf("publish of a router worse than the fleet's: %v\n%s", err, out)
+	}
+	if rs, _ := m.Rollouts(); len(rs) != 1 {
+		t.Fatalf("%d rollouts after a refused publish, want 1", len(rs))
 	}
 }

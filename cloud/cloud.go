@@ -17,6 +17,7 @@ import (
 	"os"
 	"path/filepath"
 	"runtime"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -63,6 +64,8 @@ type Config struct {
 	MQTTDynsec    bool    // the external broker is a Mosquitto with the dynamic security plugin: revoked devices are disabled there
 	PublicURL     cli.URL // this cloud's HTTP base URL as devices reach it (rollout downloads); parsed when set
 	OTAPub        string  // the fleet's OTA public key: uploaded artifacts must be signed with it
+	FleetDataDir  string  // the fleet store's directory; empty: DATA_DIR/fleet
+	FleetStandby  bool    // with Redis: wait for the fleet lease as a standby instead of refusing to start (fleetstandby.go)
 	OTLP          cli.URL // OTLP/HTTP collector that request spans are exported to; parsed when set
 
 	BuiltinWorkers int           // built-in engines; 0: none beside --worker, else 1 (4 in --dev)
@@ -77,6 +80,7 @@ type Config struct {
 	SLAITL         time.Duration
 	AdminListen    string // pprof and /metrics on their own listener; empty = off
 	CacheLayers    string // prompt-caching layers, comma-separated (cache.go); empty = the default set
+	Scheduler      string // the placement policy (sched.Names); empty = sched.NameScheduler, i.e. sched.DefaultPolicy
 }
 
 // FillDefaults sets every field whose zero value is not a working setting,
@@ -122,9 +126,9 @@ func (c *Config) Fields() cli.Fields {
 		{Flag: "pki-dir", Go: "PKIDir", Value: &c.PKIDir, Usage: "directory with the CA and server certificate (phaselessctl pki init)"},
 		{Flag: "dev", Go: "Dev", Value: &c.Dev, Usage: "development mode: no API keys required; creates a PKI in the data dir when none is given; honours x-phaseless-policy"},
 		{Flag: "model", Go: "Model", Value: &c.Model, Usage: "GGUF model for the built-in engine (default: the shipped cloud model)"},
-		{Flag: "worker", Go: "Workers", Value: &c.Workers, Usage: "OpenAI-compatible engine URL (repeatable); options in the fragment: URL#role=prefill-heavy&model=NAME&capacity=N&gpu=h100; or sim://GPU?model=M&n=N for simulated GPU workers (docs/sim.md)"},
+		{Flag: "worker", Go: "Workers", Value: &c.Workers, Usage: "OpenAI-compatible engine URL (repeatable); options in the fragment: URL#role=prefill-heavy&model=NAME&capacity=N&gpu=h100&key=BEARER; or sim://GPU?model=M&n=N for simulated GPU workers (docs/sim.md)"},
 		{Flag: "redis", Go: "Redis", Value: &c.Redis, Usage: "Redis URL for shared admission state, e.g. redis://127.0.0.1:6379/0"},
-		{Flag: "api-keys", Go: "APIKeys", Value: &c.APIKeys, Usage: "file of API keys, one per line: key [tenant] [budget] [role=inference|operator|viewer] (docs/security.md)"},
+		{Flag: "api-keys", Go: "APIKeys", Value: &c.APIKeys, Usage: "file of API keys, one per line: key [tenant] [budget] [role=inference|operator|viewer|worker] (docs/security.md)"},
 		{Flag: "mqtt-tls", Go: "MQTTTLS", Value: &c.MQTTTLS, Usage: "embedded broker's MQTT-over-TLS listener, using the PKI's server certificate; empty disables it"},
 		{Flag: "mqtt-passwords", Go: "MQTTPasswords", Value: &c.MQTTPasswords, Usage: "Mosquitto password file for the embedded broker (username = device id)"},
 		{Flag: "mqtt-url", Go: "MQTTURL", Value: &c.MQTTURL, Usage: "external MQTT v5 broker (mqtt://user:pass@host:1883) instead of the embedded one"},
@@ -132,12 +136,15 @@ func (c *Config) Fields() cli.Fields {
 		{Flag: "public-url", Go: "PublicURL", Value: &c.PublicURL, Usage: "this cloud's HTTP base URL as devices reach it, for rollout downloads (default: http://127.0.0.1 and the --http port)"},
 		{Flag: "otlp", Go: "OTLP", Value: &c.OTLP, Usage: "OpenTelemetry collector URL (OTLP/HTTP, e.g. http://127.0.0.1:4318): export spans for admission, scheduling, queueing, prefill and decode"},
 		{Flag: "ota-pub", Go: "OTAPub", Value: &c.OTAPub, Usage: "the fleet's OTA public key (phaselessctl ota keygen): uploaded rollout artifacts must be signed with it"},
+		{Flag: "fleet-data-dir", Go: "FleetDataDir", Value: &c.FleetDataDir, Usage: "directory of the fleet store (registry, config, telemetry, rollouts); default DATA_DIR/fleet. Replicas with --fleet-standby share it"},
+		{Flag: "fleet-standby", Go: "FleetStandby", Value: &c.FleetStandby, Usage: "with --redis and --mqtt-url: when another replica holds the fleet lease, wait for it as a standby (serving inference) and take over the fleet when it stops or dies, from the shared --fleet-data-dir"},
 		{Flag: "builtin-workers", Go: "BuiltinWorkers", Value: &c.BuiltinWorkers, Usage: "built-in engine workers; 0: none when --worker is given, else 1, or 4 with --dev (one per pool, conservative included)"},
 		{Flag: "builtin-roles", Go: "BuiltinRoles", Value: &c.BuiltinRoles, Usage: "pools of the built-in workers, assigned in turn, e.g. decode-heavy,prefill-heavy,stream,conservative (default: decode-heavy,prefill-heavy,stream; --dev adds conservative)"},
 		{Flag: "budget", Go: "Budget", Value: &c.Budget, Usage: "default token budget per API key or device: burst size, refilled over --budget-period"},
 		{Flag: "budget-period", Go: "BudgetPeriod", Value: &c.BudgetPeriod, Usage: "how long an empty budget takes to refill, for the default and every key's budget (1m, 1h, 24h…)"},
 		{Flag: "batch-window", Go: "BatchWindow", Value: &c.BatchWindow, Usage: "longest a request waits to be batched with similar-length prompts while its engine is full"},
 		{Flag: "batch-max", Go: "BatchMax", Value: &c.BatchMax, Usage: "most requests released into an engine together"},
+		{Flag: "scheduler", Go: "Scheduler", Value: &c.Scheduler, Usage: "placement policy: " + strings.Join(sched.Names(), ", ") + " (scheduler = the project's default, " + sched.DefaultPolicy + "; the others are the baselines and ablations docs/cloud.md measures)"},
 		{Flag: "cache-layers", Go: "CacheLayers", Value: &c.CacheLayers, Usage: "prompt-caching layers: affinity, prefetch, semantic (comma-separated), or none; default affinity (docs/cloud.md)"},
 		{Flag: "max-running", Go: "MaxRunning", Value: &c.MaxRunning, Usage: "requests running at once before the per-tenant fair queue holds them (0: twice the workers' capacity)"},
 		{Flag: "max-queued", Go: "MaxQueued", Value: &c.MaxQueued, Usage: "requests the fair queue holds before more are refused with 503 overloaded in the API's error shape (0: 1024)"},
@@ -198,12 +205,16 @@ func (c *Config) Validate() error {
 		return &cli.FieldError{Field: "MaxRunning", Err: fmt.Errorf("%d must not be negative", c.MaxRunning)}
 	case c.MQTTDynsec && !c.MQTTURL.IsSet():
 		return &cli.FieldError{Field: "MQTTDynsec", Err: errors.New("needs an external broker (--mqtt-url)")}
+	case c.FleetStandby && (!c.Redis.IsSet() || !c.MQTTURL.IsSet()):
+		return &cli.FieldError{Field: "FleetStandby", Err: errors.New("needs --redis (the lease) and --mqtt-url (a broker every replica reaches: an embedded broker's sessions die with its replica)")}
 	case c.MaxQueued < 0:
 		return &cli.FieldError{Field: "MaxQueued", Err: fmt.Errorf("%d must not be negative", c.MaxQueued)}
 	case c.SLATTFT <= 0:
 		return &cli.FieldError{Field: "SLATTFT", Err: errors.New("must be positive")}
 	case c.SLAITL <= 0:
 		return &cli.FieldError{Field: "SLAITL", Err: errors.New("must be positive")}
+	case c.Scheduler != "" && !slices.Contains(sched.Names(), c.Scheduler):
+		return &cli.FieldError{Field: "Scheduler", Err: fmt.Errorf("unknown policy %q (%s)", c.Scheduler, strings.Join(sched.Names(), ", "))}
 	}
 	return nil
 }
@@ -223,6 +234,9 @@ type WorkerURL struct {
 	gpu string
 	tp  int          // a sim:// worker's GPUs per engine; 0 = the fewest that fit
 	sim *sim.URLSpec // sim://GPU?model=M&n=N: simulated workers (cloud/sim)
+	// key is the bearer token the worker wants (#key=): for another
+	// phaseless-cloud with --api-keys, a role=worker key.
+	key string
 }
 
 // WorkerURLs is the repeatable --worker flag: each value is parsed once, when
@@ -279,6 +293,8 @@ func parseWorkerURL(s string) (WorkerURL, error) {
 			w.hasRole = true
 		case "model":
 			w.model = v[0]
+		case "key":
+			w.key = v[0]
 		case "gpu":
 			if _, err := sim.LookupGPU(v[0]); err != nil {
 				return WorkerURL{}, fmt.Errorf("%q: %v", s, err)
@@ -289,11 +305,15 @@ func parseWorkerURL(s string) (WorkerURL, error) {
 				return WorkerURL{}, fmt.Errorf("%q: capacity %q must be a positive integer", s, v[0])
 			}
 		default:
-			return WorkerURL{}, fmt.Errorf("%q: unknown option %q (role, model, capacity, gpu)", s, k)
+			return WorkerURL{}, fmt.Errorf("%q: unknown option %q (role, model, capacity, gpu, key)", s, k)
 		}
 	}
 	u.Fragment = ""
 	w.base, w.host = u.String(), u.Host
+	if w.key != "" { // printed as the flag's value and in errors: never the key
+		opts.Set("key", "REDACTED")
+		w.raw = w.base + "#" + opts.Encode()
+	}
 	return w, nil
 }
 
@@ -392,6 +412,7 @@ type Cloud struct {
 	quic    *quic.Server
 	broker  *broker.Broker
 	fleet   *fleet.Manager
+	standby *fleet.Standby // instead of fleet with --fleet-standby
 	admin   *metrics.Admin // nil without --admin-listen
 	audit   *ingress.AuditLog
 	deny    *pki.DenyList // revoked devices in the PKI dir; nil without one
@@ -495,8 +516,8 @@ func (c *Cloud) Start(ctx context.Context) (err error) {
 		Workers: c.workers, Admitter: c.admit, Tokenizer: tok, BlockSize: kvBlockSize,
 		Fair:                admit.FairConfig{Slots: slots, MaxQueue: c.cfg.MaxQueued},
 		Budget:              budgetOf(keys, c.cfg.BudgetPeriod),
-		AllowPolicyOverride: c.cfg.Dev,
-		SLATTFT:             c.cfg.SLATTFT, SLAITL: c.cfg.SLAITL,
+		AllowPolicyOverride: c.cfg.Dev, Scheduler: c.cfg.Scheduler,
+		SLATTFT: c.cfg.SLATTFT, SLAITL: c.cfg.SLAITL,
 		Metrics: c.metrics, Logger: c.log, Tracer: c.tracer.TracerProvider(),
 		Cache: cacheConfig,
 	})
@@ -527,30 +548,36 @@ func (c *Cloud) Start(ctx context.Context) (err error) {
 	}
 	ready := c.coord.Ready
 	var admin http.Handler
-	if c.fleet != nil {
-		admin = gate.Admin(c.fleet.Handler())
-		ready = func() error { return errors.Join(c.coord.Ready(), c.fleet.Ready()) }
+	if fa, fr := c.fleetAPI(); fa != nil {
+		admin = gate.Admin(fa.Handler())
+		ready = func() error { return errors.Join(c.coord.Ready(), fr()) }
 	}
 	api, err := httpapi.NewHandler(c.coord, httpapi.Options{
-		Authenticate: auth, AllowPolicyHint: c.cfg.Dev, AllowKVHandoff: len(builtins) > 0, Metrics: c.metrics, Logger: c.log,
+		Authenticate: auth, AllowPolicyHint: c.cfg.Dev, AllowKVHandoff: len(builtins) > 0, Cloud: true, Metrics: c.metrics, Logger: c.log,
 		Models: c.listModels,
 	})
 	if err != nil {
 		return err
 	}
 	public := map[string]http.Handler{}
-	if c.fleet != nil {
-		public["GET "+fleet.ArtifactPrefix] = c.fleet.ArtifactHandler()
+	if fa, _ := c.fleetAPI(); fa != nil {
+		public["GET "+fleet.ArtifactPrefix] = fa.ArtifactHandler()
 	}
-	if kv, err := c.kvServer(workers, auth); err != nil {
+	var kvAuth func(*http.Request) (string, error)
+	if keys != nil {
+		kvAuth = gate.Worker
+	}
+	if kv, err := c.kvServer(workers, kvAuth); err != nil {
 		return err
 	} else if kv != nil {
-		// Authenticated by the KV server itself, with the inference keys.
+		// Authenticated by the KV server itself, with worker keys only.
 		public["/v1/kv/"] = kv
 	}
 	uiCfg := ui.Config{Cloud: c.coord.Dashboard(), Authenticate: auth}
 	if c.fleet != nil {
 		uiCfg.Fleet = c.fleet
+	} else if c.standby != nil {
+		uiCfg.Fleet = standbyFleet{c.standby}
 	}
 	dash, err := ui.New(uiCfg)
 	if err != nil {
@@ -596,7 +623,7 @@ func (c *Cloud) kvServer(workers []*worker.Worker, auth func(*http.Request) (str
 // startFleet starts the embedded broker (or connects to --mqtt-url) and the
 // fleet manager on it; neither runs when both are empty.
 func (c *Cloud) startFleet() error {
-	fc := fleet.Config{DataDir: filepath.Join(c.cfg.DataDir, "fleet"), Metrics: c.metrics, Logger: c.log, PublicURL: c.publicURL(),
+	fc := fleet.Config{DataDir: c.fleetDataDir(), Metrics: c.metrics, Logger: c.log, PublicURL: c.publicURL(),
 		Shadow: c.coord} // the coordinator answers devices' shadow samples
 	if c.cfg.OTAPub != "" {
 		key, err := firmware.ReadPublicKey(c.cfg.OTAPub)
@@ -656,6 +683,9 @@ func (c *Cloud) startFleet() error {
 			return &cli.FieldError{Field: "Redis", Err: err}
 		}
 		fc.Lease = lease
+		if c.cfg.FleetStandby {
+			return c.startStandby(fc)
+		}
 	}
 	m, err := fleet.Open(fc)
 	if err != nil {
@@ -758,7 +788,7 @@ func (c *Cloud) buildWorkers() ([]*worker.Worker, []*worker.Builtin, lm.Tokenize
 		return fail(err)
 	}
 	for i, wu := range remotes {
-		r, err := worker.NewRemote(worker.RemoteConfig{URL: wu.base, Model: wu.model})
+		r, err := worker.NewRemote(worker.RemoteConfig{URL: wu.base, Model: wu.model, APIKey: wu.key})
 		if err != nil {
 			return fail(err)
 		}
@@ -930,6 +960,10 @@ func (c *Cloud) closeLocked() error {
 	if c.fleet != nil {
 		errs = append(errs, c.fleet.Close())
 		c.fleet = nil
+	}
+	if c.standby != nil {
+		errs = append(errs, c.standby.Close())
+		c.standby = nil
 	}
 	if c.broker != nil {
 		errs = append(errs, c.broker.Close())

@@ -142,8 +142,9 @@ func TestCloudHTTP(t *testing.T) {
 	if !strings.HasPrefix(r.header.Get("x-phaseless-route"), "cloud/") {
 		t.Fatalf("route %q", r.header.Get("x-phaseless-route"))
 	}
+	// The cloud's default scheduler is the priced policy (priced-pd).
 	h, err := schedhint.Parse(r.header.Get("x-scheduler-hint"))
-	if err != nil || h.Policy != sched.PolicyRules || h.InputTokens < 20 {
+	if err != nil || h.Policy != sched.PolicyPriced || h.InputTokens < 20 {
 		t.Fatalf("hint %q → %+v, %v", r.header.Get("x-scheduler-hint"), h, err)
 	}
 	if r.header.Get("x-burst-budget-remaining") == "" {
@@ -155,6 +156,14 @@ func TestCloudHTTP(t *testing.T) {
 	}
 	if bad := chat(t, addr, "", "fastest", "x", 4); bad.status != 400 {
 		t.Fatalf("unknown policy: %d %s", bad.status, bad.body)
+	}
+	// --scheduler picks the policy in force for every request.
+	rules := startCloud(t, func(c *Config) { c.Scheduler = sched.NameRules })
+	if h, _ := schedhint.Parse(chat(t, rules.HTTPAddr(), "", "", "hello", 4).header.Get("x-scheduler-hint")); h.Policy != sched.PolicyRules {
+		t.Fatalf("--scheduler rules: %+v", h)
+	}
+	if _, err := New(Config{HTTP: "127.0.0.1:0", DataDir: t.TempDir(), Dev: true, Budget: 1, BatchMax: 1, SLATTFT: time.Second, SLAITL: time.Second, Scheduler: "fastest"}, nil); err == nil || !strings.Contains(err.Error(), "unknown policy") {
+		t.Fatalf("--scheduler fastest: %v", err)
 	}
 	fams := metricstest.Parse(t, scrape(t, addr))
 	metricstest.CheckConventions(t, fams)
@@ -365,6 +374,15 @@ func TestConfigValidate(t *testing.T) {
 	}
 	if cl := wu.class(); cl.Known() {
 		t.Fatalf("no #gpu, yet a class: %+v", cl)
+	}
+	// #key= is the bearer token for a worker that wants one (another cloud's
+	// role=worker key); the flag's printed value never shows it.
+	var keyed WorkerURLs
+	if err := keyed.Set("http://peer:8080#key=sk-work-1&role=decode-heavy"); err != nil {
+		t.Fatal(err)
+	}
+	if keyed[0].key != "sk-work-1" || keyed[0].base != "http://peer:8080" || strings.Contains(keyed.String(), "sk-work-1") {
+		t.Fatalf("keyed worker %+v, printed %q", keyed[0], keyed.String())
 	}
 	// #gpu= prices the worker by the simulator's profile of that GPU.
 	if err := c.Workers.Set("http://l4:8000#gpu=l4,http://h100:8000#gpu=h100&model=llama3.1-8b"); err != nil {

@@ -20,11 +20,11 @@ func (c *Cloud) watchRevocations(ctx context.Context) {
 	errs := c.metrics.Counter("phaseless_deny_list_errors_total", "failed rereads of the PKI deny list (the previous list stays in force)")
 	brokerErrs := c.metrics.Counter("phaseless_broker_revoke_errors_total", "revoked devices the external broker's dynamic security plugin could not be told about (retried at the next start)")
 	c.mu.Lock()
-	m := c.fleet
+	dynsec := (c.fleet != nil || c.standby != nil) && c.cfg.MQTTDynsec
 	c.mu.Unlock()
-	dynsec := m != nil && c.cfg.MQTTDynsec
 	tellBroker := func(id string) bool {
-		if !dynsec {
+		m := c.fleetWriter()
+		if !dynsec || m == nil { // a standby leaves the broker to the writer
 			return false
 		}
 		if err := m.RevokeOnBroker(ctx, id); err != nil {

@@ -7,7 +7,6 @@ import (
 	"io"
 	"os"
 	"path/filepath"
-	"strings"
 )
 
 // Artifacts keeps the installed versions of one hot-swapped artifact kind
@@ -46,15 +45,16 @@ type ArtifactState struct {
 	Failed string `json:"failed,omitempty"`
 }
 
-// parse reads state.json: every version it names must be one (they are
-// directory names under the store).
+// parse reads state.json: every version it names must be one that Install
+// takes (ParseVersion: a leading "v" included), since they are directory
+// names under the store.
 func (st *ArtifactState) parse(raw []byte) error {
 	var v ArtifactState
 	if err := json.Unmarshal(raw, &v); err != nil {
 		return fmt.Errorf("%w: state.json: %v", ErrCorrupt, err)
 	}
 	for _, s := range []string{v.Current, v.Previous, v.Failed} {
-		if _, err := ParseVersion(s); s != "" && (err != nil || strings.HasPrefix(s, "v")) {
+		if _, err := ParseVersion(s); s != "" && err != nil {
 			return fmt.Errorf("%w: state.json names %q, not a version", ErrCorrupt, s)
 		}
 	}
@@ -189,7 +189,7 @@ func (a *Artifacts) save() error {
 	if err != nil {
 		return err
 	}
-	return writeAtomic(a.dir, "state.json", raw)
+	return WriteAtomic(a.dir, "state.json", raw)
 }
 
 // extractTo writes v's payloads into dir (created afresh) with every file
@@ -212,9 +212,10 @@ func extractTo(dir string, v *Verified) error {
 	return err
 }
 
-// writeAtomic replaces dir/name with data: temp file, fsync, rename, fsync
-// of the directory.
-func writeAtomic(dir, name string, data []byte) error {
+// WriteAtomic replaces dir/name with data: temp file, fsync, rename, fsync
+// of the directory, so a power cut leaves the old file or the new one,
+// never a torn one or a rename the directory forgot.
+func WriteAtomic(dir, name string, data []byte) error {
 	f := &syncFile{path: filepath.Join(dir, name+".tmp")}
 	if _, err := f.Write(data); err != nil {
 		f.Close()

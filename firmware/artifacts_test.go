@@ -88,6 +88,27 @@ func TestArtifactsStates(t *testing.T) {
 	}
 }
 
+// TestArtifactsVersionWithV: a version signed as "v1.2" (ParseVersion takes
+// the "v") installs, and the store opens on it again; it was once set aside
+// on the next start, so the device silently went back to its built-in
+// artifact.
+func TestArtifactsVersionWithV(t *testing.T) {
+	dir := t.TempDir()
+	a, err := OpenArtifacts(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := a.Install(artifactBundle(t, "v1.2")); err != nil {
+		t.Fatal(err)
+	}
+	if err := a.Activate("v1.2"); err != nil {
+		t.Fatal(err)
+	}
+	if re, err := OpenArtifacts(dir); err != nil || re.Discarded != nil || re.State().Current != "v1.2" {
+		t.Fatalf("reopened on v1.2: %+v, discarded %v, %v", re.State(), re.Discarded, err)
+	}
+}
+
 // TestKillDuringArtifactInstall kills an agent stand-in that installs,
 // activates and fails router-model versions in a loop. After every kill the
 // store opens, no half-done install is left, every version the state names

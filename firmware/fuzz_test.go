@@ -196,3 +196,27 @@ func FuzzArtifactState(f *testing.F) {
 		}
 	})
 }
+
+// FuzzReadPayload: a bundle read into memory by a tool (the fleet's router
+// fetched from the cloud) is outside bytes; ReadPayload returns an error,
+// or a payload only for a bundle the trusted key signed.
+func FuzzReadPayload(f *testing.F) {
+	priv := ed25519.NewKeyFromSeed(bytes.Repeat([]byte{7}, ed25519.SeedSize))
+	pub := priv.Public().(ed25519.PublicKey)
+	var signed bytes.Buffer
+	if err := WriteKind(&signed, priv, KindPredictor, "1.1", "rpi4", map[string][]byte{"predictor.onnx": []byte("onnx"), "README": []byte("x")}, []string{"README", "predictor.onnx"}); err != nil {
+		f.Fatal(err)
+	}
+	f.Add(signed.Bytes())
+	f.Add(signed.Bytes()[:signed.Len()-2])
+	f.Add([]byte(magic))
+	f.Fuzz(func(t *testing.T, b []byte) {
+		m, onnx, err := ReadPayload(b, pub, ".onnx")
+		if err != nil {
+			return
+		}
+		if _, err := Inspect(bytes.NewReader(b), pub); err != nil || m.Version == "" || onnx == nil {
+			t.Fatalf("accepted %q: manifest %+v, payload %q, signature %v", b, m, onnx, err)
+		}
+	})
+}

@@ -232,7 +232,7 @@ func (s *Slots) save() error {
 	if err != nil {
 		return err
 	}
-	return writeAtomic(s.dir, "state.json", raw)
+	return WriteAtomic(s.dir, "state.json", raw)
 }
 
 // syncFile is a file created on first write and fsync'd on Close, so a slot

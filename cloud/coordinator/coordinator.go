@@ -50,8 +50,13 @@ type Config struct {
 	// within SLATTFT and mean inter-token gap within SLAITL. Defaults 2 s and
 	// 200 ms.
 	SLATTFT, SLAITL time.Duration
-	// Policy, when set, is the scheduler in force instead of the rules
-	// (sched.NewRules(Rules)).
+	// Scheduler names the policy in force (sched.Names; phaseless-cloud
+	// --scheduler); empty is sched.NameScheduler, the project's default
+	// (sched.DefaultPolicy). The priced policies estimate against
+	// SLATTFT and SLAITL.
+	Scheduler string
+	// Policy, when set, is the scheduler in force instead of Scheduler's
+	// (tests and embedders with a policy of their own).
 	Policy  sched.Policy
 	Metrics *metrics.Registry
 	Logger  *slog.Logger
@@ -115,9 +120,10 @@ func New(cfg Config) (*Coordinator, error) {
 	if c.cache, err = newCacheLayer(cfg.Cache, cfg.Tokenizer, cfg.BlockSize, cfg.Metrics); err != nil {
 		return nil, err
 	}
+	opts := sched.Options{Rules: cfg.Rules, SLOTTFT: cfg.SLATTFT, SLOTPOT: cfg.SLAITL}
 	c.policy = cfg.Policy
 	if c.policy == nil {
-		if c.policy, err = sched.NewRules(cfg.Rules); err != nil {
+		if c.policy, err = sched.New(cfg.Scheduler, opts); err != nil {
 			return nil, err
 		}
 	}
@@ -125,7 +131,7 @@ func New(cfg Config) (*Coordinator, error) {
 		return nil, err
 	}
 	for _, name := range sched.Names() {
-		p, err := sched.ByName(name, cfg.Rules)
+		p, err := sched.New(name, opts)
 		if err != nil {
 			return nil, err
 		}
@@ -260,7 +266,7 @@ func (c *Coordinator) generate(ctx context.Context, req *llm.Request, emit llm.E
 	run := c.newRun(ctx, st, ticket)
 	defer run.billOutput() // before the deferred Release: the slot's last tokens count
 	var fin llm.Final
-	if c.splittable(d) {
+	if c.splittable(req, d) {
 		fin, err = c.runSplit(ctx, req, &m, d, run)
 		switch {
 		case err == nil:

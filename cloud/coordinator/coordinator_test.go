@@ -221,7 +221,8 @@ func TestCancelFreesSequence(t *testing.T) {
 }
 
 // TestBreakerFallsBackToFIFO: after a window with too many 5xx the
-// coordinator stops using the rules and places requests FIFO, then returns.
+// coordinator stops using its scheduler (the default, priced-pd) and places
+// requests FIFO, then returns.
 func TestBreakerFallsBackToFIFO(t *testing.T) {
 	w, _ := builtinWorker(t, "b", sched.RoleDecode)
 	clk := &clock{t: time.Unix(1e9, 0)}
@@ -237,8 +238,8 @@ func TestBreakerFallsBackToFIFO(t *testing.T) {
 		}
 		return h.Policy
 	}
-	if p := policyOf(); p != sched.PolicyRules {
-		t.Fatalf("policy %v before any error", p)
+	if p := policyOf(); p != sched.PolicyPriced {
+		t.Fatalf("policy %v before any error, want the default scheduler's (priced)", p)
 	}
 	for range 20 {
 		c.breaker.Record(true, 0) // what finish records for a 5xx
@@ -248,7 +249,7 @@ func TestBreakerFallsBackToFIFO(t *testing.T) {
 		t.Fatalf("policy %v with the breaker %+v", p, c.Breaker())
 	}
 	clk.Advance(time.Minute)
-	if p := policyOf(); p != sched.PolicyRules {
+	if p := policyOf(); p != sched.PolicyPriced {
 		t.Fatalf("policy %v after the breaker closed", p)
 	}
 }

@@ -40,10 +40,16 @@ func newPDMetrics(r *metrics.Registry) pdMetrics {
 	}
 }
 
-// splittable reports whether d asks for a split this coordinator can run.
-func (c *Coordinator) splittable(d sched.Decision) bool {
+// splittable reports whether d asks for a split this coordinator can run
+// for req: a remote prefill worker must be able to render req's prompt
+// (worker.KVCarries); otherwise the prefill worker runs it colocated.
+func (c *Coordinator) splittable(req *llm.Request, d sched.Decision) bool {
 	ws := c.cfg.Workers.Workers()
-	return d.Split && d.DecodeWorker != d.Worker && d.DecodeWorker >= 0 && d.DecodeWorker < len(ws)
+	if !d.Split || d.DecodeWorker == d.Worker || d.DecodeWorker < 0 || d.DecodeWorker >= len(ws) {
+		return false
+	}
+	_, remote := ws[d.Worker].Engine().(*worker.Remote)
+	return !remote || worker.KVCarries(req)
 }
 
 // runSplit runs d's prefill on d.Worker and its decode on d.DecodeWorker.

@@ -240,3 +240,47 @@ func TestDisaggregatedPolicy(t *testing.T) {
 		t.Fatalf("Decide allocates %v times", n)
 	}
 }
+
+// TestSplitNeedsACarriablePrompt: a remote prefill worker gets the prompt
+// as plain turns (/v1/kv/prefill), so a request with tools, a response
+// format, tool turns or cache breakpoints is not split onto one (its prefill
+// would render another prompt, which the decode worker refuses after the
+// whole prefill and transfer); a built-in prefill worker takes the request
+// itself and splits anything.
+func TestSplitNeedsACarriablePrompt(t *testing.T) {
+	srv := httptest.NewServer(http.NotFoundHandler())
+	t.Cleanup(srv.Close)
+	rem, err := worker.NewRemote(worker.RemoteConfig{URL: srv.URL})
+	if err != nil {
+		t.Fatal(err)
+	}
+	rw, _ := worker.New(worker.Config{Name: "remote", Role: sched.RolePrefill}, rem)
+	bw, _ := builtinWorker(t, "builtin", sched.RoleDecode)
+	c, _ := newCoordinatorWith(t, &clock{t: time.Unix(1e9, 0)}, splitAt(0, 1, sched.RolePrefill), rw, bw)
+
+	tools := greedy("turn the fan up", 4)
+	tools.Tools = []llm.Tool{{Name: "set_fan_speed", Parameters: []byte(`{"type":"object"}`)}}
+	format := greedy("answer in JSON", 4)
+	format.ResponseFormat.Type = llm.FormatJSONObject
+	toolTurn := greedy("and now?", 4)
+	toolTurn.Messages = append([]llm.Message{{Role: "tool", Content: "ok", ToolTurn: llm.ToolTurn{ToolCallID: "call_1"}}}, toolTurn.Messages...)
+	pinned := greedy("a long system prompt", 4)
+	pinned.CacheBreakpoints = []llm.CacheBreakpoint{{Message: 0, TTL: 5 * time.Minute}}
+
+	remoteFirst := sched.Decision{Worker: 0, Split: true, DecodeWorker: 1}
+	builtinFirst := sched.Decision{Worker: 1, Split: true, DecodeWorker: 0}
+	if !c.splittable(greedy("plain turns", 4), remoteFirst) {
+		t.Fatal("a plain request is not split onto the remote prefill worker")
+	}
+	for name, req := range map[string]*llm.Request{"tools": tools, "response_format": format, "tool turn": toolTurn, "cache breakpoint": pinned} {
+		if c.splittable(req, remoteFirst) {
+			t.Errorf("%s: split onto a remote prefill worker that cannot render it", name)
+		}
+		if !c.splittable(req, builtinFirst) {
+			t.Errorf("%s: not split from a built-in prefill worker", name)
+		}
+	}
+	if c.splittable(greedy("x", 4), sched.Decision{Worker: 0, DecodeWorker: 1}) {
+		t.Fatal("a decision without Split is split")
+	}
+}

@@ -170,10 +170,12 @@ func modelTrain(ctx context.Context, cio cli.IO, args []string) error {
 	var compare cli.StringList
 	fs.Var(&compare, "compare", "another ONNX predictor to evaluate in the same run, e.g. the previous shipped model (repeatable)")
 	seed := fs.Uint64("seed", train.ShippedSeed, "seed for initialisation and shuffling (same seed → same bytes)")
-	hidden := fs.Int("hidden", 0, "hidden units (0 = default 32)")
+	hidden := fs.Int("hidden", 0, "hidden units (0 = default: 64 with edge labels, 32 with routellm)")
 	epochs := fs.Int("epochs", 0, "epochs (0 = default 15)")
 	lr := fs.Float64("learn-rate", 0, "Adam learning rate (0 = default 0.003)")
-	maxCar := fs.Float64("max-car-to-cloud", 0, "largest share of validation car requests labelled local the chosen threshold may send to the cloud (0 = default 0.05; 1 = maximise balanced accuracy alone)")
+	maxCar := fs.Float64("max-car-to-cloud", 0, "where the threshold is chosen on validation (--val-threshold, or data without dev.tsv): the largest share of validation car requests labelled local it may send to the cloud (0 = default 0.05; 1 = maximise balanced accuracy alone)")
+	valThreshold := fs.Bool("val-threshold", false, "choose the threshold on the validation split even where the data has a development set (dev.tsv), whose rule is the default: the best smaller share of dev's open questions to the cloud and its car commands kept local")
+	unanswered := fs.Float64("unanswered-target", 0, "edge labels: training target of cloud-labelled requests the cloud model does not answer right either (0 = 1, like the rest)")
 	trainProbe := fs.Bool("probe", false, "train on the edge model's prefill probe (the device then runs it before each routed request); default: the probe block is left empty and ignored")
 	telWeight := fs.Float64("telemetry-weight", 0, "share of the loss on the --telemetry examples, edge labels only (0 = the default, 0.2)")
 	if err := parseFlags(fs, cio, args, "phaselessctl model train [--data DIR] [--telemetry FILE] --out F: train the router predictor and evaluate it"); err != nil {
@@ -199,15 +201,19 @@ func modelTrain(ctx context.Context, cio cli.IO, args []string) error {
 		Compare:   others,
 		Telemetry: telemetry,
 		Out:       *out,
-		Config:    train.Config{Seed: *seed, Hidden: *hidden, Epochs: *epochs, LearnRate: *lr, MaxCarToCloud: *maxCar, SourceWeights: weights, Probe: *trainProbe},
+		Config:    train.Config{Seed: *seed, Hidden: *hidden, Epochs: *epochs, LearnRate: *lr, MaxCarToCloud: *maxCar, ValThreshold: *valThreshold, UnansweredTarget: *unanswered, SourceWeights: weights, Probe: *trainProbe},
 		Log:       cio.Stderr,
 	})
 	if err != nil {
 		return err
 	}
 	if res.EdgeReport != nil {
-		fmt.Fprintf(cio.Stdout, "threshold %.4f (chosen on the validation split, balanced accuracy %.3f; stored in the model's metadata as %s)\n",
-			res.Threshold, res.ValBalanced, predictor.MetaThreshold)
+		where := "the validation split"
+		if res.ThresholdOnDev {
+			where = "the development set"
+		}
+		fmt.Fprintf(cio.Stdout, "threshold %.4f (chosen on %s; validation balanced accuracy %.3f; stored in the model's metadata as %s)\n",
+			res.Threshold, where, res.ValBalanced, predictor.MetaThreshold)
 		res.EdgeReport.Print(cio.Stdout)
 		return nil
 	}
@@ -257,7 +263,7 @@ func compareRouters(paths []string, labels string) ([]train.Router, error) {
 		}
 		out = append(out, train.Router{Name: path, P: p, Threshold: routerThreshold(p)})
 		if labels == train.LabelsEdge {
-			out = append(out, train.Router{Name: path + ", threshold tuned on val", P: p})
+			out = append(out, train.Router{Name: path + ", threshold tuned", P: p})
 		}
 	}
 	return out, nil
@@ -272,7 +278,7 @@ func modelEval(ctx context.Context, cio cli.IO, args []string) error {
 	var compare cli.StringList
 	fs.Var(&compare, "compare", "another ONNX predictor to evaluate in the same run (repeatable)")
 	seed := fs.Uint64("seed", 1, "seed of the random-routing baseline (routellm labels)")
-	maxCar := fs.Float64("max-car-to-cloud", train.DefaultMaxCarToCloud, "for routers without a threshold: the largest share of validation car requests the threshold chosen for them may send to the cloud")
+	maxCar := fs.Float64("max-car-to-cloud", train.DefaultMaxCarToCloud, "for routers without a threshold, where the data has no development set (dev.tsv; with one their threshold is chosen on it): the largest share of validation car requests the threshold chosen for them may send to the cloud")
 	if err := parseFlags(fs, cio, args, "phaselessctl model eval [--model F] [--compare F] [--labels edge|routellm] [--data DIR]: held-out routing metrics vs the entropy rule"); err != nil {
 		return helpOK(err)
 	}

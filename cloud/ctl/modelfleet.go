@@ -2,12 +2,15 @@ package ctl
 
 import (
 	"context"
+	"crypto/ed25519"
 	"errors"
 	"flag"
 	"fmt"
 	"maps"
 	"os"
 	"path/filepath"
+	"slices"
+	"strings"
 	"text/tabwriter"
 
 	"github.com/phaseless/phaseless/firmware"
@@ -26,7 +29,7 @@ func init() {
 	for _, c := range commands {
 		if c.Name == "model" {
 			c.Subcommands = append(c.Subcommands,
-				&cli.Command{Name: "evaluate", Summary: "compare a candidate router with the fleet's on the held-out slice of fleet telemetry; fails when it is worse (--candidate F --telemetry fleet.jsonl [--current F])", Run: modelEvaluate},
+				&cli.Command{Name: "evaluate", Summary: "compare a candidate router with the fleet's on the held-out slice of fleet telemetry; fails when it is worse (--candidate F --telemetry fleet.jsonl [--cloud URL --ota-pub K] [--current F])", Run: modelEvaluate},
 				&cli.Command{Name: "publish", Summary: "evaluate, sign as a predictor bundle and start a staged rollout (--model F --version V --key K --telemetry fleet.jsonl)", Run: modelPublish},
 			)
 		}
@@ -45,16 +48,116 @@ type evalFlags struct {
 
 func addEvalFlags(fs *flag.FlagSet) *evalFlags {
 	e := &evalFlags{
-		current: fs.String("current", "", `the router the fleet runs: an ONNX file, "" for the shipped model, "entropy" for the rule`),
+		current: fs.String("current", "", `the router to beat: "" for the one most devices in scope run (fetched from --cloud; the shipped model without a cloud), "shipped", "entropy" for the rule, or an ONNX file`),
 		margin:  fs.Float64("margin", 0, "how far below the current router's balanced accuracy the candidate may score and still pass"),
 	}
 	fs.Var(&e.telemetry, "telemetry", "fleet telemetry export (phaselessctl fleet telemetry export; repeatable)")
 	return e
 }
 
+// fleetRouter is where the gate finds the router the fleet runs: the
+// devices sel picks, asked of the cloud at url, whose bundle must verify
+// against pub before its router is used.
+type fleetRouter struct {
+	cloud, apiKey string
+	sel           map[string]string
+	pub           ed25519.PublicKey
+}
+
+// maxRouterBundle bounds the router bundle evaluate downloads (the shipped
+// router is a few hundred KB).
+const maxRouterBundle = 64 << 20
+
+// current resolves --current: an explicit choice, or (with a cloud) the
+// router most of the fleet's devices in scope run.
+func (e *evalFlags) currentRouter(ctx context.Context, cio cli.IO, fr *fleetRouter) (predictor.Predictor, string, error) {
+	switch *e.current {
+	case "shipped":
+		p, err := predictor.Default()
+		return p, "shipped", err
+	case "entropy":
+		return predictor.EntropyRule{}, "entropy rule", nil
+	case "":
+		if fr == nil {
+			p, err := predictor.Default()
+			return p, "shipped", err
+		}
+		return fr.fetch(ctx, cio)
+	}
+	p, err := predictor.Load(*e.current)
+	return p, filepath.Base(*e.current), err
+}
+
+// fetch asks the cloud which router version most devices in scope report
+// and downloads and verifies its bundle; devices that report none run the
+// router they started with (the shipped one unless --predictor says).
+func (fr *fleetRouter) fetch(ctx context.Context, cio cli.IO) (predictor.Predictor, string, error) {
+	c, err := newFleetClient(fr.cloud, fr.apiKey)
+	if err != nil {
+		return nil, "", err
+	}
+	ra, err := c.Running(ctx, firmware.KindPredictor, fr.sel)
+	if err != nil {
+		return nil, "", fmt.Errorf("ask the cloud which router the fleet runs: %w", err)
+	}
+	scope := "scope: every device"
+	if len(fr.sel) > 0 {
+		scope = "scope: " + selString(fr.sel)
+	}
+	if ra.Version == "" {
+		fmt.Fprintf(cio.Stdout, "fleet's router (%d devices, %s): no device reports a router installed by a rollout, so they run the one they started with: comparing with the shipped router\n", ra.Devices, scope)
+		p, err := predictor.Default()
+		return p, "shipped", err
+	}
+	n := ra.Versions[ra.Version]
+	if ra.Artifact == nil {
+		return nil, "", &cli.FieldError{Field: "current", Err: fmt.Errorf("%d of %d devices (%s) run router %s, but the cloud holds no bundle of it; pass --current FILE", n, ra.Devices, scope, ra.Version)}
+	}
+	if fr.pub == nil {
+		return nil, "", &cli.FieldError{Field: "ota-pub", Err: errors.New("required to verify the fleet's router bundle (or pass --current)")}
+	}
+	bundle, err := c.DownloadArtifact(ctx, ra.Artifact.ID, maxRouterBundle)
+	if err != nil {
+		return nil, "", err
+	}
+	onnx, err := routerFromBundle(bundle, fr.pub, ra.Version)
+	if err != nil {
+		return nil, "", fmt.Errorf("the fleet's router bundle %s: %w", ra.Artifact.ID, err)
+	}
+	p, err := predictor.Read(onnx)
+	if err != nil {
+		return nil, "", fmt.Errorf("the fleet's router %s: %w", ra.Version, err)
+	}
+	fmt.Fprintf(cio.Stdout, "fleet's router: %s, run by %d of %d devices (%s; bundle %.12s for %s, signature verified)\n", ra.Version, n, ra.Devices, scope, ra.Artifact.ID, ra.Artifact.Board)
+	return p, ra.Version, nil
+}
+
+// routerFromBundle verifies a predictor bundle's signature against pub, as
+// a device does, checks it is the version the fleet reports, and returns
+// its ONNX file (size and sha256 checked against the signed manifest).
+func routerFromBundle(bundle []byte, pub ed25519.PublicKey, version string) ([]byte, error) {
+	man, onnx, err := firmware.ReadPayload(bundle, pub, ".onnx")
+	if err != nil {
+		return nil, err
+	}
+	if man.ArtifactKind() != firmware.KindPredictor || man.Version != version {
+		return nil, fmt.Errorf("holds %s %s, want predictor %s", man.ArtifactKind(), man.Version, version)
+	}
+	return onnx, nil
+}
+
+func selString(sel map[string]string) string {
+	keys := slices.Sorted(maps.Keys(sel))
+	for i, k := range keys {
+		keys[i] = k + "=" + sel[k]
+	}
+	return strings.Join(keys, ",")
+}
+
 // gate scores candidate and the current router on the held-out slice,
 // prints both, and fails with ErrWorseRouter when the candidate is worse.
-func (e *evalFlags) gate(cio cli.IO, candidate string) error {
+// fr, when set, is where the fleet's router is found for --current "".
+func (e *evalFlags) gate(ctx context.Context, cio cli.IO, candidate string, fr *fleetRouter) error {
 	if len(e.telemetry) == 0 {
 		return &cli.FieldError{Field: "telemetry", Err: errors.New("required: the fleet's telemetry export holds the held-out slice")}
 	}
@@ -79,13 +182,13 @@ func (e *evalFlags) gate(cio cli.IO, candidate string) error {
 	if err != nil {
 		return &cli.FieldError{Field: "candidate", Err: err}
 	}
-	cur, err := loadPredictor(*e.current)
+	cur, curName, err := e.currentRouter(ctx, cio, fr)
 	if err != nil {
+		var fe *cli.FieldError
+		if errors.As(err, &fe) {
+			return err
+		}
 		return &cli.FieldError{Field: "current", Err: err}
-	}
-	curName := *e.current
-	if curName == "" {
-		curName = "shipped"
 	}
 	cs, err := train.ScoreFleet("candidate "+filepath.Base(candidate), cand, routerThreshold(cand), held)
 	if err != nil {
@@ -110,18 +213,38 @@ func (e *evalFlags) gate(cio cli.IO, candidate string) error {
 	return nil
 }
 
-func modelEvaluate(_ context.Context, cio cli.IO, args []string) error {
+func modelEvaluate(ctx context.Context, cio cli.IO, args []string) error {
 	fs := flag.NewFlagSet("model evaluate", flag.ContinueOnError)
 	fs.String("config", "", "optional YAML config file")
 	candidate := fs.String("candidate", "", "the candidate ONNX router (model train --telemetry)")
+	cloud := fs.String("cloud", "", "cloud HTTP API base URL: compare with the router most devices in scope run (default: no cloud, the shipped router)")
+	apiKey := fs.String("api-key", "", "operator or viewer API key for the cloud's admin API (not needed with phaseless-cloud --dev)")
+	otaPub := fs.String("ota-pub", "", "the fleet's OTA public key (ota keygen): the fleet's router bundle is verified against it before use")
+	sel := fs.String("select", "", "the devices whose router counts, e.g. board=rk3588,region=eu (default: every device)")
 	e := addEvalFlags(fs)
-	if err := parseFlags(fs, cio, args, "phaselessctl model evaluate --candidate F --telemetry fleet.jsonl [--current F]: compare with the fleet's router on held-out fleet telemetry"); err != nil {
+	if err := parseFlags(fs, cio, args, "phaselessctl model evaluate --candidate F --telemetry fleet.jsonl [--cloud URL --ota-pub K [--select k=v]] [--current F]: compare with the fleet's router on held-out fleet telemetry"); err != nil {
 		return helpOK(err)
 	}
 	if *candidate == "" {
 		return &cli.FieldError{Field: "candidate", Err: errors.New("required")}
 	}
-	return e.gate(cio, *candidate)
+	var fr *fleetRouter
+	if *cloud != "" {
+		fr = &fleetRouter{cloud: *cloud, apiKey: *apiKey}
+		if *sel != "" {
+			var err error
+			if fr.sel, err = parseKV(strings.Split(*sel, ",")); err != nil {
+				return &cli.FieldError{Field: "select", Err: err}
+			}
+		}
+		if *otaPub != "" {
+			var err error
+			if fr.pub, err = firmware.ReadPublicKey(*otaPub); err != nil {
+				return &cli.FieldError{Field: "ota-pub", Err: err}
+			}
+		}
+	}
+	return e.gate(ctx, cio, *candidate, fr)
 }
 
 func modelPublish(ctx context.Context, cio cli.IO, args []string) error {
@@ -142,7 +265,23 @@ func modelPublish(ctx context.Context, cio cli.IO, args []string) error {
 	if *model == "" || *version == "" {
 		return fmt.Errorf("%w: --model and --version are required", cli.ErrUsage)
 	}
-	if err := e.gate(cio, *model); err != nil {
+	key, err := firmware.ReadPrivateKey(*keyPath)
+	if err != nil {
+		return &cli.FieldError{Field: "key", Err: err}
+	}
+	// The gate compares with the router the devices this rollout would
+	// reach run, fetched from the cloud and verified with the key's public
+	// half: the bundle the fleet runs was signed by the same key.
+	fr := &fleetRouter{cloud: *cloud, apiKey: *apiKey, sel: map[string]string{}, pub: key.Public().(ed25519.PublicKey)}
+	if *sel != "" {
+		if fr.sel, err = parseKV(strings.Split(*sel, ",")); err != nil {
+			return &cli.FieldError{Field: "select", Err: err}
+		}
+	}
+	if _, ok := fr.sel["board"]; !ok {
+		fr.sel["board"] = *board // a bundle reaches its own board only
+	}
+	if err := e.gate(ctx, cio, *model, fr); err != nil {
 		return err
 	}
 	onnx, err := os.ReadFile(*model)
@@ -151,10 +290,6 @@ func modelPublish(ctx context.Context, cio cli.IO, args []string) error {
 	}
 	if _, err := predictor.Read(onnx); err != nil {
 		return &cli.FieldError{Field: "model", Err: err}
-	}
-	key, err := firmware.ReadPrivateKey(*keyPath)
-	if err != nil {
-		return &cli.FieldError{Field: "key", Err: err}
 	}
 	path := *out
 	if path == "" {

@@ -84,8 +84,10 @@ func (m *Manager) Artifact(id string) (*ArtifactInfo, error) {
 	return info, err
 }
 
-func (m *Manager) artifactPath(id string) string {
-	return filepath.Join(m.cfg.DataDir, "artifacts", id+".plota")
+func (m *Manager) artifactPath(id string) string { return artifactPath(m.cfg.DataDir, id) }
+
+func artifactPath(dataDir, id string) string {
+	return filepath.Join(dataDir, "artifacts", id+".plota")
 }
 
 func (m *Manager) artifactURL(id string) string {

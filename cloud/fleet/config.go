@@ -8,6 +8,7 @@ import (
 	"io"
 	"log/slog"
 	"net/url"
+	"sync/atomic"
 	"time"
 
 	"github.com/phaseless/phaseless/cloud/fleet/broker"
@@ -58,6 +59,9 @@ type Config struct {
 	// (lease.go): Open fails while another holds it, and rollouts, commands
 	// and config changes stop if it is lost.
 	Lease Lease
+	// live, set by a Standby, is the Manager in force now: the metrics
+	// registered by the first Manager it opened read through it.
+	live *atomic.Pointer[Manager]
 
 	// Shadow, when set, grades devices' shadow samples (shadow.go): the
 	// cloud's own generator (the coordinator) answers each sampled request.

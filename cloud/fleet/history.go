@@ -58,9 +58,13 @@ func (m *Manager) StatusHistory(id string) []StatusEvent { return m.history.get(
 
 // registerDeviceGauges exports the registry by state and by version, read at
 // scrape time from the store (one read transaction).
-func (m *Manager) registerDeviceGauges() {
+func registerDeviceGauges(reg *metrics.Registry, cur func() *Manager) {
 	count := func(key func(*Device) string) func(metrics.Emit) {
 		return func(emit metrics.Emit) {
+			m := cur()
+			if m == nil {
+				return
+			}
 			devs, err := m.st.devices()
 			if err != nil {
 				return
@@ -74,9 +78,9 @@ func (m *Manager) registerDeviceGauges() {
 			}
 		}
 	}
-	m.cfg.Metrics.GaugeVecFunc("phaseless_fleet_devices_by_state", "devices by their last reported state (online, offline, unknown)", []string{"state"},
+	reg.GaugeVecFunc("phaseless_fleet_devices_by_state", "devices by their last reported state (online, offline, unknown)", []string{"state"},
 		count(func(d *Device) string { return d.State() }))
-	m.cfg.Metrics.GaugeVecFunc("phaseless_fleet_devices_by_version", "devices by the agent version of their last status", []string{"version"},
+	reg.GaugeVecFunc("phaseless_fleet_devices_by_version", "devices by the agent version of their last status", []string{"version"},
 		count(func(d *Device) string {
 			if d.Status == nil || d.Status.Version == "" {
 				return "unknown"

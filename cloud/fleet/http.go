@@ -71,6 +71,9 @@ func writeError(w http.ResponseWriter, status int, err error) {
 		e.Error.Type = "not_found_error"
 	case http.StatusServiceUnavailable:
 		e.Error.Type = "broker_unavailable"
+		if errors.Is(err, ErrNotWriter) || errors.Is(err, ErrStandby) {
+			e.Error.Type = "not_fleet_writer"
+		}
 	default:
 		e.Error.Type = "api_error"
 	}

@@ -45,6 +45,11 @@ type Lease interface {
 // ErrLeaseHeld is returned when another process holds the fleet lease.
 var ErrLeaseHeld = errors.New("another fleet manager holds the fleet lease")
 
+// ErrLeaseLost is returned by Held when the lease is certainly no longer
+// this holder's (it expired, or another took it), as opposed to a Redis
+// that cannot be asked right now.
+var ErrLeaseLost = errors.New("fleet lease lost")
+
 // RedisLease is a Lease in Redis: the key holds a random token and the
 // holder's name, set with NX and a TTL, renewed by a background loop.
 type RedisLease struct {
@@ -158,23 +163,34 @@ func (l *RedisLease) Held(ctx context.Context) error {
 	lost := l.lost
 	l.mu.Unlock()
 	if lost != nil {
-		return fmt.Errorf("fleet lease lost: %w", lost)
+		return fmt.Errorf("%w: %w", ErrLeaseLost, lost)
 	}
 	ctx, cancel := context.WithTimeout(ctx, l.ttl/3)
 	defer cancel()
 	v, err := l.client.Get(ctx, l.key).Result()
+	if errors.Is(err, redis.Nil) {
+		return fmt.Errorf("%w: it expired", ErrLeaseLost)
+	}
 	if err != nil {
 		return fmt.Errorf("fleet lease unknown: %w", err)
 	}
 	if v != l.value() {
 		_, name, _ := cutToken(v)
-		return fmt.Errorf("fleet lease lost to %q", name)
+		return fmt.Errorf("%w to %q", ErrLeaseLost, name)
 	}
 	return nil
 }
 
-// Release implements Lease and stops renewing; the client closes.
+// Release implements Lease: it stops renewing and deletes the key if it
+// is still this holder's. The lease may be acquired again (a standby that
+// stepped down waits for it anew).
 func (l *RedisLease) Release(ctx context.Context) error {
+	l.stopRenewing()
+	_, err := releaseScript.Run(ctx, l.client, []string{l.key}, l.value()).Result()
+	return err
+}
+
+func (l *RedisLease) stopRenewing() {
 	l.mu.Lock()
 	if l.stop != nil {
 		close(l.stop)
@@ -182,6 +198,36 @@ func (l *RedisLease) Release(ctx context.Context) error {
 	}
 	l.mu.Unlock()
 	l.renewed.Wait()
-	_, err := releaseScript.Run(ctx, l.client, []string{l.key}, l.value()).Result()
-	return errors.Join(err, l.client.Close())
+}
+
+// Holder names who holds the lease now ("" when nobody does).
+func (l *RedisLease) Holder(ctx context.Context) (string, error) {
+	v, err := l.client.Get(ctx, l.key).Result()
+	if errors.Is(err, redis.Nil) {
+		return "", nil
+	}
+	_, name, _ := cutToken(v)
+	return name, err
+}
+
+// BindStore records id as the fleet store's identity beside the lease if
+// none is recorded yet, and returns the recorded one: a standby compares
+// it with the store it opened (standby.go).
+func (l *RedisLease) BindStore(ctx context.Context, id string) (string, error) {
+	key := l.key + ":store"
+	if err := l.client.SetNX(ctx, key, id, 0).Err(); err != nil {
+		return "", fmt.Errorf("fleet store identity: %w", err)
+	}
+	v, err := l.client.Get(ctx, key).Result()
+	if err != nil {
+		return "", fmt.Errorf("fleet store identity: %w", err)
+	}
+	return v, nil
+}
+
+// Close releases the lease and closes the Redis client.
+func (l *RedisLease) Close() error {
+	ctx, cancel := context.WithTimeout(context.Background(), l.ttl/3)
+	defer cancel()
+	return errors.Join(l.Release(ctx), l.client.Close())
 }

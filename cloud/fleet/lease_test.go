@@ -3,6 +3,7 @@ package fleet
 import (
 	"context"
 	"errors"
+	"net/http/httptest"
 	"strings"
 	"testing"
 	"time"
@@ -21,13 +22,7 @@ import (
 // first is gone, the second takes over.
 func TestFleetLeaseSingleWriter(t *testing.T) {
 	url := redistest.Start(t)
-	lease := func(name string) *RedisLease {
-		l, err := NewRedisLease(url, "", name, 3*time.Second)
-		if err != nil {
-			t.Fatal(err)
-		}
-		return l
-	}
+	lease := func(name string) *RedisLease { return testLease(t, url, name, 3*time.Second) }
 	b := startBroker(t, broker.Config{DevAuth: true})
 	a, err := Open(Config{DataDir: t.TempDir(), Broker: b, Lease: lease("cloud-a")})
 	if err != nil {
@@ -72,6 +67,19 @@ func TestFleetLeaseSingleWriter(t *testing.T) {
 	if _, err := a.SetConfigLayer(ctx, "fleet", ConfigUpdate{Values: map[string]*string{"k": ptr("v")}}); !errors.Is(err, ErrNotWriter) {
 		t.Fatalf("a changed config without the lease: %v", err)
 	}
+	if _, err := a.SetLabels("car-1", map[string]*string{"cohort": ptr("beta")}); !errors.Is(err, ErrNotWriter) {
+		t.Fatalf("a changed labels (and so merged config) without the lease: %v", err)
+	}
+	// The message handlers' re-sends (a device reconnecting or reporting a
+	// stale version) check the lease too.
+	if a.steers() {
+		t.Fatal("a steers devices from its handlers without the lease")
+	}
+	w := httptest.NewRecorder()
+	a.Handler().ServeHTTP(w, httptest.NewRequest("POST", "/v1/fleet/devices/car-1/commands", strings.NewReader(`{"name":"ping"}`)))
+	if w.Code != 503 || !strings.Contains(w.Body.String(), `"not_fleet_writer"`) {
+		t.Fatalf("command without the lease over HTTP: %d %s", w.Code, w.Body)
+	}
 	if err := a.Ready(); err == nil || !strings.Contains(err.Error(), "cloud-c") {
 		t.Fatalf("a's readiness without the lease: %v", err)
 	}
@@ -90,6 +98,16 @@ func TestFleetLeaseSingleWriter(t *testing.T) {
 	if _, err := m.SendCommand(ctx, "car-1", "ping", nil); err != nil {
 		t.Fatalf("the new holder cannot send: %v", err)
 	}
+}
+
+// testLease is a lease on the test's redis-server.
+func testLease(t *testing.T, url, name string, ttl time.Duration) *RedisLease {
+	t.Helper()
+	l, err := NewRedisLease(url, "", name, ttl)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return l
 }
 
 func mustParse(t *testing.T, url string) *redis.Options {

@@ -36,6 +36,7 @@ type Manager struct {
 	wg        sync.WaitGroup // the prune and rollout loops
 	closeOnce sync.Once
 	closeErr  error
+	ownsLease bool // Open took cfg.Lease and closes it; a Standby keeps its own
 
 	history statusHistory
 
@@ -70,20 +71,39 @@ func Open(cfg Config) (*Manager, error) {
 			return nil, err
 		}
 	}
-	m, err := open(cfg)
+	m, err := open(cfg, nil)
 	if err != nil && cfg.Lease != nil {
-		_ = cfg.Lease.Release(context.Background())
+		_ = closeLease(cfg.Lease)
+	}
+	if m != nil {
+		m.ownsLease = true
 	}
 	return m, err
 }
 
-func open(cfg Config) (*Manager, error) {
+// closeLease gives the lease up and closes its client when it has one.
+func closeLease(l Lease) error {
+	if c, ok := l.(io.Closer); ok {
+		return c.Close()
+	}
+	return l.Release(context.Background())
+}
+
+// open opens the store and, if check (when set) accepts it, the Manager
+// on it: check runs before anything reaches devices.
+func open(cfg Config, check func(*store) error) (*Manager, error) {
 	if err := os.MkdirAll(cfg.DataDir, 0o700); err != nil {
 		return nil, fmt.Errorf("fleet data dir: %w", err)
 	}
 	st, err := openStore(filepath.Join(cfg.DataDir, "fleet.db"))
 	if err != nil {
 		return nil, err
+	}
+	if check != nil {
+		if err := check(st); err != nil {
+			st.db.Close()
+			return nil, err
+		}
 	}
 	reg := cfg.Metrics
 	m := &Manager{
@@ -102,9 +122,27 @@ func open(cfg Config) (*Manager, error) {
 		mShadow:         reg.LabeledCounter("phaseless_fleet_shadow_samples_total", "devices' shadow samples by outcome: passed, failed, cloud_error, duplicate, dropped (queue full), no_grader, malformed", "outcome"),
 		mIngestSeconds:  reg.Histogram("phaseless_fleet_telemetry_ingest_seconds", "time to store one telemetry batch (bbolt commit included)", metrics.DefLatencyBuckets),
 	}
-	reg.GaugeFunc("phaseless_fleet_telemetry_records_stored", "telemetry records held in the fleet store", func() float64 { return float64(m.stored.Load()) })
-	reg.GaugeFunc("phaseless_fleet_devices", "devices in the registry", func() float64 { return float64(m.nDevs.Load()) })
-	m.registerDeviceGauges()
+	// A registry keeps the first function registered under a name, so a
+	// Standby's later Managers report through the one it points at now.
+	cur := func() *Manager {
+		if cfg.live != nil {
+			return cfg.live.Load()
+		}
+		return m
+	}
+	reg.GaugeFunc("phaseless_fleet_telemetry_records_stored", "telemetry records held in the fleet store", func() float64 {
+		if c := cur(); c != nil {
+			return float64(c.stored.Load())
+		}
+		return 0
+	})
+	reg.GaugeFunc("phaseless_fleet_devices", "devices in the registry", func() float64 {
+		if c := cur(); c != nil {
+			return float64(c.nDevs.Load())
+		}
+		return 0
+	})
+	registerDeviceGauges(reg, cur)
 	m.refreshCounts()
 
 	filters := []string{
@@ -161,7 +199,11 @@ func (m *Manager) Close() error {
 		err := m.bus.close()
 		m.gate.Close()
 		m.closeErr = errors.Join(err, m.st.db.Close())
-		if m.cfg.Lease != nil {
+		switch {
+		case m.cfg.Lease == nil:
+		case m.ownsLease:
+			m.closeErr = errors.Join(m.closeErr, closeLease(m.cfg.Lease))
+		default: // a Standby's: it may take the lease again
 			m.closeErr = errors.Join(m.closeErr, m.cfg.Lease.Release(context.Background()))
 		}
 	})
@@ -367,8 +409,16 @@ func (m *Manager) handleResult(id string, payload []byte) {
 // config it has not reported, and commands without a result. Devices treat
 // both idempotently (config by version, commands by id).
 func (m *Manager) reconcile(dev *Device) {
+	if m.steers() {
+		m.resend(dev)
+	}
+}
+
+// resend publishes what dev has not acknowledged: a newer desired config
+// and its pending commands. The caller has checked the lease.
+func (m *Manager) resend(dev *Device) {
 	if dev.Desired != nil && (dev.Reported == nil || dev.Reported.Version < dev.Desired.Version) {
-		m.publishDesired(dev)
+		m.sendDesired(dev)
 	}
 	cmds := dev.Commands
 	if cmds == nil {
@@ -387,6 +437,9 @@ func (m *Manager) reconcile(dev *Device) {
 }
 
 func (m *Manager) reconcileAll() {
+	if !m.steers() {
+		return
+	}
 	devs, err := m.st.devices()
 	if err != nil {
 		m.log.Error("reconcile: list devices", "err", err)
@@ -394,14 +447,36 @@ func (m *Manager) reconcileAll() {
 	}
 	for _, d := range devs {
 		if d.Desired != nil && (d.Reported == nil || d.Reported.Version < d.Desired.Version) || d.PendingCommands > 0 {
-			m.reconcile(d)
+			m.resend(d)
 		}
 	}
 }
 
+// publishDesired sends dev its desired config, if this Manager still holds
+// the fleet lease: a holder that lost it must not steer devices from the
+// message handlers either (a device reconnecting, reporting a stale
+// version or changing board), only from the API, which fences itself.
 func (m *Manager) publishDesired(dev *Device) {
+	if m.steers() {
+		m.sendDesired(dev)
+	}
+}
+
+func (m *Manager) sendDesired(dev *Device) {
 	p, _ := json.Marshal(dev.Desired)
 	m.bus.publishLater(m.topics.Device(dev.ID, fleetwire.SuffixConfigDesired), p, true)
+}
+
+// steers reports whether this Manager holds the fleet lease (always, with
+// no lease configured), logging why not.
+func (m *Manager) steers() bool {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if err := m.fence(ctx); err != nil {
+		m.log.Warn("not the fleet's writer: nothing sent to devices", "err", err)
+		return false
+	}
+	return true
 }
 
 // Errors the API maps to statuses.

@@ -47,7 +47,11 @@ func (m *Manager) SetLabels(id string, labels map[string]*string) (*Device, erro
 			return nil, fmt.Errorf("%w: label name %q is empty or reserved (board and version come from the device)", ErrBadRequest, k)
 		}
 	}
-	// Labels pick config groups too: the merged config follows them.
+	// Labels pick config groups too: the merged config follows them, so
+	// only the fleet's writer changes them.
+	if err := m.fence(context.Background()); err != nil {
+		return nil, fmt.Errorf("%w: %v", ErrNotWriter, err)
+	}
 	dev, changed, err := m.st.updateDeviceConfig(id, m.now(), true, func(d *Device) error {
 		if d.Labels == nil {
 			d.Labels = map[string]string{}
@@ -281,21 +285,8 @@ func planRollout(r *Rollout, devs []*Device, now time.Time) (send []string) {
 
 // matches reports whether the selector picks d.
 func matches(r *Rollout, d *Device) bool {
-	for k, v := range r.Spec.Select {
-		var got string
-		switch k {
-		case "board":
-			if d.Status != nil {
-				got = d.Status.Board
-			}
-		case "version":
-			got = artifactVersion(d, r.Kind)
-		default:
-			got = d.Labels[k]
-		}
-		if got != v {
-			return false
-		}
+	if !selected(r.Spec.Select, d, r.Kind) {
+		return false
 	}
 	// A bundle for another board would be refused by the device anyway.
 	return d.Status == nil || d.Status.Board == "" || r.Board == "" || d.Status.Board == r.Board

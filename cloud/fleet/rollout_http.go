@@ -13,6 +13,7 @@ import (
 //	GET  /v1/fleet/rollouts/{id}                → Rollout
 //	POST /v1/fleet/rollouts/{id}/{action}       pause | resume | abort, {"reason"} → Rollout
 //	PUT  /v1/fleet/devices/{id}/labels          {"labels": {k: v or null}} → Device
+//	GET  /v1/fleet/running/{kind}[?select=k=v]  → RunningArtifact: the version most selected devices run
 //
 // Devices download artifacts from ArtifactHandler, which is not behind keys.
 func (m *Manager) rolloutRoutes(mux *http.ServeMux) {
@@ -22,6 +23,7 @@ func (m *Manager) rolloutRoutes(mux *http.ServeMux) {
 	mux.HandleFunc("GET /v1/fleet/rollouts/{id}", m.getRollout)
 	mux.HandleFunc("POST /v1/fleet/rollouts/{id}/{action}", m.actRollout)
 	mux.HandleFunc("PUT /v1/fleet/devices/{id}/labels", m.putLabels)
+	mux.HandleFunc("GET /v1/fleet/running/{kind}", m.getRunning)
 }
 
 func (m *Manager) postArtifact(w http.ResponseWriter, r *http.Request) {

@@ -306,6 +306,22 @@ func (d *otaDevice) download(client *http.Client, url string) (firmware.Manifest
 	return v.Manifest, nil
 }
 
+// serveDevices serves each connected device's commands until the returned
+// stop closes their connections and waits for them.
+func serveDevices(devs []*otaDevice, client *http.Client) (stop func()) {
+	var served sync.WaitGroup
+	for _, d := range devs {
+		served.Add(1)
+		go func() { defer served.Done(); d.serve(client) }()
+	}
+	return func() {
+		for _, d := range devs {
+			d.conn.Close()
+		}
+		served.Wait()
+	}
+}
+
 // TestRolloutThousandDevices rolls a signed agent bundle out to 1,000
 // simulated devices (200 under -race) on the embedded broker in four stages, restarting the
 // cloud half-way (the rollout resumes from bbolt); 2% of the devices fail
@@ -355,19 +371,9 @@ func TestRolloutThousandDevices(t *testing.T) {
 	if t.Failed() {
 		t.FailNow()
 	}
-	var served sync.WaitGroup
 	client := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 64}}
 	defer client.CloseIdleConnections()
-	for _, d := range devs {
-		served.Add(1)
-		go func() { defer served.Done(); d.serve(client) }()
-	}
-	defer func() {
-		for _, d := range devs {
-			d.conn.Close()
-		}
-		served.Wait()
-	}()
+	defer serveDevices(devs, client)()
 	start := time.Now()
 	defer func() { t.Logf("took %v", time.Since(start)) }()
 	waitFor(t, "every device online", func() bool {

@@ -2,7 +2,9 @@ package fleet
 
 import (
 	"bytes"
+	"crypto/rand"
 	"encoding/binary"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -38,6 +40,7 @@ var (
 	bucketArtifacts = []byte("artifacts")
 
 	metaStored     = []byte("stored")
+	metaStoreID    = []byte("store-id")
 	metaIngested   = []byte("ingested")
 	metaDuplicates = []byte("duplicates")
 	metaDeleted    = []byte("deleted")
@@ -61,6 +64,15 @@ func openStore(path string) (*store, error) {
 				return err
 			}
 		}
+		// A random identity, made once, tells this store from another
+		// replica's (standby.go refuses to take the fleet over with a
+		// store that is not the one its writers used).
+		meta := tx.Bucket(bucketMeta)
+		if meta.Get(metaStoreID) == nil {
+			var id [16]byte
+			_, _ = rand.Read(id[:])
+			return meta.Put(metaStoreID, []byte(hex.EncodeToString(id[:])))
+		}
 		return nil
 	})
 	if err != nil {
@@ -68,6 +80,16 @@ func openStore(path string) (*store, error) {
 		return nil, fmt.Errorf("init fleet store %s: %w", path, err)
 	}
 	return &store{db: db}, nil
+}
+
+// id is the store's identity (openStore makes it).
+func (s *store) id() (string, error) {
+	var id string
+	err := s.db.View(func(tx *bolt.Tx) error {
+		id = string(tx.Bucket(bucketMeta).Get(metaStoreID))
+		return nil
+	})
+	return id, err
 }
 
 func getU64(b *bolt.Bucket, k []byte) uint64 {

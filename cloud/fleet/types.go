@@ -18,6 +18,7 @@ type (
 	RolloutAction   = fleetapi.RolloutAction
 	LabelUpdate     = fleetapi.LabelUpdate
 	ArtifactInfo    = fleetapi.ArtifactInfo
+	RunningArtifact = fleetapi.RunningArtifact
 	Duration        = fleetapi.Duration
 )
 

@@ -268,3 +268,57 @@ func (c *Client) SetLabels(ctx context.Context, id string, labels map[string]*st
 	var d Device
 	return &d, c.do(ctx, http.MethodPut, "devices/"+url.PathEscape(id)+"/labels", LabelUpdate{Labels: labels}, &d)
 }
+
+// RunningArtifact says which version of an artifact kind the devices in a
+// scope run (GET /v1/fleet/running/{kind}), so `model evaluate` can judge a
+// candidate against the router the fleet runs rather than the shipped one.
+type RunningArtifact struct {
+	Kind   string            `json:"kind"`
+	Select map[string]string `json:"select,omitempty"`
+	// Devices is how many devices the selector picks; Versions counts them
+	// by the version of Kind they last reported, "" for those that report
+	// none (they run what they were started with: for the router, the
+	// shipped model unless their --predictor names another file).
+	Devices  int            `json:"devices"`
+	Versions map[string]int `json:"versions"`
+	// Version is the one most of them run ("" as above); ties go to the
+	// newer version.
+	Version string `json:"version"`
+	// Artifact is the stored bundle of Version (preferring one published
+	// by a rollout, then one for the board most of its devices report);
+	// nil when Version is "" or the cloud holds no bundle of it.
+	Artifact *ArtifactInfo `json:"artifact,omitempty"`
+}
+
+// Running asks which version of kind the devices picked by sel run.
+func (c *Client) Running(ctx context.Context, kind string, sel map[string]string) (*RunningArtifact, error) {
+	q := url.Values{}
+	for k, v := range sel {
+		q.Add("select", k+"="+v)
+	}
+	path := "running/" + url.PathEscape(kind)
+	if len(q) > 0 {
+		path += "?" + q.Encode()
+	}
+	var r RunningArtifact
+	return &r, c.do(ctx, http.MethodGet, path, nil, &r)
+}
+
+// DownloadArtifact reads a stored bundle (GET /v1/fleet/artifacts/{id},
+// where devices download it too) into memory, at most limit bytes. The
+// caller verifies its signature: the cloud's word is not enough.
+func (c *Client) DownloadArtifact(ctx context.Context, id string, limit int64) ([]byte, error) {
+	resp, err := c.send(ctx, http.MethodGet, "artifacts/"+url.PathEscape(id), nil)
+	if err != nil {
+		return nil, err
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(io.LimitReader(resp.Body, limit+1))
+	if err != nil {
+		return nil, fmt.Errorf("download artifact %s: %w", id, err)
+	}
+	if int64(len(b)) > limit {
+		return nil, fmt.Errorf("download artifact %s: larger than %d bytes", id, limit)
+	}
+	return b, nil
+}

@@ -71,6 +71,22 @@ func (g *Gate) Inference(r *http.Request) (string, error) {
 	return k.Tenant, nil
 }
 
+// Worker authenticates a call to the KV handoff endpoints (/v1/kv/): only a
+// worker key, 403 for any other role.
+func (g *Gate) Worker(r *http.Request) (string, error) {
+	if g.keys == nil {
+		return "", nil
+	}
+	k, err := g.authenticate(r)
+	if err != nil {
+		return "", err
+	}
+	if k.Role != RoleWorker {
+		return "", &llm.Error{Code: llm.CodePermission, Message: fmt.Sprintf("this API key's role is %s; the KV handoff endpoints need a worker key", k.Role)}
+	}
+	return k.Tenant, nil
+}
+
 // Admin guards the fleet admin routes: operator keys may do anything, viewer
 // keys only read, inference keys nothing. Refusals and every change are
 // written to the audit log with the key's tenant before the response goes

@@ -19,6 +19,7 @@ const testKeys = `
 sk-infer-0001 apps
 sk-ops-000001 ops role=operator
 sk-view-00001 dash role=viewer
+sk-work-00001 coord role=worker
 `
 
 func testGate(t *testing.T, now func() time.Time) (*Gate, string) {
@@ -74,12 +75,20 @@ func TestGateRoles(t *testing.T) {
 		want llm.Code // "" = admitted
 	}{
 		{"sk-infer-0001", ""}, {"sk-ops-000001", llm.CodePermission}, {"sk-view-00001", llm.CodePermission},
-		{"sk-wrong-0001", llm.CodeAuth}, {"", llm.CodeAuth},
+		{"sk-work-00001", ""}, {"sk-wrong-0001", llm.CodeAuth}, {"", llm.CodeAuth},
 	} {
 		tenant, err := g.Inference(keyed("POST", "/v1/chat/completions", c.key, "10.0.0.1:5000"))
-		ok := err == nil && c.want == "" && tenant == "apps" || err != nil && llm.CodeOf(err) == c.want
+		ok := err == nil && c.want == "" && tenant != "" || err != nil && llm.CodeOf(err) == c.want
 		if !ok {
 			t.Errorf("inference with %q: tenant %q err %v, want code %q", c.key, tenant, err, c.want)
+		}
+	}
+	// The KV handoff endpoints take worker keys only: an inference key
+	// would run prefills outside its budget and push to any URL.
+	for key, want := range map[string]llm.Code{"sk-work-00001": "", "sk-infer-0001": llm.CodePermission, "sk-ops-000001": llm.CodePermission, "": llm.CodeAuth} {
+		tenant, err := g.Worker(keyed("POST", "/v1/kv/prefill", key, "10.0.0.3:5000"))
+		if ok := err == nil && want == "" && tenant == "coord" || err != nil && llm.CodeOf(err) == want; !ok {
+			t.Errorf("kv with %q: tenant %q err %v, want code %q", key, tenant, err, want)
 		}
 	}
 

@@ -20,19 +20,24 @@ const (
 	// RoleViewer is a read-only operator (dashboards): GET and HEAD on the
 	// fleet admin routes.
 	RoleViewer Role = "viewer"
+	// RoleWorker is another coordinator using this cloud as its worker: the
+	// inference surface and the KV handoff endpoints (/v1/kv/), which run
+	// prefills outside the budgets and push handoffs to a URL the caller
+	// names, so a tenant's inference key must not reach them.
+	RoleWorker Role = "worker"
 )
 
 // ParseRole reads a role name from the keys file.
 func ParseRole(s string) (Role, error) {
 	switch r := Role(s); r {
-	case RoleInference, RoleOperator, RoleViewer:
+	case RoleInference, RoleOperator, RoleViewer, RoleWorker:
 		return r, nil
 	}
-	return "", fmt.Errorf("role %q: want inference, operator or viewer", s)
+	return "", fmt.Errorf("role %q: want inference, operator, viewer or worker", s)
 }
 
 // mayInfer reports whether r reaches the inference surface.
-func (r Role) mayInfer() bool { return r == RoleInference }
+func (r Role) mayInfer() bool { return r == RoleInference || r == RoleWorker }
 
 // mayAdmin reports whether r may make this request on the admin routes.
 func (r Role) mayAdmin(method string) bool {

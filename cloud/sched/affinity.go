@@ -71,7 +71,9 @@ func (a *Affinity) Decide(req *Request, s *Snapshot) (Decision, error) {
 		return d, err
 	}
 	if i := a.holder(s); i >= 0 && i != d.Worker {
-		return decided(req, s, i, ReasonPrefix, PolicyRules), nil
+		// The hint names the policy in force; the reason says the
+		// holder of the prefix overrode its choice.
+		return decided(req, s, i, ReasonPrefix, d.Policy), nil
 	}
 	return d, nil
 }

@@ -59,6 +59,24 @@ type KVPrefillRequest struct {
 	PushKey string `json:"push_key,omitempty"`
 }
 
+// KVCarries reports whether a remote prefill (POST /v1/kv/prefill) can
+// render req's prompt exactly: the body carries plain turns and sampling
+// only, so a request with tools, a response format, tool turns or cache
+// breakpoints would be prefilled as another prompt, which its decode
+// worker then refuses, after a whole prefill and transfer were spent.
+// Such a request is not split onto a remote prefill worker.
+func KVCarries(req *llm.Request) bool {
+	if len(req.Tools) > 0 || req.ResponseFormat.Type != "" || len(req.CacheBreakpoints) > 0 {
+		return false
+	}
+	for _, m := range req.Messages {
+		if len(m.ToolCalls) > 0 || m.ToolCallID != "" || m.ToolError {
+			return false
+		}
+	}
+	return true
+}
+
 func newKVPrefillRequest(req *llm.Request) KVPrefillRequest {
 	r := KVPrefillRequest{MaxTokens: req.MaxTokens, Temperature: req.Temperature, TopP: req.TopP, TopK: req.TopK, Seed: req.Seed, Stop: req.Stop}
 	for _, m := range req.Messages {

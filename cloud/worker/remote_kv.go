@@ -69,6 +69,9 @@ func (r *Remote) park(ctx context.Context, raw []byte) (string, error) {
 // PrefillTo implements Splitter. To a remote dst the server pushes the
 // blocks itself; to a built-in dst it answers with them.
 func (r *Remote) PrefillTo(ctx context.Context, req *llm.Request, dst Engine) (Handoff, error) {
+	if !KVCarries(req) {
+		return Handoff{}, stageErr(StagePrefill, ErrSplitUnsupported)
+	}
 	pr := newKVPrefillRequest(req)
 	switch d := dst.(type) {
 	case *Remote:

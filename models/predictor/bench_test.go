@@ -58,6 +58,17 @@ func BenchmarkRouteModel(b *testing.B) {
 	benchRoute(b, m)
 }
 
+// BenchmarkRouteV3 is the same with the previous shipped model
+// (testdata/predictor-edge-v3.onnx: 32 hidden units where the shipped one
+// has 64), the baseline of its cost in the same run.
+func BenchmarkRouteV3(b *testing.B) {
+	m, err := Load("testdata/predictor-edge-v3.onnx")
+	if err != nil {
+		b.Fatal(err)
+	}
+	benchRoute(b, m)
+}
+
 // BenchmarkRouteV2Probed is what the agent paid per request with the
 // previous shipped model (testdata/predictor-edge-v2.onnx, textfeat v2):
 // features, the shipped edge model's probe (prefill of at most
@@ -81,17 +92,30 @@ func BenchmarkRouteV2Probed(b *testing.B) {
 // BenchmarkRouteEntropyRule is features + the articles' rule: the baseline.
 func BenchmarkRouteEntropyRule(b *testing.B) { benchRoute(b, EntropyRule{}) }
 
-// BenchmarkPredictOnly is the onnx-go forward pass alone.
+// BenchmarkPredictOnly is the onnx-go forward pass alone, of the shipped
+// model and of the previous one (testdata/predictor-edge-v3.onnx, half the
+// hidden units) in the same run.
 func BenchmarkPredictOnly(b *testing.B) {
-	m, err := Default()
+	shipped, err := Default()
+	if err != nil {
+		b.Fatal(err)
+	}
+	v3, err := Load("testdata/predictor-edge-v3.onnx")
 	if err != nil {
 		b.Fatal(err)
 	}
 	feat := textfeat.Extract(benchTexts["mmlu"])
-	b.ReportAllocs()
-	for b.Loop() {
-		if _, err := m.Predict(feat); err != nil {
-			b.Fatal(err)
-		}
+	for _, m := range []struct {
+		name string
+		p    Predictor
+	}{{"shipped", shipped}, {"v3", v3}} {
+		b.Run(m.name, func(b *testing.B) {
+			b.ReportAllocs()
+			for b.Loop() {
+				if _, err := m.p.Predict(feat); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
 	}
 }

@@ -32,7 +32,8 @@ type Config struct {
 	URL string
 	// FallbackURL, when set, is tried once URL's attempts are spent on
 	// failures another server may not have (unreachable, 5xx): an app on a
-	// device can name the cloud for when its agent is down.
+	// device can name the cloud for when its agent is down. A request with
+	// Route "local" never goes there: the app kept it on the device.
 	FallbackURL string
 	// API is the shape spoken; default OpenAI.
 	API API
@@ -223,6 +224,9 @@ func (c *Client) Stream(ctx context.Context, req *Request, onText func(string) e
 	attempts := 0
 	var last *Error
 	for ui, base := range c.urls {
+		if ui > 0 && req.Route == "local" {
+			break // pinned to the device: another server must not see it
+		}
 		if ui > 0 {
 			c.fallback(Fallback{ByClient: true, From: c.urls[ui-1], To: base, Reason: last.Error()})
 		}

@@ -308,6 +308,13 @@ func TestFallbackURL(t *testing.T) {
 	if len(fbs) != 2 || !fbs[0].ByClient || fbs[0].From != dead || fbs[1].ByClient || fbs[1].Reason != "local engine refused: queue full" {
 		t.Errorf("fallbacks %+v", fbs)
 	}
+	// A request the app pinned to the device never reaches the fallback.
+	local := hello()
+	local.Route = "local"
+	calls := gen.Calls()
+	if _, err := c.Complete(context.Background(), local); err == nil || gen.Calls() != calls {
+		t.Fatalf("route local: err %v, the fallback answered %d more", err, gen.Calls()-calls)
+	}
 }
 
 // TestMidStreamFailureNotRetried: once text reached the app a failure is

@@ -131,6 +131,9 @@ func decodeRequest[X any](h *Handler, w http.ResponseWriter, r *http.Request, a 
 	if e == nil {
 		req.Hints, e = parseHints(r.Header, h.opts.AllowPolicyHint)
 	}
+	if e == nil && h.opts.Cloud && req.Hints.Route == "local" {
+		e = invalid("x-phaseless-route", "header x-phaseless-route: local asks for the device's own engine, and this is the cloud: send it to the agent on the device")
+	}
 	if e == nil {
 		e = promptCache(a, body, req)
 	}

@@ -651,3 +651,24 @@ func TestOptionsValidate(t *testing.T) {
 		t.Error("nil generator accepted")
 	}
 }
+
+// TestCloudRefusesRouteLocal: the cloud cannot honour x-phaseless-route:
+// local (the device's own engine), so it refuses it in each API's shape
+// instead of answering a request the app meant to keep on the device.
+func TestCloudRefusesRouteLocal(t *testing.T) {
+	url := serve(t, &scriptGen{tokens: []string{"ok"}, failAt: -1}, Options{Cloud: true})
+	local := map[string]string{"x-phaseless-route": "local"}
+	resp := post(t, url+"/v1/chat/completions", `{"messages":[{"role":"user","content":"hi"}]}`, local)
+	if e := decode[oaiErrorBody](t, resp.Body); resp.StatusCode != 400 || e.Error.Param == nil || *e.Error.Param != "x-phaseless-route" {
+		t.Fatalf("openai: %d %+v", resp.StatusCode, e)
+	}
+	resp = post(t, url+"/v1/messages", `{"model":"auto","max_tokens":5,"messages":[{"role":"user","content":"hi"}]}`, local)
+	if e := decode[antErrorBody](t, resp.Body); resp.StatusCode != 400 || !strings.Contains(e.Error.Message, "x-phaseless-route") {
+		t.Fatalf("anthropic: %d %+v", resp.StatusCode, e)
+	}
+	for _, route := range []string{"cloud", "auto"} {
+		if resp := post(t, url+"/v1/chat/completions", `{"messages":[{"role":"user","content":"hi"}]}`, map[string]string{"x-phaseless-route": route}); resp.StatusCode != 200 {
+			t.Fatalf("route %s on the cloud: %d", route, resp.StatusCode)
+		}
+	}
+}

@@ -60,6 +60,10 @@ type Options struct {
 	// AllowKVHandoff honours KVHandoffHeader (the cloud, which serves as
 	// another coordinator's decode worker); elsewhere it is refused.
 	AllowKVHandoff bool
+	// Cloud marks the cloud's handler: x-phaseless-route: local, which asks
+	// for a device's own engine, is refused there (the request has left
+	// the device already; answering it would ignore the header).
+	Cloud bool
 	// Logger receives one line per failed request; nil discards.
 	Logger *slog.Logger
 	// Metrics, when set, receives request counts, TTFT and inter-token latency.

@@ -5,8 +5,8 @@
 // which readers that do not know it skip.
 //
 // It is the reading half only; the servers in transport/httpapi write their
-// events directly. Lines are bounded so a hostile server cannot make a
-// reader buffer without end.
+// events directly. Lines, and the lines of one event together, are bounded
+// so a hostile server cannot make a reader buffer without end.
 package sse
 
 import (
@@ -23,6 +23,15 @@ const DefaultMaxLine = 1 << 20
 
 // ErrLineTooLong is returned for a line over the reader's bound.
 var ErrLineTooLong = errors.New("sse: line too long")
+
+// ErrEventTooLarge is returned for an event whose lines together exceed
+// four lines' bound, or that has more than maxFields extra fields: short
+// data lines that never end in a blank line would otherwise be buffered
+// until the stream ends, or forever.
+var ErrEventTooLarge = errors.New("sse: event too large")
+
+// maxFields bounds the distinct extra fields of one event.
+const maxFields = 64
 
 // Event is one dispatched event.
 type Event struct {
@@ -81,6 +90,7 @@ func (r *Reader) Next() (Event, error) {
 		ev      Event
 		hasData bool
 		any     bool
+		size    int // bytes of the event's lines so far
 	)
 	for {
 		line, err := ReadLine(r.br, r.maxLine)
@@ -98,6 +108,9 @@ func (r *Reader) Next() (Event, error) {
 		}
 		if line[0] == ':' {
 			continue
+		}
+		if size += len(line) + 1; size > 4*r.maxLine {
+			return Event{}, fmt.Errorf("%w: over %d bytes", ErrEventTooLarge, 4*r.maxLine)
 		}
 		name, value, found := bytes.Cut(line, []byte(":"))
 		if found && len(value) > 0 && value[0] == ' ' {
@@ -118,6 +131,9 @@ func (r *Reader) Next() (Event, error) {
 		default:
 			if ev.Fields == nil {
 				ev.Fields = map[string][]byte{}
+			}
+			if _, seen := ev.Fields[string(name)]; !seen && len(ev.Fields) == maxFields {
+				return Event{}, fmt.Errorf("%w: over %d fields", ErrEventTooLarge, maxFields)
 			}
 			ev.Fields[string(name)] = bytes.Clone(value)
 		}

@@ -2,6 +2,7 @@ package sse
 
 import (
 	"errors"
+	"fmt"
 	"io"
 	"strings"
 	"testing"
@@ -42,6 +43,21 @@ func TestReaderTruncatedAndLong(t *testing.T) {
 	if _, err := NewReader(strings.NewReader("data: "+strings.Repeat("x", 100)+"\n\n"), 64).Next(); !errors.Is(err, ErrLineTooLong) {
 		t.Errorf("long line: %v", err)
 	}
+	// Short lines that never end their event: bounded too.
+	if _, err := NewReader(strings.NewReader(strings.Repeat("data: xxxxxxxx\n", 100)+"\n"), 64).Next(); !errors.Is(err, ErrEventTooLarge) {
+		t.Errorf("endless event: %v", err)
+	}
+	var fields strings.Builder
+	for i := range maxFields + 1 {
+		fmt.Fprintf(&fields, "f%d: x\n", i)
+	}
+	if _, err := NewReader(strings.NewReader(fields.String()+"\n"), 0).Next(); !errors.Is(err, ErrEventTooLarge) {
+		t.Errorf("%d fields: %v", maxFields+1, err)
+	}
+	// Four lines' worth is still one event.
+	if ev, err := NewReader(strings.NewReader(strings.Repeat("data: xx\n", 4)+"\n"), 64).Next(); err != nil || len(ev.Data) != 11 {
+		t.Errorf("four short lines: %q, %v", ev.Data, err)
+	}
 }
 
 // FuzzReader: any bytes end in events and then an error, never a panic or
@@ -56,7 +72,7 @@ func FuzzReader(f *testing.F) {
 			if err != nil {
 				return
 			}
-			if len(ev.Data) > len(b) {
+			if len(ev.Data) > len(b) || len(ev.Data) > 4*256 {
 				t.Fatalf("event data %d bytes from %d of input", len(ev.Data), len(b))
 			}
 		}

@@ -43,6 +43,9 @@ type Data struct {
 	// Fresh is the project's own evaluation set (FreshFile): requests
 	// written as people say them, never used for training.
 	Fresh []Example
+	// Fresh2 is the second held-out set (Fresh2File), never used for
+	// training or for a choice.
+	Fresh2 []Example
 	// Dev is the hand-written development set (DevFile), never trained on.
 	Dev []Example
 	// Spoken are hand-written training requests (SpokenFile).
@@ -85,6 +88,9 @@ func LoadRouting(dir string) (*Data, error) {
 		}
 	}
 	if d.Fresh, err = loadFresh(filepath.Join(dir, FreshFile), SourceFreshOpen, SourceFreshCar, false); err != nil {
+		return nil, err
+	}
+	if d.Fresh2, err = loadFresh(filepath.Join(dir, Fresh2File), SourceFresh2Open, SourceFresh2Car, false); err != nil {
 		return nil, err
 	}
 	if d.Dev, err = loadFresh(filepath.Join(dir, DevFile), SourceDevOpen, SourceDevCar, false); err != nil {

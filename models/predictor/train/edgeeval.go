@@ -118,13 +118,73 @@ func ChooseThreshold(scores []float64, ex []Example, maxCarToCloud float64) (thr
 	if len(idx) == 0 {
 		return best, math.NaN()
 	}
-	consider(scores[idx[0]] / 2)
-	for k := 1; k <= len(idx); k++ {
-		e := ex[idx[k-1]] // now below the threshold: local
+	sweepThresholds(scores, idx, func(i int) {
+		e := ex[i] // now below the threshold: local
 		cloud[cell(e)]--
 		if carKept(e) {
 			carCloud--
 		}
+	}, consider)
+	return best, bestAcc
+}
+
+// ChooseDevThreshold returns the threshold in [0.01, 0.99] at which the
+// smaller of two shares of the development set (DevFile) is largest: its
+// open-domain questions sent to the cloud and its car commands kept on the
+// device. Those are issue 19's two goals (each ≥ 90%), measured on the
+// short requests people say, which the validation split (templates and
+// CLINC150 utterances) stands in for badly: the validation rule
+// (ChooseThreshold) put the thresholds of the development runs at
+// 0.76–0.88, where 74–82% of dev's open questions reached the cloud,
+// while the smaller of the two shares reached 89–93% at 0.45–0.70
+// (docs/predictor.md, "Version 4"). Candidates and ties are as in
+// ChooseThreshold. ok is false when dev lacks either kind.
+func ChooseDevThreshold(scores []float64, dev []Example) (threshold, worst float64, ok bool) {
+	idx := make([]int, 0, len(scores))
+	open, car := 0, 0
+	for i, e := range dev {
+		switch e.Source {
+		case SourceDevOpen:
+			open++
+		case SourceDevCar:
+			car++
+		default:
+			continue
+		}
+		idx = append(idx, i)
+	}
+	if open == 0 || car == 0 {
+		return 0.5, math.NaN(), false
+	}
+	sort.SliceStable(idx, func(a, b int) bool { return scores[idx[a]] < scores[idx[b]] })
+	openCloud, carLocal := open, 0 // below every candidate: all to the cloud
+	best, bestWorst := 0.5, math.Inf(-1)
+	consider := func(t float64) {
+		t = math.Min(maxThreshold, math.Max(minThreshold, t))
+		w := math.Min(float64(openCloud)/float64(open), float64(carLocal)/float64(car))
+		if w > bestWorst+1e-12 || (math.Abs(w-bestWorst) <= 1e-12 && math.Abs(t-0.5) < math.Abs(best-0.5)) {
+			best, bestWorst = t, w
+		}
+	}
+	sweepThresholds(scores, idx, func(i int) {
+		if dev[i].Source == SourceDevOpen { // now below the threshold: local
+			openCloud--
+		} else {
+			carLocal++
+		}
+	}, consider)
+	return best, bestWorst, true
+}
+
+// sweepThresholds calls consider with every candidate threshold over the
+// scores at idx (sorted ascending): below the lowest, the midpoint between
+// each pair of consecutive distinct scores, and between the highest and 1.
+// Before each candidate above a score, it calls below with the index of
+// every example that candidate puts below the threshold.
+func sweepThresholds(scores []float64, idx []int, below func(i int), consider func(t float64)) {
+	consider(scores[idx[0]] / 2)
+	for k := 1; k <= len(idx); k++ {
+		below(idx[k-1])
 		if k < len(idx) && scores[idx[k]] == scores[idx[k-1]] {
 			continue
 		}
@@ -134,7 +194,27 @@ func ChooseThreshold(scores []float64, ex []Example, maxCarToCloud float64) (thr
 			consider((scores[idx[k-1]] + scores[idx[k]]) / 2)
 		}
 	}
-	return best, bestAcc
+}
+
+// chooseThreshold is the rule a run without a threshold uses: on the
+// development set where the split has one (ChooseDevThreshold), else on
+// validation (ChooseThreshold).
+func chooseThreshold(p predictor.Predictor, split *EdgeSplit, maxCarToCloud float64) (threshold float64, onDev bool, err error) {
+	if len(split.Dev) > 0 {
+		ds, err := scoreAll(p, split.Dev)
+		if err != nil {
+			return 0, false, err
+		}
+		if th, _, ok := ChooseDevThreshold(ds, split.Dev); ok {
+			return th, true, nil
+		}
+	}
+	vs, err := scoreAll(p, split.Val)
+	if err != nil {
+		return 0, false, err
+	}
+	th, _ := ChooseThreshold(vs, split.Val, maxCarToCloud)
+	return th, false, nil
 }
 
 // carKept reports whether ChooseThreshold's bound counts e: a car request
@@ -150,11 +230,14 @@ func carKept(e Example) bool { return IsCarSource(e.Source) && e.Label < 0.5 }
 // EdgeRow is one router's result on the test split.
 type EdgeRow struct {
 	Name      string
-	Threshold float64 // the threshold used; Tuned when chosen on Val
+	Threshold float64 // the threshold used; Tuned when chosen here, on Dev (TunedOnDev) or Val
 	Tuned     bool
-	AUC       float64 // cloud (1) vs local (0), all test prompts
-	Accuracy  float64 // pooled over test prompts
-	Balanced  float64 // BalancedAccuracy on test
+	// TunedOnDev: the threshold was chosen on the development set
+	// (ChooseDevThreshold), so its dev columns are not held out.
+	TunedOnDev bool
+	AUC        float64 // cloud (1) vs local (0), all test prompts
+	Accuracy   float64 // pooled over test prompts
+	Balanced   float64 // BalancedAccuracy on test
 	// ToCloud is the share of each source's test prompts sent to the cloud
 	// (score ≥ threshold); CarToCloud pools the local sources.
 	ToCloud    map[string]float64
@@ -174,6 +257,9 @@ type EdgeRow struct {
 	// validation split's fact questions: what choices are made on, so
 	// that ShortAPGR stays a test.
 	DevAPGR float64
+	// Fresh2APGR is ShortAPGR's measure with the second held-out set
+	// (Fresh2File) in place of the fresh set.
+	Fresh2APGR float64
 	// Quality is the share of graded held-out prompts answered right when
 	// routed at Threshold; BothRight the share where every prompt goes to
 	// the model that answers it (an oracle's quality).
@@ -188,7 +274,14 @@ type EdgeReport struct {
 	Graded, EdgeRight, CloudRight, Oracle int
 	// Per source: the share of graded prompts each model answers right.
 	EdgeAcc, CloudAcc map[string]float64
-	Rows              []EdgeRow
+	// The APGR of the oracle on each short set (fresh+facts, fresh2+facts,
+	// dev+val facts): prompts only the cloud model answers first, those only
+	// the edge model answers last. RouteLLM's APGR is not normalised by it:
+	// a router that ranks every prompt as well as the graded answers allow
+	// scores this, not 1 (with no prompt only the edge model answers, it is
+	// 1 − c/2 for a share c of prompts only the cloud answers).
+	OracleShort, OracleFresh2, OracleDev float64
+	Rows                                 []EdgeRow
 }
 
 // CountSources counts examples per source.
@@ -206,23 +299,30 @@ func CountSources(ex []Example) map[string]int {
 // maxCarToCloud is ChooseThreshold's constraint for routers without a
 // threshold.
 func EvaluateEdge(routers []Router, split *EdgeSplit, maxCarToCloud float64) (*EdgeReport, error) {
-	test := append(append(slices.Clip(split.Test), split.Fresh...), split.Dev...)
+	test := append(append(append(slices.Clip(split.Test), split.Fresh...), split.Dev...), split.Fresh2...)
 	rep := &EdgeReport{Train: CountSources(split.Train), Val: CountSources(split.Val), Test: CountSources(test),
 		EdgeAcc: map[string]float64{}, CloudAcc: map[string]float64{}}
 	labels := make([]float32, len(split.Test))
 	for i, e := range split.Test {
 		labels[i] = e.Label
 	}
-	var graded, short, mmlu []int
+	var graded, short, fresh2, mmlu []int
 	gradedBySource := map[string]int{}
 	isDev := func(src string) bool { return src == SourceDevOpen || src == SourceDevCar }
+	isFresh2 := func(src string) bool { return src == SourceFresh2Open || src == SourceFresh2Car }
 	for i, e := range test {
 		if e.Graded {
 			gradedBySource[e.Source]++
 			rep.EdgeAcc[e.Source] += b2f(e.EdgeOK)
 			rep.CloudAcc[e.Source] += b2f(e.CloudOK)
 		}
-		if e.Graded && !isDev(e.Source) {
+		if e.Graded && e.Source == SourceFacts {
+			fresh2 = append(fresh2, i)
+		}
+		if e.Graded && isFresh2(e.Source) {
+			fresh2 = append(fresh2, i)
+		}
+		if e.Graded && !isDev(e.Source) && !isFresh2(e.Source) {
 			graded = append(graded, i)
 			rep.EdgeRight += int(b2f(e.EdgeOK))
 			rep.CloudRight += int(b2f(e.CloudOK))
@@ -266,15 +366,32 @@ func EvaluateEdge(routers []Router, split *EdgeSplit, maxCarToCloud float64) (*E
 		}
 		return ex, sc
 	}
+	oracle := func(ex []Example) float64 {
+		sc := make([]float64, len(ex))
+		for i, e := range ex {
+			sc[i] = b2f(e.Strong) - b2f(e.Weak)
+		}
+		return Curve(sc, ex).APGR()
+	}
+	zeros := make([]float64, len(test))
+	ex, _ := pick(short, zeros, true)
+	rep.OracleShort = oracle(ex)
+	ex, _ = pick(fresh2, zeros, true)
+	rep.OracleFresh2 = oracle(ex)
+	ex, _ = pick(devIdx, zeros, true)
+	for _, e := range valFacts {
+		e.Weak, e.Strong = e.EdgeOK, e.CloudOK
+		ex = append(ex, e)
+	}
+	rep.OracleDev = oracle(ex)
 	for _, rt := range routers {
 		row := EdgeRow{Name: rt.Name, Threshold: rt.Threshold, ToCloud: map[string]float64{}}
 		if row.Threshold == 0 {
-			vs, err := scoreAll(rt.P, split.Val)
+			th, onDev, err := chooseThreshold(rt.P, split, maxCarToCloud)
 			if err != nil {
 				return nil, fmt.Errorf("evaluate %s: %w", rt.Name, err)
 			}
-			row.Threshold, _ = ChooseThreshold(vs, split.Val, maxCarToCloud)
-			row.Tuned = true
+			row.Threshold, row.Tuned, row.TunedOnDev = th, true, onDev
 			if b, ok := rt.P.(interface{ Bound(float64) float64 }); ok {
 				row.Name += fmt.Sprintf(" (%.2f %s)", b.Bound(row.Threshold), boundUnit(rt.P))
 			}
@@ -327,6 +444,8 @@ func EvaluateEdge(routers []Router, split *EdgeSplit, maxCarToCloud float64) (*E
 		}
 		ex, sc = pick(short, ts, true)
 		row.ShortAPGR = Curve(sc, ex).APGR()
+		ex, sc = pick(fresh2, ts, true)
+		row.Fresh2APGR = Curve(sc, ex).APGR()
 		ex, sc = pick(mmlu, ts, false)
 		row.MMLUAPGR = Curve(sc, ex).APGR()
 		if len(devIdx) > 0 {
@@ -379,7 +498,8 @@ func (r *EdgeReport) Print(w io.Writer) {
 	fmt.Fprintf(w, "graded held-out prompts %d: edge right %d, cloud right %d, either %d\n  edge:  %s\n  cloud: %s\n\n",
 		r.Graded, r.EdgeRight, r.CloudRight, r.Oracle, acc(r.EdgeAcc), acc(r.CloudAcc))
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
-	fmt.Fprint(tw, "router (held-out)\tthreshold\tAPGR\tAPGR fresh+facts\tAPGR dev+val facts\tMMLU APGR\tquality\tAUC\tbal acc\tcar→cloud")
+	fmt.Fprintf(w, "oracle APGR (cloud-only answers first, edge-only last): fresh+facts %.3f, fresh2+facts %.3f, dev+val facts %.3f\n\n", r.OracleShort, r.OracleFresh2, r.OracleDev)
+	fmt.Fprint(tw, "router (held-out)\tthreshold\tAPGR\tAPGR fresh+facts\tAPGR fresh2+facts\tAPGR dev+val facts\tMMLU APGR\tquality\tAUC\tbal acc\tcar→cloud")
 	var cols []string // sources with held-out prompts
 	for _, src := range AllEdgeSources {
 		if r.Test[src] > 0 {
@@ -390,10 +510,13 @@ func (r *EdgeReport) Print(w io.Writer) {
 	fmt.Fprintln(tw)
 	for _, row := range r.Rows {
 		th := fmt.Sprintf("%.3f", row.Threshold)
-		if row.Tuned {
+		switch {
+		case row.TunedOnDev:
+			th += " (dev)"
+		case row.Tuned:
 			th += " (val)"
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%.3f\t%.3f\t%.3f\t%.3f\t%.3f\t%.3f\t%.3f\t%.1f%%", row.Name, th, row.APGR, row.ShortAPGR, row.DevAPGR, row.MMLUAPGR, row.Quality, row.AUC, row.Balanced, 100*row.CarToCloud)
+		fmt.Fprintf(tw, "%s\t%s\t%.3f\t%.3f\t%.3f\t%.3f\t%.3f\t%.3f\t%.3f\t%.3f\t%.1f%%", row.Name, th, row.APGR, row.ShortAPGR, row.Fresh2APGR, row.DevAPGR, row.MMLUAPGR, row.Quality, row.AUC, row.Balanced, 100*row.CarToCloud)
 		for _, src := range cols {
 			fmt.Fprintf(tw, "\t%.1f%%", 100*row.ToCloud[src])
 		}

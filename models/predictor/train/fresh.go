@@ -29,6 +29,12 @@ const FreshFile = "fresh.tsv"
 // never reads it either.
 const DevFile = "dev.tsv"
 
+// Fresh2File is a second held-out set in FreshFile's format, written for
+// the router's third round before any result on it was seen: a check that
+// what fresh.tsv measures is not particular to its requests. Training never
+// reads it and no choice is made on it.
+const Fresh2File = "fresh2.tsv"
+
 // SpokenFile holds hand-written training requests in FreshFile's format
 // (an open question may leave its reference out): open-domain questions
 // and car commands in the forms people use, which the corpus's templates
@@ -39,6 +45,8 @@ const SpokenFile = "spoken.tsv"
 const (
 	SourceFreshOpen  = "fresh-open"  // open-domain questions: should go to the cloud
 	SourceFreshCar   = "fresh-car"   // car commands: should stay on the device
+	SourceFresh2Open = "fresh2-open" // Fresh2File's open-domain questions
+	SourceFresh2Car  = "fresh2-car"  // Fresh2File's car commands
 	SourceDevOpen    = "dev-open"    // DevFile's open-domain questions
 	SourceDevCar     = "dev-car"     // DevFile's car commands
 	SourceSpokenOpen = "spoken-open" // SpokenFile's open-domain questions (cloud)

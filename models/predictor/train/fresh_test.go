@@ -43,25 +43,45 @@ func TestFreshSetIsUnseen(t *testing.T) {
 // its references name the grader kind of their kind.
 func TestDevSetIsUnseen(t *testing.T) {
 	d, s := loadSplit(t, false)
+	kinds := checkUnseen(t, "dev", d.Dev, SourceDevCar, s.Train, s.Val, s.Test, d.Fresh)
+	if kinds[SourceDevOpen] < 100 || kinds[SourceDevCar] < 100 {
+		t.Errorf("dev set %v: want over a hundred of each kind", kinds)
+	}
+}
+
+// TestFresh2SetIsUnseen: the second held-out set shares no request with
+// any other routing file or the edge split, and its references name the
+// grader kind of their kind.
+func TestFresh2SetIsUnseen(t *testing.T) {
+	d, s := loadSplit(t, false)
+	kinds := checkUnseen(t, "fresh2", d.Fresh2, SourceFresh2Car, s.Train, s.Val, s.Test, d.Fresh, d.Dev, d.Spoken)
+	if kinds[SourceFresh2Open] < 100 || kinds[SourceFresh2Car] < 75 {
+		t.Errorf("fresh2 set %v: want about a hundred of each kind", kinds)
+	}
+}
+
+// checkUnseen fails for every request of set that is a prompt of others
+// (or twice in set), or whose reference is not a command exactly when its
+// source is carSource, and counts set's requests per source.
+func checkUnseen(t *testing.T, name string, set []Example, carSource string, others ...[]Example) map[string]int {
+	t.Helper()
 	seen := map[string]string{}
-	for _, set := range [][]Example{s.Train, s.Val, s.Test, d.Fresh} {
-		for _, e := range set {
+	for _, o := range others {
+		for _, e := range o {
 			seen[PromptKey(e.Text)] = e.Source
 		}
 	}
 	kinds := map[string]int{}
-	for _, e := range d.Dev {
+	for _, e := range set {
 		k := PromptKey(e.Text)
 		if src, ok := seen[k]; ok {
-			t.Errorf("dev request %q is also a %s prompt", e.Text, src)
+			t.Errorf("%s request %q is also a %s prompt", name, e.Text, src)
 		}
 		seen[k] = e.Source
 		kinds[e.Source]++
-		if e.Ref == nil || (e.Source == SourceDevCar) != (e.Ref.Kind == grade.Command) {
+		if e.Ref == nil || (e.Source == carSource) != (e.Ref.Kind == grade.Command) {
 			t.Errorf("%q (%s): reference %+v", e.Text, e.Source, e.Ref)
 		}
 	}
-	if kinds[SourceDevOpen] < 100 || kinds[SourceDevCar] < 100 {
-		t.Errorf("dev set %v: want over a hundred of each kind", kinds)
-	}
+	return kinds
 }

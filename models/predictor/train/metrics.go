@@ -14,8 +14,13 @@ type RoutingCurve struct {
 }
 
 // Curve computes the routing curve of scores (higher = more likely to need
-// the strong model) over prompts. Ties keep input order, so a constant
-// router routes in file order.
+// the strong model) over prompts. A threshold cannot split prompts of equal
+// score, so within a run of ties the curve is the straight line between the
+// run's ends: the expected curve over the orders the tie could be broken in,
+// and what RouteLLM's evaluation gets by sweeping thresholds over the scores
+// (routellm/evals: a prompt goes to the strong model when its score is at
+// least the threshold). A constant router thus scores 0.5 whatever the order
+// of its input.
 func Curve(scores []float64, prompts []Example) RoutingCurve {
 	n := len(prompts)
 	idx := make([]int, n)
@@ -32,14 +37,24 @@ func Curve(scores []float64, prompts []Example) RoutingCurve {
 	c := RoutingCurve{Share: make([]float64, n+1), PGR: make([]float64, n+1)}
 	q := weak
 	for k := 0; k <= n; k++ {
-		if k > 0 {
-			p := prompts[idx[k-1]]
-			q += b2f(p.Strong) - b2f(p.Weak)
-		}
 		c.Share[k] = float64(k) / float64(n)
-		if gap != 0 {
-			c.PGR[k] = (q - weak) / gap
+	}
+	for start := 0; start < n; {
+		end := start + 1
+		for end < n && scores[idx[end]] == scores[idx[start]] {
+			end++
 		}
+		q0 := q
+		for _, i := range idx[start:end] {
+			q += b2f(prompts[i].Strong) - b2f(prompts[i].Weak)
+		}
+		if gap != 0 {
+			for k := start + 1; k <= end; k++ {
+				f := float64(k-start) / float64(end-start)
+				c.PGR[k] = (q0 + f*(q-q0) - weak) / gap
+			}
+		}
+		start = end
 	}
 	return c
 }

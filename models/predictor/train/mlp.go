@@ -37,10 +37,21 @@ type Config struct {
 	// carries what the probe did, for microseconds instead of a prefill
 	// (docs/predictor.md).
 	Probe bool
+	// UnansweredTarget, when set, is the training target of a request
+	// labelled for the cloud whose answer the cloud model does not get
+	// right either (edge labels): below 1, so that the requests the cloud
+	// model answers rank above them. RouteLLM's APGR counts a call to the
+	// strong model as a gain only where its answer is right.
+	UnansweredTarget float64
 	// MaxCarToCloud bounds the share of validation car requests the chosen
-	// threshold may send to the cloud (edge labels; default
-	// DefaultMaxCarToCloud; 1 = maximise balanced accuracy alone).
+	// threshold may send to the cloud where it is chosen on validation
+	// (edge labels; default DefaultMaxCarToCloud; 1 = maximise balanced
+	// accuracy alone).
 	MaxCarToCloud float64
+	// ValThreshold chooses the threshold on the validation split
+	// (ChooseThreshold) even where the data has a development set, whose
+	// rule (ChooseDevThreshold) is the default.
+	ValThreshold bool
 }
 
 func (c *Config) fill() {
@@ -76,6 +87,8 @@ func (c *Config) Validate() error {
 		return fmt.Errorf("train config: epochs %d < 1", c.Epochs)
 	case c.BatchSize < 1:
 		return fmt.Errorf("train config: batch-size %d < 1", c.BatchSize)
+	case c.UnansweredTarget < 0 || c.UnansweredTarget > 1:
+		return fmt.Errorf("train config: unanswered-target %v not in [0,1]", c.UnansweredTarget)
 	case !(c.LearnRate > 0):
 		return fmt.Errorf("train config: learn-rate %v must be > 0", c.LearnRate)
 	case c.L2 < 0:

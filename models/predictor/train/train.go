@@ -35,8 +35,11 @@ type Result struct {
 	// ValBalanced its balanced accuracy there.
 	Threshold   float64
 	ValBalanced float64
-	Report      *Report     // RouteLLM labels
-	EdgeReport  *EdgeReport // edge labels
+	// ThresholdOnDev: the threshold was chosen on the development set
+	// (ChooseDevThreshold), not on validation.
+	ThresholdOnDev bool
+	Report         *Report     // RouteLLM labels
+	EdgeReport     *EdgeReport // edge labels
 }
 
 // Run loads the data, trains, chooses the decision threshold on the
@@ -73,6 +76,9 @@ func Run(ctx context.Context, opt Options) (*Result, error) {
 		} else {
 			clearProbes(split.Train)
 		}
+		if cfg.UnansweredTarget > 0 {
+			softenUnanswered(split.Train, float32(cfg.UnansweredTarget))
+		}
 		examples = split.Train
 		check = append(append(append([]Example(nil), split.Val...), split.Test...), split.Fresh...)
 		if opt.Config.SourceWeights == nil {
@@ -80,6 +86,9 @@ func Run(ctx context.Context, opt Options) (*Result, error) {
 		}
 		if opt.Config.L2 == 0 {
 			cfg.L2 = EdgeL2
+		}
+		if opt.Config.Hidden == 0 {
+			cfg.Hidden = EdgeHidden
 		}
 	} else {
 		examples = data.TrainExamples()
@@ -139,16 +148,28 @@ func Run(ctx context.Context, opt Options) (*Result, error) {
 		if err != nil {
 			return nil, fmt.Errorf("exported model does not load: %w", err)
 		}
+		at := split
+		if cfg.ValThreshold {
+			at = &EdgeSplit{Val: split.Val}
+		}
+		th, onDev, err := chooseThreshold(m0, at, cfg.MaxCarToCloud)
+		if err != nil {
+			return nil, err
+		}
 		vs, err := scoreAll(m0, split.Val)
 		if err != nil {
 			return nil, err
 		}
-		th, _ := ChooseThreshold(vs, split.Val, cfg.MaxCarToCloud)
 		// The metadata holds four decimals; report what ships.
 		net.Threshold = math.Round(th*1e4) / 1e4
-		res.Threshold, res.ValBalanced = net.Threshold, BalancedAccuracy(vs, split.Val, net.Threshold)
-		logf("threshold %.4f chosen on %d validation prompts (balanced accuracy %.3f, at most %.0f%% of car requests to the cloud)\n",
-			net.Threshold, len(split.Val), res.ValBalanced, 100*cfg.MaxCarToCloud)
+		res.Threshold, res.ValBalanced, res.ThresholdOnDev = net.Threshold, BalancedAccuracy(vs, split.Val, net.Threshold), onDev
+		if onDev {
+			logf("threshold %.4f chosen on %d development prompts (the larger of the smaller of open→cloud and car local; validation balanced accuracy %.3f)\n",
+				net.Threshold, len(split.Dev), res.ValBalanced)
+		} else {
+			logf("threshold %.4f chosen on %d validation prompts (balanced accuracy %.3f, at most %.0f%% of car requests to the cloud)\n",
+				net.Threshold, len(split.Val), res.ValBalanced, 100*cfg.MaxCarToCloud)
+		}
 	}
 	res.Model = net.ONNX()
 	m, err := predictor.Read(res.Model)
@@ -198,8 +219,8 @@ func Run(ctx context.Context, opt Options) (*Result, error) {
 func EntropyRouters() []Router {
 	return []Router{
 		{Name: "entropy ≥ 4.2 bits (route default)", P: predictor.EntropyRule{}, Threshold: 0.5},
-		{Name: "entropy, bound tuned on val", P: predictor.EntropyRule{Softness: 1}},
-		{Name: "edge-model entropy, tuned on val", P: predictor.EntropyRule{Feature: textfeat.IdxEntropyMean, Threshold: 1, Softness: 0.5}},
+		{Name: "entropy, bound tuned", P: predictor.EntropyRule{Softness: 1}},
+		{Name: "edge-model entropy, bound tuned", P: predictor.EntropyRule{Feature: textfeat.IdxEntropyMean, Threshold: 1, Softness: 0.5}},
 	}
 }
 
@@ -230,4 +251,14 @@ func v1Prefix(ex []Example) []Example {
 		out[i] = e
 	}
 	return out
+}
+
+// softenUnanswered sets the target of every cloud-labelled example the
+// cloud model does not answer right (Config.UnansweredTarget).
+func softenUnanswered(ex []Example, target float32) {
+	for i := range ex {
+		if ex[i].Label > 0.5 && !ex[i].CloudOK {
+			ex[i].Label = target
+		}
+	}
 }

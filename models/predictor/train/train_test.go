@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"fmt"
 	"math"
 	"os"
 	"strings"
@@ -35,8 +36,16 @@ func TestMetrics(t *testing.T) {
 	if got := oracle.APGR(); math.Abs(got-0.875) > 1e-12 {
 		t.Fatalf("oracle APGR = %v, want 0.875", got)
 	}
-	if got := worst.APGR(); math.Abs(got-0.375) > 1e-12 {
-		t.Fatalf("worst APGR = %v, want 0.375", got)
+	// Prompts 2 and 3 tie at 0: at 75% of calls half of prompt 2's gain is
+	// expected (PGR 0, 0, 0, 0.5, 1): 0.0625 + 0.1875.
+	if got := worst.APGR(); math.Abs(got-0.25) > 1e-12 {
+		t.Fatalf("worst APGR = %v, want 0.25", got)
+	}
+	// A constant router is a random one, whatever the order of its input.
+	for _, order := range [][]Example{prompts, {prompts[3], prompts[2], prompts[1], prompts[0]}} {
+		if got := Curve([]float64{0.7, 0.7, 0.7, 0.7}, order).APGR(); math.Abs(got-0.5) > 1e-12 {
+			t.Fatalf("constant router APGR = %v, want 0.5", got)
+		}
 	}
 	labels := []float32{0, 0, 1, 1}
 	if got := AUC([]float64{0.1, 0.2, 0.8, 0.9}, labels); got != 1 {
@@ -171,11 +180,14 @@ func toCloud(t *testing.T, p predictor.Predictor, th float64, ex []Example, keep
 	return float64(cloud) / float64(n), n
 }
 
-// The shipped predictor at its own threshold keeps held-out car requests
-// on the device and sends held-out exam questions to the cloud; the first
-// predictor, at the router's old default 0.5, kept the exam questions.
-// Measured (docs/predictor.md): 4.7% of car requests and 99.9% of MMLU to
-// the cloud; the bounds are generous on purpose.
+// The shipped predictor at its own threshold keeps most held-out car
+// requests on the device and sends held-out exam questions to the cloud;
+// the first predictor, at the router's old default 0.5, kept the exam
+// questions. Measured (docs/predictor.md, "Version 4"): 20.5% of car
+// requests (16.1% of those labelled local; version 3 at its threshold
+// 9.5%) and 100% of MMLU to the cloud. The car share rose with the
+// threshold chosen on the development set for issue 19's goals, which the
+// held-out CLINC150 commands pay for; the bounds are generous on purpose.
 func TestShippedPredictorOnHeldOut(t *testing.T) {
 	_, split := loadSplit(t, true) // the shipped model reads the probe block
 	m, err := predictor.Default()
@@ -192,8 +204,8 @@ func TestShippedPredictorOnHeldOut(t *testing.T) {
 	facts, nFacts := toCloud(t, m, th, split.Test, func(s string) bool { return s == SourceFacts })
 	t.Logf("threshold %.4f: %.1f%% of %d car requests, %.1f%% of %d MMLU questions, %.1f%% of wiki questions, %.1f%% of %d fact questions to the cloud",
 		th, 100*car, nCar, 100*mmlu, nMMLU, 100*wiki, 100*facts, nFacts)
-	if car > 0.10 {
-		t.Errorf("%.1f%% of held-out car requests go to the cloud, want ≤ 10%%", 100*car)
+	if car > 0.25 {
+		t.Errorf("%.1f%% of held-out car requests go to the cloud, want ≤ 25%%", 100*car)
 	}
 	if mmlu < 0.90 {
 		t.Errorf("%.1f%% of held-out MMLU questions go to the cloud, want ≥ 90%%", 100*mmlu)
@@ -284,6 +296,48 @@ func TestChooseThreshold(t *testing.T) {
 	// Every candidate stays inside the router's (0,1).
 	th, _ = ChooseThreshold([]float64{1, 1, 1, 1, 1, 1, 1, 1}, ex, 1)
 	if th < minThreshold || th > maxThreshold {
+		t.Fatalf("threshold %v outside [%v, %v]", th, minThreshold, maxThreshold)
+	}
+}
+
+func TestChooseDevThreshold(t *testing.T) {
+	open := func(n int) []Example {
+		ex := make([]Example, n)
+		for i := range ex {
+			ex[i] = Example{Source: SourceDevOpen, Label: 1}
+		}
+		return ex
+	}
+	car := func(n int) []Example {
+		ex := make([]Example, n)
+		for i := range ex {
+			ex[i] = Example{Source: SourceDevCar}
+		}
+		return ex
+	}
+	// Four open questions (0.3, 0.6, 0.7, 0.9) and four car commands
+	// (0.1, 0.2, 0.4, 0.65). Cut at 0.5: open 3/4 to the cloud, car 3/4
+	// local; every other cut leaves one of the two at 2/4 or less (0.35:
+	// car 2/4; 0.675: open 2/4).
+	ex := append(open(4), car(4)...)
+	ex = append(ex, Example{Source: SourceMMLU, Label: 1}) // not a dev source: ignored
+	scores := []float64{0.3, 0.6, 0.7, 0.9, 0.1, 0.2, 0.4, 0.65, 0.99}
+	th, worst, ok := ChooseDevThreshold(scores, ex)
+	if !ok || math.Abs(th-0.5) > 1e-9 || math.Abs(worst-0.75) > 1e-12 {
+		t.Fatalf("threshold %v, worst share %v, ok %v; want 0.5, 0.75, true", th, worst, ok)
+	}
+	// Moving one car command above every open question moves the best cut
+	// no further: at 0.95 the open share is 0.
+	scores[7] = 0.95
+	if th, worst, _ = ChooseDevThreshold(scores, ex); math.Abs(th-0.5) > 1e-9 || math.Abs(worst-0.75) > 1e-12 {
+		t.Fatalf("threshold %v, worst share %v; want 0.5, 0.75", th, worst)
+	}
+	// Without both kinds there is no dev rule.
+	if _, _, ok := ChooseDevThreshold([]float64{0.5}, open(1)); ok {
+		t.Fatal("ok without car commands")
+	}
+	// Every candidate stays inside the router's (0,1).
+	if th, _, _ = ChooseDevThreshold([]float64{1, 1, 1, 1, 1, 1, 1, 1, 1}, ex); th < minThreshold || th > maxThreshold {
 		t.Fatalf("threshold %v outside [%v, %v]", th, minThreshold, maxThreshold)
 	}
 }
@@ -386,26 +440,48 @@ func FuzzLoadTelemetry(f *testing.F) {
 	})
 }
 
+// TestRunWithTelemetry trains with a fleet export: requests labelled by
+// the outcome rule, and two local answers the cloud shadow-graded, which
+// the grade relabels as an app's feedback would (the failed one cloud, the
+// passed one local), with no feedback in the file at all.
 func TestRunWithTelemetry(t *testing.T) {
 	path := t.TempDir() + "/fleet.jsonl"
-	lines := strings.Join([]string{
+	lines := []string{
 		record("local", "local", "ok", textfeat.Version),
 		record("cloud", "local", "ok", textfeat.Version),
 		record("cloud", "cloud", "ok", textfeat.Version),
-	}, "\n")
-	if err := os.WriteFile(path, []byte(lines), 0o644); err != nil {
+	}
+	var graded []string // trace ids of the training part, not held out
+	for i := 0; len(graded) < 2; i++ {
+		if id := fmt.Sprintf("shadowed-%d", i); !InHeldOut(id) {
+			graded = append(graded, id)
+		}
+	}
+	for i, id := range graded {
+		r, _ := json.Marshal(fleetwire.RequestRecord{TraceID: id, Features: textfeat.Extract("what is the capital of Peru"), FeatureVersion: textfeat.Version, Decision: "local", Path: "local", Outcome: "ok"})
+		g, _ := json.Marshal(fleetwire.ShadowGrade{TraceID: id, OK: i == 1})
+		sg, _ := json.Marshal(map[string]any{"device_id": "car-1", "kind": fleetwire.KindShadowGrade, "data": json.RawMessage(g)})
+		lines = append(lines, string(r), string(sg))
+	}
+	if err := os.WriteFile(path, []byte(strings.Join(lines, "\n")), 0o644); err != nil {
 		t.Fatal(err)
 	}
 	base, err := Run(context.Background(), Options{DataDir: repoData, Config: Config{Seed: 1, Epochs: 1}})
 	if err != nil {
 		t.Fatal(err)
 	}
-	res, err := Run(context.Background(), Options{DataDir: repoData, Telemetry: []string{path}, Config: Config{Seed: 1, Epochs: 1}})
+	var log strings.Builder
+	res, err := Run(context.Background(), Options{DataDir: repoData, Telemetry: []string{path}, Log: &log, Config: Config{Seed: 1, Epochs: 1}})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if res.Examples != base.Examples+2 || res.Telemetry.Local != 1 || res.Telemetry.Cloud != 1 || res.Telemetry.SkippedUnknown != 1 {
+	// local: the plain local answer and the one whose shadow grade passed;
+	// cloud: the fallback and the local answer that failed its grade.
+	if res.Examples != base.Examples+4 || res.Telemetry.Local != 2 || res.Telemetry.Cloud != 2 || res.Telemetry.SkippedUnknown != 1 {
 		t.Fatalf("examples %d (base %d), telemetry %+v", res.Examples, base.Examples, res.Telemetry)
+	}
+	if !strings.Contains(log.String(), "0 feedback and 2 shadow grades joined: 1 local answers relabelled cloud, 1 confirmed local") {
+		t.Fatalf("model train's account of the quality signals:\n%s", log.String())
 	}
 	if bytes.Equal(res.Model, base.Model) {
 		t.Fatal("telemetry did not change the model")
