@@ -103,26 +103,30 @@ func (c *PricedConfig) Validate() error {
 var ReferenceClass = Class{PrefillTokensPerSec: 36700, DecodeStepSec: 0.0066, DecodeStepPerSeq: 0.000047, KVTokens: 411952, PricePerHour: 3}
 
 // Priced places each request on the worker whose estimated TTFT and TPOT
-// meet the SLOs on the cheapest GPU class, the least loaded by those
-// estimates among equals; with Disaggregate it also decides per request
-// whether to split prefill and decode. The estimates, per worker:
+// meet the SLOs where its work costs least (workCost: $ per token of
+// prefill and decode on the worker's class, not $ per hour), the least
+// loaded by those estimates among equals; with Disaggregate it also
+// decides per request whether to split prefill and decode. The estimates,
+// per worker:
 //
 //	TTFT = (pending prefill tokens + this prompt's uncached tokens) / prefill rate
 //	TPOT = decode step + per-sequence cost × (running + queued + 1)
 //	       + pending prefill time / predicted output tokens
+//	       (+ on a planner's prefiller: TTFTHeadroom × SLOTTFT / predicted output tokens)
 //
 // (chunked prefill shares steps with decodes, so a worker's prefill
-// backlog stretches its decodes' token gaps). A worker whose KV cache
-// cannot hold the prompt and output is never chosen. A request splits when
-// its uncached prompt takes SplitPrefill or more, it will decode more than one
-// token, and a prefill-heavy worker meets the TTFT while a worker of
-// another pool meets the TPOT: the prefill runs on the first, the KV
-// blocks move, the second decodes. Spending cheap GPUs first keeps the
-// expensive ones free for what only they do fast. Which workers prefill
-// is the planner's: it starts from the roles and, when no prefiller can
-// meet the TTFT, moves a decode-side worker of an equally fast class into
-// the prefill pool (plan, grow), so on identical GPUs the split between
-// prefill and decode follows the load instead of the role cycle.
+// backlog stretches its decodes' token gaps, and a prefiller's later
+// prefills stretch them up to the backlog the planner allows). A worker
+// whose KV cache cannot hold the prompt and output is never chosen. A
+// request splits when its uncached prompt takes SplitPrefill or more, it
+// will decode more than one token, and a prefill-heavy worker meets the
+// TTFT while another worker meets the TPOT: the prefill runs on the
+// first, the KV blocks move, the second decodes. Which workers prefill is
+// the planner's (planner.go): it starts from the roles, moves a
+// decode-side worker of an equally fast class into the prefill pool when
+// no prefiller can meet the TTFT, and gives one back when the pool has
+// long been idle, so on identical GPUs the split between prefill and
+// decode follows the load instead of the role cycle.
 type Priced struct {
 	cfg  PricedConfig
 	name string
