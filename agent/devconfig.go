@@ -199,7 +199,8 @@ func (a *Agent) applyDesired(_ context.Context, dc fleetwire.DesiredConfig) ([]s
 // routeConfig is the router's configuration from c: the settings the
 // fleet may change live, and the local engine's probe.
 func (a *Agent) routeConfig(c Config) route.Config {
-	return route.Config{Threshold: c.RouteThreshold, Hysteresis: c.RouteHysteresis, Mode: c.RouteMode, Probe: a.engine.probe}
+	return route.Config{Threshold: c.RouteThreshold, Hysteresis: c.RouteHysteresis, Mode: c.RouteMode, Probe: a.engine.probe,
+		LocalNoPins: c.LocalURL != ""} // a local server pins nothing (docs/cloud.md, "Prompt caching")
 }
 
 // fieldValues is each flag's value in c, as text.

@@ -4,10 +4,15 @@ import "github.com/phaseless/phaseless/transport/llm"
 
 // cloudOnlyHint names the first x-* header of req that only the cloud's
 // coordinator acts on (prefetch, semantic grouping), or "" when none is set.
-func cloudOnlyHint(req *llm.Request) string {
+// x-prefetch-hint: none asks for nothing the device would have to do, so it
+// holds anywhere; x-cache-ttl pins in the built-in engine too, and is here
+// only when the local engine keeps no lifetimes (localNoPins).
+func cloudOnlyHint(req *llm.Request, localNoPins bool) string {
 	h := &req.Hints
 	switch {
-	case h.Prefetch != "":
+	case h.CacheTTL > 0 && localNoPins:
+		return "x-cache-ttl"
+	case h.Prefetch != "" && h.Prefetch != "none":
 		return "x-prefetch-hint"
 	case h.BatchThreshold != 0:
 		return "x-batch-threshold"
@@ -17,20 +22,15 @@ func cloudOnlyHint(req *llm.Request) string {
 	return ""
 }
 
-// checkCloudHints refuses a cloud-only header on a request that cannot
-// reach the cloud (forced local, or no cloud configured): it would be
-// accepted and then ignored. A request the router may still send to the
-// cloud keeps it.
-func (d *Dispatcher) checkCloudHints(req *llm.Request) error {
-	name := cloudOnlyHint(req)
-	if name == "" {
+// checkCloudHints refuses a cloud-only header on a request the router keeps
+// on the device anyway (x-phaseless-route: local, route-mode local, no
+// cloud configured): nothing there would act on it, and a header is never
+// accepted and then ignored. The router sends every other request that
+// carries one to the cloud (Router.Decide), where it takes effect.
+func checkCloudHints(req *llm.Request, dec Decision, localNoPins bool) error {
+	name := cloudOnlyHint(req, localNoPins)
+	if name == "" || dec.Path != PathLocal {
 		return nil
 	}
-	switch {
-	case req.Hints.Route == PathLocal:
-		return llm.Errorf(llm.CodeInvalid, "header %s applies in the cloud; x-phaseless-route: local keeps this request on the device", name)
-	case d.cfg.Cloud == nil:
-		return llm.Errorf(llm.CodeInvalid, "header %s applies in the cloud, and this device has none configured", name)
-	}
-	return nil
+	return llm.Errorf(llm.CodeInvalid, "header %s acts in the cloud, and this request runs on the device (%s)", name, dec.Reason)
 }

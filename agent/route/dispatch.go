@@ -134,14 +134,15 @@ func (t *timedEmit) forward(tok llm.Token) error {
 // saying where the request ran and why it moved, merged with the cloud's
 // own begin event (pool, worker, hint, budget) when it ran there.
 func (d *Dispatcher) Generate(ctx context.Context, req *llm.Request, emit llm.Emit) (llm.Final, error) {
-	if err := d.checkCloudHints(req); err != nil {
-		return llm.Final{}, err
-	}
 	start := time.Now()
 	_, span := tracing.Child(ctx, "scheduling")
-	dec := d.router.Load().Decide(req, d.link(), d.load())
+	router := d.router.Load()
+	dec := router.Decide(req, d.link(), d.load())
 	span.SetAttributes(attribute.String("phaseless.path", dec.Path), attribute.Float64("phaseless.cloud_prob", dec.CloudProb))
 	span.End()
+	if err := checkCloudHints(req, dec, router.cfg.LocalNoPins); err != nil {
+		return llm.Final{}, err
+	}
 	d.m.decisions.With(dec.Path).Inc()
 	st := llm.NewStream(emit)
 	te := &timedEmit{emit: st.Emit, st: st, start: start, itl: d.m.itl}

@@ -117,6 +117,10 @@ type Config struct {
 	// sends every one to the cloud (with the usual local fallback when the
 	// cloud fails before its first token). A request's own header wins.
 	Mode string
+	// LocalNoPins says the local engine keeps no prompt-cache lifetimes
+	// (an external OpenAI-compatible server, --local-url): x-cache-ttl then
+	// acts only in the cloud, as x-batch-threshold does (cloudhints.go).
+	LocalNoPins bool
 }
 
 // ModeAuto is Config.Mode's default: the router decides.
@@ -235,6 +239,11 @@ func (r *Router) Decide(req *llm.Request, link Link, load Load) Decision {
 	overrideBy := "x-phaseless-route: "
 	if o != PathLocal && o != PathCloud && (r.cfg.Mode == PathLocal || r.cfg.Mode == PathCloud) {
 		o, overrideBy = r.cfg.Mode, "route-mode: "
+	}
+	if name := cloudOnlyHint(req, r.cfg.LocalNoPins); name != "" && o != PathLocal && o != PathCloud && link.Configured {
+		// The request asks for a mechanism only the cloud has (semantic
+		// grouping, prefetch): it goes where that takes effect.
+		o, overrideBy = PathCloud, "header "+name+" acts in the cloud: "
 	}
 	if r.cfg.Probe != nil && r.readsProbe() && o != PathLocal && o != PathCloud && link.Configured && link.Connected {
 		textfeat.SetProbe(d.Features, r.cfg.Probe(text))

@@ -59,7 +59,7 @@ type cacheLayer struct {
 }
 
 type cacheMetrics struct {
-	dirLookups, groups, prefetch, warmups *metrics.CounterVec
+	dirLookups, dirRecords, groups, prefetch, warmups *metrics.CounterVec
 }
 
 func newCacheLayer(cfg CacheConfig, tok lm.Tokenizer, bs int, reg *metrics.Registry) (*cacheLayer, error) {
@@ -80,6 +80,7 @@ func newCacheLayer(cfg CacheConfig, tok lm.Tokenizer, bs int, reg *metrics.Regis
 	l.ctx, l.cancel = context.WithCancel(context.Background())
 	l.m = cacheMetrics{
 		dirLookups: reg.CounterVec("phaseless_cache_directory_lookups_total", "pinned-prefix directory lookups by result (hit: a worker holds part of the prompt pinned)", "result"),
+		dirRecords: reg.CounterVec("phaseless_cache_directory_records_total", "pinned prefixes written to the directory by result (error: the directory, e.g. Redis, refused or was unreachable, so other replicas will not find the pin)", "result"),
 		groups:     reg.CounterVec("phaseless_semantic_groups_total", "semantic grouping events: formed (a group reached its minimum size), joined (a request placed with its group), conflict (similar, but its prompt diverged)", "event"),
 		prefetch:   reg.CounterVec("phaseless_prefetch_predictions_total", "requests scored against their tenant's previous prediction: hit (its cluster was predicted) or miss", "result"),
 		warmups:    reg.CounterVec("phaseless_prefetch_warmups_total", "predicted prefixes warmed into an idle worker's cache, by result", "result"),
@@ -132,6 +133,12 @@ func (l *cacheLayer) grouping(req *llm.Request) bool {
 	return l.cfg.Semantic || req.Hints.BatchThreshold > 0
 }
 
+// fingerprints says whether req's semantic fingerprint is read at all: by
+// grouping or the prefetcher; otherwise it is not worth its hashing.
+func (l *cacheLayer) fingerprints(req *llm.Request) bool {
+	return l.grouping(req) || l.cfg.Prefetch
+}
+
 // join places req with an open group of similar requests on a worker that
 // has room; ok is false when there is none.
 func (l *cacheLayer) join(req *llm.Request, fp *semantic.Fingerprint, m *measured, snap *sched.Snapshot) (sched.Decision, bool) {
@@ -161,6 +168,17 @@ func (l *cacheLayer) opened(req *llm.Request, fp *semantic.Fingerprint, m *measu
 	}
 }
 
+// record writes a pin to the directory, counting the writes that fail:
+// a pin is still served by its worker, but other replicas will not send
+// its follow-ups there.
+func (l *cacheLayer) record(ctx context.Context, h uint64, worker string, until time.Time) {
+	if err := l.dir.Record(ctx, h, worker, until); err != nil {
+		l.m.dirRecords.With("error").Inc()
+		return
+	}
+	l.m.dirRecords.With("ok").Inc()
+}
+
 func firstBlock(hashes []uint64) uint64 {
 	if len(hashes) == 0 {
 		return 0
@@ -173,14 +191,17 @@ func firstBlock(hashes []uint64) uint64 {
 // hit records it again, as the engine refreshes the pin).
 func (l *cacheLayer) pinned(ctx context.Context, req *llm.Request, m *measured, worker string) {
 	now := l.now()
+	whole := l.promptTokens(lm.PromptMessages(req, false))
 	for _, bp := range req.CacheBreakpoints {
-		msgs := append([]llm.Message(nil), req.Messages[:bp.Message+1]...)
-		msgs[bp.Message].Content = msgs[bp.Message].Content[:bp.Chars]
-		n := commonLen(l.promptTokens(msgs), l.promptTokens(req.Messages)) / l.bs
+		msgs := lm.CachePrefix(req, bp, false)
+		if msgs == nil {
+			continue
+		}
+		n := commonLen(l.promptTokens(msgs), whole) / l.bs
 		if n == 0 || n > len(m.sig.BlockHashes) {
 			continue
 		}
-		l.dir.Record(ctx, m.sig.BlockHashes[n-1], worker, now.Add(bp.TTL))
+		l.record(ctx, m.sig.BlockHashes[n-1], worker, now.Add(bp.TTL))
 	}
 }
 
@@ -205,11 +226,13 @@ func commonLen(a, b []int32) int {
 // next predicted clusters' prefixes into idle workers, within the budget
 // of req's x-prefetch-hint.
 func (l *cacheLayer) predict(c *Coordinator, req *llm.Request, fp *semantic.Fingerprint, m *measured) {
+	if !l.cfg.Prefetch {
+		// Off, the model learns nothing: it would keep a cluster (and a
+		// copy of its prompt prefix) per tenant that nothing reads.
+		return
+	}
 	hint := prefetch.Hint(req.Hints.Prefetch)
 	n, maxLoad := hint.Budget()
-	if !l.cfg.Prefetch {
-		n = 0
-	}
 	if req.Hints.SemanticMode == "" {
 		// A tenant's kinds of request are its conversations' topics; the
 		// hybrid default, half the user's wording, splits one kind in many.
@@ -282,7 +305,7 @@ func (l *cacheLayer) warm(c *Coordinator, tenant string, prefix []llm.Message, m
 			return
 		}
 		l.m.warmups.With("warmed").Inc()
-		l.dir.Record(l.ctx, hashes[want-1], w.Name(), l.now().Add(llm.MinCacheTTL))
+		l.record(l.ctx, hashes[want-1], w.Name(), l.now().Add(llm.MinCacheTTL))
 	}()
 }
 

@@ -245,3 +245,49 @@ func TestCacheKnobsRefusedWhenOff(t *testing.T) {
 		})
 	}
 }
+
+// TestToolBreakpointInTheDirectory: a breakpoint after the tool
+// definitions is recorded where the engine pinned it, as the tools prefix
+// the engine renders first (the coordinator hashes the prompt as the
+// engines render it), and a request with the same tools under another
+// system prompt reads that prefix.
+func TestToolBreakpointInTheDirectory(t *testing.T) {
+	dir := affinity.NewMemory(nil)
+	c, _, _ := cacheCoordinator(t, CacheConfig{Directory: dir})
+	withTools := func(r *llm.Request) *llm.Request {
+		r.Tools = []llm.Tool{{Name: "set_fan_speed", Parameters: []byte(`{"type":"object"}`)}}
+		r.CacheBreakpoints = []llm.CacheBreakpoint{{Tools: 1, TTL: 5 * time.Minute}}
+		return r
+	}
+	first := withTools(conversation("turn the heat up to twenty two"))
+	meta, _, fin, err := generate(t, c, first)
+	if err != nil {
+		t.Fatal(err)
+	}
+	hashes := c.measure(first).sig.BlockHashes
+	name, n, err := dir.Lookup(context.Background(), hashes)
+	if err != nil || name != meta.Worker || n == 0 || fin.CacheWriteTokens != n*c.cfg.BlockSize {
+		t.Fatalf("directory says %q holds %d blocks (%v); the request ran on %s and wrote %d tokens", name, n, err, meta.Worker, fin.CacheWriteTokens)
+	}
+	// The blocks the coordinator hashed are the ones the engine holds.
+	var snap sched.Snapshot
+	c.cfg.Workers.Snapshot(&snap, hashes)
+	held := 0
+	for i, w := range c.cfg.Workers.Workers() {
+		if w.Name() == name {
+			held = snap.Workers[i].PrefixBlocks
+		}
+	}
+	if held < n {
+		t.Fatalf("%s's engine holds %d of the %d blocks the directory records", name, held, n)
+	}
+	other := withTools(conversation("play some jazz"))
+	other.Messages[0].Content = "You are a terse assistant."
+	_, _, fin, err = generate(t, c, other)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if fin.PrefixHitTokens < n*c.cfg.BlockSize {
+		t.Fatalf("same tools, another system prompt: %d tokens read, want the %d pinned", fin.PrefixHitTokens, n*c.cfg.BlockSize)
+	}
+}

@@ -165,7 +165,9 @@ type measured struct {
 
 func (c *Coordinator) measure(req *llm.Request) measured {
 	tok := c.cfg.Tokenizer
-	ids := tok.Encode(lm.ChatPrompt(req.Messages))
+	// As the engines render it (tool definitions first), so the blocks
+	// hashed here are the ones they cache.
+	ids := tok.Encode(lm.ChatPrompt(lm.PromptMessages(req, false)))
 	if tok.AddBOS() {
 		ids = append([]int32{tok.BOS()}, ids...)
 	}
@@ -246,7 +248,9 @@ func (c *Coordinator) generate(ctx context.Context, req *llm.Request, emit llm.E
 		return llm.Final{}, err
 	}
 	m := c.measure(req)
-	m.fp = semantic.Of(req.Messages, req.Hints.SemanticMode)
+	if c.cache.fingerprints(req) {
+		m.fp = semantic.Of(req.Messages, req.Hints.SemanticMode)
+	}
 	bucket := c.cfg.Budget(m.tenant)
 	_, span := tracing.Child(ctx, "admission")
 	remaining, err := c.cfg.Admitter.Charge(ctx, m.tenant, m.cost, bucket)

@@ -67,15 +67,17 @@ func simRun(ctx context.Context, o *simOptions, policy string, scale float64) (s
 	if p, err = o.cache.wrap(p); err != nil {
 		return sim.Summary{}, err
 	}
+	reqs := simRequests(o.reqs, scale)
 	c, err := sim.New(sim.Config{Pools: o.pools, CycleRoles: o.cycle, Model: o.model, TP: o.tp, Engine: o.engine,
-		Policy: p, SLOTTFT: o.sloTTFT, SLOTPOT: o.sloTPOT, ProbeInterval: o.probe, KVLink: o.link, Prices: o.prices, Cache: o.cache.cfg})
+		Policy: p, SLOTTFT: o.sloTTFT, SLOTPOT: o.sloTPOT, ProbeInterval: o.probe, KVLink: o.link, Prices: o.prices, Cache: o.cache.forTrace(reqs)})
 	if err != nil {
 		return sim.Summary{}, err
 	}
-	res, err := c.Run(ctx, simRequests(o.reqs, scale))
+	res, err := c.Run(ctx, reqs)
 	if err != nil {
 		return sim.Summary{}, err
 	}
+	o.cache.slice(res, scale)
 	s := sim.Summarize(res, scale, o.sloTTFT, o.sloTPOT, o.prices)
 	s.Policy = policy
 	return s, nil

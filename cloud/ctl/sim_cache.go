@@ -3,6 +3,7 @@ package ctl
 import (
 	"errors"
 	"flag"
+	"time"
 
 	"github.com/phaseless/phaseless/cloud/sched"
 	"github.com/phaseless/phaseless/cloud/sim"
@@ -10,10 +11,14 @@ import (
 )
 
 // simCache is the prompt-caching part of a sim invocation: TTL pinning in
-// the engines and the conversation-affinity layer in front of each policy.
+// the engines, the follow-up model and prefetch, the conversation-affinity
+// layer in front of each policy, and the held-out slice the summary is
+// taken on.
 type simCache struct {
-	cfg      sim.CacheConfig
-	affinity bool
+	cfg        sim.CacheConfig
+	affinity   bool
+	oracle     bool          // pin exactly the requests followed up within the TTL (a bound)
+	reportFrom time.Duration // summarise only requests arriving from then on
 }
 
 // simCacheFlags registers the prompt-caching flags; the returned function
@@ -21,6 +26,13 @@ type simCache struct {
 func simCacheFlags(fs *flag.FlagSet) func() (simCache, error) {
 	ttl := fs.Duration("cache-ttl", 0, "pin every prompt's prefix blocks for this long (as cache_control at the end of each turn); 0 = LRU only. Live: 5m..1h")
 	share := fs.Float64("pinned-share", 0.5, "fraction of each engine's KV blocks pinning may take")
+	tenant := fs.Float64("tenant-share", 0, "fraction one tenant's pins may take; 0 = half of --pinned-share (a trace without keys is one tenant)")
+	soft := fs.Bool("soft-pins", false, "a pinned prefix's unused blocks yield to allocations once nothing else is free, instead of never (a retention priority; live pins are hard)")
+	threshold := fs.Float64("follow-up-threshold", 0, "pin (for --cache-ttl) only prompts whose predicted chance of a follow-up turn reaches this: the follow-up model learned online on the trace's hash_id chains; 0 = pin every prompt")
+	prefetch := fs.Bool("prefetch", false, "warm prompts the follow-up model predicts a next turn for back into an idle worker when no worker holds them (needs --follow-up-threshold)")
+	prefetchLoad := fs.Float64("prefetch-max-load", 0, "busiest a worker may be (running sequences over its slots) to take a warm-up; 0 = only one running nothing")
+	oracle := fs.Bool("pin-oracle", false, "a bound, not a mechanism: pin (for --cache-ttl) exactly the prompts whose follow-up comes within it, knowing the trace's future")
+	from := fs.Duration("report-from", 0, "summarise only requests arriving at or after this trace time (a held-out slice; the earlier ones warm the caches and train the follow-up model)")
 	affinity := fs.Bool("affinity", false, "route a request to the worker holding the most of its prompt while it has room (conversation affinity) before the policy decides")
 	return func() (simCache, error) {
 		switch {
@@ -28,9 +40,60 @@ func simCacheFlags(fs *flag.FlagSet) func() (simCache, error) {
 			return simCache{}, &cli.FieldError{Field: "cache-ttl", Err: errors.New("must not be negative")}
 		case *share <= 0 || *share > 1:
 			return simCache{}, &cli.FieldError{Field: "pinned-share", Err: errors.New("must be in (0, 1]")}
+		case *tenant < 0 || *tenant > *share:
+			return simCache{}, &cli.FieldError{Field: "tenant-share", Err: errors.New("must be in [0, --pinned-share]")}
+		case *threshold < 0 || *threshold > 1:
+			return simCache{}, &cli.FieldError{Field: "follow-up-threshold", Err: errors.New("must be in [0, 1]")}
+		case (*threshold > 0 || *oracle) && *ttl == 0:
+			return simCache{}, &cli.FieldError{Field: "cache-ttl", Err: errors.New("--follow-up-threshold and --pin-oracle pin for --cache-ttl: set it")}
+		case *prefetch && *threshold == 0:
+			return simCache{}, &cli.FieldError{Field: "prefetch", Err: errors.New("needs --follow-up-threshold (its predictions are what it warms)")}
+		case *prefetchLoad < 0 || *prefetchLoad > 1:
+			return simCache{}, &cli.FieldError{Field: "prefetch-max-load", Err: errors.New("must be in [0, 1]")}
+		case *prefetchLoad > 0 && !*prefetch:
+			return simCache{}, &cli.FieldError{Field: "prefetch-max-load", Err: errors.New("applies with --prefetch")}
+		case *oracle && *threshold > 0:
+			return simCache{}, &cli.FieldError{Field: "pin-oracle", Err: errors.New("is instead of --follow-up-threshold, not beside it")}
+		case *from < 0:
+			return simCache{}, &cli.FieldError{Field: "report-from", Err: errors.New("must not be negative")}
 		}
-		return simCache{cfg: sim.CacheConfig{TTL: *ttl, PinnedShare: *share}, affinity: *affinity}, nil
+		cfg := sim.CacheConfig{TTL: *ttl, PinnedShare: *share, TenantShare: *tenant, Soft: *soft,
+			Retain: sim.RetainConfig{Threshold: *threshold}, Prefetch: sim.PrefetchConfig{On: *prefetch, MaxLoad: *prefetchLoad}}
+		return simCache{cfg: cfg, affinity: *affinity, oracle: *oracle, reportFrom: *from}, nil
 	}
+}
+
+// forTrace is the config for one run of reqs: the oracle's pins come from
+// the trace's future.
+func (c simCache) forTrace(reqs []sim.Request) sim.CacheConfig {
+	cfg := c.cfg
+	if c.oracle {
+		gaps, ttl := sim.FollowUpGaps(reqs), cfg.TTL
+		cfg.PinFor = func(i int) time.Duration {
+			if gaps[i] > 0 && gaps[i] <= ttl {
+				return ttl
+			}
+			return 0
+		}
+		cfg.TTL = 0 // PinFor decides every pin
+	}
+	return cfg
+}
+
+// slice keeps the outcomes of the requests the summary is taken on (the
+// slice's start is in trace time; arrivals are at the rate scale).
+func (c simCache) slice(res *sim.Result, scale float64) {
+	if c.reportFrom == 0 {
+		return
+	}
+	from := time.Duration(float64(c.reportFrom) / scale)
+	kept := res.Outcomes[:0:0]
+	for _, o := range res.Outcomes {
+		if o.Arrival >= from {
+			kept = append(kept, o)
+		}
+	}
+	res.Outcomes = kept
 }
 
 // wrap puts the affinity layer in front of p when asked.

@@ -17,6 +17,21 @@ type CacheConfig struct {
 	// take (default 0.5, as lm.EngineConfig.PinnedBytes); TenantShare one
 	// tenant's (default half of PinnedShare).
 	PinnedShare, TenantShare float64
+	// Soft pins keep a pinned prefix's unused blocks evictable once no
+	// other block is free (a retention priority), instead of never, so a
+	// pin never delays an admission. Live pins are hard.
+	Soft bool
+	// Retain, when its Threshold is set, pins only the prompts the
+	// follow-up model predicts a next turn for (retain.go).
+	Retain RetainConfig
+	// Prefetch warms the prompts the follow-up model predicts a next turn
+	// for back into an idle worker's cache when no worker holds them any
+	// more (prefetch.go); it needs Retain.
+	Prefetch PrefetchConfig
+	// PinFor, when set, decides request i's pin lifetime instead (0 = no
+	// pin): a bound computed from the whole trace, such as an oracle that
+	// knows which requests are followed up. Not a mechanism.
+	PinFor func(i int) time.Duration
 }
 
 func (c *CacheConfig) fill() {
@@ -34,6 +49,14 @@ func (c *CacheConfig) validate() error {
 		return errors.New("sim.Config.Cache.TTL: negative")
 	case c.PinnedShare < 0 || c.PinnedShare > 1 || c.TenantShare < 0 || c.TenantShare > c.PinnedShare:
 		return errors.New("sim.Config.Cache.PinnedShare/TenantShare: want 0 ≤ TenantShare ≤ PinnedShare ≤ 1")
+	case c.Retain.Threshold < 0 || c.Retain.Threshold > 1 || c.Retain.Horizon < 0 || c.Retain.HalfLife < 0:
+		return errors.New("sim.Config.Cache.Retain: want 0 ≤ Threshold ≤ 1 and non-negative durations")
+	case c.Retain.Threshold > 0 && c.TTL <= 0:
+		return errors.New("sim.Config.Cache.Retain: predictive pinning needs a TTL")
+	case c.Prefetch.On && c.Retain.Threshold <= 0:
+		return errors.New("sim.Config.Cache.Prefetch: needs the follow-up model (Retain.Threshold)")
+	case c.Prefetch.MaxLoad < 0 || c.Prefetch.MaxLoad > 1 || c.Prefetch.ChunkTokens < 0:
+		return errors.New("sim.Config.Cache.Prefetch: want 0 ≤ MaxLoad ≤ 1 and ChunkTokens ≥ 0")
 	}
 	return nil
 }
@@ -41,20 +64,32 @@ func (c *CacheConfig) validate() error {
 // enablePinning turns pinning on in every engine when the config asks.
 func (c *Cluster) enablePinning() {
 	cc := c.cfg.Cache
-	if cc.TTL <= 0 {
+	if cc.Retain.Threshold > 0 {
+		c.retain = newRetainer(cc.Retain, cc.TTL, c.dep.Engine.BlockSize)
+	}
+	if cc.TTL <= 0 && cc.PinFor == nil {
 		return
 	}
 	now := func() time.Duration { return c.clk.now }
 	for _, w := range c.workers {
 		n := w.eng.d.KVBlocks
-		w.eng.EnablePinning(int(float64(n)*cc.PinnedShare), int(float64(n)*cc.TenantShare), now)
+		w.eng.EnablePinning(int(float64(n)*cc.PinnedShare), int(float64(n)*cc.TenantShare), now, cc.Soft)
 	}
 }
 
-// pinRequest marks a sequence's whole prompt prefix for pinning.
-func (c *Cluster) pinRequest(s *Seq, tenant string) {
-	if c.cfg.Cache.TTL <= 0 {
+// pinRequest marks request i's whole prompt prefix for pinning, if the
+// config pins it: every prompt for TTL, the ones the follow-up model
+// picks, or what PinFor says.
+func (c *Cluster) pinRequest(i int, s *Seq, tenant string) {
+	ttl := c.cfg.Cache.TTL
+	switch {
+	case c.cfg.Cache.PinFor != nil:
+		ttl = c.cfg.Cache.PinFor(i)
+	case c.retain != nil && !c.retain.observeWith(&c.reqs[i], c.clk.now, s.Hashes, tenant):
+		ttl = 0
+	}
+	if ttl <= 0 {
 		return
 	}
-	s.PinBlocks, s.PinTTL, s.Tenant = len(s.Hashes), c.cfg.Cache.TTL, tenant
+	s.PinBlocks, s.PinTTL, s.Tenant = len(s.Hashes), ttl, tenant
 }

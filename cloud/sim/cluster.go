@@ -250,6 +250,7 @@ type simWorker struct {
 	prefills int           // the requests those tokens belong to
 	nicFree  time.Duration // when its NIC has received the KV transfers already under way
 	dollarsS float64       // $ per second of stepping
+	warming  bool          // a prefetch warm-up is running here (prefetch.go)
 }
 
 type flight struct {
@@ -269,6 +270,7 @@ type flight struct {
 	last    time.Duration
 	tokens  int
 	dollars float64
+	warm    bool // a prefetch warm-up, not a request (prefetch.go)
 }
 
 // Cluster is one simulation: build it with New, Run it once.
@@ -287,6 +289,8 @@ type Cluster struct {
 	left      int
 	maxKV     int
 	ran       bool
+	retain    *retainer // predictive pinning (retain.go); nil = off
+	warmups   int       // prefetch warm-ups started
 }
 
 // New builds the cluster: one engine per TP group of each pool.
@@ -427,6 +431,7 @@ func (c *Cluster) probe() {
 		}
 		w.lastPre = st.Preemptions
 	}
+	c.prefetch()
 	if c.left > 0 {
 		c.at(c.clk.now+c.cfg.ProbeInterval, c.probe)
 	}
@@ -441,7 +446,7 @@ func (c *Cluster) arrive(i int) {
 	out := max(1, r.Output)
 	f.seq = Seq{Prompt: max(1, r.Input), MaxOutput: out, User: f}
 	f.seq.Hashes = blockHashes(i, r, c.dep.Engine.BlockSize)
-	c.pinRequest(&f.seq, f.tenant)
+	c.pinRequest(i, &f.seq, f.tenant)
 	f.sig = sched.Request{
 		InputTokens:     f.seq.Prompt,
 		InputChars:      int(float64(f.seq.Prompt) * c.cfg.CharsPerToken),
@@ -548,7 +553,7 @@ func (c *Cluster) step(w *simWorker) {
 		return
 	}
 	w.stepping = true
-	c.maxKV = max(c.maxKV, w.eng.kv.blocks()-w.eng.kv.free)
+	c.maxKV = max(c.maxKV, w.eng.kv.blocks()-w.eng.kv.free())
 	total := 0
 	for _, s := range w.eng.planned {
 		total += s.step
@@ -566,6 +571,10 @@ func (c *Cluster) step(w *simWorker) {
 // its run.forward does it (fair-queue charge, burst meter).
 func (c *Cluster) emit(s *Seq, finished bool) {
 	f := s.User.(*flight)
+	if f.warm {
+		c.warmed(f) // its one token is the end of it
+		return
+	}
 	now := c.clk.now
 	if f.tokens == 0 {
 		f.first = now

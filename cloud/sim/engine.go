@@ -84,9 +84,10 @@ func NewEngine(d *Deployment) *Engine {
 }
 
 // EnablePinning turns prompt-cache pinning on: at most maxBlocks pinned in
-// all and tenantBlocks per tenant, lifetimes on the now clock.
-func (e *Engine) EnablePinning(maxBlocks, tenantBlocks int, now func() time.Duration) {
-	e.kv.enablePins(maxBlocks, tenantBlocks, now)
+// all and tenantBlocks per tenant, lifetimes on the now clock. Soft pins
+// yield their unused blocks to allocations once nothing else is free.
+func (e *Engine) EnablePinning(maxBlocks, tenantBlocks int, now func() time.Duration, soft bool) {
+	e.kv.enablePins(maxBlocks, tenantBlocks, now, soft)
 }
 
 // PinStats are the engine's pinning counters: blocks pinned now, prefix
@@ -184,7 +185,7 @@ func (e *Engine) Plan() (time.Duration, bool) {
 		s := e.running[i]
 		n := min(s.numTokens()-s.computed, budget)
 		need := ceilDiv(s.computed+n, bs) - len(s.blocks)
-		for need > e.kv.free && s != nil {
+		for need > e.kv.free() && s != nil {
 			v := e.running[len(e.running)-1]
 			e.preempt(v)
 			preempted = true
@@ -205,7 +206,7 @@ func (e *Engine) Plan() (time.Duration, bool) {
 		if s.Imported && !s.admitted {
 			// Its KV comes with it: blocks for the prompt and the first token.
 			need := ceilDiv(s.numTokens(), bs)
-			if need > e.kv.free {
+			if need > e.kv.free() {
 				break
 			}
 			for range need {
@@ -223,11 +224,11 @@ func (e *Engine) Plan() (time.Duration, bool) {
 		need := ceilDiv(hit*bs+n, bs) - hit
 		freeHits := 0
 		for _, h := range s.Hashes[:hit] {
-			if b := e.kv.byHash[h]; e.kv.ref[b] == 0 && !e.kv.pinned(b) {
+			if e.kv.idle(e.kv.byHash[h]) {
 				freeHits++
 			}
 		}
-		if need+freeHits > e.kv.free {
+		if need+freeHits > e.kv.free() {
 			break
 		}
 		for _, h := range s.Hashes[:hit] {

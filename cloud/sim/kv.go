@@ -12,17 +12,25 @@ type kvCache struct {
 	ref        []int32
 	hash       []uint64 // 0 = no hash
 	prev, next []int32  // free queue links; -1 = none
+	lru        blockList
+	// kept holds the unused blocks of soft pins (pin.go), evicted only
+	// once lru is empty; it stays empty with hard pins.
+	kept   blockList
+	byHash map[uint64]int32
+	pin    *pins // nil: pinning off (pin.go)
+}
+
+// blockList is a queue threaded through kvCache.prev and next.
+type blockList struct {
 	head, tail int32
-	free       int
-	byHash     map[uint64]int32
-	pin        *pins // nil: pinning off (pin.go)
+	n          int
 }
 
 func newKVCache(blocks int) *kvCache {
 	c := &kvCache{
 		ref: make([]int32, blocks), hash: make([]uint64, blocks),
 		prev: make([]int32, blocks), next: make([]int32, blocks),
-		head: -1, tail: -1, byHash: make(map[uint64]int32),
+		lru: blockList{head: -1, tail: -1}, kept: blockList{head: -1, tail: -1}, byHash: make(map[uint64]int32),
 	}
 	for b := range blocks {
 		c.push(int32(b))
@@ -30,45 +38,67 @@ func newKVCache(blocks int) *kvCache {
 	return c
 }
 
+// free is how many blocks an allocation can take.
+func (c *kvCache) free() int { return c.lru.n + c.kept.n }
+
+// idle reports that b is on a free queue: no user, and no hard pin.
+func (c *kvCache) idle(b int32) bool { return c.ref[b] == 0 && (!c.pinned(b) || c.pin.soft) }
+
 func (c *kvCache) blocks() int { return len(c.ref) }
 
-func (c *kvCache) usage() float64 { return float64(len(c.ref)-c.free) / float64(len(c.ref)) }
+func (c *kvCache) usage() float64 { return float64(len(c.ref)-c.free()) / float64(len(c.ref)) }
 
-// push appends b to the free queue's tail (evicted last).
+// push appends b to the free queue's tail (evicted last): lru's, or kept's
+// for a soft-pinned block.
 func (c *kvCache) push(b int32) {
-	c.prev[b], c.next[b] = c.tail, -1
-	if c.tail >= 0 {
-		c.next[c.tail] = b
-	} else {
-		c.head = b
+	l := &c.lru
+	if c.pinned(b) {
+		l = &c.kept
 	}
-	c.tail = b
-	c.free++
+	c.prev[b], c.next[b] = l.tail, -1
+	if l.tail >= 0 {
+		c.next[l.tail] = b
+	} else {
+		l.head = b
+	}
+	l.tail = b
+	l.n++
 }
 
+// unlink takes b off the free queue it is on.
 func (c *kvCache) unlink(b int32) {
+	l := &c.lru
+	if c.pinned(b) {
+		l = &c.kept
+	}
 	if p := c.prev[b]; p >= 0 {
 		c.next[p] = c.next[b]
 	} else {
-		c.head = c.next[b]
+		l.head = c.next[b]
 	}
 	if n := c.next[b]; n >= 0 {
 		c.prev[n] = c.prev[b]
 	} else {
-		c.tail = c.prev[b]
+		l.tail = c.prev[b]
 	}
 	c.prev[b], c.next[b] = -1, -1
-	c.free--
+	l.n--
 }
 
-// alloc takes the least recently freed block, evicting its hash; -1 when
-// every block is in use.
+// alloc takes the least recently freed block, evicting its hash, and a
+// soft-pinned one only when no other is left; -1 when every block is in
+// use.
 func (c *kvCache) alloc() int32 {
-	b := c.head
+	b := c.lru.head
 	if b < 0 {
-		return -1
+		if b = c.kept.head; b < 0 {
+			return -1
+		}
+		c.unlink(b)
+		c.unpin(b)
+	} else {
+		c.unlink(b)
 	}
-	c.unlink(b)
 	if h := c.hash[b]; h != 0 {
 		delete(c.byHash, h)
 		c.hash[b] = 0
@@ -90,7 +120,7 @@ func (c *kvCache) match(hashes []uint64) int {
 // take adds a user to the cached block holding h (which match found).
 func (c *kvCache) take(h uint64) int32 {
 	b := c.byHash[h]
-	if c.ref[b] == 0 && !c.pinned(b) {
+	if c.idle(b) {
 		c.unlink(b)
 	}
 	c.ref[b]++
@@ -104,7 +134,7 @@ func (c *kvCache) release(bs []int32) {
 	for i := len(bs) - 1; i >= 0; i-- {
 		b := bs[i]
 		c.ref[b]--
-		if c.ref[b] == 0 && !c.pinned(b) {
+		if c.idle(b) {
 			c.push(b)
 		}
 	}
@@ -125,19 +155,27 @@ func (c *kvCache) register(b int32, h uint64) {
 // without users, and users equals the references sequences hold.
 func (c *kvCache) check(refs map[int32]int32) error {
 	n := 0
-	for b := c.head; b >= 0; b = c.next[b] {
-		if c.ref[b] != 0 {
-			return fmt.Errorf("block %d on the free queue with %d users", b, c.ref[b])
+	for _, l := range []*blockList{&c.lru, &c.kept} {
+		k := 0
+		for b := l.head; b >= 0; b = c.next[b] {
+			if c.ref[b] != 0 || (l == &c.kept) != c.pinned(b) {
+				return fmt.Errorf("block %d on the wrong free queue (%d users, pinned %v)", b, c.ref[b], c.pinned(b))
+			}
+			k++
+			if k > len(c.ref) {
+				return fmt.Errorf("free queue loops")
+			}
 		}
-		n++
-		if n > len(c.ref) {
-			return fmt.Errorf("free queue loops")
+		if k != l.n {
+			return fmt.Errorf("free queue has %d blocks, count says %d", k, l.n)
 		}
+		n += k
 	}
-	if n != c.free {
-		return fmt.Errorf("free queue has %d blocks, count says %d", n, c.free)
+	idle := 0
+	if c.pin != nil && !c.pin.soft {
+		idle = c.pinnedIdle()
 	}
-	if idle := c.pinnedIdle(); n+idle != len(c.ref)-countUsed(c.ref) {
+	if n+idle != len(c.ref)-countUsed(c.ref) {
 		return fmt.Errorf("%d free and %d idle pinned blocks, but %d without users", n, idle, len(c.ref)-countUsed(c.ref))
 	}
 	for b := range c.ref {

@@ -23,16 +23,31 @@ type pins struct {
 	max      int // blocks; 0 = pinning off
 	tenant   int // blocks per tenant
 	now      func() time.Duration
+	// soft pins keep their unused blocks on kvCache.kept, taken only when
+	// nothing else is free, instead of off every free queue: a pin then
+	// never keeps a sequence from being admitted.
+	soft bool
 
-	hits, expiries, refused uint64
+	hits, expiries, refused, evicted uint64
 }
 
-func (c *kvCache) enablePins(maxBlocks, tenantBlocks int, now func() time.Duration) {
+func (c *kvCache) enablePins(maxBlocks, tenantBlocks int, now func() time.Duration, soft bool) {
 	n := len(c.ref)
 	c.pin = &pins{
 		until: make([]time.Duration, n), ttl: make([]time.Duration, n), owner: make([]string, n),
-		gen: make([]uint32, n), byTenant: map[string]int{}, max: maxBlocks, tenant: tenantBlocks, now: now,
+		gen: make([]uint32, n), byTenant: map[string]int{}, max: maxBlocks, tenant: tenantBlocks, now: now, soft: soft,
 	}
+}
+
+// unpin ends b's pin early: an allocation evicted a soft-pinned block.
+func (c *kvCache) unpin(b int32) {
+	p := c.pin
+	p.until[b] = 0
+	p.gen[b]++ // its heap entry is stale now
+	p.total--
+	p.byTenant[p.owner[b]]--
+	p.owner[b] = ""
+	p.evicted++
 }
 
 func (c *kvCache) pinned(b int32) bool { return c.pin != nil && c.pin.until[b] != 0 }
@@ -90,11 +105,15 @@ func (c *kvCache) pinPrefix(tenant string, hashes []uint64, ttl time.Duration) i
 			p.refused += uint64(len(hashes) - i)
 			break
 		}
-		if c.ref[b] == 0 {
-			c.unlink(b)
+		idle := c.ref[b] == 0
+		if idle {
+			c.unlink(b) // off lru; a soft pin's block joins kept below
 		}
 		p.ttl[b], p.owner[b] = ttl, tenant
 		p.extend(b, until)
+		if idle && p.soft {
+			c.push(b)
+		}
 		p.byTenant[tenant]++
 		p.total++
 		added++
@@ -115,6 +134,9 @@ func (c *kvCache) expire() {
 		b := e.b
 		if p.gen[b] != e.gen || p.until[b] == 0 {
 			continue
+		}
+		if c.ref[b] == 0 && p.soft {
+			c.unlink(b) // off kept, onto lru below
 		}
 		p.until[b] = 0
 		p.total--

@@ -13,7 +13,7 @@ import (
 func TestPinnedBlocksOutliveLRUPressure(t *testing.T) {
 	var now time.Duration
 	c := newKVCache(8)
-	c.enablePins(2, 2, func() time.Duration { return now })
+	c.enablePins(2, 2, func() time.Duration { return now }, false)
 	fill := func(base uint64, n int) []int32 {
 		var bs []int32
 		for i := range n {

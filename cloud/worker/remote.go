@@ -85,6 +85,10 @@ type Remote struct {
 	// noKV is set once the server answered 404 on /v1/kv/ (not a
 	// Phaseless cloud, or one from before KV handoffs): splits skip it.
 	noKV atomic.Bool
+	// phaseless is set once /metrics showed a Phaseless server's engine
+	// families: it pins what cache_control marks, so breakpoints go to it.
+	// vLLM and SGLang have no per-request pin and get none.
+	phaseless atomic.Bool
 
 	mu         sync.Mutex // guards lastFaults, lastAt, noMetrics
 	lastFaults float64
@@ -100,9 +104,11 @@ func NewRemote(cfg RemoteConfig) (*Remote, error) {
 	}
 	base, _ := url.Parse(strings.TrimRight(cfg.URL, "/"))
 	model := cfg.Model
+	r := &Remote{cfg: cfg, base: base}
 	stream, err := httpapi.NewClient(httpapi.ClientConfig{
-		URL:  base.String(),
-		Name: "remote " + base.Host,
+		CacheControl: r.phaseless.Load,
+		URL:          base.String(),
+		Name:         "remote " + base.Host,
 		// "auto" (or nothing) lets the server's configured model answer.
 		Model: func(requested string) string {
 			if requested == "" || requested == "auto" {
@@ -126,7 +132,8 @@ func NewRemote(cfg RemoteConfig) (*Remote, error) {
 	if err != nil {
 		return nil, fmt.Errorf("worker.RemoteConfig: %w", err)
 	}
-	return &Remote{cfg: cfg, base: base, stream: stream}, nil
+	r.stream = stream
+	return r, nil
 }
 
 func (r *Remote) endpoint(path string) string { return r.base.String() + path }
@@ -230,6 +237,9 @@ func (r *Remote) get(ctx context.Context, path string) ([]byte, int, error) {
 // the server; the rate is taken between consecutive probes.
 func (r *Remote) loadFrom(body []byte) Load {
 	m := metrics.Sums(body, wantedMetrics)
+	if _, ok := m["phaseless_engine_running"]; ok {
+		r.phaseless.Store(true)
+	}
 	var l Load
 	if v, ok := first(m, runningNames); ok {
 		l.Running = int(v)

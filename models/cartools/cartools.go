@@ -12,8 +12,9 @@ import (
 
 // def is one tool: name, description and the arguments' JSON schema. The
 // order of properties in each schema is the order the model writes them;
-// free-form values carry grammar.CopyKeyword, so the engine's grammar
-// keeps them to what the request says.
+// free-form values and enums carry grammar.CopyKeyword, so the engine's
+// grammar keeps them to what the request says (a span of its words, a
+// number it writes, the enum value it names).
 type def struct{ name, desc, schema string }
 
 var defs = []def{
@@ -24,15 +25,15 @@ var defs = []def{
 	{"set_defrost", "Turn the windshield defroster on or off.",
 		`{"type":"object","properties":{"on":{"type":"boolean"}},"required":["on"],"additionalProperties":false}`},
 	{"set_window", "Open or close a window.",
-		`{"type":"object","properties":{"window":{"type":"string","enum":["driver","passenger","rear left","rear right","all"]},"action":{"type":"string","enum":["open","close"]}},"required":["window","action"],"additionalProperties":false}`},
+		`{"type":"object","properties":{"window":{"type":"string","enum":["driver","passenger","rear left","rear right","all"],"x-phaseless-copy":true},"action":{"type":"string","enum":["open","close"],"x-phaseless-copy":true}},"required":["window","action"],"additionalProperties":false}`},
 	{"set_seat_heater", "Turn a seat heater on or off.",
-		`{"type":"object","properties":{"seat":{"type":"string","enum":["driver","passenger","rear"]},"on":{"type":"boolean"}},"required":["seat","on"],"additionalProperties":false}`},
+		`{"type":"object","properties":{"seat":{"type":"string","enum":["driver","passenger","rear"],"x-phaseless-copy":true},"on":{"type":"boolean"}},"required":["seat","on"],"additionalProperties":false}`},
 	{"navigate_to", "Start route guidance to a destination: a city, street or place.",
 		`{"type":"object","properties":{"destination":{"type":"string","minLength":1,"maxLength":60,"x-phaseless-copy":true}},"required":["destination"],"additionalProperties":false}`},
 	{"play_media", "Play music: a genre, artist or station.",
 		`{"type":"object","properties":{"query":{"type":"string","minLength":1,"maxLength":60,"x-phaseless-copy":true}},"required":["query"],"additionalProperties":false}`},
 	{"media_control", "Pause, resume or skip the current media.",
-		`{"type":"object","properties":{"action":{"type":"string","enum":["pause","resume","next","previous"]}},"required":["action"],"additionalProperties":false}`},
+		`{"type":"object","properties":{"action":{"type":"string","enum":["pause","resume","next","previous"],"x-phaseless-copy":true}},"required":["action"],"additionalProperties":false}`},
 	{"set_volume", "Set the audio volume.",
 		`{"type":"object","properties":{"level":{"type":"integer","minimum":0,"maximum":30,"x-phaseless-copy":true}},"required":["level"],"additionalProperties":false}`},
 	{"set_timer", "Start a countdown timer.",
@@ -40,7 +41,7 @@ var defs = []def{
 	{"call_contact", "Phone a contact by name.",
 		`{"type":"object","properties":{"name":{"type":"string","minLength":1,"maxLength":40,"x-phaseless-copy":true}},"required":["name"],"additionalProperties":false}`},
 	{"get_vehicle_status", "Read a vehicle status item.",
-		`{"type":"object","properties":{"item":{"type":"string","enum":["fuel","battery","range","tire_pressure","oil","doors"]}},"required":["item"],"additionalProperties":false}`},
+		`{"type":"object","properties":{"item":{"type":"string","enum":["fuel","battery","range","tire_pressure","oil","doors"],"x-phaseless-copy":true}},"required":["item"],"additionalProperties":false}`},
 	{"lock_doors", "Lock or unlock the doors.",
 		`{"type":"object","properties":{"locked":{"type":"boolean"}},"required":["locked"],"additionalProperties":false}`},
 }

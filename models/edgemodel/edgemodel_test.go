@@ -1,8 +1,10 @@
 package edgemodel
 
 import (
+	"strings"
 	"testing"
 
+	"github.com/phaseless/phaseless/models/lm"
 	"github.com/phaseless/phaseless/models/lmtrain/corpus"
 	"github.com/phaseless/phaseless/models/lmtrain/shippedtest"
 )
@@ -32,18 +34,28 @@ func TestHeldOutReplyAccuracy(t *testing.T) {
 		t.Fatal(err)
 	}
 	picked, replies := shippedtest.HeldOutReplies(t, m, split.Test, 300)
-	right := 0
+	right, calls := 0, 0
 	for i, ex := range picked {
 		if corpus.ReplyMatches(ex.Intent, replies[i]) {
 			right++
 		}
+		if strings.Contains(replies[i], lm.ToolCallOpen) {
+			calls++
+		}
 	}
 	acc := float64(right) / float64(len(picked))
-	t.Logf("held-out reply accuracy %.1f%% (%d of %d)", 100*acc, right, len(picked))
+	t.Logf("held-out reply accuracy %.1f%% (%d of %d); replies that write a tool call although no tools were offered: %d", 100*acc, right, len(picked), calls)
+	// Without the tools turn the model answers in prose: the tools stage
+	// must not leak its call form into plain replies (measured: 1 of 318
+	// after the 1,500-step stage, 0 for the shipped one).
+	if calls > len(picked)/30 {
+		t.Errorf("%d of %d plain replies write a tool call", calls, len(picked))
+	}
 	for i := range picked[:12] {
 		t.Logf("  %s: %q → %q", picked[i].Intent, picked[i].Prompt, replies[i])
 	}
-	// The shipped model measured 64.5% (60.1% before its tools stage); the bound is well below it so that a
+	// The shipped model measured 67.6% (60.1% before its tools stage, 64.5%
+	// after the 1,500-step one); the bound is well below it so that a
 	// retrain on another machine passes and a broken model does not.
 	if acc < 0.35 {
 		t.Errorf("held-out reply accuracy %.1f%%, want at least 35%% (chance is about 1%%)", 100*acc)

@@ -13,6 +13,7 @@ import (
 	"github.com/phaseless/phaseless/models/cartools"
 	"github.com/phaseless/phaseless/models/lm"
 	"github.com/phaseless/phaseless/models/lm/grammar"
+	"github.com/phaseless/phaseless/models/lmtrain"
 	"github.com/phaseless/phaseless/models/lmtrain/corpus"
 	"github.com/phaseless/phaseless/transport/llm"
 )
@@ -29,9 +30,9 @@ type toolCase struct {
 	InText  bool           `json:"in_text"`
 }
 
-func loadToolCases(t *testing.T) []toolCase {
+func loadToolCases(t *testing.T, file string) []toolCase {
 	t.Helper()
-	f, err := os.Open("testdata/toolcalls.jsonl")
+	f, err := os.Open(file)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -44,12 +45,18 @@ func loadToolCases(t *testing.T) []toolCase {
 			t.Fatal(err)
 		}
 		if corpus.FromToolTemplate(c.Request) {
-			t.Fatalf("held-out request %q is a training template's wording", c.Request)
+			t.Errorf("held-out request %q is a training template's wording", c.Request)
 		}
 		out = append(out, c)
 	}
 	return out
 }
+
+// toolSets are the held-out request sets: toolcalls.jsonl was written in
+// the session that added tool training, toolcalls2.jsonl in the next one,
+// by a different hand and before its model was measured. Neither is
+// trained on (corpus tests check that no training request is one of them).
+var toolSets = []string{"testdata/toolcalls.jsonl", "testdata/toolcalls2.jsonl"}
 
 // TestToolCallAccuracy asks the shipped model, through the engine with the
 // car tool set offered (tool_choice auto, greedy), every held-out request,
@@ -69,21 +76,53 @@ func TestToolCallAccuracy(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer e.Close()
-	cases := loadToolCases(t)
 	free := cartools.Tools()
 	for i := range free {
 		free[i].Parameters = json.RawMessage(strings.ReplaceAll(string(free[i].Parameters), `,"`+grammar.CopyKeyword+`":true`, ""))
 	}
-	measureToolCalls(t, e, cases, free, "values chosen by the model")
-	s := measureToolCalls(t, e, cases, cartools.Tools(), "values copied by the grammar")
-	if !strings.HasPrefix(m.Meta["phaseless.train.preset"].(string), "edge-tools") {
-		t.Skip("the shipped model predates tool training")
+	tuned := strings.HasPrefix(m.Meta["phaseless.train.preset"].(string), "edge-tools")
+	for _, set := range toolSets {
+		t.Run(strings.TrimSuffix(strings.TrimPrefix(set, "testdata/"), ".jsonl"), func(t *testing.T) {
+			cases := loadToolCases(t, set)
+			measureToolCalls(t, e, cases, free, "values chosen by the model")
+			s := measureToolCalls(t, e, cases, cartools.Tools(), "values copied by the grammar")
+			if !tuned {
+				t.Skip("the shipped model predates tool training")
+			}
+			// Bounds below the measured numbers (docs/tools.md) so that a
+			// model that stops calling tools, or stops copying, fails.
+			if s.rightTool < 0.5 || s.exactInText < 0.35 || s.prose < 0.75 {
+				t.Errorf("tool calling below its bounds: %+v", s)
+			}
+		})
 	}
-	// Bounds below the measured numbers (docs/tools.md: 60.5% and 46.3%, far
-	// from the issue's goals of 90% and 80%) so that a model that stops
-	// calling tools fails; they are guards, not the goals.
-	if s.rightTool < 0.5 || s.exactInText < 0.35 || s.prose < 0.75 {
-		t.Errorf("tool calling below its bounds: %+v", s)
+}
+
+// TestToolSetsNotTrained checks that no tool request of the held-out sets
+// is a training prompt of the tools stage (whatever its source: tool
+// templates, CLINC150, in-car prose), beyond the template check of
+// loadToolCases.
+func TestToolSetsNotTrained(t *testing.T) {
+	split, err := corpus.EdgeToolsTune(lmtrain.EdgeToolsPreset().Train.Seed)
+	if err != nil {
+		t.Fatal(err)
+	}
+	trained := map[string]bool{}
+	for _, e := range split.Train {
+		trained[strings.ToLower(strings.TrimSpace(e.Prompt))] = true
+	}
+	for _, set := range toolSets {
+		for _, c := range loadToolCases(t, set) {
+			switch {
+			case !trained[strings.ToLower(c.Request)]:
+			case c.Tool == "":
+				// Small talk may be a CLINC150 utterance the base
+				// corpus answers; it measures that prose stays prose.
+				t.Logf("%s: small talk %q is a training prompt", set, c.Request)
+			default:
+				t.Errorf("%s: %q is a training prompt", set, c.Request)
+			}
+		}
 	}
 }
 

@@ -200,10 +200,23 @@ func TestToolHistoryRendered(t *testing.T) {
 		{Role: "assistant", ToolTurn: llm.ToolTurn{ToolCalls: []llm.ToolCall{{ID: "c1", Name: "set_fan_speed", Arguments: `{"level":2}`}}}},
 		{Role: "tool", Content: "ok", ToolTurn: llm.ToolTurn{ToolCallID: "c1"}},
 	}, ToolRequest: llm.ToolRequest{Tools: testTools}}
-	got := ChatPrompt(toolMessages(req, false))
+	msgs, _ := toolMessages(req, false)
+	got := ChatPrompt(msgs)
 	want := "<|system|>\n" + ToolsSystemPrompt + "\n<|user|>\nfan 2\n<|assistant|>\n" + FormatToolCall("set_fan_speed", `{"level":2}`) + "\n<|tool|>\nok\n<|assistant|>\n"
 	if got != want {
 		t.Fatalf("prompt\n%q\nwant\n%q", got, want)
+	}
+
+	// A failed call (Anthropic is_error) is said to have failed, with a
+	// chat template or without; an empty error still says it.
+	for _, c := range []struct{ content, want string }{{"window stuck", "The tool failed: window stuck"}, {"", "The tool failed."}} {
+		req.Messages[2] = llm.Message{Role: "tool", Content: c.content, ToolTurn: llm.ToolTurn{ToolCallID: "c1", ToolError: true}}
+		for _, templated := range []bool{false, true} {
+			msgs, _ := toolMessages(req, templated)
+			if last := msgs[len(msgs)-1]; last.Role != "tool" || last.Content != c.want {
+				t.Errorf("templated %v: failed result rendered as %+v, want %q", templated, last, c.want)
+			}
+		}
 	}
 }
 

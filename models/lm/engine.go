@@ -312,11 +312,8 @@ func (e *Engine) chatRequest(req *llm.Request) ([]int32, GenOptions, error) {
 	if req.MaxTokens <= 0 {
 		return nil, GenOptions{}, llm.Errorf(llm.CodeInvalid, "max tokens must be positive, got %d", req.MaxTokens)
 	}
-	msgs := req.Messages
-	if req.HasTools() || hasToolTurns(msgs) {
-		msgs = toolMessages(req, e.m.HasChatTemplate())
-	}
-	prompt, err := e.m.ChatPromptTokens(msgs)
+	r := render(req, e.m.HasChatTemplate())
+	prompt, err := e.m.ChatPromptTokens(r.msgs)
 	if err != nil {
 		return nil, GenOptions{}, llm.Errorf(llm.CodeInvalid, "%v", err)
 	}
@@ -333,7 +330,7 @@ func (e *Engine) chatRequest(req *llm.Request) ([]int32, GenOptions, error) {
 	return prompt, GenOptions{
 		MaxTokens: req.MaxTokens, Temperature: req.Temperature, TopK: req.TopK, TopP: req.TopP,
 		Seed: req.Seed, Stop: stop, grammar: g, toolCalls: req.HasTools(),
-		tenant: req.Tenant, pins: e.m.pinPoints(req, prompt),
+		tenant: req.Tenant, pins: e.m.pinPoints(req, r, prompt),
 	}, nil
 }
 

@@ -133,3 +133,79 @@ func TestPromptCacheTenantCap(t *testing.T) {
 		t.Fatal("no refusal counted")
 	}
 }
+
+// TestPromptCachePinsToolDefinitions: a breakpoint after a tool pins the
+// rendered tool definitions up to it and nothing after them, so a request
+// that shares those tools (and not the next tool, the system prompt or the
+// question) hits exactly that prefix after traffic that evicted every
+// unpinned block. With a chat template the definitions are listed one a
+// line and the breakpoint cuts after the first; a byte-level model's one
+// ToolsSystemPrompt line stands for all its tools.
+func TestPromptCachePinsToolDefinitions(t *testing.T) {
+	const bs = 4
+	cfg := Config{Vocab: 300, Dim: 32, Layers: 1, Heads: 2, KVHeads: 1, FFN: 64, ContextLen: 384}
+	w, err := RandomWeights(cfg, 2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tool := func(name string) llm.Tool { return llm.Tool{Name: name, Parameters: []byte(`{"type":"object"}`)} }
+	req := func(second, system, user string) *llm.Request {
+		return &llm.Request{
+			Tenant: "t1", MaxTokens: 1, Seed: 1,
+			Messages:     []llm.Message{{Role: "system", Content: system}, {Role: "user", Content: user}},
+			ToolRequest:  llm.ToolRequest{Tools: []llm.Tool{tool("set_fan_speed"), tool(second)}},
+			CacheRequest: llm.CacheRequest{CacheBreakpoints: []llm.CacheBreakpoint{{Tools: 1, TTL: 5 * time.Minute}}},
+		}
+	}
+	for _, templated := range []bool{false, true} {
+		t.Run(map[bool]string{false: "byte-level", true: "chat template"}[templated], func(t *testing.T) {
+			if templated && !rendersTemplates {
+				t.Skip("built with lm_nojinja")
+			}
+			spec := chatMLSpec(t)
+			if !templated {
+				spec.ChatTemplate = ""
+			}
+			m := writeAndRead(t, cfg, spec, w)
+			clk := &testClock{t: time.Unix(1000, 0)}
+			e := newEngine(t, m, EngineConfig{BlockSize: bs, MaxBatch: 2, KVBudgetBytes: 200 * blockBytes(m.Config, bs), Now: clk.Now,
+				PinnedBytes: 64 * blockBytes(m.Config, bs), PinTenantBytes: 64 * blockBytes(m.Config, bs)})
+			first := req("open_window", "Be terse about cars.", "hello")
+			// The prefix the breakpoint stands for, rendered alone.
+			r := render(first, templated)
+			prefix, err := m.ChatPromptTokens(r.prefix(first.CacheBreakpoints[0]))
+			if err != nil {
+				t.Fatal(err)
+			}
+			prompt, _ := m.ChatPromptTokens(r.msgs)
+			common := 0
+			for common < len(prefix) && prefix[common] == prompt[common] {
+				common++
+			}
+			want := common / bs * bs
+			if want < 2*bs {
+				t.Fatalf("tool prefix of %d tokens: too short to test", common)
+			}
+			fin, err := e.Generate(context.Background(), first, nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if fin.CacheWriteTokens != want {
+				t.Fatalf("wrote %d tokens, want the tool prefix's %d", fin.CacheWriteTokens, want)
+			}
+			for _, p := range prompts(30, 40, 40) { // cycle every unpinned block out
+				if r := generate(context.Background(), e, p, GenOptions{MaxTokens: 4, IgnoreEOS: true}); r.err != nil {
+					t.Fatal(r.err)
+				}
+			}
+			clk.advance(time.Minute)
+			again, err := e.Generate(context.Background(), req("close_window", "Answer in French.", "and the tyres?"), nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if again.PrefixHitTokens != want {
+				t.Fatalf("second request hit %d tokens, want exactly the pinned tool prefix's %d", again.PrefixHitTokens, want)
+			}
+		})
+	}
+}

@@ -37,17 +37,22 @@ func FormatToolCall(name, args string) string {
 
 // toolMessages renders the tool parts of a history as text turns the chat
 // templates know: an assistant turn's calls become its text in the models'
-// call form, a tool result becomes a "tool" turn. For a model with a chat
+// call form, a tool result becomes a "tool" turn (a failed one's text
+// begins llm.ToolFailed). For a model with a chat
 // template, a system turn listing the tools (name, description, parameters
 // as JSON, as Hermes-style templates do) comes first; a byte-level model
-// gets ToolsSystemPrompt.
-func toolMessages(req *llm.Request, templated bool) []llm.Message {
-	msgs := make([]llm.Message, 0, len(req.Messages)+1)
+// gets ToolsSystemPrompt. toolEnds[i] is the byte of that first turn's
+// content where tool i's part ends, so a cache breakpoint after tool i
+// pins exactly the definitions up to it (a byte-level model's one line
+// stands for every tool).
+func toolMessages(req *llm.Request, templated bool) (msgs []llm.Message, toolEnds []int) {
+	msgs = make([]llm.Message, 0, len(req.Messages)+1)
 	if req.HasTools() {
+		toolEnds = make([]int, len(req.Tools))
 		if templated {
 			var b strings.Builder
 			b.WriteString("You may call these tools. To call one, reply with " + ToolCallOpen + `{"name":...,"arguments":{...}}` + ToolCallClose + ".\n")
-			for _, t := range req.Tools {
+			for i, t := range req.Tools {
 				params := t.Parameters
 				if len(params) == 0 {
 					params = json.RawMessage(`{"type":"object"}`)
@@ -59,9 +64,13 @@ func toolMessages(req *llm.Request, templated bool) []llm.Message {
 				}{t.Name, t.Description, params})
 				b.Write(d)
 				b.WriteByte('\n')
+				toolEnds[i] = b.Len()
 			}
 			msgs = append(msgs, llm.Message{Role: "system", Content: b.String()})
 		} else {
+			for i := range toolEnds {
+				toolEnds[i] = len(ToolsSystemPrompt)
+			}
 			msgs = append(msgs, llm.Message{Role: "system", Content: ToolsSystemPrompt})
 		}
 	}
@@ -85,10 +94,12 @@ func toolMessages(req *llm.Request, templated bool) []llm.Message {
 			}
 			msgs = append(msgs, llm.Message{Role: m.Role, Content: b.String()})
 		case m.Role == "tool":
-			msgs = append(msgs, llm.Message{Role: "tool", Content: m.Content})
+			// A failed call's result says so (llm.ToolFailed): the chat
+			// formats have no error flag of their own.
+			msgs = append(msgs, llm.Message{Role: "tool", Content: m.ToolResultText()})
 		default:
 			msgs = append(msgs, llm.Message{Role: m.Role, Content: m.Content})
 		}
 	}
-	return msgs
+	return msgs, toolEnds
 }

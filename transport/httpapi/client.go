@@ -54,6 +54,11 @@ type ClientConfig struct {
 	// ConnectTimeout, FirstTokenTimeout, Proxy and MaxIdleConnsPerHost.
 	// TokenTimeout still applies.
 	HTTPClient *http.Client
+	// CacheControl reports whether the server pins the prefixes that
+	// cache_control marks (a Phaseless server does): then a request's
+	// cache breakpoints go upstream (client_cache.go). nil, or false, sends
+	// none: vLLM, SGLang and llama.cpp's servers have no per-request pin.
+	CacheControl func() bool
 }
 
 // Validate names the first bad field.
@@ -153,7 +158,7 @@ type upRequest struct {
 
 type upMessage struct {
 	Role    string `json:"role"`
-	Content string `json:"content"`
+	Content any    `json:"content"` // a string, or text parts carrying cache_control (client_cache.go)
 
 	ToolCalls  []oaiToolCall `json:"tool_calls,omitempty"`
 	ToolCallID string        `json:"tool_call_id,omitempty"`
@@ -196,9 +201,12 @@ func (c *Client) Generate(ctx context.Context, req *llm.Request, emit llm.Emit) 
 	}
 	body.Messages = make([]upMessage, len(req.Messages))
 	for i, m := range req.Messages {
-		body.Messages[i] = upMessage{Role: m.Role, Content: m.Content, ToolCalls: upToolCalls(m.ToolCalls), ToolCallID: m.ToolCallID}
+		// OpenAI's tool message has no error flag: a failed result
+		// (Anthropic is_error) says it failed in its text.
+		body.Messages[i] = upMessage{Role: m.Role, Content: m.ToolResultText(), ToolCalls: upToolCalls(m.ToolCalls), ToolCallID: m.ToolCallID}
 	}
 	body.upToolFields = upTools(&req.ToolRequest)
+	cacheTTL := c.cacheControl(&body, req)
 	raw, err := json.Marshal(body)
 	if err != nil {
 		return llm.Final{}, llm.Errorf(llm.CodeInternal, "encode request: %v", err)
@@ -220,6 +228,9 @@ func (c *Client) Generate(ctx context.Context, req *llm.Request, emit llm.Emit) 
 	}
 	if req.KVHandoff != "" {
 		hreq.Header.Set(KVHandoffHeader, req.KVHandoff)
+	}
+	if cacheTTL != "" {
+		hreq.Header.Set("x-cache-ttl", cacheTTL)
 	}
 	resp, err := c.http.Do(hreq)
 	if err != nil {

@@ -63,6 +63,24 @@ func TestPromptCacheBreakpoints(t *testing.T) {
 		{"x-cache-ttl alone pins the whole prompt (openai)", "/v1/chat/completions",
 			`{"model":"auto","max_tokens":4,"messages":[{"role":"system","content":"S"},{"role":"user","content":"hello"}]}`,
 			map[string]string{"x-cache-ttl": "3600"}, []llm.CacheBreakpoint{bp(1, 5, time.Hour)}},
+		{"anthropic tools, then the system prompt", "/v1/messages",
+			`{"model":"auto","max_tokens":4,"tools":[{"name":"a","input_schema":{"type":"object"}},{"name":"b","input_schema":{"type":"object"},"cache_control":{"type":"ephemeral","ttl":"1h"}}],` +
+				`"system":[{"type":"text","text":"Be brief.","cache_control":{"type":"ephemeral"}}],"messages":[{"role":"user","content":"hi"}]}`,
+			nil, []llm.CacheBreakpoint{{Tools: 2, TTL: time.Hour}, bp(0, 9, 5*time.Minute)}},
+		{"anthropic breakpoint after the first tool", "/v1/messages",
+			`{"model":"auto","max_tokens":4,"tools":[{"name":"a","input_schema":{"type":"object"},"cache_control":{"type":"ephemeral"}},{"name":"b","input_schema":{"type":"object"}}],"messages":[{"role":"user","content":"hi"}]}`,
+			map[string]string{"x-cache-ttl": "600"}, []llm.CacheBreakpoint{{Tools: 1, TTL: 10 * time.Minute}}},
+		{"openai function tool", "/v1/chat/completions",
+			`{"model":"auto","max_tokens":4,"tools":[{"type":"function","function":{"name":"a"},"cache_control":{"type":"ephemeral"}}],"messages":[{"role":"user","content":"hi"}]}`,
+			nil, []llm.CacheBreakpoint{{Tools: 1, TTL: 5 * time.Minute}}},
+		{"anthropic parallel tool results, then text", "/v1/messages",
+			`{"model":"auto","max_tokens":4,"tools":[{"name":"a","input_schema":{"type":"object"}}],"messages":[` +
+				`{"role":"user","content":"turn both on"},` +
+				`{"role":"assistant","content":[{"type":"tool_use","id":"t1","name":"a","input":{}},{"type":"tool_use","id":"t2","name":"a","input":{}}]},` +
+				`{"role":"user","content":[{"type":"tool_result","tool_use_id":"t1","content":"ok-a","cache_control":{"type":"ephemeral"}},{"type":"tool_result","tool_use_id":"t2","content":"ok-b"},{"type":"text","text":"and then?","cache_control":{"type":"ephemeral"}}]},` +
+				`{"role":"assistant","content":"done"},{"role":"user","content":[{"type":"text","text":"thanks","cache_control":{"type":"ephemeral"}}]}]}`,
+			// turns: 0 user, 1 assistant calls, 2-3 tool results, 4 user text, 5 assistant, 6 user
+			nil, []llm.CacheBreakpoint{bp(2, 4, 5*time.Minute), bp(4, 9, 5*time.Minute), bp(6, 6, 5*time.Minute)}},
 		{"nothing asked, nothing pinned", "/v1/chat/completions",
 			`{"model":"auto","max_tokens":4,"messages":[{"role":"user","content":"hello"}]}`, nil, nil},
 	} {
@@ -109,7 +127,8 @@ func TestPromptCacheRejects(t *testing.T) {
 		{"type", mark(`{"type":"persistent"}`), "system.cache_control"},
 		{"ttl", mark(`{"type":"ephemeral","ttl":"2h"}`), "system.cache_control"},
 		{"five breakpoints", five, "cache_control"},
-		{"tools", `{"model":"auto","max_tokens":4,"messages":[{"role":"user","content":"hi"}],"tools":[{"name":"x","cache_control":{"type":"ephemeral"}}]}`, "tools"},
+		{"tools not rendered", `{"model":"auto","max_tokens":4,"messages":[{"role":"user","content":"hi"}],"tool_choice":{"type":"none"},"tools":[{"name":"x","input_schema":{"type":"object"},"cache_control":{"type":"ephemeral"}}]}`, "tools.0.cache_control"},
+		{"tool ttl", `{"model":"auto","max_tokens":4,"messages":[{"role":"user","content":"hi"}],"tools":[{"name":"x","input_schema":{"type":"object"},"cache_control":{"type":"ephemeral","ttl":"1d"}}]}`, "tools.0.cache_control"},
 		{"empty system", `{"model":"auto","max_tokens":4,"system":[{"type":"text","text":"","cache_control":{"type":"ephemeral"}}],"messages":[{"role":"user","content":"hi"}]}`, "system.cache_control"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -134,6 +153,8 @@ func FuzzPromptCache(f *testing.F) {
 		`{"model":"auto","max_tokens":4,"system":[{"type":"text","text":"Be brief.","cache_control":{"type":"ephemeral"}}],"messages":[{"role":"user","content":"hi"}]}`,
 		`{"model":"auto","max_tokens":4,"messages":[{"role":"user","content":[{"type":"text","text":"ab","cache_control":{"type":"ephemeral","ttl":"1h"}},{"type":"text","text":"cd"}]}]}`,
 		`{"model":"auto","max_tokens":4,"system":[{"type":"text","text":"","cache_control":{"type":"x"}}],"messages":[{"role":"user","content":"hi"}]}`,
+		`{"model":"auto","max_tokens":4,"tools":[{"name":"a","input_schema":{"type":"object"},"cache_control":{"type":"ephemeral"}}],"messages":[{"role":"user","content":"hi"}]}`,
+		`{"model":"auto","max_tokens":4,"tools":[{"type":"function","function":{"name":"a"},"cache_control":{"type":"ephemeral"}}],"messages":[{"role":"user","content":"hi"}]}`,
 	} {
 		f.Add([]byte(s), false, 0)
 		f.Add([]byte(s), true, 300)

@@ -79,6 +79,9 @@ type oaiTool struct {
 		Parameters  json.RawMessage `json:"parameters"`
 		Strict      *bool           `json:"strict"`
 	} `json:"function"`
+	// CacheControl is sent upstream only (promptCache reads a request's
+	// own from the raw body).
+	CacheControl *cacheControl `json:"cache_control,omitempty"`
 }
 
 type oaiToolCall struct {

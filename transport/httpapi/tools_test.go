@@ -302,3 +302,23 @@ func TestClientPassesToolsThrough(t *testing.T) {
 		t.Fatalf("server saw %+v", got.ToolRequest)
 	}
 }
+
+// TestClientSaysToolFailed: OpenAI's tool message has no error flag, so a
+// failed result (Anthropic is_error, llm.Message.ToolError) reaches an
+// OpenAI-compatible worker with the failure in its text.
+func TestClientSaysToolFailed(t *testing.T) {
+	gen := &toolGen{}
+	c := newClient(t, ClientConfig{URL: serve(t, gen, Options{})})
+	req := &llm.Request{Model: "auto", MaxTokens: 8, Messages: []llm.Message{
+		{Role: "user", Content: "open the window"},
+		{Role: "assistant", ToolTurn: llm.ToolTurn{ToolCalls: []llm.ToolCall{{ID: "c0", Name: "set_fan_speed", Arguments: `{"level":1}`}}}},
+		{Role: "tool", Content: "fan broken", ToolTurn: llm.ToolTurn{ToolCallID: "c0", ToolError: true}},
+	}}
+	if _, err := c.Generate(context.Background(), req, func(llm.Token) error { return nil }); err != nil {
+		t.Fatal(err)
+	}
+	got := gen.last().Messages[2]
+	if got.Role != "tool" || got.ToolCallID != "c0" || got.Content != llm.ToolFailed+"fan broken" {
+		t.Fatalf("worker saw %+v", got)
+	}
+}

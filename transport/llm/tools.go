@@ -1,6 +1,9 @@
 package llm
 
-import "encoding/json"
+import (
+	"encoding/json"
+	"strings"
+)
 
 // Tool calling and structured output, in the shape both HTTP APIs decode
 // into: OpenAI's tools/tool_choice/response_format and Anthropic's
@@ -109,6 +112,24 @@ type ToolTurn struct {
 	ToolCallID string
 	// ToolError marks a "tool" turn whose result is an error (Anthropic is_error).
 	ToolError bool
+}
+
+// ToolFailed begins the text of a failed tool's result as a model reads
+// it (Anthropic's is_error): OpenAI's format, which the built-in engine's
+// prompts and OpenAI-compatible workers take, has no such flag, so the
+// failure is said in the result's words.
+const ToolFailed = "The tool failed: "
+
+// ToolResultText is a tool turn's result as a model reads it: Content, after
+// ToolFailed when the result is an error.
+func (m Message) ToolResultText() string {
+	if !m.ToolError {
+		return m.Content
+	}
+	if strings.TrimSpace(m.Content) == "" {
+		return strings.TrimSuffix(ToolFailed, ": ") + "."
+	}
+	return ToolFailed + m.Content
 }
 
 // FinishToolCalls is Final.FinishReason when the reply ended with tool calls.

@@ -16,7 +16,12 @@ func cacheRequest() *llm.Request {
 	return &llm.Request{
 		ID: "c1", Model: "auto", MaxTokens: 8,
 		Messages: []llm.Message{{Role: "system", Content: "You are terse."}, {Role: "user", Content: "hello there"}},
+		ToolRequest: llm.ToolRequest{Tools: []llm.Tool{
+			{Name: "set_fan_speed", Parameters: []byte(`{"type":"object"}`)},
+			{Name: "open_window", Parameters: []byte(`{"type":"object"}`)},
+		}},
 		CacheRequest: llm.CacheRequest{CacheBreakpoints: []llm.CacheBreakpoint{
+			{Tools: 2, TTL: time.Hour},
 			{Message: 0, Chars: 14, TTL: 5 * time.Minute},
 			{Message: 1, Chars: 5, TTL: time.Hour},
 		}},
@@ -41,13 +46,16 @@ func TestCacheSectionsRoundTrip(t *testing.T) {
 
 func TestCacheSectionRejectsBreakpointsOutsideThePrompt(t *testing.T) {
 	for name, mutate := range map[string]func(*llm.Request){
-		"message out of range": func(r *llm.Request) { r.CacheBreakpoints[1].Message = 2 },
-		"past the content":     func(r *llm.Request) { r.CacheBreakpoints[1].Chars = 99 },
-		"lifetime too short":   func(r *llm.Request) { r.CacheBreakpoints[0].TTL = time.Minute },
-		"out of order":         func(r *llm.Request) { r.CacheBreakpoints[0].Message = 1; r.CacheBreakpoints[0].Chars = 9 },
+		"message out of range": func(r *llm.Request) { r.CacheBreakpoints[2].Message = 2 },
+		"past the content":     func(r *llm.Request) { r.CacheBreakpoints[2].Chars = 99 },
+		"lifetime too short":   func(r *llm.Request) { r.CacheBreakpoints[1].TTL = time.Minute },
+		"out of order":         func(r *llm.Request) { r.CacheBreakpoints[1].Message = 1; r.CacheBreakpoints[1].Chars = 9 },
+		"past the tools":       func(r *llm.Request) { r.CacheBreakpoints[0].Tools = 3 },
+		"tools gone":           func(r *llm.Request) { r.Tools = nil },
+		"tool lifetime":        func(r *llm.Request) { r.CacheBreakpoints[0].TTL = 2 * time.Hour },
 		"too many": func(r *llm.Request) {
-			for range 3 {
-				r.CacheBreakpoints = append(r.CacheBreakpoints, r.CacheBreakpoints[1])
+			for range 2 {
+				r.CacheBreakpoints = append(r.CacheBreakpoints, r.CacheBreakpoints[2])
 			}
 		},
 	} {

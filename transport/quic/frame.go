@@ -233,6 +233,7 @@ func decodePayload(t FrameType, p []byte) (Frame, error) {
 			}
 		}
 		decodeExts(&d, requestExts, f.Request)
+		checkBreakpoints(&d, f.Request)
 	case FrameMeta:
 		f.Meta = d.meta()
 	case FrameToken:

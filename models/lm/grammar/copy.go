@@ -3,6 +3,8 @@ package grammar
 import (
 	"regexp"
 	"strconv"
+	"strings"
+	"unicode"
 	"unicode/utf8"
 )
 
@@ -16,6 +18,13 @@ import (
 // its free-form values, which is what lets a small model that picks the
 // right tool also get the value exactly right.
 const CopyKeyword = "x-phaseless-copy"
+
+// On an enum, CopyKeyword keeps the values the request mentions: when the
+// copy source names one or more of the enum's strings as whole words (case
+// aside, '_' read as a space: "tire_pressure" is mentioned by "check the
+// tire pressure"), only those may be written; when it names none, any may.
+// "roll the driver window down" then opens the driver's window whatever
+// the model would have picked, and "open a window" still lets it choose.
 
 // Options are the optional parts of a compile.
 type Options struct {
@@ -77,12 +86,23 @@ func (c *compiler) copiedString(n *node, lo, hi int, okHi bool) []elem {
 					next = bounds[k+1]
 				}
 				ch := b.lit(text[i:next])
+				take := seq(ch, []elem{ref(after[next])})
 				// A copied value is whole words: it ends before a space
-				// or at the segment's end, and starts after one.
-				if text[i] == ' ' {
-					after[i] = b.rule(c.b.lit(`"`), seq(ch, []elem{ref(after[next])}))
-				} else {
-					after[i] = b.rule(seq(ch, []elem{ref(after[next])}))
+				// or at the segment's end, and starts after one. A word's
+				// trailing punctuation ("Sacramento, give me …") is not
+				// part of it: the value may end before it and not after
+				// it, and may go on through it ("St. Louis").
+				switch {
+				case trailingPunct(text, i, next, end) && next == end:
+					after[i] = quote
+				case trailingPunct(text, i, next, end):
+					after[i] = b.rule(c.b.lit(`"`), take)
+				case text[i] == ' ' && i > seg && strings.IndexByte(copyPunct, text[i-1]) >= 0:
+					after[i] = b.rule(take)
+				case text[i] == ' ':
+					after[i] = b.rule(c.b.lit(`"`), take)
+				default:
+					after[i] = b.rule(take)
 				}
 				if text[i] != ' ' && (i == seg || text[i-1] == ' ') {
 					starts = append(starts, seq(ch, []elem{ref(after[next])}))
@@ -97,17 +117,41 @@ func (c *compiler) copiedString(n *node, lo, hi int, okHi bool) []elem {
 	return seq(b.lit(`"`), []elem{ref(b.rule(starts...))})
 }
 
+// copyPunct is the punctuation a copied span does not end with.
+const copyPunct = ",.;:!?"
+
+// trailingPunct reports whether text[i:next] is punctuation that ends a
+// word: followed by a space or the segment's end.
+func trailingPunct(text string, i, next, end int) bool {
+	return next == i+1 && strings.IndexByte(copyPunct, text[i]) >= 0 && i > 0 && text[i-1] != ' ' && (next == end || text[next] == ' ')
+}
+
 var numberRE = regexp.MustCompile(`-?[0-9]+`)
 
-// copiedInteger matches the integers written in the copy source that lie
-// within [lo, hi]; nil when the schema does not ask for a copy or none do.
+// numberWords are the English number words a copy also reads ("fan on
+// three"), as whole words in any case.
+var numberWords = map[string]int64{"zero": 0, "one": 1, "two": 2, "three": 3, "four": 4, "five": 5, "six": 6, "seven": 7, "eight": 8,
+	"nine": 9, "ten": 10, "eleven": 11, "twelve": 12, "thirteen": 13, "fourteen": 14, "fifteen": 15, "sixteen": 16, "seventeen": 17,
+	"eighteen": 18, "nineteen": 19, "twenty": 20, "thirty": 30, "forty": 40, "fifty": 50, "sixty": 60, "seventy": 70, "eighty": 80, "ninety": 90}
+
+var wordRE = regexp.MustCompile(`[A-Za-z]+`)
+
+// copiedInteger matches the integers written in the copy source, in digits
+// or as a number word, that lie within [lo, hi]; nil when the schema does
+// not ask for a copy or none do.
 func (c *compiler) copiedInteger(n *node, lo, hi int64) []elem {
 	if !c.copying(n) {
 		return nil
 	}
 	var alts [][]elem
 	seen := map[int64]bool{}
-	for _, m := range numberRE.FindAllString(c.copyFrom, -1) {
+	written := numberRE.FindAllString(c.copyFrom, -1)
+	for _, w := range wordRE.FindAllString(c.copyFrom, -1) {
+		if v, ok := numberWords[strings.ToLower(w)]; ok {
+			written = append(written, strconv.FormatInt(v, 10))
+		}
+	}
+	for _, m := range written {
 		v, err := strconv.ParseInt(m, 10, 64)
 		if err != nil || v < lo || v > hi || seen[v] {
 			continue
@@ -120,3 +164,46 @@ func (c *compiler) copiedInteger(n *node, lo, hi int64) []elem {
 	}
 	return []elem{ref(c.b.rule(alts...))}
 }
+
+// mentionedEnum returns the values of enum n that the copy source
+// mentions, or all of vals when n does not ask for a copy or the text
+// mentions none of them.
+func (c *compiler) mentionedEnum(n *node, vals []*node) []*node {
+	if !c.copying(n) {
+		return vals
+	}
+	var out []*node
+	for _, v := range vals {
+		if v.kind == 's' && mentions(c.copyFrom, strings.ReplaceAll(v.str, "_", " ")) {
+			out = append(out, v)
+		}
+	}
+	if len(out) == 0 {
+		return vals
+	}
+	return out
+}
+
+// mentions reports whether text contains phrase as whole words, ignoring
+// case: not inside a longer word on either side.
+func mentions(text, phrase string) bool {
+	if strings.TrimSpace(phrase) == "" {
+		return false
+	}
+	text, phrase = strings.ToLower(text), strings.ToLower(phrase)
+	for i := 0; ; {
+		j := strings.Index(text[i:], phrase)
+		if j < 0 {
+			return false
+		}
+		start, end := i+j, i+j+len(phrase)
+		before, _ := utf8.DecodeLastRuneInString(text[:start])
+		after, _ := utf8.DecodeRuneInString(text[end:])
+		if !wordRune(before) && !wordRune(after) {
+			return true
+		}
+		i = start + 1
+	}
+}
+
+func wordRune(r rune) bool { return unicode.IsLetter(r) || unicode.IsDigit(r) }

@@ -9,6 +9,10 @@ import (
 	"github.com/santhosh-tekuri/jsonschema/v6"
 )
 
+// fuzzCopySource is the request FuzzSchema copies values from: words,
+// digits, a number word, a quote and a multi-byte character.
+const fuzzCopySource = `open the driver window to three, 12 or -4 "x y" in San José`
+
 // FuzzSchema compiles arbitrary schema text (what an API request's
 // response_format or tool parameters carry) and, when it compiles, checks
 // that random sentences of the grammar are valid JSON that an independent
@@ -19,6 +23,7 @@ func FuzzSchema(f *testing.F) {
 	}
 	f.Add([]byte(`{"type":"string","enum":["a","ab","abc"]}`), uint64(2))
 	f.Add([]byte(`{"type":"number","exclusiveMinimum":0.5,"maximum":3.25}`), uint64(3))
+	f.Add([]byte(`{"type":"object","properties":{"w":{"type":"string","enum":["driver","all","x_y"],"x-phaseless-copy":true},"n":{"type":"integer","maximum":9,"x-phaseless-copy":true},"d":{"type":"string","maxLength":8,"x-phaseless-copy":true}},"required":["w","n","d"]}`), uint64(4))
 	f.Fuzz(func(t *testing.T, schema []byte, seed uint64) {
 		g, err := Schema(schema)
 		if err != nil {
@@ -36,8 +41,17 @@ func FuzzSchema(f *testing.F) {
 		if err != nil {
 			return // the validator refuses it (a draft detail); nothing to compare
 		}
+		// The same schema copying from a request (CopyKeyword): what it
+		// allows must validate too.
+		copying, err := SchemaWith(schema, Options{CopyFrom: fuzzCopySource})
+		if err != nil {
+			t.Fatalf("schema %q compiles alone but not with a copy source: %v", schema, err)
+		}
 		rng := rand.New(rand.NewPCG(seed, 7))
-		for range 8 {
+		for i := range 8 {
+			if i%2 == 1 {
+				g = copying
+			}
 			out, ok := walk(g, rng, 300, 0.3)
 			if !ok {
 				continue

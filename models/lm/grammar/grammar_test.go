@@ -288,3 +288,45 @@ func TestCopyFromRequest(t *testing.T) {
 		}
 	}
 }
+
+// TestCopyEnumAndNumberWords: a copying enum keeps the values the request
+// names as whole words ('_' read as a space), or all of them when it names
+// none; a copying integer also reads English number words.
+func TestCopyEnumAndNumberWords(t *testing.T) {
+	schema := []byte(`{"type":"object","properties":{"w":{"type":"string","enum":["driver","rear left","all","tire_pressure"],"x-phaseless-copy":true},"n":{"type":"integer","minimum":0,"maximum":5,"x-phaseless-copy":true}},"required":["w","n"]}`)
+	for src, cases := range map[string]map[string]bool{
+		"roll the Driver's window down to three":  {`{"w":"driver","n":3}`: true, `{"w":"all","n":3}`: false, `{"w":"driver","n":0}`: false},
+		"open the rear left and all the others 2": {`{"w":"rear left","n":2}`: true, `{"w":"all","n":2}`: true, `{"w":"driver","n":2}`: false},
+		"check the tire pressure":                 {`{"w":"tire_pressure","n":4}`: true, `{"w":"driver","n":4}`: false},
+		"open a window, someone":                  {`{"w":"driver","n":4}`: true, `{"w":"all","n":0}`: true},
+		"the drivers seat, overall":               {`{"w":"rear left","n":1}`: true},
+	} {
+		g, err := SchemaWith(schema, Options{CopyFrom: src})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for in, ok := range cases {
+			if got := g.Match([]byte(in)); got != ok {
+				t.Errorf("copy source %q: %s matched %v, want %v", src, in, got, ok)
+			}
+		}
+	}
+}
+
+// TestCopyStopsBeforePunctuation: a copied span does not end with a
+// word's trailing punctuation, and may run through it.
+func TestCopyStopsBeforePunctuation(t *testing.T) {
+	schema := []byte(`{"type":"string","x-phaseless-copy":true}`)
+	g, err := SchemaWith(schema, Options{CopyFrom: "to Sacramento, then St. Louis! ok."})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for in, ok := range map[string]bool{
+		`"Sacramento"`: true, `"Sacramento,"`: false, `"Sacramento, then"`: true, `"St. Louis"`: true, `"St."`: false,
+		`"St"`: true, `"Louis"`: true, `"Louis!"`: false, `"ok"`: true, `"ok."`: false, `"Louis! ok"`: true,
+	} {
+		if got := g.Match([]byte(in)); got != ok {
+			t.Errorf("%s: matched %v, want %v", in, got, ok)
+		}
+	}
+}

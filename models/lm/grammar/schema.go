@@ -169,7 +169,7 @@ func (c *compiler) value(n *node, path string) []elem {
 			c.fail(path+"/enum", "enum must be a non-empty array")
 			return nil
 		}
-		return c.literals(n, path, e.arr)
+		return c.literals(n, path, c.mentionedEnum(n, e.arr))
 	}
 	if a := n.get("anyOf"); a != nil {
 		if a.kind != 'a' || len(a.arr) == 0 {

@@ -159,3 +159,35 @@ func TestReplySlotsAndCalculatorValue(t *testing.T) {
 		t.Fatal("KnownIntent")
 	}
 }
+
+// TestToolPromptsFromTemplates checks that FromToolTemplate recognises
+// every tool-call prompt the corpus trains on, leads, tails and capitals
+// included, so an evaluation set it passes shares no wording with training.
+func TestToolPromptsFromTemplates(t *testing.T) {
+	s, err := EdgeToolsTune(2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := 0
+	for _, e := range s.Train {
+		if !strings.HasPrefix(e.Intent, "tool-") {
+			continue
+		}
+		// Every fifth keeps the test quick (each pattern is tried on
+		// each prompt); each template still comes up many times.
+		if n++; n%5 != 0 {
+			continue
+		}
+		if !FromToolTemplate(e.Prompt) {
+			t.Errorf("training prompt %q is not recognised as a template's wording", e.Prompt)
+		}
+	}
+	if n < 3000 {
+		t.Errorf("%d tool-call training prompts, want the corpus's thousands", n)
+	}
+	for req, want := range map[string]bool{"hey car, set the fan to 3 thanks": true, "Set the fan to 3": true, "the fan is loud, make it quieter": false} {
+		if FromToolTemplate(req) != want {
+			t.Errorf("FromToolTemplate(%q) = %v", req, !want)
+		}
+	}
+}

@@ -1,0 +1,53 @@
+package ctl
+
+import (
+	"encoding/json"
+	"strings"
+	"testing"
+)
+
+// TestSimCacheFlags: the prompt-caching flags run on a slice of the
+// shipped Mooncake trace (the follow-up model with soft pins and prefetch,
+// the oracle bound), --report-from summarises only the later requests, and
+// a flag that would be ignored is refused naming it.
+func TestSimCacheFlags(t *testing.T) {
+	base := []string{"--trace", "../replay/testdata/traces/mooncake-conversation-head.jsonl", "--format", "mooncake", "--limit", "80",
+		"--cluster", "2xh100", "--policy", "llm-d", "--json"}
+	requests := func(args ...string) float64 {
+		t.Helper()
+		out, err := runSim(t, append(append([]string(nil), base...), args...)...)
+		if err != nil {
+			t.Fatalf("%v\n%s", err, out)
+		}
+		var n float64
+		for _, l := range strings.Split(out, "\n") {
+			if strings.HasPrefix(l, "{") {
+				var m map[string]any
+				if err := json.Unmarshal([]byte(l), &m); err != nil {
+					t.Fatal(err)
+				}
+				n = m["requests"].(float64)
+			}
+		}
+		return n
+	}
+	if n := requests("--cache-ttl", "5m", "--soft-pins", "--follow-up-threshold", "0.4", "--prefetch"); n != 80 {
+		t.Fatalf("%v requests summarised, want 80", n)
+	}
+	if n := requests("--cache-ttl", "5m", "--pin-oracle", "--report-from", "12s"); n == 0 || n >= 80 {
+		t.Fatalf("%v requests summarised from 12 s on, want some of the 80", n)
+	}
+	for _, tc := range []struct{ field string }{{"prefetch"}, {"cache-ttl"}, {"prefetch-max-load"}, {"pin-oracle"}, {"tenant-share"}} {
+		args := map[string][]string{
+			"prefetch":          {"--prefetch"},
+			"cache-ttl":         {"--follow-up-threshold", "0.5"},
+			"prefetch-max-load": {"--prefetch-max-load", "0.2"},
+			"pin-oracle":        {"--cache-ttl", "5m", "--pin-oracle", "--follow-up-threshold", "0.5"},
+			"tenant-share":      {"--tenant-share", "0.9"},
+		}[tc.field]
+		out, err := runSim(t, append(append([]string(nil), base...), args...)...)
+		if err == nil || !strings.Contains(err.Error(), tc.field) {
+			t.Fatalf("%v: err %v, want one naming %s\n%s", args, err, tc.field, out)
+		}
+	}
+}
