@@ -513,7 +513,7 @@ func (c *Cloud) Start(ctx context.Context) (err error) {
 		return &cli.FieldError{Field: "OTLP", Err: err}
 	}
 	c.coord, err = coordinator.New(coordinator.Config{
-		Workers: c.workers, Admitter: c.admit, Tokenizer: tok, BlockSize: kvBlockSize,
+		Workers: c.workers, Admitter: c.admit, Tokenizer: tok, BlockSize: kvBlockSize, CharsPerToken: remoteCharsPerToken(builtins),
 		Fair:                admit.FairConfig{Slots: slots, MaxQueue: c.cfg.MaxQueued},
 		Budget:              budgetOf(keys, c.cfg.BudgetPeriod),
 		AllowPolicyOverride: c.cfg.Dev, Scheduler: c.cfg.Scheduler,
@@ -812,6 +812,17 @@ func (c *Cloud) buildWorkers() ([]*worker.Worker, []*worker.Builtin, lm.Tokenize
 		}
 	}
 	return workers, builtins, tok, nil
+}
+
+// remoteCharsPerToken is the coordinator's CharsPerToken: with no built-in
+// engine the prompts are counted byte-wise (buildWorkers), and the remote
+// servers' tokenizers cut about 4 characters a token (English, Llama-3
+// style; cloud/sim's servers count so too).
+func remoteCharsPerToken(builtins []*worker.Builtin) float64 {
+	if len(builtins) == 0 {
+		return 4
+	}
+	return 0
 }
 
 // builtinModelName is how /v1/models lists the built-in engine's model:

@@ -50,3 +50,29 @@ func TestSimWorkers(t *testing.T) {
 		t.Fatalf("unknown GPU accepted: %v", err)
 	}
 }
+
+// TestSimWorkersSplit: a split decided by the live coordinator runs split
+// on sim:// workers (their /v1/kv/ endpoints): the prefill on the
+// prefill-heavy simulated H100, the decode on the decode-heavy one, the
+// handoff counted ok rather than falling back to a colocated run.
+func TestSimWorkersSplit(t *testing.T) {
+	c := startCloud(t, func(cfg *Config) {
+		cfg.BuiltinWorkers = 0
+		for _, u := range []string{"sim://h100?n=1&role=prefill", "sim://h100?n=1&role=decode"} {
+			if err := cfg.Workers.Set(u); err != nil {
+				t.Fatal(err)
+			}
+		}
+		cfg.Budget = 1 << 30
+	})
+	r := chat(t, c.HTTPAddr(), "", "disaggregated", strings.Repeat("a long prompt to prefill elsewhere ", 30), 6)
+	if r.status != 200 || strings.Count(r.text, "tok") != 6 {
+		t.Fatalf("status %d, text %q, body %s", r.status, r.text, r.body)
+	}
+	if route, dec := r.header.Get("x-phaseless-route"), r.header.Get("x-phaseless-decode"); !strings.Contains(route, "prefill-heavy/") || !strings.HasPrefix(dec, "decode-heavy/") {
+		t.Fatalf("route %q, decode %q: not split", route, dec)
+	}
+	if m := scrape(t, c.HTTPAddr()); !strings.Contains(m, `phaseless_pd_handoffs_total{result="ok"} 1`) {
+		t.Fatalf("no handoff counted:\n%s", m)
+	}
+}

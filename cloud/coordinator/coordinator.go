@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"math"
 	"strings"
 	"sync"
 	"time"
@@ -36,6 +37,13 @@ type Config struct {
 	// matched against the workers' caches: the built-in model's, so the
 	// hashes equal the engine's own.
 	Tokenizer lm.Tokenizer
+	// CharsPerToken, when > 0, says the Tokenizer counts bytes while the
+	// engines tokenize for themselves (remote servers only): the scheduler
+	// then estimates a prompt's tokens as its bytes over CharsPerToken, so
+	// its prefill and KV estimates are in the engines' tokens (a byte count
+	// is about 4× a Llama-style tokenizer's). The hashes and the budget's
+	// charge stay byte-wise.
+	CharsPerToken float64
 	// BlockSize is the workers' KV cache block size in tokens, which the
 	// prompt's block hashes are cut at (default lm.DefaultBlockSize); it must
 	// be the engines' EngineConfig.BlockSize or no prefix ever matches.
@@ -179,7 +187,7 @@ func (c *Coordinator) measure(req *llm.Request) measured {
 		cost:   int64(len(ids) + req.MaxTokens),
 		maxOut: req.MaxTokens,
 		sig: sched.Request{
-			InputTokens:     len(ids),
+			InputTokens:     c.estimateTokens(len(ids)),
 			InputChars:      text.Len(),
 			EntropyBits:     textfeat.ByteEntropy(text.String()),
 			PredictedOutput: c.predictor.Predict(tenant, req.MaxTokens),
@@ -189,6 +197,14 @@ func (c *Coordinator) measure(req *llm.Request) measured {
 			BlockHashes: lm.BlockHashes(ids, c.cfg.BlockSize),
 		},
 	}
+}
+
+// estimateTokens is the scheduler's prompt length for n Tokenizer ids.
+func (c *Coordinator) estimateTokens(n int) int {
+	if c.cfg.CharsPerToken > 0 {
+		return max(1, int(math.Ceil(float64(n)/c.cfg.CharsPerToken)))
+	}
+	return n
 }
 
 // decide places a request with the policy in force and times the decision.

@@ -3,7 +3,6 @@ package sched
 import (
 	"errors"
 	"math"
-	"math/bits"
 	"sync/atomic"
 	"time"
 )
@@ -41,6 +40,17 @@ type PricedConfig struct {
 	// 3/8 also held best on the Mooncake head (2.31× against 1.66×);
 	// docs/cloud.md.
 	MinDecodeShare float64
+	// ShrinkBelow and ShrinkAfter let the planner give a prefiller back to
+	// decoding (Disaggregate only): when the prefill pool's backlog,
+	// spread over the pool less one member, stays under ShrinkBelow of the
+	// TTFT SLO for ShrinkAfter, and the planner changed nothing in that
+	// time, the member with the least backlog leaves the pool (one at a
+	// time, never the last). The gap to the grow threshold (TTFTHeadroom of
+	// the SLO, on one worker) and the wait are the hysteresis that keeps it
+	// from flapping. Defaults 0.1 and 10 s; ShrinkAfter < 0 turns shrinking
+	// off.
+	ShrinkBelow float64
+	ShrinkAfter time.Duration
 }
 
 func (c *PricedConfig) fill() {
@@ -62,6 +72,12 @@ func (c *PricedConfig) fill() {
 	if c.MinDecodeShare == 0 {
 		c.MinDecodeShare = 3.0 / 8
 	}
+	if c.ShrinkBelow == 0 {
+		c.ShrinkBelow = 0.1
+	}
+	if c.ShrinkAfter == 0 {
+		c.ShrinkAfter = 10 * time.Second
+	}
 }
 
 // Validate names the first bad field.
@@ -75,6 +91,8 @@ func (c *PricedConfig) Validate() error {
 		return errors.New("sched.PricedConfig.MinDecodeShare: must be in (0, 1)")
 	case !(c.TTFTHeadroom > 0 && c.TTFTHeadroom <= 1) || !(c.TPOTHeadroom > 0 && c.TPOTHeadroom <= 1):
 		return errors.New("sched.PricedConfig.TTFTHeadroom/TPOTHeadroom: must be in (0, 1]")
+	case !(c.ShrinkBelow > 0 && c.ShrinkBelow < c.TTFTHeadroom):
+		return errors.New("sched.PricedConfig.ShrinkBelow: must be in (0, TTFTHeadroom)")
 	}
 	return nil
 }
@@ -85,26 +103,30 @@ func (c *PricedConfig) Validate() error {
 var ReferenceClass = Class{PrefillTokensPerSec: 36700, DecodeStepSec: 0.0066, DecodeStepPerSeq: 0.000047, KVTokens: 411952, PricePerHour: 3}
 
 // Priced places each request on the worker whose estimated TTFT and TPOT
-// meet the SLOs on the cheapest GPU class, the least loaded by those
-// estimates among equals; with Disaggregate it also decides per request
-// whether to split prefill and decode. The estimates, per worker:
+// meet the SLOs where its work costs least (workCost: $ per token of
+// prefill and decode on the worker's class, not $ per hour), the least
+// loaded by those estimates among equals; with Disaggregate it also
+// decides per request whether to split prefill and decode. The estimates,
+// per worker:
 //
 //	TTFT = (pending prefill tokens + this prompt's uncached tokens) / prefill rate
 //	TPOT = decode step + per-sequence cost × (running + queued + 1)
 //	       + pending prefill time / predicted output tokens
+//	       (+ on a planner's prefiller: TTFTHeadroom × SLOTTFT / predicted output tokens)
 //
 // (chunked prefill shares steps with decodes, so a worker's prefill
-// backlog stretches its decodes' token gaps). A worker whose KV cache
-// cannot hold the prompt and output is never chosen. A request splits when
-// its uncached prompt takes SplitPrefill or more, it will decode more than one
-// token, and a prefill-heavy worker meets the TTFT while a worker of
-// another pool meets the TPOT: the prefill runs on the first, the KV
-// blocks move, the second decodes. Spending cheap GPUs first keeps the
-// expensive ones free for what only they do fast. Which workers prefill
-// is the planner's: it starts from the roles and, when no prefiller can
-// meet the TTFT, moves a decode-side worker of an equally fast class into
-// the prefill pool (plan, grow), so on identical GPUs the split between
-// prefill and decode follows the load instead of the role cycle.
+// backlog stretches its decodes' token gaps, and a prefiller's later
+// prefills stretch them up to the backlog the planner allows). A worker
+// whose KV cache cannot hold the prompt and output is never chosen. A
+// request splits when its uncached prompt takes SplitPrefill or more, it
+// will decode more than one token, and a prefill-heavy worker meets the
+// TTFT while another worker meets the TPOT: the prefill runs on the
+// first, the KV blocks move, the second decodes. Which workers prefill is
+// the planner's (planner.go): it starts from the roles, moves a
+// decode-side worker of an equally fast class into the prefill pool when
+// no prefiller can meet the TTFT, and gives one back when the pool has
+// long been idle, so on identical GPUs the split between prefill and
+// decode follows the load instead of the role cycle.
 type Priced struct {
 	cfg  PricedConfig
 	name string
@@ -113,6 +135,10 @@ type Priced struct {
 	// means it was seeded from the roles. Atomic: Decide runs on many
 	// goroutines.
 	prefillers atomic.Uint64
+	// changed is when the planner last changed the set and lowSince since
+	// when the prefill pool has stayed idle enough to shrink (Unix ns of
+	// Snapshot.Now; lowSince 0: it is not). planner.go.
+	changed, lowSince atomic.Int64
 }
 
 // planned marks a seeded prefillers set (worker 63 then keeps its role).
@@ -176,12 +202,42 @@ const anyRole roleMask = 1<<RolePrefill | 1<<RoleDecode | 1<<RoleStream
 
 func (m roleMask) has(r Role) bool { return m&(1<<r) != 0 }
 
-// placement ranks candidates: feasible before not, then cheaper, then less
-// risky.
+// placement ranks candidates: feasible before not, then cheaper (the
+// request's dollars there, workCost), then less risky.
 type placement struct {
 	i     int
 	risk  float64
 	price float64
+}
+
+// workCost is what req's phase ph costs on w in GPU dollars-per-hour ×
+// seconds, at the class's efficiency: its uncached prompt at the prefill
+// rate, and each output token's share of a decode step at the batch the
+// class runs within the TPOT target (the steps that fit the SLO, the
+// sequences its KV holds at this request's length, its capacity). A
+// price per hour alone would call the slower GPU cheap; per token of work
+// an L4 serving an 8B model costs more than an H100 at either phase (its
+// decode step is ten times longer, its batch a tenth), so it is the
+// overflow, not the first choice.
+func (p *Priced) workCost(req *Request, w *Worker, ph phase) float64 {
+	c := p.class(w)
+	out := max(1, req.PredictedOutput)
+	sec := 0.0
+	if ph != phaseDecode {
+		sec = float64(uncached(req, w)) / c.PrefillTokensPerSec
+	}
+	if ph != phasePrefill {
+		batch := float64(max(1, w.Capacity))
+		if c.DecodeStepPerSeq > 0 {
+			batch = min(batch, (p.cfg.TPOTHeadroom*p.cfg.SLOTPOT.Seconds()-c.DecodeStepSec)/c.DecodeStepPerSeq)
+		}
+		if c.KVTokens > 0 {
+			batch = min(batch, float64(c.KVTokens)/float64(req.InputTokens+out))
+		}
+		batch = max(1, batch)
+		sec += float64(out) * (c.DecodeStepSec + c.DecodeStepPerSeq*batch) / batch
+	}
+	return c.PricePerHour * sec
 }
 
 func (a placement) better(b placement) bool {
@@ -229,7 +285,17 @@ func (p *Priced) best(req *Request, s *Snapshot, mask roleMask, ph phase, exclud
 		case phaseDecode:
 			tpot = p.decodeEst(req, w)
 		}
-		c := placement{i: i, risk: p.risk(ttft, tpot), price: p.class(w).PricePerHour}
+		if ph != phasePrefill && out >= 2 && pre != 0 && p.role(i, w, pre) == RolePrefill {
+			// A prefiller (the planner's: without one every worker
+			// prefills alike) may decode, but the prefills it takes later
+			// stall every step: up to the backlog the planner lets one
+			// hold before it grows the pool (TTFTHeadroom of the TTFT
+			// SLO), spread over this request's tokens. A long decode
+			// barely notices; a short one is kept off (a one-token
+			// answer has no decode to stall).
+			tpot += p.cfg.TTFTHeadroom * p.cfg.SLOTTFT.Seconds() / float64(out)
+		}
+		c := placement{i: i, risk: p.risk(ttft, tpot), price: p.workCost(req, w, ph)}
 		if !p.fits(req, w, need) {
 			c.risk = math.Inf(1)
 		}
@@ -251,8 +317,11 @@ func (p *Priced) Decide(req *Request, s *Snapshot) (Decision, error) {
 	pre := p.plan(s)
 	// Decode-side pools keep their steps for decodes: a prompt whose
 	// prefill there would stall them for SplitPrefill or more goes to the
-	// prefill-heavy pool, split when it decodes further.
-	dec := anyRole &^ (1 << RolePrefill)
+	// prefill-heavy pool, split when it decodes further. The decode may
+	// land anywhere, prefillers included (at the stall best charges them):
+	// on a mixed cluster the fast prefill GPUs are also the cheapest
+	// decoders per token.
+	dec := anyRole
 	local := p.best(req, s, dec, phaseBoth, -1, pre)
 	if local.i >= 0 && local.risk <= 1 && p.prefillSec(req, &s.Workers[local.i]) < p.cfg.SplitPrefill.Seconds() {
 		return decided(req, s, local.i, ReasonPriced, PolicyPriced), nil
@@ -304,60 +373,6 @@ func (p *Priced) role(i int, w *Worker, pre uint64) Role {
 		return RoleDecode
 	}
 	return w.Role
-}
-
-// plan returns the planner's prefill set, seeding it from the workers'
-// roles on first use. The set only grows (grow): a variant that gave a
-// prefiller back to decoding whenever two stood idle flapped, and measured
-// worse (docs/cloud.md).
-func (p *Priced) plan(s *Snapshot) uint64 {
-	if len(s.Workers) > 63 {
-		return 0
-	}
-	if pre := p.prefillers.Load(); pre != 0 {
-		return pre
-	}
-	pre := uint64(planned)
-	for i := range s.Workers {
-		if s.Workers[i].Role == RolePrefill {
-			pre |= 1 << i
-		}
-	}
-	if p.prefillers.CompareAndSwap(0, pre) {
-		return pre
-	}
-	return p.prefillers.Load()
-}
-
-// grow adds to the prefill set the decode-side worker, of a class that
-// prefills at least half as fast as the prefiller like, with the fewest
-// sequences running (those its new prefills stall), and returns it; -1
-// when the planner is off, there is none, or the decode side is down to
-// MinDecodeShare of the workers.
-func (p *Priced) grow(s *Snapshot, pre uint64, like *Worker) int {
-	if pre == 0 || bits.OnesCount64(pre&^planned) >= len(s.Workers)-max(1, int(math.Ceil(p.cfg.MinDecodeShare*float64(len(s.Workers))))) {
-		return -1
-	}
-	j := -1
-	for i := range min(len(s.Workers), 63) {
-		w := &s.Workers[i]
-		if !w.Healthy || pre&(1<<i) != 0 || w.Role == RoleConservative ||
-			p.class(w).PrefillTokensPerSec < 0.5*p.class(like).PrefillTokensPerSec {
-			continue
-		}
-		if j < 0 || w.Running < s.Workers[j].Running {
-			j = i
-		}
-	}
-	if j < 0 {
-		return -1
-	}
-	for {
-		old := p.prefillers.Load()
-		if p.prefillers.CompareAndSwap(old, old|1<<j) {
-			return j
-		}
-	}
 }
 
 // prefillSec is how long req's uncached prompt alone occupies w.

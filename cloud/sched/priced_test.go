@@ -26,12 +26,19 @@ func TestPricedSplit(t *testing.T) {
 	s.Workers[0].PendingPrefill = 20000 // the first H100 is busy prefilling
 	long := &Request{InputTokens: 3000, PredictedOutput: 100}
 	d, _ := p.Decide(long, s)
-	if !d.Split || d.Worker != 1 || (d.DecodeWorker != 2 && d.DecodeWorker != 3) || d.Reason != ReasonSplit {
+	// The prefill goes to the idle H100; per token an H100 decodes for less
+	// than an L4, and a 100-token decode can bear a prefiller's stalls.
+	if !d.Split || d.Worker != 1 || d.DecodeWorker != 0 || d.Reason != ReasonSplit {
 		t.Fatalf("long prompt: %+v", d)
 	}
-	// A short prompt prefills where it decodes, on the cheap class.
+	// A short decode cannot: its handful of tokens would wait out the
+	// prefills the H100s take, so it decodes on an L4.
+	if d, _ := p.Decide(&Request{InputTokens: 3000, PredictedOutput: 3}, s); !d.Split || s.Workers[d.DecodeWorker].Class.ID != ClassL4 {
+		t.Fatalf("short decode: %+v", d)
+	}
+	// A short prompt prefills where it decodes.
 	short := &Request{InputTokens: 20, PredictedOutput: 100}
-	if d, _ := p.Decide(short, s); d.Split || s.Workers[d.Worker].Class.ID != ClassL4 {
+	if d, _ := p.Decide(short, s); d.Split {
 		t.Fatalf("short prompt: %+v", d)
 	}
 	// A one-token answer never splits: there is nothing to decode.
@@ -39,15 +46,8 @@ func TestPricedSplit(t *testing.T) {
 		t.Fatalf("one-token answer: %+v", d)
 	}
 	// A prompt and output the L4s cannot hold decode on an H100.
-	if d, _ := p.Decide(&Request{InputTokens: 40000, PredictedOutput: 100}, s); d.Split || s.Workers[d.Worker].Class.ID != ClassH100 {
+	if d, _ := p.Decide(&Request{InputTokens: 40000, PredictedOutput: 100}, s); s.Workers[d.Worker].Class.ID != ClassH100 || d.Split && s.Workers[d.DecodeWorker].Class.ID != ClassH100 {
 		t.Fatalf("over the L4's KV: %+v", d)
-	}
-	// Busy L4s (their estimated TPOT over the SLO) push decode to the H100s.
-	for i := 2; i < 4; i++ {
-		s.Workers[i].Running = 200
-	}
-	if d, _ := p.Decide(short, s); s.Workers[d.Worker].Class.ID != ClassH100 {
-		t.Fatalf("busy L4s: %+v", d)
 	}
 	// Without classes, the decider sees four equal workers.
 	blind, _ := NewPriced("b", PricedConfig{})
@@ -56,6 +56,39 @@ func TestPricedSplit(t *testing.T) {
 	}
 	if _, err := NewPriced("x", PricedConfig{TTFTHeadroom: 2}); err == nil {
 		t.Fatal("headroom 2 accepted")
+	}
+}
+
+// TestPricedPerToken: classes are priced per token of work, not per hour.
+// At the simulator's prices an idle H100 is the cheaper decoder; an L4 so
+// cheap that its tokens cost less takes the decode.
+func TestPricedPerToken(t *testing.T) {
+	p, _ := NewPriced("t", PricedConfig{Classes: true, Disaggregate: true})
+	s := mixed()
+	s.Workers[1].Role = RoleDecode // one H100 on the decode side, next to the L4s
+	req := &Request{InputTokens: 20, PredictedOutput: 200}
+	if d, _ := p.Decide(req, s); s.Workers[d.Worker].Class.ID != ClassH100 {
+		t.Fatalf("at $3 and $0.8 an hour: %+v", d)
+	}
+	h, l := p.workCost(req, &s.Workers[1], phaseDecode), p.workCost(req, &s.Workers[2], phaseDecode)
+	if !(h < l) {
+		t.Fatalf("decode cost H100 %g, L4 %g", h, l)
+	}
+	cheap := mixed()
+	cheap.Workers[1].Role = RoleDecode
+	for i := 2; i < 4; i++ {
+		cheap.Workers[i].Class.PricePerHour = 0.8 * h / l / 2 // half the H100's per-token cost
+	}
+	p2, _ := NewPriced("t", PricedConfig{Classes: true, Disaggregate: true})
+	if d, _ := p2.Decide(req, cheap); cheap.Workers[d.Worker].Class.ID != ClassL4 {
+		t.Fatalf("an L4 at half the H100's cost per token: %+v", d)
+	}
+	// Busy H100s (their estimated TPOT over the SLO) leave decodes to the L4s.
+	for i := range 2 {
+		s.Workers[i].Running = 2000
+	}
+	if d, _ := p.Decide(req, s); s.Workers[d.Worker].Class.ID != ClassL4 {
+		t.Fatalf("busy H100s: %+v", d)
 	}
 }
 

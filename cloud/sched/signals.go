@@ -1,6 +1,10 @@
 package sched
 
-import "github.com/phaseless/phaseless/transport/schedhint"
+import (
+	"time"
+
+	"github.com/phaseless/phaseless/transport/schedhint"
+)
 
 // Role is what a pool of workers is provisioned and tuned for (the hint's
 // pool nibble).
@@ -69,4 +73,8 @@ func (w *Worker) Load() float64 {
 // is the worker the Decision names.
 type Snapshot struct {
 	Workers []Worker
+	// Now is when the snapshot was taken, on the driver's clock (wall time
+	// live, virtual time in the simulator): the planner's hysteresis runs
+	// on it. Zero: no clock, and the prefill planner only grows.
+	Now time.Time
 }

@@ -487,6 +487,7 @@ func (c *Cluster) place(f *flight) {
 		s.PrefixBlocks = w.eng.CachedPrefixBlocks(f.sig.BlockHashes)
 		s.PendingPrefill, s.Prefilling, s.Class = w.pending, w.prefills, w.class
 	}
+	c.snap.Now = c.clk.Now()
 	d, err := c.cfg.Policy.Decide(&f.sig, &c.snap)
 	if err == nil && c.cfg.Hook != nil {
 		c.cfg.Hook(f.i, &f.sig, &c.snap, &d)

@@ -2,6 +2,8 @@ package sim
 
 import (
 	"context"
+	"crypto/rand"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"net"
@@ -10,9 +12,11 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/phaseless/phaseless/cloud/sched"
+	"github.com/phaseless/phaseless/cloud/worker"
 	"github.com/phaseless/phaseless/models/lm"
 	"github.com/phaseless/phaseless/transport/httpapi"
 	"github.com/phaseless/phaseless/transport/llm"
@@ -34,6 +38,14 @@ type Server struct {
 
 	mu  sync.Mutex // guards eng
 	eng *Engine
+
+	kv kvState // splits (kvserver.go)
+
+	// steps and lateNanos count the engine's steps and how much later
+	// than planned their ends were taken up (the timer's lateness and the
+	// loop's own delay): a host too loaded to keep real time shows here,
+	// and every token then comes that much later than the roofline says.
+	steps, lateNanos atomic.Int64
 }
 
 var _ llm.Generator = (*Server)(nil)
@@ -41,6 +53,7 @@ var _ llm.Generator = (*Server)(nil)
 // NewServer starts the engine loop of a deployment; Close stops it.
 func NewServer(d *Deployment) *Server {
 	s := &Server{model: d.Model.Name, eng: NewEngine(d), wake: make(chan struct{}, 1), stop: make(chan struct{}), done: make(chan struct{})}
+	s.kv = kvState{pool: Pool{GPU: d.GPU, Count: d.TP}, sleep: sleepCtx, client: &http.Client{Timeout: 30 * time.Second}, parked: map[string]parkedSim{}}
 	go s.loop()
 	return s
 }
@@ -67,6 +80,7 @@ func (s *Server) loop() {
 				return
 			}
 		}
+		planned := time.Now().Add(dt)
 		t.Reset(dt)
 		select {
 		case <-t.C:
@@ -74,6 +88,8 @@ func (s *Server) loop() {
 			return
 		}
 		s.mu.Lock()
+		s.steps.Add(1)
+		s.lateNanos.Add(max(0, time.Since(planned).Nanoseconds()))
 		s.eng.Commit(func(q *Seq, finished bool) {
 			rt := q.User.(*rtSeq)
 			rt.tokens <- struct{}{} // buffered for every token: never blocks the loop
@@ -109,56 +125,89 @@ func textHashes(text string, blockTokens int) []uint64 {
 	return hs
 }
 
-// Generate implements llm.Generator.
+// promptSeq is the sequence of a chat request's prompt: its length and
+// block hashes estimated from the text.
+func (s *Server) promptSeq(req *llm.Request, maxOutput int) *Seq {
+	prompt := lm.ChatPrompt(req.Messages)
+	q := &Seq{Prompt: max(1, (len(prompt)+charsPerToken-1)/charsPerToken), MaxOutput: max(1, maxOutput)}
+	q.Hashes = textHashes(prompt, s.eng.d.Engine.BlockSize)
+	return q
+}
+
+// Generate implements llm.Generator. A request naming a KV handoff
+// (llm.Request.KVHandoff, parked by POST /v1/kv/handoffs) decodes from it:
+// its first token, which the prefill worker sampled, streams at once, and
+// the engine admits the prompt's blocks without computing them.
 func (s *Server) Generate(ctx context.Context, req *llm.Request, emit llm.Emit) (llm.Final, error) {
 	start := time.Now()
-	prompt := lm.ChatPrompt(req.Messages)
-	q := &Seq{Prompt: max(1, (len(prompt)+charsPerToken-1)/charsPerToken), MaxOutput: max(1, req.MaxTokens)}
-	q.Hashes = textHashes(prompt, s.eng.d.Engine.BlockSize)
+	q := s.promptSeq(req, req.MaxTokens)
+	fin := llm.Final{PromptTokens: q.Prompt, FinishReason: "length"}
+	if req.KVHandoff != "" {
+		if err := s.kv.take(req.KVHandoff, s.model, q.Prompt); err != nil {
+			return fin, err
+		}
+		fin.TTFT, fin.CompletionTokens = time.Since(start), 1
+		if err := emit(llm.Token{Text: " tok"}); err != nil || q.MaxOutput == 1 {
+			fin.Total = time.Since(start)
+			return fin, err
+		}
+		q.Imported = true
+	}
+	err := s.run(ctx, q, start, func(lat time.Duration) error {
+		if fin.CompletionTokens == 0 {
+			fin.TTFT = time.Since(start)
+		}
+		fin.CompletionTokens++
+		return emit(llm.Token{Text: " tok", EngineLatency: lat})
+	})
+	s.mu.Lock()
+	fin.PrefixHitTokens = q.CachedTokens
+	s.mu.Unlock()
+	fin.Total = time.Since(start)
+	if errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
+		fin.FinishReason = "cancelled"
+	}
+	return fin, err
+}
+
+// run adds q to the engine's batch and calls token for each token it
+// samples (with the time since the previous one, from start), until the
+// last, ctx's end or the server's.
+func (s *Server) run(ctx context.Context, q *Seq, start time.Time, token func(time.Duration) error) error {
 	rt := &rtSeq{tokens: make(chan struct{}, q.MaxOutput)}
 	q.User = rt
 	s.mu.Lock()
 	err := s.eng.Add(q)
 	s.mu.Unlock()
 	if errors.Is(err, ErrTooLong) {
-		return llm.Final{}, llm.Errorf(llm.CodeInvalid, "prompt (%d tokens) + max_tokens (%d) exceed the model length %d", q.Prompt, q.MaxOutput, s.eng.d.MaxModelLen)
+		return llm.Errorf(llm.CodeInvalid, "prompt (%d tokens) + max_tokens (%d) exceed the model length %d", q.Prompt, q.MaxOutput, s.eng.d.MaxModelLen)
 	}
 	if err != nil {
-		return llm.Final{}, llm.Errorf(llm.CodeInvalid, "%v", err)
+		return llm.Errorf(llm.CodeInvalid, "%v", err)
 	}
 	select {
 	case s.wake <- struct{}{}:
 	default:
 	}
-	fin := llm.Final{PromptTokens: q.Prompt, FinishReason: "length"}
 	last := start
 	for {
 		select {
 		case _, ok := <-rt.tokens:
 			if !ok {
-				s.mu.Lock()
-				fin.PrefixHitTokens = q.CachedTokens
-				s.mu.Unlock()
-				fin.Total = time.Since(start)
-				return fin, nil
+				return nil
 			}
 			now := time.Now()
-			if fin.CompletionTokens == 0 {
-				fin.TTFT = now.Sub(start)
-			}
-			fin.CompletionTokens++
-			if err := emit(llm.Token{Text: " tok", EngineLatency: now.Sub(last)}); err != nil {
+			if err := token(now.Sub(last)); err != nil {
 				s.abort(q)
-				return fin, err
+				return err
 			}
 			last = now
 		case <-ctx.Done():
 			s.abort(q)
-			fin.FinishReason = "cancelled"
-			return fin, ctx.Err()
+			return ctx.Err()
 		case <-s.stop:
 			s.abort(q)
-			return fin, llm.Errorf(llm.CodeUnavailable, "simulated worker shutting down")
+			return llm.Errorf(llm.CodeUnavailable, "simulated worker shutting down")
 		}
 	}
 }
@@ -192,19 +241,24 @@ func (s *Server) WriteMetrics(w http.ResponseWriter) {
 		{"vllm:prompt_tokens_total", "counter", "Number of prefill tokens processed.", float64(st.PromptTokens)},
 		{"vllm:generation_tokens_total", "counter", "Number of generation tokens processed.", float64(st.OutputTokens)},
 		{"phaseless_engine_capacity", "gauge", "Sequences the engine runs at once (vLLM --max-num-seqs).", float64(capacity)},
+		{"phaseless_sim_steps_total", "counter", "Steps the simulated engine ran.", float64(s.steps.Load())},
+		{"phaseless_sim_step_late_seconds_total", "counter", "Seconds the simulated engine's steps ended later than the roofline planned (a host too loaded to keep real time).", float64(s.lateNanos.Load()) / 1e9},
 	} {
 		fmt.Fprintf(w, "# HELP %s %s\n# TYPE %s %s\n%s%s %g\n", m.name, m.help, m.name, m.typ, m.name, l, m.v)
 	}
 }
 
-// Handler serves the OpenAI API, /metrics and /health.
+// Handler serves the OpenAI API (a request may name a parked KV handoff),
+// the KV handoff endpoints (kvserver.go), /metrics and /health.
 func (s *Server) Handler() (http.Handler, error) {
-	api, err := httpapi.NewHandler(s, httpapi.Options{})
+	api, err := httpapi.NewHandler(s, httpapi.Options{AllowKVHandoff: true})
 	if err != nil {
 		return nil, err
 	}
 	mux := http.NewServeMux()
 	mux.Handle("/v1/", api)
+	mux.HandleFunc("POST "+worker.KVPrefillPath, s.kvPrefill)
+	mux.HandleFunc("POST "+worker.KVHandoffsPath, s.park)
 	mux.HandleFunc("/metrics", func(w http.ResponseWriter, _ *http.Request) { s.WriteMetrics(w) })
 	mux.HandleFunc("/health", func(w http.ResponseWriter, _ *http.Request) { w.WriteHeader(http.StatusOK) })
 	return mux, nil
@@ -219,20 +273,26 @@ func (s *Server) Close() error {
 	return nil
 }
 
-// URLSpec is a parsed sim://GPU?model=M&n=N[&tp=T][&role=R] worker URL.
+// URLSpec is a parsed sim://GPU?model=M&n=N[&tp=T][&role=R][&link=L]
+// worker URL.
 type URLSpec struct {
 	GPU     GPU
 	Model   Model
 	N, TP   int
 	Role    sched.Role
 	HasRole bool
+	// Link, when set, is the link every handoff to these workers crosses;
+	// nil: as the Cluster picks it (NVLink or PCIe inside one fleet, 400 Gb
+	// RDMA from another).
+	Link *Link
 }
 
 // IsURL reports whether a --worker value names simulated workers.
 func IsURL(s string) bool { return strings.HasPrefix(s, "sim://") }
 
-// ParseURL reads sim://GPU?model=M&n=N[&tp=T][&role=R] (n default 1, model
-// default llama3.1-8b, tp default the fewest GPUs that fit).
+// ParseURL reads sim://GPU?model=M&n=N[&tp=T][&role=R][&link=L] (n default
+// 1, model default llama3.1-8b, tp default the fewest GPUs that fit, link
+// one of LinkNames).
 func ParseURL(s string) (URLSpec, error) {
 	u, err := url.Parse(s)
 	if err != nil || u.Scheme != "sim" || u.Host == "" {
@@ -263,8 +323,14 @@ func ParseURL(s string) (URLSpec, error) {
 				return URLSpec{}, fmt.Errorf("%q: %w", s, err)
 			}
 			spec.HasRole = true
+		case "link":
+			l, err := LookupLink(val)
+			if err != nil {
+				return URLSpec{}, fmt.Errorf("%q: %w", s, err)
+			}
+			spec.Link = &l
 		default:
-			return URLSpec{}, fmt.Errorf("%q: unknown option %q (model, n, tp, role)", s, k)
+			return URLSpec{}, fmt.Errorf("%q: unknown option %q (model, n, tp, role, link)", s, k)
 		}
 	}
 	if spec.Model, err = LookupModel(model); err != nil {
@@ -298,6 +364,9 @@ func StartFleet(raw string) (*Fleet, error) {
 		return nil, err
 	}
 	f := &Fleet{spec: spec}
+	var id [8]byte
+	rand.Read(id[:])
+	fleet := hex.EncodeToString(id[:])
 	for range spec.N {
 		ln, err := net.Listen("tcp", "127.0.0.1:0")
 		if err != nil {
@@ -305,6 +374,7 @@ func StartFleet(raw string) (*Fleet, error) {
 			return nil, fmt.Errorf("sim worker: %w", err)
 		}
 		srv := NewServer(d)
+		srv.kv.fleet, srv.kv.pool.Count, srv.kv.link = fleet, spec.N*d.TP, spec.Link
 		h, err := srv.Handler()
 		if err != nil {
 			ln.Close()

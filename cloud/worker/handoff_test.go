@@ -170,7 +170,7 @@ func TestKVServerRefusesBadHandoffs(t *testing.T) {
 			if resp.StatusCode != http.StatusBadRequest {
 				t.Fatalf("status %d", resp.StatusCode)
 			}
-			if err := readKVError(resp); llm.CodeOf(err) != llm.CodeInvalid {
+			if err := ReadKVError(resp); llm.CodeOf(err) != llm.CodeInvalid {
 				t.Fatalf("error %v", err)
 			}
 		})

@@ -17,15 +17,15 @@ import (
 // The KV handoff endpoints a Phaseless cloud serves as another
 // coordinator's worker, next to its chat completions:
 //
-//	POST /v1/kv/prefill    JSON kvPrefillRequest. Runs the prefill on one of
+//	POST /v1/kv/prefill    JSON KVPrefillRequest. Runs the prefill on one of
 //	                       this process's built-in engines. With push_to, the
 //	                       encoded handoff is POSTed to push_to's
 //	                       /v1/kv/handoffs and the answer is JSON
-//	                       kvPrefillAnswer; without, the answer is the
+//	                       KVPrefillAnswer; without, the answer is the
 //	                       encoded handoff (HandoffContentType).
 //	POST /v1/kv/handoffs   an encoded handoff (lm.DecodeHandoff's format).
 //	                       Parks it in the HandoffStore and answers JSON
-//	                       kvParkAnswer; a chat completion with
+//	                       KVParkAnswer; a chat completion with
 //	                       x-phaseless-kv-handoff: <id> then decodes from it.
 //
 // Errors are JSON {"error": {"code": llm.Code, "message": ...}} with the
@@ -37,15 +37,16 @@ const (
 	HandoffContentType = "application/x-phaseless-kv"
 )
 
-type kvMessage struct {
+// KVMessage is one chat message of a KVPrefillRequest.
+type KVMessage struct {
 	Role    string `json:"role"`
 	Content string `json:"content"`
 }
 
-// kvPrefillRequest is the chat request whose prefill runs, and where the
-// handoff goes.
-type kvPrefillRequest struct {
-	Messages    []kvMessage `json:"messages"`
+// KVPrefillRequest (POST /v1/kv/prefill's body) is the chat request whose
+// prefill runs, and where the handoff goes.
+type KVPrefillRequest struct {
+	Messages    []KVMessage `json:"messages"`
 	MaxTokens   int         `json:"max_tokens"`
 	Temperature float64     `json:"temperature"`
 	TopP        float64     `json:"top_p,omitempty"`
@@ -76,15 +77,16 @@ func KVCarries(req *llm.Request) bool {
 	return true
 }
 
-func newKVPrefillRequest(req *llm.Request) kvPrefillRequest {
-	r := kvPrefillRequest{MaxTokens: req.MaxTokens, Temperature: req.Temperature, TopP: req.TopP, TopK: req.TopK, Seed: req.Seed, Stop: req.Stop}
+func newKVPrefillRequest(req *llm.Request) KVPrefillRequest {
+	r := KVPrefillRequest{MaxTokens: req.MaxTokens, Temperature: req.Temperature, TopP: req.TopP, TopK: req.TopK, Seed: req.Seed, Stop: req.Stop}
 	for _, m := range req.Messages {
-		r.Messages = append(r.Messages, kvMessage{Role: m.Role, Content: m.Content})
+		r.Messages = append(r.Messages, KVMessage{Role: m.Role, Content: m.Content})
 	}
 	return r
 }
 
-func (r *kvPrefillRequest) llm() *llm.Request {
+// LLM is the request as the engines take it.
+func (r *KVPrefillRequest) LLM() *llm.Request {
 	req := &llm.Request{MaxTokens: r.MaxTokens, Temperature: r.Temperature, TopP: r.TopP, TopK: r.TopK, Seed: r.Seed, Stop: r.Stop}
 	for _, m := range r.Messages {
 		req.Messages = append(req.Messages, llm.Message{Role: m.Role, Content: m.Content})
@@ -92,7 +94,9 @@ func (r *kvPrefillRequest) llm() *llm.Request {
 	return req
 }
 
-type kvPrefillAnswer struct {
+// KVPrefillAnswer is /v1/kv/prefill's answer when the server pushed the
+// handoff itself (push_to).
+type KVPrefillAnswer struct {
 	Handoff         string `json:"handoff"`
 	Bytes           int64  `json:"bytes"`
 	PromptTokens    int    `json:"prompt_tokens"`
@@ -101,7 +105,9 @@ type kvPrefillAnswer struct {
 	TransferMicros  int64  `json:"transfer_us"`
 }
 
-type kvParkAnswer struct {
+// KVParkAnswer is /v1/kv/handoffs' answer: the id the handoff is parked
+// under.
+type KVParkAnswer struct {
 	Handoff string `json:"handoff"`
 	Bytes   int64  `json:"bytes"`
 }
@@ -169,7 +175,7 @@ func NewKVServer(cfg KVServerConfig) (*KVServer, error) {
 func (s *KVServer) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if s.cfg.Authenticate != nil {
 		if _, err := s.cfg.Authenticate(r); err != nil {
-			writeKVError(w, err)
+			WriteKVError(w, err)
 			return
 		}
 	}
@@ -188,12 +194,12 @@ func (s *KVServer) least() *Worker {
 }
 
 func (s *KVServer) prefill(w http.ResponseWriter, r *http.Request) {
-	var pr kvPrefillRequest
+	var pr KVPrefillRequest
 	if err := json.NewDecoder(io.LimitReader(r.Body, 16<<20)).Decode(&pr); err != nil {
-		writeKVError(w, llm.Errorf(llm.CodeInvalid, "prefill request: %v", err))
+		WriteKVError(w, llm.Errorf(llm.CodeInvalid, "prefill request: %v", err))
 		return
 	}
-	req := pr.llm()
+	req := pr.LLM()
 	wk := s.least()
 	b := wk.Engine().(*Builtin)
 	prompt := b.eng.Model().ChatTokens(req.Messages)
@@ -201,21 +207,21 @@ func (s *KVServer) prefill(w http.ResponseWriter, r *http.Request) {
 	if pr.PushTo != "" {
 		u, err := url.Parse(pr.PushTo)
 		if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
-			writeKVError(w, llm.Errorf(llm.CodeInvalid, "push_to %q is not an http(s) URL", pr.PushTo))
+			WriteKVError(w, llm.Errorf(llm.CodeInvalid, "push_to %q is not an http(s) URL", pr.PushTo))
 			return
 		}
 		dst, err := NewRemote(RemoteConfig{URL: pr.PushTo, APIKey: pr.PushKey})
 		if err != nil {
-			writeKVError(w, llm.Errorf(llm.CodeInvalid, "push_to: %v", err))
+			WriteKVError(w, llm.Errorf(llm.CodeInvalid, "push_to: %v", err))
 			return
 		}
 		dst.kvClient = s.cfg.Client
 		h, _, err := wk.prefillTo(r.Context(), req, len(prompt), hashes, dst)
 		if err != nil {
-			writeKVError(w, err)
+			WriteKVError(w, err)
 			return
 		}
-		writeJSON(w, kvPrefillAnswer{Handoff: h.id, Bytes: h.Bytes, PromptTokens: h.PromptTokens, PrefixHitTokens: h.PrefixHitTokens,
+		writeJSON(w, KVPrefillAnswer{Handoff: h.id, Bytes: h.Bytes, PromptTokens: h.PromptTokens, PrefixHitTokens: h.PrefixHitTokens,
 			PrefillMicros: h.Prefill.Microseconds(), TransferMicros: h.Transfer.Microseconds()})
 		return
 	}
@@ -231,7 +237,7 @@ func (s *KVServer) prefill(w http.ResponseWriter, r *http.Request) {
 		return err
 	})
 	if err != nil {
-		writeKVError(w, err)
+		WriteKVError(w, err)
 		return
 	}
 	w.Header().Set("Content-Type", HandoffContentType)
@@ -244,28 +250,28 @@ func (s *KVServer) prefill(w http.ResponseWriter, r *http.Request) {
 func (s *KVServer) park(w http.ResponseWriter, r *http.Request) {
 	raw, err := io.ReadAll(io.LimitReader(r.Body, s.cfg.MaxBodyBytes+1))
 	if err != nil {
-		writeKVError(w, llm.Errorf(llm.CodeInvalid, "read handoff: %v", err))
+		WriteKVError(w, llm.Errorf(llm.CodeInvalid, "read handoff: %v", err))
 		return
 	}
 	if int64(len(raw)) > s.cfg.MaxBodyBytes {
-		writeKVError(w, llm.Errorf(llm.CodeInvalid, "handoff over %d bytes", s.cfg.MaxBodyBytes))
+		WriteKVError(w, llm.Errorf(llm.CodeInvalid, "handoff over %d bytes", s.cfg.MaxBodyBytes))
 		return
 	}
 	h, err := lm.DecodeHandoff(raw)
 	if err != nil {
-		writeKVError(w, llm.Errorf(llm.CodeInvalid, "%v", err))
+		WriteKVError(w, llm.Errorf(llm.CodeInvalid, "%v", err))
 		return
 	}
 	if fp := s.cfg.Workers[0].Engine().(*Builtin).eng.Model().Fingerprint(); fp != h.Model {
-		writeKVError(w, llm.Errorf(llm.CodeInvalid, "handoff from model %016x; this worker runs %016x", h.Model, fp))
+		WriteKVError(w, llm.Errorf(llm.CodeInvalid, "handoff from model %016x; this worker runs %016x", h.Model, fp))
 		return
 	}
 	id, err := s.cfg.Store.Put(h, int64(len(raw)))
 	if err != nil {
-		writeKVError(w, err)
+		WriteKVError(w, err)
 		return
 	}
-	writeJSON(w, kvParkAnswer{Handoff: id, Bytes: int64(len(raw))})
+	writeJSON(w, KVParkAnswer{Handoff: id, Bytes: int64(len(raw))})
 }
 
 func writeJSON(w http.ResponseWriter, v any) {
@@ -281,7 +287,9 @@ var kvStatus = map[llm.Code]int{
 	llm.CodeCancelled: 499,
 }
 
-func writeKVError(w http.ResponseWriter, err error) {
+// WriteKVError answers err in the KV endpoints' JSON error format, with its
+// code's HTTP status.
+func WriteKVError(w http.ResponseWriter, err error) {
 	var e kvError
 	e.Error.Code, e.Error.Message = llm.CodeOf(err), err.Error()
 	status, ok := kvStatus[e.Error.Code]
@@ -293,9 +301,9 @@ func writeKVError(w http.ResponseWriter, err error) {
 	json.NewEncoder(w).Encode(e)
 }
 
-// readKVError turns an error answer back into an *llm.Error; a 404 (not a
+// ReadKVError turns an error answer back into an *llm.Error; a 404 (not a
 // Phaseless worker, or an older one) is ErrSplitUnsupported.
-func readKVError(resp *http.Response) error {
+func ReadKVError(resp *http.Response) error {
 	if resp.StatusCode == http.StatusNotFound || resp.StatusCode == http.StatusMethodNotAllowed {
 		return ErrSplitUnsupported
 	}

@@ -38,7 +38,7 @@ func (r *Remote) kvDo(ctx context.Context, path, contentType string, body []byte
 	}
 	if resp.StatusCode != http.StatusOK {
 		defer resp.Body.Close()
-		err := readKVError(resp)
+		err := ReadKVError(resp)
 		if err == ErrSplitUnsupported {
 			r.noKV.Store(true)
 		}
@@ -59,7 +59,7 @@ func (r *Remote) park(ctx context.Context, raw []byte) (string, error) {
 		return "", err
 	}
 	defer resp.Body.Close()
-	var a kvParkAnswer
+	var a KVParkAnswer
 	if err := json.NewDecoder(io.LimitReader(resp.Body, 64<<10)).Decode(&a); err != nil || a.Handoff == "" {
 		return "", llm.Errorf(llm.CodeUnavailable, "remote %s: bad park answer: %v", r.base.Host, err)
 	}
@@ -112,7 +112,7 @@ func (r *Remote) PrefillTo(ctx context.Context, req *llm.Request, dst Engine) (H
 		out.Transfer = max(0, time.Since(start)-out.Prefill)
 		return out, nil
 	}
-	var a kvPrefillAnswer
+	var a KVPrefillAnswer
 	if err := json.NewDecoder(io.LimitReader(resp.Body, 64<<10)).Decode(&a); err != nil || a.Handoff == "" {
 		return Handoff{}, stageErr(StageTransfer, llm.Errorf(llm.CodeUnavailable, "remote %s: bad prefill answer: %v", r.base.Host, err))
 	}

@@ -81,7 +81,7 @@ func (s *Set) Snapshot(dst *sched.Snapshot, hashes []uint64) {
 	if cap(dst.Workers) < len(s.workers) {
 		dst.Workers = make([]sched.Worker, len(s.workers))
 	}
-	dst.Workers = dst.Workers[:len(s.workers)]
+	dst.Workers, dst.Now = dst.Workers[:len(s.workers)], now
 	for i, w := range s.workers {
 		w.Signals(&dst.Workers[i], hashes, now)
 	}
