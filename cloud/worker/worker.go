@@ -12,6 +12,7 @@ package worker
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"sync"
 	"sync/atomic"
@@ -40,7 +41,8 @@ type Load struct {
 type Engine interface {
 	llm.Generator
 	// Probe checks the engine's health and returns its load. An error marks
-	// the worker unhealthy until a probe succeeds again.
+	// the worker unhealthy until a probe succeeds again (a probe that only
+	// timed out, after slowProbes in a row: see Worker.probe).
 	Probe(ctx context.Context) (Load, error)
 	// CachedPrefixBlocks is how many leading 16-token block hashes the engine
 	// holds in its KV cache, or -1 when it cannot say (remote engines): the
@@ -93,6 +95,7 @@ type Worker struct {
 	healthy                    atomic.Bool
 	load                       atomic.Pointer[Load]
 	probeErr                   atomic.Pointer[string]
+	slow                       atomic.Int32  // probes in a row that timed out
 	tokens                     atomic.Uint64 // output tokens emitted
 
 	closeOnce sync.Once
@@ -366,17 +369,29 @@ func (w *Worker) Resume(ctx context.Context, req *llm.Request, h Handoff, prompt
 	return fin, batchSize, nil
 }
 
-// probe refreshes health and load. A failed probe marks the worker
-// unhealthy at once: the scheduler should stop sending work to an engine it
-// cannot reach, and a single success brings it back.
+// slowProbes is how many probes in a row may time out before the worker
+// is marked unhealthy. A busy engine (or a loaded host) can answer one
+// /metrics probe late while it serves every request: one late answer took
+// a whole simulated pool out of service in a test on a loaded machine.
+const slowProbes = 3
+
+// probe refreshes health and load. A probe that fails outright (refused,
+// an error status, a bad answer) marks the worker unhealthy at once: the
+// scheduler should stop sending work to an engine it cannot reach. One that
+// only timed out does after slowProbes in a row. A single success brings it
+// back.
 func (w *Worker) probe(ctx context.Context) {
 	l, err := w.eng.Probe(ctx)
 	if err != nil {
 		msg := err.Error()
 		w.probeErr.Store(&msg)
+		if errors.Is(err, context.DeadlineExceeded) && ctx.Err() == nil && w.slow.Add(1) < slowProbes {
+			return
+		}
 		w.healthy.Store(false)
 		return
 	}
+	w.slow.Store(0)
 	w.probeErr.Store(nil)
 	w.load.Store(&l)
 	w.healthy.Store(true)
