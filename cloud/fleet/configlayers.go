@@ -175,7 +175,7 @@ func (m *Manager) SetConfigLayer(ctx context.Context, scope string, u ConfigUpda
 		return nil, err
 	}
 	for _, d := range changed {
-		m.publishDesired(d) // queued: reconcile re-sends any the broker could not take
+		m.sendDesired(d) // fenced above; queued: reconcile re-sends any the broker could not take
 	}
 	m.log.Info("config layer changed", "scope", scope, "version", l.Version, "devices_changed", len(changed))
 	return l, nil

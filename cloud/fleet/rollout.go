@@ -66,7 +66,7 @@ func (m *Manager) SetLabels(id string, labels map[string]*string) (*Device, erro
 		return nil
 	})
 	if err == nil && changed {
-		m.publishDesired(dev)
+		m.sendDesired(dev) // fenced above
 	}
 	return dev, err
 }
