@@ -58,22 +58,19 @@ func (g *Gate) authenticate(r *http.Request) (Key, error) {
 // (httpapi.Options.Authenticate): the key's tenant, or 401, 403 for a key
 // of another role, 429 for a source in backoff.
 func (g *Gate) Inference(r *http.Request) (string, error) {
-	if g.keys == nil {
-		return "", nil
-	}
-	k, err := g.authenticate(r)
-	if err != nil {
-		return "", err
-	}
-	if !k.Role.mayInfer() {
-		return "", &llm.Error{Code: llm.CodePermission, Message: fmt.Sprintf("this API key's role is %s; the inference API needs an inference key", k.Role)}
-	}
-	return k.Tenant, nil
+	return g.tenantOf(r, Role.mayInfer, "the inference API needs an inference key")
 }
 
 // Worker authenticates a call to the KV handoff endpoints (/v1/kv/): only a
 // worker key, 403 for any other role.
 func (g *Gate) Worker(r *http.Request) (string, error) {
+	return g.tenantOf(r, func(k Role) bool { return k == RoleWorker }, "the KV handoff endpoints need a worker key")
+}
+
+// tenantOf authenticates r and returns its key's tenant if allowed admits
+// the key's role, a 403 saying need otherwise; open access (no keys) admits
+// anyone, with no tenant.
+func (g *Gate) tenantOf(r *http.Request, allowed func(Role) bool, need string) (string, error) {
 	if g.keys == nil {
 		return "", nil
 	}
@@ -81,8 +78,8 @@ func (g *Gate) Worker(r *http.Request) (string, error) {
 	if err != nil {
 		return "", err
 	}
-	if k.Role != RoleWorker {
-		return "", &llm.Error{Code: llm.CodePermission, Message: fmt.Sprintf("this API key's role is %s; the KV handoff endpoints need a worker key", k.Role)}
+	if !allowed(k.Role) {
+		return "", &llm.Error{Code: llm.CodePermission, Message: fmt.Sprintf("this API key's role is %s; %s", k.Role, need)}
 	}
 	return k.Tenant, nil
 }
