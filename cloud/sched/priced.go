@@ -326,7 +326,7 @@ func (p *Priced) Decide(req *Request, s *Snapshot) (Decision, error) {
 	if local.i >= 0 && local.risk <= 1 && p.prefillSec(req, &s.Workers[local.i]) < p.cfg.SplitPrefill.Seconds() {
 		return decided(req, s, local.i, ReasonPriced, PolicyPriced), nil
 	}
-	if req.PredictedOutput >= 2 {
+	if out := max(1, req.PredictedOutput); out >= 2 {
 		a := p.best(req, s, 1<<RolePrefill, phasePrefill, -1, pre)
 		if a.i >= 0 && a.risk > 1 {
 			// The prefill queue is too long to meet the TTFT: as
@@ -338,8 +338,7 @@ func (p *Priced) Decide(req *Request, s *Snapshot) (Decision, error) {
 			if j := p.grow(s, pre, &s.Workers[a.i]); j >= 0 {
 				pre |= 1 << j
 				a = p.best(req, s, 1<<RolePrefill, phasePrefill, -1, pre)
-			} else if local.i >= 0 && local.risk <= 1 &&
-				p.class(&s.Workers[local.i]).PrefillTokensPerSec >= 0.5*p.class(&s.Workers[a.i]).PrefillTokensPerSec {
+			} else if local.i >= 0 && local.risk <= 1 && p.canTakeBack(req, &s.Workers[local.i], &s.Workers[a.i]) {
 				// No worker left to grow into (or the planner is
 				// off): Dynamo's router sends the prefill back to a
 				// decode worker that can take it.
@@ -348,6 +347,13 @@ func (p *Priced) Decide(req *Request, s *Snapshot) (Decision, error) {
 		}
 		if a.i >= 0 {
 			if b := p.best(req, s, dec, phaseDecode, a.i, pre); b.i >= 0 && (b.risk <= 1 || local.i < 0 || local.risk > 1) {
+				if p.role(b.i, &s.Workers[b.i], pre) == RolePrefill && p.fits(req, &s.Workers[a.i], req.InputTokens+out) {
+					// A decode on another prefiller is stalled by its
+					// prefills as it would be on this one: moving it buys
+					// no isolation, only a transfer and the prompt's KV
+					// held twice (cached here, running there).
+					return decided(req, s, a.i, ReasonPriced, PolicyPriced), nil
+				}
 				d := decided(req, s, a.i, ReasonSplit, PolicyPriced)
 				d.Split, d.DecodeWorker = true, b.i
 				return d, nil
@@ -373,6 +379,23 @@ func (p *Priced) role(i int, w *Worker, pre uint64) Role {
 		return RoleDecode
 	}
 	return w.Role
+}
+
+// canTakeBack reports that decode-side worker w may prefill req itself
+// while the prefill pool (its best member pre) misses the TTFT: w prefills
+// about as fast, or the decode time its prefill stalls (the prefill's
+// length × the sequences running or queued there) is within what the
+// planner lets a prefiller's backlog stall a decode, TTFTHeadroom × the
+// TTFT SLO. The second lets an idle or lightly loaded slow GPU take a short
+// prompt in a burst (Mooncake's mixed cluster, where the H100 prefillers
+// queued what the L4s could have answered in time) without stalling a
+// batch of decodes for a long prefill (every feasible prefill sent back
+// to the L4s cost the Azure head's mixed cluster 9.06× → 5.62×).
+func (p *Priced) canTakeBack(req *Request, w, pre *Worker) bool {
+	if p.class(w).PrefillTokensPerSec >= 0.5*p.class(pre).PrefillTokensPerSec {
+		return true
+	}
+	return p.prefillSec(req, w)*float64(w.Running+w.Queued) <= p.cfg.TTFTHeadroom*p.cfg.SLOTTFT.Seconds()
 }
 
 // prefillSec is how long req's uncached prompt alone occupies w.

@@ -27,8 +27,11 @@ func TestPricedSplit(t *testing.T) {
 	long := &Request{InputTokens: 3000, PredictedOutput: 100}
 	d, _ := p.Decide(long, s)
 	// The prefill goes to the idle H100; per token an H100 decodes for less
-	// than an L4, and a 100-token decode can bear a prefiller's stalls.
-	if !d.Split || d.Worker != 1 || d.DecodeWorker != 0 || d.Reason != ReasonSplit {
+	// than an L4, and a 100-token decode can bear a prefiller's stalls. The
+	// best decoder is then a prefiller, stalled by prefills as the idle
+	// H100 itself would be: the request runs whole there, with no transfer
+	// and no second copy of its KV.
+	if d.Split || d.Worker != 1 || d.Reason != ReasonPriced {
 		t.Fatalf("long prompt: %+v", d)
 	}
 	// A short decode cannot: its handful of tokens would wait out the
@@ -135,5 +138,30 @@ func TestPricedPlanner(t *testing.T) {
 	}
 	if _, err := NewPriced("x", PricedConfig{MinDecodeShare: 1}); err == nil {
 		t.Fatal("MinDecodeShare 1 accepted")
+	}
+}
+
+// TestPricedTakeBack: when the H100 prefill pool misses the TTFT and cannot
+// grow (the L4s prefill far slower), an L4 takes a short prompt back only
+// while the decode time its prefill stalls (prefill length × the sequences
+// it runs) stays within the planner's stall budget (TTFTHeadroom × the TTFT
+// SLO = 1 s); otherwise the prompt queues on the prefill pool.
+func TestPricedTakeBack(t *testing.T) {
+	p, _ := NewPriced("t", PricedConfig{Classes: true, Disaggregate: true})
+	s := mixed()
+	for i := range 2 {
+		s.Workers[i].PendingPrefill = 60000 // 1.6 s of prefill queued on each H100
+	}
+	req := &Request{InputTokens: 900, PredictedOutput: 100} // 0.2 s of prefill on an L4
+	d, _ := p.Decide(req, s)
+	if d.Split || s.Workers[d.Worker].Class.ID != ClassL4 {
+		t.Fatalf("idle L4s in a burst: %+v", d)
+	}
+	// Eight decodes on each L4 would be stalled 0.2 s each: 1.6 s in all.
+	for i := 2; i < 4; i++ {
+		s.Workers[i].Running = 8
+	}
+	if d, _ := p.Decide(req, s); s.Workers[d.Worker].Class.ID != ClassH100 {
+		t.Fatalf("busy L4s: %+v", d)
 	}
 }
