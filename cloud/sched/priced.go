@@ -338,7 +338,7 @@ func (p *Priced) Decide(req *Request, s *Snapshot) (Decision, error) {
 			if j := p.grow(s, pre, &s.Workers[a.i]); j >= 0 {
 				pre |= 1 << j
 				a = p.best(req, s, 1<<RolePrefill, phasePrefill, -1, pre)
-			} else if local.i >= 0 && local.risk <= 1 && p.canTakeBack(req, &s.Workers[local.i], &s.Workers[a.i]) {
+			} else if local.i >= 0 && local.risk <= 1 && p.canTakeBack(req, &s.Workers[local.i], &s.Workers[a.i], a.risk) {
 				// No worker left to grow into (or the planner is
 				// off): Dynamo's router sends the prefill back to a
 				// decode worker that can take it.
@@ -382,20 +382,30 @@ func (p *Priced) role(i int, w *Worker, pre uint64) Role {
 }
 
 // canTakeBack reports that decode-side worker w may prefill req itself
-// while the prefill pool (its best member pre) misses the TTFT: w prefills
-// about as fast, or the decode time its prefill stalls (the prefill's
-// length × the sequences running or queued there) is within what the
-// planner lets a prefiller's backlog stall a decode, TTFTHeadroom × the
-// TTFT SLO. The second lets an idle or lightly loaded slow GPU take a short
-// prompt in a burst (Mooncake's mixed cluster, where the H100 prefillers
-// queued what the L4s could have answered in time) without stalling a
-// batch of decodes for a long prefill (every feasible prefill sent back
-// to the L4s cost the Azure head's mixed cluster 9.06× → 5.62×).
-func (p *Priced) canTakeBack(req *Request, w, pre *Worker) bool {
-	if p.class(w).PrefillTokensPerSec >= 0.5*p.class(pre).PrefillTokensPerSec {
+// while the prefill pool (its best member pre, at risk poolRisk) misses
+// the TTFT headroom and cannot grow. A prefill there stalls every decode
+// w runs, so it may when:
+//   - the decode time it stalls (its length on w × the sequences running
+//     or queued there) is within what the planner lets a prefiller's
+//     backlog stall a decode, TTFTHeadroom × the TTFT SLO (1 s): an idle
+//     or lightly loaded GPU takes a short prompt in a burst, even a slow
+//     one (Mooncake's mixed cluster, where the H100 prefillers queued what
+//     the L4s could answer in time);
+//   - or w prefills about as fast as the pool and the pool's estimate is
+//     past the TTFT SLO itself, not only its headroom: then a missed TTFT
+//     is certain and a stalled decode only likely.
+//
+// Sending every such prefill back (Dynamo's local prefill, what this did
+// before) stalled the decode workers' short decodes in the Azure trace's
+// bursts while the prefill pool would still have met the SLO (requests
+// 2,000-2,999 on 8×H100: 3.39× the trace's rate against 5.59×); sending
+// every feasible one back to the L4s cost the Azure head's mixed cluster
+// 9.06× → 5.62×.
+func (p *Priced) canTakeBack(req *Request, w, pre *Worker, poolRisk float64) bool {
+	if p.prefillSec(req, w)*float64(w.Running+w.Queued) <= p.cfg.TTFTHeadroom*p.cfg.SLOTTFT.Seconds() {
 		return true
 	}
-	return p.prefillSec(req, w)*float64(w.Running+w.Queued) <= p.cfg.TTFTHeadroom*p.cfg.SLOTTFT.Seconds()
+	return p.class(w).PrefillTokensPerSec >= 0.5*p.class(pre).PrefillTokensPerSec && poolRisk*p.cfg.TTFTHeadroom > 1
 }
 
 // prefillSec is how long req's uncached prompt alone occupies w.

@@ -165,3 +165,27 @@ func TestPricedTakeBack(t *testing.T) {
 		t.Fatalf("busy L4s: %+v", d)
 	}
 }
+
+// TestPricedTakeBackSameClass: at the planner's cap, an H100 decoding 40
+// sequences takes a long prompt back only once the prefill pool's estimate
+// is past the TTFT SLO itself; within it, the prompt waits in the pool
+// rather than stall those decodes.
+func TestPricedTakeBackSameClass(t *testing.T) {
+	p, _ := NewPriced("t", PricedConfig{Classes: true, Disaggregate: true, MinDecodeShare: 0.5})
+	s := &Snapshot{Workers: []Worker{
+		{Role: RolePrefill, Healthy: true, Capacity: 256, Class: h100, PendingPrefill: 55000}, // 1.5 s queued
+		{Role: RolePrefill, Healthy: true, Capacity: 256, Class: h100, PendingPrefill: 55000},
+		{Role: RoleDecode, Healthy: true, Capacity: 256, Class: h100, Running: 40},
+		{Role: RoleDecode, Healthy: true, Capacity: 256, Class: h100, Running: 40},
+	}}
+	long := &Request{InputTokens: 6000, PredictedOutput: 20} // 0.16 s × 40 decodes stalled
+	if d, _ := p.Decide(long, s); s.Workers[d.Worker].Role != RolePrefill {
+		t.Fatalf("pool within the SLO: %+v", d)
+	}
+	for i := range 2 {
+		s.Workers[i].PendingPrefill = 80000 // 2.2 s
+	}
+	if d, _ := p.Decide(long, s); d.Split || s.Workers[d.Worker].Role != RoleDecode {
+		t.Fatalf("pool past the SLO: %+v", d)
+	}
+}
