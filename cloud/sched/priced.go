@@ -35,10 +35,13 @@ type PricedConfig struct {
 	// MinDecodeShare is the share of the workers the planner keeps on the
 	// decode side when it grows the prefill pool (Disaggregate only): the
 	// prefill pool grows on a TTFT breach, as Dynamo's planner's does, up
-	// to the rest. Default 3/8: of the shares tried on the Azure code head
-	// on 8×H100 (2/8, 3/8, 4/8: 20.1×, 20.1×, 18.4× the trace's rate),
-	// 3/8 also held best on the Mooncake head (2.31× against 1.66×);
-	// docs/cloud.md.
+	// to the rest (at least one worker stays decoding). Default 1/8: the
+	// prefillers decode what bears their stalls (long decodes) and the
+	// decode side keeps the short ones, which need few workers. Chosen on
+	// the Azure code trace's requests 0-2,999 and the Mooncake head
+	// (8×H100, 1/8, 2/8, 3/8: Azure 0-999 22.9×, 20.5×, 20.1× the trace's
+	// rate, 1,000-1,999 17.0×, 16.2×, 13.8×, 2,000-2,999 7.03×, 6.44×,
+	// 5.59×; Mooncake 3.12×, 2.28×, 2.48×); docs/cloud.md.
 	MinDecodeShare float64
 	// ShrinkBelow and ShrinkAfter let the planner give a prefiller back to
 	// decoding (Disaggregate only): when the prefill pool's backlog,
@@ -70,7 +73,7 @@ func (c *PricedConfig) fill() {
 		c.TPOTHeadroom = 0.8
 	}
 	if c.MinDecodeShare == 0 {
-		c.MinDecodeShare = 3.0 / 8
+		c.MinDecodeShare = 1.0 / 8
 	}
 	if c.ShrinkBelow == 0 {
 		c.ShrinkBelow = 0.1
@@ -298,6 +301,8 @@ func (p *Priced) best(req *Request, s *Snapshot, mask roleMask, ph phase, exclud
 		c := placement{i: i, risk: p.risk(ttft, tpot), price: p.workCost(req, w, ph)}
 		if !p.fits(req, w, need) {
 			c.risk = math.Inf(1)
+		} else if short := p.kvShort(w, need); short > 0 {
+			c.risk = max(c.risk, 1) + short
 		}
 		if c.better(b) {
 			b = c
@@ -426,4 +431,18 @@ func (p *Priced) colocate(req *Request, s *Snapshot, mask roleMask, pol PolicyID
 		return decided(req, s, i, ReasonOverloaded, pol), nil
 	}
 	return Decision{}, ErrNoWorker
+}
+
+// kvShort is the share of w's KV cache that need tokens lack there now:
+// free blocks as last probed (KVUsage counts the blocks sequences hold, not
+// the cached ones a new sequence may evict) less the prompts placed there
+// and not yet prefilled. Above 0 the request would wait for blocks or
+// preempt a running sequence.
+func (p *Priced) kvShort(w *Worker, need int) float64 {
+	c := p.class(w)
+	if c.KVTokens <= 0 {
+		return 0
+	}
+	free := (1-w.KVUsage)*float64(c.KVTokens) - float64(w.PendingPrefill)
+	return max(0, float64(need)-free) / float64(c.KVTokens)
 }

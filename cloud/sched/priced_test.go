@@ -189,3 +189,27 @@ func TestPricedTakeBackSameClass(t *testing.T) {
 		t.Fatalf("pool past the SLO: %+v", d)
 	}
 }
+
+// TestPricedKVShort: a worker whose free KV (as probed, less the prompts
+// placed there and not yet prefilled) cannot hold the request would queue
+// it for blocks or preempt: an equal worker with room takes it, and the
+// short one is chosen only when no worker has room.
+func TestPricedKVShort(t *testing.T) {
+	p, _ := NewPriced("t", PricedConfig{Classes: true})
+	s := &Snapshot{Workers: []Worker{
+		{Role: RoleDecode, Healthy: true, Capacity: 256, Class: h100, KVUsage: 0.99},
+		{Role: RoleDecode, Healthy: true, Capacity: 256, Class: h100, KVUsage: 0.5, Running: 30},
+	}}
+	req := &Request{InputTokens: 20000, PredictedOutput: 300}
+	if d, _ := p.Decide(req, s); d.Worker != 1 {
+		t.Fatalf("room on worker 1 only: %+v", d)
+	}
+	s.Workers[1].PendingPrefill = 190000 // its free half is spoken for
+	s.Workers[1].KVUsage = 0.5
+	if got := p.kvShort(&s.Workers[1], 20000+300); !(got > 0) {
+		t.Fatalf("kvShort with the free blocks spoken for: %v", got)
+	}
+	if d, err := p.Decide(req, s); err != nil || d.Worker < 0 {
+		t.Fatalf("no room anywhere still places: %+v %v", d, err)
+	}
+}
