@@ -447,6 +447,18 @@ func (c *Cloud) Run(ctx context.Context) error {
 	return c.Serve(ctx)
 }
 
+// Serving starts c and serves on a goroutine of its own until ctx ends,
+// for callers that go on working meanwhile (tests, embedders); wait
+// blocks until Serve has returned and gives its error.
+func (c *Cloud) Serving(ctx context.Context) (wait func() error, err error) {
+	if err := c.Start(ctx); err != nil {
+		return nil, err
+	}
+	done := make(chan error, 1)
+	go func() { done <- c.Serve(ctx) }()
+	return func() error { return <-done }, nil
+}
+
 // Start builds every component and binds the listeners, so HTTPAddr and
 // QUICAddr are known before Serve.
 func (c *Cloud) Start(ctx context.Context) (err error) {

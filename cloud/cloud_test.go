@@ -44,15 +44,14 @@ func startCloud(t *testing.T, mutate func(*Config)) *Cloud {
 		t.Fatal(err)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
-	if err := c.Start(ctx); err != nil {
+	wait, err := c.Serving(ctx)
+	if err != nil {
 		cancel()
 		t.Fatal(err)
 	}
-	done := make(chan error, 1)
-	go func() { done <- c.Serve(ctx) }()
 	t.Cleanup(func() {
 		cancel()
-		if err := <-done; err != nil {
+		if err := wait(); err != nil {
 			t.Errorf("serve: %v", err)
 		}
 	})
