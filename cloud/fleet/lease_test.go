@@ -24,7 +24,8 @@ func TestFleetLeaseSingleWriter(t *testing.T) {
 	url := redistest.Start(t)
 	lease := func(name string) *RedisLease { return testLease(t, url, name, 3*time.Second) }
 	b := startBroker(t, broker.Config{DevAuth: true})
-	a, err := Open(Config{DataDir: t.TempDir(), Broker: b, Lease: lease("cloud-a")})
+	shared := t.TempDir() // the fleet store both replicas reach
+	a, err := Open(Config{DataDir: shared, Broker: b, Lease: lease("cloud-a")})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -33,8 +34,7 @@ func TestFleetLeaseSingleWriter(t *testing.T) {
 		t.Fatalf("holder not ready: %v", err)
 	}
 	b2 := startBroker(t, broker.Config{DevAuth: true})
-	bDir := t.TempDir()
-	if _, err := Open(Config{DataDir: bDir, Broker: b2, Lease: lease("cloud-b")}); !errors.Is(err, ErrLeaseHeld) || !strings.Contains(err.Error(), "cloud-a") {
+	if _, err := Open(Config{DataDir: shared, Broker: b2, Lease: lease("cloud-b")}); !errors.Is(err, ErrLeaseHeld) || !strings.Contains(err.Error(), "cloud-a") {
 		t.Fatalf("second manager: %v, want the lease held by cloud-a", err)
 	}
 	ctx := context.Background()
@@ -88,9 +88,13 @@ func TestFleetLeaseSingleWriter(t *testing.T) {
 	if v, _ := rc.Get(ctx, "phaseless:fleet:lease").Result(); v != "othertoken cloud-c" {
 		t.Fatalf("a's Close removed another holder's lease: %q", v)
 	}
-	// Once the key is free (cloud-c's lease expired), b starts and steers.
+	// Once the key is free (cloud-c's lease expired), b starts on the
+	// fleet's store and steers; on a store of its own it refuses.
 	rc.Del(ctx, "phaseless:fleet:lease")
-	m, err := Open(Config{DataDir: bDir, Broker: b2, Lease: lease("cloud-b")})
+	if _, err := Open(Config{DataDir: t.TempDir(), Broker: b2, Lease: lease("cloud-b")}); !errors.Is(err, ErrOtherStore) {
+		t.Fatalf("a writer on an empty store of its own: %v, want %v", err, ErrOtherStore)
+	}
+	m, err := Open(Config{DataDir: shared, Broker: b2, Lease: lease("cloud-b")})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -71,7 +71,15 @@ func Open(cfg Config) (*Manager, error) {
 			return nil, err
 		}
 	}
-	m, err := open(cfg, nil)
+	var check func(*store) error
+	if cfg.Lease != nil {
+		check = func(st *store) error {
+			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			defer cancel()
+			return sameStore(ctx, cfg.Lease, cfg.DataDir, st)
+		}
+	}
+	m, err := open(cfg, check)
 	if err != nil && cfg.Lease != nil {
 		_ = closeLease(cfg.Lease)
 	}
