@@ -383,6 +383,12 @@ func TestConfigValidate(t *testing.T) {
 	if keyed[0].key != "sk-work-1" || keyed[0].base != "http://peer:8080" || strings.Contains(keyed.String(), "sk-work-1") {
 		t.Fatalf("keyed worker %+v, printed %q", keyed[0], keyed.String())
 	}
+	// ...nor does an error about the same URL.
+	for _, bad := range []string{"http://peer:8080#key=sk-work-1&capacity=x", "http://peer:8080#role=nope&key=sk-work-1", "http://peer:8080#key=sk-work-1&colour=red"} {
+		if err := keyed.Set(bad); err == nil || strings.Contains(err.Error(), "sk-work-1") || !strings.Contains(err.Error(), "REDACTED") {
+			t.Fatalf("worker %q: error %v shows the key or no sign of it", bad, err)
+		}
+	}
 	// #gpu= prices the worker by the simulator's profile of that GPU.
 	if err := c.Workers.Set("http://l4:8000#gpu=l4,http://h100:8000#gpu=h100&model=llama3.1-8b"); err != nil {
 		t.Fatal(err)
