@@ -2,8 +2,11 @@ package sim
 
 import (
 	"math/rand/v2"
+	"strings"
 	"testing"
 	"time"
+
+	"github.com/phaseless/phaseless/cloud/sched"
 )
 
 // drive runs e to idle on a virtual clock, adding each of adds when the
@@ -142,5 +145,56 @@ func TestEngineInvariantsWithTierAndOrder(t *testing.T) {
 	first := drive(t, e, &now, adds)
 	if len(first) != 80 || e.Stats().Preemptions == 0 || e.Stats().HostTokens == 0 {
 		t.Fatalf("%d of 80 started, preemptions %d, host tokens %d", len(first), e.Stats().Preemptions, e.Stats().HostTokens)
+	}
+}
+
+// TestClusterHostTierAndOrder: a cluster run with the host tier and the
+// order finishes every request once, serves some prompt tokens from the
+// host tier when the GPU caches are small, and is deterministic; a pool
+// whose profile has no host link refuses the tier.
+func TestClusterHostTierAndOrder(t *testing.T) {
+	reqs := workload(3, 300, 40, 3000, 100)
+	run := func() *Result {
+		pools, cycle, _ := ParseCluster("2xl4")
+		m, _ := LookupModel("llama3.1-8b")
+		p, _ := sched.ByName(sched.NameLeastLoaded, sched.RulesConfig{})
+		c, err := New(Config{Pools: pools, CycleRoles: cycle, Model: m, Policy: p, Cache: CacheConfig{HostKV: 4, AgingRate: 10000}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, w := range c.workers { // small GPU caches: the host tier is used
+			w.eng = NewEngine(w.eng.d)
+			w.eng.kv = newKVCache(300)
+			now := func() time.Duration { return c.clk.now }
+			w.eng.EnableHostTier(1200, now)
+			w.eng.EnableOrder(10000, now)
+		}
+		res, err := c.Run(t.Context(), reqs)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, w := range c.workers {
+			if err := w.eng.check(); err != nil {
+				t.Fatal(err)
+			}
+		}
+		return res
+	}
+	a, b := run(), run()
+	host := 0
+	for i, o := range a.Outcomes {
+		if o.Finished != 1 || o != b.Outcomes[i] {
+			t.Fatalf("outcome %d: %+v, then %+v", i, o, b.Outcomes[i])
+		}
+		host += o.HostCached
+	}
+	if host == 0 {
+		t.Fatal("no prompt token came from the host tier")
+	}
+	d := mustDeployment(t, "h100", "llama3.1-8b", 1)
+	d.GPU.HostBytesPerSec = 0
+	p, _ := sched.ByName(sched.NameLeastLoaded, sched.RulesConfig{})
+	if _, err := New(Config{Pools: []Pool{{GPU: d.GPU, Count: 1, Deployment: d}}, Model: d.Model, Policy: p, Cache: CacheConfig{HostKV: 2}}); err == nil || !strings.Contains(err.Error(), "HostKV") {
+		t.Fatalf("a tier without a host link: %v", err)
 	}
 }
