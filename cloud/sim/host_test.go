@@ -169,15 +169,7 @@ func TestClusterHostTierAndOrder(t *testing.T) {
 			w.eng.EnableHostTier(1200, now)
 			w.eng.EnableOrder(10000, now)
 		}
-		res, err := c.Run(t.Context(), reqs)
-		if err != nil {
-			t.Fatal(err)
-		}
-		for _, w := range c.workers {
-			if err := w.eng.check(); err != nil {
-				t.Fatal(err)
-			}
-		}
+		res := runChecked(t, c, reqs)
 		return res
 	}
 	a, b := run(), run()
@@ -197,4 +189,19 @@ func TestClusterHostTierAndOrder(t *testing.T) {
 	if _, err := New(Config{Pools: []Pool{{GPU: d.GPU, Count: 1, Deployment: d}}, Model: d.Model, Policy: p, Cache: CacheConfig{HostKV: 2}}); err == nil || !strings.Contains(err.Error(), "HostKV") {
 		t.Fatalf("a tier without a host link: %v", err)
 	}
+}
+
+// runChecked runs reqs through c and checks every engine's caches after.
+func runChecked(t *testing.T, c *Cluster, reqs []Request) *Result {
+	t.Helper()
+	res, err := c.Run(t.Context(), reqs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, w := range c.workers {
+		if err := w.eng.check(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return res
 }
