@@ -41,15 +41,16 @@ func TestSimCacheFlags(t *testing.T) {
 	if n := requests("--host-kv", "4", "--aging-rate", "10000", "--cache-ttl", "5m", "--soft-pins"); n != 80 {
 		t.Fatalf("%v requests summarised with the host tier and the order, want 80", n)
 	}
-	for _, tc := range []struct{ field string }{{"prefetch"}, {"cache-ttl"}, {"prefetch-max-load"}, {"pin-oracle"}, {"tenant-share"}, {"host-kv"}, {"aging-rate"}} {
+	for _, tc := range []struct{ field string }{{"prefetch"}, {"cache-ttl"}, {"prefetch-max-load"}, {"pin-oracle"}, {"tenant-share"}, {"host-kv"}, {"aging-rate"}, {"aging-whole-prompt"}} {
 		args := map[string][]string{
-			"prefetch":          {"--prefetch"},
-			"cache-ttl":         {"--follow-up-threshold", "0.5"},
-			"prefetch-max-load": {"--prefetch-max-load", "0.2"},
-			"pin-oracle":        {"--cache-ttl", "5m", "--pin-oracle", "--follow-up-threshold", "0.5"},
-			"tenant-share":      {"--tenant-share", "0.9"},
-			"host-kv":           {"--host-kv", "-1"},
-			"aging-rate":        {"--aging-rate", "-5"},
+			"prefetch":           {"--prefetch"},
+			"cache-ttl":          {"--follow-up-threshold", "0.5"},
+			"prefetch-max-load":  {"--prefetch-max-load", "0.2"},
+			"pin-oracle":         {"--cache-ttl", "5m", "--pin-oracle", "--follow-up-threshold", "0.5"},
+			"tenant-share":       {"--tenant-share", "0.9"},
+			"host-kv":            {"--host-kv", "-1"},
+			"aging-rate":         {"--aging-rate", "-5"},
+			"aging-whole-prompt": {"--aging-whole-prompt"},
 		}[tc.field]
 		out, err := runSim(t, append(append([]string(nil), base...), args...)...)
 		if err == nil || !strings.Contains(err.Error(), tc.field) {

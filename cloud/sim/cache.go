@@ -42,6 +42,9 @@ type CacheConfig struct {
 	// engine (order.go): a prompt's uncached tokens count as AgingRate
 	// tokens per second of waiting. 0 = first come, first served.
 	AgingRate float64
+	// OrderByPrompt keys the order by every prompt token, cached or not:
+	// the order without its cache awareness, to measure what that adds.
+	OrderByPrompt bool
 }
 
 func (c *CacheConfig) fill() {
@@ -69,6 +72,8 @@ func (c *CacheConfig) validate() error {
 		return errors.New("sim.Config.Cache.HostKV: want 0 ≤ HostKV ≤ 64 (times the GPU KV)")
 	case c.AgingRate < 0:
 		return errors.New("sim.Config.Cache.AgingRate: negative")
+	case c.OrderByPrompt && c.AgingRate == 0:
+		return errors.New("sim.Config.Cache.OrderByPrompt: needs AgingRate (the order it changes)")
 	case c.Prefetch.MaxLoad < 0 || c.Prefetch.MaxLoad > 1 || c.Prefetch.ChunkTokens < 0:
 		return errors.New("sim.Config.Cache.Prefetch: want 0 ≤ MaxLoad ≤ 1 and ChunkTokens ≥ 0")
 	}
@@ -88,7 +93,7 @@ func (c *Cluster) enableCache() error {
 			w.eng.EnableHostTier(int(cc.HostKV*float64(w.eng.d.KVBlocks)), now)
 		}
 		if cc.AgingRate > 0 {
-			w.eng.EnableOrder(cc.AgingRate, now)
+			w.eng.EnableOrder(cc.AgingRate, now, cc.OrderByPrompt)
 		}
 	}
 	c.enablePinning()

@@ -135,7 +135,7 @@ func TestEngineInvariantsWithTierAndOrder(t *testing.T) {
 	var now time.Duration
 	e := NewEngine(d)
 	e.EnableHostTier(800, func() time.Duration { return now })
-	e.EnableOrder(5000, func() time.Duration { return now })
+	e.EnableOrder(5000, func() time.Duration { return now }, false)
 	rng := rand.New(rand.NewPCG(1, 2))
 	var adds []timedSeq
 	for i := range 80 {
@@ -167,7 +167,7 @@ func TestClusterHostTierAndOrder(t *testing.T) {
 			w.eng.kv = newKVCache(300)
 			now := func() time.Duration { return c.clk.now }
 			w.eng.EnableHostTier(1200, now)
-			w.eng.EnableOrder(10000, now)
+			w.eng.EnableOrder(10000, now, false)
 		}
 		res := runChecked(t, c, reqs)
 		return res

@@ -29,13 +29,16 @@ import (
 type order struct {
 	rate float64 // tokens of uncached prompt worth one second of waiting
 	now  func() time.Duration
+	// whole keys prompts by all their tokens, cached or not: the same
+	// order without its cache awareness (an ablation).
+	whole bool
 }
 
 // EnableOrder turns cache-aware admission order on: a prompt's uncached
-// tokens count as rate tokens per second of waiting (> 0), on the now
-// clock.
-func (e *Engine) EnableOrder(rate float64, now func() time.Duration) {
-	e.order = &order{rate: rate, now: now}
+// tokens (all its tokens, with whole) count as rate tokens per second of
+// waiting (> 0), on the now clock.
+func (e *Engine) EnableOrder(rate float64, now func() time.Duration, whole bool) {
+	e.order = &order{rate: rate, now: now, whole: whole}
 }
 
 func (o *order) wait(tokens int) time.Duration {
@@ -59,6 +62,9 @@ func (e *Engine) planOrdered(partial []*Seq, preempted bool, budget *int, shape 
 	if !preempted { // admitting after a preemption would only thrash
 		for _, s := range e.waiting {
 			hit, load := e.cached(s)
+			if e.order.whole {
+				hit, load = 0, 0
+			}
 			if s.Imported && !s.admitted {
 				hit, load = s.Prompt/bs, 0 // nothing of it is computed here
 			}

@@ -15,7 +15,7 @@ func TestOrderPassesLongPrefill(t *testing.T) {
 		var now time.Duration
 		e := NewEngine(d)
 		if ordered {
-			e.EnableOrder(20000, func() time.Duration { return now })
+			e.EnableOrder(20000, func() time.Duration { return now }, false)
 		}
 		l, s := seqOf(1, 60000), seqOf(2, 500)
 		first := drive(t, e, &now, []timedSeq{{0, l}, {time.Millisecond, s}})
@@ -38,7 +38,7 @@ func TestOrderAges(t *testing.T) {
 	d := mustDeployment(t, "h100", "llama3.1-8b", 1)
 	var now time.Duration
 	e := NewEngine(d)
-	e.EnableOrder(20000, func() time.Duration { return now })
+	e.EnableOrder(20000, func() time.Duration { return now }, false)
 	long := seqOf(1, 40000)
 	adds := []timedSeq{{0, long}}
 	for i := range 120 { // 8,000 uncached tokens every 100 ms: more than the engine prefills
