@@ -21,40 +21,44 @@ import (
 	"github.com/phaseless/phaseless/transport/metrics"
 )
 
-// TestCacheLayersLive measures the prompt-caching layers live, on built-in
-// engines serving the shipped cloud model: multi-turn conversations of
-// CLINC150 utterances (clinc/oos-eval, CC BY 3.0; /work/shared/data) behind
-// one short system prompt per CLINC domain, each domain its own tenant. It
-// prints the prefix-hit share and the TTFT p50/p99 of each configuration.
-// Heavy (about a minute of CPU): it runs only with PHASELESS_CACHE_BENCH=1.
+// BenchmarkCacheLayersLive measures the prompt-caching layers live, on
+// built-in engines serving the shipped cloud model: multi-turn
+// conversations of CLINC150 utterances (clinc/oos-eval, CC BY 3.0;
+// /work/shared/data) behind one short system prompt per CLINC domain, each
+// domain its own tenant. Each configuration is a sub-benchmark reporting
+// the prefix-hit share (hit-%) and the TTFT p50/p99 (p50-ms, p99-ms) of its
+// last run. About a minute of CPU per configuration:
 //
-//	PHASELESS_CACHE_BENCH=1 go test -run TestCacheLayersLive -v ./cloud/coordinator
-func TestCacheLayersLive(t *testing.T) {
-	if os.Getenv("PHASELESS_CACHE_BENCH") != "1" {
-		t.Skip("set PHASELESS_CACHE_BENCH=1 to run the live prompt-caching measurement")
-	}
-	convs := clincConversations(t, 96)
-	type variant struct {
+//	go test -run '^$' -bench CacheLayersLive -benchtime 1x ./cloud/coordinator
+func BenchmarkCacheLayersLive(b *testing.B) {
+	convs := clincConversations(b, 96)
+	for _, v := range []struct {
 		name string
 		cc   CacheConfig
 		pin  bool
-	}
-	for _, v := range []variant{
-		{"prefix-aware placement (Rules)", CacheConfig{NoAffinity: true}, false},
-		{"+ TTL pinning (system prompt, 5m)", CacheConfig{NoAffinity: true}, true},
-		{"+ affinity", CacheConfig{}, true},
-		{"+ prefetch", CacheConfig{Prefetch: true}, true},
-		{"+ semantic grouping", CacheConfig{Prefetch: true, Semantic: true}, true},
-		{"affinity alone (no pinning)", CacheConfig{}, false},
+	}{
+		{"rules", CacheConfig{NoAffinity: true}, false},
+		{"pin", CacheConfig{NoAffinity: true}, true},
+		{"pin+affinity", CacheConfig{}, true},
+		{"pin+affinity+prefetch", CacheConfig{Prefetch: true}, true},
+		{"pin+affinity+prefetch+semantic", CacheConfig{Prefetch: true, Semantic: true}, true},
+		{"affinity", CacheConfig{}, false},
 	} {
-		hit, p50, p99 := runCacheWorkload(t, v.cc, v.pin, convs)
-		fmt.Printf("| %s | %.1f%% | %.1f | %.1f |\n", v.name, 100*hit, p50, p99)
+		b.Run(v.name, func(b *testing.B) {
+			var hit, p50, p99 float64
+			for b.Loop() {
+				hit, p50, p99 = runCacheWorkload(b, v.cc, v.pin, convs)
+			}
+			b.ReportMetric(100*hit, "hit-%")
+			b.ReportMetric(p50, "p50-ms")
+			b.ReportMetric(p99, "p99-ms")
+		})
 	}
 }
 
 // clincConversations makes n two-turn conversations, domains in turn,
 // from CLINC150 test utterances of each domain's intents.
-func clincConversations(t *testing.T, n int) [][]llm.Message {
+func clincConversations(t testing.TB, n int) [][]llm.Message {
 	dir := "/work/shared/data/routing/"
 	var small struct {
 		Test [][2]string `json:"test"`
@@ -109,7 +113,7 @@ func clincConversations(t *testing.T, n int) [][]llm.Message {
 // workers, six clients at a time, each holding two conversations open and
 // alternating between them (so a follow-up comes after other traffic),
 // and returns the prefix-hit share and TTFT p50/p99 in ms.
-func runCacheWorkload(t *testing.T, cc CacheConfig, pin bool, convs [][]llm.Message) (hit, p50, p99 float64) {
+func runCacheWorkload(t testing.TB, cc CacheConfig, pin bool, convs [][]llm.Message) (hit, p50, p99 float64) {
 	t.Helper()
 	m, err := cloudmodel.Open()
 	if err != nil {

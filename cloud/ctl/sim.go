@@ -179,7 +179,8 @@ type simJSON struct {
 	TPOTP99       float64 `json:"tpot_p99_ms"`
 	OutputTPS     float64 `json:"output_tps"`
 	PrefixHit     float64 `json:"prefix_hit"`
-	CostPerMTok   float64 `json:"cost_per_mtok"` // -1 when nothing met the SLOs
+	HostHit       float64 `json:"host_hit,omitempty"` // with --host-kv: the prefix-hit share the host tier served
+	CostPerMTok   float64 `json:"cost_per_mtok"`      // -1 when nothing met the SLOs
 }
 
 func ms(d time.Duration) float64 { return math.Round(float64(d)/1e3) / 1e3 }
@@ -191,7 +192,7 @@ func toJSON(s sim.Summary) simJSON {
 	}
 	return simJSON{Policy: s.Policy, RateScale: s.RateScale, Requests: s.Requests, GoodputRPS: s.GoodputRPS, SLOAttainment: s.SLOAttainment,
 		TTFTP50: ms(s.TTFTP50), TTFTP99: ms(s.TTFTP99), TPOTP50: ms(s.TPOTP50), TPOTP99: ms(s.TPOTP99),
-		OutputTPS: s.OutputTPS, PrefixHit: s.PrefixHit, CostPerMTok: cost}
+		OutputTPS: s.OutputTPS, PrefixHit: s.PrefixHit, HostHit: s.HostHit, CostPerMTok: cost}
 }
 
 func printSim(w io.Writer, rows []sim.Summary) {

@@ -33,6 +33,9 @@ func simCacheFlags(fs *flag.FlagSet) func() (simCache, error) {
 	prefetchLoad := fs.Float64("prefetch-max-load", 0, "busiest a worker may be (running sequences over its slots) to take a warm-up; 0 = only one running nothing")
 	oracle := fs.Bool("pin-oracle", false, "a bound, not a mechanism: pin (for --cache-ttl) exactly the prompts whose follow-up comes within it, knowing the trace's future")
 	from := fs.Duration("report-from", 0, "summarise only requests arriving at or after this trace time (a held-out slice; the earlier ones warm the caches and train the follow-up model)")
+	hostKV := fs.Float64("host-kv", 0, "give every worker a host-memory KV tier of this many times its GPU KV (2-4 as Mooncake Store, LMCache, SGLang HiCache): evicted blocks go there, pinned ones stay until their TTL, and a hit is copied back over the GPU's host link instead of recomputed; 0 = none")
+	aging := fs.Float64("aging-rate", 0, "cache-aware admission order: after the decodes, prefill work runs earliest (queued at + uncached tokens / this rate, in tokens per second) first, so a short uncached remainder passes a long first-turn prefill without starving it; 0 = first come, first served")
+	byPrompt := fs.Bool("aging-whole-prompt", false, "with --aging-rate: key the order by every prompt token, cached or not (the order without its cache awareness, an ablation)")
 	affinity := fs.Bool("affinity", false, "route a request to the worker holding the most of its prompt while it has room (conversation affinity) before the policy decides")
 	return func() (simCache, error) {
 		switch {
@@ -54,11 +57,18 @@ func simCacheFlags(fs *flag.FlagSet) func() (simCache, error) {
 			return simCache{}, &cli.FieldError{Field: "prefetch-max-load", Err: errors.New("applies with --prefetch")}
 		case *oracle && *threshold > 0:
 			return simCache{}, &cli.FieldError{Field: "pin-oracle", Err: errors.New("is instead of --follow-up-threshold, not beside it")}
+		case *hostKV < 0 || *hostKV > 64:
+			return simCache{}, &cli.FieldError{Field: "host-kv", Err: errors.New("must be in [0, 64]")}
+		case *aging < 0:
+			return simCache{}, &cli.FieldError{Field: "aging-rate", Err: errors.New("must not be negative")}
+		case *byPrompt && *aging == 0:
+			return simCache{}, &cli.FieldError{Field: "aging-whole-prompt", Err: errors.New("applies with --aging-rate")}
 		case *from < 0:
 			return simCache{}, &cli.FieldError{Field: "report-from", Err: errors.New("must not be negative")}
 		}
 		cfg := sim.CacheConfig{TTL: *ttl, PinnedShare: *share, TenantShare: *tenant, Soft: *soft,
-			Retain: sim.RetainConfig{Threshold: *threshold}, Prefetch: sim.PrefetchConfig{On: *prefetch, MaxLoad: *prefetchLoad}}
+			Retain: sim.RetainConfig{Threshold: *threshold}, Prefetch: sim.PrefetchConfig{On: *prefetch, MaxLoad: *prefetchLoad},
+			HostKV: *hostKV, AgingRate: *aging, OrderByPrompt: *byPrompt}
 		return simCache{cfg: cfg, affinity: *affinity, oracle: *oracle, reportFrom: *from}, nil
 	}
 }

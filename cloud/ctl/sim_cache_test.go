@@ -8,7 +8,8 @@ import (
 
 // TestSimCacheFlags: the prompt-caching flags run on a slice of the
 // shipped Mooncake trace (the follow-up model with soft pins and prefetch,
-// the oracle bound), --report-from summarises only the later requests, and
+// the oracle bound; the host KV tier with the cache-aware order),
+// --report-from summarises only the later requests, and
 // a flag that would be ignored is refused naming it.
 func TestSimCacheFlags(t *testing.T) {
 	base := []string{"--trace", "../replay/testdata/traces/mooncake-conversation-head.jsonl", "--format", "mooncake", "--limit", "80",
@@ -37,13 +38,19 @@ func TestSimCacheFlags(t *testing.T) {
 	if n := requests("--cache-ttl", "5m", "--pin-oracle", "--report-from", "12s"); n == 0 || n >= 80 {
 		t.Fatalf("%v requests summarised from 12 s on, want some of the 80", n)
 	}
-	for _, tc := range []struct{ field string }{{"prefetch"}, {"cache-ttl"}, {"prefetch-max-load"}, {"pin-oracle"}, {"tenant-share"}} {
+	if n := requests("--host-kv", "4", "--aging-rate", "10000", "--cache-ttl", "5m", "--soft-pins"); n != 80 {
+		t.Fatalf("%v requests summarised with the host tier and the order, want 80", n)
+	}
+	for _, tc := range []struct{ field string }{{"prefetch"}, {"cache-ttl"}, {"prefetch-max-load"}, {"pin-oracle"}, {"tenant-share"}, {"host-kv"}, {"aging-rate"}, {"aging-whole-prompt"}} {
 		args := map[string][]string{
-			"prefetch":          {"--prefetch"},
-			"cache-ttl":         {"--follow-up-threshold", "0.5"},
-			"prefetch-max-load": {"--prefetch-max-load", "0.2"},
-			"pin-oracle":        {"--cache-ttl", "5m", "--pin-oracle", "--follow-up-threshold", "0.5"},
-			"tenant-share":      {"--tenant-share", "0.9"},
+			"prefetch":           {"--prefetch"},
+			"cache-ttl":          {"--follow-up-threshold", "0.5"},
+			"prefetch-max-load":  {"--prefetch-max-load", "0.2"},
+			"pin-oracle":         {"--cache-ttl", "5m", "--pin-oracle", "--follow-up-threshold", "0.5"},
+			"tenant-share":       {"--tenant-share", "0.9"},
+			"host-kv":            {"--host-kv", "-1"},
+			"aging-rate":         {"--aging-rate", "-5"},
+			"aging-whole-prompt": {"--aging-whole-prompt"},
 		}[tc.field]
 		out, err := runSim(t, append(append([]string(nil), base...), args...)...)
 		if err == nil || !strings.Contains(err.Error(), tc.field) {

@@ -1,6 +1,7 @@
 package sim_test
 
 import (
+	"fmt"
 	"os"
 	"slices"
 	"testing"
@@ -11,28 +12,58 @@ import (
 	"github.com/phaseless/phaseless/cloud/sim"
 )
 
-// TestIsolatedPrefillBound is the floor no cache policy gets under on a
-// Mooncake trace: each request's time to first token alone on an idle
-// H100 (chunked prefill at the engine's step budget, the cost model's
-// steps), with only the shared system block cached, and with every prefix
-// any earlier request had cached (an unbounded cache that never evicts),
-// over the trace's second half (docs/cloud.md's held-out slice). Run with
-// PHASELESS_SIM_TRACE=/work/shared/data/traces/mooncake-conversation.jsonl;
-// it checks only that the unbounded cache is no slower.
-func TestIsolatedPrefillBound(t *testing.T) {
+// mooncakeTrace is the whole Mooncake conversation trace the bounds are
+// measured on: PHASELESS_SIM_TRACE, else the shared data's copy; the
+// benchmark skips without it.
+func mooncakeTrace(b *testing.B) []replay.TraceRequest {
 	path := os.Getenv("PHASELESS_SIM_TRACE")
 	if path == "" {
-		t.Skip("PHASELESS_SIM_TRACE names a Mooncake trace")
+		path = "/work/shared/data/traces/mooncake-conversation.jsonl"
+	}
+	if _, err := os.Stat(path); err != nil {
+		b.Skipf("no Mooncake trace (PHASELESS_SIM_TRACE): %v", err)
 	}
 	tr, err := replay.ReadTrace(path, "mooncake", 0)
 	if err != nil {
-		t.Fatal(err)
+		b.Fatal(err)
 	}
+	return tr
+}
+
+// BenchmarkIsolatedPrefillBound measures the floor no cache policy gets
+// under on the Mooncake trace: each request's time to first token alone
+// on an idle H100 (chunked prefill at the engine's step budget, the cost
+// model's steps), with only the shared system block cached (system-p50-ms,
+// system-p99-ms), and with every prefix any earlier request had cached, an
+// unbounded cache that never evicts (unbounded-p50-ms, unbounded-p99-ms),
+// over the trace's second half (docs/cloud.md's held-out slice):
+//
+//	go test -run '^$' -bench IsolatedPrefillBound -benchtime 1x ./cloud/sim
+func BenchmarkIsolatedPrefillBound(b *testing.B) {
+	tr := mooncakeTrace(b)
+	var system, unbounded []time.Duration
+	for b.Loop() {
+		system, unbounded = isolatedPrefill(b, tr)
+	}
+	slices.Sort(system)
+	slices.Sort(unbounded)
+	q := func(d []time.Duration, p float64) float64 {
+		return float64(d[int(p*float64(len(d)-1))].Microseconds()) / 1e3
+	}
+	for _, p := range []float64{0.5, 0.99} {
+		b.ReportMetric(q(system, p), fmt.Sprintf("system-p%.0f-ms", 100*p))
+		b.ReportMetric(q(unbounded, p), fmt.Sprintf("unbounded-p%.0f-ms", 100*p))
+	}
+}
+
+// isolatedPrefill is each second-half request's prefill time alone, with
+// the system block cached and with an unbounded cache.
+func isolatedPrefill(b *testing.B, tr []replay.TraceRequest) (system, unbounded []time.Duration) {
 	pools, _, _ := sim.ParseCluster("1xh100")
 	m, _ := sim.LookupModel("llama3.1-8b")
 	d, err := sim.NewDeployment(pools[0].GPU, m, 0, sim.EngineConfig{})
 	if err != nil {
-		t.Fatal(err)
+		b.Fatal(err)
 	}
 	bs, budget := d.Engine.BlockSize, d.Engine.MaxBatchedTokens
 	alone := func(from, prompt int) time.Duration {
@@ -51,7 +82,6 @@ func TestIsolatedPrefillBound(t *testing.T) {
 	type node map[int]node
 	root := node{}
 	half := tr[len(tr)-1].At / 2
-	var system, unbounded []time.Duration
 	for _, r := range tr {
 		k, n := 0, root
 		for _, b := range r.Blocks { // the longest prefix an earlier request had
@@ -75,34 +105,18 @@ func TestIsolatedPrefillBound(t *testing.T) {
 		system = append(system, alone(min(512, r.Input-1)/bs*bs, r.Input))
 		unbounded = append(unbounded, alone(hit, r.Input))
 	}
-	slices.Sort(system)
-	slices.Sort(unbounded)
-	q := func(d []time.Duration, p float64) time.Duration {
-		return d[int(p*float64(len(d)-1))].Round(time.Millisecond)
-	}
-	for _, p := range []float64{0.5, 0.99} {
-		t.Logf("p%.0f alone on an idle h100: %v with the system block cached, %v with an unbounded cache", 100*p, q(system, p), q(unbounded, p))
-		if q(unbounded, p) > q(system, p) {
-			t.Fatal("an unbounded cache made prefill slower")
-		}
-	}
+	return system, unbounded
 }
 
-// TestSlowestAreFirstTurns says what the held-out half's slowest 1% (TTFT,
-// llm-d placement, no pinning) are: how many are first turns, for which no
-// cache holds anything, and how many have prompts short enough (< 30k
-// tokens, under a second alone) that they are waiting rather than
-// computing. Run with PHASELESS_SIM_TRACE as TestIsolatedPrefillBound; it
-// checks only that the slowest are counted.
-func TestSlowestAreFirstTurns(t *testing.T) {
-	path := os.Getenv("PHASELESS_SIM_TRACE")
-	if path == "" {
-		t.Skip("PHASELESS_SIM_TRACE names a Mooncake trace")
-	}
-	tr, err := replay.ReadTrace(path, "mooncake", 0)
-	if err != nil {
-		t.Fatal(err)
-	}
+// BenchmarkSlowestAreFirstTurns measures what the held-out half's slowest
+// 1% (TTFT, llm-d placement, no pinning) are: how many (slowest) are first
+// turns (first-turns), for which no cache holds anything, and how many have
+// prompts short enough (< 30k tokens, under a second alone) that they are
+// waiting rather than computing (under-30k):
+//
+//	go test -run '^$' -bench SlowestAreFirstTurns -benchtime 1x ./cloud/sim
+func BenchmarkSlowestAreFirstTurns(b *testing.B) {
+	tr := mooncakeTrace(b)
 	reqs := make([]sim.Request, len(tr))
 	for i, r := range tr {
 		reqs[i] = sim.Request{At: r.At, Input: r.Input, Output: r.Output, Blocks: r.Blocks}
@@ -111,15 +125,17 @@ func TestSlowestAreFirstTurns(t *testing.T) {
 	m, _ := sim.LookupModel("llama3.1-8b")
 	p, err := sched.New("llm-d", sched.Options{})
 	if err != nil {
-		t.Fatal(err)
+		b.Fatal(err)
 	}
-	c, err := sim.New(sim.Config{Pools: pools, CycleRoles: cycle, Model: m, Policy: p})
-	if err != nil {
-		t.Fatal(err)
-	}
-	res, err := c.Run(t.Context(), reqs)
-	if err != nil {
-		t.Fatal(err)
+	var res *sim.Result
+	for b.Loop() {
+		c, err := sim.New(sim.Config{Pools: pools, CycleRoles: cycle, Model: m, Policy: p})
+		if err != nil {
+			b.Fatal(err)
+		}
+		if res, err = c.Run(b.Context(), reqs); err != nil {
+			b.Fatal(err)
+		}
 	}
 	// A request with an earlier follow-up gap pointing at it is not a
 	// first turn: mark every request some earlier one is followed up by.
@@ -154,10 +170,9 @@ func TestSlowestAreFirstTurns(t *testing.T) {
 			short++
 		}
 	}
-	t.Logf("slowest 1%% of the second half: %d requests, %d first turns, %d with prompts under 30k tokens", len(top), first, short)
-	if len(top) == 0 {
-		t.Fatal("no requests")
-	}
+	b.ReportMetric(float64(len(top)), "slowest")
+	b.ReportMetric(float64(first), "first-turns")
+	b.ReportMetric(float64(short), "under-30k")
 }
 
 // extends reports that b's full blocks (all but its last, partial one)

@@ -2,12 +2,14 @@ package sim
 
 import (
 	"errors"
+	"fmt"
 	"time"
 )
 
 // CacheConfig is the simulated coordinator's and engines' prompt caching:
 // TTL pinning in each engine's KV cache (as cache_control or x-cache-ttl
-// asks live) and the affinity layer in front of the policy.
+// asks live), the follow-up model and prefetch, a host-memory KV tier and
+// cache-aware admission order.
 type CacheConfig struct {
 	// TTL, when set, pins every request's prompt prefix (its full blocks)
 	// for TTL once computed, as a client that marks cache_control at the
@@ -32,6 +34,17 @@ type CacheConfig struct {
 	// pin): a bound computed from the whole trace, such as an oracle that
 	// knows which requests are followed up. Not a mechanism.
 	PinFor func(i int) time.Duration
+	// HostKV, when set, gives every worker a host-memory KV tier of HostKV
+	// times its GPU KV blocks (host.go); reloads cross the GPU profile's
+	// host link. 0 = none.
+	HostKV float64
+	// AgingRate, when set, turns on cache-aware admission order in every
+	// engine (order.go): a prompt's uncached tokens count as AgingRate
+	// tokens per second of waiting. 0 = first come, first served.
+	AgingRate float64
+	// OrderByPrompt keys the order by every prompt token, cached or not:
+	// the order without its cache awareness, to measure what that adds.
+	OrderByPrompt bool
 }
 
 func (c *CacheConfig) fill() {
@@ -55,9 +68,35 @@ func (c *CacheConfig) validate() error {
 		return errors.New("sim.Config.Cache.Retain: predictive pinning needs a TTL")
 	case c.Prefetch.On && c.Retain.Threshold <= 0:
 		return errors.New("sim.Config.Cache.Prefetch: needs the follow-up model (Retain.Threshold)")
+	case c.HostKV < 0 || c.HostKV > 64:
+		return errors.New("sim.Config.Cache.HostKV: want 0 ≤ HostKV ≤ 64 (times the GPU KV)")
+	case c.AgingRate < 0:
+		return errors.New("sim.Config.Cache.AgingRate: negative")
+	case c.OrderByPrompt && c.AgingRate == 0:
+		return errors.New("sim.Config.Cache.OrderByPrompt: needs AgingRate (the order it changes)")
 	case c.Prefetch.MaxLoad < 0 || c.Prefetch.MaxLoad > 1 || c.Prefetch.ChunkTokens < 0:
 		return errors.New("sim.Config.Cache.Prefetch: want 0 ≤ MaxLoad ≤ 1 and ChunkTokens ≥ 0")
 	}
+	return nil
+}
+
+// enableCache turns the host tier, the admission order and pinning on in
+// every engine when the config asks.
+func (c *Cluster) enableCache() error {
+	cc := c.cfg.Cache
+	now := func() time.Duration { return c.clk.now }
+	for _, w := range c.workers {
+		if cc.HostKV > 0 {
+			if w.eng.d.GPU.HostBytesPerSec <= 0 {
+				return fmt.Errorf("sim.Config.Cache.HostKV: %s has no host link in its profile", w.eng.d.GPU.Name)
+			}
+			w.eng.EnableHostTier(int(cc.HostKV*float64(w.eng.d.KVBlocks)), now)
+		}
+		if cc.AgingRate > 0 {
+			w.eng.EnableOrder(cc.AgingRate, now, cc.OrderByPrompt)
+		}
+	}
+	c.enablePinning()
 	return nil
 }
 

@@ -198,6 +198,7 @@ type Outcome struct {
 	Prompt     int
 	Output     int // tokens generated
 	Cached     int // prompt tokens from the prefix cache
+	HostCached int // of Cached, copied back from the host KV tier
 	Worker     int
 	Status     Status
 	Finished   int // how many times it finished: must be 1
@@ -357,7 +358,9 @@ func New(cfg Config) (*Cluster, error) {
 		return nil, err
 	}
 	c.snap.Workers = make([]sched.Worker, len(c.workers))
-	c.enablePinning()
+	if err := c.enableCache(); err != nil {
+		return nil, err
+	}
 	return c, nil
 }
 
@@ -645,8 +648,9 @@ func (c *Cluster) finish(f *flight, st Status) {
 	}
 	o := &c.out[f.i]
 	o.Status, o.Output, o.Cached, o.Done, o.Cost = st, f.tokens, f.seq.CachedTokens, c.clk.now, f.dollars
+	o.HostCached = f.seq.HostTokens
 	if f.split {
-		o.Cached = f.pre.CachedTokens
+		o.Cached, o.HostCached = f.pre.CachedTokens, f.pre.HostTokens
 	}
 	if f.tokens > 0 {
 		o.TTFT = f.first - o.Arrival

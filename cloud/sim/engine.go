@@ -36,6 +36,15 @@ type Seq struct {
 	WrittenBlocks int
 	pinDone       bool
 
+	// HostTokens is how many of CachedTokens were copied back from the
+	// host KV tier (host.go).
+	HostTokens int
+
+	// Cache-aware admission order (EnableOrder): when it was first queued,
+	// and its priority (earlier first).
+	enq, key time.Duration
+	queued   bool
+
 	computed  int     // tokens whose KV exists
 	generated int     // output tokens sampled
 	blocks    []int32 // block table
@@ -54,6 +63,7 @@ func (s *Seq) numTokens() int { return s.Prompt + s.generated }
 type EngineStats struct {
 	Steps, Preemptions         uint64
 	PromptTokens, CachedTokens uint64 // prompt tokens scheduled, and served from the cache
+	HostTokens                 uint64 // of CachedTokens, copied back from the host KV tier
 	OutputTokens               uint64
 	Busy                       time.Duration // Σ step durations
 }
@@ -76,6 +86,8 @@ type Engine struct {
 	planned []*Seq
 	last    time.Duration // planned step's duration
 	stats   EngineStats
+	host    *hostTier // nil: no host KV tier (host.go)
+	order   *order    // nil: first come, first served
 }
 
 // NewEngine returns an idle engine for a deployment.
@@ -88,6 +100,22 @@ func NewEngine(d *Deployment) *Engine {
 // yield their unused blocks to allocations once nothing else is free.
 func (e *Engine) EnablePinning(maxBlocks, tenantBlocks int, now func() time.Duration, soft bool) {
 	e.kv.enablePins(maxBlocks, tenantBlocks, now, soft)
+}
+
+// EnableHostTier gives the engine a host-memory KV tier of blocks blocks
+// (host.go); pins in it end on the now clock.
+func (e *Engine) EnableHostTier(blocks int, now func() time.Duration) {
+	e.host = newHostTier(blocks, now)
+	e.kv.host = e.host
+}
+
+// HostStats are the host tier's counters: blocks held, of them pinned,
+// blocks written, read back and dropped; zero without a tier.
+func (e *Engine) HostStats() (held, pinned int, stores, loads, evictions uint64) {
+	if t := e.host; t != nil {
+		return len(t.c.byHash), t.pinned(), t.stores, t.loads, t.evictions
+	}
+	return 0, 0, 0, 0, 0
 }
 
 // PinStats are the engine's pinning counters: blocks pinned now, prefix
@@ -115,6 +143,9 @@ func (e *Engine) Add(s *Seq) error {
 			return fmt.Errorf("sim: an imported sequence must decode past its first token (max output %d)", s.MaxOutput)
 		}
 		s.generated = 1
+	}
+	if e.order != nil && !s.queued {
+		s.queued, s.enq = true, e.order.now()
 	}
 	e.waiting = append(e.waiting, s)
 	return nil
@@ -153,8 +184,16 @@ func (e *Engine) KVUsage() float64 { return e.kv.usage() }
 func (e *Engine) Stats() EngineStats { return e.stats }
 
 // CachedPrefixBlocks is the prefix probe: how many leading hashes the
-// engine holds, whether in use or evictable.
-func (e *Engine) CachedPrefixBlocks(hashes []uint64) int { return e.kv.match(hashes) }
+// engine holds, whether in use or evictable. With a host tier, the blocks
+// it holds after the GPU's count too: the worker reloads them instead of
+// computing.
+func (e *Engine) CachedPrefixBlocks(hashes []uint64) int {
+	n := e.kv.match(hashes)
+	if e.host != nil && n < len(hashes) {
+		n += e.host.match(hashes[n:])
+	}
+	return n
+}
 
 // Idle reports that no sequence is queued or running.
 func (e *Engine) Idle() bool { return len(e.running) == 0 && len(e.waiting) == 0 }
@@ -164,25 +203,31 @@ func ceilDiv(a, b int) int { return (a + b - 1) / b }
 // Plan schedules the next step and returns its duration; false when there
 // is nothing to do.
 func (e *Engine) Plan() (time.Duration, bool) {
+	for {
+		d, ok := e.plan()
+		if ok || e.order == nil || len(e.running) == 0 {
+			return d, ok
+		}
+		// Every running prefill waits for blocks the others hold (in
+		// cache-aware order a prefill chunk takes only free blocks): give
+		// up the newest so the rest can move, as the running loop would.
+		e.preempt(e.running[len(e.running)-1])
+	}
+}
+
+func (e *Engine) plan() (time.Duration, bool) {
 	bs, budget := e.d.Engine.BlockSize, e.d.Engine.MaxBatchedTokens
 	e.planned = e.planned[:0]
 	e.kv.expire()
 	var shape StepShape
-	add := func(s *Seq, n int) {
-		s.step = n
-		budget -= n
-		e.planned = append(e.planned, s)
-		c := s.computed
-		shape.Tokens += n
-		shape.AttnPairs += float64(n)*float64(c) + float64(n)*float64(n+1)/2
-		shape.KVRead += c
-		if c+n == s.numTokens() {
-			shape.Sampled++
-		}
-	}
 	preempted := false
+	var partial []*Seq
 	for i := 0; i < len(e.running) && budget > 0; i++ {
 		s := e.running[i]
+		if e.order != nil && s.numTokens()-s.computed > 1 {
+			partial = append(partial, s) // its chunk takes its turn in the order
+			continue
+		}
 		n := min(s.numTokens()-s.computed, budget)
 		need := ceilDiv(s.computed+n, bs) - len(s.blocks)
 		for need > e.kv.free() && s != nil {
@@ -199,60 +244,106 @@ func (e *Engine) Plan() (time.Duration, bool) {
 		for range need {
 			s.blocks = append(s.blocks, e.kv.alloc())
 		}
-		add(s, n)
+		e.add(s, n, &shape, &budget)
 	}
-	for !preempted && len(e.waiting) > 0 && len(e.running) < e.d.Engine.MaxNumSeqs && budget > 0 {
-		s := e.waiting[0]
-		if s.Imported && !s.admitted {
-			// Its KV comes with it: blocks for the prompt and the first token.
-			need := ceilDiv(s.numTokens(), bs)
-			if need > e.kv.free() {
+	if e.order != nil {
+		e.planOrdered(partial, preempted, &budget, &shape)
+	} else {
+		for !preempted && len(e.waiting) > 0 && len(e.running) < e.d.Engine.MaxNumSeqs && budget > 0 {
+			if !e.admit(e.waiting[0], &budget, &shape) {
 				break
 			}
-			for range need {
-				s.blocks = append(s.blocks, e.kv.alloc())
-			}
-			s.computed, s.hashed, s.admitted = s.Prompt, 0, true
 			e.waiting = e.waiting[1:]
-			e.running = append(e.running, s)
-			add(s, s.numTokens()-s.computed)
-			continue
 		}
-		// At least one token is computed, so the step samples.
-		hit := min(e.kv.match(s.Hashes), (s.numTokens()-1)/bs)
-		n := min(s.numTokens()-hit*bs, budget)
-		need := ceilDiv(hit*bs+n, bs) - hit
-		freeHits := 0
-		for _, h := range s.Hashes[:hit] {
-			if e.kv.idle(e.kv.byHash[h]) {
-				freeHits++
-			}
-		}
-		if need+freeHits > e.kv.free() {
-			break
-		}
-		for _, h := range s.Hashes[:hit] {
-			s.blocks = append(s.blocks, e.kv.take(h))
-		}
-		for range need {
-			s.blocks = append(s.blocks, e.kv.alloc())
-		}
-		s.computed, s.hashed = hit*bs, hit
-		if !s.admitted {
-			s.admitted = true
-			s.CachedTokens = min(hit*bs, s.Prompt)
-			e.stats.PromptTokens += uint64(s.Prompt)
-			e.stats.CachedTokens += uint64(s.CachedTokens)
-		}
-		e.waiting = e.waiting[1:]
-		e.running = append(e.running, s)
-		add(s, n)
 	}
 	if len(e.planned) == 0 {
 		return 0, false
 	}
 	e.last = e.d.StepTime(shape)
 	return e.last, true
+}
+
+// add plans n tokens of s in the step.
+func (e *Engine) add(s *Seq, n int, shape *StepShape, budget *int) {
+	s.step = n
+	*budget -= n
+	e.planned = append(e.planned, s)
+	c := s.computed
+	shape.Tokens += n
+	shape.AttnPairs += float64(n)*float64(c) + float64(n)*float64(n+1)/2
+	shape.KVRead += c
+	if c+n == s.numTokens() {
+		shape.Sampled++
+	}
+}
+
+// cached is how many of s's leading blocks the GPU cache holds (hit) and,
+// after them, the host tier (load); at least one token is left to compute,
+// so the step samples.
+func (e *Engine) cached(s *Seq) (hit, load int) {
+	limit := (s.numTokens() - 1) / e.d.Engine.BlockSize
+	hit = min(e.kv.match(s.Hashes), limit)
+	if e.host != nil && hit < limit {
+		load = min(e.host.match(s.Hashes[hit:]), limit-hit)
+	}
+	return hit, load
+}
+
+// admit starts the waiting s with its first chunk, reusing its cached
+// prefix (reloading the host tier's part of it), or reports that the
+// blocks are not there. The caller takes s off the waiting queue.
+func (e *Engine) admit(s *Seq, budget *int, shape *StepShape) bool {
+	bs := e.d.Engine.BlockSize
+	if s.Imported && !s.admitted {
+		// Its KV comes with it: blocks for the prompt and the first token.
+		need := ceilDiv(s.numTokens(), bs)
+		if need > e.kv.free() {
+			return false
+		}
+		for range need {
+			s.blocks = append(s.blocks, e.kv.alloc())
+		}
+		s.computed, s.hashed, s.admitted = s.Prompt, 0, true
+		e.running = append(e.running, s)
+		e.add(s, s.numTokens()-s.computed, shape, budget)
+		return true
+	}
+	hit, load := e.cached(s)
+	have := (hit + load) * bs
+	n := min(s.numTokens()-have, *budget)
+	need := ceilDiv(have+n, bs) - hit
+	freeHits := 0
+	for _, h := range s.Hashes[:hit] {
+		if e.kv.idle(e.kv.byHash[h]) {
+			freeHits++
+		}
+	}
+	if need+freeHits > e.kv.free() {
+		return false
+	}
+	for _, h := range s.Hashes[:hit] {
+		s.blocks = append(s.blocks, e.kv.take(h))
+	}
+	if load > 0 {
+		// Read back before the allocations below evict into the tier.
+		e.host.load(s.Hashes[hit : hit+load])
+		shape.HostLoad += load * bs
+	}
+	for range need {
+		s.blocks = append(s.blocks, e.kv.alloc())
+	}
+	s.computed, s.hashed = have, hit
+	if !s.admitted {
+		s.admitted = true
+		s.CachedTokens = min(have, s.Prompt)
+		s.HostTokens = min(load*bs, s.CachedTokens)
+		e.stats.PromptTokens += uint64(s.Prompt)
+		e.stats.CachedTokens += uint64(s.CachedTokens)
+		e.stats.HostTokens += uint64(s.HostTokens)
+	}
+	e.running = append(e.running, s)
+	e.add(s, n, shape, budget)
+	return true
 }
 
 // preempt frees v's blocks and puts it first in the waiting queue, to be
@@ -320,6 +411,11 @@ func (e *Engine) check() error {
 	}
 	if n := len(e.running); n > e.d.Engine.MaxNumSeqs {
 		return fmt.Errorf("%d running, limit %d", n, e.d.Engine.MaxNumSeqs)
+	}
+	if e.host != nil {
+		if err := e.host.c.check(nil); err != nil {
+			return fmt.Errorf("host tier: %w", err)
+		}
 	}
 	return e.kv.check(refs)
 }

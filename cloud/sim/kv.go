@@ -1,6 +1,9 @@
 package sim
 
-import "fmt"
+import (
+	"fmt"
+	"time"
+)
 
 // kvCache is a paged KV cache with prefix caching, as vLLM's block pool:
 // blocks are reference counted; a block whose last user is gone stays in
@@ -18,6 +21,8 @@ type kvCache struct {
 	kept   blockList
 	byHash map[uint64]int32
 	pin    *pins // nil: pinning off (pin.go)
+	// host, when set, receives every hash the cache evicts (host.go).
+	host *hostTier
 }
 
 // blockList is a queue threaded through kvCache.prev and next.
@@ -85,21 +90,27 @@ func (c *kvCache) unlink(b int32) {
 	l.n--
 }
 
-// alloc takes the least recently freed block, evicting its hash, and a
-// soft-pinned one only when no other is left; -1 when every block is in
-// use.
+// alloc takes the least recently freed block, evicting its hash (into the
+// host tier, when there is one), and a soft-pinned one only when no other
+// is left; -1 when every block is in use.
 func (c *kvCache) alloc() int32 {
 	b := c.lru.head
+	var until time.Duration
+	var owner string
 	if b < 0 {
 		if b = c.kept.head; b < 0 {
 			return -1
 		}
 		c.unlink(b)
+		until, owner = c.pin.until[b], c.pin.owner[b]
 		c.unpin(b)
 	} else {
 		c.unlink(b)
 	}
 	if h := c.hash[b]; h != 0 {
+		if c.host != nil {
+			c.host.put(h, until, owner)
+		}
 		delete(c.byHash, h)
 		c.hash[b] = 0
 	}

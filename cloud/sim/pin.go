@@ -109,16 +109,21 @@ func (c *kvCache) pinPrefix(tenant string, hashes []uint64, ttl time.Duration) i
 		if idle {
 			c.unlink(b) // off lru; a soft pin's block joins kept below
 		}
-		p.ttl[b], p.owner[b] = ttl, tenant
-		p.extend(b, until)
+		p.pinBlock(b, tenant, ttl, until)
 		if idle && p.soft {
 			c.push(b)
 		}
-		p.byTenant[tenant]++
-		p.total++
 		added++
 	}
 	return added
+}
+
+// pinBlock pins b, which is not pinned and on no free queue, until then.
+func (p *pins) pinBlock(b int32, tenant string, ttl, until time.Duration) {
+	p.ttl[b], p.owner[b] = ttl, tenant
+	p.extend(b, until)
+	p.byTenant[tenant]++
+	p.total++
 }
 
 // expire ends the pins whose lifetime is over; their blocks, if unused,

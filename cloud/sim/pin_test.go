@@ -90,15 +90,7 @@ func TestClusterPinning(t *testing.T) {
 		for i := range 60 {
 			reqs = append(reqs, Request{At: time.Duration(i) * 100 * time.Millisecond, Input: 2048, Output: 8, Blocks: []int{0, 1, i % 5}})
 		}
-		res, err := c.Run(t.Context(), reqs)
-		if err != nil {
-			t.Fatal(err)
-		}
-		for _, w := range c.workers {
-			if err := w.eng.check(); err != nil {
-				t.Fatal(err)
-			}
-		}
+		res := runChecked(t, c, reqs)
 		pinned := 0
 		for _, w := range c.workers {
 			n, _, _, _ := w.eng.PinStats()

@@ -17,21 +17,26 @@ type GPU struct {
 	HBMBytesPerSec float64 // memory bandwidth
 	PeakFLOPS      float64 // dense BF16/FP16 tensor throughput (no sparsity)
 	LinkBytesPerS  float64 // per-GPU interconnect for tensor-parallel all-reduce
-	PricePerHour   float64 // default $ per GPU-hour (override with --price-NAME)
+	// HostBytesPerSec is the host link's bandwidth in one direction (PCIe
+	// to host DRAM): what a host-memory KV tier's reloads cross (host.go).
+	HostBytesPerSec float64
+	PricePerHour    float64 // default $ per GPU-hour (override with --price-NAME)
 }
 
 // The GPU profiles. Figures are the vendors' datasheets; prices are round
 // 2025 on-demand cloud figures per GPU-hour, a default to override.
 var gpus = map[string]GPU{
 	// NVIDIA H100 SXM5 datasheet: 80 GB HBM3, 3.35 TB/s, 989 TFLOPS dense
-	// BF16 (1,979 with sparsity), NVLink 900 GB/s.
-	"h100": {Name: "h100", MemBytes: 80e9, HBMBytesPerSec: 3.35e12, PeakFLOPS: 989e12, LinkBytesPerS: 900e9, PricePerHour: 3.00},
+	// BF16 (1,979 with sparsity), NVLink 900 GB/s, PCIe Gen5 x16 (128 GB/s
+	// both ways: 64 GB/s to the host).
+	"h100": {Name: "h100", MemBytes: 80e9, HBMBytesPerSec: 3.35e12, PeakFLOPS: 989e12, LinkBytesPerS: 900e9, HostBytesPerSec: 64e9, PricePerHour: 3.00},
 	// NVIDIA A100 80GB SXM datasheet: 80 GB HBM2e, 2,039 GB/s, 312 TFLOPS
-	// dense BF16, NVLink 600 GB/s.
-	"a100": {Name: "a100", MemBytes: 80e9, HBMBytesPerSec: 2.039e12, PeakFLOPS: 312e12, LinkBytesPerS: 600e9, PricePerHour: 1.80},
+	// dense BF16, NVLink 600 GB/s, PCIe Gen4 x16 (64 GB/s both ways: 32 to
+	// the host).
+	"a100": {Name: "a100", MemBytes: 80e9, HBMBytesPerSec: 2.039e12, PeakFLOPS: 312e12, LinkBytesPerS: 600e9, HostBytesPerSec: 32e9, PricePerHour: 1.80},
 	// NVIDIA L4 datasheet: 24 GB GDDR6, 300 GB/s, 121 TFLOPS dense BF16
-	// (242 with sparsity), PCIe Gen4 x16 64 GB/s.
-	"l4": {Name: "l4", MemBytes: 24e9, HBMBytesPerSec: 300e9, PeakFLOPS: 121e12, LinkBytesPerS: 64e9, PricePerHour: 0.80},
+	// (242 with sparsity), PCIe Gen4 x16 64 GB/s (both ways: 32 to the host).
+	"l4": {Name: "l4", MemBytes: 24e9, HBMBytesPerSec: 300e9, PeakFLOPS: 121e12, LinkBytesPerS: 64e9, HostBytesPerSec: 32e9, PricePerHour: 0.80},
 	// NVIDIA T4 datasheet: 16 GB GDDR6, 320 GB/s, 65 TFLOPS mixed-precision
 	// FP16 (no BF16), PCIe Gen3 x16 32 GB/s.
 	"t4": {Name: "t4", MemBytes: 16e9, HBMBytesPerSec: 320e9, PeakFLOPS: 65e12, LinkBytesPerS: 32e9, PricePerHour: 0.35},
@@ -121,6 +126,10 @@ type EngineConfig struct {
 	// Default ComputeEff; a CPU engine's attention runs far below its
 	// matrix multiplies, so FitCPU sets it apart.
 	AttnEff float64
+	// HostEff is the achieved fraction of GPU.HostBytesPerSec for a host
+	// KV tier's reloads. Default 0.8: pinned-memory copies reach about
+	// that share of a PCIe link's peak (an estimate, not a measurement).
+	HostEff float64
 	// StepOverhead is the fixed host-side cost of a step (scheduling,
 	// sampling, launch). Default 0.9 ms, the rest of that 6.5 ms.
 	StepOverhead time.Duration
@@ -154,6 +163,9 @@ func (c *EngineConfig) fill(g GPU) {
 	if c.StepOverhead == 0 {
 		c.StepOverhead = 900 * time.Microsecond
 	}
+	if c.HostEff == 0 {
+		c.HostEff = 0.8
+	}
 }
 
 // Validate names the first bad field.
@@ -165,8 +177,8 @@ func (c *EngineConfig) Validate() error {
 		return fmt.Errorf("sim.EngineConfig.MaxBatchedTokens: %d is below a block", c.MaxBatchedTokens)
 	case !(c.MemUtil > 0 && c.MemUtil <= 1):
 		return fmt.Errorf("sim.EngineConfig.MemUtil: %v is not in (0, 1]", c.MemUtil)
-	case !(c.ComputeEff > 0 && c.ComputeEff <= 1) || !(c.MemEff > 0 && c.MemEff <= 1) || !(c.AttnEff > 0 && c.AttnEff <= 1):
-		return errors.New("sim.EngineConfig.ComputeEff/MemEff/AttnEff: must be in (0, 1]")
+	case !(c.ComputeEff > 0 && c.ComputeEff <= 1) || !(c.MemEff > 0 && c.MemEff <= 1) || !(c.AttnEff > 0 && c.AttnEff <= 1) || !(c.HostEff > 0 && c.HostEff <= 1):
+		return errors.New("sim.EngineConfig.ComputeEff/MemEff/AttnEff/HostEff: must be in (0, 1]")
 	case c.StepOverhead < 0:
 		return errors.New("sim.EngineConfig.StepOverhead: must be ≥ 0")
 	}
@@ -245,16 +257,25 @@ type StepShape struct {
 	// KVRead is Σ over sequences of the context tokens whose K and V the
 	// step reads.
 	KVRead int
+	// HostLoad is the tokens whose K and V the step first copies in from
+	// the host KV tier (host.go), before it computes.
+	HostLoad int
 }
 
 // StepCost splits a step's duration into its parts (seconds).
 type StepCost struct {
 	Compute, Memory, Comm, Overhead float64
+	// Host is the host KV tier's reload, which the step waits for: a
+	// conservative model (engines that load layer by layer overlap part
+	// of it with compute).
+	Host float64
 }
 
 // Seconds is the step's duration: the roofline's larger side, plus the
 // tensor-parallel all-reduces, plus the overhead.
-func (c StepCost) Seconds() float64 { return math.Max(c.Compute, c.Memory) + c.Comm + c.Overhead }
+func (c StepCost) Seconds() float64 {
+	return math.Max(c.Compute, c.Memory) + c.Comm + c.Overhead + c.Host
+}
 
 // Cost is the roofline of one step on one GPU of the TP group.
 //
@@ -276,6 +297,10 @@ func (d *Deployment) Cost(s StepShape) StepCost {
 		Compute:  (flops/(d.GPU.PeakFLOPS*d.Engine.ComputeEff) + attn/(d.GPU.PeakFLOPS*d.Engine.AttnEff)) / tp,
 		Memory:   bytes / (d.GPU.HBMBytesPerSec * d.Engine.MemEff),
 		Overhead: d.Engine.StepOverhead.Seconds(),
+	}
+	if s.HostLoad > 0 {
+		// Each GPU of the group loads its heads' share over its own link.
+		c.Host = float64(s.HostLoad) * d.kvBytesPerTokenPerGPU() / (d.GPU.HostBytesPerSec * d.Engine.HostEff)
 	}
 	if d.TP > 1 {
 		c.Comm = 2 * float64(m.Layers) * float64(s.Tokens*m.Hidden) * 2 * 2 * (tp - 1) / tp / d.GPU.LinkBytesPerS

@@ -26,6 +26,7 @@ type Summary struct {
 	TPOTP50, TPOTP99    time.Duration
 	OutputTPS           float64
 	PrefixHit           float64 // prompt tokens served from the prefix cache, over prompt tokens
+	HostHit             float64 // of them, the share copied back from the host KV tier, over prompt tokens
 	CostPerMTok         float64 // $ per million output tokens served within the SLOs; +Inf when none
 	// BusyCostPerMTok counts only the GPU time spent stepping (each
 	// request's Outcome.Cost, every request's), as a cluster that scales
@@ -50,7 +51,7 @@ type Prices map[string]float64
 func Summarize(r *Result, rateScale float64, sloTTFT, sloTPOT time.Duration, prices Prices) Summary {
 	s := Summary{Policy: r.Policy, RateScale: rateScale, Requests: len(r.Outcomes), Makespan: r.Makespan, Events: r.Events, SLOTTFT: sloTTFT, SLOTPOT: sloTPOT}
 	var ttft, tpot []time.Duration
-	var prompt, cached int
+	var prompt, cached, host int
 	busyCost := 0.0
 	for i := range r.Outcomes {
 		o := &r.Outcomes[i]
@@ -68,6 +69,7 @@ func Summarize(r *Result, rateScale float64, sloTTFT, sloTPOT time.Duration, pri
 		s.TotalOutput += o.Output
 		prompt += o.Prompt
 		cached += o.Cached
+		host += o.HostCached
 		ttft = append(ttft, o.TTFT)
 		if o.Output > 1 {
 			tpot = append(tpot, o.TPOT)
@@ -85,6 +87,7 @@ func Summarize(r *Result, rateScale float64, sloTTFT, sloTPOT time.Duration, pri
 	}
 	if prompt > 0 {
 		s.PrefixHit = float64(cached) / float64(prompt)
+		s.HostHit = float64(host) / float64(prompt)
 	}
 	secs := r.Makespan.Seconds()
 	if secs > 0 {

@@ -3,6 +3,7 @@ package lm
 import (
 	"context"
 	"fmt"
+	"math"
 	"math/rand/v2"
 	"runtime"
 	"slices"
@@ -47,6 +48,14 @@ type EngineConfig struct {
 	// PinTenantBytes caps one tenant's pinned memory (default: half of
 	// PinnedBytes), so one tenant cannot take the pinned share.
 	PinTenantBytes int64
+
+	// AgingRate, when set, turns on cache-aware admission order (order.go,
+	// as cloud/sim's): after the decodes, prompt work runs earliest
+	// (queued at + uncached prompt tokens / AgingRate tokens per second)
+	// first, so a prompt whose prefix is cached and whose remainder is
+	// short passes a long prefill without starving it. 0 = first come,
+	// first served.
+	AgingRate float64
 }
 
 // DefaultBlockSize is the KV cache block size in tokens when EngineConfig
@@ -97,6 +106,8 @@ func (c EngineConfig) Validate() error {
 		return fmt.Errorf("engine config: FaultWindow %v is negative", c.FaultWindow)
 	case c.PinTenantBytes < 0:
 		return fmt.Errorf("engine config: PinTenantBytes %d is negative", c.PinTenantBytes)
+	case c.AgingRate < 0 || math.IsNaN(c.AgingRate) || math.IsInf(c.AgingRate, 0):
+		return fmt.Errorf("engine config: AgingRate %v is not a non-negative rate", c.AgingRate)
 	}
 	if c.StepTokens > 0 && c.MaxBatch > 0 && c.StepTokens < c.MaxBatch {
 		return fmt.Errorf("engine config: StepTokens %d must be at least MaxBatch %d (one decode token each)", c.StepTokens, c.MaxBatch)
@@ -528,7 +539,8 @@ type sequence struct {
 	pins       []pinPoint
 	cacheWrite int
 	preempted  bool
-	ended      bool // step loop only: s has left the engine
+	ended      bool      // step loop only: s has left the engine
+	key        time.Time // step loop only: its place in the cache-aware order (order.go)
 	// export (Prefill) ends s after its prompt: the step loop copies its
 	// keys and values into handoff instead of streaming the first token.
 	export  bool

@@ -98,8 +98,11 @@ func (e *Engine) step() bool {
 			budget--
 		}
 	}
+	if e.cfg.AgingRate > 0 {
+		work, budget = e.orderedPrompts(work, budget, preempted)
+	}
 	// Then prompt chunks of sequences admitted earlier.
-	for i := 0; i < len(e.running) && budget > 0; i++ {
+	for i := 0; i < len(e.running) && budget > 0 && e.cfg.AgingRate == 0; i++ {
 		s := e.running[i]
 		want := len(s.tokens) - s.computed
 		if want <= 1 {
@@ -112,7 +115,7 @@ func (e *Engine) step() bool {
 	}
 	// Then new sequences, unless this step had to preempt (admitting now would
 	// only thrash).
-	for !preempted && budget > 0 && len(e.running) < e.cfg.MaxBatch {
+	for !preempted && budget > 0 && len(e.running) < e.cfg.MaxBatch && e.cfg.AgingRate == 0 {
 		e.mu.Lock()
 		if len(e.waiting) == 0 {
 			e.mu.Unlock()
