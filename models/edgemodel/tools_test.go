@@ -83,16 +83,23 @@ func TestToolCallAccuracy(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer e.Close()
+	eb, err := lm.NewEngine(m, lm.EngineConfig{ByteChoices: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer eb.Close()
 	free := cartools.Tools()
 	for i := range free {
 		free[i].Parameters = json.RawMessage(strings.ReplaceAll(string(free[i].Parameters), `,"`+grammar.CopyKeyword+`":true`, ""))
 	}
 	tuned := strings.HasPrefix(m.Meta["phaseless.train.preset"].(string), "edge-tools")
-	for _, set := range toolSets {
+	for _, set := range append([]string{toolDevSet}, toolSets...) {
 		t.Run(strings.TrimSuffix(strings.TrimPrefix(set, "testdata/"), ".jsonl"), func(t *testing.T) {
 			cases := loadToolCases(t, set)
-			measureToolCalls(t, e, cases, free, "values chosen by the model")
-			s := measureToolCalls(t, e, cases, cartools.Tools(), "values copied by the grammar")
+			measureToolCalls(t, eb, cases, free, "byte by byte, values chosen by the model")
+			measureToolCalls(t, eb, cases, cartools.Tools(), "byte by byte, values copied by the grammar")
+			measureToolCalls(t, e, cases, free, "choices scored, values chosen by the model")
+			s := measureToolCalls(t, e, cases, cartools.Tools(), "choices scored, values copied by the grammar")
 			if !tuned {
 				t.Skip("the shipped model predates tool training")
 			}

@@ -47,6 +47,12 @@ type EngineConfig struct {
 	// PinTenantBytes caps one tenant's pinned memory (default: half of
 	// PinnedBytes), so one tenant cannot take the pinned share.
 	PinTenantBytes int64
+
+	// ByteChoices turns choice decoding off (constraint_choice.go): a
+	// grammar's closed sets of alternatives (call or prose, tool names,
+	// enum values, copied numbers and spans) are then decided byte by byte
+	// by the sampler, as before it. For comparisons.
+	ByteChoices bool
 }
 
 // DefaultBlockSize is the KV cache block size in tokens when EngineConfig

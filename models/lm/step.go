@@ -15,6 +15,7 @@ type stepBuffers struct {
 	work   []planned
 	logits []float32
 	slots  [][]int32
+	choice choiceBuffers
 }
 
 // planned is one sequence's share of a step: n tokens from s.computed on.
@@ -312,6 +313,9 @@ func (e *Engine) runBatch(work []planned) {
 		}
 		logits := sb.logits[li*vocab : (li+1)*vocab]
 		li++
+		if s.constraint != nil && !s.export && !e.cfg.ByteChoices && e.choose(s, logits, now) {
+			continue // a whole alternative was written (constraint_choice.go)
+		}
 		tok := int32(0)
 		if s.constraint == nil {
 			tok = s.sampler.sample(logits)
