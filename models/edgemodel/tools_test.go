@@ -10,6 +10,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/phaseless/phaseless/models/cartools"
 	"github.com/phaseless/phaseless/models/lm"
@@ -66,12 +67,17 @@ var toolSets = []string{"testdata/toolcalls.jsonl", "testdata/toolcalls2.jsonl"}
 const toolDevSet = "testdata/toolcalls_dev.jsonl"
 
 // TestToolCallAccuracy asks the shipped model, through the engine with the
-// car tool set offered (tool_choice auto, greedy), every held-out request,
-// and measures how often it calls the right tool, and with exactly the
-// right arguments; small talk should get prose. It measures twice: with
-// the tool set as shipped, whose free-form values the grammar copies from
-// the request (grammar.CopyKeyword), and with that keyword removed, the
-// model alone choosing the values. Run with -v for the numbers:
+// car tool set offered (tool_choice auto, greedy), every request of the dev
+// set and the held-out sets, and measures how often it calls the right
+// tool, and with exactly the right arguments; small talk should get prose.
+// It measures four ways: choice points decided byte by byte
+// (EngineConfig.ByteChoices, as before choice decoding) or scored whole
+// (the engine's default), each with the tool set as shipped, whose
+// free-form values the grammar copies from the request
+// (grammar.CopyKeyword), and with that keyword removed, the model alone
+// choosing the values; and it logs what choice decoding costs against byte
+// decoding in the same run (tokens run through the model, and wall time).
+// Run with -v for the numbers:
 // go test -v -run TestToolCallAccuracy ./models/edgemodel
 func TestToolCallAccuracy(t *testing.T) {
 	m, err := Open()
@@ -94,22 +100,36 @@ func TestToolCallAccuracy(t *testing.T) {
 	}
 	tuned := strings.HasPrefix(m.Meta["phaseless.train.preset"].(string), "edge-tools")
 	for _, set := range append([]string{toolDevSet}, toolSets...) {
-		t.Run(strings.TrimSuffix(strings.TrimPrefix(set, "testdata/"), ".jsonl"), func(t *testing.T) {
+		name := strings.TrimSuffix(strings.TrimPrefix(set, "testdata/"), ".jsonl")
+		t.Run(name, func(t *testing.T) {
 			cases := loadToolCases(t, set)
 			measureToolCalls(t, eb, cases, free, "byte by byte, values chosen by the model")
-			measureToolCalls(t, eb, cases, cartools.Tools(), "byte by byte, values copied by the grammar")
+			b := measureToolCalls(t, eb, cases, cartools.Tools(), "byte by byte, values copied by the grammar")
 			measureToolCalls(t, e, cases, free, "choices scored, values chosen by the model")
 			s := measureToolCalls(t, e, cases, cartools.Tools(), "choices scored, values copied by the grammar")
+			t.Logf("cost of choice decoding against byte by byte, same run: %.2f× the tokens run through the model (%.0f against %.0f a request), %.2f× the wall time",
+				s.tokens/b.tokens, s.tokens, b.tokens, s.wall.Seconds()/b.wall.Seconds())
 			if !tuned {
 				t.Skip("the shipped model predates tool training")
 			}
-			// Bounds below the measured numbers (docs/tools.md) so that a
-			// model that stops calling tools, or stops copying, fails.
-			if s.rightTool < 0.5 || s.exactInText < 0.35 || s.prose < 0.75 {
-				t.Errorf("tool calling below its bounds: %+v", s)
+			// Bounds just below the measured numbers (docs/tools.md), so
+			// that a model or a decoding change that loses calls, copies
+			// or prose fails.
+			f := toolFloors[name]
+			if s.rightTool < f.rightTool || s.exactInText < f.exactInText || s.prose < f.prose {
+				t.Errorf("tool calling below its bounds %+v: %+v", f, s)
 			}
 		})
 	}
+}
+
+// toolFloors are TestToolCallAccuracy's bounds per set, for choice
+// decoding with values copied: each just below what the shipped model
+// measured (docs/tools.md).
+var toolFloors = map[string]toolScores{
+	"toolcalls_dev": {rightTool: 0.62, exactInText: 0.55, prose: 0.74},
+	"toolcalls":     {rightTool: 0.5, exactInText: 0.35, prose: 0.75},
+	"toolcalls2":    {rightTool: 0.5, exactInText: 0.35, prose: 0.75},
 }
 
 // TestToolSetsNotTrained checks that no tool request of the held-out sets
@@ -152,7 +172,13 @@ func TestToolSetsNotTrained(t *testing.T) {
 	}
 }
 
-type toolScores struct{ rightTool, exactInText, prose float64 }
+type toolScores struct {
+	rightTool, rightToolInText, exactInText, prose float64
+	// tokens is the tokens the engine ran through the model per request
+	// (prompts, replies and choice scoring); wall the measurement's time.
+	tokens float64
+	wall   time.Duration
+}
 
 func measureToolCalls(t *testing.T, e *lm.Engine, cases []toolCase, tools []llm.Tool, label string) toolScores {
 	t.Helper()
@@ -161,6 +187,7 @@ func measureToolCalls(t *testing.T, e *lm.Engine, cases []toolCase, tools []llm.
 		calls []llm.ToolCall
 	}
 	replies := make([]reply, len(cases))
+	before, start := e.Stats(), time.Now()
 	var wg sync.WaitGroup
 	sem := make(chan struct{}, 16)
 	for i, c := range cases {
@@ -189,7 +216,9 @@ func measureToolCalls(t *testing.T, e *lm.Engine, cases []toolCase, tools []llm.
 		}()
 	}
 	wg.Wait()
-	var calls, rightTool, inText, exactInText, exactAll, talk, prose int
+	wall, after := time.Since(start), e.Stats()
+	ran := float64(after.PrefillTokens+after.DecodeTokens+after.ChoiceTokens-before.PrefillTokens-before.DecodeTokens-before.ChoiceTokens) / float64(len(cases))
+	var calls, rightTool, rightInText, inText, exactInText, exactAll, talk, prose int
 	for i, c := range cases {
 		r := replies[i]
 		if c.Tool == "" {
@@ -210,6 +239,9 @@ func measureToolCalls(t *testing.T, e *lm.Engine, cases []toolCase, tools []llm.
 			continue
 		}
 		rightTool++
+		if c.InText {
+			rightInText++
+		}
 		var got map[string]any
 		if err := json.Unmarshal([]byte(r.calls[0].Arguments), &got); err != nil {
 			t.Errorf("%q: arguments %q do not parse: %v", c.Request, r.calls[0].Arguments, err)
@@ -225,7 +257,8 @@ func measureToolCalls(t *testing.T, e *lm.Engine, cases []toolCase, tools []llm.
 		}
 	}
 	pct := func(a, b int) float64 { return 100 * float64(a) / float64(max(b, 1)) }
-	t.Logf("%s: right tool %.1f%% (%d of %d); exact arguments %.1f%% where the values are in the request (%d of %d), %.1f%% of all (%d of %d); small talk answered in prose %d of %d",
-		label, pct(rightTool, calls), rightTool, calls, pct(exactInText, inText), exactInText, inText, pct(exactAll, calls), exactAll, calls, prose, talk)
-	return toolScores{pct(rightTool, calls) / 100, pct(exactInText, inText) / 100, pct(prose, talk) / 100}
+	t.Logf("%s: right tool %.1f%% (%d of %d; %d of %d where the values are in the request); exact arguments %.1f%% where the values are in the request (%d of %d), %.1f%% of all (%d of %d); small talk answered in prose %d of %d",
+		label, pct(rightTool, calls), rightTool, calls, rightInText, inText, pct(exactInText, inText), exactInText, inText, pct(exactAll, calls), exactAll, calls, prose, talk)
+	return toolScores{rightTool: pct(rightTool, calls) / 100, rightToolInText: pct(rightInText, inText) / 100, exactInText: pct(exactInText, inText) / 100,
+		prose: pct(prose, talk) / 100, tokens: ran, wall: wall}
 }

@@ -199,43 +199,47 @@ func pickChoice(smp *sampler, alts []alternative) int {
 func (e *Engine) scoreChoices(s *sequence, logits []float32, alts []alternative) ([]int32, bool) {
 	bs := e.cfg.BlockSize
 	n0 := len(s.tokens)
-	// Runs: an alternative whose tokens begin another's is scored inside
+	// The tokens every literal alternative begins with (the call's opening
+	// before the tool names) run once; each alternative's run starts after
+	// them, and one whose remaining tokens begin another's is read off
 	// that one's run.
-	order := make([]int, 0, len(alts))
+	var lits []int
+	longest, shortest := 0, math.MaxInt
 	for i, a := range alts {
 		if !a.open {
-			order = append(order, i)
+			lits = append(lits, i)
+			longest = max(longest, len(a.text))
+			shortest = min(shortest, len(a.toks))
 		}
 	}
-	slices.SortStableFunc(order, func(x, y int) int { return len(alts[y].toks) - len(alts[x].toks) })
+	shared := 0
+	for shared < shortest-1 && !slices.ContainsFunc(lits, func(i int) bool { return alts[i].toks[shared] != alts[lits[0]].toks[shared] }) {
+		shared++
+	}
+	slices.SortStableFunc(lits, func(x, y int) int { return len(alts[y].toks) - len(alts[x].toks) })
 	var runs [][]int32
-	longest := 0
-	for _, i := range order {
+	for _, i := range lits {
 		a := &alts[i]
+		rest := a.toks[shared:]
 		a.run = -1
 		for r, toks := range runs {
-			if len(toks) >= len(a.toks) && slices.Equal(toks[:len(a.toks)], a.toks) {
+			if len(toks) >= len(rest) && slices.Equal(toks[:len(rest)], rest) {
 				a.run = r
 				break
 			}
 		}
 		if a.run < 0 {
 			a.run = len(runs)
-			runs = append(runs, a.toks)
+			runs = append(runs, rest)
 		}
-		longest = max(longest, len(a.text))
 	}
-	runTokens := 0
+	total := shared
 	for _, r := range runs {
-		runTokens += len(r)
+		total += len(r)
 	}
-	total := runTokens
-	openAt := -1
-	for i, a := range alts {
-		if a.open {
-			openAt = i
-			total += longest
-		}
+	openAt := slices.IndexFunc(alts, func(a alternative) bool { return a.open })
+	if openAt >= 0 {
+		total += longest
 	}
 	if total > maxChoiceTokens || n0+longest+1 >= e.m.Config.ContextLen {
 		return nil, false
@@ -259,8 +263,26 @@ func (e *Engine) scoreChoices(s *sequence, logits []float32, alts []alternative)
 		prefix[p] = s.blocks[p/bs]*int32(bs) + int32(p%bs)
 	}
 	lp0 := logSoftmax(logits, nil)
-	for i, v := range e.scoreRuns(runs, alts, prefix, lp0, take) {
-		alts[i].score = v
+	runPrefix, lpRuns, base := prefix, lp0, 0.0
+	if shared > 0 && len(lits) > 0 {
+		toks := alts[lits[0]].toks[:shared]
+		rows := e.runForks([][]int32{toks}, prefix, take)
+		V := e.m.Config.Vocab
+		base = lp0[toks[0]]
+		for j := 1; j < shared; j++ {
+			base += logSoftmax(rows[(j-1)*V:j*V], nil)[toks[j]]
+		}
+		lpRuns = logSoftmax(rows[(shared-1)*V:shared*V], nil)
+		runPrefix = slices.Clone(prefix)
+		for p := range shared {
+			runPrefix = append(runPrefix, e.stepBuf.choice.b.slots[0][n0+p])
+		}
+	}
+	for i, v := range e.scoreRuns(runs, alts, runPrefix, lpRuns, take, shared) {
+		if !alts[i].open {
+			// Per token, the follow token counted as one (see choose).
+			alts[i].score = (base + v) / float64(len(alts[i].toks)+1)
+		}
 	}
 	if openAt >= 0 {
 		e.scoreOpen(s, &alts[openAt], lp0, prefix, take, longest)
@@ -268,34 +290,46 @@ func (e *Engine) scoreChoices(s *sequence, logits []float32, alts []alternative)
 	return scratch, true
 }
 
-// scoreRuns runs the literal runs after the positions of prefix (whose
-// next-token log-probabilities are lp0) in one forward pass, every
-// position's logits kept, and returns each literal alternative's summed
-// log-probability with its follow mass (open alternatives get 0).
-func (e *Engine) scoreRuns(runs [][]int32, alts []alternative, prefix []int32, lp0 []float64, take func() int32) []float64 {
+// runForks runs each of runs after the positions of prefix, as forks with
+// their own scratch slots, in one forward pass, and returns every
+// position's logits (run after run). The batch keeps the forks' slot
+// tables.
+func (e *Engine) runForks(runs [][]int32, prefix []int32, take func() int32) []float32 {
 	cb := &e.stepBuf.choice
-	V := e.m.Config.Vocab
 	n0 := len(prefix)
 	b := &cb.b
 	b.reset()
-	start := make([]int, len(runs))
 	for r, toks := range runs {
 		sl := slices.Clone(prefix)
-		for range toks {
-			sl = append(sl, take())
-		}
-		b.slots = append(b.slots, sl)
-		start[r] = len(b.tokens)
 		for j, t := range toks {
+			sl = append(sl, take())
 			b.tokens = append(b.tokens, t)
 			b.pos = append(b.pos, int32(n0+j))
 			b.seq = append(b.seq, int32(r))
 			b.logits = append(b.logits, int32(len(b.tokens)-1))
 		}
+		b.slots = append(b.slots, sl)
 	}
-	if len(b.tokens) > 0 {
-		cb.logits = growF32(cb.logits, len(b.tokens)*V)
-		e.m.forward(e.ws, b, e.kv, cb.logits)
+	if len(b.tokens) == 0 {
+		return nil
+	}
+	cb.logits = growF32(cb.logits, len(b.tokens)*e.m.Config.Vocab)
+	e.m.forward(e.ws, b, e.kv, cb.logits)
+	e.countChoiceTokens(len(b.tokens))
+	return cb.logits
+}
+
+// scoreRuns runs the literal runs after the positions of prefix (whose
+// next-token log-probabilities are lp0) and returns each literal
+// alternative's summed log-probability over its tokens after the first
+// skip, with its follow mass (open alternatives get 0).
+func (e *Engine) scoreRuns(runs [][]int32, alts []alternative, prefix []int32, lp0 []float64, take func() int32, skip int) []float64 {
+	cb := &e.stepBuf.choice
+	V := e.m.Config.Vocab
+	rows := e.runForks(runs, prefix, take)
+	start := make([]int, len(runs))
+	for r := 1; r < len(runs); r++ {
+		start[r] = start[r-1] + len(runs[r-1])
 	}
 	out := make([]float64, len(alts))
 	for i := range alts {
@@ -303,14 +337,14 @@ func (e *Engine) scoreRuns(runs [][]int32, alts []alternative, prefix []int32, l
 		if a.open {
 			continue
 		}
-		row := func(j int) []float32 { return cb.logits[(start[a.run]+j)*V : (start[a.run]+j+1)*V] }
-		score := lp0[a.toks[0]]
-		for j := 1; j < len(a.toks); j++ {
+		toks := a.toks[skip:]
+		row := func(j int) []float32 { return rows[(start[a.run]+j)*V : (start[a.run]+j+1)*V] }
+		score := lp0[toks[0]]
+		for j := 1; j < len(toks); j++ {
 			cb.lp = logSoftmax(row(j-1), cb.lp)
-			score += cb.lp[a.toks[j]]
+			score += cb.lp[toks[j]]
 		}
-		// Per token, the follow token counted as one (see choose).
-		out[i] = (score + e.followMass(row(len(a.toks)-1), a.after)) / float64(len(a.toks)+1)
+		out[i] = score + e.followMass(row(len(toks)-1), a.after)
 	}
 	return out
 }
@@ -401,6 +435,7 @@ func (e *Engine) scoreOpen(s *sequence, a *alternative, lp0 []float64, prefix []
 		b.seq = append(b.seq, 0)
 		b.logits = append(b.logits, 0)
 		e.m.forward(e.ws, b, e.kv, row)
+		e.countChoiceTokens(1)
 		cb.lp = logSoftmax(row, cb.lp)
 		lp = cb.lp
 	}
@@ -442,4 +477,10 @@ func growF32(s []float32, n int) []float32 {
 		return make([]float32, n)
 	}
 	return s[:n]
+}
+
+func (e *Engine) countChoiceTokens(n int) {
+	e.mu.Lock()
+	e.stats.ChoiceTokens += uint64(n)
+	e.mu.Unlock()
 }

@@ -134,6 +134,10 @@ type Stats struct {
 	Steps         uint64
 	PrefillTokens uint64 // prompt (and recomputed) tokens run
 	DecodeTokens  uint64 // generated tokens run
+	// ChoiceTokens are the tokens run to score the alternatives of choice
+	// points (constraint_choice.go); the chosen one's tokens are then run
+	// again as a prompt chunk and count in PrefillTokens.
+	ChoiceTokens uint64
 	// TokensPerStep is the mean over FaultWindow; LastStepTokens the latest step.
 	TokensPerStep  float64
 	LastStepTokens int
