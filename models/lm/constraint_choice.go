@@ -110,19 +110,59 @@ func hasOpen(cs []grammar.Choice) bool {
 	return slices.ContainsFunc(cs, grammar.Choice.Open)
 }
 
-// choose decides a choice point, if s's grammar is at one: it scores the
-// alternatives and writes the chosen literal alternative's tokens into s
-// (true), or, when prose is chosen, keeps s to the prose parses and lets
-// the caller sample from logits as usual (false). Without a choice point,
-// or when the cache has no room for the forks, it does nothing (false).
-func (e *Engine) choose(s *sequence, logits []float32, now time.Time) bool {
+// choiceJob is one sequence's choice point being decided in this step:
+// the step's choice points are scored together, each forward pass of the
+// scoring carrying every sequence's forks.
+type choiceJob struct {
+	s       *sequence
+	logits  []float32 // the sequence's next-token logits from the step
+	alts    []alternative
+	scratch []int32 // blocks taken for the forks' positions
+	used    int     // scratch slots taken so far
+	prefix  []int32 // the sequence's slots for its positions so far
+	lp0     []float64
+	runs    [][]int32 // literal runs after the shared opening
+	shared  int       // tokens every literal alternative begins with
+	longest int       // bytes of the longest literal alternative
+	openAt  int       // index of the open alternative, -1 if none
+	// The shared opening's outcome: its slots after prefix, its summed
+	// log-probability, the log-probabilities after it.
+	runPrefix []int32
+	base      float64
+	lpRuns    []float64
+	greedy    greedyProse
+}
+
+// greedyProse is the open alternative's greedy continuation in progress.
+type greedyProse struct {
+	st     grammar.State
+	slots  []int32
+	lp     []float64
+	text   []byte
+	score  float64
+	steps  int
+	tok    int32 // the token to run next
+	active bool
+}
+
+func (j *choiceJob) take(bs int) int32 {
+	p := j.used
+	j.used++
+	return j.scratch[p/bs]*int32(bs) + int32(p%bs)
+}
+
+// choiceJob returns the job of s's choice point, or nil when s's grammar is
+// at none (or the vocabulary cannot spell an alternative as written).
+func (e *Engine) choiceJob(s *sequence, logits []float32) *choiceJob {
 	alts, ok := choiceAlternatives(s.constraint.state)
 	if !ok {
-		return false
+		return nil
 	}
+	j := &choiceJob{s: s, logits: logits, alts: alts, openAt: -1}
 	for i := range alts {
 		a := &alts[i]
 		if a.open {
+			j.openAt = i
 			continue
 		}
 		a.toks = e.m.tok.Tokenize(string(a.text), false)
@@ -130,24 +170,302 @@ func (e *Engine) choose(s *sequence, logits []float32, now time.Time) bool {
 		for _, t := range a.toks {
 			got = append(got, e.m.tok.Piece(t)...)
 		}
-		if !bytes.Equal(got, a.text) {
-			return false // the vocabulary cannot spell it as written
+		if len(a.toks) == 0 || !bytes.Equal(got, a.text) {
+			return nil
 		}
 	}
-	scratch, ok := e.scoreChoices(s, logits, alts)
+	return j
+}
+
+// plan lays out j's forks and takes their scratch blocks; false when the
+// point is too big or the cache has no room (its blocks are released).
+func (e *Engine) plan(j *choiceJob) bool {
+	bs := e.cfg.BlockSize
+	alts := j.alts
+	n0 := len(j.s.tokens)
+	// The tokens every literal alternative begins with (the call's opening
+	// before the tool names) run once; each alternative's run starts after
+	// them, and one whose remaining tokens begin another's is read off
+	// that one's run.
+	var lits []int
+	shortest := math.MaxInt
+	for i, a := range alts {
+		if !a.open {
+			lits = append(lits, i)
+			j.longest = max(j.longest, len(a.text))
+			shortest = min(shortest, len(a.toks))
+		}
+	}
+	if len(lits) == 0 {
+		return false
+	}
+	first := alts[lits[0]].toks
+	for j.shared < shortest-1 && !slices.ContainsFunc(lits, func(i int) bool { return alts[i].toks[j.shared] != first[j.shared] }) {
+		j.shared++
+	}
+	slices.SortStableFunc(lits, func(x, y int) int { return len(alts[y].toks) - len(alts[x].toks) })
+	for _, i := range lits {
+		a := &alts[i]
+		rest := a.toks[j.shared:]
+		a.run = slices.IndexFunc(j.runs, func(toks []int32) bool { return len(toks) >= len(rest) && slices.Equal(toks[:len(rest)], rest) })
+		if a.run < 0 {
+			a.run = len(j.runs)
+			j.runs = append(j.runs, rest)
+		}
+	}
+	total := j.shared
+	for _, r := range j.runs {
+		total += len(r)
+	}
+	if j.openAt >= 0 {
+		total += j.longest
+	}
+	if total > maxChoiceTokens || n0+j.longest+1 >= e.m.Config.ContextLen {
+		return false
+	}
+	for range (total + bs - 1) / bs {
+		id, _, ok := e.alloc.Allocate()
+		if !ok {
+			e.releaseScratch(j)
+			return false
+		}
+		j.scratch = append(j.scratch, id)
+	}
+	j.prefix = make([]int32, n0)
+	for p := range j.prefix {
+		j.prefix[p] = j.s.blocks[p/bs]*int32(bs) + int32(p%bs)
+	}
+	j.lp0 = logSoftmax(j.logits, nil)
+	j.runPrefix, j.lpRuns = j.prefix, j.lp0
+	return true
+}
+
+func (e *Engine) releaseScratch(j *choiceJob) {
+	for _, id := range j.scratch {
+		e.alloc.Release(id)
+	}
+	j.scratch = nil
+}
+
+// fork is one run of tokens after a sequence's positions (prefix), with
+// its own slots for them.
+type fork struct {
+	prefix []int32
+	toks   []int32
+	slots  []int32 // filled by runForks: prefix then the run's slots
+	row    int     // filled by runForks: the run's first logits row
+}
+
+// maxForkTokens bounds one forward pass of the scoring; more forks run in
+// several.
+const maxForkTokens = 2048
+
+// runForks runs the forks, every position's logits kept, and returns the
+// logits (rows in fork order). take gives fork k its scratch slots.
+func (e *Engine) runForks(forks []fork, take func(k int) int32) []float32 {
+	cb := &e.stepBuf.choice
+	V := e.m.Config.Vocab
+	n := 0
+	for k := range forks {
+		forks[k].row = n
+		n += len(forks[k].toks)
+	}
+	cb.logits = growF32(cb.logits, n*V)
+	b := &cb.b
+	for lo := 0; lo < len(forks); {
+		b.reset()
+		hi, count := lo, 0
+		for hi < len(forks) && (hi == lo || count+len(forks[hi].toks) <= maxForkTokens) {
+			f := &forks[hi]
+			f.slots = slices.Clone(f.prefix)
+			for p, t := range f.toks {
+				f.slots = append(f.slots, take(hi))
+				b.tokens = append(b.tokens, t)
+				b.pos = append(b.pos, int32(len(f.prefix)+p))
+				b.seq = append(b.seq, int32(len(b.slots)))
+				b.logits = append(b.logits, int32(len(b.tokens)-1))
+			}
+			b.slots = append(b.slots, f.slots)
+			count += len(f.toks)
+			hi++
+		}
+		if count > 0 {
+			e.m.forward(e.ws, b, e.kv, cb.logits[forks[lo].row*V:(forks[lo].row+count)*V])
+			e.countChoiceTokens(count)
+		}
+		lo = hi
+	}
+	return cb.logits[:n*V]
+}
+
+// decideChoices scores the step's choice points together and applies each
+// decision: a literal alternative's tokens are written into its sequence;
+// when prose is chosen the sequence is kept to the prose parses and
+// samples from its logits as usual. A point that cannot be scored is
+// sampled byte by byte.
+func (e *Engine) decideChoices(jobs []*choiceJob, now time.Time) {
+	bs := e.cfg.BlockSize
+	V := e.m.Config.Vocab
+	ready := jobs[:0]
+	for _, j := range jobs {
+		if e.plan(j) {
+			ready = append(ready, j)
+		} else {
+			e.sampleNext(j.s, j.logits, now)
+		}
+	}
+	jobs = ready
 	defer func() {
-		for _, id := range scratch {
-			e.alloc.Release(id)
+		for _, j := range jobs {
+			e.releaseScratch(j)
 		}
 	}()
+	// The shared openings.
+	var forks []fork
+	var owner []*choiceJob
+	for _, j := range jobs {
+		if j.shared > 0 {
+			lit := slices.IndexFunc(j.alts, func(a alternative) bool { return !a.open })
+			forks = append(forks, fork{prefix: j.prefix, toks: j.alts[lit].toks[:j.shared]})
+			owner = append(owner, j)
+		}
+	}
+	rows := e.runForks(forks, func(k int) int32 { return owner[k].take(bs) })
+	for k, f := range forks {
+		j := owner[k]
+		j.base = j.lp0[f.toks[0]]
+		for p := 1; p < len(f.toks); p++ {
+			j.base += logSoftmax(rows[(f.row+p-1)*V:(f.row+p)*V], nil)[f.toks[p]]
+		}
+		j.lpRuns = logSoftmax(rows[(f.row+len(f.toks)-1)*V:(f.row+len(f.toks))*V], nil)
+		j.runPrefix = f.slots
+	}
+	// Every literal run.
+	forks, owner = forks[:0], owner[:0]
+	first := map[*choiceJob]int{}
+	for _, j := range jobs {
+		first[j] = len(forks)
+		for _, r := range j.runs {
+			forks = append(forks, fork{prefix: j.runPrefix, toks: r})
+			owner = append(owner, j)
+		}
+	}
+	rows = e.runForks(forks, func(k int) int32 { return owner[k].take(bs) })
+	cb := &e.stepBuf.choice
+	for _, j := range jobs {
+		for i := range j.alts {
+			a := &j.alts[i]
+			if a.open {
+				continue
+			}
+			f := forks[first[j]+a.run]
+			toks := a.toks[j.shared:]
+			row := func(p int) []float32 { return rows[(f.row+p)*V : (f.row+p+1)*V] }
+			score := j.lpRuns[toks[0]]
+			for p := 1; p < len(toks); p++ {
+				cb.lp = logSoftmax(row(p-1), cb.lp)
+				score += cb.lp[toks[p]]
+			}
+			score += e.followMass(row(len(toks)-1), a.after)
+			// Per token, the follow token counted as one.
+			a.score = (j.base + score) / float64(len(a.toks)+1)
+		}
+	}
+	e.greedyOpen(jobs)
+	for _, j := range jobs {
+		e.applyChoice(j, now)
+	}
+}
+
+// greedyOpen scores each job's open alternative (prose) by the model's
+// greedy continuation under its parses, as many bytes as the job's longest
+// literal alternative or until it ends (an end-of-generation token or a
+// stop sequence): the jobs step in lockstep, one forward pass a token for
+// all of them.
+func (e *Engine) greedyOpen(jobs []*choiceJob) {
+	bs := e.cfg.BlockSize
+	var active []*choiceJob
+	for _, j := range jobs {
+		if j.openAt >= 0 {
+			j.greedy = greedyProse{st: j.alts[j.openAt].from, slots: j.prefix, lp: j.lp0, active: true}
+			active = append(active, j)
+		}
+	}
+	V := e.m.Config.Vocab
+	for len(active) > 0 {
+		var forks []fork
+		var owner []*choiceJob
+		for _, j := range active {
+			if e.greedyStep(j) {
+				forks = append(forks, fork{prefix: j.greedy.slots, toks: []int32{j.greedy.tok}})
+				owner = append(owner, j)
+			}
+		}
+		rows := e.runForks(forks, func(k int) int32 { return owner[k].take(bs) })
+		for k, f := range forks {
+			g := &owner[k].greedy
+			g.slots = f.slots
+			g.lp = logSoftmax(rows[f.row*V:(f.row+1)*V], nil)
+		}
+		active = owner
+	}
+	for _, j := range jobs {
+		if j.openAt >= 0 {
+			j.alts[j.openAt].score = j.greedy.score / float64(max(j.greedy.steps, 1))
+		}
+	}
+}
+
+// greedyStep takes the open alternative's next greedy token; it reports
+// whether the continuation goes on (the token must run).
+func (e *Engine) greedyStep(j *choiceJob) bool {
+	g := &j.greedy
+	cb := &e.stepBuf.choice
+	vi := e.m.vocabIndex()
+	if len(cb.allow) != vi.trie.Vocab() {
+		cb.allow = make([]bool, vi.trie.Vocab())
+	}
+	vi.trie.Mask(g.st, cb.allow)
+	best := -1
+	for id, ok := range cb.allow {
+		if ok && (best < 0 || g.lp[id] > g.lp[best]) {
+			best = id
+		}
+	}
+	if g.st.Accepting() {
+		for _, id := range vi.eog {
+			if best < 0 || g.lp[id] > g.lp[best] {
+				best = int(id)
+			}
+		}
+	}
+	if best < 0 {
+		return false
+	}
+	g.score += g.lp[best]
+	g.steps++
+	if e.m.tok.IsEOG(int32(best)) {
+		return false
+	}
+	piece := e.m.tok.Piece(int32(best))
+	next, ok := g.st.AdvanceBytes(piece)
 	if !ok {
 		return false
 	}
-	best := pickChoice(s.sampler, alts)
-	a := alts[best]
+	g.st, g.tok = next, int32(best)
+	g.text = append(g.text, piece...)
+	return !stopsIn(g.text, j.s.opt.Stop) && len(g.text) < j.longest
+}
+
+// applyChoice writes the chosen alternative, or samples under the prose
+// parses when prose is chosen.
+func (e *Engine) applyChoice(j *choiceJob, now time.Time) {
+	s := j.s
+	a := j.alts[pickChoice(s.sampler, j.alts)]
 	if a.open {
 		s.constraint.state = a.from
-		return false
+		e.sampleNext(s, j.logits, now)
+		return
 	}
 	st := a.from
 	for i, t := range a.toks {
@@ -158,10 +476,9 @@ func (e *Engine) choose(s *sequence, logits []float32, now time.Time) bool {
 		s.constraint.state = st
 		e.advance(s, t, now)
 		if s.ended {
-			break
+			return
 		}
 	}
-	return true
 }
 
 // pickChoice is the best alternative, or at a positive temperature one
@@ -193,162 +510,6 @@ func pickChoice(smp *sampler, alts []alternative) int {
 	return best
 }
 
-// scoreChoices fills each alternative's score. It returns the scratch
-// blocks it took (the caller releases them) and false when it could not
-// score (no room in the cache, too many tokens).
-func (e *Engine) scoreChoices(s *sequence, logits []float32, alts []alternative) ([]int32, bool) {
-	bs := e.cfg.BlockSize
-	n0 := len(s.tokens)
-	// The tokens every literal alternative begins with (the call's opening
-	// before the tool names) run once; each alternative's run starts after
-	// them, and one whose remaining tokens begin another's is read off
-	// that one's run.
-	var lits []int
-	longest, shortest := 0, math.MaxInt
-	for i, a := range alts {
-		if !a.open {
-			lits = append(lits, i)
-			longest = max(longest, len(a.text))
-			shortest = min(shortest, len(a.toks))
-		}
-	}
-	shared := 0
-	for shared < shortest-1 && !slices.ContainsFunc(lits, func(i int) bool { return alts[i].toks[shared] != alts[lits[0]].toks[shared] }) {
-		shared++
-	}
-	slices.SortStableFunc(lits, func(x, y int) int { return len(alts[y].toks) - len(alts[x].toks) })
-	var runs [][]int32
-	for _, i := range lits {
-		a := &alts[i]
-		rest := a.toks[shared:]
-		a.run = -1
-		for r, toks := range runs {
-			if len(toks) >= len(rest) && slices.Equal(toks[:len(rest)], rest) {
-				a.run = r
-				break
-			}
-		}
-		if a.run < 0 {
-			a.run = len(runs)
-			runs = append(runs, rest)
-		}
-	}
-	total := shared
-	for _, r := range runs {
-		total += len(r)
-	}
-	openAt := slices.IndexFunc(alts, func(a alternative) bool { return a.open })
-	if openAt >= 0 {
-		total += longest
-	}
-	if total > maxChoiceTokens || n0+longest+1 >= e.m.Config.ContextLen {
-		return nil, false
-	}
-	var scratch []int32
-	for range (total + bs - 1) / bs {
-		id, _, ok := e.alloc.Allocate()
-		if !ok {
-			return scratch, false
-		}
-		scratch = append(scratch, id)
-	}
-	next := 0
-	take := func() int32 {
-		p := next
-		next++
-		return scratch[p/bs]*int32(bs) + int32(p%bs)
-	}
-	prefix := make([]int32, n0)
-	for p := range prefix {
-		prefix[p] = s.blocks[p/bs]*int32(bs) + int32(p%bs)
-	}
-	lp0 := logSoftmax(logits, nil)
-	runPrefix, lpRuns, base := prefix, lp0, 0.0
-	if shared > 0 && len(lits) > 0 {
-		toks := alts[lits[0]].toks[:shared]
-		rows := e.runForks([][]int32{toks}, prefix, take)
-		V := e.m.Config.Vocab
-		base = lp0[toks[0]]
-		for j := 1; j < shared; j++ {
-			base += logSoftmax(rows[(j-1)*V:j*V], nil)[toks[j]]
-		}
-		lpRuns = logSoftmax(rows[(shared-1)*V:shared*V], nil)
-		runPrefix = slices.Clone(prefix)
-		for p := range shared {
-			runPrefix = append(runPrefix, e.stepBuf.choice.b.slots[0][n0+p])
-		}
-	}
-	for i, v := range e.scoreRuns(runs, alts, runPrefix, lpRuns, take, shared) {
-		if !alts[i].open {
-			// Per token, the follow token counted as one (see choose).
-			alts[i].score = (base + v) / float64(len(alts[i].toks)+1)
-		}
-	}
-	if openAt >= 0 {
-		e.scoreOpen(s, &alts[openAt], lp0, prefix, take, longest)
-	}
-	return scratch, true
-}
-
-// runForks runs each of runs after the positions of prefix, as forks with
-// their own scratch slots, in one forward pass, and returns every
-// position's logits (run after run). The batch keeps the forks' slot
-// tables.
-func (e *Engine) runForks(runs [][]int32, prefix []int32, take func() int32) []float32 {
-	cb := &e.stepBuf.choice
-	n0 := len(prefix)
-	b := &cb.b
-	b.reset()
-	for r, toks := range runs {
-		sl := slices.Clone(prefix)
-		for j, t := range toks {
-			sl = append(sl, take())
-			b.tokens = append(b.tokens, t)
-			b.pos = append(b.pos, int32(n0+j))
-			b.seq = append(b.seq, int32(r))
-			b.logits = append(b.logits, int32(len(b.tokens)-1))
-		}
-		b.slots = append(b.slots, sl)
-	}
-	if len(b.tokens) == 0 {
-		return nil
-	}
-	cb.logits = growF32(cb.logits, len(b.tokens)*e.m.Config.Vocab)
-	e.m.forward(e.ws, b, e.kv, cb.logits)
-	e.countChoiceTokens(len(b.tokens))
-	return cb.logits
-}
-
-// scoreRuns runs the literal runs after the positions of prefix (whose
-// next-token log-probabilities are lp0) and returns each literal
-// alternative's summed log-probability over its tokens after the first
-// skip, with its follow mass (open alternatives get 0).
-func (e *Engine) scoreRuns(runs [][]int32, alts []alternative, prefix []int32, lp0 []float64, take func() int32, skip int) []float64 {
-	cb := &e.stepBuf.choice
-	V := e.m.Config.Vocab
-	rows := e.runForks(runs, prefix, take)
-	start := make([]int, len(runs))
-	for r := 1; r < len(runs); r++ {
-		start[r] = start[r-1] + len(runs[r-1])
-	}
-	out := make([]float64, len(alts))
-	for i := range alts {
-		a := &alts[i]
-		if a.open {
-			continue
-		}
-		toks := a.toks[skip:]
-		row := func(j int) []float32 { return rows[(start[a.run]+j)*V : (start[a.run]+j+1)*V] }
-		score := lp0[toks[0]]
-		for j := 1; j < len(toks); j++ {
-			cb.lp = logSoftmax(row(j-1), cb.lp)
-			score += cb.lp[toks[j]]
-		}
-		out[i] = score + e.followMass(row(len(toks)-1), a.after)
-	}
-	return out
-}
-
 // followMass is the log-probability that the token after an alternative is
 // one its continuation allows.
 func (e *Engine) followMass(logits []float32, after grammar.State) float64 {
@@ -376,70 +537,6 @@ func (e *Engine) followMass(logits []float32, after grammar.State) float64 {
 		}
 	}
 	return math.Log(ok / all)
-}
-
-// scoreOpen scores the open alternative (prose) by the model's greedy
-// continuation under its parses, n bytes long or until it ends (an
-// end-of-generation token or a stop sequence), one forward step a token.
-func (e *Engine) scoreOpen(s *sequence, a *alternative, lp0 []float64, prefix []int32, take func() int32, n int) {
-	cb := &e.stepBuf.choice
-	V := e.m.Config.Vocab
-	vi := e.m.vocabIndex()
-	st := a.from
-	slots := slices.Clone(prefix)
-	lp := lp0
-	var text []byte
-	score, steps := 0.0, 0
-	row := make([]float32, V)
-	for len(text) < n {
-		if len(cb.allow) != vi.trie.Vocab() {
-			cb.allow = make([]bool, vi.trie.Vocab())
-		}
-		vi.trie.Mask(st, cb.allow)
-		best := -1
-		for id, ok := range cb.allow {
-			if ok && (best < 0 || lp[id] > lp[best]) {
-				best = id
-			}
-		}
-		if st.Accepting() {
-			for _, id := range vi.eog {
-				if best < 0 || lp[id] > lp[best] {
-					best = int(id)
-				}
-			}
-		}
-		if best < 0 {
-			break
-		}
-		score += lp[best]
-		steps++
-		if e.m.tok.IsEOG(int32(best)) {
-			break
-		}
-		next, ok := st.AdvanceBytes(e.m.tok.Piece(int32(best)))
-		if !ok {
-			break
-		}
-		st = next
-		text = append(text, e.m.tok.Piece(int32(best))...)
-		if stopsIn(text, s.opt.Stop) || len(text) >= n {
-			break
-		}
-		b := &cb.b
-		b.reset()
-		slots = append(slots, take())
-		b.slots = append(b.slots, slots)
-		b.tokens = append(b.tokens, int32(best))
-		b.pos = append(b.pos, int32(len(slots)-1))
-		b.seq = append(b.seq, 0)
-		b.logits = append(b.logits, 0)
-		e.m.forward(e.ws, b, e.kv, row)
-		e.countChoiceTokens(1)
-		cb.lp = logSoftmax(row, cb.lp)
-		lp = cb.lp
-	}
-	a.score = score / float64(max(steps, 1))
 }
 
 func stopsIn(text []byte, stops []string) bool {
