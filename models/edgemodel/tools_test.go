@@ -70,15 +70,18 @@ const toolDevSet = "testdata/toolcalls_dev.jsonl"
 // car tool set offered (tool_choice auto, greedy), every request of the dev
 // set and the held-out sets, and measures how often it calls the right
 // tool, and with exactly the right arguments; small talk should get prose.
-// It measures four ways: choice points decided byte by byte
+// It measures up to four ways: choice points decided byte by byte
 // (EngineConfig.ByteChoices, as before choice decoding) or scored whole
 // (the engine's default), each with the tool set as shipped, whose
 // free-form values the grammar copies from the request
 // (grammar.CopyKeyword), and with that keyword removed, the model alone
 // choosing the values; and it logs what choice decoding costs against byte
 // decoding in the same run (tokens run through the model, and wall time).
-// Run with -v for the numbers:
-// go test -v -run TestToolCallAccuracy ./models/edgemodel
+// By default only the shipped way (choices scored, values copied) runs,
+// against the floors; the other three and the cost take twice as long
+// again and run when PHASELESS_TOOLS_COMPARE is set. Run with -v for the
+// numbers:
+// PHASELESS_TOOLS_COMPARE=1 go test -v -run TestToolCallAccuracy ./models/edgemodel
 func TestToolCallAccuracy(t *testing.T) {
 	m, err := Open()
 	if err != nil {
@@ -99,16 +102,20 @@ func TestToolCallAccuracy(t *testing.T) {
 		free[i].Parameters = json.RawMessage(strings.ReplaceAll(string(free[i].Parameters), `,"`+grammar.CopyKeyword+`":true`, ""))
 	}
 	tuned := strings.HasPrefix(m.Meta["phaseless.train.preset"].(string), "edge-tools")
+	compare := os.Getenv("PHASELESS_TOOLS_COMPARE") != ""
 	for _, set := range append([]string{toolDevSet}, toolSets...) {
 		name := strings.TrimSuffix(strings.TrimPrefix(set, "testdata/"), ".jsonl")
 		t.Run(name, func(t *testing.T) {
 			cases := loadToolCases(t, set)
-			measureToolCalls(t, eb, cases, free, "byte by byte, values chosen by the model")
-			b := measureToolCalls(t, eb, cases, cartools.Tools(), "byte by byte, values copied by the grammar")
-			measureToolCalls(t, e, cases, free, "choices scored, values chosen by the model")
+			if compare {
+				measureToolCalls(t, eb, cases, free, "byte by byte, values chosen by the model")
+				measureToolCalls(t, e, cases, free, "choices scored, values chosen by the model")
+				b := measureToolCalls(t, eb, cases, cartools.Tools(), "byte by byte, values copied by the grammar")
+				s := measureToolCalls(t, e, cases, cartools.Tools(), "choices scored, values copied by the grammar")
+				t.Logf("cost of choice decoding against byte by byte, same run: %.2f× the tokens run through the model (%.0f against %.0f a request), %.2f× the wall time",
+					s.tokens/b.tokens, s.tokens, b.tokens, s.wall.Seconds()/b.wall.Seconds())
+			}
 			s := measureToolCalls(t, e, cases, cartools.Tools(), "choices scored, values copied by the grammar")
-			t.Logf("cost of choice decoding against byte by byte, same run: %.2f× the tokens run through the model (%.0f against %.0f a request), %.2f× the wall time",
-				s.tokens/b.tokens, s.tokens, b.tokens, s.wall.Seconds()/b.wall.Seconds())
 			if !tuned {
 				t.Skip("the shipped model predates tool training")
 			}
@@ -127,9 +134,9 @@ func TestToolCallAccuracy(t *testing.T) {
 // decoding with values copied: each just below what the shipped model
 // measured (docs/tools.md).
 var toolFloors = map[string]toolScores{
-	"toolcalls_dev": {rightTool: 0.62, exactInText: 0.55, prose: 0.74},
-	"toolcalls":     {rightTool: 0.5, exactInText: 0.35, prose: 0.75},
-	"toolcalls2":    {rightTool: 0.5, exactInText: 0.35, prose: 0.75},
+	"toolcalls_dev": {rightTool: 0.64, exactInText: 0.56, prose: 0.7},  // measured 42/64, 32/55, 6/8
+	"toolcalls":     {rightTool: 0.75, exactInText: 0.62, prose: 0.85}, // measured 58/76, 43/67, 8/8
+	"toolcalls2":    {rightTool: 0.64, exactInText: 0.53, prose: 0.85}, // measured 54/82, 33/60, 9/10
 }
 
 // TestToolSetsNotTrained checks that no tool request of the held-out sets
