@@ -15,15 +15,16 @@ import (
 
 // carRequests are what a driver says to the head unit: commands the edge
 // model answers with tool calls the car executes, and small talk it
-// answers in prose.
+// answers in prose. They are the demo's own wordings, in none of the
+// evaluation sets (models/edgemodel/testdata) nor the training templates
+// (TestCarRequestsAreFresh).
 var carRequests = []string{
-	"could you bump the temperature up to 23",
-	"create a 10 minute timer",
-	"roll the driver window down",
-	"fan to 3 please",
-	"i'm heading to Sacramento",
-	"queue up Queen",
-	"how are you today",
+	"warm the car up to 24 degrees please",
+	"i need a 12 minute timer",
+	"open the passenger window halfway",
+	"blower on 2",
+	"put some jazz on",
+	"tell me about yourself",
 }
 
 // car sends each request to the device's agent with the car tool set

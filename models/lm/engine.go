@@ -56,6 +56,12 @@ type EngineConfig struct {
 	// short passes a long prefill without starving it. 0 = first come,
 	// first served.
 	AgingRate float64
+
+	// ByteChoices turns choice decoding off (constraint_choice.go): a
+	// grammar's closed sets of alternatives (call or prose, tool names,
+	// enum values, copied numbers and spans) are then decided byte by byte
+	// by the sampler, as before it. For comparisons.
+	ByteChoices bool
 }
 
 // DefaultBlockSize is the KV cache block size in tokens when EngineConfig
@@ -139,6 +145,10 @@ type Stats struct {
 	Steps         uint64
 	PrefillTokens uint64 // prompt (and recomputed) tokens run
 	DecodeTokens  uint64 // generated tokens run
+	// ChoiceTokens are the tokens run to score the alternatives of choice
+	// points (constraint_choice.go); the chosen one's tokens are then run
+	// again as a prompt chunk and count in PrefillTokens.
+	ChoiceTokens uint64
 	// TokensPerStep is the mean over FaultWindow; LastStepTokens the latest step.
 	TokensPerStep  float64
 	LastStepTokens int

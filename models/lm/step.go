@@ -15,6 +15,7 @@ type stepBuffers struct {
 	work   []planned
 	logits []float32
 	slots  [][]int32
+	choice choiceBuffers
 }
 
 // planned is one sequence's share of a step: n tokens from s.computed on.
@@ -301,6 +302,7 @@ func (e *Engine) runBatch(work []planned) {
 	now := e.cfg.Now()
 
 	var prefill, decode, li int
+	var choices []*choiceJob
 	for _, w := range work {
 		s := w.s
 		if w.n == 1 && s.generated() > 0 {
@@ -315,24 +317,38 @@ func (e *Engine) runBatch(work []planned) {
 		}
 		logits := sb.logits[li*vocab : (li+1)*vocab]
 		li++
-		tok := int32(0)
-		if s.constraint == nil {
-			tok = s.sampler.sample(logits)
-		} else {
-			var ok bool
-			if tok, ok = s.constraint.sample(s.sampler, logits); !ok {
-				e.complete(s, "stop") // nothing may follow: the text is complete
+		if s.constraint != nil && !s.export && !e.cfg.ByteChoices {
+			if j := e.choiceJob(s, logits); j != nil {
+				choices = append(choices, j) // decided together below (constraint_choice.go)
 				continue
 			}
 		}
-		if s.export {
-			e.exportSequence(s, tok)
-			continue
-		}
-		e.advance(s, tok, now)
+		e.sampleNext(s, logits, now)
+	}
+	if len(choices) > 0 {
+		e.decideChoices(choices, now)
 	}
 	e.running = slices.DeleteFunc(e.running, func(s *sequence) bool { return s.ended })
 	e.recordStep(prefill, decode)
+}
+
+// sampleNext samples s's next token from logits and advances s past it.
+func (e *Engine) sampleNext(s *sequence, logits []float32, now time.Time) {
+	tok := int32(0)
+	if s.constraint == nil {
+		tok = s.sampler.sample(logits)
+	} else {
+		var ok bool
+		if tok, ok = s.constraint.sample(s.sampler, logits); !ok {
+			e.complete(s, "stop") // nothing may follow: the text is complete
+			return
+		}
+	}
+	if s.export {
+		e.exportSequence(s, tok)
+		return
+	}
+	e.advance(s, tok, now)
 }
 
 // registerBlocks registers s's newly full blocks as reusable prefix blocks

@@ -60,6 +60,16 @@ func (c *compiler) copiedString(n *node, lo, hi int, okHi bool) []elem {
 	if !c.copying(n) || lo > 1 {
 		return nil
 	}
+	if e := c.copiedSpans(hi, okHi); e != nil {
+		return e
+	}
+	return c.copiedWordGraph(hi, okHi)
+}
+
+// copiedWordGraph is a copied string as a graph of the copy source's
+// characters, for a source with more spans than copiedSpans lists: its
+// size grows with the text, not with the number of spans.
+func (c *compiler) copiedWordGraph(hi int, okHi bool) []elem {
 	b := c.b
 	quote := b.litRule(`"`)
 	var starts [][]elem
@@ -117,6 +127,83 @@ func (c *compiler) copiedString(n *node, lo, hi int, okHi bool) []elem {
 	return seq(b.lit(`"`), []elem{ref(b.rule(starts...))})
 }
 
+// maxChoiceSpans bounds the spans copiedSpans lists one by one; a longer
+// copy source gets the compact word graph of copiedString, whose spans the
+// engine then chooses byte by byte.
+const maxChoiceSpans = 512
+
+// copiedSpans is a copied string as a choice point (choice.go): after the
+// opening quote, one alternative per span of whole words the copy may be,
+// each followed by the closing quote, so the engine can score each span
+// whole. The spans are those of copiedString's word graph, limited to hi
+// characters where okHi (here a long segment keeps its short spans). It
+// returns nil when there are more than maxChoiceSpans, or none.
+func (c *compiler) copiedSpans(hi int, okHi bool) []elem {
+	text := c.copyFrom
+	var spans []string
+	seen := map[string]bool{}
+	for seg := 0; seg < len(text); {
+		end := seg
+		for end < len(text) && text[end] != '"' && text[end] != '\\' && text[end] >= 0x20 {
+			end++
+		}
+		if end > seg && utf8.ValidString(text[seg:end]) {
+			for i := seg; i < end; i++ {
+				if text[i] == ' ' || i > seg && text[i-1] != ' ' || !utf8.RuneStart(text[i]) {
+					continue
+				}
+				for j := i + 1; j <= end; j++ {
+					if j < end && !utf8.RuneStart(text[j]) || !spanEnds(text, seg, j, end) {
+						continue
+					}
+					if okHi && utf8.RuneCountInString(text[i:j]) > hi {
+						break
+					}
+					if sp := text[i:j]; !seen[sp] {
+						seen[sp] = true
+						spans = append(spans, sp)
+						if len(spans) > maxChoiceSpans {
+							return nil
+						}
+					}
+				}
+			}
+		}
+		seg = end + 1
+	}
+	if len(spans) == 0 {
+		return nil
+	}
+	b := c.b
+	quote := b.litRule(`"`)
+	alts := make([][]elem, len(spans))
+	for k, sp := range spans {
+		alts[k] = seq(b.lit(sp), []elem{ref(quote)})
+	}
+	return seq(b.lit(`"`), []elem{ref(b.choiceRule(false, alts...))})
+}
+
+// spanEnds reports whether a copied span may end at byte j of the segment
+// text[seg:end], as copiedString's word graph allows: at the segment's end
+// unless it is a word's trailing punctuation, before such punctuation, and
+// before a space that does not follow punctuation.
+func spanEnds(text string, seg, j, end int) bool {
+	if j == end {
+		_, n := utf8.DecodeLastRuneInString(text[seg:end])
+		k := end - n
+		return !trailingPunct(text, k, end, end)
+	}
+	next := j + 1
+	switch {
+	case trailingPunct(text, j, next, end):
+		return true
+	case text[j] == ' ' && j > seg && strings.IndexByte(copyPunct, text[j-1]) >= 0:
+		return false
+	default:
+		return text[j] == ' '
+	}
+}
+
 // copyPunct is the punctuation a copied span does not end with.
 const copyPunct = ",.;:!?"
 
@@ -162,7 +249,7 @@ func (c *compiler) copiedInteger(n *node, lo, hi int64) []elem {
 	if len(alts) == 0 {
 		return nil
 	}
-	return []elem{ref(c.b.rule(alts...))}
+	return []elem{ref(c.b.choiceRule(false, alts...))}
 }
 
 // mentionedEnum returns the values of enum n that the copy source

@@ -56,7 +56,10 @@ func ToolCalls(f CallFormat, tools []Tool, o ToolCallOptions) (*Grammar, error) 
 			}
 			alts = append(alts, seq(b.lit(string(name)+`,"arguments":`), args))
 		}
-		call := seq(b.lit(f.Open+`{"name":`), []elem{ref(b.rule(alts...))}, b.lit("}"+f.Close))
+		// The tool names and, beside prose, the call itself are choice
+		// points (choice.go): the engine scores each whole name, and a
+		// call against prose, rather than their first bytes.
+		call := seq(b.lit(f.Open+`{"name":`), []elem{ref(b.choiceRule(false, alts...))}, b.lit("}"+f.Close))
 		calls := call
 		if !o.Single {
 			calls = seq(call, []elem{ref(b.star(seq(b.lit(f.Sep), call)))})
@@ -65,7 +68,7 @@ func ToolCalls(f CallFormat, tools []Tool, o ToolCallOptions) (*Grammar, error) 
 		if !o.Prose {
 			return calls
 		}
-		return []elem{ref(b.rule(calls, []elem{ref(c.proseNotStarting(f.Open))}))}
+		return []elem{ref(b.choiceRule(true, calls, []elem{ref(c.proseNotStarting(f.Open))}))}
 	})
 }
 

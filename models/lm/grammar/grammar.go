@@ -46,6 +46,9 @@ type elem struct {
 type Grammar struct {
 	rules [][][]elem // rule → alternatives → elements
 	root  int32
+	// choices are the rules that are choice points (choice.go), each
+	// saying whether it has an open alternative.
+	choices map[int32]bool
 }
 
 // builder makes rules; the compilers share it.
@@ -54,6 +57,8 @@ type builder struct {
 	sets  map[byteSet]*byteSet // interned so equal sets share a pointer
 	lits  map[string]int32     // rule of each literal already built
 	max   int                  // bound on the rule count
+	// choices are the choice rules built so far (choice.go).
+	choices map[int32]bool
 }
 
 func newBuilder(maxRules int) *builder {
@@ -147,7 +152,9 @@ func (b *builder) star(body []elem) int32 {
 // optional is a rule matching body or nothing.
 func (b *builder) optional(body []elem) int32 { return b.rule([]elem{}, body) }
 
-func (b *builder) grammar(root int32) *Grammar { return &Grammar{rules: b.rules, root: root} }
+func (b *builder) grammar(root int32) *Grammar {
+	return &Grammar{rules: b.rules, root: root, choices: b.choices}
+}
 
 // Rules is the grammar's size, for limits and tests.
 func (g *Grammar) Rules() int { return len(g.rules) }

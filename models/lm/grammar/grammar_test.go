@@ -12,7 +12,7 @@ import (
 )
 
 // walk draws a random sentence of g: at each step a byte some parse
-// accepts, preferring bytes that close values so walks end, and stopping
+// accepts (or at a choice point, half the time, a whole alternative), preferring bytes that close values so walks end, and stopping
 // once the text is complete with probability stopP. It returns false when
 // no sentence was finished within limit bytes.
 func walk(g *Grammar, rng *rand.Rand, limit int, stopP float64) ([]byte, bool) {
@@ -21,6 +21,21 @@ func walk(g *Grammar, rng *rand.Rand, limit int, stopP float64) ([]byte, bool) {
 	for len(out) < limit {
 		if s.Done() || (s.Accepting() && rng.Float64() < stopP) {
 			return out, true
+		}
+		// At a choice point, half the time write a whole alternative as
+		// the engine's choice decoding does.
+		if cs, ok := s.Choices(); ok && rng.Float64() < 0.5 {
+			c := cs[rng.IntN(len(cs))]
+			if c.Open() {
+				s = c.Start()
+				continue
+			}
+			a := c.After()
+			if a.Dead() {
+				panic("a choice's own text was refused")
+			}
+			out, s = append(out, c.Text...), a
+			continue
 		}
 		next := s.next()
 		var cands []byte

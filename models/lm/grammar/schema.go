@@ -226,7 +226,7 @@ func (c *compiler) value(n *node, path string) []elem {
 		case "number":
 			e = c.number(n, path)
 		case "boolean":
-			e = []elem{ref(c.b.rule(c.b.lit("true"), c.b.lit("false")))}
+			e = []elem{ref(c.b.choiceRule(false, c.b.lit("true"), c.b.lit("false")))}
 		case "null":
 			e = c.b.lit("null")
 		default:
@@ -316,7 +316,7 @@ func (c *compiler) literals(n *node, path string, vals []*node) []elem {
 		c.fail(path, "no enum or const value satisfies the schema")
 		return nil
 	}
-	return []elem{ref(c.b.rule(alts...))}
+	return []elem{ref(c.b.choiceRule(false, alts...))}
 }
 
 // shared returns the rule named key, building it once.
