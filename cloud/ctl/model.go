@@ -178,6 +178,7 @@ func modelTrain(ctx context.Context, cio cli.IO, args []string) error {
 	unanswered := fs.Float64("unanswered-target", 0, "edge labels: training target of cloud-labelled requests the cloud model does not answer right either (0 = 1, like the rest)")
 	trainProbe := fs.Bool("probe", false, "train on the edge model's prefill probe (the device then runs it before each routed request); default: the probe block is left empty and ignored")
 	telWeight := fs.Float64("telemetry-weight", 0, "share of the loss on the --telemetry examples, edge labels only (0 = the default, 0.2)")
+	devOnly := fs.Bool("dev-only", false, "edge labels: print no number of the held-out sets (fresh.tsv, fresh2.tsv), for the runs that choose features and settings")
 	if err := parseFlags(fs, cio, args, "phaselessctl model train [--data DIR] [--telemetry FILE] --out F: train the router predictor and evaluate it"); err != nil {
 		return helpOK(err)
 	}
@@ -214,6 +215,7 @@ func modelTrain(ctx context.Context, cio cli.IO, args []string) error {
 		}
 		fmt.Fprintf(cio.Stdout, "threshold %.4f (chosen on %s; validation balanced accuracy %.3f; stored in the model's metadata as %s)\n",
 			res.Threshold, where, res.ValBalanced, predictor.MetaThreshold)
+		res.EdgeReport.HideFresh = *devOnly
 		res.EdgeReport.Print(cio.Stdout)
 		return nil
 	}
