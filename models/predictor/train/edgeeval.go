@@ -500,10 +500,11 @@ func boundUnit(p predictor.Predictor) string {
 // Print writes the report as a table: one row per router, the share of
 // each source's held-out prompts sent to the cloud.
 func (r *EdgeReport) Print(w io.Writer) {
+	shown := func(src string) bool { return !r.HideFresh || !isFreshSource(src) }
 	counts := func(m map[string]int) string {
 		var parts []string
 		for _, src := range AllEdgeSources {
-			if m[src] > 0 {
+			if m[src] > 0 && shown(src) {
 				parts = append(parts, fmt.Sprintf("%s %d", src, m[src]))
 			}
 		}
@@ -514,14 +515,18 @@ func (r *EdgeReport) Print(w io.Writer) {
 	acc := func(m map[string]float64) string {
 		var parts []string
 		for _, src := range AllEdgeSources {
-			if v, ok := m[src]; ok {
+			if v, ok := m[src]; ok && shown(src) {
 				parts = append(parts, fmt.Sprintf("%s %.1f%%", src, 100*v))
 			}
 		}
 		return strings.Join(parts, ", ")
 	}
-	fmt.Fprintf(w, "graded held-out prompts %d: edge right %d, cloud right %d, either %d\n  edge:  %s\n  cloud: %s\n\n",
-		r.Graded, r.EdgeRight, r.CloudRight, r.Oracle, acc(r.EdgeAcc), acc(r.CloudAcc))
+	if r.HideFresh { // the totals count the fresh set's answers
+		fmt.Fprintf(w, "graded answers right, per source\n  edge:  %s\n  cloud: %s\n\n", acc(r.EdgeAcc), acc(r.CloudAcc))
+	} else {
+		fmt.Fprintf(w, "graded held-out prompts %d: edge right %d, cloud right %d, either %d\n  edge:  %s\n  cloud: %s\n\n",
+			r.Graded, r.EdgeRight, r.CloudRight, r.Oracle, acc(r.EdgeAcc), acc(r.CloudAcc))
+	}
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 	if r.HideFresh {
 		fmt.Fprintf(w, "oracle APGR (cloud-only answers first, edge-only last): dev+val facts %.3f (held-out sets hidden: --dev-only)\n\n", r.OracleDev)
@@ -532,7 +537,7 @@ func (r *EdgeReport) Print(w io.Writer) {
 	}
 	var cols []string // sources with held-out prompts
 	for _, src := range AllEdgeSources {
-		if r.Test[src] > 0 && !(r.HideFresh && isFreshSource(src)) {
+		if r.Test[src] > 0 && shown(src) {
 			cols = append(cols, src)
 			fmt.Fprintf(tw, "\t%s", src)
 		}
@@ -558,5 +563,9 @@ func (r *EdgeReport) Print(w io.Writer) {
 		fmt.Fprintln(tw)
 	}
 	tw.Flush()
+	if r.HideFresh {
+		fmt.Fprintln(w, "(APGR dev+val facts: RouteLLM's area under performance gap recovered vs cloud share, over the graded answers of the development sets and the validation fact questions; columns after car→cloud: share of each source's held-out prompts sent to the cloud — edge-clinc, incar and the dev car columns should be low, the rest high)")
+		return
+	}
 	fmt.Fprintln(w, "(APGR: RouteLLM's area under performance gap recovered vs cloud share, over graded answers of the test split and the fresh set — negative where the cloud model answers fewer than the edge model; APGR fresh+facts: the same on the fresh set and the held-out fact questions, where the cloud model is the better one; quality: share of those answered right at the threshold; columns after car→cloud: share of each source's held-out prompts sent to the cloud — edge-clinc, incar and fresh-car should be low, the rest high)")
 }
