@@ -16,6 +16,7 @@ import (
 	"net/url"
 	"os"
 	"path/filepath"
+	"regexp"
 	"runtime"
 	"slices"
 	"strconv"
@@ -267,6 +268,9 @@ func (l *WorkerURLs) Set(v string) error {
 	return nil
 }
 
+// workerKey finds a worker URL's key option, which errors redact.
+var workerKey = regexp.MustCompile(`([#&])key=[^&]*`)
+
 func parseWorkerURL(s string) (WorkerURL, error) {
 	if sim.IsURL(s) {
 		spec, err := sim.ParseURL(s)
@@ -275,20 +279,21 @@ func parseWorkerURL(s string) (WorkerURL, error) {
 		}
 		return WorkerURL{raw: s, sim: &spec}, nil
 	}
+	shown := workerKey.ReplaceAllString(s, "${1}key=REDACTED") // errors never print the key
 	u, err := url.Parse(s)
 	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
-		return WorkerURL{}, fmt.Errorf("%q is not an http(s) URL", s)
+		return WorkerURL{}, fmt.Errorf("%q is not an http(s) URL", shown)
 	}
 	w := WorkerURL{raw: s}
 	opts, err := url.ParseQuery(u.Fragment)
 	if err != nil {
-		return WorkerURL{}, fmt.Errorf("%q: options after # must be key=value&...: %v", s, err)
+		return WorkerURL{}, fmt.Errorf("%q: options after # must be key=value&...: %v", shown, err)
 	}
 	for k, v := range opts {
 		switch k {
 		case "role":
 			if w.role, err = sched.ParseRole(v[0]); err != nil {
-				return WorkerURL{}, fmt.Errorf("%q: %v", s, err)
+				return WorkerURL{}, fmt.Errorf("%q: %v", shown, err)
 			}
 			w.hasRole = true
 		case "model":
@@ -297,15 +302,15 @@ func parseWorkerURL(s string) (WorkerURL, error) {
 			w.key = v[0]
 		case "gpu":
 			if _, err := sim.LookupGPU(v[0]); err != nil {
-				return WorkerURL{}, fmt.Errorf("%q: %v", s, err)
+				return WorkerURL{}, fmt.Errorf("%q: %v", shown, err)
 			}
 			w.gpu = v[0]
 		case "capacity":
 			if w.capacity, err = strconv.Atoi(v[0]); err != nil || w.capacity < 1 {
-				return WorkerURL{}, fmt.Errorf("%q: capacity %q must be a positive integer", s, v[0])
+				return WorkerURL{}, fmt.Errorf("%q: capacity %q must be a positive integer", shown, v[0])
 			}
 		default:
-			return WorkerURL{}, fmt.Errorf("%q: unknown option %q (role, model, capacity, gpu, key)", s, k)
+			return WorkerURL{}, fmt.Errorf("%q: unknown option %q (role, model, capacity, gpu, key)", shown, k)
 		}
 	}
 	u.Fragment = ""
@@ -445,6 +450,18 @@ func (c *Cloud) Run(ctx context.Context) error {
 		return err
 	}
 	return c.Serve(ctx)
+}
+
+// Serving starts c and serves on a goroutine of its own until ctx ends,
+// for callers that go on working meanwhile (tests, embedders); wait
+// blocks until Serve has returned and gives its error.
+func (c *Cloud) Serving(ctx context.Context) (wait func() error, err error) {
+	if err := c.Start(ctx); err != nil {
+		return nil, err
+	}
+	done := make(chan error, 1)
+	go func() { done <- c.Serve(ctx) }()
+	return func() error { return <-done }, nil
 }
 
 // Start builds every component and binds the listeners, so HTTPAddr and

@@ -44,15 +44,14 @@ func startCloud(t *testing.T, mutate func(*Config)) *Cloud {
 		t.Fatal(err)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
-	if err := c.Start(ctx); err != nil {
+	wait, err := c.Serving(ctx)
+	if err != nil {
 		cancel()
 		t.Fatal(err)
 	}
-	done := make(chan error, 1)
-	go func() { done <- c.Serve(ctx) }()
 	t.Cleanup(func() {
 		cancel()
-		if err := <-done; err != nil {
+		if err := wait(); err != nil {
 			t.Errorf("serve: %v", err)
 		}
 	})
@@ -383,6 +382,12 @@ func TestConfigValidate(t *testing.T) {
 	}
 	if keyed[0].key != "sk-work-1" || keyed[0].base != "http://peer:8080" || strings.Contains(keyed.String(), "sk-work-1") {
 		t.Fatalf("keyed worker %+v, printed %q", keyed[0], keyed.String())
+	}
+	// ...nor does an error about the same URL.
+	for _, bad := range []string{"http://peer:8080#key=sk-work-1&capacity=x", "http://peer:8080#role=nope&key=sk-work-1", "http://peer:8080#key=sk-work-1&colour=red"} {
+		if err := keyed.Set(bad); err == nil || strings.Contains(err.Error(), "sk-work-1") || !strings.Contains(err.Error(), "REDACTED") {
+			t.Fatalf("worker %q: error %v shows the key or no sign of it", bad, err)
+		}
 	}
 	// #gpu= prices the worker by the simulator's profile of that GPU.
 	if err := c.Workers.Set("http://l4:8000#gpu=l4,http://h100:8000#gpu=h100&model=llama3.1-8b"); err != nil {

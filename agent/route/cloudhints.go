@@ -22,15 +22,23 @@ func cloudOnlyHint(req *llm.Request, localNoPins bool) string {
 	return ""
 }
 
-// checkCloudHints refuses a cloud-only header on a request the router keeps
-// on the device anyway (x-phaseless-route: local, route-mode local, no
-// cloud configured): nothing there would act on it, and a header is never
-// accepted and then ignored. The router sends every other request that
-// carries one to the cloud (Router.Decide), where it takes effect.
-func checkCloudHints(req *llm.Request, dec Decision, localNoPins bool) error {
+// checkCloudHints refuses a cloud-only header on a request that will run
+// on the device anyway (x-phaseless-route: local, route-mode local, or no
+// cloud configured, x-phaseless-route: cloud included): nothing there
+// would act on it, and a header is never accepted and then ignored. The
+// router sends every other request that carries one to the cloud
+// (Router.Decide), where it takes effect. A cloud attempt that fails
+// before its first token still falls back to the device, as every request
+// does: the answer says so (x-phaseless-fallback), and these headers only
+// shape how the cloud serves a request, never what it answers.
+func checkCloudHints(req *llm.Request, dec Decision, haveCloud, localNoPins bool) error {
 	name := cloudOnlyHint(req, localNoPins)
-	if name == "" || dec.Path != PathLocal {
+	if name == "" || (dec.Path != PathLocal && haveCloud) {
 		return nil
 	}
-	return llm.Errorf(llm.CodeInvalid, "header %s acts in the cloud, and this request runs on the device (%s)", name, dec.Reason)
+	reason := dec.Reason
+	if dec.Path != PathLocal {
+		reason = "no cloud configured"
+	}
+	return llm.Errorf(llm.CodeInvalid, "header %s acts in the cloud, and this request runs on the device (%s)", name, reason)
 }

@@ -140,7 +140,7 @@ func (d *Dispatcher) Generate(ctx context.Context, req *llm.Request, emit llm.Em
 	dec := router.Decide(req, d.link(), d.load())
 	span.SetAttributes(attribute.String("phaseless.path", dec.Path), attribute.Float64("phaseless.cloud_prob", dec.CloudProb))
 	span.End()
-	if err := checkCloudHints(req, dec, router.cfg.LocalNoPins); err != nil {
+	if err := checkCloudHints(req, dec, d.cfg.Cloud != nil, router.cfg.LocalNoPins); err != nil {
 		return llm.Final{}, err
 	}
 	d.m.decisions.With(dec.Path).Inc()

@@ -25,8 +25,10 @@ import (
 // Directory is where pinned prefixes live.
 type Directory interface {
 	// Record notes that worker holds the prefix ending in block hash h
-	// until until.
-	Record(ctx context.Context, h uint64, worker string, until time.Time) error
+	// for ttl from now. A duration, not an instant: the caller's clock
+	// (injected in tests, another host's for a replica) need not agree
+	// with the directory's.
+	Record(ctx context.Context, h uint64, worker string, ttl time.Duration) error
 	// Lookup returns the worker holding the longest recorded prefix of
 	// hashes (a prompt's chained block hashes) and its length in blocks;
 	// blocks is 0 when none is recorded.
@@ -61,9 +63,13 @@ func NewMemory(now func() time.Time) *Memory {
 }
 
 // Record implements Directory.
-func (m *Memory) Record(_ context.Context, h uint64, worker string, until time.Time) error {
+func (m *Memory) Record(_ context.Context, h uint64, worker string, ttl time.Duration) error {
+	if ttl <= 0 {
+		return nil
+	}
 	m.mu.Lock()
 	defer m.mu.Unlock()
+	until := m.now().Add(ttl)
 	if e, ok := m.entries[h]; !ok || until.After(e.until) || e.worker != worker {
 		m.entries[h] = entry{worker, until}
 	}
@@ -122,13 +128,12 @@ func NewRedis(client *redis.Client, prefix string) *Redis {
 func (r *Redis) key(h uint64) string { return r.prefix + strconv.FormatUint(h, 16) }
 
 // Record implements Directory.
-func (r *Redis) Record(ctx context.Context, h uint64, worker string, until time.Time) error {
-	ttl := time.Until(until)
+func (r *Redis) Record(ctx context.Context, h uint64, worker string, ttl time.Duration) error {
 	if ttl <= 0 {
 		return nil
 	}
-	// PXAT would tie the expiry to this host's clock either way; a relative
-	// expiry keeps working when replicas' clocks disagree.
+	// A relative expiry (not PXAT) keeps working when replicas' clocks
+	// disagree: Redis counts it on its own clock.
 	if err := r.client.Set(ctx, r.key(h), worker, ttl).Err(); err != nil {
 		return fmt.Errorf("redis pin record: %w", err)
 	}

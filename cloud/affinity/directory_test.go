@@ -17,16 +17,15 @@ func (c *clock) Now() time.Time { return c.t }
 func checkDirectory(t *testing.T, a, b Directory, expire func(time.Duration)) {
 	t.Helper()
 	ctx := context.Background()
-	now := time.Now()
 	prompt := []uint64{11, 12, 13, 14, 15}
 	if w, n, err := b.Lookup(ctx, prompt); err != nil || n != 0 || w != "" {
 		t.Fatalf("empty directory: %q %d %v", w, n, err)
 	}
 	// A system prompt pinned on w1 (2 blocks), a conversation on w2 (4).
-	if err := a.Record(ctx, 12, "w1", now.Add(time.Hour)); err != nil {
+	if err := a.Record(ctx, 12, "w1", time.Hour); err != nil {
 		t.Fatal(err)
 	}
-	a.Record(ctx, 14, "w2", now.Add(2*time.Second))
+	a.Record(ctx, 14, "w2", 2*time.Second)
 	if w, n, err := b.Lookup(ctx, prompt); err != nil || w != "w2" || n != 4 {
 		t.Fatalf("lookup: %q %d %v, want w2 with 4 blocks", w, n, err)
 	}

@@ -171,8 +171,8 @@ func (l *cacheLayer) opened(req *llm.Request, fp *semantic.Fingerprint, m *measu
 // record writes a pin to the directory, counting the writes that fail:
 // a pin is still served by its worker, but other replicas will not send
 // its follow-ups there.
-func (l *cacheLayer) record(ctx context.Context, h uint64, worker string, until time.Time) {
-	if err := l.dir.Record(ctx, h, worker, until); err != nil {
+func (l *cacheLayer) record(ctx context.Context, h uint64, worker string, ttl time.Duration) {
+	if err := l.dir.Record(ctx, h, worker, ttl); err != nil {
 		l.m.dirRecords.With("error").Inc()
 		return
 	}
@@ -190,7 +190,6 @@ func firstBlock(hashes []uint64) uint64 {
 // worker: each breakpoint's last full block, until its lifetime ends (a
 // hit records it again, as the engine refreshes the pin).
 func (l *cacheLayer) pinned(ctx context.Context, req *llm.Request, m *measured, worker string) {
-	now := l.now()
 	whole := l.promptTokens(lm.PromptMessages(req, false))
 	for _, bp := range req.CacheBreakpoints {
 		msgs := lm.CachePrefix(req, bp, false)
@@ -201,7 +200,7 @@ func (l *cacheLayer) pinned(ctx context.Context, req *llm.Request, m *measured, 
 		if n == 0 || n > len(m.sig.BlockHashes) {
 			continue
 		}
-		l.record(ctx, m.sig.BlockHashes[n-1], worker, now.Add(bp.TTL))
+		l.record(ctx, m.sig.BlockHashes[n-1], worker, bp.TTL)
 	}
 }
 
@@ -305,7 +304,7 @@ func (l *cacheLayer) warm(c *Coordinator, tenant string, prefix []llm.Message, m
 			return
 		}
 		l.m.warmups.With("warmed").Inc()
-		l.record(l.ctx, hashes[want-1], w.Name(), l.now().Add(llm.MinCacheTTL))
+		l.record(l.ctx, hashes[want-1], w.Name(), llm.MinCacheTTL)
 	}()
 }
 

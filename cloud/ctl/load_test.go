@@ -34,15 +34,16 @@ func startTestCloud(t *testing.T, cfg cloud.Config) *cloud.Cloud {
 		t.Fatal(err)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
-	if err := c.Start(ctx); err != nil {
+	wait, err := c.Serving(ctx)
+	if err != nil {
 		cancel()
 		t.Fatal(err)
 	}
-	done := make(chan error, 1)
-	go func() { done <- c.Serve(ctx) }()
 	t.Cleanup(func() {
 		cancel()
-		<-done
+		if err := wait(); err != nil {
+			t.Errorf("serve: %v", err)
+		}
 	})
 	return c
 }

@@ -228,6 +228,15 @@ func modelEvaluate(ctx context.Context, cio cli.IO, args []string) error {
 	if *candidate == "" {
 		return &cli.FieldError{Field: "candidate", Err: errors.New("required")}
 	}
+	if *cloud == "" {
+		// They say which fleet router to compare with: without a cloud there
+		// is none, and the shipped router would be compared instead.
+		for _, f := range []struct{ name, v string }{{"select", *sel}, {"ota-pub", *otaPub}, {"api-key", *apiKey}} {
+			if f.v != "" {
+				return &cli.FieldError{Field: f.name, Err: errors.New("needs --cloud (it chooses the fleet's router to compare with)")}
+			}
+		}
+	}
 	var fr *fleetRouter
 	if *cloud != "" {
 		fr = &fleetRouter{cloud: *cloud, apiKey: *apiKey}

@@ -165,6 +165,12 @@ func TestEvaluateAgainstFleetRouter(t *testing.T) {
 			t.Fatalf("evaluate %v against the shipped router: %v\n%s", args, err, out)
 		}
 	}
+	// The flags that choose the fleet's router mean nothing without it.
+	for _, args := range [][]string{{"--select", "region=eu"}, {"--ota-pub", pubPath}, {"--api-key", "sk-1"}} {
+		if out, err := eval(args...); err == nil || !strings.Contains(err.Error(), "needs --cloud") {
+			t.Fatalf("evaluate %v without --cloud: %v\n%s", args, err, out)
+		}
+	}
 	// With the cloud it is judged against 1.1, which most devices run.
 	out, err := eval("--cloud", srv.URL, "--ota-pub", pubPath)
 	if !errors.Is(err, ErrWorseRouter) || !strings.Contains(out, "fleet's router: 1.1, run by 2 of 6 devices (scope: every device;") {

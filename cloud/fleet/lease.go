@@ -59,8 +59,10 @@ type RedisLease struct {
 	ttl    time.Duration
 	token  string
 
-	mu      sync.Mutex // guards lost, stop
+	now     func() time.Time
+	mu      sync.Mutex // guards lost, stop, since
 	lost    error      // why the lease stopped being ours; nil while held
+	since   time.Time  // when the last successful take or renewal was sent
 	stop    chan struct{}
 	renewed sync.WaitGroup
 }
@@ -83,7 +85,7 @@ func NewRedisLease(url, key, name string, ttl time.Duration) (*RedisLease, error
 	}
 	var rnd [12]byte
 	_, _ = rand.Read(rnd[:])
-	return &RedisLease{client: redis.NewClient(opt), key: key, name: name, ttl: ttl, token: hex.EncodeToString(rnd[:])}, nil
+	return &RedisLease{client: redis.NewClient(opt), key: key, name: name, ttl: ttl, token: hex.EncodeToString(rnd[:]), now: time.Now}, nil
 }
 
 func (l *RedisLease) value() string { return l.token + " " + l.name }
@@ -97,6 +99,7 @@ var (
 
 // Acquire implements Lease and starts renewing.
 func (l *RedisLease) Acquire(ctx context.Context) error {
+	sent := l.now()
 	ok, err := l.client.SetNX(ctx, l.key, l.value(), l.ttl).Result()
 	if err != nil {
 		return fmt.Errorf("fleet lease: %w", err)
@@ -110,7 +113,7 @@ func (l *RedisLease) Acquire(ctx context.Context) error {
 		return fmt.Errorf("%w: %q (expires in %v unless renewed)", ErrLeaseHeld, holder, ttl.Round(time.Millisecond))
 	}
 	l.mu.Lock()
-	l.lost, l.stop = nil, make(chan struct{})
+	l.lost, l.stop, l.since = nil, make(chan struct{}), sent
 	stop := l.stop
 	l.mu.Unlock()
 	l.renewed.Go(func() { l.renew(stop) })
@@ -135,17 +138,19 @@ func (l *RedisLease) renew(stop chan struct{}) {
 			return
 		case <-t.C:
 		}
+		sent := l.now()
 		n, err := l.renewOnce()
 		// An unreachable Redis is not yet a lost lease (it may hold until
 		// its TTL); Held checks at the source before anything is sent. A
 		// renewal refused because another holder has the key is final.
-		if err == nil && n == 0 {
-			l.mu.Lock()
-			if l.lost == nil {
-				l.lost = errors.New("the lease expired and was taken over")
-			}
-			l.mu.Unlock()
+		l.mu.Lock()
+		switch {
+		case err == nil && n == 0 && l.lost == nil:
+			l.lost = errors.New("the lease expired and was taken over")
+		case err == nil && n == 1:
+			l.since = sent
 		}
+		l.mu.Unlock()
 	}
 }
 
@@ -181,6 +186,28 @@ func (l *RedisLease) Held(ctx context.Context) error {
 	return nil
 }
 
+// HeldRecently says without asking Redis whether the lease is certainly
+// still this holder's: nil when it was taken or renewed less than two
+// thirds of its TTL ago (the time the request was sent, so Redis's expiry
+// is later still), ErrLeaseLost when a renewal found it taken, and
+// errAskRedis otherwise. The message handlers use it, so that a wave of
+// devices reconnecting costs no Redis round trip each; commands, rollout
+// steps and API writes still check at the source (Held).
+func (l *RedisLease) HeldRecently() error {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	switch {
+	case l.lost != nil:
+		return fmt.Errorf("%w: %w", ErrLeaseLost, l.lost)
+	case l.stop != nil && l.now().Sub(l.since) < l.ttl*2/3:
+		return nil
+	}
+	return errAskRedis
+}
+
+// errAskRedis: HeldRecently cannot tell; Held asks.
+var errAskRedis = errors.New("fleet lease: not renewed recently")
+
 // Release implements Lease: it stops renewing and deletes the key if it
 // is still this holder's. The lease may be acquired again (a standby that
 // stepped down waits for it anew).
@@ -198,16 +225,6 @@ func (l *RedisLease) stopRenewing() {
 	}
 	l.mu.Unlock()
 	l.renewed.Wait()
-}
-
-// Holder names who holds the lease now ("" when nobody does).
-func (l *RedisLease) Holder(ctx context.Context) (string, error) {
-	v, err := l.client.Get(ctx, l.key).Result()
-	if errors.Is(err, redis.Nil) {
-		return "", nil
-	}
-	_, name, _ := cutToken(v)
-	return name, err
 }
 
 // BindStore records id as the fleet store's identity beside the lease if

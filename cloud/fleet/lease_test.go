@@ -5,6 +5,7 @@ import (
 	"errors"
 	"net/http/httptest"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -24,7 +25,11 @@ func TestFleetLeaseSingleWriter(t *testing.T) {
 	url := redistest.Start(t)
 	lease := func(name string) *RedisLease { return testLease(t, url, name, 3*time.Second) }
 	b := startBroker(t, broker.Config{DevAuth: true})
-	a, err := Open(Config{DataDir: t.TempDir(), Broker: b, Lease: lease("cloud-a")})
+	shared := t.TempDir() // the fleet store both replicas reach
+	clk := &skewClock{}
+	la := lease("cloud-a")
+	la.now = clk.Now
+	a, err := Open(Config{DataDir: shared, Broker: b, Lease: la})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -33,8 +38,7 @@ func TestFleetLeaseSingleWriter(t *testing.T) {
 		t.Fatalf("holder not ready: %v", err)
 	}
 	b2 := startBroker(t, broker.Config{DevAuth: true})
-	bDir := t.TempDir()
-	if _, err := Open(Config{DataDir: bDir, Broker: b2, Lease: lease("cloud-b")}); !errors.Is(err, ErrLeaseHeld) || !strings.Contains(err.Error(), "cloud-a") {
+	if _, err := Open(Config{DataDir: shared, Broker: b2, Lease: lease("cloud-b")}); !errors.Is(err, ErrLeaseHeld) || !strings.Contains(err.Error(), "cloud-a") {
 		t.Fatalf("second manager: %v, want the lease held by cloud-a", err)
 	}
 	ctx := context.Background()
@@ -71,7 +75,11 @@ func TestFleetLeaseSingleWriter(t *testing.T) {
 		t.Fatalf("a changed labels (and so merged config) without the lease: %v", err)
 	}
 	// The message handlers' re-sends (a device reconnecting or reporting a
-	// stale version) check the lease too.
+	// stale version) check the lease too: at once when a renewal found it
+	// taken, and otherwise at the source once the last renewal is older
+	// than two thirds of the TTL (within it, no other holder can have
+	// taken the key: it had not expired).
+	clk.add(3 * time.Second)
 	if a.steers() {
 		t.Fatal("a steers devices from its handlers without the lease")
 	}
@@ -88,9 +96,13 @@ func TestFleetLeaseSingleWriter(t *testing.T) {
 	if v, _ := rc.Get(ctx, "phaseless:fleet:lease").Result(); v != "othertoken cloud-c" {
 		t.Fatalf("a's Close removed another holder's lease: %q", v)
 	}
-	// Once the key is free (cloud-c's lease expired), b starts and steers.
+	// Once the key is free (cloud-c's lease expired), b starts on the
+	// fleet's store and steers; on a store of its own it refuses.
 	rc.Del(ctx, "phaseless:fleet:lease")
-	m, err := Open(Config{DataDir: bDir, Broker: b2, Lease: lease("cloud-b")})
+	if _, err := Open(Config{DataDir: t.TempDir(), Broker: b2, Lease: lease("cloud-b")}); !errors.Is(err, ErrOtherStore) {
+		t.Fatalf("a writer on an empty store of its own: %v, want %v", err, ErrOtherStore)
+	}
+	m, err := Open(Config{DataDir: shared, Broker: b2, Lease: lease("cloud-b")})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -119,3 +131,59 @@ func mustParse(t *testing.T, url string) *redis.Options {
 }
 
 func ptr(s string) *string { return &s }
+
+// skewClock is the wall clock moved on by the test.
+type skewClock struct {
+	mu sync.Mutex
+	d  time.Duration
+}
+
+func (c *skewClock) Now() time.Time {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return time.Now().Add(c.d)
+}
+
+func (c *skewClock) add(d time.Duration) {
+	c.mu.Lock()
+	c.d += d
+	c.mu.Unlock()
+}
+
+// TestLeaseHeldRecently: the handlers' check needs no Redis round trip
+// while the last take or renewal is recent, asks Redis once it is not,
+// and knows at once when a renewal found the lease taken.
+func TestLeaseHeldRecently(t *testing.T) {
+	url := redistest.Start(t)
+	l := testLease(t, url, "cloud-a", 15*time.Second)
+	clk := &skewClock{}
+	l.now = clk.Now
+	if err := l.HeldRecently(); !errors.Is(err, errAskRedis) {
+		t.Fatalf("before Acquire: %v, want %v", err, errAskRedis)
+	}
+	ctx := context.Background()
+	if err := l.Acquire(ctx); err != nil {
+		t.Fatal(err)
+	}
+	defer l.Release(ctx)
+	if err := l.HeldRecently(); err != nil {
+		t.Fatalf("just taken: %v", err)
+	}
+	clk.add(9 * time.Second)
+	if err := l.HeldRecently(); err != nil {
+		t.Fatalf("9 s into a 15 s lease: %v", err)
+	}
+	clk.add(2 * time.Second)
+	if err := l.HeldRecently(); !errors.Is(err, errAskRedis) {
+		t.Fatalf("11 s into a 15 s lease: %v, want %v", err, errAskRedis)
+	}
+	if err := l.Held(ctx); err != nil {
+		t.Fatalf("Redis still has it: %v", err)
+	}
+	l.mu.Lock()
+	l.lost = errors.New("taken over")
+	l.mu.Unlock()
+	if err := l.HeldRecently(); !errors.Is(err, ErrLeaseLost) {
+		t.Fatalf("after a renewal found it taken: %v, want %v", err, ErrLeaseLost)
+	}
+}

@@ -71,7 +71,15 @@ func Open(cfg Config) (*Manager, error) {
 			return nil, err
 		}
 	}
-	m, err := open(cfg, nil)
+	var check func(*store) error
+	if cfg.Lease != nil {
+		check = func(st *store) error {
+			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			defer cancel()
+			return sameStore(ctx, cfg.Lease, cfg.DataDir, st)
+		}
+	}
+	m, err := open(cfg, check)
 	if err != nil && cfg.Lease != nil {
 		_ = closeLease(cfg.Lease)
 	}
@@ -470,6 +478,15 @@ func (m *Manager) sendDesired(dev *Device) {
 // steers reports whether this Manager holds the fleet lease (always, with
 // no lease configured), logging why not.
 func (m *Manager) steers() bool {
+	if l, ok := m.cfg.Lease.(recentLease); ok {
+		switch err := l.HeldRecently(); {
+		case err == nil:
+			return true
+		case errors.Is(err, ErrLeaseLost):
+			m.log.Warn("not the fleet's writer: nothing sent to devices", "err", err)
+			return false
+		}
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 	if err := m.fence(ctx); err != nil {
@@ -477,6 +494,14 @@ func (m *Manager) steers() bool {
 		return false
 	}
 	return true
+}
+
+// recentLease is a Lease that can tell without a round trip that it is
+// still held (RedisLease.HeldRecently): steers runs on the MQTT delivery
+// goroutine once per message, where a Redis round trip each would hold
+// up every device's messages behind a slow Redis.
+type recentLease interface {
+	HeldRecently() error
 }
 
 // Errors the API maps to statuses.

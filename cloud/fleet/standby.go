@@ -112,11 +112,13 @@ func (s *Standby) step() {
 		s.set(nil, fmt.Errorf("%w: %w", ErrStandby, err))
 		return
 	}
-	m, err := open(s.cfg, func(st *store) error { return s.sameStore(ctx, st) })
+	m, err := open(s.cfg, func(st *store) error { return sameStore(ctx, s.cfg.Lease, s.cfg.DataDir, st) })
 	if err != nil {
 		// The store may still be locked by a writer that lost its lease
 		// but has not closed yet: give the lease back and try again.
-		_ = s.cfg.Lease.Release(ctx)
+		if rerr := s.cfg.Lease.Release(ctx); rerr != nil {
+			s.cfg.Logger.Warn("give the fleet lease back", "err", rerr)
+		}
 		s.cfg.Logger.Error("fleet lease taken but the fleet manager did not open; retrying", "err", err)
 		s.set(nil, fmt.Errorf("%w: took the lease but could not open the fleet store: %w", ErrStandby, err))
 		return
@@ -137,11 +139,12 @@ type storeBinder interface {
 }
 
 // sameStore checks that st is the one the fleet's writers used: the
-// first writer records its store's identity beside the lease, and a
-// standby on a store of its own (per-replica data directories, not a
-// shared one) stays a standby instead of taking the fleet over empty.
-func (s *Standby) sameStore(ctx context.Context, st *store) error {
-	b, ok := s.cfg.Lease.(storeBinder)
+// first writer (a standby or not) records its store's identity beside the
+// lease, and a writer on a store of its own (per-replica data
+// directories, not a shared one) refuses to steer the fleet instead of
+// taking it over empty.
+func sameStore(ctx context.Context, lease Lease, dataDir string, st *store) error {
+	b, ok := lease.(storeBinder)
 	if !ok {
 		return nil
 	}
@@ -154,7 +157,7 @@ func (s *Standby) sameStore(ctx context.Context, st *store) error {
 		return err
 	}
 	if fleetID != id {
-		return fmt.Errorf("%w: %s holds store %s, the fleet's writers used %s: point the fleet data directory at the shared store, or delete the lease's :store key in Redis to make this store the fleet's", ErrOtherStore, s.cfg.DataDir, id, fleetID)
+		return fmt.Errorf("%w: %s holds store %s, the fleet's writers used %s: point the fleet data directory at the shared store, or delete the lease's :store key in Redis to make this store the fleet's", ErrOtherStore, dataDir, id, fleetID)
 	}
 	return nil
 }

@@ -54,19 +54,19 @@ func fleetOfAgents(t *testing.T, n int) (*cloud.Cloud, []string) {
 		t.Fatal(err)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
-	if err := c.Start(ctx); err != nil {
+	wait, err := c.Serving(ctx)
+	if err != nil {
 		cancel()
 		t.Fatal(err)
 	}
-	var wg sync.WaitGroup
-	wg.Add(1)
-	go func() {
-		defer wg.Done()
-		if err := c.Serve(ctx); err != nil {
+	var wg sync.WaitGroup // the agents
+	t.Cleanup(func() {
+		cancel()
+		wg.Wait()
+		if err := wait(); err != nil {
 			t.Errorf("cloud: %v", err)
 		}
-	}()
-	t.Cleanup(func() { cancel(); wg.Wait() })
+	})
 	var urls []string
 	for i := range n {
 		acfg := agent.Config{}

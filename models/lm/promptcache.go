@@ -22,6 +22,7 @@ type rendered struct {
 	msgs     []llm.Message
 	toolEnds []int // bytes of msgs[0].Content up to each tool's end
 	shift    int   // turns ahead of req.Messages[0]
+	src      []llm.Message
 }
 
 func render(req *llm.Request, templated bool) rendered {
@@ -29,7 +30,7 @@ func render(req *llm.Request, templated bool) rendered {
 		return rendered{msgs: req.Messages}
 	}
 	msgs, ends := toolMessages(req, templated)
-	r := rendered{msgs: msgs, toolEnds: ends}
+	r := rendered{msgs: msgs, toolEnds: ends, src: req.Messages}
 	if len(ends) > 0 {
 		r.shift = 1
 	}
@@ -39,8 +40,9 @@ func render(req *llm.Request, templated bool) rendered {
 // prefix is the conversation whose rendering is bp's cached prefix: the
 // tool definitions up to bp's tool, or the turns up to bp's message cut
 // after its Chars bytes (a turn's own text comes first in its rendered
-// form, so Chars means the same there). nil when bp covers nothing that is
-// rendered (tools the request does not offer).
+// form, so Chars means the same there, except after the words a failed
+// tool result begins with: llm.Message.ToolResultChars). nil when bp
+// covers nothing that is rendered (tools the request does not offer).
 func (r rendered) prefix(bp llm.CacheBreakpoint) []llm.Message {
 	if bp.Tools > 0 {
 		if bp.Tools > len(r.toolEnds) {
@@ -48,12 +50,15 @@ func (r rendered) prefix(bp llm.CacheBreakpoint) []llm.Message {
 		}
 		return []llm.Message{{Role: r.msgs[0].Role, Content: r.msgs[0].Content[:r.toolEnds[bp.Tools-1]]}}
 	}
-	k := bp.Message + r.shift
-	if k >= len(r.msgs) || bp.Chars > len(r.msgs[k].Content) {
+	k, chars := bp.Message+r.shift, bp.Chars
+	if bp.Message < len(r.src) && r.src[bp.Message].Role == "tool" {
+		chars = r.src[bp.Message].ToolResultChars(chars)
+	}
+	if k >= len(r.msgs) || chars > len(r.msgs[k].Content) {
 		return nil
 	}
 	msgs := append([]llm.Message(nil), r.msgs[:k+1]...)
-	msgs[k].Content = msgs[k].Content[:bp.Chars]
+	msgs[k].Content = msgs[k].Content[:chars]
 	return msgs
 }
 

@@ -209,3 +209,24 @@ func TestPromptCachePinsToolDefinitions(t *testing.T) {
 		})
 	}
 }
+
+// TestCachePrefixOfAFailedToolResult: a breakpoint on a failed tool
+// result covers the whole result as the model reads it, the words saying
+// it failed included.
+func TestCachePrefixOfAFailedToolResult(t *testing.T) {
+	for _, c := range []struct{ content, want string }{
+		{"fan broken", llm.ToolFailed + "fan broken"},
+		{"", "The tool failed."},
+	} {
+		req := &llm.Request{Messages: []llm.Message{
+			{Role: "user", Content: "fan to 3"},
+			{Role: "assistant", ToolTurn: llm.ToolTurn{ToolCalls: []llm.ToolCall{{ID: "c1", Name: "set_fan_speed", Arguments: `{"level":3}`}}}},
+			{Role: "tool", Content: c.content, ToolTurn: llm.ToolTurn{ToolCallID: "c1", ToolError: true}},
+			{Role: "user", Content: "and now?"},
+		}}
+		prefix := CachePrefix(req, llm.CacheBreakpoint{Message: 2, Chars: len(c.content), TTL: 5 * time.Minute}, false)
+		if len(prefix) != 3 || prefix[2].Content != c.want {
+			t.Fatalf("prefix of the failed result %q: %+v, want its last turn %q", c.content, prefix, c.want)
+		}
+	}
+}

@@ -46,13 +46,13 @@ func (c *Client) cacheControl(body *upRequest, req *llm.Request) (ttlHeader stri
 			}
 			continue
 		}
-		content := req.Messages[bp.Message].Content
-		parts[bp.Message] = append(parts[bp.Message], upPart{Type: "text", Text: content[cut[bp.Message]:bp.Chars], CacheControl: mark(bp.TTL)})
-		cut[bp.Message] = bp.Chars
+		content, chars := upText(req.Messages[bp.Message], bp.Chars)
+		parts[bp.Message] = append(parts[bp.Message], upPart{Type: "text", Text: content[cut[bp.Message]:chars], CacheControl: mark(bp.TTL)})
+		cut[bp.Message] = chars
 	}
 	for i, ps := range parts {
-		if rest := req.Messages[i].Content[cut[i]:]; rest != "" {
-			ps = append(ps, upPart{Type: "text", Text: rest})
+		if content, _ := upText(req.Messages[i], 0); content[cut[i]:] != "" {
+			ps = append(ps, upPart{Type: "text", Text: content[cut[i]:]})
 		}
 		body.Messages[i].Content = ps
 	}
@@ -60,4 +60,13 @@ func (c *Client) cacheControl(body *upRequest, req *llm.Request) (ttlHeader stri
 		return ""
 	}
 	return strconv.Itoa(int(header / time.Second))
+}
+
+// upText is the text m carries upstream (a failed tool result in words,
+// as Generate sends it) and where chars bytes of its Content end there.
+func upText(m llm.Message, chars int) (string, int) {
+	if m.Role != "tool" {
+		return m.Content, chars
+	}
+	return m.ToolResultText(), m.ToolResultChars(chars)
 }

@@ -143,8 +143,11 @@ func promptCache(a api, body []byte, req *llm.Request) *apiError {
 				toolBPs = append(toolBPs, bp)
 				continue
 			}
+			// A text block is part of a tool turn only when the body
+			// message is one (OpenAI role tool); an Anthropic message's
+			// text is its own turn after its tool results.
 			bp.Message, bp.Chars = at, text.Len()
-			if turn.Role == "tool" || !strings.HasPrefix(turn.Content, text.String()) {
+			if (turn.Role == "tool") != (role == "tool") || !strings.HasPrefix(turn.Content, text.String()) {
 				return 0, invalid(param+".cache_control", "%s: cache_control on a block that is not part of the prompt", param)
 			}
 			textBPs = append(textBPs, bp)

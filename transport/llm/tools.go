@@ -132,6 +132,20 @@ func (m Message) ToolResultText() string {
 	return ToolFailed + m.Content
 }
 
+// ToolResultChars maps a byte count of a tool turn's Content (a cache
+// breakpoint's Chars) to the same place in ToolResultText: after the
+// ToolFailed words a failed result begins with. A failed result with no
+// text renders as one sentence, which any count covers whole.
+func (m Message) ToolResultChars(chars int) int {
+	switch {
+	case !m.ToolError:
+		return chars
+	case strings.TrimSpace(m.Content) == "":
+		return len(m.ToolResultText())
+	}
+	return len(ToolFailed) + chars
+}
+
 // FinishToolCalls is Final.FinishReason when the reply ended with tool calls.
 const FinishToolCalls = "tool_calls"
 

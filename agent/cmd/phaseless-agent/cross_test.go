@@ -91,7 +91,7 @@ func TestCrossCompiledAgentUnderQEMU(t *testing.T) {
 				}
 				t.Skipf("%s not installed (apt-get install qemu-user-static)", b.qemu)
 			}
-			ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 			defer cancel()
 			out, err := exec.CommandContext(ctx, qemu, bin, "--version").CombinedOutput()
 			if err != nil || !strings.Contains(string(out), "phaseless-agent crosstest") {
@@ -121,6 +121,9 @@ func TestCrossCompiledAgentUnderQEMU(t *testing.T) {
 				if err := errors.Join(lm.WriteRandom(f, cfg, 1, nil, r), f.Close()); err != nil {
 					t.Fatal(err)
 				}
+				// Both CPUs: the default has dotprod, so the K-quant
+				// kernels run their SDOT path there and base NEON on the A72.
+				completeUnderQEMU(ctx, t, []string{qemu}, bin, "--model", q)
 				completeUnderQEMU(ctx, t, a72, bin, "--model", q)
 			}
 		})
