@@ -178,6 +178,8 @@ func modelTrain(ctx context.Context, cio cli.IO, args []string) error {
 	unanswered := fs.Float64("unanswered-target", 0, "edge labels: training target of cloud-labelled requests the cloud model does not answer right either (0 = 1, like the rest)")
 	trainProbe := fs.Bool("probe", false, "train on the edge model's prefill probe (the device then runs it before each routed request); default: the probe block is left empty and ignored")
 	telWeight := fs.Float64("telemetry-weight", 0, "share of the loss on the --telemetry examples, edge labels only (0 = the default, 0.2)")
+	augment := fs.Int("augment", train.EdgeAugment, "edge labels: unseen-word copies of each short training request (train.AugmentUnseen; 0 none)")
+	devOnly := fs.Bool("dev-only", false, "edge labels: print no number of the held-out sets (fresh.tsv, fresh2.tsv), for the runs that choose features and settings")
 	if err := parseFlags(fs, cio, args, "phaselessctl model train [--data DIR] [--telemetry FILE] --out F: train the router predictor and evaluate it"); err != nil {
 		return helpOK(err)
 	}
@@ -186,6 +188,13 @@ func modelTrain(ctx context.Context, cio cli.IO, args []string) error {
 	}
 	if err := checkLabels(*labels); err != nil {
 		return err
+	}
+	if *labels == train.LabelsRouteLLM {
+		augmentSet := false
+		fs.Visit(func(f *flag.Flag) { augmentSet = augmentSet || f.Name == "augment" })
+		if !augmentSet {
+			*augment = 0 // the first predictor's run has no augmentation (an explicit --augment is refused by train.Run)
+		}
 	}
 	others, err := compareRouters(compare, *labels)
 	if err != nil {
@@ -201,7 +210,7 @@ func modelTrain(ctx context.Context, cio cli.IO, args []string) error {
 		Compare:   others,
 		Telemetry: telemetry,
 		Out:       *out,
-		Config:    train.Config{Seed: *seed, Hidden: *hidden, Epochs: *epochs, LearnRate: *lr, MaxCarToCloud: *maxCar, ValThreshold: *valThreshold, UnansweredTarget: *unanswered, SourceWeights: weights, Probe: *trainProbe},
+		Config:    train.Config{Seed: *seed, Hidden: *hidden, Epochs: *epochs, LearnRate: *lr, MaxCarToCloud: *maxCar, ValThreshold: *valThreshold, UnansweredTarget: *unanswered, SourceWeights: weights, Probe: *trainProbe, Augment: *augment},
 		Log:       cio.Stderr,
 	})
 	if err != nil {
@@ -214,6 +223,7 @@ func modelTrain(ctx context.Context, cio cli.IO, args []string) error {
 		}
 		fmt.Fprintf(cio.Stdout, "threshold %.4f (chosen on %s; validation balanced accuracy %.3f; stored in the model's metadata as %s)\n",
 			res.Threshold, where, res.ValBalanced, predictor.MetaThreshold)
+		res.EdgeReport.HideFresh = *devOnly
 		res.EdgeReport.Print(cio.Stdout)
 		return nil
 	}

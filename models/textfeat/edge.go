@@ -296,3 +296,18 @@ func containsHash(hs []uint64, h uint64) bool {
 	}
 	return false
 }
+
+// EdgeKnows reports whether some edge prompt uses word (one word, as the
+// word buckets split text). Training uses it to find the words the edge
+// corpus lacks (models/predictor/train, AugmentUnseen).
+func EdgeKnows(word string) bool {
+	ws := promptWords(word)
+	return len(ws) == 1 && defaultEdge().df[ws[0]] > 0
+}
+
+// IsStopword reports whether word is one of the edge block's function
+// words, which say nothing about a request's topic.
+func IsStopword(word string) bool {
+	ws := promptWords(word)
+	return len(ws) == 1 && edgeStopwords[ws[0]]
+}

@@ -46,7 +46,8 @@ type Data struct {
 	// Fresh2 is the second held-out set (Fresh2File), never used for
 	// training or for a choice.
 	Fresh2 []Example
-	// Dev is the hand-written development set (DevFile), never trained on.
+	// Dev is the hand-written development set (DevFile, then Dev2File
+	// under its own sources), never trained on.
 	Dev []Example
 	// Spoken are hand-written training requests (SpokenFile).
 	Spoken []Example
@@ -96,6 +97,11 @@ func LoadRouting(dir string) (*Data, error) {
 	if d.Dev, err = loadFresh(filepath.Join(dir, DevFile), SourceDevOpen, SourceDevCar, false); err != nil {
 		return nil, err
 	}
+	dev2, err := loadFresh(filepath.Join(dir, Dev2File), SourceDev2Open, SourceDev2Car, false)
+	if err != nil {
+		return nil, err
+	}
+	d.Dev = append(d.Dev, dev2...)
 	if d.Spoken, err = loadFresh(filepath.Join(dir, SpokenFile), SourceSpokenOpen, SourceSpokenCar, true); err != nil {
 		return nil, err
 	}

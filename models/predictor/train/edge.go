@@ -48,7 +48,7 @@ const (
 var EdgeSources = []string{SourceEdgeCLINC, SourceInCar, SourceSpokenCar, SourceOtherCLINC, SourceOOS, SourceMMLU, SourceWiki, SourceFacts, SourceSpokenOpen}
 
 // AllEdgeSources adds the fresh set's sources, which only evaluation reads.
-var AllEdgeSources = append(slices.Clip(EdgeSources), SourceDevCar, SourceDevOpen, SourceFreshCar, SourceFreshOpen, SourceFresh2Car, SourceFresh2Open)
+var AllEdgeSources = append(slices.Clip(EdgeSources), SourceDevCar, SourceDevOpen, SourceDev2Car, SourceDev2Open, SourceFreshCar, SourceFreshOpen, SourceFresh2Car, SourceFresh2Open)
 
 // IsCarSource reports whether a source holds requests the edge model
 // answers: the ones that should stay on the device.

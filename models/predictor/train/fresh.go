@@ -29,6 +29,14 @@ const FreshFile = "fresh.tsv"
 // never reads it either.
 const DevFile = "dev.tsv"
 
+// Dev2File is a second development set in FreshFile's format, written for
+// the router's fourth round: car commands in the words drivers use
+// (synonyms, slang, indirect requests such as "brr it's chilly in here")
+// and short open questions, none in another routing file. It is loaded
+// into Data.Dev beside DevFile under its own sources, so that every choice
+// made on the development set is made on both.
+const Dev2File = "dev2.tsv"
+
 // Fresh2File is a second held-out set in FreshFile's format, written for
 // the router's third round before any result on it was seen: a check that
 // what fresh.tsv measures is not particular to its requests. Training never
@@ -49,13 +57,23 @@ const (
 	SourceFresh2Car  = "fresh2-car"  // Fresh2File's car commands
 	SourceDevOpen    = "dev-open"    // DevFile's open-domain questions
 	SourceDevCar     = "dev-car"     // DevFile's car commands
+	SourceDev2Open   = "dev2-open"   // Dev2File's open-domain questions
+	SourceDev2Car    = "dev2-car"    // Dev2File's car commands
 	SourceSpokenOpen = "spoken-open" // SpokenFile's open-domain questions (cloud)
 	SourceSpokenCar  = "spoken-car"  // SpokenFile's car commands
 )
 
 // IsOpenSource reports whether a source holds the hand-written open-domain
 // questions of the fresh or the development set.
-func IsOpenSource(source string) bool { return source == SourceFreshOpen || source == SourceDevOpen }
+func IsOpenSource(source string) bool {
+	return source == SourceFreshOpen || source == SourceDevOpen || source == SourceDev2Open
+}
+
+// IsDevSource reports whether a source is one of the development sets'
+// (DevFile, Dev2File).
+func IsDevSource(source string) bool {
+	return source == SourceDevOpen || source == SourceDevCar || source == SourceDev2Open || source == SourceDev2Car
+}
 
 // loadFresh reads a set in FreshFile's format; open and car name the
 // sources its two kinds get. With openNoRef an open question may have no

@@ -43,9 +43,23 @@ func TestFreshSetIsUnseen(t *testing.T) {
 // its references name the grader kind of their kind.
 func TestDevSetIsUnseen(t *testing.T) {
 	d, s := loadSplit(t, false)
-	kinds := checkUnseen(t, "dev", d.Dev, SourceDevCar, s.Train, s.Val, s.Test, d.Fresh)
+	var dev, dev2 []Example
+	for _, e := range d.Dev {
+		if e.Source == SourceDev2Open || e.Source == SourceDev2Car {
+			dev2 = append(dev2, e)
+		} else {
+			dev = append(dev, e)
+		}
+	}
+	kinds := checkUnseen(t, "dev", dev, SourceDevCar, s.Train, s.Val, s.Test, d.Fresh)
 	if kinds[SourceDevOpen] < 100 || kinds[SourceDevCar] < 100 {
 		t.Errorf("dev set %v: want over a hundred of each kind", kinds)
+	}
+	// The second development set was written after fresh2 and the spoken
+	// set, and shares no request with any routing file.
+	kinds = checkUnseen(t, "dev2", dev2, SourceDev2Car, s.Train, s.Val, s.Test, d.Fresh, d.Fresh2, d.Spoken, dev)
+	if kinds[SourceDev2Open] < 80 || kinds[SourceDev2Car] < 80 {
+		t.Errorf("dev2 set %v: want at least 80 of each kind", kinds)
 	}
 }
 

@@ -52,6 +52,9 @@ type Config struct {
 	// (ChooseThreshold) even where the data has a development set, whose
 	// rule (ChooseDevThreshold) is the default.
 	ValThreshold bool
+	// Augment is how many unseen-word copies of each short training
+	// request AugmentUnseen adds (edge labels; 0 none).
+	Augment int
 }
 
 func (c *Config) fill() {
@@ -87,6 +90,8 @@ func (c *Config) Validate() error {
 		return fmt.Errorf("train config: epochs %d < 1", c.Epochs)
 	case c.BatchSize < 1:
 		return fmt.Errorf("train config: batch-size %d < 1", c.BatchSize)
+	case c.Augment < 0 || c.Augment > 8:
+		return fmt.Errorf("train config: augment %d not in 0..8", c.Augment)
 	case c.UnansweredTarget < 0 || c.UnansweredTarget > 1:
 		return fmt.Errorf("train config: unanswered-target %v not in [0,1]", c.UnansweredTarget)
 	case !(c.LearnRate > 0):

@@ -6,6 +6,7 @@ import (
 	"io"
 	"math"
 	"os"
+	"slices"
 
 	"github.com/phaseless/phaseless/models/predictor"
 	"github.com/phaseless/phaseless/models/textfeat"
@@ -59,6 +60,9 @@ func Run(ctx context.Context, opt Options) (*Result, error) {
 	if labels != LabelsEdge && labels != LabelsRouteLLM {
 		return nil, fmt.Errorf("train: labels %q, want %s or %s", opt.Labels, LabelsEdge, LabelsRouteLLM)
 	}
+	if labels == LabelsRouteLLM && opt.Config.Augment > 0 {
+		return nil, fmt.Errorf("train: augment needs edge labels (the RouteLLM run reproduces the first predictor)")
+	}
 	data, err := LoadRouting(opt.DataDir)
 	if err != nil {
 		return nil, err
@@ -80,6 +84,11 @@ func Run(ctx context.Context, opt Options) (*Result, error) {
 			softenUnanswered(split.Train, float32(cfg.UnansweredTarget))
 		}
 		examples = split.Train
+		if cfg.Augment > 0 {
+			aug := AugmentUnseen(split.Train, cfg.Augment, UnseenVocabulary(), cfg.Seed)
+			logf("unseen-word augmentation: %d copies of %d training requests\n", len(aug), len(split.Train))
+			examples = append(slices.Clip(examples), aug...)
+		}
 		check = append(append(append([]Example(nil), split.Val...), split.Test...), split.Fresh...)
 		if opt.Config.SourceWeights == nil {
 			cfg.SourceWeights = EdgeSourceWeights

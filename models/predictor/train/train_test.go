@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"math"
 	"os"
+	"slices"
 	"strings"
 	"testing"
 
@@ -101,10 +102,10 @@ func TestSplitHoldsOutWholeGroups(t *testing.T) {
 }
 
 // The shipped model must be what `phaselessctl model train` makes from the
-// repository's data with the default seed: byte for byte, threshold
-// included.
+// repository's data with the default seed and augmentation: byte for byte,
+// threshold included.
 func TestRunReproducesShippedModel(t *testing.T) {
-	res, err := Run(context.Background(), Options{DataDir: repoData, Config: Config{Seed: ShippedSeed}})
+	res, err := Run(context.Background(), Options{DataDir: repoData, Config: Config{Seed: ShippedSeed, Augment: EdgeAugment}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -331,6 +332,17 @@ func TestChooseDevThreshold(t *testing.T) {
 	scores[7] = 0.95
 	if th, worst, _ = ChooseDevThreshold(scores, ex); math.Abs(th-0.5) > 1e-9 || math.Abs(worst-0.75) > 1e-12 {
 		t.Fatalf("threshold %v, worst share %v; want 0.5, 0.75", th, worst)
+	}
+	// A second development set counts on its own, not pooled: two dev2
+	// car commands at 0.45 and 0.55 and one dev2 open question at 0.8.
+	// Pooled, the car side at 0.5 would be 4/6; dev2's own car share is
+	// 1/2 there, so the best cut moves to 0.575, between 0.55 and 0.6
+	// (dev2 car 2/2, dev open 3/4, dev car 3/4, dev2 open 1/1).
+	scores[7] = 0.65
+	ex2 := append(slices.Clone(ex), Example{Source: SourceDev2Car}, Example{Source: SourceDev2Car}, Example{Source: SourceDev2Open, Label: 1})
+	scores2 := append(slices.Clone(scores), 0.45, 0.55, 0.8)
+	if th, worst, _ = ChooseDevThreshold(scores2, ex2); math.Abs(th-0.575) > 1e-9 || math.Abs(worst-0.75) > 1e-12 {
+		t.Fatalf("two sets: threshold %v, worst share %v; want 0.575, 0.75", th, worst)
 	}
 	// Without both kinds there is no dev rule.
 	if _, _, ok := ChooseDevThreshold([]float64{0.5}, open(1)); ok {
