@@ -223,6 +223,30 @@ var numberWords = map[string]int64{"zero": 0, "one": 1, "two": 2, "three": 3, "f
 
 var wordRE = regexp.MustCompile(`[A-Za-z]+`)
 
+// wordNumbers are the numbers text writes in words, in decimal: a tens
+// word followed by a unit word ("seventy two", "twenty-two") is one
+// number, whose parts are not numbers of their own.
+func wordNumbers(text string) []string {
+	var out []string
+	words := wordRE.FindAllStringIndex(text, -1)
+	for i := 0; i < len(words); i++ {
+		v, ok := numberWords[strings.ToLower(text[words[i][0]:words[i][1]])]
+		if !ok {
+			continue
+		}
+		if v >= 20 && i+1 < len(words) {
+			gap := text[words[i][1]:words[i+1][0]]
+			unit, isUnit := numberWords[strings.ToLower(text[words[i+1][0]:words[i+1][1]])]
+			if (gap == " " || gap == "-") && isUnit && unit >= 1 && unit <= 9 {
+				v += unit
+				i++
+			}
+		}
+		out = append(out, strconv.FormatInt(v, 10))
+	}
+	return out
+}
+
 // copiedInteger matches the integers written in the copy source, in digits
 // or as a number word, that lie within [lo, hi]; nil when the schema does
 // not ask for a copy or none do.
@@ -232,12 +256,7 @@ func (c *compiler) copiedInteger(n *node, lo, hi int64) []elem {
 	}
 	var alts [][]elem
 	seen := map[int64]bool{}
-	written := numberRE.FindAllString(c.copyFrom, -1)
-	for _, w := range wordRE.FindAllString(c.copyFrom, -1) {
-		if v, ok := numberWords[strings.ToLower(w)]; ok {
-			written = append(written, strconv.FormatInt(v, 10))
-		}
-	}
+	written := append(numberRE.FindAllString(c.copyFrom, -1), wordNumbers(c.copyFrom)...)
 	for _, m := range written {
 		v, err := strconv.ParseInt(m, 10, 64)
 		if err != nil || v < lo || v > hi || seen[v] {

@@ -328,6 +328,28 @@ func TestCopyEnumAndNumberWords(t *testing.T) {
 	}
 }
 
+// TestCopyCompoundNumberWords: "seventy two" and "twenty-two" are one
+// number each, not their parts.
+func TestCopyCompoundNumberWords(t *testing.T) {
+	schema := []byte(`{"type":"object","properties":{"t":{"type":"integer","minimum":0,"maximum":90,"x-phaseless-copy":true}},"required":["t"]}`)
+	for src, cases := range map[string]map[string]bool{
+		"set the temperature to seventy two degrees": {`{"t":72}`: true, `{"t":70}`: false, `{"t":2}`: false},
+		"a twenty-two minute timer":                  {`{"t":22}`: true, `{"t":20}`: false},
+		"thirty, then five":                          {`{"t":30}`: true, `{"t":5}`: true, `{"t":35}`: false},
+		"fan to twenty":                              {`{"t":20}`: true},
+	} {
+		g, err := SchemaWith(schema, Options{CopyFrom: src})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for in, ok := range cases {
+			if got := g.Match([]byte(in)); got != ok {
+				t.Errorf("copy source %q: %s matched %v, want %v", src, in, got, ok)
+			}
+		}
+	}
+}
+
 // TestCopyStopsBeforePunctuation: a copied span does not end with a
 // word's trailing punctuation, and may run through it.
 func TestCopyStopsBeforePunctuation(t *testing.T) {
