@@ -165,14 +165,25 @@ func (s *Server) park(w http.ResponseWriter, r *http.Request) {
 		worker.WriteKVError(w, llm.Errorf(llm.CodeInvalid, "handoff from model %s; this worker runs %s", h.Model, s.model))
 		return
 	}
+	if h.PromptTokens > s.eng.d.MaxModelLen {
+		worker.WriteKVError(w, llm.Errorf(llm.CodeInvalid, "handoff of %d prompt tokens; this worker's model takes at most %d", h.PromptTokens, s.eng.d.MaxModelLen))
+		return
+	}
 	k := &s.kv
 	dt := k.linkFrom(&h).TransferTime(s.eng.d, h.PromptTokens)
 	k.mu.Lock()
 	now := time.Now()
 	k.nicFree = now.Add(max(0, k.nicFree.Sub(now)) + dt)
-	wait := k.nicFree.Sub(now)
+	wait, ends := k.nicFree.Sub(now), k.nicFree
 	k.mu.Unlock()
 	if err := k.sleep(r.Context(), wait); err != nil {
+		// A transfer given up gives its time on the NIC back while it is
+		// still the last one queued (those behind it keep their places).
+		k.mu.Lock()
+		if k.nicFree.Equal(ends) {
+			k.nicFree = ends.Add(-dt)
+		}
+		k.mu.Unlock()
 		worker.WriteKVError(w, llm.Errorf(llm.CodeCancelled, "transfer: %v", err))
 		return
 	}
