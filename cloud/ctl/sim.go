@@ -77,8 +77,11 @@ func simRun(ctx context.Context, o *simOptions, policy string, scale float64) (s
 	if err != nil {
 		return sim.Summary{}, err
 	}
-	o.cache.slice(res, scale)
+	cut := o.cache.slice(res, scale)
 	s := sim.Summarize(res, scale, o.sloTTFT, o.sloTPOT, o.prices)
+	if cut {
+		sliced(&s)
+	}
 	s.Policy = policy
 	return s, nil
 }
@@ -201,6 +204,10 @@ func printSim(w io.Writer, rows []sim.Summary) {
 	for _, r := range rows {
 		var util []string
 		for _, p := range r.Pools {
+			if math.IsNaN(p.Utilization) { // a --report-from slice
+				util = append(util, p.GPU+" -")
+				continue
+			}
 			util = append(util, fmt.Sprintf("%s %.0f%%", p.GPU, 100*p.Utilization))
 		}
 		cost := "-"

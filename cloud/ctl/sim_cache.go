@@ -3,6 +3,7 @@ package ctl
 import (
 	"errors"
 	"flag"
+	"math"
 	"time"
 
 	"github.com/phaseless/phaseless/cloud/sched"
@@ -66,6 +67,18 @@ func simCacheFlags(fs *flag.FlagSet) func() (simCache, error) {
 		case *from < 0:
 			return simCache{}, &cli.FieldError{Field: "report-from", Err: errors.New("must not be negative")}
 		}
+		if *ttl == 0 && !*oracle {
+			// They shape pins, and without either nothing is pinned.
+			var unused string
+			fs.Visit(func(f *flag.Flag) {
+				if unused == "" && (f.Name == "soft-pins" || f.Name == "pinned-share" || f.Name == "tenant-share") {
+					unused = f.Name
+				}
+			})
+			if unused != "" {
+				return simCache{}, &cli.FieldError{Field: unused, Err: errors.New("applies to pins: set --cache-ttl or --pin-oracle")}
+			}
+		}
 		cfg := sim.CacheConfig{TTL: *ttl, PinnedShare: *share, TenantShare: *tenant, Soft: *soft,
 			Retain: sim.RetainConfig{Threshold: *threshold}, Prefetch: sim.PrefetchConfig{On: *prefetch, MaxLoad: *prefetchLoad},
 			HostKV: *hostKV, AgingRate: *aging, OrderByPrompt: *byPrompt}
@@ -91,19 +104,37 @@ func (c simCache) forTrace(reqs []sim.Request) sim.CacheConfig {
 }
 
 // slice keeps the outcomes of the requests the summary is taken on (the
-// slice's start is in trace time; arrivals are at the rate scale).
-func (c simCache) slice(res *sim.Result, scale float64) {
+// slice's start is in trace time; arrivals are at the rate scale), and
+// makes the run's span the slice's, from its first arrival to its last
+// token, so rates and cost are the slice's. It reports whether it cut.
+func (c simCache) slice(res *sim.Result, scale float64) bool {
 	if c.reportFrom == 0 {
-		return
+		return false
 	}
 	from := time.Duration(float64(c.reportFrom) / scale)
 	kept := res.Outcomes[:0:0]
+	first, last := time.Duration(-1), time.Duration(0)
 	for _, o := range res.Outcomes {
 		if o.Arrival >= from {
 			kept = append(kept, o)
+			if first < 0 || o.Arrival < first {
+				first = o.Arrival
+			}
+			last = max(last, o.Done)
 		}
 	}
-	res.Outcomes = kept
+	res.Outcomes, res.Makespan = kept, max(0, last-first)
+	return true
+}
+
+// sliced drops what a slice cannot say: the workers' busy time is the
+// whole run's, so GPU utilization and the busy-time cost would mix the
+// slice with the warm-up before it.
+func sliced(s *sim.Summary) {
+	for i := range s.Pools {
+		s.Pools[i].Utilization = math.NaN()
+	}
+	s.BusyCostPerMTok = math.Inf(1)
 }
 
 // wrap puts the affinity layer in front of p when asked.

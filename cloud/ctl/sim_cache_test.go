@@ -41,7 +41,7 @@ func TestSimCacheFlags(t *testing.T) {
 	if n := requests("--host-kv", "4", "--aging-rate", "10000", "--cache-ttl", "5m", "--soft-pins"); n != 80 {
 		t.Fatalf("%v requests summarised with the host tier and the order, want 80", n)
 	}
-	for _, tc := range []struct{ field string }{{"prefetch"}, {"cache-ttl"}, {"prefetch-max-load"}, {"pin-oracle"}, {"tenant-share"}, {"host-kv"}, {"aging-rate"}, {"aging-whole-prompt"}} {
+	for _, tc := range []struct{ field string }{{"prefetch"}, {"cache-ttl"}, {"prefetch-max-load"}, {"pin-oracle"}, {"tenant-share"}, {"host-kv"}, {"aging-rate"}, {"aging-whole-prompt"}, {"soft-pins"}, {"pinned-share"}} {
 		args := map[string][]string{
 			"prefetch":           {"--prefetch"},
 			"cache-ttl":          {"--follow-up-threshold", "0.5"},
@@ -51,6 +51,8 @@ func TestSimCacheFlags(t *testing.T) {
 			"host-kv":            {"--host-kv", "-1"},
 			"aging-rate":         {"--aging-rate", "-5"},
 			"aging-whole-prompt": {"--aging-whole-prompt"},
+			"soft-pins":          {"--soft-pins"}, // nothing pinned to soften
+			"pinned-share":       {"--pinned-share", "0.3", "--host-kv", "2"},
 		}[tc.field]
 		out, err := runSim(t, append(append([]string(nil), base...), args...)...)
 		if err == nil || !strings.Contains(err.Error(), tc.field) {
