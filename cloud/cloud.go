@@ -11,6 +11,7 @@ import (
 	"flag"
 	"fmt"
 	"log/slog"
+	"math"
 	"net"
 	"net/http"
 	"net/url"
@@ -75,6 +76,7 @@ type Config struct {
 	BudgetPeriod   time.Duration // how long an empty budget takes to refill (every key's); 0 = a minute
 	BatchWindow    time.Duration // longest a request is held for bucketing
 	BatchMax       int           // most requests released together
+	AgingRate      float64       // built-in engines' cache-aware admission order, in tokens/s (lm.EngineConfig.AgingRate); 0 = first come, first served
 	MaxRunning     int           // requests running at once before the fair queue holds them; 0 = 2× the workers' capacity
 	MaxQueued      int           // requests the fair queue holds before new ones get 503 overloaded; 0 = 1024
 	SLATTFT        time.Duration
@@ -145,6 +147,7 @@ func (c *Config) Fields() cli.Fields {
 		{Flag: "budget-period", Go: "BudgetPeriod", Value: &c.BudgetPeriod, Usage: "how long an empty budget takes to refill, for the default and every key's budget (1m, 1h, 24h…)"},
 		{Flag: "batch-window", Go: "BatchWindow", Value: &c.BatchWindow, Usage: "longest a request waits to be batched with similar-length prompts while its engine is full"},
 		{Flag: "batch-max", Go: "BatchMax", Value: &c.BatchMax, Usage: "most requests released into an engine together"},
+		{Flag: "aging-rate", Go: "AgingRate", Value: &c.AgingRate, Usage: "built-in engines: cache-aware admission order, after the decodes prompt work runs earliest (queued at + uncached prompt tokens / this many tokens per second) first, so a short uncached remainder passes a long prefill without starving it; 0 = first come, first served (docs/cloud.md)"},
 		{Flag: "scheduler", Go: "Scheduler", Value: &c.Scheduler, Usage: "placement policy: " + strings.Join(sched.Names(), ", ") + " (scheduler = the project's default, " + sched.DefaultPolicy + "; the others are the baselines and ablations docs/cloud.md measures)"},
 		{Flag: "cache-layers", Go: "CacheLayers", Value: &c.CacheLayers, Usage: "prompt-caching layers: affinity, prefetch, semantic (comma-separated), or none; default affinity (docs/cloud.md)"},
 		{Flag: "max-running", Go: "MaxRunning", Value: &c.MaxRunning, Usage: "requests running at once before the per-tenant fair queue holds them (0: twice the workers' capacity)"},
@@ -200,6 +203,10 @@ func (c *Config) Validate() error {
 		return &cli.FieldError{Field: "BudgetPeriod", Err: fmt.Errorf("%v must be at least 1s", c.BudgetPeriod)}
 	case c.BatchWindow < 0:
 		return &cli.FieldError{Field: "BatchWindow", Err: fmt.Errorf("%v must not be negative", c.BatchWindow)}
+	case c.AgingRate < 0 || math.IsNaN(c.AgingRate) || math.IsInf(c.AgingRate, 0):
+		return &cli.FieldError{Field: "AgingRate", Err: errors.New("must be a finite rate of at least 0 tokens per second")}
+	case c.AgingRate > 0 && c.nBuiltins() == 0:
+		return &cli.FieldError{Field: "AgingRate", Err: errors.New("orders the built-in engines' admissions, and none runs (--builtin-workers 0 with --worker)")}
 	case c.BatchMax < 1:
 		return &cli.FieldError{Field: "BatchMax", Err: fmt.Errorf("%d must be at least 1", c.BatchMax)}
 	case c.MaxRunning < 0:
@@ -354,6 +361,12 @@ var roleCycle = []sched.Role{sched.RoleDecode, sched.RolePrefill, sched.RoleStre
 // devRoles are --dev's built-in workers: one per pool, so pool choice, the
 // conservative fallback and splits between pools show on one machine.
 var devRoles = []sched.Role{sched.RoleDecode, sched.RolePrefill, sched.RoleStream, sched.RoleConservative}
+
+// nBuiltins is how many built-in workers run.
+func (c *Config) nBuiltins() int {
+	n, _ := c.builtins()
+	return n
+}
 
 // builtins is how many built-in workers run and their pools.
 func (c *Config) builtins() (int, []sched.Role) {
@@ -782,7 +795,7 @@ func (c *Cloud) buildWorkers() ([]*worker.Worker, []*worker.Builtin, lm.Tokenize
 		tok = model.Tokenizer()
 		threads := max(1, runtime.GOMAXPROCS(0)/nBuiltin)
 		for i := 0; i < nBuiltin; i++ {
-			eng, err := lm.NewEngine(model, lm.EngineConfig{Threads: threads, BlockSize: kvBlockSize})
+			eng, err := lm.NewEngine(model, lm.EngineConfig{Threads: threads, BlockSize: kvBlockSize, AgingRate: c.cfg.AgingRate})
 			if err != nil {
 				return fail(fmt.Errorf("built-in engine: %w", err))
 			}

@@ -4,9 +4,9 @@ import (
 	"bufio"
 	"context"
 	"encoding/json"
+	"errors"
 	"flag"
 	"fmt"
-	"github.com/phaseless/phaseless/transport/cli"
 	"io"
 	"net/http"
 	"os"
@@ -18,6 +18,8 @@ import (
 	"time"
 
 	"github.com/phaseless/phaseless/cloud/sched"
+	"github.com/phaseless/phaseless/cloud/worker"
+	"github.com/phaseless/phaseless/transport/cli"
 	"github.com/phaseless/phaseless/transport/llm"
 	"github.com/phaseless/phaseless/transport/metrics/metricstest"
 	"github.com/phaseless/phaseless/transport/pki"
@@ -190,6 +192,24 @@ func TestCloudHTTP(t *testing.T) {
 	}
 	if ttfts != 2 {
 		t.Errorf("phaseless_cloud_ttft_seconds counts %d requests over its pools, want 2", ttfts)
+	}
+}
+
+// TestAgingRateReachesBuiltinEngines: --aging-rate is each built-in
+// engine's admission order.
+func TestAgingRateReachesBuiltinEngines(t *testing.T) {
+	c := startCloud(t, func(cfg *Config) { cfg.AgingRate = 5000 })
+	n := 0
+	for _, w := range c.workers.Workers() {
+		if b, ok := w.Engine().(*worker.Builtin); ok {
+			n++
+			if got := b.LM().Config().AgingRate; got != 5000 {
+				t.Fatalf("%s: aging rate %v, want 5000", w.Name(), got)
+			}
+		}
+	}
+	if n == 0 {
+		t.Fatal("no built-in engine")
 	}
 }
 
@@ -382,6 +402,23 @@ func TestConfigValidate(t *testing.T) {
 	}
 	if keyed[0].key != "sk-work-1" || keyed[0].base != "http://peer:8080" || strings.Contains(keyed.String(), "sk-work-1") {
 		t.Fatalf("keyed worker %+v, printed %q", keyed[0], keyed.String())
+	}
+	// --aging-rate orders the built-in engines: refused where none runs,
+	// or when it is not a rate.
+	for _, bad := range []func(*Config){
+		func(c *Config) { c.AgingRate = -1 },
+		func(c *Config) {
+			c.AgingRate = 1000
+			c.BuiltinWorkers = 0
+			c.Workers = WorkerURLs{{raw: "http://gpu:8000"}}
+		},
+	} {
+		cfg := Config{HTTP: "127.0.0.1:0", DataDir: t.TempDir(), Dev: true, Budget: 1, BatchMax: 1}
+		bad(&cfg)
+		var fe *cli.FieldError
+		if err := cfg.Validate(); !errors.As(err, &fe) || fe.Field != "AgingRate" {
+			t.Fatalf("aging rate %v with %d built-in workers: %v", cfg.AgingRate, cfg.nBuiltins(), err)
+		}
 	}
 	// ...nor does an error about the same URL.
 	for _, bad := range []string{"http://peer:8080#key=sk-work-1&capacity=x", "http://peer:8080#role=nope&key=sk-work-1", "http://peer:8080#key=sk-work-1&colour=red"} {
