@@ -50,6 +50,8 @@ type Standby struct {
 	// Manager after a takeover, nil after stepping down (tests, logs).
 	opened func(*Manager)
 
+	skip int // polls to let pass before asking for the lease again (run's goroutine only)
+
 	stop      chan struct{}
 	done      chan struct{}
 	closeOnce sync.Once
@@ -108,11 +110,21 @@ func (s *Standby) step() {
 		}
 		return
 	}
+	if s.skip > 0 {
+		s.skip--
+		return
+	}
 	if err := s.cfg.Lease.Acquire(ctx); err != nil {
 		s.set(nil, fmt.Errorf("%w: %w", ErrStandby, err))
 		return
 	}
 	m, err := open(s.cfg, func(st *store) error { return sameStore(ctx, s.cfg.Lease, s.cfg.DataDir, st) })
+	if errors.Is(err, ErrOtherStore) {
+		// Only an operator changes that: ask again seldom, so this
+		// replica's brief holds of the lease do not keep refusing a
+		// writer on the right store that is starting at that moment.
+		s.skip = otherStoreSkips
+	}
 	if err != nil {
 		// The store may still be locked by a writer that lost its lease
 		// but has not closed yet: give the lease back and try again.
@@ -126,6 +138,10 @@ func (s *Standby) step() {
 	s.cfg.Logger.Info("fleet lease taken: this replica is the fleet's writer", "data_dir", s.cfg.DataDir)
 	s.set(m, nil)
 }
+
+// otherStoreSkips is how many polls a standby on the wrong store lets pass
+// before it takes the lease to look again (30 s at DefaultStandbyPoll).
+const otherStoreSkips = 15
 
 // ErrOtherStore is returned when a standby's fleet store is not the one
 // the fleet's writers have used: taking over with it would forget every

@@ -1,7 +1,9 @@
 package fleet
 
 import (
+	"context"
 	"errors"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -19,7 +21,8 @@ func TestPlainWriterBindsTheStore(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	bs, err := OpenStandby(Config{DataDir: t.TempDir(), Broker: b, Lease: testLease(t, url, "cloud-b", 3*time.Second)}, 20*time.Millisecond)
+	lb := &acquireCounter{RedisLease: testLease(t, url, "cloud-b", 3*time.Second)}
+	bs, err := OpenStandby(Config{DataDir: t.TempDir(), Broker: b, Lease: lb}, 20*time.Millisecond)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -27,6 +30,25 @@ func TestPlainWriterBindsTheStore(t *testing.T) {
 	a.Close()
 	waitFor(t, "B decides", func() bool { return bs.Manager() != nil || errors.Is(bs.Writer(), ErrOtherStore) })
 	if bs.Manager() != nil {
-		t.Errorf("B took the fleet over with an empty store of its own after a plain writer")
+		t.Fatalf("B took the fleet over with an empty store of its own after a plain writer")
 	}
+	// Refused for its store, B asks for the lease again only after
+	// otherStoreSkips polls, so a writer on the fleet's store that starts
+	// meanwhile finds the lease free.
+	before := lb.n.Load()
+	time.Sleep(10 * 20 * time.Millisecond)
+	if n := lb.n.Load() - before; n != 0 {
+		t.Fatalf("B took the lease %d times within 10 polls of being refused for its store", n)
+	}
+}
+
+// acquireCounter counts a lease's Acquire calls.
+type acquireCounter struct {
+	*RedisLease
+	n atomic.Int64
+}
+
+func (l *acquireCounter) Acquire(ctx context.Context) error {
+	l.n.Add(1)
+	return l.RedisLease.Acquire(ctx)
 }
