@@ -275,7 +275,8 @@ func (l *WorkerURLs) Set(v string) error {
 	return nil
 }
 
-// workerKey finds a worker URL's key option, which errors redact.
+// workerKey finds a worker URL's key option, which its printed form and
+// errors redact.
 var workerKey = regexp.MustCompile(`([#&])key=[^&]*`)
 
 func parseWorkerURL(s string) (WorkerURL, error) {
@@ -286,12 +287,12 @@ func parseWorkerURL(s string) (WorkerURL, error) {
 		}
 		return WorkerURL{raw: s, sim: &spec}, nil
 	}
-	shown := workerKey.ReplaceAllString(s, "${1}key=REDACTED") // errors never print the key
+	shown := workerKey.ReplaceAllString(s, "${1}key=REDACTED") // the flag's value and errors never print the key
 	u, err := url.Parse(s)
 	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
 		return WorkerURL{}, fmt.Errorf("%q is not an http(s) URL", shown)
 	}
-	w := WorkerURL{raw: s}
+	w := WorkerURL{raw: shown} // printed as the flag's value: never the key
 	opts, err := url.ParseQuery(u.Fragment)
 	if err != nil {
 		return WorkerURL{}, fmt.Errorf("%q: options after # must be key=value&...: %v", shown, err)
@@ -322,10 +323,6 @@ func parseWorkerURL(s string) (WorkerURL, error) {
 	}
 	u.Fragment = ""
 	w.base, w.host = u.String(), u.Host
-	if w.key != "" { // printed as the flag's value and in errors: never the key
-		opts.Set("key", "REDACTED")
-		w.raw = w.base + "#" + opts.Encode()
-	}
 	return w, nil
 }
 
