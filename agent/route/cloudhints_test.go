@@ -16,7 +16,8 @@ import (
 // TestCloudOnlyHints: x-prefetch-hint, x-batch-threshold and x-semantic-mode
 // act in the cloud's coordinator. A request carrying one goes to the cloud
 // even where the router would keep it on the device (a car request); one
-// that cannot get there (forced local, route-mode local, no cloud) is
+// that cannot get there (forced local, route-mode local, no cloud, even
+// when forced to the cloud) is
 // refused naming the header instead of running with it ignored.
 // x-prefetch-hint: none asks for nothing and runs anywhere. x-cache-ttl
 // pins in the built-in engine, and is cloud-only where the local engine is
@@ -52,6 +53,7 @@ func TestCloudOnlyHints(t *testing.T) {
 		{"a car request with a threshold goes to the cloud", mk(r, true), llm.Hints{BatchThreshold: 0.6}, "", true},
 		{"a car request with a prefetch hint goes to the cloud", mk(r, true), llm.Hints{Prefetch: "low"}, "", true},
 		{"forced to the cloud", mk(r, true), llm.Hints{Route: PathCloud, Prefetch: "low"}, "", true},
+		{"forced to the cloud without a cloud", mk(r, false), llm.Hints{Route: PathCloud, Prefetch: "high"}, "x-prefetch-hint", false},
 		{"prefetch none stays local", mk(r, true), llm.Hints{Prefetch: "none"}, "", false},
 		{"prefetch none forced local", mk(r, false), llm.Hints{Route: PathLocal, Prefetch: "none"}, "", false},
 		{"none set, local", mk(r, false), llm.Hints{Route: PathLocal}, "", false},
