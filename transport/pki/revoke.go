@@ -74,6 +74,9 @@ func ParseRevocations(r io.Reader) ([]Revocation, error) {
 		if err != nil {
 			return nil, fmt.Errorf("%s line %d: time: %w", RevokedFile, n, err)
 		}
+		if at.IsZero() { // what an unset time.Time prints: no revocation was made then
+			return nil, fmt.Errorf("%s line %d: time %s is the zero time", RevokedFile, n, f[2])
+		}
 		out = append(out, Revocation{ID: f[0], Serial: strings.ToLower(f[1]), At: at, Reason: strings.Join(f[3:], " ")})
 	}
 	if err := sc.Err(); err != nil {

@@ -139,7 +139,7 @@ func TestDenyListWatch(t *testing.T) {
 func TestParseRevocationsRejects(t *testing.T) {
 	for _, text := range []string{
 		"car-1\n", "car-1 - \n", "../etc - 2026-12-01T12:00:00Z\n", "car-1 xyz 2026-12-01T12:00:00Z\n",
-		"car-1 - yesterday\n", strings.Repeat("x", 5000) + "\n",
+		"car-1 - yesterday\n", "car-1 - 0001-01-01T00:00:00Z\n", strings.Repeat("x", 5000) + "\n",
 	} {
 		if _, err := ParseRevocations(strings.NewReader(text)); err == nil {
 			t.Errorf("accepted %q", text)
