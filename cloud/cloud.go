@@ -77,6 +77,7 @@ type Config struct {
 	BatchWindow    time.Duration // longest a request is held for bucketing
 	BatchMax       int           // most requests released together
 	AgingRate      float64       // built-in engines' cache-aware admission order, in tokens/s (lm.EngineConfig.AgingRate); 0 = first come, first served
+	HostKV         float64       // built-in engines' host-memory KV tier, in times each engine's KV budget (lm.EngineConfig.HostKV); 0 = none
 	MaxRunning     int           // requests running at once before the fair queue holds them; 0 = 2× the workers' capacity
 	MaxQueued      int           // requests the fair queue holds before new ones get 503 overloaded; 0 = 1024
 	SLATTFT        time.Duration
@@ -148,6 +149,7 @@ func (c *Config) Fields() cli.Fields {
 		{Flag: "batch-window", Go: "BatchWindow", Value: &c.BatchWindow, Usage: "longest a request waits to be batched with similar-length prompts while its engine is full"},
 		{Flag: "batch-max", Go: "BatchMax", Value: &c.BatchMax, Usage: "most requests released into an engine together"},
 		{Flag: "aging-rate", Go: "AgingRate", Value: &c.AgingRate, Usage: "built-in engines: cache-aware admission order, after the decodes prompt work runs earliest (queued at + uncached prompt tokens / this many tokens per second) first, so a short uncached remainder passes a long prefill without starving it; 0 = first come, first served (docs/cloud.md)"},
+		{Flag: "host-kv", Go: "HostKV", Value: &c.HostKV, Usage: "built-in engines: a host-memory KV tier of this many times each engine's KV budget, which keeps the prefix blocks the engine's cache evicts and copies them back for a prompt that continues them instead of recomputing; 0 = none (docs/cloud.md)"},
 		{Flag: "scheduler", Go: "Scheduler", Value: &c.Scheduler, Usage: "placement policy: " + strings.Join(sched.Names(), ", ") + " (scheduler = the project's default, " + sched.DefaultPolicy + "; the others are the baselines and ablations docs/cloud.md measures)"},
 		{Flag: "cache-layers", Go: "CacheLayers", Value: &c.CacheLayers, Usage: "prompt-caching layers: affinity, prefetch, semantic (comma-separated), or none; default affinity (docs/cloud.md)"},
 		{Flag: "max-running", Go: "MaxRunning", Value: &c.MaxRunning, Usage: "requests running at once before the per-tenant fair queue holds them (0: twice the workers' capacity)"},
@@ -207,6 +209,10 @@ func (c *Config) Validate() error {
 		return &cli.FieldError{Field: "AgingRate", Err: errors.New("must be a finite rate of at least 0 tokens per second")}
 	case c.AgingRate > 0 && c.nBuiltins() == 0:
 		return &cli.FieldError{Field: "AgingRate", Err: errors.New("orders the built-in engines' admissions, and none runs (--builtin-workers 0 with --worker)")}
+	case c.HostKV < 0 || math.IsNaN(c.HostKV) || math.IsInf(c.HostKV, 0) || c.HostKV > lm.MaxHostKV:
+		return &cli.FieldError{Field: "HostKV", Err: fmt.Errorf("must be between 0 and %d (times each built-in engine's KV budget)", lm.MaxHostKV)}
+	case c.HostKV > 0 && c.nBuiltins() == 0:
+		return &cli.FieldError{Field: "HostKV", Err: errors.New("is the built-in engines' host KV tier, and none runs (--builtin-workers 0 with --worker)")}
 	case c.BatchMax < 1:
 		return &cli.FieldError{Field: "BatchMax", Err: fmt.Errorf("%d must be at least 1", c.BatchMax)}
 	case c.MaxRunning < 0:
@@ -792,7 +798,7 @@ func (c *Cloud) buildWorkers() ([]*worker.Worker, []*worker.Builtin, lm.Tokenize
 		tok = model.Tokenizer()
 		threads := max(1, runtime.GOMAXPROCS(0)/nBuiltin)
 		for i := 0; i < nBuiltin; i++ {
-			eng, err := lm.NewEngine(model, lm.EngineConfig{Threads: threads, BlockSize: kvBlockSize, AgingRate: c.cfg.AgingRate})
+			eng, err := lm.NewEngine(model, lm.EngineConfig{Threads: threads, BlockSize: kvBlockSize, AgingRate: c.cfg.AgingRate, HostKV: c.cfg.HostKV})
 			if err != nil {
 				return fail(fmt.Errorf("built-in engine: %w", err))
 			}

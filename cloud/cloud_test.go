@@ -196,15 +196,18 @@ func TestCloudHTTP(t *testing.T) {
 }
 
 // TestAgingRateReachesBuiltinEngines: --aging-rate is each built-in
-// engine's admission order.
+// engine's admission order, and --host-kv gives each its host KV tier.
 func TestAgingRateReachesBuiltinEngines(t *testing.T) {
-	c := startCloud(t, func(cfg *Config) { cfg.AgingRate = 5000 })
+	c := startCloud(t, func(cfg *Config) { cfg.AgingRate = 5000; cfg.HostKV = 2 })
 	n := 0
 	for _, w := range c.workers.Workers() {
 		if b, ok := w.Engine().(*worker.Builtin); ok {
 			n++
 			if got := b.LM().Config().AgingRate; got != 5000 {
 				t.Fatalf("%s: aging rate %v, want 5000", w.Name(), got)
+			}
+			if st := b.LM().Stats(); st.Host.BlocksTotal != 2*st.KVBlocksTotal {
+				t.Fatalf("%s: host tier of %d blocks for %d in the cache, want twice as many", w.Name(), st.Host.BlocksTotal, st.KVBlocksTotal)
 			}
 		}
 	}
@@ -403,21 +406,27 @@ func TestConfigValidate(t *testing.T) {
 	if keyed[0].key != "sk-work-1" || keyed[0].base != "http://peer:8080" || strings.Contains(keyed.String(), "sk-work-1") {
 		t.Fatalf("keyed worker %+v, printed %q", keyed[0], keyed.String())
 	}
-	// --aging-rate orders the built-in engines: refused where none runs,
-	// or when it is not a rate.
-	for _, bad := range []func(*Config){
-		func(c *Config) { c.AgingRate = -1 },
-		func(c *Config) {
-			c.AgingRate = 1000
-			c.BuiltinWorkers = 0
-			c.Workers = WorkerURLs{{raw: "http://gpu:8000"}}
-		},
+	// --aging-rate and --host-kv act on the built-in engines: refused
+	// where none runs, or when out of range.
+	noBuiltin := func(c *Config) {
+		c.BuiltinWorkers = 0
+		c.Workers = WorkerURLs{{raw: "http://gpu:8000"}}
+	}
+	for _, tc := range []struct {
+		field string
+		bad   func(*Config)
+	}{
+		{"AgingRate", func(c *Config) { c.AgingRate = -1 }},
+		{"AgingRate", func(c *Config) { c.AgingRate = 1000; noBuiltin(c) }},
+		{"HostKV", func(c *Config) { c.HostKV = -1 }},
+		{"HostKV", func(c *Config) { c.HostKV = 1000 }},
+		{"HostKV", func(c *Config) { c.HostKV = 2; noBuiltin(c) }},
 	} {
 		cfg := Config{HTTP: "127.0.0.1:0", DataDir: t.TempDir(), Dev: true, Budget: 1, BatchMax: 1}
-		bad(&cfg)
+		tc.bad(&cfg)
 		var fe *cli.FieldError
-		if err := cfg.Validate(); !errors.As(err, &fe) || fe.Field != "AgingRate" {
-			t.Fatalf("aging rate %v with %d built-in workers: %v", cfg.AgingRate, cfg.nBuiltins(), err)
+		if err := cfg.Validate(); !errors.As(err, &fe) || fe.Field != tc.field {
+			t.Fatalf("aging rate %v, host KV %v with %d built-in workers: %v, want an error naming %s", cfg.AgingRate, cfg.HostKV, cfg.nBuiltins(), err, tc.field)
 		}
 	}
 	// ...nor does an error about the same URL.

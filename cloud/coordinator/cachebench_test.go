@@ -30,24 +30,33 @@ import (
 // last run. About a minute of CPU per configuration:
 //
 //	go test -run '^$' -bench CacheLayersLive -benchtime 1x ./cloud/coordinator
+//
+// The engine rows give every engine a host KV tier of 4× its blocks
+// (`phaseless-cloud --host-kv 4`) and the cache-aware admission order at
+// 2,000 tokens/s (`--aging-rate 2000`, about this machine's prefill rate
+// for the shipped cloud model), alone and together, under Rules placement.
 func BenchmarkCacheLayersLive(b *testing.B) {
 	convs := clincConversations(b, 96)
 	for _, v := range []struct {
 		name string
 		cc   CacheConfig
 		pin  bool
+		eng  lm.EngineConfig
 	}{
-		{"rules", CacheConfig{NoAffinity: true}, false},
-		{"pin", CacheConfig{NoAffinity: true}, true},
-		{"pin+affinity", CacheConfig{}, true},
-		{"pin+affinity+prefetch", CacheConfig{Prefetch: true}, true},
-		{"pin+affinity+prefetch+semantic", CacheConfig{Prefetch: true, Semantic: true}, true},
-		{"affinity", CacheConfig{}, false},
+		{"rules", CacheConfig{NoAffinity: true}, false, lm.EngineConfig{}},
+		{"pin", CacheConfig{NoAffinity: true}, true, lm.EngineConfig{}},
+		{"pin+affinity", CacheConfig{}, true, lm.EngineConfig{}},
+		{"pin+affinity+prefetch", CacheConfig{Prefetch: true}, true, lm.EngineConfig{}},
+		{"pin+affinity+prefetch+semantic", CacheConfig{Prefetch: true, Semantic: true}, true, lm.EngineConfig{}},
+		{"affinity", CacheConfig{}, false, lm.EngineConfig{}},
+		{"host-kv", CacheConfig{NoAffinity: true}, false, lm.EngineConfig{HostKV: 4}},
+		{"aging", CacheConfig{NoAffinity: true}, false, lm.EngineConfig{AgingRate: 2000}},
+		{"host-kv+aging", CacheConfig{NoAffinity: true}, false, lm.EngineConfig{HostKV: 4, AgingRate: 2000}},
 	} {
 		b.Run(v.name, func(b *testing.B) {
 			var hit, p50, p99 float64
 			for b.Loop() {
-				hit, p50, p99 = runCacheWorkload(b, v.cc, v.pin, convs)
+				hit, p50, p99 = runCacheWorkload(b, v.cc, v.pin, v.eng, convs)
 			}
 			b.ReportMetric(100*hit, "hit-%")
 			b.ReportMetric(p50, "p50-ms")
@@ -110,10 +119,10 @@ func clincConversations(t testing.TB, n int) [][]llm.Message {
 }
 
 // runCacheWorkload plays the conversations on three fresh built-in
-// workers, six clients at a time, each holding two conversations open and
+// workers (their engines with ecfg's host tier and admission order), six clients at a time, each holding two conversations open and
 // alternating between them (so a follow-up comes after other traffic),
 // and returns the prefix-hit share and TTFT p50/p99 in ms.
-func runCacheWorkload(t testing.TB, cc CacheConfig, pin bool, convs [][]llm.Message) (hit, p50, p99 float64) {
+func runCacheWorkload(t testing.TB, cc CacheConfig, pin bool, ecfg lm.EngineConfig, convs [][]llm.Message) (hit, p50, p99 float64) {
 	t.Helper()
 	m, err := cloudmodel.Open()
 	if err != nil {
@@ -124,7 +133,7 @@ func runCacheWorkload(t testing.TB, cc CacheConfig, pin bool, convs [][]llm.Mess
 	for i := range 3 {
 		// Three contexts of KV each: the four domains' prompts and the
 		// open conversations do not all fit, so what stays cached matters.
-		eng, err := lm.NewEngine(m, lm.EngineConfig{MaxBatch: 4, Threads: 1, KVBudgetBytes: 48 * blockBytes})
+		eng, err := lm.NewEngine(m, lm.EngineConfig{MaxBatch: 4, Threads: 1, KVBudgetBytes: 48 * blockBytes, HostKV: ecfg.HostKV, AgingRate: ecfg.AgingRate})
 		if err != nil {
 			t.Fatal(err)
 		}

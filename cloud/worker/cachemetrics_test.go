@@ -39,7 +39,9 @@ func TestCacheMetrics(t *testing.T) {
 	if blocks == 0 || bytes <= blocks || writes != blocks*bs || float64(first.CacheWriteTokens) != writes || hits < blocks {
 		t.Fatalf("pinned %v blocks, %v bytes, %v tokens written (first turn %d), %v pin hits", blocks, bytes, writes, first.CacheWriteTokens, hits)
 	}
-	for _, name := range []string{"phaseless_engine_pin_expiries_total", "phaseless_engine_pin_refused_blocks_total", "phaseless_engine_evictions_total"} {
+	for _, name := range []string{"phaseless_engine_pin_expiries_total", "phaseless_engine_pin_refused_blocks_total", "phaseless_engine_evictions_total",
+		"phaseless_engine_host_kv_blocks", "phaseless_engine_host_kv_capacity_blocks", "phaseless_engine_host_kv_stores_total",
+		"phaseless_engine_host_kv_loads_total", "phaseless_engine_host_kv_evictions_total", "phaseless_engine_host_hit_tokens_total"} {
 		if _, ok := metricstest.Value(fams, name); !ok {
 			t.Errorf("%s missing", name)
 		}

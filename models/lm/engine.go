@@ -57,12 +57,22 @@ type EngineConfig struct {
 	// first served.
 	AgingRate float64
 
+	// HostKV, when set, gives the engine a host-memory KV tier of HostKV
+	// times its KV blocks (hosttier.go): prefix blocks its cache evicts
+	// are kept there and copied back for a prompt that continues its
+	// cached prefix with them, instead of being recomputed. 0 = none.
+	HostKV float64
+
 	// ByteChoices turns choice decoding off (constraint_choice.go): a
 	// grammar's closed sets of alternatives (call or prose, tool names,
 	// enum values, copied numbers and spans) are then decided byte by byte
 	// by the sampler, as before it. For comparisons.
 	ByteChoices bool
 }
+
+// MaxHostKV bounds EngineConfig.HostKV: 64 times the KV budget is already
+// more host memory per worker than any server has per GPU.
+const MaxHostKV = 64
 
 // DefaultBlockSize is the KV cache block size in tokens when EngineConfig
 // names none: 16, as vLLM.
@@ -114,6 +124,8 @@ func (c EngineConfig) Validate() error {
 		return fmt.Errorf("engine config: PinTenantBytes %d is negative", c.PinTenantBytes)
 	case c.AgingRate < 0 || math.IsNaN(c.AgingRate) || math.IsInf(c.AgingRate, 0):
 		return fmt.Errorf("engine config: AgingRate %v is not a non-negative rate", c.AgingRate)
+	case c.HostKV < 0 || math.IsNaN(c.HostKV) || math.IsInf(c.HostKV, 0) || c.HostKV > MaxHostKV:
+		return fmt.Errorf("engine config: HostKV %v outside 0..%d (times the KV budget)", c.HostKV, MaxHostKV)
 	}
 	if c.StepTokens > 0 && c.MaxBatch > 0 && c.StepTokens < c.MaxBatch {
 		return fmt.Errorf("engine config: StepTokens %d must be at least MaxBatch %d (one decode token each)", c.StepTokens, c.MaxBatch)
@@ -166,6 +178,10 @@ type Stats struct {
 	PinRefusedBlocks    uint64
 	CacheWriteTokens    uint64 // prompt tokens newly pinned
 	PinnedBytesPerBlock int64
+
+	// Host is the host-memory KV tier's state (zero without one);
+	// PrefixHitTokens includes its HitTokens.
+	Host HostTierStats
 }
 
 // Engine serves generation requests on one Model with continuous batching.
@@ -174,6 +190,7 @@ type Engine struct {
 	cfg    EngineConfig
 	alloc  *kvcache.Allocator
 	kv     *kvStore
+	host   *hostTier // nil: no host KV tier
 	ws     *workspace
 	seedMu sync.Mutex // guards seeds
 	seeds  *rand.Rand
@@ -230,6 +247,12 @@ func NewEngine(m *Model, cfg EngineConfig) (*Engine, error) {
 		wake:  make(chan struct{}, 1),
 		done:  make(chan struct{}),
 	}
+	if n := int(cfg.HostKV * float64(nBlocks)); n > 0 {
+		if e.host, err = newHostTier(m.Config, n, cfg.BlockSize); err != nil {
+			return nil, err
+		}
+		alloc.SetEvictHook(func(id int32, h uint64) { e.host.store(e.kv, id, h) })
+	}
 	e.stats.KVBlocksTotal = int(nBlocks)
 	e.stats.BlockSize = cfg.BlockSize
 	go e.loop()
@@ -277,6 +300,9 @@ func (e *Engine) Stats() Stats {
 	s.PinnedBlocks, s.PinnedByTenant = pinned, byTenant
 	s.PinHits, s.PinExpiries, s.PinRefusedBlocks = as.PinHits, as.PinExpiries, as.PinRefused
 	s.PinnedBytesPerBlock = blockBytes(e.m.Config, e.cfg.BlockSize)
+	if e.host != nil {
+		s.Host = e.host.stats()
+	}
 	now := e.cfg.Now()
 	cut := now.Add(-e.cfg.FaultWindow)
 	var base *stepMark
@@ -302,9 +328,23 @@ func (e *Engine) Stats() Stats {
 }
 
 // CachedPrefixBlocks reports how many leading blocks of hashes (BlockHashes
-// with this engine's block size) are in this engine's KV cache, so a scheduler
-// can send a request where its prefix already is.
-func (e *Engine) CachedPrefixBlocks(hashes []uint64) int { return e.alloc.Probe(hashes) }
+// with this engine's block size) are in this engine's KV cache, or continue
+// it in the host tier, so a scheduler can send a request where its prefix
+// already is.
+func (e *Engine) CachedPrefixBlocks(hashes []uint64) int {
+	gpu, host := e.cachedPrefix(hashes)
+	return gpu + host
+}
+
+// cachedPrefix counts the leading hashes in the KV cache and, after them,
+// those the host tier holds.
+func (e *Engine) cachedPrefix(hashes []uint64) (cache, host int) {
+	cache = e.alloc.Probe(hashes)
+	if e.host != nil && cache < len(hashes) {
+		host = e.host.match(hashes[cache:])
+	}
+	return cache, host
+}
 
 // BlockHashes returns vLLM-style chained hashes of the full blocks of tokens;
 // see CachedPrefixBlocks.

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"slices"
 	"strings"
 	"sync"
@@ -200,14 +201,21 @@ func TestPreemptedEqualsUninterrupted(t *testing.T) {
 	want := solo(t, m, ps, opts)
 	// Room for 20 blocks of 4 tokens: one full context (16 blocks) fits, six
 	// growing sequences do not, so the engine must preempt and recompute.
-	e := newEngine(t, m, EngineConfig{BlockSize: 4, MaxBatch: 6, KVBudgetBytes: 20 * blockBytes(m.Config, 4)})
-	got := concurrent(e, ps, opts)
-	sameResults(t, got, want)
-	st := e.Stats()
-	if st.Preemptions == 0 || st.KVFaults < st.Preemptions {
-		t.Fatalf("no preemption happened: %+v", st)
+	// With a host KV tier, a preempted sequence's evicted blocks come back
+	// from it instead, and the draws must not change either.
+	for _, hostKV := range []float64{0, 2} {
+		e := newEngine(t, m, EngineConfig{BlockSize: 4, MaxBatch: 6, KVBudgetBytes: 20 * blockBytes(m.Config, 4), HostKV: hostKV})
+		got := concurrent(e, ps, opts)
+		sameResults(t, got, want)
+		st := e.Stats()
+		if st.Preemptions == 0 || st.KVFaults < st.Preemptions {
+			t.Fatalf("host KV %v: no preemption happened: %+v", hostKV, st)
+		}
+		if hostKV > 0 && st.Host.Stores == 0 {
+			t.Fatalf("host KV %v: the tier kept nothing: %+v", hostKV, st.Host)
+		}
+		t.Logf("host KV %v: preemptions %d, evictions %d, faults %d, host loads %d", hostKV, st.Preemptions, st.Evictions, st.KVFaults, st.Host.Loads)
 	}
-	t.Logf("preemptions %d, evictions %d, faults %d", st.Preemptions, st.Evictions, st.KVFaults)
 }
 
 func TestCancelFreesBlocks(t *testing.T) {
@@ -350,6 +358,9 @@ func TestEngineConfigValidate(t *testing.T) {
 		{EngineConfig{StepTokens: 4, MaxBatch: 8}, "StepTokens"},
 		{EngineConfig{KVBudgetBytes: 1000}, "KVBudgetBytes"},
 		{EngineConfig{Threads: -1}, "Threads"},
+		{EngineConfig{HostKV: -1}, "HostKV"},
+		{EngineConfig{HostKV: math.NaN()}, "HostKV"},
+		{EngineConfig{HostKV: 65}, "HostKV"},
 	} {
 		_, err := NewEngine(m, tc.cfg)
 		if err == nil || !strings.Contains(err.Error(), tc.field) {

@@ -23,11 +23,13 @@ func newKVStore(cfg Config, slots int) *kvStore {
 	return s
 }
 
-// copySlots copies n slots starting at src to dst in every layer.
-func (s *kvStore) copySlots(dst, src, n int) {
+// copyFrom copies n slots of from's starting at slot src to this store's
+// slot dst, in every layer; from may be this store (copy-on-write) or the
+// host tier's (hosttier.go), of the same model.
+func (s *kvStore) copyFrom(from *kvStore, dst, src, n int) {
 	for l := range s.k {
-		copy(s.k[l][dst*s.kvDim:(dst+n)*s.kvDim], s.k[l][src*s.kvDim:(src+n)*s.kvDim])
-		copy(s.v[l][dst*s.kvDim:(dst+n)*s.kvDim], s.v[l][src*s.kvDim:(src+n)*s.kvDim])
+		copy(s.k[l][dst*s.kvDim:(dst+n)*s.kvDim], from.k[l][src*s.kvDim:(src+n)*s.kvDim])
+		copy(s.v[l][dst*s.kvDim:(dst+n)*s.kvDim], from.v[l][src*s.kvDim:(src+n)*s.kvDim])
 	}
 }
 

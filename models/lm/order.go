@@ -16,8 +16,8 @@ import (
 //
 //	key = queued at + uncached prompt tokens / AgingRate
 //
-// and the uncached tokens are what the prefix cache does not hold when the
-// prompt is admitted. A long prompt is passed only by prompts queued less
+// and the uncached tokens are what neither the prefix cache nor the host
+// tier holds when the prompt is admitted. A long prompt is passed only by prompts queued less
 // than its uncached length / AgingRate after it, so none starves. Waiting
 // prompts keep the order strictly: the first that cannot be admitted stops
 // admission.
@@ -45,8 +45,8 @@ func (e *Engine) orderedPrompts(work []planned, budget int, preempted bool) ([]p
 		for _, s := range waiting {
 			uncached := 0
 			if s.imported == nil {
-				hits := e.alloc.Probe(kvcache.BlockHashes(s.tokens, bs))
-				uncached = max(0, len(s.tokens)-hits*bs)
+				cache, host := e.cachedPrefix(kvcache.BlockHashes(s.tokens, bs))
+				uncached = max(0, len(s.tokens)-(cache+host)*bs)
 			}
 			key := s.start.Add(time.Duration(float64(uncached) / e.cfg.AgingRate * 1e9))
 			cands = append(cands, orderCand{s, key, false})

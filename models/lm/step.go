@@ -168,9 +168,9 @@ func (e *Engine) step() bool {
 func (e *Engine) admit(s *sequence) bool {
 	bs := e.cfg.BlockSize
 	hashes := kvcache.BlockHashes(s.tokens, bs)
-	hits := e.alloc.Probe(hashes)
+	hits, hostHits := e.cachedPrefix(hashes)
 	need := (len(s.tokens)+bs)/bs - hits // blocks up to and including the first generated token
-	if hits*bs >= len(s.tokens) {
+	if (hits+hostHits)*bs >= len(s.tokens) {
 		need++ // the last prompt token is recomputed into a copy of a shared block
 	}
 	if need > e.alloc.Available() {
@@ -178,15 +178,41 @@ func (e *Engine) admit(s *sequence) bool {
 	}
 	s.blocks = e.alloc.Acquire(hashes[:hits])
 	s.hashes = append(s.hashes[:0], hashes[:len(s.blocks)]...)
+	if hostHits > 0 && len(s.blocks) == hits {
+		e.reload(s, hashes[hits:hits+hostHits])
+	}
 	// The last token always runs, even on a full hit: its logits are needed.
 	s.computed = min(len(s.blocks)*bs, len(s.tokens)-1)
 	if s.prefixHit < 0 {
 		s.prefixHit = min(s.computed, s.promptLen)
+		if e.host != nil {
+			e.host.hitTokens.Add(uint64(max(0, s.prefixHit-hits*bs))) // s.blocks past hits were reloaded
+		}
 		e.mu.Lock()
 		e.stats.PrefixHitTokens += uint64(s.prefixHit)
 		e.mu.Unlock()
 	}
 	return true
+}
+
+// reload continues s's cached prefix with the host tier's blocks for
+// hashes: each is copied into a fresh block of the cache and registered
+// there as the prefix block it is. The tier's blocks are held meanwhile,
+// as the allocations may evict other blocks into the tier. It stops early
+// when the cache has no block left (the rest is recomputed).
+func (e *Engine) reload(s *sequence, hashes []uint64) {
+	from := e.host.take(hashes)
+	defer e.host.give(from)
+	for i, b := range from {
+		id, _, ok := e.alloc.Allocate()
+		if !ok {
+			return
+		}
+		e.host.load(e.kv, id, b)
+		e.alloc.Register(id, hashes[i])
+		s.blocks = append(s.blocks, id)
+		s.hashes = append(s.hashes, hashes[i])
+	}
 }
 
 // reserve makes positions s.computed … s.computed+n-1 writable for s:
@@ -214,7 +240,7 @@ func (e *Engine) reserve(s *sequence, n, idx int, preempted *bool) int {
 			if !ok {
 				return p - s.computed
 			}
-			e.kv.copySlots(int(id)*bs, int(old)*bs, p%bs)
+			e.kv.copyFrom(e.kv, int(id)*bs, int(old)*bs, p%bs)
 			e.alloc.Release(old)
 			s.blocks[bi] = id
 			s.hashes = s.hashes[:min(len(s.hashes), bi)]

@@ -78,6 +78,7 @@ type Allocator struct {
 	held       int
 	stats      Stats
 	pins       pinTable
+	onEvict    func(id int32, hash uint64) // SetEvictHook
 }
 
 // Stats counts allocator events since creation.
@@ -150,6 +151,17 @@ func (a *Allocator) Stats() Stats {
 	return a.stats
 }
 
+// SetEvictHook has f called whenever Allocate drops a cached block, with
+// the block and the hash it held, before the block is handed out: its
+// contents are still intact, so a second tier (the engine's host-memory
+// cache) can keep them. f runs with the allocator's lock held and must not
+// call the allocator.
+func (a *Allocator) SetEvictHook(f func(id int32, hash uint64)) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	a.onEvict = f
+}
+
 // Allocate returns a block held once by the caller. evicted reports that a
 // cached prefix block had to be dropped to make room; ok is false when every
 // block is held.
@@ -166,6 +178,9 @@ func (a *Allocator) Allocate() (id int32, evicted, ok bool) {
 	case a.head >= 0:
 		id = a.head
 		a.unlink(id)
+		if a.onEvict != nil {
+			a.onEvict(id, a.hash[id])
+		}
 		delete(a.byHash, a.hash[id])
 		a.hashed[id] = false
 		evicted = true

@@ -59,7 +59,14 @@ func TestAllocatorLifecycle(t *testing.T) {
 	if n := a.Probe([]uint64{200, 100}); n != 2 {
 		t.Fatalf("probe = %d, want 2", n)
 	}
-	// Free blocks go first, then the least recently released cached block.
+	// Free blocks go first, then the least recently released cached block,
+	// which the evict hook sees with its hash before it is handed out.
+	type dropped struct {
+		id   int32
+		hash uint64
+	}
+	var seen []dropped
+	a.SetEvictHook(func(id int32, h uint64) { seen = append(seen, dropped{id, h}) })
 	if id, ev, _ := a.Allocate(); id != ids[2] || ev {
 		t.Fatalf("allocate = %d evicted=%v, want free block %d", id, ev, ids[2])
 	}
@@ -68,6 +75,9 @@ func TestAllocatorLifecycle(t *testing.T) {
 	}
 	if n := a.Probe([]uint64{200}); n != 0 {
 		t.Fatal("evicted hash still found")
+	}
+	if !slices.Equal(seen, []dropped{{ids[1], 200}}) {
+		t.Fatalf("evict hook saw %v, want block %d with hash 200", seen, ids[1])
 	}
 	got := a.Acquire([]uint64{100, 200})
 	if !slices.Equal(got, []int32{ids[0]}) {
