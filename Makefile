@@ -97,7 +97,7 @@ router:
 	UPDATE_EDGE_PROMPTS=1 $(GO) test -count=1 -run TestEdgePromptsUpToDate ./models/predictor/train
 	$(MAKE) build
 	bin/phaselessctl model grade
-	bin/phaselessctl model train --out models/predictor/predictor.onnx --compare models/predictor/testdata/predictor-edge-v3.onnx --compare models/predictor/testdata/predictor-edge-v2.onnx --compare models/predictor/testdata/predictor-edge-v1.onnx
+	bin/phaselessctl model train --out models/predictor/predictor.onnx --compare models/predictor/testdata/predictor-edge-v4.onnx --compare models/predictor/testdata/predictor-edge-v3.onnx --compare models/predictor/testdata/predictor-edge-v2.onnx --compare models/predictor/testdata/predictor-edge-v1.onnx
 
 clean:
 	rm -rf bin

@@ -17,7 +17,6 @@ import (
 	"net/url"
 	"os"
 	"path/filepath"
-	"regexp"
 	"runtime"
 	"slices"
 	"strconv"
@@ -281,9 +280,28 @@ func (l *WorkerURLs) Set(v string) error {
 	return nil
 }
 
-// workerKey finds a worker URL's key option, which its printed form and
-// errors redact.
-var workerKey = regexp.MustCompile(`([#&])key=[^&]*`)
+// shownWorkerURL is the form of a worker URL its printed flag value and
+// errors show: the key option's value replaced. The options are read from
+// the URL's decoded fragment, so the redaction works on that too (a
+// percent-encoded "%6Bey=" is a key as well); a URL that does not parse
+// shows no options at all.
+func shownWorkerURL(s string, u *url.URL) string {
+	base, _, ok := strings.Cut(s, "#")
+	switch {
+	case !ok:
+		return s
+	case u == nil:
+		return base + "#REDACTED"
+	}
+	pairs := strings.Split(u.Fragment, "&")
+	for i, p := range pairs {
+		name, _, _ := strings.Cut(p, "=")
+		if n, err := url.QueryUnescape(name); err != nil || n == "key" {
+			pairs[i] = "key=REDACTED"
+		}
+	}
+	return base + "#" + strings.Join(pairs, "&")
+}
 
 func parseWorkerURL(s string) (WorkerURL, error) {
 	if sim.IsURL(s) {
@@ -293,8 +311,11 @@ func parseWorkerURL(s string) (WorkerURL, error) {
 		}
 		return WorkerURL{raw: s, sim: &spec}, nil
 	}
-	shown := workerKey.ReplaceAllString(s, "${1}key=REDACTED") // the flag's value and errors never print the key
 	u, err := url.Parse(s)
+	if err != nil {
+		u = nil
+	}
+	shown := shownWorkerURL(s, u) // the flag's value and errors never print the key
 	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
 		return WorkerURL{}, fmt.Errorf("%q is not an http(s) URL", shown)
 	}

@@ -429,8 +429,17 @@ func TestConfigValidate(t *testing.T) {
 			t.Fatalf("aging rate %v, host KV %v with %d built-in workers: %v, want an error naming %s", cfg.AgingRate, cfg.HostKV, cfg.nBuiltins(), err, tc.field)
 		}
 	}
+	// A key spelt with percent-encoding is a key too: the options are read
+	// decoded, and so is what is redacted.
+	for _, enc := range []string{"http://peer:8080#%6Bey=sk-work-1", "http://peer:8080#role=decode%26key=sk-work-1", "http://peer:8080#k%65y=%73k-work-1&role=decode"} {
+		var l WorkerURLs
+		if err := l.Set(enc); err != nil || l[0].key == "" || strings.Contains(l.String(), "sk-work-1") || strings.Contains(l.String(), "%73k-work-1") {
+			t.Fatalf("worker %q: err %v, key %q, printed %q", enc, err, l[0].key, l.String())
+		}
+	}
 	// ...nor does an error about the same URL.
-	for _, bad := range []string{"http://peer:8080#key=sk-work-1&capacity=x", "http://peer:8080#role=nope&key=sk-work-1", "http://peer:8080#key=sk-work-1&colour=red"} {
+	for _, bad := range []string{"http://peer:8080#key=sk-work-1&capacity=x", "http://peer:8080#role=nope&key=sk-work-1", "http://peer:8080#key=sk-work-1&colour=red",
+		"http://peer:8080#%6Bey=sk-work-1&colour=red", "http://peer:8080#role=decode%26key=sk-work-1&capacity=0", "http://[bad#key=sk-work-1"} {
 		if err := keyed.Set(bad); err == nil || strings.Contains(err.Error(), "sk-work-1") || !strings.Contains(err.Error(), "REDACTED") {
 			t.Fatalf("worker %q: error %v shows the key or no sign of it", bad, err)
 		}

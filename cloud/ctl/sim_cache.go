@@ -39,6 +39,17 @@ func simCacheFlags(fs *flag.FlagSet) func() (simCache, error) {
 	byPrompt := fs.Bool("aging-whole-prompt", false, "with --aging-rate: key the order by every prompt token, cached or not (the order without its cache awareness, an ablation)")
 	affinity := fs.Bool("affinity", false, "route a request to the worker holding the most of its prompt while it has room (conversation affinity) before the policy decides")
 	return func() (simCache, error) {
+		// flag.Float64 takes "NaN" and "Inf", which every range check
+		// below would let through and the simulator would then ignore.
+		for _, f := range []struct {
+			name string
+			v    float64
+		}{{"pinned-share", *share}, {"tenant-share", *tenant}, {"follow-up-threshold", *threshold},
+			{"prefetch-max-load", *prefetchLoad}, {"host-kv", *hostKV}, {"aging-rate", *aging}} {
+			if math.IsNaN(f.v) || math.IsInf(f.v, 0) {
+				return simCache{}, &cli.FieldError{Field: f.name, Err: errors.New("must be a finite number")}
+			}
+		}
 		switch {
 		case *ttl < 0:
 			return simCache{}, &cli.FieldError{Field: "cache-ttl", Err: errors.New("must not be negative")}

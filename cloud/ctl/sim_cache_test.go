@@ -41,19 +41,26 @@ func TestSimCacheFlags(t *testing.T) {
 	if n := requests("--host-kv", "4", "--aging-rate", "10000", "--cache-ttl", "5m", "--soft-pins"); n != 80 {
 		t.Fatalf("%v requests summarised with the host tier and the order, want 80", n)
 	}
-	for _, tc := range []struct{ field string }{{"prefetch"}, {"cache-ttl"}, {"prefetch-max-load"}, {"pin-oracle"}, {"tenant-share"}, {"host-kv"}, {"aging-rate"}, {"aging-whole-prompt"}, {"soft-pins"}, {"pinned-share"}} {
-		args := map[string][]string{
-			"prefetch":           {"--prefetch"},
-			"cache-ttl":          {"--follow-up-threshold", "0.5"},
-			"prefetch-max-load":  {"--prefetch-max-load", "0.2"},
-			"pin-oracle":         {"--cache-ttl", "5m", "--pin-oracle", "--follow-up-threshold", "0.5"},
-			"tenant-share":       {"--tenant-share", "0.9"},
-			"host-kv":            {"--host-kv", "-1"},
-			"aging-rate":         {"--aging-rate", "-5"},
-			"aging-whole-prompt": {"--aging-whole-prompt"},
-			"soft-pins":          {"--soft-pins"}, // nothing pinned to soften
-			"pinned-share":       {"--pinned-share", "0.3", "--host-kv", "2"},
-		}[tc.field]
+	for _, tc := range []struct {
+		field string
+		args  []string
+	}{
+		{"prefetch", []string{"--prefetch"}},
+		{"cache-ttl", []string{"--follow-up-threshold", "0.5"}},
+		{"prefetch-max-load", []string{"--prefetch-max-load", "0.2"}},
+		{"pin-oracle", []string{"--cache-ttl", "5m", "--pin-oracle", "--follow-up-threshold", "0.5"}},
+		{"tenant-share", []string{"--tenant-share", "0.9"}},
+		{"host-kv", []string{"--host-kv", "-1"}},
+		{"host-kv", []string{"--host-kv", "NaN"}},
+		{"aging-rate", []string{"--aging-rate", "-5"}},
+		{"aging-rate", []string{"--aging-rate", "NaN", "--aging-whole-prompt"}},
+		{"aging-rate", []string{"--aging-rate", "+Inf"}},
+		{"follow-up-threshold", []string{"--cache-ttl", "5m", "--follow-up-threshold", "NaN"}},
+		{"aging-whole-prompt", []string{"--aging-whole-prompt"}},
+		{"soft-pins", []string{"--soft-pins"}}, // nothing pinned to soften
+		{"pinned-share", []string{"--pinned-share", "0.3", "--host-kv", "2"}},
+	} {
+		args := tc.args
 		out, err := runSim(t, append(append([]string(nil), base...), args...)...)
 		if err == nil || !strings.Contains(err.Error(), tc.field) {
 			t.Fatalf("%v: err %v, want one naming %s\n%s", args, err, tc.field, out)

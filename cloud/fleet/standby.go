@@ -50,7 +50,7 @@ type Standby struct {
 	// Manager after a takeover, nil after stepping down (tests, logs).
 	opened func(*Manager)
 
-	skip int // polls to let pass before asking for the lease again (run's goroutine only)
+	retryAt time.Time // no asking for the lease before then (run's goroutine only)
 
 	stop      chan struct{}
 	done      chan struct{}
@@ -110,8 +110,7 @@ func (s *Standby) step() {
 		}
 		return
 	}
-	if s.skip > 0 {
-		s.skip--
+	if time.Now().Before(s.retryAt) {
 		return
 	}
 	if err := s.cfg.Lease.Acquire(ctx); err != nil {
@@ -123,7 +122,7 @@ func (s *Standby) step() {
 		// Only an operator changes that: ask again seldom, so this
 		// replica's brief holds of the lease do not keep refusing a
 		// writer on the right store that is starting at that moment.
-		s.skip = otherStoreSkips
+		s.retryAt = time.Now().Add(otherStoreWait)
 	}
 	if err != nil {
 		// The store may still be locked by a writer that lost its lease
@@ -139,9 +138,9 @@ func (s *Standby) step() {
 	s.set(m, nil)
 }
 
-// otherStoreSkips is how many polls a standby on the wrong store lets pass
-// before it takes the lease to look again (30 s at DefaultStandbyPoll).
-const otherStoreSkips = 15
+// otherStoreWait is how long a standby on the wrong store waits before it
+// takes the lease to look again, whatever its poll interval.
+const otherStoreWait = 30 * time.Second
 
 // ErrOtherStore is returned when a standby's fleet store is not the one
 // the fleet's writers have used: taking over with it would forget every

@@ -33,8 +33,9 @@ func TestPlainWriterBindsTheStore(t *testing.T) {
 		t.Fatalf("B took the fleet over with an empty store of its own after a plain writer")
 	}
 	// Refused for its store, B asks for the lease again only after
-	// otherStoreSkips polls, so a writer on the fleet's store that starts
-	// meanwhile finds the lease free.
+	// otherStoreWait (30 s, not a number of polls, so a slow machine
+	// leaves the same margin), so a writer on the fleet's store that
+	// starts meanwhile finds the lease free.
 	before := lb.n.Load()
 	time.Sleep(10 * 20 * time.Millisecond)
 	if n := lb.n.Load() - before; n != 0 {

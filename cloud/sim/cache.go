@@ -3,6 +3,7 @@ package sim
 import (
 	"errors"
 	"fmt"
+	"math"
 	"time"
 )
 
@@ -57,6 +58,11 @@ func (c *CacheConfig) fill() {
 }
 
 func (c *CacheConfig) validate() error {
+	for _, v := range []float64{c.PinnedShare, c.TenantShare, c.Retain.Threshold, c.Prefetch.MaxLoad, c.HostKV, c.AgingRate} {
+		if math.IsNaN(v) || math.IsInf(v, 0) {
+			return fmt.Errorf("sim.Config.Cache: %v is not a finite number (PinnedShare, TenantShare, Retain.Threshold, Prefetch.MaxLoad, HostKV, AgingRate)", v)
+		}
+	}
 	switch {
 	case c.TTL < 0:
 		return errors.New("sim.Config.Cache.TTL: negative")
