@@ -53,6 +53,9 @@ func BenchmarkIsolatedPrefillBound(b *testing.B) {
 	for _, p := range []float64{0.5, 0.99} {
 		b.ReportMetric(q(system, p), fmt.Sprintf("system-p%.0f-ms", 100*p))
 		b.ReportMetric(q(unbounded, p), fmt.Sprintf("unbounded-p%.0f-ms", 100*p))
+		if q(unbounded, p) > q(system, p) { // a bound that is not one: the cost model is wrong
+			b.Fatalf("p%.0f: an unbounded cache made prefill slower than the system block alone", 100*p)
+		}
 	}
 }
 

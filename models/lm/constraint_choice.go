@@ -420,23 +420,10 @@ func (e *Engine) greedyOpen(jobs []*choiceJob) {
 // whether the continuation goes on (the token must run).
 func (e *Engine) greedyStep(j *choiceJob) bool {
 	g := &j.greedy
-	cb := &e.stepBuf.choice
-	vi := e.m.vocabIndex()
-	if len(cb.allow) != vi.trie.Vocab() {
-		cb.allow = make([]bool, vi.trie.Vocab())
-	}
-	vi.trie.Mask(g.st, cb.allow)
 	best := -1
-	for id, ok := range cb.allow {
+	for id, ok := range e.allowed(g.st) {
 		if ok && (best < 0 || g.lp[id] > g.lp[best]) {
 			best = id
-		}
-	}
-	if g.st.Accepting() {
-		for _, id := range vi.eog {
-			if best < 0 || g.lp[id] > g.lp[best] {
-				best = int(id)
-			}
 		}
 	}
 	if best < 0 {
@@ -510,20 +497,27 @@ func pickChoice(smp *sampler, alts []alternative) int {
 	return best
 }
 
-// followMass is the log-probability that the token after an alternative is
-// one its continuation allows.
-func (e *Engine) followMass(logits []float32, after grammar.State) float64 {
+// allowed is the tokens st allows next, with the end-of-generation ones
+// when its text is complete, in the step's scratch mask.
+func (e *Engine) allowed(st grammar.State) []bool {
 	cb := &e.stepBuf.choice
 	vi := e.m.vocabIndex()
 	if len(cb.allow) != vi.trie.Vocab() {
 		cb.allow = make([]bool, vi.trie.Vocab())
 	}
-	vi.trie.Mask(after, cb.allow)
-	if after.Accepting() {
+	vi.trie.Mask(st, cb.allow)
+	if st.Accepting() {
 		for _, id := range vi.eog {
 			cb.allow[id] = true
 		}
 	}
+	return cb.allow
+}
+
+// followMass is the log-probability that the token after an alternative is
+// one its continuation allows.
+func (e *Engine) followMass(logits []float32, after grammar.State) float64 {
+	allow := e.allowed(after)
 	mx := math.Inf(-1)
 	for _, l := range logits {
 		mx = math.Max(mx, float64(l))
@@ -532,7 +526,7 @@ func (e *Engine) followMass(logits []float32, after grammar.State) float64 {
 	for id, l := range logits {
 		p := math.Exp(float64(l) - mx)
 		all += p
-		if id < len(cb.allow) && cb.allow[id] {
+		if id < len(allow) && allow[id] {
 			ok += p
 		}
 	}

@@ -591,6 +591,11 @@ type sequence struct {
 	preempted  bool
 	ended      bool      // step loop only: s has left the engine
 	key        time.Time // step loop only: its place in the cache-aware order (order.go)
+	// waitHashes are BlockHashes of tokens[:waitHashed] (step loop only):
+	// a waiting sequence's tokens do not change, and the order probes
+	// its prefix every step.
+	waitHashes []uint64
+	waitHashed int
 	// export (Prefill) ends s after its prompt: the step loop copies its
 	// keys and values into handoff instead of streaming the first token.
 	export  bool

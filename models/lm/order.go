@@ -45,7 +45,7 @@ func (e *Engine) orderedPrompts(work []planned, budget int, preempted bool) ([]p
 		for _, s := range waiting {
 			uncached := 0
 			if s.imported == nil {
-				cache, host := e.cachedPrefix(kvcache.BlockHashes(s.tokens, bs))
+				cache, host := e.cachedPrefix(e.tokenHashes(s))
 				uncached = max(0, len(s.tokens)-(cache+host)*bs)
 			}
 			key := s.start.Add(time.Duration(float64(uncached) / e.cfg.AgingRate * 1e9))
@@ -90,4 +90,14 @@ func (e *Engine) orderedPrompts(work []planned, budget int, preempted bool) ([]p
 		}
 	}
 	return work, budget
+}
+
+// tokenHashes is BlockHashes of s's tokens, computed again only when they
+// have changed (they grow while s runs, never while it waits).
+func (e *Engine) tokenHashes(s *sequence) []uint64 {
+	if s.waitHashed != len(s.tokens) || s.waitHashes == nil {
+		s.waitHashes = kvcache.BlockHashes(s.tokens, e.cfg.BlockSize)
+		s.waitHashed = len(s.tokens)
+	}
+	return s.waitHashes
 }

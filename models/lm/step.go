@@ -167,7 +167,7 @@ func (e *Engine) step() bool {
 // admitted prompt does not stall halfway for lack of memory.
 func (e *Engine) admit(s *sequence) bool {
 	bs := e.cfg.BlockSize
-	hashes := kvcache.BlockHashes(s.tokens, bs)
+	hashes := e.tokenHashes(s)
 	hits, hostHits := e.cachedPrefix(hashes)
 	need := (len(s.tokens)+bs)/bs - hits // blocks up to and including the first generated token
 	if (hits+hostHits)*bs >= len(s.tokens) {

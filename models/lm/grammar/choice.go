@@ -10,6 +10,8 @@ package grammar
 // tokens' log-probabilities, as guided decoding's "choice" and
 // lm-eval-harness's multiple choice do) and write the best one.
 
+import "math/bits"
+
 // Choice is one alternative of a choice point: the bytes it writes (a
 // literal; empty for an open alternative, such as prose beside tool calls,
 // whose text is not fixed) and the parses it continues with.
@@ -63,22 +65,24 @@ func literalPrefix(alt []elem) []byte {
 	return out
 }
 
-// single reports the byte of an element that matches exactly one byte.
+// single reports the byte of an element that matches exactly one byte:
+// a popcount of its set, as Choices runs it on every byte of every
+// alternative.
 func (e elem) single() (byte, bool) {
 	if e.set == nil {
 		return 0, false
 	}
-	n, last := 0, byte(0)
-	for c := range 256 {
-		if e.set.has(byte(c)) {
-			n++
-			last = byte(c)
-			if n > 1 {
-				return 0, false
-			}
+	n, word := 0, -1
+	for i, w := range e.set {
+		if w != 0 {
+			n += bits.OnesCount64(w)
+			word = i
 		}
 	}
-	return last, n == 1
+	if n != 1 {
+		return 0, false
+	}
+	return byte(word<<6 + bits.TrailingZeros64(e.set[word])), true
 }
 
 // Choices reports whether s is at a choice point and lists its

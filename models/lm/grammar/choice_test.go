@@ -1,6 +1,7 @@
 package grammar
 
 import (
+	"fmt"
 	"math/rand/v2"
 	"slices"
 	"strings"
@@ -110,5 +111,33 @@ func TestChoicePoints(t *testing.T) {
 	// Inside prose nothing is a choice point.
 	if st, _ := g.Start().AdvanceBytes([]byte("Sure")); func() bool { _, ok := st.Choices(); return ok }() {
 		t.Errorf("prose text is a choice point")
+	}
+}
+
+// TestCopiedSpansBounded: a copy source of few but long words is not
+// listed span by span (31 words of 2,000 letters make 496 spans, 10 MB of
+// grammar, which a 4 MiB request could raise to tens of GB); ordinary text
+// of the same word count still is.
+func TestCopiedSpansBounded(t *testing.T) {
+	listed := func(words []string) bool {
+		var spans []elem
+		if _, err := compileCopying(strings.Join(words, " "), func(c *compiler) []elem {
+			spans = c.copiedSpans(0, false)
+			return nil
+		}); err != nil {
+			t.Fatal(err)
+		}
+		return spans != nil
+	}
+	var long, short []string
+	for i := range 31 {
+		long = append(long, strings.Repeat(string(rune('a'+i%26)), 2000))
+		short = append(short, fmt.Sprintf("word%d", i))
+	}
+	if listed(long) {
+		t.Fatal("31 words of 2,000 letters listed as spans")
+	}
+	if !listed(short) {
+		t.Fatal("31 short words not listed as spans")
 	}
 }

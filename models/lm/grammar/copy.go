@@ -1,6 +1,7 @@
 package grammar
 
 import (
+	"iter"
 	"regexp"
 	"strconv"
 	"strings"
@@ -66,6 +67,24 @@ func (c *compiler) copiedString(n *node, lo, hi int, okHi bool) []elem {
 	return c.copiedWordGraph(hi, okHi)
 }
 
+// copySegments yields the copy source's segments, text[seg:end]: the runs a
+// copied value may come from, between the bytes a JSON string would have
+// to escape (quote, backslash, control characters).
+func copySegments(text string) iter.Seq2[int, int] {
+	return func(yield func(int, int) bool) {
+		for seg := 0; seg < len(text); {
+			end := seg
+			for end < len(text) && text[end] != '"' && text[end] != '\\' && text[end] >= 0x20 {
+				end++
+			}
+			if !yield(seg, end) {
+				return
+			}
+			seg = end + 1
+		}
+	}
+}
+
 // copiedWordGraph is a copied string as a graph of the copy source's
 // characters, for a source with more spans than copiedSpans lists: its
 // size grows with the text, not with the number of spans.
@@ -74,11 +93,7 @@ func (c *compiler) copiedWordGraph(hi int, okHi bool) []elem {
 	quote := b.litRule(`"`)
 	var starts [][]elem
 	text := c.copyFrom
-	for seg := 0; seg < len(text); {
-		end := seg
-		for end < len(text) && text[end] != '"' && text[end] != '\\' && text[end] >= 0x20 {
-			end++
-		}
+	for seg, end := range copySegments(text) {
 		// A segment longer than maxLength characters is left out whole
 		// rather than cut into spans that would each need a count.
 		if end > seg && (!okHi || utf8.RuneCountInString(text[seg:end]) <= hi) && utf8.ValidString(text[seg:end]) {
@@ -119,7 +134,6 @@ func (c *compiler) copiedWordGraph(hi int, okHi bool) []elem {
 				}
 			}
 		}
-		seg = end + 1
 	}
 	if len(starts) == 0 {
 		return nil
@@ -127,26 +141,30 @@ func (c *compiler) copiedWordGraph(hi int, okHi bool) []elem {
 	return seq(b.lit(`"`), []elem{ref(b.rule(starts...))})
 }
 
-// maxChoiceSpans bounds the spans copiedSpans lists one by one; a longer
-// copy source gets the compact word graph of copiedString, whose spans the
-// engine then chooses byte by byte.
-const maxChoiceSpans = 512
+// maxChoiceSpans bounds the spans copiedSpans lists one by one, and
+// maxChoiceSpanBytes their length together (one grammar element a byte: 31
+// words of 5,000 letters make fewer than 512 spans but 800 MB of grammar);
+// a longer copy source gets the compact word graph of copiedString, whose
+// spans the engine then chooses byte by byte. 31 ordinary words, the most
+// that stay under 512 spans, come to about 32 KB.
+const (
+	maxChoiceSpans     = 512
+	maxChoiceSpanBytes = 64 << 10
+)
 
 // copiedSpans is a copied string as a choice point (choice.go): after the
 // opening quote, one alternative per span of whole words the copy may be,
 // each followed by the closing quote, so the engine can score each span
 // whole. The spans are those of copiedString's word graph, limited to hi
 // characters where okHi (here a long segment keeps its short spans). It
-// returns nil when there are more than maxChoiceSpans, or none.
+// returns nil when there are more than maxChoiceSpans, longer than
+// maxChoiceSpanBytes together, or none.
 func (c *compiler) copiedSpans(hi int, okHi bool) []elem {
 	text := c.copyFrom
 	var spans []string
 	seen := map[string]bool{}
-	for seg := 0; seg < len(text); {
-		end := seg
-		for end < len(text) && text[end] != '"' && text[end] != '\\' && text[end] >= 0x20 {
-			end++
-		}
+	size := 0
+	for seg, end := range copySegments(text) {
 		if end > seg && utf8.ValidString(text[seg:end]) {
 			for i := seg; i < end; i++ {
 				if text[i] == ' ' || i > seg && text[i-1] != ' ' || !utf8.RuneStart(text[i]) {
@@ -162,14 +180,13 @@ func (c *compiler) copiedSpans(hi int, okHi bool) []elem {
 					if sp := text[i:j]; !seen[sp] {
 						seen[sp] = true
 						spans = append(spans, sp)
-						if len(spans) > maxChoiceSpans {
+						if size += len(sp); len(spans) > maxChoiceSpans || size > maxChoiceSpanBytes {
 							return nil
 						}
 					}
 				}
 			}
 		}
-		seg = end + 1
 	}
 	if len(spans) == 0 {
 		return nil
