@@ -35,34 +35,53 @@ import (
 // (`phaseless-cloud --host-kv 4`) and the cache-aware admission order at
 // 2,000 tokens/s (`--aging-rate 2000`, about this machine's prefill rate
 // for the shipped cloud model), alone and together, under Rules placement.
+// The rows under many-open/ are the same workload with each client
+// holding eight conversations open instead of two: 48 open conversations
+// need about three times the three engines' KV, so what the engines keep
+// decides the hits, as with many users of one deployment.
 func BenchmarkCacheLayersLive(b *testing.B) {
 	convs := clincConversations(b, 96)
-	for _, v := range []struct {
-		name string
-		cc   CacheConfig
-		pin  bool
-		eng  lm.EngineConfig
-	}{
-		{"rules", CacheConfig{NoAffinity: true}, false, lm.EngineConfig{}},
-		{"pin", CacheConfig{NoAffinity: true}, true, lm.EngineConfig{}},
-		{"pin+affinity", CacheConfig{}, true, lm.EngineConfig{}},
-		{"pin+affinity+prefetch", CacheConfig{Prefetch: true}, true, lm.EngineConfig{}},
-		{"pin+affinity+prefetch+semantic", CacheConfig{Prefetch: true, Semantic: true}, true, lm.EngineConfig{}},
-		{"affinity", CacheConfig{}, false, lm.EngineConfig{}},
-		{"host-kv", CacheConfig{NoAffinity: true}, false, lm.EngineConfig{HostKV: 4}},
-		{"aging", CacheConfig{NoAffinity: true}, false, lm.EngineConfig{AgingRate: 2000}},
-		{"host-kv+aging", CacheConfig{NoAffinity: true}, false, lm.EngineConfig{HostKV: 4, AgingRate: 2000}},
+	rules := CacheConfig{NoAffinity: true}
+	host, aging := lm.EngineConfig{HostKV: 4}, lm.EngineConfig{AgingRate: 2000}
+	both := lm.EngineConfig{HostKV: 4, AgingRate: 2000}
+	for _, v := range []cacheRun{
+		{"rules", rules, false, lm.EngineConfig{}, 2},
+		{"pin", rules, true, lm.EngineConfig{}, 2},
+		{"pin+affinity", CacheConfig{}, true, lm.EngineConfig{}, 2},
+		{"pin+affinity+prefetch", CacheConfig{Prefetch: true}, true, lm.EngineConfig{}, 2},
+		{"pin+affinity+prefetch+semantic", CacheConfig{Prefetch: true, Semantic: true}, true, lm.EngineConfig{}, 2},
+		{"affinity", CacheConfig{}, false, lm.EngineConfig{}, 2},
+		{"host-kv", rules, false, host, 2},
+		{"aging", rules, false, aging, 2},
+		{"host-kv+aging", rules, false, both, 2},
+		{"many-open/rules", rules, false, lm.EngineConfig{}, 8},
+		{"many-open/pin", rules, true, lm.EngineConfig{}, 8},
+		{"many-open/host-kv", rules, false, host, 8},
+		{"many-open/aging", rules, false, aging, 8},
+		{"many-open/host-kv+aging", rules, false, both, 8},
 	} {
 		b.Run(v.name, func(b *testing.B) {
 			var hit, p50, p99 float64
 			for b.Loop() {
-				hit, p50, p99 = runCacheWorkload(b, v.cc, v.pin, v.eng, convs)
+				hit, p50, p99 = runCacheWorkload(b, v, convs)
 			}
 			b.ReportMetric(100*hit, "hit-%")
 			b.ReportMetric(p50, "p50-ms")
 			b.ReportMetric(p99, "p99-ms")
 		})
 	}
+}
+
+// cacheRun is one configuration of the live cache workload: the
+// coordinator's caching layers, whether the system prompt is pinned, the
+// engines' host tier and admission order, and how many conversations each
+// client holds open.
+type cacheRun struct {
+	name string
+	cc   CacheConfig
+	pin  bool
+	eng  lm.EngineConfig
+	open int
 }
 
 // clincConversations makes n two-turn conversations, domains in turn,
@@ -119,10 +138,11 @@ func clincConversations(t testing.TB, n int) [][]llm.Message {
 }
 
 // runCacheWorkload plays the conversations on three fresh built-in
-// workers (their engines with ecfg's host tier and admission order), six clients at a time, each holding two conversations open and
-// alternating between them (so a follow-up comes after other traffic),
-// and returns the prefix-hit share and TTFT p50/p99 in ms.
-func runCacheWorkload(t testing.TB, cc CacheConfig, pin bool, ecfg lm.EngineConfig, convs [][]llm.Message) (hit, p50, p99 float64) {
+// workers (their engines with v.eng's host tier and admission order), six
+// clients at a time, each holding v.open conversations open and running
+// all their first turns before the follow-ups (so a follow-up comes after
+// other traffic), and returns the prefix-hit share and TTFT p50/p99 in ms.
+func runCacheWorkload(t testing.TB, v cacheRun, convs [][]llm.Message) (hit, p50, p99 float64) {
 	t.Helper()
 	m, err := cloudmodel.Open()
 	if err != nil {
@@ -133,7 +153,7 @@ func runCacheWorkload(t testing.TB, cc CacheConfig, pin bool, ecfg lm.EngineConf
 	for i := range 3 {
 		// Three contexts of KV each: the four domains' prompts and the
 		// open conversations do not all fit, so what stays cached matters.
-		eng, err := lm.NewEngine(m, lm.EngineConfig{MaxBatch: 4, Threads: 1, KVBudgetBytes: 48 * blockBytes, HostKV: ecfg.HostKV, AgingRate: ecfg.AgingRate})
+		eng, err := lm.NewEngine(m, lm.EngineConfig{MaxBatch: 4, Threads: 1, KVBudgetBytes: 48 * blockBytes, HostKV: v.eng.HostKV, AgingRate: v.eng.AgingRate})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -150,7 +170,7 @@ func runCacheWorkload(t testing.TB, cc CacheConfig, pin bool, ecfg lm.EngineConf
 	defer set.Close()
 	a, _ := admit.New(admit.Config{})
 	defer a.Close()
-	c, err := New(Config{Workers: set, Admitter: a, Tokenizer: m.Tokenizer(), Metrics: metrics.NewRegistry(), Cache: cc})
+	c, err := New(Config{Workers: set, Admitter: a, Tokenizer: m.Tokenizer(), Metrics: metrics.NewRegistry(), Cache: v.cc})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -161,7 +181,7 @@ func runCacheWorkload(t testing.TB, cc CacheConfig, pin bool, ecfg lm.EngineConf
 	var hitTok, promptTok int
 	turn := func(msgs []llm.Message) string {
 		req := &llm.Request{Model: "auto", MaxTokens: 4, Seed: 1, Tenant: "app-" + msgs[0].Content[:12], Messages: msgs}
-		if pin {
+		if v.pin {
 			req.CacheBreakpoints = []llm.CacheBreakpoint{{Message: 0, Chars: len(msgs[0].Content), TTL: 5 * time.Minute}}
 		}
 		start := time.Now()
@@ -192,24 +212,23 @@ func runCacheWorkload(t testing.TB, cc CacheConfig, pin bool, ecfg lm.EngineConf
 		go func() {
 			defer wg.Done()
 			for {
-				i, ok := <-next
-				if !ok {
+				var open [][]llm.Message
+				for range v.open {
+					i, ok := <-next
+					if !ok {
+						break
+					}
+					open = append(open, convs[i])
+				}
+				if len(open) == 0 {
 					return
 				}
-				j, ok := <-next
-				pair := [][]llm.Message{convs[i]}
-				if ok {
-					pair = append(pair, convs[j])
-				}
-				replies := make([]string, len(pair))
-				for k, cv := range pair { // first turns
+				replies := make([]string, len(open))
+				for k, cv := range open { // first turns
 					replies[k] = turn(cv[:2])
 				}
-				for k, cv := range pair { // follow-ups, after the other's first turn
+				for k, cv := range open { // follow-ups, after the others' first turns
 					turn([]llm.Message{cv[0], cv[1], {Role: "assistant", Content: replies[k]}, cv[2]})
-				}
-				if !ok {
-					return
 				}
 			}
 		}()
