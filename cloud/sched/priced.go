@@ -347,7 +347,7 @@ func (p *Priced) Decide(req *Request, s *Snapshot) (Decision, error) {
 				// No worker left to grow into (or the planner is
 				// off): Dynamo's router sends the prefill back to a
 				// decode worker that can take it.
-				return decided(req, s, local.i, ReasonPriced, PolicyPriced), nil
+				return p.takeBack(req, s, local.i, pre), nil
 			}
 		}
 		if a.i >= 0 {
@@ -411,6 +411,23 @@ func (p *Priced) canTakeBack(req *Request, w, pre *Worker, poolRisk float64) boo
 		return true
 	}
 	return p.class(w).PrefillTokensPerSec >= 0.5*p.class(pre).PrefillTokensPerSec && poolRisk*p.cfg.TTFTHeadroom > 1
+}
+
+// takeBack is the decision for a prefill taken back by decode-side worker
+// i (for a request with a decode: two or more output tokens): the prefill
+// runs there, and so does the decode unless another worker
+// decodes it for less per token within the SLOs, where it is split to (a
+// take-back answers the prefill pool's queue, not a question about the
+// decode: an L4 that takes a short prompt in a burst would otherwise
+// decode its 600 tokens at ten times an H100's cost per token and step
+// time, and finish long after everything else).
+func (p *Priced) takeBack(req *Request, s *Snapshot, i int, pre uint64) Decision {
+	if b := p.best(req, s, anyRole, phaseDecode, i, pre); b.i >= 0 && b.risk <= 1 && b.price < p.workCost(req, &s.Workers[i], phaseDecode) {
+		d := decided(req, s, i, ReasonSplit, PolicyPriced)
+		d.Split, d.DecodeWorker = true, b.i
+		return d
+	}
+	return decided(req, s, i, ReasonPriced, PolicyPriced)
 }
 
 // prefillSec is how long req's uncached prompt alone occupies w.

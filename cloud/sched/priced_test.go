@@ -145,7 +145,8 @@ func TestPricedPlanner(t *testing.T) {
 // grow (the L4s prefill far slower), an L4 takes a short prompt back only
 // while the decode time its prefill stalls (prefill length × the sequences
 // it runs) stays within the planner's stall budget (TTFTHeadroom × the TTFT
-// SLO = 1 s); otherwise the prompt queues on the prefill pool.
+// SLO = 1 s), and hands the decode to an H100; otherwise the prompt queues
+// on the prefill pool.
 func TestPricedTakeBack(t *testing.T) {
 	p, _ := NewPriced("t", PricedConfig{Classes: true, Disaggregate: true})
 	s := mixed()
@@ -153,8 +154,11 @@ func TestPricedTakeBack(t *testing.T) {
 		s.Workers[i].PendingPrefill = 60000 // 1.6 s of prefill queued on each H100
 	}
 	req := &Request{InputTokens: 900, PredictedOutput: 100} // 0.2 s of prefill on an L4
+	// The idle L4 takes the prefill back; its decode goes to an H100,
+	// which decodes for a tenth of the L4's cost per token (a take-back
+	// answers the prefill queue, not where to decode).
 	d, _ := p.Decide(req, s)
-	if d.Split || s.Workers[d.Worker].Class.ID != ClassL4 {
+	if s.Workers[d.Worker].Class.ID != ClassL4 || !d.Split || s.Workers[d.DecodeWorker].Class.ID != ClassH100 {
 		t.Fatalf("idle L4s in a burst: %+v", d)
 	}
 	// Eight decodes on each L4 would be stalled 0.2 s each: 1.6 s in all.
