@@ -15,10 +15,11 @@ import (
 // memory and the copy crosses PCIe; in this CPU engine both are host memory
 // and the point is the same trade: holding more conversations than the
 // engine's KV budget for the price of a copy, not a prefill. Blocks are
-// copied out when evicted (not as they are computed), so the tier never
-// holds what the engine's cache still has, and a reload leaves its copy in
-// the tier (write-through), as a later eviction of the reloaded block would
-// write the same contents again.
+// copied out when evicted, not as they are computed (a CPU engine has no
+// copy engine to do it in the background), so the tier holds only blocks
+// the cache has given up at least once; a reload leaves its copy in the
+// tier (write-through), and the reloaded block's next eviction finds its
+// hash there and only refreshes it.
 //
 // The tier reuses kvcache.Allocator for its bookkeeping: its blocks are
 // registered under their hashes and held by nobody, so they sit on its LRU
