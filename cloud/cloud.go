@@ -267,24 +267,33 @@ func (l *WorkerURLs) String() string {
 
 // Set parses and adds one or more comma-separated worker URLs.
 func (l *WorkerURLs) Set(v string) error {
+	options := false // the previous piece had options: a key with a comma in it splits there
 	for _, s := range strings.Split(v, ",") {
 		if s = strings.TrimSpace(s); s == "" {
 			continue
 		}
 		w, err := parseWorkerURL(s)
+		if err != nil && options && !strings.Contains(s, "://") {
+			return errors.New("the text after a comma in a worker URL's options is not a worker URL (not shown: it may be part of a key; write a comma in a key as %2C)")
+		}
 		if err != nil {
 			return err
 		}
+		options = strings.Contains(s, "#")
 		*l = append(*l, w)
 	}
 	return nil
 }
 
+// shownOptions are the worker URL options printed as given.
+var shownOptions = map[string]bool{"role": true, "model": true, "capacity": true, "gpu": true}
+
 // shownWorkerURL is the form of a worker URL its printed flag value and
-// errors show: the key option's value replaced. The options are read from
-// the URL's decoded fragment, so the redaction works on that too (a
-// percent-encoded "%6Bey=" is a key as well); a URL that does not parse
-// shows no options at all.
+// errors show. The options are read from the URL's decoded fragment, so
+// that is what is redacted (a percent-encoded "%6Bey=" is a key as well):
+// the key's value always, and with a key present every option that is not
+// one of shownOptions, as a key with "&" or ";" in it falls apart into
+// such pieces. A URL that does not parse shows no options at all.
 func shownWorkerURL(s string, u *url.URL) string {
 	base, _, ok := strings.Cut(s, "#")
 	switch {
@@ -293,11 +302,23 @@ func shownWorkerURL(s string, u *url.URL) string {
 	case u == nil:
 		return base + "#REDACTED"
 	}
-	pairs := strings.Split(u.Fragment, "&")
+	pairs := strings.FieldsFunc(u.Fragment, func(r rune) bool { return r == '&' || r == ';' })
+	names := make([]string, len(pairs))
+	keyed := false
 	for i, p := range pairs {
 		name, _, _ := strings.Cut(p, "=")
-		if n, err := url.QueryUnescape(name); err != nil || n == "key" {
+		n, err := url.QueryUnescape(name)
+		if err != nil {
+			n = "key" // unreadable: treated as the secret it may be
+		}
+		names[i], keyed = n, keyed || n == "key"
+	}
+	for i, n := range names {
+		switch {
+		case n == "key":
 			pairs[i] = "key=REDACTED"
+		case keyed && !shownOptions[n]:
+			pairs[i] = "REDACTED"
 		}
 	}
 	return base + "#" + strings.Join(pairs, "&")
@@ -321,9 +342,10 @@ func parseWorkerURL(s string) (WorkerURL, error) {
 	}
 	w := WorkerURL{raw: shown} // printed as the flag's value: never the key
 	opts, err := url.ParseQuery(u.Fragment)
-	if err != nil {
-		return WorkerURL{}, fmt.Errorf("%q: options after # must be key=value&...: %v", shown, err)
+	if err != nil { // its text may quote a piece of the key
+		return WorkerURL{}, fmt.Errorf("%q: options after # must be name=value pairs joined by &", shown)
 	}
+	_, keyed := opts["key"]
 	for k, v := range opts {
 		switch k {
 		case "role":
@@ -345,6 +367,9 @@ func parseWorkerURL(s string) (WorkerURL, error) {
 				return WorkerURL{}, fmt.Errorf("%q: capacity %q must be a positive integer", shown, v[0])
 			}
 		default:
+			if keyed { // k may be a piece of the key
+				return WorkerURL{}, fmt.Errorf("%q: an unknown option (role, model, capacity, gpu, key)", shown)
+			}
 			return WorkerURL{}, fmt.Errorf("%q: unknown option %q (role, model, capacity, gpu, key)", shown, k)
 		}
 	}

@@ -5,6 +5,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/phaseless/phaseless/models/lm"
 	"github.com/phaseless/phaseless/transport/llm"
 	"github.com/phaseless/phaseless/transport/metrics"
 	"github.com/phaseless/phaseless/transport/metrics/metricstest"
@@ -44,6 +45,54 @@ func TestCacheMetrics(t *testing.T) {
 		"phaseless_engine_host_kv_loads_total", "phaseless_engine_host_kv_evictions_total", "phaseless_engine_host_hit_tokens_total"} {
 		if _, ok := metricstest.Value(fams, name); !ok {
 			t.Errorf("%s missing", name)
+		}
+	}
+}
+
+// TestHostTierMetrics: the host tier's families carry the engine's own
+// counters. Two long prompts evict a first one's blocks into the tier, and
+// the first again reloads them.
+func TestHostTierMetrics(t *testing.T) {
+	m, err := DevModel(tinyConfig, 7)
+	if err != nil {
+		t.Fatal(err)
+	}
+	probe, err := lm.NewEngine(m, lm.EngineConfig{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	perBlock := probe.Stats().PinnedBytesPerBlock
+	probe.Close()
+	// One 512-token context (32 blocks of 16) and two blocks more.
+	eng, err := lm.NewEngine(m, lm.EngineConfig{MaxBatch: 1, Threads: 1, KVBudgetBytes: 34 * perBlock, HostKV: 2})
+	if err != nil {
+		t.Fatal(err)
+	}
+	b := NewBuiltin(eng)
+	t.Cleanup(func() { b.Close() })
+	reg := metrics.NewRegistry()
+	RegisterCacheMetrics(reg, []*Builtin{b})
+	for _, word := range []string{"alpha", "bravo", "charlie", "alpha"} {
+		collect(t, b, &llm.Request{MaxTokens: 2, Seed: 1, Messages: []llm.Message{{Role: "user", Content: strings.Repeat(word+" ", 300/len(word))}}})
+	}
+	st := eng.Stats().Host
+	if st.Loads == 0 || st.HitTokens == 0 {
+		t.Fatalf("the repeated prompt reloaded nothing: %+v", st)
+	}
+	var page strings.Builder
+	reg.WriteText(&page)
+	fams := metricstest.Parse(t, page.String())
+	metricstest.CheckConventions(t, fams)
+	for name, want := range map[string]float64{
+		"phaseless_engine_host_kv_blocks":          float64(st.Blocks),
+		"phaseless_engine_host_kv_capacity_blocks": float64(st.BlocksTotal),
+		"phaseless_engine_host_kv_stores_total":    float64(st.Stores),
+		"phaseless_engine_host_kv_loads_total":     float64(st.Loads),
+		"phaseless_engine_host_kv_evictions_total": float64(st.Evictions),
+		"phaseless_engine_host_hit_tokens_total":   float64(st.HitTokens),
+	} {
+		if got, ok := metricstest.Value(fams, name); !ok || got != want {
+			t.Errorf("%s = %v (present %v), want the engine's %v", name, got, ok, want)
 		}
 	}
 }

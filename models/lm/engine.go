@@ -247,7 +247,8 @@ func NewEngine(m *Model, cfg EngineConfig) (*Engine, error) {
 		wake:  make(chan struct{}, 1),
 		done:  make(chan struct{}),
 	}
-	if n := int(cfg.HostKV * float64(nBlocks)); n > 0 {
+	if cfg.HostKV > 0 {
+		n := max(1, int(math.Ceil(cfg.HostKV*float64(nBlocks)))) // a small fraction is still a tier, not none
 		if e.host, err = newHostTier(m.Config, n, cfg.BlockSize); err != nil {
 			return nil, err
 		}

@@ -12,9 +12,12 @@ import (
 // hit, none is recomputed, and what the engine writes is exactly what an
 // engine that never evicted anything writes (sampled, so any difference in
 // the reloaded keys and values would change the draws). The same traffic
-// without the tier recomputes the whole prompt. With a tier too small for
-// both the reloaded prefix and what the reload's own allocations evict into
-// it, the blocks being copied are held, so the evictions cannot take them.
+// without the tier recomputes the whole prompt. When only part of the
+// prefix was evicted, the cache keeps its head (blocks are released last
+// first, so the LRU list drops a sequence's tail first) and the tier the
+// rest, and the follow-up takes both. With a tier too small for both the
+// reloaded prefix and what the reload's own allocations evict into it, the
+// blocks being copied are held, so the evictions cannot take them.
 func TestHostTierReloadsEvictedPrefix(t *testing.T) {
 	cfg := tinyConfig()
 	cfg.ContextLen = 64 // 16 blocks of 4: the budget below holds one context and a little
@@ -25,17 +28,16 @@ func TestHostTierReloadsEvictedPrefix(t *testing.T) {
 	opts := func(i int) GenOptions {
 		return GenOptions{MaxTokens: 6, Temperature: 0.8, Seed: uint64(7 + i), IgnoreEOS: true}
 	}
-	run := func(hostKV float64, others int) (*Engine, []result) {
-		traffic := append(append([][]int32{first}, ps[1:1+others]...), follow)
+	// run plays first, others, then follow, and reports where follow's 8
+	// prefix blocks were just before it: in the cache, then in the tier.
+	run := func(hostKV float64, others ...[]int32) (e *Engine, hit, gpu, host int) {
+		traffic := append(append([][]int32{first}, others...), follow)
 		want := solo(t, m, traffic, opts)
-		e := newEngine(t, m, EngineConfig{BlockSize: 4, MaxBatch: 1, KVBudgetBytes: 20 * blockBytes(m.Config, 4), HostKV: hostKV})
+		e = newEngine(t, m, EngineConfig{BlockSize: 4, MaxBatch: 1, KVBudgetBytes: 20 * blockBytes(m.Config, 4), HostKV: hostKV})
 		var got []result
 		for i, p := range traffic {
 			if i == len(traffic)-1 {
-				gpu, host := e.cachedPrefix(BlockHashes(follow, 4))
-				if hostKV > 0 && (gpu != 0 || host != 8) {
-					t.Fatalf("HostKV %v: before the follow-up the cache holds %d of its blocks and the tier %d, want 0 and 8", hostKV, gpu, host)
-				}
+				gpu, host = e.cachedPrefix(BlockHashes(follow, 4))
 				if n := e.CachedPrefixBlocks(BlockHashes(follow, 4)); n != gpu+host {
 					t.Fatalf("CachedPrefixBlocks = %d, want the cache's and the tier's %d", n, gpu+host)
 				}
@@ -43,35 +45,47 @@ func TestHostTierReloadsEvictedPrefix(t *testing.T) {
 			got = append(got, generate(context.Background(), e, p, opts(i)))
 		}
 		sameResults(t, got, want)
-		return e, got
+		if st := e.Stats(); st.KVBlocksUsed != 0 {
+			t.Fatalf("%d blocks still held after every request ended", st.KVBlocksUsed)
+		}
+		return e, got[len(got)-1].final.PrefixHitTokens, gpu, host
 	}
 
-	e, got := run(4, 3)
+	e, hit, gpu, host := run(4, ps[1:4]...)
 	st := e.Stats()
-	if hit := got[len(got)-1].final.PrefixHitTokens; hit != 32 {
-		t.Fatalf("the follow-up hit %d prompt tokens, want its 32 reloaded ones", hit)
+	if gpu != 0 || host != 8 || hit != 32 {
+		t.Fatalf("evicted whole: the cache held %d blocks and the tier %d, the follow-up hit %d tokens; want 0, 8, 32", gpu, host, hit)
 	}
 	if st.Host.HitTokens != 32 || st.Host.Loads != 8 || st.Host.Stores == 0 || st.Host.BlocksTotal != 80 || st.Host.Blocks == 0 {
 		t.Fatalf("host tier stats %+v", st.Host)
 	}
-	if st.KVBlocksUsed != 0 {
-		t.Fatalf("%d blocks still held after every request ended", st.KVBlocksUsed)
+	if _, hit, _, _ := run(0, ps[1:4]...); hit != 0 {
+		t.Fatalf("without a host tier the follow-up hit %d tokens, want 0 (its blocks were evicted)", hit)
 	}
 
-	_, got = run(0, 3)
-	if hit := got[len(got)-1].final.PrefixHitTokens; hit != 0 {
-		t.Fatalf("without a host tier the follow-up hit %d tokens, want 0 (its blocks were evicted)", hit)
+	// A 48-token prompt (14 blocks with its reply) evicts 3 of the first
+	// prompt's 9: its reply's block and the prefix's last two.
+	mid := prompts(2, 48, 48)[1]
+	if _, hit, gpu, host := run(4, mid); gpu != 6 || host != 2 || hit != 32 {
+		t.Fatalf("evicted in part: the cache held %d blocks and the tier %d, the follow-up hit %d tokens; want 6, 2, 32", gpu, host, hit)
+	}
+	if _, hit, gpu, _ := run(0, mid); gpu != 6 || hit != 24 {
+		t.Fatalf("evicted in part, no tier: the cache held %d blocks, the follow-up hit %d tokens; want 6, 24", gpu, hit)
 	}
 
 	// 12 blocks, which two other prompts fill (the first prompt's 9 and 3
 	// of the next one's): the follow-up's allocations evict more into the
 	// full tier while its 8 blocks are being copied out of it.
-	e, got = run(0.6, 2)
-	if hit := got[len(got)-1].final.PrefixHitTokens; hit != 32 {
+	e, hit, _, _ = run(0.6, ps[1:3]...)
+	if hit != 32 {
 		t.Fatalf("small tier: the follow-up hit %d tokens, want 32", hit)
 	}
 	if st := e.Stats(); st.Host.Evictions == 0 || st.Host.Blocks > 12 || st.Host.Loads != 8 {
 		t.Fatalf("small tier stats %+v: want evictions, at most 12 blocks, 8 loads", st.Host)
+	}
+	// Any HostKV above 0 is a tier: a fraction of one block rounds up.
+	if st := newEngine(t, m, EngineConfig{BlockSize: 4, KVBudgetBytes: 20 * blockBytes(m.Config, 4), HostKV: 0.01}).Stats(); st.Host.BlocksTotal != 1 {
+		t.Fatalf("HostKV 0.01 of 20 blocks: a tier of %d blocks, want 1", st.Host.BlocksTotal)
 	}
 }
 

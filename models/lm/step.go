@@ -286,8 +286,12 @@ func (e *Engine) preempt(i int) {
 	e.mu.Unlock()
 }
 
+// releaseBlocks drops s's hold on its blocks, the last first, as vLLM frees
+// them: the LRU list then evicts a sequence's tail before its head, so what
+// stays cached of it is a prefix (what another prompt can reuse), and what
+// the host tier receives continues that prefix.
 func (e *Engine) releaseBlocks(s *sequence) {
-	for _, b := range s.blocks {
+	for _, b := range slices.Backward(s.blocks) {
 		e.alloc.Release(b)
 	}
 	s.blocks, s.hashes = s.blocks[:0], s.hashes[:0]
