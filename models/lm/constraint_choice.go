@@ -38,8 +38,10 @@ import (
 // table) and writes its own positions into scratch blocks taken from the
 // cache for the scoring and released after it, in one batched forward
 // pass; an alternative whose tokens begin another's is read off that one's
-// run. The chosen alternative's tokens are then appended to the sequence,
-// which computes them in its next step as a prompt chunk.
+// run. The chosen alternative's tokens are then appended to the sequence
+// with the keys and values the scoring computed for them (copied out of the
+// scratch slots), all but the last, which the sequence's next step runs for
+// the logits after it.
 //
 // Prose beside calls (tool_choice auto) is an open alternative: its text
 // is not fixed, so it is scored by the model's greedy prose continuation
@@ -76,7 +78,8 @@ type alternative struct {
 	from  grammar.State // the parses before text
 	after grammar.State // the parses after it
 	open  bool
-	run   int // index of the run that computes it
+	run   int     // index of the run that computes it
+	slots []int32 // scratch slots holding its tokens' keys and values once scored
 	score float64
 }
 
@@ -367,6 +370,9 @@ func (e *Engine) decideChoices(jobs []*choiceJob, now time.Time) {
 				score += cb.lp[toks[p]]
 			}
 			score += e.followMass(row(len(toks)-1), a.after)
+			// The run's slots begin with the sequence's and the shared
+			// opening's, so the alternative's own start at its position.
+			a.slots = f.slots[len(j.prefix) : len(j.prefix)+len(a.toks)]
 			// Per token, the follow token counted as one.
 			a.score = (j.base + score) / float64(len(a.toks)+1)
 		}
@@ -466,6 +472,27 @@ func (e *Engine) applyChoice(j *choiceJob, now time.Time) {
 			return
 		}
 	}
+	e.keepScored(s, a.slots)
+}
+
+// keepScored copies the keys and values the scoring computed for the
+// chosen alternative's tokens (in scratch slots, until the step ends) into
+// s's blocks, so they are not run again: all but the last, which s's next
+// step runs for the logits that follow it. Positions it cannot get a block
+// for without preempting are left to be computed as usual.
+func (e *Engine) keepScored(s *sequence, slots []int32) {
+	n := len(slots) - 1
+	if n <= 0 || s.computed+len(slots) != len(s.tokens) || e.cfg.recomputeChosen {
+		return
+	}
+	bs := e.cfg.BlockSize
+	got := e.reserve(s, n, -1, nil)
+	for p := range got {
+		pos := s.computed + p
+		e.kv.copyFrom(e.kv, int(s.blocks[pos/bs])*bs+pos%bs, int(slots[p]), 1)
+	}
+	s.computed += got
+	e.registerBlocks(s)
 }
 
 // pickChoice is the best alternative, or at a positive temperature one

@@ -3,6 +3,7 @@ package lm
 import (
 	"encoding/json"
 	"math"
+	"reflect"
 	"slices"
 	"strings"
 	"testing"
@@ -116,5 +117,36 @@ func TestChoiceDecodingKeepsCacheBlocks(t *testing.T) {
 	}
 	if st := e.Stats(); st.KVBlocksUsed != 0 {
 		t.Errorf("%d blocks held after every request ended", st.KVBlocksUsed)
+	}
+}
+
+// TestChoiceKeepsScoredKV: a chosen alternative's keys and values are kept
+// from its scoring rather than computed again, and what the engine writes
+// after it is the same, token for token, as when they are recomputed (sampled
+// at temperature 1, so any difference in them would change the draws),
+// for fewer prompt tokens run.
+func TestChoiceKeepsScoredKV(t *testing.T) {
+	for seed := range uint64(4) {
+		m, _ := buildModel(t, tinyConfig(), F32, 60+seed, false)
+		kept := newEngine(t, m, EngineConfig{})
+		again := newEngine(t, m, EngineConfig{recomputeChosen: true})
+		req := &llm.Request{Messages: []llm.Message{{Role: "user", Content: "set the fan to 3 and open the driver window"}}, MaxTokens: 120,
+			Temperature: 1, Seed: seed + 1, ToolRequest: llm.ToolRequest{Tools: testTools, ToolChoice: llm.ToolChoice{Mode: llm.ToolRequired}}}
+		a, _ := run(t, kept, req)
+		b, _ := run(t, again, req)
+		for i := range a.calls { // call ids are random
+			a.calls[i].ID = ""
+		}
+		for i := range b.calls {
+			b.calls[i].ID = ""
+		}
+		if a.text != b.text || !reflect.DeepEqual(a.calls, b.calls) {
+			t.Fatalf("seed %d: kept KV wrote %q %v, recomputed %q %v", seed, a.text, a.calls, b.text, b.calls)
+		}
+		ka, kb := kept.Stats(), again.Stats()
+		if ka.PrefillTokens >= kb.PrefillTokens || ka.ChoiceTokens != kb.ChoiceTokens || ka.KVBlocksUsed != 0 {
+			t.Fatalf("seed %d: prompt tokens run %d kept against %d recomputed (choice tokens %d, %d), %d blocks held",
+				seed, ka.PrefillTokens, kb.PrefillTokens, ka.ChoiceTokens, kb.ChoiceTokens, ka.KVBlocksUsed)
+		}
 	}
 }

@@ -68,6 +68,11 @@ type EngineConfig struct {
 	// enum values, copied numbers and spans) are then decided byte by byte
 	// by the sampler, as before it. For comparisons.
 	ByteChoices bool
+
+	// recomputeChosen runs a chosen alternative's tokens again as a
+	// prompt chunk instead of keeping the keys and values its scoring
+	// computed (keepScored): the reference the tests compare with.
+	recomputeChosen bool
 }
 
 // MaxHostKV bounds EngineConfig.HostKV: 64 times the KV budget is already
@@ -158,8 +163,8 @@ type Stats struct {
 	PrefillTokens uint64 // prompt (and recomputed) tokens run
 	DecodeTokens  uint64 // generated tokens run
 	// ChoiceTokens are the tokens run to score the alternatives of choice
-	// points (constraint_choice.go); the chosen one's tokens are then run
-	// again as a prompt chunk and count in PrefillTokens.
+	// points (constraint_choice.go); of the chosen one's tokens only the
+	// last is run again (for its logits), and counts in PrefillTokens.
 	ChoiceTokens uint64
 	// TokensPerStep is the mean over FaultWindow; LastStepTokens the latest step.
 	TokensPerStep  float64
