@@ -9,8 +9,8 @@ type engineStats = lm.Stats
 
 // RegisterCacheMetrics exports the built-in engines' prompt-cache state:
 // pinned blocks and bytes per tenant, the pin, eviction and cache-write
-// counters, and the host KV tier's blocks and counters (--host-kv). The cache hit ratio is
-// rate(phaseless_engine_prefix_hit_tokens_total) /
+// counters, and the host KV tier's blocks and counters (--host-kv). The
+// cache hit ratio is rate(phaseless_engine_prefix_hit_tokens_total) /
 // rate(phaseless_engine_prompt_tokens_total) (docs/metrics.md: ratios are
 // PromQL's).
 func RegisterCacheMetrics(reg *metrics.Registry, engines []*Builtin) {

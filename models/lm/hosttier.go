@@ -47,10 +47,8 @@ func newHostTier(cfg Config, blocks, blockSize int) (*hostTier, error) {
 // hashed h, as the engine's cache evicts it. A hash the tier holds already
 // has the same contents; it only becomes the most recently used.
 func (t *hostTier) store(src *kvStore, id int32, h uint64) {
-	if t.alloc.Probe([]uint64{h}) == 1 {
-		for _, b := range t.alloc.Acquire([]uint64{h}) {
-			t.alloc.Release(b)
-		}
+	if held := t.alloc.Acquire([]uint64{h}); len(held) == 1 { // taking it moves it to the LRU list's end
+		t.alloc.Release(held[0])
 		return
 	}
 	b, _, ok := t.alloc.Allocate()

@@ -17,10 +17,10 @@ import (
 //	key = queued at + uncached prompt tokens / AgingRate
 //
 // and the uncached tokens are what neither the prefix cache nor the host
-// tier holds when the prompt is admitted. A long prompt is passed only by prompts queued less
-// than its uncached length / AgingRate after it, so none starves. Waiting
-// prompts keep the order strictly: the first that cannot be admitted stops
-// admission.
+// tier holds when the prompt is admitted. A long prompt is passed only by
+// prompts queued less than its uncached length / AgingRate after it, so
+// none starves. Waiting prompts keep the order strictly: the first that
+// cannot be admitted stops admission.
 
 type orderCand struct {
 	s       *sequence
@@ -95,7 +95,7 @@ func (e *Engine) orderedPrompts(work []planned, budget int, preempted bool) ([]p
 // tokenHashes is BlockHashes of s's tokens, computed again only when they
 // have changed (they grow while s runs, never while it waits).
 func (e *Engine) tokenHashes(s *sequence) []uint64 {
-	if s.waitHashed != len(s.tokens) || s.waitHashes == nil {
+	if s.waitHashed != len(s.tokens) {
 		s.waitHashes = kvcache.BlockHashes(s.tokens, e.cfg.BlockSize)
 		s.waitHashed = len(s.tokens)
 	}
