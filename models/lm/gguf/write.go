@@ -8,12 +8,16 @@ import (
 	"math"
 )
 
-// Tensor is a tensor to write: float32 values encoded as Type on the way out.
+// Tensor is a tensor to write: float32 values encoded as Type on the way out,
+// or, when Raw is set, bytes already in Type's encoding (a tensor copied
+// from another file bit for bit: decoding and encoding again a quantized
+// type is not the identity).
 type Tensor struct {
 	Name string
 	Dims []uint64 // ggml order: Dims[0] is contiguous
 	Type DType
 	Data []float32
+	Raw  []byte
 }
 
 // Write writes a GGUF v3 file with the metadata in order and the tensors in
@@ -49,7 +53,10 @@ func Write(w io.Writer, kvs []KV, tensors []Tensor) error {
 		if err != nil {
 			return err
 		}
-		if info.Elements() != uint64(len(t.Data)) {
+		switch {
+		case t.Raw != nil && uint64(len(t.Raw)) != nb:
+			return fmt.Errorf("tensor %q: dims %v take %d bytes, raw data has %d", t.Name, t.Dims, nb, len(t.Raw))
+		case t.Raw == nil && info.Elements() != uint64(len(t.Data)):
 			return fmt.Errorf("tensor %q: dims %v hold %d values, data has %d", t.Name, t.Dims, info.Elements(), len(t.Data))
 		}
 		e.str(t.Name)
@@ -64,11 +71,15 @@ func Write(w io.Writer, kvs []KV, tensors []Tensor) error {
 	e.pad(align)
 	var buf []byte
 	for i, t := range tensors {
-		var err error
-		if buf, err = Encode(buf[:0], t.Data, t.Type); err != nil {
-			return fmt.Errorf("tensor %q: %w", t.Name, err)
+		if t.Raw != nil {
+			e.bytes(t.Raw)
+		} else {
+			var err error
+			if buf, err = Encode(buf[:0], t.Data, t.Type); err != nil {
+				return fmt.Errorf("tensor %q: %w", t.Name, err)
+			}
+			e.bytes(buf)
 		}
-		e.bytes(buf)
 		if i < len(tensors)-1 {
 			e.pad(align)
 		}

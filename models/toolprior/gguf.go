@@ -1,0 +1,138 @@
+package toolprior
+
+import (
+	"fmt"
+	"io"
+	"slices"
+
+	"github.com/phaseless/phaseless/models/lm/gguf"
+)
+
+// The prior's place in a GGUF file. Readers that do not know it (llama.cpp,
+// gguf-py) skip an unknown tensor and unknown keys.
+const (
+	KeyLabels   = "phaseless.tool_prior.labels"   // string array; proseLabel for Prose
+	KeyBuckets  = "phaseless.tool_prior.buckets"  // uint32
+	KeyWeight   = "phaseless.tool_prior.weight"   // float32
+	KeyFeatures = "phaseless.tool_prior.features" // string: the feature recipe, FeatureRecipe
+	TensorW     = "tool_prior.weight"             // dims [Buckets, len(Labels)]
+	TensorBias  = "tool_prior.bias"               // dims [len(Labels)]
+)
+
+// FeatureRecipe names features' hashing; a file with another recipe is
+// refused rather than read with buckets that mean something else.
+const FeatureRecipe = "v1 fnv64a words(digits as 0) pairs char3-4"
+
+// proseLabel stands for Prose in a file: GGUF strings may be empty, but a
+// word reads better in a dump.
+const proseLabel = "<prose>"
+
+// FromGGUF reads the prior f carries, or nil when it carries none.
+func FromGGUF(f *gguf.File) (*Prior, error) {
+	v, ok := f.Get(KeyLabels)
+	if !ok {
+		return nil, nil
+	}
+	labels, ok := v.([]string)
+	if !ok {
+		return nil, fmt.Errorf("toolprior: %s is %T, want a string array", KeyLabels, v)
+	}
+	p := &Prior{Labels: slices.Clone(labels)}
+	for i, l := range p.Labels {
+		if l == proseLabel {
+			p.Labels[i] = Prose
+		}
+	}
+	if rec, _ := f.Get(KeyFeatures); rec != FeatureRecipe {
+		return nil, fmt.Errorf("toolprior: feature recipe %q, this build reads %q", rec, FeatureRecipe)
+	}
+	b, ok := f.Get(KeyBuckets)
+	if n, isU32 := b.(uint32); !ok || !isU32 || n < 1 || n > MaxBuckets {
+		return nil, fmt.Errorf("toolprior: %s is %v, want a uint32 in 1..%d", KeyBuckets, b, MaxBuckets)
+	} else {
+		p.Buckets = int(n)
+	}
+	w, ok := f.Get(KeyWeight)
+	if x, isF32 := w.(float32); !ok || !isF32 {
+		return nil, fmt.Errorf("toolprior: %s is %v, want a float32", KeyWeight, w)
+	} else {
+		p.Weight = float64(x)
+	}
+	// The label count is checked before the tensors are read, so their
+	// expected sizes cannot overflow.
+	if len(p.Labels) < 2 || len(p.Labels) > MaxLabels {
+		return nil, fmt.Errorf("toolprior: %d labels, want 2 to %d", len(p.Labels), MaxLabels)
+	}
+	var err error
+	if p.W, err = tensor(f, TensorW, uint64(p.Buckets), uint64(len(p.Labels))); err != nil {
+		return nil, err
+	}
+	if p.Bias, err = tensor(f, TensorBias, uint64(len(p.Labels))); err != nil {
+		return nil, err
+	}
+	if err := p.Validate(); err != nil {
+		return nil, err
+	}
+	return p, nil
+}
+
+func tensor(f *gguf.File, name string, dims ...uint64) ([]float32, error) {
+	ti, ok := f.Tensor(name)
+	if !ok {
+		return nil, fmt.Errorf("toolprior: tensor %s missing", name)
+	}
+	if !slices.Equal(ti.Dims, dims) {
+		return nil, fmt.Errorf("toolprior: tensor %s has dims %v, want %v", name, ti.Dims, dims)
+	}
+	v, err := f.Float32s(ti)
+	if err != nil {
+		return nil, fmt.Errorf("toolprior: tensor %s: %w", name, err)
+	}
+	return v, nil
+}
+
+// Write writes src with p in it, in place of any prior src carries: every
+// other key and tensor as they are, bit for bit.
+func Write(w io.Writer, src *gguf.File, p *Prior) error {
+	if err := p.Validate(); err != nil {
+		return err
+	}
+	ours := func(name string) bool {
+		return slices.Contains([]string{KeyLabels, KeyBuckets, KeyWeight, KeyFeatures, TensorW, TensorBias}, name)
+	}
+	var kvs []gguf.KV
+	for _, kv := range src.KVs {
+		if !ours(kv.Key) {
+			kvs = append(kvs, kv)
+		}
+	}
+	labels := slices.Clone(p.Labels)
+	for i, l := range labels {
+		if l == Prose {
+			labels[i] = proseLabel
+		}
+	}
+	kvs = append(kvs,
+		gguf.KV{Key: KeyLabels, Value: labels},
+		gguf.KV{Key: KeyBuckets, Value: uint32(p.Buckets)},
+		gguf.KV{Key: KeyWeight, Value: float32(p.Weight)},
+		gguf.KV{Key: KeyFeatures, Value: FeatureRecipe})
+	var tensors []gguf.Tensor
+	for i := range src.Tensors {
+		ti := &src.Tensors[i]
+		if ours(ti.Name) {
+			continue
+		}
+		raw, err := src.TensorData(ti)
+		if err != nil {
+			return fmt.Errorf("toolprior: %w", err)
+		}
+		tensors = append(tensors, gguf.Tensor{Name: ti.Name, Dims: ti.Dims, Type: ti.Type, Raw: raw})
+	}
+	// F16 halves the file's share; the weights are small and a rounding of
+	// 1e-3 moves no decision (TestWriteRoundTrip).
+	tensors = append(tensors,
+		gguf.Tensor{Name: TensorW, Dims: []uint64{uint64(p.Buckets), uint64(len(p.Labels))}, Type: gguf.F16, Data: p.W},
+		gguf.Tensor{Name: TensorBias, Dims: []uint64{uint64(len(p.Labels))}, Type: gguf.F32, Data: p.Bias})
+	return gguf.Write(w, kvs, tensors)
+}
