@@ -85,6 +85,7 @@ demo: build
 models: build
 	bin/phaselessctl lm train --preset edge --out bin/edge-base.gguf
 	bin/phaselessctl lm train --preset edge-tools --init bin/edge-base.gguf --out models/edgemodel/edge.gguf
+	bin/phaselessctl lm toolprior --in models/edgemodel/edge.gguf --out models/edgemodel/edge.gguf
 	bin/phaselessctl lm train --preset cloud --out models/cloudmodel/cloud.gguf
 	$(MAKE) router
 

@@ -29,6 +29,7 @@ func init() {
 		{Name: "logits", Summary: "print final-position logits for token ids as a JSON array", Run: lmLogits},
 		{Name: "bench", Summary: "decode tok/s per batch size, prefill tok/s, TTFT cached vs uncached", Run: lmBench},
 		{Name: "quantize", Summary: "rewrite a GGUF model with quantized tensors (q8_0, q6_k, q4_k_m, …)", Run: lmQuantize},
+		{Name: "toolprior", Summary: "train the tool prior on a preset's corpus and write a model file carrying it", Run: lmToolPrior},
 	}})
 }
 

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"os"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -148,5 +149,48 @@ func TestLMInitWithHFTokenizerAndTokenize(t *testing.T) {
 	in = "not json\n"
 	if _, err := tokenize(); err == nil || !strings.Contains(err.Error(), "line 1") {
 		t.Fatalf("bad line: %v", err)
+	}
+}
+
+// TestLMToolPrior: lm toolprior writes the model back with a prior that
+// loads, over the same file when --out is --in, keeping the weights; bad
+// flags are refused and leave the file as it was.
+func TestLMToolPrior(t *testing.T) {
+	dir := t.TempDir()
+	f := filepath.Join(dir, "m.gguf")
+	if out, err := runCtl(t, "lm", "init", "--out", f, "--layers", "1", "--dim", "64", "--heads", "2",
+		"--ffn", "128", "--vocab", "258", "--ctx", "64"); err != nil {
+		t.Fatalf("init: %v\n%s", err, out)
+	}
+	before, err := lm.Load(f)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if before.ToolPrior() != nil {
+		t.Fatal("a random model carries a prior")
+	}
+	if _, err := runCtl(t, "lm", "toolprior", "--in", f, "--out", f, "--buckets", "0"); err == nil {
+		t.Error("0 buckets accepted")
+	}
+	if _, err := runCtl(t, "lm", "toolprior", "--in", f, "--out", f, "--weight", "-1"); err == nil {
+		t.Error("a negative weight accepted")
+	}
+	out, err := runCtl(t, "lm", "toolprior", "--in", f, "--out", f, "--buckets", "256", "--weight", "0.3")
+	if err != nil || !strings.Contains(out, "27 labels × 256 buckets") {
+		t.Fatalf("toolprior: %v\n%s", err, out)
+	}
+	after, err := lm.Load(f)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := after.ToolPrior()
+	if p == nil || p.Buckets != 256 || float32(p.Weight) != 0.3 {
+		t.Fatalf("prior read back: %+v", p)
+	}
+	if before.Fingerprint() != after.Fingerprint() {
+		t.Error("the model's weights changed")
+	}
+	if st, _ := os.Stat(f); st.Mode().Perm() != 0o644 {
+		t.Errorf("file mode %v", st.Mode())
 	}
 }

@@ -379,6 +379,7 @@ func (e *Engine) decideChoices(jobs []*choiceJob, now time.Time) {
 	}
 	e.greedyOpen(jobs)
 	for _, j := range jobs {
+		e.applyToolPrior(j)
 		e.applyChoice(j, now)
 	}
 }
@@ -455,6 +456,7 @@ func (e *Engine) greedyStep(j *choiceJob) bool {
 func (e *Engine) applyChoice(j *choiceJob, now time.Time) {
 	s := j.s
 	a := j.alts[pickChoice(s.sampler, j.alts)]
+	notePriorChoice(s, a)
 	if a.open {
 		s.constraint.state = a.from
 		e.sampleNext(s, j.logits, now)

@@ -12,6 +12,7 @@ import (
 
 	"github.com/phaseless/phaseless/models/lm/grammar"
 	"github.com/phaseless/phaseless/models/lm/kvcache"
+	"github.com/phaseless/phaseless/models/toolprior"
 	"github.com/phaseless/phaseless/transport/llm"
 )
 
@@ -68,6 +69,12 @@ type EngineConfig struct {
 	// enum values, copied numbers and spans) are then decided byte by byte
 	// by the sampler, as before it. For comparisons.
 	ByteChoices bool
+
+	// ToolPrior, when set, is the tool prior (toolprior.go) the engine
+	// uses in place of its model's own; NoToolPrior uses none. For
+	// comparisons and for choosing a prior's weight.
+	ToolPrior   *toolprior.Prior
+	NoToolPrior bool
 
 	// recomputeChosen runs a chosen alternative's tokens again as a
 	// prompt chunk instead of keeping the keys and values its scoring
@@ -131,6 +138,11 @@ func (c EngineConfig) Validate() error {
 		return fmt.Errorf("engine config: AgingRate %v is not a non-negative rate", c.AgingRate)
 	case c.HostKV < 0 || math.IsNaN(c.HostKV) || math.IsInf(c.HostKV, 0) || c.HostKV > MaxHostKV:
 		return fmt.Errorf("engine config: HostKV %v outside 0..%d (times the KV budget)", c.HostKV, MaxHostKV)
+	}
+	if c.ToolPrior != nil {
+		if err := c.ToolPrior.Validate(); err != nil {
+			return fmt.Errorf("engine config: ToolPrior: %w", err)
+		}
 	}
 	if c.StepTokens > 0 && c.MaxBatch > 0 && c.StepTokens < c.MaxBatch {
 		return fmt.Errorf("engine config: StepTokens %d must be at least MaxBatch %d (one decode token each)", c.StepTokens, c.MaxBatch)
@@ -398,6 +410,7 @@ func (e *Engine) chatRequest(req *llm.Request) ([]int32, GenOptions, error) {
 		MaxTokens: req.MaxTokens, Temperature: req.Temperature, TopK: req.TopK, TopP: req.TopP,
 		Seed: req.Seed, Stop: stop, grammar: g, toolCalls: req.HasTools(),
 		tenant: req.Tenant, pins: e.m.pinPoints(req, r, prompt),
+		toolPrior: e.toolPriorFor(req, g),
 	}, nil
 }
 
@@ -426,6 +439,9 @@ type GenOptions struct {
 	grammar *grammar.Grammar
 	// toolCalls turns the output's calls into ToolDelta events.
 	toolCalls bool
+	// toolPrior is what the tool prior read in the request
+	// (toolprior.go); nil when it reads nothing.
+	toolPrior *requestPrior
 
 	// onDone, when set (tests), receives the generated token ids.
 	onDone func([]int32)

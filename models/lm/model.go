@@ -9,6 +9,7 @@ import (
 	"sync"
 
 	"github.com/phaseless/phaseless/models/lm/gguf"
+	"github.com/phaseless/phaseless/models/toolprior"
 )
 
 // Model is a loaded model of one of the Architectures: immutable after loading, so any
@@ -33,6 +34,8 @@ type Model struct {
 	tied    bool
 	// ropeFreqs divides RoPE's frequencies (Llama 3 scaling); nil = none.
 	ropeFreqs []float32
+	// toolPrior is the tool prior the file carries (toolprior.go), or nil.
+	toolPrior *toolprior.Prior
 	// vocab indexes the token pieces for grammar masks, built on first use.
 	vocab vocabIndex
 
@@ -173,7 +176,11 @@ func readFile(f *gguf.File, err error) (*Model, error) {
 	if err != nil {
 		return nil, err
 	}
-	m := &Model{Config: cfg, Meta: map[string]any{}, tok: tok, tokSpec: spec, chat: chat}
+	prior, err := toolprior.FromGGUF(f)
+	if err != nil {
+		return nil, err
+	}
+	m := &Model{Config: cfg, Meta: map[string]any{}, tok: tok, tokSpec: spec, chat: chat, toolPrior: prior}
 	for _, kv := range f.KVs {
 		m.Meta[kv.Key] = kv.Value
 	}

@@ -10,6 +10,7 @@ import (
 	"strings"
 
 	"github.com/phaseless/phaseless/models/lm"
+	"github.com/phaseless/phaseless/models/toolprior"
 )
 
 // toolTemplates teach the edge model the car tool set (models/cartools):
@@ -386,4 +387,36 @@ func FromToolTemplate(request string) bool {
 		}
 	}
 	return false
+}
+
+// ToolPriorExamples are the tool prior's training examples (models/toolprior)
+// from a split's training part: every request under the tools turn,
+// labelled with the tool its answer calls and the arguments its template
+// fixes (a boolean, an action: not the values copied from the request),
+// or Prose for a prose answer.
+func ToolPriorExamples(s Split) []toolprior.Example {
+	var out []toolprior.Example
+	for _, e := range s.Train {
+		if e.System != lm.ToolsSystemPrompt {
+			continue
+		}
+		label := toolprior.Prose
+		if gi, ok := strings.CutPrefix(e.Intent, "tool-"); ok {
+			n, _ := strconv.Atoi(gi)
+			t := toolTemplates[n]
+			fixed := map[string]json.RawMessage{}
+			for _, a := range t.args {
+				if v := a[1]; !strings.Contains(v, "{") {
+					if lit, ok := strings.CutPrefix(v, "#"); ok {
+						fixed[a[0]] = json.RawMessage(lit)
+					} else {
+						fixed[a[0]], _ = json.Marshal(v)
+					}
+				}
+			}
+			label = toolprior.Label(t.tool, fixed)
+		}
+		out = append(out, toolprior.Example{Text: e.Prompt, Label: label})
+	}
+	return out
 }

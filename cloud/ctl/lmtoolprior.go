@@ -1,0 +1,88 @@
+package ctl
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"math"
+	"os"
+	"path/filepath"
+
+	"github.com/phaseless/phaseless/models/lm"
+	"github.com/phaseless/phaseless/models/lm/gguf"
+	"github.com/phaseless/phaseless/models/lmtrain"
+	"github.com/phaseless/phaseless/models/lmtrain/corpus"
+	"github.com/phaseless/phaseless/models/toolprior"
+	"github.com/phaseless/phaseless/transport/cli"
+)
+
+// lmToolPrior trains the tool prior on a preset's corpus (the tools
+// stage's requests) and writes a model file with it inside.
+func lmToolPrior(ctx context.Context, cio cli.IO, args []string) error {
+	fs := flag.NewFlagSet("lm toolprior", flag.ContinueOnError)
+	in := fs.String("in", "", "GGUF model to add the prior to")
+	out := fs.String("out", "", "GGUF file to write (may be --in: written beside it, then renamed)")
+	preset := fs.String("preset", "edge-tools", "preset whose corpus (and seed) the prior is trained on")
+	weight := fs.Float64("weight", toolprior.DefaultWeight, "how much of the prior's log-probability the engine adds to its choice scores (0: stored, not used)")
+	buckets := fs.Int("buckets", 2048, "hashed n-gram buckets")
+	if done, err := lmParseFlags(fs, cio, args, "lm toolprior --in F --out G [--preset edge-tools] [--weight W]"); done || err != nil {
+		return err
+	}
+	switch {
+	case *in == "":
+		return &cli.FieldError{Field: "in", Err: errors.New("required")}
+	case *out == "":
+		return &cli.FieldError{Field: "out", Err: errors.New("required")}
+	case !(*weight >= 0) || math.IsInf(*weight, 0):
+		return &cli.FieldError{Field: "weight", Err: errors.New("want a finite value ≥ 0")}
+	case *buckets < 1 || *buckets > toolprior.MaxBuckets:
+		return &cli.FieldError{Field: "buckets", Err: fmt.Errorf("want 1 to %d", toolprior.MaxBuckets)}
+	}
+	p, err := lmtrain.PresetByName(*preset)
+	if err != nil {
+		return &cli.FieldError{Field: "preset", Err: err}
+	}
+	split, err := p.Corpus(p.Train.Seed)
+	if err != nil {
+		return err
+	}
+	ex := corpus.ToolPriorExamples(split)
+	prior, err := toolprior.Train(ex, toolprior.TrainConfig{Buckets: *buckets, Seed: p.Train.Seed, Weight: *weight})
+	if err != nil {
+		return fmt.Errorf("preset %s: %w", *preset, err)
+	}
+	src, err := os.ReadFile(*in)
+	if err != nil {
+		return err
+	}
+	f, err := gguf.ReadBytes(src)
+	if err != nil {
+		return fmt.Errorf("read %s: %w", *in, err)
+	}
+	tmp, err := os.CreateTemp(filepath.Dir(*out), ".toolprior-*")
+	if err != nil {
+		return err
+	}
+	defer os.Remove(tmp.Name())
+	if err := tmp.Chmod(0o644); err != nil {
+		tmp.Close()
+		return err
+	}
+	if err := toolprior.Write(tmp, f, prior); err != nil {
+		tmp.Close()
+		return err
+	}
+	if err := tmp.Close(); err != nil {
+		return err
+	}
+	if _, err := lm.Load(tmp.Name()); err != nil {
+		return fmt.Errorf("reload: %w", err)
+	}
+	if err := os.Rename(tmp.Name(), *out); err != nil {
+		return err
+	}
+	fmt.Fprintf(cio.Stdout, "wrote %s: tool prior of %d labels × %d buckets from %d %s requests, weight %g\n",
+		*out, len(prior.Labels), prior.Buckets, len(ex), *preset, prior.Weight)
+	return nil
+}

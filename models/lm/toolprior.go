@@ -1,0 +1,203 @@
+package lm
+
+import (
+	"bytes"
+	"encoding/json"
+	"math"
+	"regexp"
+
+	"github.com/phaseless/phaseless/models/lm/grammar"
+	"github.com/phaseless/phaseless/models/toolprior"
+	"github.com/phaseless/phaseless/transport/llm"
+)
+
+// The tool prior (models/toolprior) is a small n-gram classifier a model
+// file may carry beside its weights: from the request's words it says which
+// of the tools the model was taught the request calls, with which fixed
+// arguments (a boolean, an action), or prose. At the first call's choice
+// points (constraint_choice.go) the engine adds the prior's log-probability
+// times its weight to each alternative's score: at the tool names, the
+// share of each tool among the calls (prose keeps the model's own score, so
+// the call against prose stays the model's decision: a prior trained on
+// CLINC150's prose reads words it does not know as prose), and at a
+// boolean's or an enum's values, each value's share among that tool's
+// labels, both renormalised over the alternatives offered. The model still
+// writes every byte and the grammar still holds; the prior only moves which
+// alternative wins. It applies only where it knows every alternative (a
+// request offering a tool, or a value, it was not trained on is decided by
+// the model alone), and only with choice decoding.
+
+// requestPrior is the prior's reading of one request.
+type requestPrior struct {
+	labels []priorLabel
+	weight float64
+	tool   string // the tool the first call chose, once chosen
+	done   bool   // the first call is decided (or cannot be helped)
+}
+
+type priorLabel struct {
+	tool string
+	args map[string]string // fixed argument → compact JSON value
+	p    float64
+}
+
+// ToolPrior is the tool prior the model carries, nil if none. It is shared:
+// do not modify it.
+func (m *Model) ToolPrior() *toolprior.Prior { return m.toolPrior }
+
+// toolPriorFor reads req with the engine's tool prior, or returns nil: no
+// tools offered, no prior or a weight of 0, choice decoding off, or a last
+// turn that is not the user's (after a tool's result the reply is the
+// model's own).
+func (e *Engine) toolPriorFor(req *llm.Request, g *grammar.Grammar) *requestPrior {
+	p := e.cfg.ToolPrior
+	if p == nil {
+		p = e.m.toolPrior
+	}
+	n := len(req.Messages)
+	if g == nil || !req.HasTools() || e.cfg.NoToolPrior || e.cfg.ByteChoices || p == nil || p.Weight == 0 ||
+		n == 0 || req.Messages[n-1].Role != "user" {
+		return nil
+	}
+	lp := p.LogProbs(req.Messages[n-1].Content)
+	rp := &requestPrior{weight: p.Weight}
+	for i, l := range p.Labels {
+		tool, args, err := toolprior.ParseLabel(l)
+		if err != nil || tool == toolprior.Prose {
+			continue // Validate parsed every label
+		}
+		rp.labels = append(rp.labels, priorLabel{tool, args, math.Exp(lp[i])})
+	}
+	return rp
+}
+
+// applyToolPrior adds s's prior to the scores of j's alternatives at the
+// first call's tool names and fixed arguments; it reports whether it did.
+func (e *Engine) applyToolPrior(j *choiceJob) (applied bool) {
+	rp := j.s.opt.toolPrior
+	if rp == nil || rp.done {
+		return false
+	}
+	mass := make([]float64, len(j.alts))
+	if rp.tool == "" {
+		defer func() {
+			// A tool point the prior cannot weigh leaves the whole call
+			// to the model.
+			rp.done = rp.done || !applied
+		}()
+		// The tool names (beside prose under tool_choice auto).
+		for i, a := range j.alts {
+			if a.open {
+				continue
+			}
+			name, ok := altToolName(a.text)
+			if !ok {
+				return false
+			}
+			for _, l := range rp.labels {
+				if l.tool == name {
+					mass[i] += l.p
+				}
+			}
+		}
+	} else {
+		// A value of the chosen tool's argument.
+		var text []byte
+		for _, t := range j.s.tokens[j.s.promptLen:] {
+			text = append(text, e.m.tok.Piece(t)...)
+		}
+		if bytes.Contains(text, []byte(ToolCallClose)) {
+			rp.done = true // past the first call
+			return false
+		}
+		m := lastKey.FindSubmatch(text)
+		if m == nil {
+			return false
+		}
+		var key string
+		if json.Unmarshal(m[1], &key) != nil {
+			return false
+		}
+		for i, a := range j.alts {
+			v, ok := jsonValue(a.text)
+			if a.open || !ok {
+				return false
+			}
+			for _, l := range rp.labels {
+				if l.tool == rp.tool && l.args[key] == v {
+					mass[i] += l.p
+				}
+			}
+		}
+	}
+	return addLogShares(j.alts, mass, rp.weight)
+}
+
+// addLogShares adds weight × the log of each literal alternative's share of
+// mass (renormalised over them); open alternatives keep their scores. It
+// does nothing, and reports false, when an alternative has no mass: the
+// prior does not know it.
+func addLogShares(alts []alternative, mass []float64, weight float64) bool {
+	var z float64
+	for i, a := range alts {
+		if a.open {
+			continue
+		}
+		if mass[i] <= 0 {
+			return false
+		}
+		z += mass[i]
+	}
+	for i := range alts {
+		if !alts[i].open {
+			alts[i].score += weight * math.Log(mass[i]/z)
+		}
+	}
+	return true
+}
+
+// notePriorChoice records the tool the first call chose (or that prose
+// was), so the prior moves on to its arguments.
+func notePriorChoice(s *sequence, a alternative) {
+	rp := s.opt.toolPrior
+	if rp == nil || rp.done || rp.tool != "" {
+		return
+	}
+	if a.open {
+		rp.done = true
+		return
+	}
+	if name, ok := altToolName(a.text); ok {
+		rp.tool = name
+	}
+}
+
+// lastKey finds the object key a value's choice point follows.
+var lastKey = regexp.MustCompile(`("(?:[^"\\]|\\.)*"):$`)
+
+// altToolName is the tool an alternative's text names: a call's opening
+// and name, or the name alone, followed by the arguments' key, as the
+// tools grammar writes them (grammar.ToolCalls).
+func altToolName(text []byte) (string, bool) {
+	rest := bytes.TrimPrefix(text, []byte(ToolCallOpen+`{"name":`))
+	if len(rest) == 0 || rest[0] != '"' {
+		return "", false
+	}
+	dec := json.NewDecoder(bytes.NewReader(rest))
+	tok, err := dec.Token()
+	name, ok := tok.(string)
+	if err != nil || !ok || !bytes.HasPrefix(rest[dec.InputOffset():], []byte(`,"arguments":`)) {
+		return "", false
+	}
+	return name, true
+}
+
+// jsonValue is an alternative's text as one compact JSON value (a
+// boolean's or an enum's), or false when it is something else.
+func jsonValue(text []byte) (string, bool) {
+	var c bytes.Buffer
+	if !json.Valid(text) || json.Compact(&c, text) != nil {
+		return "", false
+	}
+	return c.String(), true
+}

@@ -1,0 +1,94 @@
+package lm
+
+import (
+	"encoding/json"
+	"testing"
+
+	"github.com/phaseless/phaseless/models/toolprior"
+	"github.com/phaseless/phaseless/transport/llm"
+)
+
+// priorTools are two tools with a boolean and an enum the prior can fix.
+var priorTools = []llm.Tool{
+	{Name: "heat", Parameters: json.RawMessage(`{"type":"object","properties":{"on":{"type":"boolean"}},"required":["on"],"additionalProperties":false}`)},
+	{Name: "window", Parameters: json.RawMessage(`{"type":"object","properties":{"action":{"type":"string","enum":["open","close"]}},"required":["action"],"additionalProperties":false}`)},
+}
+
+// testPrior is a prior trained on a few requests for priorTools, weighted
+// so heavily that it decides every point it knows.
+func testPrior(t *testing.T) *toolprior.Prior {
+	t.Helper()
+	var ex []toolprior.Example
+	for range 20 {
+		ex = append(ex,
+			toolprior.Example{Text: "heat on please", Label: `heat {"on":true}`},
+			toolprior.Example{Text: "warm me up, heat", Label: `heat {"on":true}`},
+			toolprior.Example{Text: "stop the heat", Label: `heat {"on":false}`},
+			toolprior.Example{Text: "no more heat", Label: `heat {"on":false}`},
+			toolprior.Example{Text: "open the window", Label: `window {"action":"open"}`},
+			toolprior.Example{Text: "close the window", Label: `window {"action":"close"}`},
+			toolprior.Example{Text: "hello how are you", Label: toolprior.Prose})
+	}
+	p, err := toolprior.Train(ex, toolprior.TrainConfig{Buckets: 256, Seed: 1, Weight: 1000})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+// TestToolPriorDecidesWhatItKnows runs a random-weight model, whose own
+// choices are noise, with a dominant prior: each request gets the tool and
+// the fixed argument the prior reads in it, at every seed. A request that
+// offers a tool the prior was not trained on, or no prior (NoToolPrior),
+// gets exactly the model's own reply.
+func TestToolPriorDecidesWhatItKnows(t *testing.T) {
+	m, _ := buildModel(t, tinyConfig(), F32, 7, false)
+	prior := testPrior(t)
+	with := newEngine(t, m, EngineConfig{ToolPrior: prior})
+	without := newEngine(t, m, EngineConfig{ToolPrior: prior, NoToolPrior: true})
+	want := map[string]llm.ToolCall{
+		"please stop the heat now":   {Name: "heat", Arguments: `{"on":false}`},
+		"heat on, i'm cold":          {Name: "heat", Arguments: `{"on":true}`},
+		"could you close the window": {Name: "window", Arguments: `{"action":"close"}`},
+		"open the window a bit":      {Name: "window", Arguments: `{"action":"open"}`},
+	}
+	req := func(text string, seed uint64, tools []llm.Tool) *llm.Request {
+		return &llm.Request{Messages: []llm.Message{{Role: "user", Content: text}}, MaxTokens: 80, Temperature: 1, Seed: seed,
+			ToolRequest: llm.ToolRequest{Tools: tools, ToolChoice: llm.ToolChoice{Mode: llm.ToolRequired, Single: true}}}
+	}
+	for text, w := range want {
+		for seed := range uint64(4) {
+			c, _ := run(t, with, req(text, seed+1, priorTools))
+			if len(c.calls) != 1 || c.calls[0].Name != w.Name || c.calls[0].Arguments != w.Arguments {
+				t.Errorf("%q seed %d: calls %+v, want %s%s", text, seed+1, c.calls, w.Name, w.Arguments)
+			}
+		}
+	}
+	// An unknown tool among those offered: the model decides, as without
+	// a prior.
+	unknown := append(priorTools[:2:2], llm.Tool{Name: "radio", Parameters: json.RawMessage(`{"type":"object","properties":{"on":{"type":"boolean"}},"required":["on"],"additionalProperties":false}`)})
+	for seed := range uint64(6) {
+		a, _ := run(t, with, req("please stop the heat now", seed+1, unknown))
+		b, _ := run(t, without, req("please stop the heat now", seed+1, unknown))
+		if len(a.calls) != 1 || len(b.calls) != 1 || a.calls[0].Name != b.calls[0].Name || a.calls[0].Arguments != b.calls[0].Arguments {
+			t.Fatalf("seed %d: an unknown tool offered, prior %+v, none %+v", seed+1, a.calls, b.calls)
+		}
+	}
+}
+
+func TestAltToolName(t *testing.T) {
+	for text, want := range map[string]string{
+		ToolCallOpen + `{"name":"set_fan_speed","arguments":`: "set_fan_speed",
+		`"navigate_to","arguments":{"destination":`:           "navigate_to",
+		ToolCallOpen + `{"name":"a\"b","arguments":`:          `a"b`,
+		`"set_fan_speed"`: "",
+		`true`:            "",
+		`"open"`:          "",
+		ToolCallOpen + `{"name":"x","argumentsX":`: "",
+	} {
+		got, ok := altToolName([]byte(text))
+		if got != want || ok != (want != "") {
+			t.Errorf("altToolName(%q) = %q, %v; want %q", text, got, ok, want)
+		}
+	}
+}
