@@ -17,6 +17,7 @@ import (
 	"github.com/phaseless/phaseless/models/lm/grammar"
 	"github.com/phaseless/phaseless/models/lmtrain"
 	"github.com/phaseless/phaseless/models/lmtrain/corpus"
+	"github.com/phaseless/phaseless/models/toolprior"
 	"github.com/phaseless/phaseless/transport/llm"
 )
 
@@ -70,16 +71,17 @@ const toolDevSet = "testdata/toolcalls_dev.jsonl"
 // car tool set offered (tool_choice auto, greedy), every request of the dev
 // set and the held-out sets, and measures how often it calls the right
 // tool, and with exactly the right arguments; small talk should get prose.
-// It measures up to four ways: choice points decided byte by byte
+// It measures up to five ways: choice points decided byte by byte
 // (EngineConfig.ByteChoices, as before choice decoding) or scored whole
-// (the engine's default), each with the tool set as shipped, whose
-// free-form values the grammar copies from the request
+// (the engine's default) with the model's tool prior (as shipped) or
+// without it (EngineConfig.NoToolPrior), with the tool set as shipped,
+// whose free-form values the grammar copies from the request
 // (grammar.CopyKeyword), and with that keyword removed, the model alone
 // choosing the values; and it logs what choice decoding costs against byte
 // decoding in the same run (tokens run through the model, and wall time).
-// By default only the shipped way (choices scored, values copied) runs on
-// the held-out sets, against the floors; the dev set, the other three ways
-// and the cost take three times as long again and run when
+// By default only the shipped way (choices scored with the prior, values
+// copied) runs on the held-out sets, against the floors; the dev set, the
+// other four ways and the cost take four times as long again and run when
 // PHASELESS_TOOLS_COMPARE is set. Run with -v for the
 // numbers:
 // PHASELESS_TOOLS_COMPARE=1 go test -v -run TestToolCallAccuracy ./models/edgemodel
@@ -98,6 +100,11 @@ func TestToolCallAccuracy(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer eb.Close()
+	en, err := lm.NewEngine(m, lm.EngineConfig{NoToolPrior: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer en.Close()
 	free := cartools.Tools()
 	for i := range free {
 		free[i].Parameters = json.RawMessage(strings.ReplaceAll(string(free[i].Parameters), `,"`+grammar.CopyKeyword+`":true`, ""))
@@ -116,11 +123,11 @@ func TestToolCallAccuracy(t *testing.T) {
 				measureToolCalls(t, eb, cases, free, "byte by byte, values chosen by the model")
 				measureToolCalls(t, e, cases, free, "choices scored, values chosen by the model")
 				b := measureToolCalls(t, eb, cases, cartools.Tools(), "byte by byte, values copied by the grammar")
-				s := measureToolCalls(t, e, cases, cartools.Tools(), "choices scored, values copied by the grammar")
+				s := measureToolCalls(t, en, cases, cartools.Tools(), "choices scored, values copied by the grammar, no tool prior")
 				t.Logf("cost of choice decoding against byte by byte, same run: %.2f× the tokens run through the model (%.0f against %.0f a request), %.2f× the wall time",
 					s.tokens/b.tokens, s.tokens, b.tokens, s.wall.Seconds()/b.wall.Seconds())
 			}
-			s := measureToolCalls(t, e, cases, cartools.Tools(), "choices scored, values copied by the grammar")
+			s := measureToolCalls(t, e, cases, cartools.Tools(), "choices scored with the tool prior, values copied by the grammar (as shipped)")
 			if !tuned {
 				t.Skip("the shipped model predates tool training")
 			}
@@ -136,12 +143,12 @@ func TestToolCallAccuracy(t *testing.T) {
 }
 
 // toolFloors are TestToolCallAccuracy's bounds per set, for choice
-// decoding with values copied: each just below what the shipped model
-// measured (docs/tools.md).
+// decoding with the tool prior and values copied: each just below what the
+// shipped model measured (docs/tools.md).
 var toolFloors = map[string]toolScores{
-	"toolcalls_dev": {rightTool: 0.64, exactInText: 0.56, prose: 0.7},  // measured 42/64, 32/55, 6/8
-	"toolcalls":     {rightTool: 0.75, exactInText: 0.62, prose: 0.85}, // measured 58/76, 43/67, 8/8
-	"toolcalls2":    {rightTool: 0.64, exactInText: 0.53, prose: 0.85}, // measured 54/82, 33/60, 9/10
+	"toolcalls_dev": {rightTool: 0.84, exactInText: 0.70, prose: 0.85}, // measured 54/64, 39/55, 7/8
+	"toolcalls":     {rightTool: 0.86, exactInText: 0.77, prose: 0.85}, // measured 66/76, 52/67, 8/8
+	"toolcalls2":    {rightTool: 0.85, exactInText: 0.68, prose: 0.85}, // measured 70/82, 41/60, 9/10
 }
 
 // TestToolSetsNotTrained checks that no tool request of the held-out sets
@@ -273,4 +280,47 @@ func measureToolCalls(t *testing.T, e *lm.Engine, cases []toolCase, tools []llm.
 		label, pct(rightTool, calls), rightTool, calls, rightInText, inText, pct(exactInText, inText), exactInText, inText, pct(exactAll, calls), exactAll, calls, prose, talk)
 	return toolScores{rightTool: pct(rightTool, calls) / 100, rightToolInText: pct(rightInText, inText) / 100, exactInText: pct(exactInText, inText) / 100,
 		prose: pct(prose, talk) / 100, tokens: ran, wall: wall}
+}
+
+// TestShippedToolPrior: the shipped model carries the tool prior that
+// `phaselessctl lm toolprior` trains on the tools stage's corpus (same
+// labels and weight, the same decisions on the dev set's requests), and it
+// knows every tool of the car tool set.
+func TestShippedToolPrior(t *testing.T) {
+	m, err := Open()
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := m.ToolPrior()
+	if p == nil {
+		t.Fatal("the shipped model carries no tool prior")
+	}
+	preset := lmtrain.EdgeToolsPreset()
+	split, err := preset.Corpus(preset.Train.Seed)
+	if err != nil {
+		t.Fatal(err)
+	}
+	q, err := toolprior.Train(corpus.ToolPriorExamples(split), toolprior.TrainConfig{Buckets: p.Buckets, Seed: preset.Train.Seed, Weight: p.Weight})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Equal(p.Labels, q.Labels) || float32(p.Weight) != float32(toolprior.DefaultWeight) {
+		t.Fatalf("shipped prior: labels %q weight %v; retrained: labels %q, default weight %v", p.Labels, p.Weight, q.Labels, toolprior.DefaultWeight)
+	}
+	argmax := func(lp []float64) int { return slices.Index(lp, slices.Max(lp)) }
+	for _, c := range loadToolCases(t, toolDevSet) {
+		if a, b := argmax(p.LogProbs(c.Request)), argmax(q.LogProbs(c.Request)); a != b {
+			t.Errorf("%q: shipped prior reads %q, retrained %q", c.Request, p.Labels[a], q.Labels[b])
+		}
+	}
+	tools := map[string]bool{}
+	for _, l := range p.Labels {
+		tool, _, _ := toolprior.ParseLabel(l)
+		tools[tool] = true
+	}
+	for _, tl := range cartools.Tools() {
+		if !tools[tl.Name] {
+			t.Errorf("the prior does not know %s", tl.Name)
+		}
+	}
 }
