@@ -26,7 +26,11 @@ func lmToolPrior(ctx context.Context, cio cli.IO, args []string) error {
 	preset := fs.String("preset", "edge-tools", "preset whose corpus (and seed) the prior is trained on")
 	weight := fs.Float64("weight", toolprior.DefaultWeight, "how much of the prior's log-probability the engine adds to its choice scores (0: stored, not used)")
 	buckets := fs.Int("buckets", 2048, "hashed n-gram buckets")
-	if done, err := lmParseFlags(fs, cio, args, "lm toolprior --in F --out G [--preset edge-tools] [--weight W]"); done || err != nil {
+	spanWeight := fs.Float64("span-weight", toolprior.DefaultSpanWeight, "the same for the span head (which words a copied string is; 0: stored, not used)")
+	callWeight := fs.Float64("call-weight", toolprior.DefaultCallWeight, "weight of the prior's log-probability of a call, and of prose, at the choice between them")
+	callBias := fs.Float64("call-bias", toolprior.DefaultCallBias, "added to each call's per-token score against prose")
+	spanBuckets := fs.Int("span-buckets", 1024, "hashed buckets of the span head")
+	if done, err := lmParseFlags(fs, cio, args, "lm toolprior --in F --out G [--preset edge-tools] [--weight W] [--span-weight W]"); done || err != nil {
 		return err
 	}
 	switch {
@@ -36,8 +40,16 @@ func lmToolPrior(ctx context.Context, cio cli.IO, args []string) error {
 		return &cli.FieldError{Field: "out", Err: errors.New("required")}
 	case !(*weight >= 0) || math.IsInf(*weight, 0):
 		return &cli.FieldError{Field: "weight", Err: errors.New("want a finite value ≥ 0")}
+	case !(*spanWeight >= 0) || math.IsInf(*spanWeight, 0):
+		return &cli.FieldError{Field: "span-weight", Err: errors.New("want a finite value ≥ 0")}
+	case !(*callWeight >= 0) || math.IsInf(*callWeight, 0):
+		return &cli.FieldError{Field: "call-weight", Err: errors.New("want a finite value ≥ 0")}
+	case math.IsNaN(*callBias) || math.IsInf(*callBias, 0):
+		return &cli.FieldError{Field: "call-bias", Err: errors.New("want a finite value")}
 	case *buckets < 1 || *buckets > toolprior.MaxBuckets:
 		return &cli.FieldError{Field: "buckets", Err: fmt.Errorf("want 1 to %d", toolprior.MaxBuckets)}
+	case *spanBuckets < 1 || *spanBuckets > toolprior.MaxBuckets:
+		return &cli.FieldError{Field: "span-buckets", Err: fmt.Errorf("want 1 to %d", toolprior.MaxBuckets)}
 	}
 	p, err := lmtrain.PresetByName(*preset)
 	if err != nil {
@@ -47,9 +59,13 @@ func lmToolPrior(ctx context.Context, cio cli.IO, args []string) error {
 	if err != nil {
 		return err
 	}
-	ex := corpus.ToolPriorExamples(split)
+	ex, spans := corpus.ToolPriorExamples(split), corpus.ToolSpanExamples(split)
 	prior, err := toolprior.Train(ex, toolprior.TrainConfig{Buckets: *buckets, Seed: p.Train.Seed, Weight: *weight})
 	if err != nil {
+		return fmt.Errorf("preset %s: %w", *preset, err)
+	}
+	prior.CallWeight, prior.CallBias = *callWeight, *callBias
+	if err := prior.TrainSpans(spans, *spanBuckets, *spanWeight, toolprior.TrainConfig{Seed: p.Train.Seed}); err != nil {
 		return fmt.Errorf("preset %s: %w", *preset, err)
 	}
 	src, err := os.ReadFile(*in)
@@ -82,7 +98,7 @@ func lmToolPrior(ctx context.Context, cio cli.IO, args []string) error {
 	if err := os.Rename(tmp.Name(), *out); err != nil {
 		return err
 	}
-	fmt.Fprintf(cio.Stdout, "wrote %s: tool prior of %d labels × %d buckets from %d %s requests, weight %g\n",
-		*out, len(prior.Labels), prior.Buckets, len(ex), *preset, prior.Weight)
+	fmt.Fprintf(cio.Stdout, "wrote %s: tool prior of %d labels × %d buckets from %d %s requests, weight %g; call weight %g, bias %g; span head of %d buckets from %d copied values, weight %g\n",
+		*out, len(prior.Labels), prior.Buckets, len(ex), *preset, prior.Weight, prior.CallWeight, prior.CallBias, len(prior.SpanW), len(spans), prior.SpanWeight)
 	return nil
 }

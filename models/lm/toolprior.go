@@ -29,6 +29,8 @@ import (
 
 // requestPrior is the prior's reading of one request.
 type requestPrior struct {
+	prior  *toolprior.Prior
+	text   string // the request's last user turn, which values copy from
 	labels []priorLabel
 	weight float64
 	tool   string // the tool the first call chose, once chosen
@@ -60,7 +62,7 @@ func (e *Engine) toolPriorFor(req *llm.Request, g *grammar.Grammar) *requestPrio
 		return nil
 	}
 	lp := p.LogProbs(req.Messages[n-1].Content)
-	rp := &requestPrior{weight: p.Weight}
+	rp := &requestPrior{prior: p, text: req.Messages[n-1].Content, weight: p.Weight}
 	for i, l := range p.Labels {
 		tool, args, err := toolprior.ParseLabel(l)
 		if err != nil || tool == toolprior.Prose {
@@ -118,6 +120,9 @@ func (e *Engine) applyToolPrior(j *choiceJob) (applied bool) {
 		if json.Unmarshal(m[1], &key) != nil {
 			return false
 		}
+		if len(m[2]) > 0 {
+			return rp.addSpans(j.alts, key)
+		}
 		for i, a := range j.alts {
 			v, ok := jsonValue(a.text)
 			if a.open || !ok {
@@ -130,7 +135,32 @@ func (e *Engine) applyToolPrior(j *choiceJob) (applied bool) {
 			}
 		}
 	}
-	return addLogShares(j.alts, mass, rp.weight)
+	if !addLogShares(j.alts, mass, rp.weight) {
+		return false
+	}
+	if rp.tool == "" {
+		rp.callOrProse(j.alts)
+	}
+	return true
+}
+
+// callOrProse weighs the call against prose at the tool point: each call
+// gains the prior's CallBias plus CallWeight × log P(a call), prose
+// CallWeight × log P(prose).
+func (rp *requestPrior) callOrProse(alts []alternative) {
+	var pc float64
+	for _, l := range rp.labels {
+		pc += l.p
+	}
+	// Floors keep a saturated softmax finite.
+	call, prose := math.Log(max(pc, 1e-12)), math.Log(max(1-pc, 1e-12))
+	for i := range alts {
+		if alts[i].open {
+			alts[i].score += rp.prior.CallWeight * prose
+		} else {
+			alts[i].score += rp.prior.CallBias + rp.prior.CallWeight*call
+		}
+	}
 }
 
 // addLogShares adds weight × the log of each literal alternative's share of
@@ -172,8 +202,29 @@ func notePriorChoice(s *sequence, a alternative) {
 	}
 }
 
-// lastKey finds the object key a value's choice point follows.
-var lastKey = regexp.MustCompile(`("(?:[^"\\]|\\.)*"):$`)
+// lastKey finds the object key a value's choice point follows, and the
+// opening quote of a copied string's (whose alternatives are its spans).
+var lastKey = regexp.MustCompile(`("(?:[^"\\]|\\.)*"):("?)$`)
+
+// addSpans adds the span head's log-probability of each alternative, the
+// spans of the request a copied string may be, as the value of key.
+func (rp *requestPrior) addSpans(alts []alternative, key string) bool {
+	spans := make([]string, len(alts))
+	for i, a := range alts {
+		if a.open {
+			return false
+		}
+		spans[i] = string(a.text)
+	}
+	lp, ok := rp.prior.SpanLogProbs(rp.text, key, spans)
+	if !ok {
+		return false
+	}
+	for i := range alts {
+		alts[i].score += rp.prior.SpanWeight * lp[i]
+	}
+	return true
+}
 
 // altToolName is the tool an alternative's text names: a call's opening
 // and name, or the name alone, followed by the arguments' key, as the

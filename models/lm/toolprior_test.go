@@ -2,6 +2,7 @@ package lm
 
 import (
 	"encoding/json"
+	"slices"
 	"testing"
 
 	"github.com/phaseless/phaseless/models/toolprior"
@@ -12,6 +13,7 @@ import (
 var priorTools = []llm.Tool{
 	{Name: "heat", Parameters: json.RawMessage(`{"type":"object","properties":{"on":{"type":"boolean"}},"required":["on"],"additionalProperties":false}`)},
 	{Name: "window", Parameters: json.RawMessage(`{"type":"object","properties":{"action":{"type":"string","enum":["open","close"]}},"required":["action"],"additionalProperties":false}`)},
+	{Name: "drive", Parameters: json.RawMessage(`{"type":"object","properties":{"to":{"type":"string","minLength":1,"maxLength":30,"x-phaseless-copy":true}},"required":["to"],"additionalProperties":false}`)},
 }
 
 // testPrior is a prior trained on a few requests for priorTools, weighted
@@ -27,10 +29,17 @@ func testPrior(t *testing.T) *toolprior.Prior {
 			toolprior.Example{Text: "no more heat", Label: `heat {"on":false}`},
 			toolprior.Example{Text: "open the window", Label: `window {"action":"open"}`},
 			toolprior.Example{Text: "close the window", Label: `window {"action":"close"}`},
+			toolprior.Example{Text: "drive to Paris", Label: "drive"},
+			toolprior.Example{Text: "drive me over to New York please", Label: "drive"},
 			toolprior.Example{Text: "hello how are you", Label: toolprior.Prose})
 	}
 	p, err := toolprior.Train(ex, toolprior.TrainConfig{Buckets: 256, Seed: 1, Weight: 1000})
 	if err != nil {
+		t.Fatal(err)
+	}
+	spans := []toolprior.SpanExample{{Text: "drive to Paris", Key: "to", Value: "Paris"}, {Text: "drive me over to New York please", Key: "to", Value: "New York"},
+		{Text: "drive to Old Town now", Key: "to", Value: "Old Town"}}
+	if err := p.TrainSpans(slices.Repeat(spans, 20), 128, 1000, toolprior.TrainConfig{Seed: 1}); err != nil {
 		t.Fatal(err)
 	}
 	return p
@@ -51,6 +60,7 @@ func TestToolPriorDecidesWhatItKnows(t *testing.T) {
 		"heat on, i'm cold":          {Name: "heat", Arguments: `{"on":true}`},
 		"could you close the window": {Name: "window", Arguments: `{"action":"close"}`},
 		"open the window a bit":      {Name: "window", Arguments: `{"action":"open"}`},
+		"please drive to Rome":       {Name: "drive", Arguments: `{"to":"Rome"}`},
 	}
 	req := func(text string, seed uint64, tools []llm.Tool) *llm.Request {
 		return &llm.Request{Messages: []llm.Message{{Role: "user", Content: text}}, MaxTokens: 80, Temperature: 1, Seed: seed,
@@ -66,7 +76,7 @@ func TestToolPriorDecidesWhatItKnows(t *testing.T) {
 	}
 	// An unknown tool among those offered: the model decides, as without
 	// a prior.
-	unknown := append(priorTools[:2:2], llm.Tool{Name: "radio", Parameters: json.RawMessage(`{"type":"object","properties":{"on":{"type":"boolean"}},"required":["on"],"additionalProperties":false}`)})
+	unknown := append(priorTools[:3:3], llm.Tool{Name: "radio", Parameters: json.RawMessage(`{"type":"object","properties":{"on":{"type":"boolean"}},"required":["on"],"additionalProperties":false}`)})
 	for seed := range uint64(6) {
 		a, _ := run(t, with, req("please stop the heat now", seed+1, unknown))
 		b, _ := run(t, without, req("please stop the heat now", seed+1, unknown))
@@ -89,6 +99,41 @@ func TestAltToolName(t *testing.T) {
 		got, ok := altToolName([]byte(text))
 		if got != want || ok != (want != "") {
 			t.Errorf("altToolName(%q) = %q, %v; want %q", text, got, ok, want)
+		}
+	}
+}
+
+// TestToolPriorCallOrProse: at the call against prose, the call bias and
+// the prior's probability of a call move the choice, and a prior with
+// neither leaves it to the model. A random model's choice is noise, so
+// the test sets the terms so large that they decide.
+func TestToolPriorCallOrProse(t *testing.T) {
+	m, _ := buildModel(t, tinyConfig(), F32, 7, false)
+	base := testPrior(t)
+	auto := func(e *Engine, text string, seed uint64) collected {
+		c, _ := run(t, e, &llm.Request{Messages: []llm.Message{{Role: "user", Content: text}}, MaxTokens: 80, Temperature: 1, Seed: seed,
+			ToolRequest: llm.ToolRequest{Tools: priorTools, ToolChoice: llm.ToolChoice{Mode: llm.ToolAuto}}})
+		return c
+	}
+	calls := *base
+	calls.CallBias = 1000
+	prose := *base
+	prose.CallBias = -1000
+	byPrior := *base
+	byPrior.CallWeight = 1000
+	ec, ep, eb := newEngine(t, m, EngineConfig{ToolPrior: &calls}), newEngine(t, m, EngineConfig{ToolPrior: &prose}), newEngine(t, m, EngineConfig{ToolPrior: &byPrior})
+	for seed := range uint64(4) {
+		if c := auto(ec, "hello how are you", seed+1); len(c.calls) != 1 {
+			t.Errorf("seed %d: call bias +1000 gave %+v %q", seed+1, c.calls, c.text)
+		}
+		if c := auto(ep, "please stop the heat now", seed+1); len(c.calls) != 0 {
+			t.Errorf("seed %d: call bias -1000 gave calls %+v", seed+1, c.calls)
+		}
+		if c := auto(eb, "please stop the heat now", seed+1); len(c.calls) == 0 || c.calls[0].Name != "heat" {
+			t.Errorf("seed %d: the prior reads a call, got %+v %q", seed+1, c.calls, c.text)
+		}
+		if c := auto(eb, "hello how are you", seed+1); len(c.calls) != 0 {
+			t.Errorf("seed %d: the prior reads prose, got calls %+v", seed+1, c.calls)
 		}
 	}
 }

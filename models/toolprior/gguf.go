@@ -17,6 +17,12 @@ const (
 	KeyFeatures = "phaseless.tool_prior.features" // string: the feature recipe, FeatureRecipe
 	TensorW     = "tool_prior.weight"             // dims [Buckets, len(Labels)]
 	TensorBias  = "tool_prior.bias"               // dims [len(Labels)]
+	// The call against prose (float32 each; absent reads 0).
+	KeyCallWeight = "phaseless.tool_prior.call_weight"
+	KeyCallBias   = "phaseless.tool_prior.call_bias"
+	// The span head, when there is one (span.go).
+	KeySpanWeight = "phaseless.tool_prior.span_weight" // float32
+	TensorSpan    = "tool_prior.span"                  // dims [span buckets]
 )
 
 // FeatureRecipe names features' hashing; a file with another recipe is
@@ -70,6 +76,29 @@ func FromGGUF(f *gguf.File) (*Prior, error) {
 	if p.Bias, err = tensor(f, TensorBias, uint64(len(p.Labels))); err != nil {
 		return nil, err
 	}
+	for key, dst := range map[string]*float64{KeyCallWeight: &p.CallWeight, KeyCallBias: &p.CallBias} {
+		if v, ok := f.Get(key); ok {
+			x, isF32 := v.(float32)
+			if !isF32 {
+				return nil, fmt.Errorf("toolprior: %s is %v, want a float32", key, v)
+			}
+			*dst = float64(x)
+		}
+	}
+	if ti, ok := f.Tensor(TensorSpan); ok {
+		if len(ti.Dims) != 1 || ti.Dims[0] < 1 || ti.Dims[0] > MaxBuckets {
+			return nil, fmt.Errorf("toolprior: tensor %s has dims %v, want one of 1..%d", TensorSpan, ti.Dims, MaxBuckets)
+		}
+		if p.SpanW, err = tensor(f, TensorSpan, ti.Dims[0]); err != nil {
+			return nil, err
+		}
+		sw, ok := f.Get(KeySpanWeight)
+		x, isF32 := sw.(float32)
+		if !ok || !isF32 {
+			return nil, fmt.Errorf("toolprior: %s is %v, want a float32", KeySpanWeight, sw)
+		}
+		p.SpanWeight = float64(x)
+	}
 	if err := p.Validate(); err != nil {
 		return nil, err
 	}
@@ -98,7 +127,7 @@ func Write(w io.Writer, src *gguf.File, p *Prior) error {
 		return err
 	}
 	ours := func(name string) bool {
-		return slices.Contains([]string{KeyLabels, KeyBuckets, KeyWeight, KeyFeatures, TensorW, TensorBias}, name)
+		return slices.Contains([]string{KeyLabels, KeyBuckets, KeyWeight, KeyFeatures, TensorW, TensorBias, KeySpanWeight, TensorSpan, KeyCallWeight, KeyCallBias}, name)
 	}
 	var kvs []gguf.KV
 	for _, kv := range src.KVs {
@@ -116,7 +145,9 @@ func Write(w io.Writer, src *gguf.File, p *Prior) error {
 		gguf.KV{Key: KeyLabels, Value: labels},
 		gguf.KV{Key: KeyBuckets, Value: uint32(p.Buckets)},
 		gguf.KV{Key: KeyWeight, Value: float32(p.Weight)},
-		gguf.KV{Key: KeyFeatures, Value: FeatureRecipe})
+		gguf.KV{Key: KeyFeatures, Value: FeatureRecipe},
+		gguf.KV{Key: KeyCallWeight, Value: float32(p.CallWeight)},
+		gguf.KV{Key: KeyCallBias, Value: float32(p.CallBias)})
 	var tensors []gguf.Tensor
 	for i := range src.Tensors {
 		ti := &src.Tensors[i]
@@ -134,5 +165,9 @@ func Write(w io.Writer, src *gguf.File, p *Prior) error {
 	tensors = append(tensors,
 		gguf.Tensor{Name: TensorW, Dims: []uint64{uint64(p.Buckets), uint64(len(p.Labels))}, Type: gguf.F16, Data: p.W},
 		gguf.Tensor{Name: TensorBias, Dims: []uint64{uint64(len(p.Labels))}, Type: gguf.F32, Data: p.Bias})
+	if len(p.SpanW) > 0 {
+		kvs = append(kvs, gguf.KV{Key: KeySpanWeight, Value: float32(p.SpanWeight)})
+		tensors = append(tensors, gguf.Tensor{Name: TensorSpan, Dims: []uint64{uint64(len(p.SpanW))}, Type: gguf.F16, Data: p.SpanW})
+	}
 	return gguf.Write(w, kvs, tensors)
 }

@@ -126,14 +126,24 @@ func TestWriteRoundTrip(t *testing.T) {
 		t.Fatalf("a file without a prior: %v %v", p, err)
 	}
 	p := trained(t)
+	p.CallWeight, p.CallBias = 0.25, -0.5
+	if err := p.TrainSpans(spanExamples, 64, 2, TrainConfig{Seed: 1}); err != nil {
+		t.Fatal(err)
+	}
 	out := withPrior(t, base, p)
 	f := mustRead(t, out)
 	q, err := FromGGUF(f)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !slices.Equal(q.Labels, p.Labels) || q.Weight != p.Weight || q.Buckets != p.Buckets {
-		t.Fatalf("read back %v %v %v", q.Labels, q.Weight, q.Buckets)
+	if !slices.Equal(q.Labels, p.Labels) || q.Weight != p.Weight || q.Buckets != p.Buckets ||
+		q.CallWeight != p.CallWeight || q.CallBias != p.CallBias || q.SpanWeight != p.SpanWeight || len(q.SpanW) != 64 {
+		t.Fatalf("read back %v %v %v %v %v %v %d", q.Labels, q.Weight, q.Buckets, q.CallWeight, q.CallBias, q.SpanWeight, len(q.SpanW))
+	}
+	for i, v := range p.SpanW {
+		if math.Abs(float64(v-q.SpanW[i])) > 0.01*math.Max(1, math.Abs(float64(v))) {
+			t.Fatalf("span weight %d: %v read back %v", i, v, q.SpanW[i])
+		}
 	}
 	for _, e := range examples {
 		a, b := p.LogProbs(e.Text), q.LogProbs(e.Text)
@@ -203,6 +213,8 @@ func TestFromGGUFRefuses(t *testing.T) {
 		"labels twice":   set(KeyLabels, slices.Repeat([]string{"a"}, len(p.Labels))),
 		"labels count":   set(KeyLabels, append(slices.Clone(p.Labels), "extra")),
 		"label not JSON": set(KeyLabels, append([]string{`x {`}, p.Labels[1:]...)),
+		"call bias type": set(KeyCallBias, "0.2"),
+		"call weight <0": set(KeyCallWeight, float32(-0.1)),
 	} {
 		if q, err := FromGGUF(g); err == nil {
 			t.Errorf("%s: read %v", name, q.Labels)
@@ -251,4 +263,37 @@ func FuzzFromGGUF(f *testing.F) {
 			}
 		}
 	})
+}
+
+var spanExamples = []SpanExample{
+	{"navigate to Paris", "destination", "Paris"}, {"take me to New York please", "destination", "New York"},
+	{"drive to the airport now", "destination", "the airport"}, {"go to Rome", "destination", "Rome"},
+	{"call Anna", "name", "Anna"}, {"please call my mother now", "name", "my mother"}, {"phone Paul Smith", "name", "Paul Smith"},
+}
+
+// TestSpans: the span head learns what surrounds a value, so a request in
+// other words gets the span after "to" as its destination; a span that is
+// not words of the request, or a prior with no head, reads nothing.
+func TestSpans(t *testing.T) {
+	p := trained(t)
+	if _, ok := p.SpanLogProbs("go to Oslo", "destination", []string{"Oslo"}); ok {
+		t.Fatal("a prior without a span head read spans")
+	}
+	if err := p.TrainSpans(slices.Repeat(spanExamples, 10), 256, 1, TrainConfig{Seed: 1}); err != nil {
+		t.Fatal(err)
+	}
+	spans := []string{"hey", "hey car", "car", "route", "route to", "to", "to Oslo", "Oslo", "Oslo please", "please"}
+	lp, ok := p.SpanLogProbs("hey car, route to Oslo please", "destination", spans)
+	if !ok {
+		t.Fatal("spans of the request not read")
+	}
+	if best := spans[slices.Index(lp, slices.Max(lp))]; best != "Oslo" {
+		t.Errorf("destination %q (%v)", best, lp)
+	}
+	if _, ok := p.SpanLogProbs("route to Oslo", "destination", []string{"Oslo", "Bergen"}); ok {
+		t.Error("a span that is not in the request read")
+	}
+	if err := p.TrainSpans([]SpanExample{{"go to Rome", "destination", "Paris"}}, 8, 1, TrainConfig{}); err == nil {
+		t.Error("span examples whose values are not in their requests trained")
+	}
 }

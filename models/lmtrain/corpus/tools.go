@@ -420,3 +420,31 @@ func ToolPriorExamples(s Split) []toolprior.Example {
 	}
 	return out
 }
+
+// ToolSpanExamples are the tool prior's span examples: each string argument
+// a tool-call example of the split's training part copies from its request
+// (a place, music, a name, a window), with that request.
+func ToolSpanExamples(s Split) []toolprior.SpanExample {
+	var out []toolprior.SpanExample
+	for _, e := range s.Train {
+		gi, ok := strings.CutPrefix(e.Intent, "tool-")
+		if !ok || e.System != lm.ToolsSystemPrompt {
+			continue
+		}
+		n, _ := strconv.Atoi(gi)
+		t := toolTemplates[n]
+		var call struct {
+			Arguments map[string]any `json:"arguments"`
+		}
+		body := strings.TrimSuffix(strings.TrimPrefix(e.Answer, lm.ToolCallOpen), lm.ToolCallClose)
+		if json.Unmarshal([]byte(body), &call) != nil {
+			continue
+		}
+		for _, a := range t.args {
+			if v, ok := call.Arguments[a[0]].(string); ok && strings.HasPrefix(a[1], "{") {
+				out = append(out, toolprior.SpanExample{Text: e.Prompt, Key: a[0], Value: v})
+			}
+		}
+	}
+	return out
+}
