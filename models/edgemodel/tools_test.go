@@ -57,9 +57,11 @@ func loadToolCases(t *testing.T, file string) []toolCase {
 
 // toolSets are the held-out request sets: toolcalls.jsonl was written in
 // the session that added tool training, toolcalls2.jsonl in the next one,
-// by a different hand and before its model was measured. Neither is
-// trained on (corpus tests check that no training request is one of them).
-var toolSets = []string{"testdata/toolcalls.jsonl", "testdata/toolcalls2.jsonl"}
+// by a different hand and before its model was measured, toolcalls3.jsonl
+// in the session that added the tool prior, once its weights were chosen
+// on the dev set and before it was measured on this set. None is trained
+// on (corpus tests check that no training request is one of them).
+var toolSets = []string{"testdata/toolcalls.jsonl", "testdata/toolcalls2.jsonl", "testdata/toolcalls3.jsonl"}
 
 // toolDevSet is the set decoding choices are tuned on: 72 requests written
 // before the choice decoding was measured (committed first), in none of the
@@ -146,9 +148,10 @@ func TestToolCallAccuracy(t *testing.T) {
 // decoding with the tool prior and values copied: each just below what the
 // shipped model measured (docs/tools.md).
 var toolFloors = map[string]toolScores{
-	"toolcalls_dev": {rightTool: 0.84, exactInText: 0.70, prose: 0.85}, // measured 54/64, 39/55, 7/8
-	"toolcalls":     {rightTool: 0.86, exactInText: 0.77, prose: 0.85}, // measured 66/76, 52/67, 8/8
-	"toolcalls2":    {rightTool: 0.85, exactInText: 0.68, prose: 0.85}, // measured 70/82, 41/60, 9/10
+	"toolcalls_dev": {rightTool: 0.90, exactInText: 0.85, prose: 0.85}, // measured 59/64, 48/55, 7/8
+	"toolcalls":     {rightTool: 0.95, exactInText: 0.93, prose: 0.85}, // measured 73/76, 63/67, 8/8
+	"toolcalls2":    {rightTool: 0.94, exactInText: 0.92, prose: 0.85}, // measured 78/82, 56/60, 10/10
+	"toolcalls3":    {rightTool: 0.95, exactInText: 0.88, prose: 0.70}, // measured 48/50, 33/37, 6/8
 }
 
 // TestToolSetsNotTrained checks that no tool request of the held-out sets
@@ -284,8 +287,9 @@ func measureToolCalls(t *testing.T, e *lm.Engine, cases []toolCase, tools []llm.
 
 // TestShippedToolPrior: the shipped model carries the tool prior that
 // `phaselessctl lm toolprior` trains on the tools stage's corpus (same
-// labels and weight, the same decisions on the dev set's requests), and it
-// knows every tool of the car tool set.
+// labels and default weights, the same readings of the dev set's requests
+// and of their words as spans), and it knows every tool of the car tool
+// set.
 func TestShippedToolPrior(t *testing.T) {
 	m, err := Open()
 	if err != nil {
@@ -304,13 +308,28 @@ func TestShippedToolPrior(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !slices.Equal(p.Labels, q.Labels) || float32(p.Weight) != float32(toolprior.DefaultWeight) {
-		t.Fatalf("shipped prior: labels %q weight %v; retrained: labels %q, default weight %v", p.Labels, p.Weight, q.Labels, toolprior.DefaultWeight)
+	if !slices.Equal(p.Labels, q.Labels) || float32(p.Weight) != float32(toolprior.DefaultWeight) ||
+		float32(p.CallWeight) != float32(toolprior.DefaultCallWeight) || float32(p.CallBias) != float32(toolprior.DefaultCallBias) ||
+		float32(p.SpanWeight) != float32(toolprior.DefaultSpanWeight) {
+		t.Fatalf("shipped prior: labels %q weights %v %v %v %v; retrained: labels %q", p.Labels, p.Weight, p.CallWeight, p.CallBias, p.SpanWeight, q.Labels)
+	}
+	if err := q.TrainSpans(corpus.ToolSpanExamples(split), len(p.SpanW), p.SpanWeight, toolprior.TrainConfig{Seed: preset.Train.Seed}); err != nil {
+		t.Fatal(err)
 	}
 	argmax := func(lp []float64) int { return slices.Index(lp, slices.Max(lp)) }
 	for _, c := range loadToolCases(t, toolDevSet) {
 		if a, b := argmax(p.LogProbs(c.Request)), argmax(q.LogProbs(c.Request)); a != b {
 			t.Errorf("%q: shipped prior reads %q, retrained %q", c.Request, p.Labels[a], q.Labels[b])
+		}
+		// Every word of the request as a one-word span: the span head
+		// ranks them alike.
+		words := strings.Fields(c.Request)
+		for key := range c.Args {
+			lp, ok := p.SpanLogProbs(c.Request, key, words)
+			lq, _ := q.SpanLogProbs(c.Request, key, words)
+			if ok && argmax(lp) != argmax(lq) {
+				t.Errorf("%q: shipped span head reads %q as %s, retrained %q", c.Request, words[argmax(lp)], key, words[argmax(lq)])
+			}
 		}
 	}
 	tools := map[string]bool{}
