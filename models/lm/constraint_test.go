@@ -98,7 +98,7 @@ func TestConstrainedToolCallsValidate(t *testing.T) {
 				if choice.Mode != llm.ToolAuto {
 					t.Fatalf("%v: no call, text %q", choice, c.text)
 				}
-				if strings.HasPrefix(c.text, ToolCallOpen) {
+				if strings.HasPrefix(c.text, ToolCallOpen[:len(ToolCallOpen)-1]) {
 					t.Fatalf("prose reply %q is a call's markup", c.text)
 				}
 				prose++

@@ -68,7 +68,14 @@ func ToolCalls(f CallFormat, tools []Tool, o ToolCallOptions) (*Grammar, error) 
 		if !o.Prose {
 			return calls
 		}
-		return []elem{ref(b.choiceRule(true, calls, []elem{ref(c.proseNotStarting(f.Open))}))}
+		// Prose may not begin with the call's opening, nor with all of it
+		// but its last byte: "<tool_call{…" would reach the app as text
+		// that looks like a broken call.
+		open := f.Open
+		if len(open) > 1 {
+			open = open[:len(open)-1]
+		}
+		return []elem{ref(b.choiceRule(true, calls, []elem{ref(c.proseNotStarting(open))}))}
 	})
 }
 

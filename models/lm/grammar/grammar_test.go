@@ -227,6 +227,8 @@ func TestToolCallGrammar(t *testing.T) {
 		{auto, "<tool", true},
 		{auto, "", true},
 		{auto, "<tool_call>hello", false},
+		{auto, `<tool_call{"name":"set_fan_speed"}`, false}, // prose that looks like a broken call
+		{auto, "<b>bold</b> prose", true},
 		{single, `<tool_call>{"name":"set_fan_speed","arguments":{"level":0}}</tool_call>`, true},
 		{single, `<tool_call>{"name":"set_fan_speed","arguments":{"level":0}}</tool_call>` + "\n" + `<tool_call>{"name":"set_fan_speed","arguments":{"level":0}}</tool_call>`, false},
 		{single, "Fan speed set to 2.", false},
