@@ -14,18 +14,23 @@ import (
 // The tool prior (models/toolprior) is a small n-gram classifier a model
 // file may carry beside its weights: from the request's words it says which
 // of the tools the model was taught the request calls, with which fixed
-// arguments (a boolean, an action), or prose. At the first call's choice
-// points (constraint_choice.go) the engine adds the prior's log-probability
-// times its weight to each alternative's score: at the tool names, the
-// share of each tool among the calls (prose keeps the model's own score, so
-// the call against prose stays the model's decision: a prior trained on
-// CLINC150's prose reads words it does not know as prose), and at a
-// boolean's or an enum's values, each value's share among that tool's
-// labels, both renormalised over the alternatives offered. The model still
-// writes every byte and the grammar still holds; the prior only moves which
-// alternative wins. It applies only where it knows every alternative (a
-// request offering a tool, or a value, it was not trained on is decided by
-// the model alone), and only with choice decoding.
+// arguments (a boolean, an action), or prose, and which words of the
+// request a copied string is. At the first call's choice points
+// (constraint_choice.go) the engine adds to each alternative's score:
+//   - at the tool names, Weight × the log of each tool's share of the
+//     calls, renormalised over the tools offered; against prose (tool_choice
+//     auto), CallBias plus CallWeight × log P(call) to each call and
+//     CallWeight × log P(prose) to prose;
+//   - at a boolean's or an enum's values, Weight × the log of each value's
+//     share among the chosen tool's labels;
+//   - at a copied string's spans, SpanWeight × the span head's
+//     log-probability of each.
+//
+// The model still writes every byte and the grammar still holds; the prior
+// only moves which alternative wins. It applies only where it knows every
+// alternative (a request offering a tool it was not trained on is decided
+// by the model alone; a value or span it does not know leaves that point to
+// the model), and only with choice decoding.
 
 // requestPrior is the prior's reading of one request.
 type requestPrior struct {
@@ -48,7 +53,7 @@ type priorLabel struct {
 func (m *Model) ToolPrior() *toolprior.Prior { return m.toolPrior }
 
 // toolPriorFor reads req with the engine's tool prior, or returns nil: no
-// tools offered, no prior or a weight of 0, choice decoding off, or a last
+// tools offered, no prior or all its weights 0, choice decoding off, or a last
 // turn that is not the user's (after a tool's result the reply is the
 // model's own).
 func (e *Engine) toolPriorFor(req *llm.Request, g *grammar.Grammar) *requestPrior {
@@ -57,7 +62,8 @@ func (e *Engine) toolPriorFor(req *llm.Request, g *grammar.Grammar) *requestPrio
 		p = e.m.toolPrior
 	}
 	n := len(req.Messages)
-	if g == nil || !req.HasTools() || e.cfg.NoToolPrior || e.cfg.ByteChoices || p == nil || p.Weight == 0 ||
+	if g == nil || !req.HasTools() || e.cfg.NoToolPrior || e.cfg.ByteChoices || p == nil ||
+		p.Weight == 0 && p.SpanWeight == 0 && p.CallWeight == 0 && p.CallBias == 0 ||
 		n == 0 || req.Messages[n-1].Role != "user" {
 		return nil
 	}

@@ -1,21 +1,26 @@
-// Package toolprior is a request classifier the size of a few kilobytes that
-// says which tool of a known tool set a request asks for, or that it wants a
-// prose reply: a softmax regression over hashed word and character n-grams,
-// as on-device assistants' intent classifiers are.
+// Package toolprior is a request classifier of a hundred kilobytes that
+// says which tool of a known tool set a request asks for (with the
+// arguments it fixes, such as a boolean), or that it wants a prose reply:
+// a softmax regression over hashed word and character n-grams, as
+// on-device assistants' intent classifiers are; and a span head that says
+// which words of the request a copied string argument is, as slot fillers
+// do (span.go).
 //
 // Why it exists: the byte-level edge model (about 0.8M weights) learns its
 // tool-call templates by heart and, on wordings it never read, picks tools
-// from its last few bytes ("fan speed two please" → play_media). A bag of
-// n-grams generalises on exactly what the small model misses: that "fan",
-// "blower" or "ring" anywhere in the request points to one tool. The engine
-// (models/lm) adds the prior's log-probability, times a weight chosen on a
-// development set, to its own score of each alternative at a call's tool
-// choice point, so the model and the prior decide together; the model still
-// writes every byte, the grammar still guarantees a valid call.
+// from its last few bytes ("fan speed two please" → play_media) and copies
+// frequent words as values ("navigate"). A bag of n-grams generalises on
+// exactly what the small model misses: that "fan", "blower" or "ring"
+// anywhere in the request points to one tool, and that a span after "to"
+// is a place. The engine (models/lm/toolprior.go) adds the prior's
+// log-probabilities, times weights chosen on a development set, to its own
+// scores of the alternatives at the first call's choice points, so the
+// model and the prior decide together; the model still writes every byte,
+// the grammar still guarantees a valid call.
 //
-// A prior travels inside its model's GGUF file (tensors tool_prior.weight
-// and tool_prior.bias, metadata phaseless.tool_prior.*), so an updated model
-// brings its own; FromGGUF reads it, AppendGGUF writes it.
+// A prior travels inside its model's GGUF file (tensors tool_prior.*,
+// metadata phaseless.tool_prior.*), so an updated model brings its own;
+// FromGGUF reads it, Write writes it.
 package toolprior
 
 import (
