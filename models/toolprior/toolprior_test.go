@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"math"
 	"slices"
+	"strings"
 	"testing"
 
 	"github.com/phaseless/phaseless/models/lm/gguf"
@@ -245,6 +246,11 @@ func FuzzFromGGUF(f *testing.F) {
 	}
 	f.Add(withPrior(f, base, p), "fan speed 2")
 	f.Add(base, "x")
+	p.CallWeight, p.CallBias = 0.05, 0.2
+	if err := p.TrainSpans(spanExamples, 16, 1, TrainConfig{Seed: 1}); err != nil {
+		f.Fatal(err)
+	}
+	f.Add(withPrior(f, base, p), "drive to Paris")
 	f.Fuzz(func(t *testing.T, file []byte, text string) {
 		g, err := gguf.ReadBytes(file)
 		if err != nil {
@@ -257,7 +263,11 @@ func FuzzFromGGUF(f *testing.F) {
 		if err := q.Validate(); err != nil {
 			t.Fatalf("FromGGUF returned an invalid prior: %v", err)
 		}
-		for _, lp := range q.LogProbs(text) {
+		lps := q.LogProbs(text)
+		if spans, ok := q.SpanLogProbs(text, "destination", strings.Fields(text)); ok {
+			lps = append(lps, spans...)
+		}
+		for _, lp := range lps {
 			if math.IsNaN(lp) || lp > 1e-9 {
 				t.Fatalf("log-probability %v", lp)
 			}
