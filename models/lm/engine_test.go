@@ -211,8 +211,13 @@ func TestPreemptedEqualsUninterrupted(t *testing.T) {
 		if st.Preemptions == 0 || st.KVFaults < st.Preemptions {
 			t.Fatalf("host KV %v: no preemption happened: %+v", hostKV, st)
 		}
-		if hostKV > 0 && (st.Host.Stores == 0 || st.Host.Loads == 0) {
-			t.Fatalf("host KV %v: the tier kept or reloaded nothing: %+v", hostKV, st.Host)
+		// Whether a preempted sequence comes back to find its blocks in
+		// the tier rather than still in the cache depends on the order the
+		// goroutines arrive in (CI saw Loads 0 once), so only the stores
+		// are certain here; TestHostTierReloadsEvictedPrefix pins the
+		// reload itself deterministically.
+		if hostKV > 0 && st.Evictions > 0 && st.Host.Stores == 0 {
+			t.Fatalf("host KV %v: the cache evicted %d blocks and the tier kept none: %+v", hostKV, st.Evictions, st.Host)
 		}
 		t.Logf("host KV %v: preemptions %d, evictions %d, faults %d, host loads %d", hostKV, st.Preemptions, st.Evictions, st.KVFaults, st.Host.Loads)
 	}
