@@ -107,6 +107,11 @@ func TestToolCallAccuracy(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer en.Close()
+	ea, err := lm.NewEngine(m, lm.EngineConfig{ToolPrune: -1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ea.Close()
 	free := cartools.Tools()
 	for i := range free {
 		free[i].Parameters = json.RawMessage(strings.ReplaceAll(string(free[i].Parameters), `,"`+grammar.CopyKeyword+`":true`, ""))
@@ -117,6 +122,7 @@ func TestToolCallAccuracy(t *testing.T) {
 	if compare {
 		sets = append([]string{toolDevSet}, toolSets...)
 	}
+
 	for _, set := range sets {
 		name := strings.TrimSuffix(strings.TrimPrefix(set, "testdata/"), ".jsonl")
 		t.Run(name, func(t *testing.T) {
@@ -130,6 +136,11 @@ func TestToolCallAccuracy(t *testing.T) {
 					s.tokens/b.tokens, s.tokens, b.tokens, s.wall.Seconds()/b.wall.Seconds())
 			}
 			s := measureToolCalls(t, e, cases, cartools.Tools(), "choices scored with the tool prior, values copied by the grammar (as shipped)")
+			if compare {
+				a := measureToolCalls(t, ea, cases, cartools.Tools(), "the same, every offered tool scored (no pruning)")
+				t.Logf("pruning tools under %.1f%% of the prior: %.2f× the tokens (%.0f against %.0f a request), %.2f× the wall time",
+					100*lm.DefaultToolPrune, s.tokens/a.tokens, s.tokens, a.tokens, s.wall.Seconds()/a.wall.Seconds())
+			}
 			if !tuned {
 				t.Skip("the shipped model predates tool training")
 			}
@@ -279,8 +290,8 @@ func measureToolCalls(t *testing.T, e *lm.Engine, cases []toolCase, tools []llm.
 		}
 	}
 	pct := func(a, b int) float64 { return 100 * float64(a) / float64(max(b, 1)) }
-	t.Logf("%s: right tool %.1f%% (%d of %d; %d of %d where the values are in the request); exact arguments %.1f%% where the values are in the request (%d of %d), %.1f%% of all (%d of %d); small talk answered in prose %d of %d",
-		label, pct(rightTool, calls), rightTool, calls, rightInText, inText, pct(exactInText, inText), exactInText, inText, pct(exactAll, calls), exactAll, calls, prose, talk)
+	t.Logf("%s: right tool %.1f%% (%d of %d; %d of %d where the values are in the request); exact arguments %.1f%% where the values are in the request (%d of %d), %.1f%% of all (%d of %d); small talk answered in prose %d of %d; %.0f tokens a request",
+		label, pct(rightTool, calls), rightTool, calls, rightInText, inText, pct(exactInText, inText), exactInText, inText, pct(exactAll, calls), exactAll, calls, prose, talk, ran)
 	return toolScores{rightTool: pct(rightTool, calls) / 100, rightToolInText: pct(rightInText, inText) / 100, exactInText: pct(exactInText, inText) / 100,
 		prose: pct(prose, talk) / 100, tokens: ran, wall: wall}
 }

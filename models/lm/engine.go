@@ -75,6 +75,12 @@ type EngineConfig struct {
 	// comparisons and for choosing a prior's weight.
 	ToolPrior   *toolprior.Prior
 	NoToolPrior bool
+	// ToolPrune is the prior's share (renormalised over the tools a
+	// request offers) under which a tool is not scored at the first
+	// call's tool point: its alternative would cost a fork of some 27
+	// tokens to lose anyway. The grammar still allows it. 0 means
+	// DefaultToolPrune; a negative value scores every tool.
+	ToolPrune float64
 
 	// recomputeChosen runs a chosen alternative's tokens again as a
 	// prompt chunk instead of keeping the keys and values its scoring
@@ -136,6 +142,8 @@ func (c EngineConfig) Validate() error {
 		return fmt.Errorf("engine config: PinTenantBytes %d is negative", c.PinTenantBytes)
 	case c.AgingRate < 0 || math.IsNaN(c.AgingRate) || math.IsInf(c.AgingRate, 0):
 		return fmt.Errorf("engine config: AgingRate %v is not a non-negative rate", c.AgingRate)
+	case math.IsNaN(c.ToolPrune) || c.ToolPrune >= 1:
+		return fmt.Errorf("engine config: ToolPrune %v, want below 1 (negative: off)", c.ToolPrune)
 	case c.HostKV < 0 || math.IsNaN(c.HostKV) || math.IsInf(c.HostKV, 0) || c.HostKV > MaxHostKV:
 		return fmt.Errorf("engine config: HostKV %v outside 0..%d (times the KV budget)", c.HostKV, MaxHostKV)
 	}

@@ -363,6 +363,8 @@ func TestEngineConfigValidate(t *testing.T) {
 		{EngineConfig{StepTokens: 4, MaxBatch: 8}, "StepTokens"},
 		{EngineConfig{KVBudgetBytes: 1000}, "KVBudgetBytes"},
 		{EngineConfig{Threads: -1}, "Threads"},
+		{EngineConfig{ToolPrune: math.NaN()}, "ToolPrune"},
+		{EngineConfig{ToolPrune: 1}, "ToolPrune"},
 		{EngineConfig{HostKV: -1}, "HostKV"},
 		{EngineConfig{HostKV: math.NaN()}, "HostKV"},
 		{EngineConfig{HostKV: 65}, "HostKV"},

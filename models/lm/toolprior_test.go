@@ -137,3 +137,74 @@ func TestToolPriorCallOrProse(t *testing.T) {
 		}
 	}
 }
+
+// TestPruneTools: at the first call's tool point only the tools the prior
+// gives at least the cut (renormalised over those offered) are scored,
+// with prose and the prior's best always kept; anywhere the prior does not
+// know every tool, past the tool point, or with the cut off, nothing is
+// dropped.
+func TestPruneTools(t *testing.T) {
+	alt := func(name string) alternative {
+		return alternative{text: []byte(ToolCallOpen + `{"name":"` + name + `","arguments":`)}
+	}
+	names := func(alts []alternative) []string {
+		var out []string
+		for _, a := range alts {
+			if a.open {
+				out = append(out, "(prose)")
+				continue
+			}
+			n, _ := altToolName(a.text)
+			out = append(out, n)
+		}
+		return out
+	}
+	rp := func() *requestPrior {
+		return &requestPrior{weight: 0.2, labels: []priorLabel{
+			{tool: "heat", args: map[string]string{"on": "true"}, p: 0.5}, {tool: "heat", args: map[string]string{"on": "false"}, p: 0.3},
+			{tool: "window", p: 0.0018}, {tool: "drive", p: 0.02}}}
+	}
+	offered := []alternative{{open: true}, alt("heat"), alt("window"), alt("drive")}
+	for _, c := range []struct {
+		name string
+		rp   *requestPrior
+		alts []alternative
+		cut  float64
+		want []string
+	}{
+		// window's share is 0.0018/0.8218 = 0.0022, under 0.003.
+		{"drops what the prior rules out", rp(), offered, 0.003, []string{"(prose)", "heat", "drive"}},
+		{"a lower cut keeps it", rp(), offered, 0.002, []string{"(prose)", "heat", "window", "drive"}},
+		{"the best stays whatever the cut", rp(), offered, 0.99, []string{"(prose)", "heat"}},
+		{"cut off", rp(), offered, -1, []string{"(prose)", "heat", "window", "drive"}},
+		{"an unknown tool leaves the point whole", rp(), append(slices.Clone(offered), alt("radio")), 0.003, []string{"(prose)", "heat", "window", "drive", "radio"}},
+		{"no prior", nil, offered, 0.003, []string{"(prose)", "heat", "window", "drive"}},
+		{"past the tool point", &requestPrior{tool: "heat", labels: rp().labels, weight: 0.2}, offered, 0.003, []string{"(prose)", "heat", "window", "drive"}},
+		{"a prior of weight 0 prunes nothing", &requestPrior{labels: rp().labels}, offered, 0.003, []string{"(prose)", "heat", "window", "drive"}},
+	} {
+		if got := names(c.rp.pruneTools(slices.Clone(c.alts), c.cut)); !slices.Equal(got, c.want) {
+			t.Errorf("%s: kept %q, want %q", c.name, got, c.want)
+		}
+	}
+}
+
+// TestToolPruneSavesTokens: on an engine, pruning runs fewer tokens
+// through the model at the tool point and, where the prior decides, makes
+// the same call as scoring every tool. (The test prior, trained on nine
+// requests, is less sure than the shipped one: the cut is raised to 0.2.)
+func TestToolPruneSavesTokens(t *testing.T) {
+	m, _ := buildModel(t, tinyConfig(), F32, 7, false)
+	prior := testPrior(t)
+	pruned := newEngine(t, m, EngineConfig{ToolPrior: prior, ToolPrune: 0.2})
+	all := newEngine(t, m, EngineConfig{ToolPrior: prior, ToolPrune: -1})
+	req := &llm.Request{Messages: []llm.Message{{Role: "user", Content: "please stop the heat now"}}, MaxTokens: 80, Temperature: 1, Seed: 3,
+		ToolRequest: llm.ToolRequest{Tools: priorTools, ToolChoice: llm.ToolChoice{Mode: llm.ToolRequired, Single: true}}}
+	a, _ := run(t, pruned, req)
+	b, _ := run(t, all, req)
+	if len(a.calls) != 1 || len(b.calls) != 1 || a.calls[0].Name != b.calls[0].Name || a.calls[0].Arguments != b.calls[0].Arguments {
+		t.Fatalf("pruned %+v, every tool scored %+v", a.calls, b.calls)
+	}
+	if p, q := pruned.Stats().ChoiceTokens, all.Stats().ChoiceTokens; p >= q {
+		t.Fatalf("pruning scored %d tokens, every tool %d", p, q)
+	}
+}
