@@ -94,19 +94,9 @@ func (e *Engine) applyToolPrior(j *choiceJob) (applied bool) {
 			rp.done = rp.done || !applied
 		}()
 		// The tool names (beside prose under tool_choice auto).
-		for i, a := range j.alts {
-			if a.open {
-				continue
-			}
-			name, ok := altToolName(a.text)
-			if !ok {
-				return false
-			}
-			for _, l := range rp.labels {
-				if l.tool == name {
-					mass[i] += l.p
-				}
-			}
+		var ok bool
+		if mass, ok = rp.toolMass(j.alts); !ok {
+			return false
 		}
 	} else {
 		// A value of the chosen tool's argument.
@@ -150,6 +140,28 @@ func (e *Engine) applyToolPrior(j *choiceJob) (applied bool) {
 	return true
 }
 
+// toolMass is the prior's probability of each literal alternative's tool
+// (0 for one it does not know, and for prose), or false when an alternative
+// is not a tool name: alts is not the tool point.
+func (rp *requestPrior) toolMass(alts []alternative) ([]float64, bool) {
+	mass := make([]float64, len(alts))
+	for i, a := range alts {
+		if a.open {
+			continue
+		}
+		name, ok := altToolName(a.text)
+		if !ok {
+			return nil, false
+		}
+		for _, l := range rp.labels {
+			if l.tool == name {
+				mass[i] += l.p
+			}
+		}
+	}
+	return mass, true
+}
+
 // DefaultToolPrune is EngineConfig.ToolPrune's default, chosen on the
 // development set (toolcalls_dev.jsonl, docs/tools.md): the same calls and
 // arguments as scoring every tool at 0.003, for 305 tokens a request
@@ -166,21 +178,15 @@ func (rp *requestPrior) pruneTools(alts []alternative, cut float64) []alternativ
 	if rp == nil || rp.done || rp.tool != "" || cut <= 0 || rp.weight == 0 {
 		return alts
 	}
-	mass := make([]float64, len(alts))
+	mass, ok := rp.toolMass(alts)
+	if !ok {
+		return alts
+	}
 	var z float64
 	best := -1
 	for i, a := range alts {
 		if a.open {
 			continue
-		}
-		name, ok := altToolName(a.text)
-		if !ok {
-			return alts
-		}
-		for _, l := range rp.labels {
-			if l.tool == name {
-				mass[i] += l.p
-			}
 		}
 		if mass[i] <= 0 {
 			return alts
