@@ -122,7 +122,6 @@ func TestToolCallAccuracy(t *testing.T) {
 	if compare {
 		sets = append([]string{toolDevSet}, toolSets...)
 	}
-
 	for _, set := range sets {
 		name := strings.TrimSuffix(strings.TrimPrefix(set, "testdata/"), ".jsonl")
 		t.Run(name, func(t *testing.T) {

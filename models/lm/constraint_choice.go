@@ -161,11 +161,7 @@ func (e *Engine) choiceJob(s *sequence, logits []float32) *choiceJob {
 	if !ok {
 		return nil
 	}
-	cut := e.cfg.ToolPrune
-	if cut == 0 {
-		cut = DefaultToolPrune
-	}
-	alts = s.opt.toolPrior.pruneTools(alts, cut)
+	alts = s.opt.toolPrior.pruneTools(alts, e.cfg.ToolPrune)
 	j := &choiceJob{s: s, logits: logits, alts: alts, openAt: -1}
 	for i := range alts {
 		a := &alts[i]

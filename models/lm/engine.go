@@ -118,7 +118,9 @@ func (c *EngineConfig) fillDefaults() {
 	if c.Now == nil {
 		c.Now = time.Now
 	}
-
+	if c.ToolPrune == 0 {
+		c.ToolPrune = DefaultToolPrune
+	}
 }
 
 // Validate names the first bad field.

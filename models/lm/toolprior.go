@@ -86,7 +86,7 @@ func (e *Engine) applyToolPrior(j *choiceJob) (applied bool) {
 	if rp == nil || rp.done {
 		return false
 	}
-	mass := make([]float64, len(j.alts))
+	var mass []float64
 	if rp.tool == "" {
 		defer func() {
 			// A tool point the prior cannot weigh leaves the whole call
@@ -119,6 +119,7 @@ func (e *Engine) applyToolPrior(j *choiceJob) (applied bool) {
 		if len(m[2]) > 0 {
 			return rp.addSpans(j.alts, key)
 		}
+		mass = make([]float64, len(j.alts))
 		for i, a := range j.alts {
 			v, ok := jsonValue(a.text)
 			if a.open || !ok {
@@ -182,22 +183,15 @@ func (rp *requestPrior) pruneTools(alts []alternative, cut float64) []alternativ
 	if !ok {
 		return alts
 	}
-	var z float64
+	z, ok := literalMass(alts, mass)
+	if !ok || z == 0 {
+		return alts // a tool the prior does not know, or no tool at all
+	}
 	best := -1
 	for i, a := range alts {
-		if a.open {
-			continue
-		}
-		if mass[i] <= 0 {
-			return alts
-		}
-		z += mass[i]
-		if best < 0 || mass[i] > mass[best] {
+		if !a.open && (best < 0 || mass[i] > mass[best]) {
 			best = i
 		}
-	}
-	if best < 0 {
-		return alts
 	}
 	kept := alts[:0:0]
 	for i, a := range alts {
@@ -232,15 +226,9 @@ func (rp *requestPrior) callOrProse(alts []alternative) {
 // does nothing, and reports false, when an alternative has no mass: the
 // prior does not know it.
 func addLogShares(alts []alternative, mass []float64, weight float64) bool {
-	var z float64
-	for i, a := range alts {
-		if a.open {
-			continue
-		}
-		if mass[i] <= 0 {
-			return false
-		}
-		z += mass[i]
+	z, ok := literalMass(alts, mass)
+	if !ok {
+		return false
 	}
 	for i := range alts {
 		if !alts[i].open {
@@ -248,6 +236,21 @@ func addLogShares(alts []alternative, mass []float64, weight float64) bool {
 		}
 	}
 	return true
+}
+
+// literalMass is the total mass of alts' literal alternatives, or false
+// when one has none (the prior does not know it).
+func literalMass(alts []alternative, mass []float64) (z float64, ok bool) {
+	for i, a := range alts {
+		if a.open {
+			continue
+		}
+		if mass[i] <= 0 {
+			return 0, false
+		}
+		z += mass[i]
+	}
+	return z, true
 }
 
 // notePriorChoice records the tool the first call chose (or that prose
