@@ -3,7 +3,7 @@ GO        ?= go
 PKG       := github.com/phaseless/phaseless
 VERSION   ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
 COMMIT    ?= $(shell git rev-parse --short HEAD 2>/dev/null || echo unknown)
-LDFLAGS   := -s -w -X $(PKG)/transport/cli.Version=$(VERSION) -X $(PKG)/transport/cli.Commit=$(COMMIT)
+LDFLAGS   := -s -w -X $(PKG)/internal/cli.Version=$(VERSION) -X $(PKG)/internal/cli.Commit=$(COMMIT)
 STATICCHECK ?= $(GO) run honnef.co/go/tools/cmd/staticcheck@v0.8.2
 # -race on every package except the numeric ones whose tests are CPU-bound
 # training/forward passes: the race detector slows them 5-10x and they share no

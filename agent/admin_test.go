@@ -5,7 +5,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/phaseless/phaseless/transport/metrics/metricstest"
+	"github.com/phaseless/phaseless/internal/metrics/metricstest"
 )
 
 // pprof is off by default and, with --admin-listen, served on its own

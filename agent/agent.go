@@ -24,11 +24,11 @@ import (
 	"github.com/phaseless/phaseless/agent/route"
 	"github.com/phaseless/phaseless/agent/telemetry"
 	"github.com/phaseless/phaseless/firmware"
+	"github.com/phaseless/phaseless/internal/cli"
+	"github.com/phaseless/phaseless/internal/metrics"
 	"github.com/phaseless/phaseless/models/predictor"
-	"github.com/phaseless/phaseless/transport/cli"
 	"github.com/phaseless/phaseless/transport/fleetwire"
 	"github.com/phaseless/phaseless/transport/httpapi"
-	"github.com/phaseless/phaseless/transport/metrics"
 	"github.com/phaseless/phaseless/transport/pki"
 	"github.com/phaseless/phaseless/transport/quic"
 )

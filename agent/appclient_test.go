@@ -6,7 +6,7 @@ import (
 	"testing"
 	"unicode/utf8"
 
-	appclient "github.com/phaseless/phaseless/transport/client"
+	appclient "github.com/phaseless/phaseless/client"
 )
 
 // TestAppClientAgainstAgent: the app client package, in both request

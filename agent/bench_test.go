@@ -7,8 +7,8 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/phaseless/phaseless/llm"
 	"github.com/phaseless/phaseless/models/lm"
-	"github.com/phaseless/phaseless/transport/llm"
 )
 
 // benchPrompt is an everyday in-car request; the router keeps it local.

@@ -15,8 +15,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/phaseless/phaseless/llm"
 	"github.com/phaseless/phaseless/transport/httpapi"
-	"github.com/phaseless/phaseless/transport/llm"
 	"github.com/phaseless/phaseless/transport/pki"
 )
 

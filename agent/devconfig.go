@@ -15,7 +15,7 @@ import (
 
 	"github.com/phaseless/phaseless/agent/route"
 	"github.com/phaseless/phaseless/firmware"
-	"github.com/phaseless/phaseless/transport/cli"
+	"github.com/phaseless/phaseless/internal/cli"
 	"github.com/phaseless/phaseless/transport/fleetwire"
 )
 

@@ -9,8 +9,8 @@ import (
 	"github.com/phaseless/phaseless/agent/route"
 	"github.com/phaseless/phaseless/cloud/fleet"
 	"github.com/phaseless/phaseless/cloud/fleet/broker"
+	"github.com/phaseless/phaseless/llm"
 	"github.com/phaseless/phaseless/transport/fleetwire"
-	"github.com/phaseless/phaseless/transport/llm"
 )
 
 // TestFleetConfigApplies sets device settings from a real fleet manager

@@ -7,10 +7,10 @@ import (
 	"strings"
 
 	"github.com/phaseless/phaseless/agent/local"
+	"github.com/phaseless/phaseless/llm"
 	"github.com/phaseless/phaseless/models/edgemodel"
 	"github.com/phaseless/phaseless/models/lm"
 	"github.com/phaseless/phaseless/models/textfeat"
-	"github.com/phaseless/phaseless/transport/llm"
 )
 
 // localEngine is the device's engine as the agent holds it.

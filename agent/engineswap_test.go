@@ -5,8 +5,8 @@ import (
 	"sync"
 	"testing"
 
+	"github.com/phaseless/phaseless/llm"
 	"github.com/phaseless/phaseless/models/lm"
-	"github.com/phaseless/phaseless/transport/llm"
 )
 
 // gateEngine answers one token per request once release is closed, and

@@ -12,9 +12,9 @@ import (
 	"time"
 
 	"github.com/phaseless/phaseless/firmware"
+	"github.com/phaseless/phaseless/llm"
 	"github.com/phaseless/phaseless/models/lm"
 	"github.com/phaseless/phaseless/models/predictor"
-	"github.com/phaseless/phaseless/transport/llm"
 )
 
 // hotArtifact installs one artifact kind that the running agent swaps in

@@ -18,10 +18,10 @@ import (
 	"github.com/phaseless/phaseless/cloud/ctl"
 	"github.com/phaseless/phaseless/cloud/fleet"
 	"github.com/phaseless/phaseless/firmware"
+	"github.com/phaseless/phaseless/internal/cli"
+	"github.com/phaseless/phaseless/llm"
 	"github.com/phaseless/phaseless/models/predictor"
 	"github.com/phaseless/phaseless/models/predictor/train"
-	"github.com/phaseless/phaseless/transport/cli"
-	"github.com/phaseless/phaseless/transport/llm"
 )
 
 // The class of request the devices' local model fails in the learning-loop

@@ -4,7 +4,7 @@ import (
 	"context"
 
 	"github.com/phaseless/phaseless/agent/route"
-	"github.com/phaseless/phaseless/transport/llm"
+	"github.com/phaseless/phaseless/llm"
 )
 
 // modelPin makes a listed model name mean what it says: a request that

@@ -4,7 +4,7 @@ import (
 	"context"
 	"testing"
 
-	"github.com/phaseless/phaseless/transport/llm"
+	"github.com/phaseless/phaseless/llm"
 )
 
 type routeRecorder struct{ route string }

@@ -11,7 +11,7 @@ import (
 	"time"
 
 	"github.com/phaseless/phaseless/firmware"
-	"github.com/phaseless/phaseless/transport/cli"
+	"github.com/phaseless/phaseless/internal/cli"
 	"github.com/phaseless/phaseless/transport/fleetwire"
 )
 

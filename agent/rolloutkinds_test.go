@@ -13,8 +13,8 @@ import (
 	"github.com/phaseless/phaseless/cloud/fleet"
 	"github.com/phaseless/phaseless/cloud/fleet/broker"
 	"github.com/phaseless/phaseless/firmware"
+	"github.com/phaseless/phaseless/llm"
 	"github.com/phaseless/phaseless/models/predictor"
-	"github.com/phaseless/phaseless/transport/llm"
 )
 
 // TestRouterRolloutReachesFleet rolls a router-model bundle out in stages

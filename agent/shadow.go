@@ -12,9 +12,9 @@ import (
 	"sync/atomic"
 
 	"github.com/phaseless/phaseless/agent/telemetry"
+	"github.com/phaseless/phaseless/internal/metrics"
+	"github.com/phaseless/phaseless/llm"
 	"github.com/phaseless/phaseless/transport/fleetwire"
-	"github.com/phaseless/phaseless/transport/llm"
-	"github.com/phaseless/phaseless/transport/metrics"
 )
 
 // MaxShadowShare bounds --shadow-share: shadow evaluation sends request text

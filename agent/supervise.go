@@ -12,7 +12,7 @@ import (
 	"time"
 
 	"github.com/phaseless/phaseless/firmware"
-	"github.com/phaseless/phaseless/transport/cli"
+	"github.com/phaseless/phaseless/internal/cli"
 )
 
 // Supervise is `phaseless-agent supervise [flags] [-- agent flags]`: the

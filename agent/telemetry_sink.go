@@ -7,8 +7,8 @@ import (
 	"sync"
 
 	"github.com/phaseless/phaseless/agent/telemetry"
+	"github.com/phaseless/phaseless/internal/metrics"
 	"github.com/phaseless/phaseless/transport/fleetwire"
-	"github.com/phaseless/phaseless/transport/metrics"
 )
 
 // telemetrySink hands request records to the telemetry store off the

@@ -10,8 +10,8 @@ import (
 	"time"
 
 	"github.com/phaseless/phaseless/agent/telemetry"
+	"github.com/phaseless/phaseless/internal/metrics"
 	"github.com/phaseless/phaseless/transport/fleetwire"
-	"github.com/phaseless/phaseless/transport/metrics"
 )
 
 func openSink(tb testing.TB, writers int) (*telemetrySink, *telemetry.Store) {

@@ -5,7 +5,7 @@ package agent
 import (
 	"context"
 
-	"github.com/phaseless/phaseless/transport/tracing/otlp"
+	"github.com/phaseless/phaseless/internal/tracing/otlp"
 )
 
 // newTracer is the OTLP exporter for --otlp, a no-op without it. Builds

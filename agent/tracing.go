@@ -6,8 +6,8 @@ import (
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/trace"
 
-	"github.com/phaseless/phaseless/transport/llm"
-	"github.com/phaseless/phaseless/transport/tracing"
+	"github.com/phaseless/phaseless/internal/tracing"
+	"github.com/phaseless/phaseless/llm"
 )
 
 // A traced request's spans on the device: phaseless.agent.request (under

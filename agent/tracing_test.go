@@ -6,10 +6,10 @@ import (
 	"sync"
 	"testing"
 
-	"github.com/phaseless/phaseless/transport/llm"
+	"github.com/phaseless/phaseless/internal/tracing/otlptest"
+	"github.com/phaseless/phaseless/llm"
 	"github.com/phaseless/phaseless/transport/pki"
 	"github.com/phaseless/phaseless/transport/quic"
-	"github.com/phaseless/phaseless/transport/tracing/otlptest"
 )
 
 // traceRecorder is a cloud end that records the trace context each

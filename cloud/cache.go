@@ -7,7 +7,7 @@ import (
 	"github.com/phaseless/phaseless/cloud/admit"
 	"github.com/phaseless/phaseless/cloud/affinity"
 	"github.com/phaseless/phaseless/cloud/coordinator"
-	"github.com/phaseless/phaseless/transport/cli"
+	"github.com/phaseless/phaseless/internal/cli"
 )
 
 // DefaultCacheLayers are the prompt-caching layers on when --cache-layers

@@ -35,14 +35,14 @@ import (
 	"github.com/phaseless/phaseless/cloud/ui"
 	"github.com/phaseless/phaseless/cloud/worker"
 	"github.com/phaseless/phaseless/firmware"
+	"github.com/phaseless/phaseless/internal/cli"
+	"github.com/phaseless/phaseless/internal/metrics"
+	"github.com/phaseless/phaseless/internal/tracing/otlp"
 	"github.com/phaseless/phaseless/models/cloudmodel"
 	"github.com/phaseless/phaseless/models/lm"
-	"github.com/phaseless/phaseless/transport/cli"
 	"github.com/phaseless/phaseless/transport/httpapi"
-	"github.com/phaseless/phaseless/transport/metrics"
 	"github.com/phaseless/phaseless/transport/pki"
 	"github.com/phaseless/phaseless/transport/quic"
-	"github.com/phaseless/phaseless/transport/tracing/otlp"
 )
 
 // Config is everything the coordinator is configured with. Flag names are the

@@ -19,9 +19,9 @@ import (
 
 	"github.com/phaseless/phaseless/cloud/sched"
 	"github.com/phaseless/phaseless/cloud/worker"
-	"github.com/phaseless/phaseless/transport/cli"
-	"github.com/phaseless/phaseless/transport/llm"
-	"github.com/phaseless/phaseless/transport/metrics/metricstest"
+	"github.com/phaseless/phaseless/internal/cli"
+	"github.com/phaseless/phaseless/internal/metrics/metricstest"
+	"github.com/phaseless/phaseless/llm"
 	"github.com/phaseless/phaseless/transport/pki"
 	"github.com/phaseless/phaseless/transport/quic"
 	"github.com/phaseless/phaseless/transport/schedhint"

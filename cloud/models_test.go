@@ -9,9 +9,9 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/phaseless/phaseless/llm"
 	"github.com/phaseless/phaseless/models/cloudmodel"
 	"github.com/phaseless/phaseless/transport/httpapi"
-	"github.com/phaseless/phaseless/transport/llm"
 )
 
 // echoModel is an OpenAI-compatible server of another make that serves

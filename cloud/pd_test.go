@@ -18,11 +18,11 @@ import (
 	"github.com/phaseless/phaseless/cloud/coordinator"
 	"github.com/phaseless/phaseless/cloud/sched"
 	"github.com/phaseless/phaseless/cloud/worker"
+	"github.com/phaseless/phaseless/internal/metrics"
+	"github.com/phaseless/phaseless/llm"
 	"github.com/phaseless/phaseless/models/cloudmodel"
 	"github.com/phaseless/phaseless/models/lm"
 	"github.com/phaseless/phaseless/models/lm/gguf"
-	"github.com/phaseless/phaseless/transport/llm"
-	"github.com/phaseless/phaseless/transport/metrics"
 )
 
 // pdWorkerEnv makes this test binary a worker process: a --dev cloud with one

@@ -7,7 +7,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/phaseless/phaseless/transport/tracing/otlptest"
+	"github.com/phaseless/phaseless/internal/tracing/otlptest"
 )
 
 // TestCloudSpansOverOTLP: with --otlp pointing at a real OTLP receiver, a

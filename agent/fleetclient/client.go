@@ -16,7 +16,7 @@ import (
 	bolt "go.etcd.io/bbolt"
 
 	"github.com/phaseless/phaseless/agent/fleetclient/boltqueue"
-	"github.com/phaseless/phaseless/transport/backoff"
+	"github.com/phaseless/phaseless/internal/backoff"
 	"github.com/phaseless/phaseless/transport/fleetwire"
 )
 

@@ -13,7 +13,7 @@ import (
 	"time"
 
 	"github.com/phaseless/phaseless/agent/telemetry"
-	"github.com/phaseless/phaseless/transport/backoff"
+	"github.com/phaseless/phaseless/internal/backoff"
 	"github.com/phaseless/phaseless/transport/fleetwire"
 )
 

@@ -3,7 +3,7 @@ package fleetclient
 import (
 	"time"
 
-	"github.com/phaseless/phaseless/transport/backoff"
+	"github.com/phaseless/phaseless/internal/backoff"
 )
 
 // Clock is the time source the client paces itself with; tests inject a

@@ -10,8 +10,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/phaseless/phaseless/llm"
 	"github.com/phaseless/phaseless/transport/httpapi"
-	"github.com/phaseless/phaseless/transport/llm"
 	"go.uber.org/goleak"
 )
 

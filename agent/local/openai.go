@@ -8,8 +8,8 @@ import (
 	"net/url"
 	"time"
 
+	"github.com/phaseless/phaseless/llm"
 	"github.com/phaseless/phaseless/transport/httpapi"
-	"github.com/phaseless/phaseless/transport/llm"
 )
 
 // OpenAI is an engine reached over an OpenAI-compatible chat completions

@@ -9,8 +9,8 @@ import (
 
 	"go.opentelemetry.io/otel/attribute"
 
-	"github.com/phaseless/phaseless/transport/llm"
-	"github.com/phaseless/phaseless/transport/tracing"
+	"github.com/phaseless/phaseless/internal/tracing"
+	"github.com/phaseless/phaseless/llm"
 )
 
 // Config bounds a Runner.

@@ -1,6 +1,6 @@
 package route
 
-import "github.com/phaseless/phaseless/transport/llm"
+import "github.com/phaseless/phaseless/llm"
 
 // cloudOnlyHint names the first x-* header of req that only the cloud's
 // coordinator acts on (prefetch, semantic grouping), or "" when none is set.

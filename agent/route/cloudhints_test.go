@@ -9,8 +9,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/phaseless/phaseless/llm"
 	"github.com/phaseless/phaseless/transport/httpapi"
-	"github.com/phaseless/phaseless/transport/llm"
 )
 
 // TestCloudOnlyHints: x-prefetch-hint, x-batch-threshold and x-semantic-mode

@@ -10,11 +10,11 @@ import (
 
 	"go.opentelemetry.io/otel/attribute"
 
+	"github.com/phaseless/phaseless/internal/metrics"
+	"github.com/phaseless/phaseless/internal/tracing"
+	"github.com/phaseless/phaseless/llm"
 	"github.com/phaseless/phaseless/models/textfeat"
 	"github.com/phaseless/phaseless/transport/fleetwire"
-	"github.com/phaseless/phaseless/transport/llm"
-	"github.com/phaseless/phaseless/transport/metrics"
-	"github.com/phaseless/phaseless/transport/tracing"
 )
 
 // Recorder stores one telemetry record per request (agent/telemetry's Store

@@ -4,7 +4,7 @@ import (
 	"context"
 	"testing"
 
-	"github.com/phaseless/phaseless/transport/llm"
+	"github.com/phaseless/phaseless/llm"
 )
 
 // TestRouteMode checks Config.Mode: it routes requests that pin no route,

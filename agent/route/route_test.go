@@ -9,11 +9,11 @@ import (
 	"testing"
 	"time"
 
+	"github.com/phaseless/phaseless/internal/metrics"
+	"github.com/phaseless/phaseless/llm"
 	"github.com/phaseless/phaseless/models/predictor"
 	"github.com/phaseless/phaseless/models/textfeat"
 	"github.com/phaseless/phaseless/transport/fleetwire"
-	"github.com/phaseless/phaseless/transport/llm"
-	"github.com/phaseless/phaseless/transport/metrics"
 )
 
 func userReq(text string) *llm.Request {

@@ -6,9 +6,9 @@ import (
 	"sync"
 	"time"
 
+	"github.com/phaseless/phaseless/llm"
 	"github.com/phaseless/phaseless/models/predictor"
 	"github.com/phaseless/phaseless/models/textfeat"
-	"github.com/phaseless/phaseless/transport/llm"
 )
 
 // Paths a request can take.

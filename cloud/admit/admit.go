@@ -5,7 +5,7 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/phaseless/phaseless/transport/llm"
+	"github.com/phaseless/phaseless/llm"
 )
 
 // Config configures budgets and fallback limits.

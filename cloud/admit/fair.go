@@ -5,7 +5,7 @@ import (
 	"fmt"
 	"sync"
 
-	"github.com/phaseless/phaseless/transport/llm"
+	"github.com/phaseless/phaseless/llm"
 )
 
 // FairConfig sizes the fair queue.

@@ -3,7 +3,7 @@ package admit
 import (
 	"testing"
 
-	"github.com/phaseless/phaseless/transport/llm"
+	"github.com/phaseless/phaseless/llm"
 )
 
 // TestFairSubmit: the non-blocking form grants at once when a slot is

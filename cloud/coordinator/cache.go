@@ -10,9 +10,9 @@ import (
 	"github.com/phaseless/phaseless/cloud/prefetch"
 	"github.com/phaseless/phaseless/cloud/sched"
 	"github.com/phaseless/phaseless/cloud/semantic"
+	"github.com/phaseless/phaseless/internal/metrics"
+	"github.com/phaseless/phaseless/llm"
 	"github.com/phaseless/phaseless/models/lm"
-	"github.com/phaseless/phaseless/transport/llm"
-	"github.com/phaseless/phaseless/transport/metrics"
 )
 
 // CacheConfig is the coordinator's prompt-caching layer: conversation

@@ -11,10 +11,10 @@ import (
 	"github.com/phaseless/phaseless/cloud/sched"
 	"github.com/phaseless/phaseless/cloud/semantic"
 	"github.com/phaseless/phaseless/cloud/worker"
+	"github.com/phaseless/phaseless/internal/metrics"
+	"github.com/phaseless/phaseless/internal/metrics/metricstest"
+	"github.com/phaseless/phaseless/llm"
 	"github.com/phaseless/phaseless/models/lm"
-	"github.com/phaseless/phaseless/transport/llm"
-	"github.com/phaseless/phaseless/transport/metrics"
-	"github.com/phaseless/phaseless/transport/metrics/metricstest"
 )
 
 // cacheCoordinator is a coordinator over two fresh built-in workers named

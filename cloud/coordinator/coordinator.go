@@ -19,11 +19,11 @@ import (
 	"github.com/phaseless/phaseless/cloud/sched"
 	"github.com/phaseless/phaseless/cloud/semantic"
 	"github.com/phaseless/phaseless/cloud/worker"
+	"github.com/phaseless/phaseless/internal/metrics"
+	"github.com/phaseless/phaseless/internal/tracing"
+	"github.com/phaseless/phaseless/llm"
 	"github.com/phaseless/phaseless/models/lm"
 	"github.com/phaseless/phaseless/models/textfeat"
-	"github.com/phaseless/phaseless/transport/llm"
-	"github.com/phaseless/phaseless/transport/metrics"
-	"github.com/phaseless/phaseless/transport/tracing"
 )
 
 // Config is what a Coordinator is built from.

@@ -3,7 +3,7 @@ package coordinator
 import (
 	"github.com/phaseless/phaseless/cloud/sched"
 	"github.com/phaseless/phaseless/cloud/ui"
-	"github.com/phaseless/phaseless/transport/metrics"
+	"github.com/phaseless/phaseless/internal/metrics"
 )
 
 // dashboardView shows the coordinator to the dashboard (cloud/ui).

@@ -14,8 +14,8 @@ import (
 	"github.com/phaseless/phaseless/cloud/sched"
 	"github.com/phaseless/phaseless/cloud/sim"
 	"github.com/phaseless/phaseless/cloud/worker"
+	"github.com/phaseless/phaseless/llm"
 	"github.com/phaseless/phaseless/models/lm"
-	"github.com/phaseless/phaseless/transport/llm"
 )
 
 // builtinEngines is three built-in engines on the test model: they share

@@ -3,7 +3,7 @@ package coordinator
 import (
 	"github.com/phaseless/phaseless/cloud/sched"
 	"github.com/phaseless/phaseless/cloud/worker"
-	"github.com/phaseless/phaseless/transport/metrics"
+	"github.com/phaseless/phaseless/internal/metrics"
 )
 
 // decisionBuckets are seconds from 1 µs to 1 ms: the decision budget is

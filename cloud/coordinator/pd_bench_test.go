@@ -9,9 +9,9 @@ import (
 	"github.com/phaseless/phaseless/cloud/batch"
 	"github.com/phaseless/phaseless/cloud/sched"
 	"github.com/phaseless/phaseless/cloud/worker"
+	"github.com/phaseless/phaseless/llm"
 	"github.com/phaseless/phaseless/models/cloudmodel"
 	"github.com/phaseless/phaseless/models/lm"
-	"github.com/phaseless/phaseless/transport/llm"
 )
 
 // BenchmarkSplitVsColocated runs the same requests, alternately, colocated

@@ -13,9 +13,9 @@ import (
 	"github.com/phaseless/phaseless/cloud/batch"
 	"github.com/phaseless/phaseless/cloud/sched"
 	"github.com/phaseless/phaseless/cloud/worker"
+	"github.com/phaseless/phaseless/internal/metrics"
+	"github.com/phaseless/phaseless/llm"
 	"github.com/phaseless/phaseless/models/lm"
-	"github.com/phaseless/phaseless/transport/llm"
-	"github.com/phaseless/phaseless/transport/metrics"
 )
 
 // fixedPolicy places every request as its Decision says: the tests' stand-in

@@ -8,8 +8,8 @@ import (
 	"go.opentelemetry.io/otel/trace/noop"
 
 	"github.com/phaseless/phaseless/cloud/sched"
-	"github.com/phaseless/phaseless/transport/llm"
-	"github.com/phaseless/phaseless/transport/tracing"
+	"github.com/phaseless/phaseless/internal/tracing"
+	"github.com/phaseless/phaseless/llm"
 )
 
 // A traced request's spans, all children of phaseless.cloud.request:

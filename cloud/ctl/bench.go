@@ -10,9 +10,9 @@ import (
 	"strings"
 
 	"github.com/phaseless/phaseless/cloud/benchreport"
+	"github.com/phaseless/phaseless/internal/cli"
 	"github.com/phaseless/phaseless/models/cloudmodel"
 	"github.com/phaseless/phaseless/models/lm"
-	"github.com/phaseless/phaseless/transport/cli"
 )
 
 func init() {

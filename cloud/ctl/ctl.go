@@ -7,7 +7,7 @@ package ctl
 import (
 	"sort"
 
-	"github.com/phaseless/phaseless/transport/cli"
+	"github.com/phaseless/phaseless/internal/cli"
 )
 
 // commands is filled by each file's init; Root sorts it.

@@ -14,7 +14,7 @@ import (
 	"time"
 
 	"github.com/phaseless/phaseless/cloud/fleetapi"
-	"github.com/phaseless/phaseless/transport/cli"
+	"github.com/phaseless/phaseless/internal/cli"
 )
 
 // `fleet` drives the cloud's fleet admin API (served by cloud/fleet under

@@ -18,7 +18,7 @@ import (
 
 	"github.com/phaseless/phaseless/cloud/fleet"
 	"github.com/phaseless/phaseless/cloud/fleet/broker"
-	"github.com/phaseless/phaseless/transport/cli"
+	"github.com/phaseless/phaseless/internal/cli"
 	"github.com/phaseless/phaseless/transport/fleetwire"
 )
 

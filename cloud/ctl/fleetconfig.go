@@ -9,7 +9,7 @@ import (
 	"text/tabwriter"
 
 	"github.com/phaseless/phaseless/cloud/fleetapi"
-	"github.com/phaseless/phaseless/transport/cli"
+	"github.com/phaseless/phaseless/internal/cli"
 )
 
 // `fleet config` edits the layers a device's desired config is merged from

@@ -8,7 +8,7 @@ import (
 	"strings"
 
 	"github.com/phaseless/phaseless/cloud/deploy/image"
-	"github.com/phaseless/phaseless/transport/cli"
+	"github.com/phaseless/phaseless/internal/cli"
 )
 
 func init() {

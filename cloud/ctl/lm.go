@@ -12,10 +12,10 @@ import (
 	"strings"
 	"time"
 
+	"github.com/phaseless/phaseless/internal/cli"
+	"github.com/phaseless/phaseless/llm"
 	"github.com/phaseless/phaseless/models/lm"
 	"github.com/phaseless/phaseless/models/lm/gguf"
-	"github.com/phaseless/phaseless/transport/cli"
-	"github.com/phaseless/phaseless/transport/llm"
 )
 
 // `lm` drives the built-in engine (models/lm): make a random model of a given

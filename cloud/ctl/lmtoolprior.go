@@ -9,12 +9,12 @@ import (
 	"os"
 	"path/filepath"
 
+	"github.com/phaseless/phaseless/internal/cli"
 	"github.com/phaseless/phaseless/models/lm"
 	"github.com/phaseless/phaseless/models/lm/gguf"
 	"github.com/phaseless/phaseless/models/lmtrain"
 	"github.com/phaseless/phaseless/models/lmtrain/corpus"
 	"github.com/phaseless/phaseless/models/toolprior"
-	"github.com/phaseless/phaseless/transport/cli"
 )
 
 // lmToolPrior trains the tool prior on a preset's corpus (the tools

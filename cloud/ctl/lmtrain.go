@@ -7,9 +7,9 @@ import (
 	"fmt"
 	"strings"
 
+	"github.com/phaseless/phaseless/internal/cli"
 	"github.com/phaseless/phaseless/models/lm"
 	"github.com/phaseless/phaseless/models/lmtrain"
-	"github.com/phaseless/phaseless/transport/cli"
 )
 
 // `lm train` lives in its own file (the rest of `lm` is the engine's) and

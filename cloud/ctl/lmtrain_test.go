@@ -8,8 +8,8 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/phaseless/phaseless/internal/cli"
 	"github.com/phaseless/phaseless/models/lm"
-	"github.com/phaseless/phaseless/transport/cli"
 )
 
 func runLMTrain(args ...string) (string, error) {

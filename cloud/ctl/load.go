@@ -9,7 +9,7 @@ import (
 	"time"
 
 	"github.com/phaseless/phaseless/cloud/loadgen"
-	"github.com/phaseless/phaseless/transport/cli"
+	"github.com/phaseless/phaseless/internal/cli"
 )
 
 func init() {

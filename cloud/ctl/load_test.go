@@ -9,7 +9,7 @@ import (
 	"time"
 
 	"github.com/phaseless/phaseless/cloud"
-	"github.com/phaseless/phaseless/transport/cli"
+	"github.com/phaseless/phaseless/internal/cli"
 )
 
 // startSimCloud runs a dev cloud whose only worker is one simulated H100.

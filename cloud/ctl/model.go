@@ -10,11 +10,11 @@ import (
 	"io"
 	"strconv"
 
+	"github.com/phaseless/phaseless/internal/cli"
 	"github.com/phaseless/phaseless/models/edgemodel"
 	"github.com/phaseless/phaseless/models/predictor"
 	"github.com/phaseless/phaseless/models/predictor/train"
 	"github.com/phaseless/phaseless/models/textfeat"
-	"github.com/phaseless/phaseless/transport/cli"
 )
 
 // DefaultRoutingData is the routing corpus the repository keeps, relative to

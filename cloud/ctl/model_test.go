@@ -9,8 +9,8 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/phaseless/phaseless/internal/cli"
 	"github.com/phaseless/phaseless/models/textfeat"
-	"github.com/phaseless/phaseless/transport/cli"
 )
 
 func runModelCtl(t *testing.T, stdin string, args ...string) string {

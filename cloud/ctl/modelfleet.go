@@ -14,9 +14,9 @@ import (
 	"text/tabwriter"
 
 	"github.com/phaseless/phaseless/firmware"
+	"github.com/phaseless/phaseless/internal/cli"
 	"github.com/phaseless/phaseless/models/predictor"
 	"github.com/phaseless/phaseless/models/predictor/train"
-	"github.com/phaseless/phaseless/transport/cli"
 )
 
 // The fleet half of the learning loop: `model evaluate` judges a candidate

@@ -12,7 +12,7 @@ import (
 	"strings"
 
 	"github.com/phaseless/phaseless/firmware"
-	"github.com/phaseless/phaseless/transport/cli"
+	"github.com/phaseless/phaseless/internal/cli"
 )
 
 func init() {

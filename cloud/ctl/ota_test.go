@@ -8,7 +8,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/phaseless/phaseless/transport/cli"
+	"github.com/phaseless/phaseless/internal/cli"
 )
 
 func runCtl(t *testing.T, args ...string) (string, error) {

@@ -7,7 +7,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/phaseless/phaseless/transport/cli"
+	"github.com/phaseless/phaseless/internal/cli"
 	"github.com/phaseless/phaseless/transport/pki"
 )
 

@@ -10,7 +10,7 @@ import (
 
 	"github.com/phaseless/phaseless/cloud/replay"
 	"github.com/phaseless/phaseless/cloud/sched"
-	"github.com/phaseless/phaseless/transport/cli"
+	"github.com/phaseless/phaseless/internal/cli"
 )
 
 // `replay` plays a real serving trace against a running coordinator (package

@@ -8,7 +8,7 @@ import (
 	"time"
 
 	"github.com/phaseless/phaseless/cloud"
-	"github.com/phaseless/phaseless/transport/cli"
+	"github.com/phaseless/phaseless/internal/cli"
 )
 
 // TestReplayAgainstCoordinator replays a few mooncake requests against a

@@ -11,7 +11,7 @@ import (
 	"time"
 
 	"github.com/phaseless/phaseless/cloud/fleetapi"
-	"github.com/phaseless/phaseless/transport/cli"
+	"github.com/phaseless/phaseless/internal/cli"
 )
 
 // rolloutCommand is `fleet rollout ...`: staged rollouts of signed

@@ -13,7 +13,7 @@ import (
 	"github.com/phaseless/phaseless/cloud/sched"
 	"github.com/phaseless/phaseless/cloud/sched/learn"
 	"github.com/phaseless/phaseless/cloud/sim"
-	"github.com/phaseless/phaseless/transport/cli"
+	"github.com/phaseless/phaseless/internal/cli"
 )
 
 // `sched train` trains the learned classifier (cloud/sched/learn) on

@@ -21,8 +21,8 @@ import (
 	"github.com/phaseless/phaseless/cloud/replay"
 	"github.com/phaseless/phaseless/cloud/sched"
 	"github.com/phaseless/phaseless/cloud/sim"
+	"github.com/phaseless/phaseless/internal/cli"
 	"github.com/phaseless/phaseless/models/lm"
-	"github.com/phaseless/phaseless/transport/cli"
 )
 
 // `sim` plays a trace through a simulated GPU cluster (cloud/sim) that runs

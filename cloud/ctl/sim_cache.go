@@ -8,7 +8,7 @@ import (
 
 	"github.com/phaseless/phaseless/cloud/sched"
 	"github.com/phaseless/phaseless/cloud/sim"
-	"github.com/phaseless/phaseless/transport/cli"
+	"github.com/phaseless/phaseless/internal/cli"
 )
 
 // simCache is the prompt-caching part of a sim invocation: TTL pinning in

@@ -12,8 +12,8 @@ import (
 	"testing"
 
 	"github.com/phaseless/phaseless/cloud/worker"
+	"github.com/phaseless/phaseless/internal/cli"
 	"github.com/phaseless/phaseless/models/lm"
-	"github.com/phaseless/phaseless/transport/cli"
 )
 
 func runSim(t *testing.T, args ...string) (string, error) {

@@ -12,7 +12,7 @@ import (
 	"testing"
 
 	"github.com/phaseless/phaseless/cloud"
-	"github.com/phaseless/phaseless/transport/metrics/metricstest"
+	"github.com/phaseless/phaseless/internal/metrics/metricstest"
 )
 
 // exportedSeries starts real clouds, one with the embedded broker and one

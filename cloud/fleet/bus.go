@@ -14,7 +14,7 @@ import (
 	"github.com/eclipse/paho.golang/paho"
 
 	"github.com/phaseless/phaseless/cloud/fleet/broker"
-	"github.com/phaseless/phaseless/transport/metrics"
+	"github.com/phaseless/phaseless/internal/metrics"
 )
 
 // bus is how the Manager reaches devices: the embedded broker in process or

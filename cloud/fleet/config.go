@@ -12,10 +12,10 @@ import (
 	"time"
 
 	"github.com/phaseless/phaseless/cloud/fleet/broker"
-	"github.com/phaseless/phaseless/transport/cli"
+	"github.com/phaseless/phaseless/internal/cli"
+	"github.com/phaseless/phaseless/internal/metrics"
+	"github.com/phaseless/phaseless/llm"
 	"github.com/phaseless/phaseless/transport/fleetwire"
-	"github.com/phaseless/phaseless/transport/llm"
-	"github.com/phaseless/phaseless/transport/metrics"
 )
 
 // Config configures a Manager. Exactly one of Broker and External is set.

@@ -4,8 +4,8 @@ import (
 	"sync"
 	"time"
 
+	"github.com/phaseless/phaseless/internal/metrics"
 	tfleet "github.com/phaseless/phaseless/transport/fleetwire"
-	"github.com/phaseless/phaseless/transport/metrics"
 )
 
 // historyLen is how many status changes the Manager keeps per device, for the

@@ -17,8 +17,8 @@ import (
 
 	"github.com/phaseless/phaseless/cloud/fleet/internal/gate"
 	"github.com/phaseless/phaseless/cloud/fleetapi"
+	"github.com/phaseless/phaseless/internal/metrics"
 	"github.com/phaseless/phaseless/transport/fleetwire"
-	"github.com/phaseless/phaseless/transport/metrics"
 )
 
 // Manager is the cloud's fleet manager. Open it once per data directory;

@@ -14,9 +14,9 @@ import (
 	bolt "go.etcd.io/bbolt"
 
 	"github.com/phaseless/phaseless/cloud/fleet/broker"
+	"github.com/phaseless/phaseless/internal/metrics"
 	"github.com/phaseless/phaseless/internal/mosquittotest"
 	"github.com/phaseless/phaseless/transport/fleetwire"
-	"github.com/phaseless/phaseless/transport/metrics"
 )
 
 // exportSeqs reads the export and returns each device's seqs, failing on a

@@ -8,9 +8,9 @@ import (
 
 	bolt "go.etcd.io/bbolt"
 
+	"github.com/phaseless/phaseless/llm"
 	"github.com/phaseless/phaseless/models/grade"
 	"github.com/phaseless/phaseless/transport/fleetwire"
-	"github.com/phaseless/phaseless/transport/llm"
 )
 
 // Shadow evaluation: devices whose config sets shadow-share send a sample

@@ -18,8 +18,8 @@ import (
 	"github.com/phaseless/phaseless/cloud/admit/redistest"
 	"github.com/phaseless/phaseless/cloud/fleet/broker"
 	"github.com/phaseless/phaseless/firmware"
+	"github.com/phaseless/phaseless/internal/metrics"
 	"github.com/phaseless/phaseless/transport/fleetwire"
-	"github.com/phaseless/phaseless/transport/metrics"
 )
 
 // dyingLease is a RedisLease whose holder can die: once dead, giving the

@@ -10,7 +10,7 @@ import (
 	"strconv"
 	"time"
 
-	"github.com/phaseless/phaseless/transport/llm"
+	"github.com/phaseless/phaseless/llm"
 )
 
 // Gate is the coordinator's door for API keys: it authenticates (slowing

@@ -11,8 +11,8 @@ import (
 	"sync"
 	"time"
 
+	"github.com/phaseless/phaseless/internal/metrics"
 	"github.com/phaseless/phaseless/transport/httpapi"
-	"github.com/phaseless/phaseless/transport/metrics"
 )
 
 // HTTPConfig configures the HTTP listener.

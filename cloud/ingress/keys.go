@@ -16,7 +16,7 @@ import (
 	"strconv"
 	"strings"
 
-	"github.com/phaseless/phaseless/transport/llm"
+	"github.com/phaseless/phaseless/llm"
 )
 
 // Key is one API key's tenant, token budget and role.

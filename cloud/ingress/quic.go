@@ -7,7 +7,7 @@ import (
 	"os"
 	"path/filepath"
 
-	"github.com/phaseless/phaseless/transport/llm"
+	"github.com/phaseless/phaseless/llm"
 	"github.com/phaseless/phaseless/transport/pki"
 	"github.com/phaseless/phaseless/transport/quic"
 )

@@ -18,7 +18,7 @@ import (
 	"time"
 
 	"github.com/phaseless/phaseless/cloud/semantic"
-	"github.com/phaseless/phaseless/transport/llm"
+	"github.com/phaseless/phaseless/llm"
 )
 
 // Hint is an x-prefetch-hint level.

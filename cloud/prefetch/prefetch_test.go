@@ -5,7 +5,7 @@ import (
 	"time"
 
 	"github.com/phaseless/phaseless/cloud/semantic"
-	"github.com/phaseless/phaseless/transport/llm"
+	"github.com/phaseless/phaseless/llm"
 )
 
 type clock struct{ t time.Time }

@@ -16,7 +16,7 @@ import (
 	"strings"
 	"unicode"
 
-	"github.com/phaseless/phaseless/transport/llm"
+	"github.com/phaseless/phaseless/llm"
 )
 
 // NumHashes is the fingerprint's length: 32 MinHash values, DESIGN.md's

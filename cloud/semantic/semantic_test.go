@@ -4,7 +4,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/phaseless/phaseless/transport/llm"
+	"github.com/phaseless/phaseless/llm"
 )
 
 func TestSimilarityTracksSharedShingles(t *testing.T) {

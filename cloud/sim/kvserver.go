@@ -16,7 +16,7 @@ import (
 	"time"
 
 	"github.com/phaseless/phaseless/cloud/worker"
-	"github.com/phaseless/phaseless/transport/llm"
+	"github.com/phaseless/phaseless/llm"
 )
 
 // A simulated worker takes either half of a split request over the same

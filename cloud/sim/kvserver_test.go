@@ -11,7 +11,7 @@ import (
 	"time"
 
 	"github.com/phaseless/phaseless/cloud/worker"
-	"github.com/phaseless/phaseless/transport/llm"
+	"github.com/phaseless/phaseless/llm"
 )
 
 // transfers records the transfer waits a fleet's servers are asked for,

@@ -12,7 +12,7 @@ import (
 	"time"
 
 	"github.com/phaseless/phaseless/cloud/worker"
-	"github.com/phaseless/phaseless/transport/llm"
+	"github.com/phaseless/phaseless/llm"
 )
 
 // TestRemoteVLLMGetsNoBreakpoints: a simulated worker stands in for vLLM

@@ -7,7 +7,7 @@ import (
 	"time"
 
 	"github.com/phaseless/phaseless/cloud/worker"
-	"github.com/phaseless/phaseless/transport/llm"
+	"github.com/phaseless/phaseless/llm"
 	"go.uber.org/goleak"
 )
 

@@ -24,7 +24,7 @@ import (
 	"time"
 
 	"github.com/phaseless/phaseless/cloud/fleet"
-	"github.com/phaseless/phaseless/transport/metrics"
+	"github.com/phaseless/phaseless/internal/metrics"
 )
 
 //go:embed templates/*.html

@@ -4,8 +4,8 @@ import (
 	"context"
 	"time"
 
+	"github.com/phaseless/phaseless/llm"
 	"github.com/phaseless/phaseless/models/lm"
-	"github.com/phaseless/phaseless/transport/llm"
 )
 
 // Builtin is the in-process engine: requests join its continuous batch

@@ -1,8 +1,8 @@
 package worker
 
 import (
+	"github.com/phaseless/phaseless/internal/metrics"
 	"github.com/phaseless/phaseless/models/lm"
-	"github.com/phaseless/phaseless/transport/metrics"
 )
 
 type engineStats = lm.Stats

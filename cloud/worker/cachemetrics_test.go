@@ -5,10 +5,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/phaseless/phaseless/internal/metrics"
+	"github.com/phaseless/phaseless/internal/metrics/metricstest"
+	"github.com/phaseless/phaseless/llm"
 	"github.com/phaseless/phaseless/models/lm"
-	"github.com/phaseless/phaseless/transport/llm"
-	"github.com/phaseless/phaseless/transport/metrics"
-	"github.com/phaseless/phaseless/transport/metrics/metricstest"
 )
 
 // TestCacheMetrics: a request that pins its system prompt shows up as

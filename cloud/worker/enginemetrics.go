@@ -3,7 +3,7 @@ package worker
 import (
 	"context"
 
-	"github.com/phaseless/phaseless/transport/metrics"
+	"github.com/phaseless/phaseless/internal/metrics"
 )
 
 // RegisterEngineMetrics exports the built-in engines' counters under the

@@ -9,8 +9,8 @@ import (
 	"sync"
 	"time"
 
+	"github.com/phaseless/phaseless/llm"
 	"github.com/phaseless/phaseless/models/lm"
-	"github.com/phaseless/phaseless/transport/llm"
 )
 
 // Prefill/decode disaggregation between workers. The coordinator asks the

@@ -10,9 +10,9 @@ import (
 	"time"
 
 	"github.com/phaseless/phaseless/cloud/sched"
+	"github.com/phaseless/phaseless/llm"
 	"github.com/phaseless/phaseless/models/lm"
 	"github.com/phaseless/phaseless/transport/httpapi"
-	"github.com/phaseless/phaseless/transport/llm"
 )
 
 func TestHandoffStoreExpiresAndBounds(t *testing.T) {

@@ -10,8 +10,8 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/phaseless/phaseless/llm"
 	"github.com/phaseless/phaseless/models/lm"
-	"github.com/phaseless/phaseless/transport/llm"
 )
 
 // The KV handoff endpoints a Phaseless cloud serves as another

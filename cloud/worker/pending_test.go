@@ -6,7 +6,7 @@ import (
 	"time"
 
 	"github.com/phaseless/phaseless/cloud/sched"
-	"github.com/phaseless/phaseless/transport/llm"
+	"github.com/phaseless/phaseless/llm"
 )
 
 // gatedEngine emits its tokens once first is closed, then waits on rest:

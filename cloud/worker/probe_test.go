@@ -7,7 +7,7 @@ import (
 	"testing"
 
 	"github.com/phaseless/phaseless/cloud/sched"
-	"github.com/phaseless/phaseless/transport/llm"
+	"github.com/phaseless/phaseless/llm"
 )
 
 // probedEngine answers each Probe with the next of its errors (nil: a

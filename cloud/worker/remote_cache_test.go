@@ -5,7 +5,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/phaseless/phaseless/transport/llm"
+	"github.com/phaseless/phaseless/llm"
 )
 
 // TestRemotePhaselessGetsBreakpoints: once a remote's /metrics show it is

@@ -10,8 +10,8 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/phaseless/phaseless/llm"
 	"github.com/phaseless/phaseless/models/lm"
-	"github.com/phaseless/phaseless/transport/llm"
 )
 
 // kvDo POSTs body to one of the server's KV endpoints and returns the

@@ -22,9 +22,9 @@ import (
 
 	"github.com/phaseless/phaseless/cloud/batch"
 	"github.com/phaseless/phaseless/cloud/sched"
+	"github.com/phaseless/phaseless/internal/tracing"
+	"github.com/phaseless/phaseless/llm"
 	"github.com/phaseless/phaseless/models/lm"
-	"github.com/phaseless/phaseless/transport/llm"
-	"github.com/phaseless/phaseless/transport/tracing"
 )
 
 // Load is what an engine reports about itself.

@@ -1,4 +1,4 @@
-// Command chat-client is the smallest app built on transport/client: it
+// Command chat-client is the smallest app built on client: it
 // asks a Phaseless agent (or cloud) one question, prints the answer as it
 // streams, and then what the client measured — time to first token,
 // inter-token latency, tokens per second, the route the answer took, the
@@ -18,8 +18,8 @@ import (
 	"os/signal"
 	"strings"
 
-	"github.com/phaseless/phaseless/transport/client"
-	"github.com/phaseless/phaseless/transport/metrics"
+	"github.com/phaseless/phaseless/client"
+	"github.com/phaseless/phaseless/internal/metrics"
 )
 
 func main() {

@@ -7,7 +7,7 @@ package cartools
 import (
 	"encoding/json"
 
-	"github.com/phaseless/phaseless/transport/llm"
+	"github.com/phaseless/phaseless/llm"
 )
 
 // def is one tool: name, description and the arguments' JSON schema. The

@@ -5,11 +5,11 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/phaseless/phaseless/llm"
 	"github.com/phaseless/phaseless/models/edgemodel"
 	"github.com/phaseless/phaseless/models/lm"
 	"github.com/phaseless/phaseless/models/lmtrain/corpus"
 	"github.com/phaseless/phaseless/models/lmtrain/shippedtest"
-	"github.com/phaseless/phaseless/transport/llm"
 )
 
 func TestShippedModelShapeAndProvenance(t *testing.T) {

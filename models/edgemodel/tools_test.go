@@ -12,13 +12,13 @@ import (
 	"testing"
 	"time"
 
+	"github.com/phaseless/phaseless/llm"
 	"github.com/phaseless/phaseless/models/cartools"
 	"github.com/phaseless/phaseless/models/lm"
 	"github.com/phaseless/phaseless/models/lm/grammar"
 	"github.com/phaseless/phaseless/models/lmtrain"
 	"github.com/phaseless/phaseless/models/lmtrain/corpus"
 	"github.com/phaseless/phaseless/models/toolprior"
-	"github.com/phaseless/phaseless/transport/llm"
 )
 
 // toolCase is one held-out request of testdata/toolcalls.jsonl, written

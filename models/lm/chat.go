@@ -1,7 +1,7 @@
 package lm
 
 import (
-	"github.com/phaseless/phaseless/transport/llm"
+	"github.com/phaseless/phaseless/llm"
 )
 
 // chatRenderer renders a conversation with a model's own chat template

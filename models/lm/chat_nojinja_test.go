@@ -6,7 +6,7 @@ import (
 	"slices"
 	"testing"
 
-	"github.com/phaseless/phaseless/transport/llm"
+	"github.com/phaseless/phaseless/llm"
 )
 
 // TestNoJinjaFallsBack (go test -tags lm_nojinja): without the Jinja engine

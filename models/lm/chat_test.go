@@ -6,7 +6,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/phaseless/phaseless/transport/llm"
+	"github.com/phaseless/phaseless/llm"
 )
 
 // chatMLSpec is a byte vocabulary with ChatML's control tokens and template.

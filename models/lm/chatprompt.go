@@ -3,7 +3,7 @@ package lm
 import (
 	"strings"
 
-	"github.com/phaseless/phaseless/transport/llm"
+	"github.com/phaseless/phaseless/llm"
 )
 
 // ChatPrompt renders messages in the chat template the built-in models are

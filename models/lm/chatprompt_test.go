@@ -3,7 +3,7 @@ package lm
 import (
 	"testing"
 
-	"github.com/phaseless/phaseless/transport/llm"
+	"github.com/phaseless/phaseless/llm"
 )
 
 func TestChatPrompt(t *testing.T) {

@@ -4,8 +4,8 @@ import (
 	"math"
 	"sync"
 
+	"github.com/phaseless/phaseless/llm"
 	"github.com/phaseless/phaseless/models/lm/grammar"
-	"github.com/phaseless/phaseless/transport/llm"
 )
 
 // constraint keeps one generation inside a grammar: before each sample the

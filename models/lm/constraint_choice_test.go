@@ -8,8 +8,8 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/phaseless/phaseless/llm"
 	"github.com/phaseless/phaseless/models/lm/grammar"
-	"github.com/phaseless/phaseless/transport/llm"
 )
 
 // wholeScore computes, on a fresh KV store, what choice decoding scores an

@@ -5,8 +5,8 @@ import (
 	"slices"
 	"time"
 
+	"github.com/phaseless/phaseless/llm"
 	"github.com/phaseless/phaseless/models/lm/kvcache"
-	"github.com/phaseless/phaseless/transport/llm"
 )
 
 // Prefill/decode disaggregation: Prefill runs a prompt to its first token on

@@ -10,7 +10,7 @@
 // Load or Read gives a *Model (weights, Config, Tokenizer). NewEngine wraps a
 // Model in an *Engine whose step loop advances every running sequence by one
 // token per step and fills the rest of the step's token budget with chunks of
-// waiting prompts; Engine implements transport/llm.Generator, so agent/local and
+// waiting prompts; Engine implements llm.Generator, so agent/local and
 // cloud/worker call Generate and get tokens streamed as UTF-8-complete text.
 // Engine.Prefill and Engine.Resume split a generation between two engines:
 // the first runs the prompt and hands over its KV blocks as a Handoff, the

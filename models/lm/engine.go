@@ -10,10 +10,10 @@ import (
 	"sync"
 	"time"
 
+	"github.com/phaseless/phaseless/llm"
 	"github.com/phaseless/phaseless/models/lm/grammar"
 	"github.com/phaseless/phaseless/models/lm/kvcache"
 	"github.com/phaseless/phaseless/models/toolprior"
-	"github.com/phaseless/phaseless/transport/llm"
 )
 
 // EngineConfig tunes an Engine. The zero value means defaults.

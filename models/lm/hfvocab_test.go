@@ -14,7 +14,7 @@ import (
 	"sync"
 	"testing"
 
-	"github.com/phaseless/phaseless/transport/llm"
+	"github.com/phaseless/phaseless/llm"
 )
 
 // hfPackage is where `npm ci` in testdata/hf puts a vocabulary's files.

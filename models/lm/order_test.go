@@ -7,7 +7,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/phaseless/phaseless/transport/llm"
+	"github.com/phaseless/phaseless/llm"
 )
 
 // TestCacheAwareOrder: with one sequence slot held by a paused generation,

@@ -3,8 +3,8 @@ package lm
 import (
 	"time"
 
+	"github.com/phaseless/phaseless/llm"
 	"github.com/phaseless/phaseless/models/lm/kvcache"
-	"github.com/phaseless/phaseless/transport/llm"
 )
 
 // pinPoint is one cache breakpoint in prompt tokens: the first tokens

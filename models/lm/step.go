@@ -5,8 +5,8 @@ import (
 
 	"slices"
 
+	"github.com/phaseless/phaseless/llm"
 	"github.com/phaseless/phaseless/models/lm/kvcache"
-	"github.com/phaseless/phaseless/transport/llm"
 )
 
 // stepBuffers are reused by every step so the loop does not allocate per token.

@@ -7,8 +7,8 @@ import (
 	"testing"
 	"unicode/utf8"
 
+	"github.com/phaseless/phaseless/llm"
 	"github.com/phaseless/phaseless/models/lm/gguf"
-	"github.com/phaseless/phaseless/transport/llm"
 )
 
 // spmSpec is a small SentencePiece vocabulary: control tokens, byte fallback

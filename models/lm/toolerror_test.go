@@ -9,8 +9,8 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/phaseless/phaseless/llm"
 	"github.com/phaseless/phaseless/transport/httpapi"
-	"github.com/phaseless/phaseless/transport/llm"
 )
 
 // promptEcho answers every request with the prompt the engine would run for

@@ -6,9 +6,9 @@ import (
 	"math"
 	"regexp"
 
+	"github.com/phaseless/phaseless/llm"
 	"github.com/phaseless/phaseless/models/lm/grammar"
 	"github.com/phaseless/phaseless/models/toolprior"
-	"github.com/phaseless/phaseless/transport/llm"
 )
 
 // The tool prior (models/toolprior) is a small n-gram classifier a model

@@ -5,8 +5,8 @@ import (
 	"slices"
 	"testing"
 
+	"github.com/phaseless/phaseless/llm"
 	"github.com/phaseless/phaseless/models/toolprior"
-	"github.com/phaseless/phaseless/transport/llm"
 )
 
 // priorTools are two tools with a boolean and an enum the prior can fix.

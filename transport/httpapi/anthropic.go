@@ -5,7 +5,7 @@ import (
 	"net/http"
 	"strings"
 
-	"github.com/phaseless/phaseless/transport/llm"
+	"github.com/phaseless/phaseless/llm"
 )
 
 // MessagesRequest is the subset of Anthropic's Messages request that

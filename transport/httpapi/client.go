@@ -15,9 +15,9 @@ import (
 	"strings"
 	"time"
 
-	"github.com/phaseless/phaseless/transport/llm"
+	"github.com/phaseless/phaseless/internal/tracing"
+	"github.com/phaseless/phaseless/llm"
 	"github.com/phaseless/phaseless/transport/sse"
-	"github.com/phaseless/phaseless/transport/tracing"
 )
 
 // ClientConfig describes an OpenAI-compatible server reached by a Client.

@@ -4,7 +4,7 @@ import (
 	"strconv"
 	"time"
 
-	"github.com/phaseless/phaseless/transport/llm"
+	"github.com/phaseless/phaseless/llm"
 )
 
 // upPart is a text content part of an upstream message.

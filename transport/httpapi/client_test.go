@@ -11,7 +11,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/phaseless/phaseless/transport/llm"
+	"github.com/phaseless/phaseless/llm"
 )
 
 func newClient(t *testing.T, cfg ClientConfig) *Client {

@@ -8,7 +8,7 @@ import (
 	"strconv"
 	"time"
 
-	"github.com/phaseless/phaseless/transport/llm"
+	"github.com/phaseless/phaseless/llm"
 )
 
 // apiError is one failure as both APIs see it. Each API writes it in its own

@@ -12,8 +12,8 @@ import (
 	"strings"
 	"time"
 
-	"github.com/phaseless/phaseless/transport/llm"
-	"github.com/phaseless/phaseless/transport/metrics"
+	"github.com/phaseless/phaseless/internal/metrics"
+	"github.com/phaseless/phaseless/llm"
 )
 
 // Handler serves the compatible API surface in front of one llm.Generator.

@@ -9,7 +9,7 @@ import (
 	"net/url"
 	"strings"
 
-	"github.com/phaseless/phaseless/transport/llm"
+	"github.com/phaseless/phaseless/llm"
 )
 
 // LocalGuard protects an API served on a device's loopback address from

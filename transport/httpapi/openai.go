@@ -6,7 +6,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/phaseless/phaseless/transport/llm"
+	"github.com/phaseless/phaseless/llm"
 )
 
 // ChatRequest is the subset of OpenAI's chat completions request that

@@ -6,7 +6,7 @@ import (
 	"net/http"
 	"time"
 
-	"github.com/phaseless/phaseless/transport/metrics"
+	"github.com/phaseless/phaseless/internal/metrics"
 )
 
 // Limits from DESIGN.md §4.

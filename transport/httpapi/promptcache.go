@@ -7,7 +7,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/phaseless/phaseless/transport/llm"
+	"github.com/phaseless/phaseless/llm"
 )
 
 // cacheControl is Anthropic's cache_control object on a system, message or

@@ -8,7 +8,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/phaseless/phaseless/transport/llm"
+	"github.com/phaseless/phaseless/llm"
 )
 
 // cacheGen records the request and reports cache writes for its breakpoints.

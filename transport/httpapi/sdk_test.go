@@ -5,8 +5,8 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/phaseless/phaseless/llm"
 	"github.com/phaseless/phaseless/transport/httpapi/sdktest"
-	"github.com/phaseless/phaseless/transport/llm"
 )
 
 // sdkGen answers every request with the same three tokens, except for the

@@ -5,7 +5,7 @@ import (
 	"strconv"
 	"time"
 
-	"github.com/phaseless/phaseless/transport/llm"
+	"github.com/phaseless/phaseless/llm"
 )
 
 // StatsField is the SSE field name that carries Phaseless' own per-event

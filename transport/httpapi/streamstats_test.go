@@ -8,8 +8,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/phaseless/phaseless/llm"
 	"github.com/phaseless/phaseless/transport/httpapi/sdktest"
-	"github.com/phaseless/phaseless/transport/llm"
 )
 
 // cachedGen answers with three tokens of known engine latency and a Final

@@ -5,7 +5,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/phaseless/phaseless/transport/llm"
+	"github.com/phaseless/phaseless/llm"
 )
 
 // A tool result carrying a cache breakpoint, sent by the Go client to a

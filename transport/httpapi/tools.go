@@ -5,7 +5,7 @@ import (
 	"regexp"
 	"strings"
 
-	"github.com/phaseless/phaseless/transport/llm"
+	"github.com/phaseless/phaseless/llm"
 )
 
 // Tool calling and structured output for both APIs: decoding the requests'

@@ -8,8 +8,8 @@ import (
 	"sync"
 	"testing"
 
+	"github.com/phaseless/phaseless/llm"
 	"github.com/phaseless/phaseless/transport/httpapi/sdktest"
-	"github.com/phaseless/phaseless/transport/llm"
 )
 
 // toolGen is an engine that calls set_fan_speed{"level":2} whenever tools

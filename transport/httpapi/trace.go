@@ -4,8 +4,8 @@ import (
 	"net/http"
 	"strings"
 
-	"github.com/phaseless/phaseless/transport/llm"
-	"github.com/phaseless/phaseless/transport/tracing"
+	"github.com/phaseless/phaseless/internal/tracing"
+	"github.com/phaseless/phaseless/llm"
 )
 
 // parseTrace reads the W3C traceparent and tracestate request headers

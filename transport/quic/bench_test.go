@@ -13,7 +13,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/phaseless/phaseless/transport/llm"
+	"github.com/phaseless/phaseless/llm"
 )
 
 // The benchmarks compare this transport with the usual alternative for the

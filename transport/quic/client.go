@@ -13,8 +13,8 @@ import (
 
 	quicgo "github.com/quic-go/quic-go"
 
-	"github.com/phaseless/phaseless/transport/backoff"
-	"github.com/phaseless/phaseless/transport/llm"
+	"github.com/phaseless/phaseless/internal/backoff"
+	"github.com/phaseless/phaseless/llm"
 )
 
 // ClientConfig configures a Client. Zero values mean the defaults named on

@@ -1,6 +1,6 @@
 package quic
 
-import "github.com/phaseless/phaseless/transport/backoff"
+import "github.com/phaseless/phaseless/internal/backoff"
 
 // Backoff is the uplink's reconnect schedule (package backoff's Policy).
 type Backoff = backoff.Policy

@@ -5,7 +5,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/phaseless/phaseless/transport/llm"
+	"github.com/phaseless/phaseless/llm"
 )
 
 // generation is one run of a request that carries an idempotency key. Its

@@ -3,7 +3,7 @@ package quic
 import (
 	"encoding/binary"
 
-	"github.com/phaseless/phaseless/transport/llm"
+	"github.com/phaseless/phaseless/llm"
 )
 
 // Extensions are the optional sections at the end of a request, token or

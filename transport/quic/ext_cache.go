@@ -3,7 +3,7 @@ package quic
 import (
 	"encoding/binary"
 
-	"github.com/phaseless/phaseless/transport/llm"
+	"github.com/phaseless/phaseless/llm"
 )
 
 // Prompt-caching sections (tags 20-29): a request's cache breakpoints, so a

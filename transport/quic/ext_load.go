@@ -1,6 +1,6 @@
 package quic
 
-import "github.com/phaseless/phaseless/transport/llm"
+import "github.com/phaseless/phaseless/llm"
 
 // Tag 50 (others' range, 50+): the engine's time to first token, so an
 // agent's Server-Timing header reports the cloud engine's share and

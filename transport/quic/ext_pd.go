@@ -3,7 +3,7 @@ package quic
 import (
 	"encoding/binary"
 
-	"github.com/phaseless/phaseless/transport/llm"
+	"github.com/phaseless/phaseless/llm"
 )
 
 // metaExts are the tagged sections after the meta frame's fixed fields

@@ -4,7 +4,7 @@ import (
 	"bytes"
 	"testing"
 
-	"github.com/phaseless/phaseless/transport/llm"
+	"github.com/phaseless/phaseless/llm"
 )
 
 // TestMetaSplitSection: the begin event of a split request names the decode

@@ -6,7 +6,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/phaseless/phaseless/transport/llm"
+	"github.com/phaseless/phaseless/llm"
 )
 
 // withRequestExt registers a test section on Request.IdempotencyKey's copy

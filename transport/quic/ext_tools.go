@@ -3,7 +3,7 @@ package quic
 import (
 	"encoding/binary"
 
-	"github.com/phaseless/phaseless/transport/llm"
+	"github.com/phaseless/phaseless/llm"
 )
 
 // Extension sections of tool calling and structured output (tags 1-9):

@@ -1,12 +1,12 @@
 package quic
 
-import "github.com/phaseless/phaseless/transport/llm"
+import "github.com/phaseless/phaseless/llm"
 
 // The trace section (tag 10; tags 10-19 belong to the client/tracing
 // work) carries llm.Request.Trace, the W3C traceparent and tracestate, so
 // the cloud's spans join the trace the app or the agent started. The
 // strings are passed as they are: the receiver parses them
-// (transport/tracing) and ignores a malformed one, as W3C asks.
+// (internal/tracing) and ignores a malformed one, as W3C asks.
 const extTagTrace = 10
 
 // maxTraceField bounds each string: traceparent is 55 bytes, and W3C

@@ -4,7 +4,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/phaseless/phaseless/transport/llm"
+	"github.com/phaseless/phaseless/llm"
 )
 
 // TestTraceSectionRoundTrip: the trace context crosses the frame; a

@@ -9,7 +9,7 @@ import (
 	"math"
 	"time"
 
-	"github.com/phaseless/phaseless/transport/llm"
+	"github.com/phaseless/phaseless/llm"
 )
 
 // Frame layout on a stream:

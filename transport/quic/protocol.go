@@ -9,7 +9,7 @@ import (
 
 	quicgo "github.com/quic-go/quic-go"
 
-	"github.com/phaseless/phaseless/transport/llm"
+	"github.com/phaseless/phaseless/llm"
 )
 
 // ALPN is the protocol name both sides negotiate; a peer speaking anything

@@ -11,7 +11,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/phaseless/phaseless/transport/llm"
+	"github.com/phaseless/phaseless/llm"
 	"github.com/phaseless/phaseless/transport/pki"
 )
 

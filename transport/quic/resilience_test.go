@@ -13,7 +13,7 @@ import (
 
 	quicgo "github.com/quic-go/quic-go"
 
-	"github.com/phaseless/phaseless/transport/llm"
+	"github.com/phaseless/phaseless/llm"
 	"github.com/phaseless/phaseless/transport/pki"
 )
 

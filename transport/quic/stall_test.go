@@ -6,7 +6,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/phaseless/phaseless/transport/llm"
+	"github.com/phaseless/phaseless/llm"
 )
 
 // stallHandler emits `tokens` tokens, then waits `pause` (or forever when

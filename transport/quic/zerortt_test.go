@@ -9,7 +9,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/phaseless/phaseless/transport/llm"
+	"github.com/phaseless/phaseless/llm"
 )
 
 // skewedClock is the wall clock plus an offset the test moves forward.

@@ -63,7 +63,7 @@ var boards = []board{
 func buildAgent(t *testing.T, b board) string {
 	t.Helper()
 	bin := filepath.Join(t.TempDir(), "phaseless-agent")
-	cmd := exec.Command("go", "build", "-tags", agentTags, "-trimpath", "-ldflags", "-s -w -X github.com/phaseless/phaseless/transport/cli.Version=crosstest", "-o", bin, ".")
+	cmd := exec.Command("go", "build", "-tags", agentTags, "-trimpath", "-ldflags", "-s -w -X github.com/phaseless/phaseless/internal/cli.Version=crosstest", "-o", bin, ".")
 	cmd.Env = append(os.Environ(), "CGO_ENABLED=0", "GOOS=linux", "GOARCH="+b.goarch, "GOARM="+b.goarm)
 	if out, err := cmd.CombinedOutput(); err != nil {
 		t.Fatalf("cross build %s: %v\n%s", b.name, err, out)

@@ -10,7 +10,7 @@ import (
 	"os"
 
 	"github.com/phaseless/phaseless/agent"
-	"github.com/phaseless/phaseless/transport/cli"
+	"github.com/phaseless/phaseless/internal/cli"
 )
 
 func main() {

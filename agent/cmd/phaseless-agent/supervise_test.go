@@ -26,7 +26,7 @@ import (
 func buildVersion(t *testing.T, version string) []byte {
 	t.Helper()
 	bin := filepath.Join(t.TempDir(), "phaseless-agent")
-	cmd := exec.Command("go", "build", "-tags", agentTags, "-trimpath", "-ldflags", "-s -w -X github.com/phaseless/phaseless/transport/cli.Version="+version, "-o", bin, ".")
+	cmd := exec.Command("go", "build", "-tags", agentTags, "-trimpath", "-ldflags", "-s -w -X github.com/phaseless/phaseless/internal/cli.Version="+version, "-o", bin, ".")
 	cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
 	if out, err := cmd.CombinedOutput(); err != nil {
 		t.Fatalf("build %s: %v\n%s", version, err, out)

@@ -10,7 +10,7 @@ import (
 	"os"
 
 	"github.com/phaseless/phaseless/cloud"
-	"github.com/phaseless/phaseless/transport/cli"
+	"github.com/phaseless/phaseless/internal/cli"
 )
 
 func main() {

@@ -6,7 +6,7 @@ import (
 	"os"
 
 	"github.com/phaseless/phaseless/cloud/ctl"
-	"github.com/phaseless/phaseless/transport/cli"
+	"github.com/phaseless/phaseless/internal/cli"
 )
 
 func main() { os.Exit(cli.Tool(ctl.Root(), os.Args[1:])) }

@@ -7,8 +7,8 @@ import (
 	mqtt "github.com/mochi-mqtt/server/v2"
 	"github.com/mochi-mqtt/server/v2/packets"
 
+	"github.com/phaseless/phaseless/internal/metrics"
 	"github.com/phaseless/phaseless/transport/fleetwire"
-	"github.com/phaseless/phaseless/transport/metrics"
 )
 
 // authHook authenticates connections and enforces the fleet ACL.

@@ -14,9 +14,9 @@ import (
 	"github.com/mochi-mqtt/server/v2/packets"
 
 	"github.com/phaseless/phaseless/cloud/fleet/internal/gate"
-	"github.com/phaseless/phaseless/transport/cli"
+	"github.com/phaseless/phaseless/internal/cli"
+	"github.com/phaseless/phaseless/internal/metrics"
 	"github.com/phaseless/phaseless/transport/fleetwire"
-	"github.com/phaseless/phaseless/transport/metrics"
 )
 
 // Config configures the embedded broker. The zero value plus a password file

@@ -7,8 +7,8 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/phaseless/phaseless/internal/metrics"
 	"github.com/phaseless/phaseless/transport/fleetwire"
-	"github.com/phaseless/phaseless/transport/metrics"
 )
 
 func TestPasswordFileFromMosquittoPasswd(t *testing.T) {

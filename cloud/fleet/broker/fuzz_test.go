@@ -9,7 +9,7 @@ import (
 
 	bolt "go.etcd.io/bbolt"
 
-	"github.com/phaseless/phaseless/transport/metrics"
+	"github.com/phaseless/phaseless/internal/metrics"
 )
 
 func FuzzParsePasswords(f *testing.F) {

@@ -14,7 +14,7 @@ import (
 	"github.com/mochi-mqtt/server/v2/packets"
 	bolt "go.etcd.io/bbolt"
 
-	"github.com/phaseless/phaseless/transport/metrics"
+	"github.com/phaseless/phaseless/internal/metrics"
 )
 
 // Buckets of the broker store. Keys are chosen so everything of one client

@@ -14,8 +14,8 @@ import (
 	mochibolt "github.com/mochi-mqtt/server/v2/hooks/storage/bolt"
 	bolt "go.etcd.io/bbolt"
 
+	"github.com/phaseless/phaseless/internal/metrics"
 	"github.com/phaseless/phaseless/transport/fleetwire"
-	"github.com/phaseless/phaseless/transport/metrics"
 )
 
 // TestRestartWithQoS1Inflight restarts the broker while QoS 1 messages are

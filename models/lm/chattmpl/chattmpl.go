@@ -23,7 +23,7 @@ import (
 	"github.com/nikolalohinski/gonja/v2/exec"
 	"github.com/nikolalohinski/gonja/v2/loaders"
 
-	"github.com/phaseless/phaseless/transport/llm"
+	"github.com/phaseless/phaseless/llm"
 )
 
 // MaxOutput bounds a rendered prompt (1 MiB is far beyond any context the

@@ -7,7 +7,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/phaseless/phaseless/transport/llm"
+	"github.com/phaseless/phaseless/llm"
 )
 
 // realTemplate reads the chat template a vocabulary's npm package ships

@@ -10,9 +10,9 @@ import (
 	"sync"
 	"testing"
 
+	"github.com/phaseless/phaseless/llm"
 	"github.com/phaseless/phaseless/models/lm"
 	"github.com/phaseless/phaseless/models/lmtrain/corpus"
-	"github.com/phaseless/phaseless/transport/llm"
 )
 
 // CheckShapeAndProvenance checks that m is a byte-level model named name

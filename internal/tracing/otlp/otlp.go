@@ -1,4 +1,4 @@
-// Package otlp exports Phaseless' spans (transport/tracing) over
+// Package otlp exports Phaseless' spans (internal/tracing) over
 // OTLP/HTTP with the OpenTelemetry SDK and its official exporter, to any
 // collector (the OpenTelemetry Collector, Jaeger, Tempo) at --otlp URL.
 package otlp

@@ -13,7 +13,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/phaseless/phaseless/transport/backoff"
+	"github.com/phaseless/phaseless/internal/backoff"
 )
 
 // API is the request and stream shape a Client speaks.
@@ -45,7 +45,7 @@ type Config struct {
 	// MaxAttempts bounds the tries per URL, the first included; default 3.
 	MaxAttempts int
 	// Backoff is the wait between tries when the server gives no
-	// Retry-After; default transport/backoff's (250 ms doubling to 30 s,
+	// Retry-After; default internal/backoff's (250 ms doubling to 30 s,
 	// half-jittered).
 	Backoff backoff.Policy
 	// MaxWait is the longest wait the client sits out before a retry: a

@@ -3,7 +3,7 @@ package client
 import (
 	"time"
 
-	"github.com/phaseless/phaseless/transport/metrics"
+	"github.com/phaseless/phaseless/internal/metrics"
 )
 
 // Stats is one request as the app saw it. The client's clock measures
@@ -33,7 +33,7 @@ type Stats struct {
 }
 
 // Collectors are the client's Prometheus families, registered on a
-// transport/metrics registry (the project's Prometheus text exposition:
+// internal/metrics registry (the project's Prometheus text exposition:
 // serve it with Registry.Handler). Apps that export nothing leave
 // Config.Metrics nil. A nil *Collectors records nothing.
 type Collectors struct {

@@ -7,7 +7,7 @@
 // half of the source articles' contract: it reassembles characters that a
 // delta split (Reassembler), retries within the caller's burst budget —
 // reading x-burst-budget-remaining and Retry-After, with jittered backoff
-// (transport/backoff) — and measures each request as the app sees it: time
+// (internal/backoff) — and measures each request as the app sees it: time
 // to first token, inter-token latency and tokens per second (Stats), also
 // exported as Prometheus families (Collectors). Hooks (OnRetry, OnBudget,
 // OnFallback) let the app react: show "busy", shed work, note that the

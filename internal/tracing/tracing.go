@@ -14,7 +14,7 @@
 // Outgoing's context, naming its own span as the next hop's parent.
 //
 // This package links only the OpenTelemetry API; the SDK and the OTLP
-// exporter live in transport/tracing/otlp, which a binary links only when
+// exporter live in internal/tracing/otlp, which a binary links only when
 // it can export (the agent's nootlp build tag drops it).
 package tracing
 
@@ -27,7 +27,7 @@ import (
 	"go.opentelemetry.io/otel/propagation"
 	"go.opentelemetry.io/otel/trace"
 
-	"github.com/phaseless/phaseless/transport/llm"
+	"github.com/phaseless/phaseless/llm"
 )
 
 // Scope is the instrumentation scope every Phaseless span is recorded under.

@@ -13,9 +13,9 @@ import (
 
 	"go.uber.org/goleak"
 
+	"github.com/phaseless/phaseless/internal/metrics"
+	"github.com/phaseless/phaseless/llm"
 	"github.com/phaseless/phaseless/transport/httpapi"
-	"github.com/phaseless/phaseless/transport/llm"
-	"github.com/phaseless/phaseless/transport/metrics"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }

@@ -25,7 +25,7 @@ import (
 )
 
 // Version and Commit are stamped at build time with
-// -ldflags "-X github.com/phaseless/phaseless/transport/cli.Version=...".
+// -ldflags "-X github.com/phaseless/phaseless/internal/cli.Version=...".
 var (
 	Version = "dev"
 	Commit  = "unknown"

@@ -9,7 +9,7 @@ import (
 	"sync"
 	"testing"
 
-	"github.com/phaseless/phaseless/transport/metrics/metricstest"
+	"github.com/phaseless/phaseless/internal/metrics/metricstest"
 )
 
 func TestTextExposition(t *testing.T) {

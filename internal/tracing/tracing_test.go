@@ -7,10 +7,10 @@ import (
 
 	"go.uber.org/goleak"
 
-	"github.com/phaseless/phaseless/transport/llm"
-	"github.com/phaseless/phaseless/transport/tracing"
-	"github.com/phaseless/phaseless/transport/tracing/otlp"
-	"github.com/phaseless/phaseless/transport/tracing/otlptest"
+	"github.com/phaseless/phaseless/internal/tracing"
+	"github.com/phaseless/phaseless/internal/tracing/otlp"
+	"github.com/phaseless/phaseless/internal/tracing/otlptest"
+	"github.com/phaseless/phaseless/llm"
 )
 
 const parent = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"

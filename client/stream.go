@@ -6,7 +6,7 @@ import (
 	"io"
 	"time"
 
-	"github.com/phaseless/phaseless/transport/backoff"
+	"github.com/phaseless/phaseless/internal/backoff"
 	"github.com/phaseless/phaseless/transport/httpapi"
 	"github.com/phaseless/phaseless/transport/sse"
 )
