@@ -75,11 +75,30 @@ func TestPackageDocs(t *testing.T) {
 }
 
 // rule forbids the packages it matches from linking anything under the
-// forbidden folders.
+// forbidden folders or outside modules.
 type rule struct {
 	from, why string
 	match     func(pkg string) bool
 	forbidden []string // module-relative prefixes
+	// external are import-path prefixes outside the module, matched as
+	// written: "github.com/eclipse/paho" covers every paho module.
+	external []string
+}
+
+// forbids reports whether the dependency dep falls under one of r's
+// prefixes.
+func (r rule) forbids(dep string) bool {
+	for _, f := range r.forbidden {
+		if within(dep, f) {
+			return true
+		}
+	}
+	for _, f := range r.external {
+		if strings.HasPrefix(dep, f) {
+			return true
+		}
+	}
+	return false
 }
 
 // TestImportRules encodes DESIGN.md §3's dependency rules on what each
@@ -101,6 +120,12 @@ func TestImportRules(t *testing.T) {
 		{from: "cloud", why: "the cloud never imports the agent", match: inArea("cloud"), forbidden: []string{"agent"}},
 		{from: "agent", why: "the agent links no training code", match: inArea("agent"), forbidden: []string{"models/lmtrain", "models/predictor/train"}},
 		{from: "firmware", why: "the OTA format is shared by agent and cloud", match: inArea("firmware"), forbidden: []string{"agent", "cloud"}},
+		{
+			from: "cloud/coordinator", why: "the coordinator links no fleet, broker or bbolt",
+			match:     func(p string) bool { return within(p, "cloud/coordinator") },
+			forbidden: []string{"cloud/fleet", "cloud/fleetapi", "cloud/ui"},
+			external:  []string{"github.com/mochi-mqtt/", "github.com/eclipse/paho", "go.etcd.io/bbolt"},
+		},
 	}
 	checked := map[string]int{}
 	for _, p := range listPackages(t) {
@@ -110,10 +135,8 @@ func TestImportRules(t *testing.T) {
 			}
 			checked[r.from]++
 			for _, d := range p.Deps {
-				for _, f := range r.forbidden {
-					if within(d, f) {
-						t.Errorf("%s links %s: %s", p.ImportPath, d, r.why)
-					}
+				if r.forbids(d) {
+					t.Errorf("%s links %s: %s", p.ImportPath, d, r.why)
 				}
 			}
 		}
@@ -133,5 +156,18 @@ func TestImportRulesCatch(t *testing.T) {
 	}
 	if area(module+"/agent/route") != "agent" || area(module) != "" || area("golang.org/x/sys") != "" {
 		t.Fatal("area mismatches")
+	}
+	r := rule{forbidden: []string{"cloud/fleet"}, external: []string{"github.com/eclipse/paho", "go.etcd.io/bbolt"}}
+	for dep, want := range map[string]bool{
+		module + "/cloud/fleet/broker":            true,
+		module + "/cloud/fleetapi":                false,
+		"github.com/eclipse/paho.golang/autopaho": true,
+		"go.etcd.io/bbolt/errors":                 true,
+		"github.com/eclipse/other":                false,
+		module + "/go.etcd.io/bbolt":              false,
+	} {
+		if got := r.forbids(dep); got != want {
+			t.Errorf("forbids(%s) = %v, want %v", dep, got, want)
+		}
 	}
 }

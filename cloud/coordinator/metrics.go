@@ -26,18 +26,20 @@ type coordMetrics struct {
 	pd               pdMetrics
 }
 
-// poolLoad sums the coordinator's workers of one pool.
-type poolLoad struct {
-	running, capacity, queued int
+// PoolLoad sums the coordinator's workers of one pool.
+type PoolLoad struct {
+	Running, Capacity, Queued int
 }
 
-func (c *Coordinator) poolLoads() [sched.NumRoles]poolLoad {
-	var p [sched.NumRoles]poolLoad
+// PoolLoads is each pool's load now, indexed by sched.Role: what the pool
+// gauges export and the dashboard's pools page shows.
+func (c *Coordinator) PoolLoads() [sched.NumRoles]PoolLoad {
+	var p [sched.NumRoles]PoolLoad
 	for _, w := range c.cfg.Workers.Workers() {
 		l := &p[w.Role()]
-		l.running += w.Inflight()
-		l.capacity += max(w.LastLoad().Capacity, 1)
-		l.queued += w.Queued()
+		l.Running += w.Inflight()
+		l.Capacity += max(w.LastLoad().Capacity, 1)
+		l.Queued += w.Queued()
 	}
 	return p
 }
@@ -69,24 +71,24 @@ func newCoordMetrics(r *metrics.Registry, c *Coordinator) coordMetrics {
 	r.GaugeFunc("phaseless_admit_queue_waiting", "requests waiting for a slot in the fair queue", func() float64 { return float64(c.fair.Stats().Waiting) })
 	r.GaugeFunc("phaseless_admit_queue_running", "requests holding a slot", func() float64 { return float64(c.fair.Stats().Running) })
 	pools := []string{"pool"}
-	perPool := func(f func(poolLoad) float64) func(metrics.Emit) {
+	perPool := func(f func(PoolLoad) float64) func(metrics.Emit) {
 		return func(emit metrics.Emit) {
-			for role, l := range c.poolLoads() {
+			for role, l := range c.PoolLoads() {
 				emit(f(l), sched.Role(role).String())
 			}
 		}
 	}
-	r.GaugeVecFunc("phaseless_pool_running", "sequences running on the pool's workers", pools, perPool(func(l poolLoad) float64 { return float64(l.running) }))
-	r.GaugeVecFunc("phaseless_pool_capacity", "sequences the pool's workers run at once (1 per worker whose capacity is unknown)", pools, perPool(func(l poolLoad) float64 { return float64(l.capacity) }))
+	r.GaugeVecFunc("phaseless_pool_running", "sequences running on the pool's workers", pools, perPool(func(l PoolLoad) float64 { return float64(l.Running) }))
+	r.GaugeVecFunc("phaseless_pool_capacity", "sequences the pool's workers run at once (1 per worker whose capacity is unknown)", pools, perPool(func(l PoolLoad) float64 { return float64(l.Capacity) }))
 	// Utilisation is the one ratio kept: the scheduler decides on it, and the
 	// dashboards show the value it saw rather than a scrape-time recomputation.
-	r.GaugeVecFunc("phaseless_pool_utilization", "running sequences over capacity in the pool", pools, perPool(func(l poolLoad) float64 {
-		if l.capacity == 0 {
+	r.GaugeVecFunc("phaseless_pool_utilization", "running sequences over capacity in the pool", pools, perPool(func(l PoolLoad) float64 {
+		if l.Capacity == 0 {
 			return 0
 		}
-		return float64(l.running) / float64(l.capacity)
+		return float64(l.Running) / float64(l.Capacity)
 	}))
-	r.GaugeVecFunc("phaseless_pool_queue", "requests waiting for a worker of the pool", pools, perPool(func(l poolLoad) float64 { return float64(l.queued) }))
+	r.GaugeVecFunc("phaseless_pool_queue", "requests waiting for a worker of the pool", pools, perPool(func(l PoolLoad) float64 { return float64(l.Queued) }))
 	registerWorkerMetrics(r, c)
 	return m
 }

@@ -1,0 +1,101 @@
+package cloud
+
+import (
+	"net"
+	"os"
+	"path/filepath"
+	"strings"
+
+	"github.com/phaseless/phaseless/cloud/fleet"
+	"github.com/phaseless/phaseless/cloud/fleet/broker"
+	"github.com/phaseless/phaseless/firmware"
+	"github.com/phaseless/phaseless/internal/cli"
+	"github.com/phaseless/phaseless/transport/pki"
+)
+
+// startFleet starts the embedded broker (or connects to --mqtt-url) and the
+// fleet manager on it; neither runs when both are empty.
+func (c *Cloud) startFleet() error {
+	fc := fleet.Config{DataDir: c.fleetDataDir(), Metrics: c.metrics, Logger: c.log, PublicURL: c.publicURL(),
+		Shadow: c.coord} // the coordinator answers devices' shadow samples
+	if c.cfg.OTAPub != "" {
+		key, err := firmware.ReadPublicKey(c.cfg.OTAPub)
+		if err != nil {
+			return &cli.FieldError{Field: "OTAPub", Err: err}
+		}
+		fc.OTAPub = key
+	}
+	switch {
+	case c.cfg.MQTTURL.IsSet():
+		u := *c.cfg.MQTTURL.URL
+		ext := &fleet.External{URL: u.String(), DynamicSecurity: c.cfg.MQTTDynsec}
+		if u.User != nil {
+			ext.Username = u.User.Username()
+			ext.Password, _ = u.User.Password()
+			u.User = nil
+			ext.URL = u.String()
+		}
+		fc.External = ext
+	case c.cfg.MQTT != "":
+		bc := broker.Config{
+			TCPAddr: c.cfg.MQTT, DevAuth: c.cfg.Dev, PasswordFile: c.cfg.MQTTPasswords,
+			StorePath: filepath.Join(c.cfg.DataDir, "broker.db"), Metrics: c.metrics, Logger: c.log,
+		}
+		if c.cfg.MQTTTLS != "" && c.pkiDir != "" {
+			tc, err := pki.ServerTLS(c.pkiDir)
+			if err != nil {
+				return &cli.FieldError{Field: "PKIDir", Err: err}
+			}
+			bc.TLS, bc.TLSAddr = tc, c.cfg.MQTTTLS
+		}
+		if c.deny != nil {
+			if bc.TLS != nil {
+				pki.DenyRevoked(bc.TLS, c.deny)
+			}
+			bc.Revoked = c.deny.Revoked
+		}
+		if err := os.MkdirAll(c.cfg.DataDir, 0o700); err != nil {
+			return &cli.FieldError{Field: "DataDir", Err: err}
+		}
+		b, err := broker.Start(bc)
+		if err != nil {
+			return &cli.FieldError{Field: "MQTT", Err: err}
+		}
+		c.broker = b
+		fc.Broker = b
+		c.log.Info("embedded MQTT broker listening", "tcp", b.TCPAddr(), "tls", b.TLSAddr())
+	default:
+		return nil
+	}
+	if c.cfg.Redis.IsSet() {
+		// Replicas sharing Redis share the fleet through one writer
+		// (cloud/fleet/lease.go): a second fleet manager refuses to start.
+		host, _ := os.Hostname()
+		lease, err := fleet.NewRedisLease(c.cfg.Redis.String(), "", host+" "+c.publicURL(), 0)
+		if err != nil {
+			return &cli.FieldError{Field: "Redis", Err: err}
+		}
+		fc.Lease = lease
+		if c.cfg.FleetStandby {
+			return c.startStandby(fc)
+		}
+	}
+	m, err := fleet.Open(fc)
+	if err != nil {
+		return err
+	}
+	c.fleet = m
+	return nil
+}
+
+// publicURL is --public-url, or the --http listener on loopback.
+func (c *Cloud) publicURL() string {
+	if c.cfg.PublicURL.IsSet() {
+		return strings.TrimSuffix(c.cfg.PublicURL.String(), "/")
+	}
+	host, port, _ := net.SplitHostPort(c.cfg.HTTP) // validated
+	if host == "" || host == "0.0.0.0" || host == "::" {
+		host = "127.0.0.1"
+	}
+	return "http://" + net.JoinHostPort(host, port)
+}
