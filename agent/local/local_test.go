@@ -8,6 +8,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"github.com/phaseless/phaseless/llm"
@@ -36,7 +37,13 @@ func (b *blockingEngine) Generate(ctx context.Context, req *llm.Request, emit ll
 	return llm.Final{CompletionTokens: 1, FinishReason: "stop"}, nil
 }
 
-func TestRunnerBoundsQueue(t *testing.T) {
+// The Runner tests run in a synctest bubble: synctest.Wait returns once
+// every request is parked in the queue or the engine, so the queue is read
+// in the state the test built, not polled on the wall clock.
+
+func TestRunnerBoundsQueue(t *testing.T) { synctest.Test(t, testRunnerBoundsQueue) }
+
+func testRunnerBoundsQueue(t *testing.T) {
 	eng := &blockingEngine{started: make(chan struct{}, 16), release: make(chan struct{})}
 	r, err := NewRunner(eng, Config{Concurrency: 2, QueueDepth: 3})
 	if err != nil {
@@ -52,8 +59,8 @@ func TestRunnerBoundsQueue(t *testing.T) {
 	}
 	<-eng.started
 	<-eng.started
-	waitFor(t, func() bool { return r.Load().Waiting == 3 })
-	if l := r.Load(); l.Running != 2 {
+	synctest.Wait()
+	if l := r.Load(); l.Running != 2 || l.Waiting != 3 {
 		t.Fatalf("load %+v", l)
 	}
 	_, err = r.Generate(context.Background(), &llm.Request{}, func(llm.Token) error { return nil })
@@ -76,7 +83,9 @@ func TestRunnerBoundsQueue(t *testing.T) {
 	}
 }
 
-func TestRunnerCancelWhileWaiting(t *testing.T) {
+func TestRunnerCancelWhileWaiting(t *testing.T) { synctest.Test(t, testRunnerCancelWhileWaiting) }
+
+func testRunnerCancelWhileWaiting(t *testing.T) {
 	eng := &blockingEngine{started: make(chan struct{}, 4), release: make(chan struct{})}
 	defer close(eng.release)
 	r, _ := NewRunner(eng, Config{Concurrency: 1, QueueDepth: 4})
@@ -88,24 +97,16 @@ func TestRunnerCancelWhileWaiting(t *testing.T) {
 		_, err := r.Generate(ctx, &llm.Request{}, func(llm.Token) error { return nil })
 		done <- err
 	}()
-	waitFor(t, func() bool { return r.Load().Waiting == 1 })
+	synctest.Wait()
+	if w := r.Load().Waiting; w != 1 {
+		t.Fatalf("waiting %d, want 1", w)
+	}
 	cancel()
 	if err := <-done; !errors.Is(err, context.Canceled) {
 		t.Errorf("waiting request ended with %v", err)
 	}
 	if r.Load().Waiting != 0 {
 		t.Error("cancelled request still counted as waiting")
-	}
-}
-
-func waitFor(t *testing.T, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(10 * time.Second) // hang guard only
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatal("condition not reached")
-		}
-		time.Sleep(time.Millisecond)
 	}
 }
 

@@ -6,6 +6,7 @@ import (
 	"slices"
 	"sync"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"github.com/phaseless/phaseless/llm"
@@ -123,14 +124,14 @@ func acquireAsync(t *testing.T, f *Fair, tenant string, prompt int) <-chan *Tick
 	return ch
 }
 
+// waitWaiting lets every goroutine in the bubble run until it blocks, then
+// checks that n of them wait in f's queue: no polling, so the arrival order
+// the test builds is the order the queue sees.
 func waitWaiting(t *testing.T, f *Fair, n int) {
 	t.Helper()
-	deadline := time.Now().Add(10 * time.Second) // hang guard only
-	for f.Stats().Waiting != n {
-		if time.Now().After(deadline) {
-			t.Fatalf("waiting = %d, want %d", f.Stats().Waiting, n)
-		}
-		time.Sleep(time.Millisecond)
+	synctest.Wait()
+	if got := f.Stats().Waiting; got != n {
+		t.Fatalf("waiting = %d, want %d", got, n)
 	}
 }
 
@@ -140,99 +141,105 @@ func TestFairVTC(t *testing.T) {
 	for _, fifo := range []bool{false, true} {
 		name := map[bool]string{false: "vtc", true: "fifo"}[fifo]
 		t.Run(name, func(t *testing.T) {
-			f, err := NewFair(FairConfig{Slots: 1}, func() bool { return fifo })
-			if err != nil {
-				t.Fatal(err)
-			}
-			ctx := context.Background()
-			first, _ := f.Acquire(ctx, "greedy", 100)
-			first.Output(400)
-			var order []string
-			var greedy []<-chan *Ticket
-			for range 3 {
-				greedy = append(greedy, acquireAsync(t, f, "greedy", 100))
-				waitWaiting(t, f, len(greedy))
-			}
-			modest := acquireAsync(t, f, "modest", 10)
-			waitWaiting(t, f, 4)
+			synctest.Test(t, func(t *testing.T) {
+				f, err := NewFair(FairConfig{Slots: 1}, func() bool { return fifo })
+				if err != nil {
+					t.Fatal(err)
+				}
+				ctx := context.Background()
+				first, _ := f.Acquire(ctx, "greedy", 100)
+				first.Output(400)
+				var order []string
+				var greedy []<-chan *Ticket
+				for range 3 {
+					greedy = append(greedy, acquireAsync(t, f, "greedy", 100))
+					waitWaiting(t, f, len(greedy))
+				}
+				modest := acquireAsync(t, f, "modest", 10)
+				waitWaiting(t, f, 4)
 
-			first.Release()
-			first.Release() // idempotent: must not free a second slot
-			pending := map[string][]<-chan *Ticket{"greedy": greedy, "modest": {modest}}
-			for len(order) < 4 {
-				select {
-				case tk := <-modest:
-					order = append(order, "modest")
-					tk.Release()
-				case tk := <-pending["greedy"][0]:
-					pending["greedy"] = pending["greedy"][1:]
-					order = append(order, "greedy")
-					tk.Release()
-				case <-time.After(10 * time.Second):
-					t.Fatalf("stuck after %v", order)
+				first.Release()
+				first.Release() // idempotent: must not free a second slot
+				pending := map[string][]<-chan *Ticket{"greedy": greedy, "modest": {modest}}
+				for len(order) < 4 {
+					select {
+					case tk := <-modest:
+						order = append(order, "modest")
+						tk.Release()
+					case tk := <-pending["greedy"][0]:
+						pending["greedy"] = pending["greedy"][1:]
+						order = append(order, "greedy")
+						tk.Release()
+					case <-time.After(10 * time.Second):
+						t.Fatalf("stuck after %v", order)
+					}
+					if len(pending["greedy"]) == 0 {
+						pending["greedy"] = []<-chan *Ticket{make(chan *Ticket)}
+					}
 				}
-				if len(pending["greedy"]) == 0 {
-					pending["greedy"] = []<-chan *Ticket{make(chan *Ticket)}
+				// VTC lifts the newcomer to greedy's counter; the tie goes to
+				// the earlier arrival, after which greedy's charge puts modest
+				// next. FIFO serves modest last.
+				want := []string{"greedy", "modest", "greedy", "greedy"}
+				if fifo {
+					want = []string{"greedy", "greedy", "greedy", "modest"}
 				}
-			}
-			// VTC lifts the newcomer to greedy's counter; the tie goes to
-			// the earlier arrival, after which greedy's charge puts modest
-			// next. FIFO serves modest last.
-			want := []string{"greedy", "modest", "greedy", "greedy"}
-			if fifo {
-				want = []string{"greedy", "greedy", "greedy", "modest"}
-			}
-			if !slices.Equal(order, want) {
-				t.Fatalf("served %v, want %v", order, want)
-			}
-			if s := f.Stats(); s.Running != 0 || s.Waiting != 0 {
-				t.Fatalf("leftover state %+v", s)
-			}
+				if !slices.Equal(order, want) {
+					t.Fatalf("served %v, want %v", order, want)
+				}
+				if s := f.Stats(); s.Running != 0 || s.Waiting != 0 {
+					t.Fatalf("leftover state %+v", s)
+				}
+			})
 		})
 	}
 }
 
 func TestFairLiftsReturningTenant(t *testing.T) {
-	f, _ := NewFair(FairConfig{Slots: 1}, nil)
-	ctx := context.Background()
-	// "old" was served long ago, then went idle with a tiny counter.
-	tk, _ := f.Acquire(ctx, "old", 1)
-	tk.Release()
-	busy, _ := f.Acquire(ctx, "busy", 1000)
-	w := acquireAsync(t, f, "busy", 1000)
-	waitWaiting(t, f, 1)
-	r := acquireAsync(t, f, "old", 1)
-	waitWaiting(t, f, 2)
-	if got, want := f.Counter("old"), f.Counter("busy"); got != want {
-		t.Fatalf("returning tenant's counter %v not lifted to the active minimum %v", got, want)
-	}
-	busy.Release()
-	// Equal counters: arrival order decides, so the waiting busy request goes first.
-	(<-w).Release()
-	(<-r).Release()
+	synctest.Test(t, func(t *testing.T) {
+		f, _ := NewFair(FairConfig{Slots: 1}, nil)
+		ctx := context.Background()
+		// "old" was served long ago, then went idle with a tiny counter.
+		tk, _ := f.Acquire(ctx, "old", 1)
+		tk.Release()
+		busy, _ := f.Acquire(ctx, "busy", 1000)
+		w := acquireAsync(t, f, "busy", 1000)
+		waitWaiting(t, f, 1)
+		r := acquireAsync(t, f, "old", 1)
+		waitWaiting(t, f, 2)
+		if got, want := f.Counter("old"), f.Counter("busy"); got != want {
+			t.Fatalf("returning tenant's counter %v not lifted to the active minimum %v", got, want)
+		}
+		busy.Release()
+		// Equal counters: arrival order decides, so the waiting busy request goes first.
+		(<-w).Release()
+		(<-r).Release()
+	})
 }
 
 func TestFairCancelAndQueueLimit(t *testing.T) {
-	f, _ := NewFair(FairConfig{Slots: 1, MaxQueue: 1}, nil)
-	hold, _ := f.Acquire(context.Background(), "a", 1)
-	ctx, cancel := context.WithCancel(context.Background())
-	errc := make(chan error, 1)
-	go func() {
-		_, err := f.Acquire(ctx, "b", 1)
-		errc <- err
-	}()
-	waitWaiting(t, f, 1)
-	if _, err := f.Acquire(context.Background(), "c", 1); llm.CodeOf(err) != llm.CodeOverloaded {
-		t.Fatalf("full queue: %v", err)
-	}
-	cancel()
-	if err := <-errc; !errors.Is(err, context.Canceled) {
-		t.Fatalf("cancelled waiter: %v", err)
-	}
-	hold.Release()
-	if s := f.Stats(); s.Running != 0 || s.Waiting != 0 {
-		t.Fatalf("state after cancel %+v", s)
-	}
+	synctest.Test(t, func(t *testing.T) {
+		f, _ := NewFair(FairConfig{Slots: 1, MaxQueue: 1}, nil)
+		hold, _ := f.Acquire(context.Background(), "a", 1)
+		ctx, cancel := context.WithCancel(context.Background())
+		errc := make(chan error, 1)
+		go func() {
+			_, err := f.Acquire(ctx, "b", 1)
+			errc <- err
+		}()
+		waitWaiting(t, f, 1)
+		if _, err := f.Acquire(context.Background(), "c", 1); llm.CodeOf(err) != llm.CodeOverloaded {
+			t.Fatalf("full queue: %v", err)
+		}
+		cancel()
+		if err := <-errc; !errors.Is(err, context.Canceled) {
+			t.Fatalf("cancelled waiter: %v", err)
+		}
+		hold.Release()
+		if s := f.Stats(); s.Running != 0 || s.Waiting != 0 {
+			t.Fatalf("state after cancel %+v", s)
+		}
+	})
 }
 
 func TestBreaker(t *testing.T) {

@@ -1,17 +1,3 @@
-// Package batch holds requests for a built-in worker briefly so that the
-// ones released into the engine together have similar prompt lengths, and a
-// long prompt does not stall short ones.
-//
-// The engine (models/lm) batches continuously: every step advances all
-// running sequences and fills the rest of its token budget with chunks of
-// waiting prompts, in arrival order. When the engine has room, holding a
-// request back only adds latency, so it goes straight in. When the engine
-// is full, requests wait here in buckets by prompt length; as sequences
-// finish, the bucket of shortest prompts is released first, up to MaxBatch
-// at a time, so short prompts are not queued behind a long prompt's many
-// prefill chunks. No request waits longer than Window: a bucket whose oldest
-// request has waited that long is released even without room, into the
-// engine's own queue, so long prompts are never starved.
 package batch
 
 import (

@@ -4,6 +4,7 @@ import (
 	"context"
 	"strings"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"github.com/phaseless/phaseless/cloud/worker"
@@ -74,7 +75,11 @@ func TestParseURL(t *testing.T) {
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 
 // TestServerCancel: a client that goes away frees its sequence and blocks.
-func TestServerCancel(t *testing.T) {
+// It runs in a synctest bubble: the engine loop's step timers fire in fake
+// time, so the roofline's step lengths hold exactly however loaded the host.
+func TestServerCancel(t *testing.T) { synctest.Test(t, testServerCancel) }
+
+func testServerCancel(t *testing.T) {
 	s := NewServer(mustDeployment(t, "h100", "llama3.1-8b", 1))
 	defer s.Close()
 	ctx, cancel := context.WithCancel(context.Background())
@@ -89,17 +94,15 @@ func TestServerCancel(t *testing.T) {
 	if err == nil || n < 3 || n > 100 {
 		t.Fatalf("err %v after %d tokens", err, n)
 	}
-	// The engine drops it at its next step boundary.
-	for i := 0; ; i++ {
-		s.mu.Lock()
-		idle, usage := s.eng.Idle(), s.eng.KVUsage()
-		s.mu.Unlock()
-		if idle && usage == 0 {
-			break
-		}
-		if i > 5000 {
-			t.Fatalf("cancelled sequence still held: idle %v, KV usage %v", idle, usage)
-		}
-		time.Sleep(time.Millisecond)
+	// The engine drops it at its next step boundary: sleeping lets the
+	// bubble's clock run to the step timer; a second is far more than one
+	// step of an 8B model on an H100.
+	time.Sleep(time.Second)
+	synctest.Wait()
+	s.mu.Lock()
+	idle, usage := s.eng.Idle(), s.eng.KVUsage()
+	s.mu.Unlock()
+	if !idle || usage != 0 {
+		t.Fatalf("cancelled sequence still held: idle %v, KV usage %v", idle, usage)
 	}
 }

@@ -3,6 +3,7 @@ package worker
 import (
 	"context"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"github.com/phaseless/phaseless/cloud/sched"
@@ -32,8 +33,12 @@ func (g *gatedEngine) Close() error                        { return nil }
 
 // TestPendingPrefill: a request counts as pending prefill (its uncached
 // tokens, one request) from Generate until its first token, and the
-// worker's declared class reaches the scheduler's signals.
-func TestPendingPrefill(t *testing.T) {
+// worker's declared class reaches the scheduler's signals. It runs in a
+// synctest bubble so the request is read while it waits in the engine, not
+// after a wall-clock poll saw it start.
+func TestPendingPrefill(t *testing.T) { synctest.Test(t, testPendingPrefill) }
+
+func testPendingPrefill(t *testing.T) {
 	g := &gatedEngine{first: make(chan struct{}), rest: make(chan struct{}), emitted: make(chan struct{})}
 	cls := sched.Class{ID: sched.ClassL4, PrefillTokensPerSec: 4500, DecodeStepSec: 0.06, PricePerHour: 0.8}
 	w, err := New(Config{Name: "g", Role: sched.RoleDecode, Class: cls}, g)
@@ -54,8 +59,9 @@ func TestPendingPrefill(t *testing.T) {
 		w.Signals(&s, hashes, time.Now())
 		return s
 	}
-	for w.Inflight() == 0 { // Generate has counted the request before it runs
-		time.Sleep(time.Millisecond)
+	synctest.Wait() // Generate has counted the request and waits on g.first
+	if n := w.Inflight(); n != 1 {
+		t.Fatalf("inflight %d before the engine ran, want 1", n)
 	}
 	if s := signals(); s.PendingPrefill != 50-2*16 || s.Prefilling != 1 || s.Class != cls {
 		t.Fatalf("prefilling: pending %d tokens in %d requests, class %+v", s.PendingPrefill, s.Prefilling, s.Class)

@@ -1,13 +1,3 @@
-// Package worker runs requests on engines grouped in pools by role
-// (prefill-heavy, decode-heavy, stream, conservative) and measures each
-// worker's signals for the scheduler: queue depth, KV usage and faults per
-// ms, and output burstiness.
-//
-// Two engine kinds sit behind Engine: Builtin, the in-process models/lm
-// engine (its counters read directly), and Remote, any OpenAI-compatible
-// server by URL (vLLM, SGLang, llama.cpp, another Phaseless), streamed over
-// SSE, health-checked, and loaded from its Prometheus metrics where it
-// exposes them. A Set owns the workers and the goroutine that probes them.
 package worker
 
 import (
