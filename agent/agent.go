@@ -21,6 +21,7 @@ import (
 
 	"github.com/phaseless/phaseless/agent/fleetclient"
 	"github.com/phaseless/phaseless/agent/local"
+	"github.com/phaseless/phaseless/agent/ota"
 	"github.com/phaseless/phaseless/agent/route"
 	"github.com/phaseless/phaseless/agent/telemetry"
 	"github.com/phaseless/phaseless/firmware"
@@ -243,7 +244,7 @@ type Agent struct {
 	store   *telemetry.Store
 	sink    *telemetrySink
 	fleet   *fleetclient.Client // nil without --mqtt
-	ota     *ota
+	ota     *ota.Updater
 	pred    *predictor.Swappable // the router model: a learned one or the entropy rule, swappable either way
 	handler http.Handler
 	srv     *http.Server
@@ -292,12 +293,15 @@ func New(cfg Config, log *slog.Logger) (a *Agent, err error) {
 		return nil, fmt.Errorf("telemetry store: %w", err)
 	}
 	a.sink = newTelemetrySink(a.store, a.metrics, log, sinkWriters)
-	if a.ota, err = openOTA(cfg, os.Getenv); err != nil {
-		return nil, err
-	}
 	a.restartc = make(chan struct{})
 	var restartOnce sync.Once
-	a.ota.restart = func() { restartOnce.Do(func() { close(a.restartc) }) }
+	if a.ota, err = ota.Open(ota.Config{
+		DataDir: cfg.DataDir, Board: cfg.Board, OTAPub: cfg.OTAPub, Slot: os.Getenv(firmware.EnvSlot),
+		Restart: func() { restartOnce.Do(func() { close(a.restartc) }) },
+		Changed: a.publishStatus, Log: log,
+	}); err != nil {
+		return nil, err
+	}
 
 	if a.engine, err = openEngine(cfg); err != nil {
 		return nil, err
@@ -317,16 +321,12 @@ func New(cfg Config, log *slog.Logger) (a *Agent, err error) {
 	a.pred = pred
 	// Router and edge models the fleet installed replace what the flags
 	// name (a rollout's purpose), from the last run's kept install.
-	if a.ota.hot, err = a.openHot(); err != nil {
+	inForce, err := a.ota.OpenArtifacts(context.Background(), ota.Targets{Router: pred, Engine: a.engine.swap, EngineConfig: a.engine.engineCfg})
+	if err != nil {
 		return nil, err
 	}
-	for kind, h := range a.ota.hot {
-		if v := h.boot(context.Background()); v != "" {
-			log.Info("fleet-installed artifact in force", "kind", kind, "version", v)
-			if kind == firmware.KindPredictor {
-				predName = "fleet " + v
-			}
-		}
+	if v := inForce[firmware.KindPredictor]; v != "" {
+		predName = "fleet " + v
 	}
 	router, err := route.NewRouter(a.routeConfig(cfg), pred)
 	if err != nil {
@@ -441,7 +441,7 @@ func (a *Agent) newFleetClient() (*fleetclient.Client, error) {
 	fc := fleetclient.Config{
 		BrokerURL: a.cfg.MQTT, DeviceID: a.cfg.DeviceID, Version: cli.Version, Board: a.cfg.Board,
 		Store: a.store, StatePath: filepath.Join(a.cfg.DataDir, "fleet.db"), Logger: a.log.With("component", "fleet"),
-		Slot: a.ota.slot, Artifacts: a.ota.artifacts, Trial: a.ota.onTrial,
+		Slot: a.ota.Slot, Artifacts: a.ota.Artifacts, Trial: a.ota.OnTrial,
 		UplinkRate: a.cfg.TelemetryRate, OnConfig: a.applyDesired,
 	}
 	if a.cfg.PKIDir != "" {
@@ -455,17 +455,28 @@ func (a *Agent) newFleetClient() (*fleetclient.Client, error) {
 	if err != nil {
 		return nil, err
 	}
-	c.Handle("update", a.ota.update)
-	c.Handle("ota-commit", a.ota.commit)
-	c.Handle("ota-rollback", a.ota.rollback)
+	c.Handle("update", a.ota.Update)
+	c.Handle("ota-commit", a.ota.Commit)
+	c.Handle("ota-rollback", a.ota.Rollback)
 	// The router's model is swapped in place: requests in flight finish on
 	// the old one, a file that fails validation leaves the old one serving.
 	c.Handle("reload-predictor", a.reloadPredictor)
 	return c, nil
 }
 
-// listenUnix binds a Unix socket, replacing a stale one left by a crash but
-// never a file that is not a socket.
+// publishStatus republishes the fleet status (artifact versions) when a
+// fleet client runs.
+func (a *Agent) publishStatus() {
+	if a.fleet == nil {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := a.fleet.PublishStatus(ctx); err != nil {
+		a.log.Warn("status not republished", "err", err)
+	}
+}
+
 // reloadPredictor is the fleet's "reload-predictor" command: swap the router
 // model for an ONNX file on the device, or for the entropy rule ("entropy"),
 // whichever the agent started with.
@@ -479,7 +490,7 @@ func (a *Agent) reloadPredictor(_ context.Context, cmd fleetwire.Command) (strin
 			return "", err
 		}
 	default:
-		if a.ota.key != nil {
+		if a.ota.Trusted() {
 			// This fleet signs its router models: an unsigned file on the
 			// device would go round the manifest check.
 			return "", errors.New(`this agent trusts a fleet OTA key: router models come as signed predictor bundles ("update url=…", phaselessctl ota sign --kind predictor); reload-predictor takes only path=entropy`)
@@ -491,6 +502,8 @@ func (a *Agent) reloadPredictor(_ context.Context, cmd fleetwire.Command) (strin
 	return "predictor now " + path, nil
 }
 
+// listenUnix binds a Unix socket, replacing a stale one left by a crash but
+// never a file that is not a socket.
 func listenUnix(path string) (net.Listener, error) {
 	if st, err := os.Lstat(path); err == nil {
 		if st.Mode()&fs.ModeSocket == 0 {
@@ -576,7 +589,7 @@ func (a *Agent) Run(ctx context.Context) error {
 	if a.fleet != nil {
 		go func() {
 			var watch sync.WaitGroup
-			watch.Go(func() { a.ota.watchCommit(fleetCtx, a.fleet.PublishStatus) })
+			watch.Go(func() { a.ota.WatchCommit(fleetCtx, a.fleet.PublishStatus) })
 			err := a.fleet.Run(fleetCtx)
 			watch.Wait()
 			fleetDone <- err
