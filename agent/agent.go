@@ -1,7 +1,9 @@
 // Package agent wires the device side of Phaseless: the local HTTP API, the
 // router, the local engine, the QUIC uplink to the cloud, the telemetry
-// buffer and the fleet client. Each of those lives in its own sub-package;
-// this package only builds them from a Config and runs them together.
+// buffer, the fleet client, OTA updates and shadow sampling. Each of those
+// lives in its own sub-package; this package builds them from a Config, runs
+// them together, and applies the fleet's desired config to them as they run
+// (devconfig.go).
 package agent
 
 import (
@@ -23,6 +25,7 @@ import (
 	"github.com/phaseless/phaseless/agent/local"
 	"github.com/phaseless/phaseless/agent/ota"
 	"github.com/phaseless/phaseless/agent/route"
+	"github.com/phaseless/phaseless/agent/shadow"
 	"github.com/phaseless/phaseless/agent/telemetry"
 	"github.com/phaseless/phaseless/firmware"
 	"github.com/phaseless/phaseless/internal/cli"
@@ -62,7 +65,7 @@ type Config struct {
 	RouteThreshold   float64       // cloud probability at which the router prefers the cloud; 0 = the model's
 	RouteHysteresis  float64       // relative band of the link and load signals, never the content score (flag: 0.1)
 	RouteMode        string        // auto (the router decides), local or cloud for requests that pin no route (auto)
-	ShadowShare      float64       // share of local answers sampled for shadow evaluation, 0..MaxShadowShare (0: off)
+	ShadowShare      float64       // share of local answers sampled for shadow evaluation, 0..shadow.MaxShare (0: off)
 	MaxOutputTokens  int           // largest max_tokens accepted
 	CloudRetryMax    time.Duration // longest wait between reconnect attempts to the cloud (30 s)
 	CloudFirstToken  time.Duration // cloud requests without a token by then run locally (15 s)
@@ -196,8 +199,8 @@ func (c *Config) Validate() error {
 		}
 		return &cli.FieldError{Field: field, Err: err}
 	}
-	if c.ShadowShare < 0 || c.ShadowShare > MaxShadowShare || math.IsNaN(c.ShadowShare) {
-		return &cli.FieldError{Field: "ShadowShare", Err: fmt.Errorf("%g must be in [0,%g]: shadow evaluation sends request text off the device", c.ShadowShare, MaxShadowShare)}
+	if c.ShadowShare < 0 || c.ShadowShare > shadow.MaxShare || math.IsNaN(c.ShadowShare) {
+		return &cli.FieldError{Field: "ShadowShare", Err: fmt.Errorf("%g must be in [0,%g]: shadow evaluation sends request text off the device", c.ShadowShare, shadow.MaxShare)}
 	}
 	if err := (route.Config{Mode: c.RouteMode}).Validate(); err != nil {
 		return &cli.FieldError{Field: "RouteMode", Err: fmt.Errorf("%q must be auto, local or cloud", c.RouteMode)}
@@ -255,7 +258,7 @@ type Agent struct {
 	restartc chan struct{} // closed when an installed update wants a restart
 
 	mFeedback *metrics.LabeledCounter // POST /v1/feedback verdicts stored, by rating
-	shadow    *shadowTap              // the local engine as the dispatcher sees it: samples answers for shadow evaluation
+	shadow    *shadow.Tap             // the local engine as the dispatcher sees it: samples answers for shadow evaluation
 
 	closeOnce sync.Once
 	closeErr  error
@@ -313,7 +316,7 @@ func New(cfg Config, log *slog.Logger) (a *Agent, err error) {
 	if a.runner, err = local.NewRunner(a.engine.gen, local.Config{Concurrency: cfg.LocalConcurrency, QueueDepth: cfg.LocalQueue, KVFaultsPerMs: kv}); err != nil {
 		return nil, err
 	}
-	a.shadow = newShadowTap(a.runner, a.store, a.metrics, log, cfg.ShadowShare)
+	a.shadow = shadow.NewTap(a.runner, a.store, a.metrics, log, cfg.ShadowShare)
 	pred, predName, err := loadPredictor(cfg.Predictor)
 	if err != nil {
 		return nil, &cli.FieldError{Field: "Predictor", Err: err}
@@ -660,7 +663,7 @@ func (a *Agent) Close() error {
 			errs = append(errs, a.engine.close())
 		}
 		if a.shadow != nil {
-			a.shadow.close()
+			a.shadow.Close()
 		}
 		if a.sink != nil {
 			a.sink.close()
