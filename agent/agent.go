@@ -1,7 +1,9 @@
 // Package agent wires the device side of Phaseless: the local HTTP API, the
 // router, the local engine, the QUIC uplink to the cloud, the telemetry
-// buffer and the fleet client. Each of those lives in its own sub-package;
-// this package only builds them from a Config and runs them together.
+// buffer, the fleet client, OTA updates and shadow sampling. Each of those
+// lives in its own sub-package; this package builds them from a Config, runs
+// them together, and applies the fleet's desired config to them as they run
+// (devconfig.go).
 package agent
 
 import (
@@ -21,7 +23,9 @@ import (
 
 	"github.com/phaseless/phaseless/agent/fleetclient"
 	"github.com/phaseless/phaseless/agent/local"
+	"github.com/phaseless/phaseless/agent/ota"
 	"github.com/phaseless/phaseless/agent/route"
+	"github.com/phaseless/phaseless/agent/shadow"
 	"github.com/phaseless/phaseless/agent/telemetry"
 	"github.com/phaseless/phaseless/firmware"
 	"github.com/phaseless/phaseless/internal/cli"
@@ -61,7 +65,7 @@ type Config struct {
 	RouteThreshold   float64       // cloud probability at which the router prefers the cloud; 0 = the model's
 	RouteHysteresis  float64       // relative band of the link and load signals, never the content score (flag: 0.1)
 	RouteMode        string        // auto (the router decides), local or cloud for requests that pin no route (auto)
-	ShadowShare      float64       // share of local answers sampled for shadow evaluation, 0..MaxShadowShare (0: off)
+	ShadowShare      float64       // share of local answers sampled for shadow evaluation, 0..shadow.MaxShare (0: off)
 	MaxOutputTokens  int           // largest max_tokens accepted
 	CloudRetryMax    time.Duration // longest wait between reconnect attempts to the cloud (30 s)
 	CloudFirstToken  time.Duration // cloud requests without a token by then run locally (15 s)
@@ -195,8 +199,8 @@ func (c *Config) Validate() error {
 		}
 		return &cli.FieldError{Field: field, Err: err}
 	}
-	if c.ShadowShare < 0 || c.ShadowShare > MaxShadowShare || math.IsNaN(c.ShadowShare) {
-		return &cli.FieldError{Field: "ShadowShare", Err: fmt.Errorf("%g must be in [0,%g]: shadow evaluation sends request text off the device", c.ShadowShare, MaxShadowShare)}
+	if c.ShadowShare < 0 || c.ShadowShare > shadow.MaxShare || math.IsNaN(c.ShadowShare) {
+		return &cli.FieldError{Field: "ShadowShare", Err: fmt.Errorf("%g must be in [0,%g]: shadow evaluation sends request text off the device", c.ShadowShare, shadow.MaxShare)}
 	}
 	if err := (route.Config{Mode: c.RouteMode}).Validate(); err != nil {
 		return &cli.FieldError{Field: "RouteMode", Err: fmt.Errorf("%q must be auto, local or cloud", c.RouteMode)}
@@ -243,7 +247,7 @@ type Agent struct {
 	store   *telemetry.Store
 	sink    *telemetrySink
 	fleet   *fleetclient.Client // nil without --mqtt
-	ota     *ota
+	ota     *ota.Updater
 	pred    *predictor.Swappable // the router model: a learned one or the entropy rule, swappable either way
 	handler http.Handler
 	srv     *http.Server
@@ -254,7 +258,7 @@ type Agent struct {
 	restartc chan struct{} // closed when an installed update wants a restart
 
 	mFeedback *metrics.LabeledCounter // POST /v1/feedback verdicts stored, by rating
-	shadow    *shadowTap              // the local engine as the dispatcher sees it: samples answers for shadow evaluation
+	shadow    *shadow.Tap             // the local engine as the dispatcher sees it: samples answers for shadow evaluation
 
 	closeOnce sync.Once
 	closeErr  error
@@ -292,12 +296,15 @@ func New(cfg Config, log *slog.Logger) (a *Agent, err error) {
 		return nil, fmt.Errorf("telemetry store: %w", err)
 	}
 	a.sink = newTelemetrySink(a.store, a.metrics, log, sinkWriters)
-	if a.ota, err = openOTA(cfg, os.Getenv); err != nil {
-		return nil, err
-	}
 	a.restartc = make(chan struct{})
 	var restartOnce sync.Once
-	a.ota.restart = func() { restartOnce.Do(func() { close(a.restartc) }) }
+	if a.ota, err = ota.Open(ota.Config{
+		DataDir: cfg.DataDir, Board: cfg.Board, OTAPub: cfg.OTAPub, Slot: os.Getenv(firmware.EnvSlot),
+		Restart: func() { restartOnce.Do(func() { close(a.restartc) }) },
+		Changed: a.publishStatus, Log: log,
+	}); err != nil {
+		return nil, err
+	}
 
 	if a.engine, err = openEngine(cfg); err != nil {
 		return nil, err
@@ -309,7 +316,7 @@ func New(cfg Config, log *slog.Logger) (a *Agent, err error) {
 	if a.runner, err = local.NewRunner(a.engine.gen, local.Config{Concurrency: cfg.LocalConcurrency, QueueDepth: cfg.LocalQueue, KVFaultsPerMs: kv}); err != nil {
 		return nil, err
 	}
-	a.shadow = newShadowTap(a.runner, a.store, a.metrics, log, cfg.ShadowShare)
+	a.shadow = shadow.NewTap(a.runner, a.store, a.metrics, log, cfg.ShadowShare)
 	pred, predName, err := loadPredictor(cfg.Predictor)
 	if err != nil {
 		return nil, &cli.FieldError{Field: "Predictor", Err: err}
@@ -317,16 +324,12 @@ func New(cfg Config, log *slog.Logger) (a *Agent, err error) {
 	a.pred = pred
 	// Router and edge models the fleet installed replace what the flags
 	// name (a rollout's purpose), from the last run's kept install.
-	if a.ota.hot, err = a.openHot(); err != nil {
+	inForce, err := a.ota.OpenArtifacts(context.Background(), ota.Targets{Router: pred, Engine: a.engine.swap, EngineConfig: a.engine.engineCfg})
+	if err != nil {
 		return nil, err
 	}
-	for kind, h := range a.ota.hot {
-		if v := h.boot(context.Background()); v != "" {
-			log.Info("fleet-installed artifact in force", "kind", kind, "version", v)
-			if kind == firmware.KindPredictor {
-				predName = "fleet " + v
-			}
-		}
+	if v := inForce[firmware.KindPredictor]; v != "" {
+		predName = "fleet " + v
 	}
 	router, err := route.NewRouter(a.routeConfig(cfg), pred)
 	if err != nil {
@@ -441,7 +444,7 @@ func (a *Agent) newFleetClient() (*fleetclient.Client, error) {
 	fc := fleetclient.Config{
 		BrokerURL: a.cfg.MQTT, DeviceID: a.cfg.DeviceID, Version: cli.Version, Board: a.cfg.Board,
 		Store: a.store, StatePath: filepath.Join(a.cfg.DataDir, "fleet.db"), Logger: a.log.With("component", "fleet"),
-		Slot: a.ota.slot, Artifacts: a.ota.artifacts, Trial: a.ota.onTrial,
+		Slot: a.ota.Slot, Artifacts: a.ota.Artifacts, Trial: a.ota.OnTrial,
 		UplinkRate: a.cfg.TelemetryRate, OnConfig: a.applyDesired,
 	}
 	if a.cfg.PKIDir != "" {
@@ -455,17 +458,28 @@ func (a *Agent) newFleetClient() (*fleetclient.Client, error) {
 	if err != nil {
 		return nil, err
 	}
-	c.Handle("update", a.ota.update)
-	c.Handle("ota-commit", a.ota.commit)
-	c.Handle("ota-rollback", a.ota.rollback)
+	c.Handle("update", a.ota.Update)
+	c.Handle("ota-commit", a.ota.Commit)
+	c.Handle("ota-rollback", a.ota.Rollback)
 	// The router's model is swapped in place: requests in flight finish on
 	// the old one, a file that fails validation leaves the old one serving.
 	c.Handle("reload-predictor", a.reloadPredictor)
 	return c, nil
 }
 
-// listenUnix binds a Unix socket, replacing a stale one left by a crash but
-// never a file that is not a socket.
+// publishStatus republishes the fleet status (artifact versions) when a
+// fleet client runs.
+func (a *Agent) publishStatus() {
+	if a.fleet == nil {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := a.fleet.PublishStatus(ctx); err != nil {
+		a.log.Warn("status not republished", "err", err)
+	}
+}
+
 // reloadPredictor is the fleet's "reload-predictor" command: swap the router
 // model for an ONNX file on the device, or for the entropy rule ("entropy"),
 // whichever the agent started with.
@@ -479,7 +493,7 @@ func (a *Agent) reloadPredictor(_ context.Context, cmd fleetwire.Command) (strin
 			return "", err
 		}
 	default:
-		if a.ota.key != nil {
+		if a.ota.Trusted() {
 			// This fleet signs its router models: an unsigned file on the
 			// device would go round the manifest check.
 			return "", errors.New(`this agent trusts a fleet OTA key: router models come as signed predictor bundles ("update url=…", phaselessctl ota sign --kind predictor); reload-predictor takes only path=entropy`)
@@ -491,6 +505,8 @@ func (a *Agent) reloadPredictor(_ context.Context, cmd fleetwire.Command) (strin
 	return "predictor now " + path, nil
 }
 
+// listenUnix binds a Unix socket, replacing a stale one left by a crash but
+// never a file that is not a socket.
 func listenUnix(path string) (net.Listener, error) {
 	if st, err := os.Lstat(path); err == nil {
 		if st.Mode()&fs.ModeSocket == 0 {
@@ -576,7 +592,7 @@ func (a *Agent) Run(ctx context.Context) error {
 	if a.fleet != nil {
 		go func() {
 			var watch sync.WaitGroup
-			watch.Go(func() { a.ota.watchCommit(fleetCtx, a.fleet.PublishStatus) })
+			watch.Go(func() { a.ota.WatchCommit(fleetCtx, a.fleet.PublishStatus) })
 			err := a.fleet.Run(fleetCtx)
 			watch.Wait()
 			fleetDone <- err
@@ -647,7 +663,7 @@ func (a *Agent) Close() error {
 			errs = append(errs, a.engine.close())
 		}
 		if a.shadow != nil {
-			a.shadow.close()
+			a.shadow.Close()
 		}
 		if a.sink != nil {
 			a.sink.close()

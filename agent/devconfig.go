@@ -176,7 +176,7 @@ func (a *Agent) applyDesired(_ context.Context, dc fleetwire.DesiredConfig) ([]s
 		a.running.RouteThreshold, a.running.RouteHysteresis, a.running.RouteMode = next.RouteThreshold, next.RouteHysteresis, next.RouteMode
 	}
 	if next.ShadowShare != a.running.ShadowShare {
-		a.shadow.setShare(next.ShadowShare)
+		a.shadow.SetShare(next.ShadowShare)
 		a.running.ShadowShare = next.ShadowShare
 	}
 	if level == "" {

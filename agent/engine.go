@@ -7,6 +7,7 @@ import (
 	"strings"
 
 	"github.com/phaseless/phaseless/agent/local"
+	"github.com/phaseless/phaseless/agent/ota"
 	"github.com/phaseless/phaseless/llm"
 	"github.com/phaseless/phaseless/models/edgemodel"
 	"github.com/phaseless/phaseless/models/lm"
@@ -34,7 +35,7 @@ type localEngine struct {
 	probe func(text string) textfeat.Probe
 	// swap is the built-in engine, replaceable by the fleet's edge-model
 	// artifacts; nil for an external server.
-	swap *swapEngine
+	swap *ota.SwapEngine
 	// cfg is what a replacement engine is built with.
 	engineCfg lm.EngineConfig
 }
@@ -81,16 +82,16 @@ func openEngine(cfg Config) (*localEngine, error) {
 	if cfg.Model == "" {
 		probeModel = m
 	}
-	sw := newSwapEngine(eng, probeModel)
+	sw := ota.NewSwapEngine(eng, probeModel)
 	le := &localEngine{
-		gen: sw, swap: sw, engineCfg: ecfg, name: name, close: sw.close, batchSize: cfg.LocalConcurrency,
-		kvFaults:        func() float64 { return sw.current().eng.Stats().KVFaultsPerMs },
-		kvFaultsTotal:   func() uint64 { return sw.current().eng.Stats().KVFaults },
+		gen: sw, swap: sw, engineCfg: ecfg, name: name, close: sw.Close, batchSize: cfg.LocalConcurrency,
+		kvFaults:        func() float64 { e, _ := sw.Current(); return e.Stats().KVFaultsPerMs },
+		kvFaultsTotal:   func() uint64 { e, _ := sw.Current(); return e.Stats().KVFaults },
 		templateSkipped: m.ChatTemplateSkipped(),
 	}
 	if probeModel != nil {
 		le.probe = func(text string) textfeat.Probe {
-			if pm := sw.current().probe; pm != nil {
+			if _, pm := sw.Current(); pm != nil {
 				return probeText(pm, text)
 			}
 			return textfeat.Probe{} // a fleet-installed model: the probe block stays unmeasured

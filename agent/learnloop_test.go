@@ -221,8 +221,8 @@ func TestLearningLoop(t *testing.T) {
 		t.Fatalf("the retrained router sends %.0f%% of banking (the shipped one %.0f%%) and %.0f%% of car requests to the cloud", 100*candBank, 100*oldBank, 100*candCar)
 	}
 	for id, a := range agents {
-		if v := a.ota.hot[firmware.KindPredictor].version(); v != "1.1" {
-			t.Fatalf("%s runs router %q", id, v)
+		if running, _ := a.ota.Artifacts(); running[firmware.KindPredictor] != "1.1" {
+			t.Fatalf("%s runs router %q", id, running[firmware.KindPredictor])
 		}
 		bank, car := share(a.pred, bankingIntents), share(a.pred, carIntents)
 		t.Logf("%s: held-out banking requests to the cloud %.0f%% (shipped router %.0f%%), car commands %.0f%%", id, 100*bank, 100*oldBank, 100*car)

@@ -73,7 +73,7 @@ func TestRouterRolloutReachesFleet(t *testing.T) {
 		t.Fatalf("router 1.1 rollout %s (%s): %+v", r.State, r.Reason, r.Progress())
 	}
 	for id, a := range agents {
-		if a.pred.Current() == before[id] || a.ota.hot[firmware.KindPredictor].version() != "1.1" {
+		if running, _ := a.ota.Artifacts(); a.pred.Current() == before[id] || running[firmware.KindPredictor] != "1.1" {
 			t.Fatalf("%s does not serve router 1.1", id)
 		}
 	}
@@ -95,8 +95,8 @@ func TestRouterRolloutReachesFleet(t *testing.T) {
 		})
 	}
 	for id, a := range agents {
-		if v := a.ota.hot[firmware.KindPredictor].version(); v != "1.1" {
-			t.Fatalf("%s serves router %q after the halted rollout, want 1.1", id, v)
+		if running, _ := a.ota.Artifacts(); running[firmware.KindPredictor] != "1.1" {
+			t.Fatalf("%s serves router %q after the halted rollout, want 1.1", id, running[firmware.KindPredictor])
 		}
 	}
 
@@ -105,8 +105,9 @@ func TestRouterRolloutReachesFleet(t *testing.T) {
 		t.Fatalf("edge model rollout %s (%s): %+v", r.State, r.Reason, r.Progress())
 	}
 	for id, a := range agents {
-		if v := a.ota.hot[firmware.KindModel].version(); v != "2.0" || a.engine.swap.current().probe != nil {
-			t.Fatalf("%s runs edge model %q", id, v)
+		running, _ := a.ota.Artifacts()
+		if _, probe := a.engine.swap.Current(); running[firmware.KindModel] != "2.0" || probe != nil {
+			t.Fatalf("%s runs edge model %q", id, running[firmware.KindModel])
 		}
 		if _, err := a.engine.gen.Generate(context.Background(), &llm.Request{ID: "after", MaxTokens: 2, Messages: []llm.Message{{Role: "user", Content: "hello"}}}, func(llm.Token) error { return nil }); err != nil {
 			t.Fatalf("%s: the new edge model does not answer: %v", id, err)

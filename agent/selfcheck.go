@@ -11,6 +11,7 @@ import (
 	"path/filepath"
 	"runtime"
 
+	"github.com/phaseless/phaseless/agent/ota"
 	"github.com/phaseless/phaseless/models/lm"
 	"github.com/phaseless/phaseless/models/predictor"
 	"github.com/phaseless/phaseless/models/textfeat"
@@ -128,5 +129,5 @@ func checkEngine(ctx context.Context) error {
 		return err
 	}
 	defer eng.Close()
-	return engineAnswers(ctx, eng)
+	return ota.EngineAnswers(ctx, eng)
 }

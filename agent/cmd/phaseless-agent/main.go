@@ -10,6 +10,7 @@ import (
 	"os"
 
 	"github.com/phaseless/phaseless/agent"
+	"github.com/phaseless/phaseless/agent/ota"
 	"github.com/phaseless/phaseless/internal/cli"
 )
 
@@ -26,7 +27,7 @@ func main() {
 		Commands: []*cli.Command{{
 			Name:    "supervise",
 			Summary: "boot supervisor: run the agent of the A/B slot the OTA state names, commit a healthy update, roll back a failing one",
-			Run:     agent.Supervise,
+			Run:     ota.Supervise,
 		}, {
 			Name:    "selfcheck",
 			Summary: "check storage, crypto and the engine on this board, then exit",

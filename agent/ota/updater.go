@@ -1,10 +1,11 @@
-package agent
+package ota
 
 import (
 	"context"
 	"crypto/ed25519"
 	"errors"
 	"fmt"
+	"log/slog"
 	"net/http"
 	"net/url"
 	"path/filepath"
@@ -15,7 +16,27 @@ import (
 	"github.com/phaseless/phaseless/transport/fleetwire"
 )
 
-// ota applies signed updates sent as fleet commands: "update url=U
+// Config is what Open needs from the agent's configuration.
+type Config struct {
+	DataDir string // the A/B slots live in DataDir/ota, hot-swapped artifacts in DataDir/artifacts/KIND
+	Board   string // board profile bundles must be built for
+	// OTAPub is the fleet's trusted ed25519 key file; "" refuses every
+	// update. Named as the agent's Config names it, so the FieldError Open
+	// returns for it names the --ota-pub flag.
+	OTAPub string
+	// Slot is the slot this process was started from, as the supervisor
+	// said in firmware.EnvSlot; "" when no supervisor started it.
+	Slot string
+	// Restart asks the agent to exit so the supervisor starts the slot just
+	// installed; nil does not restart.
+	Restart func()
+	// Changed republishes the device status after a hot swap or a failed
+	// one; nil without a fleet.
+	Changed func()
+	Log     *slog.Logger // nil discards
+}
+
+// Updater applies signed updates sent as fleet commands: "update url=U
 // [rollback=true]" downloads a bundle, verifies it against the fleet's
 // trusted key (--ota-pub), this board and the running version, installs it
 // into the inactive A/B slot on trial and restarts into it. The boot
@@ -23,18 +44,20 @@ import (
 // slot's binary and commits it only once it answers /readyz; "ota-commit" is
 // accepted only from a process that runs the trial slot, and "ota-rollback"
 // abandons a trial. An agent that no supervisor started refuses updates: an
-// installed slot would never run.
-type ota struct {
+// installed slot would never run. Bundles of the kinds the running agent
+// swaps in place go to OpenArtifacts' stores instead (hotswap.go).
+type Updater struct {
 	slots  *firmware.Slots
 	key    ed25519.PublicKey // nil: no trusted key, updates refused
 	board  string
 	client *http.Client
-	// running is the slot this process was started from, as the supervisor
-	// said in firmware.EnvSlot; "" when no supervisor started it.
+	// running is the slot this process was started from; "" when no
+	// supervisor started it.
 	running string
-	// restart asks the agent to exit so the supervisor starts the slot just
-	// installed; nil in tests.
-	restart func()
+	restart func() // nil in tests
+	dataDir string // for OpenArtifacts
+	changed func() // handed to each hot-swapped kind
+	log     *slog.Logger
 	// hot installs the kinds the running agent swaps in place (router
 	// model, edge model: hotswap.go), by firmware kind.
 	hot map[string]*hotArtifact
@@ -44,10 +67,14 @@ type ota struct {
 // before the agent exits.
 const restartDelay = 500 * time.Millisecond
 
-// openOTA opens the slots under the data directory. Boots are counted by the
+// Open opens the slots under the data directory. Boots are counted by the
 // supervisor that started this process, never here.
-func openOTA(cfg Config, getenv func(string) string) (*ota, error) {
-	o := &ota{board: cfg.Board, client: &http.Client{}, running: getenv(firmware.EnvSlot)}
+func Open(cfg Config) (*Updater, error) {
+	log := cfg.Log
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	o := &Updater{board: cfg.Board, client: &http.Client{}, running: cfg.Slot, restart: cfg.Restart, dataDir: cfg.DataDir, changed: cfg.Changed, log: log}
 	if cfg.OTAPub != "" {
 		key, err := firmware.ReadPublicKey(cfg.OTAPub)
 		if err != nil {
@@ -63,22 +90,28 @@ func openOTA(cfg Config, getenv func(string) string) (*ota, error) {
 	return o, nil
 }
 
-// slot is the slot this process runs, for the fleet status: the one the
+// Trusted reports whether the device holds the fleet's OTA key: such a
+// fleet signs its router models, so nothing unsigned may replace one.
+func (o *Updater) Trusted() bool { return o.key != nil }
+
+// Slot is the slot this process runs, for the fleet status: the one the
 // supervisor started, or the committed one when no supervisor runs.
-func (o *ota) slot() string {
+func (o *Updater) Slot() string {
 	if o.running != "" {
 		return o.running
 	}
 	return o.slots.State().Active
 }
 
-// artifacts is what the status reports: the agent version this slot holds
+// Artifacts is what the status reports: the agent version this slot holds
 // (its bundle's, or the build's for the factory install) and an update
 // that was installed and then rolled back — the other slot holds a version
-// newer than this one and no trial is pending — so a rollout counts it.
-func (o *ota) artifacts() (running, rolledBack map[string]string) {
+// newer than this one and no trial is pending — so a rollout counts it;
+// likewise for each hot-swapped kind, the version in force and the last
+// one that failed its health check.
+func (o *Updater) Artifacts() (running, rolledBack map[string]string) {
 	st := o.slots.State()
-	slot := o.slot()
+	slot := o.Slot()
 	v := st.Versions[slot]
 	if v == "" {
 		v = cli.Version
@@ -108,8 +141,8 @@ func (o *ota) artifacts() (running, rolledBack map[string]string) {
 	return running, rolledBack
 }
 
-// onTrial reports whether this process runs the slot on trial.
-func (o *ota) onTrial() bool {
+// OnTrial reports whether this process runs the slot on trial.
+func (o *Updater) OnTrial() bool {
 	return o.running != "" && o.slots.State().Trial == o.running
 }
 
@@ -117,15 +150,17 @@ func (o *ota) onTrial() bool {
 // committed it yet.
 const commitPoll = time.Second
 
-// watchCommit republishes the status once the supervisor commits the trial
+// WatchCommit republishes the status once the supervisor commits the trial
 // slot this process runs, so the fleet (and a rollout) sees it committed.
-func (o *ota) watchCommit(ctx context.Context, publish func(context.Context) error) {
-	if !o.onTrial() {
+// It returns at once when this process runs no trial, else when that
+// status went out or ctx ends.
+func (o *Updater) WatchCommit(ctx context.Context, publish func(context.Context) error) {
+	if !o.OnTrial() {
 		return
 	}
 	t := time.NewTicker(commitPoll)
 	defer t.Stop()
-	for o.onTrial() {
+	for o.OnTrial() {
 		select {
 		case <-ctx.Done():
 			return
@@ -146,7 +181,11 @@ func (o *ota) watchCommit(ctx context.Context, publish func(context.Context) err
 // maxBundleBytes bounds a download; the bundle's manifest bounds each file.
 const maxBundleBytes = 1 << 30
 
-func (o *ota) update(ctx context.Context, cmd fleetwire.Command) (string, error) {
+// Update is the fleet's "update" command: it installs the bundle at
+// argument url, an agent build into the inactive slot (then restarts into
+// it) or a hot-swapped kind in place; rollback=true allows an older
+// version.
+func (o *Updater) Update(ctx context.Context, cmd fleetwire.Command) (string, error) {
 	if o.key == nil {
 		return "", errors.New("no trusted OTA key on this device (--ota-pub): updates are refused")
 	}
@@ -190,7 +229,7 @@ func (o *ota) update(ctx context.Context, cmd fleetwire.Command) (string, error)
 	if o.running == "" {
 		return "", errors.New("this agent was not started by its boot supervisor (phaseless-agent supervise): an installed slot would never run, so agent updates are refused")
 	}
-	policy.RunningVersion = o.slots.State().Versions[o.slot()]
+	policy.RunningVersion = o.slots.State().Versions[o.Slot()]
 	v, err := firmware.Open(bundle, policy)
 	if err != nil {
 		return "", err
@@ -205,9 +244,10 @@ func (o *ota) update(ctx context.Context, cmd fleetwire.Command) (string, error)
 	return fmt.Sprintf("installed %s into slot %s on trial; restarting into it (the supervisor commits it once it is ready)", v.Manifest.Version, slot), nil
 }
 
-// commit keeps the trial slot early, but only from inside it: a slot that
-// never booted cannot become the committed one.
-func (o *ota) commit(context.Context, fleetwire.Command) (string, error) {
+// Commit is the fleet's "ota-commit" command: it keeps the trial slot
+// early, but only from inside it: a slot that never booted cannot become
+// the committed one.
+func (o *Updater) Commit(context.Context, fleetwire.Command) (string, error) {
 	st := o.slots.State()
 	if st.Trial == "" {
 		return "", firmware.ErrNoTrial
@@ -226,7 +266,9 @@ func (o *ota) commit(context.Context, fleetwire.Command) (string, error) {
 	return fmt.Sprintf("slot %s (%s) is now the active slot", slot, version), nil
 }
 
-func (o *ota) rollback(context.Context, fleetwire.Command) (string, error) {
+// Rollback is the fleet's "ota-rollback" command: it abandons the trial,
+// so the committed slot runs at the next start.
+func (o *Updater) Rollback(context.Context, fleetwire.Command) (string, error) {
 	if err := o.slots.Rollback(); err != nil {
 		return "", err
 	}

@@ -1,4 +1,13 @@
-package agent
+// Package shadow samples the device's locally answered requests for shadow
+// evaluation: a sampled request's messages and the local answer go into the
+// telemetry store, the cloud re-runs the request and grades the local answer
+// against its own (cloud/fleet), and the grades label the next router's
+// training data (phaselessctl model train --telemetry).
+//
+// How it fits: the agent puts a Tap in front of its local engine, so the
+// dispatcher's local path runs through it, and the fleet config's
+// shadow-share setting changes its share live (SetShare).
+package shadow
 
 import (
 	"context"
@@ -17,19 +26,19 @@ import (
 	"github.com/phaseless/phaseless/transport/fleetwire"
 )
 
-// MaxShadowShare bounds --shadow-share: shadow evaluation sends request text
+// MaxShare bounds --shadow-share: shadow evaluation sends request text
 // and the local answer off the device, so at most a quarter of the local
 // answers may be sampled, whatever the fleet config says.
-const MaxShadowShare = 0.25
+const MaxShare = 0.25
 
-// shadowTap samples locally answered requests for shadow evaluation: with
+// Tap samples locally answered requests for shadow evaluation: with
 // probability share (decided by a hash of the request id, so a retried id
 // is sampled the same way) the local answer is kept, and after it finished
 // the request's messages and the answer go into the telemetry store as a
 // fleetwire.ShadowRecord. The cloud re-runs it and grades the local answer
 // against its own (cloud/fleet). Off (share 0) by default: today's
 // telemetry otherwise carries features only, never text.
-type shadowTap struct {
+type Tap struct {
 	next  llm.Generator
 	share atomic.Uint64 // float64 bits; changed live by the fleet config
 	store *telemetry.Store
@@ -44,26 +53,29 @@ type shadowTap struct {
 	closed bool
 }
 
-var _ llm.Generator = (*shadowTap)(nil)
+var _ llm.Generator = (*Tap)(nil)
 
-// shadowQueue bounds shadow records waiting for the store; beyond it they
+// queueLen bounds shadow records waiting for the store; beyond it they
 // are dropped and counted (a sample, not a record anyone relies on).
-const shadowQueue = 64
+const queueLen = 64
 
-func newShadowTap(next llm.Generator, store *telemetry.Store, reg *metrics.Registry, log *slog.Logger, share float64) *shadowTap {
-	s := &shadowTap{
-		next: next, store: store, log: log, ch: make(chan fleetwire.ShadowRecord, shadowQueue),
+// NewTap samples share (0..MaxShare) of next's answers into store, counting
+// them in reg; Close stops it.
+func NewTap(next llm.Generator, store *telemetry.Store, reg *metrics.Registry, log *slog.Logger, share float64) *Tap {
+	s := &Tap{
+		next: next, store: store, log: log, ch: make(chan fleetwire.ShadowRecord, queueLen),
 		sampled: reg.Counter("phaseless_agent_shadow_sampled_total", "local answers sampled for shadow evaluation (their text goes to the cloud)"),
 		dropped: reg.Counter("phaseless_agent_shadow_dropped_total", "shadow samples dropped because the queue to the telemetry store was full"),
 	}
-	s.setShare(share)
+	s.SetShare(share)
 	s.done.Go(s.write)
 	return s
 }
 
-func (s *shadowTap) setShare(v float64) { s.share.Store(math.Float64bits(v)) }
+// SetShare changes the sampled share for the requests that start from now.
+func (s *Tap) SetShare(v float64) { s.share.Store(math.Float64bits(v)) }
 
-func (s *shadowTap) getShare() float64 { return math.Float64frombits(s.share.Load()) }
+func (s *Tap) getShare() float64 { return math.Float64frombits(s.share.Load()) }
 
 // sampledID reports whether request id falls in the sampled share.
 func sampledID(id string, share float64) bool {
@@ -76,7 +88,7 @@ func sampledID(id string, share float64) bool {
 
 // Generate implements llm.Generator: the local engine answers, and a
 // sampled answer is kept.
-func (s *shadowTap) Generate(ctx context.Context, req *llm.Request, emit llm.Emit) (llm.Final, error) {
+func (s *Tap) Generate(ctx context.Context, req *llm.Request, emit llm.Emit) (llm.Final, error) {
 	if !sampledID(req.ID, s.getShare()) {
 		return s.next.Generate(ctx, req, emit)
 	}
@@ -106,7 +118,7 @@ func (s *shadowTap) Generate(ctx context.Context, req *llm.Request, emit llm.Emi
 	return fin, err
 }
 
-func (s *shadowTap) write() {
+func (s *Tap) write() {
 	for rec := range s.ch {
 		data, _ := json.Marshal(rec)
 		if _, err := s.store.Append(context.Background(), fleetwire.KindShadow, data); err != nil {
@@ -115,8 +127,8 @@ func (s *shadowTap) write() {
 	}
 }
 
-// close stores what is queued and stops the writer; safe twice.
-func (s *shadowTap) close() {
+// Close stores what is queued and stops the writer; safe twice.
+func (s *Tap) Close() {
 	s.mu.Lock()
 	if !s.closed {
 		s.closed = true

@@ -1,4 +1,4 @@
-package agent
+package ota
 
 import (
 	"context"
@@ -65,7 +65,7 @@ func (g *gateEngine) isClosed() bool {
 // and the old one is closed only after its last request.
 func TestSwapEngineDrains(t *testing.T) {
 	oldE, newE := newGateEngine("old"), newGateEngine("new")
-	s := newSwapEngine(oldE, nil)
+	s := NewSwapEngine(oldE, nil)
 	gen := func(out chan<- string) {
 		var got string
 		_, err := s.Generate(context.Background(), &llm.Request{}, func(tk llm.Token) error { got += tk.Text; return nil })
@@ -77,7 +77,7 @@ func TestSwapEngineDrains(t *testing.T) {
 	inflight := make(chan string, 1)
 	go gen(inflight)
 	<-oldE.started
-	s.replace(newE, nil)
+	s.Replace(newE, nil)
 	close(newE.release)
 	after := make(chan string, 1)
 	go gen(after)
@@ -91,7 +91,7 @@ func TestSwapEngineDrains(t *testing.T) {
 	if got := <-inflight; got != "old" {
 		t.Fatalf("the request in flight at the swap ended %q, want its answer from the old engine", got)
 	}
-	if err := s.close(); err != nil {
+	if err := s.Close(); err != nil {
 		t.Fatal(err)
 	}
 	if !oldE.isClosed() || !newE.isClosed() {

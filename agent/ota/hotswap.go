@@ -1,4 +1,4 @@
-package agent
+package ota
 
 import (
 	"context"
@@ -19,7 +19,7 @@ import (
 
 // hotArtifact installs one artifact kind that the running agent swaps in
 // place — the router model (firmware.KindPredictor, ONNX) or the edge
-// language model (firmware.KindModel, GGUF) — from a bundle ota.update has
+// language model (firmware.KindModel, GGUF) — from a bundle Updater.Update has
 // verified against the fleet key, this board and the version in force.
 // The steps, each safe to kill -9 (firmware.Artifacts): install the files
 // beside the version in force; load and health-check the new one without
@@ -141,7 +141,7 @@ func (h *hotArtifact) boot(ctx context.Context) string {
 }
 
 // hotKinds names the kinds this agent swaps in, for refusals.
-func (o *ota) hotKinds() string {
+func (o *Updater) hotKinds() string {
 	if len(o.hot) == 0 {
 		return "it swaps in no artifact kinds"
 	}
@@ -153,77 +153,106 @@ func (o *ota) hotKinds() string {
 	return "it swaps in " + strings.Join(ks, " and ")
 }
 
-// openHot builds the hot-swapped kinds under DATA_DIR/artifacts/KIND: the
-// router model always, the edge model when the built-in engine runs (an
-// external --local-url server manages its own model).
-func (a *Agent) openHot() (map[string]*hotArtifact, error) {
+// Targets are what the hot-swapped kinds replace in the running agent.
+type Targets struct {
+	// Router is the router model, replaced by firmware.KindPredictor
+	// bundles.
+	Router *predictor.Swappable
+	// Engine is the built-in engine, replaced by firmware.KindModel
+	// bundles; nil when an external --local-url server runs, which manages
+	// its own model.
+	Engine *SwapEngine
+	// EngineConfig is what a replacement engine is built with.
+	EngineConfig lm.EngineConfig
+}
+
+// OpenArtifacts builds the hot-swapped kinds under DATA_DIR/artifacts/KIND
+// — the router model always, the edge model when t.Engine is set — and
+// puts the version of each that the fleet installed in force, replacing
+// what the agent started with. It returns the fleet-installed version now
+// serving, by kind; a kind running the agent's own is absent. Call it once,
+// before the fleet client runs.
+func (o *Updater) OpenArtifacts(ctx context.Context, t Targets) (map[string]string, error) {
 	hot := map[string]*hotArtifact{}
 	add := func(kind, ext string, load func(context.Context, string) (func(), func(), error)) error {
-		st, err := firmware.OpenArtifacts(filepath.Join(a.cfg.DataDir, "artifacts", kind))
+		st, err := firmware.OpenArtifacts(filepath.Join(o.dataDir, "artifacts", kind))
 		if err != nil {
 			return fmt.Errorf("%s artifacts: %w", kind, err)
 		}
 		if st.Discarded != nil {
-			a.log.Warn("installed artifacts' state is damaged; running the agent's own until the fleet updates it", "kind", kind, "err", st.Discarded)
+			o.log.Warn("installed artifacts' state is damaged; running the agent's own until the fleet updates it", "kind", kind, "err", st.Discarded)
 		}
-		hot[kind] = &hotArtifact{kind: kind, ext: ext, store: st, load: load, log: a.log, changed: a.publishStatus}
+		hot[kind] = &hotArtifact{kind: kind, ext: ext, store: st, load: load, log: o.log, changed: o.changed}
 		return nil
 	}
-	if err := add(firmware.KindPredictor, ".onnx", a.loadPredictorArtifact); err != nil {
+	if err := add(firmware.KindPredictor, ".onnx", predictorLoader(t.Router, o.log)); err != nil {
 		return nil, err
 	}
-	if a.engine.swap != nil {
-		if err := add(firmware.KindModel, ".gguf", a.loadModelArtifact); err != nil {
+	if t.Engine != nil {
+		if err := add(firmware.KindModel, ".gguf", modelLoader(t.Engine, t.EngineConfig)); err != nil {
 			return nil, err
 		}
 	}
-	return hot, nil
+	o.hot = hot
+	inForce := map[string]string{}
+	for kind, h := range o.hot {
+		if v := h.boot(ctx); v != "" {
+			o.log.Info("fleet-installed artifact in force", "kind", kind, "version", v)
+			inForce[kind] = v
+		}
+	}
+	return inForce, nil
 }
 
-// loadPredictorArtifact's health check is predictor.Validate: the model
-// takes this build's feature vector and answers a probability for each
-// probe text.
-func (a *Agent) loadPredictorArtifact(_ context.Context, file string) (swap, discard func(), err error) {
-	m, err := predictor.Load(file)
-	if err != nil {
-		return nil, nil, err
-	}
-	if err := predictor.Validate(m); err != nil {
-		return nil, nil, err
-	}
-	return func() {
-		if err := a.pred.SwapTo(m); err != nil { // validated above: not expected
-			a.log.Error("swap predictor", "err", err)
+// predictorLoader's health check is predictor.Validate: the model takes
+// this build's feature vector and answers a probability for each probe
+// text.
+func predictorLoader(p *predictor.Swappable, log *slog.Logger) func(context.Context, string) (swap, discard func(), err error) {
+	return func(_ context.Context, file string) (swap, discard func(), err error) {
+		m, err := predictor.Load(file)
+		if err != nil {
+			return nil, nil, err
 		}
-	}, func() {}, nil
+		if err := predictor.Validate(m); err != nil {
+			return nil, nil, err
+		}
+		return func() {
+			if err := p.SwapTo(m); err != nil { // validated above: not expected
+				log.Error("swap predictor", "err", err)
+			}
+		}, func() {}, nil
+	}
 }
 
 // modelHealthTimeout bounds the edge model's health check.
 const modelHealthTimeout = 60 * time.Second
 
-// loadModelArtifact's health check builds an engine on the new model and
-// has it answer a short chat: it must produce tokens without an error.
-func (a *Agent) loadModelArtifact(ctx context.Context, file string) (swap, discard func(), err error) {
-	m, err := lm.Load(file)
-	if err != nil {
-		return nil, nil, err
+// modelLoader's health check builds an engine on the new model and has it
+// answer a short chat: it must produce tokens without an error.
+func modelLoader(sw *SwapEngine, cfg lm.EngineConfig) func(context.Context, string) (swap, discard func(), err error) {
+	return func(ctx context.Context, file string) (swap, discard func(), err error) {
+		m, err := lm.Load(file)
+		if err != nil {
+			return nil, nil, err
+		}
+		eng, err := lm.NewEngine(m, cfg)
+		if err != nil {
+			return nil, nil, err
+		}
+		hctx, cancel := context.WithTimeout(ctx, modelHealthTimeout)
+		defer cancel()
+		if err := EngineAnswers(hctx, eng); err != nil {
+			eng.Close()
+			return nil, nil, fmt.Errorf("health check: %w", err)
+		}
+		return func() { sw.Replace(eng, nil) }, func() { eng.Close() }, nil
 	}
-	eng, err := lm.NewEngine(m, a.engine.engineCfg)
-	if err != nil {
-		return nil, nil, err
-	}
-	hctx, cancel := context.WithTimeout(ctx, modelHealthTimeout)
-	defer cancel()
-	if err := engineAnswers(hctx, eng); err != nil {
-		eng.Close()
-		return nil, nil, fmt.Errorf("health check: %w", err)
-	}
-	return func() { a.engine.swap.replace(eng, nil) }, func() { eng.Close() }, nil
 }
 
-// engineAnswers asks eng for a few tokens through its scheduler, the code
-// path requests take (selfcheck and the edge model's health check).
-func engineAnswers(ctx context.Context, eng llm.Generator) error {
+// EngineAnswers asks eng for a few tokens through its scheduler, the code
+// path requests take: it is the edge model's health check before a swap,
+// and the agent's selfcheck runs it on the shipped model.
+func EngineAnswers(ctx context.Context, eng llm.Generator) error {
 	fin, err := eng.Generate(ctx, &llm.Request{ID: "health-check", MaxTokens: 4, Seed: 1, Messages: []llm.Message{{Role: "user", Content: "selfcheck"}}}, func(llm.Token) error { return nil })
 	if err != nil {
 		return err
@@ -232,17 +261,4 @@ func engineAnswers(ctx context.Context, eng llm.Generator) error {
 		return fmt.Errorf("engine produced no token (finish %q)", fin.FinishReason)
 	}
 	return nil
-}
-
-// publishStatus republishes the fleet status (artifact versions) when a
-// fleet client runs.
-func (a *Agent) publishStatus() {
-	if a.fleet == nil {
-		return
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	if err := a.fleet.PublishStatus(ctx); err != nil {
-		a.log.Warn("status not republished", "err", err)
-	}
 }

@@ -1,4 +1,4 @@
-package agent
+package ota
 
 import (
 	"bytes"
@@ -52,29 +52,19 @@ func TestOTAUpdateCommand(t *testing.T) {
 	}))
 	defer srv.Close()
 
-	cfg := testConfig(t)
-	cfg.Board, cfg.OTAPub = "rpi4", pubPath
-	supervisedAs := func(slot string) func(string) string {
-		return func(k string) string {
-			if k == firmware.EnvSlot {
-				return slot
-			}
-			return ""
-		}
-	}
-	o, err := openOTA(cfg, supervisedAs("a"))
+	restarted := make(chan struct{}, 1)
+	cfg := Config{DataDir: t.TempDir(), Board: "rpi4", OTAPub: pubPath, Slot: "a", Restart: func() { restarted <- struct{}{} }}
+	o, err := Open(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
-	restarted := make(chan struct{}, 1)
-	o.restart = func() { restarted <- struct{}{} }
 	run := func(name string, fn func(context.Context, fleetwire.Command) (string, error), args map[string]string) (string, error) {
 		return fn(context.Background(), fleetwire.Command{ID: name, Name: name, Args: args})
 	}
-	if _, err := run("update", o.update, map[string]string{"url": srv.URL + "/missing"}); err == nil {
+	if _, err := run("update", o.Update, map[string]string{"url": srv.URL + "/missing"}); err == nil {
 		t.Fatal("a 404 installed something")
 	}
-	out, err := run("update", o.update, map[string]string{"url": srv.URL + "/good"})
+	out, err := run("update", o.Update, map[string]string{"url": srv.URL + "/good"})
 	if err != nil || !strings.Contains(out, "slot b") {
 		t.Fatalf("good bundle: %q %v", out, err)
 	}
@@ -89,22 +79,23 @@ func TestOTAUpdateCommand(t *testing.T) {
 	}
 	// The process that installed slot b still runs slot a: committing a
 	// build that never booted is refused (the bug this replaced).
-	if _, err := run("ota-commit", o.commit, nil); err == nil || !strings.Contains(err.Error(), "has not booted") {
+	if _, err := run("ota-commit", o.Commit, nil); err == nil || !strings.Contains(err.Error(), "has not booted") {
 		t.Fatalf("ota-commit from slot a: %v", err)
 	}
 	// After the restart the supervisor starts slot b, which may commit itself.
-	o, err = openOTA(cfg, supervisedAs("b"))
+	cfg.Slot, cfg.Restart = "b", nil
+	o, err = Open(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := run("ota-commit", o.commit, nil); err != nil {
+	if _, err := run("ota-commit", o.Commit, nil); err != nil {
 		t.Fatal(err)
 	}
 	if slot, version := o.slots.Running(); slot != "b" || version != "2.0" {
 		t.Fatalf("running %s %s after commit", slot, version)
 	}
 	for name, want := range map[string]error{"missigned": firmware.ErrBadSignature, "otherboard": firmware.ErrWrongBoard, "older": firmware.ErrNotNewer} {
-		if _, err := run("update", o.update, map[string]string{"url": srv.URL + "/" + name}); !errors.Is(err, want) {
+		if _, err := run("update", o.Update, map[string]string{"url": srv.URL + "/" + name}); !errors.Is(err, want) {
 			t.Errorf("%s: err %v, want %v", name, err, want)
 		}
 	}
@@ -112,30 +103,32 @@ func TestOTAUpdateCommand(t *testing.T) {
 		t.Fatalf("refused bundles changed the slots: %+v", st)
 	}
 	// An explicit rollback command may install an older version.
-	if _, err := run("update", o.update, map[string]string{"url": srv.URL + "/older", "rollback": "true"}); err != nil {
+	if _, err := run("update", o.Update, map[string]string{"url": srv.URL + "/older", "rollback": "true"}); err != nil {
 		t.Fatalf("explicit rollback: %v", err)
 	}
-	if _, err := run("ota-rollback", o.rollback, nil); err != nil {
+	if _, err := run("ota-rollback", o.Rollback, nil); err != nil {
 		t.Fatal(err)
 	}
 
 	// Without a trusted key nothing is installed, whatever is offered.
 	cfg.OTAPub, cfg.DataDir = "", t.TempDir()
-	keyless, err := openOTA(cfg, supervisedAs("a"))
+	cfg.Slot = "a"
+	keyless, err := Open(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := run("update", keyless.update, map[string]string{"url": srv.URL + "/good"}); err == nil {
+	if _, err := run("update", keyless.Update, map[string]string{"url": srv.URL + "/good"}); err == nil {
 		t.Fatal("an agent without --ota-pub installed a bundle")
 	}
 
 	// Nor without a supervisor: the installed slot would never start.
 	cfg.OTAPub, cfg.DataDir = pubPath, t.TempDir()
-	unsupervised, err := openOTA(cfg, func(string) string { return "" })
+	cfg.Slot = ""
+	unsupervised, err := Open(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := run("update", unsupervised.update, map[string]string{"url": srv.URL + "/good"}); err == nil || !strings.Contains(err.Error(), "supervisor") {
+	if _, err := run("update", unsupervised.Update, map[string]string{"url": srv.URL + "/good"}); err == nil || !strings.Contains(err.Error(), "supervisor") {
 		t.Fatalf("an unsupervised agent installed a bundle: %v", err)
 	}
 }
