@@ -11,12 +11,12 @@ import (
 
 	"github.com/phaseless/phaseless/cloud/replay"
 	"github.com/phaseless/phaseless/cloud/sched"
-	"github.com/phaseless/phaseless/cloud/sched/learn"
 	"github.com/phaseless/phaseless/cloud/sim"
+	"github.com/phaseless/phaseless/cloud/sim/learn"
 	"github.com/phaseless/phaseless/internal/cli"
 )
 
-// `sched train` trains the learned classifier (cloud/sched/learn) on
+// `sched train` trains the learned classifier (cloud/sim/learn) on
 // simulator outcomes over the shipped traces.
 func init() {
 	register(&cli.Command{Name: "sched", Summary: "the scheduler's learned classifier", Subcommands: []*cli.Command{
