@@ -49,7 +49,7 @@ func schedTrain(ctx context.Context, cio cli.IO, args []string) error {
 		if err != nil {
 			return err
 		}
-		trs = append(trs, learn.Trace{Name: f, Reqs: simRequests(reqs, 1)})
+		trs = append(trs, learn.Trace{Name: f, Reqs: simTrace(reqs)})
 	}
 	cfg := learn.Config{Seed: *seed, Centres: *centres, MaxWindows: *windows}
 	t0 := time.Now()
