@@ -6,6 +6,7 @@ import (
 	"slices"
 	"strings"
 
+	"github.com/phaseless/phaseless/models/intents"
 	"github.com/phaseless/phaseless/models/lmtrain/corpus"
 	"github.com/phaseless/phaseless/models/textfeat"
 )
@@ -35,7 +36,7 @@ const EdgeCorpusSeed = 1
 // Sources of the edge label set (Example.Source). Local (label 0):
 // SourceEdgeCLINC and SourceInCar. Cloud (label 1): the rest.
 const (
-	SourceEdgeCLINC  = "edge-clinc"  // CLINC150 utterance of an intent in corpus.Intents()
+	SourceEdgeCLINC  = "edge-clinc"  // CLINC150 utterance of an intent in intents.CLINC()
 	SourceInCar      = "incar"       // the edge corpus's in-car template requests
 	SourceOtherCLINC = "clinc-other" // CLINC150 utterance of any other intent (banking, home, small talk…)
 	SourceOOS        = "clinc-oos"   // CLINC150 out-of-scope utterance
@@ -124,7 +125,7 @@ type EdgeSplit struct {
 // Train, and one in Val from Train, so the splits share no prompt text.
 func (d *Data) EdgeSplit() (*EdgeSplit, error) {
 	local := map[string]bool{}
-	for _, in := range corpus.Intents() {
+	for _, in := range intents.CLINC() {
 		local[in] = true
 	}
 	var train, val, test []Example

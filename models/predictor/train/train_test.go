@@ -11,7 +11,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/phaseless/phaseless/models/lmtrain/corpus"
+	"github.com/phaseless/phaseless/models/intents"
 	"github.com/phaseless/phaseless/models/predictor"
 	"github.com/phaseless/phaseless/models/textfeat"
 	"github.com/phaseless/phaseless/transport/fleetwire"
@@ -229,7 +229,7 @@ func TestShippedPredictorOnHeldOut(t *testing.T) {
 func TestEdgeSplitIsDisjointByPrompt(t *testing.T) {
 	d, s := loadSplit(t, false)
 	local := map[string]bool{}
-	for _, in := range corpus.Intents() {
+	for _, in := range intents.CLINC() {
 		local[in] = true
 	}
 	where := map[string]string{}
