@@ -101,6 +101,7 @@ func TestImportRules(t *testing.T) {
 		{from: "cloud", why: "the cloud never imports the agent", match: inArea("cloud"), forbidden: []string{"agent"}},
 		{from: "agent", why: "the agent links no training code", match: inArea("agent"), forbidden: []string{"models/lmtrain", "models/predictor/train"}},
 		{from: "firmware", why: "the OTA format is shared by agent and cloud", match: inArea("firmware"), forbidden: []string{"agent", "cloud"}},
+		{from: "phaseless-cloud", why: "the cloud binary links no training code or corpora", match: isPackage("cloud/cmd/phaseless-cloud"), forbidden: cloudTraining},
 	}
 	checked := map[string]int{}
 	for _, p := range listPackages(t) {
@@ -122,6 +123,37 @@ func TestImportRules(t *testing.T) {
 		if checked[r.from] == 0 {
 			t.Errorf("rule for %s matched no package", r.from)
 		}
+	}
+}
+
+// isPackage matches one module package (module-relative path).
+func isPackage(rel string) func(string) bool {
+	return func(p string) bool { return p == module+"/"+rel }
+}
+
+// cloudTraining is what the cloud binary must not link: the trainers and
+// the language models' training corpus (cloud/cmd/phaseless-cloud's
+// deps_test.go also checks the built binary's symbols).
+var cloudTraining = []string{"models/lmtrain", "models/predictor/train", "cloud/sim/learn", "cloud/fleet/trainset"}
+
+// TestCloudLinksNoGorgonia: the rule above for a path outside the module,
+// which rule.forbidden (module-relative) cannot name. gorgonia is the
+// trainers' autodiff; nothing the coordinator runs needs it.
+func TestCloudLinksNoGorgonia(t *testing.T) {
+	found := false
+	for _, p := range listPackages(t) {
+		if !isPackage("cloud/cmd/phaseless-cloud")(p.ImportPath) {
+			continue
+		}
+		found = true
+		for _, d := range p.Deps {
+			if strings.HasPrefix(d, "gorgonia.org/") {
+				t.Errorf("%s links %s: the cloud binary links no training code", p.ImportPath, d)
+			}
+		}
+	}
+	if !found {
+		t.Error("cloud/cmd/phaseless-cloud not found")
 	}
 }
 
