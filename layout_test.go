@@ -101,6 +101,7 @@ func TestImportRules(t *testing.T) {
 		{from: "cloud", why: "the cloud never imports the agent", match: inArea("cloud"), forbidden: []string{"agent"}},
 		{from: "agent", why: "the agent links no training code", match: inArea("agent"), forbidden: []string{"models/lmtrain", "models/predictor/train"}},
 		{from: "firmware", why: "the OTA format is shared by agent and cloud", match: inArea("firmware"), forbidden: []string{"agent", "cloud"}},
+		{from: "models", why: "models never import transport: the fleet reads its records into training examples (cloud/fleet/trainset)", match: inArea("models"), forbidden: []string{"transport"}},
 		{from: "phaseless-cloud", why: "the cloud binary links no training code or corpora", match: isPackage("cloud/cmd/phaseless-cloud"), forbidden: cloudTraining},
 	}
 	checked := map[string]int{}

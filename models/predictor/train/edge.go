@@ -43,6 +43,9 @@ const (
 	SourceMMLU       = "mmlu"        // RouteLLM MMLU exam question
 	SourceWiki       = "wiki"        // general-knowledge question about a Wikipedia sentence's topic
 	SourceFacts      = "facts"       // world or science fact question the cloud model answers (corpus.Facts)
+	// SourceTelemetry is a fleet request labelled by its outcome and
+	// quality signals (cloud/fleet/trainset), either label.
+	SourceTelemetry = "telemetry"
 )
 
 // EdgeSources lists the edge label set's sources, local ones first.
@@ -84,7 +87,7 @@ func IsCarSource(source string) bool {
 var EdgeSourceWeights = map[string]float64{
 	SourceEdgeCLINC: 0.35, SourceInCar: 0.15, SourceSpokenCar: 0.15,
 	SourceOtherCLINC: 0.1, SourceOOS: 0.15, SourceMMLU: 0.05, SourceWiki: 0.2, SourceFacts: 0.1, SourceSpokenOpen: 0.5,
-	"telemetry": 0.2,
+	SourceTelemetry: 0.2,
 }
 
 // EdgeHidden is the hidden width of edge-label runs (Config.Hidden unset;
