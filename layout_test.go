@@ -126,6 +126,8 @@ func TestImportRules(t *testing.T) {
 			forbidden: []string{"cloud/fleet", "cloud/fleetapi", "cloud/ui"},
 			external:  []string{"github.com/mochi-mqtt/", "github.com/eclipse/paho", "go.etcd.io/bbolt"},
 		},
+		{from: "models", why: "models never import transport: the fleet reads its records into training examples (cloud/fleet/trainset)", match: inArea("models"), forbidden: []string{"transport"}},
+		{from: "phaseless-cloud", why: "the cloud binary links no training code or corpora", match: isPackage("cloud/cmd/phaseless-cloud"), forbidden: cloudTraining, external: []string{"gorgonia.org/"}},
 	}
 	checked := map[string]int{}
 	for _, p := range listPackages(t) {
@@ -147,6 +149,16 @@ func TestImportRules(t *testing.T) {
 		}
 	}
 }
+
+// isPackage matches one module package (module-relative path).
+func isPackage(rel string) func(string) bool {
+	return func(p string) bool { return p == module+"/"+rel }
+}
+
+// cloudTraining is what the cloud binary must not link: the trainers and
+// the language models' training corpus (cloud/cmd/phaseless-cloud's
+// deps_test.go also checks the built binary's symbols).
+var cloudTraining = []string{"models/lmtrain", "models/predictor/train", "cloud/sim/learn", "cloud/fleet/trainset"}
 
 // TestImportRulesCatch: the rule matcher itself catches a violation and
 // does not confuse neighbouring names (agent vs agentx).

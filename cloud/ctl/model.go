@@ -8,8 +8,10 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"os"
 	"strconv"
 
+	"github.com/phaseless/phaseless/cloud/fleet/trainset"
 	"github.com/phaseless/phaseless/internal/cli"
 	"github.com/phaseless/phaseless/models/edgemodel"
 	"github.com/phaseless/phaseless/models/predictor"
@@ -204,11 +206,31 @@ func modelTrain(ctx context.Context, cio cli.IO, args []string) error {
 	if err != nil {
 		return err
 	}
+	var fleetExamples []train.Example
+	for _, path := range telemetry {
+		f, err := os.Open(path)
+		if err != nil {
+			return fmt.Errorf("telemetry: %w", err)
+		}
+		// Quality signals relabel local answers; the held-out slice stays
+		// out for model evaluate (cloud/fleet/trainset).
+		ex, fst, err := trainset.Load(f, trainset.Train)
+		f.Close()
+		if err != nil {
+			return fmt.Errorf("telemetry %s: %w", path, err)
+		}
+		st := fst.RequestStats
+		fmt.Fprintf(cio.Stderr, "telemetry %s: %d feedback and %d shadow grades joined: %d local answers relabelled cloud, %d confirmed local; %d requests held out\n",
+			path, fst.Feedback, fst.ShadowGrades, fst.BadLocal, fst.GoodLocal, fst.OtherPart)
+		fmt.Fprintf(cio.Stderr, "telemetry %s: %d records, %d local + %d cloud labels, %d skipped (feature version), %d skipped (no label)\n",
+			path, st.Records, st.Local, st.Cloud, st.SkippedVersion, st.SkippedUnknown)
+		fleetExamples = append(fleetExamples, ex...)
+	}
 	res, err := train.Run(ctx, train.Options{
 		DataDir:   *data,
 		Labels:    *labels,
 		Compare:   others,
-		Telemetry: telemetry,
+		Telemetry: fleetExamples,
 		Out:       *out,
 		Config:    train.Config{Seed: *seed, Hidden: *hidden, Epochs: *epochs, LearnRate: *lr, MaxCarToCloud: *maxCar, ValThreshold: *valThreshold, UnansweredTarget: *unanswered, SourceWeights: weights, Probe: *trainProbe, Augment: *augment},
 		Log:       cio.Stderr,

@@ -5,12 +5,17 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"testing"
 
+	"github.com/phaseless/phaseless/cloud/fleet/trainset"
 	"github.com/phaseless/phaseless/internal/cli"
 	"github.com/phaseless/phaseless/models/textfeat"
+	"github.com/phaseless/phaseless/transport/fleetwire"
 )
 
 func runModelCtl(t *testing.T, stdin string, args ...string) string {
@@ -84,5 +89,52 @@ func TestModelScoreMissingModel(t *testing.T) {
 	cio := cli.IO{Stdin: strings.NewReader("x\n"), Stdout: &bytes.Buffer{}, Stderr: &bytes.Buffer{}, Getenv: func(string) string { return "" }}
 	if err := Root().Dispatch(context.Background(), cio, []string{"model", "score", "--model", "/nonexistent.onnx"}); err == nil {
 		t.Fatal("a missing model file was accepted")
+	}
+}
+
+// TestModelTrainTelemetry: `model train --telemetry` reads a fleet export
+// (cloud/fleet/trainset), says what the quality signals relabelled, and
+// trains with it.
+func TestModelTrainTelemetry(t *testing.T) {
+	dir := t.TempDir()
+	var lines []string
+	add := func(kind string, v any) {
+		data, _ := json.Marshal(v)
+		line, _ := json.Marshal(map[string]any{"device_id": "car-1", "kind": kind, "data": json.RawMessage(data)})
+		lines = append(lines, string(line))
+	}
+	var graded []string // trace ids of the training part, not held out
+	for i := 0; len(graded) < 2; i++ {
+		if id := fmt.Sprintf("shadowed-%d", i); !trainset.InHeldOut(id) {
+			graded = append(graded, id)
+		}
+	}
+	for i, id := range graded {
+		add(fleetwire.KindRequest, fleetwire.RequestRecord{TraceID: id, Features: textfeat.Extract("what is the capital of Peru"), FeatureVersion: textfeat.Version, Decision: "local", Path: "local", Outcome: "ok"})
+		add(fleetwire.KindShadowGrade, fleetwire.ShadowGrade{TraceID: id, OK: i == 1})
+	}
+	export, out := filepath.Join(dir, "fleet.jsonl"), filepath.Join(dir, "router.onnx")
+	if err := os.WriteFile(export, []byte(strings.Join(lines, "\n")), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	var stdout, stderr bytes.Buffer
+	cio := cli.IO{Stdin: strings.NewReader(""), Stdout: &stdout, Stderr: &stderr, Getenv: func(string) string { return "" }}
+	args := []string{"model", "train", "--data", "../../models/data/routing", "--telemetry", export, "--epochs", "1", "--out", out}
+	if err := Root().Dispatch(context.Background(), cio, args); err != nil {
+		t.Fatalf("%v: %v\n%s", args, err, stderr.String())
+	}
+	for _, want := range []string{
+		"0 feedback and 2 shadow grades joined: 1 local answers relabelled cloud, 1 confirmed local; 0 requests held out",
+		"2 records, 1 local + 1 cloud labels",
+	} {
+		if !strings.Contains(stderr.String(), want) {
+			t.Errorf("model train's account of the fleet telemetry lacks %q:\n%s", want, stderr.String())
+		}
+	}
+	if b, err := os.ReadFile(out); err != nil || len(b) == 0 {
+		t.Fatalf("no model written: %v", err)
+	}
+	if err := Root().Dispatch(context.Background(), cio, []string{"model", "train", "--telemetry", filepath.Join(dir, "missing.jsonl"), "--out", out}); err == nil {
+		t.Fatal("a missing telemetry file was accepted")
 	}
 }

@@ -13,6 +13,7 @@ import (
 	"strings"
 	"text/tabwriter"
 
+	"github.com/phaseless/phaseless/cloud/fleet/trainset"
 	"github.com/phaseless/phaseless/firmware"
 	"github.com/phaseless/phaseless/internal/cli"
 	"github.com/phaseless/phaseless/models/predictor"
@@ -21,8 +22,8 @@ import (
 
 // The fleet half of the learning loop: `model evaluate` judges a candidate
 // router against the one the fleet runs on the held-out slice of the
-// fleet's telemetry (train.LoadFleetTelemetry: requests labelled by apps'
-// feedback and the cloud's shadow grades, never trained on), and `model
+// fleet's telemetry (trainset.Load: requests labelled by apps' feedback
+// and the cloud's shadow grades, never trained on), and `model
 // publish` signs a candidate that is not worse and starts its staged
 // rollout.
 func init() {
@@ -162,13 +163,13 @@ func (e *evalFlags) gate(ctx context.Context, cio cli.IO, candidate string, fr *
 		return &cli.FieldError{Field: "telemetry", Err: errors.New("required: the fleet's telemetry export holds the held-out slice")}
 	}
 	var held []train.Example
-	var st train.FleetStats
+	var st trainset.Stats
 	for _, path := range e.telemetry {
 		f, err := os.Open(path)
 		if err != nil {
 			return &cli.FieldError{Field: "telemetry", Err: err}
 		}
-		ex, s, err := train.LoadFleetTelemetry(f, train.FleetHeldOut)
+		ex, s, err := trainset.Load(f, trainset.HeldOut)
 		f.Close()
 		if err != nil {
 			return fmt.Errorf("telemetry %s: %w", path, err)

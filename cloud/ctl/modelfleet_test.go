@@ -19,10 +19,10 @@ import (
 
 	"github.com/phaseless/phaseless/cloud/fleet"
 	"github.com/phaseless/phaseless/cloud/fleet/broker"
+	"github.com/phaseless/phaseless/cloud/fleet/trainset"
 	"github.com/phaseless/phaseless/firmware"
 	"github.com/phaseless/phaseless/models/predictor"
 	"github.com/phaseless/phaseless/models/predictor/onnxpb"
-	"github.com/phaseless/phaseless/models/predictor/train"
 	"github.com/phaseless/phaseless/models/textfeat"
 	"github.com/phaseless/phaseless/transport/fleetwire"
 )
@@ -102,7 +102,7 @@ func TestEvaluateAgainstFleetRouter(t *testing.T) {
 	}
 	for i, n := 0, 0; n < 3*len(gateTexts); i++ {
 		id := fmt.Sprintf("req-%d", i)
-		if !train.InHeldOut(id) {
+		if !trainset.InHeldOut(id) {
 			continue
 		}
 		k := n % len(gateTexts)

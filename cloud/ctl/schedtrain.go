@@ -11,12 +11,12 @@ import (
 
 	"github.com/phaseless/phaseless/cloud/replay"
 	"github.com/phaseless/phaseless/cloud/sched"
-	"github.com/phaseless/phaseless/cloud/sched/learn"
 	"github.com/phaseless/phaseless/cloud/sim"
+	"github.com/phaseless/phaseless/cloud/sim/learn"
 	"github.com/phaseless/phaseless/internal/cli"
 )
 
-// `sched train` trains the learned classifier (cloud/sched/learn) on
+// `sched train` trains the learned classifier (cloud/sim/learn) on
 // simulator outcomes over the shipped traces.
 func init() {
 	register(&cli.Command{Name: "sched", Summary: "the scheduler's learned classifier", Subcommands: []*cli.Command{
@@ -49,7 +49,7 @@ func schedTrain(ctx context.Context, cio cli.IO, args []string) error {
 		if err != nil {
 			return err
 		}
-		trs = append(trs, learn.Trace{Name: f, Reqs: simRequests(reqs, 1)})
+		trs = append(trs, learn.Trace{Name: f, Reqs: simTrace(reqs)})
 	}
 	cfg := learn.Config{Seed: *seed, Centres: *centres, MaxWindows: *windows}
 	t0 := time.Now()

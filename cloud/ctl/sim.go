@@ -14,7 +14,6 @@ import (
 	"slices"
 	"strconv"
 	"strings"
-	"sync"
 	"text/tabwriter"
 	"time"
 
@@ -31,142 +30,13 @@ func init() {
 	register(&cli.Command{Name: "sim", Summary: "simulate a GPU cluster serving a trace under each scheduling policy (virtual time)", Run: simCmd})
 }
 
-// simOptions is one sim invocation's parsed flags.
-type simOptions struct {
-	pools            []sim.Pool
-	cycle            bool
-	model            sim.Model
-	tp               int
-	engine           sim.EngineConfig
-	policies         []string
-	rates            []float64
-	sloTTFT, sloTPOT time.Duration
-	prices           sim.Prices
-	probe            time.Duration
-	reqs             []replay.TraceRequest
-	link             *sim.Link           // --kv-link; nil = by pools
-	learned          *sched.LearnedModel // --learned-model; nil = the shipped one
-	cache            simCache            // prompt caching (sim_cache.go)
-}
-
-// simRequests turns a trace into simulator requests at a rate scale.
-func simRequests(reqs []replay.TraceRequest, scale float64) []sim.Request {
+// simTrace turns a trace into simulator requests at the trace's own rate.
+func simTrace(reqs []replay.TraceRequest) []sim.Request {
 	out := make([]sim.Request, len(reqs))
 	for i, r := range reqs {
-		out[i] = sim.Request{At: time.Duration(float64(r.At) / scale), Input: r.Input, Output: r.Output, Blocks: r.Blocks}
+		out[i] = sim.Request{At: r.At, Input: r.Input, Output: r.Output, Blocks: r.Blocks}
 	}
 	return out
-}
-
-// simRun runs one policy at one rate scale.
-func simRun(ctx context.Context, o *simOptions, policy string, scale float64) (sim.Summary, error) {
-	p, err := sched.New(policy, sched.Options{SLOTTFT: o.sloTTFT, SLOTPOT: o.sloTPOT, Learned: o.learned})
-	if err != nil {
-		return sim.Summary{}, err
-	}
-	if p, err = o.cache.wrap(p); err != nil {
-		return sim.Summary{}, err
-	}
-	reqs := simRequests(o.reqs, scale)
-	c, err := sim.New(sim.Config{Pools: o.pools, CycleRoles: o.cycle, Model: o.model, TP: o.tp, Engine: o.engine,
-		Policy: p, SLOTTFT: o.sloTTFT, SLOTPOT: o.sloTPOT, ProbeInterval: o.probe, KVLink: o.link, Prices: o.prices, Cache: o.cache.forTrace(reqs)})
-	if err != nil {
-		return sim.Summary{}, err
-	}
-	res, err := c.Run(ctx, reqs)
-	if err != nil {
-		return sim.Summary{}, err
-	}
-	cut := o.cache.slice(res, scale)
-	s := sim.Summarize(res, scale, o.sloTTFT, o.sloTPOT, o.prices)
-	if cut {
-		sliced(&s)
-	}
-	s.Policy = policy
-	return s, nil
-}
-
-// simAll runs every (policy, rate) pair on GOMAXPROCS goroutines; each run
-// is independent and deterministic, so the order of the rows is too.
-func simAll(ctx context.Context, o *simOptions) ([]sim.Summary, error) {
-	type job struct {
-		i      int
-		policy string
-		rate   float64
-	}
-	var jobs []job
-	for _, p := range o.policies {
-		for _, r := range o.rates {
-			jobs = append(jobs, job{len(jobs), p, r})
-		}
-	}
-	out := make([]sim.Summary, len(jobs))
-	errs := make([]error, len(jobs))
-	ch := make(chan job)
-	var wg sync.WaitGroup
-	for range min(runtime.GOMAXPROCS(0), len(jobs)) {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for j := range ch {
-				out[j.i], errs[j.i] = simRun(ctx, o, j.policy, j.rate)
-			}
-		}()
-	}
-	for _, j := range jobs {
-		ch <- j
-	}
-	close(ch)
-	wg.Wait()
-	return out, errors.Join(errs...)
-}
-
-// simMaxRate bisects a policy's highest rate scale at which at least target
-// of the requests meet both SLOs (DistServe's per-GPU goodput, here per
-// cluster).
-func simMaxRate(ctx context.Context, o *simOptions, policy string, start, target float64) (float64, sim.Summary, error) {
-	ok := func(x float64) (bool, sim.Summary, error) {
-		s, err := simRun(ctx, o, policy, x)
-		return err == nil && s.SLOAttainment >= target, s, err
-	}
-	lo, hi := 0.0, 0.0
-	var best sim.Summary
-	x := start
-	for range 12 { // bracket: double while it holds, halve while it fails
-		pass, s, err := ok(x)
-		if err != nil {
-			return 0, best, err
-		}
-		if pass {
-			lo, best = x, s
-			if hi > 0 {
-				break
-			}
-			x *= 2
-		} else {
-			hi = x
-			if lo > 0 {
-				break
-			}
-			x /= 2
-		}
-	}
-	if lo == 0 || hi == 0 {
-		return lo, best, nil // never passed, or passed at every rate tried
-	}
-	for range 7 {
-		mid := (lo + hi) / 2
-		pass, s, err := ok(mid)
-		if err != nil {
-			return 0, best, err
-		}
-		if pass {
-			lo, best = mid, s
-		} else {
-			hi = mid
-		}
-	}
-	return lo, best, nil
 }
 
 // simJSON is one --json line; the field names are the contract.
@@ -268,9 +138,9 @@ func simCmd(ctx context.Context, cio cli.IO, args []string) error {
 	if done, err := lmParseFlags(fs, cio, args, usage); done || err != nil {
 		return err
 	}
-	o := &simOptions{sloTTFT: *sloTTFT, sloTPOT: *sloTPOT, tp: *tp, prices: sim.Prices{}, probe: *probe}
-	var err error
-	if o.cache, err = cacheFlags(); err != nil {
+	sw := &sim.Sweep{Cluster: sim.Config{SLOTTFT: *sloTTFT, SLOTPOT: *sloTPOT, TP: *tp, Prices: sim.Prices{}, ProbeInterval: *probe}}
+	c := &sw.Cluster
+	if err := cacheFlags(sw); err != nil {
 		return err
 	}
 	switch {
@@ -283,69 +153,72 @@ func simCmd(ctx context.Context, cio cli.IO, args []string) error {
 	case *probe < time.Millisecond:
 		return &cli.FieldError{Field: "probe-interval", Err: errors.New("must be ≥ 1ms")}
 	}
-	if o.pools, o.cycle, err = sim.ParseCluster(*cluster); err != nil {
+	var err error
+	if c.Pools, c.CycleRoles, err = sim.ParseCluster(*cluster); err != nil {
 		return &cli.FieldError{Field: "cluster", Err: err}
 	}
-	if o.model, err = sim.LookupModel(*model); err != nil {
+	if c.Model, err = sim.LookupModel(*model); err != nil {
 		return &cli.FieldError{Field: "model", Err: err}
 	}
-	if err := simCPUPools(ctx, cio, o, *cpuModel); err != nil {
+	if err := simCPUPools(ctx, cio, c, *cpuModel); err != nil {
 		return err
 	}
-	for _, p := range o.pools {
+	for _, p := range c.Pools {
 		if p.Deployment != nil {
 			continue
 		}
-		if _, err := sim.NewDeployment(p.GPU, o.model, o.tp, o.engine); err != nil {
+		if _, err := sim.NewDeployment(p.GPU, c.Model, c.TP, c.Engine); err != nil {
 			return &cli.FieldError{Field: "cluster", Err: err}
 		}
 	}
-	if o.rates, err = parseRates(*rates); err != nil {
+	if sw.Rates, err = parseRates(*rates); err != nil {
 		return &cli.FieldError{Field: "rate-scale", Err: err}
 	}
 	if *policy == "all" {
-		o.policies = sched.Names()
+		sw.Policies = sched.Names()
 	} else {
 		for _, p := range strings.Split(*policy, ",") {
 			if _, err := sched.ByName(strings.TrimSpace(p), sched.RulesConfig{}); err != nil || p == "" {
 				return &cli.FieldError{Field: "policy", Err: fmt.Errorf("%q: not one of all, %s", p, strings.Join(sched.Names(), ", "))}
 			}
-			o.policies = append(o.policies, strings.TrimSpace(p))
+			sw.Policies = append(sw.Policies, strings.TrimSpace(p))
 		}
 	}
 	for n, v := range prices {
 		if !(*v >= 0) {
 			return &cli.FieldError{Field: "price-" + n, Err: errors.New("must be ≥ 0")}
 		}
-		o.prices[n] = *v
+		c.Prices[n] = *v
 	}
 	if *kvLink != "auto" {
 		l, err := sim.LookupLink(*kvLink)
 		if err != nil {
 			return &cli.FieldError{Field: "kv-link", Err: err}
 		}
-		o.link = &l
+		c.KVLink = &l
 	}
 	if *learnedPath != "" {
 		data, err := os.ReadFile(*learnedPath)
 		if err != nil {
 			return &cli.FieldError{Field: "learned-model", Err: err}
 		}
-		if o.learned, err = sched.ReadLearned(data); err != nil {
+		if sw.Learned, err = sched.ReadLearned(data); err != nil {
 			return &cli.FieldError{Field: "learned-model", Err: err}
 		}
 	}
-	if o.reqs, err = replay.ReadTrace(*trace, *format, *limit); err != nil {
+	reqs, err := replay.ReadTrace(*trace, *format, *limit)
+	if err != nil {
 		return err
 	}
-	d := o.pools[0].Deployment
+	sw.Trace = simTrace(reqs)
+	d := c.Pools[0].Deployment
 	if d == nil {
-		d, _ = sim.NewDeployment(o.pools[0].GPU, o.model, o.tp, o.engine)
+		d, _ = sim.NewDeployment(c.Pools[0].GPU, c.Model, c.TP, c.Engine)
 	}
 	fmt.Fprintf(cio.Stderr, "simulating %d %s requests (%.0f s of trace) on %s serving %s (TP %d, %d KV tokens and a %d-token step budget per %s worker)\n",
-		len(o.reqs), *format, o.reqs[len(o.reqs)-1].At.Seconds(), *cluster, o.model.Name, d.TP, d.KVBlocks*d.Engine.BlockSize, d.Engine.MaxBatchedTokens, o.pools[0].GPU.Name)
+		len(reqs), *format, reqs[len(reqs)-1].At.Seconds(), *cluster, c.Model.Name, d.TP, d.KVBlocks*d.Engine.BlockSize, d.Engine.MaxBatchedTokens, c.Pools[0].GPU.Name)
 	t0 := time.Now()
-	rows, err := simAll(ctx, o)
+	rows, err := sw.All(ctx)
 	if err != nil {
 		return err
 	}
@@ -364,17 +237,17 @@ func simCmd(ctx context.Context, cio cli.IO, args []string) error {
 		}
 	} else {
 		printSim(cio.Stdout, rows)
-		fmt.Fprintf(cio.Stdout, "SLO: TTFT ≤ %v and TPOT ≤ %v. goodput = requests meeting both per second of the run; $/M tok = cluster GPU-hours × price over the output tokens served within the SLOs.\n", o.sloTTFT, o.sloTPOT)
+		fmt.Fprintf(cio.Stdout, "SLO: TTFT ≤ %v and TPOT ≤ %v. goodput = requests meeting both per second of the run; $/M tok = cluster GPU-hours × price over the output tokens served within the SLOs.\n", c.SLOTTFT, c.SLOTPOT)
 	}
 	if *maxRate {
-		best, err := simMaxRates(ctx, o)
+		best, err := sw.MaxRates(ctx, 0.9)
 		if err != nil {
 			return err
 		}
-		printMaxRate(cio.Stdout, best, o)
+		printMaxRate(cio.Stdout, best, sw.Trace)
 	}
 	if *plotDir != "" {
-		if err := simPlots(ctx, *plotDir, o, rows); err != nil {
+		if err := simPlots(ctx, *plotDir, sw, rows); err != nil {
 			return err
 		}
 		fmt.Fprintf(cio.Stderr, "plots written to %s\n", *plotDir)
@@ -382,84 +255,57 @@ func simCmd(ctx context.Context, cio cli.IO, args []string) error {
 	return nil
 }
 
-type simBest struct {
-	policy  string
-	scale   float64
-	summary sim.Summary
-}
-
-// simMaxRates searches every policy's highest sustainable rate, the
-// policies on GOMAXPROCS goroutines (each search is sequential).
-func simMaxRates(ctx context.Context, o *simOptions) ([]simBest, error) {
-	best := make([]simBest, len(o.policies))
-	errs := make([]error, len(o.policies))
-	sem := make(chan struct{}, runtime.GOMAXPROCS(0))
-	var wg sync.WaitGroup
-	for i, p := range o.policies {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			sem <- struct{}{}
-			defer func() { <-sem }()
-			x, s, err := simMaxRate(ctx, o, p, o.rates[0], 0.9)
-			best[i], errs[i] = simBest{policy: p, scale: x, summary: s}, err
-		}()
-	}
-	wg.Wait()
-	return best, errors.Join(errs...)
-}
-
 // printMaxRate prints each policy's highest sustainable rate and its cost
 // per million output tokens there, against round-robin, the best of the
 // baselines run (sched.Baselines) and explicit phases, when they ran.
-func printMaxRate(w io.Writer, best []simBest, o *simOptions) {
-	span := o.reqs[len(o.reqs)-1].At.Seconds()
+func printMaxRate(w io.Writer, best []sim.Sustained, trace []sim.Request) {
+	span := trace[len(trace)-1].At.Seconds()
 	rr, base, explicit := -1, -1, -1
 	for i, b := range best {
 		switch {
-		case b.policy == sched.NameRoundRobin:
+		case b.Policy == sched.NameRoundRobin:
 			rr = i
-		case b.policy == sched.NameExplicitPhases:
+		case b.Policy == sched.NameExplicitPhases:
 			explicit = i
 		}
-		if slices.Contains(sched.Baselines(), b.policy) && (base < 0 || b.scale > best[base].scale) {
+		if slices.Contains(sched.Baselines(), b.Policy) && (base < 0 || b.Scale > best[base].Scale) {
 			base = i
 		}
 	}
-	ratio := func(b simBest, ref int) string {
-		if ref < 0 || best[ref].scale == 0 {
+	ratio := func(b sim.Sustained, ref int) string {
+		if ref < 0 || best[ref].Scale == 0 {
 			return "-"
 		}
-		return fmt.Sprintf("%.2f", b.scale/best[ref].scale)
+		return fmt.Sprintf("%.2f", b.Scale/best[ref].Scale)
 	}
 	fmt.Fprintln(w, "\nhighest sustainable rate (≥ 90% of requests within both SLOs), and the cost per million output tokens there:")
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
 	fmt.Fprintln(tw, "policy\tmax rate×\treq/s\tgoodput req/s\t× round-robin\t× best baseline\t$/M out tok\tvs explicit-phases\tbusy $/M out tok\tvs explicit-phases\t")
 	for _, b := range best {
 		rps := 0.0
-		if span > 0 && b.scale > 0 {
-			rps = float64(len(o.reqs)) / (span / b.scale)
+		if span > 0 && b.Scale > 0 {
+			rps = float64(len(trace)) / (span / b.Scale)
 		}
 		cost, vs := costCells(b, best, explicit, func(s *sim.Summary) float64 { return s.CostPerMTok })
 		busy, bvs := costCells(b, best, explicit, func(s *sim.Summary) float64 { return s.BusyCostPerMTok })
-		fmt.Fprintf(tw, "%s\t%.3g\t%.2f\t%.2f\t%s\t%s\t%s\t%s\t%s\t%s\t\n", b.policy, b.scale, rps, b.summary.GoodputRPS, ratio(b, rr), ratio(b, base), cost, vs, busy, bvs)
+		fmt.Fprintf(tw, "%s\t%.3g\t%.2f\t%.2f\t%s\t%s\t%s\t%s\t%s\t%s\t\n", b.Policy, b.Scale, rps, b.Summary.GoodputRPS, ratio(b, rr), ratio(b, base), cost, vs, busy, bvs)
 	}
 	tw.Flush()
 	if base >= 0 {
-		fmt.Fprintf(w, "best baseline: %s. $/M out tok = the cluster's GPU-hours × price over the output tokens served within the SLOs, at that policy's highest rate; busy $/M out tok counts only the GPU time spent stepping.\n", best[base].policy)
+		fmt.Fprintf(w, "best baseline: %s. $/M out tok = the cluster's GPU-hours × price over the output tokens served within the SLOs, at that policy's highest rate; busy $/M out tok counts only the GPU time spent stepping.\n", best[base].Policy)
 	}
 }
 
 // costCells formats b's cost (by of its summary) and its difference from
 // explicit phases' ("-" where either is unknown).
-func costCells(b simBest, best []simBest, explicit int, by func(*sim.Summary) float64) (cost, vs string) {
-	c := by(&b.summary)
-	if b.scale == 0 || math.IsInf(c, 0) {
+func costCells(b sim.Sustained, best []sim.Sustained, explicit int, by func(*sim.Summary) float64) (cost, vs string) {
+	c := by(&b.Summary)
+	if b.Scale == 0 || math.IsInf(c, 0) {
 		return "-", "-"
 	}
 	cost, vs = fmt.Sprintf("%.3f", c), "-"
-	if explicit >= 0 && best[explicit].scale > 0 {
-		if e := by(&best[explicit].summary); !math.IsInf(e, 0) && e > 0 {
+	if explicit >= 0 && best[explicit].Scale > 0 {
+		if e := by(&best[explicit].Summary); !math.IsInf(e, 0) && e > 0 {
 			vs = fmt.Sprintf("%+.0f%%", 100*(c/e-1))
 		}
 	}
@@ -470,9 +316,9 @@ func costCells(b simBest, best []simBest, explicit int, by func(*sim.Summary) fl
 // pools: lm bench on --cpu-model, one thread per engine as phaseless-cloud
 // gives its built-in workers, then sim.FitCPU. The cluster then serves that
 // model.
-func simCPUPools(ctx context.Context, cio cli.IO, o *simOptions, path string) error {
+func simCPUPools(ctx context.Context, cio cli.IO, c *sim.Config, path string) error {
 	cpus, engines := 0, 0
-	for _, p := range o.pools {
+	for _, p := range c.Pools {
 		if p.GPU.Name == sim.CPU {
 			cpus++
 			engines += p.Count
@@ -485,7 +331,7 @@ func simCPUPools(ctx context.Context, cio cli.IO, o *simOptions, path string) er
 		return &cli.FieldError{Field: "cpu-model", Err: errors.New("given, but the cluster has no cpu pool")}
 	case path == "":
 		return &cli.FieldError{Field: "cpu-model", Err: errors.New("a cpu pool needs the GGUF model its engines run")}
-	case cpus < len(o.pools):
+	case cpus < len(c.Pools):
 		return &cli.FieldError{Field: "cluster", Err: errors.New("cpu pools serve their own model: do not mix them with GPU pools")}
 	}
 	m, err := lm.Load(path)
@@ -499,13 +345,13 @@ func simCPUPools(ctx context.Context, cio cli.IO, o *simOptions, path string) er
 	if err != nil {
 		return err
 	}
-	o.model = sim.ModelFromLM(filepath.Base(path), m.Config)
-	d, err := sim.FitCPU(o.model, sim.CPUBench{Result: r, DecodeTokens: decodeTokens, PromptLen: min(promptLen, m.Config.ContextLen-2)})
+	c.Model = sim.ModelFromLM(filepath.Base(path), m.Config)
+	d, err := sim.FitCPU(c.Model, sim.CPUBench{Result: r, DecodeTokens: decodeTokens, PromptLen: min(promptLen, m.Config.ContextLen-2)})
 	if err != nil {
 		return err
 	}
-	for i := range o.pools {
-		o.pools[i].Deployment = d
+	for i := range c.Pools {
+		c.Pools[i].Deployment = d
 	}
 	return nil
 }

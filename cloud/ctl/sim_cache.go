@@ -4,27 +4,16 @@ import (
 	"errors"
 	"flag"
 	"math"
-	"time"
 
-	"github.com/phaseless/phaseless/cloud/sched"
 	"github.com/phaseless/phaseless/cloud/sim"
 	"github.com/phaseless/phaseless/internal/cli"
 )
 
-// simCache is the prompt-caching part of a sim invocation: TTL pinning in
-// the engines, the follow-up model and prefetch, the conversation-affinity
+// simCacheFlags registers the prompt-caching flags: TTL pinning in the
+// engines, the follow-up model and prefetch, the conversation-affinity
 // layer in front of each policy, and the held-out slice the summary is
-// taken on.
-type simCache struct {
-	cfg        sim.CacheConfig
-	affinity   bool
-	oracle     bool          // pin exactly the requests followed up within the TTL (a bound)
-	reportFrom time.Duration // summarise only requests arriving from then on
-}
-
-// simCacheFlags registers the prompt-caching flags; the returned function
-// reads them after parsing.
-func simCacheFlags(fs *flag.FlagSet) func() (simCache, error) {
+// taken on. The returned function reads them after parsing into sw.
+func simCacheFlags(fs *flag.FlagSet) func(sw *sim.Sweep) error {
 	ttl := fs.Duration("cache-ttl", 0, "pin every prompt's prefix blocks for this long (as cache_control at the end of each turn); 0 = LRU only. Live: 5m..1h")
 	share := fs.Float64("pinned-share", 0.5, "fraction of each engine's KV blocks pinning may take")
 	tenant := fs.Float64("tenant-share", 0, "fraction one tenant's pins may take; 0 = half of --pinned-share (a trace without keys is one tenant)")
@@ -38,7 +27,7 @@ func simCacheFlags(fs *flag.FlagSet) func() (simCache, error) {
 	aging := fs.Float64("aging-rate", 0, "cache-aware admission order: after the decodes, prefill work runs earliest (queued at + uncached tokens / this rate, in tokens per second) first, so a short uncached remainder passes a long first-turn prefill without starving it; 0 = first come, first served")
 	byPrompt := fs.Bool("aging-whole-prompt", false, "with --aging-rate: key the order by every prompt token, cached or not (the order without its cache awareness, an ablation)")
 	affinity := fs.Bool("affinity", false, "route a request to the worker holding the most of its prompt while it has room (conversation affinity) before the policy decides")
-	return func() (simCache, error) {
+	return func(sw *sim.Sweep) error {
 		// flag.Float64 takes "NaN" and "Inf", which every range check
 		// below would let through and the simulator would then ignore.
 		for _, f := range []struct {
@@ -47,36 +36,36 @@ func simCacheFlags(fs *flag.FlagSet) func() (simCache, error) {
 		}{{"pinned-share", *share}, {"tenant-share", *tenant}, {"follow-up-threshold", *threshold},
 			{"prefetch-max-load", *prefetchLoad}, {"host-kv", *hostKV}, {"aging-rate", *aging}} {
 			if math.IsNaN(f.v) || math.IsInf(f.v, 0) {
-				return simCache{}, &cli.FieldError{Field: f.name, Err: errors.New("must be a finite number")}
+				return &cli.FieldError{Field: f.name, Err: errors.New("must be a finite number")}
 			}
 		}
 		switch {
 		case *ttl < 0:
-			return simCache{}, &cli.FieldError{Field: "cache-ttl", Err: errors.New("must not be negative")}
+			return &cli.FieldError{Field: "cache-ttl", Err: errors.New("must not be negative")}
 		case *share <= 0 || *share > 1:
-			return simCache{}, &cli.FieldError{Field: "pinned-share", Err: errors.New("must be in (0, 1]")}
+			return &cli.FieldError{Field: "pinned-share", Err: errors.New("must be in (0, 1]")}
 		case *tenant < 0 || *tenant > *share:
-			return simCache{}, &cli.FieldError{Field: "tenant-share", Err: errors.New("must be in [0, --pinned-share]")}
+			return &cli.FieldError{Field: "tenant-share", Err: errors.New("must be in [0, --pinned-share]")}
 		case *threshold < 0 || *threshold > 1:
-			return simCache{}, &cli.FieldError{Field: "follow-up-threshold", Err: errors.New("must be in [0, 1]")}
+			return &cli.FieldError{Field: "follow-up-threshold", Err: errors.New("must be in [0, 1]")}
 		case (*threshold > 0 || *oracle) && *ttl == 0:
-			return simCache{}, &cli.FieldError{Field: "cache-ttl", Err: errors.New("--follow-up-threshold and --pin-oracle pin for --cache-ttl: set it")}
+			return &cli.FieldError{Field: "cache-ttl", Err: errors.New("--follow-up-threshold and --pin-oracle pin for --cache-ttl: set it")}
 		case *prefetch && *threshold == 0:
-			return simCache{}, &cli.FieldError{Field: "prefetch", Err: errors.New("needs --follow-up-threshold (its predictions are what it warms)")}
+			return &cli.FieldError{Field: "prefetch", Err: errors.New("needs --follow-up-threshold (its predictions are what it warms)")}
 		case *prefetchLoad < 0 || *prefetchLoad > 1:
-			return simCache{}, &cli.FieldError{Field: "prefetch-max-load", Err: errors.New("must be in [0, 1]")}
+			return &cli.FieldError{Field: "prefetch-max-load", Err: errors.New("must be in [0, 1]")}
 		case *prefetchLoad > 0 && !*prefetch:
-			return simCache{}, &cli.FieldError{Field: "prefetch-max-load", Err: errors.New("applies with --prefetch")}
+			return &cli.FieldError{Field: "prefetch-max-load", Err: errors.New("applies with --prefetch")}
 		case *oracle && *threshold > 0:
-			return simCache{}, &cli.FieldError{Field: "pin-oracle", Err: errors.New("is instead of --follow-up-threshold, not beside it")}
+			return &cli.FieldError{Field: "pin-oracle", Err: errors.New("is instead of --follow-up-threshold, not beside it")}
 		case *hostKV < 0 || *hostKV > 64:
-			return simCache{}, &cli.FieldError{Field: "host-kv", Err: errors.New("must be in [0, 64]")}
+			return &cli.FieldError{Field: "host-kv", Err: errors.New("must be in [0, 64]")}
 		case *aging < 0:
-			return simCache{}, &cli.FieldError{Field: "aging-rate", Err: errors.New("must not be negative")}
+			return &cli.FieldError{Field: "aging-rate", Err: errors.New("must not be negative")}
 		case *byPrompt && *aging == 0:
-			return simCache{}, &cli.FieldError{Field: "aging-whole-prompt", Err: errors.New("applies with --aging-rate")}
+			return &cli.FieldError{Field: "aging-whole-prompt", Err: errors.New("applies with --aging-rate")}
 		case *from < 0:
-			return simCache{}, &cli.FieldError{Field: "report-from", Err: errors.New("must not be negative")}
+			return &cli.FieldError{Field: "report-from", Err: errors.New("must not be negative")}
 		}
 		if *ttl == 0 && !*oracle {
 			// They shape pins, and without either nothing is pinned.
@@ -87,71 +76,13 @@ func simCacheFlags(fs *flag.FlagSet) func() (simCache, error) {
 				}
 			})
 			if unused != "" {
-				return simCache{}, &cli.FieldError{Field: unused, Err: errors.New("applies to pins: set --cache-ttl or --pin-oracle")}
+				return &cli.FieldError{Field: unused, Err: errors.New("applies to pins: set --cache-ttl or --pin-oracle")}
 			}
 		}
-		cfg := sim.CacheConfig{TTL: *ttl, PinnedShare: *share, TenantShare: *tenant, Soft: *soft,
+		sw.Cluster.Cache = sim.CacheConfig{TTL: *ttl, PinnedShare: *share, TenantShare: *tenant, Soft: *soft,
 			Retain: sim.RetainConfig{Threshold: *threshold}, Prefetch: sim.PrefetchConfig{On: *prefetch, MaxLoad: *prefetchLoad},
 			HostKV: *hostKV, AgingRate: *aging, OrderByPrompt: *byPrompt}
-		return simCache{cfg: cfg, affinity: *affinity, oracle: *oracle, reportFrom: *from}, nil
+		sw.Affinity, sw.PinOracle, sw.ReportFrom = *affinity, *oracle, *from
+		return nil
 	}
-}
-
-// forTrace is the config for one run of reqs: the oracle's pins come from
-// the trace's future.
-func (c simCache) forTrace(reqs []sim.Request) sim.CacheConfig {
-	cfg := c.cfg
-	if c.oracle {
-		gaps, ttl := sim.FollowUpGaps(reqs), cfg.TTL
-		cfg.PinFor = func(i int) time.Duration {
-			if gaps[i] > 0 && gaps[i] <= ttl {
-				return ttl
-			}
-			return 0
-		}
-		cfg.TTL = 0 // PinFor decides every pin
-	}
-	return cfg
-}
-
-// slice keeps the outcomes of the requests the summary is taken on (the
-// slice's start is in trace time; arrivals are at the rate scale), and
-// makes the run's span the slice's, from its first arrival to its last
-// token, so rates and cost are the slice's. It reports whether it cut.
-func (c simCache) slice(res *sim.Result, scale float64) bool {
-	if c.reportFrom == 0 {
-		return false
-	}
-	from := time.Duration(float64(c.reportFrom) / scale)
-	kept := res.Outcomes[:0:0]
-	first, last := time.Duration(-1), time.Duration(0)
-	for _, o := range res.Outcomes {
-		if o.Arrival >= from {
-			kept = append(kept, o)
-			if first < 0 || o.Arrival < first {
-				first = o.Arrival
-			}
-			last = max(last, o.Done)
-		}
-	}
-	res.Outcomes, res.Makespan = kept, max(0, last-first)
-	return true
-}
-
-// sliced drops what a slice cannot say: the workers' busy time is the
-// whole run's, so GPU utilization and the busy-time cost would mix the
-// slice with the warm-up before it.
-func sliced(s *sim.Summary) {
-	for i := range s.Pools {
-		s.Pools[i].Utilization = math.NaN()
-	}
-	s.BusyCostPerMTok = math.Inf(1)
-}
-
-// wrap puts the affinity layer in front of p when asked.
-func (c simCache) wrap(p sched.Policy) (sched.Policy, error) {
-	if !c.affinity {
-		return p, nil
-	}
-	return sched.NewAffinity(p, sched.AffinityConfig{})
 }

@@ -20,31 +20,31 @@ var simPalette = []color.RGBA{{0x1f, 0x77, 0xb4, 255}, {0xff, 0x7f, 0x0e, 255}, 
 // simPlots writes attainment.png (SLO attainment against rate scale, one
 // line per policy) and ttft-cdf.png (each policy's TTFT CDF at the first
 // rate scale).
-func simPlots(_ context.Context, dir string, o *simOptions, rows []sim.Summary) error {
+func simPlots(_ context.Context, dir string, sw *sim.Sweep, rows []sim.Summary) error {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return err
 	}
 	att := plot.New()
-	att.Title.Text = fmt.Sprintf("SLO attainment (TTFT ≤ %v, TPOT ≤ %v)", o.sloTTFT, o.sloTPOT)
+	att.Title.Text = fmt.Sprintf("SLO attainment (TTFT ≤ %v, TPOT ≤ %v)", sw.Cluster.SLOTTFT, sw.Cluster.SLOTPOT)
 	att.X.Label.Text = "rate scale (× trace arrival rate)"
 	att.Y.Label.Text = "requests within both SLOs"
 	att.Y.Min, att.Y.Max = 0, 1
 	att.Legend.Top = false
 	cdf := plot.New()
-	cdf.Title.Text = fmt.Sprintf("TTFT CDF at rate × %g", o.rates[0])
+	cdf.Title.Text = fmt.Sprintf("TTFT CDF at rate × %g", sw.Rates[0])
 	cdf.X.Label.Text = "TTFT (ms, log scale)"
 	cdf.X.Scale = plot.LogScale{}
 	cdf.X.Tick.Marker = plot.LogTicks{Prec: -1}
 	cdf.Y.Label.Text = "fraction of completed requests"
 	cdf.Legend.Top = false
-	for k, p := range o.policies {
+	for k, p := range sw.Policies {
 		col := simPalette[k%len(simPalette)]
 		var pts plotter.XYs
 		var first *sim.Summary
 		for i := range rows {
 			if rows[i].Policy == p {
 				pts = append(pts, plotter.XY{X: rows[i].RateScale, Y: rows[i].SLOAttainment})
-				if first == nil && rows[i].RateScale == o.rates[0] {
+				if first == nil && rows[i].RateScale == sw.Rates[0] {
 					first = &rows[i]
 				}
 			}

@@ -135,7 +135,7 @@ type Config struct {
 	Prices Prices
 	// Hook, when set, is called after every decision with the request's
 	// index and may change the decision: training forces resource
-	// combinations on sampled requests with it (cloud/sched/learn).
+	// combinations on sampled requests with it (cloud/sim/learn).
 	Hook func(i int, req *sched.Request, s *sched.Snapshot, d *sched.Decision)
 	// Cache is prompt caching: TTL pinning (cache.go).
 	Cache CacheConfig

@@ -23,6 +23,11 @@
 // endpoint with vLLM's Prometheus metric names, which is what
 // `phaseless-cloud --worker sim://h100?model=llama3.1-8b&n=8` starts.
 //
+// Sweep plays one trace under several policies and arrival-rate scales in
+// parallel, and searches each policy's highest rate within the SLOs: the
+// table and --max-rate of `phaselessctl sim`, which only parses flags and
+// prints.
+//
 // To measure a new policy: implement sched.Policy, register its name in
 // sched.ByName, and run `phaselessctl sim --policy NAME` (docs/sim.md).
 package sim

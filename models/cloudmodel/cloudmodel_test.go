@@ -7,6 +7,7 @@ import (
 
 	"github.com/phaseless/phaseless/llm"
 	"github.com/phaseless/phaseless/models/edgemodel"
+	"github.com/phaseless/phaseless/models/intents"
 	"github.com/phaseless/phaseless/models/lm"
 	"github.com/phaseless/phaseless/models/lmtrain/corpus"
 	"github.com/phaseless/phaseless/models/lmtrain/shippedtest"
@@ -73,7 +74,7 @@ func TestHeldOutReplies(t *testing.T) {
 	picked, replies = shippedtest.HeldOutReplies(t, m, carTest, 300)
 	right := 0
 	for i, ex := range picked {
-		if corpus.ReplyMatches(ex.Intent, replies[i]) {
+		if intents.ReplyMatches(ex.Intent, replies[i]) {
 			right++
 		}
 	}

@@ -4,6 +4,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/phaseless/phaseless/models/intents"
 	"github.com/phaseless/phaseless/models/lm"
 	"github.com/phaseless/phaseless/models/lmtrain/corpus"
 	"github.com/phaseless/phaseless/models/lmtrain/shippedtest"
@@ -36,7 +37,7 @@ func TestHeldOutReplyAccuracy(t *testing.T) {
 	picked, replies := shippedtest.HeldOutReplies(t, m, split.Test, 300)
 	right, calls := 0, 0
 	for i, ex := range picked {
-		if corpus.ReplyMatches(ex.Intent, replies[i]) {
+		if intents.ReplyMatches(ex.Intent, replies[i]) {
 			right++
 		}
 		if strings.Contains(replies[i], lm.ToolCallOpen) {

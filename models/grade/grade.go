@@ -1,6 +1,6 @@
 // Package grade decides whether a model's answer is right: exact match for
 // facts, numeric equality for arithmetic, the right intent and the right
-// values for in-car commands (the reply templates of models/lmtrain/corpus),
+// values for in-car commands (the reply templates of models/intents),
 // and word overlap with a reference answer for open questions.
 //
 // How it fits: the router predictor's labels come from it — a training
@@ -19,7 +19,7 @@ import (
 	"strings"
 	"unicode"
 
-	"github.com/phaseless/phaseless/models/lmtrain/corpus"
+	"github.com/phaseless/phaseless/models/intents"
 )
 
 // Kind is how an answer is compared with its reference.
@@ -43,7 +43,7 @@ const OpenF1 = 0.5
 type Reference struct {
 	Kind    Kind
 	Answers []string // Exact: accepted answers; Number: the value; Open: the reference answer
-	Intents []string // Command: intents (corpus.ReplyMatches) whose reply forms are right
+	Intents []string // Command: intents (intents.ReplyMatches) whose reply forms are right
 	Values  []string // Command: values the reply must repeat (a city, a temperature)
 }
 
@@ -82,7 +82,7 @@ func Grade(ref Reference, answer string) Verdict {
 	case Command:
 		intent := ""
 		for _, in := range ref.Intents {
-			if corpus.ReplyMatches(in, answer) {
+			if intents.ReplyMatches(in, answer) {
 				intent = in
 				break
 			}
@@ -153,7 +153,7 @@ func Parse(s string) (Reference, error) {
 			r.Values = strings.Split(vals, ",")
 		}
 		for _, i := range r.Intents {
-			if !corpus.KnownIntent(i) {
+			if !intents.Known(i) {
 				return Reference{}, fmt.Errorf("grade: %q: no reply templates for intent %q", s, i)
 			}
 		}

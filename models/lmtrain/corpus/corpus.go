@@ -14,9 +14,10 @@ import (
 	"math/rand/v2"
 	"regexp"
 	"slices"
-	"sort"
 	"strconv"
 	"strings"
+
+	"github.com/phaseless/phaseless/models/intents"
 )
 
 //go:embed data/clinc150-incar.json
@@ -134,7 +135,7 @@ func reply(intent, u string, rng *rand.Rand) string {
 		}
 		return "Let me show that calculation on the screen."
 	}
-	ts := intentAnswers[intent]
+	ts := intents.Replies[intent]
 	return newFiller(rng).fill(ts[rng.IntN(len(ts))])
 }
 
@@ -155,7 +156,7 @@ func Edge(seed uint64) (Split, error) {
 	var s Split
 	for _, set := range [][][2]string{f.Train, f.Val} {
 		for _, r := range set {
-			if _, ok := intentAnswers[r[1]]; !ok {
+			if _, ok := intents.Replies[r[1]]; !ok {
 				return Split{}, fmt.Errorf("corpus: no replies for intent %q", r[1])
 			}
 			for range 2 {
@@ -167,10 +168,10 @@ func Edge(seed uint64) (Split, error) {
 		s.Test = append(s.Test, Example{Prompt: r[0], Answer: reply(r[1], r[0], rng), Intent: r[1]})
 	}
 	seenTest := map[string]bool{}
-	for gi, t := range inCarTemplates {
+	for gi, t := range intents.InCar {
 		for range 60 {
 			fl := newFiller(rng)
-			e := Example{Prompt: fl.fill(t.asks[rng.IntN(len(t.asks))]), Answer: fl.fill(t.replies[rng.IntN(len(t.replies))]), Intent: fmt.Sprintf("incar-%d", gi)}
+			e := Example{Prompt: fl.fill(t.Asks[rng.IntN(len(t.Asks))]), Answer: fl.fill(t.Replies[rng.IntN(len(t.Replies))]), Intent: intents.InCarIntent(gi)}
 			// Hold out by prompt text so a test prompt is never trained on.
 			if held(e.Prompt, seed) || seenTest[e.Prompt] {
 				seenTest[e.Prompt] = true
@@ -283,55 +284,6 @@ func shuffle(rng *rand.Rand, xs []Example) {
 	rng.Shuffle(len(xs), func(i, j int) { xs[i], xs[j] = xs[j], xs[i] })
 }
 
-// Intents lists the CLINC150 intents the edge corpus answers, sorted.
-func Intents() []string {
-	out := make([]string, 0, len(intentAnswers))
-	for k := range intentAnswers {
-		out = append(out, k)
-	}
-	sort.Strings(out)
-	return out
-}
-
-// replyPatterns maps each intent to regular expressions of its replies, slots
-// as wildcards, for ReplyMatches.
-var replyPatterns = func() map[string][]*regexp.Regexp {
-	compile := func(tmpls []string) []*regexp.Regexp {
-		var out []*regexp.Regexp
-		for _, t := range tmpls {
-			q := regexp.QuoteMeta(t)
-			q = regexp.MustCompile(`\\\{[a-z]+\\\}`).ReplaceAllString(q, `(.+?)`)
-			out = append(out, regexp.MustCompile("^"+q+"$"))
-		}
-		return out
-	}
-	m := map[string][]*regexp.Regexp{}
-	for intent, ts := range intentAnswers {
-		m[intent] = compile(ts)
-	}
-	m["calculator"] = append(m["calculator"], compile([]string{"The answer is {n}.", "Let me show that calculation on the screen."})...)
-	for gi, t := range inCarTemplates {
-		m[fmt.Sprintf("incar-%d", gi)] = compile(t.replies)
-	}
-	return m
-}()
-
-// ReplyMatches reports whether reply has the form of one of intent's replies
-// (any slot values): the measure of whether a model chose the right kind of
-// answer, independent of the made-up values in it.
-func ReplyMatches(intent, reply string) bool {
-	for _, re := range replyPatterns[intent] {
-		if re.MatchString(strings.TrimSpace(reply)) {
-			return true
-		}
-	}
-	return false
-}
-
-// KnownIntent reports whether ReplyMatches knows reply forms for intent: a
-// CLINC150 intent of the edge corpus or an in-car group ("incar-N").
-func KnownIntent(intent string) bool { return len(replyPatterns[intent]) > 0 }
-
 // CalculatorValue is the exact result of a simple "a op b" request, the
 // value the calculator intent's reply should state, and false when the
 // request is not one.
@@ -342,16 +294,4 @@ func CalculatorValue(u string) (float64, bool) {
 	}
 	v, err := strconv.ParseFloat(strings.TrimSuffix(strings.TrimPrefix(a, "The answer is "), "."), 64)
 	return v, err == nil
-}
-
-// ReplySlots returns the slot values of reply (what the placeholders of the
-// first of intent's reply templates it matches stand for), nil when it
-// matches none. A grader compares them with the request's own values.
-func ReplySlots(intent, reply string) []string {
-	for _, re := range replyPatterns[intent] {
-		if m := re.FindStringSubmatch(strings.TrimSpace(reply)); m != nil {
-			return m[1:]
-		}
-	}
-	return nil
 }

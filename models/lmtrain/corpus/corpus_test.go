@@ -3,6 +3,8 @@ package corpus
 import (
 	"strings"
 	"testing"
+
+	"github.com/phaseless/phaseless/models/intents"
 )
 
 func TestEdgeSplitIsDisjointAndFilled(t *testing.T) {
@@ -79,15 +81,14 @@ func TestWikiTopicInPromptAndAnswer(t *testing.T) {
 	}
 }
 
-func TestReplyMatches(t *testing.T) {
+// TestRepliesMatchTheirIntent: every reply the corpus writes has the form
+// the grader expects of its intent (models/intents).
+func TestRepliesMatchTheirIntent(t *testing.T) {
 	s, _ := Edge(3)
 	for _, e := range s.Test {
-		if !ReplyMatches(e.Intent, e.Answer) {
+		if !intents.ReplyMatches(e.Intent, e.Answer) {
 			t.Fatalf("reply %q does not match its own intent %s", e.Answer, e.Intent)
 		}
-	}
-	if ReplyMatches("weather", "Dialing Mom.") || ReplyMatches("make_call", "It is 40 degrees and sunny right now.") {
-		t.Fatal("a reply of another intent matched")
 	}
 }
 
@@ -141,22 +142,12 @@ func TestCloudMixesFactsAndCarRequests(t *testing.T) {
 	}
 }
 
-func TestReplySlotsAndCalculatorValue(t *testing.T) {
-	got := ReplySlots("incar-6", "Starting navigation to Denver. About 35 minutes.")
-	if len(got) != 2 || got[0] != "Denver" || got[1] != "35" {
-		t.Fatalf("slots %q", got)
-	}
-	if ReplySlots("incar-6", "Playing jazz music.") != nil {
-		t.Fatal("a reply of another intent has slots")
-	}
+func TestCalculatorValue(t *testing.T) {
 	if v, ok := CalculatorValue("what is 17 times 23"); !ok || v != 391 {
 		t.Fatalf("calculator %v %v", v, ok)
 	}
 	if _, ok := CalculatorValue("how are you"); ok {
 		t.Fatal("not arithmetic")
-	}
-	if !KnownIntent("next_song") || !KnownIntent("incar-0") || KnownIntent("balance") {
-		t.Fatal("KnownIntent")
 	}
 }
 

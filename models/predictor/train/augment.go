@@ -32,7 +32,7 @@ const EdgeAugment = 2
 
 // augmentSkip are the sources whose requests are not copied: MMLU's exam
 // questions are long (one word changes nothing) and telemetry has no text.
-var augmentSkip = map[string]bool{SourceMMLU: true, "telemetry": true}
+var augmentSkip = map[string]bool{SourceMMLU: true, SourceTelemetry: true}
 
 // UnseenVocabulary returns the words of the edge corpus's Wikipedia
 // sentences (seed EdgeCorpusSeed) that no edge prompt uses and that are

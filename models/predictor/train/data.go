@@ -1,7 +1,6 @@
 package train
 
 import (
-	"bufio"
 	"compress/gzip"
 	"encoding/csv"
 	"encoding/json"
@@ -16,7 +15,6 @@ import (
 
 	"github.com/phaseless/phaseless/models/grade"
 	"github.com/phaseless/phaseless/models/textfeat"
-	"github.com/phaseless/phaseless/transport/fleetwire"
 )
 
 // MMLUPrompt is one RouteLLM MMLU row: a multiple-choice prompt and whether
@@ -242,88 +240,4 @@ func (d *Data) EvalSets() (mmlu, clinc []Example) {
 		}
 	}
 	return mmlu, clinc
-}
-
-// TelemetryStats counts what LoadTelemetry kept and skipped.
-type TelemetryStats struct {
-	Records, Local, Cloud int
-	SkippedVersion        int // other feature version or width
-	SkippedUnknown        int // outcome says nothing about whether the device could have answered
-}
-
-// LoadTelemetry reads JSON lines of fleetwire.RequestRecord (as the fleet
-// exports them; a line may also be a fleetwire.Record whose Data is one) and
-// turns those whose outcome tells whether the device could answer into
-// examples:
-//   - ran locally and finished ok → 0 (the device handled it);
-//   - ran locally and failed, or was routed local and ended in the cloud
-//     through a fallback → 1 (it needed the cloud);
-//   - anything else is skipped: a request routed to the cloud says nothing
-//     about what the device would have done, and a cancelled one says
-//     nothing at all.
-//
-// Records of another feature version or width are skipped, because their
-// vectors mean something else.
-func LoadTelemetry(r io.Reader) ([]Example, TelemetryStats, error) {
-	var st TelemetryStats
-	var out []Example
-	sc := bufio.NewScanner(r)
-	sc.Buffer(make([]byte, 64<<10), 16<<20)
-	line := 0
-	for sc.Scan() {
-		line++
-		b := strings.TrimSpace(sc.Text())
-		if b == "" {
-			continue
-		}
-		var probe struct {
-			Kind string          `json:"kind"`
-			Data json.RawMessage `json:"data"`
-		}
-		raw := []byte(b)
-		if err := json.Unmarshal(raw, &probe); err == nil && len(probe.Data) > 0 {
-			if probe.Kind != "" && probe.Kind != "request" {
-				continue
-			}
-			raw = probe.Data
-		}
-		var rec fleetwire.RequestRecord
-		if err := json.Unmarshal(raw, &rec); err != nil {
-			return nil, st, fmt.Errorf("telemetry line %d: %w", line, err)
-		}
-		st.Records++
-		if rec.FeatureVersion != textfeat.Version || len(rec.Features) != textfeat.Dim {
-			st.SkippedVersion++
-			continue
-		}
-		label, ok := telemetryLabel(rec)
-		if !ok {
-			st.SkippedUnknown++
-			continue
-		}
-		out = st.keep(out, rec.Features, label)
-	}
-	return out, st, sc.Err()
-}
-
-// keep counts a telemetry example under its label and appends it to out.
-func (st *TelemetryStats) keep(out []Example, features []float32, label float32) []Example {
-	if label == 1 {
-		st.Cloud++
-	} else {
-		st.Local++
-	}
-	return append(out, Example{Features: features, Label: label, Source: "telemetry", Group: "telemetry"})
-}
-
-func telemetryLabel(r fleetwire.RequestRecord) (float32, bool) {
-	switch {
-	case r.Path == "local" && r.Outcome == "ok":
-		return 0, true
-	case r.Path == "local" && r.Outcome == "error":
-		return 1, true
-	case r.Decision == "local" && r.Path == "cloud" && r.Outcome != "cancelled":
-		return 1, true
-	}
-	return 0, false
 }

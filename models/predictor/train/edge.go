@@ -6,6 +6,7 @@ import (
 	"slices"
 	"strings"
 
+	"github.com/phaseless/phaseless/models/intents"
 	"github.com/phaseless/phaseless/models/lmtrain/corpus"
 	"github.com/phaseless/phaseless/models/textfeat"
 )
@@ -35,13 +36,16 @@ const EdgeCorpusSeed = 1
 // Sources of the edge label set (Example.Source). Local (label 0):
 // SourceEdgeCLINC and SourceInCar. Cloud (label 1): the rest.
 const (
-	SourceEdgeCLINC  = "edge-clinc"  // CLINC150 utterance of an intent in corpus.Intents()
+	SourceEdgeCLINC  = "edge-clinc"  // CLINC150 utterance of an intent in intents.CLINC()
 	SourceInCar      = "incar"       // the edge corpus's in-car template requests
 	SourceOtherCLINC = "clinc-other" // CLINC150 utterance of any other intent (banking, home, small talk…)
 	SourceOOS        = "clinc-oos"   // CLINC150 out-of-scope utterance
 	SourceMMLU       = "mmlu"        // RouteLLM MMLU exam question
 	SourceWiki       = "wiki"        // general-knowledge question about a Wikipedia sentence's topic
 	SourceFacts      = "facts"       // world or science fact question the cloud model answers (corpus.Facts)
+	// SourceTelemetry is a fleet request labelled by its outcome and
+	// quality signals (cloud/fleet/trainset), either label.
+	SourceTelemetry = "telemetry"
 )
 
 // EdgeSources lists the edge label set's sources, local ones first.
@@ -83,7 +87,7 @@ func IsCarSource(source string) bool {
 var EdgeSourceWeights = map[string]float64{
 	SourceEdgeCLINC: 0.35, SourceInCar: 0.15, SourceSpokenCar: 0.15,
 	SourceOtherCLINC: 0.1, SourceOOS: 0.15, SourceMMLU: 0.05, SourceWiki: 0.2, SourceFacts: 0.1, SourceSpokenOpen: 0.5,
-	"telemetry": 0.2,
+	SourceTelemetry: 0.2,
 }
 
 // EdgeHidden is the hidden width of edge-label runs (Config.Hidden unset;
@@ -124,7 +128,7 @@ type EdgeSplit struct {
 // Train, and one in Val from Train, so the splits share no prompt text.
 func (d *Data) EdgeSplit() (*EdgeSplit, error) {
 	local := map[string]bool{}
-	for _, in := range corpus.Intents() {
+	for _, in := range intents.CLINC() {
 		local[in] = true
 	}
 	var train, val, test []Example

@@ -23,6 +23,7 @@ import (
 	"github.com/phaseless/phaseless/models/cloudmodel"
 	"github.com/phaseless/phaseless/models/edgemodel"
 	"github.com/phaseless/phaseless/models/grade"
+	"github.com/phaseless/phaseless/models/intents"
 	"github.com/phaseless/phaseless/models/lm"
 	"github.com/phaseless/phaseless/models/lmtrain/corpus"
 	"github.com/phaseless/phaseless/models/predictor"
@@ -172,7 +173,7 @@ func Reference(e Example) (grade.Reference, bool) {
 		// the slots of the reference reply that the request names.
 		r := grade.Reference{Kind: grade.Command, Intents: []string{e.Group}}
 		prompt := " " + strings.ToLower(e.Text) + " "
-		for _, v := range corpus.ReplySlots(e.Group, e.Answer) {
+		for _, v := range intents.ReplySlots(e.Group, e.Answer) {
 			if strings.Contains(prompt, " "+strings.ToLower(v)+" ") {
 				r.Values = append(r.Values, v)
 			}

@@ -77,7 +77,7 @@ func (c *Config) fill() {
 		c.MaxCarToCloud = DefaultMaxCarToCloud
 	}
 	if c.SourceWeights == nil {
-		c.SourceWeights = map[string]float64{"mmlu": 0.4, "clinc": 0.4, "clinc-oos": 0.2, "telemetry": 0.4}
+		c.SourceWeights = map[string]float64{"mmlu": 0.4, "clinc": 0.4, "clinc-oos": 0.2, SourceTelemetry: 0.4}
 	}
 }
 

@@ -14,10 +14,12 @@ import (
 
 // Options is one `phaselessctl model train` run.
 type Options struct {
-	DataDir   string   // routing corpus (default models/data/routing)
-	Labels    string   // LabelsEdge (default when empty) or LabelsRouteLLM
-	Telemetry []string // JSON-lines files of fleet.RequestRecord, extra training data
-	Out       string   // where to write the ONNX file
+	DataDir string // routing corpus (default models/data/routing)
+	Labels  string // LabelsEdge (default when empty) or LabelsRouteLLM
+	// Telemetry are labelled examples of the fleet's requests
+	// (cloud/fleet/trainset.Load, its training part), extra training data.
+	Telemetry []Example
+	Out       string // where to write the ONNX file
 	// Compare are routers evaluated beside the new model and the entropy
 	// rule in the same run, e.g. the previously shipped model.
 	Compare []Router
@@ -27,10 +29,9 @@ type Options struct {
 
 // Result is what a run made.
 type Result struct {
-	Model     []byte
-	Net       *Net
-	Examples  int
-	Telemetry TelemetryStats
+	Model    []byte
+	Net      *Net
+	Examples int
 	// Threshold is the decision threshold chosen on the validation split
 	// and stored in the model (edge labels; 0 with RouteLLM labels), and
 	// ValBalanced its balanced accuracy there.
@@ -105,29 +106,9 @@ func Run(ctx context.Context, opt Options) (*Result, error) {
 		check = append(mmlu, clinc...)
 	}
 	res := &Result{}
-	for _, path := range opt.Telemetry {
-		f, err := os.Open(path)
-		if err != nil {
-			return nil, fmt.Errorf("telemetry: %w", err)
-		}
-		// Quality signals relabel local answers; the held-out slice stays
-		// out for model evaluate (fleetquality.go).
-		ex, fst, err := LoadFleetTelemetry(f, FleetTrain)
-		f.Close()
-		if err != nil {
-			return nil, fmt.Errorf("telemetry %s: %w", path, err)
-		}
-		st := fst.TelemetryStats
-		logf("telemetry %s: %d feedback and %d shadow grades joined: %d local answers relabelled cloud, %d confirmed local; %d requests held out\n",
-			path, fst.Feedback, fst.ShadowGrades, fst.BadLocal, fst.GoodLocal, fst.OtherPart)
-		logf("telemetry %s: %d records, %d local + %d cloud labels, %d skipped (feature version), %d skipped (no label)\n",
-			path, st.Records, st.Local, st.Cloud, st.SkippedVersion, st.SkippedUnknown)
-		res.Telemetry.Records += st.Records
-		res.Telemetry.Local += st.Local
-		res.Telemetry.Cloud += st.Cloud
-		res.Telemetry.SkippedVersion += st.SkippedVersion
-		res.Telemetry.SkippedUnknown += st.SkippedUnknown
-		examples = append(examples[:len(examples):len(examples)], ex...)
+	if len(opt.Telemetry) > 0 {
+		// A fresh array: examples may share one with the split.
+		examples = append(examples[:len(examples):len(examples)], opt.Telemetry...)
 	}
 	if err := ctx.Err(); err != nil {
 		return nil, err

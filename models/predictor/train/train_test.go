@@ -3,18 +3,15 @@ package train
 import (
 	"bytes"
 	"context"
-	"encoding/json"
-	"fmt"
 	"math"
 	"os"
 	"slices"
 	"strings"
 	"testing"
 
-	"github.com/phaseless/phaseless/models/lmtrain/corpus"
+	"github.com/phaseless/phaseless/models/intents"
 	"github.com/phaseless/phaseless/models/predictor"
 	"github.com/phaseless/phaseless/models/textfeat"
-	"github.com/phaseless/phaseless/transport/fleetwire"
 )
 
 const repoData = "../../data/routing"
@@ -229,7 +226,7 @@ func TestShippedPredictorOnHeldOut(t *testing.T) {
 func TestEdgeSplitIsDisjointByPrompt(t *testing.T) {
 	d, s := loadSplit(t, false)
 	local := map[string]bool{}
-	for _, in := range corpus.Intents() {
+	for _, in := range intents.CLINC() {
 		local[in] = true
 	}
 	where := map[string]string{}
@@ -403,97 +400,27 @@ func TestConfigValidate(t *testing.T) {
 	}
 }
 
-func record(path, decision, outcome string, version int) string {
-	r := fleetwire.RequestRecord{TraceID: "t", Features: textfeat.Extract("open the sunroof"), FeatureVersion: version,
-		Decision: decision, Path: path, Outcome: outcome}
-	b, _ := json.Marshal(r)
-	return string(b)
-}
-
-func TestLoadTelemetryLabels(t *testing.T) {
-	wrapped, _ := json.Marshal(fleetwire.Record{Seq: 1, Kind: "request", Data: json.RawMessage(record("local", "local", "error", textfeat.Version))})
-	lines := []string{
-		record("local", "local", "ok", textfeat.Version),        // 0
-		record("cloud", "local", "ok", textfeat.Version),        // 1: fell back
-		record("cloud", "cloud", "ok", textfeat.Version),        // skipped: no counterfactual
-		record("local", "local", "cancelled", textfeat.Version), // skipped
-		record("local", "local", "ok", textfeat.Version+1),      // skipped: other layout
-		string(wrapped), // 1: local failure inside a fleetwire.Record
-		"",
-	}
-	ex, st, err := LoadTelemetry(strings.NewReader(strings.Join(lines, "\n")))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if len(ex) != 3 || ex[0].Label != 0 || ex[1].Label != 1 || ex[2].Label != 1 {
-		t.Fatalf("examples %+v", ex)
-	}
-	if st.Records != 6 || st.SkippedVersion != 1 || st.SkippedUnknown != 2 || st.Local != 1 || st.Cloud != 2 {
-		t.Fatalf("stats %+v", st)
-	}
-	if _, _, err := LoadTelemetry(strings.NewReader("{not json")); err == nil {
-		t.Fatal("bad JSON accepted")
-	}
-}
-
-func FuzzLoadTelemetry(f *testing.F) {
-	f.Add([]byte(record("local", "local", "ok", textfeat.Version)))
-	f.Add([]byte(`{"kind":"request","data":{"features":[1,2],"feature_version":1}}`))
-	f.Fuzz(func(t *testing.T, b []byte) {
-		ex, _, err := LoadTelemetry(bytes.NewReader(b))
-		if err != nil {
-			return
-		}
-		for _, e := range ex {
-			if len(e.Features) != textfeat.Dim || (e.Label != 0 && e.Label != 1) {
-				t.Fatalf("bad example %+v", e)
-			}
-		}
-	})
-}
-
-// TestRunWithTelemetry trains with a fleet export: requests labelled by
-// the outcome rule, and two local answers the cloud shadow-graded, which
-// the grade relabels as an app's feedback would (the failed one cloud, the
-// passed one local), with no feedback in the file at all.
+// TestRunWithTelemetry trains with examples of the fleet's requests
+// (cloud/fleet/trainset reads them from the export): they join the
+// training data and change the model.
 func TestRunWithTelemetry(t *testing.T) {
-	path := t.TempDir() + "/fleet.jsonl"
-	lines := []string{
-		record("local", "local", "ok", textfeat.Version),
-		record("cloud", "local", "ok", textfeat.Version),
-		record("cloud", "cloud", "ok", textfeat.Version),
-	}
-	var graded []string // trace ids of the training part, not held out
-	for i := 0; len(graded) < 2; i++ {
-		if id := fmt.Sprintf("shadowed-%d", i); !InHeldOut(id) {
-			graded = append(graded, id)
-		}
-	}
-	for i, id := range graded {
-		r, _ := json.Marshal(fleetwire.RequestRecord{TraceID: id, Features: textfeat.Extract("what is the capital of Peru"), FeatureVersion: textfeat.Version, Decision: "local", Path: "local", Outcome: "ok"})
-		g, _ := json.Marshal(fleetwire.ShadowGrade{TraceID: id, OK: i == 1})
-		sg, _ := json.Marshal(map[string]any{"device_id": "car-1", "kind": fleetwire.KindShadowGrade, "data": json.RawMessage(g)})
-		lines = append(lines, string(r), string(sg))
-	}
-	if err := os.WriteFile(path, []byte(strings.Join(lines, "\n")), 0o644); err != nil {
-		t.Fatal(err)
+	local, open := textfeat.Extract("open the sunroof"), textfeat.Extract("what is the capital of Peru")
+	telemetry := []Example{
+		{Features: local, Label: 0, Source: SourceTelemetry, Group: SourceTelemetry},
+		{Features: local, Label: 1, Source: SourceTelemetry, Group: SourceTelemetry},
+		{Features: open, Label: 1, Source: SourceTelemetry, Group: SourceTelemetry},
+		{Features: open, Label: 0, Source: SourceTelemetry, Group: SourceTelemetry},
 	}
 	base, err := Run(context.Background(), Options{DataDir: repoData, Config: Config{Seed: 1, Epochs: 1}})
 	if err != nil {
 		t.Fatal(err)
 	}
-	var log strings.Builder
-	res, err := Run(context.Background(), Options{DataDir: repoData, Telemetry: []string{path}, Log: &log, Config: Config{Seed: 1, Epochs: 1}})
+	res, err := Run(context.Background(), Options{DataDir: repoData, Telemetry: telemetry, Config: Config{Seed: 1, Epochs: 1}})
 	if err != nil {
 		t.Fatal(err)
 	}
-	// local: the plain local answer and the one whose shadow grade passed;
-	// cloud: the fallback and the local answer that failed its grade.
-	if res.Examples != base.Examples+4 || res.Telemetry.Local != 2 || res.Telemetry.Cloud != 2 || res.Telemetry.SkippedUnknown != 1 {
-		t.Fatalf("examples %d (base %d), telemetry %+v", res.Examples, base.Examples, res.Telemetry)
-	}
-	if !strings.Contains(log.String(), "0 feedback and 2 shadow grades joined: 1 local answers relabelled cloud, 1 confirmed local") {
-		t.Fatalf("model train's account of the quality signals:\n%s", log.String())
+	if res.Examples != base.Examples+len(telemetry) {
+		t.Fatalf("examples %d, want the base's %d and %d from telemetry", res.Examples, base.Examples, len(telemetry))
 	}
 	if bytes.Equal(res.Model, base.Model) {
 		t.Fatal("telemetry did not change the model")

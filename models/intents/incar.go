@@ -1,10 +1,16 @@
-package corpus
+package intents
 
-// inCarTemplates are project-written requests CLINC150 lacks (climate, media,
-// windows, on-route navigation) with replies that echo the request's slots, so
-// the model learns to carry a value from question to answer. Each entry is
-// (request templates, reply templates); any request pairs with any reply.
-var inCarTemplates = []struct{ asks, replies []string }{
+// Group is one kind of in-car request: how it is asked and how it is
+// answered; any request pairs with any reply. Its intent is InCarIntent of
+// its index in InCar.
+type Group struct {
+	Asks, Replies []string
+}
+
+// InCar are project-written requests CLINC150 lacks (climate, media,
+// windows, on-route navigation) with replies that echo the request's slots,
+// so the model learns to carry a value from question to answer.
+var InCar = []Group{
 	{[]string{"set the temperature to {temp} degrees", "make it {temp} degrees in here", "change the cabin temperature to {temp}", "temperature {temp} please", "can you set the climate to {temp} degrees"},
 		[]string{"Setting the cabin temperature to {temp} degrees.", "Climate set to {temp} degrees."}},
 	{[]string{"i'm cold", "it's freezing in here", "turn up the heat", "make it warmer", "can you warm up the car"},
@@ -47,10 +53,4 @@ var inCarTemplates = []struct{ asks, replies []string }{
 		[]string{"It is {time} in {city}.", "In {city} it is {time}."}},
 	{[]string{"what's the weather tomorrow", "will it rain tomorrow", "forecast for tomorrow"},
 		[]string{"Tomorrow: {cond}, high of {tempf} degrees.", "Expect {cond} weather tomorrow, {tempf} degrees."}},
-}
-
-// extraSlots are fillers only the in-car templates use.
-var extraSlots = map[string][]string{
-	"poi":     {"gas station", "charging station", "parking lot", "coffee shop", "rest area", "pharmacy", "hospital", "car wash"},
-	"station": {"88.5", "91.3", "94.7", "98.1", "101.5", "104.3", "106.9"},
 }

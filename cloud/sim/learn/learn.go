@@ -5,6 +5,10 @@
 // gorgonia from the signals (sched.Features) to a 3-d vector, k-means
 // centres over the vectors, and each centre labelled with the combination
 // that served its members best. `phaselessctl sched train` runs it.
+//
+// It lives under cloud/sim, the simulator whose outcomes it learns from:
+// under cloud/sched it would make the scheduler's tree import the simulator
+// that drives the scheduler. Only phaselessctl links it (gorgonia).
 package learn
 
 import (
