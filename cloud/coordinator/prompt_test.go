@@ -2,6 +2,7 @@ package coordinator
 
 import (
 	"context"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -118,6 +119,64 @@ func TestOnePromptTokenizationPerRequest(t *testing.T) {
 			}
 			if tc.prefixes > 0 && fin.CacheWriteTokens == 0 {
 				t.Errorf("the engine pinned nothing of the request's breakpoint")
+			}
+		})
+	}
+}
+
+// BenchmarkBuiltinRequest is one request through Generate on a built-in
+// worker whose cache already holds its prompt (one output token): the
+// coordinator's own work per request (measurement, admission, placement,
+// the cache layer) with the engine's handling of the prompt. pinned adds a
+// cache breakpoint on the system prompt. Reported with -benchmem.
+func BenchmarkBuiltinRequest(b *testing.B) {
+	m, err := worker.DevModel(testModelConfig, 1)
+	if err != nil {
+		b.Fatal(err)
+	}
+	eng, err := lm.NewEngine(m, lm.EngineConfig{MaxBatch: 4, Threads: 1})
+	if err != nil {
+		b.Fatal(err)
+	}
+	w, err := worker.New(worker.Config{Name: "w", Role: sched.RoleStream}, worker.NewBuiltin(eng))
+	if err != nil {
+		b.Fatal(err)
+	}
+	set, err := worker.NewSet(context.Background(), time.Hour, w)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer set.Close()
+	// A budget the benchmark never runs out of: it measures the path, not
+	// the refusal.
+	a, err := admit.New(admit.Config{Budget: admit.Bucket{Burst: 1 << 40, PerSecond: 1 << 40}})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer a.Close()
+	c, err := New(Config{Workers: set, Admitter: a, Tokenizer: m.Tokenizer()})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer c.Close()
+	system := strings.Repeat("You are a helpful in-car assistant. ", 20)
+	for _, pinned := range []bool{false, true} {
+		b.Run(map[bool]string{false: "plain", true: "pinned"}[pinned], func(b *testing.B) {
+			req := &llm.Request{Model: "auto", Tenant: "t", MaxTokens: 1, Seed: 1, Messages: []llm.Message{
+				{Role: "system", Content: system}, {Role: "user", Content: "What is the tyre pressure?"}}}
+			if pinned {
+				req.CacheBreakpoints = []llm.CacheBreakpoint{{Message: 0, Chars: len(system), TTL: 5 * time.Minute}}
+			}
+			discard := func(llm.Token) error { return nil }
+			if _, err := c.Generate(context.Background(), req, discard); err != nil {
+				b.Fatal(err)
+			}
+			b.ReportAllocs()
+			b.ResetTimer()
+			for b.Loop() {
+				if _, err := c.Generate(context.Background(), req, discard); err != nil {
+					b.Fatal(err)
+				}
 			}
 		})
 	}
