@@ -10,9 +10,9 @@ import (
 	"github.com/phaseless/phaseless/cloud/prefetch"
 	"github.com/phaseless/phaseless/cloud/sched"
 	"github.com/phaseless/phaseless/cloud/semantic"
+	"github.com/phaseless/phaseless/cloud/worker"
 	"github.com/phaseless/phaseless/internal/metrics"
 	"github.com/phaseless/phaseless/llm"
-	"github.com/phaseless/phaseless/models/lm"
 )
 
 // CacheConfig is the coordinator's prompt-caching layer: conversation
@@ -40,14 +40,18 @@ type CacheConfig struct {
 // Redis answers an MGET in well under a millisecond.
 const directoryTimeout = 20 * time.Millisecond
 
-// cacheLayer is the coordinator's state for CacheConfig.
+// cacheLayer is the prompt-caching layer: CacheConfig's state, and every
+// extension point of the request path (coordinator.go) filled. It reads
+// the workers and places warm-ups on them itself; it never calls back into
+// the Coordinator.
 type cacheLayer struct {
 	cfg     CacheConfig
 	dir     affinity.Directory
 	groups  *semantic.Grouper
 	model   *prefetch.Model
-	bs      int
-	tok     lm.Tokenizer
+	workers *worker.Set
+	prompts *prompts
+	snaps   sync.Pool // *sched.Snapshot for warm-ups
 	m       cacheMetrics
 	ctx     context.Context // cancelled by close: warm-ups stop
 	cancel  context.CancelFunc
@@ -58,12 +62,22 @@ type cacheLayer struct {
 	err     error // of the directory's Close
 }
 
+var (
+	_ requestChecker    = (*cacheLayer)(nil)
+	_ requestMeasurer   = (*cacheLayer)(nil)
+	_ snapshotPreparer  = (*cacheLayer)(nil)
+	_ prePlacer         = (*cacheLayer)(nil)
+	_ postPlacer        = (*cacheLayer)(nil)
+	_ responseCompleter = (*cacheLayer)(nil)
+)
+
 type cacheMetrics struct {
 	dirLookups, dirRecords, groups, prefetch, warmups *metrics.CounterVec
 }
 
-func newCacheLayer(cfg CacheConfig, tok lm.Tokenizer, bs int, reg *metrics.Registry) (*cacheLayer, error) {
-	l := &cacheLayer{cfg: cfg, dir: cfg.Directory, bs: bs, tok: tok, warming: make(chan struct{}, 1), now: time.Now}
+func newCacheLayer(cfg CacheConfig, workers *worker.Set, p *prompts, reg *metrics.Registry) (*cacheLayer, error) {
+	l := &cacheLayer{cfg: cfg, dir: cfg.Directory, workers: workers, prompts: p, warming: make(chan struct{}, 1), now: time.Now}
+	l.snaps.New = func() any { return &sched.Snapshot{} }
 	if cfg.Group.Now != nil {
 		l.now = cfg.Group.Now
 	}
@@ -103,15 +117,39 @@ func (l *cacheLayer) policy(p sched.Policy) (sched.Policy, error) {
 	return sched.NewAffinity(p, sched.AffinityConfig{})
 }
 
-// mergePins raises each worker's PrefixBlocks to what the directory says
-// it holds pinned: another replica may have placed the conversation, and a
-// remote engine's cache cannot be probed.
-func (l *cacheLayer) mergePins(ctx context.Context, c *Coordinator, snap *sched.Snapshot, hashes []uint64) {
+// checkRequest refuses the x-* knobs of this layer that would change
+// nothing here: no header is accepted and then ignored (DESIGN.md §4).
+func (l *cacheLayer) checkRequest(req *llm.Request) error {
+	h := &req.Hints
+	prefetching := l.cfg.Prefetch
+	switch {
+	case h.Prefetch != "" && h.Prefetch != string(prefetch.None) && !prefetching:
+		return llm.Errorf(llm.CodeInvalid, "header x-prefetch-hint: prefetch is off on this coordinator (--cache-layers)")
+	case h.SemanticMode != "" && !prefetching && !l.grouping(req):
+		return llm.Errorf(llm.CodeInvalid, "header x-semantic-mode: neither semantic grouping (x-batch-threshold, --cache-layers semantic) nor prefetch is on for this request")
+	}
+	return nil
+}
+
+// measureRequest reads req's semantic fingerprint when grouping or the
+// prefetcher will: otherwise it is not worth its hashing.
+func (l *cacheLayer) measureRequest(req *llm.Request, m *measured) {
+	if l.grouping(req) || l.cfg.Prefetch {
+		m.fp = semantic.Of(req.Messages, req.Hints.SemanticMode)
+	}
+}
+
+// prepareSnapshot raises each worker's PrefixBlocks to what the directory
+// says it holds pinned: another replica may have placed the conversation,
+// and a remote engine's cache cannot be probed.
+func (l *cacheLayer) prepareSnapshot(m *measured, snap *sched.Snapshot) {
 	// A slow directory (Redis under strain) must not hold up placement:
 	// without an answer the request is placed on the engines' own tables.
-	ctx, cancel := context.WithTimeout(ctx, directoryTimeout)
+	// The layer's own context: the lookup ends with the layer, not with a
+	// request, whose placement never waits past directoryTimeout anyway.
+	ctx, cancel := context.WithTimeout(l.ctx, directoryTimeout)
 	defer cancel()
-	name, n, err := l.dir.Lookup(ctx, hashes)
+	name, n, err := l.dir.Lookup(ctx, m.sig.BlockHashes)
 	switch {
 	case err != nil:
 		l.m.dirLookups.With("error").Inc()
@@ -121,7 +159,7 @@ func (l *cacheLayer) mergePins(ctx context.Context, c *Coordinator, snap *sched.
 		return
 	}
 	l.m.dirLookups.With("hit").Inc()
-	for i, w := range c.cfg.Workers.Workers() {
+	for i, w := range l.workers.Workers() {
 		if w.Name() == name && i < len(snap.Workers) && snap.Workers[i].PrefixBlocks < n {
 			snap.Workers[i].PrefixBlocks = n
 		}
@@ -133,20 +171,14 @@ func (l *cacheLayer) grouping(req *llm.Request) bool {
 	return l.cfg.Semantic || req.Hints.BatchThreshold > 0
 }
 
-// fingerprints says whether req's semantic fingerprint is read at all: by
-// grouping or the prefetcher; otherwise it is not worth its hashing.
-func (l *cacheLayer) fingerprints(req *llm.Request) bool {
-	return l.grouping(req) || l.cfg.Prefetch
-}
-
-// join places req with an open group of similar requests on a worker that
-// has room; ok is false when there is none.
-func (l *cacheLayer) join(req *llm.Request, fp *semantic.Fingerprint, m *measured, snap *sched.Snapshot) (sched.Decision, bool) {
+// prePlace places req with an open group of similar requests on a worker
+// that has room (joins the group); ok is false when there is none.
+func (l *cacheLayer) prePlace(req *llm.Request, m *measured, snap *sched.Snapshot) (sched.Decision, bool) {
 	if !l.grouping(req) {
 		return sched.Decision{}, false
 	}
 	before := l.groups.Stats()
-	w, ok := l.groups.Join(fp, firstBlock(m.sig.BlockHashes), req.Hints.BatchThreshold)
+	w, ok := l.groups.Join(&m.fp, firstBlock(m.sig.BlockHashes), req.Hints.BatchThreshold)
 	after := l.groups.Stats()
 	if after.Conflicts > before.Conflicts {
 		l.m.groups.With("conflict").Inc()
@@ -161,10 +193,31 @@ func (l *cacheLayer) join(req *llm.Request, fp *semantic.Fingerprint, m *measure
 	return sched.Place(&m.sig, snap, w, sched.ReasonPrefix), true
 }
 
-// opened starts a group led by req on the worker the policy chose.
-func (l *cacheLayer) opened(req *llm.Request, fp *semantic.Fingerprint, m *measured, worker int) {
+// postPlace opens a group led by req on the worker the policy chose.
+func (l *cacheLayer) postPlace(req *llm.Request, m *measured, worker int) {
 	if l.grouping(req) {
-		l.groups.Open(fp, firstBlock(m.sig.BlockHashes), worker)
+		l.groups.Open(&m.fp, firstBlock(m.sig.BlockHashes), worker)
+	}
+}
+
+// completeResponse is the layer's part of a request that succeeded on
+// worker: record its pins, learn from it and warm what it predicts.
+func (l *cacheLayer) completeResponse(ctx context.Context, req *llm.Request, m *measured, worker string) {
+	l.pinned(context.WithoutCancel(ctx), req, m, worker)
+	l.predict(req, m)
+}
+
+// pinned records in the directory the prefixes req asked to pin, now on
+// worker: each breakpoint's last full block, until its lifetime ends (a
+// hit records it again, as the engine refreshes the pin). The prefixes'
+// lengths are measure's, the same the engine pinned.
+func (l *cacheLayer) pinned(ctx context.Context, req *llm.Request, m *measured, worker string) {
+	for i, bp := range req.CacheBreakpoints {
+		n := m.prompt.Pins[i] / l.prompts.bs
+		if n <= 0 || n > len(m.sig.BlockHashes) {
+			continue // -1: the breakpoint renders nothing
+		}
+		l.record(ctx, m.sig.BlockHashes[n-1], worker, bp.TTL)
 	}
 }
 
@@ -186,45 +239,10 @@ func firstBlock(hashes []uint64) uint64 {
 	return hashes[0]
 }
 
-// pinned records in the directory the prefixes req asked to pin, now on
-// worker: each breakpoint's last full block, until its lifetime ends (a
-// hit records it again, as the engine refreshes the pin).
-func (l *cacheLayer) pinned(ctx context.Context, req *llm.Request, m *measured, worker string) {
-	whole := l.promptTokens(lm.PromptMessages(req, false))
-	for _, bp := range req.CacheBreakpoints {
-		msgs := lm.CachePrefix(req, bp, false)
-		if msgs == nil {
-			continue
-		}
-		n := commonLen(l.promptTokens(msgs), whole) / l.bs
-		if n == 0 || n > len(m.sig.BlockHashes) {
-			continue
-		}
-		l.record(ctx, m.sig.BlockHashes[n-1], worker, bp.TTL)
-	}
-}
-
-// promptTokens renders msgs as measure does.
-func (l *cacheLayer) promptTokens(msgs []llm.Message) []int32 {
-	ids := l.tok.Encode(lm.ChatPrompt(msgs))
-	if l.tok.AddBOS() {
-		ids = append([]int32{l.tok.BOS()}, ids...)
-	}
-	return ids
-}
-
-func commonLen(a, b []int32) int {
-	n := 0
-	for n < len(a) && n < len(b) && a[n] == b[n] {
-		n++
-	}
-	return n
-}
-
 // predict scores req against its tenant's last prediction and warms the
 // next predicted clusters' prefixes into idle workers, within the budget
 // of req's x-prefetch-hint.
-func (l *cacheLayer) predict(c *Coordinator, req *llm.Request, fp *semantic.Fingerprint, m *measured) {
+func (l *cacheLayer) predict(req *llm.Request, m *measured) {
 	if !l.cfg.Prefetch {
 		// Off, the model learns nothing: it would keep a cluster (and a
 		// copy of its prompt prefix) per tenant that nothing reads.
@@ -232,6 +250,7 @@ func (l *cacheLayer) predict(c *Coordinator, req *llm.Request, fp *semantic.Fing
 	}
 	hint := prefetch.Hint(req.Hints.Prefetch)
 	n, maxLoad := hint.Budget()
+	fp := &m.fp
 	if req.Hints.SemanticMode == "" {
 		// A tenant's kinds of request are its conversations' topics; the
 		// hybrid default, half the user's wording, splits one kind in many.
@@ -248,7 +267,7 @@ func (l *cacheLayer) predict(c *Coordinator, req *llm.Request, fp *semantic.Fing
 		l.m.prefetch.With("miss").Inc()
 	}
 	for _, p := range preds {
-		l.warm(c, m.tenant, p.Prefix, maxLoad)
+		l.warm(m.tenant, p.Prefix, maxLoad)
 	}
 }
 
@@ -256,17 +275,18 @@ func (l *cacheLayer) predict(c *Coordinator, req *llm.Request, fp *semantic.Fing
 // does not already hold it, generating one token, so its KV blocks are
 // cached (and pinned for the shortest lifetime) before the predicted
 // request comes. One warm-up runs at a time; the rest are skipped.
-func (l *cacheLayer) warm(c *Coordinator, tenant string, prefix []llm.Message, maxLoad float64) {
+func (l *cacheLayer) warm(tenant string, prefix []llm.Message, maxLoad float64) {
 	msgs := append(append([]llm.Message(nil), prefix...), llm.Message{Role: "user", Content: ""})
-	ids := l.promptTokens(msgs)
-	hashes := lm.BlockHashes(ids, l.bs)
-	want := commonLen(l.promptTokens(prefix), ids) / l.bs
+	ids := l.prompts.tokens(msgs)
+	hashes := l.prompts.hashes(ids)
+	common := commonLen(l.prompts.tokens(prefix), ids)
+	want := common / l.prompts.bs
 	if want == 0 {
 		return
 	}
-	snap := c.snaps.Get().(*sched.Snapshot)
-	defer c.snaps.Put(snap)
-	c.cfg.Workers.Snapshot(snap, hashes)
+	snap := l.snaps.Get().(*sched.Snapshot)
+	defer l.snaps.Put(snap)
+	l.workers.Snapshot(snap, hashes)
 	best := -1
 	for i := range snap.Workers {
 		w := &snap.Workers[i]
@@ -288,17 +308,20 @@ func (l *cacheLayer) warm(c *Coordinator, tenant string, prefix []llm.Message, m
 		l.m.warmups.With("skipped").Inc()
 		return
 	}
-	w := c.cfg.Workers.Workers()[best]
+	w := l.workers.Workers()[best]
 	last := len(prefix) - 1
 	req := &llm.Request{
 		ID: "prefetch", Model: "auto", Messages: msgs, MaxTokens: 1, Tenant: tenant,
 		CacheRequest: llm.CacheRequest{CacheBreakpoints: []llm.CacheBreakpoint{{Message: last, Chars: len(prefix[last].Content), TTL: llm.MinCacheTTL}}},
 	}
+	// The breakpoint's prefix is prefix itself: its pin is their common
+	// tokens, already counted.
+	ctx := l.prompts.context(l.ctx, best, &worker.Prompt{IDs: ids, Pins: []int{common}})
 	l.wg.Add(1)
 	go func() {
 		defer l.wg.Done()
 		defer func() { <-l.warming }()
-		_, _, err := w.Generate(l.ctx, req, len(ids), hashes, func(llm.Token) error { return nil })
+		_, _, err := w.Generate(ctx, req, len(ids), hashes, func(llm.Token) error { return nil })
 		if err != nil {
 			l.m.warmups.With("failed").Inc()
 			return
@@ -316,29 +339,4 @@ func (l *cacheLayer) close() error {
 		l.err = l.dir.Close()
 	})
 	return l.err
-}
-
-// after is the layer's part of a request that succeeded on worker: record
-// its pins, learn from it and warm what it predicts.
-func (l *cacheLayer) after(ctx context.Context, c *Coordinator, req *llm.Request, m *measured, worker string) {
-	l.pinned(context.WithoutCancel(ctx), req, m, worker)
-	l.predict(c, req, &m.fp, m)
-}
-
-// Close stops the prompt-caching layer's warm-ups, waiting for them, and
-// closes its directory. Requests still in flight are not waited for.
-func (c *Coordinator) Close() error { return c.cache.close() }
-
-// check refuses the x-* knobs of this layer that would change nothing
-// here: no header is accepted and then ignored (DESIGN.md §4).
-func (l *cacheLayer) check(req *llm.Request) error {
-	h := &req.Hints
-	prefetching := l.cfg.Prefetch
-	switch {
-	case h.Prefetch != "" && h.Prefetch != string(prefetch.None) && !prefetching:
-		return llm.Errorf(llm.CodeInvalid, "header x-prefetch-hint: prefetch is off on this coordinator (--cache-layers)")
-	case h.SemanticMode != "" && !prefetching && !l.grouping(req):
-		return llm.Errorf(llm.CodeInvalid, "header x-semantic-mode: neither semantic grouping (x-batch-threshold, --cache-layers semantic) nor prefetch is on for this request")
-	}
-	return nil
 }

@@ -197,7 +197,7 @@ func TestPrefetchWarmsThePredictedPrefix(t *testing.T) {
 				}
 			}
 			c.cache.wg.Wait() // the warm-up, if any
-			prefix := c.cache.promptTokens([]llm.Message{travel})
+			prefix := c.prompts.tokens([]llm.Message{travel})
 			hashes := lm.BlockHashes(prefix, lm.DefaultBlockSize)
 			warmed := 0
 			for _, e := range engines {

@@ -1,6 +1,3 @@
-// Package coordinator is the cloud's request path: admit → measure → decide
-// → batch → stream. Coordinator is the llm.Generator that the QUIC and HTTP
-// ingress call for every request; package cloud builds it from its Config.
 package coordinator
 
 import (
@@ -85,10 +82,60 @@ type Coordinator struct {
 	predictor *sched.OutputPredictor
 	snaps     sync.Pool // *sched.Snapshot, reused so a decision allocates nothing
 	m         coordMetrics
-	cache     *cacheLayer
+	prompts   *prompts
+	// cache is the prompt-caching layer, which the coordinator owns and
+	// closes; the request path reaches it only through ext.
+	cache *cacheLayer
+	ext   extensions
 }
 
 var _ llm.Generator = (*Coordinator)(nil)
+
+// The request path's extension points, in the order generate calls them
+// for a request (doc.go has the whole order). Each may read and fill the
+// request's measured record; none sees the Coordinator. The
+// prompt-caching layer (cache.go) fills every one.
+type (
+	// requestChecker refuses a request before anything is charged for it.
+	requestChecker interface {
+		checkRequest(req *llm.Request) error
+	}
+	// requestMeasurer adds to a request's measurement what only it reads,
+	// before admission.
+	requestMeasurer interface {
+		measureRequest(req *llm.Request, m *measured)
+	}
+	// snapshotPreparer adds to the workers' snapshot what their engines
+	// cannot tell (another replica's pins), before any policy reads it.
+	snapshotPreparer interface {
+		prepareSnapshot(m *measured, snap *sched.Snapshot)
+	}
+	// prePlacer may place a request before the policy in force does; ok
+	// false leaves it to the policy.
+	prePlacer interface {
+		prePlace(req *llm.Request, m *measured, snap *sched.Snapshot) (d sched.Decision, ok bool)
+	}
+	// postPlacer learns where the policy in force placed a request that
+	// no prePlacer did.
+	postPlacer interface {
+		postPlace(req *llm.Request, m *measured, worker int)
+	}
+	// responseCompleter learns from a request that succeeded on worker,
+	// after its last token.
+	responseCompleter interface {
+		completeResponse(ctx context.Context, req *llm.Request, m *measured, worker string)
+	}
+)
+
+// extensions holds one implementation of each extension point.
+type extensions struct {
+	checker   requestChecker
+	measurer  requestMeasurer
+	snapshot  snapshotPreparer
+	prePlace  prePlacer
+	postPlace postPlacer
+	completer responseCompleter
+}
 
 // New validates cfg and registers the coordinator's metrics.
 func New(cfg Config) (*Coordinator, error) {
@@ -125,9 +172,11 @@ func New(cfg Config) (*Coordinator, error) {
 		return nil, err
 	}
 	c := &Coordinator{cfg: cfg, fair: fair, breaker: br, predictor: sched.NewOutputPredictor(0), overrides: map[string]sched.Policy{}}
-	if c.cache, err = newCacheLayer(cfg.Cache, cfg.Tokenizer, cfg.BlockSize, cfg.Metrics); err != nil {
+	c.prompts = newPrompts(cfg.Tokenizer, cfg.BlockSize, cfg.Workers.Workers())
+	if c.cache, err = newCacheLayer(cfg.Cache, cfg.Workers, c.prompts, cfg.Metrics); err != nil {
 		return nil, err
 	}
+	c.ext = extensions{checker: c.cache, measurer: c.cache, snapshot: c.cache, prePlace: c.cache, postPlace: c.cache, completer: c.cache}
 	opts := sched.Options{Rules: cfg.Rules, SLOTTFT: cfg.SLATTFT, SLOTPOT: cfg.SLAITL}
 	c.policy = cfg.Policy
 	if c.policy == nil {
@@ -154,9 +203,14 @@ func New(cfg Config) (*Coordinator, error) {
 	return c, nil
 }
 
-// measured is what is known about a request before it is placed.
+// measured is what is known about a request before it is placed: the
+// record the request path and its extension points share.
 type measured struct {
-	sig    sched.Request
+	sig sched.Request
+	// prompt is the request's one rendering and tokenization (prompt.go),
+	// which its block hashes, the cache layer's pins and a built-in engine
+	// all read.
+	prompt worker.Prompt
 	fp     semantic.Fingerprint // x-semantic-mode's fingerprint (cache.go)
 	tenant string
 	cost   int64 // tokens charged against the budget: prompt + max output
@@ -164,13 +218,10 @@ type measured struct {
 }
 
 func (c *Coordinator) measure(req *llm.Request) measured {
-	tok := c.cfg.Tokenizer
 	// As the engines render it (tool definitions first), so the blocks
 	// hashed here are the ones they cache.
-	ids := tok.Encode(lm.ChatPrompt(lm.PromptMessages(req, false)))
-	if tok.AddBOS() {
-		ids = append([]int32{tok.BOS()}, ids...)
-	}
+	prompt := c.prompts.of(req)
+	ids := prompt.IDs
 	var text strings.Builder
 	for i, m := range req.Messages {
 		if i > 0 {
@@ -183,6 +234,7 @@ func (c *Coordinator) measure(req *llm.Request) measured {
 		tenant = "anonymous"
 	}
 	return measured{
+		prompt: prompt,
 		tenant: tenant,
 		cost:   int64(len(ids) + req.MaxTokens),
 		maxOut: req.MaxTokens,
@@ -194,7 +246,7 @@ func (c *Coordinator) measure(req *llm.Request) measured {
 			// Every hop streams (DESIGN.md §2: no token is held back), so
 			// every request is scheduled as a stream.
 			Stream:      true,
-			BlockHashes: lm.BlockHashes(ids, c.cfg.BlockSize),
+			BlockHashes: c.prompts.hashes(ids),
 		},
 	}
 }
@@ -212,7 +264,7 @@ func (c *Coordinator) decide(req *llm.Request, m *measured, snap *sched.Snapshot
 	t0 := time.Now()
 	c.cfg.Workers.Snapshot(snap, m.sig.BlockHashes)
 	c.pinModel(req.Model, snap)
-	c.cache.mergePins(c.cache.ctx, c, snap, m.sig.BlockHashes)
+	c.ext.snapshot.prepareSnapshot(m, snap)
 	var d sched.Decision
 	var err error
 	grouped := false
@@ -225,11 +277,11 @@ func (c *Coordinator) decide(req *llm.Request, m *measured, snap *sched.Snapshot
 	case c.breaker.Open():
 		d, err = sched.FIFO(&m.sig, snap)
 	default:
-		if d, grouped = c.cache.join(req, &m.fp, m, snap); !grouped {
+		if d, grouped = c.ext.prePlace.prePlace(req, m, snap); !grouped {
 			d, err = c.policy.Decide(&m.sig, snap)
 		}
 		if err == nil && !grouped {
-			c.cache.opened(req, &m.fp, m, d.Worker)
+			c.ext.postPlace.postPlace(req, m, d.Worker)
 		}
 	}
 	c.m.decision.Observe(time.Since(t0).Seconds())
@@ -244,13 +296,11 @@ func (c *Coordinator) generate(ctx context.Context, req *llm.Request, emit llm.E
 	if p := req.Hints.Policy; p != "" && c.overrides[p] == nil {
 		return llm.Final{}, llm.Errorf(llm.CodeInvalid, "unknown scheduler policy %q (%s)", p, strings.Join(append(sched.Names(), NameDisaggregated), ", "))
 	}
-	if err := c.cache.check(req); err != nil {
+	if err := c.ext.checker.checkRequest(req); err != nil {
 		return llm.Final{}, err
 	}
 	m := c.measure(req)
-	if c.cache.fingerprints(req) {
-		m.fp = semantic.Of(req.Messages, req.Hints.SemanticMode)
-	}
+	c.ext.measurer.measureRequest(req, &m)
 	bucket := c.cfg.Budget(m.tenant)
 	_, span := tracing.Child(ctx, "admission")
 	remaining, err := c.cfg.Admitter.Charge(ctx, m.tenant, m.cost, bucket)
@@ -322,7 +372,7 @@ func (c *Coordinator) generate(ctx context.Context, req *llm.Request, emit llm.E
 		err = st.Begin() // an answer without tokens still starts with its metadata
 	}
 	if err == nil {
-		c.cache.after(ctx, c, req, &m, c.cfg.Workers.Workers()[d.Worker].Name())
+		c.ext.completer.completeResponse(ctx, req, &m, c.cfg.Workers.Workers()[d.Worker].Name())
 	}
 	return fin, c.finish(ctx, &m, bucket, st.Meta.RouteHeader(), fin, err, run.itlSum)
 }
@@ -413,7 +463,7 @@ func (c *Coordinator) runOn(ctx context.Context, req *llm.Request, m *measured, 
 	c.m.pool.With(d.Pool.String()).Inc()
 	r.ttftHist, r.itlHist = c.m.ttft.With(d.Pool.String()), c.m.itl.With(d.Pool.String())
 	c.m.reasons.With(d.Reason.String()).Inc()
-	fin, size, err := w.Generate(ctx, req, m.sig.InputTokens, m.sig.BlockHashes, r.forward)
+	fin, size, err := w.Generate(c.prompts.context(ctx, d.Worker, &m.prompt), req, m.sig.InputTokens, m.sig.BlockHashes, r.forward)
 	if size > 0 {
 		c.m.batchSize.Observe(float64(size))
 	}
@@ -447,6 +497,10 @@ func (c *Coordinator) finish(ctx context.Context, m *measured, bucket admit.Buck
 	c.predictor.Observe(m.tenant, m.maxOut, fin.CompletionTokens)
 	return nil
 }
+
+// Close stops the prompt-caching layer's warm-ups, waiting for them, and
+// closes its directory. Requests still in flight are not waited for.
+func (c *Coordinator) Close() error { return c.cache.close() }
 
 // Ready reports whether some worker is healthy.
 func (c *Coordinator) Ready() error { return c.cfg.Workers.Ready() }

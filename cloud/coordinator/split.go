@@ -64,7 +64,7 @@ func (c *Coordinator) runSplit(ctx context.Context, req *llm.Request, m *measure
 	// Tokens come from the decode worker: its pool's latency series.
 	r.ttftHist, r.itlHist = c.m.ttft.With(decodePool), c.m.itl.With(decodePool)
 
-	h, size, err := pw.Prefill(ctx, req, m.sig.InputTokens, m.sig.BlockHashes, dw)
+	h, size, err := pw.Prefill(c.prompts.context(ctx, d.Worker, &m.prompt), req, m.sig.InputTokens, m.sig.BlockHashes, dw)
 	if size > 0 {
 		c.m.batchSize.Observe(float64(size))
 	}
@@ -77,7 +77,7 @@ func (c *Coordinator) runSplit(ctx context.Context, req *llm.Request, m *measure
 	c.m.pd.promptTokens.With(d.Pool.String(), decodePool).Add(float64(h.PromptTokens))
 	r.st.Meta.Split.KVBytes = h.Bytes
 	r.engineBase = h.Prefill + h.Transfer // the engines' share of the TTFT (Server-Timing)
-	fin, _, err := dw.Resume(ctx, req, h, m.sig.InputTokens, m.sig.BlockHashes, r.forward)
+	fin, _, err := dw.Resume(c.prompts.context(ctx, d.DecodeWorker, &m.prompt), req, h, m.sig.InputTokens, m.sig.BlockHashes, r.forward)
 	if err == nil {
 		// The prompt ran on the prefill worker: its cache hits, and its time
 		// and the transfer's before the decode worker's first token (the SLA

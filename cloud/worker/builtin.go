@@ -2,6 +2,7 @@ package worker
 
 import (
 	"context"
+	"slices"
 	"time"
 
 	"github.com/phaseless/phaseless/llm"
@@ -29,7 +30,8 @@ func NewBuiltinWithHandoffs(e *lm.Engine, s *HandoffStore) *Builtin {
 func (b *Builtin) LM() *lm.Engine { return b.eng }
 
 // Generate implements llm.Generator. Cancelling ctx frees the engine's
-// sequence and KV blocks (lm.Engine.Generate).
+// sequence and KV blocks (lm.Engine.Generate). A Prompt in ctx
+// (WithPrompt) runs as it is.
 func (b *Builtin) Generate(ctx context.Context, req *llm.Request, emit llm.Emit) (llm.Final, error) {
 	if req.KVHandoff != "" {
 		if b.handoffs == nil {
@@ -39,9 +41,32 @@ func (b *Builtin) Generate(ctx context.Context, req *llm.Request, emit llm.Emit)
 		if !ok {
 			return llm.Final{}, llm.Errorf(llm.CodeInvalid, "kv handoff %q is unknown or expired", req.KVHandoff)
 		}
-		return b.eng.ResumeChat(ctx, req, h, emit)
+		return b.resume(ctx, req, h, emit)
 	}
-	return b.eng.Generate(ctx, req, emit)
+	p, opt, err := b.given(ctx, req)
+	switch {
+	case err != nil:
+		return llm.Final{}, err
+	case p == nil:
+		return b.eng.Generate(ctx, req, emit)
+	}
+	return b.eng.GenerateTokens(ctx, p.IDs, opt, emit)
+}
+
+// resume continues handoff h of req's prompt on this engine.
+func (b *Builtin) resume(ctx context.Context, req *llm.Request, h *lm.Handoff, emit llm.Emit) (llm.Final, error) {
+	p, opt, err := b.given(ctx, req)
+	switch {
+	case err != nil:
+		return llm.Final{}, err
+	case p == nil:
+		return b.eng.ResumeChat(ctx, req, h, emit)
+	case !slices.Equal(p.IDs, h.Prompt):
+		// As ResumeChat refuses it: a handoff is not attached to another
+		// request.
+		return llm.Final{}, llm.Errorf(llm.CodeInvalid, "kv handoff of a %d-token prompt does not match this request's %d-token prompt", len(h.Prompt), len(p.IDs))
+	}
+	return b.eng.Resume(ctx, h, opt, emit)
 }
 
 // PrefillTo implements Splitter: the prefill runs in this engine's batch,
@@ -78,7 +103,18 @@ func (b *Builtin) PrefillTo(ctx context.Context, req *llm.Request, dst Engine) (
 // prefill runs req's prefill and describes the handoff it made.
 func (b *Builtin) prefill(ctx context.Context, req *llm.Request) (*lm.Handoff, Handoff, error) {
 	start := time.Now()
-	h, fin, err := b.eng.PrefillChat(ctx, req)
+	var (
+		h   *lm.Handoff
+		fin llm.Final
+	)
+	p, opt, err := b.given(ctx, req)
+	switch {
+	case err != nil:
+	case p == nil:
+		h, fin, err = b.eng.PrefillChat(ctx, req)
+	default:
+		h, fin, err = b.eng.Prefill(ctx, p.IDs, opt)
+	}
 	if err != nil {
 		return nil, Handoff{}, stageErr(StagePrefill, err)
 	}
@@ -93,7 +129,7 @@ func (b *Builtin) Resume(ctx context.Context, req *llm.Request, h Handoff, emit 
 	if h.local == nil {
 		return llm.Final{}, stageErr(StageResume, llm.Errorf(llm.CodeInvalid, "the kv handoff was not delivered to this engine"))
 	}
-	fin, err := b.eng.ResumeChat(ctx, req, h.local, emit)
+	fin, err := b.resume(ctx, req, h.local, emit)
 	if err != nil {
 		return fin, stageErr(StageResume, err)
 	}

@@ -406,6 +406,37 @@ func (e *Engine) chatRequest(req *llm.Request) ([]int32, GenOptions, error) {
 	if err != nil {
 		return nil, GenOptions{}, llm.Errorf(llm.CodeInvalid, "%v", err)
 	}
+	opt, err := e.chatOptions(req, e.m.pinPoints(req, r, prompt))
+	return prompt, opt, err
+}
+
+// ChatOptions are the options Generate runs req with, for a caller that
+// has tokenized req's prompt already (ChatPromptTokens of PromptMessages: a
+// coordinator hashing its blocks to place it). GenerateTokens, Prefill or
+// Resume with that prompt and these options run what Generate, PrefillChat
+// or ResumeChat would, without rendering and tokenizing req again. pins has
+// one entry per req.CacheBreakpoints: how many leading prompt tokens the
+// rendering of the breakpoint's prefix (CachePrefix) shares with the
+// prompt, or -1 where the breakpoint renders nothing.
+func (e *Engine) ChatOptions(req *llm.Request, pins []int) (GenOptions, error) {
+	if req.MaxTokens <= 0 {
+		return GenOptions{}, llm.Errorf(llm.CodeInvalid, "max tokens must be positive, got %d", req.MaxTokens)
+	}
+	if len(pins) != len(req.CacheBreakpoints) {
+		return GenOptions{}, llm.Errorf(llm.CodeInternal, "%d pinned prefixes for %d cache breakpoints", len(pins), len(req.CacheBreakpoints))
+	}
+	var points []pinPoint
+	for i, n := range pins {
+		if n >= 0 {
+			points = append(points, pinPoint{tokens: n, ttl: req.CacheBreakpoints[i].TTL})
+		}
+	}
+	return e.chatOptions(req, points)
+}
+
+// chatOptions is the rest of a chat request's options once its pins are
+// known.
+func (e *Engine) chatOptions(req *llm.Request, pins []pinPoint) (GenOptions, error) {
 	stop := req.Stop
 	if !e.m.HasChatTemplate() {
 		// ChatPrompt's turns end in text; a model's own template ends
@@ -414,12 +445,12 @@ func (e *Engine) chatRequest(req *llm.Request) ([]int32, GenOptions, error) {
 	}
 	g, err := compileConstraint(req, stop)
 	if err != nil {
-		return nil, GenOptions{}, err
+		return GenOptions{}, err
 	}
-	return prompt, GenOptions{
+	return GenOptions{
 		MaxTokens: req.MaxTokens, Temperature: req.Temperature, TopK: req.TopK, TopP: req.TopP,
 		Seed: req.Seed, Stop: stop, grammar: g, toolCalls: req.HasTools(),
-		tenant: req.Tenant, pins: e.m.pinPoints(req, r, prompt),
+		tenant: req.Tenant, pins: pins,
 		toolPrior: e.toolPriorFor(req, g),
 	}, nil
 }
