@@ -40,6 +40,7 @@ import (
 	"github.com/phaseless/phaseless/internal/tracing/otlp"
 	"github.com/phaseless/phaseless/models/cloudmodel"
 	"github.com/phaseless/phaseless/models/lm"
+	"github.com/phaseless/phaseless/models/lm/tokenizer"
 	"github.com/phaseless/phaseless/transport/httpapi"
 	"github.com/phaseless/phaseless/transport/pki"
 	"github.com/phaseless/phaseless/transport/quic"
@@ -823,13 +824,13 @@ func budgetOf(keys *ingress.Keys, period time.Duration) func(string) admit.Bucke
 
 // buildWorkers makes the built-in engines and the remote workers, and picks
 // the tokenizer the coordinator measures prompts with.
-func (c *Cloud) buildWorkers() ([]*worker.Worker, []*worker.Builtin, lm.Tokenizer, error) {
+func (c *Cloud) buildWorkers() ([]*worker.Worker, []*worker.Builtin, tokenizer.Tokenizer, error) {
 	var (
 		workers  []*worker.Worker
 		builtins []*worker.Builtin
-		tok      lm.Tokenizer
+		tok      tokenizer.Tokenizer
 	)
-	fail := func(err error) ([]*worker.Worker, []*worker.Builtin, lm.Tokenizer, error) {
+	fail := func(err error) ([]*worker.Worker, []*worker.Builtin, tokenizer.Tokenizer, error) {
 		for _, w := range workers {
 			w.Close()
 		}
@@ -886,7 +887,7 @@ func (c *Cloud) buildWorkers() ([]*worker.Worker, []*worker.Builtin, lm.Tokenize
 		// Remote engines only: count and hash prompts byte-wise. The counts
 		// are only the scheduler's estimate; the servers tokenize for real.
 		var err error
-		if tok, err = lm.ByteTokenizerSpec().Build(); err != nil {
+		if tok, err = tokenizer.ByteSpec().Build(); err != nil {
 			return fail(err)
 		}
 	}

@@ -13,6 +13,7 @@ import (
 	"github.com/phaseless/phaseless/internal/metrics"
 	"github.com/phaseless/phaseless/llm"
 	"github.com/phaseless/phaseless/models/lm"
+	"github.com/phaseless/phaseless/models/lm/tokenizer"
 )
 
 // CacheConfig is the coordinator's prompt-caching layer: conversation
@@ -47,7 +48,7 @@ type cacheLayer struct {
 	groups  *semantic.Grouper
 	model   *prefetch.Model
 	bs      int
-	tok     lm.Tokenizer
+	tok     tokenizer.Tokenizer
 	m       cacheMetrics
 	ctx     context.Context // cancelled by close: warm-ups stop
 	cancel  context.CancelFunc
@@ -62,7 +63,7 @@ type cacheMetrics struct {
 	dirLookups, dirRecords, groups, prefetch, warmups *metrics.CounterVec
 }
 
-func newCacheLayer(cfg CacheConfig, tok lm.Tokenizer, bs int, reg *metrics.Registry) (*cacheLayer, error) {
+func newCacheLayer(cfg CacheConfig, tok tokenizer.Tokenizer, bs int, reg *metrics.Registry) (*cacheLayer, error) {
 	l := &cacheLayer{cfg: cfg, dir: cfg.Directory, bs: bs, tok: tok, warming: make(chan struct{}, 1), now: time.Now}
 	if cfg.Group.Now != nil {
 		l.now = cfg.Group.Now

@@ -15,6 +15,7 @@ import (
 	"github.com/phaseless/phaseless/internal/metrics/metricstest"
 	"github.com/phaseless/phaseless/llm"
 	"github.com/phaseless/phaseless/models/lm"
+	"github.com/phaseless/phaseless/models/lm/tokenizer"
 )
 
 // cacheCoordinator is a coordinator over two fresh built-in workers named
@@ -34,7 +35,7 @@ func cacheCoordinator(t *testing.T, cc CacheConfig) (*Coordinator, *metrics.Regi
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { a.Close() })
-	tok, _ := lm.ByteTokenizerSpec().Build()
+	tok, _ := tokenizer.ByteSpec().Build()
 	reg := metrics.NewRegistry()
 	c, err := New(Config{Workers: set, Admitter: a, Tokenizer: tok, Metrics: reg, Cache: cc})
 	if err != nil {

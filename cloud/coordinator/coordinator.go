@@ -23,6 +23,7 @@ import (
 	"github.com/phaseless/phaseless/internal/tracing"
 	"github.com/phaseless/phaseless/llm"
 	"github.com/phaseless/phaseless/models/lm"
+	"github.com/phaseless/phaseless/models/lm/tokenizer"
 	"github.com/phaseless/phaseless/models/textfeat"
 )
 
@@ -36,7 +37,7 @@ type Config struct {
 	// Tokenizer counts prompt tokens and cuts the blocks whose hashes are
 	// matched against the workers' caches: the built-in model's, so the
 	// hashes equal the engine's own.
-	Tokenizer lm.Tokenizer
+	Tokenizer tokenizer.Tokenizer
 	// CharsPerToken, when > 0, says the Tokenizer counts bytes while the
 	// engines tokenize for themselves (remote servers only): the scheduler
 	// then estimates a prompt's tokens as its bytes over CharsPerToken, so

@@ -2,6 +2,7 @@ package lm
 
 import (
 	"github.com/phaseless/phaseless/llm"
+	"github.com/phaseless/phaseless/models/lm/tokenizer"
 )
 
 // chatRenderer renders a conversation with a model's own chat template
@@ -12,7 +13,7 @@ type chatRenderer interface {
 
 // parseChatTemplate compiles the vocabulary's chat template, if it has one
 // and this build renders templates.
-func parseChatTemplate(spec TokenizerSpec) (chatRenderer, error) {
+func parseChatTemplate(spec tokenizer.Spec) (chatRenderer, error) {
 	if spec.ChatTemplate == "" {
 		return nil, nil
 	}

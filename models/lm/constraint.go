@@ -6,6 +6,7 @@ import (
 
 	"github.com/phaseless/phaseless/llm"
 	"github.com/phaseless/phaseless/models/lm/grammar"
+	"github.com/phaseless/phaseless/models/lm/tokenizer"
 )
 
 // constraint keeps one generation inside a grammar: before each sample the
@@ -16,7 +17,7 @@ type constraint struct {
 	state grammar.State
 	trie  *grammar.TokenTrie
 	eog   []int32
-	tok   Tokenizer
+	tok   tokenizer.Tokenizer
 	allow []bool
 }
 

@@ -13,6 +13,7 @@ import (
 	"github.com/phaseless/phaseless/llm"
 	"github.com/phaseless/phaseless/models/lm/grammar"
 	"github.com/phaseless/phaseless/models/lm/kvcache"
+	"github.com/phaseless/phaseless/models/lm/tokenizer"
 	"github.com/phaseless/phaseless/models/toolprior"
 )
 
@@ -502,7 +503,7 @@ func (e *Engine) newSequence(prompt []int32, opt GenOptions) (*sequence, error) 
 		opt:       opt,
 		seed:      seed,
 		sampler:   newSampler(opt.Temperature, opt.TopK, opt.TopP, seed),
-		decoder:   NewStreamDecoder(e.m.tok),
+		decoder:   tokenizer.NewStreamDecoder(e.m.tok),
 		stop:      stopMatcher{stops: nonEmpty(opt.Stop)},
 		start:     e.cfg.Now(),
 		notify:    make(chan struct{}, 1),
@@ -606,7 +607,7 @@ type sequence struct {
 	opt       GenOptions
 	seed      uint64 // the sampler's seed
 	sampler   *sampler
-	decoder   *StreamDecoder
+	decoder   *tokenizer.StreamDecoder
 	stop      stopMatcher
 	// constraint keeps the output in the request's grammar; tools parses
 	// its tool calls. Both nil for free text.

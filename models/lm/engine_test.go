@@ -15,6 +15,7 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/phaseless/phaseless/llm"
+	"github.com/phaseless/phaseless/models/lm/tokenizer"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
@@ -87,7 +88,7 @@ func TestEngineGreedyMatchesReference(t *testing.T) {
 	if fin := r.final; fin.CompletionTokens != 12 || fin.PromptTokens != len(prompt) || fin.FinishReason != "length" {
 		t.Fatalf("final %+v", fin)
 	}
-	d := NewStreamDecoder(m.Tokenizer())
+	d := tokenizer.NewStreamDecoder(m.Tokenizer())
 	var text string
 	for _, id := range want {
 		text += d.Push(id)

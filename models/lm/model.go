@@ -9,6 +9,7 @@ import (
 	"sync"
 
 	"github.com/phaseless/phaseless/models/lm/gguf"
+	"github.com/phaseless/phaseless/models/lm/tokenizer"
 	"github.com/phaseless/phaseless/models/toolprior"
 )
 
@@ -24,8 +25,8 @@ type Model struct {
 	// Mapped is whether the weights are a memory-mapped file's pages.
 	Mapped bool
 
-	tok     Tokenizer
-	tokSpec TokenizerSpec
+	tok     tokenizer.Tokenizer
+	tokSpec tokenizer.Spec
 	chat    chatRenderer // nil: ChatPrompt
 	embd    *matrix
 	layers  []layer
@@ -52,19 +53,19 @@ type layer struct {
 }
 
 // Tokenizer returns the model's tokenizer.
-func (m *Model) Tokenizer() Tokenizer { return m.tok }
+func (m *Model) Tokenizer() tokenizer.Tokenizer { return m.tok }
 
 // TokenizerSpec returns the vocabulary the model was loaded with.
-func (m *Model) TokenizerSpec() TokenizerSpec { return m.tokSpec }
+func (m *Model) TokenizerSpec() tokenizer.Spec { return m.tokSpec }
 
 // New builds an F32 model directly from weights (no file), sharing the
 // slices; trainers use it to evaluate without a round trip through GGUF.
-func New(cfg Config, tok TokenizerSpec, w *Weights) (*Model, error) {
+func New(cfg Config, tok tokenizer.Spec, w *Weights) (*Model, error) {
 	cfg = cfg.WithDefaults()
 	if err := w.Check(cfg); err != nil {
 		return nil, err
 	}
-	t, err := tok.buildFor(cfg.Vocab)
+	t, err := tok.BuildFor(cfg.Vocab)
 	if err != nil {
 		return nil, err
 	}
@@ -158,7 +159,7 @@ func readFile(f *gguf.File, err error) (*Model, error) {
 	if err != nil {
 		return nil, err
 	}
-	spec, err := tokenizerSpecFrom(f)
+	spec, err := tokenizer.SpecFromGGUF(f)
 	if err != nil {
 		return nil, err
 	}
@@ -168,7 +169,7 @@ func readFile(f *gguf.File, err error) (*Model, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	tok, err := spec.buildFor(cfg.Vocab)
+	tok, err := spec.BuildFor(cfg.Vocab)
 	if err != nil {
 		return nil, err
 	}
@@ -306,7 +307,7 @@ func configFrom(f *gguf.File, arch string) (Config, error) {
 			}
 			return 0
 		}
-		n, err := metaInt(v)
+		n, err := gguf.IntValue(v)
 		if err != nil || n < 0 || n > 1<<31-1 {
 			errs = append(errs, fmt.Errorf("metadata %s: %v is not a valid size", key, v))
 			return 0

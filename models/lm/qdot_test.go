@@ -14,6 +14,7 @@ import (
 	"unsafe"
 
 	"github.com/phaseless/phaseless/models/lm/gguf"
+	"github.com/phaseless/phaseless/models/lm/tokenizer"
 )
 
 var quantTypes = []DType{Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q2_K, Q3_K, Q4_K, Q5_K, Q6_K}
@@ -165,7 +166,7 @@ func TestQuantizedLogitsCloseToF32(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	tok, _ := PaddedByteTokenizerSpec(cfg.Vocab)
+	tok, _ := tokenizer.PaddedByteSpec(cfg.Vocab)
 	var f32 bytes.Buffer
 	if err := WriteGGUF(&f32, cfg, tok, w, nil, F32); err != nil {
 		t.Fatal(err)
@@ -246,7 +247,7 @@ func TestQ4KMRecipe(t *testing.T) {
 func TestUnsupportedTensorTypeNamed(t *testing.T) {
 	cfg := quantTestConfig
 	w, _ := RandomWeights(cfg, 1)
-	tok, _ := PaddedByteTokenizerSpec(cfg.Vocab)
+	tok, _ := tokenizer.PaddedByteSpec(cfg.Vocab)
 	var buf bytes.Buffer
 	if err := WriteGGUF(&buf, cfg, tok, w, nil, Q4_K); err != nil {
 		t.Fatal(err)
@@ -356,7 +357,7 @@ func f16Fields(d DType) []int {
 func TestLoadMapsFile(t *testing.T) {
 	cfg := quantTestConfig
 	w, _ := RandomWeights(cfg, 5)
-	tok, _ := PaddedByteTokenizerSpec(cfg.Vocab)
+	tok, _ := tokenizer.PaddedByteSpec(cfg.Vocab)
 	for _, d := range []DType{F32, Q4_K} {
 		var buf bytes.Buffer
 		if err := WriteGGUF(&buf, cfg, tok, w, nil, d); err != nil {

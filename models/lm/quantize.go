@@ -7,6 +7,7 @@ import (
 	"strings"
 
 	"github.com/phaseless/phaseless/models/lm/gguf"
+	"github.com/phaseless/phaseless/models/lm/tokenizer"
 )
 
 // A Recipe says which type each tensor of a model is stored as: a uniform
@@ -89,7 +90,7 @@ func Quantize(w io.Writer, src *gguf.File, r Recipe) error {
 	arch, _ := src.Get(keyArch)
 	layers := 0
 	if v, ok := src.Get(fmt.Sprint(arch, ".block_count")); ok {
-		n, _ := metaInt(v)
+		n, _ := gguf.IntValue(v)
 		layers = int(n)
 	}
 	var kvs []gguf.KV
@@ -145,7 +146,7 @@ func WriteRandom(w io.Writer, cfg Config, seed uint64, meta map[string]any, r Re
 	if err != nil {
 		return err
 	}
-	tok, err := PaddedByteTokenizerSpec(cfg.Vocab)
+	tok, err := tokenizer.PaddedByteSpec(cfg.Vocab)
 	if err != nil {
 		return err
 	}

@@ -5,6 +5,8 @@ import (
 	"math"
 	"strings"
 	"testing"
+
+	"github.com/phaseless/phaseless/models/lm/tokenizer"
 )
 
 // refLogits is an independent float64 implementation of the forward pass as
@@ -190,7 +192,7 @@ func buildModelWith(t testing.TB, cfg Config, dtype DType, seed uint64, tied boo
 	}
 	edit(w)
 	var buf bytes.Buffer
-	if err := WriteGGUF(&buf, cfg, ByteTokenizerSpec(), w, map[string]any{"general.name": "test"}, dtype); err != nil {
+	if err := WriteGGUF(&buf, cfg, tokenizer.ByteSpec(), w, map[string]any{"general.name": "test"}, dtype); err != nil {
 		t.Fatal(err)
 	}
 	m, err := Read(bytes.NewReader(buf.Bytes()), int64(buf.Len()))
@@ -320,7 +322,7 @@ func TestRopeScalingKeysRefused(t *testing.T) {
 	w, _ := RandomWeights(cfg, 1)
 	for _, kv := range []map[string]any{{"llama.rope.scaling.type": "yarn"}, {"llama.rope.scaling.factor": float32(4)}} {
 		var buf bytes.Buffer
-		if err := WriteGGUF(&buf, cfg, ByteTokenizerSpec(), w, kv, F32); err != nil {
+		if err := WriteGGUF(&buf, cfg, tokenizer.ByteSpec(), w, kv, F32); err != nil {
 			t.Fatal(err)
 		}
 		if _, err := Read(bytes.NewReader(buf.Bytes()), int64(buf.Len())); err == nil || !strings.Contains(err.Error(), "not supported") {

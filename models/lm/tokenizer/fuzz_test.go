@@ -1,4 +1,4 @@
-package lm
+package tokenizer
 
 import (
 	"bytes"
@@ -8,8 +8,6 @@ import (
 	"strings"
 	"testing"
 	"unicode/utf8"
-
-	"github.com/phaseless/phaseless/llm"
 )
 
 // FuzzReadHFTokenizer: any tokenizer.json / tokenizer_config.json pair is
@@ -29,13 +27,13 @@ func FuzzReadHFTokenizer(f *testing.F) {
 		`"pre_tokenizer":{"type":"ByteLevel","add_prefix_space":false},"model":{"type":"BPE","vocab":{"h":0,"e":1,"he":2,"Ġ":3,"Ġhe":4},"merges":["h e",["Ġ","he"]]}}`),
 		[]byte(`{"eos_token":{"content":"<|im_end|>"},"bos_token":null,"chat_template":[{"name":"default","template":"{{ messages }}"}]}`))
 	f.Fuzz(func(t *testing.T, tj, cj []byte) {
-		spec, err := ReadHFTokenizer(tj, cj)
+		spec, err := ReadHF(tj, cj)
 		if err != nil {
 			return
 		}
 		tok, err := spec.Build()
 		if err != nil {
-			t.Fatalf("ReadHFTokenizer accepted a spec that does not build: %v", err)
+			t.Fatalf("ReadHF accepted a spec that does not build: %v", err)
 		}
 		for _, special := range []bool{false, true} {
 			for _, id := range tok.Tokenize("hello world <|im_start|> 123 你好\n\n", special) {
@@ -56,7 +54,7 @@ func FuzzBPE(f *testing.F) {
 	f.Add("a a\naa aa\n", "aaaaaaa 'S 'll", "qwen2")
 	f.Add("ä ½\n", "你好 123 4567", "smollm")
 	f.Fuzz(func(t *testing.T, merges, text, pre string) {
-		spec := ByteTokenizerSpec()
+		spec := ByteSpec()
 		if _, err := splitter(pre); err != nil {
 			return
 		}
@@ -118,21 +116,5 @@ func FuzzPreTokenize(f *testing.F) {
 				t.Fatalf("%s: empty word in %q", pre, words)
 			}
 		}
-	})
-}
-
-// FuzzChatTemplate: a model file's template and any conversation render or
-// fail, never panic, within the output bound.
-func FuzzChatTemplate(f *testing.F) {
-	f.Add("{% for m in messages %}<|im_start|>{{ m.role }}\n{{ m.content }}<|im_end|>\n{% endfor %}", "user", "hi")
-	f.Add("{{ messages[0].content.split('x')[-1] | trim }}{{ raise_exception('no') if messages|length > 2 }}", "assistant", "axb")
-	f.Fuzz(func(t *testing.T, src, role, content string) {
-		spec := ByteTokenizerSpec()
-		spec.ChatTemplate = src
-		r, err := parseChatTemplate(spec)
-		if err != nil || r == nil {
-			return
-		}
-		_, _ = r.Render([]llm.Message{{Role: role, Content: content}}, true)
 	})
 }

@@ -1,4 +1,4 @@
-package lm
+package tokenizer
 
 import (
 	"slices"

@@ -1,4 +1,4 @@
-package lm
+package tokenizer
 
 import (
 	"fmt"
@@ -66,7 +66,7 @@ type bpeTokenizer struct {
 	ignoreMerges bool
 }
 
-func newBPE(v *vocab, s TokenizerSpec) (*bpeTokenizer, error) {
+func newBPE(v *vocab, s Spec) (*bpeTokenizer, error) {
 	pre := s.Pre
 	if pre == "" {
 		pre = PreGPT2 // llama.cpp's fallback for a missing pre-tokenizer is its own default split; gpt-2 is the nearest

@@ -1,4 +1,4 @@
-// Reference tokenizer for models/lm's TestHFTokenizerMatchesReference: the
+// Reference tokenizer for models/lm/tokenizer's TestHFTokenizerMatchesReference: the
 // @lenml/tokenizers port of Hugging Face's tokenizers (transformers.js)
 // encodes each stdin line (a JSON string) with the vocabulary named by
 // argv[2] (llama3 or qwen3) and prints its ids space-separated, without BOS.

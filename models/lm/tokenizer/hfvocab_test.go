@@ -1,9 +1,8 @@
-package lm
+package tokenizer
 
 import (
 	"bufio"
 	"bytes"
-	"context"
 	"encoding/json"
 	"os"
 	"os/exec"
@@ -14,7 +13,7 @@ import (
 	"sync"
 	"testing"
 
-	"github.com/phaseless/phaseless/llm"
+	"github.com/phaseless/phaseless/models/lm/gguf"
 )
 
 // hfPackage is where `npm ci` in testdata/hf puts a vocabulary's files.
@@ -32,20 +31,19 @@ func needHF(t testing.TB) {
 		}
 	}
 	if os.Getenv("CI") != "" {
-		t.Fatal("testdata/hf/node_modules or node missing: run (cd models/lm/testdata/hf && npm ci)")
+		t.Fatal("testdata/hf/node_modules or node missing: run (cd models/lm/tokenizer/testdata/hf && npm ci)")
 	}
-	t.Skip("testdata/hf/node_modules missing: run (cd models/lm/testdata/hf && npm ci)")
+	t.Skip("testdata/hf/node_modules missing: run (cd models/lm/tokenizer/testdata/hf && npm ci)")
 }
 
-var hfModels sync.Map // name → *Model: building one costs seconds
+var hfSpecs sync.Map // name → Spec: reading one costs seconds
 
-// hfModel reads a real Hugging Face vocabulary, writes a tiny random model
-// carrying it as GGUF and loads that back: the tokenizer under test is the
-// one a file gives.
-func hfModel(t testing.TB, name string) *Model {
+// hfSpec reads a real Hugging Face vocabulary, writes it as GGUF metadata
+// and reads that back: the tokenizer under test is the one a file gives.
+func hfSpec(t testing.TB, name string) Spec {
 	t.Helper()
-	if m, ok := hfModels.Load(name); ok {
-		return m.(*Model)
+	if s, ok := hfSpecs.Load(name); ok {
+		return s.(Spec)
 	}
 	tj, err := os.ReadFile(filepath.Join(hfPackage(name), "tokenizer.json"))
 	if err != nil {
@@ -55,33 +53,33 @@ func hfModel(t testing.TB, name string) *Model {
 	if err != nil {
 		t.Fatal(err)
 	}
-	spec, err := ReadHFTokenizer(tj, cj)
+	spec, err := ReadHF(tj, cj)
 	if err != nil {
 		t.Fatal(err)
 	}
-	cfg := Config{Vocab: len(spec.Tokens), Dim: 16, Layers: 1, Heads: 2, KVHeads: 1, FFN: 32, ContextLen: 64}
-	w, err := RandomWeights(cfg, 1)
-	if err != nil {
-		t.Fatal(err)
-	}
-	w.Output = nil
 	var buf bytes.Buffer
-	if err := WriteGGUF(&buf, cfg, spec, w, nil, F16); err != nil {
+	if err := gguf.Write(&buf, spec.GGUFMetadata(), nil); err != nil {
 		t.Fatal(err)
 	}
-	m, err := Read(bytes.NewReader(buf.Bytes()), int64(buf.Len()))
+	f, err := gguf.ReadBytes(buf.Bytes())
 	if err != nil {
 		t.Fatal(err)
 	}
-	hfModels.Store(name, m)
-	return m
+	if spec, err = SpecFromGGUF(f); err != nil {
+		t.Fatal(err)
+	}
+	if err := spec.Validate(len(spec.Tokens)); err != nil {
+		t.Fatal(err)
+	}
+	hfSpecs.Store(name, spec)
+	return spec
 }
 
-// hfTokenizerPre is the model's tokenizer with its pre-tokenizer replaced
-// by the one the tokenizer.json pre_tokenizer pre (JSON) names, if not empty.
-func hfTokenizerPre(t testing.TB, m *Model, pre string) (Tokenizer, string) {
+// hfTokenizerPre is the vocabulary's tokenizer with its pre-tokenizer
+// replaced by the one the tokenizer.json pre_tokenizer pre (JSON) names, if
+// not empty.
+func hfTokenizerPre(t testing.TB, spec Spec, pre string) (Tokenizer, string) {
 	t.Helper()
-	spec := m.TokenizerSpec()
 	if pre != "" {
 		var err error
 		if spec.Pre, err = hfPre(json.RawMessage(pre)); err != nil {
@@ -148,13 +146,14 @@ func readCorpus(t testing.TB) (lines []string, texts []string) {
 	return lines, texts
 }
 
-// TestHFTokenizerMatchesReference: a model built from the Llama 3 and the
-// Qwen3 vocabulary tokenizes a varied corpus (English, CJK, emoji, code,
-// numbers, whitespace runs) exactly as the Hugging Face reference does, and
-// decodes every line back to its text; with special parsing, chat markup
-// becomes its control tokens as the reference's added-token split does. The
-// Qwen3 vocabulary also runs with GPT-2's and SmolLM's pre-tokenizers in
-// place of its own, on both sides, so those splits meet the reference too.
+// TestHFTokenizerMatchesReference: the Llama 3 and the Qwen3 vocabulary,
+// read back from GGUF metadata, tokenize a varied corpus (English, CJK,
+// emoji, code, numbers, whitespace runs) exactly as the Hugging Face
+// reference does, and decode every line back to its text; with special
+// parsing, chat markup becomes its control tokens as the reference's
+// added-token split does. The Qwen3 vocabulary also runs with GPT-2's and
+// SmolLM's pre-tokenizers in place of its own, on both sides, so those
+// splits meet the reference too.
 func TestHFTokenizerMatchesReference(t *testing.T) {
 	needHF(t)
 	lines, texts := readCorpus(t)
@@ -187,7 +186,7 @@ func TestHFTokenizerMatchesReference(t *testing.T) {
 	} {
 		name := tc.vocab
 		t.Run(tc.name, func(t *testing.T) {
-			tok, pre := hfTokenizerPre(t, hfModel(t, name), tc.pre)
+			tok, pre := hfTokenizerPre(t, hfSpec(t, name), tc.pre)
 			if pre != tc.wantPre {
 				t.Fatalf("pre-tokenizer %q, want %q", pre, tc.wantPre)
 			}
@@ -225,79 +224,6 @@ func TestHFTokenizerMatchesReference(t *testing.T) {
 	}
 }
 
-// TestHFModelsChatAndStop: models with the real vocabularies render chats
-// with their own templates into their control tokens, end generation at
-// their turn-end tokens, and generate through the engine.
-func TestHFModelsChatAndStop(t *testing.T) {
-	needHF(t)
-	if !rendersTemplates {
-		t.Skip("built with lm_nojinja")
-	}
-	msgs := []llm.Message{{Role: "system", Content: "Be brief."}, {Role: "user", Content: "Hi 你好"}}
-	for _, tc := range []struct {
-		name          string
-		first         int32   // the prompt's first token
-		firstCount    int     // how often it appears
-		eog, notEOG   []int32 // turn and text ends; ordinary tokens
-		promptSnippet string
-	}{
-		// <|begin_of_text|> once (the template writes it); <|eot_id|> 128009
-		// ends a turn besides the EOS <|end_of_text|> 128001.
-		{"llama3", 128000, 1, []int32{128001, 128009}, []int32{128000, 128006, 9906}, "<|start_header_id|>user<|end_header_id|>\n\nHi 你好<|eot_id|>"},
-		// No BOS; <|im_end|> 151645 is EOS, <|endoftext|> 151643 ends too.
-		{"qwen3", 151644, 3, []int32{151645, 151643}, []int32{151644, 9707}, "<|im_start|>user\nHi 你好<|im_end|>\n<|im_start|>assistant\n"},
-	} {
-		t.Run(tc.name, func(t *testing.T) {
-			m := hfModel(t, tc.name)
-			tok := m.Tokenizer()
-			ids, err := m.ChatPromptTokens(msgs)
-			if err != nil {
-				t.Fatal(err)
-			}
-			n := 0
-			for _, id := range ids {
-				if id == tc.first {
-					n++
-				}
-			}
-			if ids[0] != tc.first || n != tc.firstCount {
-				t.Errorf("prompt starts %v, %d × %d", ids[:min(4, len(ids))], n, tc.first)
-			}
-			if want := tok.Tokenize(tc.promptSnippet, true); !containsRun(ids, want) {
-				t.Errorf("prompt %v lacks %q = %v", ids, tc.promptSnippet, want)
-			}
-			for _, id := range tc.eog {
-				if !tok.IsEOG(id) {
-					t.Errorf("%d does not end generation", id)
-				}
-			}
-			for _, id := range tc.notEOG {
-				if tok.IsEOG(id) {
-					t.Errorf("%d ends generation", id)
-				}
-			}
-			e, err := NewEngine(m, EngineConfig{MaxBatch: 1})
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer e.Close()
-			fin, err := e.Generate(context.Background(), &llm.Request{Messages: msgs, MaxTokens: 3, Seed: 1, Temperature: 1}, nil)
-			if err != nil || fin.PromptTokens != len(ids) || fin.CompletionTokens == 0 {
-				t.Fatalf("generate: %+v, %v", fin, err)
-			}
-		})
-	}
-}
-
-func containsRun(s, run []int32) bool {
-	for i := 0; i+len(run) <= len(s); i++ {
-		if slices.Equal(s[i:i+len(run)], run) {
-			return true
-		}
-	}
-	return false
-}
-
 // BenchmarkHFTokenize encodes the corpus with each real vocabulary.
 func BenchmarkHFTokenize(b *testing.B) {
 	needHF(b)
@@ -308,7 +234,10 @@ func BenchmarkHFTokenize(b *testing.B) {
 	}
 	for _, name := range []string{"llama3", "qwen3"} {
 		b.Run(name, func(b *testing.B) {
-			tok := hfModel(b, name).Tokenizer()
+			tok, err := hfSpec(b, name).Build()
+			if err != nil {
+				b.Fatal(err)
+			}
 			b.SetBytes(int64(n))
 			ids := 0
 			for b.Loop() {

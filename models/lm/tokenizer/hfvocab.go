@@ -1,4 +1,4 @@
-package lm
+package tokenizer
 
 import (
 	"encoding/json"
@@ -7,7 +7,7 @@ import (
 	"strings"
 )
 
-// Hugging Face tokenizer files, read into a TokenizerSpec the way llama.cpp's
+// Hugging Face tokenizer files, read into a Spec the way llama.cpp's
 // convert_hf_to_gguf.py does it for byte-level BPE models, so that a model
 // written with the spec tokenizes as llama.cpp and Hugging Face do.
 
@@ -45,15 +45,15 @@ type hfPreTokenizer struct {
 // table is allocated (the largest real vocabularies have about 260k).
 const maxHFVocab = 1 << 22
 
-// ReadHFTokenizer reads a Hugging Face tokenizer.json (and, when config is
+// ReadHF reads a Hugging Face tokenizer.json (and, when config is
 // not nil, its tokenizer_config.json: BOS/EOS, add_bos_token, chat template)
 // as a byte-level BPE vocabulary. Vocabulary tokens are normal tokens; added
 // tokens are control tokens when special (or spelt <|…|>, as llama.cpp's
 // converter decides) and user-defined otherwise. Ids the files leave unused
 // become unused "[PADn]" tokens. Without a bos_token (Qwen), BOS is set to
 // EOS and never added.
-func ReadHFTokenizer(tokenizerJSON, config []byte) (TokenizerSpec, error) {
-	var spec TokenizerSpec
+func ReadHF(tokenizerJSON, config []byte) (Spec, error) {
+	var spec Spec
 	var tj hfTokenizerJSON
 	if err := json.Unmarshal(tokenizerJSON, &tj); err != nil {
 		return spec, fmt.Errorf("tokenizer.json: %w", err)
@@ -68,7 +68,7 @@ func ReadHFTokenizer(tokenizerJSON, config []byte) (TokenizerSpec, error) {
 	if err != nil {
 		return spec, err
 	}
-	spec = TokenizerSpec{Model: TokenizerGPT2, Pre: pre, UNK: -1, EOT: -1, Merges: []string{}}
+	spec = Spec{Model: ModelGPT2, Pre: pre, UNK: -1, EOT: -1, Merges: []string{}}
 	if spec.Merges, err = hfMerges(tj.Model.Merges); err != nil {
 		return spec, err
 	}

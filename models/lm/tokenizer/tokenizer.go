@@ -1,10 +1,18 @@
-package lm
+// Package tokenizer turns text into a model's token ids and back: the
+// vocabularies GGUF files carry (SentencePiece as llama.cpp runs it,
+// byte-level BPE with the GPT-2, Llama 3, Qwen2 and SmolLM pre-tokenizers,
+// and the project's byte vocabulary), read from GGUF metadata
+// (SpecFromGGUF) or a Hugging Face tokenizer.json (ReadHF), and a
+// StreamDecoder that hands out only complete UTF-8.
+//
+// It links no engine: a coordinator that counts and hashes prompt tokens
+// needs this package, not models/lm.
+package tokenizer
 
 import (
 	"container/heap"
 	"fmt"
 	"slices"
-	"sort"
 	"strconv"
 	"strings"
 	"unicode/utf8"
@@ -51,23 +59,23 @@ const (
 
 // Tokenizer models this engine understands.
 const (
-	// TokenizerLlama is SentencePiece as llama.cpp runs it: pieces with scores,
+	// ModelLlama is SentencePiece as llama.cpp runs it: pieces with scores,
 	// "▁" for spaces, and byte fallback through <0xXX> tokens.
-	TokenizerLlama = "llama"
-	// TokenizerGPT2 is byte-level BPE (GPT-2, Llama 3, Qwen, SmolLM): a
-	// pre-tokenizer (TokenizerSpec.Pre) splits the text into words, whose
-	// bytes are merged by rank (TokenizerSpec.Merges).
-	TokenizerGPT2 = "gpt2"
-	// TokenizerByte is the project's first byte vocabulary: every byte is one
+	ModelLlama = "llama"
+	// ModelGPT2 is byte-level BPE (GPT-2, Llama 3, Qwen, SmolLM): a
+	// pre-tokenizer (Spec.Pre) splits the text into words, whose
+	// bytes are merged by rank (Spec.Merges).
+	ModelGPT2 = "gpt2"
+	// ModelByte is the project's first byte vocabulary: every byte is one
 	// <0xXX> token, plus control tokens. Files written before byte
-	// vocabularies became standard GGUF (ByteTokenizerSpec) carry it; they
+	// vocabularies became standard GGUF (ByteSpec) carry it; they
 	// still load, with the same ids.
-	TokenizerByte = "byte"
+	ModelByte = "byte"
 )
 
-// TokenizerSpec is a vocabulary as stored in GGUF metadata.
-type TokenizerSpec struct {
-	Model          string    // TokenizerLlama, TokenizerGPT2 or TokenizerByte
+// Spec is a vocabulary as stored in GGUF metadata.
+type Spec struct {
+	Model          string    // ModelLlama, ModelGPT2 or ModelByte
 	Tokens         []string  // piece text; byte tokens are "<0xXX>"; gpt2 tokens in byte-level spelling
 	Scores         []float32 // merge priority (llama); nil = all zero
 	Types          []int32   // Token* types; nil = all normal
@@ -81,13 +89,13 @@ type TokenizerSpec struct {
 	ChatTemplate   string // tokenizer.chat_template (Jinja); "" = the engine's own template
 }
 
-// ByteTokenizerSpec is the byte-level vocabulary: ids 0–255 are the bytes
+// ByteSpec is the byte-level vocabulary: ids 0–255 are the bytes
 // themselves, 256 is BOS "<s>", 257 is EOS "</s>" (258 tokens). It is written
 // as a standard byte-level BPE vocabulary without merges (tokenizer.ggml.model
 // "gpt2", bytes in GPT-2's byte-level spelling), which llama.cpp encodes to
 // the same ids, whatever the pre-tokenizer splits, since every byte is a token.
-func ByteTokenizerSpec() TokenizerSpec {
-	s := TokenizerSpec{Model: TokenizerGPT2, Pre: PreGPT2, BOS: 256, EOS: 257, UNK: -1, AddBOS: true, Merges: []string{}}
+func ByteSpec() Spec {
+	s := Spec{Model: ModelGPT2, Pre: PreGPT2, BOS: 256, EOS: 257, UNK: -1, AddBOS: true, Merges: []string{}}
 	for b := 0; b < 256; b++ {
 		s.Tokens = append(s.Tokens, string(byteToRune[b]))
 		s.Types = append(s.Types, TokenNormal)
@@ -98,12 +106,12 @@ func ByteTokenizerSpec() TokenizerSpec {
 }
 
 // IsByteVocab reports whether the spec is a byte vocabulary: ids 0–255 are
-// the bytes (ByteTokenizerSpec, padded or not, or the older "byte" model).
-func (s TokenizerSpec) IsByteVocab() bool {
+// the bytes (ByteSpec, padded or not, or the older "byte" model).
+func (s Spec) IsByteVocab() bool {
 	switch {
-	case s.Model == TokenizerByte:
+	case s.Model == ModelByte:
 		return true
-	case s.Model != TokenizerGPT2 || len(s.Merges) > 0 || len(s.Tokens) < 256:
+	case s.Model != ModelGPT2 || len(s.Merges) > 0 || len(s.Tokens) < 256:
 		return false
 	}
 	for b := 0; b < 256; b++ {
@@ -114,10 +122,10 @@ func (s TokenizerSpec) IsByteVocab() bool {
 	return true
 }
 
-// PaddedByteTokenizerSpec is ByteTokenizerSpec padded with unused tokens to
+// PaddedByteSpec is ByteSpec padded with unused tokens to
 // vocab entries, for models whose embedding table is larger than 258 rows.
-func PaddedByteTokenizerSpec(vocab int) (TokenizerSpec, error) {
-	s := ByteTokenizerSpec()
+func PaddedByteSpec(vocab int) (Spec, error) {
+	s := ByteSpec()
 	if vocab < len(s.Tokens) {
 		return s, fmt.Errorf("tokenizer: a byte vocabulary needs at least %d tokens, got %d", len(s.Tokens), vocab)
 	}
@@ -129,11 +137,11 @@ func PaddedByteTokenizerSpec(vocab int) (TokenizerSpec, error) {
 }
 
 func unsupportedModel(m string) error {
-	return fmt.Errorf("tokenizer: unsupported tokenizer model %q (supported: %s, %s, %s)", m, TokenizerLlama, TokenizerGPT2, TokenizerByte)
+	return fmt.Errorf("tokenizer: unsupported tokenizer model %q (supported: %s, %s, %s)", m, ModelLlama, ModelGPT2, ModelByte)
 }
 
 // Validate checks the spec against a model's vocabulary size.
-func (s TokenizerSpec) Validate(vocab int) error {
+func (s Spec) Validate(vocab int) error {
 	if err := s.checkFields(vocab); err != nil {
 		return err
 	}
@@ -142,9 +150,9 @@ func (s TokenizerSpec) Validate(vocab int) error {
 }
 
 // checkFields is Validate less building the tokenizer.
-func (s TokenizerSpec) checkFields(vocab int) error {
+func (s Spec) checkFields(vocab int) error {
 	switch s.Model {
-	case TokenizerLlama, TokenizerGPT2, TokenizerByte:
+	case ModelLlama, ModelGPT2, ModelByte:
 	default:
 		return unsupportedModel(s.Model)
 	}
@@ -170,7 +178,7 @@ func (s TokenizerSpec) checkFields(vocab int) error {
 	return nil
 }
 
-func (s TokenizerSpec) typeOf(i int) int32 {
+func (s Spec) typeOf(i int) int32 {
 	if s.Types == nil {
 		return TokenNormal
 	}
@@ -194,9 +202,11 @@ const (
 	keyTokChatTemplate = "tokenizer.chat_template"
 )
 
-func (s TokenizerSpec) kvs() []gguf.KV {
+// GGUFMetadata is the spec as tokenizer.ggml.* metadata, which SpecFromGGUF
+// reads back (and llama.cpp reads too).
+func (s Spec) GGUFMetadata() []gguf.KV {
 	kv := []gguf.KV{{Key: keyTokModel, Value: s.Model}}
-	if s.Model == TokenizerGPT2 {
+	if s.Model == ModelGPT2 {
 		kv = append(kv, gguf.KV{Key: keyTokPre, Value: s.Pre})
 	}
 	kv = append(kv, gguf.KV{Key: keyTokTokens, Value: s.Tokens})
@@ -206,7 +216,7 @@ func (s TokenizerSpec) kvs() []gguf.KV {
 	if s.Types != nil {
 		kv = append(kv, gguf.KV{Key: keyTokTypes, Value: s.Types})
 	}
-	if s.Model == TokenizerGPT2 {
+	if s.Model == ModelGPT2 {
 		// llama.cpp requires the key for gpt2 vocabularies, even empty.
 		kv = append(kv, gguf.KV{Key: keyTokMerges, Value: append([]string{}, s.Merges...)})
 	}
@@ -221,7 +231,7 @@ func (s TokenizerSpec) kvs() []gguf.KV {
 	if s.UNK >= 0 {
 		kv = append(kv, gguf.KV{Key: keyTokUNK, Value: uint32(s.UNK)})
 	}
-	if s.Model == TokenizerLlama {
+	if s.Model == ModelLlama {
 		kv = append(kv, gguf.KV{Key: keyTokSpacePrefix, Value: s.AddSpacePrefix})
 	}
 	if s.ChatTemplate != "" {
@@ -230,9 +240,9 @@ func (s TokenizerSpec) kvs() []gguf.KV {
 	return kv
 }
 
-// tokenizerSpecFrom reads tokenizer.ggml.* metadata.
-func tokenizerSpecFrom(f *gguf.File) (TokenizerSpec, error) {
-	var s TokenizerSpec
+// SpecFromGGUF reads tokenizer.ggml.* metadata.
+func SpecFromGGUF(f *gguf.File) (Spec, error) {
+	var s Spec
 	m, ok := f.Get(keyTokModel)
 	if !ok {
 		return s, fmt.Errorf("tokenizer: %s missing", keyTokModel)
@@ -241,7 +251,7 @@ func tokenizerSpecFrom(f *gguf.File) (TokenizerSpec, error) {
 		return s, fmt.Errorf("tokenizer: %s is %T, want string", keyTokModel, m)
 	}
 	switch s.Model {
-	case TokenizerLlama, TokenizerGPT2, TokenizerByte:
+	case ModelLlama, ModelGPT2, ModelByte:
 	default:
 		return s, unsupportedModel(s.Model)
 	}
@@ -259,7 +269,7 @@ func tokenizerSpecFrom(f *gguf.File) (TokenizerSpec, error) {
 			return s, fmt.Errorf("tokenizer: %s is %T, want an int32 array", keyTokTypes, v)
 		}
 	}
-	if s.Model == TokenizerGPT2 {
+	if s.Model == ModelGPT2 {
 		v, ok := f.Get(keyTokMerges)
 		if !ok {
 			return s, fmt.Errorf("tokenizer: %s missing (a gpt2 vocabulary needs it)", keyTokMerges)
@@ -283,7 +293,7 @@ func tokenizerSpecFrom(f *gguf.File) (TokenizerSpec, error) {
 		if !ok {
 			return def, nil
 		}
-		n, err := metaInt(v)
+		n, err := gguf.IntValue(v)
 		if err != nil {
 			return 0, fmt.Errorf("tokenizer: %s: %w", key, err)
 		}
@@ -309,16 +319,17 @@ func tokenizerSpecFrom(f *gguf.File) (TokenizerSpec, error) {
 	if v, ok := f.Get(keyTokAddBOS); ok {
 		s.AddBOS, _ = v.(bool)
 	}
-	s.AddSpacePrefix = s.Model == TokenizerLlama
+	s.AddSpacePrefix = s.Model == ModelLlama
 	if v, ok := f.Get(keyTokSpacePrefix); ok {
 		s.AddSpacePrefix, _ = v.(bool)
 	}
 	return s, nil
 }
 
-// buildFor checks the spec against a model's vocabulary size, then builds it:
-// what every model constructor needs before it can hold a tokenizer.
-func (s TokenizerSpec) buildFor(vocab int) (Tokenizer, error) {
+// BuildFor checks the spec against a model's vocabulary size, then builds it:
+// what every model constructor needs before it can hold a tokenizer (Validate
+// would build it twice).
+func (s Spec) BuildFor(vocab int) (Tokenizer, error) {
 	if err := s.checkFields(vocab); err != nil {
 		return nil, err
 	}
@@ -334,7 +345,7 @@ var eogTexts = map[string]bool{
 }
 
 // Build makes the tokenizer a spec describes.
-func (s TokenizerSpec) Build() (Tokenizer, error) {
+func (s Spec) Build() (Tokenizer, error) {
 	v := &vocab{spec: s, pieces: make([][]byte, len(s.Tokens)), eog: map[int32]bool{s.EOS: true}, special: map[byte][]specialToken{}}
 	if s.EOT > 0 {
 		v.eog[s.EOT] = true
@@ -359,7 +370,7 @@ func (s TokenizerSpec) Build() (Tokenizer, error) {
 		case TokenUserDefined:
 			v.pieces[i] = []byte(t)
 		default:
-			if s.Model == TokenizerGPT2 {
+			if s.Model == ModelGPT2 {
 				v.pieces[i] = unByteLevel(t)
 			} else {
 				v.pieces[i] = []byte(strings.ReplaceAll(t, "▁", " "))
@@ -377,14 +388,14 @@ func (s TokenizerSpec) Build() (Tokenizer, error) {
 		slices.SortStableFunc(l, func(a, b specialToken) int { return len(b.text) - len(a.text) })
 	}
 	switch s.Model {
-	case TokenizerByte:
+	case ModelByte:
 		for b, id := range v.byteID {
 			if id < 0 {
 				return nil, fmt.Errorf("tokenizer: byte vocabulary lacks a token for byte %#02x", b)
 			}
 		}
 		v.frag = &byteTokenizer{v}
-	case TokenizerLlama:
+	case ModelLlama:
 		t := &spmTokenizer{vocab: v, ids: make(map[string]int32, len(s.Tokens))}
 		for i, tok := range s.Tokens {
 			typ := s.typeOf(i)
@@ -395,7 +406,7 @@ func (s TokenizerSpec) Build() (Tokenizer, error) {
 			}
 		}
 		v.frag = t
-	case TokenizerGPT2:
+	case ModelGPT2:
 		t, err := newBPE(v, s)
 		if err != nil {
 			return nil, err
@@ -419,7 +430,7 @@ func parseByteToken(t string) (byte, bool) {
 // and the split of text at special and user-defined tokens; frag encodes
 // the plain text between them.
 type vocab struct {
-	spec    TokenizerSpec
+	spec    Spec
 	pieces  [][]byte
 	byteID  [256]int32
 	eog     map[int32]bool
@@ -458,7 +469,7 @@ func (v *vocab) Decode(ids []int32) string {
 	for _, id := range ids {
 		b = append(b, v.Piece(id)...)
 	}
-	if v.spec.Model == TokenizerLlama && v.spec.AddSpacePrefix && len(b) > 0 && b[0] == ' ' {
+	if v.spec.Model == ModelLlama && v.spec.AddSpacePrefix && len(b) > 0 && b[0] == ' ' {
 		b = b[1:] // the space Encode added
 	}
 	return strings.ToValidUTF8(string(b), "\uFFFD")
@@ -645,39 +656,4 @@ func completePrefix(b []byte) int {
 		}
 	}
 	return len(b)
-}
-
-// metaInt reads an integer metadata value of any integer type.
-func metaInt(v any) (int64, error) {
-	switch x := v.(type) {
-	case uint8:
-		return int64(x), nil
-	case int8:
-		return int64(x), nil
-	case uint16:
-		return int64(x), nil
-	case int16:
-		return int64(x), nil
-	case uint32:
-		return int64(x), nil
-	case int32:
-		return int64(x), nil
-	case uint64:
-		if x > 1<<62 {
-			return 0, fmt.Errorf("%d is too large", x)
-		}
-		return int64(x), nil
-	case int64:
-		return x, nil
-	}
-	return 0, fmt.Errorf("%T is not an integer", v)
-}
-
-func sortedKeys(m map[string]any) []string {
-	keys := make([]string, 0, len(m))
-	for k := range m {
-		keys = append(keys, k)
-	}
-	sort.Strings(keys)
-	return keys
 }
