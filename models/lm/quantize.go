@@ -7,6 +7,7 @@ import (
 	"strings"
 
 	"github.com/phaseless/phaseless/models/lm/gguf"
+	"github.com/phaseless/phaseless/models/lm/kernels"
 	"github.com/phaseless/phaseless/models/lm/tokenizer"
 )
 
@@ -120,7 +121,7 @@ func Quantize(w io.Writer, src *gguf.File, r Recipe) error {
 // report: "q4_K×45 q6_K×11".
 func (m *Model) TensorTypes() string {
 	count := map[string]int{}
-	mats := []*matrix{m.embd}
+	mats := []*kernels.Matrix{m.embd}
 	if !m.tied {
 		mats = append(mats, m.output)
 	}
@@ -128,7 +129,7 @@ func (m *Model) TensorTypes() string {
 		mats = append(mats, l.q, l.k, l.v, l.o, l.gate, l.up, l.down)
 	}
 	for _, x := range mats {
-		count[x.dtype.String()]++
+		count[x.DType().String()]++
 	}
 	var parts []string
 	for k, n := range count {

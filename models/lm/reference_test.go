@@ -6,6 +6,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/phaseless/phaseless/models/lm/kernels"
 	"github.com/phaseless/phaseless/models/lm/tokenizer"
 )
 
@@ -253,13 +254,13 @@ func TestLogitsMatchFloat64Reference(t *testing.T) {
 			tokens := []int32{256, 72, 101, 108, 108, 111, 44, 32, 119, 111, 114, 108, 100, 33, 10, 200, 3}
 			// Both matrix kernels: the AVX2 one where the CPU has it, and the
 			// portable gonum path every other machine runs.
-			kernels := []bool{false}
-			if haveDot4 {
-				kernels = append(kernels, true)
+			sets := []bool{false}
+			if kernels.HasAVX2 {
+				sets = append(sets, true)
 			}
-			defer func(v bool) { haveDot4 = v }(haveDot4)
-			for _, k := range kernels {
-				haveDot4 = k
+			defer func(v bool) { kernels.HasAVX2 = v }(kernels.HasAVX2)
+			for _, k := range sets {
+				kernels.HasAVX2 = k
 				for _, n := range []int{1, 2, 5, len(tokens)} {
 					got := m.Logits(tokens[:n])
 					want := refLogitsScaled(m.Config, w, tokens[:n], tc.scale)

@@ -1,6 +1,6 @@
 //go:build amd64 && linux
 
-package lm
+package kernels
 
 import (
 	"context"
@@ -33,7 +33,7 @@ func TestArm64KernelsUnderQEMU(t *testing.T) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
 	defer cancel()
-	bin := filepath.Join(t.TempDir(), "lm-arm64.test")
+	bin := filepath.Join(t.TempDir(), "kernels-arm64.test")
 	build := exec.CommandContext(ctx, "go", "test", "-c", "-o", bin, ".")
 	build.Env = append(os.Environ(), "GOOS=linux", "GOARCH=arm64", "CGO_ENABLED=0")
 	if out, err := build.CombinedOutput(); err != nil {

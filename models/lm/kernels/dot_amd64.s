@@ -65,11 +65,11 @@ loop4x2:
 	VZEROUPPER
 	RET
 
-// func dot1x4AVX2(k int, a, w0, w1, w2, w3 *float32, out *[4]float32)
+// func Dot1x4AVX2(k int, a, w0, w1, w2, w3 *float32, out *[4]float32)
 //
 // out[r] = Σ_i a[i]·wr[i]: one token row against four weight rows, for a
 // single stream (or the tokens left over from groups of four).
-TEXT ·dot1x4AVX2(SB), NOSPLIT, $0-56
+TEXT ·Dot1x4AVX2(SB), NOSPLIT, $0-56
 	MOVQ k+0(FP), CX
 	MOVQ a+8(FP), SI
 	MOVQ w0+16(FP), R8
@@ -118,7 +118,7 @@ loopPF:
 	RET
 
 // STORE_PAIR reduces the two 8-lane sums in zreg (token 2i in its low
-// half, token 2i+1 in its high half) the way dot1x4AVX2 reduces one (fold
+// half, token 2i+1 in its high half) the way Dot1x4AVX2 reduces one (fold
 // 256 to 128 bits, two horizontal adds) and stores them at off(DI) and
 // off(R13).
 #define STORE_PAIR(zreg, off) \
@@ -137,7 +137,7 @@ loopPF:
 // x2g+1 chunk c], g = 0..3. One ZMM accumulator holds the two 8-lane
 // accumulators of a pair's tokens for one row, so each FMA does the work of
 // two AVX2 ones while every (token, row) lane sees the same products in the
-// same order as in dot1x4AVX2 and dot4x2AVX2, and is reduced the same way.
+// same order as in Dot1x4AVX2 and dot4x2AVX2, and is reduced the same way.
 // Accumulator for token pair g and row r: Z(16+4g+r). Each chunk also
 // prefetches two cache lines from pf on, 16·k bytes in all: the next four
 // weight rows stream in from memory while these are multiplied, at the pace
@@ -230,14 +230,14 @@ loop8x4:
 	VZEROUPPER
 	RET
 
-// func attnScoresAVX2(k int, q, kc *float32, slots *int32, n, stride int, out *float32)
+// func AttnScoresAVX2(k int, q, kc *float32, slots *int32, n, stride int, out *float32)
 //
 // out[p] = Σ_i q[i]·key_p[i] for i < k (a positive multiple of 8), p < n,
 // where key_p starts stride bytes × slots[p] after kc. Four keys at a time
 // share each load of q and keep four FMA chains in flight; each score is
-// still summed exactly as dot1x4AVX2 sums one of its rows, so scores do not
+// still summed exactly as Dot1x4AVX2 sums one of its rows, so scores do not
 // change with the kernel that computed them.
-TEXT ·attnScoresAVX2(SB), NOSPLIT, $0-56
+TEXT ·AttnScoresAVX2(SB), NOSPLIT, $0-56
 	MOVQ k+0(FP), CX
 	MOVQ q+8(FP), SI
 	MOVQ kc+16(FP), R8
@@ -311,14 +311,14 @@ scoreDone:
 	VZEROUPPER
 	RET
 
-// func attnMixAVX2(k int, alpha, vc *float32, slots *int32, n, stride int, out *float32)
+// func AttnMixAVX2(k int, alpha, vc *float32, slots *int32, n, stride int, out *float32)
 //
 // out[i] += alpha[p]·value_p[i] for p = 0..n-1 in order and i < k (a positive
 // multiple of 8), where value_p starts stride bytes × slots[p] after vc. Each
 // step multiplies, rounds, then adds, and a zero alpha is skipped, exactly as
 // one gonum Saxpy per position does, so the output is bit-identical to that
 // loop; out stays in registers across positions, 64 floats at a time.
-TEXT ·attnMixAVX2(SB), NOSPLIT, $0-56
+TEXT ·AttnMixAVX2(SB), NOSPLIT, $0-56
 	MOVQ k+0(FP), CX
 	MOVQ alpha+8(FP), SI
 	MOVQ vc+16(FP), R8
@@ -573,14 +573,14 @@ siluDone:
 	VZEROUPPER
 	RET
 
-// func softmaxExpAVX2(n int, sc *float32, maxS float32, sum float64) (done int, total float64)
+// func SoftmaxExpAVX2(n int, sc *float32, maxS float32, sum float64) (done int, total float64)
 //
 // For p < done: e = math.Exp(float64(sc[p] - maxS)), sc[p] = float32(e) and
 // sum += e in order of p, with total the final sum: attention's softmax
 // numerators, bit-identical to that Go loop (see siluAVX2 for the exp). done
 // stops at n&^3 or at the first group holding an argument math.Exp treats
 // specially, which the caller finishes in Go.
-TEXT ·softmaxExpAVX2(SB), NOSPLIT, $0-48
+TEXT ·SoftmaxExpAVX2(SB), NOSPLIT, $0-48
 	MOVQ n+0(FP), CX
 	MOVQ sc+8(FP), SI
 	VBROADCASTSS maxS+16(FP), X5

@@ -1,4 +1,4 @@
-package lm
+package kernels
 
 import (
 	"fmt"
@@ -21,9 +21,10 @@ const tileRows = 64
 // tileTokens bounds the tokens one Sgemm call covers for the same reason.
 const tileTokens = 64
 
-// matrix is a weight matrix [rows][cols], stored F32 or, to save memory and
-// bandwidth on devices, F16/Q8_0 that is dequantised one tile at a time.
-type matrix struct {
+// Matrix is a weight matrix [rows][cols], stored F32 or, to save memory and
+// bandwidth on devices, F16/BF16 that is dequantised one tile at a time, or a
+// block type (Q4_0 … Q6_K) multiplied by its integer kernel.
+type Matrix struct {
 	rows, cols int
 	dtype      gguf.DType
 	f32        []float32 // F32 data
@@ -32,8 +33,14 @@ type matrix struct {
 	qk         *qkernel // the integer kernel of a block type; nil for F32/F16/BF16
 }
 
-// newRawMatrix wraps encoded data of any decoded type.
-func newRawMatrix(rows, cols int, d gguf.DType, raw []byte) (*matrix, error) {
+// NewF32Matrix wraps F32 weights, used in place (data may be a mapped
+// file's pages).
+func NewF32Matrix(rows, cols int, data []float32) *Matrix {
+	return &Matrix{rows: rows, cols: cols, dtype: gguf.F32, f32: data}
+}
+
+// NewRawMatrix wraps encoded data of any type gguf decodes, used in place.
+func NewRawMatrix(rows, cols int, d gguf.DType, raw []byte) (*Matrix, error) {
 	rb, err := d.RowBytes(cols)
 	if err != nil {
 		return nil, err
@@ -41,11 +48,26 @@ func newRawMatrix(rows, cols int, d gguf.DType, raw []byte) (*matrix, error) {
 	if len(raw) != rb*rows {
 		return nil, fmt.Errorf("%s data of %d bytes for %d×%d", d, len(raw), rows, cols)
 	}
-	return &matrix{rows: rows, cols: cols, dtype: d, raw: raw, rowBytes: rb, qk: qkernels[d]}, nil
+	return &Matrix{rows: rows, cols: cols, dtype: d, raw: raw, rowBytes: rb, qk: qkernels[d]}, nil
 }
 
-// rowInto decodes row r into dst (len cols).
-func (m *matrix) rowInto(r int, dst []float32) {
+// Rows is the matrix's output width.
+func (m *Matrix) Rows() int { return m.rows }
+
+// Cols is the matrix's input width.
+func (m *Matrix) Cols() int { return m.cols }
+
+// DType is how the matrix is stored.
+func (m *Matrix) DType() gguf.DType { return m.dtype }
+
+// F32 is an F32 matrix's data, nil for other types.
+func (m *Matrix) F32() []float32 { return m.f32 }
+
+// Raw is the encoded data of a matrix of any type but F32, nil for F32.
+func (m *Matrix) Raw() []byte { return m.raw }
+
+// RowInto decodes row r into dst (len cols).
+func (m *Matrix) RowInto(r int, dst []float32) {
 	switch m.dtype {
 	case gguf.F32:
 		copy(dst, m.f32[r*m.cols:(r+1)*m.cols])
@@ -54,33 +76,39 @@ func (m *matrix) rowInto(r int, dst []float32) {
 	}
 }
 
-// float32s decodes the whole matrix.
-func (m *matrix) float32s() []float32 {
+// Float32s decodes the whole matrix.
+func (m *Matrix) Float32s() []float32 {
 	out := make([]float32, m.rows*m.cols)
 	for r := 0; r < m.rows; r++ {
-		m.rowInto(r, out[r*m.cols:(r+1)*m.cols])
+		m.RowInto(r, out[r*m.cols:(r+1)*m.cols])
 	}
 	return out
 }
 
-// pool runs data-parallel work on a fixed number of goroutines per call; the
-// goroutines live only for the call, so nothing outlives its owner.
-type pool struct {
+// Pool runs data-parallel work on a fixed number of goroutines per call; the
+// goroutines live only for the call, so nothing outlives its owner. A Pool
+// holds scratch memory for the products: one caller at a time.
+type Pool struct {
 	threads int
 	scratch [][]float32 // one per worker, for dequantised tiles
 	packed  []float32   // activations packed for dot8x4AVX512, shared read-only by the workers
 	qx      []byte      // quantized activations for the integer kernels, shared read-only
 }
 
-func newPool(threads int) *pool {
+// NewPool makes a pool of threads workers (GOMAXPROCS when threads ≤ 0).
+func NewPool(threads int) *Pool {
 	if threads <= 0 {
 		threads = runtime.GOMAXPROCS(0)
 	}
-	return &pool{threads: threads, scratch: make([][]float32, threads)}
+	return &Pool{threads: threads, scratch: make([][]float32, threads)}
 }
 
-// run calls fn(worker, task) for every task in [0, n), spread over the workers.
-func (p *pool) run(n int, fn func(worker, task int)) {
+// Threads is how many workers the pool runs.
+func (p *Pool) Threads() int { return p.threads }
+
+// Run calls fn(worker, task) for every task in [0, n), spread over the
+// workers; worker is in [0, Threads()).
+func (p *Pool) Run(n int, fn func(worker, task int)) {
 	workers := min(p.threads, n)
 	if workers <= 1 {
 		for i := 0; i < n; i++ {
@@ -106,28 +134,28 @@ func (p *pool) run(n int, fn func(worker, task int)) {
 	wg.Wait()
 }
 
-func (p *pool) buf(worker, n int) []float32 {
+func (p *Pool) buf(worker, n int) []float32 {
 	if cap(p.scratch[worker]) < n {
 		p.scratch[worker] = make([]float32, n)
 	}
 	return p.scratch[worker][:n]
 }
 
-// mul computes y = x Wᵀ for n tokens: x is [n][cols], y is [n][rows]. Each
+// Mul computes y = x Wᵀ for n tokens: x is [n][cols], y is [n][rows]. Each
 // weight tile is read once per call however many tokens there are, which is
 // what makes a batched decode step cost about as much as a single one.
-func (m *matrix) mul(p *pool, y, x []float32, n int) {
+func (m *Matrix) Mul(p *Pool, y, x []float32, n int) {
 	if m.qk != nil {
 		m.mulQuant(p, y, x, n)
 		return
 	}
-	if haveDot4 && m.cols >= 8 {
+	if HasAVX2 && m.cols >= 8 {
 		m.mulDot4(p, y, x, n)
 		return
 	}
 	impl := blas32.Implementation()
 	tiles := (m.rows + tileRows - 1) / tileRows
-	p.run(tiles, func(w, tile int) {
+	p.Run(tiles, func(w, tile int) {
 		r0 := tile * tileRows
 		nr := min(tileRows, m.rows-r0)
 		var wt []float32
@@ -136,7 +164,7 @@ func (m *matrix) mul(p *pool, y, x []float32, n int) {
 		} else {
 			wt = p.buf(w, nr*m.cols)
 			for r := 0; r < nr; r++ {
-				m.rowInto(r0+r, wt[r*m.cols:(r+1)*m.cols])
+				m.RowInto(r0+r, wt[r*m.cols:(r+1)*m.cols])
 			}
 		}
 		for t0 := 0; t0 < n; t0 += tileTokens {
@@ -159,7 +187,7 @@ const pfRows = 8
 // eight tokens where the CPU has it). Every (token, row) dot product is summed
 // the same way whatever batch the token is in and whichever kernel computed
 // it, so a sequence's logits are bit-identical batched or alone.
-func (m *matrix) mulDot4(p *pool, y, x []float32, n int) {
+func (m *Matrix) mulDot4(p *Pool, y, x []float32, n int) {
 	cols := m.cols
 	k8 := cols &^ 7
 	// The kernels index x and y unchecked: check their extent once here.
@@ -170,7 +198,7 @@ func (m *matrix) mulDot4(p *pool, y, x []float32, n int) {
 	// Groups of eight tokens are packed once per call into the layout
 	// dot8x4AVX512 streams (see packPairs); every tile reads the same copy.
 	n8 := 0
-	if haveDot8 {
+	if HasAVX512 {
 		n8 = n &^ 7
 	}
 	var xp []float32
@@ -179,7 +207,7 @@ func (m *matrix) mulDot4(p *pool, y, x []float32, n int) {
 		xp = p.packed
 	}
 	tiles := (m.rows + tileRows - 1) / tileRows
-	p.run(tiles, func(w, tile int) {
+	p.Run(tiles, func(w, tile int) {
 		r0 := tile * tileRows
 		nr := min(tileRows, m.rows-r0)
 		var wt []float32
@@ -188,7 +216,7 @@ func (m *matrix) mulDot4(p *pool, y, x []float32, n int) {
 		} else {
 			wt = p.buf(w, nr*cols)
 			for r := 0; r < nr; r++ {
-				m.rowInto(r0+r, wt[r*cols:(r+1)*cols])
+				m.RowInto(r0+r, wt[r*cols:(r+1)*cols])
 			}
 		}
 		put := func(t, r int, s float32) {
@@ -266,7 +294,7 @@ func (m *matrix) mulDot4(p *pool, y, x []float32, n int) {
 					if r+8 < nr {
 						prefetchAVX2(row(r+8), 4*4*cols)
 					}
-					dot1x4AVX2(k8, &x[t*cols], row(r), row(r+1), row(r+2), row(r+3), &out4)
+					Dot1x4AVX2(k8, &x[t*cols], row(r), row(r+1), row(r+2), row(r+3), &out4)
 					for j := 0; j < min(4, nr-r); j++ {
 						put(t, r+j, out4[j])
 					}
@@ -282,7 +310,7 @@ func (m *matrix) mulDot4(p *pool, y, x []float32, n int) {
 // A group thus reads 256 contiguous bytes per chunk, and one 512-bit load
 // gives two tokens the same chunk. It reuses buf's memory when it can.
 func packPairs(buf, x []float32, n, cols, k8 int) []float32 {
-	buf = grow(buf, n*k8)
+	buf = growF32s(buf, n*k8)
 	for t0 := 0; t0 < n; t0 += 8 {
 		dst := buf[t0*k8 : (t0+8)*k8]
 		for t := range 8 {
@@ -302,7 +330,7 @@ func packPairs(buf, x []float32, n, cols, k8 int) []float32 {
 // tokens; groups of four share one unpacking of each block where a ×4
 // kernel exists). Every kernel does the same operations per (token, row)
 // pair, so batching cannot change a result.
-func (m *matrix) mulQuant(p *pool, y, x []float32, n int) {
+func (m *Matrix) mulQuant(p *Pool, y, x []float32, n int) {
 	if n == 0 {
 		return
 	}
@@ -322,7 +350,7 @@ func (m *matrix) mulQuant(p *pool, y, x []float32, n int) {
 	}
 	dot4 := fastDot4(m.dtype)
 	tiles := (m.rows + tileRows - 1) / tileRows
-	p.run(tiles, func(_, tile int) {
+	p.Run(tiles, func(_, tile int) {
 		r0 := tile * tileRows
 		var out [4]float32
 		for r := r0; r < min(r0+tileRows, m.rows); r++ {
@@ -339,4 +367,12 @@ func (m *matrix) mulQuant(p *pool, y, x []float32, n int) {
 			}
 		}
 	})
+}
+
+// growF32s is s resized to n, reallocated only when it is too small.
+func growF32s(s []float32, n int) []float32 {
+	if cap(s) < n {
+		return make([]float32, n)
+	}
+	return s[:n]
 }

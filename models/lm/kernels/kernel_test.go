@@ -1,4 +1,4 @@
-package lm
+package kernels
 
 import (
 	"math"
@@ -62,10 +62,10 @@ func skipWithoutKernels(t *testing.T, dot4, dot8 bool) {
 	t.SkipNow()
 }
 
-// TestDot8x4MatchesAVX2Kernels checks the AVX-512 kernel against dot1x4AVX2
+// TestDot8x4MatchesAVX2Kernels checks the AVX-512 kernel against Dot1x4AVX2
 // and dot4x2AVX2 bit for bit: the engine's batch invariance rests on it.
 func TestDot8x4MatchesAVX2Kernels(t *testing.T) {
-	skipWithoutKernels(t, haveDot4, haveDot8)
+	skipWithoutKernels(t, HasAVX2, HasAVX512)
 	rng := rand.New(rand.NewPCG(1, 2))
 	for _, k := range []int{8, 24, 64, 520, 1408} {
 		w := [4][]float32{}
@@ -78,7 +78,7 @@ func TestDot8x4MatchesAVX2Kernels(t *testing.T) {
 		dot8x4AVX512(k, &w[0][0], &w[1][0], &w[2][0], &w[3][0], &xp[0], &x[0], &out32[0], 16)
 		for tok := range 8 {
 			var out4 [4]float32
-			dot1x4AVX2(k, &x[tok*k], &w[0][0], &w[1][0], &w[2][0], &w[3][0], &out4)
+			Dot1x4AVX2(k, &x[tok*k], &w[0][0], &w[1][0], &w[2][0], &w[3][0], &out4)
 			for r := range 4 {
 				if !sameBits(out32[4*tok+r], out4[r]) {
 					t.Fatalf("k=%d token %d row %d: dot8x4 %v, dot1x4 %v", k, tok, r, out32[4*tok+r], out4[r])
@@ -107,8 +107,8 @@ func TestDot8x4MatchesAVX2Kernels(t *testing.T) {
 // a CPU without AVX2 or AVX-512 fails it unless the run says it knows
 // (requireKernels).
 func TestMulBatchInvariant(t *testing.T) {
-	origDot4, origDot8 := haveDot4, haveDot8
-	defer func() { haveDot4, haveDot8 = origDot4, origDot8 }()
+	origDot4, origDot8 := HasAVX2, HasAVX512
+	defer func() { HasAVX2, HasAVX512 = origDot4, origDot8 }()
 	sets := []struct {
 		name       string
 		dot4, dot8 bool
@@ -129,17 +129,17 @@ func TestMulBatchInvariant(t *testing.T) {
 	rng := rand.New(rand.NewPCG(3, 4))
 	for _, shape := range [][2]int{{67, 77}, {130, 64}, {5, 1408}} {
 		rows, cols := shape[0], shape[1]
-		m := &matrix{rows: rows, cols: cols, dtype: gguf.F32, f32: randFloats(rng, rows*cols)}
-		p := newPool(2)
+		m := &Matrix{rows: rows, cols: cols, dtype: gguf.F32, f32: randFloats(rng, rows*cols)}
+		p := NewPool(2)
 		for _, n := range []int{1, 3, 5, 8, 13, 16, 17, 24} {
 			x := randFloats(rng, n*cols)
 			for _, set := range sets {
-				haveDot4, haveDot8 = set.dot4, set.dot8
+				HasAVX2, HasAVX512 = set.dot4, set.dot8
 				batched := make([]float32, n*rows)
-				m.mul(p, batched, x, n)
+				m.Mul(p, batched, x, n)
 				for tok := range n {
 					alone := make([]float32, rows)
-					m.mul(p, alone, x[tok*cols:(tok+1)*cols], 1)
+					m.Mul(p, alone, x[tok*cols:(tok+1)*cols], 1)
 					for r := range rows {
 						if !sameBits(batched[tok*rows+r], alone[r]) {
 							t.Fatalf("%s, %dx%d, %d tokens: token %d row %d batched %v, alone %v", set.name, rows, cols, n, tok, r, batched[tok*rows+r], alone[r])
@@ -157,10 +157,10 @@ func TestMulBatchInvariant(t *testing.T) {
 }
 
 // TestAttentionKernels checks the fused attention kernels against the loops
-// they replace (dot1x4AVX2 per key, gonum Saxpy per position) bit for bit,
+// they replace (Dot1x4AVX2 per key, gonum Saxpy per position) bit for bit,
 // for head sizes with and without a 64-float block and zero weights.
 func TestAttentionKernels(t *testing.T) {
-	skipWithoutKernels(t, haveDot4, true)
+	skipWithoutKernels(t, HasAVX2, true)
 	rng := rand.New(rand.NewPCG(5, 6))
 	impl := blas32.Implementation()
 	for _, hd := range []int{8, 64, 72, 136} {
@@ -174,15 +174,15 @@ func TestAttentionKernels(t *testing.T) {
 				slots[i] = int32(rng.IntN(slotsN))
 			}
 			kvh := rng.IntN(kvHeads)
-			if !slotsIn(slots, kvDim, len(kc)) {
+			if !SlotsIn(slots, kvDim, len(kc)) {
 				t.Fatal("slotsIn rejected slots in range")
 			}
 			got := make([]float32, npos)
-			attnScoresAVX2(hd, &q[0], &kc[kvh*hd], &slots[0], npos, 4*kvDim, &got[0])
+			AttnScoresAVX2(hd, &q[0], &kc[kvh*hd], &slots[0], npos, 4*kvDim, &got[0])
 			for p, s := range slots {
 				k := kc[int(s)*kvDim+kvh*hd:]
 				var out4 [4]float32
-				dot1x4AVX2(hd, &q[0], &k[0], &k[0], &k[0], &k[0], &out4)
+				Dot1x4AVX2(hd, &q[0], &k[0], &k[0], &k[0], &k[0], &out4)
 				if !sameBits(got[p], out4[0]) {
 					t.Fatalf("hd=%d npos=%d: score %d %v, dot1x4 %v", hd, npos, p, got[p], out4[0])
 				}
@@ -195,7 +195,7 @@ func TestAttentionKernels(t *testing.T) {
 				impl.Saxpy(hd, a, vc[off:off+hd], 1, want, 1)
 			}
 			mix := make([]float32, hd)
-			attnMixAVX2(hd, &alpha[0], &vc[kvh*hd], &slots[0], npos, 4*kvDim, &mix[0])
+			AttnMixAVX2(hd, &alpha[0], &vc[kvh*hd], &slots[0], npos, 4*kvDim, &mix[0])
 			for i := range mix {
 				if !sameBits(mix[i], want[i]) {
 					t.Fatalf("hd=%d npos=%d: out[%d] %v, Saxpy loop %v", hd, npos, i, mix[i], want[i])
@@ -203,7 +203,7 @@ func TestAttentionKernels(t *testing.T) {
 			}
 		}
 	}
-	if slotsIn([]int32{0, 50}, 8, 50*8) || slotsIn([]int32{-1}, 8, 8) {
+	if SlotsIn([]int32{0, 50}, 8, 50*8) || SlotsIn([]int32{-1}, 8, 8) {
 		t.Fatal("slotsIn accepted a slot outside the store")
 	}
 }
@@ -212,7 +212,7 @@ func TestAttentionKernels(t *testing.T) {
 // for bit, over ordinary values and the arguments math.Exp treats specially
 // (which the kernel must hand back), at every alignment of the tail.
 func TestSiLUKernel(t *testing.T) {
-	skipWithoutKernels(t, haveDot4, true)
+	skipWithoutKernels(t, HasAVX2, true)
 	rng := rand.New(rand.NewPCG(7, 8))
 	special := []float32{0, float32(math.Copysign(0, -1)), 707.9, -707.9, 708, -708, 709.8, -745.2, 800, -800,
 		float32(math.Inf(1)), float32(math.Inf(-1)), float32(math.NaN()), 1e-40, -1e-40, 88.7, -88.7, 103.9, -103.9}
@@ -230,8 +230,8 @@ func TestSiLUKernel(t *testing.T) {
 				want[i] = v / (1 + float32(math.Exp(float64(-v)))) * up[i]
 			}
 			got := append([]float32(nil), gate...)
-			p := newPool(1)
-			swiGLU(p, got, up, 1)
+			p := NewPool(1)
+			SwiGLU(p, got, up, 1)
 			for i := range got {
 				if !sameBits(got[i], want[i]) && !(got[i] != got[i] && want[i] != want[i]) {
 					t.Fatalf("n=%d: silu(%v)·%v = %v, want %v", n, gate[i], up[i], got[i], want[i])
@@ -252,11 +252,11 @@ func TestSiLUKernel(t *testing.T) {
 	}
 }
 
-// TestSoftmaxExpKernel checks softmaxExpAVX2 against attention's Go loop bit
+// TestSoftmaxExpKernel checks SoftmaxExpAVX2 against attention's Go loop bit
 // for bit, with scores far enough below the maximum to need math.Exp's
 // special cases.
 func TestSoftmaxExpKernel(t *testing.T) {
-	skipWithoutKernels(t, haveDot4, true)
+	skipWithoutKernels(t, HasAVX2, true)
 	rng := rand.New(rand.NewPCG(9, 10))
 	for _, n := range []int{1, 4, 6, 33, 517, 1024} {
 		for round := range 3 {
@@ -284,7 +284,7 @@ func TestSoftmaxExpKernel(t *testing.T) {
 			var sum float64
 			for p := 0; p < n; p++ {
 				var done int
-				if done, sum = softmaxExpAVX2(n-p, &got[p], maxS, sum); p+done == n {
+				if done, sum = SoftmaxExpAVX2(n-p, &got[p], maxS, sum); p+done == n {
 					break
 				}
 				p += done
@@ -301,7 +301,7 @@ func TestSoftmaxExpKernel(t *testing.T) {
 				}
 			}
 			if round == 0 {
-				if done, _ := softmaxExpAVX2(n, &sc[0], maxS, 0); done != n&^3 {
+				if done, _ := SoftmaxExpAVX2(n, &sc[0], maxS, 0); done != n&^3 {
 					t.Fatalf("n=%d: kernel did %d of %d ordinary scores", n, done, n&^3)
 				}
 			}

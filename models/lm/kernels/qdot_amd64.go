@@ -1,4 +1,4 @@
-package lm
+package kernels
 
 import (
 	"unsafe"
@@ -40,7 +40,7 @@ var amd64Kernels = map[gguf.DType]struct {
 // unchecked: mulQuant passes whole rows and whole activation rows of nb blocks.
 func fastDot(d gguf.DType) func(w, x []byte, nb int) float32 {
 	k, ok := amd64Kernels[d]
-	if !haveDot4 || !ok {
+	if !HasAVX2 || !ok {
 		return nil
 	}
 	return func(w, x []byte, nb int) float32 {
@@ -53,7 +53,7 @@ func fastDot(d gguf.DType) func(w, x []byte, nb int) float32 {
 // hold the four rows (checked here: the kernel reads unchecked).
 func fastDot4(d gguf.DType) func(w, x []byte, stride, nb int, out *[4]float32) {
 	k, ok := amd64Kernels[d]
-	if !haveDot4 || !ok {
+	if !HasAVX2 || !ok {
 		return nil
 	}
 	return func(w, x []byte, stride, nb int, out *[4]float32) {

@@ -1,6 +1,6 @@
 //go:build !amd64 && !arm64
 
-package lm
+package kernels
 
 import "github.com/phaseless/phaseless/models/lm/gguf"
 

@@ -1,4 +1,4 @@
-package lm
+package kernels
 
 import (
 	"unsafe"
