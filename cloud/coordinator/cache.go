@@ -13,6 +13,7 @@ import (
 	"github.com/phaseless/phaseless/internal/metrics"
 	"github.com/phaseless/phaseless/llm"
 	"github.com/phaseless/phaseless/models/lm"
+	"github.com/phaseless/phaseless/models/lm/chatfmt"
 	"github.com/phaseless/phaseless/models/lm/tokenizer"
 )
 
@@ -191,9 +192,9 @@ func firstBlock(hashes []uint64) uint64 {
 // worker: each breakpoint's last full block, until its lifetime ends (a
 // hit records it again, as the engine refreshes the pin).
 func (l *cacheLayer) pinned(ctx context.Context, req *llm.Request, m *measured, worker string) {
-	whole := l.promptTokens(lm.PromptMessages(req, false))
+	whole := l.promptTokens(chatfmt.Messages(req, false))
 	for _, bp := range req.CacheBreakpoints {
-		msgs := lm.CachePrefix(req, bp, false)
+		msgs := chatfmt.CachePrefix(req, bp, false)
 		if msgs == nil {
 			continue
 		}
@@ -207,7 +208,7 @@ func (l *cacheLayer) pinned(ctx context.Context, req *llm.Request, m *measured, 
 
 // promptTokens renders msgs as measure does.
 func (l *cacheLayer) promptTokens(msgs []llm.Message) []int32 {
-	ids := l.tok.Encode(lm.ChatPrompt(msgs))
+	ids := l.tok.Encode(chatfmt.Prompt(msgs))
 	if l.tok.AddBOS() {
 		ids = append([]int32{l.tok.BOS()}, ids...)
 	}

@@ -23,6 +23,7 @@ import (
 	"github.com/phaseless/phaseless/internal/tracing"
 	"github.com/phaseless/phaseless/llm"
 	"github.com/phaseless/phaseless/models/lm"
+	"github.com/phaseless/phaseless/models/lm/chatfmt"
 	"github.com/phaseless/phaseless/models/lm/tokenizer"
 	"github.com/phaseless/phaseless/models/textfeat"
 )
@@ -168,7 +169,7 @@ func (c *Coordinator) measure(req *llm.Request) measured {
 	tok := c.cfg.Tokenizer
 	// As the engines render it (tool definitions first), so the blocks
 	// hashed here are the ones they cache.
-	ids := tok.Encode(lm.ChatPrompt(lm.PromptMessages(req, false)))
+	ids := tok.Encode(chatfmt.Prompt(chatfmt.Messages(req, false)))
 	if tok.AddBOS() {
 		ids = append([]int32{tok.BOS()}, ids...)
 	}

@@ -18,6 +18,7 @@ import (
 	"github.com/phaseless/phaseless/cloud/sim"
 	"github.com/phaseless/phaseless/llm"
 	"github.com/phaseless/phaseless/models/lm"
+	"github.com/phaseless/phaseless/models/lm/chatfmt"
 	"github.com/phaseless/phaseless/models/lm/tokenizer"
 )
 
@@ -111,7 +112,7 @@ func TestSimCalibration(t *testing.T) {
 	tok := m.Tokenizer()
 	sreqs := make([]sim.Request, len(reqs))
 	for i, r := range reqs {
-		prompt := lm.ChatPrompt([]llm.Message{{Role: "user", Content: o.maker.prompt(i, r)}})
+		prompt := chatfmt.Prompt([]llm.Message{{Role: "user", Content: o.maker.prompt(i, r)}})
 		n := len(tok.Encode(prompt))
 		if tok.AddBOS() {
 			n++

@@ -4,7 +4,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/phaseless/phaseless/models/lm"
+	"github.com/phaseless/phaseless/models/lm/chatfmt"
 	"github.com/phaseless/phaseless/models/lmtrain/corpus"
 	"github.com/phaseless/phaseless/models/lmtrain/shippedtest"
 )
@@ -39,7 +39,7 @@ func TestHeldOutReplyAccuracy(t *testing.T) {
 		if corpus.ReplyMatches(ex.Intent, replies[i]) {
 			right++
 		}
-		if strings.Contains(replies[i], lm.ToolCallOpen) {
+		if strings.Contains(replies[i], chatfmt.ToolCallOpen) {
 			calls++
 		}
 	}

@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	"github.com/phaseless/phaseless/llm"
+	"github.com/phaseless/phaseless/models/lm/chatfmt"
 	"github.com/phaseless/phaseless/models/lm/tokenizer"
 )
 
@@ -59,7 +60,7 @@ func TestChatTemplateDrivesThePrompt(t *testing.T) {
 	spec.ChatTemplate = ""
 	plain := writeAndRead(t, cfg, spec, w)
 	got, _ = plain.ChatPromptTokens(msgs)
-	want = append([]int32(nil), plain.Tokenizer().Encode(ChatPrompt(msgs))...)
+	want = append([]int32(nil), plain.Tokenizer().Encode(chatfmt.Prompt(msgs))...)
 	if plain.HasChatTemplate() || !slices.Equal(got, want) {
 		t.Fatalf("fallback prompt %v, want %v", got, want)
 	}

@@ -5,6 +5,7 @@ import (
 	"sync"
 
 	"github.com/phaseless/phaseless/llm"
+	"github.com/phaseless/phaseless/models/lm/chatfmt"
 	"github.com/phaseless/phaseless/models/lm/grammar"
 	"github.com/phaseless/phaseless/models/lm/tokenizer"
 )
@@ -133,7 +134,7 @@ func compileConstraint(req *llm.Request, stops []string) (*grammar.Grammar, erro
 		if len(tools) == 0 {
 			return nil, llm.Errorf(llm.CodeInvalid, "tool_choice names %q, which is not among the tools", req.ToolChoice.Name)
 		}
-		g, err := grammar.ToolCalls(grammar.CallFormat{Open: ToolCallOpen, Close: ToolCallClose, Sep: ToolCallSep}, tools,
+		g, err := grammar.ToolCalls(grammar.CallFormat{Open: chatfmt.ToolCallOpen, Close: chatfmt.ToolCallClose, Sep: chatfmt.ToolCallSep}, tools,
 			grammar.ToolCallOptions{Prose: req.ToolChoice.Mode == llm.ToolAuto, Single: req.ToolChoice.Single, Stops: stops, CopyFrom: copyFrom})
 		if err != nil {
 			return nil, llm.Errorf(llm.CodeInvalid, "tools: %v", err)

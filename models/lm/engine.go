@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/phaseless/phaseless/llm"
+	"github.com/phaseless/phaseless/models/lm/chatfmt"
 	"github.com/phaseless/phaseless/models/lm/grammar"
 	"github.com/phaseless/phaseless/models/lm/kvcache"
 	"github.com/phaseless/phaseless/models/lm/tokenizer"
@@ -382,7 +383,7 @@ func BlockHashes(tokens []int32, blockSize int) []uint64 {
 }
 
 // Generate runs one chat request: it renders req.Messages with the model's
-// chat template (or ChatPrompt, stopping also at TurnEnd, when it has
+// chat template (or chatfmt.Prompt, stopping also at chatfmt.TurnEnd, when it has
 // none), generates until an end-of-generation token (EOS, <|eot_id|>,
 // <|im_end|>: Tokenizer.IsEOG), a req.Stop sequence or req.MaxTokens, and
 // emits each token's text as soon as it is sampled (withholding only bytes of an incomplete UTF-8 character or a possible
@@ -402,16 +403,16 @@ func (e *Engine) chatRequest(req *llm.Request) ([]int32, GenOptions, error) {
 	if req.MaxTokens <= 0 {
 		return nil, GenOptions{}, llm.Errorf(llm.CodeInvalid, "max tokens must be positive, got %d", req.MaxTokens)
 	}
-	r := render(req, e.m.HasChatTemplate())
-	prompt, err := e.m.ChatPromptTokens(r.msgs)
+	r := chatfmt.Render(req, e.m.HasChatTemplate())
+	prompt, err := e.m.ChatPromptTokens(r.Messages)
 	if err != nil {
 		return nil, GenOptions{}, llm.Errorf(llm.CodeInvalid, "%v", err)
 	}
 	stop := req.Stop
 	if !e.m.HasChatTemplate() {
-		// ChatPrompt's turns end in text; a model's own template ends
+		// chatfmt.Prompt's turns end in text; a model's own template ends
 		// them with a control token, which IsEOG stops at.
-		stop = append([]string{TurnEnd}, req.Stop...)
+		stop = append([]string{chatfmt.TurnEnd}, req.Stop...)
 	}
 	g, err := compileConstraint(req, stop)
 	if err != nil {
@@ -423,15 +424,6 @@ func (e *Engine) chatRequest(req *llm.Request) ([]int32, GenOptions, error) {
 		tenant: req.Tenant, pins: e.m.pinPoints(req, r, prompt),
 		toolPrior: e.toolPriorFor(req, g),
 	}, nil
-}
-
-func hasToolTurns(msgs []llm.Message) bool {
-	for _, m := range msgs {
-		if m.Role == "tool" || len(m.ToolCalls) > 0 {
-			return true
-		}
-	}
-	return false
 }
 
 // GenOptions are the sampling and stopping settings of one generation.
@@ -514,7 +506,7 @@ func (e *Engine) newSequence(prompt []int32, opt GenOptions) (*sequence, error) 
 		s.constraint = newConstraint(e.m, opt.grammar)
 	}
 	if opt.toolCalls {
-		s.tools = &toolParser{}
+		s.tools = &chatfmt.ToolParser{}
 	}
 	return s, nil
 }
@@ -612,7 +604,7 @@ type sequence struct {
 	// constraint keeps the output in the request's grammar; tools parses
 	// its tool calls. Both nil for free text.
 	constraint *constraint
-	tools      *toolParser
+	tools      *chatfmt.ToolParser
 	start      time.Time
 	firstTok   time.Time
 	lastTok    time.Time

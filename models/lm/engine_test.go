@@ -15,6 +15,7 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/phaseless/phaseless/llm"
+	"github.com/phaseless/phaseless/models/lm/chatfmt"
 	"github.com/phaseless/phaseless/models/lm/tokenizer"
 )
 
@@ -296,7 +297,7 @@ func TestGenerateChatStopsAtTurnEnd(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := len(m.Tokenizer().Encode(ChatPrompt(req.Messages))) + 1
+	want := len(m.Tokenizer().Encode(chatfmt.Prompt(req.Messages))) + 1
 	if ct := m.ChatTokens(req.Messages); len(ct) != want || ct[0] != m.Tokenizer().BOS() {
 		t.Fatalf("ChatTokens = %v", ct)
 	}
@@ -306,7 +307,7 @@ func TestGenerateChatStopsAtTurnEnd(t *testing.T) {
 	if fin.PromptTokens != want || fin.TTFT <= 0 {
 		t.Fatalf("final %+v (want %d prompt tokens, empty route)", fin, want)
 	}
-	for _, stop := range []string{"e", TurnEnd} {
+	for _, stop := range []string{"e", chatfmt.TurnEnd} {
 		if strings.Contains(text, stop) {
 			t.Fatalf("text %q contains stop %q", text, stop)
 		}

@@ -28,7 +28,7 @@ type Model struct {
 
 	tok     tokenizer.Tokenizer
 	tokSpec tokenizer.Spec
-	chat    chatRenderer // nil: ChatPrompt
+	chat    chatRenderer // nil: chatfmt.Prompt
 	embd    *kernels.Matrix
 	layers  []layer
 	outNorm []float32

@@ -1,9 +1,8 @@
 package lm
 
 import (
-	"time"
-
 	"slices"
+	"time"
 
 	"github.com/phaseless/phaseless/llm"
 	"github.com/phaseless/phaseless/models/lm/kvcache"
@@ -444,10 +443,10 @@ func (e *Engine) complete(s *sequence, reason string) {
 			s.emitText(tail, last, 0)
 		}
 		if s.tools != nil {
-			for _, t := range s.tools.flush(last) {
+			for _, t := range s.tools.Flush(last) {
 				s.push(t)
 			}
-			if s.tools.calls > 0 && reason == "stop" {
+			if s.tools.Calls() > 0 && reason == "stop" {
 				reason = llm.FinishToolCalls
 			}
 		}
@@ -470,7 +469,7 @@ func (s *sequence) emitText(text string, tok int32, latency time.Duration) {
 		s.push(llm.Token{Text: text, ID: tok, EngineLatency: latency})
 		return
 	}
-	for _, t := range s.tools.push(text, tok) {
+	for _, t := range s.tools.Push(text, tok) {
 		t.EngineLatency = latency
 		s.push(t)
 	}

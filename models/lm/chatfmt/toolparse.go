@@ -1,4 +1,4 @@
-package lm
+package chatfmt
 
 import (
 	"encoding/json"
@@ -9,13 +9,14 @@ import (
 	"github.com/phaseless/phaseless/llm"
 )
 
-// toolParser turns the text of a reply in the models' call form
+// ToolParser turns the text of a reply in the models' call form
 // (toolcall.go) into tool-call events: prose passes through as text, and
 // each call becomes a ToolDelta with its id and name, then one ToolDelta per
 // piece of its arguments as they are generated, so a stream shows a call's
 // arguments growing token by token. The grammar guarantees the form; the
-// parser only has to follow it.
-type toolParser struct {
+// parser only has to follow it. The zero value is a parser at the start of a
+// reply.
+type ToolParser struct {
 	state   parseState
 	buf     []byte // header or trailer bytes seen so far
 	args    []byte // arguments bytes of this push not yet emitted
@@ -39,8 +40,9 @@ const (
 
 const argumentsKey = `,"arguments":`
 
-// push consumes text and returns the events it completes.
-func (p *toolParser) push(text string, tok int32) []llm.Token {
+// Push consumes text, the piece token tok added, and returns the events it
+// completes (each carrying tok).
+func (p *ToolParser) Push(text string, tok int32) []llm.Token {
 	var out []llm.Token
 	var prose strings.Builder
 	for i := 0; i < len(text); i++ {
@@ -110,7 +112,10 @@ func (p *toolParser) push(text string, tok int32) []llm.Token {
 	return p.flushArgs(out, tok)
 }
 
-func (p *toolParser) flushArgs(out []llm.Token, tok int32) []llm.Token {
+// Calls is how many complete calls the reply has made so far.
+func (p *ToolParser) Calls() int { return p.calls }
+
+func (p *ToolParser) flushArgs(out []llm.Token, tok int32) []llm.Token {
 	if len(p.args) == 0 {
 		return out
 	}
@@ -119,9 +124,9 @@ func (p *toolParser) flushArgs(out []llm.Token, tok int32) []llm.Token {
 	return out
 }
 
-// flush ends the reply: a start that never became a call (the model wrote
+// Flush ends the reply: a start that never became a call (the model wrote
 // "<tool" and stopped) is prose after all.
-func (p *toolParser) flush(tok int32) []llm.Token {
+func (p *ToolParser) Flush(tok int32) []llm.Token {
 	if p.state == parseStart && len(p.buf) > 0 {
 		t := llm.Token{Text: string(p.buf), ID: tok}
 		p.buf = p.buf[:0]

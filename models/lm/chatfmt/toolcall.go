@@ -1,4 +1,4 @@
-package lm
+package chatfmt
 
 import (
 	"encoding/json"
@@ -12,8 +12,8 @@ import (
 //	<tool_call>{"name":"set_fan_speed","arguments":{"level":2}}</tool_call>
 //
 // one after another when there are several, separated by a newline. The
-// engine constrains the text to that form (grammar.go) and turns it into
-// llm.ToolDelta events (toolparse.go), so no API sees the markup.
+// engine constrains the text to that form (models/lm/constraint) and turns
+// it into llm.ToolDelta events (ToolParser), so no API sees the markup.
 const (
 	ToolCallOpen  = "<tool_call>"
 	ToolCallClose = "</tool_call>"

@@ -1,4 +1,4 @@
-package lm
+package chatfmt
 
 import (
 	"testing"
@@ -7,7 +7,7 @@ import (
 )
 
 func TestChatPrompt(t *testing.T) {
-	got := ChatPrompt([]llm.Message{{Role: "system", Content: "Be brief."}, {Role: "user", Content: " Turn on the AC \n"}})
+	got := Prompt([]llm.Message{{Role: "system", Content: "Be brief."}, {Role: "user", Content: " Turn on the AC \n"}})
 	want := "<|system|>\nBe brief.\n<|user|>\nTurn on the AC\n<|assistant|>\n"
 	if got != want {
 		t.Fatalf("got %q\nwant %q", got, want)
