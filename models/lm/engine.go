@@ -12,6 +12,7 @@ import (
 
 	"github.com/phaseless/phaseless/llm"
 	"github.com/phaseless/phaseless/models/lm/chatfmt"
+	"github.com/phaseless/phaseless/models/lm/constraint"
 	"github.com/phaseless/phaseless/models/lm/grammar"
 	"github.com/phaseless/phaseless/models/lm/kvcache"
 	"github.com/phaseless/phaseless/models/lm/tokenizer"
@@ -414,7 +415,7 @@ func (e *Engine) chatRequest(req *llm.Request) ([]int32, GenOptions, error) {
 		// them with a control token, which IsEOG stops at.
 		stop = append([]string{chatfmt.TurnEnd}, req.Stop...)
 	}
-	g, err := compileConstraint(req, stop)
+	g, err := constraint.Compile(req, stop)
 	if err != nil {
 		return nil, GenOptions{}, err
 	}
@@ -503,7 +504,7 @@ func (e *Engine) newSequence(prompt []int32, opt GenOptions) (*sequence, error) 
 		pins:      slices.Clone(opt.pins),
 	}
 	if opt.grammar != nil {
-		s.constraint = newConstraint(e.m, opt.grammar)
+		s.constraint = constraint.New(e.m.vocabIndex(), e.m.tok, opt.grammar)
 	}
 	if opt.toolCalls {
 		s.tools = &chatfmt.ToolParser{}
@@ -603,7 +604,7 @@ type sequence struct {
 	stop      stopMatcher
 	// constraint keeps the output in the request's grammar; tools parses
 	// its tool calls. Both nil for free text.
-	constraint *constraint
+	constraint *constraint.Constraint
 	tools      *chatfmt.ToolParser
 	start      time.Time
 	firstTok   time.Time

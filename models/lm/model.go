@@ -8,6 +8,7 @@ import (
 	"runtime"
 	"sync"
 
+	"github.com/phaseless/phaseless/models/lm/constraint"
 	"github.com/phaseless/phaseless/models/lm/gguf"
 	"github.com/phaseless/phaseless/models/lm/kernels"
 	"github.com/phaseless/phaseless/models/lm/tokenizer"
@@ -51,6 +52,18 @@ type layer struct {
 	gate, up, down      *kernels.Matrix
 	qBias, kBias, vBias []float32 // qwen2
 	qNorm, kNorm        []float32 // qwen3
+}
+
+// vocabIndex is a model's constraint.Index, built on first use: only
+// constrained requests need it.
+type vocabIndex struct {
+	once sync.Once
+	ix   *constraint.Index
+}
+
+func (m *Model) vocabIndex() *constraint.Index {
+	m.vocab.once.Do(func() { m.vocab.ix = constraint.NewIndex(m.tok, m.Config.Vocab) })
+	return m.vocab.ix
 }
 
 // Tokenizer returns the model's tokenizer.

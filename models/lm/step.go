@@ -368,7 +368,7 @@ func (e *Engine) sampleNext(s *sequence, logits []float32, now time.Time) {
 		tok = s.sampler.sample(logits)
 	} else {
 		var ok bool
-		if tok, ok = s.constraint.sample(s.sampler, logits); !ok {
+		if tok, ok = s.constraint.Sample(s.sampler.sample, logits); !ok {
 			e.complete(s, "stop") // nothing may follow: the text is complete
 			return
 		}
@@ -422,7 +422,7 @@ func (e *Engine) advance(s *sequence, tok int32, now time.Time) {
 		s.emitText(text, tok, latency)
 	}
 	switch {
-	case stopped, s.constraint != nil && s.constraint.state.Done():
+	case stopped, s.constraint != nil && s.constraint.State.Done():
 		e.complete(s, "stop")
 	case s.generated() >= s.opt.MaxTokens || len(s.tokens) >= e.m.Config.ContextLen:
 		e.complete(s, "length")
