@@ -40,6 +40,7 @@ import (
 	"github.com/phaseless/phaseless/internal/tracing/otlp"
 	"github.com/phaseless/phaseless/models/cloudmodel"
 	"github.com/phaseless/phaseless/models/lm"
+	"github.com/phaseless/phaseless/models/lm/kvcache"
 	"github.com/phaseless/phaseless/models/lm/tokenizer"
 	"github.com/phaseless/phaseless/transport/httpapi"
 	"github.com/phaseless/phaseless/transport/pki"
@@ -401,7 +402,7 @@ func (w *WorkerURL) class() sched.Class {
 
 // kvBlockSize is the built-in engines' KV block size and the size the
 // coordinator hashes prompts at, one value so prefix matching cannot drift.
-const kvBlockSize = lm.DefaultBlockSize
+const kvBlockSize = kvcache.DefaultBlockSize
 
 // roleCycle assigns roles to workers that name none, so N workers cover the
 // pools in turn; a lone worker is decode-heavy, the general-purpose pool. The

@@ -12,8 +12,8 @@ import (
 	"github.com/phaseless/phaseless/cloud/semantic"
 	"github.com/phaseless/phaseless/internal/metrics"
 	"github.com/phaseless/phaseless/llm"
-	"github.com/phaseless/phaseless/models/lm"
 	"github.com/phaseless/phaseless/models/lm/chatfmt"
+	"github.com/phaseless/phaseless/models/lm/kvcache"
 	"github.com/phaseless/phaseless/models/lm/tokenizer"
 )
 
@@ -261,7 +261,7 @@ func (l *cacheLayer) predict(c *Coordinator, req *llm.Request, fp *semantic.Fing
 func (l *cacheLayer) warm(c *Coordinator, tenant string, prefix []llm.Message, maxLoad float64) {
 	msgs := append(append([]llm.Message(nil), prefix...), llm.Message{Role: "user", Content: ""})
 	ids := l.promptTokens(msgs)
-	hashes := lm.BlockHashes(ids, l.bs)
+	hashes := kvcache.BlockHashes(ids, l.bs)
 	want := commonLen(l.promptTokens(prefix), ids) / l.bs
 	if want == 0 {
 		return

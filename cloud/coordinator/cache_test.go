@@ -15,6 +15,7 @@ import (
 	"github.com/phaseless/phaseless/internal/metrics/metricstest"
 	"github.com/phaseless/phaseless/llm"
 	"github.com/phaseless/phaseless/models/lm"
+	"github.com/phaseless/phaseless/models/lm/kvcache"
 	"github.com/phaseless/phaseless/models/lm/tokenizer"
 )
 
@@ -199,7 +200,7 @@ func TestPrefetchWarmsThePredictedPrefix(t *testing.T) {
 			}
 			c.cache.wg.Wait() // the warm-up, if any
 			prefix := c.cache.promptTokens([]llm.Message{travel})
-			hashes := lm.BlockHashes(prefix, lm.DefaultBlockSize)
+			hashes := kvcache.BlockHashes(prefix, kvcache.DefaultBlockSize)
 			warmed := 0
 			for _, e := range engines {
 				warmed += e.CachedPrefixBlocks(hashes)

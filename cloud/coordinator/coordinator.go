@@ -22,8 +22,8 @@ import (
 	"github.com/phaseless/phaseless/internal/metrics"
 	"github.com/phaseless/phaseless/internal/tracing"
 	"github.com/phaseless/phaseless/llm"
-	"github.com/phaseless/phaseless/models/lm"
 	"github.com/phaseless/phaseless/models/lm/chatfmt"
+	"github.com/phaseless/phaseless/models/lm/kvcache"
 	"github.com/phaseless/phaseless/models/lm/tokenizer"
 	"github.com/phaseless/phaseless/models/textfeat"
 )
@@ -47,8 +47,8 @@ type Config struct {
 	// charge stay byte-wise.
 	CharsPerToken float64
 	// BlockSize is the workers' KV cache block size in tokens, which the
-	// prompt's block hashes are cut at (default lm.DefaultBlockSize); it must
-	// be the engines' EngineConfig.BlockSize or no prefix ever matches.
+	// prompt's block hashes are cut at (default kvcache.DefaultBlockSize); it
+	// must be the engines' EngineConfig.BlockSize or no prefix ever matches.
 	BlockSize int
 	// Budget returns a tenant's own bucket; the zero Bucket means the
 	// admitter's default.
@@ -107,7 +107,7 @@ func New(cfg Config) (*Coordinator, error) {
 		return nil, errors.New("coordinator: SLATTFT and SLAITL must be positive")
 	}
 	if cfg.BlockSize == 0 {
-		cfg.BlockSize = lm.DefaultBlockSize
+		cfg.BlockSize = kvcache.DefaultBlockSize
 	}
 	if cfg.Budget == nil {
 		cfg.Budget = func(string) admit.Bucket { return admit.Bucket{} }
@@ -196,7 +196,7 @@ func (c *Coordinator) measure(req *llm.Request) measured {
 			// Every hop streams (DESIGN.md §2: no token is held back), so
 			// every request is scheduled as a stream.
 			Stream:      true,
-			BlockHashes: lm.BlockHashes(ids, c.cfg.BlockSize),
+			BlockHashes: kvcache.BlockHashes(ids, c.cfg.BlockSize),
 		},
 	}
 }

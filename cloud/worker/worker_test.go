@@ -21,6 +21,7 @@ import (
 	"github.com/phaseless/phaseless/llm"
 	"github.com/phaseless/phaseless/models/lm"
 	"github.com/phaseless/phaseless/models/lm/chatfmt"
+	"github.com/phaseless/phaseless/models/lm/kvcache"
 	"github.com/phaseless/phaseless/transport/httpapi"
 )
 
@@ -334,7 +335,7 @@ func TestWorkerSetSignals(t *testing.T) {
 	req := chat(prompt, 4)
 	ids := eng.Model().Tokenizer().Encode(chatfmt.Prompt(req.Messages))
 	ids = append([]int32{eng.Model().Tokenizer().BOS()}, ids...)
-	hashes := lm.BlockHashes(ids, 16)
+	hashes := kvcache.BlockHashes(ids, 16)
 	if len(hashes) < 4 {
 		t.Fatalf("only %d blocks", len(hashes))
 	}

@@ -22,8 +22,9 @@ import (
 // EngineConfig tunes an Engine. The zero value means defaults.
 type EngineConfig struct {
 	// BlockSize is the KV cache block size in tokens (default
-	// DefaultBlockSize). A scheduler matching prompts against this engine's
-	// cache (CachedPrefixBlocks) must hash with the same size.
+	// kvcache.DefaultBlockSize). A scheduler matching prompts against this
+	// engine's cache (CachedPrefixBlocks, kvcache.BlockHashes) must hash with
+	// the same size.
 	BlockSize int
 	// KVBudgetBytes bounds the KV cache memory. Default: enough for MaxBatch
 	// full-context sequences, capped at 256 MiB (and never below one
@@ -95,13 +96,9 @@ type EngineConfig struct {
 // more host memory per worker than any server has per GPU.
 const MaxHostKV = 64
 
-// DefaultBlockSize is the KV cache block size in tokens when EngineConfig
-// names none: 16, as vLLM.
-const DefaultBlockSize = 16
-
 func (c *EngineConfig) fillDefaults() {
 	if c.BlockSize == 0 {
-		c.BlockSize = DefaultBlockSize
+		c.BlockSize = kvcache.DefaultBlockSize
 	}
 	if c.MaxBatch == 0 {
 		c.MaxBatch = 16
@@ -358,10 +355,10 @@ func (e *Engine) Stats() Stats {
 	return s
 }
 
-// CachedPrefixBlocks reports how many leading blocks of hashes (BlockHashes
-// with this engine's block size) are in this engine's KV cache, or continue
-// it in the host tier, so a scheduler can send a request where its prefix
-// already is.
+// CachedPrefixBlocks reports how many leading blocks of hashes
+// (kvcache.BlockHashes with this engine's block size) are in this engine's
+// KV cache, or continue it in the host tier, so a scheduler can send a
+// request where its prefix already is.
 func (e *Engine) CachedPrefixBlocks(hashes []uint64) int {
 	gpu, host := e.cachedPrefix(hashes)
 	return gpu + host
@@ -375,12 +372,6 @@ func (e *Engine) cachedPrefix(hashes []uint64) (cache, host int) {
 		host = e.host.match(hashes[cache:])
 	}
 	return cache, host
-}
-
-// BlockHashes returns vLLM-style chained hashes of the full blocks of tokens;
-// see CachedPrefixBlocks.
-func BlockHashes(tokens []int32, blockSize int) []uint64 {
-	return kvcache.BlockHashes(tokens, blockSize)
 }
 
 // Generate runs one chat request: it renders req.Messages with the model's

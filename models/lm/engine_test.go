@@ -16,6 +16,7 @@ import (
 
 	"github.com/phaseless/phaseless/llm"
 	"github.com/phaseless/phaseless/models/lm/chatfmt"
+	"github.com/phaseless/phaseless/models/lm/kvcache"
 	"github.com/phaseless/phaseless/models/lm/tokenizer"
 )
 
@@ -170,7 +171,7 @@ func TestPrefixCachedEqualsUncached(t *testing.T) {
 	if first.final.PrefixHitTokens != 0 {
 		t.Fatalf("cold cache hit %d tokens", first.final.PrefixHitTokens)
 	}
-	if n := e.CachedPrefixBlocks(BlockHashes(longer, 4)); n != 8 {
+	if n := e.CachedPrefixBlocks(kvcache.BlockHashes(longer, 4)); n != 8 {
 		t.Fatalf("CachedPrefixBlocks = %d, want the 8 blocks of the shared prompt", n)
 	}
 	second := generate(context.Background(), e, longer, opts(1))
@@ -301,7 +302,7 @@ func TestGenerateChatStopsAtTurnEnd(t *testing.T) {
 	if ct := m.ChatTokens(req.Messages); len(ct) != want || ct[0] != m.Tokenizer().BOS() {
 		t.Fatalf("ChatTokens = %v", ct)
 	}
-	if n := e.CachedPrefixBlocks(BlockHashes(m.ChatTokens(req.Messages), e.Config().BlockSize)); n == 0 {
+	if n := e.CachedPrefixBlocks(kvcache.BlockHashes(m.ChatTokens(req.Messages), e.Config().BlockSize)); n == 0 {
 		t.Fatal("the prompt just run is not in the prefix cache")
 	}
 	if fin.PromptTokens != want || fin.TTFT <= 0 {
