@@ -7,31 +7,31 @@ package kernels
 var HasAVX2, HasAVX512 = false, false
 
 func dot4x2AVX2(k int, w0, w1, a0, a1, a2, a3 *float32, out *[8]float32) {
-	panic("lm: AVX2 kernel off amd64")
+	panic("kernels: AVX2 kernel off amd64")
 }
 
 func Dot1x4AVX2(k int, a, w0, w1, w2, w3 *float32, out *[4]float32) {
-	panic("lm: AVX2 kernel off amd64")
+	panic("kernels: AVX2 kernel off amd64")
 }
 
 func dot8x4AVX512(k int, w0, w1, w2, w3, xp, pf, out *float32, stride int) {
-	panic("lm: AVX-512 kernel off amd64")
+	panic("kernels: AVX-512 kernel off amd64")
 }
 
 func AttnScoresAVX2(k int, q, kc *float32, slots *int32, n, stride int, out *float32) {
-	panic("lm: AVX2 kernel off amd64")
+	panic("kernels: AVX2 kernel off amd64")
 }
 
 func AttnMixAVX2(k int, alpha, vc *float32, slots *int32, n, stride int, out *float32) {
-	panic("lm: AVX2 kernel off amd64")
+	panic("kernels: AVX2 kernel off amd64")
 }
 
 func prefetchAVX2(p *float32, n int) {}
 
 func siluAVX2(n int, gate, up *float32) (done int) {
-	panic("lm: AVX2 kernel off amd64")
+	panic("kernels: AVX2 kernel off amd64")
 }
 
 func SoftmaxExpAVX2(n int, sc *float32, maxS float32, sum float64) (done int, total float64) {
-	panic("lm: AVX2 kernel off amd64")
+	panic("kernels: AVX2 kernel off amd64")
 }
