@@ -13,12 +13,14 @@ import (
 	"github.com/phaseless/phaseless/internal/cli"
 	"github.com/phaseless/phaseless/models/cloudmodel"
 	"github.com/phaseless/phaseless/models/lm"
+	"github.com/phaseless/phaseless/models/lm/kvcache"
+	"github.com/phaseless/phaseless/models/lm/tokenizer"
 	"github.com/phaseless/phaseless/transport/httpapi"
 )
 
 // kvBlockSize is the built-in engines' KV block size and the size the
 // coordinator hashes prompts at, one value so prefix matching cannot drift.
-const kvBlockSize = lm.DefaultBlockSize
+const kvBlockSize = kvcache.DefaultBlockSize
 
 // kvServer serves the KV handoff endpoints (worker.KVServer) on the
 // built-in workers, so this cloud can be another coordinator's prefill or
@@ -38,13 +40,13 @@ func (c *Cloud) kvServer(workers []*worker.Worker, auth func(*http.Request) (str
 
 // buildWorkers makes the built-in engines and the remote workers, and picks
 // the tokenizer the coordinator measures prompts with.
-func (c *Cloud) buildWorkers() ([]*worker.Worker, []*worker.Builtin, lm.Tokenizer, error) {
+func (c *Cloud) buildWorkers() ([]*worker.Worker, []*worker.Builtin, tokenizer.Tokenizer, error) {
 	var (
 		workers  []*worker.Worker
 		builtins []*worker.Builtin
-		tok      lm.Tokenizer
+		tok      tokenizer.Tokenizer
 	)
-	fail := func(err error) ([]*worker.Worker, []*worker.Builtin, lm.Tokenizer, error) {
+	fail := func(err error) ([]*worker.Worker, []*worker.Builtin, tokenizer.Tokenizer, error) {
 		for _, w := range workers {
 			w.Close()
 		}
@@ -101,7 +103,7 @@ func (c *Cloud) buildWorkers() ([]*worker.Worker, []*worker.Builtin, lm.Tokenize
 		// Remote engines only: count and hash prompts byte-wise. The counts
 		// are only the scheduler's estimate; the servers tokenize for real.
 		var err error
-		if tok, err = lm.ByteTokenizerSpec().Build(); err != nil {
+		if tok, err = tokenizer.ByteSpec().Build(); err != nil {
 			return fail(err)
 		}
 	}

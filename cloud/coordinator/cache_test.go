@@ -15,6 +15,8 @@ import (
 	"github.com/phaseless/phaseless/internal/metrics/metricstest"
 	"github.com/phaseless/phaseless/llm"
 	"github.com/phaseless/phaseless/models/lm"
+	"github.com/phaseless/phaseless/models/lm/kvcache"
+	"github.com/phaseless/phaseless/models/lm/tokenizer"
 )
 
 // cacheCoordinator is a coordinator over two fresh built-in workers named
@@ -34,7 +36,7 @@ func cacheCoordinator(t *testing.T, cc CacheConfig) (*Coordinator, *metrics.Regi
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { a.Close() })
-	tok, _ := lm.ByteTokenizerSpec().Build()
+	tok, _ := tokenizer.ByteSpec().Build()
 	reg := metrics.NewRegistry()
 	c, err := New(Config{Workers: set, Admitter: a, Tokenizer: tok, Metrics: reg, Cache: cc})
 	if err != nil {
@@ -198,7 +200,7 @@ func TestPrefetchWarmsThePredictedPrefix(t *testing.T) {
 			}
 			c.cache.wg.Wait() // the warm-up, if any
 			prefix := c.prompts.tokens([]llm.Message{travel})
-			hashes := lm.BlockHashes(prefix, lm.DefaultBlockSize)
+			hashes := kvcache.BlockHashes(prefix, kvcache.DefaultBlockSize)
 			warmed := 0
 			for _, e := range engines {
 				warmed += e.CachedPrefixBlocks(hashes)

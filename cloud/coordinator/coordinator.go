@@ -19,7 +19,8 @@ import (
 	"github.com/phaseless/phaseless/internal/metrics"
 	"github.com/phaseless/phaseless/internal/tracing"
 	"github.com/phaseless/phaseless/llm"
-	"github.com/phaseless/phaseless/models/lm"
+	"github.com/phaseless/phaseless/models/lm/kvcache"
+	"github.com/phaseless/phaseless/models/lm/tokenizer"
 	"github.com/phaseless/phaseless/models/textfeat"
 )
 
@@ -33,7 +34,7 @@ type Config struct {
 	// Tokenizer counts prompt tokens and cuts the blocks whose hashes are
 	// matched against the workers' caches: the built-in model's, so the
 	// hashes equal the engine's own.
-	Tokenizer lm.Tokenizer
+	Tokenizer tokenizer.Tokenizer
 	// CharsPerToken, when > 0, says the Tokenizer counts bytes while the
 	// engines tokenize for themselves (remote servers only): the scheduler
 	// then estimates a prompt's tokens as its bytes over CharsPerToken, so
@@ -42,7 +43,7 @@ type Config struct {
 	// charge stay byte-wise.
 	CharsPerToken float64
 	// BlockSize is the workers' KV cache block size in tokens, which the
-	// prompt's block hashes are cut at (default lm.DefaultBlockSize); it must
+	// prompt's block hashes are cut at (default kvcache.DefaultBlockSize); it must
 	// be the engines' EngineConfig.BlockSize or no prefix ever matches.
 	BlockSize int
 	// Budget returns a tenant's own bucket; the zero Bucket means the
@@ -152,7 +153,7 @@ func New(cfg Config) (*Coordinator, error) {
 		return nil, errors.New("coordinator: SLATTFT and SLAITL must be positive")
 	}
 	if cfg.BlockSize == 0 {
-		cfg.BlockSize = lm.DefaultBlockSize
+		cfg.BlockSize = kvcache.DefaultBlockSize
 	}
 	if cfg.Budget == nil {
 		cfg.Budget = func(string) admit.Bucket { return admit.Bucket{} }

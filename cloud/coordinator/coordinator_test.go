@@ -20,6 +20,7 @@ import (
 	"github.com/phaseless/phaseless/internal/metrics"
 	"github.com/phaseless/phaseless/llm"
 	"github.com/phaseless/phaseless/models/lm"
+	"github.com/phaseless/phaseless/models/lm/tokenizer"
 	"github.com/phaseless/phaseless/transport/schedhint"
 )
 
@@ -78,7 +79,7 @@ func newCoordinatorWith(t testing.TB, clk *clock, policy sched.Policy, workers .
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { a.Close() })
-	tok, _ := lm.ByteTokenizerSpec().Build()
+	tok, _ := tokenizer.ByteSpec().Build()
 	reg := metrics.NewRegistry()
 	c, err := New(Config{
 		Workers: set, Admitter: a, Tokenizer: tok, Metrics: reg, Policy: policy,
@@ -269,7 +270,7 @@ func BenchmarkDecisionPath(b *testing.B) {
 	defer set.Close()
 	a, _ := admit.New(admit.Config{})
 	defer a.Close()
-	tok, _ := lm.ByteTokenizerSpec().Build()
+	tok, _ := tokenizer.ByteSpec().Build()
 	c, err := New(Config{Workers: set, Admitter: a, Tokenizer: tok})
 	if err != nil {
 		b.Fatal(err)

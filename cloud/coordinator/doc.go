@@ -73,7 +73,7 @@
 //
 // # Caveats
 //
-// The prompt is rendered with lm.ChatPrompt. A built-in model with a chat
+// The prompt is rendered with chatfmt.Prompt. A built-in model with a chat
 // template of its own renders it otherwise: its engine then tokenizes the
 // request itself, and the coordinator's block hashes miss its cache. A
 // directory lookup waits at most directoryTimeout; without an answer the

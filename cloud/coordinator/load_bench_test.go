@@ -16,6 +16,7 @@ import (
 	"github.com/phaseless/phaseless/cloud/worker"
 	"github.com/phaseless/phaseless/llm"
 	"github.com/phaseless/phaseless/models/lm"
+	"github.com/phaseless/phaseless/models/lm/tokenizer"
 )
 
 // builtinEngines is three built-in engines on the test model: they share
@@ -80,7 +81,7 @@ func coordinatorFor(b *testing.B, fair admit.FairConfig, engines []worker.Engine
 		b.Fatal(err)
 	}
 	b.Cleanup(func() { a.Close() })
-	tok, _ := lm.ByteTokenizerSpec().Build()
+	tok, _ := tokenizer.ByteSpec().Build()
 	c, err := New(Config{Workers: set, Admitter: a, Tokenizer: tok, Fair: fair})
 	if err != nil {
 		b.Fatal(err)

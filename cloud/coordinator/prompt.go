@@ -5,15 +5,17 @@ import (
 
 	"github.com/phaseless/phaseless/cloud/worker"
 	"github.com/phaseless/phaseless/llm"
-	"github.com/phaseless/phaseless/models/lm"
+	"github.com/phaseless/phaseless/models/lm/chatfmt"
+	"github.com/phaseless/phaseless/models/lm/kvcache"
+	"github.com/phaseless/phaseless/models/lm/tokenizer"
 )
 
 // prompts renders and tokenizes prompts as the built-in engines do
-// (lm.ChatPrompt, tool definitions first), so a request's prompt is
+// (chatfmt.Prompt, tool definitions first), so a request's prompt is
 // tokenized once, by measure, and the same tokens serve its block hashes,
 // the cache layer's pins and the engine that runs it.
 type prompts struct {
-	tok lm.Tokenizer
+	tok tokenizer.Tokenizer
 	bs  int // the engines' KV block size, which hashes and pins are cut at
 	// runs[i] says worker i's engine runs these tokens as they are
 	// (promptRunner). Others, remote servers above all, tokenize for
@@ -24,12 +26,12 @@ type prompts struct {
 // promptRunner is an engine that can run the coordinator's tokens instead
 // of rendering and tokenizing the request again.
 type promptRunner interface {
-	RunsPromptsOf(tok lm.Tokenizer) bool
+	RunsPromptsOf(tok tokenizer.Tokenizer) bool
 }
 
 var _ promptRunner = (*worker.Builtin)(nil)
 
-func newPrompts(tok lm.Tokenizer, bs int, ws []*worker.Worker) *prompts {
+func newPrompts(tok tokenizer.Tokenizer, bs int, ws []*worker.Worker) *prompts {
 	p := &prompts{tok: tok, bs: bs, runs: make([]bool, len(ws))}
 	for i, w := range ws {
 		r, ok := w.Engine().(promptRunner)
@@ -41,7 +43,7 @@ func newPrompts(tok lm.Tokenizer, bs int, ws []*worker.Worker) *prompts {
 // tokens renders msgs and tokenizes them, BOS first where
 // lm.Model.ChatPromptTokens puts it.
 func (p *prompts) tokens(msgs []llm.Message) []int32 {
-	ids := p.tok.Encode(lm.ChatPrompt(msgs))
+	ids := p.tok.Encode(chatfmt.Prompt(msgs))
 	if p.tok.AddBOS() && (len(ids) == 0 || ids[0] != p.tok.BOS()) {
 		ids = append([]int32{p.tok.BOS()}, ids...)
 	}
@@ -52,13 +54,13 @@ func (p *prompts) tokens(msgs []llm.Message) []int32 {
 // much of it each cache breakpoint's prefix covers (what the engine pins
 // and the directory records).
 func (p *prompts) of(req *llm.Request) worker.Prompt {
-	ids := p.tokens(lm.PromptMessages(req, false))
+	ids := p.tokens(chatfmt.Messages(req, false))
 	var pins []int
 	if len(req.CacheBreakpoints) > 0 {
 		pins = make([]int, len(req.CacheBreakpoints))
 		for i, bp := range req.CacheBreakpoints {
 			pins[i] = -1
-			if msgs := lm.CachePrefix(req, bp, false); msgs != nil {
+			if msgs := chatfmt.CachePrefix(req, bp, false); msgs != nil {
 				pins[i] = commonLen(p.tokens(msgs), ids)
 			}
 		}
@@ -68,7 +70,7 @@ func (p *prompts) of(req *llm.Request) worker.Prompt {
 
 // hashes are the chained hashes of ids' full blocks, which the engines'
 // caches are matched against.
-func (p *prompts) hashes(ids []int32) []uint64 { return lm.BlockHashes(ids, p.bs) }
+func (p *prompts) hashes(ids []int32) []uint64 { return kvcache.BlockHashes(ids, p.bs) }
 
 // context is ctx carrying pr to worker i's engine, if that engine runs it.
 func (p *prompts) context(ctx context.Context, i int, pr *worker.Prompt) context.Context {

@@ -12,11 +12,12 @@ import (
 	"github.com/phaseless/phaseless/cloud/worker"
 	"github.com/phaseless/phaseless/llm"
 	"github.com/phaseless/phaseless/models/lm"
+	"github.com/phaseless/phaseless/models/lm/tokenizer"
 )
 
 // countingTokenizer counts the texts the coordinator tokenizes.
 type countingTokenizer struct {
-	lm.Tokenizer
+	tokenizer.Tokenizer
 	n atomic.Int64
 }
 
@@ -78,7 +79,7 @@ func TestOnePromptTokenizationPerRequest(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { a.Close() })
-	byteTok, _ := lm.ByteTokenizerSpec().Build()
+	byteTok, _ := tokenizer.ByteSpec().Build()
 	tok := &countingTokenizer{Tokenizer: byteTok}
 	c, err := New(Config{Workers: set, Admitter: a, Tokenizer: tok})
 	if err != nil {

@@ -16,6 +16,7 @@ import (
 	"github.com/phaseless/phaseless/llm"
 	"github.com/phaseless/phaseless/models/lm"
 	"github.com/phaseless/phaseless/models/lm/gguf"
+	"github.com/phaseless/phaseless/models/lm/tokenizer"
 )
 
 // `lm` drives the built-in engine (models/lm): make a random model of a given
@@ -81,7 +82,7 @@ func lmInit(ctx context.Context, cio cli.IO, args []string) error {
 	if c.Arch == lm.ArchLlama {
 		c.Arch = "" // the zero value every llama Config spells
 	}
-	var tok lm.TokenizerSpec
+	var tok tokenizer.Spec
 	if *tokJSON != "" {
 		var err error
 		if tok, err = readHFTokenizer(*tokJSON, *tokCfg); err != nil {
@@ -108,7 +109,7 @@ func lmInit(ctx context.Context, cio cli.IO, args []string) error {
 		return err
 	}
 	if *tokJSON == "" {
-		if tok, err = lm.PaddedByteTokenizerSpec(c.Vocab); err != nil {
+		if tok, err = tokenizer.PaddedByteSpec(c.Vocab); err != nil {
 			return &cli.FieldError{Field: "vocab", Err: err}
 		}
 	}
@@ -155,18 +156,18 @@ func loadModelFlag(path string) (*lm.Model, error) {
 }
 
 // readHFTokenizer reads tokenizer.json and, when named, tokenizer_config.json.
-func readHFTokenizer(tokPath, cfgPath string) (lm.TokenizerSpec, error) {
+func readHFTokenizer(tokPath, cfgPath string) (tokenizer.Spec, error) {
 	tj, err := os.ReadFile(tokPath)
 	if err != nil {
-		return lm.TokenizerSpec{}, err
+		return tokenizer.Spec{}, err
 	}
 	var cj []byte
 	if cfgPath != "" {
 		if cj, err = os.ReadFile(cfgPath); err != nil {
-			return lm.TokenizerSpec{}, err
+			return tokenizer.Spec{}, err
 		}
 	}
-	return lm.ReadHFTokenizer(tj, cj)
+	return tokenizer.ReadHF(tj, cj)
 }
 
 // lmTokenize prints, for each line of stdin (a JSON string), that string's

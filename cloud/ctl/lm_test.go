@@ -11,6 +11,7 @@ import (
 
 	"github.com/phaseless/phaseless/internal/cli"
 	"github.com/phaseless/phaseless/models/lm"
+	"github.com/phaseless/phaseless/models/lm/tokenizer"
 )
 
 func TestLMInitLogitsGenerateBench(t *testing.T) {
@@ -106,8 +107,8 @@ func TestLMQuantizeAndCompareBench(t *testing.T) {
 // with each architecture; lm tokenize prints ids per JSON line.
 func TestLMInitWithHFTokenizerAndTokenize(t *testing.T) {
 	dir := t.TempDir()
-	tj := filepath.Join("..", "..", "models", "lm", "testdata", "tiny-tokenizer.json")
-	cj := filepath.Join("..", "..", "models", "lm", "testdata", "tiny-tokenizer_config.json")
+	tj := filepath.Join("..", "..", "models", "lm", "tokenizer", "testdata", "tiny-tokenizer.json")
+	cj := filepath.Join("..", "..", "models", "lm", "tokenizer", "testdata", "tiny-tokenizer_config.json")
 	for _, arch := range []struct{ name, extra string }{{"llama", "--rope-scaling-factor=8"}, {"qwen2", "--tied"}, {"qwen3", "--head-dim=24"}} {
 		path := filepath.Join(dir, arch.name+".gguf")
 		out, err := runCtl(t, "lm", "init", "--out", path, "--arch", arch.name, arch.extra, "--layers", "1", "--dim", "32", "--heads", "2",
@@ -120,7 +121,7 @@ func TestLMInitWithHFTokenizerAndTokenize(t *testing.T) {
 			t.Fatal(err)
 		}
 		spec := m.TokenizerSpec()
-		if m.Config.Arch != map[string]string{"llama": ""}[arch.name] && m.Config.Arch != arch.name || spec.Pre != lm.PreQwen2 || len(spec.Merges) != 7 ||
+		if m.Config.Arch != map[string]string{"llama": ""}[arch.name] && m.Config.Arch != arch.name || spec.Pre != tokenizer.PreQwen2 || len(spec.Merges) != 7 ||
 			!m.HasChatTemplate() || spec.EOS != 265 || spec.AddBOS {
 			t.Fatalf("%s: loaded %+v, pre %q, %d merges, template %v, EOS %d, add BOS %v", arch.name, m.Config, spec.Pre, len(spec.Merges), m.HasChatTemplate(), spec.EOS, spec.AddBOS)
 		}

@@ -4,16 +4,17 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
-	"github.com/phaseless/phaseless/cloud/sched"
 	"os"
 	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
 
+	"github.com/phaseless/phaseless/cloud/sched"
 	"github.com/phaseless/phaseless/cloud/worker"
 	"github.com/phaseless/phaseless/internal/cli"
 	"github.com/phaseless/phaseless/models/lm"
+	"github.com/phaseless/phaseless/models/lm/tokenizer"
 )
 
 func runSim(t *testing.T, args ...string) (string, error) {
@@ -82,7 +83,7 @@ func TestSimCommand(t *testing.T) {
 		t.Fatal(err)
 	}
 	var buf bytes.Buffer
-	if err := lm.WriteGGUF(&buf, worker.DevModelConfig, lm.ByteTokenizerSpec(), w, nil, lm.F32); err != nil {
+	if err := lm.WriteGGUF(&buf, worker.DevModelConfig, tokenizer.ByteSpec(), w, nil, lm.F32); err != nil {
 		t.Fatal(err)
 	}
 	if err := os.WriteFile(model, buf.Bytes(), 0o644); err != nil {

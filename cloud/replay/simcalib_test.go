@@ -18,6 +18,8 @@ import (
 	"github.com/phaseless/phaseless/cloud/sim"
 	"github.com/phaseless/phaseless/llm"
 	"github.com/phaseless/phaseless/models/lm"
+	"github.com/phaseless/phaseless/models/lm/chatfmt"
+	"github.com/phaseless/phaseless/models/lm/tokenizer"
 )
 
 // calibShape is the model the calibration runs: big enough (3.3M weights)
@@ -45,7 +47,7 @@ func TestSimCalibration(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := lm.WriteGGUF(f, calibShape, lm.ByteTokenizerSpec(), w, map[string]any{"general.name": "calib"}, lm.F32); err != nil {
+	if err := lm.WriteGGUF(f, calibShape, tokenizer.ByteSpec(), w, map[string]any{"general.name": "calib"}, lm.F32); err != nil {
 		t.Fatal(err)
 	}
 	f.Close()
@@ -110,7 +112,7 @@ func TestSimCalibration(t *testing.T) {
 	tok := m.Tokenizer()
 	sreqs := make([]sim.Request, len(reqs))
 	for i, r := range reqs {
-		prompt := lm.ChatPrompt([]llm.Message{{Role: "user", Content: o.maker.prompt(i, r)}})
+		prompt := chatfmt.Prompt([]llm.Message{{Role: "user", Content: o.maker.prompt(i, r)}})
 		n := len(tok.Encode(prompt))
 		if tok.AddBOS() {
 			n++

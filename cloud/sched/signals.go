@@ -31,7 +31,7 @@ type Request struct {
 	PredictedOutput int     // expected completion tokens (OutputPredictor)
 	Stream          bool    // the client reads tokens as they come
 	// BlockHashes are the chained hashes of the prompt's full 16-token blocks
-	// (lm.BlockHashes), compared with what each worker has cached.
+	// (kvcache.BlockHashes), compared with what each worker has cached.
 	BlockHashes []uint64
 }
 

@@ -671,7 +671,7 @@ func mix(x uint64) uint64 {
 }
 
 // blockHashes are the chained hashes of a request's full blocks, as
-// lm.BlockHashes makes them from token ids: each covers its block and
+// kvcache.BlockHashes makes them from token ids: each covers its block and
 // everything before it. Mooncake's 512-token hash_ids give shared content;
 // tokens past them (or every token, without ids) are unique to the request.
 func blockHashes(i int, r *Request, bs int) []uint64 {

@@ -18,7 +18,7 @@ import (
 	"github.com/phaseless/phaseless/cloud/sched"
 	"github.com/phaseless/phaseless/cloud/worker"
 	"github.com/phaseless/phaseless/llm"
-	"github.com/phaseless/phaseless/models/lm"
+	"github.com/phaseless/phaseless/models/lm/chatfmt"
 	"github.com/phaseless/phaseless/transport/httpapi"
 )
 
@@ -128,7 +128,7 @@ func textHashes(text string, blockTokens int) []uint64 {
 // promptSeq is the sequence of a chat request's prompt: its length and
 // block hashes estimated from the text.
 func (s *Server) promptSeq(req *llm.Request, maxOutput int) *Seq {
-	prompt := lm.ChatPrompt(req.Messages)
+	prompt := chatfmt.Prompt(req.Messages)
 	q := &Seq{Prompt: max(1, (len(prompt)+charsPerToken-1)/charsPerToken), MaxOutput: max(1, maxOutput)}
 	q.Hashes = textHashes(prompt, s.eng.d.Engine.BlockSize)
 	return q

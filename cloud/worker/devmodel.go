@@ -5,6 +5,7 @@ import (
 	"fmt"
 
 	"github.com/phaseless/phaseless/models/lm"
+	"github.com/phaseless/phaseless/models/lm/tokenizer"
 )
 
 // DevModelConfig is the shape of the stand-in model the coordinator runs
@@ -23,7 +24,7 @@ func DevModel(cfg lm.Config, seed uint64) (*lm.Model, error) {
 	}
 	var buf bytes.Buffer
 	meta := map[string]any{"general.name": "phaseless-dev-random"}
-	if err := lm.WriteGGUF(&buf, cfg, lm.ByteTokenizerSpec(), w, meta, lm.F32); err != nil {
+	if err := lm.WriteGGUF(&buf, cfg, tokenizer.ByteSpec(), w, meta, lm.F32); err != nil {
 		return nil, fmt.Errorf("dev model: %w", err)
 	}
 	return lm.Read(bytes.NewReader(buf.Bytes()), int64(buf.Len()))

@@ -12,6 +12,7 @@ import (
 
 	"github.com/phaseless/phaseless/llm"
 	"github.com/phaseless/phaseless/models/lm"
+	"github.com/phaseless/phaseless/models/lm/kvcache"
 )
 
 // The KV handoff endpoints a Phaseless cloud serves as another
@@ -203,7 +204,7 @@ func (s *KVServer) prefill(w http.ResponseWriter, r *http.Request) {
 	wk := s.least()
 	b := wk.Engine().(*Builtin)
 	prompt := b.eng.Model().ChatTokens(req.Messages)
-	hashes := lm.BlockHashes(prompt, b.eng.Config().BlockSize)
+	hashes := kvcache.BlockHashes(prompt, b.eng.Config().BlockSize)
 	if pr.PushTo != "" {
 		u, err := url.Parse(pr.PushTo)
 		if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {

@@ -6,17 +6,18 @@ import (
 
 	"github.com/phaseless/phaseless/llm"
 	"github.com/phaseless/phaseless/models/lm"
+	"github.com/phaseless/phaseless/models/lm/tokenizer"
 )
 
 // Prompt is a request's prompt as the coordinator tokenized it to place the
 // request: a built-in engine runs it as it is instead of rendering and
 // tokenizing the request a second time.
 type Prompt struct {
-	// IDs are lm.Model.ChatPromptTokens of the request's lm.PromptMessages
-	// rendered with lm.ChatPrompt, BOS included.
+	// IDs are lm.Model.ChatPromptTokens of the request's chatfmt.Messages
+	// rendered with chatfmt.Prompt, BOS included.
 	IDs []int32
 	// Pins has one entry per cache breakpoint of the request: how many
-	// leading IDs the breakpoint's prefix (lm.CachePrefix) shares with the
+	// leading IDs the breakpoint's prefix (chatfmt.CachePrefix) shares with the
 	// whole prompt, -1 where it renders nothing (lm.Engine.ChatOptions).
 	Pins []int
 }
@@ -40,10 +41,10 @@ func PromptFrom(ctx context.Context) *Prompt {
 }
 
 // RunsPromptsOf reports whether this engine runs the prompts tok makes as
-// a coordinator renders them (lm.ChatPrompt): its model has no chat
+// a coordinator renders them (chatfmt.Prompt): its model has no chat
 // template of its own, and tok is its tokenizer or one with the same
 // vocabulary (a second build of the same spec, or a wrapper of it).
-func (b *Builtin) RunsPromptsOf(tok lm.Tokenizer) bool {
+func (b *Builtin) RunsPromptsOf(tok tokenizer.Tokenizer) bool {
 	m := b.eng.Model()
 	if m.HasChatTemplate() {
 		return false

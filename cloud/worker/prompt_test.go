@@ -8,6 +8,8 @@ import (
 
 	"github.com/phaseless/phaseless/llm"
 	"github.com/phaseless/phaseless/models/lm"
+	"github.com/phaseless/phaseless/models/lm/chatfmt"
+	"github.com/phaseless/phaseless/models/lm/tokenizer"
 )
 
 // TestBuiltinRunsTheGivenPrompt: a Prompt in the context is what a
@@ -23,7 +25,7 @@ func TestBuiltinRunsTheGivenPrompt(t *testing.T) {
 	if own := textOf(t, func(e llm.Emit) (llm.Final, error) { return ref.Generate(context.Background(), asked, e) }); own == want {
 		t.Fatalf("both conversations answer %q: the test would show nothing", own)
 	}
-	ids, err := ref.LM().Model().ChatPromptTokens(lm.PromptMessages(other, false))
+	ids, err := ref.LM().Model().ChatPromptTokens(chatfmt.Messages(other, false))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -68,17 +70,17 @@ func TestBuiltinRunsTheGivenPrompt(t *testing.T) {
 func TestRunsPromptsOf(t *testing.T) {
 	b := NewBuiltin(engineOf(t, tinyConfig))
 	defer b.Close()
-	rebuilt, err := lm.ByteTokenizerSpec().Build()
+	rebuilt, err := tokenizer.ByteSpec().Build()
 	if err != nil {
 		t.Fatal(err)
 	}
-	spec := lm.ByteTokenizerSpec()
+	spec := tokenizer.ByteSpec()
 	spec.Tokens[0] = spec.Tokens[1]
 	renamed, err := spec.Build()
 	if err != nil {
 		t.Fatal(err)
 	}
-	padded, err := lm.PaddedByteTokenizerSpec(300)
+	padded, err := tokenizer.PaddedByteSpec(300)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -88,7 +90,7 @@ func TestRunsPromptsOf(t *testing.T) {
 	}
 	for _, tc := range []struct {
 		name string
-		tok  lm.Tokenizer
+		tok  tokenizer.Tokenizer
 		want bool
 	}{
 		{"its own", b.LM().Model().Tokenizer(), true},
@@ -126,6 +128,6 @@ func TestRunsPromptsOf(t *testing.T) {
 	templated := NewBuiltin(eng)
 	defer templated.Close()
 	if templated.RunsPromptsOf(m.Tokenizer()) {
-		t.Fatal("a model with a chat template runs prompts rendered with lm.ChatPrompt")
+		t.Fatal("a model with a chat template runs prompts rendered with chatfmt.Prompt")
 	}
 }

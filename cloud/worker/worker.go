@@ -14,7 +14,7 @@ import (
 	"github.com/phaseless/phaseless/cloud/sched"
 	"github.com/phaseless/phaseless/internal/tracing"
 	"github.com/phaseless/phaseless/llm"
-	"github.com/phaseless/phaseless/models/lm"
+	"github.com/phaseless/phaseless/models/lm/kvcache"
 )
 
 // Load is what an engine reports about itself.
@@ -207,7 +207,7 @@ func (w *Worker) PendingPrefill() (tokens, requests int) {
 // is called (its first token, or the end of its prefill): blockTokens is
 // the prompt's block size in tokens.
 func (w *Worker) prefilling(promptTokens int, hashes []uint64) (done func()) {
-	n := int64(max(1, promptTokens-w.cachedBlocks(hashes)*lm.DefaultBlockSize))
+	n := int64(max(1, promptTokens-w.cachedBlocks(hashes)*kvcache.DefaultBlockSize))
 	w.pendingTokens.Add(n)
 	w.pendingReqs.Add(1)
 	var once sync.Once

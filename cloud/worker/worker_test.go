@@ -13,13 +13,16 @@ import (
 	"testing"
 	"time"
 
+	"go.uber.org/goleak"
+
 	"github.com/phaseless/phaseless/cloud/batch"
 	"github.com/phaseless/phaseless/cloud/sched"
 	"github.com/phaseless/phaseless/internal/metrics"
 	"github.com/phaseless/phaseless/llm"
 	"github.com/phaseless/phaseless/models/lm"
+	"github.com/phaseless/phaseless/models/lm/chatfmt"
+	"github.com/phaseless/phaseless/models/lm/kvcache"
 	"github.com/phaseless/phaseless/transport/httpapi"
-	"go.uber.org/goleak"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
@@ -330,9 +333,9 @@ func TestWorkerSetSignals(t *testing.T) {
 
 	prompt := strings.Repeat("the same long system prompt. ", 8)
 	req := chat(prompt, 4)
-	ids := eng.Model().Tokenizer().Encode(lm.ChatPrompt(req.Messages))
+	ids := eng.Model().Tokenizer().Encode(chatfmt.Prompt(req.Messages))
 	ids = append([]int32{eng.Model().Tokenizer().BOS()}, ids...)
-	hashes := lm.BlockHashes(ids, 16)
+	hashes := kvcache.BlockHashes(ids, 16)
 	if len(hashes) < 4 {
 		t.Fatalf("only %d blocks", len(hashes))
 	}

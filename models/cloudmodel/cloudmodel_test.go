@@ -9,6 +9,7 @@ import (
 	"github.com/phaseless/phaseless/models/edgemodel"
 	"github.com/phaseless/phaseless/models/intents"
 	"github.com/phaseless/phaseless/models/lm"
+	"github.com/phaseless/phaseless/models/lm/chatfmt"
 	"github.com/phaseless/phaseless/models/lmtrain/corpus"
 	"github.com/phaseless/phaseless/models/lmtrain/shippedtest"
 )
@@ -92,7 +93,7 @@ func TestHeldOutReplies(t *testing.T) {
 	var n int
 	for _, ex := range split.Test[:16] {
 		ids := m.ChatTokens([]llm.Message{{Role: "user", Content: ex.Prompt}})
-		for _, b := range []byte(ex.Answer + "\n" + lm.TurnEnd) {
+		for _, b := range []byte(ex.Answer + "\n" + chatfmt.TurnEnd) {
 			lg := m.Logits(ids)
 			mx := lg[0]
 			for _, v := range lg {

@@ -5,7 +5,7 @@ import (
 	"testing"
 
 	"github.com/phaseless/phaseless/models/intents"
-	"github.com/phaseless/phaseless/models/lm"
+	"github.com/phaseless/phaseless/models/lm/chatfmt"
 	"github.com/phaseless/phaseless/models/lmtrain/corpus"
 	"github.com/phaseless/phaseless/models/lmtrain/shippedtest"
 )
@@ -40,7 +40,7 @@ func TestHeldOutReplyAccuracy(t *testing.T) {
 		if intents.ReplyMatches(ex.Intent, replies[i]) {
 			right++
 		}
-		if strings.Contains(replies[i], lm.ToolCallOpen) {
+		if strings.Contains(replies[i], chatfmt.ToolCallOpen) {
 			calls++
 		}
 	}

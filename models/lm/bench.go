@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/phaseless/phaseless/llm"
+	"github.com/phaseless/phaseless/models/lm/kernels"
 )
 
 // BenchConfig sets up Bench. Zero fields take the defaults shown.
@@ -286,19 +287,19 @@ func copyBandwidth(src, dst []byte) float64 {
 
 // streamBench times the batch-1 matrix product on one large F32 matrix.
 type streamBench struct {
-	m    *matrix
-	pool *pool
+	m    *kernels.Matrix
+	pool *kernels.Pool
 	x, y []float32
 }
 
 func newStreamBench(bytes, threads int) *streamBench {
 	const cols = 1024
 	rows := max(1, bytes/4/cols)
-	m := &matrix{rows: rows, cols: cols, dtype: F32, f32: make([]float32, rows*cols)}
-	for i := range m.f32 {
-		m.f32[i] = float32(i&15) / 16
+	w := make([]float32, rows*cols)
+	for i := range w {
+		w[i] = float32(i&15) / 16
 	}
-	return &streamBench{m: m, pool: newPool(threads), x: make([]float32, cols), y: make([]float32, rows)}
+	return &streamBench{m: kernels.NewF32Matrix(rows, cols, w), pool: kernels.NewPool(threads), x: make([]float32, cols), y: make([]float32, rows)}
 }
 
 // run returns weight bytes per second, the best of five passes.
@@ -306,8 +307,8 @@ func (s *streamBench) run() float64 {
 	best := time.Duration(1<<63 - 1)
 	for range 5 {
 		t := time.Now()
-		s.m.mul(s.pool, s.y, s.x, 1)
+		s.m.Mul(s.pool, s.y, s.x, 1)
 		best = min(best, time.Since(t))
 	}
-	return float64(4*len(s.m.f32)) / best.Seconds()
+	return float64(4*len(s.m.F32())) / best.Seconds()
 }

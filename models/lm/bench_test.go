@@ -4,6 +4,8 @@ import (
 	"context"
 	"sync"
 	"testing"
+
+	"github.com/phaseless/phaseless/models/lm/tokenizer"
 )
 
 // benchConfig is a model whose F32 weights (~88 MB) are far beyond the CPU
@@ -24,7 +26,7 @@ func loadBenchModel(b *testing.B) *Model {
 		if err != nil {
 			b.Fatal(err)
 		}
-		spec, err := PaddedByteTokenizerSpec(cfg.Vocab)
+		spec, err := tokenizer.PaddedByteSpec(cfg.Vocab)
 		if err != nil {
 			b.Fatal(err)
 		}

@@ -2,6 +2,8 @@ package lm
 
 import (
 	"github.com/phaseless/phaseless/llm"
+	"github.com/phaseless/phaseless/models/lm/chatfmt"
+	"github.com/phaseless/phaseless/models/lm/tokenizer"
 )
 
 // chatRenderer renders a conversation with a model's own chat template
@@ -12,7 +14,7 @@ type chatRenderer interface {
 
 // parseChatTemplate compiles the vocabulary's chat template, if it has one
 // and this build renders templates.
-func parseChatTemplate(spec TokenizerSpec) (chatRenderer, error) {
+func parseChatTemplate(spec tokenizer.Spec) (chatRenderer, error) {
 	if spec.ChatTemplate == "" {
 		return nil, nil
 	}
@@ -31,18 +33,18 @@ func parseChatTemplate(spec TokenizerSpec) (chatRenderer, error) {
 
 // ChatTemplateSkipped reports whether the model has a chat template that
 // this build does not render (built with the lm_nojinja tag): its chats use
-// ChatPrompt's format instead, which the model was not trained on.
+// chatfmt.Prompt's format instead, which the model was not trained on.
 func (m *Model) ChatTemplateSkipped() bool { return m.tokSpec.ChatTemplate != "" && m.chat == nil }
 
 // HasChatTemplate reports whether the model renders chats with its own
-// template (tokenizer.chat_template) rather than ChatPrompt's.
+// template (tokenizer.chat_template) rather than chatfmt.Prompt's.
 func (m *Model) HasChatTemplate() bool { return m.chat != nil }
 
 // ChatPromptTokens is the prompt Generate runs for msgs. With the model's own
 // chat template it is the rendered text with its special tokens parsed
 // (<|im_start|> becomes that token, as llama.cpp's server does), BOS first
 // when the model wants it and the template did not write it; otherwise
-// ChatPrompt encoded as plain text after BOS, as before chat templates.
+// chatfmt.Prompt encoded as plain text after BOS, as before chat templates.
 func (m *Model) ChatPromptTokens(msgs []llm.Message) ([]int32, error) {
 	var ids []int32
 	if m.chat != nil {
@@ -52,7 +54,7 @@ func (m *Model) ChatPromptTokens(msgs []llm.Message) ([]int32, error) {
 		}
 		ids = m.tok.Tokenize(text, true)
 	} else {
-		ids = m.tok.Encode(ChatPrompt(msgs))
+		ids = m.tok.Encode(chatfmt.Prompt(msgs))
 	}
 	if m.tok.AddBOS() && (len(ids) == 0 || ids[0] != m.tok.BOS()) {
 		ids = append([]int32{m.tok.BOS()}, ids...)

@@ -7,17 +7,19 @@ import (
 	"testing"
 
 	"github.com/phaseless/phaseless/llm"
+	"github.com/phaseless/phaseless/models/lm/chatfmt"
+	"github.com/phaseless/phaseless/models/lm/tokenizer"
 )
 
 // chatMLSpec is a byte vocabulary with ChatML's control tokens and template.
-func chatMLSpec(t *testing.T) TokenizerSpec {
+func chatMLSpec(t *testing.T) tokenizer.Spec {
 	t.Helper()
-	s, err := PaddedByteTokenizerSpec(300)
+	s, err := tokenizer.PaddedByteSpec(300)
 	if err != nil {
 		t.Fatal(err)
 	}
-	s.Tokens[258], s.Types[258] = "<|im_start|>", TokenControl
-	s.Tokens[259], s.Types[259] = "<|im_end|>", TokenControl
+	s.Tokens[258], s.Types[258] = "<|im_start|>", tokenizer.TokenControl
+	s.Tokens[259], s.Types[259] = "<|im_end|>", tokenizer.TokenControl
 	s.AddBOS = false
 	s.ChatTemplate = "{% for m in messages %}<|im_start|>{{ m.role }}\n{{ m.content }}<|im_end|>\n{% endfor %}" +
 		"{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}"
@@ -58,7 +60,7 @@ func TestChatTemplateDrivesThePrompt(t *testing.T) {
 	spec.ChatTemplate = ""
 	plain := writeAndRead(t, cfg, spec, w)
 	got, _ = plain.ChatPromptTokens(msgs)
-	want = append([]int32(nil), plain.Tokenizer().Encode(ChatPrompt(msgs))...)
+	want = append([]int32(nil), plain.Tokenizer().Encode(chatfmt.Prompt(msgs))...)
 	if plain.HasChatTemplate() || !slices.Equal(got, want) {
 		t.Fatalf("fallback prompt %v, want %v", got, want)
 	}
@@ -120,7 +122,7 @@ func TestGenerationStopsAtEndOfTurn(t *testing.T) {
 	}
 }
 
-func writeAndRead(t *testing.T, cfg Config, spec TokenizerSpec, w *Weights) *Model {
+func writeAndRead(t *testing.T, cfg Config, spec tokenizer.Spec, w *Weights) *Model {
 	t.Helper()
 	var buf strings.Builder
 	if err := WriteGGUF(&buf, cfg, spec, w, nil, F32); err != nil {
@@ -132,4 +134,20 @@ func writeAndRead(t *testing.T, cfg Config, spec TokenizerSpec, w *Weights) *Mod
 		t.Fatal(err)
 	}
 	return m
+}
+
+// FuzzChatTemplate: a model file's template and any conversation render or
+// fail, never panic, within the output bound.
+func FuzzChatTemplate(f *testing.F) {
+	f.Add("{% for m in messages %}<|im_start|>{{ m.role }}\n{{ m.content }}<|im_end|>\n{% endfor %}", "user", "hi")
+	f.Add("{{ messages[0].content.split('x')[-1] | trim }}{{ raise_exception('no') if messages|length > 2 }}", "assistant", "axb")
+	f.Fuzz(func(t *testing.T, src, role, content string) {
+		spec := tokenizer.ByteSpec()
+		spec.ChatTemplate = src
+		r, err := parseChatTemplate(spec)
+		if err != nil || r == nil {
+			return
+		}
+		_, _ = r.Render([]llm.Message{{Role: role, Content: content}}, true)
+	})
 }

@@ -7,11 +7,13 @@ import (
 	"time"
 
 	"github.com/phaseless/phaseless/llm"
+	"github.com/phaseless/phaseless/models/lm/chatfmt"
+	"github.com/phaseless/phaseless/models/lm/tokenizer"
 )
 
 // countingTokenizer counts the texts its Tokenizer encodes.
 type countingTokenizer struct {
-	Tokenizer
+	tokenizer.Tokenizer
 	n *atomic.Int64
 }
 
@@ -41,14 +43,14 @@ func TestChatOptionsRunsWhatGenerateRuns(t *testing.T) {
 		req  *llm.Request
 	}{{"plain", plain}, {"pinned", &pinned}} {
 		t.Run(tc.name, func(t *testing.T) {
-			prompt, err := m.ChatPromptTokens(PromptMessages(tc.req, false))
+			prompt, err := m.ChatPromptTokens(chatfmt.Messages(tc.req, false))
 			if err != nil {
 				t.Fatal(err)
 			}
 			pins := make([]int, len(tc.req.CacheBreakpoints))
 			for i, bp := range tc.req.CacheBreakpoints {
 				pins[i] = -1 // the tools breakpoint: this request offers none
-				if msgs := CachePrefix(tc.req, bp, false); msgs != nil {
+				if msgs := chatfmt.CachePrefix(tc.req, bp, false); msgs != nil {
 					ids, _ := m.ChatPromptTokens(msgs)
 					n := 0
 					for n < len(ids) && n < len(prompt) && ids[n] == prompt[n] {

@@ -5,6 +5,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/phaseless/phaseless/models/lm/constraint"
 	"github.com/phaseless/phaseless/models/lm/grammar"
 )
 
@@ -74,11 +75,11 @@ func BenchmarkMask(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	c := newConstraint(m, g)
-	c.state, _ = c.state.AdvanceBytes([]byte(`"abc`))
+	c := constraint.New(m.vocabIndex(), m.tok, g)
+	c.State, _ = c.State.AdvanceBytes([]byte(`"abc`))
 	logits := make([]float32, m.Config.Vocab)
 	b.ResetTimer()
 	for range b.N {
-		c.mask(logits)
+		c.Mask(logits)
 	}
 }

@@ -157,7 +157,7 @@ func (j *choiceJob) take(bs int) int32 {
 // choiceJob returns the job of s's choice point, or nil when s's grammar is
 // at none (or the vocabulary cannot spell an alternative as written).
 func (e *Engine) choiceJob(s *sequence, logits []float32) *choiceJob {
-	alts, ok := choiceAlternatives(s.constraint.state)
+	alts, ok := choiceAlternatives(s.constraint.State)
 	if !ok {
 		return nil
 	}
@@ -459,7 +459,7 @@ func (e *Engine) applyChoice(j *choiceJob, now time.Time) {
 	a := j.alts[pickChoice(s.sampler, j.alts)]
 	notePriorChoice(s, a)
 	if a.open {
-		s.constraint.state = a.from
+		s.constraint.State = a.from
 		e.sampleNext(s, j.logits, now)
 		return
 	}
@@ -469,7 +469,7 @@ func (e *Engine) applyChoice(j *choiceJob, now time.Time) {
 		if i == len(a.toks)-1 {
 			st = a.after
 		}
-		s.constraint.state = st
+		s.constraint.State = st
 		e.advance(s, t, now)
 		if s.ended {
 			return
@@ -532,12 +532,12 @@ func pickChoice(smp *sampler, alts []alternative) int {
 func (e *Engine) allowed(st grammar.State) []bool {
 	cb := &e.stepBuf.choice
 	vi := e.m.vocabIndex()
-	if len(cb.allow) != vi.trie.Vocab() {
-		cb.allow = make([]bool, vi.trie.Vocab())
+	if len(cb.allow) != vi.Trie.Vocab() {
+		cb.allow = make([]bool, vi.Trie.Vocab())
 	}
-	vi.trie.Mask(st, cb.allow)
+	vi.Trie.Mask(st, cb.allow)
 	if st.Accepting() {
-		for _, id := range vi.eog {
+		for _, id := range vi.EOG {
 			cb.allow[id] = true
 		}
 	}

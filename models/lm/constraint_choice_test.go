@@ -39,10 +39,10 @@ func wholeScore(m *Model, prompt []int32, alt []byte, after grammar.State) float
 		sum += logSoftmax(out[j*V:(j+1)*V], nil)[id]
 	}
 	vi := m.vocabIndex()
-	allow := make([]bool, vi.trie.Vocab())
-	vi.trie.Mask(after, allow)
+	allow := make([]bool, vi.Trie.Vocab())
+	vi.Trie.Mask(after, allow)
 	if after.Accepting() {
-		for _, id := range vi.eog {
+		for _, id := range vi.EOG {
 			allow[id] = true
 		}
 	}

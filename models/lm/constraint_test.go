@@ -10,6 +10,7 @@ import (
 	"github.com/santhosh-tekuri/jsonschema/v6"
 
 	"github.com/phaseless/phaseless/llm"
+	"github.com/phaseless/phaseless/models/lm/chatfmt"
 )
 
 var testTools = []llm.Tool{
@@ -98,7 +99,7 @@ func TestConstrainedToolCallsValidate(t *testing.T) {
 				if choice.Mode != llm.ToolAuto {
 					t.Fatalf("%v: no call, text %q", choice, c.text)
 				}
-				if strings.HasPrefix(c.text, ToolCallOpen[:len(ToolCallOpen)-1]) {
+				if strings.HasPrefix(c.text, chatfmt.ToolCallOpen[:len(chatfmt.ToolCallOpen)-1]) {
 					t.Fatalf("prose reply %q is a call's markup", c.text)
 				}
 				prose++
@@ -162,61 +163,6 @@ func TestConstrainedJSONSchema(t *testing.T) {
 		ToolRequest: llm.ToolRequest{ResponseFormat: llm.ResponseFormat{Type: llm.FormatJSONSchema, Schema: json.RawMessage(`{"type":"string","pattern":"a+"}`)}}}
 	if _, err := e.Generate(context.Background(), req, nil); llm.CodeOf(err) != llm.CodeInvalid {
 		t.Fatalf("unsupported schema: %v", err)
-	}
-}
-
-// TestToolParserAnySplit feeds a reply of two calls cut at every byte
-// boundary and checks the events reassemble the same calls.
-func TestToolParserAnySplit(t *testing.T) {
-	reply := FormatToolCall("set_window", `{"window":"dri}ver\"","open":true}`) + ToolCallSep + FormatToolCall("set_fan_speed", `{"level":[{"a":2}]}`) + "\n"
-	for cut := range len(reply) {
-		var p toolParser
-		var c collected
-		for _, piece := range []string{reply[:cut], reply[cut:]} {
-			for _, tk := range p.push(piece, 1) {
-				c.emit(tk)
-			}
-		}
-		if len(c.calls) != 2 || c.calls[0].Name != "set_window" || c.calls[0].Arguments != `{"window":"dri}ver\"","open":true}` ||
-			c.calls[1].Name != "set_fan_speed" || c.calls[1].Arguments != `{"level":[{"a":2}]}` || c.text != "" || p.calls != 2 {
-			t.Fatalf("cut %d: %+v text %q", cut, c.calls, c.text)
-		}
-	}
-	var p toolParser
-	var c collected
-	for _, tk := range append(p.push("<tool is not a call", 1), p.flush(1)...) {
-		c.emit(tk)
-	}
-	if c.text != "<tool is not a call" || len(c.calls) != 0 {
-		t.Fatalf("prose: %+v", c)
-	}
-}
-
-// TestToolHistoryRendered checks that assistant calls and tool results of
-// the history reach the prompt in the models' call form.
-func TestToolHistoryRendered(t *testing.T) {
-	req := &llm.Request{Messages: []llm.Message{
-		{Role: "user", Content: "fan 2"},
-		{Role: "assistant", ToolTurn: llm.ToolTurn{ToolCalls: []llm.ToolCall{{ID: "c1", Name: "set_fan_speed", Arguments: `{"level":2}`}}}},
-		{Role: "tool", Content: "ok", ToolTurn: llm.ToolTurn{ToolCallID: "c1"}},
-	}, ToolRequest: llm.ToolRequest{Tools: testTools}}
-	msgs, _ := toolMessages(req, false)
-	got := ChatPrompt(msgs)
-	want := "<|system|>\n" + ToolsSystemPrompt + "\n<|user|>\nfan 2\n<|assistant|>\n" + FormatToolCall("set_fan_speed", `{"level":2}`) + "\n<|tool|>\nok\n<|assistant|>\n"
-	if got != want {
-		t.Fatalf("prompt\n%q\nwant\n%q", got, want)
-	}
-
-	// A failed call (Anthropic is_error) is said to have failed, with a
-	// chat template or without; an empty error still says it.
-	for _, c := range []struct{ content, want string }{{"window stuck", "The tool failed: window stuck"}, {"", "The tool failed."}} {
-		req.Messages[2] = llm.Message{Role: "tool", Content: c.content, ToolTurn: llm.ToolTurn{ToolCallID: "c1", ToolError: true}}
-		for _, templated := range []bool{false, true} {
-			msgs, _ := toolMessages(req, templated)
-			if last := msgs[len(msgs)-1]; last.Role != "tool" || last.Content != c.want {
-				t.Errorf("templated %v: failed result rendered as %+v, want %q", templated, last, c.want)
-			}
-		}
 	}
 }
 

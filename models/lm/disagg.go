@@ -164,7 +164,7 @@ func (e *Engine) admitImported(s *sequence, now time.Time) bool {
 	e.stats.HandoffsIn++
 	e.stats.PrefixHitTokens += uint64(s.prefixHit)
 	e.mu.Unlock()
-	if s.constraint != nil && !s.constraint.accept(h.Next) {
+	if s.constraint != nil && !s.constraint.Accept(h.Next) {
 		// The prefill engine sampled outside this request's grammar: it
 		// ran another request's options, which ResumeChat rules out.
 		e.releaseBlocks(s)

@@ -19,6 +19,14 @@
 // `phaselessctl lm logits` and by models/lmtrain's agreement test; WriteGGUF is
 // how the trainer saves weights the engine loads.
 //
+// The parts that stand without the engine are subpackages: tokenizer (text to
+// ids and back), kernels (the matrix products and attention arithmetic,
+// with their assembly), chatfmt (the chat prompt and tool-call text a
+// request becomes), constraint (grammar masks), grammar, kvcache (the
+// block allocator and its hashes), gguf and chattmpl. A coordinator that
+// only counts and hashes prompt tokens imports tokenizer, chatfmt and
+// kvcache, not this package.
+//
 // # Weights and the forward pass, exactly
 //
 // All matrices are row-major [out][in]: element (o, i) is at W[o*in+i] and the

@@ -11,16 +11,20 @@ import (
 	"time"
 
 	"github.com/phaseless/phaseless/llm"
+	"github.com/phaseless/phaseless/models/lm/chatfmt"
+	"github.com/phaseless/phaseless/models/lm/constraint"
 	"github.com/phaseless/phaseless/models/lm/grammar"
 	"github.com/phaseless/phaseless/models/lm/kvcache"
+	"github.com/phaseless/phaseless/models/lm/tokenizer"
 	"github.com/phaseless/phaseless/models/toolprior"
 )
 
 // EngineConfig tunes an Engine. The zero value means defaults.
 type EngineConfig struct {
 	// BlockSize is the KV cache block size in tokens (default
-	// DefaultBlockSize). A scheduler matching prompts against this engine's
-	// cache (CachedPrefixBlocks) must hash with the same size.
+	// kvcache.DefaultBlockSize). A scheduler matching prompts against this
+	// engine's cache (CachedPrefixBlocks, kvcache.BlockHashes) must hash with
+	// the same size.
 	BlockSize int
 	// KVBudgetBytes bounds the KV cache memory. Default: enough for MaxBatch
 	// full-context sequences, capped at 256 MiB (and never below one
@@ -92,13 +96,9 @@ type EngineConfig struct {
 // more host memory per worker than any server has per GPU.
 const MaxHostKV = 64
 
-// DefaultBlockSize is the KV cache block size in tokens when EngineConfig
-// names none: 16, as vLLM.
-const DefaultBlockSize = 16
-
 func (c *EngineConfig) fillDefaults() {
 	if c.BlockSize == 0 {
-		c.BlockSize = DefaultBlockSize
+		c.BlockSize = kvcache.DefaultBlockSize
 	}
 	if c.MaxBatch == 0 {
 		c.MaxBatch = 16
@@ -355,10 +355,10 @@ func (e *Engine) Stats() Stats {
 	return s
 }
 
-// CachedPrefixBlocks reports how many leading blocks of hashes (BlockHashes
-// with this engine's block size) are in this engine's KV cache, or continue
-// it in the host tier, so a scheduler can send a request where its prefix
-// already is.
+// CachedPrefixBlocks reports how many leading blocks of hashes
+// (kvcache.BlockHashes with this engine's block size) are in this engine's
+// KV cache, or continue it in the host tier, so a scheduler can send a
+// request where its prefix already is.
 func (e *Engine) CachedPrefixBlocks(hashes []uint64) int {
 	gpu, host := e.cachedPrefix(hashes)
 	return gpu + host
@@ -374,14 +374,8 @@ func (e *Engine) cachedPrefix(hashes []uint64) (cache, host int) {
 	return cache, host
 }
 
-// BlockHashes returns vLLM-style chained hashes of the full blocks of tokens;
-// see CachedPrefixBlocks.
-func BlockHashes(tokens []int32, blockSize int) []uint64 {
-	return kvcache.BlockHashes(tokens, blockSize)
-}
-
 // Generate runs one chat request: it renders req.Messages with the model's
-// chat template (or ChatPrompt, stopping also at TurnEnd, when it has
+// chat template (or chatfmt.Prompt, stopping also at chatfmt.TurnEnd, when it has
 // none), generates until an end-of-generation token (EOS, <|eot_id|>,
 // <|im_end|>: Tokenizer.IsEOG), a req.Stop sequence or req.MaxTokens, and
 // emits each token's text as soon as it is sampled (withholding only bytes of an incomplete UTF-8 character or a possible
@@ -401,8 +395,8 @@ func (e *Engine) chatRequest(req *llm.Request) ([]int32, GenOptions, error) {
 	if req.MaxTokens <= 0 {
 		return nil, GenOptions{}, llm.Errorf(llm.CodeInvalid, "max tokens must be positive, got %d", req.MaxTokens)
 	}
-	r := render(req, e.m.HasChatTemplate())
-	prompt, err := e.m.ChatPromptTokens(r.msgs)
+	r := chatfmt.Render(req, e.m.HasChatTemplate())
+	prompt, err := e.m.ChatPromptTokens(r.Messages)
 	if err != nil {
 		return nil, GenOptions{}, llm.Errorf(llm.CodeInvalid, "%v", err)
 	}
@@ -439,11 +433,11 @@ func (e *Engine) ChatOptions(req *llm.Request, pins []int) (GenOptions, error) {
 func (e *Engine) chatOptions(req *llm.Request, pins []pinPoint) (GenOptions, error) {
 	stop := req.Stop
 	if !e.m.HasChatTemplate() {
-		// ChatPrompt's turns end in text; a model's own template ends
+		// chatfmt.Prompt's turns end in text; a model's own template ends
 		// them with a control token, which IsEOG stops at.
-		stop = append([]string{TurnEnd}, req.Stop...)
+		stop = append([]string{chatfmt.TurnEnd}, req.Stop...)
 	}
-	g, err := compileConstraint(req, stop)
+	g, err := constraint.Compile(req, stop)
 	if err != nil {
 		return GenOptions{}, err
 	}
@@ -453,15 +447,6 @@ func (e *Engine) chatOptions(req *llm.Request, pins []pinPoint) (GenOptions, err
 		tenant: req.Tenant, pins: pins,
 		toolPrior: e.toolPriorFor(req, g),
 	}, nil
-}
-
-func hasToolTurns(msgs []llm.Message) bool {
-	for _, m := range msgs {
-		if m.Role == "tool" || len(m.ToolCalls) > 0 {
-			return true
-		}
-	}
-	return false
 }
 
 // GenOptions are the sampling and stopping settings of one generation.
@@ -533,7 +518,7 @@ func (e *Engine) newSequence(prompt []int32, opt GenOptions) (*sequence, error) 
 		opt:       opt,
 		seed:      seed,
 		sampler:   newSampler(opt.Temperature, opt.TopK, opt.TopP, seed),
-		decoder:   NewStreamDecoder(e.m.tok),
+		decoder:   tokenizer.NewStreamDecoder(e.m.tok),
 		stop:      stopMatcher{stops: nonEmpty(opt.Stop)},
 		start:     e.cfg.Now(),
 		notify:    make(chan struct{}, 1),
@@ -541,10 +526,10 @@ func (e *Engine) newSequence(prompt []int32, opt GenOptions) (*sequence, error) 
 		pins:      slices.Clone(opt.pins),
 	}
 	if opt.grammar != nil {
-		s.constraint = newConstraint(e.m, opt.grammar)
+		s.constraint = constraint.New(e.m.vocabIndex(), e.m.tok, opt.grammar)
 	}
 	if opt.toolCalls {
-		s.tools = &toolParser{}
+		s.tools = &chatfmt.ToolParser{}
 	}
 	return s, nil
 }
@@ -637,12 +622,12 @@ type sequence struct {
 	opt       GenOptions
 	seed      uint64 // the sampler's seed
 	sampler   *sampler
-	decoder   *StreamDecoder
+	decoder   *tokenizer.StreamDecoder
 	stop      stopMatcher
 	// constraint keeps the output in the request's grammar; tools parses
 	// its tool calls. Both nil for free text.
-	constraint *constraint
-	tools      *toolParser
+	constraint *constraint.Constraint
+	tools      *chatfmt.ToolParser
 	start      time.Time
 	firstTok   time.Time
 	lastTok    time.Time

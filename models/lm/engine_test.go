@@ -15,6 +15,9 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/phaseless/phaseless/llm"
+	"github.com/phaseless/phaseless/models/lm/chatfmt"
+	"github.com/phaseless/phaseless/models/lm/kvcache"
+	"github.com/phaseless/phaseless/models/lm/tokenizer"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
@@ -87,7 +90,7 @@ func TestEngineGreedyMatchesReference(t *testing.T) {
 	if fin := r.final; fin.CompletionTokens != 12 || fin.PromptTokens != len(prompt) || fin.FinishReason != "length" {
 		t.Fatalf("final %+v", fin)
 	}
-	d := NewStreamDecoder(m.Tokenizer())
+	d := tokenizer.NewStreamDecoder(m.Tokenizer())
 	var text string
 	for _, id := range want {
 		text += d.Push(id)
@@ -168,7 +171,7 @@ func TestPrefixCachedEqualsUncached(t *testing.T) {
 	if first.final.PrefixHitTokens != 0 {
 		t.Fatalf("cold cache hit %d tokens", first.final.PrefixHitTokens)
 	}
-	if n := e.CachedPrefixBlocks(BlockHashes(longer, 4)); n != 8 {
+	if n := e.CachedPrefixBlocks(kvcache.BlockHashes(longer, 4)); n != 8 {
 		t.Fatalf("CachedPrefixBlocks = %d, want the 8 blocks of the shared prompt", n)
 	}
 	second := generate(context.Background(), e, longer, opts(1))
@@ -295,17 +298,17 @@ func TestGenerateChatStopsAtTurnEnd(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := len(m.Tokenizer().Encode(ChatPrompt(req.Messages))) + 1
+	want := len(m.Tokenizer().Encode(chatfmt.Prompt(req.Messages))) + 1
 	if ct := m.ChatTokens(req.Messages); len(ct) != want || ct[0] != m.Tokenizer().BOS() {
 		t.Fatalf("ChatTokens = %v", ct)
 	}
-	if n := e.CachedPrefixBlocks(BlockHashes(m.ChatTokens(req.Messages), e.Config().BlockSize)); n == 0 {
+	if n := e.CachedPrefixBlocks(kvcache.BlockHashes(m.ChatTokens(req.Messages), e.Config().BlockSize)); n == 0 {
 		t.Fatal("the prompt just run is not in the prefix cache")
 	}
 	if fin.PromptTokens != want || fin.TTFT <= 0 {
 		t.Fatalf("final %+v (want %d prompt tokens, empty route)", fin, want)
 	}
-	for _, stop := range []string{"e", TurnEnd} {
+	for _, stop := range []string{"e", chatfmt.TurnEnd} {
 		if strings.Contains(text, stop) {
 			t.Fatalf("text %q contains stop %q", text, stop)
 		}

@@ -4,6 +4,8 @@ import (
 	"math"
 
 	"gonum.org/v1/gonum/blas/blas32"
+
+	"github.com/phaseless/phaseless/models/lm/kernels"
 )
 
 // kvStore holds the keys and values of a set of KV slots for every layer. A
@@ -51,15 +53,15 @@ func (b *batch) reset() {
 
 // workspace is the scratch memory of forward passes, reused across steps.
 type workspace struct {
-	pool                                  *pool
+	pool                                  *kernels.Pool
 	x, xn, q, k, v, att, tmp, gate, up, h []float32
 	cos, sin                              []float32
 	scores                                [][]float32 // per worker
 }
 
 func newWorkspace(threads int) *workspace {
-	p := newPool(threads)
-	return &workspace{pool: p, scores: make([][]float32, p.threads)}
+	p := kernels.NewPool(threads)
+	return &workspace{pool: p, scores: make([][]float32, p.Threads())}
 }
 
 func grow(s []float32, n int) []float32 {
@@ -83,16 +85,16 @@ func (m *Model) forward(ws *workspace, b *batch, kv *kvStore, out []float32) {
 	ws.cos, ws.sin = grow(ws.cos, n*hd/2), grow(ws.sin, n*hd/2)
 
 	for t, id := range b.tokens {
-		m.embd.rowInto(int(id), ws.x[t*d:(t+1)*d])
+		m.embd.RowInto(int(id), ws.x[t*d:(t+1)*d])
 	}
 	ropeTables(ws.cos, ws.sin, b.pos, hd, cfg.RopeTheta, m.ropeFreqs)
 	eps := cfg.NormEps
 	for li := range m.layers {
 		l := &m.layers[li]
 		rmsNorm(ws.xn, ws.x, l.attnNorm, n, eps)
-		l.q.mul(ws.pool, ws.q, ws.xn, n)
-		l.k.mul(ws.pool, ws.k, ws.xn, n)
-		l.v.mul(ws.pool, ws.v, ws.xn, n)
+		l.q.Mul(ws.pool, ws.q, ws.xn, n)
+		l.k.Mul(ws.pool, ws.k, ws.xn, n)
+		l.v.Mul(ws.pool, ws.v, ws.xn, n)
 		if l.qBias != nil {
 			addBias(ws.q, l.qBias, n)
 			addBias(ws.k, l.kBias, n)
@@ -112,13 +114,13 @@ func (m *Model) forward(ws *workspace, b *batch, kv *kvStore, out []float32) {
 			copy(vc[slot*kvDim:(slot+1)*kvDim], ws.v[t*kvDim:(t+1)*kvDim])
 		}
 		m.attention(ws, b, kc, vc)
-		l.o.mul(ws.pool, ws.tmp, ws.att, n)
+		l.o.Mul(ws.pool, ws.tmp, ws.att, n)
 		addInto(ws.x, ws.tmp)
 		rmsNorm(ws.xn, ws.x, l.ffnNorm, n, eps)
-		l.gate.mul(ws.pool, ws.gate, ws.xn, n)
-		l.up.mul(ws.pool, ws.up, ws.xn, n)
-		swiGLU(ws.pool, ws.gate, ws.up, n)
-		l.down.mul(ws.pool, ws.tmp, ws.gate, n)
+		l.gate.Mul(ws.pool, ws.gate, ws.xn, n)
+		l.up.Mul(ws.pool, ws.up, ws.xn, n)
+		kernels.SwiGLU(ws.pool, ws.gate, ws.up, n)
+		l.down.Mul(ws.pool, ws.tmp, ws.gate, n)
 		addInto(ws.x, ws.tmp)
 	}
 	// Only the rows that are sampled pay for the vocabulary projection, which
@@ -129,7 +131,7 @@ func (m *Model) forward(ws *workspace, b *batch, kv *kvStore, out []float32) {
 		copy(ws.h[i*d:(i+1)*d], ws.x[int(t)*d:(int(t)+1)*d])
 	}
 	rmsNorm(ws.h, ws.h, m.outNorm, nl, eps)
-	m.output.mul(ws.pool, out[:nl*cfg.Vocab], ws.h, nl)
+	m.output.Mul(ws.pool, out[:nl*cfg.Vocab], ws.h, nl)
 }
 
 // attention computes causal grouped-query attention for every token and head
@@ -143,7 +145,7 @@ func (m *Model) attention(ws *workspace, b *batch, kc, vc []float32) {
 	scale := float32(1 / math.Sqrt(float64(hd)))
 	hd8 := hd &^ 7
 	impl := blas32.Implementation()
-	ws.pool.run(len(b.tokens)*cfg.Heads, func(w, task int) {
+	ws.pool.Run(len(b.tokens)*cfg.Heads, func(w, task int) {
 		t, h := task/cfg.Heads, task%cfg.Heads
 		kvh := h / group
 		q := ws.q[t*qDim+h*hd : t*qDim+(h+1)*hd]
@@ -159,19 +161,19 @@ func (m *Model) attention(ws *workspace, b *batch, kc, vc []float32) {
 		}
 		// The kernels read keys and values through the slot table without
 		// bounds checks, so the table is checked here first.
-		fused := haveDot4 && hd8 == hd && hd > 0 && slotsIn(slots[:npos], kvDim, len(kc))
+		fused := kernels.HasAVX2 && hd8 == hd && hd > 0 && kernels.SlotsIn(slots[:npos], kvDim, len(kc))
 		switch {
 		case fused:
 			// One call scores every cached key, each summed like a row of
-			// dot1x4AVX2, so the scores are the ones the loop below gives.
-			attnScoresAVX2(hd, &q[0], &kc[kvh*hd], &slots[0], npos, 4*kvDim, &sc[0])
-		case haveDot4 && hd8 > 0:
+			// Dot1x4AVX2, so the scores are the ones the loop below gives.
+			kernels.AttnScoresAVX2(hd, &q[0], &kc[kvh*hd], &slots[0], npos, 4*kvDim, &sc[0])
+		case kernels.HasAVX2 && hd8 > 0:
 			// Four cached keys per kernel call; each score is summed the same
 			// way wherever its position falls in the group.
 			var out [4]float32
 			for p := 0; p < npos; p += 4 {
 				k0, k1, k2, k3 := key(p), key(p+1), key(p+2), key(p+3)
-				dot1x4AVX2(hd8, &q[0], &k0[0], &k1[0], &k2[0], &k3[0], &out)
+				kernels.Dot1x4AVX2(hd8, &q[0], &k0[0], &k1[0], &k2[0], &k3[0], &out)
 				for j := 0; j < min(4, npos-p); j++ {
 					s := out[j]
 					k := key(p + j)
@@ -199,11 +201,11 @@ func (m *Model) attention(ws *workspace, b *batch, kc, vc []float32) {
 		}
 		var sum float64
 		for p := 0; p < len(sc); p++ {
-			if haveDot4 {
+			if kernels.HasAVX2 {
 				// Four at a time in AVX2, bit-identical to the lines below,
 				// up to the end or an argument math.Exp treats specially.
 				var done int
-				if done, sum = softmaxExpAVX2(len(sc)-p, &sc[p], maxS, sum); p+done == len(sc) {
+				if done, sum = kernels.SoftmaxExpAVX2(len(sc)-p, &sc[p], maxS, sum); p+done == len(sc) {
 					break
 				}
 				p += done
@@ -221,43 +223,12 @@ func (m *Model) attention(ws *workspace, b *batch, kc, vc []float32) {
 			for p, e := range sc {
 				sc[p] = e * inv
 			}
-			attnMixAVX2(hd, &sc[0], &vc[kvh*hd], &slots[0], npos, 4*kvDim, &out[0])
+			kernels.AttnMixAVX2(hd, &sc[0], &vc[kvh*hd], &slots[0], npos, 4*kvDim, &out[0])
 			return
 		}
 		for p, e := range sc {
 			off := int(slots[p])*kvDim + kvh*hd
 			impl.Saxpy(hd, e*inv, vc[off:off+hd], 1, out, 1)
-		}
-	})
-}
-
-// slotsIn reports whether every slot's row of kvDim floats lies within a
-// store of n floats, so the kernels may follow the slot table unchecked.
-func slotsIn(slots []int32, kvDim, n int) bool {
-	limit := n/kvDim - 1
-	for _, s := range slots {
-		if s < 0 || int(s) > limit {
-			return false
-		}
-	}
-	return true
-}
-
-// swiGLU sets gate[i] = silu(gate[i])·up[i] for n rows, spread over the
-// pool: its exponentials cost as much as a small matmul at batch 16.
-func swiGLU(p *pool, gate, up []float32, n int) {
-	w := len(gate) / n
-	p.run(n, func(_, t int) {
-		g, u := gate[t*w:(t+1)*w], up[t*w:(t+1)*w]
-		for i := 0; i < len(g); i++ {
-			if haveDot4 {
-				// Four at a time in AVX2, bit-identical to the line below,
-				// up to the end or an argument math.Exp treats specially.
-				if i += siluAVX2(len(g)-i, &g[i], &u[i]); i == len(g) {
-					break
-				}
-			}
-			g[i] = g[i] / (1 + float32(math.Exp(float64(-g[i])))) * u[i]
 		}
 	})
 }

@@ -7,6 +7,8 @@ import (
 	"hash/crc32"
 	"hash/fnv"
 	"math"
+
+	"github.com/phaseless/phaseless/models/lm/kernels"
 )
 
 // Handoff is one sequence's state after its prefill, as a prefill engine
@@ -225,20 +227,20 @@ func (m *Model) Fingerprint() uint64 {
 			}
 			sample(buf)
 		}
-		mat := func(x *matrix) {
-			if x.f32 != nil {
-				floats(x.f32[:min(len(x.f32), 128)])
-				floats(x.f32[max(0, len(x.f32)-128):])
+		mat := func(x *kernels.Matrix) {
+			if x.F32() != nil {
+				floats(x.F32()[:min(len(x.F32()), 128)])
+				floats(x.F32()[max(0, len(x.F32())-128):])
 				return
 			}
-			sample(x.raw)
+			sample(x.Raw())
 		}
 		mat(m.embd)
 		mat(m.output)
 		floats(m.outNorm)
 		for i := range m.layers {
 			l := &m.layers[i]
-			for _, x := range []*matrix{l.q, l.k, l.v, l.o, l.gate, l.up, l.down} {
+			for _, x := range []*kernels.Matrix{l.q, l.k, l.v, l.o, l.gate, l.up, l.down} {
 				mat(x)
 			}
 			for _, v := range [][]float32{l.attnNorm, l.ffnNorm, l.qBias, l.kBias, l.vBias, l.qNorm, l.kNorm} {

@@ -4,6 +4,8 @@ import (
 	"context"
 	"slices"
 	"testing"
+
+	"github.com/phaseless/phaseless/models/lm/kvcache"
 )
 
 // TestHostTierReloadsEvictedPrefix: a prompt's prefix blocks, evicted from
@@ -37,8 +39,8 @@ func TestHostTierReloadsEvictedPrefix(t *testing.T) {
 		var got []result
 		for i, p := range traffic {
 			if i == len(traffic)-1 {
-				gpu, host = e.cachedPrefix(BlockHashes(follow, 4))
-				if n := e.CachedPrefixBlocks(BlockHashes(follow, 4)); n != gpu+host {
+				gpu, host = e.cachedPrefix(kvcache.BlockHashes(follow, 4))
+				if n := e.CachedPrefixBlocks(kvcache.BlockHashes(follow, 4)); n != gpu+host {
 					t.Fatalf("CachedPrefixBlocks = %d, want the cache's and the tier's %d", n, gpu+host)
 				}
 			}

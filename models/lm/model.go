@@ -8,7 +8,10 @@ import (
 	"runtime"
 	"sync"
 
+	"github.com/phaseless/phaseless/models/lm/constraint"
 	"github.com/phaseless/phaseless/models/lm/gguf"
+	"github.com/phaseless/phaseless/models/lm/kernels"
+	"github.com/phaseless/phaseless/models/lm/tokenizer"
 	"github.com/phaseless/phaseless/models/toolprior"
 )
 
@@ -24,13 +27,13 @@ type Model struct {
 	// Mapped is whether the weights are a memory-mapped file's pages.
 	Mapped bool
 
-	tok     Tokenizer
-	tokSpec TokenizerSpec
-	chat    chatRenderer // nil: ChatPrompt
-	embd    *matrix
+	tok     tokenizer.Tokenizer
+	tokSpec tokenizer.Spec
+	chat    chatRenderer // nil: chatfmt.Prompt
+	embd    *kernels.Matrix
 	layers  []layer
 	outNorm []float32
-	output  *matrix // may be embd (tied)
+	output  *kernels.Matrix // may be embd (tied)
 	tied    bool
 	// ropeFreqs divides RoPE's frequencies (Llama 3 scaling); nil = none.
 	ropeFreqs []float32
@@ -45,26 +48,38 @@ type Model struct {
 
 type layer struct {
 	attnNorm, ffnNorm   []float32
-	q, k, v, o          *matrix
-	gate, up, down      *matrix
+	q, k, v, o          *kernels.Matrix
+	gate, up, down      *kernels.Matrix
 	qBias, kBias, vBias []float32 // qwen2
 	qNorm, kNorm        []float32 // qwen3
 }
 
+// vocabIndex is a model's constraint.Index, built on first use: only
+// constrained requests need it.
+type vocabIndex struct {
+	once sync.Once
+	ix   *constraint.Index
+}
+
+func (m *Model) vocabIndex() *constraint.Index {
+	m.vocab.once.Do(func() { m.vocab.ix = constraint.NewIndex(m.tok, m.Config.Vocab) })
+	return m.vocab.ix
+}
+
 // Tokenizer returns the model's tokenizer.
-func (m *Model) Tokenizer() Tokenizer { return m.tok }
+func (m *Model) Tokenizer() tokenizer.Tokenizer { return m.tok }
 
 // TokenizerSpec returns the vocabulary the model was loaded with.
-func (m *Model) TokenizerSpec() TokenizerSpec { return m.tokSpec }
+func (m *Model) TokenizerSpec() tokenizer.Spec { return m.tokSpec }
 
 // New builds an F32 model directly from weights (no file), sharing the
 // slices; trainers use it to evaluate without a round trip through GGUF.
-func New(cfg Config, tok TokenizerSpec, w *Weights) (*Model, error) {
+func New(cfg Config, tok tokenizer.Spec, w *Weights) (*Model, error) {
 	cfg = cfg.WithDefaults()
 	if err := w.Check(cfg); err != nil {
 		return nil, err
 	}
-	t, err := tok.buildFor(cfg.Vocab)
+	t, err := tok.BuildFor(cfg.Vocab)
 	if err != nil {
 		return nil, err
 	}
@@ -77,7 +92,7 @@ func New(cfg Config, tok TokenizerSpec, w *Weights) (*Model, error) {
 		if *s.ptr == nil {
 			continue // optional output head: tied below
 		}
-		m.assign(s.name, &matrix{rows: s.rows, cols: s.cols, dtype: F32, f32: *s.ptr}, cfg)
+		m.assign(s.name, kernels.NewF32Matrix(s.rows, s.cols, *s.ptr), cfg)
 	}
 	if m.output == nil {
 		m.output, m.tied = m.embd, true
@@ -90,10 +105,10 @@ func New(cfg Config, tok TokenizerSpec, w *Weights) (*Model, error) {
 // table counts only when it is the (tied) head: otherwise a step reads one
 // row of it.
 func (m *Model) WeightBytes() int64 {
-	size := func(x *matrix) int64 { return int64(len(x.raw)) + 4*int64(len(x.f32)) }
+	size := func(x *kernels.Matrix) int64 { return int64(len(x.Raw())) + 4*int64(len(x.F32())) }
 	n := size(m.output)
 	for _, l := range m.layers {
-		for _, x := range []*matrix{l.q, l.k, l.v, l.o, l.gate, l.up, l.down} {
+		for _, x := range []*kernels.Matrix{l.q, l.k, l.v, l.o, l.gate, l.up, l.down} {
 			n += size(x)
 		}
 	}
@@ -158,7 +173,7 @@ func readFile(f *gguf.File, err error) (*Model, error) {
 	if err != nil {
 		return nil, err
 	}
-	spec, err := tokenizerSpecFrom(f)
+	spec, err := tokenizer.SpecFromGGUF(f)
 	if err != nil {
 		return nil, err
 	}
@@ -168,7 +183,7 @@ func readFile(f *gguf.File, err error) (*Model, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	tok, err := spec.buildFor(cfg.Vocab)
+	tok, err := spec.BuildFor(cfg.Vocab)
 	if err != nil {
 		return nil, err
 	}
@@ -200,7 +215,7 @@ func readFile(f *gguf.File, err error) (*Model, error) {
 			return nil, err
 		}
 		if s.rows > 1 && !haveType {
-			m.DType, haveType = mat.dtype, true
+			m.DType, haveType = mat.DType(), true
 		}
 		m.assign(s.name, mat, cfg)
 	}
@@ -211,8 +226,8 @@ func readFile(f *gguf.File, err error) (*Model, error) {
 }
 
 // assign stores a loaded tensor where the forward pass finds it.
-func (m *Model) assign(name string, mat *matrix, cfg Config) {
-	vec := func() []float32 { return mat.float32s() }
+func (m *Model) assign(name string, mat *kernels.Matrix, cfg Config) {
+	vec := func() []float32 { return mat.Float32s() }
 	switch name {
 	case "token_embd.weight":
 		m.embd = mat
@@ -265,7 +280,7 @@ func (m *Model) assign(name string, mat *matrix, cfg Config) {
 	}
 }
 
-func loadMatrix(f *gguf.File, ti *gguf.TensorInfo, s tensorSpec) (*matrix, error) {
+func loadMatrix(f *gguf.File, ti *gguf.TensorInfo, s tensorSpec) (*kernels.Matrix, error) {
 	rows := uint64(1)
 	for _, d := range ti.Dims[1:] {
 		rows *= d
@@ -281,14 +296,14 @@ func loadMatrix(f *gguf.File, ti *gguf.TensorInfo, s tensorSpec) (*matrix, error
 		return nil, fmt.Errorf("tensor %s: %w", s.name, gguf.UnsupportedError(ti.Type))
 	}
 	if ti.Type == gguf.F32 {
-		m := &matrix{rows: s.rows, cols: s.cols, dtype: gguf.F32}
-		if m.f32 = float32View(raw); m.f32 == nil {
-			m.f32 = make([]float32, s.rows*s.cols)
-			gguf.Dequantize(m.f32, raw, gguf.F32)
+		f32 := float32View(raw)
+		if f32 == nil {
+			f32 = make([]float32, s.rows*s.cols)
+			gguf.Dequantize(f32, raw, gguf.F32)
 		}
-		return m, nil
+		return kernels.NewF32Matrix(s.rows, s.cols, f32), nil
 	}
-	m, err := newRawMatrix(s.rows, s.cols, ti.Type, raw)
+	m, err := kernels.NewRawMatrix(s.rows, s.cols, ti.Type, raw)
 	if err != nil {
 		return nil, fmt.Errorf("tensor %s: %w", s.name, err)
 	}
@@ -306,7 +321,7 @@ func configFrom(f *gguf.File, arch string) (Config, error) {
 			}
 			return 0
 		}
-		n, err := metaInt(v)
+		n, err := gguf.IntValue(v)
 		if err != nil || n < 0 || n > 1<<31-1 {
 			errs = append(errs, fmt.Errorf("metadata %s: %v is not a valid size", key, v))
 			return 0
@@ -372,14 +387,14 @@ func configFrom(f *gguf.File, arch string) (Config, error) {
 // Weights returns a float32 copy of the model's parameters (quantised tensors
 // dequantised), e.g. to continue training or to check an implementation.
 func (m *Model) Weights() *Weights {
-	w := &Weights{TokenEmbd: m.embd.float32s(), OutputNorm: clone(m.outNorm), RopeFreqs: cloneOrNil(m.ropeFreqs)}
+	w := &Weights{TokenEmbd: m.embd.Float32s(), OutputNorm: clone(m.outNorm), RopeFreqs: cloneOrNil(m.ropeFreqs)}
 	if !m.tied {
-		w.Output = m.output.float32s()
+		w.Output = m.output.Float32s()
 	}
 	for _, l := range m.layers {
 		w.Layers = append(w.Layers, LayerWeights{
-			AttnNorm: clone(l.attnNorm), Q: l.q.float32s(), K: l.k.float32s(), V: l.v.float32s(), O: l.o.float32s(),
-			FFNNorm: clone(l.ffnNorm), Gate: l.gate.float32s(), Up: l.up.float32s(), Down: l.down.float32s(),
+			AttnNorm: clone(l.attnNorm), Q: l.q.Float32s(), K: l.k.Float32s(), V: l.v.Float32s(), O: l.o.Float32s(),
+			FFNNorm: clone(l.ffnNorm), Gate: l.gate.Float32s(), Up: l.up.Float32s(), Down: l.down.Float32s(),
 			QBias: cloneOrNil(l.qBias), KBias: cloneOrNil(l.kBias), VBias: cloneOrNil(l.vBias),
 			QNorm: cloneOrNil(l.qNorm), KNorm: cloneOrNil(l.kNorm),
 		})

@@ -4,6 +4,7 @@ import (
 	"time"
 
 	"github.com/phaseless/phaseless/llm"
+	"github.com/phaseless/phaseless/models/lm/chatfmt"
 	"github.com/phaseless/phaseless/models/lm/kvcache"
 )
 
@@ -15,76 +16,15 @@ type pinPoint struct {
 	done   bool
 }
 
-// rendered is a request's conversation as the engine renders it: tool
-// turns in text form and, when it offers tools, their definitions in a
-// first system turn (toolMessages).
-type rendered struct {
-	msgs     []llm.Message
-	toolEnds []int // bytes of msgs[0].Content up to each tool's end
-	shift    int   // turns ahead of req.Messages[0]
-	src      []llm.Message
-}
-
-func render(req *llm.Request, templated bool) rendered {
-	if !req.HasTools() && !hasToolTurns(req.Messages) {
-		return rendered{msgs: req.Messages}
-	}
-	msgs, ends := toolMessages(req, templated)
-	r := rendered{msgs: msgs, toolEnds: ends, src: req.Messages}
-	if len(ends) > 0 {
-		r.shift = 1
-	}
-	return r
-}
-
-// prefix is the conversation whose rendering is bp's cached prefix: the
-// tool definitions up to bp's tool, or the turns up to bp's message cut
-// after its Chars bytes (a turn's own text comes first in its rendered
-// form, so Chars means the same there, except after the words a failed
-// tool result begins with: llm.Message.ToolResultChars). nil when bp
-// covers nothing that is rendered (tools the request does not offer).
-func (r rendered) prefix(bp llm.CacheBreakpoint) []llm.Message {
-	if bp.Tools > 0 {
-		if bp.Tools > len(r.toolEnds) {
-			return nil
-		}
-		return []llm.Message{{Role: r.msgs[0].Role, Content: r.msgs[0].Content[:r.toolEnds[bp.Tools-1]]}}
-	}
-	k, chars := bp.Message+r.shift, bp.Chars
-	if bp.Message < len(r.src) && r.src[bp.Message].Role == "tool" {
-		chars = r.src[bp.Message].ToolResultChars(chars)
-	}
-	if k >= len(r.msgs) || chars > len(r.msgs[k].Content) {
-		return nil
-	}
-	msgs := append([]llm.Message(nil), r.msgs[:k+1]...)
-	msgs[k].Content = msgs[k].Content[:chars]
-	return msgs
-}
-
-// PromptMessages is req's conversation as an engine renders it, templated
-// or with ChatPrompt: what a coordinator tokenizes to predict the engine's
-// prefix blocks.
-func PromptMessages(req *llm.Request, templated bool) []llm.Message {
-	return render(req, templated).msgs
-}
-
-// CachePrefix is the conversation whose rendering ends bp's cached prefix
-// (nil when nothing of it is rendered): its common leading tokens with the
-// whole prompt are what the engine pins.
-func CachePrefix(req *llm.Request, bp llm.CacheBreakpoint, templated bool) []llm.Message {
-	return render(req, templated).prefix(bp)
-}
-
 // pinPoints turns a request's cache breakpoints into prompt positions. A
 // breakpoint's prefix is rendered on its own and matched against the whole
 // prompt: the common leading tokens are what a later request with the same
 // prefix shares. A prefix the chat template refuses to render alone (some
 // templates insist on a final user turn) pins nothing.
-func (m *Model) pinPoints(req *llm.Request, r rendered, prompt []int32) []pinPoint {
+func (m *Model) pinPoints(req *llm.Request, r chatfmt.Rendered, prompt []int32) []pinPoint {
 	var out []pinPoint
 	for _, bp := range req.CacheBreakpoints {
-		msgs := r.prefix(bp)
+		msgs := r.Prefix(bp)
 		if msgs == nil {
 			continue
 		}

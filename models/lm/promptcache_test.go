@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/phaseless/phaseless/llm"
+	"github.com/phaseless/phaseless/models/lm/chatfmt"
 )
 
 // testClock is a settable clock safe for the step loop to read.
@@ -60,7 +61,7 @@ func TestPromptCachePinsSystemPrefix(t *testing.T) {
 		return fin
 	}
 	const bs = 4
-	sysTokens := len(m.Tokenizer().Encode(ChatPrompt([]llm.Message{{Role: "system", Content: system}}))) // + BOS, less the assistant tag
+	sysTokens := len(m.Tokenizer().Encode(chatfmt.Prompt([]llm.Message{{Role: "system", Content: system}}))) // + BOS, less the assistant tag
 	wantPinned := (sysTokens + 1 - len("<|assistant|>\n")) / bs * bs
 
 	for _, tc := range []struct {
@@ -172,12 +173,12 @@ func TestPromptCachePinsToolDefinitions(t *testing.T) {
 				PinnedBytes: 64 * blockBytes(m.Config, bs), PinTenantBytes: 64 * blockBytes(m.Config, bs)})
 			first := req("open_window", "Be terse about cars.", "hello")
 			// The prefix the breakpoint stands for, rendered alone.
-			r := render(first, templated)
-			prefix, err := m.ChatPromptTokens(r.prefix(first.CacheBreakpoints[0]))
+			r := chatfmt.Render(first, templated)
+			prefix, err := m.ChatPromptTokens(r.Prefix(first.CacheBreakpoints[0]))
 			if err != nil {
 				t.Fatal(err)
 			}
-			prompt, _ := m.ChatPromptTokens(r.msgs)
+			prompt, _ := m.ChatPromptTokens(r.Messages)
 			common := 0
 			for common < len(prefix) && prefix[common] == prompt[common] {
 				common++
@@ -207,26 +208,5 @@ func TestPromptCachePinsToolDefinitions(t *testing.T) {
 				t.Fatalf("second request hit %d tokens, want exactly the pinned tool prefix's %d", again.PrefixHitTokens, want)
 			}
 		})
-	}
-}
-
-// TestCachePrefixOfAFailedToolResult: a breakpoint on a failed tool
-// result covers the whole result as the model reads it, the words saying
-// it failed included.
-func TestCachePrefixOfAFailedToolResult(t *testing.T) {
-	for _, c := range []struct{ content, want string }{
-		{"fan broken", llm.ToolFailed + "fan broken"},
-		{"", "The tool failed."},
-	} {
-		req := &llm.Request{Messages: []llm.Message{
-			{Role: "user", Content: "fan to 3"},
-			{Role: "assistant", ToolTurn: llm.ToolTurn{ToolCalls: []llm.ToolCall{{ID: "c1", Name: "set_fan_speed", Arguments: `{"level":3}`}}}},
-			{Role: "tool", Content: c.content, ToolTurn: llm.ToolTurn{ToolCallID: "c1", ToolError: true}},
-			{Role: "user", Content: "and now?"},
-		}}
-		prefix := CachePrefix(req, llm.CacheBreakpoint{Message: 2, Chars: len(c.content), TTL: 5 * time.Minute}, false)
-		if len(prefix) != 3 || prefix[2].Content != c.want {
-			t.Fatalf("prefix of the failed result %q: %+v, want its last turn %q", c.content, prefix, c.want)
-		}
 	}
 }

@@ -7,6 +7,8 @@ import (
 	"strings"
 
 	"github.com/phaseless/phaseless/models/lm/gguf"
+	"github.com/phaseless/phaseless/models/lm/kernels"
+	"github.com/phaseless/phaseless/models/lm/tokenizer"
 )
 
 // A Recipe says which type each tensor of a model is stored as: a uniform
@@ -89,7 +91,7 @@ func Quantize(w io.Writer, src *gguf.File, r Recipe) error {
 	arch, _ := src.Get(keyArch)
 	layers := 0
 	if v, ok := src.Get(fmt.Sprint(arch, ".block_count")); ok {
-		n, _ := metaInt(v)
+		n, _ := gguf.IntValue(v)
 		layers = int(n)
 	}
 	var kvs []gguf.KV
@@ -119,7 +121,7 @@ func Quantize(w io.Writer, src *gguf.File, r Recipe) error {
 // report: "q4_K×45 q6_K×11".
 func (m *Model) TensorTypes() string {
 	count := map[string]int{}
-	mats := []*matrix{m.embd}
+	mats := []*kernels.Matrix{m.embd}
 	if !m.tied {
 		mats = append(mats, m.output)
 	}
@@ -127,7 +129,7 @@ func (m *Model) TensorTypes() string {
 		mats = append(mats, l.q, l.k, l.v, l.o, l.gate, l.up, l.down)
 	}
 	for _, x := range mats {
-		count[x.dtype.String()]++
+		count[x.DType().String()]++
 	}
 	var parts []string
 	for k, n := range count {
@@ -145,7 +147,7 @@ func WriteRandom(w io.Writer, cfg Config, seed uint64, meta map[string]any, r Re
 	if err != nil {
 		return err
 	}
-	tok, err := PaddedByteTokenizerSpec(cfg.Vocab)
+	tok, err := tokenizer.PaddedByteSpec(cfg.Vocab)
 	if err != nil {
 		return err
 	}

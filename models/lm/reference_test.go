@@ -5,6 +5,9 @@ import (
 	"math"
 	"strings"
 	"testing"
+
+	"github.com/phaseless/phaseless/models/lm/kernels"
+	"github.com/phaseless/phaseless/models/lm/tokenizer"
 )
 
 // refLogits is an independent float64 implementation of the forward pass as
@@ -190,7 +193,7 @@ func buildModelWith(t testing.TB, cfg Config, dtype DType, seed uint64, tied boo
 	}
 	edit(w)
 	var buf bytes.Buffer
-	if err := WriteGGUF(&buf, cfg, ByteTokenizerSpec(), w, map[string]any{"general.name": "test"}, dtype); err != nil {
+	if err := WriteGGUF(&buf, cfg, tokenizer.ByteSpec(), w, map[string]any{"general.name": "test"}, dtype); err != nil {
 		t.Fatal(err)
 	}
 	m, err := Read(bytes.NewReader(buf.Bytes()), int64(buf.Len()))
@@ -251,13 +254,13 @@ func TestLogitsMatchFloat64Reference(t *testing.T) {
 			tokens := []int32{256, 72, 101, 108, 108, 111, 44, 32, 119, 111, 114, 108, 100, 33, 10, 200, 3}
 			// Both matrix kernels: the AVX2 one where the CPU has it, and the
 			// portable gonum path every other machine runs.
-			kernels := []bool{false}
-			if haveDot4 {
-				kernels = append(kernels, true)
+			sets := []bool{false}
+			if kernels.HasAVX2 {
+				sets = append(sets, true)
 			}
-			defer func(v bool) { haveDot4 = v }(haveDot4)
-			for _, k := range kernels {
-				haveDot4 = k
+			defer func(v bool) { kernels.HasAVX2 = v }(kernels.HasAVX2)
+			for _, k := range sets {
+				kernels.HasAVX2 = k
 				for _, n := range []int{1, 2, 5, len(tokens)} {
 					got := m.Logits(tokens[:n])
 					want := refLogitsScaled(m.Config, w, tokens[:n], tc.scale)
@@ -320,7 +323,7 @@ func TestRopeScalingKeysRefused(t *testing.T) {
 	w, _ := RandomWeights(cfg, 1)
 	for _, kv := range []map[string]any{{"llama.rope.scaling.type": "yarn"}, {"llama.rope.scaling.factor": float32(4)}} {
 		var buf bytes.Buffer
-		if err := WriteGGUF(&buf, cfg, ByteTokenizerSpec(), w, kv, F32); err != nil {
+		if err := WriteGGUF(&buf, cfg, tokenizer.ByteSpec(), w, kv, F32); err != nil {
 			t.Fatal(err)
 		}
 		if _, err := Read(bytes.NewReader(buf.Bytes()), int64(buf.Len())); err == nil || !strings.Contains(err.Error(), "not supported") {

@@ -1,9 +1,8 @@
 package lm
 
 import (
-	"time"
-
 	"slices"
+	"time"
 
 	"github.com/phaseless/phaseless/llm"
 	"github.com/phaseless/phaseless/models/lm/kvcache"
@@ -369,7 +368,7 @@ func (e *Engine) sampleNext(s *sequence, logits []float32, now time.Time) {
 		tok = s.sampler.sample(logits)
 	} else {
 		var ok bool
-		if tok, ok = s.constraint.sample(s.sampler, logits); !ok {
+		if tok, ok = s.constraint.Sample(s.sampler.sample, logits); !ok {
 			e.complete(s, "stop") // nothing may follow: the text is complete
 			return
 		}
@@ -423,7 +422,7 @@ func (e *Engine) advance(s *sequence, tok int32, now time.Time) {
 		s.emitText(text, tok, latency)
 	}
 	switch {
-	case stopped, s.constraint != nil && s.constraint.state.Done():
+	case stopped, s.constraint != nil && s.constraint.State.Done():
 		e.complete(s, "stop")
 	case s.generated() >= s.opt.MaxTokens || len(s.tokens) >= e.m.Config.ContextLen:
 		e.complete(s, "length")
@@ -444,10 +443,10 @@ func (e *Engine) complete(s *sequence, reason string) {
 			s.emitText(tail, last, 0)
 		}
 		if s.tools != nil {
-			for _, t := range s.tools.flush(last) {
+			for _, t := range s.tools.Flush(last) {
 				s.push(t)
 			}
-			if s.tools.calls > 0 && reason == "stop" {
+			if s.tools.Calls() > 0 && reason == "stop" {
 				reason = llm.FinishToolCalls
 			}
 		}
@@ -470,7 +469,7 @@ func (s *sequence) emitText(text string, tok int32, latency time.Duration) {
 		s.push(llm.Token{Text: text, ID: tok, EngineLatency: latency})
 		return
 	}
-	for _, t := range s.tools.push(text, tok) {
+	for _, t := range s.tools.Push(text, tok) {
 		t.EngineLatency = latency
 		s.push(t)
 	}

@@ -7,6 +7,7 @@ import (
 	"regexp"
 
 	"github.com/phaseless/phaseless/llm"
+	"github.com/phaseless/phaseless/models/lm/chatfmt"
 	"github.com/phaseless/phaseless/models/lm/grammar"
 	"github.com/phaseless/phaseless/models/toolprior"
 )
@@ -104,7 +105,7 @@ func (e *Engine) applyToolPrior(j *choiceJob) (applied bool) {
 		for _, t := range j.s.tokens[j.s.promptLen:] {
 			text = append(text, e.m.tok.Piece(t)...)
 		}
-		if bytes.Contains(text, []byte(ToolCallClose)) {
+		if bytes.Contains(text, []byte(chatfmt.ToolCallClose)) {
 			rp.done = true // past the first call
 			return false
 		}
@@ -297,7 +298,7 @@ func (rp *requestPrior) addSpans(alts []alternative, key string) bool {
 // and name, or the name alone, followed by the arguments' key, as the
 // tools grammar writes them (grammar.ToolCalls).
 func altToolName(text []byte) (string, bool) {
-	rest := bytes.TrimPrefix(text, []byte(ToolCallOpen+`{"name":`))
+	rest := bytes.TrimPrefix(text, []byte(chatfmt.ToolCallOpen+`{"name":`))
 	if len(rest) == 0 || rest[0] != '"' {
 		return "", false
 	}

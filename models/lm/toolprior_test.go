@@ -6,6 +6,7 @@ import (
 	"testing"
 
 	"github.com/phaseless/phaseless/llm"
+	"github.com/phaseless/phaseless/models/lm/chatfmt"
 	"github.com/phaseless/phaseless/models/toolprior"
 )
 
@@ -88,13 +89,13 @@ func TestToolPriorDecidesWhatItKnows(t *testing.T) {
 
 func TestAltToolName(t *testing.T) {
 	for text, want := range map[string]string{
-		ToolCallOpen + `{"name":"set_fan_speed","arguments":`: "set_fan_speed",
-		`"navigate_to","arguments":{"destination":`:           "navigate_to",
-		ToolCallOpen + `{"name":"a\"b","arguments":`:          `a"b`,
+		chatfmt.ToolCallOpen + `{"name":"set_fan_speed","arguments":`: "set_fan_speed",
+		`"navigate_to","arguments":{"destination":`:                   "navigate_to",
+		chatfmt.ToolCallOpen + `{"name":"a\"b","arguments":`:          `a"b`,
 		`"set_fan_speed"`: "",
 		`true`:            "",
 		`"open"`:          "",
-		ToolCallOpen + `{"name":"x","argumentsX":`: "",
+		chatfmt.ToolCallOpen + `{"name":"x","argumentsX":`: "",
 	} {
 		got, ok := altToolName([]byte(text))
 		if got != want || ok != (want != "") {
@@ -145,7 +146,7 @@ func TestToolPriorCallOrProse(t *testing.T) {
 // dropped.
 func TestPruneTools(t *testing.T) {
 	alt := func(name string) alternative {
-		return alternative{text: []byte(ToolCallOpen + `{"name":"` + name + `","arguments":`)}
+		return alternative{text: []byte(chatfmt.ToolCallOpen + `{"name":"` + name + `","arguments":`)}
 	}
 	names := func(alts []alternative) []string {
 		var out []string

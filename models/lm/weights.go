@@ -5,9 +5,11 @@ import (
 	"io"
 	"math"
 	"math/rand/v2"
+	"sort"
 	"strings"
 
 	"github.com/phaseless/phaseless/models/lm/gguf"
+	"github.com/phaseless/phaseless/models/lm/tokenizer"
 )
 
 // DType is how tensors are stored in a GGUF file (any type gguf decodes).
@@ -166,13 +168,13 @@ const (
 // of GGUF scalar or slice types), and every weight encoded as dtype (norm
 // vectors always stay F32, as llama.cpp does). A block type that does not
 // divide a matrix's rows falls back as Recipe.TypeFor says.
-func WriteGGUF(w io.Writer, cfg Config, tok TokenizerSpec, weights *Weights, meta map[string]any, dtype DType) error {
+func WriteGGUF(w io.Writer, cfg Config, tok tokenizer.Spec, weights *Weights, meta map[string]any, dtype DType) error {
 	return WriteGGUFRecipe(w, cfg, tok, weights, meta, UniformRecipe(dtype))
 }
 
 // WriteGGUFRecipe is WriteGGUF with each tensor's type chosen by a recipe
 // (for example ParseRecipe("q4_k_m")).
-func WriteGGUFRecipe(w io.Writer, cfg Config, tok TokenizerSpec, weights *Weights, meta map[string]any, r Recipe) error {
+func WriteGGUFRecipe(w io.Writer, cfg Config, tok tokenizer.Spec, weights *Weights, meta map[string]any, r Recipe) error {
 	cfg = cfg.WithDefaults()
 	if err := weights.Check(cfg); err != nil {
 		return fmt.Errorf("write gguf: %w", err)
@@ -202,7 +204,7 @@ func WriteGGUFRecipe(w io.Writer, cfg Config, tok TokenizerSpec, weights *Weight
 		gguf.KV{Key: a + ".vocab_size", Value: uint32(cfg.Vocab)},
 		gguf.KV{Key: "general.file_type", Value: r.ftype},
 	)
-	kvs = append(kvs, tok.kvs()...)
+	kvs = append(kvs, tok.GGUFMetadata()...)
 	for _, k := range sortedKeys(meta) {
 		if hasKey(kvs, k) {
 			return fmt.Errorf("write gguf: metadata %q is set by the engine", k)
@@ -234,4 +236,13 @@ func hasKey(kvs []gguf.KV, k string) bool {
 		}
 	}
 	return false
+}
+
+func sortedKeys(m map[string]any) []string {
+	keys := make([]string, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	return keys
 }

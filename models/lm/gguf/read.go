@@ -151,6 +151,33 @@ func (f *File) Get(key string) (any, bool) {
 	return v, ok
 }
 
+// IntValue reads a metadata value of any integer type (a value Get
+// returned) as an int64; a uint64 too large for one is an error.
+func IntValue(v any) (int64, error) {
+	switch x := v.(type) {
+	case uint8:
+		return int64(x), nil
+	case int8:
+		return int64(x), nil
+	case uint16:
+		return int64(x), nil
+	case int16:
+		return int64(x), nil
+	case uint32:
+		return int64(x), nil
+	case int32:
+		return int64(x), nil
+	case uint64:
+		if x > 1<<62 {
+			return 0, fmt.Errorf("%d is too large", x)
+		}
+		return int64(x), nil
+	case int64:
+		return x, nil
+	}
+	return 0, fmt.Errorf("%T is not an integer", v)
+}
+
 // Tensor returns the descriptor of the named tensor.
 func (f *File) Tensor(name string) (*TensorInfo, bool) {
 	i, ok := f.tensor[name]

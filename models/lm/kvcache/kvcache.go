@@ -33,6 +33,11 @@ func mix(h uint64) uint64 {
 	return h ^ h>>31
 }
 
+// DefaultBlockSize is the block size in tokens an engine uses when its
+// configuration names none: 16, as vLLM. Whoever hashes prompts to match an
+// engine's cache (a coordinator placing requests) must cut at the same size.
+const DefaultBlockSize = 16
+
 // BlockHashes returns one hash per full block of tokens: block i's hash covers
 // its own tokens and, through its parent's hash, every token before it, so
 // equal hashes mean equal prefixes. A trailing partial block has no hash.

@@ -51,9 +51,9 @@ var (
 		"World and science facts (capitals, continents, languages, currencies of 64 countries; symbols of 25 elements) and their questions, written by the Phaseless project, Apache-2.0")
 )
 
-// Chat renders e in models/lm.ChatPrompt's template followed by the
+// Chat renders e in models/lm/chatfmt.Prompt's template followed by the
 // reply and the start of the next turn, "<|", which is the engine's stop
-// sequence (lm.TurnEnd): the model learns to end its turn there.
+// sequence (chatfmt.TurnEnd): the model learns to end its turn there.
 func (e Example) Chat() string {
 	if e.System != "" {
 		return "<|system|>\n" + e.System + "\n<|user|>\n" + strings.TrimSpace(e.Prompt) + "\n<|assistant|>\n" + e.Answer + "\n<|"

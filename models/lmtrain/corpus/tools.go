@@ -9,7 +9,7 @@ import (
 	"strconv"
 	"strings"
 
-	"github.com/phaseless/phaseless/models/lm"
+	"github.com/phaseless/phaseless/models/lm/chatfmt"
 	"github.com/phaseless/phaseless/models/toolprior"
 )
 
@@ -246,7 +246,7 @@ func wrapRequest(rng *rand.Rand, req string) string {
 
 // EdgeWithTools is the edge model's corpus with tool calling: Edge's
 // examples unchanged, plus tool-call examples (a system turn of
-// lm.ToolsSystemPrompt, a car request, a call with the request's values as
+// chatfmt.ToolsSystemPrompt, a car request, a call with the request's values as
 // arguments; a fifth of the distinct prompts held out), plus small talk and
 // the in-car questions no tool answers (weather, time, arrival) under the
 // same system turn with their prose replies, so offering tools does not
@@ -262,8 +262,8 @@ func EdgeWithTools(seed uint64) (Split, error) {
 	for gi, t := range toolTemplates {
 		for range toolCopies {
 			fl := newFiller(rng)
-			e := Example{System: lm.ToolsSystemPrompt, Prompt: wrapRequest(rng, fl.toolFill(t.asks[rng.IntN(len(t.asks))])),
-				Answer: lm.FormatToolCall(t.tool, fl.toolArgs(t.args)), Intent: fmt.Sprintf("tool-%d", gi)}
+			e := Example{System: chatfmt.ToolsSystemPrompt, Prompt: wrapRequest(rng, fl.toolFill(t.asks[rng.IntN(len(t.asks))])),
+				Answer: chatfmt.FormatToolCall(t.tool, fl.toolArgs(t.args)), Intent: fmt.Sprintf("tool-%d", gi)}
 			if held(e.Prompt, seed) || seenTest[e.Prompt] {
 				seenTest[e.Prompt] = true
 				test = append(test, e)
@@ -288,7 +288,7 @@ func EdgeWithTools(seed uint64) (Split, error) {
 			if i%every != 0 || toolOverlap[e.Intent] || proseIsTool(e.Intent) {
 				continue
 			}
-			e.System = lm.ToolsSystemPrompt
+			e.System = chatfmt.ToolsSystemPrompt
 			add = append(add, e)
 		}
 		if set == &s.Train {
@@ -397,7 +397,7 @@ func FromToolTemplate(request string) bool {
 func ToolPriorExamples(s Split) []toolprior.Example {
 	var out []toolprior.Example
 	for _, e := range s.Train {
-		if e.System != lm.ToolsSystemPrompt {
+		if e.System != chatfmt.ToolsSystemPrompt {
 			continue
 		}
 		label := toolprior.Prose
@@ -428,7 +428,7 @@ func ToolSpanExamples(s Split) []toolprior.SpanExample {
 	var out []toolprior.SpanExample
 	for _, e := range s.Train {
 		gi, ok := strings.CutPrefix(e.Intent, "tool-")
-		if !ok || e.System != lm.ToolsSystemPrompt {
+		if !ok || e.System != chatfmt.ToolsSystemPrompt {
 			continue
 		}
 		n, _ := strconv.Atoi(gi)
@@ -436,7 +436,7 @@ func ToolSpanExamples(s Split) []toolprior.SpanExample {
 		var call struct {
 			Arguments map[string]any `json:"arguments"`
 		}
-		body := strings.TrimSuffix(strings.TrimPrefix(e.Answer, lm.ToolCallOpen), lm.ToolCallClose)
+		body := strings.TrimSuffix(strings.TrimPrefix(e.Answer, chatfmt.ToolCallOpen), chatfmt.ToolCallClose)
 		if json.Unmarshal([]byte(body), &call) != nil {
 			continue
 		}

@@ -1,0 +1,164 @@
+// Package constraint keeps a generation inside the grammar its request
+// asks for: Compile builds that grammar (tool calls in the models' call
+// form when the request offers tools, else its JSON response format), and a
+// Constraint masks, before each sample, every token no parse accepts and
+// advances the parses past the token drawn.
+//
+// The engine (models/lm) runs it per sequence; where the grammar offers a
+// closed set of alternatives the engine scores them with the model instead
+// (its choice decoding), moving a Constraint's State itself.
+package constraint
+
+import (
+	"math"
+
+	"github.com/phaseless/phaseless/llm"
+	"github.com/phaseless/phaseless/models/lm/chatfmt"
+	"github.com/phaseless/phaseless/models/lm/grammar"
+	"github.com/phaseless/phaseless/models/lm/tokenizer"
+)
+
+// Index is a vocabulary's token trie and end-of-generation tokens: what a
+// mask is computed from. A model builds it once and shares it.
+type Index struct {
+	Trie *grammar.TokenTrie
+	EOG  []int32 // end-of-generation ids, absent from Trie
+}
+
+// NewIndex indexes the first vocab tokens of tok.
+func NewIndex(tok tokenizer.Tokenizer, vocab int) *Index {
+	ix := &Index{}
+	pieces := make([][]byte, vocab)
+	for id := range vocab {
+		if tok.IsEOG(int32(id)) {
+			ix.EOG = append(ix.EOG, int32(id))
+			continue
+		}
+		pieces[id] = tok.Piece(int32(id))
+	}
+	ix.Trie = grammar.NewTokenTrie(pieces)
+	return ix
+}
+
+// Constraint keeps one generation inside a grammar: before each sample the
+// logits of every token that no parse accepts are set to -Inf (end-of-
+// generation tokens only once the text is complete), and the sampled
+// token's bytes advance the parses.
+type Constraint struct {
+	// State is the parses so far; choice decoding moves it past the
+	// alternative it writes.
+	State grammar.State
+	trie  *grammar.TokenTrie
+	eog   []int32
+	tok   tokenizer.Tokenizer
+	allow []bool
+}
+
+// New starts g's parses for a generation with tok, whose vocabulary ix
+// indexes.
+func New(ix *Index, tok tokenizer.Tokenizer, g *grammar.Grammar) *Constraint {
+	return &Constraint{State: g.Start(), trie: ix.Trie, eog: ix.EOG, tok: tok, allow: make([]bool, ix.Trie.Vocab())}
+}
+
+// Mask sets the logits of refused tokens to -Inf.
+func (c *Constraint) Mask(logits []float32) {
+	c.trie.Mask(c.State, c.allow)
+	if c.State.Accepting() {
+		for _, id := range c.eog {
+			c.allow[id] = true
+		}
+	}
+	neg := float32(math.Inf(-1))
+	for i, ok := range c.allow[:len(logits)] {
+		if !ok {
+			logits[i] = neg
+		}
+	}
+}
+
+// Sample draws, with draw, a token the grammar accepts and advances past
+// it. A token the mask let through but a parse limit then refused is
+// masked and drawn again; ok is false when no token remains (the grammar is
+// exhausted).
+func (c *Constraint) Sample(draw func(logits []float32) int32, logits []float32) (tok int32, ok bool) {
+	c.Mask(logits)
+	neg := float32(math.Inf(-1))
+	for range len(logits) {
+		if allNeg(logits) {
+			return 0, false
+		}
+		tok = draw(logits)
+		if c.tok.IsEOG(tok) {
+			return tok, true
+		}
+		if next, ok := c.State.AdvanceBytes(c.tok.Piece(tok)); ok {
+			c.State = next
+			return tok, true
+		}
+		logits[tok] = neg
+	}
+	return 0, false
+}
+
+// Accept advances past a token sampled elsewhere (the first token of a
+// handed-off prefill), reporting whether the grammar allows it.
+func (c *Constraint) Accept(tok int32) bool {
+	if c.tok.IsEOG(tok) {
+		return c.State.Accepting()
+	}
+	next, ok := c.State.AdvanceBytes(c.tok.Piece(tok))
+	if ok {
+		c.State = next
+	}
+	return ok
+}
+
+func allNeg(v []float32) bool {
+	for _, x := range v {
+		if !math.IsInf(float64(x), -1) {
+			return false
+		}
+	}
+	return true
+}
+
+// Compile builds the grammar a request asks for: tool calls when it offers
+// tools, else its JSON response format, else none (nil). stops may follow
+// the constrained text.
+func Compile(req *llm.Request, stops []string) (*grammar.Grammar, error) {
+	copyFrom := ""
+	for _, m := range req.Messages {
+		if m.Role == "user" {
+			copyFrom = m.Content
+		}
+	}
+	if req.HasTools() {
+		tools := make([]grammar.Tool, 0, len(req.Tools))
+		for _, t := range req.Tools {
+			if req.ToolChoice.Mode == llm.ToolNamed && t.Name != req.ToolChoice.Name {
+				continue
+			}
+			tools = append(tools, grammar.Tool{Name: t.Name, Schema: t.Parameters})
+		}
+		if len(tools) == 0 {
+			return nil, llm.Errorf(llm.CodeInvalid, "tool_choice names %q, which is not among the tools", req.ToolChoice.Name)
+		}
+		g, err := grammar.ToolCalls(grammar.CallFormat{Open: chatfmt.ToolCallOpen, Close: chatfmt.ToolCallClose, Sep: chatfmt.ToolCallSep}, tools,
+			grammar.ToolCallOptions{Prose: req.ToolChoice.Mode == llm.ToolAuto, Single: req.ToolChoice.Single, Stops: stops, CopyFrom: copyFrom})
+		if err != nil {
+			return nil, llm.Errorf(llm.CodeInvalid, "tools: %v", err)
+		}
+		return g, nil
+	}
+	switch req.ResponseFormat.Type {
+	case llm.FormatJSONObject:
+		return grammar.JSONObject(stops...), nil
+	case llm.FormatJSONSchema:
+		g, err := grammar.SchemaWith(req.ResponseFormat.Schema, grammar.Options{Stops: stops, CopyFrom: copyFrom})
+		if err != nil {
+			return nil, llm.Errorf(llm.CodeInvalid, "response_format: %v", err)
+		}
+		return g, nil
+	}
+	return nil, nil
+}

@@ -1,0 +1,378 @@
+package kernels
+
+import (
+	"fmt"
+	"runtime"
+	"sync"
+	"sync/atomic"
+
+	"gonum.org/v1/gonum/blas"
+	"gonum.org/v1/gonum/blas/blas32"
+
+	"github.com/phaseless/phaseless/models/lm/gguf"
+)
+
+// tileRows is how many weight rows one task multiplies. 64 keeps gonum's
+// Sgemm on its serial path (it parallelises from 4 blocks of 64 up), so the
+// pool alone decides how many cores work, and a 64-row tile of a 512-wide F32
+// matrix (128 KiB) stays in L2 while every token of the step uses it.
+const tileRows = 64
+
+// tileTokens bounds the tokens one Sgemm call covers for the same reason.
+const tileTokens = 64
+
+// Matrix is a weight matrix [rows][cols], stored F32 or, to save memory and
+// bandwidth on devices, F16/BF16 that is dequantised one tile at a time, or a
+// block type (Q4_0 … Q6_K) multiplied by its integer kernel.
+type Matrix struct {
+	rows, cols int
+	dtype      gguf.DType
+	f32        []float32 // F32 data
+	raw        []byte    // data of every other type
+	rowBytes   int
+	qk         *qkernel // the integer kernel of a block type; nil for F32/F16/BF16
+}
+
+// NewF32Matrix wraps F32 weights, used in place (data may be a mapped
+// file's pages).
+func NewF32Matrix(rows, cols int, data []float32) *Matrix {
+	return &Matrix{rows: rows, cols: cols, dtype: gguf.F32, f32: data}
+}
+
+// NewRawMatrix wraps encoded data of any type gguf decodes, used in place.
+func NewRawMatrix(rows, cols int, d gguf.DType, raw []byte) (*Matrix, error) {
+	rb, err := d.RowBytes(cols)
+	if err != nil {
+		return nil, err
+	}
+	if len(raw) != rb*rows {
+		return nil, fmt.Errorf("%s data of %d bytes for %d×%d", d, len(raw), rows, cols)
+	}
+	return &Matrix{rows: rows, cols: cols, dtype: d, raw: raw, rowBytes: rb, qk: qkernels[d]}, nil
+}
+
+// Rows is the matrix's output width.
+func (m *Matrix) Rows() int { return m.rows }
+
+// Cols is the matrix's input width.
+func (m *Matrix) Cols() int { return m.cols }
+
+// DType is how the matrix is stored.
+func (m *Matrix) DType() gguf.DType { return m.dtype }
+
+// F32 is an F32 matrix's data, nil for other types.
+func (m *Matrix) F32() []float32 { return m.f32 }
+
+// Raw is the encoded data of a matrix of any type but F32, nil for F32.
+func (m *Matrix) Raw() []byte { return m.raw }
+
+// RowInto decodes row r into dst (len cols).
+func (m *Matrix) RowInto(r int, dst []float32) {
+	switch m.dtype {
+	case gguf.F32:
+		copy(dst, m.f32[r*m.cols:(r+1)*m.cols])
+	default:
+		gguf.Dequantize(dst, m.raw[r*m.rowBytes:(r+1)*m.rowBytes], m.dtype)
+	}
+}
+
+// Float32s decodes the whole matrix.
+func (m *Matrix) Float32s() []float32 {
+	out := make([]float32, m.rows*m.cols)
+	for r := 0; r < m.rows; r++ {
+		m.RowInto(r, out[r*m.cols:(r+1)*m.cols])
+	}
+	return out
+}
+
+// Pool runs data-parallel work on a fixed number of goroutines per call; the
+// goroutines live only for the call, so nothing outlives its owner. A Pool
+// holds scratch memory for the products: one caller at a time.
+type Pool struct {
+	threads int
+	scratch [][]float32 // one per worker, for dequantised tiles
+	packed  []float32   // activations packed for dot8x4AVX512, shared read-only by the workers
+	qx      []byte      // quantized activations for the integer kernels, shared read-only
+}
+
+// NewPool makes a pool of threads workers (GOMAXPROCS when threads ≤ 0).
+func NewPool(threads int) *Pool {
+	if threads <= 0 {
+		threads = runtime.GOMAXPROCS(0)
+	}
+	return &Pool{threads: threads, scratch: make([][]float32, threads)}
+}
+
+// Threads is how many workers the pool runs.
+func (p *Pool) Threads() int { return p.threads }
+
+// Run calls fn(worker, task) for every task in [0, n), spread over the
+// workers; worker is in [0, Threads()).
+func (p *Pool) Run(n int, fn func(worker, task int)) {
+	workers := min(p.threads, n)
+	if workers <= 1 {
+		for i := 0; i < n; i++ {
+			fn(0, i)
+		}
+		return
+	}
+	var next atomic.Int64
+	var wg sync.WaitGroup
+	work := func(w int) {
+		for {
+			i := int(next.Add(1) - 1)
+			if i >= n {
+				return
+			}
+			fn(w, i)
+		}
+	}
+	for w := 1; w < workers; w++ {
+		wg.Go(func() { work(w) })
+	}
+	work(0)
+	wg.Wait()
+}
+
+func (p *Pool) buf(worker, n int) []float32 {
+	if cap(p.scratch[worker]) < n {
+		p.scratch[worker] = make([]float32, n)
+	}
+	return p.scratch[worker][:n]
+}
+
+// Mul computes y = x Wᵀ for n tokens: x is [n][cols], y is [n][rows]. Each
+// weight tile is read once per call however many tokens there are, which is
+// what makes a batched decode step cost about as much as a single one.
+func (m *Matrix) Mul(p *Pool, y, x []float32, n int) {
+	if m.qk != nil {
+		m.mulQuant(p, y, x, n)
+		return
+	}
+	if HasAVX2 && m.cols >= 8 {
+		m.mulDot4(p, y, x, n)
+		return
+	}
+	impl := blas32.Implementation()
+	tiles := (m.rows + tileRows - 1) / tileRows
+	p.Run(tiles, func(w, tile int) {
+		r0 := tile * tileRows
+		nr := min(tileRows, m.rows-r0)
+		var wt []float32
+		if m.dtype == gguf.F32 {
+			wt = m.f32[r0*m.cols : (r0+nr)*m.cols]
+		} else {
+			wt = p.buf(w, nr*m.cols)
+			for r := 0; r < nr; r++ {
+				m.RowInto(r0+r, wt[r*m.cols:(r+1)*m.cols])
+			}
+		}
+		for t0 := 0; t0 < n; t0 += tileTokens {
+			nt := min(tileTokens, n-t0)
+			impl.Sgemm(blas.NoTrans, blas.Trans, nt, nr, m.cols, 1,
+				x[t0*m.cols:], m.cols, wt, m.cols, 0, y[t0*m.rows+r0:], m.rows)
+		}
+	})
+}
+
+// dot4Tokens is the token block of mulDot4: 16 rows of activations (32 KiB at
+// width 512) stay in L1/L2 while a weight tile streams past them.
+const dot4Tokens = 16
+
+// pfRows is how far ahead dot8x4AVX512 prefetches weight rows: two groups of
+// four, far enough to hide memory latency, near enough to stay in L1.
+const pfRows = 8
+
+// mulDot4 is mul with the AVX2 kernels (and the AVX-512 one for groups of
+// eight tokens where the CPU has it). Every (token, row) dot product is summed
+// the same way whatever batch the token is in and whichever kernel computed
+// it, so a sequence's logits are bit-identical batched or alone.
+func (m *Matrix) mulDot4(p *Pool, y, x []float32, n int) {
+	cols := m.cols
+	k8 := cols &^ 7
+	// The kernels index x and y unchecked: check their extent once here.
+	if n == 0 {
+		return
+	}
+	_, _ = x[n*cols-1], y[n*m.rows-1]
+	// Groups of eight tokens are packed once per call into the layout
+	// dot8x4AVX512 streams (see packPairs); every tile reads the same copy.
+	n8 := 0
+	if HasAVX512 {
+		n8 = n &^ 7
+	}
+	var xp []float32
+	if n8 > 0 {
+		p.packed = packPairs(p.packed, x, n8, cols, k8)
+		xp = p.packed
+	}
+	tiles := (m.rows + tileRows - 1) / tileRows
+	p.Run(tiles, func(w, tile int) {
+		r0 := tile * tileRows
+		nr := min(tileRows, m.rows-r0)
+		var wt []float32
+		if m.dtype == gguf.F32 {
+			wt = m.f32[r0*cols : (r0+nr)*cols]
+		} else {
+			wt = p.buf(w, nr*cols)
+			for r := 0; r < nr; r++ {
+				m.RowInto(r0+r, wt[r*cols:(r+1)*cols])
+			}
+		}
+		put := func(t, r int, s float32) {
+			if k8 < cols {
+				wr, xr := wt[r*cols:(r+1)*cols], x[t*cols:(t+1)*cols]
+				for i := k8; i < cols; i++ {
+					s += wr[i] * xr[i]
+				}
+			}
+			y[t*m.rows+r0+r] = s
+		}
+		row := func(r int) *float32 { return &wt[min(r, nr-1)*cols] }
+		var out32 [32]float32
+		var out8 [8]float32
+		var out4 [4]float32
+		// Eight tokens against four weight rows (AVX-512). The rows are the
+		// outer loop so each stays in L1 while every group of tokens uses it.
+		for r := 0; r < nr && n8 > 0; r += 4 {
+			// The first group's call prefetches the F32 rows two groups on
+			// (of this tile, or the start of the next); later calls, and
+			// dequantised tiles, re-touch rows that are already in cache.
+			next := row(r + pfRows)
+			if m.dtype == gguf.F32 && (r0+r+pfRows+4)*cols <= len(m.f32) {
+				next = &m.f32[(r0+r+pfRows)*cols]
+			}
+			for t0 := 0; t0 < n8; t0 += 8 {
+				pf := row(r)
+				if t0 == 0 {
+					pf = next
+				}
+				if r+4 > nr {
+					// A partial group of rows: the sums of rows past the
+					// tile must not land in y.
+					dot8x4AVX512(k8, row(r), row(r+1), row(r+2), row(r+3), &xp[t0*k8], pf, &out32[0], 16)
+					for j := 0; j < nr-r; j++ {
+						for t := range 8 {
+							put(t0+t, r+j, out32[4*t+j])
+						}
+					}
+					continue
+				}
+				dot8x4AVX512(k8, row(r), row(r+1), row(r+2), row(r+3), &xp[t0*k8], pf, &y[t0*m.rows+r0+r], 4*m.rows)
+				for j := 0; j < 4 && k8 < cols; j++ {
+					for t := range 8 {
+						put(t0+t, r+j, y[(t0+t)*m.rows+r0+r+j])
+					}
+				}
+			}
+		}
+		for t0 := n8; t0 < n; t0 += dot4Tokens {
+			tn := min(dot4Tokens, n-t0)
+			full := tn &^ 3
+			// Two weight rows against four tokens at a time.
+			for r := 0; r < nr && full > 0; r += 2 {
+				if t0 == n8 && r+4 < nr {
+					// The first pass over a tile reads it from memory: ask
+					// for the rows after next while these are multiplied.
+					prefetchAVX2(row(r+4), 2*4*cols)
+				}
+				for g := 0; g < full; g += 4 {
+					t := t0 + g
+					dot4x2AVX2(k8, row(r), row(r+1), &x[t*cols], &x[(t+1)*cols], &x[(t+2)*cols], &x[(t+3)*cols], &out8)
+					for j := range 4 {
+						put(t+j, r, out8[2*j])
+						if r+1 < nr {
+							put(t+j, r+1, out8[2*j+1])
+						}
+					}
+				}
+			}
+			// Fewer than four tokens left (a single stream): one token
+			// against four rows.
+			for t := t0 + full; t < t0+tn; t++ {
+				for r := 0; r < nr; r += 4 {
+					if r+8 < nr {
+						prefetchAVX2(row(r+8), 4*4*cols)
+					}
+					Dot1x4AVX2(k8, &x[t*cols], row(r), row(r+1), row(r+2), row(r+3), &out4)
+					for j := 0; j < min(4, nr-r); j++ {
+						put(t, r+j, out4[j])
+					}
+				}
+			}
+		}
+	})
+}
+
+// packPairs lays out the first n (a multiple of eight) tokens of x [n][cols]
+// for dot8x4AVX512: for each group of eight tokens, chunk c of the first k8
+// columns, and token pair g, the 16 floats [x(2g)[8c:8c+8], x(2g+1)[8c:8c+8]].
+// A group thus reads 256 contiguous bytes per chunk, and one 512-bit load
+// gives two tokens the same chunk. It reuses buf's memory when it can.
+func packPairs(buf, x []float32, n, cols, k8 int) []float32 {
+	buf = growF32s(buf, n*k8)
+	for t0 := 0; t0 < n; t0 += 8 {
+		dst := buf[t0*k8 : (t0+8)*k8]
+		for t := range 8 {
+			src := x[(t0+t)*cols : (t0+t)*cols+k8]
+			off := (t/2)*16 + (t%2)*8
+			for c := 0; c < k8; c += 8 {
+				copy(dst[c*8+off:c*8+off+8], src[c:c+8])
+			}
+		}
+	}
+	return buf
+}
+
+// mulQuant is mul for block types: the tokens' activations are quantized
+// once, then each tile of weight rows is streamed once while every token's
+// integer dot product with each row is taken (the row stays in L1 across
+// tokens; groups of four share one unpacking of each block where a ×4
+// kernel exists). Every kernel does the same operations per (token, row)
+// pair, so batching cannot change a result.
+func (m *Matrix) mulQuant(p *Pool, y, x []float32, n int) {
+	if n == 0 {
+		return
+	}
+	k := m.qk
+	ab := k.actBytes(m.cols)
+	if cap(p.qx) < n*ab {
+		p.qx = make([]byte, n*ab)
+	}
+	qx := p.qx[:n*ab]
+	for t := range n {
+		k.quantize(qx[t*ab:(t+1)*ab], x[t*m.cols:(t+1)*m.cols])
+	}
+	nb := m.cols / k.blockLen
+	dot := k.dot
+	if f := fastDot(m.dtype); f != nil {
+		dot = f
+	}
+	dot4 := fastDot4(m.dtype)
+	tiles := (m.rows + tileRows - 1) / tileRows
+	p.Run(tiles, func(_, tile int) {
+		r0 := tile * tileRows
+		var out [4]float32
+		for r := r0; r < min(r0+tileRows, m.rows); r++ {
+			row := m.raw[r*m.rowBytes : (r+1)*m.rowBytes]
+			t := 0
+			for ; dot4 != nil && t+4 <= n; t += 4 {
+				dot4(row, qx[t*ab:(t+4)*ab], ab, nb, &out)
+				for j, v := range out {
+					y[(t+j)*m.rows+r] = v
+				}
+			}
+			for ; t < n; t++ {
+				y[t*m.rows+r] = dot(row, qx[t*ab:(t+1)*ab], nb)
+			}
+		}
+	})
+}
+
+// growF32s is s resized to n, reallocated only when it is too small.
+func growF32s(s []float32, n int) []float32 {
+	if cap(s) < n {
+		return make([]float32, n)
+	}
+	return s[:n]
+}

@@ -1,0 +1,68 @@
+package kernels
+
+import (
+	"unsafe"
+
+	"golang.org/x/sys/cpu"
+
+	"github.com/phaseless/phaseless/models/lm/gguf"
+)
+
+//go:noescape
+func dotQ8_0SDOT(w, x *byte, nb int) float32
+
+//go:noescape
+func dotQ8_0NEON(w, x *byte, nb int) float32
+
+//go:noescape
+func dotQ4KSDOT(w, x *byte, nb int) float32
+
+//go:noescape
+func dotQ4KNEON(w, x *byte, nb int) float32
+
+//go:noescape
+func dotQ6KSDOT(w, x *byte, nb int) float32
+
+//go:noescape
+func dotQ6KNEON(w, x *byte, nb int) float32
+
+// arm64Kernel is one type's pair of kernels: with the ARMv8.2 dot-product
+// extension (SDOT) and with base NEON (SMULL/SMLAL/SADDLP, for Cortex-A53,
+// A55 without it, A72: Raspberry Pi 3 and 4). Both give the Go kernel's bits.
+type arm64Kernel struct {
+	sdot, neon func(w, x *byte, nb int) float32
+}
+
+var arm64Kernels = map[gguf.DType]arm64Kernel{
+	gguf.Q8_0: {dotQ8_0SDOT, dotQ8_0NEON},
+	gguf.Q4_K: {dotQ4KSDOT, dotQ4KNEON},
+	gguf.Q6_K: {dotQ6KSDOT, dotQ6KNEON},
+}
+
+// haveSDOT selects the dot-product kernels; haveNEON (ASIMD, which every
+// arm64 Linux CPU has) the base ones where SDOT is missing. Tests switch
+// haveSDOT off to run the base kernels on CPUs that have both.
+var (
+	haveSDOT = cpu.ARM64.HasASIMDDP
+	haveNEON = cpu.ARM64.HasASIMD
+)
+
+// fastDot returns the NEON kernel for d (Q8_0, Q4_K, Q6_K; SDOT where the
+// CPU has it), nil for other types or without ASIMD (the Go kernels run).
+// The kernels index w and x unchecked: mulQuant passes whole rows.
+func fastDot(d gguf.DType) func(w, x []byte, nb int) float32 {
+	k, ok := arm64Kernels[d]
+	if !ok || !haveNEON {
+		return nil
+	}
+	f := k.neon
+	if haveSDOT {
+		f = k.sdot
+	}
+	return func(w, x []byte, nb int) float32 {
+		return f(unsafe.SliceData(w), unsafe.SliceData(x), nb)
+	}
+}
+
+// fastDot4: no four-token kernels on arm64 yet; mulQuant calls fastDot per token.
+func fastDot4(gguf.DType) func(w, x []byte, stride, nb int, out *[4]float32) { return nil }

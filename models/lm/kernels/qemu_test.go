@@ -1,0 +1,75 @@
+//go:build amd64 && linux
+
+package kernels
+
+import (
+	"context"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+)
+
+// TestArm64KernelsUnderQEMU cross-compiles this package's tests for arm64 and
+// runs the quantized-kernel ones under qemu-aarch64-static on two CPU
+// models: cortex-a72 (ARMv8.0, no SDOT, no FP16: what a Raspberry Pi 4 is),
+// where fastDot must pick the base-NEON kernels, and cortex-a76 (SDOT),
+// where it picks the SDOT ones; TestNEONKernelsMatchGo also runs the base
+// ones there. Each checks the kernels against the Go ones bit for bit and
+// the batch invariance of the quantized products on ARM.
+func TestArm64KernelsUnderQEMU(t *testing.T) {
+	if testing.Short() {
+		t.Skip("cross-compiles the package")
+	}
+	qemu, err := exec.LookPath("qemu-aarch64-static")
+	if err != nil {
+		if os.Getenv("CI") != "" {
+			t.Fatal("qemu-aarch64-static not installed; .ci/run installs qemu-user-static")
+		}
+		t.Skip("qemu-aarch64-static not installed (apt-get install qemu-user-static)")
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
+	defer cancel()
+	bin := filepath.Join(t.TempDir(), "kernels-arm64.test")
+	build := exec.CommandContext(ctx, "go", "test", "-c", "-o", bin, ".")
+	build.Env = append(os.Environ(), "GOOS=linux", "GOARCH=arm64", "CGO_ENABLED=0")
+	if out, err := build.CombinedOutput(); err != nil {
+		t.Fatalf("cross-compile: %v\n%s", err, out)
+	}
+	// want: lines the run must print, which show which kernels ran.
+	cpus := []struct {
+		model string
+		want  []string
+	}{
+		{"cortex-a72", []string{"no SDOT on this CPU", "q4_K neon kernel equals", "q6_K neon kernel equals"}},
+		{"cortex-a76", []string{"q8_0 sdot kernel equals", "q4_K sdot kernel equals", "q6_K sdot kernel equals", "q6_K neon kernel equals"}},
+	}
+	var wg sync.WaitGroup
+	outs := make([][]byte, len(cpus))
+	errs := make([]error, len(cpus))
+	for i, c := range cpus {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			outs[i], errs[i] = exec.CommandContext(ctx, qemu, "-cpu", c.model, bin, "-test.v",
+				"-test.run", "^(TestNEONKernelsMatchGo|TestQuantAssemblyMatchesGo|TestQuantDotMatchesDequantized|TestQuantMulBatchInvariant|TestQuantActivationSums)$").CombinedOutput()
+		}()
+	}
+	wg.Wait()
+	for i, c := range cpus {
+		out := string(outs[i])
+		if errs[i] != nil || !strings.Contains(out, "--- PASS: TestNEONKernelsMatchGo") ||
+			!strings.Contains(out, "--- PASS: TestQuantMulBatchInvariant") {
+			t.Fatalf("arm64 kernel tests under qemu -cpu %s: %v\n%s", c.model, errs[i], out)
+		}
+		for _, w := range c.want {
+			if !strings.Contains(out, w) {
+				t.Errorf("qemu -cpu %s: output lacks %q:\n%s", c.model, w, out)
+			}
+		}
+		t.Logf("under qemu-aarch64 -cpu %s:\n%s", c.model, out)
+	}
+}
