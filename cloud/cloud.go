@@ -219,7 +219,7 @@ func (c *Cloud) Start(ctx context.Context) (err error) {
 		// Authenticated by the KV server itself, with worker keys only.
 		public["/v1/kv/"] = kv
 	}
-	uiCfg := ui.Config{Cloud: dashboardView{c.coord, c.workers}, Authenticate: auth}
+	uiCfg := ui.Config{Cloud: dashboardView{c.coord, c.workers}, Gate: gate}
 	if c.fleet != nil {
 		uiCfg.Fleet = c.fleet
 	} else if c.standby != nil {

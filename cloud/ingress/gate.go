@@ -127,6 +127,31 @@ func (g *Gate) Admin(h http.Handler) http.Handler {
 	})
 }
 
+// AdminKey authenticates r for the fleet admin surface outside the admin
+// routes themselves (the dashboard, cloud/ui): the same rule as Admin,
+// operator keys for any method, viewer keys for GET and HEAD, other roles
+// never. Open access (no keys) admits anyone with a zero Key. It writes no
+// audit line; the caller records with Audit once it knows the outcome.
+func (g *Gate) AdminKey(r *http.Request) (Key, error) {
+	if g.keys == nil {
+		return Key{}, nil
+	}
+	k, err := g.authenticate(r)
+	if err != nil {
+		return Key{}, err
+	}
+	if !k.Role.mayAdmin(r.Method) {
+		return k, &llm.Error{Code: llm.CodePermission, Message: fmt.Sprintf("this API key's role is %s; %s on the fleet admin surface needs %s", k.Role, r.Method, neededRole(r.Method))}
+	}
+	return k, nil
+}
+
+// Audit writes one line of the fleet admin audit log for a request that
+// AdminKey admitted or refused (outcome "done", "failed" or "denied").
+func (g *Gate) Audit(r *http.Request, k Key, status int, outcome, reason string) error {
+	return g.record(r, k, status, outcome, reason)
+}
+
 func neededRole(method string) string {
 	if method == http.MethodGet || method == http.MethodHead {
 		return "an operator or viewer key"
