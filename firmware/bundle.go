@@ -203,6 +203,23 @@ func Inspect(r io.Reader, key ed25519.PublicKey) (Manifest, error) {
 	return readHeader(r, key)
 }
 
+// Check reads a whole bundle from r as a device's install would: its
+// manifest (signature checked against key; only parsed without one) and
+// every payload against the size and sha256 the manifest lists. It is for
+// the cloud, which stores bundles and must not call a corrupted one
+// verified; the version and board are not judged here.
+func Check(r io.Reader, key ed25519.PublicKey) (Manifest, error) {
+	m, err := Inspect(r, key)
+	if err != nil {
+		return Manifest{}, err
+	}
+	v := &Verified{Manifest: m, r: r}
+	if err := v.Extract(func(string) (io.WriteCloser, error) { return Discard(), nil }); err != nil {
+		return Manifest{}, err
+	}
+	return m, nil
+}
+
 // Peek verifies a bundle's signed manifest, so a device can tell what kind
 // of artifact it is before choosing the Policy to Open it with, and returns
 // a reader that yields the whole bundle again from its first byte.
