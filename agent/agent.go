@@ -408,7 +408,7 @@ func New(cfg Config, log *slog.Logger) (a *Agent, err error) {
 		a.lns = append(a.lns, uln)
 	}
 	if cfg.AdminListen != "" {
-		if a.admin, err = metrics.ListenAdmin(cfg.AdminListen, a.metrics); err != nil {
+		if a.admin, err = metrics.ListenAdmin(cfg.AdminListen, a.metrics, cfg.AllowHosts); err != nil {
 			return nil, &cli.FieldError{Field: "AdminListen", Err: err}
 		}
 	}

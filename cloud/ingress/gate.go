@@ -127,6 +127,31 @@ func (g *Gate) Admin(h http.Handler) http.Handler {
 	})
 }
 
+// Metrics guards the public listener's /metrics: its series name devices,
+// versions and auth counters. A viewer or operator key reads it (the fleet
+// admin API's read rule, for Prometheus), and so does a worker key (a
+// coordinator in front reads this one's load from it, cloud/worker);
+// inference keys and no key are refused, and audited as the admin routes'
+// refusals are. Open access (no keys) serves anyone.
+func (g *Gate) Metrics(h http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if g.keys == nil {
+			h.ServeHTTP(w, r)
+			return
+		}
+		k, err := g.authenticate(r)
+		if err == nil && k.Role != RoleViewer && k.Role != RoleOperator && k.Role != RoleWorker {
+			err = &llm.Error{Code: llm.CodePermission, Message: fmt.Sprintf("this API key's role is %s; /metrics needs a viewer, operator or worker key", k.Role)}
+		}
+		if err != nil {
+			status := g.deny(w, err)
+			g.record(r, k, status, "denied", err.Error())
+			return
+		}
+		h.ServeHTTP(w, r)
+	})
+}
+
 // AdminKey authenticates r for the fleet admin surface outside the admin
 // routes themselves (the dashboard, cloud/ui): the same rule as Admin,
 // operator keys for any method, viewer keys for GET and HEAD, other roles
