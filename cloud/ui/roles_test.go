@@ -38,7 +38,9 @@ func TestDashboardRoles(t *testing.T) {
 	cfg.RegisterFlags(fs)
 	// --dev only for the embedded broker's device auth; keys, once given,
 	// are enforced in --dev too.
-	cfg.HTTP, cfg.QUIC, cfg.MQTT, cfg.DataDir, cfg.Dev, cfg.BuiltinWorkers, cfg.APIKeys = "127.0.0.1:0", "", "127.0.0.1:0", dir, true, 1, keys
+	// No MQTT/TLS listener: its default port (8883) is shared by every test
+	// on the machine.
+	cfg.HTTP, cfg.QUIC, cfg.MQTT, cfg.MQTTTLS, cfg.DataDir, cfg.Dev, cfg.BuiltinWorkers, cfg.APIKeys = "127.0.0.1:0", "", "127.0.0.1:0", "", dir, true, 1, keys
 	c, err := cloud.New(cfg, slog.New(slog.DiscardHandler))
 	if err != nil {
 		t.Fatal(err)
