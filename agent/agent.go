@@ -52,6 +52,9 @@ type Config struct {
 	LocalURL  string // OpenAI-compatible local server instead of the built-in engine
 	Predictor string // ONNX router model; empty = the shipped one; "entropy" = the 4.2-bit rule
 	OTAPub    string // trusted ed25519 key for OTA bundles; empty = updates refused
+	// OTAOrigins are where update bundles may be fetched from (the cloud's
+	// HTTP listener, scheme://host[:port]); empty = updates refused.
+	OTAOrigins cli.StringList
 
 	// AllowHosts and AllowOrigins open the local API to more than loopback
 	// callers without a browser Origin (httpapi.LocalGuard, docs/security.md).
@@ -128,6 +131,7 @@ func (c *Config) Fields() cli.Fields {
 		{Flag: "model", Go: "Model", Value: &c.Model, Usage: "GGUF model for the built-in engine (default: the shipped edge model)"},
 		{Flag: "local-url", Go: "LocalURL", Value: &c.LocalURL, Usage: "OpenAI-compatible local server URL instead of the built-in engine"},
 		{Flag: "ota-pub", Go: "OTAPub", Value: &c.OTAPub, Usage: "the fleet's OTA public key (phaselessctl ota keygen); without it update commands are refused"},
+		{Flag: "ota-origin", Go: "OTAOrigins", Value: &c.OTAOrigins, Usage: "origin (scheme://host[:port]) update bundles may be fetched from: the cloud's HTTP listener, which serves /v1/fleet/artifacts/ (repeatable; update URLs elsewhere are refused before any fetch)"},
 		{Flag: "predictor", Go: "Predictor", Value: &c.Predictor, Usage: `ONNX router model (default: the shipped predictor; "entropy": the 4.2 bits/byte rule)`},
 		{Flag: "local-model", Go: "LocalModel", Value: &c.LocalModel, Usage: "model name to request from the --local-url server (default: the request's)"},
 		{Flag: "local-concurrency", Go: "LocalConcurrency", Value: &c.LocalConcurrency, Usage: "generations the local engine runs at once"},
@@ -299,7 +303,7 @@ func New(cfg Config, log *slog.Logger) (a *Agent, err error) {
 	a.restartc = make(chan struct{})
 	var restartOnce sync.Once
 	if a.ota, err = ota.Open(ota.Config{
-		DataDir: cfg.DataDir, Board: cfg.Board, OTAPub: cfg.OTAPub, Slot: os.Getenv(firmware.EnvSlot),
+		DataDir: cfg.DataDir, Board: cfg.Board, OTAPub: cfg.OTAPub, Origins: cfg.OTAOrigins, Slot: os.Getenv(firmware.EnvSlot),
 		Restart: func() { restartOnce.Do(func() { close(a.restartc) }) },
 		Changed: a.publishStatus, Log: log,
 	}); err != nil {
@@ -404,7 +408,7 @@ func New(cfg Config, log *slog.Logger) (a *Agent, err error) {
 		a.lns = append(a.lns, uln)
 	}
 	if cfg.AdminListen != "" {
-		if a.admin, err = metrics.ListenAdmin(cfg.AdminListen, a.metrics); err != nil {
+		if a.admin, err = metrics.ListenAdmin(cfg.AdminListen, a.metrics, cfg.AllowHosts); err != nil {
 			return nil, &cli.FieldError{Field: "AdminListen", Err: err}
 		}
 	}

@@ -16,6 +16,7 @@ import (
 	"testing"
 
 	"github.com/phaseless/phaseless/firmware"
+	"github.com/phaseless/phaseless/internal/cli"
 	"github.com/phaseless/phaseless/models/lm"
 	"github.com/phaseless/phaseless/models/predictor"
 	"github.com/phaseless/phaseless/transport/fleetwire"
@@ -96,7 +97,7 @@ func TestHotSwapArtifacts(t *testing.T) {
 	shop := newBundleShop(t)
 	_, otherKey, _ := ed25519.GenerateKey(nil)
 	cfg := testConfig(t)
-	cfg.Board, cfg.OTAPub, cfg.Predictor = "rpi4", shop.pubPath, "" // the shipped router and edge model
+	cfg.Board, cfg.OTAPub, cfg.OTAOrigins, cfg.Predictor = "rpi4", shop.pubPath, cli.StringList{shop.srv.URL}, "" // the shipped router and edge model
 	a, url := startAgent(t, cfg)
 	ask := func() {
 		t.Helper()

@@ -82,7 +82,7 @@ func TestLearningLoop(t *testing.T) {
 	urls := map[string]string{}
 	for _, id := range ids {
 		cfg := testConfig(t)
-		cfg.Predictor, cfg.Board, cfg.OTAPub = "", "rpi4", pubPath
+		cfg.Predictor, cfg.Board, cfg.OTAPub, cfg.OTAOrigins = "", "rpi4", pubPath, cli.StringList{srv.URL}
 		cfg.MQTT, cfg.DeviceID = "mqtt://"+b.TCPAddr(), id
 		agents[id], urls[id] = startAgent(t, cfg)
 	}

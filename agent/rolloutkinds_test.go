@@ -13,6 +13,7 @@ import (
 	"github.com/phaseless/phaseless/cloud/fleet"
 	"github.com/phaseless/phaseless/cloud/fleet/broker"
 	"github.com/phaseless/phaseless/firmware"
+	"github.com/phaseless/phaseless/internal/cli"
 	"github.com/phaseless/phaseless/llm"
 	"github.com/phaseless/phaseless/models/predictor"
 )
@@ -25,13 +26,13 @@ import (
 // rest are not sent it. Last, an edge-model bundle reaches all three.
 func TestRouterRolloutReachesFleet(t *testing.T) {
 	shop := newBundleShop(t)
-	m, b, _ := startFleetCloud(t, shop.pub)
+	m, b, srv := startFleetCloud(t, shop.pub)
 
 	ids := []string{"car-r1", "car-r2", "car-r3"}
 	agents := map[string]*Agent{}
 	for _, id := range ids {
 		cfg := testConfig(t)
-		cfg.Predictor, cfg.Board, cfg.OTAPub = "", "rpi4", shop.pubPath
+		cfg.Predictor, cfg.Board, cfg.OTAPub, cfg.OTAOrigins = "", "rpi4", shop.pubPath, cli.StringList{srv.URL}
 		cfg.MQTT, cfg.DeviceID = "mqtt://"+b.TCPAddr(), id
 		agents[id], _ = startAgent(t, cfg)
 	}

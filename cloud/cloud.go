@@ -219,7 +219,7 @@ func (c *Cloud) Start(ctx context.Context) (err error) {
 		// Authenticated by the KV server itself, with worker keys only.
 		public["/v1/kv/"] = kv
 	}
-	uiCfg := ui.Config{Cloud: dashboardView{c.coord, c.workers}, Authenticate: auth}
+	uiCfg := ui.Config{Cloud: dashboardView{c.coord, c.workers}, Gate: gate}
 	if c.fleet != nil {
 		uiCfg.Fleet = c.fleet
 	} else if c.standby != nil {
@@ -231,12 +231,12 @@ func (c *Cloud) Start(ctx context.Context) (err error) {
 	}
 	if c.http, err = ingress.NewHTTP(ingress.HTTPConfig{
 		Addr: c.cfg.HTTP, API: api, Admin: admin, AdminPrefix: "/v1/fleet/", Public: public, UI: dash,
-		Metrics: c.metrics, Ready: ready, Logger: c.log,
+		Metrics: c.metrics, MetricsGuard: gate.Metrics, Ready: ready, Logger: c.log,
 	}); err != nil {
 		return err
 	}
 	if c.cfg.AdminListen != "" {
-		if c.admin, err = metrics.ListenAdmin(c.cfg.AdminListen, c.metrics); err != nil {
+		if c.admin, err = metrics.ListenAdmin(c.cfg.AdminListen, c.metrics, nil); err != nil {
 			return &cli.FieldError{Field: "AdminListen", Err: err}
 		}
 	}

@@ -112,9 +112,14 @@ func chat(t *testing.T, addr, key, policy, content string, maxTokens int) stream
 	return out
 }
 
-func scrape(t *testing.T, addr string) string {
+// scrape reads addr's /metrics, with key (a viewer's) when keys are on.
+func scrape(t *testing.T, addr string, key ...string) string {
 	t.Helper()
-	resp, err := http.Get("http://" + addr + "/metrics")
+	req, _ := http.NewRequest("GET", "http://"+addr+"/metrics", nil)
+	if len(key) > 0 {
+		req.Header.Set("Authorization", "Bearer "+key[0])
+	}
+	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -220,7 +225,7 @@ func TestAgingRateReachesBuiltinEngines(t *testing.T) {
 // runs out with a 429 in OpenAI's shape and the remaining budget header.
 func TestCloudBudgetAndKeys(t *testing.T) {
 	keys := filepath.Join(t.TempDir(), "keys")
-	os.WriteFile(keys, []byte("sk-test-small small 400\nsk-test-big big\n"), 0o600)
+	os.WriteFile(keys, []byte("sk-test-small small 400\nsk-test-big big\nsk-test-view dash role=viewer\n"), 0o600)
 	c := startCloud(t, func(cfg *Config) {
 		cfg.Dev = false
 		cfg.APIKeys = keys
@@ -258,7 +263,7 @@ func TestCloudBudgetAndKeys(t *testing.T) {
 	if over.status != 429 || over.header.Get("x-burst-budget-remaining") == "" || !strings.Contains(over.body, `"rate_limit_error"`) {
 		t.Fatalf("over budget: %d %q %s", over.status, over.header.Get("x-burst-budget-remaining"), over.body)
 	}
-	if !strings.Contains(scrape(t, addr), "phaseless_admit_budget_rejections_total 1") {
+	if !strings.Contains(scrape(t, addr, "sk-test-view"), "phaseless_admit_budget_rejections_total 1") {
 		t.Fatal("budget rejection not counted")
 	}
 }

@@ -18,7 +18,7 @@ import (
 // directory names the tenant of every change and every refusal.
 func TestCloudKeyRoles(t *testing.T) {
 	keys := filepath.Join(t.TempDir(), "keys")
-	os.WriteFile(keys, []byte("sk-app-000001 apps\nsk-ops-000001 ops role=operator\nsk-dash-00001 dash role=viewer\n"), 0o600)
+	os.WriteFile(keys, []byte("sk-app-000001 apps\nsk-ops-000001 ops role=operator\nsk-dash-00001 dash role=viewer\nsk-peer-00001 peer role=worker\n"), 0o600)
 	var dataDir string
 	c := startCloud(t, func(cfg *Config) {
 		// --dev only for the embedded broker's device auth; keys, once
@@ -32,7 +32,9 @@ func TestCloudKeyRoles(t *testing.T) {
 		t.Helper()
 		req, _ := http.NewRequest(method, base+path, strings.NewReader(body))
 		req.Header.Set("Content-Type", "application/json")
-		req.Header.Set("x-api-key", key)
+		if key != "" {
+			req.Header.Set("x-api-key", key)
+		}
 		resp, err := http.DefaultClient.Do(req)
 		if err != nil {
 			t.Fatal(err)
@@ -60,6 +62,14 @@ func TestCloudKeyRoles(t *testing.T) {
 		{"GET", "/v1/fleet/devices", "sk-dash-00001", "", 200, "["},
 		{"POST", "/v1/fleet/devices/car-9/commands", "sk-ops-000001", cmdBody, 202, `"update"`},
 		{"GET", "/v1/fleet/devices", "sk-nope-00001", "", 401, "authentication_error"},
+		// Issue 27: /metrics answered anyone (device versions, auth and
+		// revocation counters); it takes the admin API's read rule.
+		{"GET", "/metrics", "sk-app-000001", "", 403, "permission_error"},
+		{"GET", "/metrics", "", "", 401, "authentication_error"},
+		{"GET", "/metrics", "sk-dash-00001", "", 200, "phaseless_"},
+		{"GET", "/metrics", "sk-ops-000001", "", 200, "phaseless_"},
+		{"GET", "/metrics", "sk-peer-00001", "", 200, "phaseless_"}, // a coordinator in front reads load
+		{"GET", "/healthz", "", "", 200, "ok"},
 	} {
 		if status, body := do(tc.method, tc.path, tc.key, tc.body); status != tc.status || !strings.Contains(body, tc.want) {
 			t.Errorf("%s %s with %s: %d %s, want %d with %s", tc.method, tc.path, tc.key, status, body, tc.status, tc.want)
@@ -79,7 +89,7 @@ func TestCloudKeyRoles(t *testing.T) {
 		}
 		lines = append(lines, e)
 	}
-	want := []string{"apps POST denied", "apps GET denied", "dash PUT denied", "ops POST done", " GET denied"}
+	want := []string{"apps POST denied", "apps GET denied", "dash PUT denied", "ops POST done", " GET denied", "apps GET denied", " GET denied"}
 	if len(lines) != len(want) {
 		t.Fatalf("audit log %v, want %d entries", lines, len(want))
 	}

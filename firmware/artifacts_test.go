@@ -20,7 +20,7 @@ func artifactBundle(t testing.TB, version string) *Verified {
 	if err := WriteKind(&b, priv, KindPredictor, version, "rpi4", files, []string{"predictor.onnx"}); err != nil {
 		t.Fatal(err)
 	}
-	v, err := Open(&b, Policy{TrustedKey: pub, Board: "rpi4", AllowRollback: true})
+	v, err := Open(&b, Policy{TrustedKey: pub, Board: "rpi4", anyVersion: true})
 	if err != nil {
 		t.Fatal(err)
 	}

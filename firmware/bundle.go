@@ -37,9 +37,14 @@ type Manifest struct {
 	Board   string `json:"board"`   // board profile the bundle is built for
 	// Kind is what the bundle updates: KindAgent (the default when empty,
 	// as in bundles made before kinds existed), KindPredictor or KindModel.
-	Kind    string    `json:"kind,omitempty"`
-	Created time.Time `json:"created"`
-	Files   []File    `json:"files"`
+	Kind string `json:"kind,omitempty"`
+	// RollbackFrom is a signed rollback statement: the one version this
+	// bundle, though older, may replace. A device running exactly that
+	// version accepts it; every other device holds its version as the
+	// floor (Open). Empty for an ordinary, forward bundle.
+	RollbackFrom string    `json:"rollback_from,omitempty"`
+	Created      time.Time `json:"created"`
+	Files        []File    `json:"files"`
 }
 
 // Artifact kinds: the agent binary (installed into an A/B slot and booted
@@ -86,12 +91,27 @@ func Write(w io.Writer, key ed25519.PrivateKey, version, board string, files map
 
 // WriteKind is Write for an artifact of the given kind.
 func WriteKind(w io.Writer, key ed25519.PrivateKey, kind, version, board string, files map[string][]byte, names []string) error {
-	m := Manifest{Version: version, Board: board, Kind: kind, Created: time.Now().UTC()}
-	if _, err := ParseVersion(version); err != nil {
+	return WriteManifest(w, key, Manifest{Version: version, Board: board, Kind: kind}, files, names)
+}
+
+// WriteManifest builds a signed bundle from m's version, board, kind and
+// rollback statement; Created and Files are filled in here.
+func WriteManifest(w io.Writer, key ed25519.PrivateKey, m Manifest, files map[string][]byte, names []string) error {
+	m.Created, m.Files = time.Now().UTC(), nil
+	if _, err := ParseVersion(m.Version); err != nil {
 		return err
 	}
-	if !validKind(kind) {
-		return fmt.Errorf("artifact kind %q: want %s", kind, kindList)
+	if !validKind(m.Kind) {
+		return fmt.Errorf("artifact kind %q: want %s", m.Kind, kindList)
+	}
+	if m.RollbackFrom != "" {
+		newer, err := Newer(m.RollbackFrom, m.Version)
+		if err != nil {
+			return fmt.Errorf("rollback from: %w", err)
+		}
+		if !newer {
+			return fmt.Errorf("a rollback bundle replaces a newer version: %s is not newer than %s", m.RollbackFrom, m.Version)
+		}
 	}
 	for _, n := range names {
 		if err := checkName(n); err != nil {
@@ -125,9 +145,11 @@ type Policy struct {
 	TrustedKey     ed25519.PublicKey
 	Board          string
 	RunningVersion string
-	// AllowRollback accepts an older version; only an explicit rollback
-	// command sets it.
-	AllowRollback bool
+	// anyVersion skips the version rule, for tools that read a bundle
+	// without installing it (ReadPayload). Devices never set it: whoever
+	// sends commands must not be able to relax the floor, so a rollback is
+	// only ever a signed manifest's RollbackFrom.
+	anyVersion bool
 }
 
 // Verified is a bundle whose manifest is signed, meant for this board and
@@ -151,10 +173,23 @@ func Open(r io.Reader, p Policy) (*Verified, error) {
 	if err != nil {
 		return nil, err
 	}
-	if !newer && !p.AllowRollback {
+	if !newer && !p.anyVersion && !rollbackFor(m, p.RunningVersion) {
+		if m.RollbackFrom != "" {
+			return nil, fmt.Errorf("%w: bundle %s is a signed rollback from %s only, running %s", ErrNotNewer, m.Version, m.RollbackFrom, p.RunningVersion)
+		}
 		return nil, fmt.Errorf("%w: bundle %s, running %s", ErrNotNewer, m.Version, p.RunningVersion)
 	}
 	return &Verified{Manifest: m, r: r}, nil
+}
+
+// rollbackFor reports whether m is a signed rollback from exactly running.
+func rollbackFor(m Manifest, running string) bool {
+	if m.RollbackFrom == "" || running == "" {
+		return false
+	}
+	later, err1 := Newer(m.RollbackFrom, running)
+	earlier, err2 := Newer(running, m.RollbackFrom)
+	return err1 == nil && err2 == nil && !later && !earlier
 }
 
 // Inspect reads a bundle's manifest for the cloud, which serves bundles to
@@ -166,6 +201,23 @@ func Inspect(r io.Reader, key ed25519.PublicKey) (Manifest, error) {
 		return readHeaderUnverified(r)
 	}
 	return readHeader(r, key)
+}
+
+// Check reads a whole bundle from r as a device's install would: its
+// manifest (signature checked against key; only parsed without one) and
+// every payload against the size and sha256 the manifest lists. It is for
+// the cloud, which stores bundles and must not call a corrupted one
+// verified; the version and board are not judged here.
+func Check(r io.Reader, key ed25519.PublicKey) (Manifest, error) {
+	m, err := Inspect(r, key)
+	if err != nil {
+		return Manifest{}, err
+	}
+	v := &Verified{Manifest: m, r: r}
+	if err := v.Extract(func(string) (io.WriteCloser, error) { return Discard(), nil }); err != nil {
+		return Manifest{}, err
+	}
+	return m, nil
 }
 
 // Peek verifies a bundle's signed manifest, so a device can tell what kind

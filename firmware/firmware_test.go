@@ -31,6 +31,11 @@ func TestOpenPolicy(t *testing.T) {
 	pub, priv := newKey(t)
 	_, otherPriv, _ := ed25519.GenerateKey(nil)
 	good := bundle(t, priv, "1.2.0", "rpi4")
+	var rb bytes.Buffer
+	if err := WriteManifest(&rb, priv, Manifest{Version: "1.2.0", Board: "rpi4", RollbackFrom: "1.10"}, map[string][]byte{"bin/phaseless-agent": []byte("ELF")}, []string{"bin/phaseless-agent"}); err != nil {
+		t.Fatal(err)
+	}
+	rollback := rb.Bytes()
 	tampered := append([]byte(nil), good...)
 	tampered[len(magic)+10] ^= 1 // inside the manifest
 	tests := []struct {
@@ -47,7 +52,12 @@ func TestOpenPolicy(t *testing.T) {
 		{"other board", good, Policy{TrustedKey: pub, Board: "jetson", RunningVersion: "1.0"}, ErrWrongBoard},
 		{"same version", good, Policy{TrustedKey: pub, Board: "rpi4", RunningVersion: "1.2.0"}, ErrNotNewer},
 		{"older", good, Policy{TrustedKey: pub, Board: "rpi4", RunningVersion: "1.10"}, ErrNotNewer},
-		{"explicit rollback", good, Policy{TrustedKey: pub, Board: "rpi4", RunningVersion: "1.10", AllowRollback: true}, nil},
+		// Downgrades need signed intent (issue 27): a rollback statement in
+		// the signed manifest, naming the version it may replace.
+		{"signed rollback", rollback, Policy{TrustedKey: pub, Board: "rpi4", RunningVersion: "1.10"}, nil},
+		{"signed rollback from 1.10.0", rollback, Policy{TrustedKey: pub, Board: "rpi4", RunningVersion: "1.10.0"}, nil},
+		{"signed rollback, other running version", rollback, Policy{TrustedKey: pub, Board: "rpi4", RunningVersion: "1.11"}, ErrNotNewer},
+		{"signed rollback, dev build", rollback, Policy{TrustedKey: pub, Board: "rpi4", RunningVersion: "dev"}, nil},
 		{"no trusted key", good, Policy{Board: "rpi4"}, ErrBadSignature},
 	}
 	for _, tt := range tests {
@@ -57,6 +67,16 @@ func TestOpenPolicy(t *testing.T) {
 				t.Fatalf("err = %v, want %v", err, tt.want)
 			}
 		})
+	}
+}
+
+// A rollback statement must name a newer version than the bundle's own.
+func TestWriteManifestRollback(t *testing.T) {
+	_, priv := newKey(t)
+	for _, from := range []string{"1.2.0", "1.1", "x"} {
+		if err := WriteManifest(io.Discard, priv, Manifest{Version: "1.2.0", Board: "rpi4", RollbackFrom: from}, nil, nil); err == nil {
+			t.Errorf("rollback from %q to 1.2.0 was written", from)
+		}
 	}
 }
 

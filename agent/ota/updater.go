@@ -6,9 +6,12 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net"
 	"net/http"
 	"net/url"
 	"path/filepath"
+	"slices"
+	"strings"
 	"time"
 
 	"github.com/phaseless/phaseless/firmware"
@@ -24,6 +27,11 @@ type Config struct {
 	// update. Named as the agent's Config names it, so the FieldError Open
 	// returns for it names the --ota-pub flag.
 	OTAPub string
+	// Origins are where update bundles may be fetched from: the cloud's
+	// artifact endpoint, as scheme://host[:port] (http://cloud:8080). An
+	// update URL on any other origin is refused before anything is fetched;
+	// none refuses every update.
+	Origins []string
 	// Slot is the slot this process was started from, as the supervisor
 	// said in firmware.EnvSlot; "" when no supervisor started it.
 	Slot string
@@ -36,8 +44,8 @@ type Config struct {
 	Log     *slog.Logger // nil discards
 }
 
-// Updater applies signed updates sent as fleet commands: "update url=U
-// [rollback=true]" downloads a bundle, verifies it against the fleet's
+// Updater applies signed updates sent as fleet commands: "update url=U"
+// downloads a bundle from an allowed origin, verifies it against the fleet's
 // trusted key (--ota-pub), this board and the running version, installs it
 // into the inactive A/B slot on trial and restarts into it. The boot
 // supervisor (`phaseless-agent supervise`, firmware.Supervisor) starts the
@@ -54,9 +62,10 @@ type Updater struct {
 	// running is the slot this process was started from; "" when no
 	// supervisor started it.
 	running string
-	restart func() // nil in tests
-	dataDir string // for OpenArtifacts
-	changed func() // handed to each hot-swapped kind
+	restart func()   // nil in tests
+	origins []string // scheme://host:port update URLs may name
+	dataDir string   // for OpenArtifacts
+	changed func()   // handed to each hot-swapped kind
 	log     *slog.Logger
 	// hot installs the kinds the running agent swaps in place (router
 	// model, edge model: hotswap.go), by firmware kind.
@@ -74,7 +83,14 @@ func Open(cfg Config) (*Updater, error) {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	o := &Updater{board: cfg.Board, client: &http.Client{}, running: cfg.Slot, restart: cfg.Restart, dataDir: cfg.DataDir, changed: cfg.Changed, log: log}
+	o := &Updater{board: cfg.Board, client: &http.Client{CheckRedirect: sameOrigin}, running: cfg.Slot, restart: cfg.Restart, dataDir: cfg.DataDir, changed: cfg.Changed, log: log}
+	for _, raw := range cfg.Origins {
+		origin, err := parseOrigin(raw)
+		if err != nil {
+			return nil, &cli.FieldError{Field: "OTAOrigins", Err: err}
+		}
+		o.origins = append(o.origins, origin)
+	}
 	if cfg.OTAPub != "" {
 		key, err := firmware.ReadPublicKey(cfg.OTAPub)
 		if err != nil {
@@ -183,15 +199,24 @@ const maxBundleBytes = 1 << 30
 
 // Update is the fleet's "update" command: it installs the bundle at
 // argument url, an agent build into the inactive slot (then restarts into
-// it) or a hot-swapped kind in place; rollback=true allows an older
-// version.
+// it) or a hot-swapped kind in place. The URL must be on one of the
+// configured origins (the cloud's artifact endpoint), and the bundle newer
+// than what runs unless its signed manifest says it is a rollback from
+// exactly that version (firmware.Manifest.RollbackFrom): whoever can send
+// commands cannot pick where a device fetches from or lower its floor.
 func (o *Updater) Update(ctx context.Context, cmd fleetwire.Command) (string, error) {
 	if o.key == nil {
 		return "", errors.New("no trusted OTA key on this device (--ota-pub): updates are refused")
 	}
+	if _, ok := cmd.Args["rollback"]; ok {
+		return "", errors.New(`"rollback" is not an update argument: a device never installs an older version on a command's word; sign a rollback bundle (phaselessctl ota sign --rollback-from VERSION)`)
+	}
 	u, err := url.Parse(cmd.Args["url"])
 	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
 		return "", fmt.Errorf(`argument "url" must be the bundle's http(s) URL, got %q`, cmd.Args["url"])
+	}
+	if !o.allowed(u) {
+		return "", fmt.Errorf("update URL %s is not on an allowed origin (--ota-origin %v): refused before fetching", u.Redacted(), o.origins)
 	}
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, u.String(), nil)
 	if err != nil {
@@ -212,7 +237,7 @@ func (o *Updater) Update(ctx context.Context, cmd fleetwire.Command) (string, er
 	if err != nil {
 		return "", err
 	}
-	policy := firmware.Policy{TrustedKey: o.key, Board: o.board, AllowRollback: cmd.Args["rollback"] == "true"}
+	policy := firmware.Policy{TrustedKey: o.key, Board: o.board}
 	kind := m.ArtifactKind()
 	if kind != firmware.KindAgent {
 		h := o.hot[kind]
@@ -242,6 +267,44 @@ func (o *Updater) Update(ctx context.Context, cmd fleetwire.Command) (string, er
 		time.AfterFunc(restartDelay, o.restart)
 	}
 	return fmt.Sprintf("installed %s into slot %s on trial; restarting into it (the supervisor commits it once it is ready)", v.Manifest.Version, slot), nil
+}
+
+// parseOrigin reads an --ota-origin entry: scheme://host[:port], nothing
+// more, with the port made explicit.
+func parseOrigin(raw string) (string, error) {
+	u, err := url.Parse(raw)
+	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" || u.User != nil || (u.Path != "" && u.Path != "/") || u.RawQuery != "" || u.Fragment != "" {
+		return "", fmt.Errorf("update origin %q: want scheme://host[:port], e.g. https://cloud.example:8080", raw)
+	}
+	return originOf(u), nil
+}
+
+// originOf is u's scheme://host:port, lower-cased, with the default port.
+func originOf(u *url.URL) string {
+	port := u.Port()
+	if port == "" {
+		port = map[string]string{"http": "80", "https": "443"}[strings.ToLower(u.Scheme)]
+	}
+	return strings.ToLower(u.Scheme) + "://" + strings.ToLower(net.JoinHostPort(u.Hostname(), port))
+}
+
+func (o *Updater) allowed(u *url.URL) bool {
+	if u.User != nil {
+		return false
+	}
+	return slices.Contains(o.origins, originOf(u))
+}
+
+// sameOrigin keeps a download's redirects on the allowed origin it started
+// from: the origin check must hold for every URL the device fetches.
+func sameOrigin(req *http.Request, via []*http.Request) error {
+	if len(via) >= 10 {
+		return errors.New("stopped after 10 redirects")
+	}
+	if originOf(req.URL) != originOf(via[0].URL) {
+		return fmt.Errorf("update download redirected off its origin to %s: refused", req.URL.Redacted())
+	}
+	return nil
 }
 
 // Commit is the fleet's "ota-commit" command: it keeps the trial slot

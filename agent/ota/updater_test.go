@@ -11,6 +11,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -43,7 +44,25 @@ func TestOTAUpdateCommand(t *testing.T) {
 	add("missigned", otherPriv, "3.0", "rpi4")
 	add("otherboard", priv, "3.0", "jetson")
 	add("older", priv, "1.0", "rpi4")
+	var rb bytes.Buffer
+	if err := firmware.WriteManifest(&rb, priv, firmware.Manifest{Version: "1.0", Board: "rpi4", RollbackFrom: "2.0"},
+		map[string][]byte{"bin/phaseless-agent": []byte("agent 1.0")}, []string{"bin/phaseless-agent"}); err != nil {
+		t.Fatal(err)
+	}
+	bundles["/rollback"] = rb.Bytes()
+	// elsewhere serves the same bundles from an origin the device does not
+	// allow; it counts what it is asked for.
+	var elsewhereHits atomic.Int64
+	elsewhere := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		elsewhereHits.Add(1)
+		w.Write(bundles[r.URL.Path])
+	}))
+	defer elsewhere.Close()
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path == "/redirect" {
+			http.Redirect(w, r, elsewhere.URL+"/good", http.StatusFound)
+			return
+		}
 		if b, ok := bundles[r.URL.Path]; ok {
 			w.Write(b)
 			return
@@ -53,7 +72,7 @@ func TestOTAUpdateCommand(t *testing.T) {
 	defer srv.Close()
 
 	restarted := make(chan struct{}, 1)
-	cfg := Config{DataDir: t.TempDir(), Board: "rpi4", OTAPub: pubPath, Slot: "a", Restart: func() { restarted <- struct{}{} }}
+	cfg := Config{DataDir: t.TempDir(), Board: "rpi4", OTAPub: pubPath, Origins: []string{srv.URL}, Slot: "a", Restart: func() { restarted <- struct{}{} }}
 	o, err := Open(cfg)
 	if err != nil {
 		t.Fatal(err)
@@ -63,6 +82,19 @@ func TestOTAUpdateCommand(t *testing.T) {
 	}
 	if _, err := run("update", o.Update, map[string]string{"url": srv.URL + "/missing"}); err == nil {
 		t.Fatal("a 404 installed something")
+	}
+	// Only the allowed origin is fetched from, redirects included
+	// (issue 27): a good bundle elsewhere is never asked for.
+	for _, u := range []string{elsewhere.URL + "/good", srv.URL + "/redirect", strings.Replace(srv.URL, "http://", "http://user:pw@", 1) + "/good"} {
+		if _, err := run("update", o.Update, map[string]string{"url": u}); err == nil || !strings.Contains(err.Error(), "origin") {
+			t.Errorf("update from %s: %v, want refused for its origin", u, err)
+		}
+	}
+	if n := elsewhereHits.Load(); n != 0 {
+		t.Fatalf("the device fetched %d times from an origin it does not allow", n)
+	}
+	if st := o.slots.State(); st.Trial != "" {
+		t.Fatalf("a refused origin installed a slot: %+v", st)
 	}
 	out, err := run("update", o.Update, map[string]string{"url": srv.URL + "/good"})
 	if err != nil || !strings.Contains(out, "slot b") {
@@ -102,9 +134,20 @@ func TestOTAUpdateCommand(t *testing.T) {
 	if st := o.slots.State(); st.Trial != "" || st.Active != "b" {
 		t.Fatalf("refused bundles changed the slots: %+v", st)
 	}
-	// An explicit rollback command may install an older version.
-	if _, err := run("update", o.Update, map[string]string{"url": srv.URL + "/older", "rollback": "true"}); err != nil {
-		t.Fatalf("explicit rollback: %v", err)
+	// A rollback is signed intent, never a command argument (issue 27): an
+	// older bundle with rollback=true is refused; a bundle whose signed
+	// manifest is a rollback from the running 2.0 is installed.
+	if _, err := run("update", o.Update, map[string]string{"url": srv.URL + "/older", "rollback": "true"}); err == nil {
+		t.Fatal("rollback=true on the command installed an older bundle")
+	}
+	if st := o.slots.State(); st.Trial != "" || st.Active != "b" {
+		t.Fatalf("rollback=true changed the slots: %+v", st)
+	}
+	if _, err := run("update", o.Update, map[string]string{"url": srv.URL + "/rollback"}); err != nil {
+		t.Fatalf("signed rollback: %v", err)
+	}
+	if st := o.slots.State(); st.Trial != "a" || st.Versions["a"] != "1.0" {
+		t.Fatalf("signed rollback: slots %+v", st)
 	}
 	if _, err := run("ota-rollback", o.Rollback, nil); err != nil {
 		t.Fatal(err)

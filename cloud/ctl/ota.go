@@ -59,6 +59,7 @@ func otaSign(_ context.Context, cio cli.IO, args []string) error {
 	board := fs.String("board", "generic", "board profile")
 	out := fs.String("out", "bundle.plota", "output file")
 	kind := fs.String("kind", firmware.KindAgent, "what the bundle updates: agent (binary, A/B slot), predictor (router ONNX) or model (edge GGUF)")
+	rollbackFrom := fs.String("rollback-from", "", "sign a rollback: the newer version this older bundle may replace (devices running exactly that version accept it; no other older bundle is ever installed)")
 	if err := cli.Parse(fs, args, cio.Getenv); err != nil {
 		return fmt.Errorf("%w: %v", cli.ErrUsage, err)
 	}
@@ -89,14 +90,18 @@ func otaSign(_ context.Context, cio cli.IO, args []string) error {
 	if err != nil {
 		return err
 	}
-	if err := firmware.WriteKind(f, key, *kind, *version, *board, files, names); err != nil {
+	if err := firmware.WriteManifest(f, key, firmware.Manifest{Version: *version, Board: *board, Kind: *kind, RollbackFrom: *rollbackFrom}, files, names); err != nil {
 		f.Close()
 		return err
 	}
 	if err := f.Close(); err != nil {
 		return err
 	}
-	fmt.Fprintf(cio.Stdout, "wrote %s: %s version %s, board %s, %d files\n", *out, *kind, *version, *board, len(names))
+	rollback := ""
+	if *rollbackFrom != "" {
+		rollback = ", a signed rollback from " + *rollbackFrom
+	}
+	fmt.Fprintf(cio.Stdout, "wrote %s: %s version %s, board %s, %d files%s\n", *out, *kind, *version, *board, len(names), rollback)
 	return nil
 }
 

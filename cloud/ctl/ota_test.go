@@ -42,4 +42,25 @@ func TestOTAKeygenSignVerify(t *testing.T) {
 	if _, err := runCtl(t, "ota", "verify", "--pub", filepath.Join(dir, "ota-pub.pem"), "--board", "jetson", bundle); err == nil {
 		t.Fatal("bundle for another board verified")
 	}
+	// A rollback is signed intent: --rollback-from makes an older bundle
+	// that a device running exactly that version accepts, and no other.
+	rollback := filepath.Join(dir, "r.plota")
+	out, err = runCtl(t, "ota", "sign", "--key", filepath.Join(dir, "ota-key.pem"), "--version", "1.2", "--rollback-from", "1.3", "--board", "rpi4", "--out", rollback, payload)
+	if err != nil || !strings.Contains(out, "rollback from 1.3") {
+		t.Fatalf("sign rollback: %v\n%s", err, out)
+	}
+	if out, err := runCtl(t, "ota", "verify", "--pub", filepath.Join(dir, "ota-pub.pem"), "--board", "rpi4", "--running", "1.3", rollback); err != nil {
+		t.Fatalf("verify the rollback on 1.3: %v\n%s", err, out)
+	}
+	for _, running := range []string{"1.4", "1.2"} {
+		if _, err := runCtl(t, "ota", "verify", "--pub", filepath.Join(dir, "ota-pub.pem"), "--board", "rpi4", "--running", running, rollback); err == nil {
+			t.Errorf("the rollback from 1.3 verified on a device running %s", running)
+		}
+		if _, err := runCtl(t, "ota", "verify", "--pub", filepath.Join(dir, "ota-pub.pem"), "--board", "rpi4", "--running", running, bundle); running == "1.4" && err == nil {
+			t.Errorf("bundle 1.3 verified on a device running 1.4")
+		}
+	}
+	if _, err := runCtl(t, "ota", "sign", "--key", filepath.Join(dir, "ota-key.pem"), "--version", "1.3", "--rollback-from", "1.2", "--out", rollback, payload); err == nil {
+		t.Error("a rollback from an older version was signed")
+	}
 }

@@ -3,6 +3,7 @@
 // Kubernetes manifests for a scaled cloud (k8s/: coordinator replicas
 // sharing Redis, one fleet manager on an external Mosquitto broker, vLLM
 // GPU workers), Grafana dashboards over the binaries' metrics (grafana/),
-// and the container image builder (image/). docs/deploy.md walks from one
+// a Prometheus scrape config that sends /metrics its key (prometheus/), and
+// the container image builder (image/). docs/deploy.md walks from one
 // machine to the cluster.
 package deploy

@@ -1,7 +1,8 @@
 package fleet
 
 import (
-	"bytes"
+	"bufio"
+	"crypto/ed25519"
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
@@ -24,8 +25,9 @@ var ErrUnknownArtifact = errors.New("unknown artifact")
 const maxArtifact = 1 << 30
 
 // PutArtifact stores a bundle read from r. Its manifest is parsed (and, with
-// Config.OTAPub, its signature checked, so a bundle devices would refuse is
-// refused here first); storing the same bundle twice returns the same id.
+// Config.OTAPub, its signature checked) and every payload checked against
+// the manifest's sha256, so a bundle devices would refuse is refused here
+// first; storing the same bundle twice returns the same id.
 func (m *Manager) PutArtifact(r io.Reader) (*ArtifactInfo, error) {
 	dir := filepath.Join(m.cfg.DataDir, "artifacts")
 	if err := os.MkdirAll(dir, 0o700); err != nil {
@@ -37,8 +39,7 @@ func (m *Manager) PutArtifact(r io.Reader) (*ArtifactInfo, error) {
 	}
 	defer os.Remove(tmp.Name()) // after the rename this removes nothing
 	h := sha256.New()
-	var head bytes.Buffer // the manifest is in the first MiB
-	n, err := io.Copy(io.MultiWriter(tmp, h, &limitWriter{w: &head, n: 2 << 20}), io.LimitReader(r, maxArtifact+1))
+	n, err := io.Copy(io.MultiWriter(tmp, h), io.LimitReader(r, maxArtifact+1))
 	if err == nil {
 		err = tmp.Sync()
 	}
@@ -51,7 +52,7 @@ func (m *Manager) PutArtifact(r io.Reader) (*ArtifactInfo, error) {
 	if n > maxArtifact {
 		return nil, fmt.Errorf("%w: artifact larger than %d bytes", ErrBadRequest, int64(maxArtifact))
 	}
-	man, err := firmware.Inspect(&head, m.cfg.OTAPub)
+	man, err := checkArtifact(tmp.Name(), m.cfg.OTAPub)
 	if err != nil {
 		return nil, fmt.Errorf("%w: %v", ErrBadRequest, err)
 	}
@@ -121,17 +122,14 @@ func (m *Manager) ArtifactHandler() http.Handler {
 	return mux
 }
 
-// limitWriter keeps the first n bytes written and drops the rest.
-type limitWriter struct {
-	w io.Writer
-	n int
-}
-
-func (l *limitWriter) Write(p []byte) (int, error) {
-	if l.n > 0 {
-		k := min(l.n, len(p))
-		l.w.Write(p[:k])
-		l.n -= k
+// checkArtifact reads a stored upload through firmware.Check: signature
+// (with a key) and every payload's sha256, as a device would before
+// installing it.
+func checkArtifact(path string, key ed25519.PublicKey) (firmware.Manifest, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return firmware.Manifest{}, err
 	}
-	return len(p), nil
+	defer f.Close()
+	return firmware.Check(bufio.NewReaderSize(f, 1<<16), key)
 }

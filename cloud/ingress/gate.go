@@ -127,6 +127,56 @@ func (g *Gate) Admin(h http.Handler) http.Handler {
 	})
 }
 
+// Metrics guards the public listener's /metrics: its series name devices,
+// versions and auth counters. A viewer or operator key reads it (the fleet
+// admin API's read rule, for Prometheus), and so does a worker key (a
+// coordinator in front reads this one's load from it, cloud/worker);
+// inference keys and no key are refused, and audited as the admin routes'
+// refusals are. Open access (no keys) serves anyone.
+func (g *Gate) Metrics(h http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if g.keys == nil {
+			h.ServeHTTP(w, r)
+			return
+		}
+		k, err := g.authenticate(r)
+		if err == nil && k.Role != RoleViewer && k.Role != RoleOperator && k.Role != RoleWorker {
+			err = &llm.Error{Code: llm.CodePermission, Message: fmt.Sprintf("this API key's role is %s; /metrics needs a viewer, operator or worker key", k.Role)}
+		}
+		if err != nil {
+			status := g.deny(w, err)
+			g.record(r, k, status, "denied", err.Error())
+			return
+		}
+		h.ServeHTTP(w, r)
+	})
+}
+
+// AdminKey authenticates r for the fleet admin surface outside the admin
+// routes themselves (the dashboard, cloud/ui): the same rule as Admin,
+// operator keys for any method, viewer keys for GET and HEAD, other roles
+// never. Open access (no keys) admits anyone with a zero Key. It writes no
+// audit line; the caller records with Audit once it knows the outcome.
+func (g *Gate) AdminKey(r *http.Request) (Key, error) {
+	if g.keys == nil {
+		return Key{}, nil
+	}
+	k, err := g.authenticate(r)
+	if err != nil {
+		return Key{}, err
+	}
+	if !k.Role.mayAdmin(r.Method) {
+		return k, &llm.Error{Code: llm.CodePermission, Message: fmt.Sprintf("this API key's role is %s; %s on the fleet admin surface needs %s", k.Role, r.Method, neededRole(r.Method))}
+	}
+	return k, nil
+}
+
+// Audit writes one line of the fleet admin audit log for a request that
+// AdminKey admitted or refused (outcome "done", "failed" or "denied").
+func (g *Gate) Audit(r *http.Request, k Key, status int, outcome, reason string) error {
+	return g.record(r, k, status, outcome, reason)
+}
+
 func neededRole(method string) string {
 	if method == http.MethodGet || method == http.MethodHead {
 		return "an operator or viewer key"

@@ -32,6 +32,9 @@ type HTTPConfig struct {
 	// (the signed artifacts devices download).
 	Public  map[string]http.Handler
 	Metrics *metrics.Registry
+	// MetricsGuard wraps /metrics (Gate.Metrics: a viewer or operator
+	// key); nil serves it to anyone, as --dev without keys does.
+	MetricsGuard func(http.Handler) http.Handler
 	// Ready backs /readyz.
 	Ready  func() error
 	Logger *slog.Logger
@@ -70,7 +73,12 @@ func NewHTTP(cfg HTTPConfig) (*HTTPServer, error) {
 	for pattern, h := range cfg.Public {
 		mux.Handle(pattern, h)
 	}
-	metrics.Health(mux, cfg.Metrics, cfg.Ready)
+	metrics.Probes(mux, cfg.Ready)
+	var scrape http.Handler = cfg.Metrics.Handler()
+	if cfg.MetricsGuard != nil {
+		scrape = cfg.MetricsGuard(scrape)
+	}
+	mux.Handle("GET /metrics", scrape)
 	ln, err := net.Listen("tcp", cfg.Addr)
 	if err != nil {
 		return nil, fmt.Errorf("listen %s: %w", cfg.Addr, err)

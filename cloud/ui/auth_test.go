@@ -10,15 +10,16 @@ import (
 	"github.com/phaseless/phaseless/cloud/ingress"
 )
 
-// Outside --dev the dashboard takes the cloud's API keys: a browser without
-// one is sent to sign in, a wrong key is refused, and the right key sets a
-// cookie that opens the pages; scripts may send the key as the API does.
+// Outside --dev the dashboard takes the cloud's operator and viewer keys: a
+// browser without one is sent to sign in, a wrong key or an inference key is
+// refused, and the right key sets a cookie that opens the pages; scripts may
+// send the key as the API does.
 func TestDashboardKeys(t *testing.T) {
-	keys, err := ingress.ParseKeys(strings.NewReader("sk-ops-key ops\n"))
+	keys, err := ingress.ParseKeys(strings.NewReader("sk-ops-key ops role=operator\nsk-app-key apps\n"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	s, err := New(Config{Authenticate: keys.Authenticate})
+	s, err := New(Config{Gate: ingress.NewGate(keys, nil, nil, nil)})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -51,13 +52,24 @@ func TestDashboardKeys(t *testing.T) {
 	if rec := login("sk-wrong-key", "/ui/rollouts"); rec.Code != http.StatusUnauthorized || len(rec.Result().Cookies()) != 0 {
 		t.Fatalf("wrong key: %d, cookies %v", rec.Code, rec.Result().Cookies())
 	}
+	if rec := login("sk-app-key", "/ui/"); rec.Code != http.StatusForbidden || len(rec.Result().Cookies()) != 0 {
+		t.Fatalf("inference key: %d, cookies %v", rec.Code, rec.Result().Cookies())
+	}
 	rec := login("sk-ops-key", "//evil.example/ui/")
 	if rec.Code != http.StatusSeeOther || rec.Header().Get("Location") != "/ui/" {
 		t.Fatalf("right key: %d → %q (an outside next must not be followed)", rec.Code, rec.Header().Get("Location"))
 	}
-	cookies := rec.Result().Cookies()
-	if len(cookies) != 1 || !cookies[0].HttpOnly || cookies[0].Path != "/ui/" {
-		t.Fatalf("cookie %+v", cookies)
+	var cookies []*http.Cookie
+	for _, c := range rec.Result().Cookies() {
+		if c.Name == cookieName {
+			cookies = append(cookies, c)
+		}
+		if !c.HttpOnly || c.Path != "/ui/" || c.SameSite != http.SameSiteStrictMode {
+			t.Fatalf("cookie %+v", c)
+		}
+	}
+	if len(cookies) != 1 || len(rec.Result().Cookies()) != 2 {
+		t.Fatalf("cookies %+v: want the key and a session", rec.Result().Cookies())
 	}
 	// No fleet and no coordinator: the page answers 404 with the reason,
 	// which proves the guard let the request through.

@@ -48,7 +48,9 @@ func fleetOfAgents(t *testing.T, n int) (*cloud.Cloud, []string) {
 	cfg := cloud.Config{}
 	fs := flag.NewFlagSet("cloud", flag.ContinueOnError)
 	cfg.RegisterFlags(fs)
-	cfg.HTTP, cfg.QUIC, cfg.MQTT, cfg.DataDir, cfg.Dev, cfg.BuiltinWorkers = "127.0.0.1:0", "", "127.0.0.1:0", t.TempDir(), true, 2
+	// No MQTT/TLS listener: its default port (8883) is shared by every test
+	// on the machine.
+	cfg.HTTP, cfg.QUIC, cfg.MQTT, cfg.MQTTTLS, cfg.DataDir, cfg.Dev, cfg.BuiltinWorkers = "127.0.0.1:0", "", "127.0.0.1:0", "", t.TempDir(), true, 2
 	c, err := cloud.New(cfg, slog.New(slog.DiscardHandler))
 	if err != nil {
 		t.Fatal(err)

@@ -26,7 +26,8 @@ type Rollout struct {
 	What    string // kind and version of the artifact
 	State   string
 	Reason  string
-	Actions []string // states an operator may move it to
+	Actions []string // states an operator may move it to; none for a viewer
+	CSRF    string   // the page's form token, for the actions' form
 	Started time.Time
 	Updated time.Time
 	Stages  []RolloutStage
@@ -155,7 +156,7 @@ func stagedView(r *fleet.Rollout) Rollout {
 }
 
 func (s *Server) rollouts(w http.ResponseWriter, r *http.Request) {
-	devs, ok := s.fleetDevices(w)
+	devs, ok := s.fleetDevices(w, r)
 	if !ok {
 		return
 	}
@@ -163,32 +164,37 @@ func (s *Server) rollouts(w http.ResponseWriter, r *http.Request) {
 	if sr, ok := s.cfg.Fleet.(StagedRollouts); ok {
 		list, err := sr.Rollouts()
 		if err != nil {
-			s.fail(w, http.StatusInternalServerError, err)
+			s.fail(w, r, http.StatusInternalServerError, err)
 			return
 		}
+		sess, _ := r.Context().Value(sessionKey{}).(session)
 		for _, ro := range list {
-			staged = append(staged, stagedView(ro))
+			v := stagedView(ro)
+			if v.CSRF = sess.token; !sess.CanAct() {
+				v.Actions = nil
+			}
+			staged = append(staged, v)
 		}
 		sort.Slice(staged, func(i, j int) bool { return staged[i].Started.After(staged[j].Started) })
 	}
 	rs, err := updatesAsRollouts(devs, s.cfg.Fleet.Device)
 	if err != nil {
-		s.fail(w, http.StatusInternalServerError, err)
+		s.fail(w, r, http.StatusInternalServerError, err)
 		return
 	}
-	s.render(w, http.StatusOK, "rollouts", map[string]any{"Staged": staged, "Rollouts": rs, "Error": r.URL.Query().Get("error"), "Done": r.URL.Query().Get("done")})
+	s.render(w, r, http.StatusOK, "rollouts", map[string]any{"Staged": staged, "Rollouts": rs, "Error": r.URL.Query().Get("error"), "Done": r.URL.Query().Get("done")})
 }
 
 // setRolloutState takes the pause, resume and abort buttons.
 func (s *Server) setRolloutState(w http.ResponseWriter, r *http.Request) {
 	sr, ok := s.cfg.Fleet.(StagedRollouts)
 	if !ok {
-		s.fail(w, http.StatusNotFound, errors.New("this fleet manager has no staged rollouts"))
+		s.fail(w, r, http.StatusNotFound, errors.New("this fleet manager has no staged rollouts"))
 		return
 	}
 	id, state := r.PathValue("id"), r.PostFormValue("state")
 	if _, err := sr.SetRolloutState(r.Context(), id, state, "dashboard"); err != nil {
-		http.Redirect(w, r, "/ui/rollouts?error="+url.QueryEscape(err.Error()), http.StatusSeeOther)
+		failAction(w, r, "/ui/rollouts?", err)
 		return
 	}
 	http.Redirect(w, r, "/ui/rollouts?done="+url.QueryEscape(id+" → "+state), http.StatusSeeOther)

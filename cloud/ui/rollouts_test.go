@@ -6,11 +6,13 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/phaseless/phaseless/cloud/fleet"
+	"github.com/phaseless/phaseless/cloud/ingress"
 	tfleet "github.com/phaseless/phaseless/transport/fleetwire"
 )
 
@@ -104,7 +106,7 @@ func TestStagedRolloutPage(t *testing.T) {
 		t.Fatalf("failures %+v actions %v", v.Failures, v.Actions)
 	}
 	f := &rolloutFleet{r: r}
-	s, err := New(Config{Fleet: f})
+	s, err := New(Config{Fleet: f, Gate: ingress.NewGate(nil, nil, nil, nil)})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -113,12 +115,25 @@ func TestStagedRolloutPage(t *testing.T) {
 	if body := rec.Body.String(); rec.Code != 200 || !strings.Contains(body, "agent 1.5.0") || !strings.Contains(body, `value="paused"`) || !strings.Contains(body, "signature") {
 		t.Fatalf("page %d:\n%s", rec.Code, body)
 	}
-	req := httptest.NewRequest("POST", "/ui/rollouts/r1/state", strings.NewReader("state=paused"))
-	req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
-	rec = httptest.NewRecorder()
-	s.ServeHTTP(rec, req)
-	if rec.Code != http.StatusSeeOther || len(f.set) != 1 || f.set[0] != "r1=paused" {
-		t.Fatalf("pause: %d %v", rec.Code, f.set)
+	session := rec.Result().Cookies()
+	m := regexp.MustCompile(`name="csrf" value="([^"]+)"`).FindStringSubmatch(rec.Body.String())
+	if len(session) != 1 || m == nil {
+		t.Fatalf("the page set cookies %v and form token %v", session, m)
+	}
+	pause := func(form string) int {
+		req := httptest.NewRequest("POST", "/ui/rollouts/r1/state", strings.NewReader(form))
+		req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
+		req.AddCookie(session[0])
+		rec := httptest.NewRecorder()
+		s.ServeHTTP(rec, req)
+		return rec.Code
+	}
+	// Even on an open (--dev) dashboard a form needs its session's token.
+	if code := pause("state=paused"); code != http.StatusForbidden || len(f.set) != 0 {
+		t.Fatalf("pause without the form token: %d %v", code, f.set)
+	}
+	if code := pause("state=paused&csrf=" + m[1]); code != http.StatusSeeOther || len(f.set) != 1 || f.set[0] != "r1=paused" {
+		t.Fatalf("pause: %d %v", code, f.set)
 	}
 	if got := strings.Join(stagedView(r).Actions, ","); got != "running,aborted" {
 		t.Errorf("paused rollout offers %s", got)

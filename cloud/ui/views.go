@@ -140,14 +140,14 @@ func (f deviceFilter) match(d *fleet.Device) bool {
 
 // fleetDevices lists the registry, or answers the error page and
 // reports false.
-func (s *Server) fleetDevices(w http.ResponseWriter) ([]*fleet.Device, bool) {
+func (s *Server) fleetDevices(w http.ResponseWriter, r *http.Request) ([]*fleet.Device, bool) {
 	if s.cfg.Fleet == nil {
-		s.fail(w, http.StatusNotFound, errNoFleet)
+		s.fail(w, r, http.StatusNotFound, errNoFleet)
 		return nil, false
 	}
 	devs, err := s.cfg.Fleet.Devices()
 	if err != nil {
-		s.fail(w, http.StatusInternalServerError, err)
+		s.fail(w, r, http.StatusInternalServerError, err)
 		return nil, false
 	}
 	return devs, true
@@ -158,13 +158,13 @@ func (s *Server) devices(w http.ResponseWriter, r *http.Request) {
 		http.Redirect(w, r, "/ui/pools", http.StatusSeeOther) // a coordinator without a fleet manager
 		return
 	}
-	devs, ok := s.fleetDevices(w)
+	devs, ok := s.fleetDevices(w, r)
 	if !ok {
 		return
 	}
 	reqs, err := s.readRequests(r, s.cfg.Now().Add(-s.cfg.RouteWindow), "")
 	if err != nil {
-		s.fail(w, http.StatusInternalServerError, err)
+		s.fail(w, r, http.StatusInternalServerError, err)
 		return
 	}
 	f := deviceFilter{Q: r.URL.Query().Get("q"), State: r.URL.Query().Get("state")}
@@ -177,7 +177,7 @@ func (s *Server) devices(w http.ResponseWriter, r *http.Request) {
 		}
 	}
 	sort.Slice(rows, func(i, j int) bool { return rows[i].ID < rows[j].ID })
-	s.render(w, http.StatusOK, "devices", map[string]any{
+	s.render(w, r, http.StatusOK, "devices", map[string]any{
 		"Devices": rows, "Filter": f, "Counts": counts, "Total": len(devs), "Window": s.cfg.RouteWindow,
 	})
 }
@@ -187,7 +187,7 @@ const recentRequests = 25
 
 func (s *Server) device(w http.ResponseWriter, r *http.Request) {
 	if s.cfg.Fleet == nil {
-		s.fail(w, http.StatusNotFound, errNoFleet)
+		s.fail(w, r, http.StatusNotFound, errNoFleet)
 		return
 	}
 	id := r.PathValue("id")
@@ -197,12 +197,12 @@ func (s *Server) device(w http.ResponseWriter, r *http.Request) {
 		if errors.Is(err, fleet.ErrUnknownDevice) {
 			status = http.StatusNotFound
 		}
-		s.fail(w, status, err)
+		s.fail(w, r, status, err)
 		return
 	}
 	reqs, err := s.readRequests(r, s.cfg.Now().Add(-24*time.Hour), id)
 	if err != nil {
-		s.fail(w, http.StatusInternalServerError, err)
+		s.fail(w, r, http.StatusInternalServerError, err)
 		return
 	}
 	rows := reqs[id]
@@ -213,21 +213,31 @@ func (s *Server) device(w http.ResponseWriter, r *http.Request) {
 	for i, j := 0, len(rows)-1; i < j; i, j = i+1, j-1 {
 		rows[i], rows[j] = rows[j], rows[i]
 	}
-	s.render(w, http.StatusOK, "device", map[string]any{
+	s.render(w, r, http.StatusOK, "device", map[string]any{
 		"Device": d, "History": s.cfg.Fleet.StatusHistory(id), "Requests": rows, "Mix": mix,
 		"Sent": r.URL.Query().Get("sent"), "CommandError": r.URL.Query().Get("error"),
 	})
 }
 
 // sendCommand takes the device page's form: a command name and k=v
-// arguments, one per line.
+// arguments, one per line. Only a device the fleet knows (one that has
+// connected) gets a command: the fleet manager would otherwise create a
+// record for whatever id the form names.
 func (s *Server) sendCommand(w http.ResponseWriter, r *http.Request) {
 	if s.cfg.Fleet == nil {
-		s.fail(w, http.StatusNotFound, errNoFleet)
+		s.fail(w, r, http.StatusNotFound, errNoFleet)
 		return
 	}
 	id := r.PathValue("id")
-	back := "/ui/devices/" + url.PathEscape(id)
+	if _, err := s.cfg.Fleet.Device(id); err != nil {
+		status := http.StatusInternalServerError
+		if errors.Is(err, fleet.ErrUnknownDevice) {
+			status = http.StatusNotFound
+		}
+		s.fail(w, r, status, err)
+		return
+	}
+	back := "/ui/devices/" + url.PathEscape(id) + "?"
 	name := strings.TrimSpace(r.PostFormValue("name"))
 	args := map[string]string{}
 	for line := range strings.Lines(r.PostFormValue("args")) {
@@ -237,27 +247,27 @@ func (s *Server) sendCommand(w http.ResponseWriter, r *http.Request) {
 		}
 		k, v, ok := strings.Cut(line, "=")
 		if !ok || strings.TrimSpace(k) == "" {
-			http.Redirect(w, r, back+"?error="+url.QueryEscape("argument "+line+" is not k=v"), http.StatusSeeOther)
+			failAction(w, r, back, errors.New("argument "+line+" is not k=v"))
 			return
 		}
 		args[strings.TrimSpace(k)] = strings.TrimSpace(v)
 	}
 	if name == "" {
-		http.Redirect(w, r, back+"?error="+url.QueryEscape("a command needs a name"), http.StatusSeeOther)
+		failAction(w, r, back, errors.New("a command needs a name"))
 		return
 	}
 	cs, err := s.cfg.Fleet.SendCommand(r.Context(), id, name, args)
 	if err != nil {
-		http.Redirect(w, r, back+"?error="+url.QueryEscape(err.Error()), http.StatusSeeOther)
+		failAction(w, r, back, err)
 		return
 	}
-	http.Redirect(w, r, back+"?sent="+url.QueryEscape(cs.ID), http.StatusSeeOther)
+	http.Redirect(w, r, back+"sent="+url.QueryEscape(cs.ID), http.StatusSeeOther)
 }
 
-func (s *Server) pools(w http.ResponseWriter, _ *http.Request) {
+func (s *Server) pools(w http.ResponseWriter, r *http.Request) {
 	if s.cfg.Cloud == nil {
-		s.fail(w, http.StatusNotFound, errors.New("no coordinator"))
+		s.fail(w, r, http.StatusNotFound, errors.New("no coordinator"))
 		return
 	}
-	s.render(w, http.StatusOK, "pools", map[string]any{"Pools": s.cfg.Cloud.Pools(), "Workers": s.cfg.Cloud.Workers()})
+	s.render(w, r, http.StatusOK, "pools", map[string]any{"Pools": s.cfg.Cloud.Pools(), "Workers": s.cfg.Cloud.Workers()})
 }

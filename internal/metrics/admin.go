@@ -12,16 +12,20 @@ import (
 
 // Admin is the diagnostics listener (--admin-listen): Go's pprof profiles
 // at /debug/pprof/ plus /metrics. It is off unless an address is given, and
-// it has no authentication, so bind it to loopback or a private network;
-// the public listeners never serve pprof.
+// it has no authentication, so bind it to loopback; the public listeners
+// never serve pprof. It answers only requests whose Host names this machine
+// (LoopbackHosts): a page in the machine's browser could otherwise read
+// /debug/pprof/cmdline, credentials in URLs included, through DNS
+// rebinding.
 type Admin struct {
 	srv  *http.Server
 	ln   net.Listener
 	once sync.Once
 }
 
-// ListenAdmin binds addr; Serve starts answering.
-func ListenAdmin(addr string, reg *Registry) (*Admin, error) {
+// ListenAdmin binds addr; Serve starts answering. Requests must name a
+// loopback address, localhost or one of hosts in their Host header.
+func ListenAdmin(addr string, reg *Registry, hosts []string) (*Admin, error) {
 	ln, err := net.Listen("tcp", addr)
 	if err != nil {
 		return nil, fmt.Errorf("admin listen %s: %w", addr, err)
@@ -35,8 +39,16 @@ func ListenAdmin(addr string, reg *Registry) (*Admin, error) {
 	if reg != nil {
 		mux.Handle("GET /metrics", reg.Handler())
 	}
+	allowed := NewLoopbackHosts(hosts)
+	guarded := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if !allowed.Allow(r.Host) {
+			http.Error(w, fmt.Sprintf("Host %q is not this machine's admin listener (allowed: loopback addresses, localhost and the configured names)", r.Host), http.StatusForbidden)
+			return
+		}
+		mux.ServeHTTP(w, r)
+	})
 	// No WriteTimeout: a CPU profile or trace streams for its ?seconds=.
-	return &Admin{srv: &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}, ln: ln}, nil
+	return &Admin{srv: &http.Server{Handler: guarded, ReadHeaderTimeout: 10 * time.Second}, ln: ln}, nil
 }
 
 // Addr is the bound address.

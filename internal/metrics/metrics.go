@@ -409,6 +409,13 @@ var DefLatencyBuckets = []float64{0.00005, 0.0001, 0.00025, 0.0005, 0.001, 0.002
 // Health serves /healthz (the process is alive) and /readyz (ready reports
 // nil once the component can take traffic) on mux, with /metrics from r.
 func Health(mux *http.ServeMux, r *Registry, ready func() error) {
+	Probes(mux, ready)
+	mux.Handle("GET /metrics", r.Handler())
+}
+
+// Probes serves /healthz and /readyz as Health does, without /metrics,
+// for a listener that guards its metrics (the cloud's public one).
+func Probes(mux *http.ServeMux, ready func() error) {
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
 		io.WriteString(w, "ok\n")
 	})
@@ -421,7 +428,6 @@ func Health(mux *http.ServeMux, r *Registry, ready func() error) {
 		}
 		io.WriteString(w, "ready\n")
 	})
-	mux.Handle("GET /metrics", r.Handler())
 }
 
 // HistogramSnapshot is a histogram's state at one moment: Counts[i] is the

@@ -192,11 +192,12 @@ func TestHistogramSnapshotQuantile(t *testing.T) {
 }
 
 // The admin listener serves pprof (a real heap profile, gzip-compressed
-// protobuf) and /metrics, and stops on Close.
+// protobuf) and /metrics to requests that name this machine, and stops on
+// Close.
 func TestAdminServesPprof(t *testing.T) {
 	r := NewRegistry()
 	r.Counter("phaseless_x_total", "X.").Inc()
-	a, err := ListenAdmin("127.0.0.1:0", r)
+	a, err := ListenAdmin("127.0.0.1:0", r, []string{"Car.local"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -219,6 +220,26 @@ func TestAdminServesPprof(t *testing.T) {
 	}
 	if code, body := get("/metrics"); code != 200 || !strings.Contains(string(body), "phaseless_x_total 1") {
 		t.Errorf("metrics: %d %s", code, body)
+	}
+	// DNS rebinding (issue 27): a page whose name resolves to 127.0.0.1
+	// reaches the listener but sends its own name as the Host.
+	for host, want := range map[string]int{
+		"evil.example": 403, "evil.example:" + strings.Split(a.Addr(), ":")[1]: 403, "127.0.0.1.nip.io": 403,
+		"localhost": 200, "127.0.0.1:9": 200, "[::1]:80": 200, "car.local:6060": 200,
+	} {
+		for _, path := range []string{"/debug/pprof/cmdline", "/metrics"} {
+			req, _ := http.NewRequest("GET", "http://"+a.Addr()+path, nil)
+			req.Host = host
+			resp, err := http.DefaultClient.Do(req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			body, _ := io.ReadAll(resp.Body)
+			resp.Body.Close()
+			if resp.StatusCode != want || (want == 403 && strings.Contains(string(body), "metrics.test")) {
+				t.Errorf("GET %s with Host %q: %d, want %d", path, host, resp.StatusCode, want)
+			}
+		}
 	}
 	if err := a.Close(); err != nil {
 		t.Fatal(err)

@@ -1,7 +1,6 @@
 package httpapi
 
 import (
-	"errors"
 	"fmt"
 	"mime"
 	"net"
@@ -9,6 +8,7 @@ import (
 	"net/url"
 	"strings"
 
+	"github.com/phaseless/phaseless/internal/metrics"
 	"github.com/phaseless/phaseless/llm"
 )
 
@@ -80,10 +80,7 @@ func canonicalOrigin(o string) (string, error) {
 
 // Wrap returns h behind the guard. g must be valid (Validate).
 func (g LocalGuard) Wrap(h http.Handler) http.Handler {
-	hosts := map[string]bool{"localhost": true}
-	for _, n := range g.Hosts {
-		hosts[strings.ToLower(strings.Trim(n, "[]"))] = true
-	}
+	hosts := metrics.NewLoopbackHosts(g.Hosts)
 	origins := map[string]bool{}
 	for _, o := range g.Origins {
 		if c, err := canonicalOrigin(o); err == nil {
@@ -99,7 +96,7 @@ func (g LocalGuard) Wrap(h http.Handler) http.Handler {
 		if r.URL.Path == "/v1/messages" {
 			a = apiAnthropic
 		}
-		if !hostAllowed(r.Host, hosts) {
+		if !hosts.Allow(r.Host) {
 			forbidden("host", "Host %q is not this device's API (allowed: loopback addresses, localhost and the configured names)", r.Host).write(w, a)
 			return
 		}
@@ -143,26 +140,4 @@ func preflight(w http.ResponseWriter, r *http.Request) {
 	}
 	h.Set("Access-Control-Max-Age", "600")
 	w.WriteHeader(http.StatusNoContent)
-}
-
-// hostAllowed reports whether a Host header names this device: a loopback
-// IP address, localhost or a configured name, with any port.
-func hostAllowed(hostport string, names map[string]bool) bool {
-	host := hostport
-	if h, _, err := net.SplitHostPort(hostport); err == nil {
-		host = h
-	} else {
-		var ae *net.AddrError
-		if !errors.As(err, &ae) || ae.Err != "missing port in address" {
-			return false
-		}
-	}
-	host = strings.ToLower(strings.TrimSuffix(strings.Trim(host, "[]"), "."))
-	if host == "" {
-		return false
-	}
-	if ip := net.ParseIP(host); ip != nil && ip.IsLoopback() {
-		return true
-	}
-	return names[host]
 }

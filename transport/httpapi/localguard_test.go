@@ -8,6 +8,8 @@ import (
 	"net/http/httptest"
 	"strings"
 	"testing"
+
+	"github.com/phaseless/phaseless/internal/metrics"
 )
 
 func TestLocalGuard(t *testing.T) {
@@ -124,7 +126,7 @@ func FuzzLocalGuard(f *testing.F) {
 		if !passed {
 			return
 		}
-		if !hostAllowed(host, map[string]bool{"localhost": true, "car.local": true}) {
+		if !metrics.NewLoopbackHosts([]string{"car.local"}).Allow(host) {
 			t.Fatalf("Host %q let through", host)
 		}
 		if c, err := canonicalOrigin(origin); origin != "" && (err != nil || c != "http://localhost:3000") {

@@ -85,7 +85,7 @@ func TestSupervisedRolloutEndToEnd(t *testing.T) {
 	dataDir := t.TempDir()
 	sup := exec.Command(factory, "supervise", "--data-dir", dataDir, "--health", "http://"+addr+"/readyz", "--",
 		"--listen", addr, "--device-id", "car-1", "--board", "rk3588", "--mqtt", "mqtt://"+b.TCPAddr(),
-		"--ota-pub", pubPath, "--local-concurrency", "1")
+		"--ota-pub", pubPath, "--ota-origin", srv.URL, "--local-concurrency", "1")
 	var logs syncBuffer
 	sup.Stdout, sup.Stderr = &logs, &logs
 	sup.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
