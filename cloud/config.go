@@ -28,6 +28,9 @@ type Config struct {
 	Workers WorkerURLs // parsed when set (--worker), so nothing reads the text twice
 	Redis   cli.URL    // parsed when set
 	APIKeys string
+	// RedisTimeout bounds each Redis command (admit.RedisOptions.OpTimeout);
+	// 0 = 200 ms.
+	RedisTimeout time.Duration
 
 	MQTTTLS       string  // embedded broker's TLS listener (device certificates)
 	MQTTPasswords string  // Mosquitto password file for the embedded broker
@@ -101,6 +104,7 @@ func (c *Config) Fields() cli.Fields {
 		{Flag: "model", Go: "Model", Value: &c.Model, Usage: "GGUF model for the built-in engine (default: the shipped cloud model)"},
 		{Flag: "worker", Go: "Workers", Value: &c.Workers, Usage: "OpenAI-compatible engine URL (repeatable); options in the fragment: URL#role=prefill-heavy&model=NAME&capacity=N&gpu=h100&key=BEARER; or sim://GPU?model=M&n=N for simulated GPU workers (docs/sim.md)"},
 		{Flag: "redis", Go: "Redis", Value: &c.Redis, Usage: "Redis URL for shared admission state, e.g. redis://127.0.0.1:6379/0"},
+		{Flag: "redis-timeout", Go: "RedisTimeout", Value: &c.RedisTimeout, Usage: "longest a Redis command may take before the request goes on without it (budgets fail open); after 3 failures in a row Redis is left alone for 5 s and /readyz says degraded (0: 200ms)"},
 		{Flag: "api-keys", Go: "APIKeys", Value: &c.APIKeys, Usage: "file of API keys, one per line: key [tenant] [budget] [role=inference|operator|viewer|worker] (docs/security.md)"},
 		{Flag: "mqtt-tls", Go: "MQTTTLS", Value: &c.MQTTTLS, Usage: "embedded broker's MQTT-over-TLS listener, using the PKI's server certificate; empty disables it"},
 		{Flag: "mqtt-passwords", Go: "MQTTPasswords", Value: &c.MQTTPasswords, Usage: "Mosquitto password file for the embedded broker (username = device id)"},
@@ -172,6 +176,8 @@ func (c *Config) Validate() error {
 		return &cli.FieldError{Field: "Budget", Err: fmt.Errorf("%d must be positive", c.Budget)}
 	case c.BudgetPeriod != 0 && c.BudgetPeriod < time.Second:
 		return &cli.FieldError{Field: "BudgetPeriod", Err: fmt.Errorf("%v must be at least 1s", c.BudgetPeriod)}
+	case c.RedisTimeout < 0:
+		return &cli.FieldError{Field: "RedisTimeout", Err: fmt.Errorf("%v must not be negative", c.RedisTimeout)}
 	case c.BatchWindow < 0:
 		return &cli.FieldError{Field: "BatchWindow", Err: fmt.Errorf("%v must not be negative", c.BatchWindow)}
 	case c.AgingRate < 0 || math.IsNaN(c.AgingRate) || math.IsInf(c.AgingRate, 0):
