@@ -257,7 +257,7 @@ func (c *Cloud) Start(ctx context.Context) (err error) {
 	}
 	if c.http, err = ingress.NewHTTP(ingress.HTTPConfig{
 		Addr: c.cfg.HTTP, API: api, Admin: admin, AdminPrefix: "/v1/fleet/", Public: public, UI: dash,
-		Metrics: c.metrics, Ready: ready, Logger: c.log,
+		Metrics: c.metrics, Ready: ready, Logger: c.log, Limits: c.cfg.HTTPLimits,
 	}); err != nil {
 		return err
 	}

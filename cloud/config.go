@@ -12,6 +12,7 @@ import (
 
 	"github.com/phaseless/phaseless/cloud/sched"
 	"github.com/phaseless/phaseless/internal/cli"
+	"github.com/phaseless/phaseless/internal/httplimit"
 	"github.com/phaseless/phaseless/models/lm"
 )
 
@@ -55,8 +56,12 @@ type Config struct {
 	SLATTFT        time.Duration
 	SLAITL         time.Duration
 	AdminListen    string // pprof and /metrics on their own listener; empty = off
-	CacheLayers    string // prompt-caching layers, comma-separated (cache.go); empty = the default set
-	Scheduler      string // the placement policy (sched.Names); empty = sched.NameScheduler, i.e. sched.DefaultPolicy
+	// HTTPLimits bounds the public HTTP listener's connections (timeouts,
+	// a connection cap; internal/httplimit). Zero fields: the defaults,
+	// with MaxConns DefaultHTTPMaxConns.
+	HTTPLimits  httplimit.Config
+	CacheLayers string // prompt-caching layers, comma-separated (cache.go); empty = the default set
+	Scheduler   string // the placement policy (sched.Names); empty = sched.NameScheduler, i.e. sched.DefaultPolicy
 }
 
 // FillDefaults sets every field whose zero value is not a working setting,
@@ -71,6 +76,10 @@ func (c *Config) FillDefaults() {
 	if c.HTTP == "" {
 		c.HTTP = ":8080"
 	}
+	if c.HTTPLimits.MaxConns == 0 {
+		c.HTTPLimits.MaxConns = DefaultHTTPMaxConns
+	}
+	c.HTTPLimits.FillDefaults()
 	if c.DataDir == "" {
 		c.DataDir = "phaseless-cloud-data"
 	}
@@ -93,8 +102,13 @@ func (c *Config) FillDefaults() {
 
 // Fields is phaseless-cloud's configuration table: each field's flag, which
 // is also its PHASELESS_* variable and YAML key (DESIGN.md §4).
+// DefaultHTTPMaxConns caps the public listener: 9,000 idle connections
+// cost the cloud 131 MB (issue 27), about 15 KB each, so 8,192 bound that
+// to ~120 MB while leaving room for a large fleet and its apps.
+const DefaultHTTPMaxConns = 8192
+
 func (c *Config) Fields() cli.Fields {
-	return cli.Fields{
+	return append(cli.Fields{
 		{Flag: "http", Go: "HTTP", Value: &c.HTTP, Usage: "HTTP API address (OpenAI/Anthropic compatible, admin, metrics)"},
 		{Flag: "quic", Go: "QUIC", Value: &c.QUIC, Usage: "QUIC listener for agents (UDP); empty disables it"},
 		{Flag: "mqtt", Go: "MQTT", Value: &c.MQTT, Usage: "embedded MQTT broker address; empty disables it"},
@@ -130,7 +144,7 @@ func (c *Config) Fields() cli.Fields {
 		{Flag: "sla-ttft", Go: "SLATTFT", Value: &c.SLATTFT, Usage: "SLA: time to first token"},
 		{Flag: "sla-itl", Go: "SLAITL", Value: &c.SLAITL, Usage: "SLA: mean time between tokens"},
 		{Flag: "admin-listen", Go: "AdminListen", Value: &c.AdminListen, Usage: "diagnostics listener: Go pprof at /debug/pprof/ and /metrics, unauthenticated (bind to loopback); empty disables it"},
-	}
+	}, c.HTTPLimits.Fields("HTTPLimits.")...)
 }
 
 // RegisterFlags fills c's defaults and binds its fields to fs.
@@ -204,6 +218,9 @@ func (c *Config) Validate() error {
 		return &cli.FieldError{Field: "SLAITL", Err: errors.New("must be positive")}
 	case c.Scheduler != "" && !slices.Contains(sched.Names(), c.Scheduler):
 		return &cli.FieldError{Field: "Scheduler", Err: fmt.Errorf("unknown policy %q (%s)", c.Scheduler, strings.Join(sched.Names(), ", "))}
+	}
+	if err := c.HTTPLimits.Validate(); err != nil {
+		return httplimit.Rename(err, "HTTPLimits.")
 	}
 	return nil
 }

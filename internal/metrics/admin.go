@@ -7,7 +7,8 @@ import (
 	"net/http"
 	"net/http/pprof"
 	"sync"
-	"time"
+
+	"github.com/phaseless/phaseless/internal/httplimit"
 )
 
 // Admin is the diagnostics listener (--admin-listen): Go's pprof profiles
@@ -19,6 +20,10 @@ type Admin struct {
 	ln   net.Listener
 	once sync.Once
 }
+
+// adminLimits: the diagnostics listener serves an operator or a scraper, a
+// few connections at a time.
+var adminLimits = httplimit.Config{MaxConns: 64}
 
 // ListenAdmin binds addr; Serve starts answering.
 func ListenAdmin(addr string, reg *Registry) (*Admin, error) {
@@ -35,8 +40,9 @@ func ListenAdmin(addr string, reg *Registry) (*Admin, error) {
 	if reg != nil {
 		mux.Handle("GET /metrics", reg.Handler())
 	}
-	// No WriteTimeout: a CPU profile or trace streams for its ?seconds=.
-	return &Admin{srv: &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}, ln: ln}, nil
+	// httplimit's write timeout bounds each write, not the response, so a
+	// CPU profile or trace that runs for its ?seconds= is not cut.
+	return &Admin{srv: adminLimits.Server(mux), ln: adminLimits.Listener(ln)}, nil
 }
 
 // Addr is the bound address.
