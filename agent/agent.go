@@ -29,6 +29,7 @@ import (
 	"github.com/phaseless/phaseless/agent/telemetry"
 	"github.com/phaseless/phaseless/firmware"
 	"github.com/phaseless/phaseless/internal/cli"
+	"github.com/phaseless/phaseless/internal/httplimit"
 	"github.com/phaseless/phaseless/internal/metrics"
 	"github.com/phaseless/phaseless/models/predictor"
 	"github.com/phaseless/phaseless/transport/fleetwire"
@@ -76,7 +77,16 @@ type Config struct {
 	TelemetryMax     int           // records the telemetry buffer keeps before dropping the oldest (200,000)
 	AdminListen      string        // pprof and /metrics on their own listener; empty = off
 	OTLP             cli.URL       // OTLP/HTTP collector for request spans (tracing.go); parsed when set
+	// HTTPLimits bounds the local API's connections, on the TCP listener
+	// and the socket each (timeouts, a cap; internal/httplimit). Zero
+	// fields: the defaults, with MaxConns DefaultHTTPMaxConns.
+	HTTPLimits httplimit.Config
 }
+
+// DefaultHTTPMaxConns caps the local API: its callers are the head unit's
+// apps, a handful of connections; 3,000 trickling bodies once held the
+// agent open (issue 27), and a device has little memory to spare.
+const DefaultHTTPMaxConns = 256
 
 // FillDefaults sets every field whose zero value is not a working setting,
 // so a zero Config runs an offline agent on 127.0.0.1:7070. A field whose
@@ -86,6 +96,10 @@ func (c *Config) FillDefaults() {
 	if c.Listen == "" {
 		c.Listen = "127.0.0.1:7070"
 	}
+	if c.HTTPLimits.MaxConns == 0 {
+		c.HTTPLimits.MaxConns = DefaultHTTPMaxConns
+	}
+	c.HTTPLimits.FillDefaults()
 	if c.Board == "" {
 		c.Board = "generic"
 	}
@@ -118,7 +132,7 @@ func (c *Config) FillDefaults() {
 // Fields is phaseless-agent's configuration table: each field's flag, which
 // is also its PHASELESS_* variable and YAML key (DESIGN.md §4).
 func (c *Config) Fields() cli.Fields {
-	return cli.Fields{
+	return append(cli.Fields{
 		{Flag: "listen", Go: "Listen", Value: &c.Listen, Usage: "local API address (HTTP)"},
 		{Flag: "otlp", Go: "OTLP", Value: &c.OTLP, Usage: "OpenTelemetry collector URL (OTLP/HTTP, e.g. http://127.0.0.1:4318): export request spans (routing, local queueing, prefill, decode); the trace continues on the cloud"},
 		{Flag: "socket", Go: "Socket", Value: &c.Socket, Usage: "also serve the local API on this Unix socket"},
@@ -148,7 +162,7 @@ func (c *Config) Fields() cli.Fields {
 		{Flag: "telemetry-rate", Go: "TelemetryRate", Value: &c.TelemetryRate, Usage: "most telemetry records per second the fleet uplink sends (draining a backlog)"},
 		{Flag: "telemetry-max-records", Go: "TelemetryMax", Value: &c.TelemetryMax, Usage: "telemetry records kept on the device while offline; the oldest go first"},
 		{Flag: "admin-listen", Go: "AdminListen", Value: &c.AdminListen, Usage: "diagnostics listener: Go pprof at /debug/pprof/ and /metrics, unauthenticated (keep it on loopback); empty disables it"},
-	}
+	}, c.HTTPLimits.Fields("HTTPLimits.")...)
 }
 
 // RegisterFlags fills c's defaults and binds its fields to fs.
@@ -229,6 +243,9 @@ func (c *Config) Validate() error {
 	}
 	if c.TelemetryMax < 100 {
 		return &cli.FieldError{Field: "TelemetryMax", Err: fmt.Errorf("%d must be at least 100", c.TelemetryMax)}
+	}
+	if err := c.HTTPLimits.Validate(); err != nil {
+		return httplimit.Rename(err, "HTTPLimits.")
 	}
 	return nil
 }
@@ -393,19 +410,20 @@ func New(cfg Config, log *slog.Logger) (a *Agent, err error) {
 	mux.Handle("/v1/", api)
 	mux.HandleFunc("POST /v1/feedback", a.feedback)
 	a.handler = localGuard(cfg).Wrap(mux)
-	a.srv = &http.Server{Handler: a.handler, ReadHeaderTimeout: 10 * time.Second, MaxHeaderBytes: httpapi.ServerMaxHeaderBytes}
+	a.srv = cfg.HTTPLimits.Server(a.handler)
+	a.srv.MaxHeaderBytes = httpapi.ServerMaxHeaderBytes
 
 	ln, err := net.Listen("tcp", cfg.Listen)
 	if err != nil {
 		return nil, &cli.FieldError{Field: "Listen", Err: err}
 	}
-	a.lns = append(a.lns, ln)
+	a.lns = append(a.lns, cfg.HTTPLimits.Listener(ln))
 	if cfg.Socket != "" {
 		uln, err := listenUnix(cfg.Socket)
 		if err != nil {
 			return nil, &cli.FieldError{Field: "Socket", Err: err}
 		}
-		a.lns = append(a.lns, uln)
+		a.lns = append(a.lns, cfg.HTTPLimits.Listener(uln))
 	}
 	if cfg.AdminListen != "" {
 		if a.admin, err = metrics.ListenAdmin(cfg.AdminListen, a.metrics, cfg.AllowHosts); err != nil {

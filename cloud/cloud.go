@@ -121,9 +121,33 @@ func (c *Cloud) Start(ctx context.Context) (err error) {
 	worker.RegisterCacheMetrics(c.metrics, builtins)
 
 	var store admit.Store = admit.NewMemoryStore()
+	storeReady := func() error { return nil }
 	if c.cfg.Redis.IsSet() {
-		if store, err = admit.NewRedisStore(ctx, c.cfg.Redis.String(), ""); err != nil {
+		circuitOpen := c.metrics.Gauge("phaseless_admit_store_circuit_open", "1 while Redis failed repeatedly and is left alone for a cool-down (budgets fail open)")
+		rs, err := admit.NewRedisStore(ctx, c.cfg.Redis.String(), "", admit.RedisOptions{
+			OpTimeout: c.cfg.RedisTimeout,
+			OnStateChange: func(open bool, err error) {
+				if open {
+					circuitOpen.Set(1)
+					c.log.Error("Redis unreachable: budgets and fallback limits fail open until it answers again", "err", err)
+				} else {
+					circuitOpen.Set(0)
+					c.log.Info("Redis answers again")
+				}
+			},
+		})
+		if err != nil {
 			return &cli.FieldError{Field: "Redis", Err: err}
+		}
+		store = rs
+		// Degraded, not unready: the replica still serves (budgets fail
+		// open), and every replica shares this Redis, so a 503 would
+		// take them all out of the load balancer at once.
+		storeReady = func() error {
+			if rs.Ready(context.Background()) != nil { // the cause is logged when the circuit opens
+				return &metrics.Degraded{Err: errors.New("shared state (Redis) unreachable: budgets and fallback limits fail open")}
+			}
+			return nil
 		}
 	}
 	storeErrors := c.metrics.Counter("phaseless_admit_store_errors_total", "admission store failures (requests were let through)")
@@ -132,7 +156,9 @@ func (c *Cloud) Start(ctx context.Context) (err error) {
 		Budget: bucket(c.cfg.Budget, c.cfg.BudgetPeriod),
 		OnStoreError: func(err error) {
 			storeErrors.Inc()
-			c.log.Warn("admission store", "err", err)
+			if !errors.Is(err, admit.ErrStoreUnavailable) { // logged once, when the circuit opened
+				c.log.Warn("admission store", "err", err)
+			}
 		},
 	})
 	if err != nil {
@@ -192,11 +218,11 @@ func (c *Cloud) Start(ctx context.Context) (err error) {
 	if err := c.startFleet(); err != nil {
 		return err
 	}
-	ready := c.coord.Ready
+	ready := func() error { return errors.Join(c.coord.Ready(), storeReady()) }
 	var admin http.Handler
 	if fa, fr := c.fleetAPI(); fa != nil {
 		admin = gate.Admin(fa.Handler())
-		ready = func() error { return errors.Join(c.coord.Ready(), fr()) }
+		ready = func() error { return errors.Join(c.coord.Ready(), fr(), storeReady()) }
 	}
 	api, err := httpapi.NewHandler(c.coord, httpapi.Options{
 		Authenticate: auth, AllowPolicyHint: c.cfg.Dev, AllowKVHandoff: len(builtins) > 0, Cloud: true, Metrics: c.metrics, Logger: c.log,
@@ -231,7 +257,7 @@ func (c *Cloud) Start(ctx context.Context) (err error) {
 	}
 	if c.http, err = ingress.NewHTTP(ingress.HTTPConfig{
 		Addr: c.cfg.HTTP, API: api, Admin: admin, AdminPrefix: "/v1/fleet/", Public: public, UI: dash,
-		Metrics: c.metrics, MetricsGuard: gate.Metrics, Ready: ready, Logger: c.log,
+		Metrics: c.metrics, MetricsGuard: gate.Metrics, Ready: ready, Logger: c.log, Limits: c.cfg.HTTPLimits,
 	}); err != nil {
 		return err
 	}

@@ -12,6 +12,7 @@ import (
 
 	"github.com/phaseless/phaseless/cloud/sched"
 	"github.com/phaseless/phaseless/internal/cli"
+	"github.com/phaseless/phaseless/internal/httplimit"
 	"github.com/phaseless/phaseless/models/lm"
 )
 
@@ -28,6 +29,9 @@ type Config struct {
 	Workers WorkerURLs // parsed when set (--worker), so nothing reads the text twice
 	Redis   cli.URL    // parsed when set
 	APIKeys string
+	// RedisTimeout bounds each Redis command (admit.RedisOptions.OpTimeout);
+	// 0 = 200 ms.
+	RedisTimeout time.Duration
 
 	MQTTTLS       string  // embedded broker's TLS listener (device certificates)
 	MQTTPasswords string  // Mosquitto password file for the embedded broker
@@ -52,8 +56,12 @@ type Config struct {
 	SLATTFT        time.Duration
 	SLAITL         time.Duration
 	AdminListen    string // pprof and /metrics on their own listener; empty = off
-	CacheLayers    string // prompt-caching layers, comma-separated (cache.go); empty = the default set
-	Scheduler      string // the placement policy (sched.Names); empty = sched.NameScheduler, i.e. sched.DefaultPolicy
+	// HTTPLimits bounds the public HTTP listener's connections (timeouts,
+	// a connection cap; internal/httplimit). Zero fields: the defaults,
+	// with MaxConns DefaultHTTPMaxConns.
+	HTTPLimits  httplimit.Config
+	CacheLayers string // prompt-caching layers, comma-separated (cache.go); empty = the default set
+	Scheduler   string // the placement policy (sched.Names); empty = sched.NameScheduler, i.e. sched.DefaultPolicy
 }
 
 // FillDefaults sets every field whose zero value is not a working setting,
@@ -68,6 +76,10 @@ func (c *Config) FillDefaults() {
 	if c.HTTP == "" {
 		c.HTTP = ":8080"
 	}
+	if c.HTTPLimits.MaxConns == 0 {
+		c.HTTPLimits.MaxConns = DefaultHTTPMaxConns
+	}
+	c.HTTPLimits.FillDefaults()
 	if c.DataDir == "" {
 		c.DataDir = "phaseless-cloud-data"
 	}
@@ -90,8 +102,13 @@ func (c *Config) FillDefaults() {
 
 // Fields is phaseless-cloud's configuration table: each field's flag, which
 // is also its PHASELESS_* variable and YAML key (DESIGN.md §4).
+// DefaultHTTPMaxConns caps the public listener: 9,000 idle connections
+// cost the cloud 131 MB (issue 27), about 15 KB each, so 8,192 bound that
+// to ~120 MB while leaving room for a large fleet and its apps.
+const DefaultHTTPMaxConns = 8192
+
 func (c *Config) Fields() cli.Fields {
-	return cli.Fields{
+	return append(cli.Fields{
 		{Flag: "http", Go: "HTTP", Value: &c.HTTP, Usage: "HTTP API address (OpenAI/Anthropic compatible, admin, metrics)"},
 		{Flag: "quic", Go: "QUIC", Value: &c.QUIC, Usage: "QUIC listener for agents (UDP); empty disables it"},
 		{Flag: "mqtt", Go: "MQTT", Value: &c.MQTT, Usage: "embedded MQTT broker address; empty disables it"},
@@ -101,6 +118,7 @@ func (c *Config) Fields() cli.Fields {
 		{Flag: "model", Go: "Model", Value: &c.Model, Usage: "GGUF model for the built-in engine (default: the shipped cloud model)"},
 		{Flag: "worker", Go: "Workers", Value: &c.Workers, Usage: "OpenAI-compatible engine URL (repeatable); options in the fragment: URL#role=prefill-heavy&model=NAME&capacity=N&gpu=h100&key=BEARER; or sim://GPU?model=M&n=N for simulated GPU workers (docs/sim.md)"},
 		{Flag: "redis", Go: "Redis", Value: &c.Redis, Usage: "Redis URL for shared admission state, e.g. redis://127.0.0.1:6379/0"},
+		{Flag: "redis-timeout", Go: "RedisTimeout", Value: &c.RedisTimeout, Usage: "longest a Redis command may take before the request goes on without it (budgets fail open); after 3 failures in a row Redis is left alone for 5 s and /readyz says degraded (0: 200ms)"},
 		{Flag: "api-keys", Go: "APIKeys", Value: &c.APIKeys, Usage: "file of API keys, one per line: key [tenant] [budget] [role=inference|operator|viewer|worker] (docs/security.md)"},
 		{Flag: "mqtt-tls", Go: "MQTTTLS", Value: &c.MQTTTLS, Usage: "embedded broker's MQTT-over-TLS listener, using the PKI's server certificate; empty disables it"},
 		{Flag: "mqtt-passwords", Go: "MQTTPasswords", Value: &c.MQTTPasswords, Usage: "Mosquitto password file for the embedded broker (username = device id)"},
@@ -126,7 +144,7 @@ func (c *Config) Fields() cli.Fields {
 		{Flag: "sla-ttft", Go: "SLATTFT", Value: &c.SLATTFT, Usage: "SLA: time to first token"},
 		{Flag: "sla-itl", Go: "SLAITL", Value: &c.SLAITL, Usage: "SLA: mean time between tokens"},
 		{Flag: "admin-listen", Go: "AdminListen", Value: &c.AdminListen, Usage: "diagnostics listener: Go pprof at /debug/pprof/ and /metrics, unauthenticated (bind to loopback); empty disables it"},
-	}
+	}, c.HTTPLimits.Fields("HTTPLimits.")...)
 }
 
 // RegisterFlags fills c's defaults and binds its fields to fs.
@@ -172,6 +190,8 @@ func (c *Config) Validate() error {
 		return &cli.FieldError{Field: "Budget", Err: fmt.Errorf("%d must be positive", c.Budget)}
 	case c.BudgetPeriod != 0 && c.BudgetPeriod < time.Second:
 		return &cli.FieldError{Field: "BudgetPeriod", Err: fmt.Errorf("%v must be at least 1s", c.BudgetPeriod)}
+	case c.RedisTimeout < 0:
+		return &cli.FieldError{Field: "RedisTimeout", Err: fmt.Errorf("%v must not be negative", c.RedisTimeout)}
 	case c.BatchWindow < 0:
 		return &cli.FieldError{Field: "BatchWindow", Err: fmt.Errorf("%v must not be negative", c.BatchWindow)}
 	case c.AgingRate < 0 || math.IsNaN(c.AgingRate) || math.IsInf(c.AgingRate, 0):
@@ -198,6 +218,9 @@ func (c *Config) Validate() error {
 		return &cli.FieldError{Field: "SLAITL", Err: errors.New("must be positive")}
 	case c.Scheduler != "" && !slices.Contains(sched.Names(), c.Scheduler):
 		return &cli.FieldError{Field: "Scheduler", Err: fmt.Errorf("unknown policy %q (%s)", c.Scheduler, strings.Join(sched.Names(), ", "))}
+	}
+	if err := c.HTTPLimits.Validate(); err != nil {
+		return httplimit.Rename(err, "HTTPLimits.")
 	}
 	return nil
 }

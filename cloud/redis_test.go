@@ -1,9 +1,12 @@
 package cloud
 
 import (
+	"io"
+	"net/http"
 	"os"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -46,5 +49,51 @@ func TestCloudReplicasShareBudget(t *testing.T) {
 	// A spent at least its ~30 prompt tokens.
 	if shared > fresh-20 {
 		t.Fatalf("replica B reports %d remaining for the shared tenant, %d for a fresh one: it did not see A's spending", shared, fresh)
+	}
+}
+
+// TestDeadRedisDegraded kills the Redis a cloud shares its budgets through:
+// /readyz stays 200 but says degraded (every replica shares that Redis, so
+// a 503 would pull them all from the load balancer), requests are still
+// answered (budgets fail open), and once the circuit opens they stop
+// touching Redis. Each request's latency is logged, not asserted: before
+// the fix each waited about 1.8 s on go-redis' retries (issue 27, item 10).
+func TestDeadRedisDegraded(t *testing.T) {
+	url, kill := redistest.StartKillable(t)
+	keys := filepath.Join(t.TempDir(), "keys")
+	os.WriteFile(keys, []byte("sk-redis-dead-1 tenant 100000\n"), 0o600)
+	c := startCloud(t, func(cfg *Config) {
+		cfg.Dev, cfg.APIKeys, cfg.BuiltinWorkers = false, keys, 1
+		if err := cfg.Redis.Set(url); err != nil {
+			t.Fatal(err)
+		}
+	})
+	readyz := func() (int, string) {
+		resp, err := http.Get("http://" + c.HTTPAddr() + "/readyz")
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		return resp.StatusCode, string(b)
+	}
+	if code, body := readyz(); code != 200 || body != "ready\n" {
+		t.Fatalf("/readyz with Redis up: %d %q", code, body)
+	}
+	kill()
+	for i := range 5 {
+		start := time.Now()
+		r := chat(t, c.HTTPAddr(), "sk-redis-dead-1", "", "hello there", 4)
+		if r.status != 200 {
+			t.Fatalf("request %d with Redis dead: %d %s", i, r.status, r.body)
+		}
+		t.Logf("request %d with Redis dead: %v", i, time.Since(start))
+	}
+	code, body := readyz()
+	if code != 200 || !strings.HasPrefix(body, "degraded: ") || !strings.Contains(body, "unreachable") {
+		t.Fatalf("/readyz with Redis dead: %d %q, want 200 degraded", code, body)
+	}
+	if v := c.metrics.Gauge("phaseless_admit_store_circuit_open", "").Value(); v != 1 {
+		t.Errorf("circuit_open gauge = %v, want 1", v)
 	}
 }

@@ -151,5 +151,6 @@ func (c *Client) runCommand(ctx context.Context, cmd fleetwire.Command) (res fle
 	} else {
 		res.OK = true
 	}
-	return res
+	// The broker refuses a result over fleetwire.MaxCmdResultBytes.
+	return fleetwire.TruncateResult(res)
 }

@@ -30,7 +30,7 @@ func stores(t *testing.T) map[string]func(t *testing.T) Store {
 		"memory": func(t *testing.T) Store { return NewMemoryStore() },
 		"redis": func(t *testing.T) Store {
 			url := redistest.Start(t)
-			s, err := NewRedisStore(context.Background(), url, fmt.Sprintf("test%d:", time.Now().UnixNano()))
+			s, err := NewRedisStore(context.Background(), url, fmt.Sprintf("test%d:", time.Now().UnixNano()), RedisOptions{})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -138,10 +138,10 @@ func TestRedisStoreUnreachable(t *testing.T) {
 	ln.Close()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	if _, err := NewRedisStore(ctx, "redis://"+addr+"/0", ""); err == nil {
+	if _, err := NewRedisStore(ctx, "redis://"+addr+"/0", "", RedisOptions{}); err == nil {
 		t.Fatal("connected to a closed port")
 	}
-	if _, err := NewRedisStore(ctx, "http://x", ""); err == nil {
+	if _, err := NewRedisStore(ctx, "http://x", "", RedisOptions{}); err == nil {
 		t.Fatal("accepted a non-redis URL")
 	}
 }

@@ -14,6 +14,8 @@ import (
 
 	"github.com/eclipse/paho.golang/autopaho"
 	"github.com/eclipse/paho.golang/paho"
+
+	"github.com/phaseless/phaseless/transport/fleetwire"
 )
 
 // Mosquitto's dynamic security plugin (mosquitto_dynamic_security.so) is
@@ -50,26 +52,39 @@ func (m *Manager) RevokeOnBroker(ctx context.Context, id string) error {
 
 // DynsecFleetSetup is the dynamic-security commands that set a fleet up on
 // a Mosquitto whose plugin knows only its admin: role "fleet" (every topic
-// under prefix), role "device" (its own dev/{id}/ subtree, the fleet ACL of
-// DESIGN.md §4, and the fleet-wide announcements), the cloud's user with
-// the plugin's admin role and "fleet", and one client per device (username
-// = device id).
+// under prefix), role "device" (the fleet-wide announcements), the cloud's
+// user with the plugin's admin role and "fleet", and one client per device
+// with role "device" and a role "device-{id}" of its own (publishing only its
+// protocol topics, reading its own dev/{id}/ subtree: the fleet ACL of
+// DESIGN.md §4); a device's username is its id.
 func DynsecFleetSetup(prefix, cloudUser, cloudPassword string, devices map[string]string) []DynsecCommand {
 	acl := func(kind, topic string) map[string]any {
 		return map[string]any{"acltype": kind, "topic": topic, "allow": true}
 	}
-	all, own, fleetWide := prefix+"#", prefix+"dev/%u/#", prefix+"fleet/#"
+	all, fleetWide := prefix+"#", prefix+"fleet/#"
 	role := func(name string) map[string]any { return map[string]any{"rolename": name} }
 	cmds := []DynsecCommand{
 		{"command": "createRole", "rolename": "fleet", "acls": []any{
 			acl("publishClientSend", all), acl("publishClientReceive", all), acl("subscribePattern", all)}},
 		{"command": "createRole", "rolename": "device", "acls": []any{
-			acl("publishClientSend", own), acl("publishClientReceive", own), acl("subscribePattern", own),
 			acl("publishClientReceive", fleetWide), acl("subscribePattern", fleetWide)}},
 		{"command": "createClient", "username": cloudUser, "password": cloudPassword, "roles": []any{role("admin"), role("fleet")}},
 	}
+	// The plugin (Mosquitto 2.0) has no %u or %c in ACL topics (upstream
+	// issue eclipse-mosquitto/mosquitto#2784), so each device gets a role
+	// of its own naming its topics: it publishes only those the protocol
+	// has it write (fleetwire.DeviceWrites) and reads its own subtree. The
+	// plugin has no per-topic size or retain rule; the broker's global
+	// max_packet_size is the only size limit (docs/security.md, "Broker ACL").
 	for _, id := range slices.Sorted(maps.Keys(devices)) {
-		cmds = append(cmds, DynsecCommand{"command": "createClient", "username": id, "password": devices[id], "roles": []any{role("device")}})
+		own := prefix + "dev/" + id + "/"
+		acls := []any{acl("publishClientReceive", own+"#"), acl("subscribePattern", own+"#")}
+		for _, w := range fleetwire.DeviceWrites {
+			acls = append(acls, acl("publishClientSend", own+w.Suffix))
+		}
+		cmds = append(cmds,
+			DynsecCommand{"command": "createRole", "rolename": "device-" + id, "acls": acls},
+			DynsecCommand{"command": "createClient", "username": id, "password": devices[id], "roles": []any{role("device"), role("device-" + id)}})
 	}
 	return cmds
 }

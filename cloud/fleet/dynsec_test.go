@@ -3,10 +3,15 @@ package fleet
 import (
 	"context"
 	"errors"
+	"slices"
+	"sync"
 	"testing"
 	"time"
 
+	"github.com/eclipse/paho.golang/paho"
+
 	"github.com/phaseless/phaseless/internal/mosquittotest"
+	"github.com/phaseless/phaseless/transport/fleetwire"
 )
 
 // TestRevokeOnMosquitto: with an external Mosquitto running the dynamic
@@ -60,6 +65,65 @@ func TestRevokeOnMosquitto(t *testing.T) {
 	plain := &Manager{cfg: Config{External: &External{URL: brokerURL}}} // an external broker without the plugin
 	if err := plain.RevokeOnBroker(ctx, "car-9"); !errors.Is(err, ErrNoDynsec) {
 		t.Fatalf("manager without dynamic security: %v", err)
+	}
+}
+
+// TestDynsecDeviceWrites: the device role publishes only the topics of
+// fleetwire.DeviceWrites on a real Mosquitto with the plugin.
+func TestDynsecDeviceWrites(t *testing.T) {
+	const admin, adminPw = "dynsec-admin", "admin-pw-1"
+	brokerURL := mosquittotest.StartDynsec(t, admin, adminPw)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	setup := &External{URL: brokerURL, Username: admin, Password: adminPw}
+	if err := RunDynsec(ctx, setup, DynsecFleetSetup("phaseless/", "phaseless-cloud", "cloud-pw-1", map[string]string{"car-9": "pw-car-9"})...); err != nil {
+		t.Fatal(err)
+	}
+	cloud, err := mosquittotest.Connect(t, brokerURL, "phaseless-cloud", "cloud-pw-1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var mu sync.Mutex // guards got
+	var got []string
+	arrived := make(chan struct{}, 64)
+	cloud.Client().AddOnPublishReceived(func(pr paho.PublishReceived) (bool, error) {
+		mu.Lock()
+		got = append(got, pr.Packet.Topic)
+		mu.Unlock()
+		arrived <- struct{}{}
+		return true, nil
+	})
+	if _, err := cloud.Client().Subscribe(ctx, &paho.Subscribe{Subscriptions: []paho.SubscribeOptions{{Topic: "phaseless/#", QoS: 1}}}); err != nil {
+		t.Fatal(err)
+	}
+	dev, err := mosquittotest.Connect(t, brokerURL, "car-9", "pw-car-9")
+	if err != nil {
+		t.Fatal(err)
+	}
+	tp := fleetwire.Topics{}
+	for _, topic := range []string{tp.Device("car-9", "junk"), tp.Device("car-9", fleetwire.SuffixCmd), tp.Device("car-9", fleetwire.SuffixConfigDesired), tp.Device("car-8", fleetwire.SuffixStatus)} {
+		_, _ = dev.Client().Publish(ctx, &paho.Publish{QoS: 1, Topic: topic, Payload: []byte("refused"), Retain: true})
+	}
+	var want []string
+	for _, w := range fleetwire.DeviceWrites {
+		want = append(want, tp.Device("car-9", w.Suffix))
+		if _, err := dev.Client().Publish(ctx, &paho.Publish{QoS: 1, Topic: want[len(want)-1], Payload: []byte("ok")}); err != nil {
+			t.Fatalf("%s: %v", want[len(want)-1], err)
+		}
+	}
+	// One connection's messages keep their order: a refused one delivered
+	// would arrive before the last allowed one.
+	for range want {
+		select {
+		case <-arrived:
+		case <-ctx.Done():
+			t.Fatal("the allowed publishes did not all arrive")
+		}
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if !slices.Equal(got, want) {
+		t.Fatalf("the cloud got %v, want %v", got, want)
 	}
 }
 

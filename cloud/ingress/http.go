@@ -11,6 +11,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/phaseless/phaseless/internal/httplimit"
 	"github.com/phaseless/phaseless/internal/metrics"
 	"github.com/phaseless/phaseless/transport/httpapi"
 )
@@ -38,6 +39,9 @@ type HTTPConfig struct {
 	// Ready backs /readyz.
 	Ready  func() error
 	Logger *slog.Logger
+	// Limits bounds each connection's time and the listener's connection
+	// count (zero fields: httplimit's defaults).
+	Limits httplimit.Config
 }
 
 // HTTPServer is the coordinator's HTTP listener.
@@ -79,14 +83,16 @@ func NewHTTP(cfg HTTPConfig) (*HTTPServer, error) {
 		scrape = cfg.MetricsGuard(scrape)
 	}
 	mux.Handle("GET /metrics", scrape)
+	if err := cfg.Limits.Validate(); err != nil {
+		return nil, err
+	}
 	ln, err := net.Listen("tcp", cfg.Addr)
 	if err != nil {
 		return nil, fmt.Errorf("listen %s: %w", cfg.Addr, err)
 	}
-	return &HTTPServer{
-		srv: &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second, MaxHeaderBytes: httpapi.ServerMaxHeaderBytes},
-		ln:  ln, log: cfg.Logger,
-	}, nil
+	srv := cfg.Limits.Server(mux)
+	srv.MaxHeaderBytes = httpapi.ServerMaxHeaderBytes
+	return &HTTPServer{srv: srv, ln: cfg.Limits.Listener(ln), log: cfg.Logger}, nil
 }
 
 // Addr is the bound address.

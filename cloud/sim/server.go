@@ -17,6 +17,7 @@ import (
 
 	"github.com/phaseless/phaseless/cloud/sched"
 	"github.com/phaseless/phaseless/cloud/worker"
+	"github.com/phaseless/phaseless/internal/httplimit"
 	"github.com/phaseless/phaseless/llm"
 	"github.com/phaseless/phaseless/models/lm/chatfmt"
 	"github.com/phaseless/phaseless/transport/httpapi"
@@ -49,6 +50,10 @@ type Server struct {
 }
 
 var _ llm.Generator = (*Server)(nil)
+
+// simLimits are every listener's timeouts and cap (internal/httplimit
+// defaults): a simulated worker is an HTTP server like a real one.
+var simLimits httplimit.Config
 
 // NewServer starts the engine loop of a deployment; Close stops it.
 func NewServer(d *Deployment) *Server {
@@ -382,13 +387,13 @@ func StartFleet(raw string) (*Fleet, error) {
 			f.Close()
 			return nil, err
 		}
-		hs := &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second}
+		hs := simLimits.Server(h)
 		f.servers, f.https = append(f.servers, srv), append(f.https, hs)
 		f.urls = append(f.urls, "http://"+ln.Addr().String())
 		f.wg.Add(1)
 		go func() {
 			defer f.wg.Done()
-			hs.Serve(ln) //nolint:errcheck // ErrServerClosed on Close
+			hs.Serve(simLimits.Listener(ln)) //nolint:errcheck // ErrServerClosed on Close
 		}()
 	}
 	return f, nil

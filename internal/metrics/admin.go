@@ -7,7 +7,8 @@ import (
 	"net/http"
 	"net/http/pprof"
 	"sync"
-	"time"
+
+	"github.com/phaseless/phaseless/internal/httplimit"
 )
 
 // Admin is the diagnostics listener (--admin-listen): Go's pprof profiles
@@ -22,6 +23,10 @@ type Admin struct {
 	ln   net.Listener
 	once sync.Once
 }
+
+// adminLimits: the diagnostics listener serves an operator or a scraper, a
+// few connections at a time.
+var adminLimits = httplimit.Config{MaxConns: 64}
 
 // ListenAdmin binds addr; Serve starts answering. Requests must name a
 // loopback address, localhost or one of hosts in their Host header.
@@ -47,8 +52,9 @@ func ListenAdmin(addr string, reg *Registry, hosts []string) (*Admin, error) {
 		}
 		mux.ServeHTTP(w, r)
 	})
-	// No WriteTimeout: a CPU profile or trace streams for its ?seconds=.
-	return &Admin{srv: &http.Server{Handler: guarded, ReadHeaderTimeout: 10 * time.Second}, ln: ln}, nil
+	// httplimit's write timeout bounds each write, not the response, so a
+	// CPU profile or trace that runs for its ?seconds= is not cut.
+	return &Admin{srv: adminLimits.Server(guarded), ln: adminLimits.Listener(ln)}, nil
 }
 
 // Addr is the bound address.

@@ -406,8 +406,36 @@ func formatValue(v float64) string {
 // DefLatencyBuckets are seconds from 50 µs to 30 s, for request and token latencies.
 var DefLatencyBuckets = []float64{0.00005, 0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30}
 
+// Degraded marks a readiness error that leaves the component serving, in a
+// reduced way (a shared store unreachable, its budgets failing open): /readyz
+// answers 200 "degraded: ..." for it, not 503. A load balancer pulls a 503
+// backend; when every replica shares the dependency, all would be pulled
+// and the service lost, for a fault it survives.
+type Degraded struct{ Err error }
+
+func (d *Degraded) Error() string { return d.Err.Error() }
+func (d *Degraded) Unwrap() error { return d.Err }
+
+// onlyDegraded reports whether every error err joins is a *Degraded.
+func onlyDegraded(err error) bool {
+	if d, ok := err.(*Degraded); ok && d != nil {
+		return true
+	}
+	if j, ok := err.(interface{ Unwrap() []error }); ok {
+		for _, e := range j.Unwrap() {
+			if !onlyDegraded(e) {
+				return false
+			}
+		}
+		return len(j.Unwrap()) > 0
+	}
+	return false
+}
+
 // Health serves /healthz (the process is alive) and /readyz (ready reports
-// nil once the component can take traffic) on mux, with /metrics from r.
+// nil once the component can take traffic; 503 otherwise, or 200 with a
+// "degraded: " body when every error it reports is a *Degraded) on mux,
+// with /metrics from r.
 func Health(mux *http.ServeMux, r *Registry, ready func() error) {
 	Probes(mux, ready)
 	mux.Handle("GET /metrics", r.Handler())
@@ -422,6 +450,11 @@ func Probes(mux *http.ServeMux, ready func() error) {
 	mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, _ *http.Request) {
 		if ready != nil {
 			if err := ready(); err != nil {
+				if onlyDegraded(err) {
+					w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+					io.WriteString(w, "degraded: "+strings.ReplaceAll(err.Error(), "\n", "; ")+"\n")
+					return
+				}
 				http.Error(w, "not ready: "+err.Error(), http.StatusServiceUnavailable)
 				return
 			}

@@ -1,6 +1,8 @@
 package metrics
 
 import (
+	"errors"
+	"fmt"
 	"io"
 	"math"
 	"net/http"
@@ -98,11 +100,26 @@ func TestHealthEndpoints(t *testing.T) {
 			t.Errorf("%s = %d, want %d", tt.path, rec.Code, tt.code)
 		}
 	}
-	ready = nil
-	rec := httptest.NewRecorder()
-	mux.ServeHTTP(rec, httptest.NewRequest("GET", "/readyz", nil))
-	if rec.Code != 200 {
-		t.Errorf("/readyz after ready = %d", rec.Code)
+	for _, tt := range []struct {
+		name  string
+		ready error
+		code  int
+		body  string
+	}{
+		{"ready", nil, 200, "ready\n"},
+		{"degraded", &Degraded{errors.New("redis down")}, 200, "degraded: redis down\n"},
+		{"degraded twice", errors.Join(&Degraded{errors.New("a")}, nil, &Degraded{errors.New("b")}), 200, "degraded: a; b\n"},
+		{"degraded and not ready", errors.Join(&Degraded{errors.New("a")}, errors.New("no workers")), 503, "not ready: a\nno workers\n"},
+		{"wrapped degraded is still an error", fmt.Errorf("x: %w", &Degraded{errors.New("a")}), 503, "not ready: x: a\n"},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			ready = tt.ready
+			rec := httptest.NewRecorder()
+			mux.ServeHTTP(rec, httptest.NewRequest("GET", "/readyz", nil))
+			if rec.Code != tt.code || rec.Body.String() != tt.body {
+				t.Errorf("/readyz = %d %q, want %d %q", rec.Code, rec.Body.String(), tt.code, tt.body)
+			}
+		})
 	}
 }
 

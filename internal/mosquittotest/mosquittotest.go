@@ -151,6 +151,9 @@ func Connect(t testing.TB, brokerURL, id, pw string) (*Device, error) {
 	return d, nil
 }
 
+// Client is the device's MQTT client, to publish and subscribe with.
+func (d *Device) Client() *paho.Client { return d.c }
+
 // FreePort returns a loopback TCP port that was free a moment ago.
 func FreePort(t testing.TB) int {
 	t.Helper()

@@ -64,21 +64,104 @@ func (t Topics) ParseDevice(topic string) (id, suffix string, ok bool) {
 	return id, suffix, true
 }
 
-// DeviceMay reports whether device id may publish to or subscribe on topic
-// (or filter): only under its own dev/{id}/, plus reading fleet
-// announcements. This is the broker ACL.
-func (t Topics) DeviceMay(id, topic string, write bool) bool {
+// DeviceWrite is what the broker lets a device publish on one of its own
+// topics: the protocol's device→cloud topics and nothing else, each with a
+// payload limit, retained only where DESIGN.md §4 retains. Anything a device
+// may write is stored by the broker at most once per topic when retained, so
+// this table bounds what one device certificate can make the broker keep.
+type DeviceWrite struct {
+	Suffix   string
+	Retain   bool // a retained publish is allowed (the protocol retains this topic)
+	MaxBytes int  // payload limit in bytes
+}
+
+// Payload limits per device topic. Each is the largest payload the agent
+// sends there with headroom, and far below the broker's packet limit.
+const (
+	// MaxStatusBytes: a Status with a board, three artifact versions and
+	// a rolled-back entry encodes to about 350 bytes.
+	MaxStatusBytes = 8 << 10
+	// MaxTelemetryBytes: the agent trims a batch to 256 KiB
+	// (agent/fleetclient maxBatchBytes) but always sends at least one
+	// record; 10 request records with their 225 features measured
+	// 27,539 bytes (about 2.75 KB a record, cloud/fleet/broker
+	// TestTelemetryBatchWeight), so a trimmed batch stays under ~260 KiB
+	// and 1 MiB leaves 4× headroom.
+	MaxTelemetryBytes = 1 << 20
+	// MaxConfigReportedBytes: a version, a flag, an error sentence and the
+	// names of settings pending a restart.
+	MaxConfigReportedBytes = 8 << 10
+	// MaxCmdResultBytes: a command's output (install logs, diagnostics);
+	// the agent truncates Output to fit (TruncateResult).
+	MaxCmdResultBytes = 64 << 10
+)
+
+// DeviceWrites is every topic a device may publish to, under its own
+// {prefix}dev/{id}/. The broker refuses the rest.
+var DeviceWrites = []DeviceWrite{
+	{Suffix: SuffixStatus, Retain: true, MaxBytes: MaxStatusBytes},
+	{Suffix: SuffixTelemetry, MaxBytes: MaxTelemetryBytes},
+	{Suffix: SuffixConfigReported, Retain: true, MaxBytes: MaxConfigReportedBytes},
+	{Suffix: SuffixCmdResult, MaxBytes: MaxCmdResultBytes},
+}
+
+// DeviceWriteRule returns the rule for device id publishing to topic, and
+// false when the device may not publish there at all.
+func (t Topics) DeviceWriteRule(id, topic string) (DeviceWrite, bool) {
 	if ValidateDeviceID(id) != nil {
-		return false // an empty or odd id would widen "own subtree" (dev//...)
+		return DeviceWrite{}, false // an empty or odd id would widen "own subtree" (dev//...)
 	}
-	own := t.prefix() + "dev/" + id + "/"
-	if strings.HasPrefix(topic, own) && !strings.ContainsAny(topic[len(own):], "+#") {
-		return true
+	suffix, ok := strings.CutPrefix(topic, t.prefix()+"dev/"+id+"/")
+	if !ok {
+		return DeviceWrite{}, false
 	}
-	if strings.HasPrefix(topic, own) && !write {
+	for _, w := range DeviceWrites {
+		if w.Suffix == suffix {
+			return w, true
+		}
+	}
+	return DeviceWrite{}, false
+}
+
+// DeviceMay reports whether device id may publish to or subscribe on topic
+// (or filter): publish only to the exact topics of DeviceWrites, subscribe
+// anywhere under its own dev/{id}/ and to fleet announcements. This is the
+// broker ACL; DeviceWriteRule adds the retain and size rules.
+func (t Topics) DeviceMay(id, topic string, write bool) bool {
+	if write {
+		_, ok := t.DeviceWriteRule(id, topic)
+		return ok
+	}
+	if ValidateDeviceID(id) != nil {
+		return false
+	}
+	if strings.HasPrefix(topic, t.prefix()+"dev/"+id+"/") {
 		return true // a device may use wildcards inside its own subtree to subscribe
 	}
-	return !write && strings.HasPrefix(topic, t.prefix()+"fleet/")
+	return strings.HasPrefix(topic, t.prefix()+"fleet/")
+}
+
+// TruncateResult shortens r.Output so that r encodes within
+// MaxCmdResultBytes, marking the cut, so a command with a long output still
+// reports its outcome instead of being refused by the broker.
+func TruncateResult(r CommandResult) CommandResult {
+	const mark = "\n[output truncated]"
+	cut := func(s string, n int) string { return strings.ToValidUTF8(s[:len(s)-n], "") + mark }
+	for {
+		b, err := json.Marshal(r)
+		if err != nil || len(b) <= MaxCmdResultBytes {
+			return r
+		}
+		over := len(b) - MaxCmdResultBytes + len(mark)
+		switch {
+		case len(r.Output) > over:
+			r.Output = cut(r.Output, over)
+		case r.Output != "":
+			r.Output = ""
+		default:
+			r.Error = cut(r.Error, min(len(r.Error), max(over, len(r.Error)/2)))
+		}
+	}
 }
 
 // ValidateDeviceID rejects ids that would break the topic scheme or the PKI.

@@ -2,9 +2,11 @@ package fleetwire
 
 import (
 	"encoding/json"
+	"slices"
 	"strings"
 	"testing"
 	"time"
+	"unicode/utf8"
 )
 
 func TestTopicBuilders(t *testing.T) {
@@ -58,7 +60,15 @@ func TestDeviceMay(t *testing.T) {
 	}{
 		{"d1", "phaseless/dev/d1/status", true, true},
 		{"d1", "phaseless/dev/d1/telemetry", true, true},
+		{"d1", "phaseless/dev/d1/config/reported", true, true},
+		{"d1", "phaseless/dev/d1/cmd/result", true, true},
 		{"d1", "phaseless/dev/d1/cmd", false, true},
+		{"d1", "phaseless/dev/d1/cmd", true, false}, // cloud→device topics are the cloud's to write
+		{"d1", "phaseless/dev/d1/config/desired", true, false},
+		{"d1", "phaseless/dev/d1/telemetry/ack", true, false},
+		{"d1", "phaseless/dev/d1/junk", true, false}, // no subtopic outside the protocol
+		{"d1", "phaseless/dev/d1/status/x", true, false},
+		{"d1", "phaseless/dev/d1/telemetry/", true, false},
 		{"d1", "phaseless/dev/d1/#", false, true}, // wildcard subscribe inside its own subtree
 		{"d1", "phaseless/dev/d1/+/result", false, true},
 		{"d1", "phaseless/dev/d1/#", true, false}, // never publish to a filter
@@ -89,6 +99,38 @@ func TestDeviceMay(t *testing.T) {
 	}
 	if !acme.DeviceMay("d1", "acme/dev/d1/status", true) {
 		t.Error("DeviceMay denies its own topic under a custom prefix")
+	}
+}
+
+// Only status and config/reported are retained by the protocol (DESIGN.md §4).
+func TestDeviceWriteRules(t *testing.T) {
+	var tp Topics
+	for _, tc := range []struct {
+		suffix string
+		retain bool
+	}{{SuffixStatus, true}, {SuffixConfigReported, true}, {SuffixTelemetry, false}, {SuffixCmdResult, false}} {
+		w, ok := tp.DeviceWriteRule("d1", tp.Device("d1", tc.suffix))
+		if !ok || w.Retain != tc.retain || w.MaxBytes <= 0 {
+			t.Errorf("%s: rule %+v, %v; want retain=%v and a size limit", tc.suffix, w, ok, tc.retain)
+		}
+	}
+}
+
+func TestTruncateResult(t *testing.T) {
+	for _, r := range []CommandResult{
+		{ID: "c1", Output: strings.Repeat("x", 3*MaxCmdResultBytes)},
+		{ID: "c1", Output: strings.Repeat("\x00", MaxCmdResultBytes)}, // six bytes each in JSON
+		{ID: "c1", Output: strings.Repeat("é", MaxCmdResultBytes), Error: strings.Repeat("\x01", MaxCmdResultBytes)},
+	} {
+		got := TruncateResult(r)
+		b, _ := json.Marshal(got)
+		if len(b) > MaxCmdResultBytes || got.ID != r.ID || !utf8.ValidString(got.Output) {
+			t.Errorf("TruncateResult: %d bytes, id %q, valid UTF-8 %v", len(b), got.ID, utf8.ValidString(got.Output))
+		}
+	}
+	small := CommandResult{ID: "c1", OK: true, Output: "done"}
+	if TruncateResult(small) != small {
+		t.Error("TruncateResult changed a result that fits")
 	}
 }
 
@@ -137,8 +179,15 @@ func FuzzParseDevice(f *testing.F) {
 		if tp.Device(id, suffix) != topic {
 			t.Fatalf("Device(%q, %q) != %q", id, suffix, topic)
 		}
-		if !strings.ContainsAny(suffix, "+#") && !tp.DeviceMay(id, topic, true) {
-			t.Fatalf("device %q may not publish its own topic %q", id, topic)
+		_, listed := tp.DeviceWriteRule(id, topic)
+		if tp.DeviceMay(id, topic, true) != listed {
+			t.Fatalf("DeviceMay and DeviceWriteRule disagree on %q", topic)
+		}
+		if listed != slices.ContainsFunc(DeviceWrites, func(w DeviceWrite) bool { return w.Suffix == suffix }) {
+			t.Fatalf("device %q: write to %q allowed=%v, not what DeviceWrites says", id, topic, listed)
+		}
+		if !tp.DeviceMay(id, topic, false) {
+			t.Fatalf("device %q may not subscribe to its own topic %q", id, topic)
 		}
 	})
 }

@@ -16,6 +16,7 @@ import (
 	"os"
 	"os/exec"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 )
@@ -24,6 +25,15 @@ import (
 // the rest of t, and returns its URL (redis://127.0.0.1:PORT/0). The server
 // is killed when t ends.
 func Start(t testing.TB) string {
+	t.Helper()
+	url, _ := StartKillable(t)
+	return url
+}
+
+// StartKillable is Start that also returns kill, which ends the server at
+// once (SIGKILL) and waits for it: a Redis that dies under a running test.
+// Calling kill twice is harmless.
+func StartKillable(t testing.TB) (url string, kill func()) {
 	t.Helper()
 	bin, err := exec.LookPath("redis-server")
 	if err != nil {
@@ -69,11 +79,15 @@ func Start(t testing.TB) string {
 		select {
 		case ok := <-ready:
 			if ok {
-				t.Cleanup(func() {
-					cmd.Process.Kill()
-					cmd.Wait()
-				})
-				return fmt.Sprintf("redis://127.0.0.1:%d/0", port)
+				var once sync.Once
+				kill := func() {
+					once.Do(func() {
+						cmd.Process.Kill()
+						cmd.Wait()
+					})
+				}
+				t.Cleanup(kill)
+				return fmt.Sprintf("redis://127.0.0.1:%d/0", port), kill
 			}
 			cmd.Wait() // the port was taken between Close and Start: try another
 		case <-time.After(20 * time.Second): // hang guard only
@@ -83,5 +97,5 @@ func Start(t testing.TB) string {
 		}
 	}
 	t.Fatal("could not start redis-server on a free port in 5 tries")
-	return ""
+	return "", nil
 }

@@ -27,14 +27,15 @@ type authHook struct {
 	revoked   func(deviceID string) bool // nil: nobody is
 	log       *slog.Logger
 
-	authFail  *metrics.LabeledCounter
-	aclDenied *metrics.LabeledCounter
+	authFail   *metrics.LabeledCounter
+	aclDenied  *metrics.LabeledCounter
+	pubRefused *metrics.LabeledCounter // retain or size rule broken on an allowed topic
 }
 
 func (h *authHook) ID() string { return "phaseless-fleet-auth" }
 
 func (h *authHook) Provides(b byte) bool {
-	return b == mqtt.OnConnectAuthenticate || b == mqtt.OnACLCheck
+	return b == mqtt.OnConnectAuthenticate || b == mqtt.OnACLCheck || b == mqtt.OnPublish
 }
 
 // OnConnectAuthenticate admits a client as one of:
@@ -51,6 +52,13 @@ func (h *authHook) Provides(b byte) bool {
 func (h *authHook) OnConnectAuthenticate(cl *mqtt.Client, pk packets.Packet) bool {
 	if !h.authenticate(cl, pk) {
 		return false
+	}
+	if pk.Connect.WillFlag && !h.isAdminName(string(pk.Connect.Username), cl) {
+		// mochi publishes a will without an ACL check (sendLWT), so a will
+		// is held to the device's publish rules here, at connect.
+		if why := h.checkDeviceWrite(cl.ID, pk.Connect.WillTopic, pk.Connect.WillRetain, len(pk.Connect.WillPayload)); why != "" {
+			return h.deny(cl, "will: "+why)
+		}
 	}
 	if h.revoked != nil && !h.admins[string(pk.Connect.Username)] && h.revoked(cl.ID) {
 		return h.deny(cl, "device revoked")
@@ -139,6 +147,56 @@ func (h *authHook) OnACLCheck(cl *mqtt.Client, topic string, write bool) bool {
 	h.aclDenied.With(dir).Inc()
 	h.log.Debug("MQTT ACL denied", "client", cl.ID, "topic", topic, "write", write)
 	return false
+}
+
+// OnPublish holds a device's publish to the retain and size rules of its
+// topic (fleetwire.DeviceWrites); OnACLCheck has already refused topics
+// outside the table. An MQTT v5 QoS 1 publish is answered with a PUBACK
+// reason code; anything else is dropped (mochi would route it otherwise).
+func (h *authHook) OnPublish(cl *mqtt.Client, pk packets.Packet) (packets.Packet, error) {
+	if cl.Net.Inline || h.isAdmin(cl) {
+		return pk, nil
+	}
+	why := h.checkDeviceWrite(cl.ID, pk.TopicName, pk.FixedHeader.Retain, len(pk.Payload))
+	if why == "" {
+		return pk, nil
+	}
+	h.pubRefused.With(why).Inc()
+	h.log.Debug("MQTT publish refused", "client", cl.ID, "topic", pk.TopicName, "retain", pk.FixedHeader.Retain, "bytes", len(pk.Payload), "reason", why)
+	if cl.Properties.ProtocolVersion != 5 || pk.FixedHeader.Qos == 0 {
+		return pk, packets.ErrRejectPacket
+	}
+	if why == denyRetain {
+		return pk, packets.ErrNotAuthorized
+	}
+	return pk, packets.ErrQuotaExceeded
+}
+
+// Reasons checkDeviceWrite gives (the publish_refused metric's labels).
+const (
+	denyTopic  = "write"
+	denyRetain = "retain"
+	denySize   = "size"
+)
+
+// checkDeviceWrite returns why device id may not publish this message, or "".
+func (h *authHook) checkDeviceWrite(id, topic string, retain bool, size int) string {
+	w, ok := h.topics.DeviceWriteRule(id, topic)
+	switch {
+	case !ok:
+		return denyTopic
+	case retain && !w.Retain:
+		return denyRetain
+	case size > w.MaxBytes:
+		return denySize
+	}
+	return ""
+}
+
+// isAdminName: a password-authenticated admin (certificates never carry one).
+func (h *authHook) isAdminName(user string, cl *mqtt.Client) bool {
+	_, cert := peerCN(cl)
+	return !cert && h.admins[user]
 }
 
 // isAdmin: the username of a connected or restored client was verified by

@@ -176,14 +176,15 @@ func Start(cfg Config) (*Broker, error) {
 		admins[a] = true
 	}
 	auth := &authHook{
-		topics:    fleetwire.Topics{Prefix: cfg.Prefix},
-		passwords: pw,
-		admins:    admins,
-		devAuth:   cfg.DevAuth,
-		revoked:   cfg.Revoked,
-		log:       cfg.Logger,
-		authFail:  cfg.Metrics.LabeledCounter("phaseless_fleet_broker_auth_failures_total", "MQTT connections refused, by reason", "reason"),
-		aclDenied: cfg.Metrics.LabeledCounter("phaseless_fleet_broker_acl_denied_total", "MQTT publishes or subscriptions refused by the fleet ACL", "direction"),
+		topics:     fleetwire.Topics{Prefix: cfg.Prefix},
+		passwords:  pw,
+		admins:     admins,
+		devAuth:    cfg.DevAuth,
+		revoked:    cfg.Revoked,
+		log:        cfg.Logger,
+		authFail:   cfg.Metrics.LabeledCounter("phaseless_fleet_broker_auth_failures_total", "MQTT connections refused, by reason", "reason"),
+		aclDenied:  cfg.Metrics.LabeledCounter("phaseless_fleet_broker_acl_denied_total", "MQTT publishes or subscriptions refused by the fleet ACL", "direction"),
+		pubRefused: cfg.Metrics.LabeledCounter("phaseless_fleet_broker_publish_refused_total", "Device publishes to an allowed topic refused for their retain flag or size (fleetwire.DeviceWrites)", "reason"),
 	}
 	if err := srv.AddHook(auth, nil); err != nil {
 		return nil, err

@@ -4,9 +4,11 @@
 //
 // How it fits: devices connect to it over TCP (username/password, a
 // Mosquitto-compatible password file) or TLS (a client certificate whose CN
-// is the device id). A device may only publish and subscribe under its own
-// {prefix}dev/{id}/ (transport/fleetwire Topics.DeviceMay) and its client id must
-// be its device id. The cloud's fleet manager (cloud/fleet) talks to the
+// is the device id). A device may publish only the protocol's own topics,
+// retained only where the protocol retains and within each topic's size
+// (transport/fleetwire DeviceWrites), subscribe only under its own
+// {prefix}dev/{id}/ and the fleet announcements, and its client id must be
+// its device id. The cloud's fleet manager (cloud/fleet) talks to the
 // broker in process through Publish and Subscribe, which bypass the ACL.
 //
 // mochi's own bolt hook does not store packet ids of inflight messages, so a

@@ -78,6 +78,11 @@ func (p *testPKI) issue(t testing.TB, cn string, server bool) tls.Certificate {
 	return tls.Certificate{Certificate: [][]byte{der}, PrivateKey: key}
 }
 
+// clientTLS is a device's side of the fleet PKI: a certificate with CN cn.
+func (p *testPKI) clientTLS(t testing.TB, cn string) *tls.Config {
+	return &tls.Config{RootCAs: p.pool, ServerName: "127.0.0.1", Certificates: []tls.Certificate{p.issue(t, cn, false)}}
+}
+
 func (p *testPKI) serverTLS() *tls.Config {
 	return &tls.Config{Certificates: []tls.Certificate{p.server}, ClientCAs: p.pool}
 }
@@ -98,6 +103,7 @@ type dialOpts struct {
 	tls        *tls.Config
 	persistent bool // CleanStart false with a one-hour session
 	manualAck  bool // never acknowledge (keeps QoS 1 messages inflight)
+	will       *paho.WillMessage
 }
 
 // dial connects; a refused CONNACK is returned as the connack with an error.
@@ -130,7 +136,7 @@ func dial(t testing.TB, addr, id string, o dialOpts) (*mqttClient, error) {
 			return true, nil
 		}},
 	})
-	cp := &paho.Connect{ClientID: id, KeepAlive: 30, CleanStart: !o.persistent}
+	cp := &paho.Connect{ClientID: id, KeepAlive: 30, CleanStart: !o.persistent, WillMessage: o.will}
 	if o.user != "" {
 		cp.Username, cp.UsernameFlag = o.user, true
 		cp.Password, cp.PasswordFlag = []byte(o.pass), true
