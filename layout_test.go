@@ -151,7 +151,7 @@ func TestImportRules(t *testing.T) {
 			forbidden: []string{"cloud/fleet", "cloud/fleetapi", "cloud/ui"},
 			external:  []string{"github.com/mochi-mqtt/", "github.com/eclipse/paho", "go.etcd.io/bbolt"},
 		},
-		{from: "models", why: "models never import transport: the fleet reads its records into training examples (cloud/fleet/trainset)", match: inArea("models"), forbidden: []string{"transport"}},
+		{from: "models", why: "models never import transport: the fleet reads its records into training examples (cloud/fleetapi/trainset)", match: inArea("models"), forbidden: []string{"transport"}},
 		{from: "phaseless-cloud", why: "the cloud binary links no training code or corpora", match: isPackage("cloud/cmd/phaseless-cloud"), forbidden: cloudTraining, external: []string{"gorgonia.org/"}},
 		// The coordinator only tokenizes and hashes prompts (models/lm/tokenizer,
 		// chatfmt, kvcache); cloud/worker still links the engine for its
@@ -195,7 +195,7 @@ func isPackage(rel string) func(string) bool {
 // cloudTraining is what the cloud binary must not link: the trainers and
 // the language models' training corpus (cloud/cmd/phaseless-cloud's
 // deps_test.go also checks the built binary's symbols).
-var cloudTraining = []string{"models/lmtrain", "models/predictor/train", "cloud/sim/learn", "cloud/fleet/trainset"}
+var cloudTraining = []string{"models/lmtrain", "models/predictor/train", "cloud/sim/learn", "cloud/fleetapi/trainset"}
 
 // TestImportRulesCatch: the rule matcher itself catches a violation and
 // does not confuse neighbouring names (agent vs agentx).

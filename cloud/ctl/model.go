@@ -11,7 +11,7 @@ import (
 	"os"
 	"strconv"
 
-	"github.com/phaseless/phaseless/cloud/fleet/trainset"
+	"github.com/phaseless/phaseless/cloud/fleetapi/trainset"
 	"github.com/phaseless/phaseless/internal/cli"
 	"github.com/phaseless/phaseless/models/edgemodel"
 	"github.com/phaseless/phaseless/models/predictor"
@@ -213,7 +213,7 @@ func modelTrain(ctx context.Context, cio cli.IO, args []string) error {
 			return fmt.Errorf("telemetry: %w", err)
 		}
 		// Quality signals relabel local answers; the held-out slice stays
-		// out for model evaluate (cloud/fleet/trainset).
+		// out for model evaluate (cloud/fleetapi/trainset).
 		ex, fst, err := trainset.Load(f, trainset.Train)
 		f.Close()
 		if err != nil {

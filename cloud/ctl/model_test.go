@@ -12,7 +12,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/phaseless/phaseless/cloud/fleet/trainset"
+	"github.com/phaseless/phaseless/cloud/fleetapi/trainset"
 	"github.com/phaseless/phaseless/internal/cli"
 	"github.com/phaseless/phaseless/models/textfeat"
 	"github.com/phaseless/phaseless/transport/fleetwire"
@@ -93,7 +93,7 @@ func TestModelScoreMissingModel(t *testing.T) {
 }
 
 // TestModelTrainTelemetry: `model train --telemetry` reads a fleet export
-// (cloud/fleet/trainset), says what the quality signals relabelled, and
+// (cloud/fleetapi/trainset), says what the quality signals relabelled, and
 // trains with it.
 func TestModelTrainTelemetry(t *testing.T) {
 	dir := t.TempDir()

@@ -13,7 +13,7 @@ import (
 	"strings"
 	"text/tabwriter"
 
-	"github.com/phaseless/phaseless/cloud/fleet/trainset"
+	"github.com/phaseless/phaseless/cloud/fleetapi/trainset"
 	"github.com/phaseless/phaseless/firmware"
 	"github.com/phaseless/phaseless/internal/cli"
 	"github.com/phaseless/phaseless/models/predictor"

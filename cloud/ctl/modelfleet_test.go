@@ -19,7 +19,7 @@ import (
 
 	"github.com/phaseless/phaseless/cloud/fleet"
 	"github.com/phaseless/phaseless/cloud/fleet/broker"
-	"github.com/phaseless/phaseless/cloud/fleet/trainset"
+	"github.com/phaseless/phaseless/cloud/fleetapi/trainset"
 	"github.com/phaseless/phaseless/firmware"
 	"github.com/phaseless/phaseless/models/predictor"
 	"github.com/phaseless/phaseless/models/predictor/onnxpb"

@@ -15,7 +15,7 @@ var trainingPrefixes = []string{
 	"github.com/phaseless/phaseless/models/lmtrain",
 	"github.com/phaseless/phaseless/models/predictor/train",
 	"github.com/phaseless/phaseless/cloud/sim/learn",
-	"github.com/phaseless/phaseless/cloud/fleet/trainset",
+	"github.com/phaseless/phaseless/cloud/fleetapi/trainset",
 	"gorgonia.org/",
 }
 

@@ -1,6 +1,6 @@
 // Package train makes the router predictor: it loads the routing corpus
 // (RouteLLM MMLU, CLINC150), takes examples of the fleet's requests
-// (read from its telemetry by cloud/fleet/trainset), trains a small MLP over
+// (read from its telemetry by cloud/fleetapi/trainset), trains a small MLP over
 // textfeat vectors with gorgonia, writes it as ONNX, and evaluates routers
 // with RouteLLM's metrics (APGR, CPT) and CLINC accuracy/AUC against the
 // random and entropy-rule baselines.

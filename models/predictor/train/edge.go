@@ -44,7 +44,7 @@ const (
 	SourceWiki       = "wiki"        // general-knowledge question about a Wikipedia sentence's topic
 	SourceFacts      = "facts"       // world or science fact question the cloud model answers (corpus.Facts)
 	// SourceTelemetry is a fleet request labelled by its outcome and
-	// quality signals (cloud/fleet/trainset), either label.
+	// quality signals (cloud/fleetapi/trainset), either label.
 	SourceTelemetry = "telemetry"
 )
 

@@ -7,7 +7,7 @@ import (
 )
 
 // FleetScore is a router's result on the fleet's held-out slice (read by
-// cloud/fleet/trainset), at the threshold it routes with.
+// cloud/fleetapi/trainset), at the threshold it routes with.
 type FleetScore struct {
 	Name      string
 	Threshold float64

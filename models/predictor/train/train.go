@@ -17,7 +17,7 @@ type Options struct {
 	DataDir string // routing corpus (default models/data/routing)
 	Labels  string // LabelsEdge (default when empty) or LabelsRouteLLM
 	// Telemetry are labelled examples of the fleet's requests
-	// (cloud/fleet/trainset.Load, its training part), extra training data.
+	// (cloud/fleetapi/trainset.Load, its training part), extra training data.
 	Telemetry []Example
 	Out       string // where to write the ONNX file
 	// Compare are routers evaluated beside the new model and the entropy

@@ -401,7 +401,7 @@ func TestConfigValidate(t *testing.T) {
 }
 
 // TestRunWithTelemetry trains with examples of the fleet's requests
-// (cloud/fleet/trainset reads them from the export): they join the
+// (cloud/fleetapi/trainset reads them from the export): they join the
 // training data and change the model.
 func TestRunWithTelemetry(t *testing.T) {
 	local, open := textfeat.Extract("open the sunroof"), textfeat.Extract("what is the capital of Peru")
