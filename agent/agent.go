@@ -266,7 +266,7 @@ type Agent struct {
 	runner  *local.Runner
 	cloud   *quic.Client // nil when offline-only
 	store   *telemetry.Store
-	sink    *telemetrySink
+	rec     *telemetryRecorder
 	fleet   *fleetclient.Client // nil without --mqtt
 	ota     *ota.Updater
 	pred    *predictor.Swappable // the router model: a learned one or the entropy rule, swappable either way
@@ -316,7 +316,7 @@ func New(cfg Config, log *slog.Logger) (a *Agent, err error) {
 	if a.store, err = telemetry.Open(filepath.Join(cfg.DataDir, "telemetry.db"), telemetry.Config{MaxRecords: cfg.TelemetryMax}); err != nil {
 		return nil, fmt.Errorf("telemetry store: %w", err)
 	}
-	a.sink = newTelemetrySink(a.store, a.metrics, log, sinkWriters)
+	a.rec = newTelemetryRecorder(a.store, a.metrics)
 	a.restartc = make(chan struct{})
 	var restartOnce sync.Once
 	if a.ota, err = ota.Open(ota.Config{
@@ -357,7 +357,7 @@ func New(cfg Config, log *slog.Logger) (a *Agent, err error) {
 		return nil, err
 	}
 	dcfg := route.DispatcherConfig{
-		Router: router, Local: a.shadow, Record: a.sink.record, Metrics: a.metrics, Logger: log,
+		Router: router, Local: a.shadow, Record: a.rec.record, Metrics: a.metrics, Logger: log,
 		CloudFirstToken: cfg.CloudFirstToken,
 		Load: func() route.Load {
 			l := a.runner.Load()
@@ -581,7 +581,7 @@ func (a *Agent) ready() error {
 			return err
 		}
 	}
-	return a.sink.err()
+	return a.store.Err()
 }
 
 // AdminAddr is the diagnostics listener's address, empty without
@@ -686,9 +686,6 @@ func (a *Agent) Close() error {
 		}
 		if a.shadow != nil {
 			a.shadow.Close()
-		}
-		if a.sink != nil {
-			a.sink.close()
 		}
 		if a.store != nil {
 			errs = append(errs, a.store.Close())

@@ -2,6 +2,7 @@ package agent
 
 import (
 	"context"
+	"fmt"
 	"io"
 	"net/http"
 	"strings"
@@ -41,7 +42,12 @@ func BenchmarkEngineDirect(b *testing.B) {
 	b.ReportMetric(float64(tokens), "tokens/op")
 }
 
-func benchAgent(b *testing.B, stream bool) {
+func benchAgent(b *testing.B, stream bool) { benchAgentP(b, stream, 0) }
+
+// benchAgentP is benchAgent with par*GOMAXPROCS clients at once (0: one):
+// the throughput a device sees when several apps ask together, which the
+// telemetry store's group commit is there to hold.
+func benchAgentP(b *testing.B, stream bool, par int) {
 	cfg := testConfig(b)
 	cfg.Predictor = "" // the shipped ONNX model, as on a device
 	a, err := New(cfg, nil)
@@ -58,20 +64,41 @@ func benchAgent(b *testing.B, stream bool) {
 		body += `,"stream":true`
 	}
 	body += "}"
-	for b.Loop() {
+	one := func() error {
 		resp, err := client.Post(url, "application/json", strings.NewReader(body))
 		if err != nil {
-			b.Fatal(err)
+			return err
 		}
+		defer resp.Body.Close()
 		if _, err := io.Copy(io.Discard, resp.Body); err != nil {
-			b.Fatal(err)
+			return err
 		}
-		resp.Body.Close()
 		if resp.StatusCode != http.StatusOK || resp.Header.Get("x-phaseless-route") != "local" {
-			b.Fatalf("status %d route %q", resp.StatusCode, resp.Header.Get("x-phaseless-route"))
+			return fmt.Errorf("status %d route %q", resp.StatusCode, resp.Header.Get("x-phaseless-route"))
 		}
+		return nil
 	}
+	if par == 0 {
+		for b.Loop() {
+			if err := one(); err != nil {
+				b.Fatal(err)
+			}
+		}
+		return
+	}
+	b.SetParallelism(par)
+	b.RunParallel(func(pb *testing.PB) {
+		for pb.Next() {
+			if err := one(); err != nil {
+				b.Error(err)
+				return
+			}
+		}
+	})
 }
 
 func BenchmarkAgentHTTP(b *testing.B)       { benchAgent(b, false) }
 func BenchmarkAgentHTTPStream(b *testing.B) { benchAgent(b, true) }
+
+// BenchmarkAgentHTTPParallel: 8 clients per core at once, streaming.
+func BenchmarkAgentHTTPParallel(b *testing.B) { benchAgentP(b, true, 8) }

@@ -18,8 +18,9 @@ import (
 )
 
 // Recorder stores one telemetry record per request (agent/telemetry's Store
-// via AppendRequest). It must not block for long: the Dispatcher calls it
-// after the response has ended.
+// via AppendRequest). The Dispatcher calls it before Generate returns, so
+// before the caller writes the response's end: a Recorder that returns once
+// the record is durable makes every answered request leave a record.
 type Recorder func(ctx context.Context, rec fleetwire.RequestRecord) error
 
 // DispatcherConfig wires a Dispatcher to its engines and signals.

@@ -532,6 +532,9 @@ func (s *Store) Check() error {
 	})
 }
 
+// Err is ErrClosed once the store is closed, else nil.
+func (s *Store) Err() error { return s.checkOpen() }
+
 func (s *Store) checkOpen() error {
 	s.mu.Lock()
 	defer s.mu.Unlock()

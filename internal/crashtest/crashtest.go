@@ -148,57 +148,155 @@ func Run(t *testing.T, cfg Config) {
 // acknowledged lines; a partial last line was never acknowledged.
 func runOnce(t *testing.T, cfg Config, round int, delay time.Duration) []string {
 	t.Helper()
-	cmd := exec.Command(os.Args[0], "-test.run=^"+regexpQuote(t.Name())+"$")
-	cmd.Env = append(os.Environ(), childEnv+"="+t.Name(), argEnv+"="+cfg.Arg)
-	stdout, err := cmd.StdoutPipe()
+	p := start(t, cfg.Arg, round)
+	timer := time.AfterFunc(delay, func() { _ = p.cmd.Process.Signal(syscall.SIGKILL) })
+	err := p.wait()
+	if timer.Stop() { // the child ended on its own
+		if err != nil {
+			t.Fatalf("round %d: child: %v\n%s", round, err, p.output())
+		}
+	} else {
+		p.checkKilled(err)
+	}
+	return p.take()
+}
+
+// Proc is a child started by Start, for a crash test that chooses the
+// moment of the kill itself (right after a client got its last answer,
+// say) instead of Run's random one.
+type Proc struct {
+	t      *testing.T
+	round  int
+	cmd    *exec.Cmd
+	stderr strings.Builder
+	done   chan struct{} // closed when the child's stdout has ended
+	more   chan struct{} // (cap 1) a line arrived or stdout ended
+
+	mu    sync.Mutex
+	lines []string        // acknowledged and not yet taken
+	other strings.Builder // the child's other output, shown if it fails
+	eof   bool
+}
+
+// Start is Run for a test that kills the child itself. Called in the
+// child (see IsChild) it runs child(arg, ack) and exits, never returning;
+// in the parent it starts the child on arg and returns once it is ready.
+// Each call starts a new child; round only labels messages.
+func Start(t *testing.T, arg string, round int, child func(arg string, ack *Acker)) *Proc {
+	t.Helper()
+	if IsChild(t) {
+		fmt.Println(ready)
+		child(os.Getenv(argEnv), &Acker{})
+		os.Exit(0)
+	}
+	return start(t, arg, round)
+}
+
+func start(t *testing.T, arg string, round int) *Proc {
+	t.Helper()
+	p := &Proc{t: t, round: round, done: make(chan struct{}), more: make(chan struct{}, 1)}
+	p.cmd = exec.Command(os.Args[0], "-test.run=^"+regexpQuote(t.Name())+"$")
+	p.cmd.Env = append(os.Environ(), childEnv+"="+t.Name(), argEnv+"="+arg)
+	stdout, err := p.cmd.StdoutPipe()
 	if err != nil {
 		t.Fatal(err)
 	}
-	var stderr strings.Builder
-	cmd.Stderr = &stderr
-	if err := cmd.Start(); err != nil {
+	p.cmd.Stderr = &p.stderr
+	if err := p.cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
 	r := bufio.NewReader(stdout)
 	for {
 		line, err := r.ReadString('\n')
 		if err != nil {
-			_ = cmd.Process.Kill()
-			_ = cmd.Wait()
-			t.Fatalf("round %d: child did not start: %v\n%s", round, err, stderr.String())
+			_ = p.cmd.Process.Kill()
+			_ = p.cmd.Wait()
+			t.Fatalf("round %d: child did not start: %v\n%s", round, err, p.stderr.String())
 		}
 		if strings.TrimSuffix(line, "\n") == ready {
 			break
 		}
 	}
-	lines := make(chan []string, 1)
-	var other strings.Builder // the child's test output, shown if it fails
 	go func() {
-		var got []string
+		defer close(p.done)
 		for {
 			line, err := r.ReadString('\n')
-			if err != nil {
-				break
-			}
-			if s, ok := strings.CutPrefix(line, ackTag); ok {
-				got = append(got, strings.TrimSuffix(s, "\n"))
+			p.mu.Lock()
+			if err != nil { // a partial last line was never acknowledged
+				p.eof = true
+			} else if s, ok := strings.CutPrefix(line, ackTag); ok {
+				p.lines = append(p.lines, strings.TrimSuffix(s, "\n"))
 			} else {
-				other.WriteString(line)
+				p.other.WriteString(line)
+			}
+			p.mu.Unlock()
+			select {
+			case p.more <- struct{}{}:
+			default:
+			}
+			if err != nil {
+				return
 			}
 		}
-		lines <- got
 	}()
-	timer := time.AfterFunc(delay, func() { _ = cmd.Process.Signal(syscall.SIGKILL) })
-	err = cmd.Wait()
-	got := <-lines
-	if timer.Stop() { // the child ended on its own
-		if err != nil {
-			t.Fatalf("round %d: child: %v\n%s%s", round, err, other.String(), stderr.String())
+	return p
+}
+
+// Ack waits for the child's next acknowledged line; it fails the test if
+// the child ends first.
+func (p *Proc) Ack() string {
+	p.t.Helper()
+	for {
+		p.mu.Lock()
+		if len(p.lines) > 0 {
+			line := p.lines[0]
+			p.lines = p.lines[1:]
+			p.mu.Unlock()
+			return line
 		}
-	} else if ee, ok := err.(*exec.ExitError); !ok || ee.Sys().(syscall.WaitStatus).Signal() != syscall.SIGKILL {
-		t.Fatalf("round %d: child did not die of the kill: %v\n%s%s", round, err, other.String(), stderr.String())
+		eof := p.eof
+		p.mu.Unlock()
+		if eof {
+			err := p.wait()
+			p.t.Fatalf("round %d: child ended before acknowledging: %v\n%s", p.round, err, p.output())
+		}
+		<-p.more
 	}
+}
+
+// Kill sends SIGKILL, waits for the child to die of it, and returns the
+// lines it acknowledged that Ack has not returned.
+func (p *Proc) Kill() []string {
+	p.t.Helper()
+	_ = p.cmd.Process.Signal(syscall.SIGKILL)
+	p.checkKilled(p.wait())
+	return p.take()
+}
+
+func (p *Proc) wait() error {
+	<-p.done // Wait closes the pipe: read it to its end first
+	return p.cmd.Wait()
+}
+
+func (p *Proc) checkKilled(err error) {
+	p.t.Helper()
+	if ee, ok := err.(*exec.ExitError); !ok || ee.Sys().(syscall.WaitStatus).Signal() != syscall.SIGKILL {
+		p.t.Fatalf("round %d: child did not die of the kill: %v\n%s", p.round, err, p.output())
+	}
+}
+
+func (p *Proc) take() []string {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	got := p.lines
+	p.lines = nil
 	return got
+}
+
+func (p *Proc) output() string {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.other.String() + p.stderr.String()
 }
 
 func regexpQuote(name string) string {
