@@ -70,3 +70,32 @@ func TestSchemaLimitsOnCloud(t *testing.T) {
 		})
 	}
 }
+
+// TestSchemaLimitsBeforeBilling: the coordinator refuses a schema over a
+// static limit before admission, so it is neither billed nor queued. With
+// a budget of one token, a request that reached admission would be
+// answered 429; this one is answered 400 naming the limit.
+func TestSchemaLimitsBeforeBilling(t *testing.T) {
+	c := startCloud(t, func(cfg *Config) { cfg.Budget = 1 })
+	body := `{"model":"auto","max_tokens":16,"messages":[{"role":"user","content":"pick one"}],"response_format":{"type":"json_schema","json_schema":{"name":"s","schema":` + hugeEnumSchema() + `}}}`
+	resp, err := http.Post("http://"+c.HTTPAddr()+"/v1/chat/completions", "application/json", strings.NewReader(body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	if resp.StatusCode != http.StatusBadRequest || !strings.Contains(string(b), "MaxEnumValues") {
+		t.Fatalf("status %d %.300s, want 400 naming MaxEnumValues before admission", resp.StatusCode, b)
+	}
+	// The same budget refuses an ordinary request: admission is where the
+	// schema would otherwise have been stopped.
+	ok := `{"model":"auto","max_tokens":16,"messages":[{"role":"user","content":"pick one"}]}`
+	resp2, err := http.Post("http://"+c.HTTPAddr()+"/v1/chat/completions", "application/json", strings.NewReader(ok))
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp2.Body.Close()
+	if resp2.StatusCode != http.StatusTooManyRequests {
+		t.Fatalf("ordinary request on a 1-token budget: %d, want 429", resp2.StatusCode)
+	}
+}

@@ -190,3 +190,21 @@ func (c *compiler) failLimit(path, limit, format string, args ...any) {
 		c.err = &SchemaError{Path: path, Limit: limit, Reason: fmt.Sprintf(format, args...)}
 	}
 }
+
+// CheckLimits reports whether schemas, together (a request's tools), keep
+// within the static limits, without compiling them: a front end refuses an
+// oversized schema before it admits, bills or queues the request. What only
+// compiling finds (the budgets, a $ref cycle) the engine's compile reports.
+func CheckLimits(schemas ...[]byte) error {
+	c := &compiler{}
+	for _, s := range schemas {
+		n, err := parseNode(s)
+		if err != nil {
+			return &SchemaError{Reason: err.Error()}
+		}
+		if !c.checkLimits(n, "#") {
+			return c.err
+		}
+	}
+	return nil
+}

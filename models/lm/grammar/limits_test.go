@@ -39,6 +39,9 @@ func TestHugeEnumRefused(t *testing.T) {
 	if limitOf(err) != "MaxEnumValues" || !strings.Contains(err.Error(), "1000 enum values") {
 		t.Fatalf("Schema: %v, want refused naming MaxEnumValues", err)
 	}
+	if err := CheckLimits([]byte(`{"type":"object"}`), schema); limitOf(err) != "MaxEnumValues" {
+		t.Fatalf("CheckLimits: %v, want MaxEnumValues", err)
+	}
 	_, err = ToolCalls(CallFormat{Open: "<c>", Close: "</c>"}, []Tool{{Name: "ok", Schema: []byte(`{"type":"object"}`)}, {Name: "big", Schema: schema}}, ToolCallOptions{})
 	if limitOf(err) != "MaxEnumValues" {
 		t.Fatalf("ToolCalls: %v, want refused naming MaxEnumValues", err)
@@ -101,6 +104,9 @@ func TestSchemaAtLimitsCompiles(t *testing.T) {
 	if !g.Match([]byte(want)) {
 		t.Fatalf("schema at the limits does not match %s", want)
 	}
+	if err := CheckLimits([]byte(s)); err != nil {
+		t.Fatalf("CheckLimits at the limits: %v", err)
+	}
 	// One more of anything is refused, naming what.
 	for _, tc := range []struct{ name, schema, limit string }{
 		{"nesting", strings.Replace(s, `{"type":"object","properties":{"e"`, `{"type":"object","properties":{"n":{"type":"object","properties":{"e"`, 1) + "}}", "MaxNesting"},
@@ -109,6 +115,9 @@ func TestSchemaAtLimitsCompiles(t *testing.T) {
 		{"characters", strings.Replace(s, `"p0000"`, `"p0000y"`, 1), "MaxSchemaChars"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
+			if err := CheckLimits([]byte(tc.schema)); limitOf(err) != tc.limit {
+				t.Fatalf("CheckLimits: %v, want %s", err, tc.limit)
+			}
 			_, err := Schema([]byte(tc.schema))
 			if limitOf(err) != tc.limit || !strings.Contains(err.Error(), tc.limit) {
 				t.Fatalf("got %v, want refused naming %s", err, tc.limit)
