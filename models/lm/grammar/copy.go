@@ -40,7 +40,7 @@ type Options struct {
 func SchemaWith(schema []byte, o Options) (*Grammar, error) {
 	n, err := parseNode(schema)
 	if err != nil {
-		return nil, &SchemaError{Reason: err.Error()}
+		return nil, parseError(err)
 	}
 	return compileCopying(o.CopyFrom, nil, func(c *compiler) []elem {
 		c.root = n

@@ -48,7 +48,8 @@ func ToolCalls(f CallFormat, tools []Tool, o ToolCallOptions) (*Grammar, error) 
 			} else {
 				n, err := parseNode(t.Schema)
 				if err != nil {
-					c.fail("", "tool %s: %v", t.Name, err)
+					se := parseError(err)
+					c.failLimit("tool "+t.Name+" #", se.Limit, "%s", se.Reason)
 					return nil
 				}
 				c.root, c.refs, c.refPrefix = n, map[string]int32{}, "tool "+t.Name+" "

@@ -162,7 +162,7 @@ func (c *compiler) checkNode(n *node, path string, depth int) bool {
 func (c *compiler) checkTotals(path string) bool {
 	switch {
 	case c.size.enumValues > MaxEnumValues:
-		c.failLimit(path, "MaxEnumValues", "the schema has more than %d enum values, over the limit of %d across all enums (MaxEnumValues)", MaxEnumValues, MaxEnumValues)
+		c.failLimit(path, "MaxEnumValues", "%s", enumValuesReason)
 	case c.size.properties > MaxProperties:
 		c.failLimit(path, "MaxProperties", "the schema has more than %d object properties, over the limit of %d (MaxProperties)", MaxProperties, MaxProperties)
 	case c.size.chars > MaxSchemaChars:
@@ -172,6 +172,17 @@ func (c *compiler) checkTotals(path string) bool {
 		return true
 	}
 	return false
+}
+
+var enumValuesReason = fmt.Sprintf("the schema has more than %d enum values, over the limit of %d across all enums (MaxEnumValues)", MaxEnumValues, MaxEnumValues)
+
+// parseError is a schema that did not parse as a *SchemaError, keeping the
+// limit a read stopped at.
+func parseError(err error) *SchemaError {
+	if se, ok := err.(*SchemaError); ok {
+		return se
+	}
+	return &SchemaError{Reason: err.Error()}
 }
 
 // valueChars is a const or enum value's length: a string's characters
@@ -200,7 +211,7 @@ func CheckLimits(schemas ...[]byte) error {
 	for _, s := range schemas {
 		n, err := parseNode(s)
 		if err != nil {
-			return &SchemaError{Reason: err.Error()}
+			return parseError(err)
 		}
 		if !c.checkLimits(n, "#") {
 			return c.err

@@ -39,6 +39,12 @@ func TestHugeEnumRefused(t *testing.T) {
 	if limitOf(err) != "MaxEnumValues" || !strings.Contains(err.Error(), "1000 enum values") {
 		t.Fatalf("Schema: %v, want refused naming MaxEnumValues", err)
 	}
+	// The read stops at the 1,001st value: what follows is never decoded
+	// (here, text that is not JSON).
+	broken := append(schema[:len(schema)/2:len(schema)/2], "!! not json"...)
+	if _, err := Schema(broken); limitOf(err) != "MaxEnumValues" {
+		t.Fatalf("Schema of a truncated huge enum: %v, want MaxEnumValues before the syntax error", err)
+	}
 	if err := CheckLimits([]byte(`{"type":"object"}`), schema); limitOf(err) != "MaxEnumValues" {
 		t.Fatalf("CheckLimits: %v, want MaxEnumValues", err)
 	}

@@ -120,7 +120,7 @@ func compileCopying(copyFrom string, spent *budget, f func(c *compiler) []elem) 
 func Schema(schema []byte, stops ...string) (*Grammar, error) {
 	n, err := parseNode(schema)
 	if err != nil {
-		return nil, &SchemaError{Reason: err.Error()}
+		return nil, parseError(err)
 	}
 	return compile(nil, func(c *compiler) []elem {
 		c.root = n
