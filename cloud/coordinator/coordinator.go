@@ -19,6 +19,7 @@ import (
 	"github.com/phaseless/phaseless/internal/metrics"
 	"github.com/phaseless/phaseless/internal/tracing"
 	"github.com/phaseless/phaseless/llm"
+	"github.com/phaseless/phaseless/models/lm/constraint"
 	"github.com/phaseless/phaseless/models/lm/kvcache"
 	"github.com/phaseless/phaseless/models/lm/tokenizer"
 	"github.com/phaseless/phaseless/models/textfeat"
@@ -298,6 +299,12 @@ func (c *Coordinator) generate(ctx context.Context, req *llm.Request, emit llm.E
 		return llm.Final{}, llm.Errorf(llm.CodeInvalid, "unknown scheduler policy %q (%s)", p, strings.Join(append(sched.Names(), NameDisaggregated), ", "))
 	}
 	if err := c.ext.checker.checkRequest(req); err != nil {
+		return llm.Final{}, err
+	}
+	// A schema over the grammar's limits is refused here, before it is
+	// billed and queued, rather than by the worker that compiles it
+	// (issue 27: one 3.7 MB enum was billed and held a worker 11.5 s).
+	if err := constraint.CheckLimits(req); err != nil {
 		return llm.Final{}, err
 	}
 	m := c.measure(req)

@@ -122,6 +122,32 @@ func allNeg(v []float32) bool {
 	return true
 }
 
+// CheckLimits refuses, as Compile would, a request whose schemas (the
+// tools it may call, else its JSON response format) are over the grammar's
+// static limits, without compiling them: the cloud coordinator runs it
+// before it bills or queues a request.
+func CheckLimits(req *llm.Request) error {
+	if req.HasTools() {
+		var schemas [][]byte
+		for _, t := range req.Tools {
+			if req.ToolChoice.Mode == llm.ToolNamed && t.Name != req.ToolChoice.Name || len(t.Parameters) == 0 {
+				continue
+			}
+			schemas = append(schemas, t.Parameters)
+		}
+		if err := grammar.CheckLimits(schemas...); err != nil {
+			return llm.Errorf(llm.CodeInvalid, "tools: %v", err)
+		}
+		return nil
+	}
+	if req.ResponseFormat.Type == llm.FormatJSONSchema {
+		if err := grammar.CheckLimits(req.ResponseFormat.Schema); err != nil {
+			return llm.Errorf(llm.CodeInvalid, "response_format: %v", err)
+		}
+	}
+	return nil
+}
+
 // Compile builds the grammar a request asks for: tool calls when it offers
 // tools, else its JSON response format, else none (nil). stops may follow
 // the constrained text.

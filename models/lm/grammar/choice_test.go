@@ -21,7 +21,7 @@ func TestCopiedSpansMatchWordGraph(t *testing.T) {
 		}
 		text := strings.Join(parts, " ")
 		build := func(list bool) *Grammar {
-			g, err := compileCopying(text, func(c *compiler) []elem {
+			g, err := compileCopying(text, nil, func(c *compiler) []elem {
 				if list {
 					return c.copiedSpans(0, false)
 				}
@@ -121,7 +121,7 @@ func TestChoicePoints(t *testing.T) {
 func TestCopiedSpansBounded(t *testing.T) {
 	listed := func(words []string) bool {
 		var spans []elem
-		if _, err := compileCopying(strings.Join(words, " "), func(c *compiler) []elem {
+		if _, err := compileCopying(strings.Join(words, " "), nil, func(c *compiler) []elem {
 			spans = c.copiedSpans(0, false)
 			return nil
 		}); err != nil {

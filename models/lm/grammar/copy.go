@@ -40,10 +40,13 @@ type Options struct {
 func SchemaWith(schema []byte, o Options) (*Grammar, error) {
 	n, err := parseNode(schema)
 	if err != nil {
-		return nil, &SchemaError{Reason: err.Error()}
+		return nil, parseError(err)
 	}
-	return compileCopying(o.CopyFrom, func(c *compiler) []elem {
+	return compileCopying(o.CopyFrom, nil, func(c *compiler) []elem {
 		c.root = n
+		if !c.checkLimits(n, "#") {
+			return nil
+		}
 		return c.withStops(c.value(n, "#"), o.Stops)
 	})
 }
@@ -171,6 +174,7 @@ func (c *compiler) copiedSpans(hi int, okHi bool) []elem {
 					continue
 				}
 				for j := i + 1; j <= end; j++ {
+					c.b.spent.spend(1)
 					if j < end && !utf8.RuneStart(text[j]) || !spanEnds(text, seg, j, end) {
 						continue
 					}
@@ -297,6 +301,7 @@ func (c *compiler) mentionedEnum(n *node, vals []*node) []*node {
 	}
 	var out []*node
 	for _, v := range vals {
+		c.b.spent.spend(len(c.copyFrom))
 		if v.kind == 's' && mentions(c.copyFrom, strings.ReplaceAll(v.str, "_", " ")) {
 			out = append(out, v)
 		}

@@ -37,7 +37,7 @@ func ToolCalls(f CallFormat, tools []Tool, o ToolCallOptions) (*Grammar, error) 
 	if len(tools) == 0 {
 		return nil, &SchemaError{Reason: "no tools to call"}
 	}
-	return compileCopying(o.CopyFrom, func(c *compiler) []elem {
+	return compileCopying(o.CopyFrom, nil, func(c *compiler) []elem {
 		b := c.b
 		var alts [][]elem
 		for _, t := range tools {
@@ -48,10 +48,14 @@ func ToolCalls(f CallFormat, tools []Tool, o ToolCallOptions) (*Grammar, error) 
 			} else {
 				n, err := parseNode(t.Schema)
 				if err != nil {
-					c.fail("", "tool %s: %v", t.Name, err)
+					se := parseError(err)
+					c.failLimit("tool "+t.Name+" #", se.Limit, "%s", se.Reason)
 					return nil
 				}
-				c.root, c.refs = n, map[string]int32{}
+				c.root, c.refs, c.refPrefix = n, map[string]int32{}, "tool "+t.Name+" "
+				if !c.checkLimits(n, "tool "+t.Name+" #") {
+					return nil
+				}
 				args = c.value(n, "tool "+t.Name+" #")
 			}
 			alts = append(alts, seq(b.lit(string(name)+`,"arguments":`), args))

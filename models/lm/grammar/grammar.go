@@ -57,31 +57,33 @@ type builder struct {
 	sets  map[byteSet]*byteSet // interned so equal sets share a pointer
 	lits  map[string]int32     // rule of each literal already built
 	max   int                  // bound on the rule count
+	spent *budget              // shared with the compiles this one starts
 	// choices are the choice rules built so far (choice.go).
 	choices map[int32]bool
 }
 
-func newBuilder(maxRules int) *builder {
-	return &builder{sets: map[byteSet]*byteSet{}, lits: map[string]int32{}, max: maxRules}
+func newBuilder(maxRules int, spent *budget) *builder {
+	return &builder{sets: map[byteSet]*byteSet{}, lits: map[string]int32{}, max: maxRules, spent: spent}
 }
-
-// errTooBig stops a compile whose grammar would exceed the builder's bound
-// (a schema with huge ranges or lengths).
-type errTooBig struct{ max int }
-
-func (e errTooBig) Error() string { return fmt.Sprintf("grammar: more than %d rules", e.max) }
 
 // newRule reserves a rule so it can be referred to before it is defined
 // (recursion).
 func (b *builder) newRule() int32 {
 	if len(b.rules) >= b.max {
-		panic(errTooBig{b.max})
+		panic(overBudget{"MaxRules", fmt.Sprintf("the grammar would have more than %d rules (limit MaxRules)", b.max)})
 	}
 	b.rules = append(b.rules, nil)
 	return int32(len(b.rules) - 1)
 }
 
-func (b *builder) define(r int32, alts ...[]elem) { b.rules[r] = alts }
+func (b *builder) define(r int32, alts ...[]elem) {
+	n := len(alts)
+	for _, a := range alts {
+		n += len(a)
+	}
+	b.spent.addElems(n)
+	b.rules[r] = alts
+}
 
 // rule makes a rule of the given alternatives.
 func (b *builder) rule(alts ...[]elem) int32 {

@@ -41,7 +41,7 @@ const maxNodeDepth = 64
 func parseNode(data []byte) (*node, error) {
 	d := json.NewDecoder(bytes.NewReader(data))
 	d.UseNumber()
-	n, err := readNode(d, 0)
+	n, err := readNode(d, 0, "", new(int))
 	if err != nil {
 		return nil, err
 	}
@@ -51,7 +51,12 @@ func parseNode(data []byte) (*node, error) {
 	return n, nil
 }
 
-func readNode(d *json.Decoder, depth int) (*node, error) {
+// readNode reads one value, the member key's value when key is set.
+// enumValues counts the values of every "enum" array read so far: the
+// static limit on them (limits.go) is also checked as the document is read,
+// so a 100,000-value enum stops the read at its 1,001st value rather than
+// being decoded whole first.
+func readNode(d *json.Decoder, depth int, key string, enumValues *int) (*node, error) {
 	if depth > maxNodeDepth {
 		return nil, fmt.Errorf("schema nested deeper than %d", maxNodeDepth)
 	}
@@ -78,7 +83,7 @@ func readNode(d *json.Decoder, depth int) (*node, error) {
 					return nil, fmt.Errorf("key %q appears twice", k)
 				}
 				keys[k] = true
-				val, err := readNode(d, depth+1)
+				val, err := readNode(d, depth+1, k, enumValues)
 				if err != nil {
 					return nil, err
 				}
@@ -91,7 +96,12 @@ func readNode(d *json.Decoder, depth int) (*node, error) {
 		case '[':
 			n := &node{kind: 'a'}
 			for d.More() {
-				val, err := readNode(d, depth+1)
+				if key == "enum" {
+					if *enumValues++; *enumValues > MaxEnumValues {
+						return nil, &SchemaError{Limit: "MaxEnumValues", Reason: enumValuesReason}
+					}
+				}
+				val, err := readNode(d, depth+1, "", enumValues)
 				if err != nil {
 					return nil, err
 				}

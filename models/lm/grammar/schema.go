@@ -10,7 +10,8 @@ import (
 
 // MaxRules bounds a compiled grammar: a schema that would need more (huge
 // length or item bounds, many wide ranges) is refused rather than allowed
-// to take the engine's memory.
+// to take the engine's memory. It does not bound the rules' length:
+// MaxElements (limits.go) does.
 const MaxRules = 50000
 
 // Limits on the counted repetitions a schema may ask for.
@@ -38,9 +39,11 @@ var (
 )
 
 // SchemaError is a schema the compiler cannot turn into a grammar, with
-// where in the schema (a JSON pointer) and why.
+// where in the schema (a JSON pointer) and why. Limit names the limit
+// (limits.go) the schema is over, when that is why.
 type SchemaError struct {
 	Path, Reason string
+	Limit        string
 }
 
 func (e *SchemaError) Error() string {
@@ -58,6 +61,17 @@ type compiler struct {
 	refs     map[string]int32 // rule of each $ref target compiled so far
 	memo     map[string]int32 // shared rules: "string", "value", ...
 	err      *SchemaError
+	size     schemaSize // what the static limits count so far
+	depth    int        // value's recursion
+	// defs are the $ref targets compiled, for the productive check.
+	defs      []namedRule
+	refPrefix string // names the document defs come from ("tool NAME ")
+}
+
+// namedRule is a rule compiled for a $ref, named as the schema names it.
+type namedRule struct {
+	rule      int32
+	doc, name string // the document ("" or "tool NAME "), the $ref
 }
 
 func (c *compiler) fail(path, format string, args ...any) {
@@ -66,28 +80,37 @@ func (c *compiler) fail(path, format string, args ...any) {
 	}
 }
 
-// compile runs f with a fresh compiler, turning the builder's size panic
-// into an error.
-func compile(f func(c *compiler) []elem) (g *Grammar, err error) {
-	return compileCopying("", f)
+// compile runs f with a fresh compiler that spends from spent (a compile
+// started by another shares its budget), turning a budget's panic into an
+// error.
+func compile(spent *budget, f func(c *compiler) []elem) (g *Grammar, err error) {
+	return compileCopying("", spent, f)
 }
 
-func compileCopying(copyFrom string, f func(c *compiler) []elem) (g *Grammar, err error) {
-	c := &compiler{copyFrom: copyFrom, b: newBuilder(MaxRules), refs: map[string]int32{}, memo: map[string]int32{}}
+func compileCopying(copyFrom string, spent *budget, f func(c *compiler) []elem) (g *Grammar, err error) {
+	if spent == nil {
+		spent = &budget{}
+	}
+	c := &compiler{copyFrom: copyFrom, b: newBuilder(MaxRules, spent), refs: map[string]int32{}, memo: map[string]int32{}}
 	defer func() {
 		if r := recover(); r != nil {
-			tb, ok := r.(errTooBig)
+			ob, ok := r.(overBudget)
 			if !ok {
 				panic(r)
 			}
-			g, err = nil, &SchemaError{Reason: tb.Error()}
+			g, err = nil, &SchemaError{Limit: ob.limit, Reason: ob.reason}
 		}
 	}()
 	body := f(c)
 	if c.err != nil {
 		return nil, c.err
 	}
-	return c.b.grammar(c.b.rule(body)), nil
+	root := c.b.rule(body)
+	c.checkProductive(root)
+	if c.err != nil {
+		return nil, c.err
+	}
+	return c.b.grammar(root), nil
 }
 
 // Schema compiles a JSON schema to the grammar of the compact JSON values
@@ -97,10 +120,13 @@ func compileCopying(copyFrom string, f func(c *compiler) []elem) (g *Grammar, er
 func Schema(schema []byte, stops ...string) (*Grammar, error) {
 	n, err := parseNode(schema)
 	if err != nil {
-		return nil, &SchemaError{Reason: err.Error()}
+		return nil, parseError(err)
 	}
-	return compile(func(c *compiler) []elem {
+	return compile(nil, func(c *compiler) []elem {
 		c.root = n
+		if !c.checkLimits(n, "#") {
+			return nil
+		}
 		return c.withStops(c.value(n, "#"), stops)
 	})
 }
@@ -108,7 +134,7 @@ func Schema(schema []byte, stops ...string) (*Grammar, error) {
 // JSONObject is the grammar of any compact JSON object (OpenAI's
 // json_object response format).
 func JSONObject(stops ...string) *Grammar {
-	g, err := compile(func(c *compiler) []elem { return c.withStops([]elem{ref(c.anyObject())}, stops) })
+	g, err := compile(nil, func(c *compiler) []elem { return c.withStops([]elem{ref(c.anyObject())}, stops) })
 	if err != nil {
 		panic(err) // a fixed grammar of a few rules
 	}
@@ -136,6 +162,13 @@ func (c *compiler) value(n *node, path string) []elem {
 	if c.err != nil {
 		return nil
 	}
+	c.b.spent.spend(1)
+	if c.depth >= maxCompileDepth {
+		c.failLimit(path, "maxCompileDepth", "schemas reached through $ref nest more than %d deep", maxCompileDepth)
+		return nil
+	}
+	c.depth++
+	defer func() { c.depth-- }()
 	switch n.kind {
 	case 'b':
 		if n.b {
@@ -275,6 +308,7 @@ func (c *compiler) ref(r *node, path string) []elem {
 	}
 	id := c.b.newRule()
 	c.refs[r.str] = id
+	c.defs = append(c.defs, namedRule{id, c.refPrefix, r.str})
 	c.b.define(id, c.value(target, r.str))
 	return []elem{ref(id)}
 }
@@ -292,11 +326,15 @@ func (c *compiler) literals(n *node, path string, vals []*node) []elem {
 	var check *Grammar
 	if !onlyAnnotations(rest, "") {
 		var err error
-		check, err = compile(func(sub *compiler) []elem {
+		check, err = compile(c.b.spent, func(sub *compiler) []elem {
 			sub.root = c.root
 			return sub.value(rest, path)
 		})
 		if err != nil {
+			if se, ok := err.(*SchemaError); ok && se.Limit != "" {
+				c.failLimit(path, se.Limit, "%s", se.Reason)
+				return nil
+			}
 			c.fail(path, "%v", err)
 			return nil
 		}
@@ -306,6 +344,7 @@ func (c *compiler) literals(n *node, path string, vals []*node) []elem {
 	for _, v := range vals {
 		var buf bytes.Buffer
 		v.compact(&buf)
+		c.b.spent.spend(buf.Len())
 		if seen[buf.String()] || check != nil && !check.Match(buf.Bytes()) {
 			continue
 		}

@@ -1,0 +1,79 @@
+package agent
+
+import (
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"strings"
+	"testing"
+)
+
+// hugeEnumSchema is issue 27's schema: a string enum of 100,000 values,
+// about 3.7 MB, under the 4 MiB body limit.
+func hugeEnumSchema() string {
+	var b strings.Builder
+	b.WriteString(`{"type":"object","properties":{"city":{"type":"string","enum":[`)
+	for i := range 100_000 {
+		if i > 0 {
+			b.WriteByte(',')
+		}
+		fmt.Fprintf(&b, `"city-name-number-%016d"`, i)
+	}
+	b.WriteString(`]}},"required":["city"]}`)
+	return b.String()
+}
+
+// schemaError is an error answer in either API's shape.
+type schemaError struct {
+	Type  string
+	Error struct{ Type, Message string }
+}
+
+func readSchemaError(t *testing.T, resp *http.Response, want string) {
+	t.Helper()
+	body, _ := io.ReadAll(resp.Body)
+	if resp.StatusCode != http.StatusBadRequest {
+		t.Fatalf("status %d, want 400: %.300s", resp.StatusCode, body)
+	}
+	var e schemaError
+	if err := json.Unmarshal(body, &e); err != nil {
+		t.Fatalf("%v: %.300s", err, body)
+	}
+	if e.Error.Type != "invalid_request_error" || !strings.Contains(e.Error.Message, want) {
+		t.Fatalf("error %+v, want invalid_request_error naming %q", e, want)
+	}
+}
+
+// TestSchemaLimitsOnAgent: a schema over a limit is refused with a 400
+// naming the limit, in the caller's API shape, before any generation; a
+// $ref cycle with no way out is refused naming the definition rather than
+// answered with "" and finish_reason stop (issue 27 items 3 and 6).
+func TestSchemaLimitsOnAgent(t *testing.T) {
+	_, url := startAgent(t, testConfig(t))
+	huge := hugeEnumSchema()
+	if len(huge) < 3_500_000 {
+		t.Fatalf("schema is %d bytes, want ~3.7 MB", len(huge))
+	}
+	oai := func(schema string) string {
+		return `{"model":"auto","max_tokens":16,"messages":[{"role":"user","content":"pick one"}],"response_format":{"type":"json_schema","json_schema":{"name":"s","schema":` + schema + `}}}`
+	}
+	for _, tc := range []struct{ name, path, body, want string }{
+		{"openai response_format", "/v1/chat/completions", oai(huge), "MaxEnumValues"},
+		{"anthropic tool input_schema", "/v1/messages", `{"model":"auto","max_tokens":16,"messages":[{"role":"user","content":"pick one"}],"tool_choice":{"type":"any"},"tools":[{"name":"pick","input_schema":` + huge + `}]}`, "MaxEnumValues"},
+		{"openai tool parameters", "/v1/chat/completions", `{"model":"auto","max_tokens":16,"messages":[{"role":"user","content":"pick one"}],"tool_choice":"required","tools":[{"type":"function","function":{"name":"pick","parameters":` + huge + `}}]}`, "MaxEnumValues"},
+		{"top-level $ref cycle", "/v1/chat/completions", oai(`{"$defs":{"a":{"$ref":"#/$defs/b"},"b":{"type":"array","items":{"$ref":"#/$defs/a"},"minItems":1}},"$ref":"#/$defs/a"}`), `"#/$defs/a" allows no finite value`},
+		{"nested $ref cycle", "/v1/chat/completions", oai(`{"type":"object","properties":{"x":{"$ref":"#/$defs/node"}},"required":["x"],"$defs":{"node":{"type":"object","properties":{"next":{"$ref":"#/$defs/node"}},"required":["next"]}}}`), `"#/$defs/node" allows no finite value`},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			resp := post(t, url+tc.path, tc.body, "x-phaseless-route", "local")
+			readSchemaError(t, resp, tc.want)
+		})
+	}
+	// The agent still answers: an ordinary schema request succeeds.
+	resp := post(t, url+"/v1/chat/completions", oai(`{"type":"object","properties":{"city":{"type":"string","enum":["Oslo","Bergen"]}},"required":["city"]}`), "x-phaseless-route", "local")
+	if resp.StatusCode != http.StatusOK {
+		b, _ := io.ReadAll(resp.Body)
+		t.Fatalf("ordinary schema: %d %s", resp.StatusCode, b)
+	}
+}
