@@ -2,27 +2,13 @@ package agent
 
 import (
 	"encoding/json"
-	"fmt"
 	"io"
 	"net/http"
 	"strings"
 	"testing"
-)
 
-// hugeEnumSchema is issue 27's schema: a string enum of 100,000 values,
-// about 3.7 MB, under the 4 MiB body limit.
-func hugeEnumSchema() string {
-	var b strings.Builder
-	b.WriteString(`{"type":"object","properties":{"city":{"type":"string","enum":[`)
-	for i := range 100_000 {
-		if i > 0 {
-			b.WriteByte(',')
-		}
-		fmt.Fprintf(&b, `"city-name-number-%016d"`, i)
-	}
-	b.WriteString(`]}},"required":["city"]}`)
-	return b.String()
-}
+	"github.com/phaseless/phaseless/models/lm/grammar/grammartest"
+)
 
 // schemaError is an error answer in either API's shape.
 type schemaError struct {
@@ -51,7 +37,7 @@ func readSchemaError(t *testing.T, resp *http.Response, want string) {
 // answered with "" and finish_reason stop (issue 27 items 3 and 6).
 func TestSchemaLimitsOnAgent(t *testing.T) {
 	_, url := startAgent(t, testConfig(t))
-	huge := hugeEnumSchema()
+	huge := grammartest.HugeEnumSchema()
 	if len(huge) < 3_500_000 {
 		t.Fatalf("schema is %d bytes, want ~3.7 MB", len(huge))
 	}

@@ -2,27 +2,13 @@ package cloud
 
 import (
 	"encoding/json"
-	"fmt"
 	"io"
 	"net/http"
 	"strings"
 	"testing"
-)
 
-// hugeEnumSchema is issue 27's schema: a string enum of 100,000 values,
-// about 3.7 MB, under the 4 MiB body limit.
-func hugeEnumSchema() string {
-	var b strings.Builder
-	b.WriteString(`{"type":"object","properties":{"city":{"type":"string","enum":[`)
-	for i := range 100_000 {
-		if i > 0 {
-			b.WriteByte(',')
-		}
-		fmt.Fprintf(&b, `"city-name-number-%016d"`, i)
-	}
-	b.WriteString(`]}},"required":["city"]}`)
-	return b.String()
-}
+	"github.com/phaseless/phaseless/models/lm/grammar/grammartest"
+)
 
 // TestSchemaLimitsOnCloud: the coordinator's built-in workers compile
 // schemas too; one over a limit is refused with a 400 naming the limit in
@@ -31,7 +17,7 @@ func hugeEnumSchema() string {
 func TestSchemaLimitsOnCloud(t *testing.T) {
 	c := startCloud(t, nil)
 	url := "http://" + c.HTTPAddr()
-	huge := hugeEnumSchema()
+	huge := grammartest.HugeEnumSchema()
 	if len(huge) < 3_500_000 {
 		t.Fatalf("schema is %d bytes, want ~3.7 MB", len(huge))
 	}
@@ -77,7 +63,7 @@ func TestSchemaLimitsOnCloud(t *testing.T) {
 // answered 429; this one is answered 400 naming the limit.
 func TestSchemaLimitsBeforeBilling(t *testing.T) {
 	c := startCloud(t, func(cfg *Config) { cfg.Budget = 1 })
-	body := `{"model":"auto","max_tokens":16,"messages":[{"role":"user","content":"pick one"}],"response_format":{"type":"json_schema","json_schema":{"name":"s","schema":` + hugeEnumSchema() + `}}}`
+	body := `{"model":"auto","max_tokens":16,"messages":[{"role":"user","content":"pick one"}],"response_format":{"type":"json_schema","json_schema":{"name":"s","schema":` + grammartest.HugeEnumSchema() + `}}}`
 	resp, err := http.Post("http://"+c.HTTPAddr()+"/v1/chat/completions", "application/json", strings.NewReader(body))
 	if err != nil {
 		t.Fatal(err)

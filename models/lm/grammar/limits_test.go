@@ -5,22 +5,9 @@ import (
 	"fmt"
 	"strings"
 	"testing"
-)
 
-// hugeEnumSchema is issue 27's schema: a string enum of 100,000 values,
-// about 3.7 MB.
-func hugeEnumSchema() []byte {
-	var b strings.Builder
-	b.WriteString(`{"type":"object","properties":{"city":{"type":"string","enum":[`)
-	for i := range 100_000 {
-		if i > 0 {
-			b.WriteByte(',')
-		}
-		fmt.Fprintf(&b, `"city-name-number-%016d"`, i)
-	}
-	b.WriteString(`]}},"required":["city"]}`)
-	return []byte(b.String())
-}
+	"github.com/phaseless/phaseless/models/lm/grammar/grammartest"
+)
 
 func limitOf(err error) string {
 	var se *SchemaError
@@ -31,7 +18,7 @@ func limitOf(err error) string {
 }
 
 func TestHugeEnumRefused(t *testing.T) {
-	schema := hugeEnumSchema()
+	schema := []byte(grammartest.HugeEnumSchema())
 	if len(schema) < 3_500_000 {
 		t.Fatalf("schema is %d bytes, want the issue's ~3.7 MB", len(schema))
 	}
