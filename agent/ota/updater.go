@@ -6,16 +6,15 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"net"
 	"net/http"
 	"net/url"
 	"path/filepath"
 	"slices"
-	"strings"
 	"time"
 
 	"github.com/phaseless/phaseless/firmware"
 	"github.com/phaseless/phaseless/internal/cli"
+	"github.com/phaseless/phaseless/internal/origin"
 	"github.com/phaseless/phaseless/transport/fleetwire"
 )
 
@@ -85,11 +84,11 @@ func Open(cfg Config) (*Updater, error) {
 	}
 	o := &Updater{board: cfg.Board, client: &http.Client{CheckRedirect: sameOrigin}, running: cfg.Slot, restart: cfg.Restart, dataDir: cfg.DataDir, changed: cfg.Changed, log: log}
 	for _, raw := range cfg.Origins {
-		origin, err := parseOrigin(raw)
+		canon, err := parseOrigin(raw)
 		if err != nil {
 			return nil, &cli.FieldError{Field: "OTAOrigins", Err: err}
 		}
-		o.origins = append(o.origins, origin)
+		o.origins = append(o.origins, canon)
 	}
 	if cfg.OTAPub != "" {
 		key, err := firmware.ReadPublicKey(cfg.OTAPub)
@@ -270,29 +269,20 @@ func (o *Updater) Update(ctx context.Context, cmd fleetwire.Command) (string, er
 }
 
 // parseOrigin reads an --ota-origin entry: scheme://host[:port], nothing
-// more, with the port made explicit.
+// more.
 func parseOrigin(raw string) (string, error) {
-	u, err := url.Parse(raw)
-	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" || u.User != nil || (u.Path != "" && u.Path != "/") || u.RawQuery != "" || u.Fragment != "" {
+	u, ok := origin.Parse(raw)
+	if !ok {
 		return "", fmt.Errorf("update origin %q: want scheme://host[:port], e.g. https://cloud.example:8080", raw)
 	}
-	return originOf(u), nil
-}
-
-// originOf is u's scheme://host:port, lower-cased, with the default port.
-func originOf(u *url.URL) string {
-	port := u.Port()
-	if port == "" {
-		port = map[string]string{"http": "80", "https": "443"}[strings.ToLower(u.Scheme)]
-	}
-	return strings.ToLower(u.Scheme) + "://" + strings.ToLower(net.JoinHostPort(u.Hostname(), port))
+	return origin.Of(u), nil
 }
 
 func (o *Updater) allowed(u *url.URL) bool {
 	if u.User != nil {
 		return false
 	}
-	return slices.Contains(o.origins, originOf(u))
+	return slices.Contains(o.origins, origin.Of(u))
 }
 
 // sameOrigin keeps a download's redirects on the allowed origin it started
@@ -301,7 +291,7 @@ func sameOrigin(req *http.Request, via []*http.Request) error {
 	if len(via) >= 10 {
 		return errors.New("stopped after 10 redirects")
 	}
-	if originOf(req.URL) != originOf(via[0].URL) {
+	if origin.Of(req.URL) != origin.Of(via[0].URL) {
 		return fmt.Errorf("update download redirected off its origin to %s: refused", req.URL.Redacted())
 	}
 	return nil

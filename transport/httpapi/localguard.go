@@ -5,10 +5,10 @@ import (
 	"mime"
 	"net"
 	"net/http"
-	"net/url"
 	"strings"
 
 	"github.com/phaseless/phaseless/internal/metrics"
+	"github.com/phaseless/phaseless/internal/origin"
 	"github.com/phaseless/phaseless/llm"
 )
 
@@ -57,25 +57,13 @@ func (g LocalGuard) Validate() error {
 	return nil
 }
 
-// canonicalOrigin returns o as browsers send it: lower-case scheme and
-// host, no default port, no path.
+// canonicalOrigin returns o as browsers send it (origin.Of).
 func canonicalOrigin(o string) (string, error) {
-	u, err := url.Parse(o)
-	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" || (u.Path != "" && u.Path != "/") || u.RawQuery != "" || u.User != nil {
+	u, ok := origin.Parse(o)
+	if !ok {
 		return "", fmt.Errorf("allowed origin %q: want scheme://host[:port], e.g. http://localhost:3000", o)
 	}
-	host := strings.ToLower(u.Hostname())
-	port := u.Port()
-	if (u.Scheme == "http" && port == "80") || (u.Scheme == "https" && port == "443") {
-		port = ""
-	}
-	if strings.Contains(host, ":") {
-		host = "[" + host + "]"
-	}
-	if port != "" {
-		host += ":" + port
-	}
-	return strings.ToLower(u.Scheme) + "://" + host, nil
+	return origin.Of(u), nil
 }
 
 // Wrap returns h behind the guard. g must be valid (Validate).
@@ -100,14 +88,14 @@ func (g LocalGuard) Wrap(h http.Handler) http.Handler {
 			forbidden("host", "Host %q is not this device's API (allowed: loopback addresses, localhost and the configured names)", r.Host).write(w, a)
 			return
 		}
-		origin := r.Header.Get("Origin")
-		if origin != "" {
-			c, err := canonicalOrigin(origin)
+		from := r.Header.Get("Origin")
+		if from != "" {
+			c, err := canonicalOrigin(from)
 			if err != nil || !origins[c] {
-				forbidden("origin", "Origin %q may not call this API (not on the allowed origin list)", origin).write(w, a)
+				forbidden("origin", "Origin %q may not call this API (not on the allowed origin list)", from).write(w, a)
 				return
 			}
-			w.Header().Set("Access-Control-Allow-Origin", origin)
+			w.Header().Set("Access-Control-Allow-Origin", from)
 			w.Header().Add("Vary", "Origin")
 			if r.Method == http.MethodOptions {
 				preflight(w, r)
