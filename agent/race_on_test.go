@@ -2,7 +2,8 @@
 
 package agent
 
-// raceEnabled is true under -race, where the learning-loop test, which
-// trains a router with gorgonia, would take minutes; make test also runs
-// it without the race detector.
+// raceEnabled is true under -race, where the learning-loop test (it trains
+// a router with gorgonia) and the kill -9 test would take minutes and the
+// concurrent-clients test runs fewer clients; make test also runs them
+// without the race detector.
 const raceEnabled = true

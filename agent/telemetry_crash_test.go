@@ -46,10 +46,12 @@ func TestKillAfterAnswersKeepsEveryRecord(t *testing.T) {
 		select {}
 	}
 	const clients, perClient = 16, 5
-	rounds := crashtest.Cycles(t, 4)
-	if raceEnabled { // some 10 s a round under -race
-		rounds = min(rounds, 2)
+	if raceEnabled {
+		// It kills processes, not goroutines: the race detector adds
+		// only minutes here. make test runs it without -race.
+		t.Skip("make test runs this crash test without -race")
 	}
+	rounds := crashtest.Cycles(t, 4)
 	answered := map[string]bool{} // x-request-id of every answer received
 	var total int                 // records in the store after the last kill
 	for round := range rounds {

@@ -157,6 +157,9 @@ func TestLMInitWithHFTokenizerAndTokenize(t *testing.T) {
 // loads, over the same file when --out is --in, keeping the weights; bad
 // flags are refused and leave the file as it was.
 func TestLMToolPrior(t *testing.T) {
+	if raceEnabled {
+		t.Skip("trains or evaluates models: make test runs it without -race, which adds minutes and nothing else here")
+	}
 	dir := t.TempDir()
 	f := filepath.Join(dir, "m.gguf")
 	if out, err := runCtl(t, "lm", "init", "--out", f, "--layers", "1", "--dim", "64", "--heads", "2",

@@ -35,6 +35,9 @@ func TestLMTrainRejectsBadFlags(t *testing.T) {
 // TestLMTrainWritesLoadableModel runs the edge preset for two steps and loads
 // the result in the engine.
 func TestLMTrainWritesLoadableModel(t *testing.T) {
+	if raceEnabled {
+		t.Skip("trains or evaluates models: make test runs it without -race, which adds minutes and nothing else here")
+	}
 	path := filepath.Join(t.TempDir(), "edge.gguf")
 	out, err := runLMTrain("--preset", "edge", "--out", path, "--steps", "2", "--quiet")
 	if err != nil {

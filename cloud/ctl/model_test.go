@@ -53,6 +53,9 @@ func TestModelScore(t *testing.T) {
 }
 
 func TestModelEval(t *testing.T) {
+	if raceEnabled {
+		t.Skip("trains or evaluates models: make test runs it without -race, which adds minutes and nothing else here")
+	}
 	// Default: the edge label set, the shipped model at its own threshold,
 	// a compared model at the router's 0.5 and at a threshold tuned on the
 	// development set (its row says "(dev)").
@@ -96,6 +99,9 @@ func TestModelScoreMissingModel(t *testing.T) {
 // (cloud/fleetapi/trainset), says what the quality signals relabelled, and
 // trains with it.
 func TestModelTrainTelemetry(t *testing.T) {
+	if raceEnabled {
+		t.Skip("trains or evaluates models: make test runs it without -race, which adds minutes and nothing else here")
+	}
 	dir := t.TempDir()
 	var lines []string
 	add := func(kind string, v any) {

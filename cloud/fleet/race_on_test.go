@@ -2,6 +2,7 @@
 
 package fleet
 
-// raceEnabled is true under -race, where the thousand-device rollout runs
-// with a smaller fleet (make test runs the full one without -race).
+// raceEnabled is true under -race, where the thousand-device tests run
+// with a smaller fleet and the crash test is skipped (make test runs the
+// full ones without -race).
 const raceEnabled = true

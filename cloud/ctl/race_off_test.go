@@ -1,0 +1,5 @@
+//go:build !race
+
+package ctl
+
+const raceEnabled = false
