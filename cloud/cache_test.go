@@ -25,7 +25,7 @@ func TestCacheLayersFlag(t *testing.T) {
 			}
 			continue
 		}
-		if err != nil || cc.NoAffinity == tc.affinity || cc.Prefetch != tc.prefetch || cc.Semantic != tc.semantic {
+		if err != nil || cc.Layers.NoAffinity == tc.affinity || cc.Layers.Prefetch != tc.prefetch || cc.Layers.Semantic != tc.semantic {
 			t.Fatalf("%q: %+v %v", tc.spec, cc, err)
 		}
 	}

@@ -2,11 +2,11 @@ package coordinator
 
 import (
 	"context"
-	"strconv"
 	"sync"
 	"time"
 
 	"github.com/phaseless/phaseless/cloud/affinity"
+	"github.com/phaseless/phaseless/cloud/place"
 	"github.com/phaseless/phaseless/cloud/prefetch"
 	"github.com/phaseless/phaseless/cloud/sched"
 	"github.com/phaseless/phaseless/cloud/semantic"
@@ -19,20 +19,15 @@ import (
 // affinity, the pinned-prefix directory, semantic grouping and predictive
 // prefetch. The zero value turns affinity on and grouping and prefetch off
 // (docs/cloud.md, "Prompt caching", has the measurements behind this).
+// Where a request goes is cloud/place's decision; this layer holds what
+// needs the network and goroutines: the directory and the warm-ups.
 type CacheConfig struct {
-	// NoAffinity turns off routing a request to the worker holding the most
-	// of its prompt while that worker has room (sched.Affinity).
-	NoAffinity bool
+	// Layers are the layers on (--cache-layers).
+	Layers place.Layers
 	// Directory records where pinned prefixes live; nil = in memory (one
 	// replica). Replicas sharing Redis pass an affinity.Redis.
-	Directory affinity.Directory
-	// Semantic groups similar requests onto one worker for every request;
-	// when off, a request opts in by sending x-batch-threshold.
-	Semantic bool
-	Group    semantic.GroupConfig
-	// Prefetch warms predicted clusters' prefixes into idle workers; a
-	// request turns it off for itself with x-prefetch-hint: none.
-	Prefetch      bool
+	Directory     affinity.Directory
+	Group         semantic.GroupConfig
 	PrefetchModel prefetch.Config
 }
 
@@ -40,15 +35,14 @@ type CacheConfig struct {
 // Redis answers an MGET in well under a millisecond.
 const directoryTimeout = 20 * time.Millisecond
 
-// cacheLayer is the prompt-caching layer: CacheConfig's state, and every
-// extension point of the request path (coordinator.go) filled. It reads
-// the workers and places warm-ups on them itself; it never calls back into
-// the Coordinator.
+// cacheLayer is the prompt-caching layer's network and goroutines: the
+// pinned-prefix directory and the warm-ups, behind the request path's
+// extension points (coordinator.go). Where requests and warm-ups go it asks
+// the Placer; it reads the workers and runs warm-ups on them itself, and
+// never calls back into the Coordinator.
 type cacheLayer struct {
-	cfg     CacheConfig
 	dir     affinity.Directory
-	groups  *semantic.Grouper
-	model   *prefetch.Model
+	placer  *place.Placer
 	workers *worker.Set
 	prompts *prompts
 	snaps   sync.Pool // *sched.Snapshot for warm-ups
@@ -57,92 +51,39 @@ type cacheLayer struct {
 	cancel  context.CancelFunc
 	wg      sync.WaitGroup // warm-ups in flight
 	warming chan struct{}  // cap 1: one warm-up at a time
-	now     func() time.Time
 	closed  sync.Once
 	err     error // of the directory's Close
 }
 
 var (
-	_ requestChecker    = (*cacheLayer)(nil)
-	_ requestMeasurer   = (*cacheLayer)(nil)
-	_ snapshotPreparer  = (*cacheLayer)(nil)
-	_ prePlacer         = (*cacheLayer)(nil)
-	_ postPlacer        = (*cacheLayer)(nil)
+	_ pinLocator        = (*cacheLayer)(nil)
 	_ responseCompleter = (*cacheLayer)(nil)
 )
 
 type cacheMetrics struct {
-	dirLookups, dirRecords, groups, prefetch, warmups *metrics.CounterVec
+	dirLookups, dirRecords, prefetch, warmups *metrics.CounterVec
 }
 
-func newCacheLayer(cfg CacheConfig, workers *worker.Set, p *prompts, reg *metrics.Registry) (*cacheLayer, error) {
-	l := &cacheLayer{cfg: cfg, dir: cfg.Directory, workers: workers, prompts: p, warming: make(chan struct{}, 1), now: time.Now}
+func newCacheLayer(cfg CacheConfig, workers *worker.Set, p *prompts, placer *place.Placer, reg *metrics.Registry) (*cacheLayer, error) {
+	l := &cacheLayer{dir: cfg.Directory, placer: placer, workers: workers, prompts: p, warming: make(chan struct{}, 1)}
 	l.snaps.New = func() any { return &sched.Snapshot{} }
-	if cfg.Group.Now != nil {
-		l.now = cfg.Group.Now
-	}
 	if l.dir == nil {
-		l.dir = affinity.NewMemory(l.now)
-	}
-	var err error
-	if l.groups, err = semantic.NewGrouper(cfg.Group); err != nil {
-		return nil, err
-	}
-	if l.model, err = prefetch.New(cfg.PrefetchModel); err != nil {
-		return nil, err
+		l.dir = affinity.NewMemory(nil)
 	}
 	l.ctx, l.cancel = context.WithCancel(context.Background())
 	l.m = cacheMetrics{
 		dirLookups: reg.CounterVec("phaseless_cache_directory_lookups_total", "pinned-prefix directory lookups by result (hit: a worker holds part of the prompt pinned)", "result"),
 		dirRecords: reg.CounterVec("phaseless_cache_directory_records_total", "pinned prefixes written to the directory by result (error: the directory, e.g. Redis, refused or was unreachable, so other replicas will not find the pin)", "result"),
-		groups:     reg.CounterVec("phaseless_semantic_groups_total", "semantic grouping events: formed (a group reached its minimum size), joined (a request placed with its group), conflict (similar, but its prompt diverged)", "event"),
 		prefetch:   reg.CounterVec("phaseless_prefetch_predictions_total", "requests scored against their tenant's previous prediction: hit (its cluster was predicted) or miss", "result"),
 		warmups:    reg.CounterVec("phaseless_prefetch_warmups_total", "predicted prefixes warmed into an idle worker's cache, by result", "result"),
 	}
-	reg.CounterVecFunc("phaseless_semantic_group_closed_total", "semantic groups closed, by final size (the batch a group made)", []string{"size"}, func(emit metrics.Emit) {
-		for size, n := range l.groups.Stats().Sizes {
-			if n > 0 {
-				emit(float64(n), strconv.Itoa(size))
-			}
-		}
-	})
 	return l, nil
 }
 
-// policy wraps the coordinator's policy in the affinity layer unless off.
-func (l *cacheLayer) policy(p sched.Policy) (sched.Policy, error) {
-	if l.cfg.NoAffinity {
-		return p, nil
-	}
-	return sched.NewAffinity(p, sched.AffinityConfig{})
-}
-
-// checkRequest refuses the x-* knobs of this layer that would change
-// nothing here: no header is accepted and then ignored (DESIGN.md §4).
-func (l *cacheLayer) checkRequest(req *llm.Request) error {
-	h := &req.Hints
-	prefetching := l.cfg.Prefetch
-	switch {
-	case h.Prefetch != "" && h.Prefetch != string(prefetch.None) && !prefetching:
-		return llm.Errorf(llm.CodeInvalid, "header x-prefetch-hint: prefetch is off on this coordinator (--cache-layers)")
-	case h.SemanticMode != "" && !prefetching && !l.grouping(req):
-		return llm.Errorf(llm.CodeInvalid, "header x-semantic-mode: neither semantic grouping (x-batch-threshold, --cache-layers semantic) nor prefetch is on for this request")
-	}
-	return nil
-}
-
-// measureRequest reads req's semantic fingerprint when grouping or the
-// prefetcher will: otherwise it is not worth its hashing.
-func (l *cacheLayer) measureRequest(req *llm.Request, m *measured) {
-	if l.grouping(req) || l.cfg.Prefetch {
-		m.fp = semantic.Of(req.Messages, req.Hints.SemanticMode)
-	}
-}
-
-// prepareSnapshot raises each worker's PrefixBlocks to what the directory
-// says it holds pinned: another replica may have placed the conversation,
-// and a remote engine's cache cannot be probed.
-func (l *cacheLayer) prepareSnapshot(m *measured, snap *sched.Snapshot) {
+// locatePins is where the directory says the prompt is pinned: another
+// replica may have placed the conversation, and a remote engine's cache
+// cannot be probed. The Placer raises that worker's prefix to it.
+func (l *cacheLayer) locatePins(m *measured) place.Pin {
 	// A slow directory (Redis under strain) must not hold up placement:
 	// without an answer the request is placed on the engines' own tables.
 	// The layer's own context: the lookup ends with the layer, not with a
@@ -153,58 +94,25 @@ func (l *cacheLayer) prepareSnapshot(m *measured, snap *sched.Snapshot) {
 	switch {
 	case err != nil:
 		l.m.dirLookups.With("error").Inc()
-		return
+		return place.Pin{}
 	case n == 0:
 		l.m.dirLookups.With("miss").Inc()
-		return
+		return place.Pin{}
 	}
 	l.m.dirLookups.With("hit").Inc()
 	for i, w := range l.workers.Workers() {
-		if w.Name() == name && i < len(snap.Workers) && snap.Workers[i].PrefixBlocks < n {
-			snap.Workers[i].PrefixBlocks = n
+		if w.Name() == name {
+			return place.Pin{Worker: i, Blocks: n}
 		}
 	}
-}
-
-// grouping reports whether req takes part in semantic grouping.
-func (l *cacheLayer) grouping(req *llm.Request) bool {
-	return l.cfg.Semantic || req.Hints.BatchThreshold > 0
-}
-
-// prePlace places req with an open group of similar requests on a worker
-// that has room (joins the group); ok is false when there is none.
-func (l *cacheLayer) prePlace(req *llm.Request, m *measured, snap *sched.Snapshot) (sched.Decision, bool) {
-	if !l.grouping(req) {
-		return sched.Decision{}, false
-	}
-	before := l.groups.Stats()
-	w, ok := l.groups.Join(&m.fp, firstBlock(m.sig.BlockHashes), req.Hints.BatchThreshold)
-	after := l.groups.Stats()
-	if after.Conflicts > before.Conflicts {
-		l.m.groups.With("conflict").Inc()
-	}
-	if after.Formed > before.Formed {
-		l.m.groups.With("formed").Inc()
-	}
-	if !ok || w >= len(snap.Workers) || !snap.Workers[w].Healthy || snap.Workers[w].Load() >= 1 {
-		return sched.Decision{}, false
-	}
-	l.m.groups.With("joined").Inc()
-	return sched.Place(&m.sig, snap, w, sched.ReasonPrefix), true
-}
-
-// postPlace opens a group led by req on the worker the policy chose.
-func (l *cacheLayer) postPlace(req *llm.Request, m *measured, worker int) {
-	if l.grouping(req) {
-		l.groups.Open(&m.fp, firstBlock(m.sig.BlockHashes), worker)
-	}
+	return place.Pin{} // a worker this replica does not have
 }
 
 // completeResponse is the layer's part of a request that succeeded on
 // worker: record its pins, learn from it and warm what it predicts.
 func (l *cacheLayer) completeResponse(ctx context.Context, req *llm.Request, m *measured, worker string) {
 	l.pinned(context.WithoutCancel(ctx), req, m, worker)
-	l.predict(req, m)
+	l.predict(m)
 }
 
 // pinned records in the directory the prefixes req asked to pin, now on
@@ -232,49 +140,27 @@ func (l *cacheLayer) record(ctx context.Context, h uint64, worker string, ttl ti
 	l.m.dirRecords.With("ok").Inc()
 }
 
-func firstBlock(hashes []uint64) uint64 {
-	if len(hashes) == 0 {
-		return 0
-	}
-	return hashes[0]
-}
-
 // predict scores req against its tenant's last prediction and warms the
 // next predicted clusters' prefixes into idle workers, within the budget
-// of req's x-prefetch-hint.
-func (l *cacheLayer) predict(req *llm.Request, m *measured) {
-	if !l.cfg.Prefetch {
-		// Off, the model learns nothing: it would keep a cluster (and a
-		// copy of its prompt prefix) per tenant that nothing reads.
-		return
-	}
-	hint := prefetch.Hint(req.Hints.Prefetch)
-	n, maxLoad := hint.Budget()
-	fp := &m.fp
-	if req.Hints.SemanticMode == "" {
-		// A tenant's kinds of request are its conversations' topics; the
-		// hybrid default, half the user's wording, splits one kind in many.
-		topic := semantic.Of(req.Messages, semantic.ModeTopic)
-		fp = &topic
-	}
-	before := l.model.Stats()
-	preds := l.model.Observe(m.tenant, fp, req.Messages, n)
-	after := l.model.Stats()
-	if after.Hits > before.Hits {
+// of req's x-prefetch-hint (place.Placer.Learn).
+func (l *cacheLayer) predict(m *measured) {
+	w := l.placer.Learn(time.Now(), &m.place)
+	switch w.Score {
+	case prefetch.Hit:
 		l.m.prefetch.With("hit").Inc()
-	}
-	if after.Misses > before.Misses {
+	case prefetch.Miss:
 		l.m.prefetch.With("miss").Inc()
 	}
-	for _, p := range preds {
-		l.warm(m.tenant, p.Prefix, maxLoad)
+	for _, p := range w.Predictions {
+		l.warm(m.tenant, p.Prefix, w.MaxLoad)
 	}
 }
 
-// warm runs the prefix through the least loaded worker under maxLoad that
-// does not already hold it, generating one token, so its KV blocks are
-// cached (and pinned for the shortest lifetime) before the predicted
-// request comes. One warm-up runs at a time; the rest are skipped.
+// warm runs the prefix through the worker the Placer picks (the least
+// loaded under maxLoad, unless one holds it already), generating one
+// token, so its KV blocks are cached (and pinned for the shortest
+// lifetime) before the predicted request comes. One warm-up runs at a
+// time; the rest are skipped.
 func (l *cacheLayer) warm(tenant string, prefix []llm.Message, maxLoad float64) {
 	msgs := append(append([]llm.Message(nil), prefix...), llm.Message{Role: "user", Content: ""})
 	ids := l.prompts.tokens(msgs)
@@ -287,19 +173,9 @@ func (l *cacheLayer) warm(tenant string, prefix []llm.Message, maxLoad float64) 
 	snap := l.snaps.Get().(*sched.Snapshot)
 	defer l.snaps.Put(snap)
 	l.workers.Snapshot(snap, hashes)
-	best := -1
-	for i := range snap.Workers {
-		w := &snap.Workers[i]
-		if w.PrefixBlocks >= want {
-			l.m.warmups.With("cached").Inc()
-			return // someone holds it already: the request will go there
-		}
-		if w.Healthy && w.Load() <= maxLoad && (best < 0 || w.Load() < snap.Workers[best].Load()) {
-			best = i
-		}
-	}
-	if best < 0 {
-		l.m.warmups.With("busy").Inc()
+	best, res := l.placer.WarmTarget(snap, want, maxLoad)
+	if res != place.WarmOn {
+		l.m.warmups.With(res.String()).Inc()
 		return
 	}
 	select {

@@ -8,6 +8,7 @@ import (
 
 	"github.com/phaseless/phaseless/cloud/admit"
 	"github.com/phaseless/phaseless/cloud/affinity"
+	"github.com/phaseless/phaseless/cloud/place"
 	"github.com/phaseless/phaseless/cloud/sched"
 	"github.com/phaseless/phaseless/cloud/semantic"
 	"github.com/phaseless/phaseless/cloud/worker"
@@ -44,6 +45,23 @@ func cacheCoordinator(t *testing.T, cc CacheConfig) (*Coordinator, *metrics.Regi
 	}
 	t.Cleanup(func() { c.Close() })
 	return c, reg, []*lm.Engine{e0, e1}
+}
+
+// openGroupOn opens a semantic group led by lead (which must take part in
+// grouping) on worker w, as if the policy had placed it there, without
+// running it: the view offers the policy w alone.
+func openGroupOn(t *testing.T, c *Coordinator, lead *llm.Request, w int) {
+	t.Helper()
+	m := c.measure(lead)
+	placeRequest(lead, &m)
+	snap := &sched.Snapshot{}
+	v := c.view(snap, m.sig.BlockHashes)
+	for i := range snap.Workers {
+		snap.Workers[i].Healthy = i == w
+	}
+	if d, err := c.placer.Place(&m.place, v); err != nil || d.Worker != w || d.Path != place.PathPolicy {
+		t.Fatalf("lead placed %+v, %v; want worker %d by the policy", d, err, w)
+	}
 }
 
 const carSystem = "You are the assistant of a family car. Answer in one short sentence about climate, navigation, media and driving."
@@ -84,8 +102,7 @@ func TestReplicasRouteToThePinnedConversation(t *testing.T) {
 	// there), and pins the conversation on it.
 	first := pinAll(conversation("turn the heat up to twenty two"))
 	first.Hints.BatchThreshold = 0.9
-	fp := semantic.Of(first.Messages, "")
-	a.cache.groups.Open(&fp, firstBlock(a.measure(first).sig.BlockHashes), other)
+	openGroupOn(t, a, first, other)
 	meta, _, fin, err := generate(t, a, first)
 	if err != nil {
 		t.Fatal(err)
@@ -145,15 +162,16 @@ func TestSemanticGroupingKnobs(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			// A fresh coordinator each time: where the policy puts a request
 			// of its own accord, and a group opened on the other worker.
-			c, reg, _ := cacheCoordinator(t, CacheConfig{NoAffinity: true})
+			c, reg, _ := cacheCoordinator(t, CacheConfig{Layers: place.Layers{NoAffinity: true}})
 			alone, _, _, err := generate(t, c, conversation("what is the tyre pressure"))
 			if err != nil {
 				t.Fatal(err)
 			}
 			other := map[string]int{"w0": 1, "w1": 0}[alone.Worker]
 			otherName := []string{"w0", "w1"}[other]
-			fp := semantic.Of(lead.Messages, tc.mode)
-			c.cache.groups.Open(&fp, firstBlock(c.measure(lead).sig.BlockHashes), other)
+			lead := *lead
+			lead.Hints.BatchThreshold, lead.Hints.SemanticMode = 0.5, tc.mode // fingerprinted in the case's mode
+			openGroupOn(t, c, &lead, other)
 			req := conversation(tc.user)
 			req.Hints.BatchThreshold, req.Hints.SemanticMode = tc.threshold, tc.mode
 			meta, _, _, err := generate(t, c, req)
@@ -188,7 +206,7 @@ func TestPrefetchWarmsThePredictedPrefix(t *testing.T) {
 		warm bool
 	}{{"high", true}, {"none", false}} {
 		t.Run(tc.hint, func(t *testing.T) {
-			c, reg, engines := cacheCoordinator(t, CacheConfig{NoAffinity: true, Prefetch: true})
+			c, reg, engines := cacheCoordinator(t, CacheConfig{Layers: place.Layers{NoAffinity: true, Prefetch: true}})
 			for _, r := range []*llm.Request{
 				ask(bank, "set up direct deposit for me", tc.hint),
 				ask(travel, "book a flight to boston", tc.hint),

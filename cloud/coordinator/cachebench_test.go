@@ -13,6 +13,7 @@ import (
 
 	"github.com/phaseless/phaseless/cloud/admit"
 	"github.com/phaseless/phaseless/cloud/batch"
+	"github.com/phaseless/phaseless/cloud/place"
 	"github.com/phaseless/phaseless/cloud/sched"
 	"github.com/phaseless/phaseless/cloud/worker"
 	"github.com/phaseless/phaseless/internal/metrics"
@@ -41,15 +42,15 @@ import (
 // decides the hits, as with many users of one deployment.
 func BenchmarkCacheLayersLive(b *testing.B) {
 	convs := clincConversations(b, 96)
-	rules := CacheConfig{NoAffinity: true}
+	rules := CacheConfig{Layers: place.Layers{NoAffinity: true}}
 	host, aging := lm.EngineConfig{HostKV: 4}, lm.EngineConfig{AgingRate: 2000}
 	both := lm.EngineConfig{HostKV: 4, AgingRate: 2000}
 	for _, v := range []cacheRun{
 		{"rules", rules, false, lm.EngineConfig{}, 2},
 		{"pin", rules, true, lm.EngineConfig{}, 2},
 		{"pin+affinity", CacheConfig{}, true, lm.EngineConfig{}, 2},
-		{"pin+affinity+prefetch", CacheConfig{Prefetch: true}, true, lm.EngineConfig{}, 2},
-		{"pin+affinity+prefetch+semantic", CacheConfig{Prefetch: true, Semantic: true}, true, lm.EngineConfig{}, 2},
+		{"pin+affinity+prefetch", CacheConfig{Layers: place.Layers{Prefetch: true}}, true, lm.EngineConfig{}, 2},
+		{"pin+affinity+prefetch+semantic", CacheConfig{Layers: place.Layers{Prefetch: true, Semantic: true}}, true, lm.EngineConfig{}, 2},
 		{"affinity", CacheConfig{}, false, lm.EngineConfig{}, 2},
 		{"host-kv", rules, false, host, 2},
 		{"aging", rules, false, aging, 2},

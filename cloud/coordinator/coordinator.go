@@ -13,6 +13,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/phaseless/phaseless/cloud/admit"
+	"github.com/phaseless/phaseless/cloud/place"
 	"github.com/phaseless/phaseless/cloud/sched"
 	"github.com/phaseless/phaseless/cloud/semantic"
 	"github.com/phaseless/phaseless/cloud/worker"
@@ -79,8 +80,9 @@ type Coordinator struct {
 	cfg       Config
 	fair      *admit.Fair
 	breaker   *admit.Breaker
-	policy    sched.Policy
-	overrides map[string]sched.Policy
+	placer    *place.Placer
+	world     world
+	workers   []place.Worker // what each worker is, beside its signals (View.Workers)
 	predictor *sched.OutputPredictor
 	snaps     sync.Pool // *sched.Snapshot, reused so a decision allocates nothing
 	m         coordMetrics
@@ -93,34 +95,32 @@ type Coordinator struct {
 
 var _ llm.Generator = (*Coordinator)(nil)
 
+// world is what a decision reads from outside the request: the workers'
+// signals and the circuit breaker. Live it is the worker set and the
+// breaker; TestOnePlacementPath replays a simulator's instead.
+type world interface {
+	snapshot(dst *sched.Snapshot, hashes []uint64)
+	breakerOpen() bool
+}
+
+// liveWorld is the coordinator's own world.
+type liveWorld struct {
+	set     *worker.Set
+	breaker *admit.Breaker
+}
+
+func (w liveWorld) snapshot(dst *sched.Snapshot, hashes []uint64) { w.set.Snapshot(dst, hashes) }
+func (w liveWorld) breakerOpen() bool                             { return w.breaker.Open() }
+
 // The request path's extension points, in the order generate calls them
-// for a request (doc.go has the whole order). Each may read and fill the
-// request's measured record; none sees the Coordinator. The
-// prompt-caching layer (cache.go) fills every one.
+// for a request (doc.go has the whole order). Each reads the request's
+// measured record; none sees the Coordinator. The prompt-caching layer
+// (cache.go) fills both.
 type (
-	// requestChecker refuses a request before anything is charged for it.
-	requestChecker interface {
-		checkRequest(req *llm.Request) error
-	}
-	// requestMeasurer adds to a request's measurement what only it reads,
-	// before admission.
-	requestMeasurer interface {
-		measureRequest(req *llm.Request, m *measured)
-	}
-	// snapshotPreparer adds to the workers' snapshot what their engines
-	// cannot tell (another replica's pins), before any policy reads it.
-	snapshotPreparer interface {
-		prepareSnapshot(m *measured, snap *sched.Snapshot)
-	}
-	// prePlacer may place a request before the policy in force does; ok
-	// false leaves it to the policy.
-	prePlacer interface {
-		prePlace(req *llm.Request, m *measured, snap *sched.Snapshot) (d sched.Decision, ok bool)
-	}
-	// postPlacer learns where the policy in force placed a request that
-	// no prePlacer did.
-	postPlacer interface {
-		postPlace(req *llm.Request, m *measured, worker int)
+	// pinLocator says where the replicas' directory has a request's
+	// prompt pinned (what their engines cannot tell), before placement.
+	pinLocator interface {
+		locatePins(m *measured) place.Pin
 	}
 	// responseCompleter learns from a request that succeeded on worker,
 	// after its last token.
@@ -131,11 +131,7 @@ type (
 
 // extensions holds one implementation of each extension point.
 type extensions struct {
-	checker   requestChecker
-	measurer  requestMeasurer
-	snapshot  snapshotPreparer
-	prePlace  prePlacer
-	postPlace postPlacer
+	pins      pinLocator
 	completer responseCompleter
 }
 
@@ -173,33 +169,24 @@ func New(cfg Config) (*Coordinator, error) {
 	if err != nil {
 		return nil, err
 	}
-	c := &Coordinator{cfg: cfg, fair: fair, breaker: br, predictor: sched.NewOutputPredictor(0), overrides: map[string]sched.Policy{}}
+	c := &Coordinator{cfg: cfg, fair: fair, breaker: br, predictor: sched.NewOutputPredictor(0), world: liveWorld{cfg.Workers, br}}
+	if c.placer, err = place.New(place.Config{
+		Scheduler: cfg.Scheduler, Policy: cfg.Policy, AllowOverride: cfg.AllowPolicyOverride,
+		Options: sched.Options{Rules: cfg.Rules, SLOTTFT: cfg.SLATTFT, SLOTPOT: cfg.SLAITL},
+		Layers:  cfg.Cache.Layers, Group: cfg.Cache.Group, Prefetch: cfg.Cache.PrefetchModel,
+	}); err != nil {
+		return nil, err
+	}
+	for _, w := range cfg.Workers.Workers() {
+		_, remote := w.Engine().(*worker.Remote)
+		_, builtin := w.Engine().(*worker.Builtin)
+		c.workers = append(c.workers, place.Worker{Model: w.Model(), Remote: remote, Builtin: builtin})
+	}
 	c.prompts = newPrompts(cfg.Tokenizer, cfg.BlockSize, cfg.Workers.Workers())
-	if c.cache, err = newCacheLayer(cfg.Cache, cfg.Workers, c.prompts, cfg.Metrics); err != nil {
+	if c.cache, err = newCacheLayer(cfg.Cache, cfg.Workers, c.prompts, c.placer, cfg.Metrics); err != nil {
 		return nil, err
 	}
-	c.ext = extensions{checker: c.cache, measurer: c.cache, snapshot: c.cache, prePlace: c.cache, postPlace: c.cache, completer: c.cache}
-	opts := sched.Options{Rules: cfg.Rules, SLOTTFT: cfg.SLATTFT, SLOTPOT: cfg.SLAITL}
-	c.policy = cfg.Policy
-	if c.policy == nil {
-		if c.policy, err = sched.New(cfg.Scheduler, opts); err != nil {
-			return nil, err
-		}
-	}
-	if c.policy, err = c.cache.policy(c.policy); err != nil {
-		return nil, err
-	}
-	for _, name := range sched.Names() {
-		p, err := sched.New(name, opts)
-		if err != nil {
-			return nil, err
-		}
-		c.overrides[name] = p
-	}
-	c.overrides[sched.NameScheduler] = c.policy
-	if c.overrides[NameDisaggregated], err = newDisaggregated(); err != nil {
-		return nil, err
-	}
+	c.ext = extensions{pins: c.cache, completer: c.cache}
 	c.snaps.New = func() any { return &sched.Snapshot{} }
 	c.m = newCoordMetrics(cfg.Metrics, c)
 	return c, nil
@@ -213,7 +200,9 @@ type measured struct {
 	// which its block hashes, the cache layer's pins and a built-in engine
 	// all read.
 	prompt worker.Prompt
-	fp     semantic.Fingerprint // x-semantic-mode's fingerprint (cache.go)
+	// place is what the Placer reads (its Sig points at sig); generate
+	// fills it once the record stays where it is.
+	place  place.Request
 	tenant string
 	cost   int64 // tokens charged against the budget: prompt + max output
 	maxOut int
@@ -261,32 +250,34 @@ func (c *Coordinator) estimateTokens(n int) int {
 	return n
 }
 
-// decide places a request with the policy in force and times the decision.
-func (c *Coordinator) decide(req *llm.Request, m *measured, snap *sched.Snapshot) (sched.Decision, error) {
+// placeRequest fills m.place, what the Placer reads about req.
+func placeRequest(req *llm.Request, m *measured) {
+	m.place = place.Request{Sig: &m.sig, Model: req.Model, Tenant: m.tenant, Hints: req.Hints, Messages: req.Messages,
+		MaxOutput: req.MaxTokens, CarriesKV: worker.KVCarries(req)}
+}
+
+// view is the decision's View of the workers, snap filled for hashes.
+func (c *Coordinator) view(snap *sched.Snapshot, hashes []uint64) place.View {
+	c.world.snapshot(snap, hashes)
+	return place.View{Snap: snap, Workers: c.workers, BreakerOpen: c.world.breakerOpen()}
+}
+
+// decide places a request (cloud/place) and times the decision.
+func (c *Coordinator) decide(m *measured, snap *sched.Snapshot) (place.Decision, error) {
 	t0 := time.Now()
-	c.cfg.Workers.Snapshot(snap, m.sig.BlockHashes)
-	c.pinModel(req.Model, snap)
-	c.ext.snapshot.prepareSnapshot(m, snap)
-	var d sched.Decision
-	var err error
-	grouped := false
-	switch p, ok := c.overrides[req.Hints.Policy]; {
-	case c.cfg.AllowPolicyOverride && req.Hints.Policy != "" && ok:
-		// An explicit policy (--dev experiments, the replay's comparison)
-		// runs as asked, even with the breaker open, or the comparison
-		// would measure FIFO under three names.
-		d, err = p.Decide(&m.sig, snap)
-	case c.breaker.Open():
-		d, err = sched.FIFO(&m.sig, snap)
-	default:
-		if d, grouped = c.ext.prePlace.prePlace(req, m, snap); !grouped {
-			d, err = c.policy.Decide(&m.sig, snap)
-		}
-		if err == nil && !grouped {
-			c.ext.postPlace.postPlace(req, m, d.Worker)
-		}
-	}
+	v := c.view(snap, m.sig.BlockHashes)
+	m.place.Pinned = c.ext.pins.locatePins(m)
+	d, err := c.placer.Place(&m.place, v)
 	c.m.decision.Observe(time.Since(t0).Seconds())
+	switch {
+	case d.Path == place.PathGroup:
+		c.m.groups.With("joined").Inc()
+	case d.Group == semantic.Conflict:
+		c.m.groups.With("conflict").Inc()
+	}
+	if d.Group == semantic.Formed {
+		c.m.groups.With("formed").Inc()
+	}
 	return d, err
 }
 
@@ -295,10 +286,8 @@ func (c *Coordinator) generate(ctx context.Context, req *llm.Request, emit llm.E
 	if req.MaxTokens <= 0 {
 		return llm.Final{}, llm.Errorf(llm.CodeInvalid, "max tokens must be positive, got %d", req.MaxTokens)
 	}
-	if p := req.Hints.Policy; p != "" && c.overrides[p] == nil {
-		return llm.Final{}, llm.Errorf(llm.CodeInvalid, "unknown scheduler policy %q (%s)", p, strings.Join(append(sched.Names(), NameDisaggregated), ", "))
-	}
-	if err := c.ext.checker.checkRequest(req); err != nil {
+	// Check reads only the hints: a refused request is not measured.
+	if err := c.placer.Check(&place.Request{Hints: req.Hints}); err != nil {
 		return llm.Final{}, err
 	}
 	// A schema over the grammar's limits is refused here, before it is
@@ -308,7 +297,7 @@ func (c *Coordinator) generate(ctx context.Context, req *llm.Request, emit llm.E
 		return llm.Final{}, err
 	}
 	m := c.measure(req)
-	c.ext.measurer.measureRequest(req, &m)
+	placeRequest(req, &m)
 	bucket := c.cfg.Budget(m.tenant)
 	_, span := tracing.Child(ctx, "admission")
 	remaining, err := c.cfg.Admitter.Charge(ctx, m.tenant, m.cost, bucket)
@@ -331,47 +320,45 @@ func (c *Coordinator) generate(ctx context.Context, req *llm.Request, emit llm.E
 	snap := c.snaps.Get().(*sched.Snapshot)
 	defer c.snaps.Put(snap)
 	_, span = tracing.Child(ctx, "scheduling")
-	var d sched.Decision
+	var d place.Decision
 	if req.KVHandoff != "" {
-		d, err = c.resumeDecision(req, &m, snap)
+		d, err = c.placer.Resume(c.view(snap, m.sig.BlockHashes))
 	} else {
-		d, err = c.decide(req, &m, snap)
+		d, err = c.decide(&m, snap)
 	}
-	endScheduling(span, d, err)
+	endScheduling(span, d.Decision, err)
 	if err != nil {
 		return llm.Final{}, c.finish(ctx, &m, bucket, llm.RouteCloud, llm.Final{}, llm.Errorf(llm.CodeUnavailable, "no worker can take the request: %v", err), 0)
 	}
 	run := c.newRun(ctx, st, ticket)
 	defer run.billOutput() // before the deferred Release: the slot's last tokens count
 	var fin llm.Final
-	if c.splittable(req, d) {
-		fin, err = c.runSplit(ctx, req, &m, d, run)
+	if d.Split {
+		fin, err = c.runSplit(ctx, req, &m, d.Decision, run)
 		switch {
 		case err == nil:
 			c.m.pd.handoffs.With("ok").Inc()
 		case run.tokens == 0 && ctx.Err() == nil:
 			c.m.pd.handoffs.With(handoffResult(err)).Inc()
-			st.Meta.Fallback = splitFallback(d, st.Meta.Split.DecodeWorker, err)
+			st.Meta.Fallback = splitFallback(st.Meta.Split.DecodeWorker, err)
 			st.Meta.Split = llm.Split{}
 			d.Split = false
-			fin, err = c.runOn(ctx, req, &m, d, run)
+			fin, err = c.runOn(ctx, req, &m, d.Decision, run)
 		}
 	} else {
-		fin, err = c.runOn(ctx, req, &m, d, run)
+		fin, err = c.runOn(ctx, req, &m, d.Decision, run)
 	}
 	if err != nil && run.tokens == 0 && fallbackEligible(err) {
 		reason := string(llm.CodeOf(err))
 		if !c.cfg.Admitter.AllowFallback(ctx, m.tenant) {
 			c.m.fallbackDenied.Inc()
 		} else {
-			c.cfg.Workers.Snapshot(snap, m.sig.BlockHashes)
-			c.pinModel(req.Model, snap)
-			if fd, ferr := sched.Fallback(&m.sig, snap, d.Worker); ferr == nil {
+			if fd, ferr := c.placer.Fallback(&m.place, c.view(snap, m.sig.BlockHashes), d.Worker); ferr == nil {
 				c.m.fallbacks.With(reason).Inc()
 				from := c.cfg.Workers.Workers()[d.Worker].Name()
 				st.Meta.Fallback = llm.Fallback{Cause: llm.FallbackPoolOverloaded, From: from, Code: llm.CodeOf(err),
 					Detail: fmt.Sprintf("%s on %s", reason, from)}
-				fin, err = c.runOn(ctx, req, &m, fd, run)
+				fin, err = c.runOn(ctx, req, &m, fd.Decision, run)
 				d = fd
 			}
 		}

@@ -69,6 +69,13 @@ func newCoordinator(t *testing.T, clk *clock, workers ...*worker.Worker) (*Coord
 // the rules).
 func newCoordinatorWith(t testing.TB, clk *clock, policy sched.Policy, workers ...*worker.Worker) (*Coordinator, *metrics.Registry) {
 	t.Helper()
+	return newCoordinatorConfig(t, clk, Config{Policy: policy}, workers...)
+}
+
+// newCoordinatorConfig is newCoordinator built from cfg, whose Workers,
+// Admitter, Tokenizer, Metrics and Breaker it fills.
+func newCoordinatorConfig(t testing.TB, clk *clock, cfg Config, workers ...*worker.Worker) (*Coordinator, *metrics.Registry) {
+	t.Helper()
 	set, err := worker.NewSet(context.Background(), time.Hour, workers...)
 	if err != nil {
 		t.Fatal(err)
@@ -81,10 +88,9 @@ func newCoordinatorWith(t testing.TB, clk *clock, policy sched.Policy, workers .
 	t.Cleanup(func() { a.Close() })
 	tok, _ := tokenizer.ByteSpec().Build()
 	reg := metrics.NewRegistry()
-	c, err := New(Config{
-		Workers: set, Admitter: a, Tokenizer: tok, Metrics: reg, Policy: policy,
-		Breaker: admit.BreakerConfig{Window: 10 * time.Second, MinRequests: 10, Now: clk.Now},
-	})
+	cfg.Workers, cfg.Admitter, cfg.Tokenizer, cfg.Metrics = set, a, tok, reg
+	cfg.Breaker = admit.BreakerConfig{Window: 10 * time.Second, MinRequests: 10, Now: clk.Now}
+	c, err := New(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -281,6 +287,7 @@ func BenchmarkDecisionPath(b *testing.B) {
 		b.Fatal(err)
 	}
 	m := c.measure(req)
+	placeRequest(req, &m)
 	snap := &sched.Snapshot{}
 	lat := make([]time.Duration, 1<<16)
 	n := 0
@@ -288,7 +295,7 @@ func BenchmarkDecisionPath(b *testing.B) {
 	b.ResetTimer()
 	for b.Loop() {
 		t0 := time.Now()
-		d, err := c.decide(req, &m, snap)
+		d, err := c.decide(&m, snap)
 		lat[n%len(lat)] = time.Since(t0)
 		n++
 		if err != nil || d.PrefixBlocks == 0 {

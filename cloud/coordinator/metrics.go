@@ -1,6 +1,8 @@
 package coordinator
 
 import (
+	"strconv"
+
 	"github.com/phaseless/phaseless/cloud/sched"
 	"github.com/phaseless/phaseless/cloud/worker"
 	"github.com/phaseless/phaseless/internal/metrics"
@@ -23,6 +25,7 @@ type coordMetrics struct {
 	sla              *metrics.LabeledCounter
 	reasons          *metrics.LabeledCounter
 	pool             *metrics.CounterVec
+	groups           *metrics.CounterVec // semantic grouping's events, by event
 	pd               pdMetrics
 }
 
@@ -59,8 +62,16 @@ func newCoordMetrics(r *metrics.Registry, c *Coordinator) coordMetrics {
 		sla:              r.LabeledCounter("phaseless_cloud_sla_requests_total", "completed requests by whether they met the TTFT and ITL SLA", "result"),
 		reasons:          r.LabeledCounter("phaseless_sched_decisions_total", "placements by the rule that made them", "reason"),
 		pool:             r.CounterVec("phaseless_pool_requests_total", "requests placed on each pool", "pool"),
+		groups:           r.CounterVec("phaseless_semantic_groups_total", "semantic grouping events: formed (a group reached its minimum size), joined (a request placed with its group), conflict (similar, but its prompt diverged)", "event"),
 		pd:               newPDMetrics(r),
 	}
+	r.CounterVecFunc("phaseless_semantic_group_closed_total", "semantic groups closed, by final size (the batch a group made)", []string{"size"}, func(emit metrics.Emit) {
+		for size, n := range c.placer.GroupStats().Sizes {
+			if n > 0 {
+				emit(float64(n), strconv.Itoa(size))
+			}
+		}
+	})
 	r.GaugeFunc("phaseless_admit_breaker_open", "1 while the circuit breaker runs plain FIFO", func() float64 {
 		if c.breaker.Open() {
 			return 1

@@ -1,10 +1,6 @@
 package coordinator
 
-import (
-	"slices"
-
-	"github.com/phaseless/phaseless/cloud/sched"
-)
+import "slices"
 
 // Models lists the distinct models the workers serve, in worker order, for
 // GET /v1/models: a request may name one of them instead of "auto".
@@ -16,18 +12,4 @@ func (c *Coordinator) Models() []string {
 		}
 	}
 	return names
-}
-
-// pinModel takes the workers that do not serve model out of a decision's
-// snapshot, so every policy (and the fallback) places a request that names
-// a model only where that model runs. "auto" leaves the snapshot as it is.
-func (c *Coordinator) pinModel(model string, snap *sched.Snapshot) {
-	if model == "" || model == "auto" {
-		return
-	}
-	for i, w := range c.cfg.Workers.Workers() {
-		if i < len(snap.Workers) && w.Model() != model {
-			snap.Workers[i].Healthy = false
-		}
-	}
 }

@@ -40,18 +40,6 @@ func newPDMetrics(r *metrics.Registry) pdMetrics {
 	}
 }
 
-// splittable reports whether d asks for a split this coordinator can run
-// for req: a remote prefill worker must be able to render req's prompt
-// (worker.KVCarries); otherwise the prefill worker runs it colocated.
-func (c *Coordinator) splittable(req *llm.Request, d sched.Decision) bool {
-	ws := c.cfg.Workers.Workers()
-	if !d.Split || d.DecodeWorker == d.Worker || d.DecodeWorker < 0 || d.DecodeWorker >= len(ws) {
-		return false
-	}
-	_, remote := ws[d.Worker].Engine().(*worker.Remote)
-	return !remote || worker.KVCarries(req)
-}
-
 // runSplit runs d's prefill on d.Worker and its decode on d.DecodeWorker.
 func (c *Coordinator) runSplit(ctx context.Context, req *llm.Request, m *measured, d sched.Decision, r *run) (llm.Final, error) {
 	ws := c.cfg.Workers.Workers()
@@ -100,30 +88,9 @@ func handoffResult(err error) string {
 
 // splitFallback describes a split that failed before its first token; the
 // request then runs colocated on the prefill worker.
-func splitFallback(d sched.Decision, decodeWorker string, err error) llm.Fallback {
+func splitFallback(decodeWorker string, err error) llm.Fallback {
 	return llm.Fallback{Cause: llm.FallbackHandoffFailed, From: decodeWorker, Code: llm.CodeOf(err),
 		Detail: fmt.Sprintf("split to %s failed (%s): %v; ran on one worker", decodeWorker, handoffResult(err), err)}
-}
-
-// resumeDecision places a request that names a KV handoff parked in this
-// process (this coordinator serves as another's decode worker): on the
-// least busy healthy built-in worker, which resumes it from the store they
-// share.
-func (c *Coordinator) resumeDecision(req *llm.Request, m *measured, snap *sched.Snapshot) (sched.Decision, error) {
-	c.cfg.Workers.Snapshot(snap, m.sig.BlockHashes)
-	best := -1
-	for i, w := range c.cfg.Workers.Workers() {
-		if _, ok := w.Engine().(*worker.Builtin); !ok || !snap.Workers[i].Healthy {
-			continue
-		}
-		if best < 0 || snap.Workers[i].Load() < snap.Workers[best].Load() {
-			best = i
-		}
-	}
-	if best < 0 {
-		return sched.Decision{}, sched.ErrNoWorker
-	}
-	return sched.Decision{Worker: best, Pool: snap.Workers[best].Role, Reason: sched.ReasonLeastLoad, Policy: sched.PolicyLeastLoaded}, nil
 }
 
 // HandoffMeanSeconds is the mean of a split stage's time (prefill or
@@ -144,54 +111,4 @@ func HandoffMeanSeconds(reg *metrics.Registry, stage string) float64 {
 		return 0
 	}
 	return sum / count
-}
-
-// NameDisaggregated is the x-phaseless-policy (--dev) that splits every
-// request it can: the demo's and experiments' way to see a split without
-// waiting for the scheduler to choose one.
-const NameDisaggregated = "disaggregated"
-
-// disaggregated prefills on the least loaded prefill-heavy worker and
-// decodes on the least loaded other decode-heavy worker (else stream). With
-// no healthy worker of the one pool or the other it places the request as
-// explicit phases would, on one worker.
-type disaggregated struct {
-	prefill *sched.ExplicitPhases // declares every request a prefill
-}
-
-var _ sched.Policy = disaggregated{}
-
-func newDisaggregated() (disaggregated, error) {
-	p, err := sched.NewExplicitPhases(sched.ExplicitPhasesConfig{PrefillPrompt: 1})
-	return disaggregated{prefill: p}, err
-}
-
-func (disaggregated) Name() string { return NameDisaggregated }
-
-func (p disaggregated) Decide(req *sched.Request, s *sched.Snapshot) (sched.Decision, error) {
-	d, err := p.prefill.Decide(req, s)
-	if err != nil || d.Pool != sched.RolePrefill {
-		return d, err
-	}
-	best, bestPref := -1, 0
-	for i := range s.Workers {
-		w := &s.Workers[i]
-		pref := 0
-		switch w.Role {
-		case sched.RoleDecode:
-			pref = 2
-		case sched.RoleStream:
-			pref = 1
-		}
-		if i == d.Worker || !w.Healthy || pref == 0 {
-			continue
-		}
-		if pref > bestPref || pref == bestPref && w.Load() < s.Workers[best].Load() {
-			best, bestPref = i, pref
-		}
-	}
-	if best >= 0 {
-		d.Split, d.DecodeWorker = true, best
-	}
-	return d, nil
 }

@@ -219,25 +219,18 @@ func TestDisaggregatedPolicy(t *testing.T) {
 	st, _ := builtinWorker(t, "st", sched.RoleStream)
 	pre, _ := builtinWorker(t, "pre", sched.RolePrefill)
 	dec, _ := builtinWorker(t, "dec", sched.RoleDecode)
-	c, _ := newCoordinatorWith(t, clk, nil, st, pre, dec)
-	c.cfg.AllowPolicyOverride = true
+	c, _ := newCoordinatorConfig(t, clk, Config{AllowPolicyOverride: true}, st, pre, dec)
 	req := greedy("split by the dev policy", 6)
-	req.Hints.Policy = NameDisaggregated
+	req.Hints.Policy = sched.NameDisaggregated
 	got := collect(c, req)
 	if got.err != nil || got.begin.Worker != "pre" || got.begin.Split.DecodeWorker != "dec" {
 		t.Fatalf("%+v", got)
 	}
 
 	lone, _ := builtinWorker(t, "lone", sched.RoleDecode)
-	c2, _ := newCoordinatorWith(t, clk, nil, lone)
-	c2.cfg.AllowPolicyOverride = true
+	c2, _ := newCoordinatorConfig(t, clk, Config{AllowPolicyOverride: true}, lone)
 	if got := collect(c2, req); got.err != nil || got.begin.Split.IsSet() || got.begin.Worker != "lone" {
 		t.Fatalf("no prefill pool: %+v", got)
-	}
-	d, _ := newDisaggregated()
-	snap := &sched.Snapshot{Workers: []sched.Worker{{Role: sched.RolePrefill, Healthy: true, Capacity: 4}, {Role: sched.RoleDecode, Healthy: true, Capacity: 4}}}
-	if n := testing.AllocsPerRun(100, func() { d.Decide(&sched.Request{InputTokens: 10}, snap) }); n != 0 {
-		t.Fatalf("Decide allocates %v times", n)
 	}
 }
 
@@ -267,20 +260,28 @@ func TestSplitNeedsACarriablePrompt(t *testing.T) {
 	pinned := greedy("a long system prompt", 4)
 	pinned.CacheBreakpoints = []llm.CacheBreakpoint{{Message: 0, TTL: 5 * time.Minute}}
 
-	remoteFirst := sched.Decision{Worker: 0, Split: true, DecodeWorker: 1}
-	builtinFirst := sched.Decision{Worker: 1, Split: true, DecodeWorker: 0}
-	if !c.splittable(greedy("plain turns", 4), remoteFirst) {
+	builtinFirst, _ := newCoordinatorWith(t, &clock{t: time.Unix(1e9, 0)}, splitAt(1, 0, sched.RolePrefill), rw, bw)
+	split := func(c *Coordinator, req *llm.Request) bool {
+		m := c.measure(req)
+		placeRequest(req, &m)
+		d, err := c.decide(&m, &sched.Snapshot{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return d.Split
+	}
+	if !split(c, greedy("plain turns", 4)) {
 		t.Fatal("a plain request is not split onto the remote prefill worker")
 	}
 	for name, req := range map[string]*llm.Request{"tools": tools, "response_format": format, "tool turn": toolTurn, "cache breakpoint": pinned} {
-		if c.splittable(req, remoteFirst) {
+		if split(c, req) {
 			t.Errorf("%s: split onto a remote prefill worker that cannot render it", name)
 		}
-		if !c.splittable(req, builtinFirst) {
+		if !split(builtinFirst, req) {
 			t.Errorf("%s: not split from a built-in prefill worker", name)
 		}
 	}
-	if c.splittable(greedy("x", 4), sched.Decision{Worker: 0, DecodeWorker: 1}) {
-		t.Fatal("a decision without Split is split")
+	if split(c, greedy("x", 1)) {
+		t.Fatal("a one-token request is split: the prefill samples its only token")
 	}
 }

@@ -61,7 +61,6 @@ type Config struct {
 	// MinProbability is the least transition probability worth warming
 	// (default 0.2).
 	MinProbability float64
-	Now            func() time.Time
 }
 
 func (c *Config) fill() {
@@ -76,9 +75,6 @@ func (c *Config) fill() {
 	}
 	if c.MinProbability == 0 {
 		c.MinProbability = 0.2
-	}
-	if c.Now == nil {
-		c.Now = time.Now
 	}
 }
 
@@ -95,7 +91,9 @@ func (c Config) Validate() error {
 	return nil
 }
 
-// Model is the per-tenant predictor. It is safe for concurrent use.
+// Model is the per-tenant predictor. It reads no clock: Observe says when
+// each request came (wall time live, virtual time in the simulator). It is
+// safe for concurrent use.
 type Model struct {
 	cfg     Config
 	mu      sync.Mutex // guards tenants, stats
@@ -158,11 +156,20 @@ type Prediction struct {
 	Prefix      []llm.Message
 }
 
-// Observe records a tenant's request (its fingerprint and messages),
-// scores the previous prediction, and returns up to n predictions for the
-// tenant's next request, likeliest first.
-func (m *Model) Observe(tenantID string, fp *semantic.Fingerprint, msgs []llm.Message, n int) []Prediction {
-	now := m.cfg.Now()
+// Score is how a request compared with its tenant's last prediction.
+type Score uint8
+
+// Scores.
+const (
+	Unscored Score = iota // the tenant's first request: nothing to compare with
+	Hit                   // it arrived in a cluster predicted for its tenant
+	Miss                  // it arrived in a cluster nobody predicted
+)
+
+// Observe records a tenant's request at now (its fingerprint and
+// messages), scores the previous prediction, and returns up to n
+// predictions for the tenant's next request, likeliest first.
+func (m *Model) Observe(now time.Time, tenantID string, fp *semantic.Fingerprint, msgs []llm.Message, n int) ([]Prediction, Score) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	t := m.tenants[tenantID]
@@ -171,11 +178,14 @@ func (m *Model) Observe(tenantID string, fp *semantic.Fingerprint, msgs []llm.Me
 		m.tenants[tenantID] = t
 	}
 	c := t.assign(fp, msgs, now, m.cfg)
+	score := Unscored
 	if len(t.predicted) > 0 || t.last >= 0 {
 		if slices.Contains(t.predicted, c.id) {
 			m.stats.Hits++
+			score = Hit
 		} else {
 			m.stats.Misses++
+			score = Miss
 		}
 	}
 	if t.last >= 0 {
@@ -194,7 +204,7 @@ func (m *Model) Observe(tenantID string, fp *semantic.Fingerprint, msgs []llm.Me
 		t.predicted = append(t.predicted, p.Cluster)
 	}
 	m.stats.Predictions += uint64(len(preds))
-	return preds
+	return preds, score
 }
 
 // Stats returns the counters.

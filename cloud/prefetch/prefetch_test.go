@@ -10,8 +10,6 @@ import (
 
 type clock struct{ t time.Time }
 
-func (c *clock) Now() time.Time { return c.t }
-
 // kinds are two kinds of request behind their own system prompts (CLINC150
 // utterances: banking's direct_deposit, travel's book_flight).
 var (
@@ -26,7 +24,7 @@ func req(sys llm.Message, user string) ([]llm.Message, semantic.Fingerprint) {
 
 func TestPredictsTheNextClusterAndItsPrefix(t *testing.T) {
 	clk := &clock{t: time.Unix(1000, 0)}
-	m, err := New(Config{Now: clk.Now})
+	m, err := New(Config{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -43,7 +41,7 @@ func TestPredictsTheNextClusterAndItsPrefix(t *testing.T) {
 	var preds []Prediction
 	for _, s := range seq {
 		msgs, fp := req(s.sys, s.user)
-		preds = m.Observe("t1", &fp, msgs, 2)
+		preds, _ = m.Observe(clk.t, "t1", &fp, msgs, 2)
 		clk.t = clk.t.Add(time.Second)
 	}
 	// After bank comes travel, every time.
@@ -56,17 +54,17 @@ func TestPredictsTheNextClusterAndItsPrefix(t *testing.T) {
 	}
 	// Another tenant's history is its own.
 	msgs, fp := req(bank, "set up direct deposit for me")
-	if p := m.Observe("t2", &fp, msgs, 2); len(p) != 0 {
+	if p, score := m.Observe(clk.t, "t2", &fp, msgs, 2); len(p) != 0 || score != Unscored {
 		t.Fatalf("a new tenant got predictions %+v", p)
 	}
 }
 
 func TestDecayFavoursTheRecentPattern(t *testing.T) {
 	clk := &clock{t: time.Unix(1000, 0)}
-	m, _ := New(Config{Now: clk.Now, HalfLife: time.Minute, MinProbability: 0.01})
+	m, _ := New(Config{HalfLife: time.Minute, MinProbability: 0.01})
 	observe := func(sys llm.Message, user string) []Prediction {
 		msgs, fp := req(sys, user)
-		p := m.Observe("t", &fp, msgs, 3)
+		p, _ := m.Observe(clk.t, "t", &fp, msgs, 3)
 		clk.t = clk.t.Add(time.Second)
 		return p
 	}

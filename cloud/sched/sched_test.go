@@ -299,3 +299,20 @@ func TestDecideAllocsNothing(t *testing.T) {
 		t.Fatalf("Decide+AppendHint allocates %v times per call", allocs)
 	}
 }
+
+// TestDisaggregatedDecideAllocatesNothing: the --dev split policy runs on
+// the hot path like every other.
+func TestDisaggregatedDecideAllocatesNothing(t *testing.T) {
+	d, err := NewDisaggregated()
+	if err != nil {
+		t.Fatal(err)
+	}
+	snap := &Snapshot{Workers: []Worker{{Role: RolePrefill, Healthy: true, Capacity: 4}, {Role: RoleDecode, Healthy: true, Capacity: 4}}}
+	got, err := d.Decide(&Request{InputTokens: 10}, snap)
+	if err != nil || got.Worker != 0 || !got.Split || got.DecodeWorker != 1 {
+		t.Fatalf("%+v %v: want a split from the prefill worker to the decode one", got, err)
+	}
+	if n := testing.AllocsPerRun(100, func() { d.Decide(&Request{InputTokens: 10}, snap) }); n != 0 {
+		t.Fatalf("Decide allocates %v times", n)
+	}
+}

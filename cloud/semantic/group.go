@@ -19,8 +19,6 @@ type GroupConfig struct {
 	// member for a request to join, when the request names none
 	// (x-batch-threshold). Default 0.5.
 	Threshold float64
-	// Now is the clock (default time.Now).
-	Now func() time.Time
 }
 
 func (c *GroupConfig) fill() {
@@ -35,9 +33,6 @@ func (c *GroupConfig) fill() {
 	}
 	if c.Threshold == 0 {
 		c.Threshold = 0.5
-	}
-	if c.Now == nil {
-		c.Now = time.Now
 	}
 }
 
@@ -66,7 +61,9 @@ func bandKey(fp *Fingerprint, b int) uint64 {
 	return uint64(fp[b*bandLen])<<32 | uint64(fp[b*bandLen+1])
 }
 
-// Grouper keeps the open groups of recent requests. It is safe for
+// Grouper keeps the open groups of recent requests. It reads no clock: each
+// call says when it happens (wall time live, virtual time in the
+// simulator), so the same calls group the same way in both. It is safe for
 // concurrent use.
 type Grouper struct {
 	cfg GroupConfig
@@ -113,19 +110,31 @@ func NewGrouper(cfg GroupConfig) (*Grouper, error) {
 // Config returns the configuration with defaults filled in.
 func (g *Grouper) Config() GroupConfig { return g.cfg }
 
+// JoinResult is what Join did with a request.
+type JoinResult uint8
+
+// Join results; Joined and Formed mean the request joined a group.
+const (
+	NoGroup  JoinResult = iota // nothing similar is open: the caller places it and calls Open
+	Conflict                   // similar groups are open, but their prompts start differently
+	Joined                     // joined an open group
+	Formed                     // joined, and the group reached MinSize with it
+)
+
 // Join looks for an open group whose first member is at least threshold
 // similar to fp (0 = the configured default) and returns its worker. A
 // similar group whose prompts start differently (prefix, the request's
 // first block hash, differs) is a conflict: grouping them would share no
-// KV, so the request is kept out. ok is false when the request joins
-// nothing; the caller places it and calls Open.
-func (g *Grouper) Join(fp *Fingerprint, prefix uint64, threshold float64) (worker int, ok bool) {
+// KV, so the request is kept out. A result below Joined means the request
+// joined nothing; the caller places it and calls Open. now is when it
+// arrives.
+func (g *Grouper) Join(now time.Time, fp *Fingerprint, prefix uint64, threshold float64) (worker int, r JoinResult) {
 	if threshold == 0 {
 		threshold = g.cfg.Threshold
 	}
 	g.mu.Lock()
 	defer g.mu.Unlock()
-	g.expire()
+	g.expire(now)
 	var best *group
 	bestSim, conflict := -1.0, false
 	for b := range bands {
@@ -147,28 +156,31 @@ func (g *Grouper) Join(fp *Fingerprint, prefix uint64, threshold float64) (worke
 	if best == nil {
 		if conflict {
 			g.stats.Conflicts++
+			return 0, Conflict
 		}
-		return 0, false
+		return 0, NoGroup
 	}
 	best.members++
 	g.stats.Joined++
+	r = Joined
 	if best.members == g.cfg.MinSize {
 		g.stats.Formed++
+		r = Formed
 	}
 	if best.members >= g.cfg.MaxSize {
 		g.close(best)
 	}
-	return best.worker, true
+	return best.worker, r
 }
 
-// Open starts a group led by a request the policy placed on worker.
-func (g *Grouper) Open(fp *Fingerprint, prefix uint64, worker int) {
+// Open starts a group led by a request the policy placed on worker at now.
+func (g *Grouper) Open(now time.Time, fp *Fingerprint, prefix uint64, worker int) {
 	if g.cfg.MaxSize < 2 {
 		return
 	}
 	g.mu.Lock()
 	defer g.mu.Unlock()
-	gr := &group{lead: *fp, prefix: prefix, worker: worker, opened: g.cfg.Now(), members: 1}
+	gr := &group{lead: *fp, prefix: prefix, worker: worker, opened: now, members: 1}
 	g.open = append(g.open, gr)
 	for b := range bands {
 		k := bandKey(fp, b)
@@ -187,8 +199,8 @@ func (g *Grouper) Stats() GroupStats {
 
 // expire closes the groups whose window has passed (open is in opening
 // order) and, once many have closed, drops them from the index.
-func (g *Grouper) expire() {
-	cut := g.cfg.Now().Add(-g.cfg.Window)
+func (g *Grouper) expire(now time.Time) {
+	cut := now.Add(-g.cfg.Window)
 	n := 0
 	for n < len(g.open) && !g.open[n].opened.After(cut) {
 		g.close(g.open[n])

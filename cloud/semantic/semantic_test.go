@@ -48,31 +48,33 @@ func TestModes(t *testing.T) {
 
 type clock struct{ t time.Time }
 
-func (c *clock) Now() time.Time { return c.t }
-
 func TestGrouperFormsGroupsWithinTheWindow(t *testing.T) {
 	clk := &clock{t: time.Unix(100, 0)}
-	g, err := NewGrouper(GroupConfig{Now: clk.Now, MaxSize: 4})
+	g, err := NewGrouper(GroupConfig{MaxSize: 4})
 	if err != nil {
 		t.Fatal(err)
 	}
 	lead := OfText("set up direct deposit for me please")
 	near := OfText("set up direct deposit for me now")
 	far := OfText("what is the weather like in boston tomorrow")
-	if _, ok := g.Join(&lead, 7, 0); ok {
+	if _, r := g.Join(clk.t, &lead, 7, 0); r != NoGroup {
 		t.Fatal("joined a group before any opened")
 	}
-	g.Open(&lead, 7, 3)
-	if _, ok := g.Join(&far, 7, 0); ok {
+	g.Open(clk.t, &lead, 7, 3)
+	if _, r := g.Join(clk.t, &far, 7, 0); r != NoGroup {
 		t.Fatal("an unrelated request joined")
 	}
 	for i := 2; i <= 4; i++ {
-		w, ok := g.Join(&near, 7, 0)
-		if !ok || w != 3 {
-			t.Fatalf("member %d: worker %d ok=%v, want worker 3", i, w, ok)
+		want := Joined
+		if i == 3 {
+			want = Formed // MinSize 3
+		}
+		w, r := g.Join(clk.t, &near, 7, 0)
+		if r != want || w != 3 {
+			t.Fatalf("member %d: worker %d result %d, want worker 3, result %d", i, w, r, want)
 		}
 	}
-	if _, ok := g.Join(&near, 7, 0); ok {
+	if _, r := g.Join(clk.t, &near, 7, 0); r != NoGroup {
 		t.Fatal("a fifth member joined a group of at most 4")
 	}
 	st := g.Stats()
@@ -81,9 +83,9 @@ func TestGrouperFormsGroupsWithinTheWindow(t *testing.T) {
 	}
 
 	// A new group closes when the window passes: a later request opens its own.
-	g.Open(&lead, 7, 5)
+	g.Open(clk.t, &lead, 7, 5)
 	clk.t = clk.t.Add(150 * time.Millisecond)
-	if _, ok := g.Join(&near, 7, 0); ok {
+	if _, r := g.Join(clk.t, &near, 7, 0); r != NoGroup {
 		t.Fatal("joined a group after its window")
 	}
 	if st := g.Stats(); st.Sizes[1] != 1 || st.Formed != 1 {
@@ -93,20 +95,20 @@ func TestGrouperFormsGroupsWithinTheWindow(t *testing.T) {
 
 func TestGrouperThresholdAndConflicts(t *testing.T) {
 	clk := &clock{t: time.Unix(100, 0)}
-	g, _ := NewGrouper(GroupConfig{Now: clk.Now})
+	g, _ := NewGrouper(GroupConfig{})
 	lead := OfText("i need to get my paycheck direct deposited to my chase account")
 	near := OfText("i'd like to have my paycheck direct deposited to my chase account")
 	s := Similarity(&lead, &near)
-	g.Open(&lead, 1, 0)
-	if _, ok := g.Join(&near, 1, s+0.05); ok {
+	g.Open(clk.t, &lead, 1, 0)
+	if _, r := g.Join(clk.t, &near, 1, s+0.05); r != NoGroup {
 		t.Fatalf("joined above its own threshold (similarity %.2f)", s)
 	}
-	if _, ok := g.Join(&near, 1, s); !ok {
+	if _, r := g.Join(clk.t, &near, 1, s); r != Joined {
 		t.Fatalf("did not join at its similarity %.2f", s)
 	}
 	// Similar, but the prompt starts differently (another system prompt):
 	// a conflict, kept out.
-	if _, ok := g.Join(&near, 2, 0.1); ok {
+	if _, r := g.Join(clk.t, &near, 2, 0.1); r != Conflict {
 		t.Fatal("a diverging prompt joined")
 	}
 	if st := g.Stats(); st.Conflicts != 1 {
@@ -124,13 +126,14 @@ func TestGroupConfigValidate(t *testing.T) {
 
 func BenchmarkJoin(b *testing.B) {
 	g, _ := NewGrouper(GroupConfig{Window: time.Hour})
+	clk := &clock{t: time.Unix(100, 0)}
 	for i := range 1000 {
 		fp := OfText("request number " + string(rune('a'+i%26)) + " about topic " + string(rune('a'+i%7)))
-		g.Open(&fp, 1, i)
+		g.Open(clk.t, &fp, 1, i)
 	}
 	fp := OfText("request number q about topic c")
 	b.ReportAllocs()
 	for b.Loop() {
-		g.Join(&fp, 1, 0)
+		g.Join(clk.t, &fp, 1, 0)
 	}
 }
