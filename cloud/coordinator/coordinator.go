@@ -281,6 +281,12 @@ func (c *Coordinator) decide(m *measured, snap *sched.Snapshot) (place.Decision,
 	return d, err
 }
 
+// fallback places a request that failed on worker failed with an
+// overload, before its first token (cloud/place).
+func (c *Coordinator) fallback(m *measured, snap *sched.Snapshot, failed int) (place.Decision, error) {
+	return c.placer.Fallback(&m.place, c.view(snap, m.sig.BlockHashes), failed)
+}
+
 // generate is Generate inside the request's span (tracing.go).
 func (c *Coordinator) generate(ctx context.Context, req *llm.Request, emit llm.Emit) (llm.Final, error) {
 	if req.MaxTokens <= 0 {
@@ -353,7 +359,7 @@ func (c *Coordinator) generate(ctx context.Context, req *llm.Request, emit llm.E
 		if !c.cfg.Admitter.AllowFallback(ctx, m.tenant) {
 			c.m.fallbackDenied.Inc()
 		} else {
-			if fd, ferr := c.placer.Fallback(&m.place, c.view(snap, m.sig.BlockHashes), d.Worker); ferr == nil {
+			if fd, ferr := c.fallback(&m, snap, d.Worker); ferr == nil {
 				c.m.fallbacks.With(reason).Inc()
 				from := c.cfg.Workers.Workers()[d.Worker].Name()
 				st.Meta.Fallback = llm.Fallback{Cause: llm.FallbackPoolOverloaded, From: from, Code: llm.CodeOf(err),

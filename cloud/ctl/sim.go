@@ -54,6 +54,11 @@ type simJSON struct {
 	PrefixHit     float64 `json:"prefix_hit"`
 	HostHit       float64 `json:"host_hit,omitempty"` // with --host-kv: the prefix-hit share the host tier served
 	CostPerMTok   float64 `json:"cost_per_mtok"`      // -1 when nothing met the SLOs
+	// The coordinator's fallbacks and breaker (with --outage, or an
+	// overload that trips the breaker); absent when zero.
+	Fallbacks    int `json:"fallbacks,omitempty"`
+	Failed       int `json:"failed,omitempty"`
+	BreakerTrips int `json:"breaker_trips,omitempty"`
 }
 
 func ms(d time.Duration) float64 { return math.Round(float64(d)/1e3) / 1e3 }
@@ -65,7 +70,8 @@ func toJSON(s sim.Summary) simJSON {
 	}
 	return simJSON{Policy: s.Policy, RateScale: s.RateScale, Requests: s.Requests, GoodputRPS: s.GoodputRPS, SLOAttainment: s.SLOAttainment,
 		TTFTP50: ms(s.TTFTP50), TTFTP99: ms(s.TTFTP99), TPOTP50: ms(s.TPOTP50), TPOTP99: ms(s.TPOTP99),
-		OutputTPS: s.OutputTPS, PrefixHit: s.PrefixHit, HostHit: s.HostHit, CostPerMTok: cost}
+		OutputTPS: s.OutputTPS, PrefixHit: s.PrefixHit, HostHit: s.HostHit, CostPerMTok: cost,
+		Fallbacks: s.Fallbacks, Failed: s.Failed, BreakerTrips: s.BreakerTrips}
 }
 
 func printSim(w io.Writer, rows []sim.Summary) {
@@ -134,6 +140,7 @@ func simCmd(ctx context.Context, cio cli.IO, args []string) error {
 	learnedPath := fs.String("learned-model", "", "the learned policy's classifier (phaselessctl sched train --out); default the shipped one")
 	prices := priceFlags(fs)
 	cacheFlags := simCacheFlags(fs)
+	placeFlags := simPlaceFlags(fs)
 	usage := "sim --trace F --format azure|mooncake [--cluster 8xh100[,8xl4]] [--model llama3.1-8b] [--policy all|NAME,...] [--rate-scale X,Y] [--slo-ttft 2s --slo-tpot 100ms] [--json] [--max-rate] [--plot DIR]"
 	if done, err := lmParseFlags(fs, cio, args, usage); done || err != nil {
 		return err
@@ -141,6 +148,9 @@ func simCmd(ctx context.Context, cio cli.IO, args []string) error {
 	sw := &sim.Sweep{Cluster: sim.Config{SLOTTFT: *sloTTFT, SLOTPOT: *sloTPOT, TP: *tp, Prices: sim.Prices{}, ProbeInterval: *probe}}
 	c := &sw.Cluster
 	if err := cacheFlags(sw); err != nil {
+		return err
+	}
+	if err := placeFlags(sw); err != nil {
 		return err
 	}
 	switch {
@@ -237,6 +247,7 @@ func simCmd(ctx context.Context, cio cli.IO, args []string) error {
 		}
 	} else {
 		printSim(cio.Stdout, rows)
+		printPlacementNotes(cio.Stdout, rows)
 		fmt.Fprintf(cio.Stdout, "SLO: TTFT ≤ %v and TPOT ≤ %v. goodput = requests meeting both per second of the run; $/M tok = cluster GPU-hours × price over the output tokens served within the SLOs.\n", c.SLOTTFT, c.SLOTPOT)
 	}
 	if *maxRate {

@@ -10,23 +10,20 @@ import (
 )
 
 // simCacheFlags registers the prompt-caching flags: TTL pinning in the
-// engines, the follow-up model and prefetch, the conversation-affinity
-// layer in front of each policy, and the held-out slice the summary is
-// taken on. The returned function reads them after parsing into sw.
+// engines, the follow-up model, the host KV tier and admission order, and
+// the held-out slice the summary is taken on (the coordinator's layers are
+// simPlaceFlags'). The returned function reads them after parsing into sw.
 func simCacheFlags(fs *flag.FlagSet) func(sw *sim.Sweep) error {
 	ttl := fs.Duration("cache-ttl", 0, "pin every prompt's prefix blocks for this long (as cache_control at the end of each turn); 0 = LRU only. Live: 5m..1h")
 	share := fs.Float64("pinned-share", 0.5, "fraction of each engine's KV blocks pinning may take")
 	tenant := fs.Float64("tenant-share", 0, "fraction one tenant's pins may take; 0 = half of --pinned-share (a trace without keys is one tenant)")
 	soft := fs.Bool("soft-pins", false, "a pinned prefix's unused blocks yield to allocations once nothing else is free, instead of never (a retention priority; live pins are hard)")
 	threshold := fs.Float64("follow-up-threshold", 0, "pin (for --cache-ttl) only prompts whose predicted chance of a follow-up turn reaches this: the follow-up model learned online on the trace's hash_id chains; 0 = pin every prompt")
-	prefetch := fs.Bool("prefetch", false, "warm prompts the follow-up model predicts a next turn for back into an idle worker when no worker holds them (needs --follow-up-threshold)")
-	prefetchLoad := fs.Float64("prefetch-max-load", 0, "busiest a worker may be (running sequences over its slots) to take a warm-up; 0 = only one running nothing")
 	oracle := fs.Bool("pin-oracle", false, "a bound, not a mechanism: pin (for --cache-ttl) exactly the prompts whose follow-up comes within it, knowing the trace's future")
 	from := fs.Duration("report-from", 0, "summarise only requests arriving at or after this trace time (a held-out slice; the earlier ones warm the caches and train the follow-up model)")
 	hostKV := fs.Float64("host-kv", 0, "give every worker a host-memory KV tier of this many times its GPU KV (2-4 as Mooncake Store, LMCache, SGLang HiCache): evicted blocks go there, pinned ones stay until their TTL, and a hit is copied back over the GPU's host link instead of recomputed; 0 = none")
 	aging := fs.Float64("aging-rate", 0, "cache-aware admission order: after the decodes, prefill work runs earliest (queued at + uncached tokens / this rate, in tokens per second) first, so a short uncached remainder passes a long first-turn prefill without starving it; 0 = first come, first served")
 	byPrompt := fs.Bool("aging-whole-prompt", false, "with --aging-rate: key the order by every prompt token, cached or not (the order without its cache awareness, an ablation)")
-	affinity := fs.Bool("affinity", false, "route a request to the worker holding the most of its prompt while it has room (conversation affinity) before the policy decides")
 	return func(sw *sim.Sweep) error {
 		// flag.Float64 takes "NaN" and "Inf", which every range check
 		// below would let through and the simulator would then ignore.
@@ -34,7 +31,7 @@ func simCacheFlags(fs *flag.FlagSet) func(sw *sim.Sweep) error {
 			name string
 			v    float64
 		}{{"pinned-share", *share}, {"tenant-share", *tenant}, {"follow-up-threshold", *threshold},
-			{"prefetch-max-load", *prefetchLoad}, {"host-kv", *hostKV}, {"aging-rate", *aging}} {
+			{"host-kv", *hostKV}, {"aging-rate", *aging}} {
 			if math.IsNaN(f.v) || math.IsInf(f.v, 0) {
 				return &cli.FieldError{Field: f.name, Err: errors.New("must be a finite number")}
 			}
@@ -50,12 +47,6 @@ func simCacheFlags(fs *flag.FlagSet) func(sw *sim.Sweep) error {
 			return &cli.FieldError{Field: "follow-up-threshold", Err: errors.New("must be in [0, 1]")}
 		case (*threshold > 0 || *oracle) && *ttl == 0:
 			return &cli.FieldError{Field: "cache-ttl", Err: errors.New("--follow-up-threshold and --pin-oracle pin for --cache-ttl: set it")}
-		case *prefetch && *threshold == 0:
-			return &cli.FieldError{Field: "prefetch", Err: errors.New("needs --follow-up-threshold (its predictions are what it warms)")}
-		case *prefetchLoad < 0 || *prefetchLoad > 1:
-			return &cli.FieldError{Field: "prefetch-max-load", Err: errors.New("must be in [0, 1]")}
-		case *prefetchLoad > 0 && !*prefetch:
-			return &cli.FieldError{Field: "prefetch-max-load", Err: errors.New("applies with --prefetch")}
 		case *oracle && *threshold > 0:
 			return &cli.FieldError{Field: "pin-oracle", Err: errors.New("is instead of --follow-up-threshold, not beside it")}
 		case *hostKV < 0 || *hostKV > 64:
@@ -80,9 +71,9 @@ func simCacheFlags(fs *flag.FlagSet) func(sw *sim.Sweep) error {
 			}
 		}
 		sw.Cluster.Cache = sim.CacheConfig{TTL: *ttl, PinnedShare: *share, TenantShare: *tenant, Soft: *soft,
-			Retain: sim.RetainConfig{Threshold: *threshold}, Prefetch: sim.PrefetchConfig{On: *prefetch, MaxLoad: *prefetchLoad},
+			Retain: sim.RetainConfig{Threshold: *threshold},
 			HostKV: *hostKV, AgingRate: *aging, OrderByPrompt: *byPrompt}
-		sw.Affinity, sw.PinOracle, sw.ReportFrom = *affinity, *oracle, *from
+		sw.PinOracle, sw.ReportFrom = *oracle, *from
 		return nil
 	}
 }

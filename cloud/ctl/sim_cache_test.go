@@ -7,8 +7,9 @@ import (
 )
 
 // TestSimCacheFlags: the prompt-caching flags run on a slice of the
-// shipped Mooncake trace (the follow-up model with soft pins and prefetch,
-// the oracle bound; the host KV tier with the cache-aware order),
+// shipped Mooncake trace (the follow-up model with soft pins and the
+// coordinator's prefetch, the oracle bound; the host KV tier with the
+// cache-aware order),
 // --report-from summarises only the later requests, and
 // a flag that would be ignored is refused naming it.
 func TestSimCacheFlags(t *testing.T) {
@@ -32,7 +33,7 @@ func TestSimCacheFlags(t *testing.T) {
 		}
 		return n
 	}
-	if n := requests("--cache-ttl", "5m", "--soft-pins", "--follow-up-threshold", "0.4", "--prefetch"); n != 80 {
+	if n := requests("--cache-ttl", "5m", "--soft-pins", "--follow-up-threshold", "0.4", "--cache-layers", "affinity,prefetch"); n != 80 {
 		t.Fatalf("%v requests summarised, want 80", n)
 	}
 	if n := requests("--cache-ttl", "5m", "--pin-oracle", "--report-from", "12s"); n == 0 || n >= 80 {
@@ -45,9 +46,11 @@ func TestSimCacheFlags(t *testing.T) {
 		field string
 		args  []string
 	}{
-		{"prefetch", []string{"--prefetch"}},
+		{"cache-layers", []string{"--cache-layers", "affinity,bogus"}},
+		{"outage", []string{"--outage", "h100-0@10s"}},
+		{"outage", []string{"--outage", "h100-0@10s+0s"}},
+		{"no worker", []string{"--outage", "l4-0@10s+5s"}},
 		{"cache-ttl", []string{"--follow-up-threshold", "0.5"}},
-		{"prefetch-max-load", []string{"--prefetch-max-load", "0.2"}},
 		{"pin-oracle", []string{"--cache-ttl", "5m", "--pin-oracle", "--follow-up-threshold", "0.5"}},
 		{"tenant-share", []string{"--tenant-share", "0.9"}},
 		{"host-kv", []string{"--host-kv", "-1"}},

@@ -13,7 +13,7 @@ import (
 )
 
 // The drivers of placement: every decision they make must be the Placer's.
-var drivers = []string{"../coordinator"}
+var drivers = []string{"../coordinator", "../sim"}
 
 const (
 	schedPath    = "github.com/phaseless/phaseless/cloud/sched"

@@ -30,6 +30,10 @@ type Config struct {
 	Affinity      sched.AffinityConfig
 	Group         semantic.GroupConfig
 	Prefetch      prefetch.Config
+	// Hook, when set, may change what the policy in force decided, before
+	// Place checks it: training forces resource combinations on sampled
+	// requests with it (cloud/sim/learn). Nothing live sets it.
+	Hook func(r *Request, s *sched.Snapshot, d *sched.Decision)
 }
 
 // Placer is the per-request placement decision (doc.go). It is safe for
@@ -273,10 +277,16 @@ func (p *Placer) placeLayered(r *Request, s *sched.Snapshot) (Decision, error) {
 	}
 	var err error
 	d.Path = PathPolicy
-	if d.Decision, err = p.policy.Decide(r.Sig, s); err == nil && grouping {
+	if d.Decision, err = p.policy.Decide(r.Sig, s); err != nil {
+		return d, err
+	}
+	if p.cfg.Hook != nil {
+		p.cfg.Hook(r, s, &d.Decision)
+	}
+	if grouping && d.Worker >= 0 && d.Worker < len(s.Workers) {
 		p.groups.Open(s.Now, r.fingerprint(), firstBlock(r.Sig.BlockHashes), d.Worker)
 	}
-	return d, err
+	return d, nil
 }
 
 // Fallback places r, whose attempt on worker failed with an overload

@@ -7,10 +7,11 @@ import (
 	"time"
 )
 
-// CacheConfig is the simulated coordinator's and engines' prompt caching:
-// TTL pinning in each engine's KV cache (as cache_control or x-cache-ttl
-// asks live), the follow-up model and prefetch, a host-memory KV tier and
-// cache-aware admission order.
+// CacheConfig is the simulated clients' and engines' prompt caching: TTL
+// pinning in each engine's KV cache (as cache_control or x-cache-ttl asks
+// live), the follow-up model that decides which prompts a client pins, a
+// host-memory KV tier and cache-aware admission order. The coordinator's
+// layers (affinity, semantic grouping, prefetch) are Config.Layers.
 type CacheConfig struct {
 	// TTL, when set, pins every request's prompt prefix (its full blocks)
 	// for TTL once computed, as a client that marks cache_control at the
@@ -27,10 +28,6 @@ type CacheConfig struct {
 	// Retain, when its Threshold is set, pins only the prompts the
 	// follow-up model predicts a next turn for (retain.go).
 	Retain RetainConfig
-	// Prefetch warms the prompts the follow-up model predicts a next turn
-	// for back into an idle worker's cache when no worker holds them any
-	// more (prefetch.go); it needs Retain.
-	Prefetch PrefetchConfig
 	// PinFor, when set, decides request i's pin lifetime instead (0 = no
 	// pin): a bound computed from the whole trace, such as an oracle that
 	// knows which requests are followed up. Not a mechanism.
@@ -58,9 +55,9 @@ func (c *CacheConfig) fill() {
 }
 
 func (c *CacheConfig) validate() error {
-	for _, v := range []float64{c.PinnedShare, c.TenantShare, c.Retain.Threshold, c.Prefetch.MaxLoad, c.HostKV, c.AgingRate} {
+	for _, v := range []float64{c.PinnedShare, c.TenantShare, c.Retain.Threshold, c.HostKV, c.AgingRate} {
 		if math.IsNaN(v) || math.IsInf(v, 0) {
-			return fmt.Errorf("sim.Config.Cache: %v is not a finite number (PinnedShare, TenantShare, Retain.Threshold, Prefetch.MaxLoad, HostKV, AgingRate)", v)
+			return fmt.Errorf("sim.Config.Cache: %v is not a finite number (PinnedShare, TenantShare, Retain.Threshold, HostKV, AgingRate)", v)
 		}
 	}
 	switch {
@@ -72,16 +69,12 @@ func (c *CacheConfig) validate() error {
 		return errors.New("sim.Config.Cache.Retain: want 0 ≤ Threshold ≤ 1 and non-negative durations")
 	case c.Retain.Threshold > 0 && c.TTL <= 0:
 		return errors.New("sim.Config.Cache.Retain: predictive pinning needs a TTL")
-	case c.Prefetch.On && c.Retain.Threshold <= 0:
-		return errors.New("sim.Config.Cache.Prefetch: needs the follow-up model (Retain.Threshold)")
 	case c.HostKV < 0 || c.HostKV > 64:
 		return errors.New("sim.Config.Cache.HostKV: want 0 ≤ HostKV ≤ 64 (times the GPU KV)")
 	case c.AgingRate < 0:
 		return errors.New("sim.Config.Cache.AgingRate: negative")
 	case c.OrderByPrompt && c.AgingRate == 0:
 		return errors.New("sim.Config.Cache.OrderByPrompt: needs AgingRate (the order it changes)")
-	case c.Prefetch.MaxLoad < 0 || c.Prefetch.MaxLoad > 1 || c.Prefetch.ChunkTokens < 0:
-		return errors.New("sim.Config.Cache.Prefetch: want 0 ≤ MaxLoad ≤ 1 and ChunkTokens ≥ 0")
 	}
 	return nil
 }
@@ -106,13 +99,14 @@ func (c *Cluster) enableCache() error {
 	return nil
 }
 
-// enablePinning turns pinning on in every engine when the config asks.
+// enablePinning turns pinning on in every engine when something pins:
+// the clients (TTL, PinFor) or prefetch's warm-ups.
 func (c *Cluster) enablePinning() {
 	cc := c.cfg.Cache
 	if cc.Retain.Threshold > 0 {
-		c.retain = newRetainer(cc.Retain, cc.TTL, c.dep.Engine.BlockSize)
+		c.retain = newRetainer(cc.Retain, cc.TTL)
 	}
-	if cc.TTL <= 0 && cc.PinFor == nil {
+	if cc.TTL <= 0 && cc.PinFor == nil && !c.cfg.Layers.Prefetch {
 		return
 	}
 	now := func() time.Duration { return c.clk.now }
@@ -130,7 +124,7 @@ func (c *Cluster) pinRequest(i int, s *Seq, tenant string) {
 	switch {
 	case c.cfg.Cache.PinFor != nil:
 		ttl = c.cfg.Cache.PinFor(i)
-	case c.retain != nil && !c.retain.observeWith(&c.reqs[i], c.clk.now, s.Hashes, tenant):
+	case c.retain != nil && !c.retain.observe(&c.reqs[i], c.clk.now):
 		ttl = 0
 	}
 	if ttl <= 0 {

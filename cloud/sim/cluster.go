@@ -10,8 +10,10 @@ import (
 
 	"github.com/phaseless/phaseless/cloud/admit"
 	"github.com/phaseless/phaseless/cloud/batch"
+	"github.com/phaseless/phaseless/cloud/place"
 	"github.com/phaseless/phaseless/cloud/sched"
 	"github.com/phaseless/phaseless/cloud/worker"
+	"github.com/phaseless/phaseless/llm"
 )
 
 // Request is one request of a workload (a trace row).
@@ -105,7 +107,33 @@ type Config struct {
 	Model      Model
 	TP         int // GPUs per worker; 0 = the smallest that fits
 	Engine     EngineConfig
-	Policy     sched.Policy
+	// Scheduler names the policy in force (sched.Names; phaseless-cloud
+	// --scheduler) when Policy is nil; "" is the project's default.
+	Scheduler string
+	// Policy, when set, is the policy in force instead of Scheduler's.
+	Policy sched.Policy
+	// Learned is the learned policy's classifier when Scheduler names it;
+	// nil = the shipped one.
+	Learned *sched.LearnedModel
+	// Layers are the coordinator's prompt-caching layers in front of the
+	// policy (phaseless-cloud --cache-layers); the zero value is the
+	// coordinator's default, affinity on. The Placer (cloud/place) runs
+	// them and the policy as the coordinator does.
+	Layers place.Layers
+	// Breaker is the coordinator's circuit breaker (zero: its defaults, as
+	// phaseless-cloud runs it), on the virtual clock: while it is open the
+	// Placer places FIFO and the fair queue serves in arrival order.
+	Breaker admit.BreakerConfig
+	// Hints are what every request asks of the coordinator's layers, as a
+	// client's x-semantic-mode, x-batch-threshold and x-prefetch-hint;
+	// one the layers would ignore is refused (place.Placer.Check).
+	Hints llm.Hints
+	// Outages make workers refuse new requests for a while (place.go), so
+	// the fallback and the breaker have something to act on.
+	Outages []Outage
+	// Placed, when set, is told every decision the Placer made and what it
+	// was given (place.go).
+	Placed func(Placement)
 	// SLOTTFT and SLOTPOT define a request that met its SLO. Defaults 2 s
 	// and 100 ms.
 	SLOTTFT, SLOTPOT time.Duration
@@ -133,9 +161,10 @@ type Config struct {
 	// scheduler prices (sched.Class) and each request's Outcome.Cost; a
 	// GPU not in it costs its profile's PricePerHour.
 	Prices Prices
-	// Hook, when set, is called after every decision with the request's
-	// index and may change the decision: training forces resource
-	// combinations on sampled requests with it (cloud/sim/learn).
+	// Hook, when set, is called after the policy in force decided, with
+	// the request's index, and may change the decision
+	// (place.Config.Hook): training forces resource combinations on
+	// sampled requests with it (cloud/sim/learn).
 	Hook func(i int, req *sched.Request, s *sched.Snapshot, d *sched.Decision)
 	// Cache is prompt caching: TTL pinning (cache.go).
 	Cache CacheConfig
@@ -168,8 +197,6 @@ func (c *Config) Validate() error {
 	switch {
 	case len(c.Pools) == 0:
 		return errors.New("sim.Config.Pools: empty")
-	case c.Policy == nil:
-		return errors.New("sim.Config.Policy: required")
 	case c.SLOTTFT < 0 || c.SLOTPOT < 0 || c.ProbeInterval < 0:
 		return errors.New("sim.Config.SLOTTFT/SLOTPOT/ProbeInterval: must be > 0")
 	case c.EntropyBits < 0 || c.EntropyBits > 8 || c.CharsPerToken < 0:
@@ -188,6 +215,7 @@ const (
 	StatusBudget          // refused by the token budget
 	StatusQueue           // refused: the coordinator's queue was full
 	StatusNoWorker        // the policy found no worker
+	StatusFailed          // its worker refused it (an outage) and no fallback ran it
 )
 
 // Outcome is one request's fate.
@@ -202,6 +230,9 @@ type Outcome struct {
 	Worker     int
 	Status     Status
 	Finished   int // how many times it finished: must be 1
+	// Fallback reports a request its first worker refused (an outage),
+	// run again on the worker the Placer's fallback chose (Worker).
+	Fallback bool
 	// Split reports a disaggregated request: prefilled on Worker, decoded
 	// on DecodeWorker after a KV transfer of Transfer.
 	Split        bool
@@ -233,6 +264,8 @@ type Result struct {
 	// MaxKVUsed is the most blocks any engine had in use at once, and
 	// KVBlocks their capacity (conservation: never more).
 	MaxKVUsed, KVBlocks int
+	// BreakerTrips is how many times the circuit breaker opened.
+	BreakerTrips int
 }
 
 type simWorker struct {
@@ -251,27 +284,31 @@ type simWorker struct {
 	prefills int           // the requests those tokens belong to
 	nicFree  time.Duration // when its NIC has received the KV transfers already under way
 	dollarsS float64       // $ per second of stepping
-	warming  bool          // a prefetch warm-up is running here (prefetch.go)
+	healthy  bool          // as last probed: false through an outage (place.go)
+	outages  []Outage      // this worker's
 }
 
 type flight struct {
-	i       int
-	sig     sched.Request
-	tenant  string
-	cost    int64
-	ticket  *admit.Ticket
-	seq     Seq
-	pre     Seq // the prefill half of a split request
-	split   bool
-	dw      *simWorker // the decode worker of a split request
-	pw      *simWorker // where its prefill is pending
-	pend    int        // the pending prefill tokens counted on pw
-	w       *simWorker
-	first   time.Duration
-	last    time.Duration
-	tokens  int
-	dollars float64
-	warm    bool // a prefetch warm-up, not a request (prefetch.go)
+	i        int
+	sig      sched.Request
+	req      place.Request // what the Placer reads; its Sig is &sig
+	tenant   string
+	cost     int64
+	ticket   *admit.Ticket
+	seq      Seq
+	pre      Seq // the prefill half of a split request
+	split    bool
+	dw       *simWorker // the decode worker of a split request
+	pw       *simWorker // where its prefill is pending
+	pend     int        // the pending prefill tokens counted on pw
+	w        *simWorker
+	first    time.Duration
+	last     time.Duration
+	tokens   int
+	dollars  float64
+	warm     bool          // a prefetch warm-up, not a request (prefetch.go)
+	fellBack bool          // placed by the Placer's fallback after a refusal
+	started  time.Duration // when its worker's engine took it
 }
 
 // Cluster is one simulation: build it with New, Run it once.
@@ -283,6 +320,10 @@ type Cluster struct {
 	workers   []*simWorker
 	admitter  *admit.Admitter
 	fair      *admit.Fair
+	breaker   *admit.Breaker
+	placer    *place.Placer
+	infos     []place.Worker // View.Workers: each serves the model
+	placing   int            // the request the Placer is deciding for (Hook's index)
 	predictor *sched.OutputPredictor
 	snap      sched.Snapshot
 	reqs      []Request
@@ -292,6 +333,7 @@ type Cluster struct {
 	ran       bool
 	retain    *retainer // predictive pinning (retain.go); nil = off
 	warmups   int       // prefetch warm-ups started
+	warming   bool      // one is running: one at a time, as live
 }
 
 // New builds the cluster: one engine per TP group of each pool.
@@ -304,6 +346,7 @@ func New(cfg Config) (*Cluster, error) {
 	c.clk = clock{q: &c.q, epoch: epoch}
 	capacity := 0
 	var err error
+	named := map[string]int{} // workers per GPU name, so two pools of one GPU name theirs apart
 	for pi, p := range cfg.Pools {
 		d := p.Deployment
 		if d == nil && p.GPU.Name == CPU {
@@ -331,12 +374,13 @@ func New(cfg Config) (*Cluster, error) {
 				price = p.GPU.PricePerHour
 			}
 			w := &simWorker{
-				info:     WorkerInfo{Name: fmt.Sprintf("%s-%d", p.GPU.Name, k), Pool: pi, Role: role, GPUs: d.TP},
+				info:     WorkerInfo{Name: fmt.Sprintf("%s-%d", p.GPU.Name, named[p.GPU.Name]), Pool: pi, Role: role, GPUs: d.TP},
 				eng:      NewEngine(d),
 				burst:    worker.NewBurstMeter(),
 				class:    d.Class(price),
 				pool:     &cfg.Pools[pi],
 				dollarsS: price * float64(d.TP) / 3600,
+				healthy:  true,
 			}
 			bc := cfg.Batch
 			bc.Now, bc.AfterFunc = c.clk.Now, c.clk.AfterFunc
@@ -345,13 +389,22 @@ func New(cfg Config) (*Cluster, error) {
 			}
 			capacity += d.Engine.MaxNumSeqs
 			c.workers = append(c.workers, w)
+			named[p.GPU.Name]++
 		}
 	}
 	fc := cfg.Fair
 	if fc.Slots == 0 {
 		fc.Slots = 2 * capacity
 	}
-	if c.fair, err = admit.NewFair(fc, nil); err != nil {
+	bc := cfg.Breaker
+	bc.Now = c.clk.Now
+	if c.breaker, err = admit.NewBreaker(bc); err != nil {
+		return nil, err
+	}
+	if c.fair, err = admit.NewFair(fc, c.breaker.Open); err != nil {
+		return nil, err
+	}
+	if err := c.enablePlacement(); err != nil {
 		return nil, err
 	}
 	if c.admitter, err = admit.New(admit.Config{Budget: cfg.Budget, Now: c.clk.Now}); err != nil {
@@ -407,7 +460,8 @@ func (c *Cluster) Run(ctx context.Context, reqs []Request) (*Result, error) {
 		c.q.n++
 		e.fn()
 	}
-	res := &Result{Policy: c.cfg.Policy.Name(), Outcomes: c.out, Events: c.q.n, Pools: c.cfg.Pools, MaxKVUsed: c.maxKV}
+	res := &Result{Policy: c.policyName(), Outcomes: c.out, Events: c.q.n, Pools: c.cfg.Pools, MaxKVUsed: c.maxKV,
+		BreakerTrips: c.breaker.State().Trips}
 	for i := range c.out {
 		res.Makespan = max(res.Makespan, c.out[i].Done)
 	}
@@ -433,8 +487,8 @@ func (c *Cluster) probe() {
 			PromptTokens: st.PromptTokens, PrefixHitTokens: st.CachedTokens,
 		}
 		w.lastPre = st.Preemptions
+		w.healthy = !w.refusing(c.clk.now) // a failed probe, as live
 	}
-	c.prefetch()
 	if c.left > 0 {
 		c.at(c.clk.now+c.cfg.ProbeInterval, c.probe)
 	}
@@ -457,6 +511,10 @@ func (c *Cluster) arrive(i int) {
 		PredictedOutput: c.predictor.Predict(f.tenant, out),
 		Stream:          true, // as the coordinator: every hop streams
 		BlockHashes:     f.seq.Hashes,
+	}
+	f.req = place.Request{Sig: &f.sig, Tenant: f.tenant, MaxOutput: out, Hints: c.cfg.Hints}
+	if c.placer.Fingerprints(&f.req) {
+		f.req.Messages = messages(i, r)
 	}
 	f.cost = int64(f.seq.Prompt + out)
 	c.out[i] = Outcome{Arrival: r.At, Prompt: f.seq.Prompt, Worker: -1}
@@ -481,35 +539,32 @@ func (c *Cluster) refuse(f *flight, s Status) {
 }
 
 // place is the coordinator's decision: every worker's signals, as
-// worker.Set.Snapshot fills them, then the policy.
+// worker.Set.Snapshot fills them, and the breaker's state, then the Placer
+// (cloud/place), as the coordinator calls it.
 func (c *Cluster) place(f *flight) {
-	now := c.clk.Now()
-	for i, w := range c.workers {
-		s := &c.snap.Workers[i]
-		worker.FillSignals(s, w.info.Role, true, w.inflight, w.batcher.Waiting(), w.capacity(), &w.load, w.burst.Sigma(now))
-		s.PrefixBlocks = w.eng.CachedPrefixBlocks(f.sig.BlockHashes)
-		s.PendingPrefill, s.Prefilling, s.Class = w.pending, w.prefills, w.class
-	}
-	c.snap.Now = c.clk.Now()
-	d, err := c.cfg.Policy.Decide(&f.sig, &c.snap)
-	if err == nil && c.cfg.Hook != nil {
-		c.cfg.Hook(f.i, &f.sig, &c.snap, &d)
-	}
-	if err == nil && (d.Worker < 0 || d.Worker >= len(c.workers)) {
-		err = fmt.Errorf("sim: policy chose worker %d of %d", d.Worker, len(c.workers))
-	}
+	v := c.view(f.sig.BlockHashes)
+	c.placing = f.i
+	rec := c.record(f, v, -1)
+	d, err := c.placer.Place(&f.req, v)
+	rec(d, err)
 	if err != nil {
 		f.ticket.Release()
 		c.admitter.Refund(context.Background(), f.tenant, f.cost, admit.Bucket{})
 		c.refuse(f, StatusNoWorker)
 		return
 	}
+	c.assign(f, d.Decision)
+}
+
+// assign sends f to d's worker's batcher (and reserves d's decode worker,
+// for a split).
+func (c *Cluster) assign(f *flight, d sched.Decision) {
 	f.w = c.workers[d.Worker]
 	c.out[f.i].Worker = d.Worker
 	f.pw, f.pend = f.w, max(1, f.seq.Prompt-c.snap.Workers[d.Worker].PrefixBlocks*c.dep.Engine.BlockSize)
 	f.w.pending += f.pend
 	f.w.prefills++
-	if d.Split && d.DecodeWorker >= 0 && d.DecodeWorker < len(c.workers) && d.DecodeWorker != d.Worker && f.seq.MaxOutput >= 2 {
+	if d.Split {
 		// The prefill half samples the first token; the decode worker
 		// counts the request from now on, as the coordinator would.
 		f.split, f.dw = true, c.workers[d.DecodeWorker]
@@ -525,7 +580,12 @@ func (c *Cluster) place(f *flight) {
 
 func (c *Cluster) start(f *flight) {
 	w := f.w
+	if w.refusing(c.clk.now) {
+		c.refused(f)
+		return
+	}
 	w.inflight++
+	f.started = c.clk.now
 	s := &f.seq
 	if f.split {
 		s = &f.pre
@@ -645,6 +705,10 @@ func (c *Cluster) finish(f *flight, st Status) {
 	c.admitter.Refund(context.Background(), f.tenant, f.cost-used, admit.Bucket{})
 	if st == StatusOK {
 		c.predictor.Observe(f.tenant, f.seq.MaxOutput, f.tokens)
+		// The engine's TTFT, as a live worker's Final reports it: from
+		// its start on the worker, not from arrival.
+		c.breaker.Record(false, f.first-f.started)
+		c.learn(f)
 	}
 	o := &c.out[f.i]
 	o.Status, o.Output, o.Cached, o.Done, o.Cost = st, f.tokens, f.seq.CachedTokens, c.clk.now, f.dollars

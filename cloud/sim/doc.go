@@ -1,6 +1,6 @@
 // Package sim is a discrete-event simulator of a GPU serving cluster that
-// runs the coordinator's own admission (cloud/admit), batching (cloud/batch)
-// and scheduling policies (cloud/sched) unchanged against simulated
+// runs the coordinator's own admission (cloud/admit), placement
+// (cloud/place) and batching (cloud/batch) unchanged against simulated
 // vLLM-style engines, in virtual time, so every scheduling claim of the
 // project can be measured at fleet scale without GPUs.
 //
@@ -11,13 +11,20 @@
 // weights and activations, prefix caching by chained block hashes with LRU
 // eviction, and preemption by recompute. A step's duration comes from a
 // roofline (Deployment.StepTime). Requests flow as they do live: the token
-// budget (admit.Admitter) and the fair queue (admit.Fair) admit, the worker
-// signals (worker.FillSignals, with worker.BurstMeter and the engine's own
-// prefix probe, refreshed by a probe every 500 ms as the live Set does) feed
-// sched.Policy.Decide, and the chosen worker's batch.Batcher releases the
-// request into its engine. The clock is virtual: nothing sleeps, and a run
-// is deterministic: nothing in it is random, so the same trace and
-// configuration give the same result.
+// budget (admit.Admitter) and the fair queue (admit.Fair) admit; the
+// worker signals (worker.FillSignals, with worker.BurstMeter and the
+// engine's own prefix probe, refreshed by a probe every 500 ms as the live
+// Set does) and the circuit breaker (admit.Breaker) make the View that the
+// coordinator's place.Placer decides on, with the policy in force behind
+// the coordinator's layers (affinity by default; semantic grouping and
+// prefetch when Config.Layers asks); a worker in an Outage refuses what it
+// is sent, and the Placer's fallback runs it elsewhere while the tenant's
+// fallbacks last; the chosen worker's batch.Batcher releases the request
+// into its engine. The simulator places nothing itself (place.go; a test
+// in cloud/place parses this package and fails on a placement of its own).
+// The clock is virtual: nothing sleeps, and a run is deterministic:
+// nothing in it is random, so the same trace and configuration give the
+// same result.
 //
 // Server runs the same Engine in real time behind an OpenAI-compatible HTTP
 // endpoint with vLLM's Prometheus metric names, which is what

@@ -1,87 +1,59 @@
 package sim
 
-// Predictive prefetch in the simulated cluster, as cloud/coordinator's
-// warm-ups do live: a prompt the follow-up model predicts a next turn for,
-// which no worker holds any more, is run through an idle worker (prefill
-// only, one sampled token thrown away) so its blocks are cached and pinned
-// there before the follow-up comes; the prefix-aware policy then sends the
-// follow-up to it. A warm-up is at most ChunkTokens of new prefill, so it
-// never holds a worker for long (a longer prefix is warmed over several
-// idle probes), and only a worker with nothing waiting and at most MaxLoad
-// of its sequence slots busy takes one, one at a time.
+import (
+	"github.com/phaseless/phaseless/cloud/place"
+	"github.com/phaseless/phaseless/llm"
+)
 
-// PrefetchConfig turns prefetch on.
-type PrefetchConfig struct {
-	On bool
-	// MaxLoad is the busiest a worker may be (running sequences over its
-	// slots) to take a warm-up; 0 = only a worker running nothing.
-	MaxLoad float64
-	// ChunkTokens bounds one warm-up's new prefill. Default the engine's
-	// step budget (one step).
-	ChunkTokens int
-}
+// Predictive prefetch in the simulated cluster is the coordinator's own
+// (Config.Layers.Prefetch, phaseless-cloud --cache-layers prefetch): after
+// each request that succeeded, the Placer's Learn clusters it with its
+// tenant's earlier requests by its fingerprint (of its made-up
+// conversation, place.go) and predicts the tenant's next clusters; each
+// predicted cluster's shared prefix (its hash_id turns) is warmed on the
+// worker the Placer's WarmTarget picks, unless a worker holds it already:
+// prefilled there with one sampled token thrown away, and pinned for the
+// shortest cache lifetime (5 minutes), one warm-up at a time, as the
+// coordinator's warm-ups run. A warm-up enters the engine directly, as the
+// coordinator's bypasses the fair queue.
 
-// prefetch runs at each probe: each predicted prompt that no worker holds
-// any more, most recent first, goes to the idle worker holding the most of
-// it, while idle workers last.
-func (c *Cluster) prefetch() {
-	pc := c.cfg.Cache.Prefetch
-	if !pc.On || c.retain == nil {
+// learn is the coordinator's completeResponse for prefetch.
+func (c *Cluster) learn(f *flight) {
+	if !c.cfg.Layers.Prefetch {
 		return
 	}
-	var idle []*simWorker
-	for _, w := range c.workers {
-		if !w.warming && w.eng.Waiting() == 0 && float64(w.eng.Running()) <= pc.MaxLoad*float64(w.capacity()) {
-			idle = append(idle, w)
-		}
-	}
-	held := func(h uint64) bool {
-		for _, w := range c.workers {
-			if _, ok := w.eng.kv.byHash[h]; ok {
-				return true
-			}
-		}
-		return false
-	}
-	taken := map[*retainEntry]bool{}
-	for len(idle) > 0 {
-		e := c.retain.warmCandidate(c.clk.now, held, taken)
-		if e == nil {
-			return
-		}
-		taken[e] = true
-		best := 0
-		for i, w := range idle {
-			if w.eng.CachedPrefixBlocks(e.hashes) > idle[best].eng.CachedPrefixBlocks(e.hashes) {
-				best = i
-			}
-		}
-		c.warm(idle[best], e, pc)
-		idle = append(idle[:best], idle[best+1:]...)
+	w := c.placer.Learn(c.clk.Now(), &f.req)
+	for _, p := range w.Predictions {
+		c.warm(f.tenant, p.Prefix, w.MaxLoad)
 	}
 }
 
-// warm prefills the next chunk of e's prompt on w.
-func (c *Cluster) warm(w *simWorker, e *retainEntry, pc PrefetchConfig) {
+// warm runs prefix's blocks through the worker the Placer picks.
+func (c *Cluster) warm(tenant string, prefix []llm.Message, maxLoad float64) {
 	bs := c.dep.Engine.BlockSize
-	chunk := pc.ChunkTokens
-	if chunk == 0 {
-		chunk = c.dep.Engine.MaxBatchedTokens
+	blocks := turnBlocks(prefix)
+	want := len(blocks) * max(1, 512/bs)
+	if want == 0 {
+		return
 	}
-	have := w.eng.CachedPrefixBlocks(e.hashes)
-	n := min(len(e.hashes), have+max(1, chunk/bs))
+	hashes := blockHashes(0, &Request{Input: want * bs, Blocks: blocks}, bs)
+	i, res := c.placer.WarmTarget(c.view(hashes).Snap, want, maxLoad)
+	if res != place.WarmOn || c.warming {
+		return // cached, busy, or another warm-up runs
+	}
+	w := c.workers[i]
 	f := &flight{warm: true, w: w}
-	f.seq = Seq{Prompt: n*bs + 1, MaxOutput: 1, Hashes: e.hashes[:n], User: f,
-		PinBlocks: n, PinTTL: c.cfg.Cache.TTL, Tenant: e.tenant}
+	f.seq = Seq{Prompt: want*bs + 1, MaxOutput: 1, Hashes: hashes, User: f,
+		PinBlocks: want, PinTTL: llm.MinCacheTTL, Tenant: tenant}
 	if err := w.eng.Add(&f.seq); err != nil {
-		return // longer than the model: the follow-up would be too
+		return // longer than the model: so would its request be
 	}
-	w.warming = true
+	c.warming = true
 	c.warmups++
 	c.kick(w)
 }
 
 // warmed ends a warm-up.
-func (c *Cluster) warmed(f *flight) {
-	f.w.warming = false
+func (c *Cluster) warmed(*flight) {
+	c.warming = false
 }

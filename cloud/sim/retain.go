@@ -48,10 +48,6 @@ type retainEntry struct {
 	depth    int
 	at       time.Duration
 	followed bool
-	// hashes, for a request predicted to be followed up, are its full
-	// blocks' chained hashes: what prefetch warms back if they are evicted.
-	hashes []uint64
-	tenant string
 }
 
 // retainer is the model's state for one cluster run.
@@ -61,19 +57,18 @@ type retainer struct {
 	index   map[uint64]*retainEntry // chained hash of a prompt's full hash_ids → its entry
 	pending []*retainEntry          // in arrival order, until labelled
 	chain   []uint64
-	bs      int // engine block size: 512-token hash_ids are 512/bs blocks
 
 	pinned, seen uint64 // prompts pinned, of requests seen
 }
 
-func newRetainer(cfg RetainConfig, ttl time.Duration, blockSize int) *retainer {
+func newRetainer(cfg RetainConfig, ttl time.Duration) *retainer {
 	if cfg.Horizon == 0 {
 		cfg.Horizon = ttl
 	}
 	if cfg.HalfLife == 0 {
 		cfg.HalfLife = 10 * time.Minute
 	}
-	return &retainer{cfg: cfg, index: map[uint64]*retainEntry{}, bs: max(1, blockSize)}
+	return &retainer{cfg: cfg, index: map[uint64]*retainEntry{}}
 }
 
 func (r *retainer) decay(c *retainCount, now time.Duration) {
@@ -95,13 +90,8 @@ func (r *retainer) label(e *retainEntry, followed bool, now time.Duration) {
 
 // observe takes a request as it arrives and says whether to pin its
 // prompt: it labels the request it follows up (if any) and the requests
-// whose horizon passed, then estimates this one's class. hashes are its
-// prompt's block hashes, kept for prefetch when it is predicted.
+// whose horizon passed, then estimates this one's class.
 func (r *retainer) observe(req *Request, now time.Duration) bool {
-	return r.observeWith(req, now, nil, "")
-}
-
-func (r *retainer) observeWith(req *Request, now time.Duration, hashes []uint64, tenant string) bool {
 	for len(r.pending) > 0 && (r.pending[0].followed || r.pending[0].at+r.cfg.Horizon <= now) {
 		e := r.pending[0]
 		r.pending = r.pending[1:]
@@ -138,10 +128,7 @@ func (r *retainer) observeWith(req *Request, now time.Duration, hashes []uint64,
 	// Its full blocks are what a follow-up extends; the last hash_id
 	// covers a partial block that the next turn's text continues.
 	if n := len(r.chain) - 1; n >= 2 {
-		e := &retainEntry{class: class, depth: depth, at: now, tenant: tenant}
-		if predicted && hashes != nil {
-			e.hashes = hashes[:min(len(hashes), n*512/r.bs)]
-		}
+		e := &retainEntry{class: class, depth: depth, at: now}
 		r.index[r.chain[n-1]] = e
 		r.pending = append(r.pending, e)
 	}
@@ -149,32 +136,6 @@ func (r *retainer) observeWith(req *Request, now time.Duration, hashes []uint64,
 		r.pinned++
 	}
 	return predicted
-}
-
-// warmScan bounds how many of the most recent predicted requests a
-// prefetch probe considers: the follow-ups most likely still to come.
-const warmScan = 64
-
-// warmCandidate is the most recent request predicted to be followed up,
-// not yet followed, within its horizon, whose prompt held (a worker holds
-// its last block: blocks are evicted tail first) says is gone; skip is
-// passed over (taken by another worker this probe). nil when none.
-func (r *retainer) warmCandidate(now time.Duration, held func(last uint64) bool, skip map[*retainEntry]bool) *retainEntry {
-	for i, k := len(r.pending)-1, 0; i >= 0 && k < warmScan; i-- {
-		e := r.pending[i]
-		if now-e.at > r.cfg.Horizon {
-			break
-		}
-		if e.followed || len(e.hashes) == 0 {
-			continue
-		}
-		k++
-		if skip[e] || held(e.hashes[len(e.hashes)-1]) {
-			continue
-		}
-		return e
-	}
-	return nil
 }
 
 // FollowUpGaps says, for each request of a trace sorted by arrival, how

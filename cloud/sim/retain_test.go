@@ -55,7 +55,7 @@ func refsOf(bs []int32) map[int32]int32 {
 // the past only: a request not followed within the horizon counts as not
 // followed, once the horizon has passed.
 func TestRetainerLearnsFollowUps(t *testing.T) {
-	r := newRetainer(RetainConfig{Threshold: 0.5, Horizon: time.Minute}, 5*time.Minute, 16)
+	r := newRetainer(RetainConfig{Threshold: 0.5, Horizon: time.Minute}, 5*time.Minute)
 	id := 1000
 	blocks := func(n int) []int {
 		b := []int{0}

@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/phaseless/phaseless/cloud/place"
 	"github.com/phaseless/phaseless/cloud/sched"
 )
 
@@ -141,7 +142,9 @@ func runPolicy(t testing.TB, cluster string, policy string, reqs []Request, ec E
 	if err != nil {
 		t.Fatal(err)
 	}
-	return runConfig(t, Config{Pools: pools, CycleRoles: cycle, Model: m, Policy: p, Engine: ec}, reqs)
+	// The policy alone: the coordinator's layers (affinity, by default)
+	// would make the policies alike where these tests tell them apart.
+	return runConfig(t, Config{Pools: pools, CycleRoles: cycle, Model: m, Policy: p, Engine: ec, Layers: place.Layers{NoAffinity: true}}, reqs)
 }
 
 // runConfig runs reqs through a cluster built from cfg, failing t on error.
@@ -258,6 +261,15 @@ func TestPoliciesDiffer(t *testing.T) {
 	}
 	if hit[sched.NameLLMD] <= hit[sched.NameRoundRobin] || hit[sched.NameScheduler] <= hit[sched.NameRoundRobin] {
 		t.Fatalf("prefix hits %v", hit)
+	}
+	// Behind the coordinator's default layers, affinity sends round-robin's
+	// follow-ups to their prefix too: the layer runs in the simulator.
+	pools, cycle, _ := ParseCluster("8xh100")
+	m, _ := LookupModel("llama3.1-8b")
+	rr, _ := sched.ByName(sched.NameRoundRobin, sched.RulesConfig{})
+	res := runConfig(t, Config{Pools: pools, CycleRoles: cycle, Model: m, Policy: rr}, reqs)
+	if s := Summarize(res, 1, 2*time.Second, 100*time.Millisecond, nil); s.PrefixHit <= hit[sched.NameRoundRobin] {
+		t.Fatalf("round-robin behind affinity: prefix hit %.3f, alone %.3f", s.PrefixHit, hit[sched.NameRoundRobin])
 	}
 }
 

@@ -41,6 +41,10 @@ type Summary struct {
 	MetOutput, TotalOutput int
 	// TTFTs are the completed requests' TTFTs, sorted (for CDFs).
 	TTFTs []time.Duration
+	// Fallbacks are requests a worker refused that the coordinator's
+	// fallback ran elsewhere; Failed those it did not (counted in
+	// Refused); BreakerTrips how often the circuit breaker opened.
+	Fallbacks, Failed, BreakerTrips int
 }
 
 // Prices maps a GPU name to $ per GPU-hour; a GPU not in it costs its
@@ -49,17 +53,25 @@ type Prices map[string]float64
 
 // Summarize computes the metrics of a run under the SLOs.
 func Summarize(r *Result, rateScale float64, sloTTFT, sloTPOT time.Duration, prices Prices) Summary {
-	s := Summary{Policy: r.Policy, RateScale: rateScale, Requests: len(r.Outcomes), Makespan: r.Makespan, Events: r.Events, SLOTTFT: sloTTFT, SLOTPOT: sloTPOT}
+	s := Summary{Policy: r.Policy, RateScale: rateScale, Requests: len(r.Outcomes), Makespan: r.Makespan, Events: r.Events, SLOTTFT: sloTTFT, SLOTPOT: sloTPOT,
+		BreakerTrips: r.BreakerTrips}
 	var ttft, tpot []time.Duration
 	var prompt, cached, host int
 	busyCost := 0.0
 	for i := range r.Outcomes {
 		o := &r.Outcomes[i]
 		busyCost += o.Cost
+		if o.Fallback {
+			s.Fallbacks++
+		}
 		switch o.Status {
 		case StatusOK:
 		case StatusTooLong:
 			s.TooLong++
+			continue
+		case StatusFailed:
+			s.Failed++
+			s.Refused++
 			continue
 		default:
 			s.Refused++

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"math"
 	"runtime"
+	"slices"
 	"sync"
 	"time"
 
@@ -17,9 +18,10 @@ import (
 // policy and cluster, and a run is deterministic, so a sweep runs them in
 // parallel and gives the same rows in the same order every time.
 type Sweep struct {
-	// Cluster is every run's configuration, except Policy, which each run
-	// builds from its policy name (with Cluster's SLOs and Learned), and
-	// Cache.PinFor, which PinOracle sets.
+	// Cluster is every run's configuration, except Scheduler, which each
+	// run sets to its policy name (the Placer builds it with Cluster's SLOs
+	// and Learned), and Cache.PinFor, which PinOracle sets. Its Outages
+	// are in trace time, scaled with the arrivals.
 	Cluster Config
 	// Trace is the workload at its own arrival rate; a run at scale x
 	// plays it x times as fast (Scale).
@@ -28,10 +30,6 @@ type Sweep struct {
 	Rates    []float64 // rate scales All runs each policy at; MaxRates starts from the first
 	// Learned is the learned policy's classifier; nil = the shipped one.
 	Learned *sched.LearnedModel
-	// Affinity puts conversation affinity (sched.NewAffinity: the worker
-	// holding the most of the prompt, while it has room) in front of each
-	// policy.
-	Affinity bool
 	// PinOracle pins, for Cluster.Cache.TTL, exactly the requests whose
 	// follow-up comes within it, knowing the trace's future: a bound on
 	// what a follow-up predictor could achieve, not a mechanism.
@@ -59,17 +57,13 @@ func Scale(reqs []Request, scale float64) []Request {
 func (sw *Sweep) Run(ctx context.Context, policy string, scale float64) (Summary, error) {
 	cfg := sw.Cluster
 	cfg.fill() // the SLOs the summary judges by are the ones the run had
-	p, err := sched.New(policy, sched.Options{SLOTTFT: cfg.SLOTTFT, SLOTPOT: cfg.SLOTPOT, Learned: sw.Learned})
-	if err != nil {
-		return Summary{}, err
-	}
-	if sw.Affinity {
-		if p, err = sched.NewAffinity(p, sched.AffinityConfig{}); err != nil {
-			return Summary{}, err
-		}
-	}
+	cfg.Scheduler, cfg.Policy, cfg.Learned = policy, nil, sw.Learned
 	reqs := Scale(sw.Trace, scale)
-	cfg.Policy = p
+	cfg.Outages = slices.Clone(cfg.Outages)
+	for i := range cfg.Outages {
+		o := &cfg.Outages[i]
+		o.From, o.To = time.Duration(float64(o.From)/scale), time.Duration(float64(o.To)/scale)
+	}
 	if sw.PinOracle {
 		gaps, ttl := FollowUpGaps(reqs), cfg.Cache.TTL
 		cfg.Cache.PinFor = func(i int) time.Duration {

@@ -23,6 +23,7 @@ import (
 	G "gorgonia.org/gorgonia"
 	"gorgonia.org/tensor"
 
+	"github.com/phaseless/phaseless/cloud/place"
 	"github.com/phaseless/phaseless/cloud/sched"
 	"github.com/phaseless/phaseless/cloud/sim"
 )
@@ -180,7 +181,9 @@ func collectWindow(ctx context.Context, cfg *Config, pools []sim.Pool, cycle boo
 				*d = nd
 			}
 		}
-		cl, err := sim.New(sim.Config{Pools: pools, CycleRoles: cycle, Model: model, Policy: base, Hook: hook})
+		// The policy alone, as the samples were labelled before the
+		// coordinator's layers ran in the simulator.
+		cl, err := sim.New(sim.Config{Pools: pools, CycleRoles: cycle, Model: model, Policy: base, Hook: hook, Layers: place.Layers{NoAffinity: true}})
 		if err != nil {
 			return nil, err
 		}

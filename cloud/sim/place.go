@@ -1,0 +1,226 @@
+package sim
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/phaseless/phaseless/cloud/admit"
+	"github.com/phaseless/phaseless/cloud/place"
+	"github.com/phaseless/phaseless/cloud/sched"
+	"github.com/phaseless/phaseless/cloud/worker"
+	"github.com/phaseless/phaseless/llm"
+)
+
+// Placement in the simulated cluster is the coordinator's own: one
+// place.Placer, built as phaseless-cloud builds it (the policy in force
+// behind Config.Layers), decides every request from the same View the
+// coordinator gives it (worker.FillSignals, each engine's prefix probe, the
+// breaker), and a worker that refuses a request sends it where the
+// Placer's Fallback says. The simulator adds nothing of its own between a
+// request and its worker.
+
+// Outage is a worker refusing every new request from From until To, as a
+// server answering 503 (its engine lost, or draining): a request its
+// batcher releases to it fails before its first token, and its probe fails,
+// so from the first probe inside the outage the coordinator sees it
+// unhealthy. What its engine already runs, runs on; a split's KV handoff
+// into it is taken (a handoff is not a new request). Times are the run's
+// virtual time (Sweep scales them with the trace).
+type Outage struct {
+	Worker   string // a WorkerInfo.Name, e.g. h100-0
+	From, To time.Duration
+}
+
+// ParseOutage reads WORKER@FROM+DURATION, e.g. h100-0@60s+30s.
+func ParseOutage(s string) (Outage, error) {
+	name, span, ok := strings.Cut(s, "@")
+	from, dur, ok2 := strings.Cut(span, "+")
+	if !ok || !ok2 || name == "" {
+		return Outage{}, fmt.Errorf("outage %q: want WORKER@FROM+DURATION, e.g. h100-0@60s+30s", s)
+	}
+	f, err := time.ParseDuration(from)
+	if err != nil {
+		return Outage{}, fmt.Errorf("outage %q: %w", s, err)
+	}
+	d, err := time.ParseDuration(dur)
+	if err != nil {
+		return Outage{}, fmt.Errorf("outage %q: %w", s, err)
+	}
+	if f < 0 || d <= 0 {
+		return Outage{}, fmt.Errorf("outage %q: want FROM ≥ 0 and DURATION > 0", s)
+	}
+	return Outage{Worker: name, From: f, To: f + d}, nil
+}
+
+// refusing reports whether w is in an outage at now.
+func (w *simWorker) refusing(now time.Duration) bool {
+	for _, o := range w.outages {
+		if now >= o.From && now < o.To {
+			return true
+		}
+	}
+	return false
+}
+
+// Placement is one call of the Placer in a run, as Config.Placed sees it:
+// what it was given, and what it decided. The coordinator's
+// TestOnePlacementPath replays these through a Coordinator.
+type Placement struct {
+	Request int // the request's index in the trace
+	// Place is the request as the Placer read it (Sig a copy).
+	Place place.Request
+	// View is the workers as it saw them, Snap a copy taken before the
+	// Placer changed it for the decision.
+	View place.View
+	// Failed is the worker that refused the request, for a fallback; -1
+	// for a first placement.
+	Failed   int
+	Decision place.Decision
+	Err      error
+}
+
+// enablePlacement builds the Placer, as the coordinator does, and gives
+// each worker its outages.
+func (c *Cluster) enablePlacement() error {
+	pc := place.Config{Scheduler: c.cfg.Scheduler, Policy: c.cfg.Policy, Layers: c.cfg.Layers,
+		Options: sched.Options{SLOTTFT: c.cfg.SLOTTFT, SLOTPOT: c.cfg.SLOTPOT, Learned: c.cfg.Learned}}
+	if c.cfg.Hook != nil {
+		pc.Hook = func(r *place.Request, s *sched.Snapshot, d *sched.Decision) { c.cfg.Hook(c.placing, r.Sig, s, d) }
+	}
+	var err error
+	if c.placer, err = place.New(pc); err != nil {
+		return err
+	}
+	if err := c.placer.Check(&place.Request{Hints: c.cfg.Hints}); err != nil {
+		return fmt.Errorf("sim.Config.Hints: %w", err)
+	}
+	for range c.workers {
+		c.infos = append(c.infos, place.Worker{Model: c.cfg.Model.Name})
+	}
+	for _, o := range c.cfg.Outages {
+		i := slices.IndexFunc(c.workers, func(w *simWorker) bool { return w.info.Name == o.Worker })
+		switch {
+		case i < 0:
+			return fmt.Errorf("sim.Config.Outages: no worker %q", o.Worker)
+		case o.From < 0 || o.To <= o.From:
+			return fmt.Errorf("sim.Config.Outages: %s from %v to %v", o.Worker, o.From, o.To)
+		}
+		c.workers[i].outages = append(c.workers[i].outages, o)
+	}
+	return nil
+}
+
+// policyName is the policy in force, as the results name it.
+func (c *Cluster) policyName() string {
+	switch {
+	case c.cfg.Policy != nil:
+		return c.cfg.Policy.Name()
+	case c.cfg.Scheduler != "":
+		return c.cfg.Scheduler
+	}
+	return sched.NameScheduler
+}
+
+// view is the workers as the coordinator's decision sees them: every
+// worker's signals, as worker.Set.Snapshot fills them (load as of the last
+// probe, in-flight counts live, the engine's own prefix probe for hashes),
+// and the breaker's state.
+func (c *Cluster) view(hashes []uint64) place.View {
+	now := c.clk.Now()
+	for i, w := range c.workers {
+		s := &c.snap.Workers[i]
+		worker.FillSignals(s, w.info.Role, w.healthy, w.inflight, w.batcher.Waiting(), w.capacity(), &w.load, w.burst.Sigma(now))
+		s.PrefixBlocks = w.eng.CachedPrefixBlocks(hashes)
+		s.PendingPrefill, s.Prefilling, s.Class = w.pending, w.prefills, w.class
+	}
+	c.snap.Now = now
+	return place.View{Snap: &c.snap, Workers: c.infos, BreakerOpen: c.breaker.Open()}
+}
+
+// record returns what tells Config.Placed of a decision on v, if it is set;
+// failed is the refusing worker of a fallback, else -1.
+func (c *Cluster) record(f *flight, v place.View, failed int) func(place.Decision, error) {
+	if c.cfg.Placed == nil {
+		return func(place.Decision, error) {}
+	}
+	p := Placement{Request: f.i, Place: f.req, View: v, Failed: failed}
+	sig := *f.req.Sig
+	p.Place.Sig = &sig
+	snap := *v.Snap
+	snap.Workers = slices.Clone(v.Snap.Workers)
+	p.View.Snap = &snap
+	return func(d place.Decision, err error) {
+		p.Decision, p.Err = d, err
+		c.cfg.Placed(p)
+	}
+}
+
+// refused is a request its worker refused before its first token (an
+// outage), as a live worker's 503: the coordinator runs it once more where
+// the Placer's Fallback says, if the tenant's fallbacks allow (cloud/admit:
+// 2 per 10 minutes); otherwise it fails, and the breaker counts a server
+// error. A split gives up its decode worker first, as a live split that
+// failed runs whole.
+func (c *Cluster) refused(f *flight) {
+	failed := slices.Index(c.workers, f.w)
+	c.prefilled(f)
+	if f.split {
+		f.dw.inflight--
+		f.dw.batcher.Kick()
+		f.split, f.dw = false, nil
+		o := &c.out[f.i]
+		o.Split, o.DecodeWorker = false, 0
+	}
+	if !f.fellBack && c.admitter.AllowFallback(context.Background(), f.tenant) {
+		v := c.view(f.sig.BlockHashes)
+		rec := c.record(f, v, failed)
+		d, err := c.placer.Fallback(&f.req, v, failed)
+		rec(d, err)
+		if err == nil {
+			f.fellBack = true
+			c.out[f.i].Fallback = true
+			c.assign(f, d.Decision)
+			return
+		}
+	}
+	f.ticket.Release()
+	c.admitter.Refund(context.Background(), f.tenant, f.cost, admit.Bucket{})
+	c.breaker.Record(true, 0)
+	c.refuse(f, StatusFailed)
+}
+
+// blockTurn is how a hash_id reads in a request's made-up conversation.
+const blockTurn = "b"
+
+// messages are request i's conversation as the placement layers read it
+// (semantic grouping and prefetch fingerprint it). A trace has no text, so
+// each of its 512-token hash_ids is a turn naming it, and the rest of the
+// prompt, its own, one last user turn naming the request: requests that
+// share prefix blocks share turns, as conversations that share a system
+// prompt and earlier turns do, and prefetch's shared prefix (the turns
+// before the last) is the shared blocks.
+func messages(i int, r *Request) []llm.Message {
+	msgs := make([]llm.Message, 0, len(r.Blocks)+1)
+	for _, b := range r.Blocks {
+		msgs = append(msgs, llm.Message{Role: "user", Content: blockTurn + strconv.Itoa(b)})
+	}
+	return append(msgs, llm.Message{Role: "user", Content: "r" + strconv.Itoa(i)})
+}
+
+// turnBlocks reads back the hash_ids of a prefix of messages' turns.
+func turnBlocks(msgs []llm.Message) []int {
+	var blocks []int
+	for _, m := range msgs {
+		id, ok := strings.CutPrefix(m.Content, blockTurn)
+		b, err := strconv.Atoi(id)
+		if !ok || err != nil {
+			break
+		}
+		blocks = append(blocks, b)
+	}
+	return blocks
+}
