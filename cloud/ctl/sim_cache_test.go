@@ -42,11 +42,18 @@ func TestSimCacheFlags(t *testing.T) {
 	if n := requests("--host-kv", "4", "--aging-rate", "10000", "--cache-ttl", "5m", "--soft-pins"); n != 80 {
 		t.Fatalf("%v requests summarised with the host tier and the order, want 80", n)
 	}
+	if n := requests("--cache-layers", "affinity,semantic,prefetch", "--semantic-mode", "topic", "--prefetch-hint", "high"); n != 80 {
+		t.Fatalf("%v requests summarised with every layer, want 80", n)
+	}
 	for _, tc := range []struct {
 		field string
 		args  []string
 	}{
 		{"cache-layers", []string{"--cache-layers", "affinity,bogus"}},
+		{"cache-layers", []string{"--prefetch-hint", "high"}}, // prefetch is off: the header would be ignored
+		{"semantic-mode", []string{"--semantic-mode", "mood"}},
+		{"batch-threshold", []string{"--batch-threshold", "2"}},
+		{"prefetch-hint", []string{"--cache-layers", "prefetch", "--prefetch-hint", "max"}},
 		{"outage", []string{"--outage", "h100-0@10s"}},
 		{"outage", []string{"--outage", "h100-0@10s+0s"}},
 		{"no worker", []string{"--outage", "l4-0@10s+5s"}},
