@@ -251,7 +251,17 @@ func (t *tenant) evict() {
 	for _, c := range t.clusters {
 		delete(c.out, gone)
 	}
-	t.last = -1
+	// last indexes clusters: it moves with the deletion. Resetting it
+	// instead lost the transition from the tenant's last request whenever
+	// a new cluster evicted one, which with more kinds of request than
+	// MaxClusters is every request: no transition was ever counted (the
+	// simulator's Mooncake trace, one tenant, thousands of conversations).
+	switch {
+	case old == t.last:
+		t.last = -1
+	case old < t.last:
+		t.last--
+	}
 }
 
 func (t *tenant) predict(from *cluster, now time.Time, n int, cfg Config) []Prediction {

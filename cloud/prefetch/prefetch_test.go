@@ -82,6 +82,28 @@ func TestDecayFavoursTheRecentPattern(t *testing.T) {
 	}
 }
 
+// TestEvictionKeepsTheChain: a new kind of request that evicts the least
+// recently seen cluster still counts as the transition from the tenant's
+// last request.
+func TestEvictionKeepsTheChain(t *testing.T) {
+	clk := &clock{t: time.Unix(1000, 0)}
+	m, _ := New(Config{MaxClusters: 2})
+	car := llm.Message{Role: "system", Content: "You are the car assistant. Climate and navigation."}
+	var p []Prediction
+	for _, k := range []struct {
+		sys  llm.Message
+		user string
+	}{{bank, "set up direct deposit for me"}, {travel, "book a flight to boston for friday"}, {car, "turn the heat up"}, {travel, "book a flight to denver"}} {
+		msgs, fp := req(k.sys, k.user)
+		p, _ = m.Observe(clk.t, "t", &fp, msgs, 2)
+		clk.t = clk.t.Add(time.Second)
+	}
+	// car evicted bank; travel → car was counted all the same.
+	if len(p) != 1 || !p[0].Prefix[0].Equal(car) {
+		t.Fatalf("predictions %+v, want car's system prompt after travel", p)
+	}
+}
+
 func TestHintBudgets(t *testing.T) {
 	var prev int
 	for _, h := range []Hint{None, Low, Medium, High} {
