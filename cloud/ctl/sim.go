@@ -55,10 +55,13 @@ type simJSON struct {
 	HostHit       float64 `json:"host_hit,omitempty"` // with --host-kv: the prefix-hit share the host tier served
 	CostPerMTok   float64 `json:"cost_per_mtok"`      // -1 when nothing met the SLOs
 	// The coordinator's fallbacks and breaker (with --outage, or an
-	// overload that trips the breaker); absent when zero.
+	// overload that trips the breaker), semantic groups and prefetch
+	// warm-ups; absent when zero.
 	Fallbacks    int `json:"fallbacks,omitempty"`
 	Failed       int `json:"failed,omitempty"`
 	BreakerTrips int `json:"breaker_trips,omitempty"`
+	GroupJoins   int `json:"group_joins,omitempty"`
+	Warmups      int `json:"warmups,omitempty"`
 }
 
 func ms(d time.Duration) float64 { return math.Round(float64(d)/1e3) / 1e3 }
@@ -71,7 +74,7 @@ func toJSON(s sim.Summary) simJSON {
 	return simJSON{Policy: s.Policy, RateScale: s.RateScale, Requests: s.Requests, GoodputRPS: s.GoodputRPS, SLOAttainment: s.SLOAttainment,
 		TTFTP50: ms(s.TTFTP50), TTFTP99: ms(s.TTFTP99), TPOTP50: ms(s.TPOTP50), TPOTP99: ms(s.TPOTP99),
 		OutputTPS: s.OutputTPS, PrefixHit: s.PrefixHit, HostHit: s.HostHit, CostPerMTok: cost,
-		Fallbacks: s.Fallbacks, Failed: s.Failed, BreakerTrips: s.BreakerTrips}
+		Fallbacks: s.Fallbacks, Failed: s.Failed, BreakerTrips: s.BreakerTrips, GroupJoins: s.GroupJoins, Warmups: s.Warmups}
 }
 
 func printSim(w io.Writer, rows []sim.Summary) {
@@ -256,6 +259,11 @@ func simCmd(ctx context.Context, cio cli.IO, args []string) error {
 			return err
 		}
 		printMaxRate(cio.Stdout, best, sw.Trace)
+		at := make([]sim.Summary, len(best))
+		for i, b := range best {
+			at[i] = b.Summary
+		}
+		printPlacementNotes(cio.Stdout, at)
 	}
 	if *plotDir != "" {
 		if err := simPlots(ctx, *plotDir, sw, rows); err != nil {

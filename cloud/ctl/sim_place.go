@@ -68,12 +68,16 @@ func simPlaceFlags(fs *flag.FlagSet) func(sw *sim.Sweep) error {
 }
 
 // printPlacementNotes says, under the table, which runs the coordinator's
-// breaker or fallback acted in: a row with breaker trips is partly FIFO.
+// breaker, fallback, semantic groups or prefetch acted in: a row with
+// breaker trips is partly FIFO.
 func printPlacementNotes(w io.Writer, rows []sim.Summary) {
 	for _, r := range rows {
 		if r.BreakerTrips+r.Fallbacks+r.Failed > 0 {
 			fmt.Fprintf(w, "%s ×%g: breaker opened %d times; %d requests fell back, %d failed (refused, no fallback)\n",
 				r.Policy, r.RateScale, r.BreakerTrips, r.Fallbacks, r.Failed)
+		}
+		if r.GroupJoins+r.Warmups > 0 {
+			fmt.Fprintf(w, "%s ×%g: %d requests placed with a semantic group; %d prefetch warm-ups\n", r.Policy, r.RateScale, r.GroupJoins, r.Warmups)
 		}
 	}
 }

@@ -264,8 +264,10 @@ type Result struct {
 	// MaxKVUsed is the most blocks any engine had in use at once, and
 	// KVBlocks their capacity (conservation: never more).
 	MaxKVUsed, KVBlocks int
-	// BreakerTrips is how many times the circuit breaker opened.
-	BreakerTrips int
+	// BreakerTrips is how many times the circuit breaker opened;
+	// GroupJoins how many requests the Placer placed with a semantic
+	// group; Warmups how many prefetch warm-ups ran.
+	BreakerTrips, GroupJoins, Warmups int
 }
 
 type simWorker struct {
@@ -333,6 +335,7 @@ type Cluster struct {
 	ran       bool
 	retain    *retainer // predictive pinning (retain.go); nil = off
 	warmups   int       // prefetch warm-ups started
+	joins     int       // requests placed with a semantic group
 	warming   bool      // one is running: one at a time, as live
 }
 
@@ -461,7 +464,7 @@ func (c *Cluster) Run(ctx context.Context, reqs []Request) (*Result, error) {
 		e.fn()
 	}
 	res := &Result{Policy: c.policyName(), Outcomes: c.out, Events: c.q.n, Pools: c.cfg.Pools, MaxKVUsed: c.maxKV,
-		BreakerTrips: c.breaker.State().Trips}
+		BreakerTrips: c.breaker.State().Trips, GroupJoins: c.joins, Warmups: c.warmups}
 	for i := range c.out {
 		res.Makespan = max(res.Makespan, c.out[i].Done)
 	}
@@ -552,6 +555,9 @@ func (c *Cluster) place(f *flight) {
 		c.admitter.Refund(context.Background(), f.tenant, f.cost, admit.Bucket{})
 		c.refuse(f, StatusNoWorker)
 		return
+	}
+	if d.Path == place.PathGroup {
+		c.joins++
 	}
 	c.assign(f, d.Decision)
 }

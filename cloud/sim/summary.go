@@ -43,8 +43,10 @@ type Summary struct {
 	TTFTs []time.Duration
 	// Fallbacks are requests a worker refused that the coordinator's
 	// fallback ran elsewhere; Failed those it did not (counted in
-	// Refused); BreakerTrips how often the circuit breaker opened.
-	Fallbacks, Failed, BreakerTrips int
+	// Refused); BreakerTrips how often the circuit breaker opened;
+	// GroupJoins and Warmups what semantic grouping and prefetch did
+	// (Result's).
+	Fallbacks, Failed, BreakerTrips, GroupJoins, Warmups int
 }
 
 // Prices maps a GPU name to $ per GPU-hour; a GPU not in it costs its
@@ -54,7 +56,7 @@ type Prices map[string]float64
 // Summarize computes the metrics of a run under the SLOs.
 func Summarize(r *Result, rateScale float64, sloTTFT, sloTPOT time.Duration, prices Prices) Summary {
 	s := Summary{Policy: r.Policy, RateScale: rateScale, Requests: len(r.Outcomes), Makespan: r.Makespan, Events: r.Events, SLOTTFT: sloTTFT, SLOTPOT: sloTPOT,
-		BreakerTrips: r.BreakerTrips}
+		BreakerTrips: r.BreakerTrips, GroupJoins: r.GroupJoins, Warmups: r.Warmups}
 	var ttft, tpot []time.Duration
 	var prompt, cached, host int
 	busyCost := 0.0
