@@ -73,11 +73,11 @@ func simPlaceFlags(fs *flag.FlagSet) func(sw *sim.Sweep) error {
 func printPlacementNotes(w io.Writer, rows []sim.Summary) {
 	for _, r := range rows {
 		if r.BreakerTrips+r.Fallbacks+r.Failed > 0 {
-			fmt.Fprintf(w, "%s ×%g: breaker opened %d times; %d requests fell back, %d failed (refused, no fallback)\n",
+			fmt.Fprintf(w, "%s ×%g: breaker trips %d, fallbacks %d, failed %d (refused, no fallback left)\n",
 				r.Policy, r.RateScale, r.BreakerTrips, r.Fallbacks, r.Failed)
 		}
 		if r.GroupJoins+r.Warmups > 0 {
-			fmt.Fprintf(w, "%s ×%g: %d requests placed with a semantic group; %d prefetch warm-ups\n", r.Policy, r.RateScale, r.GroupJoins, r.Warmups)
+			fmt.Fprintf(w, "%s ×%g: semantic group joins %d, prefetch warm-ups %d\n", r.Policy, r.RateScale, r.GroupJoins, r.Warmups)
 		}
 	}
 }

@@ -28,7 +28,7 @@ func TestSimOutage(t *testing.T) {
 		t.Fatalf("row %v: want the tenant's 2 fallbacks and failures after them", row)
 	}
 	out, err = runSim(t, args...)
-	if err != nil || !strings.Contains(out, "round-robin ×1: breaker opened") || !strings.Contains(out, "2 requests fell back") {
+	if err != nil || !strings.Contains(out, "round-robin ×1: breaker trips") || !strings.Contains(out, "fallbacks 2,") {
 		t.Fatalf("%v\n%s", err, out)
 	}
 }
