@@ -281,7 +281,11 @@ func (p *Placer) placeLayered(r *Request, s *sched.Snapshot) (Decision, error) {
 		return d, err
 	}
 	if p.cfg.Hook != nil {
-		p.cfg.Hook(r, s, &d.Decision)
+		// A copy: handing the hook d itself would move d to the heap on
+		// every decision, hook or not.
+		hooked := d.Decision
+		p.cfg.Hook(r, s, &hooked)
+		d.Decision = hooked
 	}
 	if grouping && d.Worker >= 0 && d.Worker < len(s.Workers) {
 		p.groups.Open(s.Now, r.fingerprint(), firstBlock(r.Sig.BlockHashes), d.Worker)

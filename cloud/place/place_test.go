@@ -293,6 +293,18 @@ func TestParseLayers(t *testing.T) {
 	}
 }
 
+// TestPlaceAllocatesNothing: a decision behind the default layers
+// allocates nothing (the decision budget, docs/cloud.md). A semantic group
+// opened allocates the group, and training's Hook a copy of the decision.
+func TestPlaceAllocatesNothing(t *testing.T) {
+	r := request("turn the heat up")
+	s := snapshot()
+	p := newPlacer(t, Config{})
+	if n := testing.AllocsPerRun(100, func() { p.Place(r, View{Snap: s}) }); n != 0 {
+		t.Errorf("Place allocates %v times", n)
+	}
+}
+
 // BenchmarkPlace: the decision path's own cost over the policy's (the
 // budget is p99 ≤ 50 µs with no allocation).
 func BenchmarkPlace(b *testing.B) {
