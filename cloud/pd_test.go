@@ -17,6 +17,7 @@ import (
 	"github.com/phaseless/phaseless/cloud/admit"
 	"github.com/phaseless/phaseless/cloud/coordinator"
 	"github.com/phaseless/phaseless/cloud/sched"
+	"github.com/phaseless/phaseless/cloud/sched/schedtest"
 	"github.com/phaseless/phaseless/cloud/worker"
 	"github.com/phaseless/phaseless/internal/metrics"
 	"github.com/phaseless/phaseless/llm"
@@ -103,15 +104,6 @@ func startWorkerProcess(t testing.TB, model string) string {
 	return ""
 }
 
-// fixedPolicy places every request as its Decision says (the decider that
-// chooses when to split is cloud/sched's).
-type fixedPolicy struct{ d sched.Decision }
-
-func (fixedPolicy) Name() string { return "test-fixed" }
-func (p fixedPolicy) Decide(*sched.Request, *sched.Snapshot) (sched.Decision, error) {
-	return p.d, nil
-}
-
 // scrapeSeries reads one series (name and labels as written) from a
 // process's /metrics.
 func scrapeSeries(t *testing.T, base, series string) float64 {
@@ -167,7 +159,7 @@ func remoteCoordinator(t testing.TB, pre, dec string, d sched.Decision) (*coordi
 	}
 	t.Cleanup(func() { a.Close() })
 	reg := metrics.NewRegistry()
-	c, err := coordinator.New(coordinator.Config{Workers: set, Admitter: a, Tokenizer: model.Tokenizer(), Policy: fixedPolicy{d}, Metrics: reg})
+	c, err := coordinator.New(coordinator.Config{Workers: set, Admitter: a, Tokenizer: model.Tokenizer(), Policy: schedtest.Fixed{D: d}, Metrics: reg})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -8,6 +8,7 @@ import (
 
 	"github.com/phaseless/phaseless/cloud/batch"
 	"github.com/phaseless/phaseless/cloud/sched"
+	"github.com/phaseless/phaseless/cloud/sched/schedtest"
 	"github.com/phaseless/phaseless/cloud/worker"
 	"github.com/phaseless/phaseless/llm"
 	"github.com/phaseless/phaseless/models/cloudmodel"
@@ -43,7 +44,7 @@ func BenchmarkSplitVsColocated(b *testing.B) {
 	clk := &clock{t: time.Unix(1e9, 0)}
 	for _, words := range []int{8, 24, 40} {
 		b.Run(fmt.Sprintf("prompt=%dwords", words), func(b *testing.B) {
-			colo, _ := newCoordinatorWith(b, clk, fixedPolicy{sched.Decision{Worker: 0, Pool: sched.RoleDecode}}, newWorker("solo", sched.RoleDecode))
+			colo, _ := newCoordinatorWith(b, clk, schedtest.Fixed{D: sched.Decision{Worker: 0, Pool: sched.RoleDecode}}, newWorker("solo", sched.RoleDecode))
 			split, reg := newCoordinatorWith(b, clk, splitAt(0, 1, sched.RolePrefill), newWorker("pre", sched.RolePrefill), newWorker("dec", sched.RoleDecode))
 			var coloT, splitT, coloFirst, splitFirst time.Duration
 			var bytes, prompt int64

@@ -12,23 +12,15 @@ import (
 
 	"github.com/phaseless/phaseless/cloud/batch"
 	"github.com/phaseless/phaseless/cloud/sched"
+	"github.com/phaseless/phaseless/cloud/sched/schedtest"
 	"github.com/phaseless/phaseless/cloud/worker"
 	"github.com/phaseless/phaseless/internal/metrics"
 	"github.com/phaseless/phaseless/llm"
 	"github.com/phaseless/phaseless/models/lm"
 )
 
-// fixedPolicy places every request as its Decision says: the tests' stand-in
-// for the decider that chooses when to split (cloud/sched).
-type fixedPolicy struct{ d sched.Decision }
-
-func (fixedPolicy) Name() string { return "test-fixed" }
-func (p fixedPolicy) Decide(*sched.Request, *sched.Snapshot) (sched.Decision, error) {
-	return p.d, nil
-}
-
-func splitAt(prefill, decode int, pool sched.Role) fixedPolicy {
-	return fixedPolicy{sched.Decision{Worker: prefill, Pool: pool, Split: true, DecodeWorker: decode}}
+func splitAt(prefill, decode int, pool sched.Role) schedtest.Fixed {
+	return schedtest.Fixed{D: sched.Decision{Worker: prefill, Pool: pool, Split: true, DecodeWorker: decode}}
 }
 
 // collected is what a client of the coordinator sees of one request.
@@ -86,7 +78,7 @@ func TestSplitMatchesColocated(t *testing.T) {
 		req.Temperature = temp
 
 		solo, _ := builtinWorker(t, "solo", sched.RoleDecode)
-		colo, _ := newCoordinatorWith(t, clk, fixedPolicy{sched.Decision{Worker: 0, Pool: sched.RoleDecode}}, solo)
+		colo, _ := newCoordinatorWith(t, clk, schedtest.Fixed{D: sched.Decision{Worker: 0, Pool: sched.RoleDecode}}, solo)
 		want := collect(colo, req)
 		if want.err != nil || want.text == "" {
 			t.Fatalf("colocated: %+v", want)
@@ -137,7 +129,7 @@ func TestSplitFailureRunsColocated(t *testing.T) {
 	clk := &clock{t: time.Unix(1e9, 0)}
 	req := greedy("a prompt that will not be split after all", 12)
 	solo, _ := builtinWorker(t, "solo", sched.RoleDecode)
-	colo, _ := newCoordinatorWith(t, clk, fixedPolicy{sched.Decision{Worker: 0, Pool: sched.RoleDecode}}, solo)
+	colo, _ := newCoordinatorWith(t, clk, schedtest.Fixed{D: sched.Decision{Worker: 0, Pool: sched.RoleDecode}}, solo)
 	want := collect(colo, req)
 
 	// An OpenAI-compatible server that is not Phaseless: no /v1/kv/.

@@ -7,18 +7,10 @@ import (
 
 	"github.com/phaseless/phaseless/cloud/prefetch"
 	"github.com/phaseless/phaseless/cloud/sched"
+	"github.com/phaseless/phaseless/cloud/sched/schedtest"
 	"github.com/phaseless/phaseless/cloud/semantic"
 	"github.com/phaseless/phaseless/llm"
 )
-
-// fixed places every request as its decision says: a policy whose choice
-// the tests know, so what Place changes about it shows.
-type fixed struct{ d sched.Decision }
-
-func (fixed) Name() string { return "test-fixed" }
-func (p fixed) Decide(*sched.Request, *sched.Snapshot) (sched.Decision, error) {
-	return p.d, nil
-}
 
 var t0 = time.Unix(1e9, 0)
 
@@ -49,7 +41,7 @@ func newPlacer(t *testing.T, cfg Config) *Placer {
 // TestPlacePaths: each step of Place, in its order, decides when the steps
 // before it do not.
 func TestPlacePaths(t *testing.T) {
-	onDecode := fixed{sched.Decision{Worker: 1, Pool: sched.RoleDecode}}
+	onDecode := schedtest.Fixed{D: sched.Decision{Worker: 1, Pool: sched.RoleDecode}}
 	for _, tc := range []struct {
 		name    string
 		cfg     Config
@@ -82,7 +74,7 @@ func TestPlacePaths(t *testing.T) {
 		{name: "without affinity the pin is a signal the policy may ignore", cfg: Config{Scheduler: sched.NameLeastLoaded, Layers: Layers{NoAffinity: true}},
 			req:  func(r *Request) { r.Pinned = Pin{Worker: 1, Blocks: 8}; r.Sig.BlockHashes = make([]uint64, 10) },
 			view: func(v *View) { v.Snap.Workers[1].Running = 1 }, path: PathPolicy, worker: 0},
-		{name: "a policy out of range is an error", cfg: Config{Policy: fixed{sched.Decision{Worker: 7}}}, wantErr: errAny},
+		{name: "a policy out of range is an error", cfg: Config{Policy: schedtest.Fixed{D: sched.Decision{Worker: 7}}}, wantErr: errAny},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			p := newPlacer(t, tc.cfg)
@@ -114,7 +106,7 @@ var errAny = errors.New("any error")
 // otherwise becomes its prefill worker's whole request.
 func TestPlaceKeepsOnlyRunnableSplits(t *testing.T) {
 	split := func(w, dw int) Config {
-		return Config{Policy: fixed{sched.Decision{Worker: w, Split: true, DecodeWorker: dw}}}
+		return Config{Policy: schedtest.Fixed{D: sched.Decision{Worker: w, Split: true, DecodeWorker: dw}}}
 	}
 	remote := []Worker{{Remote: true}, {}, {}}
 	for _, tc := range []struct {
