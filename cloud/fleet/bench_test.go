@@ -4,6 +4,8 @@ import (
 	"encoding/json"
 	"fmt"
 	"path/filepath"
+	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -143,3 +145,55 @@ func BenchmarkUplink(b *testing.B) {
 	b.Run("mqtt-qos1-baseline", func(b *testing.B) { run(b, "bench-raw", false) })
 	b.Run("end-to-end-acked", func(b *testing.B) { run(b, "bench-e2e", true) })
 }
+
+// BenchmarkExternalIngest is 200 devices sending batches of 10 through a
+// real Mosquitto, each waiting for its TelemetryAck before the next, as
+// devices with a backlog do. "serial" (External.Workers 1: every message
+// handled on paho's goroutine, as before issue 37) is the baseline in the
+// same run; "lanes" is the default.
+func BenchmarkExternalIngest(b *testing.B) {
+	const devices = 200
+	users := map[string]string{"phaseless-cloud": "cloud-pw"}
+	for i := range devices {
+		users[fmt.Sprintf("x-%03d", i)] = "pw"
+	}
+	url := startMosquitto(b, users, "phaseless-cloud")
+	for _, tc := range []struct {
+		name    string
+		workers int
+	}{{"serial", 1}, {"lanes", 0}} {
+		b.Run(tc.name, func(b *testing.B) {
+			m := openManager(b, Config{DataDir: b.TempDir(), MaxRecords: 1 << 40, External: &External{
+				URL: url, Username: "phaseless-cloud", Password: "cloud-pw", ClientID: "bench-" + tc.name, Workers: tc.workers}})
+			waitFor(b, "manager connected", func() bool { return m.Ready() == nil })
+			devs := make([]*rawDevice, devices)
+			for i := range devs {
+				devs[i] = &rawDevice{id: fmt.Sprintf("x-%03d", i), pass: "pw"}
+				if err := devs[i].connect(mqttHost(url)); err != nil {
+					b.Fatal(err)
+				}
+				defer devs[i].conn.Close()
+			}
+			var next atomic.Int64
+			var seq [devices]uint64
+			b.ResetTimer()
+			var wg sync.WaitGroup
+			for i, d := range devs {
+				wg.Go(func() {
+					for next.Add(1) <= int64(b.N) {
+						if err := d.uplink(seq[i]+1, 10); err != nil {
+							b.Error(err)
+							return
+						}
+						seq[i] += 10
+					}
+				})
+			}
+			wg.Wait()
+			b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "batches/s")
+		})
+	}
+}
+
+// mqttHost is host:port of an mqtt:// URL.
+func mqttHost(u string) string { return strings.TrimPrefix(u, "mqtt://") }

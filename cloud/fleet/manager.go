@@ -165,7 +165,11 @@ func open(cfg Config, check func(*store) error) (*Manager, error) {
 		m.bus = eb
 		err = eb.subscribe(filters, m.deliver) // retained messages arrive right here
 	} else {
-		xb := newExternalBus(&m.cfg, filters, m.deliver, func() { m.reconcileAll() })
+		laneOf := func(topic string) (string, bool) {
+			id, suffix, _ := m.topics.ParseDevice(topic)
+			return id, suffix == fleetwire.SuffixTelemetry
+		}
+		xb := newExternalBus(&m.cfg, filters, m.deliver, laneOf, func() { m.reconcileAll() })
 		m.bus = xb
 		err = xb.start()
 	}
