@@ -35,6 +35,15 @@ type Config struct {
 	MaxRecords int
 	// MaxAge deletes records ingested longer ago (default 30 days).
 	MaxAge time.Duration
+	// ArchiveDir, when set, keeps telemetry past the store (package
+	// archive): a record moves to an hourly Parquet file there once its
+	// ingest hour ended ArchiveAfter ago (default 10 minutes), or earlier
+	// while the store holds more than MaxRecords. MaxAge and
+	// ArchiveMaxBytes then bound the files, and the store deletes only past
+	// twice MaxRecords (moves failing or behind: counted as deleted, logged).
+	ArchiveDir      string
+	ArchiveAfter    time.Duration
+	ArchiveMaxBytes int64
 	// PruneInterval is how often age retention runs besides at ingest
 	// (default 1 minute).
 	PruneInterval time.Duration
@@ -121,6 +130,9 @@ func (c *Config) fillDefaults() {
 	if c.MaxAge == 0 {
 		c.MaxAge = 30 * 24 * time.Hour
 	}
+	if c.ArchiveAfter == 0 {
+		c.ArchiveAfter = 10 * time.Minute
+	}
 	if c.PruneInterval == 0 {
 		c.PruneInterval = time.Minute
 	}
@@ -200,6 +212,9 @@ func (c *Config) Validate() error {
 	}
 	if c.MaxRecords < 1 {
 		return &cli.FieldError{Field: "MaxRecords", Err: errors.New("must be at least 1")}
+	}
+	if c.ArchiveAfter < 0 || c.ArchiveMaxBytes < 0 {
+		return &cli.FieldError{Field: "ArchiveAfter/ArchiveMaxBytes", Err: errors.New("must not be negative")}
 	}
 	if c.MaxAge < 0 {
 		return &cli.FieldError{Field: "MaxAge", Err: errors.New("must not be negative")}
