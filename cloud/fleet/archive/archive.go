@@ -303,7 +303,14 @@ func ExportLines(path string, w io.Writer) (int, error) {
 // Retain deletes the oldest files while the newest record of a file is
 // older than maxAge (judged by its hour) or the archive is over maxBytes
 // (0 = no bound for either), and returns how many files and bytes remain.
+// A move's temporary file older than an hour is left from a crash and goes.
 func Retain(dir string, now time.Time, maxAge time.Duration, maxBytes int64) (files int, size int64, err error) {
+	parts, _ := filepath.Glob(filepath.Join(dir, "*", ".part-*"))
+	for _, p := range parts {
+		if st, err := os.Stat(p); err == nil && st.ModTime().Before(now.Add(-time.Hour)) {
+			os.Remove(p)
+		}
+	}
 	paths, err := Files(dir)
 	if err != nil {
 		return 0, 0, err

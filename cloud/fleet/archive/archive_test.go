@@ -101,6 +101,12 @@ func TestRetain(t *testing.T) {
 		sizes = append(sizes, n)
 	}
 	now := day.Add(4 * time.Hour)
+	// A crashed move's temporary file, two hours old: removed.
+	stale := filepath.Join(dir, "2026-03-01", ".part-123")
+	if err := os.WriteFile(stale, []byte("half"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	os.Chtimes(stale, now.Add(-2*time.Hour), now.Add(-2*time.Hour))
 	// Age: hour 00 ended 3h before now, hour 01 2h, hour 02 1h.
 	files, size, err := Retain(dir, now, 90*time.Minute, 0)
 	if err != nil || files != 2 || size != sizes[2]+sizes[3] {
@@ -110,6 +116,9 @@ func TestRetain(t *testing.T) {
 	files, _, err = Retain(dir, now, 0, sizes[3])
 	if err != nil || files != 1 {
 		t.Fatalf("size: %d files %v", files, err)
+	}
+	if _, err := os.Stat(stale); !os.IsNotExist(err) {
+		t.Fatalf("stale temporary file kept: %v", err)
 	}
 	left, _ := Files(dir)
 	if len(left) != 1 || !strings.HasPrefix(filepath.Base(left[0]), "03-") {
