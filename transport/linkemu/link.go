@@ -174,6 +174,32 @@ func (l *link) scheduled(t time.Time) (bool, time.Time, <-chan struct{}) {
 	return false, time.Time{}, nil
 }
 
+// Blackouts reports the scheduled blackouts that overlap [from, to], as
+// wall-clock intervals, so a measurement can tell the stalls the profile
+// imposed from those the transport caused. Manual BlackOut calls are not
+// included: the caller made them.
+func (l *link) Blackouts(from, to time.Time) [][2]time.Time {
+	var out [][2]time.Time
+	if len(l.profile.Blackouts) == 0 || to.Before(from) {
+		return nil
+	}
+	first, last := int64(0), int64(0)
+	if every := l.profile.BlackoutEvery; every > 0 {
+		first = max(int64(from.Sub(l.start)/every)-1, 0)
+		last = max(int64(to.Sub(l.start)/every), 0)
+	}
+	for k := first; k <= last; k++ {
+		base := l.start.Add(time.Duration(k) * l.profile.BlackoutEvery)
+		for _, b := range l.profile.Blackouts {
+			s, e := base.Add(b.At), base.Add(b.At+b.For)
+			if s.Before(to) && e.After(from) {
+				out = append(out, [2]time.Time{s, e})
+			}
+		}
+	}
+	return out
+}
+
 // waitUp blocks until the link is up at the wall clock, or done closes. It
 // reports whether it had to wait, and false for ok when done closed first.
 func (l *link) waitUp(done <-chan struct{}) (waited, ok bool) {

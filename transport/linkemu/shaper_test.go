@@ -278,3 +278,21 @@ func TestBlackoutSchedule(t *testing.T) {
 		t.Error("Restore did not bring the link back")
 	}
 }
+
+func TestBlackoutsBetween(t *testing.T) {
+	l := newLink(Config{Profile: Profile{
+		Blackouts: []Blackout{{At: 10 * time.Second, For: 5 * time.Second}}, BlackoutEvery: 60 * time.Second,
+	}})
+	at := func(d time.Duration) time.Time { return l.start.Add(d) }
+	for _, tc := range []struct {
+		from, to time.Duration
+		n        int
+	}{
+		{0, 9 * time.Second, 0}, {0, 11 * time.Second, 1}, {14 * time.Second, 20 * time.Second, 1},
+		{15 * time.Second, 69 * time.Second, 0}, {12 * time.Second, 72 * time.Second, 2}, {130 * time.Second, 131 * time.Second, 1},
+	} {
+		if got := l.Blackouts(at(tc.from), at(tc.to)); len(got) != tc.n {
+			t.Errorf("[+%v, +%v]: %d blackouts %v, want %d", tc.from, tc.to, len(got), got, tc.n)
+		}
+	}
+}
