@@ -23,15 +23,15 @@
 // # Caveats
 //
 // The TCP relay shapes a byte stream, not packets: the kernel's TCP on each
-// side never sees a loss, so a lost segment is modelled as the delay TCP
-// would take to repair it (a tail-loss probe after 2 RTT, doubling for each
-// further loss of the same segment; Linux's 200 ms minimum RTO and the
-// delayed-ACK allowance are left out, which flatters the baseline), and all
-// later bytes of that connection wait behind it, as they would in TCP. A
-// full queue back-pressures the sender instead of dropping. During a
-// blackout the bytes wait and are delivered when it ends (a real TCP would
-// wait for its next retransmission timer after the link returns, which again
-// flatters TCP).
+// side never sees a loss, so a lost segment is modelled as the delay
+// Linux's TCP would take to repair it (RACK-TLP: RTT + RTT/4 when the
+// connection keeps sending, 2 RTT + 200 ms for a lone segment, then the
+// retransmission timer doubling), and all later bytes of that connection
+// wait behind it, as they would in TCP. Congestion-window cuts are left out
+// (they would slow TCP further). A full queue back-pressures the sender
+// instead of dropping. During a blackout the bytes wait and are delivered
+// one Delay after it ends (a real TCP would wait for its next,
+// backed-off retransmission timer, which flatters TCP).
 //
 // The relays measure nothing themselves beyond counters (Stats): timing
 // figures come from the endpoints.

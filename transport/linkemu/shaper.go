@@ -25,9 +25,10 @@ const maxRetransmits = 15
 // maxBackoff caps a modelled retransmission timer (Linux TCP_RTO_MAX).
 const maxBackoff = 120 * time.Second
 
-// minProbe is the smallest tail-loss probe timeout (RFC 8985: max(2·SRTT,
-// 10 ms)).
-const minProbe = 10 * time.Millisecond
+// minRTO is Linux's TCP_RTO_MIN: the least a retransmission timer waits,
+// and what a tail-loss probe adds when the lost segment is the only one in
+// flight (tcp_schedule_loss_probe), to allow for the receiver's delayed ACK.
+const minRTO = 200 * time.Millisecond
 
 // verdict is a packet's fate and, when delivered, when it reaches the far end.
 type verdict struct {
@@ -145,11 +146,17 @@ func (s *shaper) packet(now time.Time, size int) verdict {
 }
 
 // stream decides when a TCP segment of size bytes, read at now, reaches
-// the far end: never lost, but each loss costs the repair TCP would take.
-// wait > 0 means the queue is full: nothing was decided, and the caller
-// tries again after wait (back-pressure on the sender). The caller orders
-// the result within its connection (flow.order).
-func (s *shaper) stream(now time.Time, size int) (v verdict, wait time.Duration) {
+// the far end: never lost, but each loss costs the repair Linux's TCP
+// (RACK-TLP, RFC 8985) would take. busy says the connection sent another
+// segment this way within the last RTT, so more are likely to follow and
+// their ACKs reveal the loss: RACK retransmits after RTT + RTT/4. A lone
+// segment (a request, the last token after a pause) waits for the tail-loss
+// probe: 2 RTT, plus 200 ms when it is the only segment in flight. Each
+// further loss of the same segment waits for the retransmission timer,
+// max(200 ms, 2 RTT), doubling. wait > 0 means the queue is full: nothing
+// was decided, and the caller tries again after wait (back-pressure on the
+// sender). The caller orders the result within its connection (flow.order).
+func (s *shaper) stream(now time.Time, size int, busy bool) (v verdict, wait time.Duration) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.d.Rate > 0 {
@@ -169,12 +176,11 @@ func (s *shaper) stream(now time.Time, size int) (v verdict, wait time.Duration)
 	}
 	dr := s.draw()
 	var repair time.Duration
-	probe := max(2*s.rtt, minProbe)
 	for s.lose(dr) != delivered {
 		if v.retransmits == maxRetransmits {
 			return verdict{fate: resetStream, retransmits: v.retransmits}, 0
 		}
-		repair += min(probe<<v.retransmits, maxBackoff)
+		repair += s.repair(v.retransmits, busy)
 		v.retransmits++
 		dr = s.draw()
 	}
@@ -182,9 +188,30 @@ func (s *shaper) stream(now time.Time, size int) (v verdict, wait time.Duration)
 	return v, 0
 }
 
+// repair is how long TCP takes to resend a segment lost for the k-th time
+// (from 0); see stream.
+func (s *shaper) repair(k int, busy bool) time.Duration {
+	switch {
+	case k > 0:
+		return min(max(minRTO, 2*s.rtt)<<(k-1), maxBackoff)
+	case busy:
+		return s.rtt + s.rtt/4
+	default:
+		return 2*s.rtt + minRTO
+	}
+}
+
 // flow keeps the packets of one ordered flow in order: jitter never lets a
-// later packet overtake an earlier one.
-type flow struct{ last time.Time }
+// later packet overtake an earlier one. sent is when the flow last sent
+// (the TCP relay's busy test).
+type flow struct{ last, sent time.Time }
+
+// busy reports whether the flow sent within rtt of now, and notes now.
+func (f *flow) busy(now time.Time, rtt time.Duration) bool {
+	b := !f.sent.IsZero() && now.Sub(f.sent) < max(rtt, time.Millisecond)
+	f.sent = now
+	return b
+}
 
 func (f *flow) order(at time.Time) time.Time {
 	if at.Before(f.last) {

@@ -177,47 +177,57 @@ func TestShaperRateAndTailDrop(t *testing.T) {
 
 func TestShaperStreamRepairsLossAndBackPressures(t *testing.T) {
 	rtt := 100 * time.Millisecond
-	s := newShaper(Direction{Delay: 50 * time.Millisecond, Loss: 0.2}, rtt, 9, 1)
-	repaired, n := 0, 2000
-	for i := range n {
-		now := t0.Add(time.Duration(i) * time.Second) // far apart: no queue
-		v, wait := s.stream(now, mss)
-		if wait != 0 || v.fate != delivered {
-			t.Fatalf("segment %d: fate %d wait %v; a stream never drops", i, v.fate, wait)
+	for _, busy := range []bool{false, true} {
+		s := newShaper(Direction{Delay: 50 * time.Millisecond, Loss: 0.2}, rtt, 9, 1)
+		first := 2*rtt + minRTO // a lone segment waits for the tail-loss probe
+		if busy {
+			first = rtt + rtt/4 // RACK, from the ACKs of the segments after it
 		}
-		var repair time.Duration
-		for k := range v.retransmits {
-			repair += 2 * rtt << k
+		repaired, n := 0, 2000
+		for i := range n {
+			now := t0.Add(time.Duration(i) * time.Second) // far apart: no queue
+			v, wait := s.stream(now, mss, busy)
+			if wait != 0 || v.fate != delivered {
+				t.Fatalf("segment %d: fate %d wait %v; a stream never drops", i, v.fate, wait)
+			}
+			var repair time.Duration
+			for k := range v.retransmits {
+				if k == 0 {
+					repair += first
+				} else {
+					repair += 2 * rtt << (k - 1) // the timer, doubling
+				}
+			}
+			if got := v.at.Sub(now); got != 50*time.Millisecond+repair {
+				t.Fatalf("busy %v: segment %d with %d repairs took %v, want %v", busy, i, v.retransmits, got, 50*time.Millisecond+repair)
+			}
+			if v.retransmits > 0 {
+				repaired++
+			}
 		}
-		if got := v.at.Sub(now); got != 50*time.Millisecond+repair {
-			t.Fatalf("segment %d with %d repairs took %v, want %v", i, v.retransmits, got, 50*time.Millisecond+repair)
+		if math.Abs(float64(repaired)-float64(n)*0.2) > binomialBound(n, 0.2) {
+			t.Errorf("%d of %d segments repaired, want about %d", repaired, n, n/5)
 		}
-		if v.retransmits > 0 {
-			repaired++
-		}
-	}
-	if math.Abs(float64(repaired)-float64(n)*0.2) > binomialBound(n, 0.2) {
-		t.Errorf("%d of %d segments repaired, want about %d", repaired, n, n/5)
 	}
 
 	q := newShaper(Direction{Rate: 8_000_000, Queue: 3 * mss}, rtt, 9, 1)
 	for i := range 3 {
-		if _, wait := q.stream(t0, mss); wait != 0 {
+		if _, wait := q.stream(t0, mss, true); wait != 0 {
 			t.Fatalf("segment %d waited with room in the queue", i)
 		}
 	}
-	if _, wait := q.stream(t0, mss); wait <= 0 {
+	if _, wait := q.stream(t0, mss, true); wait <= 0 {
 		t.Fatal("a full queue did not push back")
 	}
 	// Once one segment's worth has left, the next fits.
-	if _, wait := q.stream(t0.Add(q.serialize(mss)), mss); wait != 0 {
+	if _, wait := q.stream(t0.Add(q.serialize(mss)), mss, true); wait != 0 {
 		t.Fatalf("still waiting %v after a segment left", wait)
 	}
 }
 
 func TestShaperStreamResetsAfterRetries(t *testing.T) {
 	s := newShaper(Direction{Loss: 1}, 10*time.Millisecond, 1, 1)
-	if v, _ := s.stream(t0, 100); v.fate != resetStream || v.retransmits != maxRetransmits {
+	if v, _ := s.stream(t0, 100, false); v.fate != resetStream || v.retransmits != maxRetransmits {
 		t.Errorf("fate %d after %d retransmits; want a reset after %d", v.fate, v.retransmits, maxRetransmits)
 	}
 }
@@ -293,6 +303,19 @@ func TestBlackoutsBetween(t *testing.T) {
 	} {
 		if got := l.Blackouts(at(tc.from), at(tc.to)); len(got) != tc.n {
 			t.Errorf("[+%v, +%v]: %d blackouts %v, want %d", tc.from, tc.to, len(got), got, tc.n)
+		}
+	}
+}
+
+func TestFlowBusy(t *testing.T) {
+	var f flow
+	rtt := 100 * time.Millisecond
+	for i, tc := range []struct {
+		at   time.Duration
+		busy bool
+	}{{0, false}, {50 * time.Millisecond, true}, {120 * time.Millisecond, true}, {400 * time.Millisecond, false}} {
+		if got := f.busy(t0.Add(tc.at), rtt); got != tc.busy {
+			t.Errorf("send %d at +%v: busy %v, want %v", i, tc.at, got, tc.busy)
 		}
 	}
 }

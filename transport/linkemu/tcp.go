@@ -171,7 +171,8 @@ func (r *TCPRelay) read(src net.Conn, sh *shaper, c *counters, segs chan<- segme
 		n, err := src.Read(buf)
 		for p := buf[:n]; len(p) > 0; {
 			size := min(len(p), mss)
-			v, wait := sh.stream(time.Now(), size)
+			now := time.Now()
+			v, wait := sh.stream(now, size, f.busy(now, sh.rtt))
 			if wait > 0 {
 				if !sleepUntil(time.Now().Add(wait), stop) {
 					return
