@@ -46,14 +46,26 @@ type simJSON struct {
 	Requests      int     `json:"requests"`
 	GoodputRPS    float64 `json:"goodput_rps"`
 	SLOAttainment float64 `json:"slo_attainment"`
+	TTFTMean      float64 `json:"ttft_mean_ms"`
 	TTFTP50       float64 `json:"ttft_p50_ms"`
+	TTFTP90       float64 `json:"ttft_p90_ms"`
 	TTFTP99       float64 `json:"ttft_p99_ms"`
 	TPOTP50       float64 `json:"tpot_p50_ms"`
 	TPOTP99       float64 `json:"tpot_p99_ms"`
-	OutputTPS     float64 `json:"output_tps"`
-	PrefixHit     float64 `json:"prefix_hit"`
-	HostHit       float64 `json:"host_hit,omitempty"` // with --host-kv: the prefix-hit share the host tier served
-	CostPerMTok   float64 `json:"cost_per_mtok"`      // -1 when nothing met the SLOs
+	// ITL pools every gap between consecutive tokens, as vLLM's
+	// benchmark_serving; E2E is arrival to last token.
+	ITLMean     float64 `json:"itl_mean_ms"`
+	ITLP50      float64 `json:"itl_p50_ms"`
+	ITLP90      float64 `json:"itl_p90_ms"`
+	ITLP99      float64 `json:"itl_p99_ms"`
+	E2EMean     float64 `json:"e2e_mean_ms"`
+	E2EP50      float64 `json:"e2e_p50_ms"`
+	E2EP90      float64 `json:"e2e_p90_ms"`
+	E2EP99      float64 `json:"e2e_p99_ms"`
+	OutputTPS   float64 `json:"output_tps"`
+	PrefixHit   float64 `json:"prefix_hit"`
+	HostHit     float64 `json:"host_hit,omitempty"` // with --host-kv: the prefix-hit share the host tier served
+	CostPerMTok float64 `json:"cost_per_mtok"`      // -1 when nothing met the SLOs
 	// The coordinator's fallbacks and breaker (with --outage, or an
 	// overload that trips the breaker), semantic groups and prefetch
 	// warm-ups; absent when zero.
@@ -72,7 +84,10 @@ func toJSON(s sim.Summary) simJSON {
 		cost = -1
 	}
 	return simJSON{Policy: s.Policy, RateScale: s.RateScale, Requests: s.Requests, GoodputRPS: s.GoodputRPS, SLOAttainment: s.SLOAttainment,
-		TTFTP50: ms(s.TTFTP50), TTFTP99: ms(s.TTFTP99), TPOTP50: ms(s.TPOTP50), TPOTP99: ms(s.TPOTP99),
+		TTFTMean: ms(s.TTFT.Mean), TTFTP50: ms(s.TTFT.P50), TTFTP90: ms(s.TTFT.P90), TTFTP99: ms(s.TTFT.P99),
+		TPOTP50: ms(s.TPOTP50), TPOTP99: ms(s.TPOTP99),
+		ITLMean: ms(s.ITL.Mean), ITLP50: ms(s.ITL.P50), ITLP90: ms(s.ITL.P90), ITLP99: ms(s.ITL.P99),
+		E2EMean: ms(s.E2E.Mean), E2EP50: ms(s.E2E.P50), E2EP90: ms(s.E2E.P90), E2EP99: ms(s.E2E.P99),
 		OutputTPS: s.OutputTPS, PrefixHit: s.PrefixHit, HostHit: s.HostHit, CostPerMTok: cost,
 		Fallbacks: s.Fallbacks, Failed: s.Failed, BreakerTrips: s.BreakerTrips, GroupJoins: s.GroupJoins, Warmups: s.Warmups}
 }
@@ -136,6 +151,7 @@ func simCmd(ctx context.Context, cio cli.IO, args []string) error {
 	sloTPOT := fs.Duration("slo-tpot", 100*time.Millisecond, "SLO: mean time per output token after the first")
 	asJSON := fs.Bool("json", false, "one JSON object per line instead of the table")
 	maxRate := fs.Bool("max-rate", false, "search each policy's highest rate scale with ≥ 90% SLO attainment")
+	requestsOut := fs.String("requests-out", "", "write one JSON line per request of every run (policy, rate scale, arrival, first token, finish, tokens, worker, status, inter-token gaps) to this file, so any statistic can be recomputed")
 	plotDir := fs.String("plot", "", "write PNG plots (SLO attainment against rate; TTFT CDF) to this directory")
 	probe := fs.Duration("probe-interval", 500*time.Millisecond, "how often worker load (queues, KV usage, preemptions) is re-read, as phaseless-cloud probes its workers")
 	cpuModel := fs.String("cpu-model", "", "GGUF model for cpu pools (--cluster 2xcpu): lm bench runs it here and the built-in engine's profile is fitted from the figures")
@@ -224,6 +240,7 @@ func simCmd(ctx context.Context, cio cli.IO, args []string) error {
 		return err
 	}
 	sw.Trace = simTrace(reqs)
+	sw.KeepOutcomes = *requestsOut != ""
 	d := c.Pools[0].Deployment
 	if d == nil {
 		d, _ = sim.NewDeployment(c.Pools[0].GPU, c.Model, c.TP, c.Engine)
@@ -252,6 +269,11 @@ func simCmd(ctx context.Context, cio cli.IO, args []string) error {
 		printSim(cio.Stdout, rows)
 		printPlacementNotes(cio.Stdout, rows)
 		fmt.Fprintf(cio.Stdout, "SLO: TTFT ≤ %v and TPOT ≤ %v. goodput = requests meeting both per second of the run; $/M tok = cluster GPU-hours × price over the output tokens served within the SLOs.\n", c.SLOTTFT, c.SLOTPOT)
+	}
+	if *requestsOut != "" {
+		if err := writeSimRequests(*requestsOut, rows); err != nil {
+			return err
+		}
 	}
 	if *maxRate {
 		best, err := sw.MaxRates(ctx, 0.9)

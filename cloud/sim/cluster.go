@@ -241,7 +241,14 @@ type Outcome struct {
 	// Cost is the $ of GPU time spent on it: each step's duration × the
 	// worker's price, shared among the step's sequences by their tokens.
 	Cost float64
+	// ITLs are the gaps between its consecutive tokens (Output − 1 of
+	// them), as vLLM's benchmark_serving measures inter-token latency:
+	// its ITL percentiles pool every gap of every request.
+	ITLs []time.Duration
 }
+
+// E2E is the request's end-to-end latency: arrival to its last token.
+func (o *Outcome) E2E() time.Duration { return o.Done - o.Arrival }
 
 // WorkerInfo describes one simulated worker.
 type WorkerInfo struct {
@@ -307,6 +314,7 @@ type flight struct {
 	first    time.Duration
 	last     time.Duration
 	tokens   int
+	gaps     []time.Duration // between consecutive tokens (Outcome.ITLs)
 	dollars  float64
 	warm     bool          // a prefetch warm-up, not a request (prefetch.go)
 	fellBack bool          // placed by the Placer's fallback after a refusal
@@ -648,6 +656,9 @@ func (c *Cluster) emit(s *Seq, finished bool) {
 	if f.tokens == 0 {
 		f.first = now
 		c.prefilled(f)
+		f.gaps = make([]time.Duration, 0, min(f.seq.MaxOutput-1, 1<<12))
+	} else {
+		f.gaps = append(f.gaps, now-f.last)
 	}
 	f.last = now
 	f.tokens++
@@ -718,7 +729,7 @@ func (c *Cluster) finish(f *flight, st Status) {
 	}
 	o := &c.out[f.i]
 	o.Status, o.Output, o.Cached, o.Done, o.Cost = st, f.tokens, f.seq.CachedTokens, c.clk.now, f.dollars
-	o.HostCached = f.seq.HostTokens
+	o.HostCached, o.ITLs = f.seq.HostTokens, f.gaps
 	if f.split {
 		o.Cached, o.HostCached = f.pre.CachedTokens, f.pre.HostTokens
 	}
