@@ -34,9 +34,43 @@ func init() {
 func simTrace(reqs []replay.TraceRequest) []sim.Request {
 	out := make([]sim.Request, len(reqs))
 	for i, r := range reqs {
-		out[i] = sim.Request{At: r.At, Input: r.Input, Output: r.Output, Blocks: r.Blocks}
+		out[i] = sim.Request{At: r.At, Input: r.Input, Output: r.Output, Blocks: r.Blocks, PrefixID: r.PrefixID, PrefixLen: r.PrefixLen}
 	}
 	return out
+}
+
+// simRequests reads the trace, or generates the workload.
+func simRequests(trace, format, workload string, limit int) ([]sim.Request, error) {
+	if workload == "" {
+		reqs, err := replay.ReadTrace(trace, format, limit)
+		return simTrace(reqs), err
+	}
+	w, err := sim.ParseWorkload(workload)
+	if err != nil {
+		return nil, &cli.FieldError{Field: "workload", Err: err}
+	}
+	reqs, err := w.Generate() // the first request arrives at 0: never none
+	if limit > 0 && len(reqs) > limit {
+		reqs = reqs[:limit]
+	}
+	return reqs, err
+}
+
+// writeSimTrace writes the simulated requests as a Mooncake trace.
+func writeSimTrace(path string, reqs []sim.Request) error {
+	tr := make([]replay.TraceRequest, len(reqs))
+	for i, r := range reqs {
+		tr[i] = replay.TraceRequest{At: r.At, Input: r.Input, Output: r.Output, Blocks: r.Blocks, PrefixID: r.PrefixID, PrefixLen: r.PrefixLen}
+	}
+	f, err := os.Create(path)
+	if err != nil {
+		return &cli.FieldError{Field: "write-trace", Err: err}
+	}
+	if err := replay.WriteTrace(f, tr); err != nil {
+		f.Close()
+		return &cli.FieldError{Field: "write-trace", Err: err}
+	}
+	return f.Close()
 }
 
 // simJSON is one --json line; the field names are the contract.
@@ -142,6 +176,8 @@ func simCmd(ctx context.Context, cio cli.IO, args []string) error {
 	trace := fs.String("trace", "", "trace file (cloud/replay/testdata/traces)")
 	format := fs.String("format", "", "trace format: azure or mooncake")
 	limit := fs.Int("limit", 0, "first N requests (0 = all)")
+	workload := fs.String("workload", "", "instead of --trace, a synthetic workload: rate=REQ/S,duration=D|requests=N,prompt=LEN,output=LEN[,prefix=TOKENS,prefixes=N,tenants=N,arrival=poisson|gamma:CV,seed=N]; LEN is N, uniform:LO:HI, normal:MEAN:SD or exp:MEAN (docs/sim.md)")
+	writeTrace := fs.String("write-trace", "", "write the requests simulated (the --workload's, or --trace's after --limit) to this file in the Mooncake format, with prefix_id and prefix_length, for phaselessctl replay or a later --trace")
 	cluster := fs.String("cluster", "8xh100", "GPU pools: COUNTxGPU[:ROLE],... (GPUs: "+strings.Join(sim.GPUNames(), ", ")+")")
 	model := fs.String("model", "llama3.1-8b", "model profile: "+strings.Join(sim.ModelNames(), ", "))
 	tp := fs.Int("tp", 0, "GPUs per worker (tensor parallelism); 0 = the fewest that fit")
@@ -160,7 +196,7 @@ func simCmd(ctx context.Context, cio cli.IO, args []string) error {
 	prices := priceFlags(fs)
 	cacheFlags := simCacheFlags(fs)
 	placeFlags := simPlaceFlags(fs)
-	usage := "sim --trace F --format azure|mooncake [--cluster 8xh100[,8xl4]] [--model llama3.1-8b] [--policy all|NAME,...] [--rate-scale X,Y] [--slo-ttft 2s --slo-tpot 100ms] [--json] [--max-rate] [--plot DIR]"
+	usage := "sim --trace F --format azure|mooncake | --workload SPEC [--cluster 8xh100[,8xl4]] [--model llama3.1-8b] [--policy all|NAME,...] [--rate-scale X,Y] [--slo-ttft 2s --slo-tpot 100ms] [--json] [--max-rate] [--plot DIR]"
 	if done, err := lmParseFlags(fs, cio, args, usage); done || err != nil {
 		return err
 	}
@@ -173,9 +209,13 @@ func simCmd(ctx context.Context, cio cli.IO, args []string) error {
 		return err
 	}
 	switch {
-	case *trace == "":
-		return &cli.FieldError{Field: "trace", Err: errors.New("required")}
-	case *format != "azure" && *format != "mooncake":
+	case *trace == "" && *workload == "":
+		return &cli.FieldError{Field: "trace", Err: errors.New("required (or --workload)")}
+	case *trace != "" && *workload != "":
+		return &cli.FieldError{Field: "workload", Err: errors.New("is instead of --trace, not beside it")}
+	case *workload != "" && *format != "":
+		return &cli.FieldError{Field: "format", Err: errors.New("is --trace's: a --workload has none")}
+	case *workload == "" && *format != "azure" && *format != "mooncake":
 		return &cli.FieldError{Field: "format", Err: fmt.Errorf("%q is not azure or mooncake", *format)}
 	case *sloTTFT <= 0 || *sloTPOT <= 0:
 		return &cli.FieldError{Field: "slo-ttft", Err: errors.New("SLOs must be positive")}
@@ -235,18 +275,26 @@ func simCmd(ctx context.Context, cio cli.IO, args []string) error {
 			return &cli.FieldError{Field: "learned-model", Err: err}
 		}
 	}
-	reqs, err := replay.ReadTrace(*trace, *format, *limit)
-	if err != nil {
+	if sw.Trace, err = simRequests(*trace, *format, *workload, *limit); err != nil {
 		return err
 	}
-	sw.Trace = simTrace(reqs)
+	if *writeTrace != "" {
+		if err := writeSimTrace(*writeTrace, sw.Trace); err != nil {
+			return err
+		}
+	}
+	reqs := sw.Trace
+	source := *format
+	if *workload != "" {
+		source = "synthetic"
+	}
 	sw.KeepOutcomes = *requestsOut != ""
 	d := c.Pools[0].Deployment
 	if d == nil {
 		d, _ = sim.NewDeployment(c.Pools[0].GPU, c.Model, c.TP, c.Engine)
 	}
 	fmt.Fprintf(cio.Stderr, "simulating %d %s requests (%.0f s of trace) on %s serving %s (TP %d, %d KV tokens and a %d-token step budget per %s worker)\n",
-		len(reqs), *format, reqs[len(reqs)-1].At.Seconds(), *cluster, c.Model.Name, d.TP, d.KVBlocks*d.Engine.BlockSize, d.Engine.MaxBatchedTokens, c.Pools[0].GPU.Name)
+		len(reqs), source, reqs[len(reqs)-1].At.Seconds(), *cluster, c.Model.Name, d.TP, d.KVBlocks*d.Engine.BlockSize, d.Engine.MaxBatchedTokens, c.Pools[0].GPU.Name)
 	t0 := time.Now()
 	rows, err := sw.All(ctx)
 	if err != nil {

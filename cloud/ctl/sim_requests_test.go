@@ -104,3 +104,47 @@ func TestSimRequestsOut(t *testing.T) {
 		}
 	}
 }
+
+// TestSimWorkload: the benchmark spec is one command; its shared
+// system prompt hits the prefix cache; --write-trace writes a trace that
+// --trace plays back to the same requests.
+func TestSimWorkload(t *testing.T) {
+	dir := t.TempDir()
+	trace := filepath.Join(dir, "w.jsonl")
+	spec := "rate=8,duration=20s,prompt=547,prefix=120,output=24,seed=3"
+	out, err := runSim(t, "--workload", spec, "--cluster", "2xh100", "--policy", "round-robin", "--json", "--write-trace", trace)
+	if err != nil {
+		t.Fatalf("%v\n%s", err, out)
+	}
+	var m map[string]any
+	if err := json.Unmarshal([]byte(out[:strings.Index(out, "\n")]), &m); err != nil {
+		t.Fatal(err)
+	}
+	if hit := m["prefix_hit"].(float64); math.Abs(hit-112.0/547) > 0.01 {
+		t.Fatalf("prefix hit %.4f, want about 112/547 (7 full blocks of the 120-token prefix)\n%s", hit, out)
+	}
+	back, err := simRequests(trace, "mooncake", "", 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	gen, _ := simRequests("", "", spec, 0)
+	if len(back) != len(gen) || len(gen) < 100 {
+		t.Fatalf("%d requests written, %d generated", len(back), len(gen))
+	}
+	for i := range gen {
+		g, b := gen[i], back[i]
+		if b.At != g.At.Truncate(1e6) || b.Input != g.Input || b.Output != g.Output || b.PrefixID != g.PrefixID || b.PrefixLen != g.PrefixLen {
+			t.Fatalf("request %d: wrote %+v, read %+v", i, g, b)
+		}
+	}
+	for _, bad := range [][]string{
+		{"--workload", spec, "--trace", trace},
+		{"--workload", spec, "--format", "mooncake"},
+		{"--workload", "rate=8,duration=20s,prompt=547"},
+		{"--workload", "rate=8,duration=20s,prompt=100,output=5,prefix=100"},
+	} {
+		if _, err := runSim(t, bad...); err == nil {
+			t.Errorf("%v accepted", bad)
+		}
+	}
+}

@@ -24,7 +24,11 @@ type Request struct {
 	// Blocks are Mooncake hash_ids: equal ids are equal 512-token prefix
 	// blocks. Without them every prompt is unique.
 	Blocks []int
-	Tenant string // "" = one anonymous tenant, as a trace without keys
+	// PrefixLen leading prompt tokens are a prefix shared by every
+	// request with the same PrefixID (a system prompt, tool definitions);
+	// where it overlaps Blocks it takes precedence. 0 = no shared prefix.
+	PrefixID, PrefixLen int
+	Tenant              string // "" = one anonymous tenant, as a trace without keys
 }
 
 // Pool is a group of identical GPUs with one scheduling role.
@@ -753,8 +757,9 @@ func mix(x uint64) uint64 {
 
 // blockHashes are the chained hashes of a request's full blocks, as
 // kvcache.BlockHashes makes them from token ids: each covers its block and
-// everything before it. Mooncake's 512-token hash_ids give shared content;
-// tokens past them (or every token, without ids) are unique to the request.
+// everything before it. The shared prefix's full blocks and Mooncake's
+// 512-token hash_ids give shared content; tokens past them (or every
+// token, without either) are unique to the request.
 func blockHashes(i int, r *Request, bs int) []uint64 {
 	n := max(1, r.Input) / bs
 	hs := make([]uint64, n)
@@ -762,7 +767,9 @@ func blockHashes(i int, r *Request, bs int) []uint64 {
 	var h uint64
 	for k := range n {
 		var content uint64
-		if b := k / per; b < len(r.Blocks) {
+		if (k+1)*bs <= r.PrefixLen {
+			content = mix(uint64(r.PrefixID)<<24 ^ uint64(k) ^ 0x9f1e)
+		} else if b := k / per; b < len(r.Blocks) {
 			content = mix(uint64(r.Blocks[b])<<16 | uint64(k%per))
 		} else {
 			content = mix(mix(uint64(i)<<20|uint64(k)) ^ 0x5eed)
