@@ -196,6 +196,7 @@ func simCmd(ctx context.Context, cio cli.IO, args []string) error {
 	prices := priceFlags(fs)
 	cacheFlags := simCacheFlags(fs)
 	placeFlags := simPlaceFlags(fs)
+	engineFlags := simEngineFlags(fs)
 	usage := "sim --trace F --format azure|mooncake | --workload SPEC [--cluster 8xh100[,8xl4]] [--model llama3.1-8b] [--policy all|NAME,...] [--rate-scale X,Y] [--slo-ttft 2s --slo-tpot 100ms] [--json] [--max-rate] [--plot DIR]"
 	if done, err := lmParseFlags(fs, cio, args, usage); done || err != nil {
 		return err
@@ -228,6 +229,9 @@ func simCmd(ctx context.Context, cio cli.IO, args []string) error {
 	}
 	if c.Model, err = sim.LookupModel(*model); err != nil {
 		return &cli.FieldError{Field: "model", Err: err}
+	}
+	if err := engineFlags(c); err != nil {
+		return err
 	}
 	if err := simCPUPools(ctx, cio, c, *cpuModel); err != nil {
 		return err

@@ -34,6 +34,15 @@ var gpus = map[string]GPU{
 	// dense BF16, NVLink 600 GB/s, PCIe Gen4 x16 (64 GB/s both ways: 32 to
 	// the host).
 	"a100": {Name: "a100", MemBytes: 80e9, HBMBytesPerSec: 2.039e12, PeakFLOPS: 312e12, LinkBytesPerS: 600e9, HostBytesPerSec: 32e9, PricePerHour: 1.80},
+	// NVIDIA H200 Tensor Core GPU datasheet (H200 SXM): 141 GB HBM3e,
+	// 4.8 TB/s, 1,979 TFLOPS BF16 with sparsity (989 dense, the H100's
+	// Hopper die), NVLink 900 GB/s, PCIe Gen5 128 GB/s (64 to the host).
+	"h200": {Name: "h200", MemBytes: 141e9, HBMBytesPerSec: 4.8e12, PeakFLOPS: 989e12, LinkBytesPerS: 900e9, HostBytesPerSec: 64e9, PricePerHour: 3.80},
+	// NVIDIA L40S datasheet: 48 GB GDDR6, 864 GB/s, 362.05 TFLOPS BF16/FP16
+	// tensor dense (733 with sparsity), PCIe Gen4 x16 64 GB/s
+	// bidirectional (32 to the host), no NVLink: tensor parallelism
+	// crosses PCIe.
+	"l40s": {Name: "l40s", MemBytes: 48e9, HBMBytesPerSec: 864e9, PeakFLOPS: 362.05e12, LinkBytesPerS: 64e9, HostBytesPerSec: 32e9, PricePerHour: 1.20},
 	// NVIDIA L4 datasheet: 24 GB GDDR6, 300 GB/s, 121 TFLOPS dense BF16
 	// (242 with sparsity), PCIe Gen4 x16 64 GB/s (both ways: 32 to the host).
 	"l4": {Name: "l4", MemBytes: 24e9, HBMBytesPerSec: 300e9, PeakFLOPS: 121e12, LinkBytesPerS: 64e9, HostBytesPerSec: 32e9, PricePerHour: 0.80},
@@ -42,7 +51,7 @@ var gpus = map[string]GPU{
 	"t4": {Name: "t4", MemBytes: 16e9, HBMBytesPerSec: 320e9, PeakFLOPS: 65e12, LinkBytesPerS: 32e9, PricePerHour: 0.35},
 }
 
-// LookupGPU returns a GPU profile by name (h100, a100, l4, t4, cpu).
+// LookupGPU returns a GPU profile by name (GPUNames).
 func LookupGPU(name string) (GPU, error) {
 	g, ok := gpus[strings.ToLower(name)]
 	if !ok {
@@ -133,6 +142,15 @@ type EngineConfig struct {
 	// StepOverhead is the fixed host-side cost of a step (scheduling,
 	// sampling, launch). Default 0.9 ms, the rest of that 6.5 ms.
 	StepOverhead time.Duration
+	// NoPrefixCaching turns automatic prefix caching off (vLLM
+	// --no-enable-prefix-caching; V1 has it on): a prompt's blocks are
+	// never found again, so every prompt is computed whole.
+	NoPrefixCaching bool
+	// PCIeBytesPerSec, when positive, is the host link's bandwidth in one
+	// direction instead of the GPU profile's (GPU.HostBytesPerSec): what a
+	// host KV tier's reloads cross (a Gen4 x16 slot under a Gen5 GPU, a
+	// link shared by several GPUs).
+	PCIeBytesPerSec float64
 }
 
 func (c *EngineConfig) fill(g GPU) {
@@ -181,6 +199,8 @@ func (c *EngineConfig) Validate() error {
 		return errors.New("sim.EngineConfig.ComputeEff/MemEff/AttnEff/HostEff: must be in (0, 1]")
 	case c.StepOverhead < 0:
 		return errors.New("sim.EngineConfig.StepOverhead: must be ≥ 0")
+	case !(c.PCIeBytesPerSec >= 0) || math.IsInf(c.PCIeBytesPerSec, 0):
+		return fmt.Errorf("sim.EngineConfig.PCIeBytesPerSec: %v is not a bandwidth", c.PCIeBytesPerSec)
 	}
 	return nil
 }
@@ -227,6 +247,9 @@ func NewDeployment(g GPU, m Model, tp int, ec EngineConfig) (*Deployment, error)
 		return nil, fmt.Errorf("tensor parallelism %d: must be 1, 2, 4 or 8 and divide the model's heads", tp)
 	}
 	d := &Deployment{GPU: g, Model: m, TP: tp, Engine: ec}
+	if ec.PCIeBytesPerSec > 0 {
+		d.GPU.HostBytesPerSec = ec.PCIeBytesPerSec
+	}
 	act := float64(ec.MaxBatchedTokens)*float64(4*m.Hidden+2*m.FFN/tp)*2 + float64(ec.MaxNumSeqs*m.Vocab)*4 + activationReserve
 	free := g.MemBytes*ec.MemUtil - m.WeightBytes()/float64(tp) - act
 	if free <= 0 {
