@@ -20,16 +20,16 @@ import (
 
 // Suite entries: one `go test -bench` run each.
 type entry struct {
-	Area    string // report section
-	Pkg     string // package path relative to the module root
-	Bench   string // -bench regexp
-	Time    string // -benchtime
-	Count   int    // -count
-	QTime   string // -benchtime in quick mode; "" = left out of quick mode
+	Area  string // report section
+	Pkg   string // package path relative to the module root
+	Bench string // -bench regexp
+	Time  string // -benchtime
+	Count int    // -count
+	QTime string // -benchtime in quick mode; "" = left out of quick mode
 	// Plot are the metrics plotted per benchmark, a bar each: the sides
 	// the claim compares, when one benchmark reports both (QUIC and SSE).
-	Plot []string
-	Unit string // the plot's y axis; "" = the one metric's name
+	Plot    []string
+	Unit    string // the plot's y axis; "" = the one metric's name
 	Claim   string // what the README says this measures
 	ReadmeQ string // the README's own command, when it quotes one
 }
