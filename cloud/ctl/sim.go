@@ -187,6 +187,7 @@ func simCmd(ctx context.Context, cio cli.IO, args []string) error {
 	sloTPOT := fs.Duration("slo-tpot", 100*time.Millisecond, "SLO: mean time per output token after the first")
 	asJSON := fs.Bool("json", false, "one JSON object per line instead of the table")
 	maxRate := fs.Bool("max-rate", false, "search each policy's highest rate scale with ≥ 90% SLO attainment")
+	concurrency := fs.Int("max-concurrency", 0, "a closed-loop client instead of the trace's arrival times: at most N requests in flight, the next sent when one ends (as vllm bench serve --max-concurrency); 0 = open loop")
 	requestsOut := fs.String("requests-out", "", "write one JSON line per request of every run (policy, rate scale, arrival, first token, finish, tokens, worker, status, inter-token gaps) to this file, so any statistic can be recomputed")
 	plotDir := fs.String("plot", "", "write PNG plots (SLO attainment against rate; TTFT CDF) to this directory")
 	probe := fs.Duration("probe-interval", 500*time.Millisecond, "how often worker load (queues, KV usage, preemptions) is re-read, as phaseless-cloud probes its workers")
@@ -201,7 +202,7 @@ func simCmd(ctx context.Context, cio cli.IO, args []string) error {
 	if done, err := lmParseFlags(fs, cio, args, usage); done || err != nil {
 		return err
 	}
-	sw := &sim.Sweep{Cluster: sim.Config{SLOTTFT: *sloTTFT, SLOTPOT: *sloTPOT, TP: *tp, Prices: sim.Prices{}, ProbeInterval: *probe}}
+	sw := &sim.Sweep{Cluster: sim.Config{SLOTTFT: *sloTTFT, SLOTPOT: *sloTPOT, TP: *tp, Prices: sim.Prices{}, ProbeInterval: *probe, MaxConcurrency: *concurrency}}
 	c := &sw.Cluster
 	if err := cacheFlags(sw); err != nil {
 		return err
@@ -220,6 +221,8 @@ func simCmd(ctx context.Context, cio cli.IO, args []string) error {
 		return &cli.FieldError{Field: "format", Err: fmt.Errorf("%q is not azure or mooncake", *format)}
 	case *sloTTFT <= 0 || *sloTPOT <= 0:
 		return &cli.FieldError{Field: "slo-ttft", Err: errors.New("SLOs must be positive")}
+	case *concurrency < 0:
+		return &cli.FieldError{Field: "max-concurrency", Err: errors.New("must not be negative")}
 	case *probe < time.Millisecond:
 		return &cli.FieldError{Field: "probe-interval", Err: errors.New("must be ≥ 1ms")}
 	}

@@ -37,7 +37,20 @@ func TestSimEngineFlags(t *testing.T) {
 	if _, out := run("--host-kv", "2", "--pcie-gbps", "16"); !strings.Contains(out, "round-robin") {
 		t.Fatal(out)
 	}
+	// A closed-loop client of one: requests never overlap.
+	out, err := runSim(t, "--workload", "rate=1000,requests=10,prompt=100,output=20", "--cluster", "1xh100", "--policy", "round-robin", "--json", "--max-concurrency", "1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var m map[string]any
+	if err := json.Unmarshal([]byte(out[:strings.Index(out, "\n")]), &m); err != nil {
+		t.Fatal(err)
+	}
+	if p50, p99 := m["ttft_p50_ms"].(float64), m["ttft_p99_ms"].(float64); p99 > 1.2*p50 || p50 > 20 {
+		t.Fatalf("concurrency 1: TTFT p50 %.2f ms, p99 %.2f ms: requests queued", p50, p99)
+	}
 	for _, bad := range [][]string{
+		{"--max-concurrency", "-1"},
 		{"--block-size", "24"}, {"--max-num-seqs", "0"}, {"--gpu-memory-utilization", "1.5"}, {"--max-num-batched-tokens", "8"},
 		{"--pcie-gbps", "16"}, {"--prefix-caching=false", "--host-kv", "2"}, {"--prefix-caching=false", "--cache-ttl", "5m"},
 		{"--gpu-memory-utilization", "0.1"}, // the weights do not fit

@@ -172,6 +172,11 @@ type Config struct {
 	Hook func(i int, req *sched.Request, s *sched.Snapshot, d *sched.Decision)
 	// Cache is prompt caching: TTL pinning (cache.go).
 	Cache CacheConfig
+	// MaxConcurrency, when positive, is a closed-loop client: at most this
+	// many requests in flight, the next sent when one ends (at its trace
+	// time if that is later), as vLLM's `bench serve --max-concurrency`
+	// drives a server. A request's arrival is when it was sent.
+	MaxConcurrency int
 }
 
 func (c *Config) fill() {
@@ -205,6 +210,8 @@ func (c *Config) Validate() error {
 		return errors.New("sim.Config.SLOTTFT/SLOTPOT/ProbeInterval: must be > 0")
 	case c.EntropyBits < 0 || c.EntropyBits > 8 || c.CharsPerToken < 0:
 		return errors.New("sim.Config.EntropyBits/CharsPerToken: out of range")
+	case c.MaxConcurrency < 0:
+		return errors.New("sim.Config.MaxConcurrency: negative")
 	}
 	return c.Cache.validate()
 }
@@ -343,6 +350,7 @@ type Cluster struct {
 	reqs      []Request
 	out       []Outcome
 	left      int
+	next      int // the next request a closed-loop client sends (MaxConcurrency)
 	maxKV     int
 	ran       bool
 	retain    *retainer // predictive pinning (retain.go); nil = off
@@ -458,6 +466,12 @@ func (c *Cluster) Run(ctx context.Context, reqs []Request) (*Result, error) {
 		if i > 0 && reqs[i].At < reqs[i-1].At {
 			return nil, fmt.Errorf("sim: request %d arrives before request %d", i, i-1)
 		}
+	}
+	c.next = len(reqs)
+	if n := c.cfg.MaxConcurrency; n > 0 {
+		c.next = min(n, len(reqs))
+	}
+	for i := range c.next {
 		c.at(reqs[i].At, func() { c.arrive(i) })
 	}
 	c.probe() // as worker.NewSet: the first decisions see real state
@@ -532,7 +546,7 @@ func (c *Cluster) arrive(i int) {
 		f.req.Messages = messages(i, r)
 	}
 	f.cost = int64(f.seq.Prompt + out)
-	c.out[i] = Outcome{Arrival: r.At, Prompt: f.seq.Prompt, Worker: -1}
+	c.out[i] = Outcome{Arrival: c.clk.now, Prompt: f.seq.Prompt, Worker: -1}
 	if _, err := c.admitter.Charge(context.Background(), f.tenant, f.cost, admit.Bucket{}); err != nil {
 		c.refuse(f, StatusBudget)
 		return
@@ -550,7 +564,17 @@ func (c *Cluster) refuse(f *flight, s Status) {
 	o := &c.out[f.i]
 	o.Status, o.Done = s, c.clk.now
 	o.Finished++
+	c.ended()
+}
+
+// ended counts a request out and, for a closed-loop client, sends the next.
+func (c *Cluster) ended() {
 	c.left--
+	if c.cfg.MaxConcurrency > 0 && c.next < len(c.reqs) {
+		i := c.next
+		c.next++
+		c.at(max(c.clk.now, c.reqs[i].At), func() { c.arrive(i) })
+	}
 }
 
 // place is the coordinator's decision: every worker's signals, as
@@ -608,11 +632,15 @@ func (c *Cluster) start(f *flight) {
 	if f.split {
 		s = &f.pre
 	}
-	if err := w.eng.Add(s); err != nil {
-		c.finish(f, StatusTooLong)
-		return
-	}
-	c.kick(w)
+	// The server's own handling (EngineConfig.RequestOverhead) before the
+	// engine sees the request.
+	c.at(c.clk.now+w.eng.d.Engine.RequestOverhead, func() {
+		if err := w.eng.Add(s); err != nil {
+			c.finish(f, StatusTooLong)
+			return
+		}
+		c.kick(w)
+	})
 }
 
 // kick starts w stepping unless it is.
@@ -744,7 +772,7 @@ func (c *Cluster) finish(f *flight, st Status) {
 		}
 	}
 	o.Finished++
-	c.left--
+	c.ended()
 }
 
 // mix is splitmix64's finaliser.
