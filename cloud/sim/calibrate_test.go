@@ -1,7 +1,6 @@
 package sim
 
 import (
-	"context"
 	"fmt"
 	"math"
 	"testing"
@@ -51,14 +50,7 @@ func closedLoopOf(t *testing.T, gpu string, ec EngineConfig, conc int, reqs []Re
 		t.Fatal(err)
 	}
 	m, _ := LookupModel("llama3.1-8b")
-	c, err := New(Config{Pools: []Pool{{GPU: g, Count: 1}}, Model: m, Engine: ec, Scheduler: "round-robin", MaxConcurrency: conc})
-	if err != nil {
-		t.Fatal(err)
-	}
-	res, err := c.Run(context.Background(), reqs)
-	if err != nil {
-		t.Fatal(err)
-	}
+	res := runConfig(t, Config{Pools: []Pool{{GPU: g, Count: 1}}, Model: m, Engine: ec, Scheduler: "round-robin", MaxConcurrency: conc}, reqs)
 	return Summarize(res, 1, time.Hour, time.Hour, nil)
 }
 

@@ -1,7 +1,6 @@
 package sim
 
 import (
-	"context"
 	"testing"
 	"time"
 )
@@ -25,15 +24,7 @@ func knobRun(t *testing.T, spec, cluster string, cfg Config) Summary {
 		cfg.Model, _ = LookupModel("llama3.1-8b")
 	}
 	cfg.Scheduler = "round-robin"
-	c, err := New(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	res, err := c.Run(context.Background(), reqs)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return Summarize(res, 1, 2*time.Second, 100*time.Millisecond, nil)
+	return Summarize(runConfig(t, cfg, reqs), 1, 2*time.Second, 100*time.Millisecond, nil)
 }
 
 // TestKnobs: every engine knob phaselessctl sim takes moves the model the

@@ -1,7 +1,6 @@
 package sim
 
 import (
-	"context"
 	"math"
 	"reflect"
 	"testing"
@@ -87,15 +86,7 @@ func TestWorkload(t *testing.T) {
 		rs, _ := w.Generate()
 		pools, _, _ := ParseCluster("2xh100")
 		m, _ := LookupModel("llama3.1-8b")
-		c, err := New(Config{Pools: pools, Model: m, Scheduler: "round-robin"})
-		if err != nil {
-			t.Fatal(err)
-		}
-		res, err := c.Run(context.Background(), rs)
-		if err != nil {
-			t.Fatal(err)
-		}
-		return Summarize(res, 1, 0, 0, nil).PrefixHit
+		return Summarize(runConfig(t, Config{Pools: pools, Model: m, Scheduler: "round-robin"}, rs), 1, 0, 0, nil).PrefixHit
 	}
 	with, without := hit("rate=8,requests=400,prompt=547,prefix=120,output=24"), hit("rate=8,requests=400,prompt=547,output=24")
 	// 7 of the prefix's 120 tokens' blocks are full (112 tokens), and every
