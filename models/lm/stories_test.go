@@ -1,0 +1,134 @@
+package lm
+
+import (
+	"context"
+	"math"
+	"strings"
+	"testing"
+)
+
+// storiesPath is the real pretrained model the engine is checked on:
+// Karpathy's stories260K (TinyStories, llama architecture, SentencePiece
+// vocabulary of 512); testdata/stories260K/README.md says where it came
+// from and its licence.
+const storiesPath = "testdata/stories260K/stories260K.gguf"
+
+// storiesPublished is the model's greedy output from BOS as its authors
+// publish it (llama2.c, doc/stories260K.md: run.c at temperature 0, 256
+// steps), up to where their listing stops.
+const storiesPublished = `Once upon a time, there was a little girl named Lily. She loved to play outside in the park. One day, she saw a big, red ball. She wanted to play with it, but it was too high.
+Lily's mom said, "Lily, let's go to the park." Lily was sad and didn't know what to do. She said, "I want to play with your ball, but I can't find it."
+Lily was sad and didn't know what to do. She said, "I'm sorry, Lily. I didn't know what to do."
+Lily didn't want to help her mom, so she said, "I'm sorry, mom. I didn't know what to do." Her mom said, "Don't worry, Lily. We can help you.`
+
+// storiesPrompt is a prompt of the model's own register, tokenized with
+// BOS, for the per-position logit checks.
+const storiesPrompt = "Once upon a time, there was a little dog named Max. He liked to run."
+
+func loadStories(t testing.TB) *Model {
+	t.Helper()
+	m, err := Load(storiesPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return m
+}
+
+func storiesPromptTokens(t testing.TB, m *Model) []int32 {
+	t.Helper()
+	tok := m.Tokenizer()
+	ids := append([]int32{tok.BOS()}, tok.Encode(storiesPrompt)...)
+	if len(ids) < 16 {
+		t.Fatalf("prompt is %d tokens; the checks want a longer one", len(ids))
+	}
+	return ids
+}
+
+// logitsAt runs tokens through the model as one prefill, as the engine runs
+// a prompt, and returns the logits of every position ([position][vocab]).
+func logitsAt(m *Model, tokens []int32) [][]float32 {
+	n, v := len(tokens), m.Config.Vocab
+	b := &batch{tokens: tokens, pos: make([]int32, n), seq: make([]int32, n), slots: [][]int32{make([]int32, n)}, logits: make([]int32, n)}
+	for i := range n {
+		b.pos[i], b.slots[0][i], b.logits[i] = int32(i), int32(i), int32(i)
+	}
+	out := make([]float32, n*v)
+	m.forward(newWorkspace(1), b, newKVStore(m.Config, n), out)
+	rows := make([][]float32, n)
+	for i := range rows {
+		rows[i] = out[i*v : (i+1)*v]
+	}
+	return rows
+}
+
+// TestStoriesGreedyFromBOSIsPublished: the engine, through its serving path
+// (the step loop, paged KV cache, greedy sampler), reproduces the authors'
+// greedy output from BOS token for token: the text of every sampled token is
+// the next piece of the published text, to its last character.
+func TestStoriesGreedyFromBOSIsPublished(t *testing.T) {
+	m := loadStories(t)
+	if m.Config.Vocab != 512 || m.Config.Layers != 5 || m.Config.Dim != 64 || m.Config.KVHeads != 4 {
+		t.Fatalf("config %+v is not stories260K's", m.Config)
+	}
+	if m.HasChatTemplate() {
+		t.Fatal("stories260K has no chat template")
+	}
+	e := newEngine(t, m, EngineConfig{MaxBatch: 1})
+	tok := m.Tokenizer()
+	r := generate(context.Background(), e, []int32{tok.BOS()}, GenOptions{MaxTokens: 256})
+	if r.err != nil {
+		t.Fatal(r.err)
+	}
+	text := ""
+	for i, id := range r.ids {
+		text += string(tok.Piece(id))
+		got := strings.TrimPrefix(text, " ") // SentencePiece's dummy prefix, as Decode drops it
+		if len(got) >= len(storiesPublished) {
+			if !strings.HasPrefix(got, storiesPublished) {
+				t.Fatalf("after %d tokens the text is %q,\nwant the published %q", i+1, got, storiesPublished)
+			}
+			t.Logf("published text reproduced in %d tokens", i+1)
+			return
+		}
+		if !strings.HasPrefix(storiesPublished, got) {
+			t.Fatalf("token %d (%d %q) leaves the published text: %q", i, id, tok.Piece(id), got)
+		}
+	}
+	t.Fatalf("%d tokens (finish %s) gave only %q", len(r.ids), r.final.FinishReason, tok.Decode(r.ids))
+}
+
+// TestStoriesLogitsMatchFloat64Reference: on real trained weights the
+// engine's float32 prefill agrees at every position of a prompt with the
+// package's float64 reference (reference_test.go). Trained weights have
+// the outliers random ones lack; a relative L2 error of 1e-5 is a few float32
+// roundings per layer (measured: about 1e-6), far under the 1e-3 a wrong
+// RoPE pairing, norm epsilon or head grouping gives.
+func TestStoriesLogitsMatchFloat64Reference(t *testing.T) {
+	m := loadStories(t)
+	ids := storiesPromptTokens(t, m)
+	w := m.Weights()
+	got := logitsAt(m, ids)
+	worst := 0.0
+	for n := 1; n <= len(ids); n++ {
+		want := refLogits(m.Config, w, ids[:n])
+		e := relErr(got[n-1], want)
+		worst = max(worst, e)
+		if e > 1e-5 || math.IsNaN(e) {
+			t.Errorf("position %d: relative error %.3g > 1e-5", n-1, e)
+		}
+		if argmax(got[n-1]) != argmaxF64(want) {
+			t.Errorf("position %d: argmax %d, reference %d", n-1, argmax(got[n-1]), argmaxF64(want))
+		}
+	}
+	t.Logf("%d positions, worst relative error %.3g", len(ids), worst)
+}
+
+func argmaxF64(x []float64) int {
+	b := 0
+	for i, v := range x {
+		if v > x[b] {
+			b = i
+		}
+	}
+	return b
+}
