@@ -8,6 +8,9 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
+
+	"github.com/phaseless/phaseless/llm"
 )
 
 // storiesPath is the real pretrained model the engine is checked on:
@@ -212,4 +215,52 @@ func firstDiff(a, b []int32) int {
 		}
 	}
 	return -1
+}
+
+// TestStoriesRawCompletion: a raw completion (llm.Request.Raw, what
+// POST /v1/completions sends) runs the prompt text after BOS with no chat
+// template. From an empty prompt the text is the published one with no
+// SentencePiece dummy-prefix space in front; after a prompt it is that
+// prompt's continuation, its leading space included; stop sequences end it
+// and are not part of it; x-cache-ttl pins the whole prompt.
+func TestStoriesRawCompletion(t *testing.T) {
+	m := loadStories(t)
+	e := newEngine(t, m, EngineConfig{MaxBatch: 2})
+	run := func(req *llm.Request) (string, llm.Final) {
+		t.Helper()
+		req.Raw = true
+		var b strings.Builder
+		fin, err := e.Generate(context.Background(), req, func(tk llm.Token) error {
+			b.WriteString(tk.Text)
+			return nil
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return b.String(), fin
+	}
+	text, fin := run(&llm.Request{MaxTokens: 256})
+	if !strings.HasPrefix(text, storiesPublished) || fin.PromptTokens != 1 || fin.FinishReason != "length" {
+		t.Errorf("empty prompt: %d prompt tokens, finish %s, text %q", fin.PromptTokens, fin.FinishReason, text)
+	}
+	lily := "Once upon a time, there was a little girl named Lily."
+	text, fin = run(&llm.Request{Prompt: lily, MaxTokens: 200, Stop: []string{"ball."}})
+	if want := " She loved to play outside in the park. One day, she saw a big, red "; text != want {
+		t.Errorf("continuation %q, want %q", text, want)
+	}
+	if fin.FinishReason != "stop" || fin.PromptTokens != len(storiesPromptTokensOf(m, lily)) {
+		t.Errorf("stop: finish %s, %d prompt tokens", fin.FinishReason, fin.PromptTokens)
+	}
+	_, fin = run(&llm.Request{Prompt: lily, MaxTokens: 1, Hints: llm.Hints{CacheTTL: 5 * time.Minute}})
+	if bs := e.Config().BlockSize; fin.CacheWriteTokens != fin.PromptTokens/bs*bs || fin.CacheWriteTokens == 0 {
+		t.Errorf("x-cache-ttl pinned %d of %d prompt tokens (blocks of %d)", fin.CacheWriteTokens, fin.PromptTokens, bs)
+	}
+	if _, err := e.Generate(context.Background(), &llm.Request{Raw: true, Prompt: "x", MaxTokens: 1,
+		Messages: []llm.Message{{Role: "user", Content: "y"}}}, nil); llm.CodeOf(err) != llm.CodeInvalid {
+		t.Errorf("raw request with messages: %v, want invalid", err)
+	}
+}
+
+func storiesPromptTokensOf(m *Model, text string) []int32 {
+	return append([]int32{m.Tokenizer().BOS()}, m.Tokenizer().Encode(text)...)
 }
