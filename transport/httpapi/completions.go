@@ -19,18 +19,10 @@ import (
 // Phaseless honours; the fields it does not (echo, suffix, logprobs,
 // best_of) are refused when set rather than ignored.
 type CompletionRequest struct {
-	Model         string          `json:"model"`
-	Prompt        json.RawMessage `json:"prompt"` // a string, or an array of exactly one string
-	MaxTokens     *int            `json:"max_tokens"`
-	Temperature   json.RawMessage `json:"temperature"`
-	TopP          *float64        `json:"top_p"`
-	N             *int            `json:"n"`
-	Stop          json.RawMessage `json:"stop"` // string or array of strings
-	Seed          *int64          `json:"seed"`
-	Stream        bool            `json:"stream"`
-	StreamOptions *struct {
-		IncludeUsage bool `json:"include_usage"`
-	} `json:"stream_options"`
+	Model     string          `json:"model"`
+	Prompt    json.RawMessage `json:"prompt"` // a string, or an array of exactly one string
+	MaxTokens *int            `json:"max_tokens"`
+	oaiSampling
 
 	Echo     bool            `json:"echo"`
 	Suffix   *string         `json:"suffix"`
@@ -66,8 +58,6 @@ func decodeCompletion(body []byte, lim limits) (*llm.Request, chatStream, *apiEr
 		return nil, chatStream{}, invalid("logprobs", "logprobs is not supported")
 	case cr.BestOf != nil && *cr.BestOf != 1:
 		return nil, chatStream{}, invalid("best_of", "best_of must be 1")
-	case cr.N != nil && *cr.N != 1:
-		return nil, chatStream{}, invalid("n", "n must be 1")
 	}
 	req.MaxTokens = min(defaultCompletionTokens, lim.maxTokens)
 	if cr.MaxTokens != nil {
@@ -76,30 +66,9 @@ func decodeCompletion(body []byte, lim limits) (*llm.Request, chatStream, *apiEr
 		}
 		req.MaxTokens = *cr.MaxTokens
 	}
-	if req.Temperature, e = parseTemperature(cr.Temperature); e != nil {
+	cs, e := cr.decode(req)
+	if e != nil {
 		return nil, chatStream{}, e
-	}
-	if cr.TopP != nil {
-		if *cr.TopP <= 0 || *cr.TopP > 1 {
-			return nil, chatStream{}, invalid("top_p", "top_p must be in (0, 1], got %g", *cr.TopP)
-		}
-		req.TopP = *cr.TopP
-	}
-	if cr.Seed != nil {
-		if *cr.Seed < 0 {
-			return nil, chatStream{}, invalid("seed", "seed must not be negative")
-		}
-		req.Seed = uint64(*cr.Seed)
-	}
-	if req.Stop, e = decodeStop(cr.Stop); e != nil {
-		return nil, chatStream{}, e
-	}
-	cs := chatStream{stream: cr.Stream}
-	if cr.StreamOptions != nil {
-		if !cr.Stream {
-			return nil, chatStream{}, invalid("stream_options", "stream_options is only allowed when stream is true")
-		}
-		cs.includeUsage = cr.StreamOptions.IncludeUsage
 	}
 	return req, cs, nil
 }
