@@ -290,6 +290,17 @@ func (c *Cloud) MQTTAddr() string {
 	return c.broker.TCPAddr()
 }
 
+// MQTTTLSAddr is the embedded broker's MQTT-over-TLS address, empty when
+// none runs.
+func (c *Cloud) MQTTTLSAddr() string {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.broker == nil {
+		return ""
+	}
+	return c.broker.TLSAddr()
+}
+
 // bucket is a budget of burst tokens that an empty bucket regains over period.
 func bucket(burst int64, period time.Duration) admit.Bucket {
 	if period == 0 {

@@ -20,6 +20,7 @@ import (
 
 	"github.com/phaseless/phaseless/agent"
 	"github.com/phaseless/phaseless/cloud"
+	"github.com/phaseless/phaseless/transport/pki"
 )
 
 // screenshotDir, when set (PHASELESS_UI_SCREENSHOTS=docs), receives a PNG of
@@ -48,9 +49,10 @@ func fleetOfAgents(t *testing.T, n int) (*cloud.Cloud, []string) {
 	cfg := cloud.Config{}
 	fs := flag.NewFlagSet("cloud", flag.ContinueOnError)
 	cfg.RegisterFlags(fs)
-	// No MQTT/TLS listener: its default port (8883) is shared by every test
-	// on the machine.
-	cfg.HTTP, cfg.QUIC, cfg.MQTT, cfg.MQTTTLS, cfg.DataDir, cfg.Dev, cfg.BuiltinWorkers = "127.0.0.1:0", "", "127.0.0.1:0", "", t.TempDir(), true, 2
+	// Every listener on a random loopback port: the agents reach the fleet
+	// over MQTT/TLS and the cloud's engines over QUIC, with certificates
+	// from the cloud's dev PKI.
+	cfg.HTTP, cfg.QUIC, cfg.MQTT, cfg.MQTTTLS, cfg.DataDir, cfg.Dev, cfg.BuiltinWorkers = "127.0.0.1:0", "127.0.0.1:0", "127.0.0.1:0", "127.0.0.1:0", t.TempDir(), true, 2
 	c, err := cloud.New(cfg, slog.New(slog.DiscardHandler))
 	if err != nil {
 		t.Fatal(err)
@@ -74,7 +76,11 @@ func fleetOfAgents(t *testing.T, n int) (*cloud.Cloud, []string) {
 		acfg := agent.Config{}
 		afs := flag.NewFlagSet("agent", flag.ContinueOnError)
 		acfg.RegisterFlags(afs)
-		acfg.Listen, acfg.DataDir, acfg.DeviceID, acfg.MQTT = "127.0.0.1:0", t.TempDir(), fmt.Sprintf("car-%d", i+1), "mqtt://"+c.MQTTAddr()
+		acfg.Listen, acfg.DataDir, acfg.DeviceID = "127.0.0.1:0", t.TempDir(), fmt.Sprintf("car-%d", i+1)
+		if err := pki.EnsureDev(c.PKIDir(), acfg.DeviceID); err != nil {
+			t.Fatal(err)
+		}
+		acfg.PKIDir, acfg.Cloud, acfg.MQTT = c.PKIDir(), c.QUICAddr(), "mqtts://"+c.MQTTTLSAddr()
 		acfg.Board = []string{"rk3588", "imx8"}[i%2]
 		a, err := agent.New(acfg, slog.New(slog.DiscardHandler))
 		if err != nil {
@@ -92,10 +98,14 @@ func fleetOfAgents(t *testing.T, n int) (*cloud.Cloud, []string) {
 	return c, urls
 }
 
-func chat(ctx context.Context, url, text string) error {
+// chat sends one request; route, when set, pins it (x-phaseless-route).
+func chat(ctx context.Context, url, text, route string) error {
 	body := fmt.Sprintf(`{"messages":[{"role":"user","content":%q}],"max_tokens":8}`, text)
 	req, _ := http.NewRequestWithContext(ctx, "POST", url+"/v1/chat/completions", strings.NewReader(body))
 	req.Header.Set("Content-Type", "application/json")
+	if route != "" {
+		req.Header.Set("x-phaseless-route", route)
+	}
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
 		return err
@@ -119,11 +129,18 @@ func TestDashboardInChromium(t *testing.T) {
 	c, agents := fleetOfAgents(t, 2)
 	base := "http://" + c.HTTPAddr()
 
-	// Requests on each agent (local path: telemetry and route mix) and on
-	// the cloud's API (the live latency charts), until the test ends.
-	for _, a := range agents {
-		if err := chat(context.Background(), a, "turn on the AC"); err != nil {
-			t.Fatal(err)
+	// Requests on each agent (telemetry and route mix: car-1 sends two of
+	// its three to the cloud, which records them as cloud/<pool>/<worker>)
+	// and on the cloud's API (the live latency charts), until the test ends.
+	for i, a := range agents {
+		routes := []string{"local"}
+		if i == 0 {
+			routes = append(routes, "cloud", "cloud")
+		}
+		for _, route := range routes {
+			if err := chat(context.Background(), a, "turn on the AC", route); err != nil {
+				t.Fatalf("%s, %s: %v", a, route, err)
+			}
 		}
 	}
 	load, stopLoad := context.WithCancel(context.Background())
@@ -132,7 +149,7 @@ func TestDashboardInChromium(t *testing.T) {
 	go func() {
 		defer loadWG.Done()
 		for i := 0; load.Err() == nil; i++ {
-			chat(load, base, fmt.Sprintf("what is the capital of Japan %d", i%5))
+			chat(load, base, fmt.Sprintf("what is the capital of Japan %d", i%5), "")
 			select { // pace the load: the machine also runs the browser
 			case <-load.Done():
 			case <-time.After(50 * time.Millisecond):
@@ -212,7 +229,7 @@ func TestDashboardInChromium(t *testing.T) {
 			return false, err
 		}
 		text, err := eval(ctx, `[...document.querySelectorAll("#devices tbody tr[data-search]")].map(r => r.innerText).join("\n")`)
-		return strings.Count(text, "100.0% local") == 2 && strings.Count(text, "online") == 2, err
+		return strings.Contains(text, "33.3% local · 2 cloud") && strings.Contains(text, "100.0% local · 0 cloud") && strings.Count(text, "online") == 2, err
 	})
 	shot("devices")
 	do(chromedp.SendKeys(chromedp.ID("device-filter"), "car-2"))
@@ -244,6 +261,9 @@ func TestDashboardInChromium(t *testing.T) {
 		return strings.Contains(row, "failed") && strings.Contains(row, "nonexistent"), err
 	})
 	shot("device")
+	if v := must(chromedp.Run(bctx, chromedp.Text(chromedp.CSS("main")))); !strings.Contains(v, "1 local · 2 cloud · 0 errors") {
+		t.Errorf("car-1's page does not count its cloud requests:\n%s", v)
+	}
 	if v := must(eval(bctx, `document.querySelectorAll("#history tbody tr").length + "/" + document.querySelectorAll("#requests tbody tr").length`)); strings.HasPrefix(v, "0/") || strings.HasSuffix(v, "/0") {
 		t.Errorf("device page: status history rows / request rows = %s", v)
 	}

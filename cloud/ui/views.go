@@ -101,7 +101,7 @@ func mixOf(rows []requestRow) routeMix {
 		switch {
 		case r.Outcome == "error":
 			m.Errors++
-		case r.Path == "cloud":
+		case r.Ran() == "cloud":
 			m.Cloud++
 		default:
 			m.Local++

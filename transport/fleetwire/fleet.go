@@ -261,6 +261,14 @@ type RequestRecord struct {
 	Error            string    `json:"error,omitempty"`
 }
 
+// Ran is where the request ran, "local" or "cloud": Path names the cloud's
+// pool and worker too ("cloud/<pool>/<worker>") when the cloud answered, so
+// a reader that compares Path with "cloud" misses every one of those.
+func (r RequestRecord) Ran() string {
+	where, _, _ := strings.Cut(r.Path, "/")
+	return where
+}
+
 // DesiredConfig is the versioned configuration the cloud wants a device to run.
 type DesiredConfig struct {
 	Version uint64            `json:"version"`
