@@ -261,9 +261,9 @@ func planRollout(r *Rollout, devs []*Device, now time.Time) (send []string) {
 			r.StageSettledAt = time.Time{}
 			break
 		}
-		if p.StageDevices > 0 && float64(p.StageFailed)/float64(p.StageDevices) > r.Spec.MaxFailures {
+		if p.StageDevices > 0 && float64(p.StageFailed)/float64(p.StageDevices) > r.Spec.FailureLimit() {
 			r.State = RolloutHalted
-			r.Reason = fmt.Sprintf("stage %d: %d of %d devices failed, above the %g%% bound", r.Stage+1, p.StageFailed, p.StageDevices, r.Spec.MaxFailures*100)
+			r.Reason = fmt.Sprintf("stage %d: %d of %d devices failed, above the %g%% bound", r.Stage+1, p.StageFailed, p.StageDevices, r.Spec.FailureLimit()*100)
 			break
 		}
 		if r.StageSettledAt.IsZero() {
