@@ -120,13 +120,14 @@ func fleetDevices(ctx context.Context, cio cli.IO, args []string) error {
 	}
 	sort.Slice(devs, func(i, j int) bool { return devs[i].ID < devs[j].ID })
 	tw := tabwriter.NewWriter(cio.Stdout, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "DEVICE\tSTATE\tVERSION\tSLOT\tLAST SEEN\tCONFIG (desired/reported)\tRECORDS\tPENDING CMDS")
+	fmt.Fprintln(tw, "DEVICE\tSTATE\tVERSION\tARTIFACTS\tSLOT\tLAST SEEN\tCONFIG (desired/reported)\tRECORDS\tPENDING CMDS")
 	for _, d := range devs {
-		ver, slot := "-", "-"
+		slot := "-"
 		if d.Status != nil {
-			ver, slot = orDash(d.Status.Version), orDash(d.Status.Slot)
+			slot = orDash(d.Status.Slot)
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%d\t%d\n", d.ID, d.State(), ver, slot, ago(d.LastSeen), configVersions(&d), d.Telemetry.Stored, d.PendingCommands)
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%d\t%d\n", d.ID, d.State(), orDash(d.Status.AgentVersion()), orDash(d.Status.Installed()), slot,
+			ago(d.LastSeen), configVersions(&d), d.Telemetry.Stored, d.PendingCommands)
 	}
 	return tw.Flush()
 }
@@ -179,7 +180,8 @@ func fleetStatus(ctx context.Context, cio cli.IO, args []string) error {
 	w := cio.Stdout
 	fmt.Fprintf(w, "device:     %s\nstate:      %s\n", d.ID, d.State())
 	if d.Status != nil {
-		fmt.Fprintf(w, "version:    %s\nslot:       %s\nboard:      %s\nstatus at:  %s\n", orDash(d.Status.Version), orDash(d.Status.Slot), orDash(d.Status.Board), d.Status.Time.Format(time.RFC3339))
+		fmt.Fprintf(w, "version:    %s\nartifacts:  %s\nslot:       %s\nboard:      %s\nstatus at:  %s\n", orDash(d.Status.AgentVersion()), orDash(d.Status.Installed()),
+			orDash(d.Status.Slot), orDash(d.Status.Board), d.Status.Time.Format(time.RFC3339))
 	}
 	fmt.Fprintf(w, "first seen: %s\nlast seen:  %s\nconfig:     %s (desired/reported)\n", d.FirstSeen.Format(time.RFC3339), ago(d.LastSeen), configVersions(d))
 	if d.Desired != nil {

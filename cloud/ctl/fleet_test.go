@@ -53,7 +53,10 @@ func TestFleetCommands(t *testing.T) {
 	defer cancel()
 	u, _ := url.Parse("mqtt://" + b.TCPAddr())
 	up := make(chan *autopaho.ConnectionManager, 1)
-	online, _ := json.Marshal(fleetwire.Status{State: "online", Version: "1.2.3", Slot: "b", Time: time.Now()})
+	// The device runs agent bundle 2.1 (installed by a rollout; the build
+	// stamp says 1.2.3) and router 1.1.
+	online, _ := json.Marshal(fleetwire.Status{State: "online", Version: "1.2.3", Slot: "b", Time: time.Now(),
+		Artifacts: map[string]string{"agent": "2.1", "predictor": "1.1"}})
 	cm, err := autopaho.NewConnection(ctx, autopaho.ClientConfig{
 		ServerUrls: []*url.URL{u}, KeepAlive: 30, SessionExpiryInterval: 60,
 		OnConnectionUp: func(cm *autopaho.ConnectionManager, _ *paho.Connack) { up <- cm },
@@ -116,10 +119,14 @@ func TestFleetCommands(t *testing.T) {
 	}
 
 	out := must("car-9", "fleet", "devices")
-	for _, w := range []string{"online", "1.2.3", " b ", "-/-"} {
+	for _, w := range []string{"online", " 2.1 ", "predictor 1.1", " b ", "-/-"} {
 		if !strings.Contains(out, w) {
 			t.Errorf("devices output lacks %q:\n%s", w, out)
 		}
+	}
+	out = must("version:    2.1\nartifacts:  predictor 1.1\n", "fleet", "status", "car-9")
+	if strings.Contains(out, "1.2.3") {
+		t.Errorf("status shows the build stamp, not the installed agent:\n%s", out)
 	}
 	must("desired config version 1", "fleet", "config", "set", "car-9", "route=local", "max_tokens=128")
 	must("desired config version 2", "fleet", "config", "unset", "car-9", "max_tokens")

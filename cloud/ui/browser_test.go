@@ -1,7 +1,10 @@
 package ui_test
 
 import (
+	"bytes"
 	"context"
+	"crypto/ed25519"
+	"encoding/pem"
 	"errors"
 	"flag"
 	"fmt"
@@ -20,6 +23,10 @@ import (
 
 	"github.com/phaseless/phaseless/agent"
 	"github.com/phaseless/phaseless/cloud"
+	"github.com/phaseless/phaseless/cloud/fleetapi"
+	"github.com/phaseless/phaseless/firmware"
+	"github.com/phaseless/phaseless/internal/cli"
+	"github.com/phaseless/phaseless/models/predictor"
 	"github.com/phaseless/phaseless/transport/pki"
 )
 
@@ -43,12 +50,22 @@ func chromiumPath(t *testing.T) string {
 }
 
 // fleetOfAgents starts a --dev cloud with its embedded broker and n agents
-// connected to it over MQTT, each with the shipped edge model.
-func fleetOfAgents(t *testing.T, n int) (*cloud.Cloud, []string) {
+// connected to it over MQTT, each with the shipped edge model; the cloud and
+// the agents trust the OTA key it returns.
+func fleetOfAgents(t *testing.T, n int) (*cloud.Cloud, []string, ed25519.PrivateKey) {
 	t.Helper()
-	cfg := cloud.Config{}
+	pub, otaKey, err := ed25519.GenerateKey(nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pubPath := filepath.Join(t.TempDir(), "ota-pub.pem")
+	if err := os.WriteFile(pubPath, pem.EncodeToMemory(&pem.Block{Type: firmware.PublicKeyPEMType, Bytes: pub}), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	cfg := cloud.Config{OTAPub: pubPath}
 	fs := flag.NewFlagSet("cloud", flag.ContinueOnError)
 	cfg.RegisterFlags(fs)
+	cfg.OTAPub = pubPath
 	// Every listener on a random loopback port: the agents reach the fleet
 	// over MQTT/TLS and the cloud's engines over QUIC, with certificates
 	// from the cloud's dev PKI.
@@ -81,6 +98,7 @@ func fleetOfAgents(t *testing.T, n int) (*cloud.Cloud, []string) {
 			t.Fatal(err)
 		}
 		acfg.PKIDir, acfg.Cloud, acfg.MQTT = c.PKIDir(), c.QUICAddr(), "mqtts://"+c.MQTTTLSAddr()
+		acfg.OTAPub, acfg.OTAOrigins = pubPath, cli.StringList{"http://" + c.HTTPAddr()}
 		acfg.Board = []string{"rk3588", "imx8"}[i%2]
 		a, err := agent.New(acfg, slog.New(slog.DiscardHandler))
 		if err != nil {
@@ -95,7 +113,7 @@ func fleetOfAgents(t *testing.T, n int) (*cloud.Cloud, []string) {
 		}()
 		urls = append(urls, "http://"+a.Addr().String())
 	}
-	return c, urls
+	return c, urls, otaKey
 }
 
 // chat sends one request; route, when set, pins it (x-phaseless-route).
@@ -126,8 +144,31 @@ func chat(ctx context.Context, url, text, route string) error {
 // requests run, without a reload.
 func TestDashboardInChromium(t *testing.T) {
 	bin := chromiumPath(t)
-	c, agents := fleetOfAgents(t, 2)
+	c, agents, otaKey := fleetOfAgents(t, 2)
 	base := "http://" + c.HTTPAddr()
+
+	// A staged rollout installs router 1.1 on car-2 (the imx8 board): its
+	// fleet views must then show it.
+	var bundle bytes.Buffer
+	if err := firmware.WriteKind(&bundle, otaKey, firmware.KindPredictor, "1.1", "imx8", map[string][]byte{"router.onnx": predictor.Shipped()}, []string{"router.onnx"}); err != nil {
+		t.Fatal(err)
+	}
+	api, err := fleetapi.NewClient(base, "", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	art, err := api.UploadArtifact(context.Background(), &bundle)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The rollout selects from the devices whose status is in: both.
+	waitFor(t, hang(t, time.Minute), "both agents' status", func(ctx context.Context) (bool, error) {
+		devs, err := api.Devices(ctx)
+		return len(devs) == 2 && devs[0].State() == "online" && devs[1].State() == "online", err
+	})
+	if _, err := api.CreateRollout(context.Background(), fleetapi.RolloutSpec{Artifact: art.ID, Stages: []float64{1}, Select: map[string]string{"board": "imx8"}}); err != nil {
+		t.Fatal(err)
+	}
 
 	// Requests on each agent (telemetry and route mix: car-1 sends two of
 	// its three to the cloud, which records them as cloud/<pool>/<worker>)
@@ -229,8 +270,12 @@ func TestDashboardInChromium(t *testing.T) {
 			return false, err
 		}
 		text, err := eval(ctx, `[...document.querySelectorAll("#devices tbody tr[data-search]")].map(r => r.innerText).join("\n")`)
-		return strings.Contains(text, "33.3% local · 2 cloud") && strings.Contains(text, "100.0% local · 0 cloud") && strings.Count(text, "online") == 2, err
+		return strings.Contains(text, "33.3% local · 2 cloud") && strings.Contains(text, "100.0% local · 0 cloud") && strings.Count(text, "online") == 2 &&
+			strings.Contains(text, "predictor 1.1"), err
 	})
+	if v := must(eval(bctx, `[...document.querySelectorAll("#devices tbody tr[data-search]")].filter(r => r.innerText.includes("predictor 1.1")).map(r => r.dataset.search).join(",")`)); !strings.HasPrefix(v, "car-2 ") {
+		t.Errorf("router 1.1 is shown on %q, want car-2 only", v)
+	}
 	shot("devices")
 	do(chromedp.SendKeys(chromedp.ID("device-filter"), "car-2"))
 	if v := must(eval(bctx, `[...document.querySelectorAll("#devices tbody tr[data-search]")].filter(r => !r.hidden).map(r => r.dataset.search).join(",")`)); !strings.HasPrefix(v, "car-2") || strings.Contains(v, "car-1") {
@@ -268,8 +313,13 @@ func TestDashboardInChromium(t *testing.T) {
 		t.Errorf("device page: status history rows / request rows = %s", v)
 	}
 
-	// Rollouts: an update the agent refuses (it has no OTA key) shows as a
-	// rollout whose one device failed.
+	do(chromedp.Navigate(base + "/ui/devices/car-2"))
+	if v := must(chromedp.Run(bctx, chromedp.Text(chromedp.ID("artifacts")))); v != "predictor 1.1" {
+		t.Errorf("car-2's page lists artifacts %q, want predictor 1.1", v)
+	}
+
+	// Rollouts: an update the agent refuses (its URL is not the cloud's)
+	// shows as a rollout whose one device failed.
 	sendCommand("car-2", "update", "url=https://updates.example/agent-1.2.plota")
 	waitFor(t, bctx, "the update as a rollout with its failure", func(ctx context.Context) (bool, error) {
 		if err := chromedp.Do(ctx, chromedp.Navigate(base+"/ui/rollouts")); err != nil {
@@ -311,6 +361,13 @@ func TestDashboardInChromium(t *testing.T) {
 	for _, p := range problems {
 		t.Errorf("browser reported: %s", p)
 	}
+}
+
+// hang is a context that ends after d, a guard against a hung test only.
+func hang(t *testing.T, d time.Duration) context.Context {
+	ctx, cancel := context.WithTimeout(context.Background(), d)
+	t.Cleanup(cancel)
+	return ctx
 }
 
 // waitFor retries check until it holds; the browser context's deadline is

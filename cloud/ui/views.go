@@ -133,7 +133,7 @@ func (f deviceFilter) match(d *fleet.Device) bool {
 	}
 	hay := d.ID
 	if d.Status != nil {
-		hay += " " + d.Status.Version + " " + d.Status.Board + " " + d.Status.Slot
+		hay += " " + d.Status.AgentVersion() + " " + d.Status.Installed() + " " + d.Status.Board + " " + d.Status.Slot
 	}
 	return strings.Contains(strings.ToLower(hay), strings.ToLower(f.Q))
 }
