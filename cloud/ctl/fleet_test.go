@@ -12,6 +12,7 @@ import (
 	"strings"
 	"testing"
 	"time"
+	"unicode/utf8"
 
 	"github.com/eclipse/paho.golang/autopaho"
 	"github.com/eclipse/paho.golang/paho"
@@ -130,6 +131,28 @@ func TestFleetCommands(t *testing.T) {
 	}
 	must("desired config version 1", "fleet", "config", "set", "car-9", "route=local", "max_tokens=128")
 	must("desired config version 2", "fleet", "config", "unset", "car-9", "max_tokens")
+	// A config the device could not apply: the devices table cuts its long
+	// error to one short column; fleet status prints all of it.
+	long := "route-threshold: " + strings.Repeat("a long reason the device gave ", 12) + "END"
+	reported, _ := json.Marshal(fleetwire.ReportedConfig{Version: 2, Error: long})
+	if _, err := cm.Publish(ctx, &paho.Publish{QoS: 1, Retain: true, Topic: tp.Device("car-9", fleetwire.SuffixConfigReported), Payload: reported}); err != nil {
+		t.Fatal(err)
+	}
+	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+		if d, _ := m.Device("car-9"); d != nil && d.Reported != nil && d.Reported.Version == 2 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("reported config not stored")
+		}
+	}
+	out = must("2/2 (not applied: route-threshold: a long reason the devi…)", "fleet", "devices")
+	for line := range strings.Lines(out) {
+		if n := utf8.RuneCountInString(line); n > 160 {
+			t.Errorf("a devices row of %d characters:\n%s", n, out)
+		}
+	}
+	must(long+")", "fleet", "status", "car-9")
 	out = must("route=local", "fleet", "status", "car-9")
 	if strings.Contains(out, "max_tokens") {
 		t.Errorf("unset key still shown:\n%s", out)
