@@ -159,7 +159,9 @@ func TestFleetCommands(t *testing.T) {
 	}
 	// Layers: fleet defaults and a label group under the device's override.
 	must("fleet: layer version 1", "fleet", "config", "set", "--fleet", "route=cloud", "log-level=warn")
-	must("labels map[region:eu]", "fleet", "label", "car-9", "region=eu")
+	must("car-9: labels region=eu\n", "fleet", "label", "car-9", "region=eu")
+	must("car-9: labels cohort=beta region=eu\n", "fleet", "label", "car-9", "cohort=beta")
+	must("car-9: labels region=eu\n", "fleet", "label", "car-9", "cohort=")
 	must("region=eu: layer version 1", "fleet", "config", "set", "--group", "region=eu", "log-level=debug")
 	out = must("log-level=debug (from region=eu)", "fleet", "status", "car-9")
 	if !strings.Contains(out, "route=local (from device)") {

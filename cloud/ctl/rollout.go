@@ -212,6 +212,6 @@ func fleetLabel(ctx context.Context, cio cli.IO, args []string) error {
 	if err != nil {
 		return err
 	}
-	fmt.Fprintf(cio.Stdout, "%s: labels %v\n", d.ID, d.Labels)
+	fmt.Fprintf(cio.Stdout, "%s: labels %s\n", d.ID, orDash(joinKV(d.Labels)))
 	return nil
 }
