@@ -89,12 +89,12 @@ func (c *Cloud) startFleet() error {
 	return nil
 }
 
-// publicURL is --public-url, or the --http listener on loopback.
+// publicURL is --public-url, or the bound --http listener on loopback.
 func (c *Cloud) publicURL() string {
 	if c.cfg.PublicURL.IsSet() {
 		return strings.TrimSuffix(c.cfg.PublicURL.String(), "/")
 	}
-	host, port, _ := net.SplitHostPort(c.cfg.HTTP) // validated
+	host, port, _ := net.SplitHostPort(c.httpLn.Addr().String())
 	if host == "" || host == "0.0.0.0" || host == "::" {
 		host = "127.0.0.1"
 	}
