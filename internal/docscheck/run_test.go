@@ -1,0 +1,104 @@
+package docscheck
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"os"
+	"path"
+	"path/filepath"
+	"regexp"
+	"testing"
+	"time"
+)
+
+// runner runs doc command lines on loopback, in process: phaselessctl
+// lines as commands of its tree, `phaseless-cloud …&` and
+// `phaseless-agent …&` as daemons until the test ends, and `echo … > FILE`.
+// The listeners' default ports in the lines (8080, 4433, 1883, 8883, 7070)
+// become free ones, the same throughout one runner, so a doc can say what an
+// operator types while tests run side by side.
+type runner struct {
+	t     *testing.T
+	ports map[string]string // ":8080" → ":41234"
+}
+
+var defaultPortRE = regexp.MustCompile(`:(8080|4433|1883|8883|7070)\b`)
+
+func newRunner(t *testing.T) *runner {
+	t.Chdir(t.TempDir())
+	return &runner{t: t, ports: map[string]string{}}
+}
+
+func (r *runner) port(p string) string {
+	if q, ok := r.ports[p]; ok {
+		return q
+	}
+	network := "tcp"
+	if p == ":4433" {
+		network = "udp"
+	}
+	_, q, _ := net.SplitHostPort(freeAddr(r.t, network))
+	r.ports[p] = ":" + q
+	return r.ports[p]
+}
+
+// run runs one line and returns what a command printed.
+func (r *runner) run(ctx context.Context, line string) (string, error) {
+	line = defaultPortRE.ReplaceAllStringFunc(line, r.port)
+	words := shellWords(line)
+	if len(words) == 0 {
+		return "", nil
+	}
+	if words[0] == "echo" && len(words) == 4 && words[2] == ">" {
+		return "", os.WriteFile(words[3], []byte(words[1]+"\n"), 0o600)
+	}
+	background := words[len(words)-1] == "&"
+	if background {
+		words = words[:len(words)-1]
+	}
+	args := words[1:]
+	switch bin := path.Base(words[0]); {
+	case bin == "phaselessctl" && !background:
+		return runCtl(ctx, args)
+	case bin == "phaseless-cloud" && background:
+		startCloud(r.t, args...)
+		return "", nil
+	case bin == "phaseless-agent" && background:
+		startAgent(r.t, args...)
+		return "", nil
+	}
+	return "", fmt.Errorf("docscheck cannot run %q", line)
+}
+
+// TestRunnableBlocks runs every block marked `<!-- docscheck: run -->`,
+// each in a fresh directory: every line must succeed.
+func TestRunnableBlocks(t *testing.T) {
+	docs, err := Load(root)
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := 0
+	for _, d := range docs {
+		for _, b := range d.Blocks() {
+			if b.Marker != "run" {
+				continue
+			}
+			n++
+			t.Run(fmt.Sprintf("%s:%d", filepath.Base(b.File), b.Line), func(t *testing.T) {
+				r := newRunner(t)
+				ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+				defer cancel()
+				for _, l := range b.Commands() {
+					if out, err := r.run(ctx, l); err != nil {
+						t.Fatalf("%s: %v\n%s", l, err, out)
+					}
+				}
+			})
+		}
+	}
+	if n == 0 {
+		t.Fatal("no block is marked <!-- docscheck: run -->")
+	}
+
+}
