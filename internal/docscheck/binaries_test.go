@@ -89,9 +89,9 @@ func startAgent(t *testing.T, args ...string) *agent.Agent {
 }
 
 // runCtl runs one phaselessctl command line in process.
-func runCtl(ctx context.Context, args []string) (string, error) {
+func runCtl(ctx context.Context, args []string, getenv func(string) string) (string, error) {
 	var out bytes.Buffer
-	err := ctl.Root().Dispatch(ctx, cli.IO{Stdin: strings.NewReader(""), Stdout: &out, Stderr: &out, Getenv: noEnv}, args)
+	err := ctl.Root().Dispatch(ctx, cli.IO{Stdin: strings.NewReader(""), Stdout: &out, Stderr: &out, Getenv: getenv}, args)
 	return out.String(), err
 }
 

@@ -8,26 +8,29 @@ import (
 	"path"
 	"path/filepath"
 	"regexp"
+	"strings"
 	"testing"
 	"time"
 )
 
 // runner runs doc command lines on loopback, in process: phaselessctl
 // lines as commands of its tree, `phaseless-cloud …&` and
-// `phaseless-agent …&` as daemons until the test ends, and `echo … > FILE`.
-// The listeners' default ports in the lines (8080, 4433, 1883, 8883, 7070)
-// become free ones, the same throughout one runner, so a doc can say what an
-// operator types while tests run side by side.
+// `phaseless-agent …&` as daemons until the test ends, `echo … > FILE` and
+// `export NAME=VALUE` (read by later phaselessctl lines, as PHASELESS_*
+// variables are). Every port in the lines (":8080") becomes a free one, the
+// same throughout one runner (4433, QUIC's, a UDP one), so a doc can say
+// what an operator types while tests run side by side.
 type runner struct {
 	t     *testing.T
 	ports map[string]string // ":8080" → ":41234"
+	env   map[string]string
 }
 
-var defaultPortRE = regexp.MustCompile(`:(8080|4433|1883|8883|7070)\b`)
+var portRE = regexp.MustCompile(`:[0-9]{4,5}\b`)
 
 func newRunner(t *testing.T) *runner {
 	t.Chdir(t.TempDir())
-	return &runner{t: t, ports: map[string]string{}}
+	return &runner{t: t, ports: map[string]string{}, env: map[string]string{}}
 }
 
 func (r *runner) port(p string) string {
@@ -45,13 +48,21 @@ func (r *runner) port(p string) string {
 
 // run runs one line and returns what a command printed.
 func (r *runner) run(ctx context.Context, line string) (string, error) {
-	line = defaultPortRE.ReplaceAllStringFunc(line, r.port)
+	line = portRE.ReplaceAllStringFunc(line, r.port)
 	words := shellWords(line)
 	if len(words) == 0 {
 		return "", nil
 	}
 	if words[0] == "echo" && len(words) == 4 && words[2] == ">" {
 		return "", os.WriteFile(words[3], []byte(words[1]+"\n"), 0o600)
+	}
+	if words[0] == "export" && len(words) == 2 {
+		k, v, ok := strings.Cut(words[1], "=")
+		if !ok {
+			return "", fmt.Errorf("%q: want export NAME=VALUE", line)
+		}
+		r.env[k] = v
+		return "", nil
 	}
 	background := words[len(words)-1] == "&"
 	if background {
@@ -60,7 +71,7 @@ func (r *runner) run(ctx context.Context, line string) (string, error) {
 	args := words[1:]
 	switch bin := path.Base(words[0]); {
 	case bin == "phaselessctl" && !background:
-		return runCtl(ctx, args)
+		return runCtl(ctx, args, func(k string) string { return r.env[k] })
 	case bin == "phaseless-cloud" && background:
 		startCloud(r.t, args...)
 		return "", nil
