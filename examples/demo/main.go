@@ -455,7 +455,7 @@ func (d *demo) anthropic(ctx context.Context, device, text string) {
 	}
 	fmt.Print(wrap(fmt.Sprintf("POST /v1/messages → HTTP %d, route %s, %d→%d tokens in %s:", resp.StatusCode,
 		resp.Header.Get("x-phaseless-route"), msg.Usage.Input, msg.Usage.Output, ms(time.Since(start))), "    ", "      ", width))
-	fmt.Println(short("      "+strings.Join(strings.Fields(text), " "), width))
+	fmt.Println("      " + short(text, width-6))
 }
 
 func (d *demo) startCloud(ctx context.Context) error {
@@ -563,13 +563,15 @@ func (d *demo) summary() {
 	// Where each car sent each kind of prompt while it had a choice (the
 	// cloud was up and the request was not pinned).
 	kinds := []string{"command", "spoken-car", "general", "question", "mmlu", "out-of-scope"}
-	fmt.Printf("\n    %-12s", "sent to cloud")
+	var row strings.Builder
+	fmt.Fprintf(&row, "    %-13s", "sent to cloud")
 	for _, kind := range kinds {
-		fmt.Printf("  %-12s", kind)
+		fmt.Fprintf(&row, " %-12s", kind)
 	}
-	fmt.Println()
+	fmt.Println("\n" + strings.TrimRight(row.String(), " "))
 	for _, dev := range devices {
-		fmt.Printf("    %-12s", dev)
+		row.Reset()
+		fmt.Fprintf(&row, "    %-13s", dev)
 		for _, kind := range kinds {
 			n, cloud := 0, 0
 			for _, r := range d.results {
@@ -580,9 +582,9 @@ func (d *demo) summary() {
 					}
 				}
 			}
-			fmt.Printf("  %-12s", fmt.Sprintf("%d of %d", cloud, n))
+			fmt.Fprintf(&row, " %-12s", fmt.Sprintf("%d of %d", cloud, n))
 		}
-		fmt.Println()
+		fmt.Println(strings.TrimRight(row.String(), " "))
 	}
 	fmt.Println("\n    cloud coordinator before the outage:")
 	for _, l := range d.cloudMetrics {

@@ -37,7 +37,7 @@ func (d *demo) splitDemo(ctx context.Context) {
 			decode = "(same worker)"
 		}
 		fmt.Print(wrap(fmt.Sprintf("%-13s route %s, decode %s, %s", policy, route, decode, ms(took)), "    ", "      ", width))
-		fmt.Println(short("      "+answer, width))
+		fmt.Println("      " + short(answer, width-6))
 		answers = append(answers, answer)
 	}
 	fmt.Printf("    same tokens split and colocated (temperature 0): %v\n", answers[0] == answers[1])

@@ -1,6 +1,8 @@
 package main
 
 import (
+	"io"
+	"os"
 	"strings"
 	"testing"
 	"unicode/utf8"
@@ -82,5 +84,34 @@ func TestWrap(t *testing.T) {
 	}
 	if wrap("", "  ", "  ", 10) != "\n" {
 		t.Errorf("empty: %q", wrap("", "  ", "  ", 10))
+	}
+}
+
+// TestSummaryFits: the summary's tables stay within the width with every
+// kind of request and route in them.
+func TestSummaryFits(t *testing.T) {
+	d := &demo{cloudMetrics: []string{`phaseless_pd_handoff_prompt_tokens_total{prefill_pool="prefill-heavy",decode_pool="decode-heavy"} = 103`}}
+	kinds := []string{"command", "spoken-car", "general", "question", "mmlu", "out-of-scope"}
+	for i := range 400 {
+		d.results = append(d.results, result{phase: []string{"online", "outage", "recovered"}[i%3], device: devices[i%3],
+			kind: kinds[i%6], route: "cloud/prefill-heavy/http://vllm-decode-0.vllm.inference.svc.cluster.local:8000", tokens: 48})
+	}
+	r, w, err := os.Pipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	stdout := os.Stdout
+	os.Stdout = w
+	d.summary()
+	os.Stdout = stdout
+	w.Close()
+	out, _ := io.ReadAll(r)
+	for _, l := range strings.Split(string(out), "\n") {
+		if utf8.RuneCountInString(l) > width {
+			t.Errorf("%d columns: %q", utf8.RuneCountInString(l), l)
+		}
+	}
+	if !strings.Contains(string(out), "sent to cloud") || !strings.Contains(string(out), "67 of 67") {
+		t.Errorf("summary:\n%s", out)
 	}
 }

@@ -88,10 +88,10 @@ func startAgent(t *testing.T, args ...string) *agent.Agent {
 	return a
 }
 
-// runCtl runs one phaselessctl command line in process.
-func runCtl(ctx context.Context, args []string, getenv func(string) string) (string, error) {
+// runCtl runs one phaselessctl command line in process, stdin its input.
+func runCtl(ctx context.Context, args []string, stdin string, getenv func(string) string) (string, error) {
 	var out bytes.Buffer
-	err := ctl.Root().Dispatch(ctx, cli.IO{Stdin: strings.NewReader(""), Stdout: &out, Stderr: &out, Getenv: getenv}, args)
+	err := ctl.Root().Dispatch(ctx, cli.IO{Stdin: strings.NewReader(stdin), Stdout: &out, Stderr: &out, Getenv: getenv}, args)
 	return out.String(), err
 }
 

@@ -28,9 +28,14 @@
 //
 // # Runnable blocks
 //
-// A fenced block preceded by the line `<!-- docscheck: run -->` runs in a
-// test (docs_test.go) on loopback: its phaselessctl lines in process, in a
-// fresh directory. A block preceded by `<!-- docscheck: walkthrough -->` is a
+// A fenced block preceded by the line `<!-- docscheck: run -->` runs in
+// TestRunnableBlocks on loopback, every line of it: phaselessctl lines in
+// process (stdin from `echo …|` or `printf …|`), `phaseless-cloud …&` and
+// `phaseless-agent …&` as daemons, `echo … > FILE`, `export NAME=VALUE`;
+// `make build` and `go build` lines are skipped. Each block runs in a fresh
+// directory that links the repository's top-level entries, with every port
+// in it replaced by a free one. Mark a block only when all of it can run
+// that way in seconds. A block preceded by `<!-- docscheck: walkthrough -->` is a
 // step of the operator's walkthrough (docs/operator.md): its commands, in
 // order, must be the commands TestOperatorWalkthrough runs.
 package docscheck

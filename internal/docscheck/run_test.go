@@ -8,18 +8,23 @@ import (
 	"path"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strings"
 	"testing"
 	"time"
 )
 
 // runner runs doc command lines on loopback, in process: phaselessctl
-// lines as commands of its tree, `phaseless-cloud …&` and
-// `phaseless-agent …&` as daemons until the test ends, `echo … > FILE` and
-// `export NAME=VALUE` (read by later phaselessctl lines, as PHASELESS_*
-// variables are). Every port in the lines (":8080") becomes a free one, the
-// same throughout one runner (4433, QUIC's, a UDP one), so a doc can say
-// what an operator types while tests run side by side.
+// lines as commands of its tree (stdin from `echo …|` or `printf …|`),
+// `phaseless-cloud …&` and `phaseless-agent …&` as daemons until the test
+// ends, `echo … > FILE` and `export NAME=VALUE` (read by later phaselessctl
+// lines, as PHASELESS_* variables are); `make build` and `go build` lines
+// are skipped, since the binaries' code runs in process. Every port in the
+// lines (":8080") becomes a free one, the same throughout one runner (4433,
+// QUIC's, a UDP one), so a doc can say what an operator types while tests
+// run side by side. Lines run in a fresh directory that links the
+// repository's top-level entries, so a path like models/… reads the
+// repository while what a command writes stays in the directory.
 type runner struct {
 	t     *testing.T
 	ports map[string]string // ":8080" → ":41234"
@@ -29,7 +34,23 @@ type runner struct {
 var portRE = regexp.MustCompile(`:[0-9]{4,5}\b`)
 
 func newRunner(t *testing.T) *runner {
-	t.Chdir(t.TempDir())
+	repo, err := filepath.Abs(root)
+	if err != nil {
+		t.Fatal(err)
+	}
+	entries, err := os.ReadDir(repo)
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	for _, e := range entries {
+		if n := e.Name(); n != "bin" && !strings.HasPrefix(n, ".") {
+			if err := os.Symlink(filepath.Join(repo, n), filepath.Join(dir, n)); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	t.Chdir(dir)
 	return &runner{t: t, ports: map[string]string{}, env: map[string]string{}}
 }
 
@@ -56,6 +77,24 @@ func (r *runner) run(ctx context.Context, line string) (string, error) {
 	if words[0] == "echo" && len(words) == 4 && words[2] == ">" {
 		return "", os.WriteFile(words[3], []byte(words[1]+"\n"), 0o600)
 	}
+	if len(words) >= 2 && (words[0] == "make" && words[1] == "build" || words[0] == "go" && words[1] == "build") {
+		return "", nil
+	}
+	stdin := ""
+	if i := slices.Index(words, "|"); i > 0 {
+		switch words[0] {
+		case "echo":
+			stdin = strings.Join(words[1:i], " ") + "\n"
+		case "printf":
+			if i != 2 {
+				return "", fmt.Errorf("%q: want printf 'FORMAT' | …", line)
+			}
+			stdin = strings.ReplaceAll(words[1], `\n`, "\n")
+		default:
+			return "", fmt.Errorf("docscheck cannot run %q", line)
+		}
+		words = words[i+1:]
+	}
 	if words[0] == "export" && len(words) == 2 {
 		k, v, ok := strings.Cut(words[1], "=")
 		if !ok {
@@ -71,7 +110,7 @@ func (r *runner) run(ctx context.Context, line string) (string, error) {
 	args := words[1:]
 	switch bin := path.Base(words[0]); {
 	case bin == "phaselessctl" && !background:
-		return runCtl(ctx, args, func(k string) string { return r.env[k] })
+		return runCtl(ctx, args, stdin, func(k string) string { return r.env[k] })
 	case bin == "phaseless-cloud" && background:
 		startCloud(r.t, args...)
 		return "", nil
@@ -101,9 +140,11 @@ func TestRunnableBlocks(t *testing.T) {
 				ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 				defer cancel()
 				for _, l := range b.Commands() {
-					if out, err := r.run(ctx, l); err != nil {
+					out, err := r.run(ctx, l)
+					if err != nil {
 						t.Fatalf("%s: %v\n%s", l, err, out)
 					}
+					t.Logf("$ %s\n%.300s", l, out)
 				}
 			})
 		}
