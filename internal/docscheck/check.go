@@ -25,6 +25,9 @@ type Facts struct {
 	Headers map[string]bool
 	// Endpoint reports whether some binary serves the path (any method).
 	Endpoint func(path string) bool
+	// Tests are the module's Test, Fuzz and Benchmark functions; nil skips
+	// the check.
+	Tests map[string]bool
 }
 
 // Problem is one false or missing statement.
@@ -68,6 +71,7 @@ var (
 	flagRE     = regexp.MustCompile(`(?:^|[\s(\[,|=/'"])--([a-z][a-z0-9]*(?:-[a-z0-9]+)*)`)
 	metricRE   = regexp.MustCompile(`phaseless_[a-z0-9_{},*="'-]*`)
 	headerRE   = regexp.MustCompile(`(?i)(?:^|[^a-z0-9-])(x-[a-z0-9]+(?:-[a-z0-9]+)*)`)
+	testRE     = regexp.MustCompile(`\b(?:Test|Fuzz|Benchmark)[A-Z0-9][A-Za-z0-9_]*`)
 	endpointRE = regexp.MustCompile(`(?:^|[^A-Za-z0-9_.\-/])(/(?:v1/[A-Za-z0-9_.{}<>:-]+|ui|metrics|healthz|readyz|debug/pprof)(?:/[A-Za-z0-9_.{}<>:-]*)*)`)
 )
 
@@ -133,6 +137,7 @@ func (c *checker) span(file string, s span) {
 	}
 	c.headers(file, s)
 	c.endpoints(file, s)
+	c.tests(file, s)
 	for _, seg := range segments(s.text) {
 		c.command(file, s.line, seg, s.kind == inline)
 	}
@@ -415,6 +420,29 @@ func (c *checker) headers(file string, s span) {
 		h := strings.ToLower(m[1])
 		if !c.f.Headers[h] {
 			c.add(file, s.line, "no code reads or writes a header %s", h)
+		}
+	}
+}
+
+// tests checks the Go tests a span names; a prefix of one counts, as a
+// `go test -run` pattern does.
+func (c *checker) tests(file string, s span) {
+	if c.f.Tests == nil {
+		return
+	}
+	for _, name := range testRE.FindAllString(s.text, -1) {
+		if c.f.Tests[name] || name == "TestX" || name == "FuzzX" || name == "BenchmarkX" { // X: a placeholder
+			continue
+		}
+		found := false
+		for t := range c.f.Tests {
+			if strings.HasPrefix(t, name) {
+				found = true
+				break
+			}
+		}
+		if !found {
+			c.add(file, s.line, "no test, fuzz target or benchmark is named %s", name)
 		}
 	}
 }

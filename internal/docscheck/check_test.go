@@ -38,6 +38,7 @@ func fixtureFacts() Facts {
 		Endpoint: func(p string) bool {
 			return slices.Contains([]string{"/v1/chat/completions", "/v1/fleet/devices/x", "/metrics"}, p)
 		},
+		Tests: set("TestKillAfterAnswersKeepsEveryRecord", "FuzzDecodeChat", "BenchmarkAgentHTTP"),
 	}
 }
 
@@ -70,6 +71,7 @@ func TestCheckFixture(t *testing.T) {
 		{"counter suffix on a gauge", "`phaseless_fleet_devices_count`", "no binary exposes a metric family phaseless_fleet_devices_count"},
 		{"made-up header", "`x-phaseless-priority: high`", "no code reads or writes a header x-phaseless-priority"},
 		{"made-up endpoint", "`POST /v1/fleet/reboot`", "no binary serves /v1/fleet/reboot"},
+		{"made-up test", "`go test -run TestKillDuringReboot ./agent`", "no test, fuzz target or benchmark is named TestKillDuringReboot"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			ps := Check([]Doc{Parse("bad.md", string(good)+"\n"+tc.add+"\n")}, fixtureFacts())

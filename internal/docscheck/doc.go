@@ -25,6 +25,8 @@
 //   - A header: x-… in a code span or block.
 //   - An endpoint: /v1/…, /ui/…, /metrics, /healthz, /readyz, /debug/… in a
 //     code span or block; ID, NAME, {id} and <id> segments are placeholders.
+//   - A Go test: TestX, FuzzX or BenchmarkX in a code span or block must be
+//     a function of the module's tests, or a prefix of one (a -run pattern).
 //
 // # Runnable blocks
 //

@@ -38,7 +38,8 @@ func TestDocsMatchCode(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	f := Facts{Binaries: binaries(t), Headers: sourceHeaders(t)}
+	f := Facts{Binaries: binaries(t)}
+	f.Headers, f.Tests = sourceNames(t)
 	f.Metrics, f.Endpoint = liveServers(t)
 	for _, p := range Check(docs, f) {
 		t.Error(p)
@@ -176,11 +177,13 @@ var typeLineRE = regexp.MustCompile(`(?m)^# TYPE (\S+) (\S+)$`)
 
 var sourceHeaderRE = regexp.MustCompile(`(?i)\bx-[a-z0-9]+(?:-[a-z0-9]+)*`)
 
-// sourceHeaders are the x- names in the string literals of the module's
-// non-test Go files.
-func sourceHeaders(t *testing.T) map[string]bool {
+var testFuncRE = regexp.MustCompile(`(?m)^func ((?:Test|Fuzz|Benchmark)[A-Za-z0-9_]*)\(`)
+
+// sourceNames are the x- names in the string literals of the module's
+// non-test Go files, and the test functions of its test files.
+func sourceNames(t *testing.T) (headers, tests map[string]bool) {
 	t.Helper()
-	out := map[string]bool{}
+	out, tests := map[string]bool{}, map[string]bool{}
 	err := filepath.WalkDir(root, func(p string, d fs.DirEntry, err error) error {
 		if err != nil {
 			return err
@@ -191,12 +194,18 @@ func sourceHeaders(t *testing.T) map[string]bool {
 			}
 			return nil
 		}
-		if !strings.HasSuffix(p, ".go") || strings.HasSuffix(p, "_test.go") {
+		if !strings.HasSuffix(p, ".go") {
 			return nil
 		}
 		src, err := os.ReadFile(p)
 		if err != nil {
 			return err
+		}
+		if strings.HasSuffix(p, "_test.go") {
+			for _, m := range testFuncRE.FindAllSubmatch(src, -1) {
+				tests[string(m[1])] = true
+			}
+			return nil
 		}
 		var s scanner.Scanner
 		fset := token.NewFileSet()
@@ -216,8 +225,8 @@ func sourceHeaders(t *testing.T) map[string]bool {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !out["x-phaseless-route"] {
-		t.Fatal("the source scan found no x-phaseless-route")
+	if !out["x-phaseless-route"] || !tests["TestDocsMatchCode"] {
+		t.Fatal("the source scan found no x-phaseless-route or no TestDocsMatchCode")
 	}
-	return out
+	return out, tests
 }
