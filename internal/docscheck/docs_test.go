@@ -98,7 +98,7 @@ func liveServers(t *testing.T) (map[string]string, func(string) bool) {
 
 	// One request pinned to the cloud, once the link is up, so the
 	// families made on first use are on the pages too.
-	deadline := time.Now().Add(20 * time.Second)
+	deadline := time.Now().Add(60 * time.Second)
 	for {
 		req, _ := http.NewRequest("POST", bases[2]+"/v1/chat/completions", strings.NewReader(`{"messages":[{"role":"user","content":"hi"}],"max_tokens":2}`))
 		req.Header.Set("Content-Type", "application/json")

@@ -124,6 +124,9 @@ func (r *runner) run(ctx context.Context, line string) (string, error) {
 // TestRunnableBlocks runs every block marked `<!-- docscheck: run -->`,
 // each in a fresh directory: every line must succeed.
 func TestRunnableBlocks(t *testing.T) {
+	if raceEnabled {
+		t.Skip("runs the engine and a 900-request load test: slow under -race; make test runs it without (RACE_FULL)")
+	}
 	docs, err := Load(root)
 	if err != nil {
 		t.Fatal(err)
