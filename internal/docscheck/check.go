@@ -104,7 +104,7 @@ type checker struct {
 	// flagsUnknown: some command's flags could not be asked for, so a flag
 	// outside a command that no known command has may still be its.
 	flagsUnknown bool
-	documented   map[string]bool   // "phaselessctl lm train --out", and "--out" for any mention
+	documented   map[string]bool   // "phaselessctl lm train", "phaselessctl lm train --out", and "--out" for any mention
 	docText      map[string]string // doc path → text, for flags documented beside their command
 	problems     []Problem
 }
@@ -275,6 +275,9 @@ func (c *checker) resolve(file string, line int, cmd *Command, words []string, s
 		if len(next) == 0 {
 			resolving = false
 			continue
+		}
+		for _, cm := range next {
+			c.documented[cm.Path] = true
 		}
 		cmds = next
 	}
@@ -467,12 +470,15 @@ func (c *checker) endpoints(file string, s span) {
 	}
 }
 
-// undocumented reports each flag no doc names: a binary's own flags must
-// appear somewhere; a phaselessctl command's flag after that command, or in
-// a doc that names the command.
+// undocumented reports each command and flag no doc names: a command by
+// its words ("fleet rollout create"); a binary's own flags anywhere; a
+// subcommand's flag after that command, or in a doc that names the command.
 func (c *checker) undocumented() {
 	for _, b := range c.f.Binaries {
 		walk(b, func(cmd *Command) {
+			if cmd != b && !c.named(cmd.Path) {
+				c.add("(code)", 0, "%s is documented nowhere in README.md or docs/*.md", cmd.Path)
+			}
 			names := make([]string, 0, len(cmd.Flags))
 			for n := range cmd.Flags {
 				names = append(names, n)
@@ -492,6 +498,21 @@ func (c *checker) undocumented() {
 			}
 		})
 	}
+}
+
+// named: some doc names the command's words after its binary.
+func (c *checker) named(cmdPath string) bool {
+	if c.documented[cmdPath] {
+		return true
+	}
+	_, sub, _ := strings.Cut(cmdPath, " ")
+	re := regexp.MustCompile(`(^|[^a-z0-9-])` + regexp.QuoteMeta(sub) + `([^a-z0-9-]|$)`)
+	for _, text := range c.docText {
+		if re.MatchString(text) {
+			return true
+		}
+	}
+	return false
 }
 
 // namedBeside: some doc names the command (without its binary) and the flag.

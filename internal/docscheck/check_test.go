@@ -80,8 +80,13 @@ func TestCheckFixture(t *testing.T) {
 			}
 		})
 	}
+	// Remove the only mention of a command: it is undocumented.
+	doc := strings.ReplaceAll(string(good), "`phaselessctl sim --trace t.csv` runs the simulator.", "")
+	if ps := Check([]Doc{Parse("good.md", doc)}, fixtureFacts()); len(ps) != 2 || ps[0].Msg != "phaselessctl sim is documented nowhere in README.md or docs/*.md" {
+		t.Fatalf("want sim and its --trace undocumented, got:\n%s", join(ps))
+	}
 	// Remove the only mention of a flag: it is undocumented.
-	doc := strings.ReplaceAll(string(good), "--mqtt", "--listen")
+	doc = strings.ReplaceAll(string(good), "--mqtt", "--listen")
 	ps := Check([]Doc{Parse("good.md", doc)}, fixtureFacts())
 	if len(ps) != 1 || ps[0].Msg != "phaseless-agent --mqtt is documented nowhere in README.md or docs/*.md" {
 		t.Fatalf("want --mqtt undocumented, got:\n%s", join(ps))
