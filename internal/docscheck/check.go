@@ -327,6 +327,7 @@ func (c *checker) looseFlag(file string, line int, name string) {
 func (c *checker) metrics(file string, s span) {
 	for _, m := range metricRE.FindAllString(s.text, -1) {
 		for _, name := range expand(m) {
+			c.documented[name] = true
 			if !c.metricExists(name) {
 				c.add(file, s.line, "no binary exposes a metric family %s", name)
 			}
@@ -470,10 +471,22 @@ func (c *checker) endpoints(file string, s span) {
 	}
 }
 
-// undocumented reports each command and flag no doc names: a command by
+// undocumented reports each phaseless_ metric family, command and flag no
+// doc names: a family by its whole name (or {a,b} alternatives, not a
+// wildcard); a command by
 // its words ("fleet rollout create"); a binary's own flags anywhere; a
 // subcommand's flag after that command, or in a doc that names the command.
 func (c *checker) undocumented() {
+	fams := make([]string, 0, len(c.f.Metrics))
+	for f := range c.f.Metrics {
+		fams = append(fams, f)
+	}
+	sort.Strings(fams)
+	for _, f := range fams {
+		if strings.HasPrefix(f, "phaseless_") && !c.documented[f] {
+			c.add("(code)", 0, "metric family %s is documented nowhere in README.md or docs/*.md (by its whole name)", f)
+		}
+	}
 	for _, b := range c.f.Binaries {
 		walk(b, func(cmd *Command) {
 			if cmd != b && !c.named(cmd.Path) {

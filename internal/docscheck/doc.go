@@ -1,11 +1,12 @@
 // Package docscheck holds the documentation to the code: every flag,
-// subcommand, metric family, x- header and endpoint that README.md and
-// docs/*.md name must exist in the binaries, and every subcommand and flag
-// of every binary must be documented. Its test (docs_test.go) gathers the facts from the code
-// itself — the binaries' flag sets and `--help` output, the /metrics pages of
-// a real cloud and agent on loopback, their HTTP routes, the header names in
-// the Go source — and runs Check over the docs, so a doc that drifts from
-// the code fails `make test`.
+// subcommand, metric family, x- header, endpoint and Go test that README.md
+// and docs/*.md name must exist, and every subcommand and flag of every
+// binary, and every phaseless_ metric family they expose, must be
+// documented. Its test (docs_test.go) gathers the facts from
+// the code itself — the binaries' flag sets and `--help` output, the /metrics
+// pages of a real cloud, replica and agent on loopback, their HTTP routes,
+// the header names and test functions in the Go source — and runs Check over
+// the docs, so a doc that drifts from the code fails `make test`.
 //
 // # What counts as a mention
 //
