@@ -70,7 +70,7 @@ var builtinFlags = map[string]bool{"help": true, "h": true}
 var (
 	flagRE     = regexp.MustCompile(`(?:^|[\s(\[,|=/'"])--([a-z][a-z0-9]*(?:-[a-z0-9]+)*)`)
 	metricRE   = regexp.MustCompile(`phaseless_[a-z0-9_{},*="'-]*`)
-	headerRE   = regexp.MustCompile(`(?i)(?:^|[^a-z0-9-])(x-[a-z0-9]+(?:-[a-z0-9]+)*)`)
+	headerRE   = regexp.MustCompile(`(?i)(?:^|[^a-z0-9/-])(x-[a-z0-9]+(?:-[a-z0-9]+)*)`) // not a MIME type's application/x-…
 	testRE     = regexp.MustCompile(`\b(?:Test|Fuzz|Benchmark)[A-Z0-9][A-Za-z0-9_]*`)
 	endpointRE = regexp.MustCompile(`(?:^|[^A-Za-z0-9_.\-/])(/(?:v1/[A-Za-z0-9_.{}<>:-]+|ui|metrics|healthz|readyz|debug/pprof)(?:/[A-Za-z0-9_.{}<>:-]*)*)`)
 )
@@ -422,6 +422,7 @@ func splitTop(s string) []string {
 func (c *checker) headers(file string, s span) {
 	for _, m := range headerRE.FindAllStringSubmatch(s.text, -1) {
 		h := strings.ToLower(m[1])
+		c.documented[h] = true
 		if !c.f.Headers[h] {
 			c.add(file, s.line, "no code reads or writes a header %s", h)
 		}
@@ -471,8 +472,8 @@ func (c *checker) endpoints(file string, s span) {
 	}
 }
 
-// undocumented reports each phaseless_ metric family, command and flag no
-// doc names: a family by its whole name (or {a,b} alternatives, not a
+// undocumented reports each phaseless_ metric family, x-phaseless- header,
+// command and flag no doc names: a family by its whole name (or {a,b} alternatives, not a
 // wildcard); a command by
 // its words ("fleet rollout create"); a binary's own flags anywhere; a
 // subcommand's flag after that command, or in a doc that names the command.
@@ -485,6 +486,16 @@ func (c *checker) undocumented() {
 	for _, f := range fams {
 		if strings.HasPrefix(f, "phaseless_") && !c.documented[f] {
 			c.add("(code)", 0, "metric family %s is documented nowhere in README.md or docs/*.md (by its whole name)", f)
+		}
+	}
+	hdrs := make([]string, 0, len(c.f.Headers))
+	for h := range c.f.Headers {
+		hdrs = append(hdrs, h)
+	}
+	sort.Strings(hdrs)
+	for _, h := range hdrs {
+		if strings.HasPrefix(h, "x-phaseless-") && !c.documented[h] {
+			c.add("(code)", 0, "header %s is documented nowhere in README.md or docs/*.md", h)
 		}
 	}
 	for _, b := range c.f.Binaries {

@@ -85,6 +85,12 @@ func TestCheckFixture(t *testing.T) {
 	if ps := Check([]Doc{Parse("good.md", doc)}, fixtureFacts()); len(ps) != 1 || ps[0].Msg != "metric family phaseless_worker_inflight is documented nowhere in README.md or docs/*.md (by its whole name)" {
 		t.Fatalf("want phaseless_worker_inflight undocumented, got:\n%s", join(ps))
 	}
+	// A header the code has and no doc names is undocumented.
+	facts := fixtureFacts()
+	facts.Headers["x-phaseless-decode"] = true
+	if ps := Check([]Doc{Parse("good.md", string(good))}, facts); len(ps) != 1 || ps[0].Msg != "header x-phaseless-decode is documented nowhere in README.md or docs/*.md" {
+		t.Fatalf("want x-phaseless-decode undocumented, got:\n%s", join(ps))
+	}
 	// Remove the only mention of a command: it is undocumented.
 	doc = strings.ReplaceAll(string(good), "`phaselessctl sim --trace t.csv` runs the simulator.", "")
 	if ps := Check([]Doc{Parse("good.md", doc)}, fixtureFacts()); len(ps) != 2 || ps[0].Msg != "phaselessctl sim is documented nowhere in README.md or docs/*.md" {

@@ -1,8 +1,8 @@
 // Package docscheck holds the documentation to the code: every flag,
 // subcommand, metric family, x- header, endpoint and Go test that README.md
 // and docs/*.md name must exist, and every subcommand and flag of every
-// binary, and every phaseless_ metric family they expose, must be
-// documented. Its test (docs_test.go) gathers the facts from
+// binary, every phaseless_ metric family they expose and every
+// x-phaseless- header the code reads or writes, must be documented. Its test (docs_test.go) gathers the facts from
 // the code itself — the binaries' flag sets and `--help` output, the /metrics
 // pages of a real cloud, replica and agent on loopback, their HTTP routes,
 // the header names and test functions in the Go source — and runs Check over

@@ -175,7 +175,7 @@ func liveServers(t *testing.T) (map[string]string, func(string) bool) {
 
 var typeLineRE = regexp.MustCompile(`(?m)^# TYPE (\S+) (\S+)$`)
 
-var sourceHeaderRE = regexp.MustCompile(`(?i)\bx-[a-z0-9]+(?:-[a-z0-9]+)*`)
+var sourceHeaderRE = regexp.MustCompile(`(?i)(?:^|[^a-z0-9/-])(x-[a-z0-9]+(?:-[a-z0-9]+)*)`) // not application/x-…
 
 var testFuncRE = regexp.MustCompile(`(?m)^func ((?:Test|Fuzz|Benchmark)[A-Za-z0-9_]*)\(`)
 
@@ -216,8 +216,8 @@ func sourceNames(t *testing.T) (headers, tests map[string]bool) {
 				return nil
 			}
 			if tok == token.STRING {
-				for _, h := range sourceHeaderRE.FindAllString(lit, -1) {
-					out[strings.ToLower(h)] = true
+				for _, m := range sourceHeaderRE.FindAllStringSubmatch(lit, -1) {
+					out[strings.ToLower(m[1])] = true
 				}
 			}
 		}
