@@ -2,9 +2,10 @@ package docscheck
 
 import (
 	"fmt"
+	"maps"
 	"path"
 	"regexp"
-	"sort"
+	"slices"
 	"strings"
 )
 
@@ -115,12 +116,7 @@ func (c *checker) add(file string, line int, format string, args ...any) {
 
 func walk(c *Command, fn func(*Command)) {
 	fn(c)
-	names := make([]string, 0, len(c.Subs))
-	for n := range c.Subs {
-		names = append(names, n)
-	}
-	sort.Strings(names)
-	for _, n := range names {
+	for _, n := range slices.Sorted(maps.Keys(c.Subs)) {
 		walk(c.Subs[n], fn)
 	}
 }
@@ -473,42 +469,28 @@ func (c *checker) endpoints(file string, s span) {
 }
 
 // undocumented reports each phaseless_ metric family, x-phaseless- header,
-// command and flag no doc names: a family by its whole name (or {a,b} alternatives, not a
-// wildcard); a command by
-// its words ("fleet rollout create"); a binary's own flags anywhere; a
-// subcommand's flag after that command, or in a doc that names the command.
+// command and flag no doc names: a family by its whole name (or {a,b}
+// alternatives, not a wildcard); a command by its words ("fleet rollout
+// create"); a binary's own flags anywhere; a subcommand's flag after that
+// command, or in a doc that names the command.
 func (c *checker) undocumented() {
-	fams := make([]string, 0, len(c.f.Metrics))
-	for f := range c.f.Metrics {
-		fams = append(fams, f)
-	}
-	sort.Strings(fams)
-	for _, f := range fams {
+	for _, f := range slices.Sorted(maps.Keys(c.f.Metrics)) {
 		if strings.HasPrefix(f, "phaseless_") && !c.documented[f] {
 			c.add("(code)", 0, "metric family %s is documented nowhere in README.md or docs/*.md (by its whole name)", f)
 		}
 	}
-	hdrs := make([]string, 0, len(c.f.Headers))
-	for h := range c.f.Headers {
-		hdrs = append(hdrs, h)
-	}
-	sort.Strings(hdrs)
-	for _, h := range hdrs {
+	for _, h := range slices.Sorted(maps.Keys(c.f.Headers)) {
 		if strings.HasPrefix(h, "x-phaseless-") && !c.documented[h] {
 			c.add("(code)", 0, "header %s is documented nowhere in README.md or docs/*.md", h)
 		}
 	}
-	for _, b := range c.f.Binaries {
+	for _, name := range slices.Sorted(maps.Keys(c.f.Binaries)) {
+		b := c.f.Binaries[name]
 		walk(b, func(cmd *Command) {
 			if cmd != b && !c.named(cmd.Path) {
 				c.add("(code)", 0, "%s is documented nowhere in README.md or docs/*.md", cmd.Path)
 			}
-			names := make([]string, 0, len(cmd.Flags))
-			for n := range cmd.Flags {
-				names = append(names, n)
-			}
-			sort.Strings(names)
-			for _, n := range names {
+			for _, n := range slices.Sorted(maps.Keys(cmd.Flags)) {
 				if c.documented[cmd.Path+" --"+n] {
 					continue
 				}
