@@ -22,11 +22,13 @@ import (
 // are skipped, since the binaries' code runs in process. Every port in the
 // lines (":8080") becomes a free one, the same throughout one runner (4433,
 // QUIC's, a UDP one), so a doc can say what an operator types while tests
-// run side by side. Lines run in a fresh directory that links the
-// repository's top-level entries, so a path like models/… reads the
-// repository while what a command writes stays in the directory.
+// run side by side. Lines run in a fresh directory; a word naming a file of
+// the repository (models/cloudmodel/cloud.gguf, also after NAME=) becomes
+// its absolute path, so a command reads the repository's data while what it
+// writes stays in the directory, never in the repository.
 type runner struct {
 	t     *testing.T
+	repo  string            // the repository's absolute path
 	ports map[string]string // ":8080" → ":41234"
 	env   map[string]string
 }
@@ -38,20 +40,27 @@ func newRunner(t *testing.T) *runner {
 	if err != nil {
 		t.Fatal(err)
 	}
-	entries, err := os.ReadDir(repo)
-	if err != nil {
-		t.Fatal(err)
+	t.Chdir(t.TempDir())
+	return &runner{t: t, repo: repo, ports: map[string]string{}, env: map[string]string{}}
+}
+
+// repoFile turns a relative path naming a regular file of the repository
+// into its absolute path; anything else stays as it is.
+func (r *runner) repoFile(w string) string {
+	name, p, found := strings.Cut(w, "=")
+	if !found {
+		name, p = "", w
+	} else {
+		name += "="
 	}
-	dir := t.TempDir()
-	for _, e := range entries {
-		if n := e.Name(); n != "bin" && !strings.HasPrefix(n, ".") {
-			if err := os.Symlink(filepath.Join(repo, n), filepath.Join(dir, n)); err != nil {
-				t.Fatal(err)
-			}
-		}
+	if p == "" || filepath.IsAbs(p) || strings.HasPrefix(p, "-") {
+		return w
 	}
-	t.Chdir(dir)
-	return &runner{t: t, ports: map[string]string{}, env: map[string]string{}}
+	abs := filepath.Join(r.repo, p)
+	if st, err := os.Stat(abs); err == nil && st.Mode().IsRegular() {
+		return name + abs
+	}
+	return w
 }
 
 func (r *runner) port(p string) string {
@@ -73,6 +82,9 @@ func (r *runner) run(ctx context.Context, line string) (string, error) {
 	words := shellWords(line)
 	if len(words) == 0 {
 		return "", nil
+	}
+	for i, w := range words {
+		words[i] = r.repoFile(w)
 	}
 	if words[0] == "echo" && len(words) == 4 && words[2] == ">" {
 		return "", os.WriteFile(words[3], []byte(words[1]+"\n"), 0o600)

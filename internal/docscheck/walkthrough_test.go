@@ -28,7 +28,7 @@ var walkthrough = []step{
 	{cmd: "phaselessctl pki device --dir pki --id car-2"},
 	{cmd: "phaselessctl ota keygen --dir ."},
 	{cmd: `echo "sk-ops-walkthrough-01 ops role=operator" > api-keys`},
-	{cmd: `phaseless-cloud --pki-dir pki --api-keys api-keys --ota-pub ota-pub.pem --data-dir cloud --http 127.0.0.1:8080 --quic 127.0.0.1:4433 --mqtt 127.0.0.1:1883 --mqtt-tls 127.0.0.1:8883 &`},
+	{cmd: `phaseless-cloud --pki-dir pki --api-keys api-keys --ota-pub ota-pub.pem --data-dir cloud-data --http 127.0.0.1:8080 --quic 127.0.0.1:4433 --mqtt 127.0.0.1:1883 --mqtt-tls 127.0.0.1:8883 &`},
 	{cmd: "phaseless-agent --device-id car-1 --pki-dir pki --cloud 127.0.0.1:4433 --mqtt tls://127.0.0.1:8883 --ota-pub ota-pub.pem --ota-origin http://127.0.0.1:8080 --listen 127.0.0.1:7070 --data-dir car-1 &"},
 	{cmd: "phaseless-agent --device-id car-2 --pki-dir pki --cloud 127.0.0.1:4433 --mqtt tls://127.0.0.1:8883 --ota-pub ota-pub.pem --ota-origin http://127.0.0.1:8080 --listen 127.0.0.1:7071 --data-dir car-2 &"},
 	{cmd: "export PHASELESS_CLOUD=http://127.0.0.1:8080"},
