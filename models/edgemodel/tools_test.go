@@ -488,3 +488,20 @@ func TestNoMarkupInProse(t *testing.T) {
 		t.Logf("%q at temperature 1, %d seeds: %d calls, %d prose", request, seeds, calls, prose)
 	}
 }
+
+// TestServesTools: the shipped model serves the car's tools (its tool
+// prior knows each), not an app's own ones it was never taught, nor none;
+// the agent's router keeps the first on the device.
+func TestServesTools(t *testing.T) {
+	m, err := Open()
+	if err != nil {
+		t.Fatal(err)
+	}
+	car := cartools.Tools()
+	if !m.ServesTools(car) || !m.ServesTools(car[:1]) {
+		t.Error("the edge model does not serve the car's tools")
+	}
+	if m.ServesTools(append(car[:1:1], llm.Tool{Name: "dim_lights"})) || m.ServesTools(nil) {
+		t.Error("the edge model claims a tool it was not taught, or no tools")
+	}
+}
