@@ -118,7 +118,7 @@ func TestToolCallAccuracy(t *testing.T) {
 	defer ea.Close()
 	free := cartools.Tools()
 	for i := range free {
-		free[i].Parameters = json.RawMessage(strings.ReplaceAll(string(free[i].Parameters), `,"`+grammar.CopyKeyword+`":true`, ""))
+		free[i].Parameters = json.RawMessage(strings.ReplaceAll(string(free[i].Parameters), `"`+grammar.CopyKeyword+`":true`, `"`+grammar.CopyKeyword+`":false`))
 	}
 	tuned := strings.HasPrefix(m.Meta["phaseless.train.preset"].(string), "edge-tools")
 	compare := os.Getenv("PHASELESS_TOOLS_COMPARE") != ""
@@ -232,6 +232,13 @@ type toolScores struct {
 }
 
 func measureToolCalls(t *testing.T, e *lm.Engine, cases []toolCase, tools []llm.Tool, st setting, label string) toolScores {
+	return measureCalls(t, e, cases, tools, st, label, false)
+}
+
+// measureCalls is measureToolCalls; with named, each request that should
+// call a tool names it in tool_choice (small talk stays auto), which
+// measures the arguments alone.
+func measureCalls(t *testing.T, e *lm.Engine, cases []toolCase, tools []llm.Tool, st setting, label string, named bool) toolScores {
 	t.Helper()
 	h, err := httpapi.NewHandler(e, httpapi.Options{})
 	if err != nil {
@@ -248,7 +255,11 @@ func measureToolCalls(t *testing.T, e *lm.Engine, cases []toolCase, tools []llm.
 			defer wg.Done()
 			defer func() { <-sem }()
 			// A seed per request keeps the no-temperature run reproducible.
-			r, err := askChat(h, c.Request, tools, st.temperature, uint64(i+1), 160)
+			name := ""
+			if named {
+				name = c.Tool
+			}
+			r, err := askChat(h, c.Request, tools, st.temperature, uint64(i+1), 160, name)
 			if err != nil {
 				t.Error(err)
 			}
@@ -312,8 +323,9 @@ type chatReply struct {
 
 // askChat sends one user request with tools through the OpenAI handler, as
 // an app does, with the given temperature (nil: none) and seed, and
-// returns the reply (at most maxTokens).
-func askChat(h http.Handler, request string, tools []llm.Tool, temperature *float64, seed uint64, maxTokens int) (chatReply, error) {
+// returns the reply (at most maxTokens); named, when set, is the tool
+// tool_choice names.
+func askChat(h http.Handler, request string, tools []llm.Tool, temperature *float64, seed uint64, maxTokens int, named string) (chatReply, error) {
 	type function struct {
 		Name        string          `json:"name"`
 		Description string          `json:"description,omitempty"`
@@ -334,6 +346,9 @@ func askChat(h http.Handler, request string, tools []llm.Tool, temperature *floa
 	}
 	if len(ts) > 0 {
 		body["tools"] = ts
+	}
+	if named != "" {
+		body["tool_choice"] = map[string]any{"type": "function", "function": map[string]string{"name": named}}
 	}
 	raw, err := json.Marshal(body)
 	if err != nil {
@@ -462,7 +477,7 @@ func TestNoMarkupInProse(t *testing.T) {
 			go func() {
 				defer wg.Done()
 				defer func() { <-sem }()
-				r, err := askChat(h, request, cartools.Tools(), &one, uint64(seed+1), 48)
+				r, err := askChat(h, request, cartools.Tools(), &one, uint64(seed+1), 48, "")
 				if err != nil {
 					t.Error(err)
 					return
@@ -504,4 +519,98 @@ func TestServesTools(t *testing.T) {
 	if m.ServesTools(append(car[:1:1], llm.Tool{Name: "dim_lights"})) || m.ServesTools(nil) {
 		t.Error("the edge model claims a tool it was not taught, or no tools")
 	}
+}
+
+// homeTools is a second tool set, a smart home's, written as an app
+// writes its own (plain OpenAI tools: no x-phaseless-copy, names and
+// wording unlike the car's), and homeSets its requests: the dev set that
+// copying unmarked arguments was tuned on, and the held-out set, committed
+// before anything was measured on either (d1dd632).
+const homeTools = "testdata/hometools.json"
+
+var homeSets = []string{"testdata/homecalls_dev.jsonl", "testdata/homecalls.jsonl"}
+
+func loadOpenAITools(t *testing.T, file string) []llm.Tool {
+	t.Helper()
+	raw, err := os.ReadFile(file)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var in []struct {
+		Function struct {
+			Name        string          `json:"name"`
+			Description string          `json:"description"`
+			Parameters  json.RawMessage `json:"parameters"`
+		} `json:"function"`
+	}
+	if err := json.Unmarshal(raw, &in); err != nil {
+		t.Fatal(err)
+	}
+	var out []llm.Tool
+	for _, f := range in {
+		out = append(out, llm.Tool{Name: f.Function.Name, Description: f.Function.Description, Parameters: f.Function.Parameters})
+	}
+	return out
+}
+
+// TestUserToolAccuracy asks the shipped model the smart home's requests
+// with its tools, at both settings: with tool_choice naming the right tool
+// (the arguments alone: what an app's own free-text arguments get) and
+// auto (the model was taught only the car's tools, so whether it calls
+// the right one is reported, not bounded). The held-out set's named
+// arguments are bounded like the car's; run with
+// PHASELESS_TOOLS_COMPARE=1 for the dev set and the arguments with
+// copying turned off ("x-phaseless-copy": false on every property).
+func TestUserToolAccuracy(t *testing.T) {
+	m, err := Open()
+	if err != nil {
+		t.Fatal(err)
+	}
+	e, err := lm.NewEngine(m, lm.EngineConfig{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer e.Close()
+	tools := loadOpenAITools(t, homeTools)
+	noCopy := slices.Clone(tools)
+	for i := range noCopy {
+		var schema map[string]any
+		if err := json.Unmarshal(noCopy[i].Parameters, &schema); err != nil {
+			t.Fatal(err)
+		}
+		for _, p := range schema["properties"].(map[string]any) {
+			p.(map[string]any)[grammar.CopyKeyword] = false
+		}
+		noCopy[i].Parameters, _ = json.Marshal(schema)
+	}
+	compare := os.Getenv("PHASELESS_TOOLS_COMPARE") != ""
+	sets := homeSets[1:]
+	if compare {
+		sets = homeSets
+	}
+	for _, set := range sets {
+		name := strings.TrimSuffix(strings.TrimPrefix(set, "testdata/"), ".jsonl")
+		cases := loadToolCases(t, set)
+		for _, st := range settings {
+			t.Run(name+"/"+st.name, func(t *testing.T) {
+				if compare {
+					measureCalls(t, e, cases, noCopy, st, "tool named, unmarked arguments not copied", true)
+					measureCalls(t, e, cases, noCopy, st, "tool_choice auto, unmarked arguments not copied", false)
+				}
+				s := measureCalls(t, e, cases, tools, st, "tool named, unmarked arguments copied (as shipped)", true)
+				measureCalls(t, e, cases, tools, st, "tool_choice auto, unmarked arguments copied (as shipped)", false)
+				if f := userToolFloors[name]; s.exactInText < f {
+					t.Errorf("exact arguments %.3f, below %.3f", s.exactInText, f)
+				}
+			})
+		}
+	}
+}
+
+// userToolFloors bound TestUserToolAccuracy's exact arguments with the
+// tool named, per set, at both settings: just below what was measured
+// (docs/tools.md).
+var userToolFloors = map[string]float64{
+	"homecalls_dev": 0.90, // measured 22 of 24 at both settings
+	"homecalls":     0.85, // measured 40 of 46 at both settings
 }

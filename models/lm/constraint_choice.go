@@ -379,7 +379,9 @@ func (e *Engine) decideChoices(jobs []*choiceJob, now time.Time) {
 	}
 	e.greedyOpen(jobs)
 	for _, j := range jobs {
-		e.applyToolPrior(j)
+		if !e.applyToolPrior(j) {
+			e.applyArgRule(j)
+		}
 		e.applyChoice(j, now)
 	}
 }

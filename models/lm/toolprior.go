@@ -80,15 +80,21 @@ func (m *Model) ServesTools(tools []llm.Tool) bool {
 	return len(tools) > 0
 }
 
+// priorFor is the tool prior the engine reads requests with: its
+// config's, else its model's; nil for none.
+func (e *Engine) priorFor() *toolprior.Prior {
+	if e.cfg.ToolPrior != nil {
+		return e.cfg.ToolPrior
+	}
+	return e.m.toolPrior
+}
+
 // toolPriorFor reads req with the engine's tool prior, or returns nil: no
 // tools offered, no prior or all its weights 0, choice decoding off, or a last
 // turn that is not the user's (after a tool's result the reply is the
 // model's own).
 func (e *Engine) toolPriorFor(req *llm.Request, g *grammar.Grammar) *requestPrior {
-	p := e.cfg.ToolPrior
-	if p == nil {
-		p = e.m.toolPrior
-	}
+	p := e.priorFor()
 	n := len(req.Messages)
 	if g == nil || !req.HasTools() || e.cfg.NoToolPrior || e.cfg.ByteChoices || p == nil ||
 		p.Weight == 0 && p.SpanWeight == 0 && p.CallWeight == 0 && p.CallBias == 0 ||

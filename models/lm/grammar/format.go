@@ -39,6 +39,7 @@ func ToolCalls(f CallFormat, tools []Tool, o ToolCallOptions) (*Grammar, error) 
 	}
 	return compileCopying(o.CopyFrom, nil, func(c *compiler) []elem {
 		b := c.b
+		c.copyUnmarked = true // arguments copy unless marked not to (copy.go)
 		var alts [][]elem
 		for _, t := range tools {
 			name, _ := json.Marshal(t.Name)
