@@ -244,7 +244,6 @@ func (r *argRule) otherNumber(at argTool, key string) bool {
 	return false
 }
 
-
 // ruleWords is text's words, lower-cased, without the punctuation around
 // them ("Mario's" keeps its apostrophe, "6:30" its colon); '_' and '-'
 // split words, as a tool's name writes them.
