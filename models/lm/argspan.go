@@ -3,8 +3,10 @@ package lm
 import (
 	"bytes"
 	"encoding/json"
+	"math"
 	"regexp"
 	"slices"
+	"strconv"
 	"strings"
 	"unicode"
 
@@ -32,8 +34,9 @@ import (
 // models/edgemodel/testdata/homecalls_dev.jsonl alone (docs/tools.md).
 //
 // It applies to models without a chat template (the byte-level models
-// trained here), at spans of a tool the tool prior does not know; a model
-// with its own template reads the tools in its prompt and decides alone.
+// trained here) to requests that offer a tool the tool prior does not
+// know, where the prior abstains; a model with its own template reads the
+// tools in its prompt and decides alone.
 
 // Weights of the argument rule, per feature, in the units of a choice
 // score (a mean log-probability per token).
@@ -63,10 +66,14 @@ type argRule struct {
 
 type argTool struct {
 	name, words map[string]bool            // words of the tool's name; of its name and description
+	nameStems   map[string]bool            // the name's words, stemmed
+	descStems   map[string]bool            // the description's words, stemmed
 	args        map[string]map[string]bool // argument → words of its name and description
 	keys        map[string]map[string]bool // argument → words of its name
 	shape       map[string]string          // argument → shape of its description's example
 	numbers     map[string]bool            // the arguments that are numbers
+	bounds      [][2]float64               // the integer arguments' bounds
+	enums       []string                   // the string enums' values
 }
 
 // argRuleFor builds the rule for req, or nil where it does not apply: no
@@ -77,31 +84,52 @@ func (e *Engine) argRuleFor(req *llm.Request) *argRule {
 		return nil
 	}
 	known := map[string]bool{}
-	if p := e.priorFor(); p != nil && !e.cfg.NoToolPrior {
+	if p := e.priorFor(); p != nil {
 		for _, l := range p.Labels {
 			if tool, _, err := toolprior.ParseLabel(l); err == nil {
 				known[tool] = true
 			}
 		}
 	}
+	if !slices.ContainsFunc(req.Tools, func(t llm.Tool) bool { return !known[t.Name] }) {
+		return nil // the prior serves every tool offered
+	}
+	// One tool it does not know and the prior abstains from the whole
+	// call (toolprior.go): the rule serves every tool offered.
 	r := &argRule{text: req.Messages[n-1].Content, tools: map[string]argTool{}}
 	r.words = ruleWords(r.text)
 	for _, t := range req.Tools {
-		if known[t.Name] {
-			continue // the prior's span head serves it
-		}
-		at := argTool{name: wordSet(t.Name), words: wordSet(t.Name + " " + t.Description), args: map[string]map[string]bool{},
+		at := argTool{name: wordSet(t.Name), words: wordSet(t.Name + " " + t.Description),
+			nameStems: stemSet(t.Name), descStems: stemSet(t.Description), args: map[string]map[string]bool{},
 			keys: map[string]map[string]bool{}, shape: map[string]string{}, numbers: map[string]bool{}}
 		var schema struct {
 			Properties map[string]struct {
-				Type        any    `json:"type"`
-				Description string `json:"description"`
+				Type        any      `json:"type"`
+				Description string   `json:"description"`
+				Enum        []any    `json:"enum"`
+				Minimum     *float64 `json:"minimum"`
+				Maximum     *float64 `json:"maximum"`
 			} `json:"properties"`
 		}
 		_ = json.Unmarshal(t.Parameters, &schema) // the grammar compiled it already
 		for name, p := range schema.Properties {
 			at.args[name], at.keys[name] = wordSet(name+" "+p.Description), wordSet(name)
 			at.numbers[name] = p.Type == "integer" || p.Type == "number"
+			if at.numbers[name] {
+				lo, hi := math.Inf(-1), math.Inf(1)
+				if p.Minimum != nil {
+					lo = *p.Minimum
+				}
+				if p.Maximum != nil {
+					hi = *p.Maximum
+				}
+				at.bounds = append(at.bounds, [2]float64{lo, hi})
+			}
+			for _, v := range p.Enum {
+				if v, ok := v.(string); ok {
+					at.enums = append(at.enums, v)
+				}
+			}
 			// Only a shape with digits or punctuation says something
 			// ("6:30"); "kitchen" would favour every lower-case word.
 			if _, ex, ok := strings.Cut(p.Description, "e.g."); ok && len(strings.Fields(ex)) > 0 {
@@ -111,9 +139,6 @@ func (e *Engine) argRuleFor(req *llm.Request) *argRule {
 			}
 		}
 		r.tools[t.Name] = at
-	}
-	if len(r.tools) == 0 {
-		return nil
 	}
 	return r
 }
@@ -125,6 +150,131 @@ var (
 	callName  = regexp.MustCompile(`\{"name":"((?:[^"\\]|\\.)*)","arguments":`)
 	stringArg = regexp.MustCompile(`"(?:[^"\\]|\\.)*":"((?:[^"\\]|\\.)*)"`)
 )
+
+// Weights of the tool rule, per word of the request (function words and
+// genericVerbs aside) that a tool's name or description has, and per value
+// of the request its arguments would take.
+const (
+	toolNameWord = 2.0 // a word of the tool's name ("lights", "on")
+	toolDescWord = 1.0 // a word of its description ("takeout")
+	toolValue    = 1.0 // a number within an integer argument's bounds, an enum value named, the shape of an example
+)
+
+// genericVerbs open requests for any tool: they say nothing of which.
+var genericVerbs = map[string]bool{"get": true, "set": true, "make": true, "do": true, "have": true, "let": true, "go": true}
+
+// toolScore is the tool rule's score of tool at for the request: its words
+// and the values it would take. A request that shares nothing with any
+// tool scores 0 everywhere and is left to the model (small talk, prose).
+func (r *argRule) toolScore(at argTool) float64 {
+	var s float64
+	for _, w := range r.words {
+		w = stem(w)
+		switch {
+		case genericVerbs[w]:
+		case (at.name[w] || at.nameStems[w]) && functionWords[w]:
+			s += toolDescWord // "on" of lights_on: a weak word, if the name's
+		case at.name[w] || at.nameStems[w]:
+			s += toolNameWord
+		case functionWords[w]:
+		case at.descStems[w]:
+			s += toolDescWord
+		}
+	}
+	for _, n := range numberRE.FindAllString(r.text, -1) {
+		v, _ := strconv.ParseFloat(n, 64)
+		for _, b := range at.bounds {
+			if v >= b[0] && v <= b[1] {
+				s += toolValue
+				break
+			}
+		}
+	}
+	for _, v := range at.enums {
+		if slices.Contains(r.words, strings.ToLower(v)) {
+			s += toolValue
+		}
+	}
+	for _, sh := range at.shape {
+		for _, w := range strings.Fields(r.text) {
+			if wordShape(w) == sh {
+				s += toolValue
+			}
+		}
+	}
+	return s
+}
+
+var numberRE = regexp.MustCompile(`\b[0-9]+\b`)
+
+// stem drops an English plural or verb ending, so "lights" meets "light"
+// and "locked" meets "lock".
+func stem(w string) string {
+	for _, suf := range []string{"ing", "ed", "es", "s"} {
+		if len(w) > len(suf)+3 && strings.HasSuffix(w, suf) {
+			return w[:len(w)-len(suf)]
+		}
+	}
+	return w
+}
+
+// toolScores is the tool rule's score of each of alts, or false when alts
+// are not tool names or the rule serves none of them.
+func (r *argRule) toolScores(alts []alternative) ([]float64, bool) {
+	if r == nil {
+		return nil, false
+	}
+	scores := make([]float64, len(alts))
+	served := false
+	for i, a := range alts {
+		if a.open {
+			continue
+		}
+		name, ok := altToolName(a.text)
+		if !ok {
+			return nil, false
+		}
+		if at, ok := r.tools[name]; ok {
+			scores[i], served = r.toolScore(at), true
+		}
+	}
+	return scores, served
+}
+
+// pruneTools keeps, at a tool point the rule serves, prose and the tools
+// within one word of the rule's best, when the best shares a word with
+// the request: the others cannot win once the rule's weight is added, and
+// scoring a dozen unknown tools whole can find no room in the cache, which
+// leaves the point to the first byte.
+func (r *argRule) pruneTools(alts []alternative) []alternative {
+	scores, ok := r.toolScores(alts)
+	if !ok || slices.Max(scores) <= 0 {
+		return alts
+	}
+	best := slices.Max(scores)
+	kept := alts[:0:0]
+	for i, a := range alts {
+		if a.open || scores[i] >= best-toolDescWord {
+			kept = append(kept, a)
+		}
+	}
+	return kept
+}
+
+// applyToolRule adds the tool rule to j's alternatives when they are the
+// tool names (joined with the call against prose, or alone once the
+// call's opening is written) and the rule serves a tool among them; it
+// reports whether it did.
+func (e *Engine) applyToolRule(j *choiceJob) bool {
+	scores, ok := j.s.opt.argRule.toolScores(j.alts)
+	if !ok {
+		return false
+	}
+	for i := range j.alts {
+		j.alts[i].score += argScale * scores[i]
+	}
+	return true
+}
 
 // applyArgRule adds the rule to j's alternatives when they are the spans of
 // a copied string of a tool the rule serves; it reports whether it did.
@@ -254,6 +404,14 @@ func ruleWords(text string) []string {
 		if w != "" {
 			out = append(out, strings.ToLower(w))
 		}
+	}
+	return out
+}
+
+func stemSet(text string) map[string]bool {
+	out := map[string]bool{}
+	for _, w := range ruleWords(text) {
+		out[stem(w)] = true
 	}
 	return out
 }

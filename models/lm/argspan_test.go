@@ -8,7 +8,8 @@ import (
 	"github.com/phaseless/phaseless/models/toolprior"
 )
 
-// TestArgRuleRanksSpans: the argument rule, on a tool set of its own
+// TestArgRuleRanksSpans: the tool rule picks the tool a request's words
+// name, and the argument rule, on a tool set of its own
 // (none of the edge model's tools, none of the smart home's it was tuned
 // on), ranks the span a person means first among the request's spans, and
 // does not apply to tools the model's tool prior knows (its span head
@@ -43,6 +44,22 @@ func TestArgRuleRanksSpans(t *testing.T) {
 	known := &Engine{m: &Model{}, cfg: EngineConfig{ToolPrior: &toolprior.Prior{Labels: []string{"book_table", "water_plants", "start_timer", toolprior.Prose}}}}
 	if known.argRuleFor(&llm.Request{Messages: []llm.Message{{Role: "user", Content: "book a table"}}, ToolRequest: llm.ToolRequest{Tools: tools}}) != nil {
 		t.Error("the rule applies to tools the prior knows")
+	}
+	// The tool rule: each request's tool scores highest.
+	for text, want := range map[string]string{
+		"book a table for 4 at Blue Harbor":  "book_table",
+		"water the plants in the back patio": "water_plants",
+		"start a timer for 12:30 please":     "start_timer",
+	} {
+		r := e.argRuleFor(&llm.Request{Messages: []llm.Message{{Role: "user", Content: text}}, ToolRequest: llm.ToolRequest{Tools: tools}})
+		for _, tl := range tools {
+			if tl.Name != want && r.toolScore(r.tools[tl.Name]) >= r.toolScore(r.tools[want]) {
+				t.Errorf("%q: %s scores %v, %s %v", text, tl.Name, r.toolScore(r.tools[tl.Name]), want, r.toolScore(r.tools[want]))
+			}
+		}
+	}
+	if r := e.argRuleFor(&llm.Request{Messages: []llm.Message{{Role: "user", Content: "how are you today"}}, ToolRequest: llm.ToolRequest{Tools: tools}}); r.toolScore(r.tools["book_table"]) != 0 {
+		t.Error("small talk shares words with a tool")
 	}
 	// A value the call already holds is not copied again.
 	r := e.argRuleFor(&llm.Request{Messages: []llm.Message{{Role: "user", Content: "book Luigi for two"}}, ToolRequest: llm.ToolRequest{Tools: tools}})

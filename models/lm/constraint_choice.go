@@ -161,6 +161,7 @@ func (e *Engine) choiceJob(s *sequence, logits []float32) *choiceJob {
 		return nil
 	}
 	alts = s.opt.toolPrior.pruneTools(alts, e.cfg.ToolPrune)
+	alts = s.opt.argRule.pruneTools(alts)
 	j := &choiceJob{s: s, logits: logits, alts: alts, openAt: -1}
 	for i := range alts {
 		a := &alts[i]
@@ -314,7 +315,9 @@ func (e *Engine) decideChoices(jobs []*choiceJob, now time.Time) {
 		if e.plan(j) {
 			ready = append(ready, j)
 		} else {
-			e.sampleNext(j.s, j.logits, now)
+			// No room to score it: decided byte by byte, greedily still
+			// (a choice point is not drawn at any temperature).
+			e.sampleNextWith(j.s, j.logits, now, greedyDraw)
 		}
 	}
 	jobs = ready
@@ -379,7 +382,7 @@ func (e *Engine) decideChoices(jobs []*choiceJob, now time.Time) {
 	}
 	e.greedyOpen(jobs)
 	for _, j := range jobs {
-		if !e.applyToolPrior(j) {
+		if !e.applyToolPrior(j) && !e.applyToolRule(j) {
 			e.applyArgRule(j)
 		}
 		e.applyChoice(j, now)
