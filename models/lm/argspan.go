@@ -33,7 +33,11 @@ import (
 // The model's own score still breaks ties. The weights were chosen on
 // models/edgemodel/testdata/homecalls_dev.jsonl alone (docs/tools.md).
 //
-// It applies to models without a chat template (the byte-level models
+// The tool rule (toolScore) does the same at the tool point: which tool
+// the request's words name, from the words of each tool's name and
+// description and the values its arguments would take.
+//
+// Both apply to models without a chat template (the byte-level models
 // trained here) to requests that offer a tool the tool prior does not
 // know, where the prior abstains; a model with its own template reads the
 // tools in its prompt and decides alone.
