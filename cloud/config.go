@@ -42,7 +42,7 @@ type Config struct {
 	FleetDataDir  string  // the fleet store's directory; empty: DATA_DIR/fleet
 	FleetStandby  bool    // with Redis: wait for the fleet lease as a standby instead of refusing to start (fleetstandby.go)
 
-	FleetArchiveDir      string        // Parquet archive of older telemetry (cloud/fleet/archive); empty: none
+	FleetArchiveDir      string        // Parquet archive of older telemetry (cloud/fleetapi/archive); empty: none
 	FleetArchiveAfter    time.Duration // a record moves once its ingest hour ended this long ago; 0 = 10 minutes
 	FleetArchiveMaxBytes int64         // the archive's size bound; 0 = none (the age bound, 30 days, still applies)
 	OTLP                 cli.URL       // OTLP/HTTP collector that request spans are exported to; parsed when set
