@@ -111,8 +111,8 @@ func newLink(cfg Config) *link {
 	p := cfg.Profile
 	return &link{
 		start: time.Now(), profile: p,
-		up:   newShaper(p.Up, p.RTT(), cfg.Seed, 1),
-		down: newShaper(p.Down, p.RTT(), cfg.Seed, 2),
+		up:   newShaper(p.Up, p.SmoothedRTT(), cfg.Seed, 1),
+		down: newShaper(p.Down, p.SmoothedRTT(), cfg.Seed, 2),
 	}
 }
 

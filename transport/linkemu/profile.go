@@ -96,6 +96,11 @@ const maxRate = 1e12
 // RTT is the round-trip propagation delay, without jitter or queueing.
 func (p Profile) RTT() time.Duration { return p.Up.Delay + p.Down.Delay }
 
+// SmoothedRTT is the round trip a sender's estimate settles at on an idle
+// link: RTT plus the mean jitter each way. The TCP relay times its modelled
+// repairs with it, as Linux times them with its smoothed RTT.
+func (p Profile) SmoothedRTT() time.Duration { return p.RTT() + (p.Up.Jitter+p.Down.Jitter)/2 }
+
 // Profiles are the named links, in the order the docs list them. Where each
 // number comes from is in docs/transport.md ("Link emulator").
 func Profiles() []Profile {
