@@ -17,7 +17,8 @@ type Direction struct {
 	Delay time.Duration
 	// Jitter adds a uniform random [0, Jitter) to each packet's delay.
 	// Packets keep their order (a later packet never overtakes an earlier
-	// one because of jitter); Reorder is what reorders.
+	// one because of jitter; packets closer together than the jitter bunch
+	// up behind the slowest, as on a FIFO link); Reorder is what reorders.
 	Jitter time.Duration
 	// Loss is the probability that a packet is lost, independently of the
 	// others.

@@ -16,7 +16,7 @@ const maxDatagram = 65535
 // so the target sees one address per client, as behind a NAT; ChangePath
 // moves every client to a new socket (a NAT rebinding), and a client that
 // itself moves to a new local socket (QUIC connection migration) simply
-// arrives as a new client.
+// arrives as a new client. Client sessions live until Close.
 type UDPRelay struct {
 	*link
 	conn   *net.UDPConn // the client-facing socket
