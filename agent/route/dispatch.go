@@ -144,6 +144,9 @@ func (d *Dispatcher) Generate(ctx context.Context, req *llm.Request, emit llm.Em
 	if err := checkCloudHints(req, dec, d.cfg.Cloud != nil, router.cfg.LocalNoPins); err != nil {
 		return llm.Final{}, err
 	}
+	if req.Raw && req.Hints.Route == PathCloud {
+		return llm.Final{}, llm.Errorf(llm.CodeInvalid, "header x-phaseless-route: cloud: a raw completion (/v1/completions) runs on the device's built-in engine only; the cloud serves chat")
+	}
 	d.m.decisions.With(dec.Path).Inc()
 	st := llm.NewStream(emit)
 	te := &timedEmit{emit: st.Emit, st: st, start: start, itl: d.m.itl}

@@ -198,8 +198,12 @@ func NewRouter(cfg Config, pred Predictor) (*Router, error) {
 }
 
 // Text is what the router reads from a request: the latest user turn, the
-// new work being asked for. Earlier turns were routed when they were new.
+// new work being asked for (earlier turns were routed when they were new),
+// or a raw completion's prompt.
 func Text(req *llm.Request) string {
+	if req.Raw {
+		return req.Prompt
+	}
 	for i := len(req.Messages) - 1; i >= 0; i-- {
 		if req.Messages[i].Role == "user" {
 			return req.Messages[i].Content
@@ -239,6 +243,12 @@ func (r *Router) Decide(req *llm.Request, link Link, load Load) Decision {
 	overrideBy := "x-phaseless-route: "
 	if o != PathLocal && o != PathCloud && (r.cfg.Mode == PathLocal || r.cfg.Mode == PathCloud) {
 		o, overrideBy = r.cfg.Mode, "route-mode: "
+	}
+	if req.Raw {
+		// Only the device's built-in engine runs a raw completion
+		// (llm.Request.Raw); the Dispatcher refuses one that asks for the
+		// cloud by header.
+		o, overrideBy = PathLocal, "raw completion runs on the device: "
 	}
 	if name := cloudOnlyHint(req, r.cfg.LocalNoPins); name != "" && o != PathLocal && o != PathCloud && link.Configured {
 		// The request asks for a mechanism only the cloud has (semantic
