@@ -160,7 +160,7 @@ func (d *Dispatcher) Generate(ctx context.Context, req *llm.Request, emit llm.Em
 		path, fb = PathLocal, llm.Fallback{Cause: llm.FallbackNoCloud, From: PathCloud, Detail: "no cloud configured"}
 	}
 	if path == PathCloud {
-		st.Meta = llm.Meta{Route: llm.RouteCloud}
+		st.Meta = llm.Meta{Route: llm.RouteCloud, RouteReason: dec.Reason}
 		fin, err = d.generateCloud(ctx, req, te)
 		if err != nil && te.tokens == 0 && ctx.Err() == nil {
 			switch {
@@ -178,7 +178,7 @@ func (d *Dispatcher) Generate(ctx context.Context, req *llm.Request, emit llm.Em
 	}
 	if path == PathLocal {
 		// Whatever the failed cloud attempt said about itself is dropped.
-		st.Meta = llm.Meta{Route: llm.RouteLocal, Fallback: fb}
+		st.Meta = llm.Meta{Route: llm.RouteLocal, RouteReason: dec.Reason, Fallback: fb}
 		if fb.Cause != llm.FallbackNone {
 			d.m.fallbacks.With(fb.Cause.String()).Inc()
 			d.log.Info("falling back to the local engine", "id", req.ID, "cause", fb.Cause.String(), "reason", fb.Detail)
@@ -190,7 +190,7 @@ func (d *Dispatcher) Generate(ctx context.Context, req *llm.Request, emit llm.Em
 			// take it, which beats an error.
 			path, fb = PathCloud, off
 			d.m.fallbacks.With(fb.Cause.String()).Inc()
-			st.Meta = llm.Meta{Route: llm.RouteCloud, Fallback: fb}
+			st.Meta = llm.Meta{Route: llm.RouteCloud, RouteReason: dec.Reason, Fallback: fb}
 			d.log.Info("offloading to the cloud", "id", req.ID, "reason", fb.Detail)
 			fin, err = d.generateCloud(ctx, req, te)
 		}

@@ -480,6 +480,7 @@ func (e *Engine) chatOptions(req *llm.Request, pins []pinPoint) (GenOptions, err
 		Seed: req.Seed, Stop: stop, grammar: g, toolCalls: req.HasTools(),
 		tenant: req.Tenant, pins: pins,
 		toolPrior: e.toolPriorFor(req, g),
+		argRule:   e.argRuleFor(req),
 	}, nil
 }
 
@@ -502,6 +503,9 @@ type GenOptions struct {
 	// toolPrior is what the tool prior read in the request
 	// (toolprior.go); nil when it reads nothing.
 	toolPrior *requestPrior
+	// argRule scores the copied spans of tools the prior does not know
+	// (argspan.go); nil when it does not apply.
+	argRule *argRule
 
 	// textStart says the first generated piece starts the text (a raw
 	// completion of an empty prompt): tokenizer.StreamDecoder.StartText.
