@@ -221,6 +221,23 @@ func (l *link) waitUp(done <-chan struct{}) (waited, ok bool) {
 	}
 }
 
+// shutdown is both relays' Close: the first call, under mu, marks the relay
+// closed, closes done and calls release (which closes the sockets mu
+// guards), then waits for wg; later calls return nil.
+func shutdown(mu *sync.Mutex, closed *bool, done chan struct{}, wg *sync.WaitGroup, release func() error) error {
+	mu.Lock()
+	if *closed {
+		mu.Unlock()
+		return nil
+	}
+	*closed = true
+	close(done)
+	err := release()
+	mu.Unlock()
+	wg.Wait()
+	return err
+}
+
 // sleepUntil waits for the wall clock to reach t, or done to close.
 func sleepUntil(t time.Time, done <-chan struct{}) bool {
 	d := time.Until(t)
