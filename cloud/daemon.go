@@ -20,6 +20,7 @@ func Daemon() *cli.Daemon {
 		Summary:  "phaseless-cloud — coordinator: QUIC/HTTP ingress, admission, phase-less scheduling, worker pools, fleet",
 		Flags:    fs,
 		Validate: cfg.Validate,
+		Exposure: cfg.Exposure,
 		Fields:   cfg.Fields(),
 		Run: func(ctx context.Context, log *slog.Logger) error {
 			c, err := New(cfg, log)

@@ -25,6 +25,10 @@ type Daemon struct {
 	// Commands are optional verbs (`phaseless-agent selfcheck`) that run
 	// instead of the daemon when named as the first argument.
 	Commands []*Command
+	// Exposure, when set, says what the validated configuration serves
+	// without authentication ("" for nothing); it is the first log line, a
+	// warning, before anything binds.
+	Exposure func() string
 	Run      func(ctx context.Context, log *slog.Logger) error
 }
 
@@ -71,6 +75,11 @@ func (d *Daemon) Exec(cio IO, args []string) int {
 	if err != nil {
 		fmt.Fprintf(cio.Stderr, "%s: %v\n", d.Name, err)
 		return 2
+	}
+	if d.Exposure != nil {
+		if s := d.Exposure(); s != "" {
+			log.Warn(s)
+		}
 	}
 	ctx, stop := SignalContext(context.Background())
 	defer stop()
