@@ -17,7 +17,8 @@ import (
 // fleet manager on it; neither runs when both are empty.
 func (c *Cloud) startFleet() error {
 	fc := fleet.Config{DataDir: c.fleetDataDir(), Metrics: c.metrics, Logger: c.log, PublicURL: c.publicURL(),
-		Shadow: c.coord} // the coordinator answers devices' shadow samples
+		Shadow:     c.coord, // the coordinator answers devices' shadow samples
+		ArchiveDir: c.cfg.FleetArchiveDir, ArchiveAfter: c.cfg.FleetArchiveAfter, ArchiveMaxBytes: c.cfg.FleetArchiveMaxBytes}
 	if c.cfg.OTAPub != "" {
 		key, err := firmware.ReadPublicKey(c.cfg.OTAPub)
 		if err != nil {
