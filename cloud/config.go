@@ -25,8 +25,8 @@ type Config struct {
 	DataDir string
 	PKIDir  string
 	Dev     bool
-	// DevExpose lets a Dev cloud's listeners bind beyond loopback: Dev
-	// serves without keys (DevListeners).
+	// DevExpose lets a Dev cloud's listeners bind beyond loopback, which
+	// Dev otherwise keeps them on, as it serves without keys (ListenAddr).
 	DevExpose bool
 	Model     string
 	Workers   WorkerURLs // parsed when set (--worker), so nothing reads the text twice
