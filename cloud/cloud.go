@@ -220,7 +220,7 @@ func (c *Cloud) Start(ctx context.Context) (err error) {
 			return &cli.FieldError{Field: "pki-dir", Err: err}
 		}
 	}
-	if c.httpLn, err = net.Listen("tcp", c.cfg.HTTP); err != nil {
+	if c.httpLn, err = net.Listen("tcp", c.cfg.ListenAddr(c.cfg.HTTP)); err != nil {
 		return &cli.FieldError{Field: "HTTP", Err: err}
 	}
 	if err := c.startFleet(); err != nil {
@@ -276,7 +276,7 @@ func (c *Cloud) Start(ctx context.Context) (err error) {
 	}
 	if c.cfg.QUIC != "" {
 		if c.quic, err = ingress.NewQUIC(ingress.QUICConfig{
-			Addr: c.cfg.QUIC, PKIDir: c.pkiDir, Handler: c.coord, Deny: c.deny, Logger: c.log,
+			Addr: c.cfg.ListenAddr(c.cfg.QUIC), PKIDir: c.pkiDir, Handler: c.coord, Deny: c.deny, Logger: c.log,
 		}); err != nil {
 			return &cli.FieldError{Field: "QUIC", Err: err}
 		}

@@ -95,15 +95,6 @@ func runCtl(ctx context.Context, args []string, stdin string, getenv func(string
 	return out.String(), err
 }
 
-// helpGaps are the commands whose --help prints no flags yet (issue 36,
-// fixed on another branch): their flags cannot be asked for, so the docs'
-// flags for them go unchecked. TestBinaryFacts fails once one prints its
-// flags, so the entry is deleted then.
-var helpGaps = map[string]bool{
-	"phaselessctl bench report": true, "phaselessctl image build": true,
-	"phaselessctl ota keygen": true, "phaselessctl ota sign": true, "phaselessctl ota verify": true,
-}
-
 var defaultsFlagRE = regexp.MustCompile(`(?m)^  -([a-z][a-z0-9-]*)`)
 
 // helpFlags asks a command for --help and reads the flag names
@@ -140,12 +131,7 @@ func binaries(t *testing.T) map[string]*Command {
 		out := &Command{Path: path}
 		if c.Run != nil {
 			out.Flags = helpFlags(c.Run)
-			if helpGaps[path] {
-				if len(out.Flags) > 0 {
-					t.Errorf("%s --help lists its flags now: delete it from helpGaps", path)
-				}
-				out.Flags = nil // unknown
-			} else if len(out.Flags) == 0 {
+			if len(out.Flags) == 0 {
 				t.Errorf("%s --help lists no flags", path)
 			}
 			return out
