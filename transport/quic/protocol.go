@@ -33,6 +33,10 @@ const (
 	DefaultHandshakeTimeout = 10 * time.Second
 	// DefaultMaxStreams is how many requests run at once on one connection.
 	DefaultMaxStreams = 256
+	// DefaultResumeWindow keeps a request whose link dropped running in the
+	// cloud long enough for the blackouts a car meets most — tunnels and
+	// underground garages of 5 to 60 s (issue 31) — to end in a resume.
+	DefaultResumeWindow = 60 * time.Second
 )
 
 // Stream error codes (RESET_STREAM / STOP_SENDING).
