@@ -148,6 +148,7 @@ type LinkState struct {
 	LossRate    float64 // PacketsLost / PacketsSent on the current connection
 	LastError   string  // why the last connection or attempt failed
 	Reconnects  int     // connections established after the first
+	Resumes     int     // streams resumed after a lost link (resume.go)
 	LocalAddr   string
 }
 
@@ -176,6 +177,10 @@ type Client struct {
 	// the next connection tells the cloud (resume.go).
 	cancels []string
 	resumes int // streams resumed after a lost link
+	// resuming counts streams waiting to resume; hurry cuts a backoff
+	// wait short when one starts (backoff).
+	resuming atomic.Int32
+	hurry    chan struct{}
 
 	flushing  sync.WaitGroup // sendCancels goroutines, waited for by Close
 	closeOnce sync.Once
@@ -205,6 +210,16 @@ type link struct {
 	inflight atomic.Int32
 	stalled  atomic.Bool
 	watched  chan struct{}
+}
+
+// confirmed reports whether the handshake completed.
+func (l *link) confirmed() bool {
+	select {
+	case <-l.conn.HandshakeComplete():
+		return true
+	default:
+		return false
+	}
 }
 
 // settle records the handshake's outcome; run calls it once per link.
@@ -280,6 +295,7 @@ func Dial(ctx context.Context, addr string, cfg ClientConfig) (*Client, error) {
 			MaxIncomingUniStreams: -1,
 		},
 		sem:   make(chan struct{}, cfg.MaxStreams),
+		hurry: make(chan struct{}, 1),
 		ready: make(chan struct{}),
 		done:  make(chan struct{}),
 	}
@@ -376,11 +392,25 @@ func (c *Client) run(l *link) {
 }
 
 // backoff waits before the next attempt; false means the client closed.
+// While a stream waits to resume, the wait is at most resumeRedial and a
+// resume that starts waiting cuts a longer one short: after a long
+// blackout the schedule has grown to CloudRetryMax-like waits, and the
+// answer would sit out its resume deadline behind one.
 func (c *Client) backoff(failures *int) bool {
 	d := c.cfg.Backoff.Delay(*failures, c.cfg.Rand())
+	if c.resuming.Load() > 0 {
+		d = min(d, resumeRedial)
+	}
 	*failures++
 	c.log.Debug("quic: reconnecting", "addr", c.addr, "in", d, "attempt", *failures)
-	return waitAfter(c.ctx, c.cfg.Clock.After(d)) == nil
+	select {
+	case <-c.cfg.Clock.After(d):
+		return true
+	case <-c.hurry:
+		return c.ctx.Err() == nil
+	case <-c.ctx.Done():
+		return false
+	}
 }
 
 func (c *Client) noteErr(err error) {
@@ -510,6 +540,7 @@ func (c *Client) Generate(ctx context.Context, req *llm.Request, emit llm.Emit) 
 		}
 		first := &Frame{Type: FrameRequest, Request: req, Heartbeat: heartbeatInterval(c.cfg.StallTimeout)}
 		final, rt := c.roundTrip(ctx, l, first, st, emit)
+		rt.unconfirmed = !l.confirmed()
 		if rt.linkLost {
 			// Record why now rather than when run notices, so Link agrees
 			// with the error the caller is about to see.
@@ -564,6 +595,9 @@ type roundTripResult struct {
 	linkLost bool  // the connection, not the server, failed
 	stalled  bool  // the watchdog closed the connection: the peer is presumed dead
 	cause    error // the transport's error behind err
+	// unconfirmed: the connection's handshake had not completed when the
+	// stream ended, so a cancel written on it may never arrive.
+	unconfirmed bool
 }
 
 // connectionError reports an error that ends the whole connection, which
@@ -704,7 +738,7 @@ func (c *Client) roundTrip(ctx context.Context, l *link, first *Frame, st *strea
 func (c *Client) Link() LinkState {
 	c.mu.Lock()
 	l := c.cur
-	ls := LinkState{LastError: c.lastErr, Reconnects: c.reconnects}
+	ls := LinkState{LastError: c.lastErr, Reconnects: c.reconnects, Resumes: c.resumes}
 	c.mu.Unlock()
 	if l == nil {
 		return ls

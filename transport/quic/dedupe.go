@@ -149,8 +149,11 @@ func (g *generation) finish(f llm.Final, err error, now time.Time) {
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	g.done, g.final, g.err, g.ended = true, f, err, now
-	if forgotten(err) && g.subs == 0 {
-		g.freeLocked() // nothing will replay a cancelled or failed run
+	if forgotten(err) && (g.subs == 0 || g.abandoned) {
+		// Nothing will replay a cancelled or failed run; one the device
+		// cancelled or nobody resumed has no reader left that wants it,
+		// though a stream on a dead link may not have left yet.
+		g.freeLocked()
 	}
 	g.notifyLocked()
 }
@@ -274,6 +277,9 @@ func (g *generation) since(c *cursor) view {
 	defer g.mu.Unlock()
 	i := c.next
 	if i < g.base || i > g.base+len(g.tokens) {
+		if g.done && forgotten(g.err) {
+			return view{done: true, err: g.err, changed: g.changed} // freed because it failed
+		}
 		return view{gone: true}
 	}
 	// Tokens below len are never rewritten (trimming reslices, append

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"strings"
 	"time"
 
@@ -74,6 +75,9 @@ var errNotBuffered = &llm.Error{Code: llm.CodeUnavailable, Message: "resume: the
 // restarted).
 func (s *Server) resume(ctx context.Context, w *streamWriter, device string, r Resume, stopReset func() bool) (*generation, *cursor, followResult) {
 	g := s.dedupe.rejoin(device + "\x00" + r.Key)
+	if g == nil && r.Cancel {
+		return nil, nil, followResult{ended: s.end(ctx, w, llm.Final{}, errDeviceCancelled, stopReset)}
+	}
 	if g == nil {
 		s.resumeRefused.Add(1)
 		err := &llm.Error{Code: llm.CodeUnavailable, Message: "resume: no request with this key to resume (it ended, its window passed, or the cloud restarted)"}
@@ -81,9 +85,7 @@ func (s *Server) resume(ctx context.Context, w *streamWriter, device string, r R
 	}
 	if r.Cancel {
 		g.leave(nil, leftCancelled, 0)
-		w.stopHeartbeat()
-		w.str.Close()
-		return nil, nil, followResult{}
+		return nil, nil, followResult{ended: s.end(ctx, w, llm.Final{}, errDeviceCancelled, stopReset)}
 	}
 	s.resumed.Add(1)
 	c := g.attach(r.Offset)
@@ -104,6 +106,12 @@ func (c *Client) resume(ctx context.Context, key string, st *streamState, lost e
 		c.forget(true, key, roundTripResult{sent: true, linkLost: true})
 		return &llm.Error{Code: llm.CodeUnavailable, Retryable: true,
 			Message: fmt.Sprintf("%v; the link did not return within the %v resume deadline", errMessage(lost), c.cfg.ResumeDeadline)}
+	}
+	c.resuming.Add(1)
+	defer c.resuming.Add(-1)
+	select {
+	case c.hurry <- struct{}{}:
+	default:
 	}
 	for attempt := 0; ; attempt++ {
 		left := c.cfg.ResumeDeadline - c.cfg.Clock.Now().Sub(st.lastHeard())
@@ -137,6 +145,7 @@ func (c *Client) resume(ctx context.Context, key string, st *streamState, lost e
 		c.log.Info("quic: resuming a stream", "key", key, "offset", st.delivered, "attempt", attempt+1)
 		first := &Frame{Type: FrameResume, Resume: Resume{Key: key, Offset: st.delivered}, Heartbeat: heartbeatInterval(c.cfg.StallTimeout)}
 		final, rt := c.roundTrip(rctx, l, first, st, emit)
+		rt.unconfirmed = !l.confirmed()
 		timer.Stop()
 		deadline := context.Cause(rctx) == errResumeDeadline
 		cancel(nil)
@@ -177,12 +186,18 @@ func errMessage(err error) string {
 // next connection; past it the oldest are left to the cloud's window.
 const maxPendingCancels = DefaultMaxStreams
 
+// resumeRedial is the longest wait between redials while a stream waits to
+// resume: a redial costs one flight, and every second of waiting is a
+// second the answer stalls after the link is back.
+const resumeRedial = time.Second
+
 // forget remembers to cancel key on the next connection when a resumable
 // request ends without the cloud knowing: its last stream neither ended
 // with the server's last frame nor could deliver a cancel (its link was
-// lost). The cloud would otherwise run it for its whole resume window.
+// lost, or was a 0-RTT redial into a link still dark). The cloud would
+// otherwise run it for its whole resume window.
 func (c *Client) forget(resumable bool, key string, rt roundTripResult) {
-	if !resumable || !rt.sent || rt.ended || !rt.linkLost {
+	if !resumable || !rt.sent || rt.ended || !rt.linkLost && !rt.unconfirmed {
 		return
 	}
 	c.mu.Lock()
@@ -198,9 +213,18 @@ func (c *Client) forget(resumable bool, key string, rt roundTripResult) {
 }
 
 // sendCancels tells the cloud, on a new connection, about the requests
-// given up while the link was down: one resume frame with Cancel each.
+// given up while the link was down: one resume frame with Cancel each. It
+// waits for the handshake, so a cancel is not lost in a 0-RTT flight into
+// a link still dark; whatever it cannot send waits for the next connection.
 func (c *Client) sendCancels(l *link) {
 	defer c.flushing.Done()
+	select {
+	case <-l.conn.HandshakeComplete():
+	case <-l.conn.Context().Done():
+		return // the next connection flushes the list
+	case <-c.ctx.Done():
+		return
+	}
 	c.mu.Lock()
 	keys := c.cancels
 	c.cancels = nil
@@ -216,7 +240,11 @@ func (c *Client) sendCancels(l *link) {
 	}
 }
 
+// sendCancel sends one cancel and waits for the server to end the stream,
+// which it does once it has acted on it.
 func (c *Client) sendCancel(l *link, key string) error {
+	l.inflight.Add(1) // the stall watchdog watches this stream too
+	defer l.inflight.Add(-1)
 	ctx, cancel := context.WithTimeout(c.ctx, c.cfg.ConnectWait)
 	defer cancel()
 	str, err := l.conn.OpenStreamSync(ctx)
@@ -224,10 +252,16 @@ func (c *Client) sendCancel(l *link, key string) error {
 		return err
 	}
 	b, _ := AppendFrame(nil, &Frame{Type: FrameResume, Resume: Resume{Key: key, Cancel: true}})
-	str.CancelRead(streamDone)
+	str.SetDeadline(time.Now().Add(c.cfg.ConnectWait))
 	if _, err := str.Write(b); err != nil {
 		str.CancelWrite(streamCancelled)
+		str.CancelRead(streamCancelled)
 		return err
 	}
-	return str.Close()
+	str.Close()
+	_, err = io.Copy(io.Discard, str)
+	if err != nil {
+		str.CancelRead(streamCancelled)
+	}
+	return err
 }

@@ -488,9 +488,10 @@ func (s *Server) serveStream(conn *quicgo.Conn, p *peer, str *quicgo.Stream) {
 		resetting.Done()
 	}
 	resetting.Wait()
-	if g != nil && out.ended {
+	if g != nil && out.ended && g.ephemeral {
 		// The device closes its side once it has the last frame: that is
-		// its acknowledgement that the whole answer arrived.
+		// its acknowledgement that the whole answer arrived, and a resume
+		// key's answer can go.
 		t := time.NewTimer(s.cfg.RequestTimeout)
 		select {
 		case <-watched:
