@@ -1,7 +1,6 @@
 package quic
 
 import (
-	"context"
 	"errors"
 	"fmt"
 	"io"
@@ -106,13 +105,3 @@ func toLLMError(err error) *llm.Error {
 // errClientCancelled is the cause of a server-side context cancelled because
 // the client sent a cancel frame, closed or reset its side of the stream.
 var errClientCancelled = errors.New("client cancelled the request")
-
-// waitAfter waits for a timer channel, ending early with ctx.
-func waitAfter(ctx context.Context, ch <-chan time.Time) error {
-	select {
-	case <-ch:
-		return nil
-	case <-ctx.Done():
-		return context.Cause(ctx)
-	}
-}
