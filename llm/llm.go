@@ -27,6 +27,11 @@ type Request struct {
 	Seed           uint64  // 0 = pick one
 	Stop           []string
 	IdempotencyKey string // set when a retry or 0-RTT replay must run once
+	// Continue is text the reply already began with: the engine generates
+	// what follows it, as if it had written it. The agent sets it when its
+	// own engine continues a cloud answer the link cut off (device engines
+	// only; it does not cross to the cloud). MaxTokens counts what follows.
+	Continue string
 	Tenant         string // API key's tenant or device id; set by the receiver, not the caller
 	Hints          Hints
 
@@ -69,6 +74,11 @@ type Token struct {
 	// Tool, when set, makes this token a piece of a tool call instead of
 	// reply text (Text is then empty); see tools.go.
 	Tool *ToolDelta
+
+	// Continued, set on the first token of a reply's rest that another
+	// engine produced after the first one was cut off mid-answer, says
+	// where and why (stream.go).
+	Continued *Continuation
 }
 
 // Final is what is known when a generation ends. Where it ran and why is
