@@ -559,7 +559,7 @@ func (c *Client) Generate(ctx context.Context, req *llm.Request, emit llm.Emit) 
 				return llm.Final{}, cancelled(ctx)
 			}
 			continue
-		case resumable && rt.linkLost && st.delivered > 0 && llm.CodeOf(rt.err) != llm.CodeAuth:
+		case resumable && rt.linkLost && st.delivered > 0 && llm.CodeOf(rt.err) != llm.CodeAuth && !serverClosing(rt.cause):
 			return c.resume(ctx, req.IdempotencyKey, st, rt.err, emit)
 		case attempt < 2 && rt.linkLost && !rt.stalled && (!rt.sent || keyed && st.delivered == 0) && llm.CodeOf(rt.err) != llm.CodeAuth:
 			// A stalled link is not retried: the cloud stopped answering,
@@ -598,6 +598,13 @@ type roundTripResult struct {
 	// unconfirmed: the connection's handshake had not completed when the
 	// stream ended, so a cancel written on it may never arrive.
 	unconfirmed bool
+}
+
+// serverClosing reports a server that closed the connection because it is
+// shutting down: its generations went with it, so there is nothing to resume.
+func serverClosing(err error) bool {
+	var ae *quicgo.ApplicationError
+	return errors.As(err, &ae) && ae.Remote && ae.ErrorCode == connShutdown
 }
 
 // connectionError reports an error that ends the whole connection, which

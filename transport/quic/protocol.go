@@ -36,6 +36,10 @@ const (
 	// cloud long enough for the blackouts a car meets most — tunnels and
 	// underground garages of 5 to 60 s (issue 31) — to end in a resume.
 	DefaultResumeWindow = 60 * time.Second
+	// DefaultMaxReplayBytes holds a whole 4096-token answer (about 100 KB
+	// with the per-token overhead) ten times over, so only a tool call with
+	// huge arguments ever slides.
+	DefaultMaxReplayBytes = 1 << 20
 )
 
 // Stream error codes (RESET_STREAM / STOP_SENDING).

@@ -56,7 +56,7 @@ type ServerConfig struct {
 	DedupeMaxEntries int
 	// MaxReplayBytes bounds the tokens buffered per keyed request (resume.go):
 	// past it, tokens every stream has written are dropped, and a
-	// generation nobody follows pauses. Default 1 MiB.
+	// generation nobody follows pauses. Default DefaultMaxReplayBytes.
 	MaxReplayBytes int
 	// ResumeWindow is how long a keyed request whose stream lost its link
 	// keeps running (and its answer stays buffered) for a resume frame to
@@ -97,7 +97,7 @@ func (c *ServerConfig) fillDefaults() {
 		c.DedupeMaxEntries = 100_000
 	}
 	if c.MaxReplayBytes == 0 {
-		c.MaxReplayBytes = 1 << 20
+		c.MaxReplayBytes = DefaultMaxReplayBytes
 	}
 	if c.ResumeWindow == 0 {
 		c.ResumeWindow = DefaultResumeWindow
