@@ -32,8 +32,8 @@ type Request struct {
 	// own engine continues a cloud answer the link cut off (device engines
 	// only; it does not cross to the cloud). MaxTokens counts what follows.
 	Continue string
-	Tenant         string // API key's tenant or device id; set by the receiver, not the caller
-	Hints          Hints
+	Tenant   string // API key's tenant or device id; set by the receiver, not the caller
+	Hints    Hints
 
 	// KVHandoff names a KV handoff parked at the worker that receives this
 	// request (x-phaseless-kv-handoff, cloud-to-worker only): it decodes
