@@ -27,13 +27,14 @@ type Request struct {
 	Seed           uint64  // 0 = pick one
 	Stop           []string
 	IdempotencyKey string // set when a retry or 0-RTT replay must run once
+	Tenant         string // API key's tenant or device id; set by the receiver, not the caller
+	Hints          Hints
+
 	// Continue is text the reply already began with: the engine generates
 	// what follows it, as if it had written it. The agent sets it when its
 	// own engine continues a cloud answer the link cut off (device engines
 	// only; it does not cross to the cloud). MaxTokens counts what follows.
 	Continue string
-	Tenant   string // API key's tenant or device id; set by the receiver, not the caller
-	Hints    Hints
 
 	// KVHandoff names a KV handoff parked at the worker that receives this
 	// request (x-phaseless-kv-handoff, cloud-to-worker only): it decodes
