@@ -155,6 +155,9 @@ func (d *Dispatcher) Generate(ctx context.Context, req *llm.Request, emit llm.Em
 	if err := checkCloudHints(req, dec, d.cfg.Cloud != nil, router.cfg.LocalNoPins); err != nil {
 		return llm.Final{}, err
 	}
+	if req.Raw && req.Hints.Route == PathCloud {
+		return llm.Final{}, llm.Errorf(llm.CodeInvalid, "header x-phaseless-route: cloud: a raw completion (/v1/completions) runs on the device's built-in engine only; the cloud serves chat")
+	}
 	d.m.decisions.With(dec.Path).Inc()
 	st := llm.NewStream(emit)
 	te := &timedEmit{emit: st.Emit, st: st, start: start, itl: d.m.itl}
@@ -168,7 +171,7 @@ func (d *Dispatcher) Generate(ctx context.Context, req *llm.Request, emit llm.Em
 		path, fb = PathLocal, llm.Fallback{Cause: llm.FallbackNoCloud, From: PathCloud, Detail: "no cloud configured"}
 	}
 	if path == PathCloud {
-		st.Meta = llm.Meta{Route: llm.RouteCloud}
+		st.Meta = llm.Meta{Route: llm.RouteCloud, RouteReason: dec.Reason}
 		te.reply = &strings.Builder{}
 		fin, err = d.generateCloud(ctx, req, te)
 		if err != nil && te.tokens > 0 && !te.tools && eligibleForFallback(ctx, err) {
@@ -190,7 +193,7 @@ func (d *Dispatcher) Generate(ctx context.Context, req *llm.Request, emit llm.Em
 	}
 	if path == PathLocal {
 		// Whatever the failed cloud attempt said about itself is dropped.
-		st.Meta = llm.Meta{Route: llm.RouteLocal, Fallback: fb}
+		st.Meta = llm.Meta{Route: llm.RouteLocal, RouteReason: dec.Reason, Fallback: fb}
 		if fb.Cause != llm.FallbackNone {
 			d.m.fallbacks.With(fb.Cause.String()).Inc()
 			d.log.Info("falling back to the local engine", "id", req.ID, "cause", fb.Cause.String(), "reason", fb.Detail)
@@ -202,7 +205,7 @@ func (d *Dispatcher) Generate(ctx context.Context, req *llm.Request, emit llm.Em
 			// take it, which beats an error.
 			path, fb = PathCloud, off
 			d.m.fallbacks.With(fb.Cause.String()).Inc()
-			st.Meta = llm.Meta{Route: llm.RouteCloud, Fallback: fb}
+			st.Meta = llm.Meta{Route: llm.RouteCloud, RouteReason: dec.Reason, Fallback: fb}
 			d.log.Info("offloading to the cloud", "id", req.ID, "reason", fb.Detail)
 			fin, err = d.generateCloud(ctx, req, te)
 		}

@@ -496,6 +496,9 @@ func cancelled(ctx context.Context) error {
 // set, a link that drops later is resumed from the last token delivered
 // (resume.go).
 func (c *Client) Generate(ctx context.Context, req *llm.Request, emit llm.Emit) (llm.Final, error) {
+	if req.Raw { // the request frame has no field for it
+		return llm.Final{}, llm.RawUnsupported("the cloud uplink")
+	}
 	select {
 	case c.sem <- struct{}{}:
 	case <-ctx.Done():
