@@ -11,16 +11,20 @@ import (
 )
 
 // TestHandoverMidStream: the device's addresses change (Wi-Fi to LTE) in
-// the middle of a cloud answer. The agent moves its connection to a new
-// local socket; the answer goes on without a new connection or handshake.
+// the middle of a cloud answer that travels through a link emulator. The
+// agent moves its connection to a new local socket; then the carrier's NAT
+// rebinds the path (linkemu's path change: the cloud sees the device at a
+// new address). The answer goes on through both without a new connection
+// or handshake.
 func TestHandoverMidStream(t *testing.T) {
 	pkiDir := t.TempDir()
 	if err := pki.EnsureDev(pkiDir, "car-1"); err != nil {
 		t.Fatal(err)
 	}
 	srv, _ := startPacedCloud(t, pkiDir, 15*time.Millisecond, nil)
+	relay := relayTo(t, srv.Addr().String())
 	cfg := testConfig(t)
-	cfg.Cloud, cfg.DeviceID, cfg.PKIDir = srv.Addr().String(), "car-1", pkiDir
+	cfg.Cloud, cfg.DeviceID, cfg.PKIDir = relay.Addr().String(), "car-1", pkiDir
 	cfg.CloudFirstToken = time.Minute
 	cfg.NetWatch = 20 * time.Millisecond
 	a, err := New(cfg, nil)
@@ -53,9 +57,14 @@ func TestHandoverMidStream(t *testing.T) {
 			mu.Unlock()
 			waitUntil(t, "the uplink to move", func() bool { return a.cloud.Link().LocalAddr != before })
 		}
+		if n == 15 {
+			if err := relay.ChangePath(); err != nil {
+				t.Error(err)
+			}
+		}
 	})
 	l := a.cloud.Link()
-	if !got.done || got.chunks < 10 || got.continued != "" {
+	if !got.done || got.chunks < 20 || got.continued != "" || relay.Stats().PathChanges != 1 {
 		t.Fatalf("answer across the handover: %d chunks, done %v, continued %q", got.chunks, got.done, got.continued)
 	}
 	if st := srv.Stats(); st.Conns != 1 || l.Reconnects != 0 || l.Resumes != 0 || !l.Connected {

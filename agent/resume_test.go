@@ -6,96 +6,28 @@ import (
 	"encoding/json"
 	"errors"
 	"io"
-	"net"
 	"strings"
-	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/phaseless/phaseless/llm"
 	"github.com/phaseless/phaseless/models/lm"
+	"github.com/phaseless/phaseless/transport/linkemu"
 	"github.com/phaseless/phaseless/transport/pki"
 	"github.com/phaseless/phaseless/transport/quic"
 )
 
-// darkRelay forwards UDP between agents and a cloud on loopback and can go
-// dark (drop everything both ways), like a tunnel. A stand-in until
-// transport/linkemu lands (issue 31): only what these tests need.
-type darkRelay struct {
-	front  *net.UDPConn
-	target *net.UDPAddr
-	dark   atomic.Bool
-	mu     sync.Mutex // guards backs, closed
-	backs  map[string]*net.UDPConn
-	closed bool
-	wg     sync.WaitGroup
-}
-
-func newDarkRelay(t *testing.T, target string) *darkRelay {
+// relayTo runs a transport/linkemu UDP relay in front of target with a
+// clean link: the tests black it out (BlackOut, Restore) or move its path
+// (ChangePath) themselves.
+func relayTo(t *testing.T, target string) *linkemu.UDPRelay {
 	t.Helper()
-	ta, err := net.ResolveUDPAddr("udp", target)
+	r, err := linkemu.ListenUDP(linkemu.Config{Target: target})
 	if err != nil {
 		t.Fatal(err)
 	}
-	front, err := net.ListenUDP("udp", &net.UDPAddr{IP: net.IPv4(127, 0, 0, 1)})
-	if err != nil {
-		t.Fatal(err)
-	}
-	r := &darkRelay{front: front, target: ta, backs: map[string]*net.UDPConn{}}
-	r.wg.Go(r.up)
-	t.Cleanup(r.close)
+	t.Cleanup(func() { r.Close() })
 	return r
-}
-
-func (r *darkRelay) addr() string { return r.front.LocalAddr().String() }
-
-func (r *darkRelay) up() {
-	buf := make([]byte, 65536)
-	for {
-		n, from, err := r.front.ReadFromUDP(buf)
-		if err != nil {
-			return
-		}
-		r.mu.Lock()
-		back := r.backs[from.String()]
-		if back == nil && !r.closed {
-			if back, err = net.DialUDP("udp", nil, r.target); err != nil {
-				r.mu.Unlock()
-				return
-			}
-			r.backs[from.String()] = back
-			r.wg.Go(func() { r.down(back, from) })
-		}
-		r.mu.Unlock()
-		if back != nil && !r.dark.Load() {
-			back.Write(buf[:n])
-		}
-	}
-}
-
-func (r *darkRelay) down(back *net.UDPConn, client *net.UDPAddr) {
-	buf := make([]byte, 65536)
-	for {
-		n, err := back.Read(buf)
-		if err != nil {
-			return
-		}
-		if !r.dark.Load() {
-			r.front.WriteToUDP(buf[:n], client)
-		}
-	}
-}
-
-func (r *darkRelay) close() {
-	r.mu.Lock()
-	r.closed = true
-	r.front.Close()
-	for _, b := range r.backs {
-		b.Close()
-	}
-	r.mu.Unlock()
-	r.wg.Wait()
 }
 
 // pacedEngine slows an engine to one token per `every`, so a blackout
@@ -212,16 +144,16 @@ func readStream(t *testing.T, url, body string, at func(n int)) streamed {
 
 // resumeAgent is an agent whose uplink goes through a relay to a paced
 // cloud; the stall timeout is the client's default (1.2 s).
-func resumeAgent(t *testing.T, deadline, every time.Duration, mod func(*quic.ServerConfig)) (*Agent, string, *darkRelay, *quic.Server, *pacedEngine) {
+func resumeAgent(t *testing.T, deadline, every time.Duration, mod func(*quic.ServerConfig)) (*Agent, string, *linkemu.UDPRelay, *quic.Server, *pacedEngine) {
 	t.Helper()
 	pkiDir := t.TempDir()
 	if err := pki.EnsureDev(pkiDir, "car-1"); err != nil {
 		t.Fatal(err)
 	}
 	srv, eng := startPacedCloud(t, pkiDir, every, mod)
-	relay := newDarkRelay(t, srv.Addr().String())
+	relay := relayTo(t, srv.Addr().String())
 	cfg := testConfig(t)
-	cfg.Cloud, cfg.DeviceID, cfg.PKIDir = relay.addr(), "car-1", pkiDir
+	cfg.Cloud, cfg.DeviceID, cfg.PKIDir = relay.Addr().String(), "car-1", pkiDir
 	cfg.ResumeDeadline = deadline
 	cfg.CloudFirstToken = time.Minute
 	a, url := startAgent(t, cfg)
@@ -247,9 +179,9 @@ func TestBlackoutResumes(t *testing.T) {
 	var darkAt time.Time
 	got := readStream(t, url, resumeChat, func(n int) {
 		if n == 10 {
-			relay.dark.Store(true)
+			relay.BlackOut()
 			darkAt = time.Now()
-			time.AfterFunc(5*time.Second, func() { relay.dark.Store(false) })
+			time.AfterFunc(5*time.Second, relay.Restore)
 		}
 	})
 	t.Logf("answer of %d chunks finished %v after the blackout began; %d resumes", got.chunks, time.Since(darkAt), a.cloud.Link().Resumes)
@@ -282,7 +214,7 @@ func TestLongBlackoutContinuesLocally(t *testing.T) {
 	var darkAt time.Time
 	got := readStream(t, url, resumeChat, func(n int) {
 		if n == 10 {
-			relay.dark.Store(true) // for the rest of the test
+			relay.BlackOut() // for the rest of the test
 			darkAt = time.Now()
 		}
 	})
