@@ -206,8 +206,6 @@ type udpRelay struct {
 	dropped  [2]int // [0] client→server, [1] server→client
 	closed   bool
 	wg       sync.WaitGroup
-	// dark drops every datagram both ways while set: a blackout (a tunnel).
-	dark atomic.Bool
 }
 
 func newRelay(t testing.TB, target net.Addr, drop float64, jitter time.Duration) *udpRelay {
@@ -241,9 +239,6 @@ func (r *udpRelay) fate(dir int) (bool, time.Duration) {
 }
 
 func (r *udpRelay) send(dir int, write func([]byte) error, p []byte) {
-	if r.dark.Load() {
-		return
-	}
 	drop, d := r.fate(dir)
 	if drop {
 		return

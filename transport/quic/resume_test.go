@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -11,6 +12,7 @@ import (
 	"time"
 
 	"github.com/phaseless/phaseless/llm"
+	"github.com/phaseless/phaseless/transport/linkemu"
 )
 
 // paced emits n tokens "t0 ".."t<n-1> " one every `every`, like an engine
@@ -46,10 +48,22 @@ func (p *paced) Generate(ctx context.Context, req *llm.Request, emit llm.Emit) (
 	return llm.Final{CompletionTokens: p.n, FinishReason: "length"}, nil
 }
 
+// emuRelay puts a transport/linkemu relay with a clean link in front of
+// target; the tests black it out themselves.
+func emuRelay(t *testing.T, target net.Addr) *linkemu.UDPRelay {
+	t.Helper()
+	r, err := linkemu.ListenUDP(linkemu.Config{Target: target.String()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { r.Close() })
+	return r
+}
+
 // resumeClient dials through relay with resuming on and a short stall
 // timeout, so a blackout is noticed in a fraction of a second.
-func resumeClient(t *testing.T, relay *udpRelay, deadline time.Duration) *Client {
-	return dial(t, relay.Addr(), "dev-1", func(cc *ClientConfig) {
+func resumeClient(t *testing.T, relay *linkemu.UDPRelay, deadline time.Duration) *Client {
+	return dial(t, relay.Addr().String(), "dev-1", func(cc *ClientConfig) {
 		cc.ResumeDeadline = deadline
 		cc.StallTimeout = 300 * time.Millisecond
 		cc.ConnectWait = time.Second
@@ -59,7 +73,7 @@ func resumeClient(t *testing.T, relay *udpRelay, deadline time.Duration) *Client
 // blackoutAt darkens relay once the stream has delivered `after` tokens,
 // for each of the given durations in turn (a flapping link), and returns
 // the emit that counts.
-func blackoutAt(relay *udpRelay, after int, every int, dark ...time.Duration) (llm.Emit, *[]llm.Token) {
+func blackoutAt(relay *linkemu.UDPRelay, after int, every int, dark ...time.Duration) (llm.Emit, *[]llm.Token) {
 	var toks []llm.Token
 	next := after
 	return func(tk llm.Token) error {
@@ -70,8 +84,8 @@ func blackoutAt(relay *udpRelay, after int, every int, dark ...time.Duration) (l
 		if len(dark) > 0 && len(toks) == next {
 			d := dark[0]
 			dark, next = dark[1:], next+every
-			relay.dark.Store(true)
-			time.AfterFunc(d, func() { relay.dark.Store(false) })
+			relay.BlackOut()
+			time.AfterFunc(d, relay.Restore)
 		}
 		return nil
 	}, &toks
@@ -84,7 +98,7 @@ func blackoutAt(relay *udpRelay, after int, every int, dark ...time.Duration) (l
 func TestResumeAfterBlackout(t *testing.T) {
 	h := newPaced(120, 5*time.Millisecond)
 	s := startServer(t, h)
-	relay := newRelay(t, s.Addr(), 0, 0)
+	relay := emuRelay(t, s.Addr())
 	c := resumeClient(t, relay, 20*time.Second)
 	emit, toks := blackoutAt(relay, 20, 0, time.Second)
 	if _, err := c.Generate(guardCtx(t), req("tunnel"), emit); err != nil {
@@ -110,7 +124,7 @@ func TestResumeFlappingLink(t *testing.T) {
 	// tokens arrive, and the answer goes live again, before the next one.
 	h := newPaced(150, 20*time.Millisecond)
 	s := startServer(t, h)
-	relay := newRelay(t, s.Addr(), 0, 0)
+	relay := emuRelay(t, s.Addr())
 	c := resumeClient(t, relay, 20*time.Second)
 	emit, toks := blackoutAt(relay, 20, 50, 500*time.Millisecond, 500*time.Millisecond, 500*time.Millisecond)
 	if _, err := c.Generate(guardCtx(t), req("flap"), emit); err != nil {
@@ -129,13 +143,13 @@ func TestResumeFlappingLink(t *testing.T) {
 func TestResumeDeadlinePasses(t *testing.T) {
 	h := newPaced(100_000, 5*time.Millisecond)
 	s := startServer(t, h) // the default 60 s window: only the cancel can end it in time
-	relay := newRelay(t, s.Addr(), 0, 0)
+	relay := emuRelay(t, s.Addr())
 	c := resumeClient(t, relay, 800*time.Millisecond)
 	var n int
 	_, err := c.Generate(guardCtx(t), req("deadline"), func(tk llm.Token) error {
 		if tk.Meta == nil {
 			if n++; n == 10 {
-				relay.dark.Store(true)
+				relay.BlackOut()
 			}
 		}
 		return nil
@@ -147,7 +161,7 @@ func TestResumeDeadlinePasses(t *testing.T) {
 	if s.Stats().BufferedBytes == 0 {
 		t.Fatal("nothing buffered in the cloud during the blackout")
 	}
-	relay.dark.Store(false)
+	relay.Restore()
 	if cause := <-h.ended; !errors.Is(cause, errDeviceCancelled) {
 		t.Fatalf("the cloud's run ended with %v, want the device's cancel", cause)
 	}
@@ -159,7 +173,7 @@ func TestResumeDeadlinePasses(t *testing.T) {
 func TestCancelDuringBlackout(t *testing.T) {
 	h := newPaced(100_000, 5*time.Millisecond)
 	s := startServer(t, h)
-	relay := newRelay(t, s.Addr(), 0, 0)
+	relay := emuRelay(t, s.Addr())
 	c := resumeClient(t, relay, 20*time.Second)
 	ctx, cancel := context.WithCancel(guardCtx(t))
 	defer cancel()
@@ -167,7 +181,7 @@ func TestCancelDuringBlackout(t *testing.T) {
 	_, err := c.Generate(ctx, req("cancel-dark"), func(tk llm.Token) error {
 		if tk.Meta == nil {
 			if n++; n == 10 {
-				relay.dark.Store(true)
+				relay.BlackOut()
 				time.AfterFunc(600*time.Millisecond, cancel) // after the stall, while resuming
 			}
 		}
@@ -176,7 +190,7 @@ func TestCancelDuringBlackout(t *testing.T) {
 	if llm.CodeOf(err) != llm.CodeCancelled {
 		t.Fatalf("%v, want cancelled", err)
 	}
-	relay.dark.Store(false)
+	relay.Restore()
 	if cause := <-h.ended; !errors.Is(cause, errDeviceCancelled) {
 		t.Fatalf("the cloud's run ended with %v, want the device's cancel", cause)
 	}
@@ -191,15 +205,15 @@ func TestResumeWindowExpires(t *testing.T) {
 		sc.ResumeWindow = 300 * time.Millisecond
 		sc.KeepAlivePeriod, sc.MaxIdleTimeout = 100*time.Millisecond, 500*time.Millisecond
 	})
-	relay := newRelay(t, s.Addr(), 0, 0)
-	c := dial(t, relay.Addr(), "dev-1", func(cc *ClientConfig) { cc.StallTimeout = 300 * time.Millisecond })
+	relay := emuRelay(t, s.Addr())
+	c := dial(t, relay.Addr().String(), "dev-1", func(cc *ClientConfig) { cc.StallTimeout = 300 * time.Millisecond })
 	r := req("gone")
 	r.IdempotencyKey = ResumeKeyPrefix + "gone-1"
 	var n int
 	c.Generate(guardCtx(t), r, func(tk llm.Token) error {
 		if tk.Meta == nil {
 			if n++; n == 10 {
-				relay.dark.Store(true) // for good
+				relay.BlackOut() // for good
 			}
 		}
 		return nil
