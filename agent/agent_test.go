@@ -65,6 +65,12 @@ func startAgent(t *testing.T, cfg Config) (*Agent, string) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	return a, runAgent(t, a)
+}
+
+// runAgent runs a built agent until the test ends and returns its base URL.
+func runAgent(t *testing.T, a *Agent) string {
+	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- a.Run(ctx) }()
@@ -74,7 +80,7 @@ func startAgent(t *testing.T, cfg Config) (*Agent, string) {
 			t.Errorf("agent Run: %v", err)
 		}
 	})
-	return a, "http://" + a.Addr().String()
+	return "http://" + a.Addr().String()
 }
 
 var client = &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 256}}
@@ -350,12 +356,10 @@ type cloudServer struct {
 	eng  *lm.Engine
 }
 
-func startCloud(t *testing.T, pkiDir, addr string, gate *gatedEngine) *cloudServer {
+// builtinEngine is the built-in engine on the shipped edge model; the
+// caller closes it.
+func builtinEngine(t *testing.T) *lm.Engine {
 	t.Helper()
-	tc, err := pki.ServerTLS(pkiDir)
-	if err != nil {
-		t.Fatal(err)
-	}
 	m, err := defaultModel()
 	if err != nil {
 		t.Fatal(err)
@@ -364,6 +368,16 @@ func startCloud(t *testing.T, pkiDir, addr string, gate *gatedEngine) *cloudServ
 	if err != nil {
 		t.Fatal(err)
 	}
+	return eng
+}
+
+func startCloud(t *testing.T, pkiDir, addr string, gate *gatedEngine) *cloudServer {
+	t.Helper()
+	tc, err := pki.ServerTLS(pkiDir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	eng := builtinEngine(t)
 	gate.inner = eng
 	srv, err := quic.NewServer(quic.ServerConfig{Addr: addr, TLS: tc, Handler: gate})
 	if err != nil {

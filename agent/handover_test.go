@@ -1,7 +1,6 @@
 package agent
 
 import (
-	"context"
 	"strings"
 	"sync"
 	"testing"
@@ -38,16 +37,7 @@ func TestHandoverMidStream(t *testing.T) {
 		defer mu.Unlock()
 		return addrs, nil
 	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- a.Run(ctx) }()
-	t.Cleanup(func() {
-		cancel()
-		if err := <-done; err != nil {
-			t.Errorf("agent Run: %v", err)
-		}
-	})
-	url := "http://" + a.Addr().String()
+	url := runAgent(t, a)
 	waitUntil(t, "the agent to connect", func() bool { return a.cloud.Link().Connected })
 	before := a.cloud.Link().LocalAddr
 	got := readStream(t, url, resumeChat, func(n int) {

@@ -11,7 +11,6 @@ import (
 	"time"
 
 	"github.com/phaseless/phaseless/llm"
-	"github.com/phaseless/phaseless/models/lm"
 	"github.com/phaseless/phaseless/transport/linkemu"
 	"github.com/phaseless/phaseless/transport/pki"
 	"github.com/phaseless/phaseless/transport/quic"
@@ -63,14 +62,7 @@ func startPacedCloud(t *testing.T, pkiDir string, every time.Duration, mod func(
 	if err != nil {
 		t.Fatal(err)
 	}
-	m, err := defaultModel()
-	if err != nil {
-		t.Fatal(err)
-	}
-	eng, err := lm.NewEngine(m, lm.EngineConfig{})
-	if err != nil {
-		t.Fatal(err)
-	}
+	eng := builtinEngine(t)
 	p := &pacedEngine{inner: eng, every: every, ended: make(chan error, 8)}
 	sc := quic.ServerConfig{Addr: "127.0.0.1:0", TLS: tc, Handler: p}
 	if mod != nil {

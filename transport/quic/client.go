@@ -542,13 +542,7 @@ func (c *Client) Generate(ctx context.Context, req *llm.Request, emit llm.Emit) 
 			}
 		}
 		first := &Frame{Type: FrameRequest, Request: req, Heartbeat: heartbeatInterval(c.cfg.StallTimeout)}
-		final, rt := c.roundTrip(ctx, l, first, st, emit)
-		rt.unconfirmed = !l.confirmed()
-		if rt.linkLost {
-			// Record why now rather than when run notices, so Link agrees
-			// with the error the caller is about to see.
-			c.dropLink(l, rt.cause)
-		}
+		final, rt := c.stream(ctx, l, first, st, emit)
 		switch {
 		case rt.err == nil:
 			return final, nil
@@ -621,6 +615,18 @@ func connectionError(err error) bool {
 		sre *quicgo.StatelessResetError
 	)
 	return errors.As(err, &te) || errors.As(err, &ae) || errors.As(err, &ite) || errors.As(err, &hte) || errors.As(err, &sre)
+}
+
+// stream is roundTrip, then what the link's state says of the result: a
+// lost link is dropped now rather than when run notices, so Link agrees
+// with the error the caller is about to see.
+func (c *Client) stream(ctx context.Context, l *link, first *Frame, st *streamState, emit llm.Emit) (llm.Final, roundTripResult) {
+	final, rt := c.roundTrip(ctx, l, first, st, emit)
+	rt.unconfirmed = !l.confirmed()
+	if rt.linkLost {
+		c.dropLink(l, rt.cause)
+	}
+	return final, rt
 }
 
 // roundTrip sends first (a request or resume frame) on a new stream and

@@ -144,14 +144,10 @@ func (c *Client) resume(ctx context.Context, key string, st *streamState, lost e
 		c.mu.Unlock()
 		c.log.Info("quic: resuming a stream", "key", key, "offset", st.delivered, "attempt", attempt+1)
 		first := &Frame{Type: FrameResume, Resume: Resume{Key: key, Offset: st.delivered}, Heartbeat: heartbeatInterval(c.cfg.StallTimeout)}
-		final, rt := c.roundTrip(rctx, l, first, st, emit)
-		rt.unconfirmed = !l.confirmed()
+		final, rt := c.stream(rctx, l, first, st, emit)
 		timer.Stop()
 		deadline := context.Cause(rctx) == errResumeDeadline
 		cancel(nil)
-		if rt.linkLost {
-			c.dropLink(l, rt.cause)
-		}
 		switch {
 		case rt.err == nil:
 			return final, nil
