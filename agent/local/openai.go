@@ -55,7 +55,7 @@ func NewOpenAI(base, model string, client *http.Client) (*OpenAI, error) {
 // goes to the server as a last assistant message, which llama.cpp's
 // llama-server continues as a prefill.
 func (o *OpenAI) Generate(ctx context.Context, req *llm.Request, emit llm.Emit) (llm.Final, error) {
-	if req.Continue != "" {
+	if req.Continue != "" && !req.Raw { // the client refuses a raw completion anyway
 		r := *req
 		r.Messages = append(slices.Clip(req.Messages), llm.Message{Role: "assistant", Content: req.Continue})
 		r.Continue = ""

@@ -424,6 +424,9 @@ func (e *Engine) rawRequest(req *llm.Request) ([]int32, GenOptions, error) {
 // runs them.
 func (e *Engine) chatRequest(req *llm.Request) ([]int32, GenOptions, error) {
 	if req.Raw {
+		if req.Continue != "" {
+			return nil, GenOptions{}, llm.Errorf(llm.CodeInvalid, "a raw completion is continued by extending its prompt, not with Continue")
+		}
 		return e.rawRequest(req)
 	}
 	if req.MaxTokens <= 0 {
