@@ -200,10 +200,10 @@ func (c *Config) Validate() error {
 	if c.Redis.IsSet() && c.Redis.Scheme != "redis" && c.Redis.Scheme != "rediss" {
 		return &cli.FieldError{Field: "Redis", Err: fmt.Errorf("%q is not a redis:// URL", c.Redis.String())}
 	}
-	if c.ResumeWindow < time.Second {
+	if c.ResumeWindow != 0 && c.ResumeWindow < time.Second {
 		return &cli.FieldError{Field: "ResumeWindow", Err: fmt.Errorf("%v must be at least 1s", c.ResumeWindow)}
 	}
-	if c.ResumeBufferBytes < 4096 {
+	if c.ResumeBufferBytes != 0 && c.ResumeBufferBytes < 4096 {
 		return &cli.FieldError{Field: "ResumeBufferBytes", Err: fmt.Errorf("%d must be at least 4096", c.ResumeBufferBytes)}
 	}
 	if !c.Dev && c.APIKeys == "" {
