@@ -65,7 +65,7 @@ func (d *demo) tunnel(ctx context.Context, device string, relay *linkemu.UDPRela
 			time.AfterFunc(dark, relay.Restore)
 		}
 	}
-	how := "resumed from the cloud where it stopped (no token lost or repeated)"
+	how := "the agent resumed it from the cloud at the token where it stopped"
 	if continued != "" {
 		how = "finished on the device's engine: " + continued
 	}

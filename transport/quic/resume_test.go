@@ -109,9 +109,11 @@ func TestResumeAfterBlackout(t *testing.T) {
 	if h.runs.Load() != 1 || st.Resumed == 0 {
 		t.Fatalf("runs %d, stats %+v: want one run, resumed", h.runs.Load(), st)
 	}
-	if l := c.Link(); l.Resumes == 0 || l.Reconnects == 0 {
+	l := c.Link()
+	if l.Resumes == 0 || l.Reconnects == 0 {
 		t.Fatalf("link %+v: the stream was not resumed on a new connection", l)
 	}
+	t.Logf("resumed on a connection that used 0-RTT: %v", l.Used0RTT)
 	waitFor(t, "the delivered answer's buffer to be freed", func() bool { return s.Stats().BufferedBytes == 0 })
 }
 
