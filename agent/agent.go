@@ -74,15 +74,31 @@ type Config struct {
 	MaxOutputTokens  int           // largest max_tokens accepted
 	CloudRetryMax    time.Duration // longest wait between reconnect attempts to the cloud (30 s)
 	CloudFirstToken  time.Duration // cloud requests without a token by then run locally (15 s)
-	TelemetryRate    float64       // records per second the fleet uplink sends at most (500)
-	TelemetryMax     int           // records the telemetry buffer keeps before dropping the oldest (200,000)
-	AdminListen      string        // pprof and /metrics on their own listener; empty = off
-	OTLP             cli.URL       // OTLP/HTTP collector for request spans (tracing.go); parsed when set
+	// ResumeDeadline: a cloud answer whose link dropped is resumed while
+	// the cloud has been silent less than this; past it the local engine
+	// continues it (DefaultResumeDeadline).
+	ResumeDeadline time.Duration
+	// NetWatch is how often the device's local addresses are checked; a
+	// change migrates the uplink to the new network (handover.go). 0: 2 s;
+	// negative: never.
+	NetWatch      time.Duration
+	TelemetryRate float64 // records per second the fleet uplink sends at most (500)
+	TelemetryMax  int     // records the telemetry buffer keeps before dropping the oldest (200,000)
+	AdminListen   string  // pprof and /metrics on their own listener; empty = off
+	OTLP          cli.URL // OTLP/HTTP collector for request spans (tracing.go); parsed when set
 	// HTTPLimits bounds the local API's connections, on the TCP listener
 	// and the socket each (timeouts, a cap; internal/httplimit). Zero
 	// fields: the defaults, with MaxConns DefaultHTTPMaxConns.
 	HTTPLimits httplimit.Config
 }
+
+// DefaultResumeDeadline is how long a cloud answer waits for its link: the
+// blackouts a car meets most (tunnels, garages, handovers) last 5–60 s
+// (issue 31); 10 s rides out the short half while a user still reads the
+// answer as one, and past it the device's engine finishing the answer beats
+// a longer stall. The cloud keeps the answer longer (phaseless-cloud
+// --resume-window, 60 s) so the deadline, not the window, decides.
+const DefaultResumeDeadline = 10 * time.Second
 
 // DefaultHTTPMaxConns caps the local API: its callers are the head unit's
 // apps, a handful of connections; 3,000 trickling bodies once held the
@@ -118,6 +134,12 @@ func (c *Config) FillDefaults() {
 	}
 	if c.CloudRetryMax == 0 {
 		c.CloudRetryMax = 30 * time.Second
+	}
+	if c.ResumeDeadline == 0 {
+		c.ResumeDeadline = DefaultResumeDeadline
+	}
+	if c.NetWatch == 0 {
+		c.NetWatch = 2 * time.Second
 	}
 	if c.TelemetryRate == 0 {
 		c.TelemetryRate = 500
@@ -158,6 +180,8 @@ func (c *Config) Fields() cli.Fields {
 		{Flag: "route-hysteresis", Go: "RouteHysteresis", Value: &c.RouteHysteresis, Usage: "relative hysteresis of the link (RTT, loss) and load signals, so a flapping uplink does not bounce traffic; never applied to the content score"},
 		{Flag: "max-output-tokens", Go: "MaxOutputTokens", Value: &c.MaxOutputTokens, Usage: "largest max_tokens a request may ask for"},
 		{Flag: "cloud-first-token-timeout", Go: "CloudFirstToken", Value: &c.CloudFirstToken, Usage: "cloud requests that have produced no token by then are cancelled and run locally"},
+		{Flag: "resume-deadline", Go: "ResumeDeadline", Value: &c.ResumeDeadline, Usage: "a cloud answer whose link dropped is resumed if the cloud is heard from again within this; past it the local engine finishes the answer (docs/agent.md)"},
+		{Flag: "net-watch", Go: "NetWatch", Value: &c.NetWatch, Usage: "how often the device's network addresses are checked; a change moves the cloud connection to the new network without a new handshake (negative: never)"},
 		{Flag: "cloud-retry-max", Go: "CloudRetryMax", Value: &c.CloudRetryMax, Usage: "longest wait between reconnect attempts while the cloud is unreachable"},
 		{Flag: "allow-host", Go: "AllowHosts", Value: &c.AllowHosts, Usage: "extra name or address accepted in the local API's Host header besides loopback and localhost (repeatable; DNS rebinding guard)"},
 		{Flag: "allow-origin", Go: "AllowOrigins", Value: &c.AllowOrigins, Usage: "browser origin (scheme://host[:port]) allowed to call the local API (repeatable; others get 403)"},
@@ -228,6 +252,9 @@ func (c *Config) Validate() error {
 	if c.CloudRetryMax < 250*time.Millisecond {
 		return &cli.FieldError{Field: "CloudRetryMax", Err: fmt.Errorf("%v must be at least 250ms", c.CloudRetryMax)}
 	}
+	if c.ResumeDeadline < 100*time.Millisecond {
+		return &cli.FieldError{Field: "ResumeDeadline", Err: fmt.Errorf("%v must be at least 100ms", c.ResumeDeadline)}
+	}
 	if c.CloudFirstToken < 100*time.Millisecond {
 		return &cli.FieldError{Field: "CloudFirstToken", Err: fmt.Errorf("%v must be at least 100ms", c.CloudFirstToken)}
 	}
@@ -280,8 +307,10 @@ type Agent struct {
 
 	restartc chan struct{} // closed when an installed update wants a restart
 
-	mFeedback *metrics.LabeledCounter // POST /v1/feedback verdicts stored, by rating
-	shadow    *shadow.Tap             // the local engine as the dispatcher sees it: samples answers for shadow evaluation
+	mFeedback   *metrics.LabeledCounter // POST /v1/feedback verdicts stored, by rating
+	mMigrations *metrics.LabeledCounter // uplink moves to a new network, by result (handover.go)
+	netAddrs    netAddrs                // the device's addresses, watched for a network change
+	shadow      *shadow.Tap             // the local engine as the dispatcher sees it: samples answers for shadow evaluation
 
 	closeOnce sync.Once
 	closeErr  error
@@ -374,12 +403,14 @@ func New(cfg Config, log *slog.Logger) (a *Agent, err error) {
 		// Background: an agent must start, and serve locally, while the
 		// cloud is unreachable; the client keeps redialling.
 		if a.cloud, err = quic.Dial(context.Background(), cfg.Cloud, quic.ClientConfig{
-			TLS: tc, Background: true, Logger: log.With("component", "uplink"),
+			TLS: tc, Background: true, Logger: log.With("component", "uplink"), ResumeDeadline: cfg.ResumeDeadline,
 			Backoff: quic.Backoff{Initial: min(250*time.Millisecond, cfg.CloudRetryMax), Max: cfg.CloudRetryMax},
 		}); err != nil {
 			return nil, &cli.FieldError{Field: "Cloud", Err: err}
 		}
 		dcfg.Cloud = a.cloud
+		a.netAddrs = interfaceAddrs
+		a.mMigrations = a.metrics.LabeledCounter("phaseless_uplink_migrations_total", "moves of the cloud connection to a new network without a new handshake, by result", "result")
 		dcfg.Link = func() route.Link {
 			ls := a.cloud.Link()
 			return route.Link{Configured: true, Connected: ls.Connected, RTT: ls.SmoothedRTT, Loss: ls.LossRate}
@@ -624,6 +655,15 @@ func (a *Agent) Run(ctx context.Context) error {
 	} else {
 		fleetDone <- nil
 	}
+	netCtx, stopNet := context.WithCancel(ctx)
+	var netWatch sync.WaitGroup
+	if a.cloud != nil && a.cfg.NetWatch > 0 {
+		netWatch.Go(func() { a.watchNetwork(netCtx, a.cfg.NetWatch, a.netAddrs) })
+	}
+	defer func() {
+		stopNet()
+		netWatch.Wait()
+	}()
 	adminDone := make(chan error, 1)
 	if a.admin != nil {
 		go func() { adminDone <- a.admin.Serve() }()

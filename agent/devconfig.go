@@ -40,6 +40,7 @@ var deviceSettings = []deviceSetting{
 	{"cloud", false},
 	{"cloud-first-token-timeout", false},
 	{"cloud-retry-max", false},
+	{"resume-deadline", false},
 	{"local-concurrency", false},
 	{"local-queue", false},
 	{"max-output-tokens", false},

@@ -277,6 +277,7 @@ func (c *Cloud) Start(ctx context.Context) (err error) {
 	if c.cfg.QUIC != "" {
 		if c.quic, err = ingress.NewQUIC(ingress.QUICConfig{
 			Addr: c.cfg.ListenAddr(c.cfg.QUIC), PKIDir: c.pkiDir, Handler: c.coord, Deny: c.deny, Logger: c.log,
+			ResumeWindow: c.cfg.ResumeWindow, ResumeBufferBytes: c.cfg.ResumeBufferBytes,
 		}); err != nil {
 			return &cli.FieldError{Field: "QUIC", Err: err}
 		}

@@ -14,6 +14,7 @@ import (
 	"github.com/phaseless/phaseless/internal/cli"
 	"github.com/phaseless/phaseless/internal/httplimit"
 	"github.com/phaseless/phaseless/models/lm"
+	"github.com/phaseless/phaseless/transport/quic"
 )
 
 // Config is everything the coordinator is configured with. Flag names are the
@@ -35,6 +36,13 @@ type Config struct {
 	// RedisTimeout bounds each Redis command (admit.RedisOptions.OpTimeout);
 	// 0 = 200 ms.
 	RedisTimeout time.Duration
+	// ResumeWindow is how long an agent's request whose link dropped keeps
+	// generating, buffered, for the agent to resume (quic.ServerConfig);
+	// 0 = quic.DefaultResumeWindow (60 s).
+	ResumeWindow time.Duration
+	// ResumeBufferBytes bounds the tokens buffered per agent request
+	// (quic.ServerConfig.MaxReplayBytes); 0 = 1 MiB.
+	ResumeBufferBytes int
 
 	MQTTTLS       string  // embedded broker's TLS listener (device certificates)
 	MQTTPasswords string  // Mosquitto password file for the embedded broker
@@ -105,6 +113,12 @@ func (c *Config) FillDefaults() {
 	if c.SLAITL == 0 {
 		c.SLAITL = 200 * time.Millisecond
 	}
+	if c.ResumeWindow == 0 {
+		c.ResumeWindow = quic.DefaultResumeWindow
+	}
+	if c.ResumeBufferBytes == 0 {
+		c.ResumeBufferBytes = quic.DefaultMaxReplayBytes
+	}
 }
 
 // Fields is phaseless-cloud's configuration table: each field's flag, which
@@ -118,6 +132,8 @@ func (c *Config) Fields() cli.Fields {
 	return append(cli.Fields{
 		{Flag: "http", Go: "HTTP", Value: &c.HTTP, Usage: "HTTP API address (OpenAI/Anthropic compatible, admin, metrics)"},
 		{Flag: "quic", Go: "QUIC", Value: &c.QUIC, Usage: "QUIC listener for agents (UDP); empty disables it"},
+		{Flag: "resume-window", Go: "ResumeWindow", Value: &c.ResumeWindow, Usage: "how long an agent's request whose link dropped keeps generating, buffered, for the agent to resume it (docs/transport.md)"},
+		{Flag: "resume-buffer-bytes", Go: "ResumeBufferBytes", Value: &c.ResumeBufferBytes, Usage: "most bytes of tokens buffered per agent request for resuming; a request nobody follows pauses there"},
 		{Flag: "mqtt", Go: "MQTT", Value: &c.MQTT, Usage: "embedded MQTT broker address; empty disables it"},
 		{Flag: "data-dir", Go: "DataDir", Value: &c.DataDir, Usage: "directory for state (bbolt), and the dev PKI"},
 		{Flag: "pki-dir", Go: "PKIDir", Value: &c.PKIDir, Usage: "directory with the CA and server certificate (phaselessctl pki init)"},
@@ -187,6 +203,12 @@ func (c *Config) Validate() error {
 	}
 	if c.Redis.IsSet() && c.Redis.Scheme != "redis" && c.Redis.Scheme != "rediss" {
 		return &cli.FieldError{Field: "Redis", Err: fmt.Errorf("%q is not a redis:// URL", c.Redis.String())}
+	}
+	if c.ResumeWindow != 0 && c.ResumeWindow < time.Second {
+		return &cli.FieldError{Field: "ResumeWindow", Err: fmt.Errorf("%v must be at least 1s", c.ResumeWindow)}
+	}
+	if c.ResumeBufferBytes != 0 && c.ResumeBufferBytes < 4096 {
+		return &cli.FieldError{Field: "ResumeBufferBytes", Err: fmt.Errorf("%d must be at least 4096", c.ResumeBufferBytes)}
 	}
 	if !c.Dev && c.APIKeys == "" {
 		return &cli.FieldError{Field: "APIKeys", Err: errors.New("required outside development mode")}

@@ -35,6 +35,7 @@ import (
 
 	"github.com/phaseless/phaseless/models/lmtrain/corpus"
 	"github.com/phaseless/phaseless/models/predictor/train"
+	"github.com/phaseless/phaseless/transport/linkemu"
 	"github.com/phaseless/phaseless/transport/pki"
 )
 
@@ -118,13 +119,24 @@ func run(ctx context.Context, binDir, dataDir string, perPhase int, keep bool) e
 	}
 
 	step("3. Agents: local API, router (shipped predictor), shipped edge model, QUIC uplink, bbolt telemetry, MQTT fleet client")
+	// The first car's uplink runs through an emulated link (transport/linkemu,
+	// clean until step 5d blacks it out).
+	relay, err := linkemu.ListenUDP(linkemu.Config{Target: quicAddr})
+	if err != nil {
+		return err
+	}
+	defer relay.Close()
 	for i, id := range devices {
 		addr := freeAddr("tcp")
+		cloud := quicAddr
+		if i == 0 {
+			cloud = relay.Addr().String()
+		}
 		// The last car routes by the source articles' rule instead of the
 		// shipped predictor, so the two routers can be compared on the same
 		// workload.
 		router := "shipped predictor"
-		args := []string{"--listen", addr, "--device-id", id, "--cloud", quicAddr, "--pki-dir", pkiDir,
+		args := []string{"--listen", addr, "--device-id", id, "--cloud", cloud, "--pki-dir", pkiDir,
 			"--mqtt", "tls://" + mqttTLS, "--data-dir", filepath.Join(work, id), "--log-level", "warn",
 			"--cloud-first-token-timeout", "5s"}
 		if i == len(devices)-1 {
@@ -158,6 +170,9 @@ func run(ctx context.Context, binDir, dataDir string, perPhase int, keep bool) e
 
 	step("5c. Tool calls: the edge model calls the car's tools (climate, windows, timers, media, ...) and the car executes them")
 	d.car(ctx, "demo-car-1")
+
+	step("5d. Tunnel: a cloud answer streams to " + devices[0] + " while its link blacks out for 4 s and comes back")
+	d.tunnel(ctx, devices[0], relay, 4*time.Second)
 
 	step("6. Cloud outage: the cloud stops; agents answer locally and buffer telemetry in bbolt")
 	d.cloudMetrics = d.scrapeCloud(ctx) // the restarted cloud starts its counters anew

@@ -299,6 +299,13 @@ type RequestRecord struct {
 	CompletionTokens int       `json:"completion_tokens"`
 	Outcome          string    `json:"outcome"` // ok | error | cancelled
 	Error            string    `json:"error,omitempty"`
+	// ContinuedOn is set when the answer began on the cloud and the
+	// device's engine finished it ("local"), ContinueReason says why
+	// (llm.ContinueCloudLost, llm.ContinueCloudError) and ContinueDetail
+	// what failed.
+	ContinuedOn    string `json:"continued_on,omitempty"`
+	ContinueReason string `json:"continue_reason,omitempty"`
+	ContinueDetail string `json:"continue_detail,omitempty"`
 }
 
 // Ran is where the request ran, "local" or "cloud": Path names the cloud's
