@@ -351,11 +351,17 @@ type cloudServer struct {
 
 func startCloud(t *testing.T, pkiDir, addr string, gate *gatedEngine) *cloudServer {
 	t.Helper()
-	tc, err := pki.ServerTLS(pkiDir)
+	m, err := defaultModel()
 	if err != nil {
 		t.Fatal(err)
 	}
-	m, err := defaultModel()
+	return startCloudModel(t, pkiDir, addr, gate, m)
+}
+
+// startCloudModel is startCloud with the built-in engine running m.
+func startCloudModel(t *testing.T, pkiDir, addr string, gate *gatedEngine, m *lm.Model) *cloudServer {
+	t.Helper()
+	tc, err := pki.ServerTLS(pkiDir)
 	if err != nil {
 		t.Fatal(err)
 	}
