@@ -26,6 +26,7 @@ import (
 	"github.com/phaseless/phaseless/internal/cli"
 	"github.com/phaseless/phaseless/internal/metrics"
 	"github.com/phaseless/phaseless/internal/tracing/otlp"
+	"github.com/phaseless/phaseless/llm"
 	"github.com/phaseless/phaseless/transport/httpapi"
 	"github.com/phaseless/phaseless/transport/pki"
 	"github.com/phaseless/phaseless/transport/quic"
@@ -56,6 +57,9 @@ type Cloud struct {
 	// here, until their decode requests take them (worker.KVServer).
 	handoffs *worker.HandoffStore
 	tracer   *otlp.Provider // spans (--otlp); a no-op provider without it
+	// builtinSampling is what the built-in engines' model declares for
+	// omitted sampling fields, listed at /v1/models.
+	builtinSampling llm.Sampling
 }
 
 // New builds a coordinator from a validated config.
@@ -110,6 +114,9 @@ func (c *Cloud) Start(ctx context.Context) (err error) {
 	workers, builtins, tok, err := c.buildWorkers()
 	if err != nil {
 		return err
+	}
+	if len(builtins) > 0 {
+		c.builtinSampling = builtins[0].LM().Model().Sampling()
 	}
 	if c.workers, err = worker.NewSet(ctx, 500*time.Millisecond, workers...); err != nil {
 		for _, w := range workers {

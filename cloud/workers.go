@@ -139,12 +139,17 @@ func listedModel(m string) string {
 	return m
 }
 
-// listModels is GET /v1/models beyond "auto": the workers' models. A name
-// not listed is a 404, as on the agent.
+// listModels is GET /v1/models beyond "auto": the workers' models, the
+// built-in one with the sampling it declares. A name not listed is a 404,
+// as on the agent.
 func (c *Cloud) listModels() []httpapi.Model {
 	var out []httpapi.Model
 	for _, m := range c.coord.Models() {
-		out = append(out, httpapi.Model{ID: m, OwnedBy: "phaseless"})
+		hm := httpapi.Model{ID: m, OwnedBy: "phaseless"}
+		if m == c.builtinModelName() {
+			hm.Sampling = c.builtinSampling
+		}
+		out = append(out, hm)
 	}
 	return out
 }

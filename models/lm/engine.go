@@ -441,8 +441,10 @@ func (e *Engine) chatOptions(req *llm.Request, pins []pinPoint) (GenOptions, err
 	if err != nil {
 		return GenOptions{}, err
 	}
+	temp, topP, topK := req.SamplingFor(e.m.sampling)
+	choiceTemp := req.ChoiceTemperatureFor(e.m.sampling)
 	return GenOptions{
-		MaxTokens: req.MaxTokens, Temperature: req.Temperature, TopK: req.TopK, TopP: req.TopP,
+		MaxTokens: req.MaxTokens, Temperature: temp, TopK: topK, TopP: topP, choiceTemp: &choiceTemp,
 		Seed: req.Seed, Stop: stop, grammar: g, toolCalls: req.HasTools(),
 		tenant: req.Tenant, pins: pins,
 		toolPrior: e.toolPriorFor(req, g),
@@ -461,6 +463,9 @@ type GenOptions struct {
 	// tokens (benchmarks want fixed lengths).
 	IgnoreEOS bool
 
+	// choiceTemp, when set, is the temperature of the grammar's choice
+	// points (constraint_choice.go) instead of Temperature.
+	choiceTemp *float64
 	// grammar, when set, constrains the output (tool calls, JSON).
 	grammar *grammar.Grammar
 	// toolCalls turns the output's calls into ToolDelta events.
@@ -527,6 +532,9 @@ func (e *Engine) newSequence(prompt []int32, opt GenOptions) (*sequence, error) 
 	}
 	if opt.grammar != nil {
 		s.constraint = constraint.New(e.m.vocabIndex(), e.m.tok, opt.grammar)
+	}
+	if opt.choiceTemp != nil {
+		s.sampler.choiceTemperature = *opt.choiceTemp
 	}
 	if opt.toolCalls {
 		s.tools = &chatfmt.ToolParser{}

@@ -204,11 +204,28 @@ func (l limits) checkMaxTokens(param string, n int) *apiError {
 }
 
 // parseTemperature accepts a JSON number in [0, 2] or one of the named
-// levels of DESIGN.md §4. Missing means 1.0, both official APIs' default.
-func parseTemperature(raw json.RawMessage) (float64, *apiError) {
+// levels of DESIGN.md §4 into req. Missing marks it omitted: the engine
+// uses its model's declared temperature, else 1.0, both official APIs'
+// default (llm/sampling.go), which req.Temperature holds meanwhile for a
+// peer that predates Omitted.
+func parseTemperature(req *llm.Request, raw json.RawMessage) *apiError {
+	t, e := temperatureValue(raw)
+	if e != nil {
+		return e
+	}
+	if t < 0 {
+		req.Temperature, req.Omitted = llm.DefaultTemperature, req.Omitted|llm.FieldTemperature
+		return nil
+	}
+	req.Temperature = t
+	return nil
+}
+
+// temperatureValue is parseTemperature's number, -1 when it is missing.
+func temperatureValue(raw json.RawMessage) (float64, *apiError) {
 	s := strings.TrimSpace(string(raw))
 	if s == "" || s == "null" {
-		return 1.0, nil
+		return -1, nil
 	}
 	if s[0] == '"' {
 		var name string
@@ -233,6 +250,19 @@ func parseTemperature(raw json.RawMessage) (float64, *apiError) {
 		return 0, invalid("temperature", "temperature must be between 0 and 2, got %g", t)
 	}
 	return t, nil
+}
+
+// parseTopP reads top_p, in (0, 1], into req; missing marks it omitted.
+func parseTopP(req *llm.Request, p *float64) *apiError {
+	if p == nil {
+		req.Omitted |= llm.FieldTopP
+		return nil
+	}
+	if *p <= 0 || *p > 1 {
+		return invalid("top_p", "top_p must be in (0, 1], got %g", *p)
+	}
+	req.TopP = *p
+	return nil
 }
 
 // parseHints reads the optional x-* request headers of DESIGN.md §4.

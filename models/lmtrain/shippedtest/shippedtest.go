@@ -5,6 +5,7 @@ package shippedtest
 
 import (
 	"context"
+	"encoding/json"
 	"math"
 	"strings"
 	"sync"
@@ -12,6 +13,7 @@ import (
 
 	"github.com/phaseless/phaseless/llm"
 	"github.com/phaseless/phaseless/models/lm"
+	"github.com/phaseless/phaseless/models/lmtrain"
 	"github.com/phaseless/phaseless/models/lmtrain/corpus"
 )
 
@@ -32,6 +34,13 @@ func CheckShapeAndProvenance(t *testing.T, m *lm.Model, name string) int {
 		if _, ok := m.Meta[k]; !ok {
 			t.Errorf("metadata lacks %s", k)
 		}
+	}
+	// The sampling the presets declare (lmtrain.ShippedSampling), which
+	// `phaselessctl lm sampling` wrote into the files trained before it.
+	got, _ := json.Marshal(m.Sampling())
+	want, _ := json.Marshal(lmtrain.ShippedSampling())
+	if string(got) != string(want) {
+		t.Errorf("declared sampling %s, want %s", got, want)
 	}
 	ids := append([]int32{m.Tokenizer().BOS()}, m.Tokenizer().Encode("把温度调到二十一度")...)
 	if err := m.ValidateTokens(ids); err != nil {
