@@ -366,3 +366,31 @@ func TestCopyStopsBeforePunctuation(t *testing.T) {
 		}
 	}
 }
+
+// TestNumbersEnd: every JSON number the grammars accept ends within its
+// bounds (15 digits before the point, maxFractionDigits after it,
+// maxExponentDigits in the exponent), in json_object values and in an open
+// "type":"number", so a model drawing digits is made to finish the value
+// (issue 28: "168.99687…e7608…" ran to max_tokens).
+func TestNumbersEnd(t *testing.T) {
+	num, err := Schema([]byte(`{"type":"object","properties":{"a":{"type":"number"}},"required":["a"]}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	d := func(n int) string { return strings.Repeat("7", n) }
+	for name, g := range map[string]*Grammar{"json_object": JSONObject(), "number": num} {
+		for _, tc := range []struct {
+			value string
+			ok    bool
+		}{
+			{"1" + d(14), true}, {"1" + d(15), false},
+			{"-1" + d(14) + "." + d(15), true}, {"1." + d(16), false},
+			{"1." + d(15) + "e-308", true}, {"1e+" + d(3), true}, {"1E" + d(4), false},
+			{"0.5", true}, {"168.99687e7608", false},
+		} {
+			if got := g.Match([]byte(`{"a":` + tc.value + `}`)); got != tc.ok {
+				t.Errorf("%s: %s accepted %v, want %v", name, tc.value, got, tc.ok)
+			}
+		}
+	}
+}
