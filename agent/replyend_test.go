@@ -146,3 +146,30 @@ func ask(t *testing.T, url, route, api, q string, maxTokens int, stream bool) (s
 	}
 	return text.String(), n, reason
 }
+
+// TestContextLengthOnAgent: a prompt longer than both shipped models'
+// context (256 tokens) is a 400 context_length_exceeded on both APIs,
+// whichever route: pinned local, pinned to the cloud over phaseless/1, and
+// auto (the local engine refuses, the cloud refuses too).
+func TestContextLengthOnAgent(t *testing.T) {
+	url := startAgentWithCloud(t)
+	long := strings.Repeat("tell me more about the weather ", 20)
+	for _, route := range []string{"local", "cloud", "auto"} {
+		for _, api := range []string{"openai", "anthropic"} {
+			path, body := "/v1/chat/completions", `{"max_tokens":8,"messages":[{"role":"user","content":"`+long+`"}]}`
+			if api == "anthropic" {
+				path, body = "/v1/messages", `{"model":"auto","max_tokens":8,"messages":[{"role":"user","content":"`+long+`"}]}`
+			}
+			resp := post(t, url+path, body, "x-phaseless-route", route)
+			b, _ := io.ReadAll(resp.Body)
+			var e struct {
+				Error struct{ Type, Code, Message string }
+			}
+			json.Unmarshal(b, &e)
+			if resp.StatusCode != http.StatusBadRequest || e.Error.Type != "invalid_request_error" || !strings.Contains(e.Error.Message, "context") ||
+				api == "openai" && e.Error.Code != "context_length_exceeded" {
+				t.Errorf("%s %s: %d %s, want 400 context_length_exceeded", route, api, resp.StatusCode, b)
+			}
+		}
+	}
+}

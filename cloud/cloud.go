@@ -193,6 +193,7 @@ func (c *Cloud) Start(ctx context.Context) (err error) {
 	}
 	c.coord, err = coordinator.New(coordinator.Config{
 		Workers: c.workers, Admitter: c.admit, Tokenizer: tok, BlockSize: kvBlockSize, CharsPerToken: remoteCharsPerToken(builtins),
+		ContextLen:          builtinContext(builtins, len(workers)),
 		Fair:                admit.FairConfig{Slots: slots, MaxQueue: c.cfg.MaxQueued},
 		Budget:              budgetOf(keys, c.cfg.BudgetPeriod),
 		AllowPolicyOverride: c.cfg.Dev, Scheduler: c.cfg.Scheduler,

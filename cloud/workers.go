@@ -121,6 +121,16 @@ func remoteCharsPerToken(builtins []*worker.Builtin) float64 {
 	return 0
 }
 
+// builtinContext is the coordinator's ContextLen: the built-in engines'
+// context when they are all the workers (a remote server's context is not
+// known here), else 0.
+func builtinContext(builtins []*worker.Builtin, workers int) int {
+	if len(builtins) == 0 || len(builtins) != workers {
+		return 0
+	}
+	return builtins[0].LM().Model().Config.ContextLen
+}
+
 // builtinModelName is how /v1/models lists the built-in engine's model:
 // the file's base name, as the agent names its own, or the shipped one's.
 func (c *Cloud) builtinModelName() string {
