@@ -45,6 +45,9 @@ func startAgentWithCloud(t *testing.T) string {
 // behind phaseless/1 with the agent pinned to the cloud (issue 28's first
 // engine bug).
 func TestConstrainedRepliesThroughAgent(t *testing.T) {
+	if raceEnabled {
+		t.Skip("generates about 1,500 tokens with the shipped models (minutes under -race); make test runs it without -race")
+	}
 	url := startAgentWithCloud(t)
 	for _, route := range []string{"local", "cloud"} {
 		t.Run(route, func(t *testing.T) {
@@ -59,15 +62,18 @@ func TestConstrainedRepliesThroughAgent(t *testing.T) {
 // both APIs' streams and answers, on the local engine and over phaseless/1
 // (issue 28: "…in Paris.\n<").
 func TestLengthCutDropsMarker(t *testing.T) {
+	if raceEnabled {
+		t.Skip("generates about 400 tokens with the shipped models (two minutes under -race); make test runs it without -race")
+	}
 	url := startAgentWithCloud(t)
 	const q = "What is the capital of France?"
 	for _, route := range []string{"local", "cloud"} {
+		full, n, reason := ask(t, url, route, "openai", q, 120, false)
+		if reason != "stop" {
+			t.Fatalf("%s: finish %q after %q", route, reason, full)
+		}
 		for _, api := range []string{"openai", "anthropic"} {
 			for _, stream := range []bool{false, true} {
-				full, n, reason := ask(t, url, route, api, q, 120, false)
-				if reason != "stop" && reason != "end_turn" {
-					t.Fatalf("%s %s: finish %q after %q", route, api, reason, full)
-				}
 				cut, _, reason := ask(t, url, route, api, q, n-1, stream)
 				if cut != full || reason != "length" && reason != "max_tokens" {
 					t.Errorf("%s %s stream=%v cut at %d tokens: %q (%s), want %q", route, api, stream, n-1, cut, reason, full)
