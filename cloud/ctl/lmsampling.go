@@ -5,9 +5,8 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"io"
 	"math"
-	"os"
-	"path/filepath"
 
 	"github.com/phaseless/phaseless/internal/cli"
 	"github.com/phaseless/phaseless/llm"
@@ -97,35 +96,8 @@ func lmSampling(ctx context.Context, cio cli.IO, args []string) error {
 	if err != nil {
 		return err
 	}
-	src, err := os.ReadFile(*in)
+	m, err := rewriteModel(*in, *out, func(w io.Writer, f *gguf.File) error { return lm.WriteSampling(w, f, s) })
 	if err != nil {
-		return err
-	}
-	f, err := gguf.ReadBytes(src)
-	if err != nil {
-		return fmt.Errorf("read %s: %w", *in, err)
-	}
-	tmp, err := os.CreateTemp(filepath.Dir(*out), ".sampling-*")
-	if err != nil {
-		return err
-	}
-	defer os.Remove(tmp.Name())
-	if err := tmp.Chmod(0o644); err != nil {
-		tmp.Close()
-		return err
-	}
-	if err := lm.WriteSampling(tmp, f, s); err != nil {
-		tmp.Close()
-		return err
-	}
-	if err := tmp.Close(); err != nil {
-		return err
-	}
-	m, err := lm.Load(tmp.Name())
-	if err != nil {
-		return fmt.Errorf("reload: %w", err)
-	}
-	if err := os.Rename(tmp.Name(), *out); err != nil {
 		return err
 	}
 	fmt.Fprintf(cio.Stdout, "wrote %s: sampling %s\n", *out, describeSampling(m.Sampling()))

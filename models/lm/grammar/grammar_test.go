@@ -9,6 +9,8 @@ import (
 	"testing"
 
 	"github.com/santhosh-tekuri/jsonschema/v6"
+
+	"github.com/phaseless/phaseless/models/lm/grammar/grammartest"
 )
 
 // walk draws a random sentence of g: at each step a byte some parse
@@ -72,23 +74,6 @@ func walk(g *Grammar, rng *rand.Rand, limit int, stopP float64) ([]byte, bool) {
 	return out, false
 }
 
-func compileValidator(t testing.TB, schema string) *jsonschema.Schema {
-	t.Helper()
-	doc, err := jsonschema.UnmarshalJSON(strings.NewReader(schema))
-	if err != nil {
-		t.Fatal(err)
-	}
-	c := jsonschema.NewCompiler()
-	if err := c.AddResource("schema.json", doc); err != nil {
-		t.Fatal(err)
-	}
-	sch, err := c.Compile("schema.json")
-	if err != nil {
-		t.Fatal(err)
-	}
-	return sch
-}
-
 var schemas = []string{
 	`{"type":"object","properties":{"temperature":{"type":"integer","minimum":16,"maximum":30}},"required":["temperature"],"additionalProperties":false}`,
 	`{"type":"object","properties":{"name":{"type":"string","minLength":2,"maxLength":5},"tags":{"type":"array","items":{"type":"string","enum":["a","b","c"]},"minItems":1,"maxItems":3},"score":{"type":"number","minimum":-2.5,"maximum":7}},"required":["name","tags"]}`,
@@ -109,7 +94,7 @@ func TestSchemaSentencesValidate(t *testing.T) {
 		if err != nil {
 			t.Fatalf("%s: %v", sc, err)
 		}
-		v := compileValidator(t, sc)
+		v := grammartest.Validator(t, sc)
 		finished := 0
 		for range 200 {
 			out, ok := walk(g, rng, 400, 0.3)

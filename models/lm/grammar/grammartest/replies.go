@@ -30,7 +30,7 @@ var ConstrainedPrompts = []string{"What is the weather in Paris? Answer in JSON.
 // route pinned in header (x-phaseless-route) must be where each ran.
 func CheckConstrainedReplies(t *testing.T, url string, header http.Header) (finished, total int) {
 	t.Helper()
-	v := compile(t, CitySchema)
+	v := Validator(t, CitySchema)
 	formats := map[string]string{
 		"json_schema": `{"type":"json_schema","json_schema":{"name":"w","schema":` + CitySchema + `}}`,
 		"json_object": `{"type":"json_object"}`,
@@ -76,7 +76,10 @@ func CheckConstrainedReplies(t *testing.T, url string, header http.Header) (fini
 	return finished, total
 }
 
-func compile(t *testing.T, schema string) *jsonschema.Schema {
+// Validator compiles schema with an independent JSON Schema implementation
+// (santhosh-tekuri/jsonschema), which the tests check the grammar's output
+// against.
+func Validator(t testing.TB, schema string) *jsonschema.Schema {
 	t.Helper()
 	doc, err := jsonschema.UnmarshalJSON(strings.NewReader(schema))
 	if err != nil {
