@@ -16,17 +16,11 @@ type Sampling struct {
 	Temperature *float64 `json:"temperature,omitempty"`
 	TopP        *float64 `json:"top_p,omitempty"`
 	TopK        *int     `json:"top_k,omitempty"`
-	// ChoiceTemperature, when set, is the temperature of a constrained
-	// choice point (which tool, an enum value, a copied span) in a request
-	// that left its temperature to the model: a model may want varied prose
-	// and still its best-scored call. A request that sets a temperature
-	// gets it at its choice points too.
-	ChoiceTemperature *float64 `json:"choice_temperature,omitempty"`
 }
 
 // IsZero reports whether s declares nothing.
 func (s Sampling) IsZero() bool {
-	return s.Temperature == nil && s.TopP == nil && s.TopK == nil && s.ChoiceTemperature == nil
+	return s.Temperature == nil && s.TopP == nil && s.TopK == nil
 }
 
 // SamplingFields is a set of a request's sampling fields.
@@ -67,16 +61,4 @@ func (r *Request) SamplingFor(s Sampling) (temperature, topP float64, topK int) 
 		}
 	}
 	return temperature, topP, topK
-}
-
-// ChoiceTemperatureFor is the temperature of r's constrained choice points
-// on a model declaring s: s.ChoiceTemperature when r left its temperature
-// to the model and s declares one, else r's own temperature as SamplingFor
-// resolves it.
-func (r *Request) ChoiceTemperatureFor(s Sampling) float64 {
-	if r.Omitted&FieldTemperature != 0 && s.ChoiceTemperature != nil {
-		return *s.ChoiceTemperature
-	}
-	t, _, _ := r.SamplingFor(s)
-	return t
 }

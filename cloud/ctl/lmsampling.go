@@ -18,22 +18,21 @@ import (
 // (llm.Sampling, written as GGUF general.sampling.* by lm init, lm train
 // and lm sampling). A flag left at its default declares nothing.
 type samplingFlags struct {
-	temp, topP, choiceTemp *float64
-	topK                   *int
+	temp, topP *float64
+	topK       *int
 }
 
 func addSamplingFlags(fs *flag.FlagSet) samplingFlags {
 	return samplingFlags{
-		temp:       fs.Float64("sampling-temp", -1, "declare the model's temperature for requests that omit one (general.sampling.temp, 0..2; -1 = declare none)"),
-		topP:       fs.Float64("sampling-top-p", -1, "declare its top_p (general.sampling.top_p, (0, 1]; -1 = none)"),
-		topK:       fs.Int("sampling-top-k", -1, "declare its top_k (general.sampling.top_k, 0 = off; -1 = none)"),
-		choiceTemp: fs.Float64("sampling-choice-temp", -1, "declare the temperature of constrained choice points in requests that omit theirs (phaseless.sampling.choice_temp, 0..2; -1 = none)"),
+		temp: fs.Float64("sampling-temp", -1, "declare the model's temperature for requests that omit one (general.sampling.temp, 0..2; -1 = declare none)"),
+		topP: fs.Float64("sampling-top-p", -1, "declare its top_p (general.sampling.top_p, (0, 1]; -1 = none)"),
+		topK: fs.Int("sampling-top-k", -1, "declare its top_k (general.sampling.top_k, 0 = off; -1 = none)"),
 	}
 }
 
 // set reports whether any flag declares something.
 func (f samplingFlags) set() bool {
-	return *f.temp != -1 || *f.topP != -1 || *f.topK != -1 || *f.choiceTemp != -1
+	return *f.temp != -1 || *f.topP != -1 || *f.topK != -1
 }
 
 // sampling is what the flags declare over base (a preset's), each flag
@@ -51,9 +50,6 @@ func (f samplingFlags) sampling(base llm.Sampling) (llm.Sampling, error) {
 		return nil
 	}
 	if err := temp("sampling-temp", *f.temp, &s.Temperature); err != nil {
-		return s, err
-	}
-	if err := temp("sampling-choice-temp", *f.choiceTemp, &s.ChoiceTemperature); err != nil {
 		return s, err
 	}
 	switch p := *f.topP; {
@@ -81,7 +77,7 @@ func lmSampling(ctx context.Context, cio cli.IO, args []string) error {
 	in := fs.String("in", "", "GGUF model to read")
 	out := fs.String("out", "", "GGUF file to write (may be --in: written beside it, then renamed)")
 	sf := addSamplingFlags(fs)
-	if done, err := lmParseFlags(fs, cio, args, "lm sampling --in F --out G [--sampling-temp T] [--sampling-top-p P] [--sampling-top-k K] [--sampling-choice-temp T]"); done || err != nil {
+	if done, err := lmParseFlags(fs, cio, args, "lm sampling --in F --out G [--sampling-temp T] [--sampling-top-p P] [--sampling-top-k K]"); done || err != nil {
 		return err
 	}
 	switch {
@@ -124,9 +120,6 @@ func describeSampling(s llm.Sampling) string {
 	}
 	if s.TopK != nil {
 		add("top_k", *s.TopK)
-	}
-	if s.ChoiceTemperature != nil {
-		add("choice temperature", *s.ChoiceTemperature)
 	}
 	return out
 }

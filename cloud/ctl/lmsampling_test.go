@@ -32,11 +32,11 @@ func TestLMSampling(t *testing.T) {
 		t.Fatalf("init declared %s", got)
 	}
 	g := filepath.Join(dir, "g.gguf")
-	out, err := runCtl(t, "lm", "sampling", "--in", f, "--out", g, "--sampling-temp", "0.5", "--sampling-top-p", "0.9", "--sampling-choice-temp", "0")
-	if err != nil || !strings.Contains(out, "temperature 0.5, top_p 0.9, choice temperature 0") {
+	out, err := runCtl(t, "lm", "sampling", "--in", f, "--out", g, "--sampling-temp", "0.5", "--sampling-top-p", "0.9")
+	if err != nil || !strings.Contains(out, "temperature 0.5, top_p 0.9\n") {
 		t.Fatalf("sampling: %v\n%s", err, out)
 	}
-	if got := declared(g); got != `{"temperature":0.5,"top_p":0.9,"choice_temperature":0}` {
+	if got := declared(g); got != `{"temperature":0.5,"top_p":0.9}` {
 		t.Fatalf("rewritten file declares %s", got)
 	}
 	for _, bad := range [][]string{{"--sampling-temp", "3"}, {"--sampling-top-p", "0"}, {"--sampling-top-k", "-2"}} {

@@ -77,7 +77,7 @@ func lmTrain(ctx context.Context, cio cli.IO, args []string) error {
 		return err
 	}
 	if sf.set() {
-		for _, f := range []string{"sampling-temp", "sampling-top-p", "sampling-top-k", "sampling-choice-temp"} {
+		for _, f := range []string{"sampling-temp", "sampling-top-p", "sampling-top-k"} {
 			if v := fs.Lookup(f).Value.String(); v != "-1" {
 				cmd = append(cmd, "--"+f, v)
 			}

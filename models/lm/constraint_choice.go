@@ -498,11 +498,9 @@ func (e *Engine) keepScored(s *sequence, slots []int32) {
 	e.registerBlocks(s)
 }
 
-// pickChoice is the best alternative, or at a positive choice temperature
-// T (the request's, or the model's declared choice temperature when the
-// request left its temperature to the model: llm.Sampling) one drawn with
-// probability ∝ exp(score/T) from the sequence's random source (so a
-// seeded request stays reproducible).
+// pickChoice is the best alternative, or at a positive temperature one
+// drawn with probability ∝ exp(score/T) from the sequence's random source
+// (so a seeded request stays reproducible).
 func pickChoice(smp *sampler, alts []alternative) int {
 	best := 0
 	for i, a := range alts {
@@ -510,13 +508,13 @@ func pickChoice(smp *sampler, alts []alternative) int {
 			best = i
 		}
 	}
-	if smp.choiceTemperature <= 0 || math.IsInf(alts[best].score, -1) {
+	if smp.temperature <= 0 || math.IsInf(alts[best].score, -1) {
 		return best
 	}
 	var sum float64
 	w := make([]float64, len(alts))
 	for i, a := range alts {
-		w[i] = math.Exp((a.score - alts[best].score) / smp.choiceTemperature)
+		w[i] = math.Exp((a.score - alts[best].score) / smp.temperature)
 		sum += w[i]
 	}
 	smp.draws++

@@ -442,9 +442,8 @@ func (e *Engine) chatOptions(req *llm.Request, pins []pinPoint) (GenOptions, err
 		return GenOptions{}, err
 	}
 	temp, topP, topK := req.SamplingFor(e.m.sampling)
-	choiceTemp := req.ChoiceTemperatureFor(e.m.sampling)
 	return GenOptions{
-		MaxTokens: req.MaxTokens, Temperature: temp, TopK: topK, TopP: topP, choiceTemp: &choiceTemp,
+		MaxTokens: req.MaxTokens, Temperature: temp, TopK: topK, TopP: topP,
 		Seed: req.Seed, Stop: stop, grammar: g, toolCalls: req.HasTools(),
 		tenant: req.Tenant, pins: pins,
 		toolPrior: e.toolPriorFor(req, g),
@@ -463,9 +462,6 @@ type GenOptions struct {
 	// tokens (benchmarks want fixed lengths).
 	IgnoreEOS bool
 
-	// choiceTemp, when set, is the temperature of the grammar's choice
-	// points (constraint_choice.go) instead of Temperature.
-	choiceTemp *float64
 	// grammar, when set, constrains the output (tool calls, JSON).
 	grammar *grammar.Grammar
 	// toolCalls turns the output's calls into ToolDelta events.
@@ -532,9 +528,6 @@ func (e *Engine) newSequence(prompt []int32, opt GenOptions) (*sequence, error) 
 	}
 	if opt.grammar != nil {
 		s.constraint = constraint.New(e.m.vocabIndex(), e.m.tok, opt.grammar)
-	}
-	if opt.choiceTemp != nil {
-		s.sampler.choiceTemperature = *opt.choiceTemp
 	}
 	if opt.toolCalls {
 		s.tools = &chatfmt.ToolParser{}

@@ -72,7 +72,7 @@ func FuzzReadModel(f *testing.F) {
 	f.Add(bytes.Clone(buf.Bytes()))
 	// Declared sampling, one value in range and one out of it.
 	for _, meta := range []map[string]any{
-		{KeySamplingTemp: float32(0.5), KeySamplingTopK: int32(40), KeySamplingTopP: float32(0.9), KeySamplingChoiceTemp: float32(0)},
+		{KeySamplingTemp: float32(0.5), KeySamplingTopK: int32(40), KeySamplingTopP: float32(0.9)},
 		{KeySamplingTemp: float32(9)},
 	} {
 		buf.Reset()

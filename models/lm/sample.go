@@ -12,14 +12,11 @@ import (
 // including across preemption (the stream continues where it was).
 type sampler struct {
 	temperature float64
-	// choiceTemperature is the temperature of a grammar's choice points
-	// (pickChoice): temperature unless the model declares its own for them.
-	choiceTemperature float64
-	topK              int
-	topP              float64
-	rng               *rand.Rand
-	draws             uint32 // random numbers drawn so far (a KV handoff carries it)
-	cand              []candidate
+	topK        int
+	topP        float64
+	rng         *rand.Rand
+	draws       uint32 // random numbers drawn so far (a KV handoff carries it)
+	cand        []candidate
 }
 
 type candidate struct {
@@ -28,7 +25,7 @@ type candidate struct {
 }
 
 func newSampler(temperature float64, topK int, topP float64, seed uint64) *sampler {
-	return &sampler{temperature: temperature, choiceTemperature: temperature, topK: topK, topP: topP, rng: rand.New(rand.NewPCG(seed, seed^0x5851f42d4c957f2d))}
+	return &sampler{temperature: temperature, topK: topK, topP: topP, rng: rand.New(rand.NewPCG(seed, seed^0x5851f42d4c957f2d))}
 }
 
 // skip advances the random source past n draws, so a sampler rebuilt from

@@ -18,10 +18,6 @@ const (
 	KeySamplingTemp = "general.sampling.temp"  // float32, 0 = greedy
 	KeySamplingTopK = "general.sampling.top_k" // int32, 0 = off
 	KeySamplingTopP = "general.sampling.top_p" // float32, 1 = off
-	// KeySamplingChoiceTemp is Phaseless's own (llama.cpp has no choice
-	// decoding): the temperature of a constrained choice point when the
-	// request left its temperature to the model (llm.Sampling).
-	KeySamplingChoiceTemp = "phaseless.sampling.choice_temp" // float32
 )
 
 // readSampling reads the sampling keys of meta. A key with a value the
@@ -69,16 +65,6 @@ func readSampling(meta map[string]any) (llm.Sampling, error) {
 		}
 		s.Temperature = &t
 	}
-	ct, ok, err := num(KeySamplingChoiceTemp)
-	if err != nil {
-		return s, err
-	}
-	if ok {
-		if ct < 0 || ct > 2 {
-			return s, fmt.Errorf("%s is %g, want 0 to 2", KeySamplingChoiceTemp, ct)
-		}
-		s.ChoiceTemperature = &ct
-	}
 	p, ok, err := num(KeySamplingTopP)
 	if err != nil {
 		return s, err
@@ -116,9 +102,6 @@ func SamplingMeta(s llm.Sampling) map[string]any {
 	if s.TopK != nil {
 		meta[KeySamplingTopK] = int32(*s.TopK)
 	}
-	if s.ChoiceTemperature != nil {
-		meta[KeySamplingChoiceTemp] = float32(*s.ChoiceTemperature)
-	}
 	return meta
 }
 
@@ -129,7 +112,7 @@ func WriteSampling(w io.Writer, src *gguf.File, s llm.Sampling) error {
 	var kvs []gguf.KV
 	for _, kv := range src.KVs {
 		switch kv.Key {
-		case KeySamplingTemp, KeySamplingTopK, KeySamplingTopP, KeySamplingChoiceTemp:
+		case KeySamplingTemp, KeySamplingTopK, KeySamplingTopP:
 			continue
 		}
 		kvs = append(kvs, kv)

@@ -72,8 +72,8 @@ func TestDeclaredSamplingApplies(t *testing.T) {
 // rewrites one, replacing what it declared), and a value a request could
 // not carry fails the load naming the key.
 func TestSamplingMetadata(t *testing.T) {
-	temp, topP, topK, choice := 0.7, 0.9, 40, 0.0
-	want := llm.Sampling{Temperature: &temp, TopP: &topP, TopK: &topK, ChoiceTemperature: &choice}
+	temp, topP, topK := 0.7, 0.9, 40
+	want := llm.Sampling{Temperature: &temp, TopP: &topP, TopK: &topK}
 	m := sampledModel(t, SamplingMeta(want))
 	if got := describe(m.Sampling()); got != describe(want) {
 		t.Fatalf("read back %s, want %s", got, describe(want))
@@ -112,7 +112,6 @@ func TestSamplingMetadata(t *testing.T) {
 		{KeySamplingTemp, "hot"},
 		{KeySamplingTopP, float32(0)},
 		{KeySamplingTopK, int32(-1)},
-		{KeySamplingChoiceTemp, float32(-0.1)},
 	} {
 		var buf bytes.Buffer
 		if err := WriteGGUF(&buf, cfg, tokenizer.ByteSpec(), w, map[string]any{tc.key: tc.val}, F32); err != nil {
@@ -128,36 +127,4 @@ func TestSamplingMetadata(t *testing.T) {
 func describe(s llm.Sampling) string {
 	b, _ := json.Marshal(s)
 	return string(b)
-}
-
-// TestDeclaredChoiceTemperature: on a model declaring temperature 1 and
-// choice temperature 0, a request that omits its temperature gets the
-// best-scored enum value at every seed (the choice point's own rule), while
-// one that sets temperature 1 draws among the values.
-func TestDeclaredChoiceTemperature(t *testing.T) {
-	e := newEngine(t, sampledModel(t, map[string]any{KeySamplingTemp: float32(1), KeySamplingChoiceTemp: float32(0)}), EngineConfig{})
-	schema := json.RawMessage(`{"type":"object","properties":{"city":{"type":"string","enum":["Paris","Oslo","Rome","Lima","Cairo","Quito"]}},"required":["city"]}`)
-	values := func(omitted llm.SamplingFields) map[string]bool {
-		seen := map[string]bool{}
-		for seed := uint64(1); seed <= 8; seed++ {
-			var b strings.Builder
-			req := &llm.Request{Messages: []llm.Message{{Role: "user", Content: "pick a city"}}, MaxTokens: 40, Temperature: 1, Seed: seed, Omitted: omitted,
-				ToolRequest: llm.ToolRequest{ResponseFormat: llm.ResponseFormat{Type: llm.FormatJSONSchema, Schema: schema}}}
-			if _, err := e.Generate(context.Background(), req, func(tk llm.Token) error { b.WriteString(tk.Text); return nil }); err != nil {
-				t.Fatal(err)
-			}
-			var v struct{ City string }
-			if err := json.Unmarshal([]byte(b.String()), &v); err != nil {
-				t.Fatalf("%q: %v", b.String(), err)
-			}
-			seen[v.City] = true
-		}
-		return seen
-	}
-	if got := values(llm.FieldTemperature); len(got) != 1 {
-		t.Errorf("temperature omitted, choice temperature 0 declared: values %v over 8 seeds, want the one best", got)
-	}
-	if got := values(0); len(got) < 2 {
-		t.Errorf("temperature 1 set by the request: values %v over 8 seeds, want a draw among them", got)
-	}
 }

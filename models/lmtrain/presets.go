@@ -37,17 +37,15 @@ func (p Preset) ArtifactName() string {
 
 // ShippedSampling is what the shipped models declare for requests that
 // omit their sampling (both SDKs omit temperature by default, which the
-// APIs read as 1.0): temperature 0.5, top_p 0.9, top_k 40, and choice
-// points (which tool, enum values, copied spans) decided by their best
-// score. Measured on the held-out replies (models/edgemodel and
-// models/cloudmodel tests' sets, seed 1): the edge model answered 216 of
-// 318 in-car requests right with these against 215 greedy and 177 at 1.0
-// untruncated; the cloud model 324 of 414 facts (324 greedy, 321 at 1.0)
-// and 69 of 318 in-car requests (73 greedy, 41 at 1.0); 0.7 gave the edge
-// model 216 and the cloud model 66.
+// APIs read as 1.0): temperature 0.5, top_p 0.9, top_k 40. Measured on the
+// held-out replies (models/edgemodel and models/cloudmodel tests' sets,
+// seed 1): the edge model answered 216 of 318 in-car requests right with
+// these against 215 greedy and 177 at 1.0 untruncated; the cloud model 324
+// of 414 facts (324 greedy, 321 at 1.0) and 69 of 318 in-car requests (73
+// greedy, 41 at 1.0); 0.7 gave the edge model 216 and the cloud model 66.
 func ShippedSampling() llm.Sampling {
-	temp, topP, topK, choice := 0.5, 0.9, 40, 0.0
-	return llm.Sampling{Temperature: &temp, TopP: &topP, TopK: &topK, ChoiceTemperature: &choice}
+	temp, topP, topK := 0.5, 0.9, 40
+	return llm.Sampling{Temperature: &temp, TopP: &topP, TopK: &topK}
 }
 
 // EdgePreset is the in-vehicle assistant: about 0.9M weights, small enough
