@@ -38,6 +38,9 @@ type localEngine struct {
 	// the probe block (the shipped one does not); nil for external servers
 	// and for other models, whose probe numbers no predictor was trained on.
 	probe func(text string) textfeat.Probe
+	// servesTools reports whether the engine serves a request's tools
+	// (route.Config.LocalTools); nil for external servers, which serve any.
+	servesTools func(tools []llm.Tool) bool
 	// swap is the built-in engine, replaceable by the fleet's edge-model
 	// artifacts; nil for an external server.
 	swap *ota.SwapEngine
@@ -94,12 +97,19 @@ func openEngine(cfg Config) (*localEngine, error) {
 		kvFaultsTotal:   func() uint64 { e, _ := sw.Current(); return e.Stats().KVFaults },
 		templateSkipped: m.ChatTemplateSkipped(),
 		sampling: func() llm.Sampling {
-			// An installed engine is an *lm.Engine; the interface is what
-			// the swap holds.
-			if e, ok := currentEngine(sw).(interface{ Model() *lm.Model }); ok {
-				return e.Model().Sampling()
+			e, _ := sw.Current()
+			if le, ok := e.(*lm.Engine); ok {
+				return le.Model().Sampling()
 			}
 			return llm.Sampling{}
+		},
+		servesTools: func(tools []llm.Tool) bool {
+			// The model serving now: a fleet update may bring another.
+			e, _ := sw.Current()
+			if le, ok := e.(*lm.Engine); ok {
+				return le.Model().ServesTools(tools)
+			}
+			return false
 		},
 	}
 	if probeModel != nil {
@@ -111,12 +121,6 @@ func openEngine(cfg Config) (*localEngine, error) {
 		}
 	}
 	return le, nil
-}
-
-// currentEngine is sw's current engine.
-func currentEngine(sw *ota.SwapEngine) ota.Engine {
-	e, _ := sw.Current()
-	return e
 }
 
 // probeText is the router's probe of a request on the local model: its

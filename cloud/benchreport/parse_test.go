@@ -1,6 +1,8 @@
 package benchreport
 
 import (
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 )
@@ -39,4 +41,44 @@ func FuzzParseBenchOutput(f *testing.F) {
 			}
 		}
 	})
+}
+
+// TestPlotsShowTheirClaims: a suite entry whose claim compares two sides
+// ("QUIC against SSE") plots at least two metrics, each one its benchmark
+// reports (b.ReportMetric in the package's tests), so the plot shows both
+// sides as bars of their own.
+func TestPlotsShowTheirClaims(t *testing.T) {
+	for _, e := range suite {
+		if !strings.Contains(e.Claim, " against ") {
+			continue
+		}
+		if len(e.Plot) < 2 {
+			t.Errorf("%s %s: claims %q and plots only %v", e.Pkg, e.Bench, e.Claim, e.Plot)
+			continue
+		}
+		src, _ := filepath.Glob(filepath.Join("..", "..", e.Pkg, "*_test.go"))
+		var all strings.Builder
+		for _, f := range src {
+			b, err := os.ReadFile(f)
+			if err != nil {
+				t.Fatal(err)
+			}
+			all.Write(b)
+		}
+		for _, m := range e.Plot {
+			if !strings.Contains(all.String(), `"`+m+`")`) {
+				t.Errorf("%s: plots %q, which no benchmark there reports", e.Pkg, m)
+			}
+		}
+	}
+	// One benchmark with both sides' metrics gives a bar per metric.
+	rs := ParseBenchOutput(strings.NewReader("BenchmarkTokenLatency-2 200 1 ns/op 30 quic-p50-µs 90 quic-p99-µs 45 sse-h2-p50-µs 120 sse-h2-p99-µs\n" +
+		"BenchmarkTokenLatency-2 200 1 ns/op 31 quic-p50-µs 91 quic-p99-µs 44 sse-h2-p50-µs 121 sse-h2-p99-µs\n"))
+	bs := bars(suite[0].Plot, rs)
+	if len(bs) != 4 || bs[0].label != "quic-p50-µs" || bs[1].label != "sse-h2-p50-µs" || bs[0].metric == bs[1].metric || len(bs[0].runs) != 2 {
+		t.Fatalf("bars %+v", bs)
+	}
+	if err := barPlot(filepath.Join(t.TempDir(), "p.png"), "transport", suite[0].Plot, suite[0].Unit, rs); err != nil {
+		t.Fatal(err)
+	}
 }

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"image/color"
 	"sort"
+	"strings"
 
 	"gonum.org/v1/plot"
 	"gonum.org/v1/plot/plotter"
@@ -12,55 +13,94 @@ import (
 	"github.com/phaseless/phaseless/models/lm"
 )
 
-// barPlot draws the median of metric per benchmark name, with the -count
-// runs' minimum and maximum as points. Bars start at zero, so the axis is linear: a benchmark
-// family whose members differ by orders of magnitude reads from the table.
-func barPlot(file, title, metric string, rs []Result) error {
-	byName := map[string][]float64{}
+// bar is one bar of a plot: a benchmark's metric over its -count runs.
+type bar struct {
+	label  string
+	metric int // index into the plotted metrics: its colour
+	runs   []float64
+}
+
+// bars are one bar per benchmark name and plotted metric that it reported,
+// in the order the benchmarks ran. One metric labels bars by benchmark;
+// one benchmark by metric; several of each by both.
+func bars(metrics []string, rs []Result) []bar {
 	var names []string
+	runs := map[string][][]float64{}
 	for _, r := range rs {
-		v, ok := r.Metrics[metric]
-		if !ok {
-			continue
-		}
-		if byName[r.Name] == nil {
+		if runs[r.Name] == nil {
 			names = append(names, r.Name)
+			runs[r.Name] = make([][]float64, len(metrics))
 		}
-		byName[r.Name] = append(byName[r.Name], v)
+		for k, m := range metrics {
+			if v, ok := r.Metrics[m]; ok {
+				runs[r.Name][k] = append(runs[r.Name][k], v)
+			}
+		}
 	}
-	if len(names) == 0 {
-		return fmt.Errorf("benchreport: no %s values to plot for %s", metric, title)
+	var out []bar
+	for _, n := range names {
+		for k, m := range metrics {
+			if len(runs[n][k]) == 0 {
+				continue
+			}
+			label := n
+			switch {
+			case len(metrics) > 1 && len(names) == 1:
+				label = m
+			case len(metrics) > 1:
+				label = n + " " + m
+			}
+			out = append(out, bar{label: label, metric: k, runs: runs[n][k]})
+		}
+	}
+	return out
+}
+
+// barPlot draws the median of each metric per benchmark name, with the
+// -count runs' minimum and maximum as points, a colour per metric (so the
+// sides a claim compares, reported by one benchmark, are bars apart). Bars
+// start at zero, so the axis is linear: a benchmark family whose members
+// differ by orders of magnitude reads from the table.
+func barPlot(file, title string, metrics []string, unit string, rs []Result) error {
+	bs := bars(metrics, rs)
+	if len(bs) == 0 {
+		return fmt.Errorf("benchreport: no %s values to plot for %s", strings.Join(metrics, ", "), title)
+	}
+	if unit == "" {
+		unit = metrics[0]
 	}
 	p := plot.New()
 	p.Title.Text = title
-	p.Y.Label.Text = metric + " (bar: median; points: min and max of runs)"
-	med := make(plotter.Values, len(names))
-	for i, n := range names {
-		vs := append([]float64(nil), byName[n]...)
+	p.Y.Label.Text = unit + " (bar: median; points: min and max of runs)"
+	labels := make([]string, len(bs))
+	spread := make(plotter.XYs, 0, 2*len(bs))
+	legend := make([]bool, len(metrics))
+	for i, b := range bs {
+		vs := append([]float64(nil), b.runs...)
 		sort.Float64s(vs)
-		med[i] = vs[len(vs)/2]
-	}
-	bars, err := plotter.NewBarChart(med, vg.Points(22))
-	if err != nil {
-		return err
-	}
-	bars.Color = plotterColor
-	p.Add(bars)
-	// The spread of the -count runs.
-	spread := make(plotter.XYs, 0)
-	for i, n := range names {
-		vs := byName[n]
-		sort.Float64s(vs)
+		bc, err := plotter.NewBarChart(plotter.Values{vs[len(vs)/2]}, vg.Points(22))
+		if err != nil {
+			return err
+		}
+		bc.XMin = float64(i)
+		bc.Color = barColors[b.metric%len(barColors)]
+		p.Add(bc)
+		if len(metrics) > 1 && !legend[b.metric] {
+			legend[b.metric] = true
+			p.Legend.Add(metrics[b.metric], bc)
+		}
+		labels[i] = b.label
 		spread = append(spread, plotter.XY{X: float64(i), Y: vs[0]}, plotter.XY{X: float64(i), Y: vs[len(vs)-1]})
 	}
 	if pts, err := plotter.NewScatter(spread); err == nil {
 		p.Add(pts)
 	}
-	p.NominalX(names...)
+	p.Legend.Top = true
+	p.NominalX(labels...)
 	p.X.Tick.Label.Rotation = 0.5
 	p.X.Tick.Label.XAlign, p.X.Tick.Label.YAlign = -1, 0
 	p.X.Padding = vg.Points(30)
-	width := vg.Length(max(4, len(names))) * vg.Inch * 1.8
+	width := vg.Length(max(4, len(bs))) * vg.Inch * 1.8
 	return p.Save(width, 5*vg.Inch, file)
 }
 
@@ -93,3 +133,7 @@ func enginePlot(file string, r lm.BenchResult) error {
 
 // plotterColor is the dashboard's accent blue, so plots and the /ui/ charts match.
 var plotterColor = color.RGBA{R: 0x2a, G: 0x6f, B: 0xdb, A: 0xff}
+
+// barColors tell a plot's metrics apart: the accent blue first, then an
+// orange, a green and a grey that stay distinct in greyscale.
+var barColors = []color.Color{plotterColor, color.RGBA{R: 0xe0, G: 0x7b, B: 0x1a, A: 0xff}, color.RGBA{R: 0x2c, G: 0xa0, B: 0x2c, A: 0xff}, color.RGBA{R: 0x55, G: 0x55, B: 0x55, A: 0xff}}

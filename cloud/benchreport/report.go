@@ -20,29 +20,35 @@ import (
 
 // Suite entries: one `go test -bench` run each.
 type entry struct {
-	Area    string // report section
-	Pkg     string // package path relative to the module root
-	Bench   string // -bench regexp
-	Time    string // -benchtime
-	Count   int    // -count
-	QTime   string // -benchtime in quick mode; "" = left out of quick mode
-	Plot    string // the metric plotted per benchmark
+	Area  string // report section
+	Pkg   string // package path relative to the module root
+	Bench string // -bench regexp
+	Time  string // -benchtime
+	Count int    // -count
+	QTime string // -benchtime in quick mode; "" = left out of quick mode
+	// Plot are the metrics plotted per benchmark, a bar each: the sides
+	// the claim compares, when one benchmark reports both (QUIC and SSE).
+	Plot    []string
+	Unit    string // the plot's y axis; "" = the one metric's name
 	Claim   string // what the README says this measures
 	ReadmeQ string // the README's own command, when it quotes one
 }
 
 var suite = []entry{
-	{Area: "transport", Pkg: "./transport/quic", Bench: "TokenLatency", Time: "5000x", Count: 3, QTime: "200x", Plot: "ns/op",
+	{Area: "transport", Pkg: "./transport/quic", Bench: "TokenLatency", Time: "5000x", Count: 3, QTime: "200x",
+		Plot: []string{"quic-p50-µs", "sse-h2-p50-µs", "quic-p99-µs", "sse-h2-p99-µs"}, Unit: "µs from emit to the client, per token",
 		Claim: "per-token latency over QUIC against SSE over HTTP/2 (same run)", ReadmeQ: "go test -run='^$' -bench=TokenLatency -benchtime=5000x -count=3 ./transport/quic/"},
-	{Area: "transport", Pkg: "./transport/quic", Bench: "ConcurrentStreams", Time: "20x", Count: 3, Plot: "ns/op",
+	{Area: "transport", Pkg: "./transport/quic", Bench: "ConcurrentStreams", Time: "20x", Count: 3,
+		Plot: []string{"quic-tok/s", "sse-h2-tok/s"}, Unit: "tokens/s, all streams",
 		Claim: "64 concurrent streams × 256 tokens, QUIC against SSE", ReadmeQ: "go test -run='^$' -bench=ConcurrentStreams -benchtime=20x -count=3 ./transport/quic/"},
-	{Area: "telemetry", Pkg: "./agent/telemetry", Bench: ".", Time: "5x", Count: 1, QTime: "2x", Plot: "ns/op",
+	{Area: "telemetry", Pkg: "./agent/telemetry", Bench: ".", Time: "5x", Count: 1, QTime: "2x",
+		Plot: []string{"group-appends/s", "fsync-each-appends/s"}, Unit: "durable appends/s",
 		Claim: "durable appends: group commit against one fsync per record", ReadmeQ: "go test -run='^$' -bench=. -benchtime=5x ./agent/telemetry"},
-	{Area: "telemetry", Pkg: "./cloud/fleet", Bench: "Ingest", Time: "1s", Count: 1, QTime: "1x", Plot: "ns/op",
+	{Area: "telemetry", Pkg: "./cloud/fleet", Bench: "Ingest", Time: "1s", Count: 1, QTime: "1x", Plot: []string{"ns/op"},
 		Claim: "cloud telemetry ingest, 1 and 16 devices at once", ReadmeQ: "go test -run=^$ -bench=. -benchmem ./cloud/fleet"},
-	{Area: "scheduler", Pkg: "./cloud/sched", Bench: "Decide", Time: "1s", Count: 3, QTime: "1000x", Plot: "ns/op",
+	{Area: "scheduler", Pkg: "./cloud/sched", Bench: "Decide", Time: "1s", Count: 3, QTime: "1000x", Plot: []string{"ns/op"},
 		Claim: "one placement decision per policy", ReadmeQ: "go test -run '^$' -bench . -benchmem ./cloud/sched"},
-	{Area: "agent", Pkg: "./agent", Bench: "EngineDirect|AgentHTTP", Time: "1s", Count: 1, Plot: "ns/op",
+	{Area: "agent", Pkg: "./agent", Bench: "EngineDirect|AgentHTTP", Time: "1s", Count: 1, Plot: []string{"ns/op"},
 		Claim: "what the agent adds over calling the engine directly", ReadmeQ: "go test -run '^$' -bench 'EngineDirect|AgentHTTP' -benchmem ./agent/"},
 }
 
@@ -159,7 +165,7 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 				return nil, fmt.Errorf("%s: no benchmark results in\n%s", s.Command, tail(out.String(), 2000))
 			}
 			s.Plot = fmt.Sprintf("%02d-%s.png", i+1, strings.ReplaceAll(strings.Trim(e.Pkg, "./"), "/", "-"))
-			if err := barPlot(filepath.Join(cfg.OutDir, s.Plot), e.Area+": "+e.Claim, e.Plot, s.Results); err != nil {
+			if err := barPlot(filepath.Join(cfg.OutDir, s.Plot), e.Area+": "+e.Claim, e.Plot, e.Unit, s.Results); err != nil {
 				return nil, err
 			}
 		}

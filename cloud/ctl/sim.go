@@ -34,9 +34,43 @@ func init() {
 func simTrace(reqs []replay.TraceRequest) []sim.Request {
 	out := make([]sim.Request, len(reqs))
 	for i, r := range reqs {
-		out[i] = sim.Request{At: r.At, Input: r.Input, Output: r.Output, Blocks: r.Blocks}
+		out[i] = sim.Request{At: r.At, Input: r.Input, Output: r.Output, Blocks: r.Blocks, PrefixID: r.PrefixID, PrefixLen: r.PrefixLen}
 	}
 	return out
+}
+
+// simRequests reads the trace, or generates the workload.
+func simRequests(trace, format, workload string, limit int) ([]sim.Request, error) {
+	if workload == "" {
+		reqs, err := replay.ReadTrace(trace, format, limit)
+		return simTrace(reqs), err
+	}
+	w, err := sim.ParseWorkload(workload)
+	if err != nil {
+		return nil, &cli.FieldError{Field: "workload", Err: err}
+	}
+	reqs, err := w.Generate() // the first request arrives at 0: never none
+	if limit > 0 && len(reqs) > limit {
+		reqs = reqs[:limit]
+	}
+	return reqs, err
+}
+
+// writeSimTrace writes the simulated requests as a Mooncake trace.
+func writeSimTrace(path string, reqs []sim.Request) error {
+	tr := make([]replay.TraceRequest, len(reqs))
+	for i, r := range reqs {
+		tr[i] = replay.TraceRequest{At: r.At, Input: r.Input, Output: r.Output, Blocks: r.Blocks, PrefixID: r.PrefixID, PrefixLen: r.PrefixLen}
+	}
+	f, err := os.Create(path)
+	if err != nil {
+		return &cli.FieldError{Field: "write-trace", Err: err}
+	}
+	if err := replay.WriteTrace(f, tr); err != nil {
+		f.Close()
+		return &cli.FieldError{Field: "write-trace", Err: err}
+	}
+	return f.Close()
 }
 
 // simJSON is one --json line; the field names are the contract.
@@ -46,14 +80,26 @@ type simJSON struct {
 	Requests      int     `json:"requests"`
 	GoodputRPS    float64 `json:"goodput_rps"`
 	SLOAttainment float64 `json:"slo_attainment"`
+	TTFTMean      float64 `json:"ttft_mean_ms"`
 	TTFTP50       float64 `json:"ttft_p50_ms"`
+	TTFTP90       float64 `json:"ttft_p90_ms"`
 	TTFTP99       float64 `json:"ttft_p99_ms"`
 	TPOTP50       float64 `json:"tpot_p50_ms"`
 	TPOTP99       float64 `json:"tpot_p99_ms"`
-	OutputTPS     float64 `json:"output_tps"`
-	PrefixHit     float64 `json:"prefix_hit"`
-	HostHit       float64 `json:"host_hit,omitempty"` // with --host-kv: the prefix-hit share the host tier served
-	CostPerMTok   float64 `json:"cost_per_mtok"`      // -1 when nothing met the SLOs
+	// ITL pools every gap between consecutive tokens, as vLLM's
+	// benchmark_serving; E2E is arrival to last token.
+	ITLMean     float64 `json:"itl_mean_ms"`
+	ITLP50      float64 `json:"itl_p50_ms"`
+	ITLP90      float64 `json:"itl_p90_ms"`
+	ITLP99      float64 `json:"itl_p99_ms"`
+	E2EMean     float64 `json:"e2e_mean_ms"`
+	E2EP50      float64 `json:"e2e_p50_ms"`
+	E2EP90      float64 `json:"e2e_p90_ms"`
+	E2EP99      float64 `json:"e2e_p99_ms"`
+	OutputTPS   float64 `json:"output_tps"`
+	PrefixHit   float64 `json:"prefix_hit"`
+	HostHit     float64 `json:"host_hit,omitempty"` // with --host-kv: the prefix-hit share the host tier served
+	CostPerMTok float64 `json:"cost_per_mtok"`      // -1 when nothing met the SLOs
 	// The coordinator's fallbacks and breaker (with --outage, or an
 	// overload that trips the breaker), semantic groups and prefetch
 	// warm-ups; absent when zero.
@@ -72,7 +118,10 @@ func toJSON(s sim.Summary) simJSON {
 		cost = -1
 	}
 	return simJSON{Policy: s.Policy, RateScale: s.RateScale, Requests: s.Requests, GoodputRPS: s.GoodputRPS, SLOAttainment: s.SLOAttainment,
-		TTFTP50: ms(s.TTFTP50), TTFTP99: ms(s.TTFTP99), TPOTP50: ms(s.TPOTP50), TPOTP99: ms(s.TPOTP99),
+		TTFTMean: ms(s.TTFT.Mean), TTFTP50: ms(s.TTFT.P50), TTFTP90: ms(s.TTFT.P90), TTFTP99: ms(s.TTFT.P99),
+		TPOTP50: ms(s.TPOTP50), TPOTP99: ms(s.TPOTP99),
+		ITLMean: ms(s.ITL.Mean), ITLP50: ms(s.ITL.P50), ITLP90: ms(s.ITL.P90), ITLP99: ms(s.ITL.P99),
+		E2EMean: ms(s.E2E.Mean), E2EP50: ms(s.E2E.P50), E2EP90: ms(s.E2E.P90), E2EP99: ms(s.E2E.P99),
 		OutputTPS: s.OutputTPS, PrefixHit: s.PrefixHit, HostHit: s.HostHit, CostPerMTok: cost,
 		Fallbacks: s.Fallbacks, Failed: s.Failed, BreakerTrips: s.BreakerTrips, GroupJoins: s.GroupJoins, Warmups: s.Warmups}
 }
@@ -127,6 +176,8 @@ func simCmd(ctx context.Context, cio cli.IO, args []string) error {
 	trace := fs.String("trace", "", "trace file (cloud/replay/testdata/traces)")
 	format := fs.String("format", "", "trace format: azure or mooncake")
 	limit := fs.Int("limit", 0, "first N requests (0 = all)")
+	workload := fs.String("workload", "", "instead of --trace, a synthetic workload: rate=REQ/S,duration=D|requests=N,prompt=LEN,output=LEN[,prefix=TOKENS,prefixes=N,tenants=N,arrival=poisson|gamma:CV,seed=N]; LEN is N, uniform:LO:HI, normal:MEAN:SD or exp:MEAN (docs/sim.md)")
+	writeTrace := fs.String("write-trace", "", "write the requests simulated (the --workload's, or --trace's after --limit) to this file in the Mooncake format, with prefix_id and prefix_length, for phaselessctl replay or a later --trace")
 	cluster := fs.String("cluster", "8xh100", "GPU pools: COUNTxGPU[:ROLE],... (GPUs: "+strings.Join(sim.GPUNames(), ", ")+")")
 	model := fs.String("model", "llama3.1-8b", "model profile: "+strings.Join(sim.ModelNames(), ", "))
 	tp := fs.Int("tp", 0, "GPUs per worker (tensor parallelism); 0 = the fewest that fit")
@@ -136,6 +187,8 @@ func simCmd(ctx context.Context, cio cli.IO, args []string) error {
 	sloTPOT := fs.Duration("slo-tpot", 100*time.Millisecond, "SLO: mean time per output token after the first")
 	asJSON := fs.Bool("json", false, "one JSON object per line instead of the table")
 	maxRate := fs.Bool("max-rate", false, "search each policy's highest rate scale with ≥ 90% SLO attainment")
+	concurrency := fs.Int("max-concurrency", 0, "a closed-loop client instead of the trace's arrival times: at most N requests in flight, the next sent when one ends (as vllm bench serve --max-concurrency); 0 = open loop")
+	requestsOut := fs.String("requests-out", "", "write one JSON line per request of every run (policy, rate scale, arrival, first token, finish, tokens, worker, status, inter-token gaps) to this file, so any statistic can be recomputed")
 	plotDir := fs.String("plot", "", "write PNG plots (SLO attainment against rate; TTFT CDF) to this directory")
 	probe := fs.Duration("probe-interval", 500*time.Millisecond, "how often worker load (queues, KV usage, preemptions) is re-read, as phaseless-cloud probes its workers")
 	cpuModel := fs.String("cpu-model", "", "GGUF model for cpu pools (--cluster 2xcpu): lm bench runs it here and the built-in engine's profile is fitted from the figures")
@@ -144,11 +197,12 @@ func simCmd(ctx context.Context, cio cli.IO, args []string) error {
 	prices := priceFlags(fs)
 	cacheFlags := simCacheFlags(fs)
 	placeFlags := simPlaceFlags(fs)
-	usage := "sim --trace F --format azure|mooncake [--cluster 8xh100[,8xl4]] [--model llama3.1-8b] [--policy all|NAME,...] [--rate-scale X,Y] [--slo-ttft 2s --slo-tpot 100ms] [--json] [--max-rate] [--plot DIR]"
+	engineFlags := simEngineFlags(fs)
+	usage := "sim --trace F --format azure|mooncake | --workload SPEC [--cluster 8xh100[,8xl4]] [--model llama3.1-8b] [--policy all|NAME,...] [--rate-scale X,Y] [--slo-ttft 2s --slo-tpot 100ms] [--json] [--max-rate] [--plot DIR]"
 	if done, err := lmParseFlags(fs, cio, args, usage); done || err != nil {
 		return err
 	}
-	sw := &sim.Sweep{Cluster: sim.Config{SLOTTFT: *sloTTFT, SLOTPOT: *sloTPOT, TP: *tp, Prices: sim.Prices{}, ProbeInterval: *probe}}
+	sw := &sim.Sweep{Cluster: sim.Config{SLOTTFT: *sloTTFT, SLOTPOT: *sloTPOT, TP: *tp, Prices: sim.Prices{}, ProbeInterval: *probe, MaxConcurrency: *concurrency}}
 	c := &sw.Cluster
 	if err := cacheFlags(sw); err != nil {
 		return err
@@ -157,12 +211,18 @@ func simCmd(ctx context.Context, cio cli.IO, args []string) error {
 		return err
 	}
 	switch {
-	case *trace == "":
-		return &cli.FieldError{Field: "trace", Err: errors.New("required")}
-	case *format != "azure" && *format != "mooncake":
+	case *trace == "" && *workload == "":
+		return &cli.FieldError{Field: "trace", Err: errors.New("required (or --workload)")}
+	case *trace != "" && *workload != "":
+		return &cli.FieldError{Field: "workload", Err: errors.New("is instead of --trace, not beside it")}
+	case *workload != "" && *format != "":
+		return &cli.FieldError{Field: "format", Err: errors.New("is --trace's: a --workload has none")}
+	case *workload == "" && *format != "azure" && *format != "mooncake":
 		return &cli.FieldError{Field: "format", Err: fmt.Errorf("%q is not azure or mooncake", *format)}
 	case *sloTTFT <= 0 || *sloTPOT <= 0:
 		return &cli.FieldError{Field: "slo-ttft", Err: errors.New("SLOs must be positive")}
+	case *concurrency < 0:
+		return &cli.FieldError{Field: "max-concurrency", Err: errors.New("must not be negative")}
 	case *probe < time.Millisecond:
 		return &cli.FieldError{Field: "probe-interval", Err: errors.New("must be ≥ 1ms")}
 	}
@@ -172,6 +232,9 @@ func simCmd(ctx context.Context, cio cli.IO, args []string) error {
 	}
 	if c.Model, err = sim.LookupModel(*model); err != nil {
 		return &cli.FieldError{Field: "model", Err: err}
+	}
+	if err := engineFlags(c); err != nil {
+		return err
 	}
 	if err := simCPUPools(ctx, cio, c, *cpuModel); err != nil {
 		return err
@@ -219,17 +282,26 @@ func simCmd(ctx context.Context, cio cli.IO, args []string) error {
 			return &cli.FieldError{Field: "learned-model", Err: err}
 		}
 	}
-	reqs, err := replay.ReadTrace(*trace, *format, *limit)
-	if err != nil {
+	if sw.Trace, err = simRequests(*trace, *format, *workload, *limit); err != nil {
 		return err
 	}
-	sw.Trace = simTrace(reqs)
+	if *writeTrace != "" {
+		if err := writeSimTrace(*writeTrace, sw.Trace); err != nil {
+			return err
+		}
+	}
+	reqs := sw.Trace
+	source := *format
+	if *workload != "" {
+		source = "synthetic"
+	}
+	sw.KeepOutcomes = *requestsOut != ""
 	d := c.Pools[0].Deployment
 	if d == nil {
 		d, _ = sim.NewDeployment(c.Pools[0].GPU, c.Model, c.TP, c.Engine)
 	}
 	fmt.Fprintf(cio.Stderr, "simulating %d %s requests (%.0f s of trace) on %s serving %s (TP %d, %d KV tokens and a %d-token step budget per %s worker)\n",
-		len(reqs), *format, reqs[len(reqs)-1].At.Seconds(), *cluster, c.Model.Name, d.TP, d.KVBlocks*d.Engine.BlockSize, d.Engine.MaxBatchedTokens, c.Pools[0].GPU.Name)
+		len(reqs), source, reqs[len(reqs)-1].At.Seconds(), *cluster, c.Model.Name, d.TP, d.KVBlocks*d.Engine.BlockSize, d.Engine.MaxBatchedTokens, c.Pools[0].GPU.Name)
 	t0 := time.Now()
 	rows, err := sw.All(ctx)
 	if err != nil {
@@ -252,6 +324,11 @@ func simCmd(ctx context.Context, cio cli.IO, args []string) error {
 		printSim(cio.Stdout, rows)
 		printPlacementNotes(cio.Stdout, rows)
 		fmt.Fprintf(cio.Stdout, "SLO: TTFT ≤ %v and TPOT ≤ %v. goodput = requests meeting both per second of the run; $/M tok = cluster GPU-hours × price over the output tokens served within the SLOs.\n", c.SLOTTFT, c.SLOTPOT)
+	}
+	if *requestsOut != "" {
+		if err := writeSimRequests(*requestsOut, rows); err != nil {
+			return err
+		}
 	}
 	if *maxRate {
 		best, err := sw.MaxRates(ctx, 0.9)

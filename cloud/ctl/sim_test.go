@@ -34,8 +34,9 @@ func TestSimCommand(t *testing.T) {
 	if err != nil {
 		t.Fatalf("%v\n%s", err, out)
 	}
-	want := []string{"policy", "rate_scale", "requests", "goodput_rps", "slo_attainment", "ttft_p50_ms", "ttft_p99_ms",
-		"tpot_p50_ms", "tpot_p99_ms", "output_tps", "prefix_hit", "cost_per_mtok"}
+	want := []string{"policy", "rate_scale", "requests", "goodput_rps", "slo_attainment", "ttft_mean_ms", "ttft_p50_ms", "ttft_p90_ms", "ttft_p99_ms",
+		"tpot_p50_ms", "tpot_p99_ms", "itl_mean_ms", "itl_p50_ms", "itl_p90_ms", "itl_p99_ms", "e2e_mean_ms", "e2e_p50_ms", "e2e_p90_ms", "e2e_p99_ms",
+		"output_tps", "prefix_hit", "cost_per_mtok"}
 	slices.Sort(want)
 	lines := 0
 	for _, l := range strings.Split(out, "\n") {

@@ -33,6 +33,10 @@ type traceRequest struct {
 	Input  int           // prompt tokens
 	Output int           // generated tokens
 	Blocks []int         // mooncake hash_ids: equal ids = shared 512-token prefix blocks
+	// PrefixLen leading prompt tokens are shared by every request with the
+	// same PrefixID (a system prompt); 0 = none. Written and read as the
+	// Mooncake format's optional prefix_id and prefix_length.
+	PrefixID, PrefixLen int
 }
 
 // maxTraceTokens bounds a length read from a trace, so a hostile file cannot
@@ -105,6 +109,8 @@ func parseMooncakeTrace(r io.Reader, limit int) ([]traceRequest, error) {
 			Input     *int   `json:"input_length"`
 			Output    *int   `json:"output_length"`
 			HashIDs   []int  `json:"hash_ids"`
+			PrefixID  int    `json:"prefix_id"`
+			PrefixLen int    `json:"prefix_length"`
 		}
 		if err := json.Unmarshal(b, &rec); err != nil {
 			return nil, fmt.Errorf("mooncake trace line %d: %w", line, err)
@@ -114,6 +120,9 @@ func parseMooncakeTrace(r io.Reader, limit int) ([]traceRequest, error) {
 		}
 		if *rec.Input < 0 || *rec.Output < 0 || *rec.Input > maxTraceTokens || *rec.Output > maxTraceTokens || *rec.Timestamp < 0 || *rec.Timestamp > math.MaxInt64/int64(time.Millisecond) {
 			return nil, fmt.Errorf("mooncake trace line %d: values out of range", line)
+		}
+		if rec.PrefixLen < 0 || rec.PrefixLen > 0 && rec.PrefixLen >= *rec.Input || rec.PrefixID < 0 || rec.PrefixID > math.MaxInt32 {
+			return nil, fmt.Errorf("mooncake trace line %d: prefix_id %d, prefix_length %d of %d tokens", line, rec.PrefixID, rec.PrefixLen, *rec.Input)
 		}
 		if len(rec.HashIDs) > *rec.Input/512+1 {
 			return nil, fmt.Errorf("mooncake trace line %d: %d hash_ids for %d tokens", line, len(rec.HashIDs), *rec.Input)
@@ -125,7 +134,7 @@ func parseMooncakeTrace(r io.Reader, limit int) ([]traceRequest, error) {
 		if at < 0 || (len(out) > 0 && at < out[len(out)-1].At) {
 			return nil, fmt.Errorf("mooncake trace line %d: timestamp goes backwards", line)
 		}
-		out = append(out, traceRequest{At: at, Input: *rec.Input, Output: *rec.Output, Blocks: rec.HashIDs})
+		out = append(out, traceRequest{At: at, Input: *rec.Input, Output: *rec.Output, Blocks: rec.HashIDs, PrefixID: rec.PrefixID, PrefixLen: rec.PrefixLen})
 	}
 	if err := sc.Err(); err != nil {
 		return nil, fmt.Errorf("mooncake trace: %w", err)
@@ -178,6 +187,14 @@ func (p promptMaker) prompt(i int, r traceRequest) string {
 	n := p.tokens(r.Input)
 	var b strings.Builder
 	b.Grow(n*p.charsPerToken + 16)
+	if r.PrefixLen > 0 {
+		// The shared prefix's words (keys ≡ 3 mod 4, apart from the
+		// blocks' even keys and the requests' own), then the request's.
+		pre := min(n-1, p.tokens(r.PrefixLen))
+		p.text(&b, uint64(r.PrefixID)<<2|3, pre)
+		p.text(&b, uint64(i)<<20|1, n-pre)
+		return b.String()
+	}
 	if len(r.Blocks) == 0 {
 		p.text(&b, uint64(i)<<20|1, n)
 		return b.String()
@@ -424,6 +441,28 @@ func printReplay(w io.Writer, rows []replaySummary, o replayOptions) {
 // TraceRequest is one request of a trace, format-independent: arrival,
 // prompt and output tokens, and Mooncake's shared-prefix block ids.
 type TraceRequest = traceRequest
+
+// WriteTrace writes reqs in the Mooncake format ReadTrace reads
+// (timestamps in whole milliseconds), with prefix_id and prefix_length on
+// requests that have a shared prefix: phaselessctl sim --write-trace.
+func WriteTrace(w io.Writer, reqs []TraceRequest) error {
+	type rec struct {
+		Timestamp int64 `json:"timestamp"`
+		Input     int   `json:"input_length"`
+		Output    int   `json:"output_length"`
+		HashIDs   []int `json:"hash_ids,omitempty"`
+		PrefixID  int   `json:"prefix_id,omitempty"`
+		PrefixLen int   `json:"prefix_length,omitempty"`
+	}
+	bw := bufio.NewWriter(w)
+	enc := json.NewEncoder(bw)
+	for _, r := range reqs {
+		if err := enc.Encode(rec{r.At.Milliseconds(), r.Input, r.Output, r.Blocks, r.PrefixID, r.PrefixLen}); err != nil {
+			return err
+		}
+	}
+	return bw.Flush()
+}
 
 // ReadTrace reads the first limit requests (0 = all) of a trace file in
 // format azure or mooncake. The replay and the GPU simulator (phaselessctl

@@ -1,7 +1,9 @@
 package replay
 
 import (
+	"bytes"
 	"os"
+	"reflect"
 	"strings"
 	"testing"
 	"time"
@@ -84,13 +86,14 @@ func FuzzParseMooncakeTrace(f *testing.F) {
 	f.Add(`{"timestamp": 0, "input_length": 6758, "output_length": 500, "hash_ids": [0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13]}` + "\n" +
 		`{"timestamp": 3, "input_length": 2290, "output_length": 316, "hash_ids": [0, 42, 43, 44, 45]}`)
 	f.Add(`{"timestamp": 9223372036854775807, "input_length": 1, "output_length": 1}`)
+	f.Add(`{"timestamp": 0, "input_length": 547, "output_length": 248, "prefix_id": 3, "prefix_length": 120}`)
 	f.Fuzz(func(t *testing.T, text string) {
 		reqs, err := parseMooncakeTrace(strings.NewReader(text), 100)
 		if err != nil {
 			return
 		}
 		for i, r := range reqs {
-			if r.Input < 0 || r.Output < 0 || r.At < 0 || len(r.Blocks) > r.Input/512+1 || (i > 0 && r.At < reqs[i-1].At) {
+			if r.Input < 0 || r.Output < 0 || r.At < 0 || len(r.Blocks) > r.Input/512+1 || (i > 0 && r.At < reqs[i-1].At) || r.PrefixLen < 0 || r.PrefixLen > 0 && r.PrefixLen >= r.Input {
 				t.Fatalf("accepted %+v", r)
 			}
 		}
@@ -120,5 +123,26 @@ func TestPromptMaker(t *testing.T) {
 	}
 	if c := p.prompt(5, traceRequest{Input: 100000}); len(c) != 800 {
 		t.Fatalf("cap: %d", len(c))
+	}
+}
+
+// TestWriteTrace: a trace written with shared prefixes reads back the
+// same (to the millisecond), and the replay's prompts share the prefix's
+// text exactly when they share its id.
+func TestWriteTrace(t *testing.T) {
+	in := []TraceRequest{{At: 0, Input: 547, Output: 248, PrefixID: 0, PrefixLen: 120}, {At: 125 * time.Millisecond, Input: 600, Output: 10, PrefixID: 0, PrefixLen: 120},
+		{At: 250 * time.Millisecond, Input: 600, Output: 10, PrefixID: 1, PrefixLen: 120}, {At: time.Second, Input: 2048, Output: 5, Blocks: []int{0, 1, 2, 3}}}
+	var b bytes.Buffer
+	if err := WriteTrace(&b, in); err != nil {
+		t.Fatal(err)
+	}
+	out, err := parseMooncakeTrace(&b, 0)
+	if err != nil || !reflect.DeepEqual(in, out) {
+		t.Fatalf("read back %+v (%v), wrote %+v", out, err, in)
+	}
+	p := promptMaker{salt: 1, charsPerToken: 4, scale: 1, maxInput: 1 << 20}
+	a, c, d := p.prompt(0, out[0]), p.prompt(1, out[1]), p.prompt(2, out[2])
+	if a[:400] != c[:400] || a[:400] == d[:400] || a[480:] == c[480:len(a)] {
+		t.Fatalf("prefix text: shared %v, other id shared %v", a[:400] == c[:400], a[:400] == d[:400])
 	}
 }

@@ -38,10 +38,12 @@ const (
 	ClassL4
 	ClassT4
 	ClassCPU
+	ClassH200
+	ClassL40S
 	NumClasses
 )
 
-var classNames = [NumClasses]string{"", "h100", "a100", "l4", "t4", "cpu"}
+var classNames = [NumClasses]string{"", "h100", "a100", "l4", "t4", "cpu", "h200", "l40s"}
 
 func (c ClassID) String() string {
 	if c < NumClasses {

@@ -84,6 +84,10 @@ func (c *CacheConfig) validate() error {
 func (c *Cluster) enableCache() error {
 	cc := c.cfg.Cache
 	now := func() time.Duration { return c.clk.now }
+	if c.cfg.Engine.NoPrefixCaching && (cc.HostKV > 0 || cc.TTL > 0 || cc.PinFor != nil) {
+		// Both find blocks again by their hashes, which nothing registers.
+		return errors.New("sim.Config.Cache: pinning and the host KV tier need prefix caching (Engine.NoPrefixCaching is set)")
+	}
 	for _, w := range c.workers {
 		if cc.HostKV > 0 {
 			if w.eng.d.GPU.HostBytesPerSec <= 0 {

@@ -24,7 +24,11 @@ type Request struct {
 	// Blocks are Mooncake hash_ids: equal ids are equal 512-token prefix
 	// blocks. Without them every prompt is unique.
 	Blocks []int
-	Tenant string // "" = one anonymous tenant, as a trace without keys
+	// PrefixLen leading prompt tokens are a prefix shared by every
+	// request with the same PrefixID (a system prompt, tool definitions);
+	// where it overlaps Blocks it takes precedence. 0 = no shared prefix.
+	PrefixID, PrefixLen int
+	Tenant              string // "" = one anonymous tenant, as a trace without keys
 }
 
 // Pool is a group of identical GPUs with one scheduling role.
@@ -168,6 +172,11 @@ type Config struct {
 	Hook func(i int, req *sched.Request, s *sched.Snapshot, d *sched.Decision)
 	// Cache is prompt caching: TTL pinning (cache.go).
 	Cache CacheConfig
+	// MaxConcurrency, when positive, is a closed-loop client: at most this
+	// many requests in flight, the next sent when one ends (at its trace
+	// time if that is later), as vLLM's `bench serve --max-concurrency`
+	// drives a server. A request's arrival is when it was sent.
+	MaxConcurrency int
 }
 
 func (c *Config) fill() {
@@ -201,6 +210,8 @@ func (c *Config) Validate() error {
 		return errors.New("sim.Config.SLOTTFT/SLOTPOT/ProbeInterval: must be > 0")
 	case c.EntropyBits < 0 || c.EntropyBits > 8 || c.CharsPerToken < 0:
 		return errors.New("sim.Config.EntropyBits/CharsPerToken: out of range")
+	case c.MaxConcurrency < 0:
+		return errors.New("sim.Config.MaxConcurrency: negative")
 	}
 	return c.Cache.validate()
 }
@@ -241,7 +252,14 @@ type Outcome struct {
 	// Cost is the $ of GPU time spent on it: each step's duration × the
 	// worker's price, shared among the step's sequences by their tokens.
 	Cost float64
+	// ITLs are the gaps between its consecutive tokens (Output − 1 of
+	// them), as vLLM's benchmark_serving measures inter-token latency:
+	// its ITL percentiles pool every gap of every request.
+	ITLs []time.Duration
 }
+
+// E2E is the request's end-to-end latency: arrival to its last token.
+func (o *Outcome) E2E() time.Duration { return o.Done - o.Arrival }
 
 // WorkerInfo describes one simulated worker.
 type WorkerInfo struct {
@@ -307,6 +325,7 @@ type flight struct {
 	first    time.Duration
 	last     time.Duration
 	tokens   int
+	gaps     []time.Duration // between consecutive tokens (Outcome.ITLs)
 	dollars  float64
 	warm     bool          // a prefetch warm-up, not a request (prefetch.go)
 	fellBack bool          // placed by the Placer's fallback after a refusal
@@ -331,6 +350,7 @@ type Cluster struct {
 	reqs      []Request
 	out       []Outcome
 	left      int
+	next      int // the next request a closed-loop client sends (MaxConcurrency)
 	maxKV     int
 	ran       bool
 	retain    *retainer // predictive pinning (retain.go); nil = off
@@ -446,6 +466,12 @@ func (c *Cluster) Run(ctx context.Context, reqs []Request) (*Result, error) {
 		if i > 0 && reqs[i].At < reqs[i-1].At {
 			return nil, fmt.Errorf("sim: request %d arrives before request %d", i, i-1)
 		}
+	}
+	c.next = len(reqs)
+	if n := c.cfg.MaxConcurrency; n > 0 {
+		c.next = min(n, len(reqs))
+	}
+	for i := range c.next {
 		c.at(reqs[i].At, func() { c.arrive(i) })
 	}
 	c.probe() // as worker.NewSet: the first decisions see real state
@@ -520,7 +546,7 @@ func (c *Cluster) arrive(i int) {
 		f.req.Messages = messages(i, r)
 	}
 	f.cost = int64(f.seq.Prompt + out)
-	c.out[i] = Outcome{Arrival: r.At, Prompt: f.seq.Prompt, Worker: -1}
+	c.out[i] = Outcome{Arrival: c.clk.now, Prompt: f.seq.Prompt, Worker: -1}
 	if _, err := c.admitter.Charge(context.Background(), f.tenant, f.cost, admit.Bucket{}); err != nil {
 		c.refuse(f, StatusBudget)
 		return
@@ -538,7 +564,17 @@ func (c *Cluster) refuse(f *flight, s Status) {
 	o := &c.out[f.i]
 	o.Status, o.Done = s, c.clk.now
 	o.Finished++
+	c.ended()
+}
+
+// ended counts a request out and, for a closed-loop client, sends the next.
+func (c *Cluster) ended() {
 	c.left--
+	if c.cfg.MaxConcurrency > 0 && c.next < len(c.reqs) {
+		i := c.next
+		c.next++
+		c.at(max(c.clk.now, c.reqs[i].At), func() { c.arrive(i) })
+	}
 }
 
 // place is the coordinator's decision: every worker's signals, as
@@ -596,11 +632,15 @@ func (c *Cluster) start(f *flight) {
 	if f.split {
 		s = &f.pre
 	}
-	if err := w.eng.Add(s); err != nil {
-		c.finish(f, StatusTooLong)
-		return
-	}
-	c.kick(w)
+	// The server's own handling (EngineConfig.RequestOverhead) before the
+	// engine sees the request.
+	c.at(c.clk.now+w.eng.d.Engine.RequestOverhead, func() {
+		if err := w.eng.Add(s); err != nil {
+			c.finish(f, StatusTooLong)
+			return
+		}
+		c.kick(w)
+	})
 }
 
 // kick starts w stepping unless it is.
@@ -648,6 +688,9 @@ func (c *Cluster) emit(s *Seq, finished bool) {
 	if f.tokens == 0 {
 		f.first = now
 		c.prefilled(f)
+		f.gaps = make([]time.Duration, 0, min(f.seq.MaxOutput-1, 1<<12))
+	} else {
+		f.gaps = append(f.gaps, now-f.last)
 	}
 	f.last = now
 	f.tokens++
@@ -718,7 +761,7 @@ func (c *Cluster) finish(f *flight, st Status) {
 	}
 	o := &c.out[f.i]
 	o.Status, o.Output, o.Cached, o.Done, o.Cost = st, f.tokens, f.seq.CachedTokens, c.clk.now, f.dollars
-	o.HostCached = f.seq.HostTokens
+	o.HostCached, o.ITLs = f.seq.HostTokens, f.gaps
 	if f.split {
 		o.Cached, o.HostCached = f.pre.CachedTokens, f.pre.HostTokens
 	}
@@ -729,7 +772,7 @@ func (c *Cluster) finish(f *flight, st Status) {
 		}
 	}
 	o.Finished++
-	c.left--
+	c.ended()
 }
 
 // mix is splitmix64's finaliser.
@@ -742,8 +785,9 @@ func mix(x uint64) uint64 {
 
 // blockHashes are the chained hashes of a request's full blocks, as
 // kvcache.BlockHashes makes them from token ids: each covers its block and
-// everything before it. Mooncake's 512-token hash_ids give shared content;
-// tokens past them (or every token, without ids) are unique to the request.
+// everything before it. The shared prefix's full blocks and Mooncake's
+// 512-token hash_ids give shared content; tokens past them (or every
+// token, without either) are unique to the request.
 func blockHashes(i int, r *Request, bs int) []uint64 {
 	n := max(1, r.Input) / bs
 	hs := make([]uint64, n)
@@ -751,7 +795,9 @@ func blockHashes(i int, r *Request, bs int) []uint64 {
 	var h uint64
 	for k := range n {
 		var content uint64
-		if b := k / per; b < len(r.Blocks) {
+		if (k+1)*bs <= r.PrefixLen {
+			content = mix(uint64(r.PrefixID)<<24 ^ uint64(k) ^ 0x9f1e)
+		} else if b := k / per; b < len(r.Blocks) {
 			content = mix(uint64(r.Blocks[b])<<16 | uint64(k%per))
 		} else {
 			content = mix(mix(uint64(i)<<20|uint64(k)) ^ 0x5eed)

@@ -103,6 +103,9 @@ func FitCPU(m Model, b CPUBench) (*Deployment, error) {
 	if ec.StepOverhead == 0 {
 		ec.StepOverhead = 1 // 0 would mean the GPU default
 	}
+	// The built-in engine has no API server of its own: the coordinator
+	// in front of it is what the live calibration measures.
+	ec.RequestOverhead = 1
 	// Batch-1 decode: when it is slower than its compute, it streams weights.
 	bw := 1e15
 	if mem := 1/d1 - o; mem > x*(M+S)+y*a*(ctx+1) {

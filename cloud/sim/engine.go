@@ -188,6 +188,9 @@ func (e *Engine) Stats() EngineStats { return e.stats }
 // it holds after the GPU's count too: the worker reloads them instead of
 // computing.
 func (e *Engine) CachedPrefixBlocks(hashes []uint64) int {
+	if e.d.Engine.NoPrefixCaching {
+		return 0
+	}
 	n := e.kv.match(hashes)
 	if e.host != nil && n < len(hashes) {
 		n += e.host.match(hashes[n:])
@@ -282,6 +285,9 @@ func (e *Engine) add(s *Seq, n int, shape *StepShape, budget *int) {
 // so the step samples.
 func (e *Engine) cached(s *Seq) (hit, load int) {
 	limit := (s.numTokens() - 1) / e.d.Engine.BlockSize
+	if e.d.Engine.NoPrefixCaching {
+		limit = 0
+	}
 	hit = min(e.kv.match(s.Hashes), limit)
 	if e.host != nil && hit < limit {
 		load = min(e.host.match(s.Hashes[hit:]), limit-hit)
@@ -372,7 +378,7 @@ func (e *Engine) Commit(emit func(s *Seq, finished bool)) {
 			e.drop(s)
 			continue
 		}
-		for full := min(s.computed/bs, len(s.Hashes)); s.hashed < full; s.hashed++ {
+		for full := min(s.computed/bs, len(s.Hashes)); s.hashed < full && !e.d.Engine.NoPrefixCaching; s.hashed++ {
 			e.kv.register(s.blocks[s.hashed], s.Hashes[s.hashed])
 		}
 		if s.PinBlocks > 0 && !s.pinDone && s.hashed >= min(s.PinBlocks, len(s.Hashes)) {

@@ -2,6 +2,7 @@ package sim
 
 import (
 	"math/rand/v2"
+	"reflect"
 	"strings"
 	"testing"
 	"time"
@@ -175,7 +176,7 @@ func TestClusterHostTierAndOrder(t *testing.T) {
 	a, b := run(), run()
 	host := 0
 	for i, o := range a.Outcomes {
-		if o.Finished != 1 || o != b.Outcomes[i] {
+		if o.Finished != 1 || !reflect.DeepEqual(o, b.Outcomes[i]) {
 			t.Fatalf("outcome %d: %+v, then %+v", i, o, b.Outcomes[i])
 		}
 		host += o.HostCached

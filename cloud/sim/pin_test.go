@@ -1,6 +1,7 @@
 package sim
 
 import (
+	"reflect"
 	"testing"
 	"time"
 
@@ -103,7 +104,7 @@ func TestClusterPinning(t *testing.T) {
 	}
 	a, b := run(), run()
 	for i := range a.Outcomes {
-		if a.Outcomes[i] != b.Outcomes[i] {
+		if !reflect.DeepEqual(a.Outcomes[i], b.Outcomes[i]) {
 			t.Fatalf("outcome %d differs between runs: %+v vs %+v", i, a.Outcomes[i], b.Outcomes[i])
 		}
 	}

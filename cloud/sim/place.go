@@ -193,34 +193,51 @@ func (c *Cluster) refused(f *flight) {
 	c.refuse(f, StatusFailed)
 }
 
-// blockTurn is how a hash_id reads in a request's made-up conversation.
-const blockTurn = "b"
+// blockTurn is how a hash_id reads in a request's made-up conversation,
+// prefixTurn how its shared prefix (id/tokens) does.
+const blockTurn, prefixTurn = "b", "p"
 
 // messages are request i's conversation as the placement layers read it
 // (semantic grouping and prefetch fingerprint it). A trace has no text, so
-// each of its 512-token hash_ids is a turn naming it, and the rest of the
-// prompt, its own, one last user turn naming the request: requests that
-// share prefix blocks share turns, as conversations that share a system
-// prompt and earlier turns do, and prefetch's shared prefix (the turns
-// before the last) is the shared blocks.
+// a shared prefix is a system turn naming it, each of its 512-token
+// hash_ids a turn naming it, and the rest of the prompt, its own, one last
+// user turn naming the request: requests that share a prefix or prefix
+// blocks share turns, as conversations that share a system prompt and
+// earlier turns do, and prefetch's shared prefix (the turns before the
+// last) is the shared blocks.
 func messages(i int, r *Request) []llm.Message {
-	msgs := make([]llm.Message, 0, len(r.Blocks)+1)
+	msgs := make([]llm.Message, 0, len(r.Blocks)+2)
+	if r.PrefixLen > 0 {
+		msgs = append(msgs, llm.Message{Role: "system", Content: prefixTurn + strconv.Itoa(r.PrefixID) + "/" + strconv.Itoa(r.PrefixLen)})
+	}
 	for _, b := range r.Blocks {
 		msgs = append(msgs, llm.Message{Role: "user", Content: blockTurn + strconv.Itoa(b)})
 	}
 	return append(msgs, llm.Message{Role: "user", Content: "r" + strconv.Itoa(i)})
 }
 
-// turnBlocks reads back the hash_ids of a prefix of messages' turns.
-func turnBlocks(msgs []llm.Message) []int {
-	var blocks []int
+// turnPrefix reads back the shared prefix and the hash_ids of a prefix of
+// messages' turns: the request those turns are the start of.
+func turnPrefix(msgs []llm.Message) Request {
+	var r Request
+	if len(msgs) > 0 {
+		if p, ok := strings.CutPrefix(msgs[0].Content, prefixTurn); ok {
+			id, n, _ := strings.Cut(p, "/")
+			pid, err1 := strconv.Atoi(id)
+			pn, err2 := strconv.Atoi(n)
+			if err1 == nil && err2 == nil && pn > 0 {
+				r.PrefixID, r.PrefixLen = pid, pn
+				msgs = msgs[1:]
+			}
+		}
+	}
 	for _, m := range msgs {
 		id, ok := strings.CutPrefix(m.Content, blockTurn)
 		b, err := strconv.Atoi(id)
 		if !ok || err != nil {
 			break
 		}
-		blocks = append(blocks, b)
+		r.Blocks = append(r.Blocks, b)
 	}
-	return blocks
+	return r
 }

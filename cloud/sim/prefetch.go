@@ -10,7 +10,7 @@ import (
 // each request that succeeded, the Placer's Learn clusters it with its
 // tenant's earlier requests by its fingerprint (of its made-up
 // conversation, place.go) and predicts the tenant's next clusters; each
-// predicted cluster's shared prefix (its hash_id turns) is warmed on the
+// predicted cluster's shared prefix (its prefix and hash_id turns) is warmed on the
 // worker the Placer's WarmTarget picks, unless a worker holds it already:
 // prefilled there with one sampled token thrown away, and pinned for the
 // shortest cache lifetime (5 minutes), one warm-up at a time, as the
@@ -31,12 +31,13 @@ func (c *Cluster) learn(f *flight) {
 // warm runs prefix's blocks through the worker the Placer picks.
 func (c *Cluster) warm(tenant string, prefix []llm.Message, maxLoad float64) {
 	bs := c.dep.Engine.BlockSize
-	blocks := turnBlocks(prefix)
-	want := len(blocks) * max(1, 512/bs)
+	r := turnPrefix(prefix)
+	want := max(len(r.Blocks)*max(1, 512/bs), r.PrefixLen/bs)
 	if want == 0 {
 		return
 	}
-	hashes := blockHashes(0, &Request{Input: want * bs, Blocks: blocks}, bs)
+	r.Input = want * bs
+	hashes := blockHashes(0, &r, bs)
 	i, res := c.placer.WarmTarget(c.view(hashes).Snap, want, maxLoad)
 	if res != place.WarmOn || c.warming {
 		return // cached, busy, or another warm-up runs

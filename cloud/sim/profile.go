@@ -34,6 +34,18 @@ var gpus = map[string]GPU{
 	// dense BF16, NVLink 600 GB/s, PCIe Gen4 x16 (64 GB/s both ways: 32 to
 	// the host).
 	"a100": {Name: "a100", MemBytes: 80e9, HBMBytesPerSec: 2.039e12, PeakFLOPS: 312e12, LinkBytesPerS: 600e9, HostBytesPerSec: 32e9, PricePerHour: 1.80},
+	// NVIDIA A100 40GB SXM (the A100 datasheet's 40 GB column): 40 GB
+	// HBM2, 1,555 GB/s, the same 312 TFLOPS and links as the 80 GB part.
+	"a100-40": {Name: "a100-40", MemBytes: 40e9, HBMBytesPerSec: 1.555e12, PeakFLOPS: 312e12, LinkBytesPerS: 600e9, HostBytesPerSec: 32e9, PricePerHour: 1.30},
+	// NVIDIA H200 Tensor Core GPU datasheet (H200 SXM): 141 GB HBM3e,
+	// 4.8 TB/s, 1,979 TFLOPS BF16 with sparsity (989 dense, the H100's
+	// Hopper die), NVLink 900 GB/s, PCIe Gen5 128 GB/s (64 to the host).
+	"h200": {Name: "h200", MemBytes: 141e9, HBMBytesPerSec: 4.8e12, PeakFLOPS: 989e12, LinkBytesPerS: 900e9, HostBytesPerSec: 64e9, PricePerHour: 3.80},
+	// NVIDIA L40S datasheet: 48 GB GDDR6, 864 GB/s, 362.05 TFLOPS BF16/FP16
+	// tensor dense (733 with sparsity), PCIe Gen4 x16 64 GB/s
+	// bidirectional (32 to the host), no NVLink: tensor parallelism
+	// crosses PCIe.
+	"l40s": {Name: "l40s", MemBytes: 48e9, HBMBytesPerSec: 864e9, PeakFLOPS: 362.05e12, LinkBytesPerS: 64e9, HostBytesPerSec: 32e9, PricePerHour: 1.20},
 	// NVIDIA L4 datasheet: 24 GB GDDR6, 300 GB/s, 121 TFLOPS dense BF16
 	// (242 with sparsity), PCIe Gen4 x16 64 GB/s (both ways: 32 to the host).
 	"l4": {Name: "l4", MemBytes: 24e9, HBMBytesPerSec: 300e9, PeakFLOPS: 121e12, LinkBytesPerS: 64e9, HostBytesPerSec: 32e9, PricePerHour: 0.80},
@@ -42,7 +54,7 @@ var gpus = map[string]GPU{
 	"t4": {Name: "t4", MemBytes: 16e9, HBMBytesPerSec: 320e9, PeakFLOPS: 65e12, LinkBytesPerS: 32e9, PricePerHour: 0.35},
 }
 
-// LookupGPU returns a GPU profile by name (h100, a100, l4, t4, cpu).
+// LookupGPU returns a GPU profile by name (GPUNames).
 func LookupGPU(name string) (GPU, error) {
 	g, ok := gpus[strings.ToLower(name)]
 	if !ok {
@@ -133,6 +145,24 @@ type EngineConfig struct {
 	// StepOverhead is the fixed host-side cost of a step (scheduling,
 	// sampling, launch). Default 0.9 ms, the rest of that 6.5 ms.
 	StepOverhead time.Duration
+	// NoPrefixCaching turns automatic prefix caching off (vLLM
+	// --no-enable-prefix-caching; V1 has it on): a prompt's blocks are
+	// never found again, so every prompt is computed whole.
+	NoPrefixCaching bool
+	// RequestOverhead is what a request spends in the server outside its
+	// engine (the OpenAI API server's HTTP handling, chat templating and
+	// tokenization, the first token's detokenization and streaming),
+	// once per request, charged before the engine sees it. Default 7.4 ms:
+	// fitted so one short request on an idle H100 (Llama-3.1-8B) has the
+	// 13.98 ms TTFT p50 InferenceBench published for vLLM 0.21 at
+	// concurrency 1 (docs/sim.md, calibration); the engine step itself
+	// is 6.6 ms of it.
+	RequestOverhead time.Duration
+	// PCIeBytesPerSec, when positive, is the host link's bandwidth in one
+	// direction instead of the GPU profile's (GPU.HostBytesPerSec): what a
+	// host KV tier's reloads cross (a Gen4 x16 slot under a Gen5 GPU, a
+	// link shared by several GPUs).
+	PCIeBytesPerSec float64
 }
 
 func (c *EngineConfig) fill(g GPU) {
@@ -166,7 +196,14 @@ func (c *EngineConfig) fill(g GPU) {
 	if c.HostEff == 0 {
 		c.HostEff = 0.8
 	}
+	if c.RequestOverhead == 0 {
+		c.RequestOverhead = defaultRequestOverhead
+	}
 }
+
+// defaultRequestOverhead is EngineConfig.RequestOverhead's default (see
+// there for its source).
+const defaultRequestOverhead = 7400 * time.Microsecond
 
 // Validate names the first bad field.
 func (c *EngineConfig) Validate() error {
@@ -179,8 +216,10 @@ func (c *EngineConfig) Validate() error {
 		return fmt.Errorf("sim.EngineConfig.MemUtil: %v is not in (0, 1]", c.MemUtil)
 	case !(c.ComputeEff > 0 && c.ComputeEff <= 1) || !(c.MemEff > 0 && c.MemEff <= 1) || !(c.AttnEff > 0 && c.AttnEff <= 1) || !(c.HostEff > 0 && c.HostEff <= 1):
 		return errors.New("sim.EngineConfig.ComputeEff/MemEff/AttnEff/HostEff: must be in (0, 1]")
-	case c.StepOverhead < 0:
-		return errors.New("sim.EngineConfig.StepOverhead: must be ≥ 0")
+	case c.StepOverhead < 0 || c.RequestOverhead < 0:
+		return errors.New("sim.EngineConfig.StepOverhead/RequestOverhead: must be ≥ 0")
+	case !(c.PCIeBytesPerSec >= 0) || math.IsInf(c.PCIeBytesPerSec, 0):
+		return fmt.Errorf("sim.EngineConfig.PCIeBytesPerSec: %v is not a bandwidth", c.PCIeBytesPerSec)
 	}
 	return nil
 }
@@ -227,6 +266,9 @@ func NewDeployment(g GPU, m Model, tp int, ec EngineConfig) (*Deployment, error)
 		return nil, fmt.Errorf("tensor parallelism %d: must be 1, 2, 4 or 8 and divide the model's heads", tp)
 	}
 	d := &Deployment{GPU: g, Model: m, TP: tp, Engine: ec}
+	if ec.PCIeBytesPerSec > 0 {
+		d.GPU.HostBytesPerSec = ec.PCIeBytesPerSec
+	}
 	act := float64(ec.MaxBatchedTokens)*float64(4*m.Hidden+2*m.FFN/tp)*2 + float64(ec.MaxNumSeqs*m.Vocab)*4 + activationReserve
 	free := g.MemBytes*ec.MemUtil - m.WeightBytes()/float64(tp) - act
 	if free <= 0 {
@@ -285,7 +327,8 @@ func (c StepCost) Seconds() float64 {
 // over TP, at PeakFLOPS × ComputeEff. Memory: the weights' share plus the
 // K and V read and written, at HBM bandwidth × MemEff. Comm: two ring
 // all-reduces of the hidden state per layer (2·(TP−1)/TP of it crosses each
-// link) at the link bandwidth.
+// link) at the link bandwidth, each with vLLM's measured per-call cost
+// (allReduce).
 func (d *Deployment) Cost(s StepShape) StepCost {
 	m, tp := &d.Model, float64(d.TP)
 	embed := float64(m.Vocab * m.Hidden)
@@ -303,9 +346,39 @@ func (d *Deployment) Cost(s StepShape) StepCost {
 		c.Host = float64(s.HostLoad) * d.kvBytesPerTokenPerGPU() / (d.GPU.HostBytesPerSec * d.Engine.HostEff)
 	}
 	if d.TP > 1 {
-		c.Comm = 2 * float64(m.Layers) * float64(s.Tokens*m.Hidden) * 2 * 2 * (tp - 1) / tp / d.GPU.LinkBytesPerS
+		c.Comm = 2 * float64(m.Layers) * d.allReduce(float64(s.Tokens*m.Hidden)*2)
 	}
 	return c
+}
+
+// All-reduce of the hidden state across a TP group, fitted on vLLM's own
+// custom all-reduce as SGLang measured it on H100s over NVLink (table
+// "vllm" in sgl-project/sglang pull request #2904, 2025-01-15, latency
+// by TP size and bytes): a fixed cost per call (the 512-byte row: 9.5,
+// 9.1 and 10.1 µs at TP 2, 4 and 8) and a per-byte cost up to 1 MiB (the
+// 1 MiB row: 26.6, 40.2 and 45.0 µs), past which the ring's bandwidth
+// term over the GPU's link applies. The 32 KiB and 256 KiB rows are held
+// out (docs/sim.md, calibration). Other GPUs scale the per-byte cost by
+// their link against the H100's 900 GB/s; the fixed cost is the kernel's
+// and the barrier's, kept as measured.
+var (
+	allReduceFixed  = map[int]float64{2: 9.5e-6, 4: 9.1e-6, 8: 10.1e-6}
+	allReduceAt1MiB = map[int]float64{2: 26.6e-6, 4: 40.2e-6, 8: 45.0e-6}
+)
+
+const allReduceMeasuredLink = 900e9 // the H100 NVLink the figures above crossed
+
+// allReduce is one all-reduce of bytes on the group, in seconds.
+func (d *Deployment) allReduce(bytes float64) float64 {
+	const mib = 1 << 20
+	tp := float64(d.TP)
+	fixed, at1 := allReduceFixed[d.TP], allReduceAt1MiB[d.TP]
+	perByte := (at1 - fixed) / (mib - 512) * allReduceMeasuredLink / d.GPU.LinkBytesPerS
+	t := fixed + perByte*min(bytes, mib)
+	if bytes > mib {
+		t += (bytes - mib) * 2 * (tp - 1) / tp / d.GPU.LinkBytesPerS
+	}
+	return t
 }
 
 // StepTime is Cost's duration.

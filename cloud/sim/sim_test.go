@@ -54,7 +54,9 @@ func runOne(t *testing.T, d *Deployment, prompt, output int) (steps []time.Durat
 
 // TestPhysics: a decode step is never faster than streaming the weights
 // from HBM, a prefill never faster than its FLOPs at peak, and for one
-// request both are within 2× of those bounds.
+// request both are within 2× of those bounds (the tensor-parallel
+// all-reduces apart: they are communication, which TestCalibration checks
+// against vLLM's measured all-reduce).
 func TestPhysics(t *testing.T) {
 	for _, c := range []struct {
 		gpu, model string
@@ -76,7 +78,13 @@ func TestPhysics(t *testing.T) {
 			steps, tokens := runOne(t, d, prompt, 32)
 			weights := d.Model.WeightBytes() / float64(d.TP) / d.GPU.HBMBytesPerSec
 			flops := 2 * d.Model.Params * float64(prompt) / float64(d.TP) / d.GPU.PeakFLOPS
-			pre := steps[0].Seconds()
+			comm := func(tokens int) float64 {
+				if d.TP == 1 {
+					return 0
+				}
+				return 2 * float64(d.Model.Layers) * d.allReduce(float64(tokens*d.Model.Hidden)*2)
+			}
+			pre := steps[0].Seconds() - comm(prompt)
 			if tokens[0] != prompt {
 				t.Fatalf("first step computed %d tokens, want the whole %d-token prompt", tokens[0], prompt)
 			}
@@ -84,7 +92,7 @@ func TestPhysics(t *testing.T) {
 				t.Errorf("prefill of %d tokens: %.2f ms, bound %.2f ms (want within 1–2×)", prompt, pre*1e3, flops*1e3)
 			}
 			for i, s := range steps[1:] {
-				dec := s.Seconds()
+				dec := s.Seconds() - comm(1)
 				if dec < weights || dec > 2*weights {
 					t.Errorf("decode step %d: %.3f ms, weights/HBM %.3f ms (want within 1–2×)", i, dec*1e3, weights*1e3)
 				}

@@ -39,14 +39,42 @@ type Summary struct {
 	SLOTTFT, SLOTPOT       time.Duration
 	PricePerHour           float64
 	MetOutput, TotalOutput int
+	// TTFT, ITL and E2E are the completed requests' latency
+	// distributions as vLLM's benchmark_serving reports them: TTFT and
+	// E2E (arrival to last token) one sample per request, ITL every gap
+	// between consecutive tokens of every request.
+	TTFT, ITL, E2E Dist
 	// TTFTs are the completed requests' TTFTs, sorted (for CDFs).
 	TTFTs []time.Duration
+	// Outcomes and WorkerNames (Outcome.Worker indexes them) are the
+	// run's per-request outcomes, kept when Sweep.KeepOutcomes asks.
+	Outcomes    []Outcome
+	WorkerNames []string
 	// Fallbacks are requests a worker refused that the coordinator's
 	// fallback ran elsewhere; Failed those it did not (counted in
 	// Refused); BreakerTrips how often the circuit breaker opened;
 	// GroupJoins and Warmups what semantic grouping and prefetch did
 	// (Result's).
 	Fallbacks, Failed, BreakerTrips, GroupJoins, Warmups int
+}
+
+// Dist is a latency distribution's mean and nearest-rank percentiles.
+type Dist struct {
+	Mean, P50, P90, P99 time.Duration
+	N                   int
+}
+
+// dist sorts d and summarises it.
+func dist(d []time.Duration) Dist {
+	if len(d) == 0 {
+		return Dist{}
+	}
+	var sum time.Duration
+	for _, v := range d {
+		sum += v
+	}
+	slices.Sort(d)
+	return Dist{Mean: sum / time.Duration(len(d)), P50: percentile(d, 0.5), P90: percentile(d, 0.9), P99: percentile(d, 0.99), N: len(d)}
 }
 
 // Prices maps a GPU name to $ per GPU-hour; a GPU not in it costs its
@@ -57,7 +85,7 @@ type Prices map[string]float64
 func Summarize(r *Result, rateScale float64, sloTTFT, sloTPOT time.Duration, prices Prices) Summary {
 	s := Summary{Policy: r.Policy, RateScale: rateScale, Requests: len(r.Outcomes), Makespan: r.Makespan, Events: r.Events, SLOTTFT: sloTTFT, SLOTPOT: sloTPOT,
 		BreakerTrips: r.BreakerTrips, GroupJoins: r.GroupJoins, Warmups: r.Warmups}
-	var ttft, tpot []time.Duration
+	var ttft, tpot, itl, e2e []time.Duration
 	var prompt, cached, host int
 	busyCost := 0.0
 	for i := range r.Outcomes {
@@ -85,6 +113,8 @@ func Summarize(r *Result, rateScale float64, sloTTFT, sloTPOT time.Duration, pri
 		cached += o.Cached
 		host += o.HostCached
 		ttft = append(ttft, o.TTFT)
+		e2e = append(e2e, o.E2E())
+		itl = append(itl, o.ITLs...)
 		if o.Output > 1 {
 			tpot = append(tpot, o.TPOT)
 		}
@@ -93,7 +123,8 @@ func Summarize(r *Result, rateScale float64, sloTTFT, sloTPOT time.Duration, pri
 			s.MetOutput += o.Output
 		}
 	}
-	s.TTFTP50, s.TTFTP99 = percentile(ttft, 0.5), percentile(ttft, 0.99)
+	s.TTFT, s.ITL, s.E2E = dist(ttft), dist(itl), dist(e2e)
+	s.TTFTP50, s.TTFTP99 = s.TTFT.P50, s.TTFT.P99
 	s.TTFTs = ttft
 	s.TPOTP50, s.TPOTP99 = percentile(tpot, 0.5), percentile(tpot, 0.99)
 	if s.Requests > 0 {

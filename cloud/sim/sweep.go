@@ -40,6 +40,9 @@ type Sweep struct {
 	// utilization is then NaN and its busy-time cost +Inf, because the
 	// workers' busy time is the whole run's.
 	ReportFrom time.Duration
+	// KeepOutcomes keeps every run's per-request outcomes in its Summary
+	// (phaselessctl sim --requests-out); off, a run's memory goes with it.
+	KeepOutcomes bool
 }
 
 // Scale returns reqs arriving scale times as fast (2 = twice the rate).
@@ -94,6 +97,12 @@ func (sw *Sweep) Run(ctx context.Context, policy string, scale float64) (Summary
 		s.BusyCostPerMTok = math.Inf(1)
 	}
 	s.Policy = policy
+	if sw.KeepOutcomes {
+		s.Outcomes = res.Outcomes
+		for _, w := range res.Workers {
+			s.WorkerNames = append(s.WorkerNames, w.Name)
+		}
+	}
 	return s, nil
 }
 

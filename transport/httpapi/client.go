@@ -192,6 +192,9 @@ type upErr struct {
 
 // Generate implements llm.Generator by streaming a chat completion over SSE.
 func (c *Client) Generate(ctx context.Context, req *llm.Request, emit llm.Emit) (llm.Final, error) {
+	if req.Raw {
+		return llm.Final{}, llm.RawUnsupported(c.cfg.Name + ", driven through chat completions,")
+	}
 	start := time.Now()
 	// A field the caller left out is left out upstream too, so the
 	// server's model's own defaults apply (llama.cpp reads them from the
