@@ -426,7 +426,7 @@ func New(cfg Config, log *slog.Logger) (a *Agent, err error) {
 	}
 	api, err := httpapi.NewHandler(traced{next: modelPin{next: disp, local: a.engine.name}, tp: a.tracer.TracerProvider()}, httpapi.Options{
 		MaxOutputTokens: cfg.MaxOutputTokens,
-		Models:          func() []httpapi.Model { return []httpapi.Model{{ID: a.engine.name, OwnedBy: "device"}} },
+		Models:          a.listModels,
 		Logger:          log, Metrics: a.metrics,
 	})
 	if err != nil {

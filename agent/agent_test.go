@@ -364,6 +364,12 @@ func builtinEngine(t *testing.T) *lm.Engine {
 	if err != nil {
 		t.Fatal(err)
 	}
+	return modelEngine(t, m)
+}
+
+// modelEngine is the built-in engine on m; the caller closes it.
+func modelEngine(t *testing.T, m *lm.Model) *lm.Engine {
+	t.Helper()
 	eng, err := lm.NewEngine(m, lm.EngineConfig{})
 	if err != nil {
 		t.Fatal(err)
@@ -373,11 +379,21 @@ func builtinEngine(t *testing.T) *lm.Engine {
 
 func startCloud(t *testing.T, pkiDir, addr string, gate *gatedEngine) *cloudServer {
 	t.Helper()
+	m, err := defaultModel()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return startCloudModel(t, pkiDir, addr, gate, m)
+}
+
+// startCloudModel is startCloud with the built-in engine running m.
+func startCloudModel(t *testing.T, pkiDir, addr string, gate *gatedEngine, m *lm.Model) *cloudServer {
+	t.Helper()
 	tc, err := pki.ServerTLS(pkiDir)
 	if err != nil {
 		t.Fatal(err)
 	}
-	eng := builtinEngine(t)
+	eng := modelEngine(t, m)
 	gate.inner = eng
 	srv, err := quic.NewServer(quic.ServerConfig{Addr: addr, TLS: tc, Handler: gate})
 	if err != nil {

@@ -12,12 +12,17 @@ import (
 	"github.com/phaseless/phaseless/models/edgemodel"
 	"github.com/phaseless/phaseless/models/lm"
 	"github.com/phaseless/phaseless/models/textfeat"
+	"github.com/phaseless/phaseless/transport/httpapi"
 )
 
 // localEngine is the device's engine as the agent holds it.
 type localEngine struct {
-	gen      llm.Generator
-	name     string         // listed at /v1/models
+	gen  llm.Generator
+	name string // listed at /v1/models
+	// sampling is what the current model declares for omitted sampling
+	// fields, listed at /v1/models; nil for external servers, whose
+	// listing is their own.
+	sampling func() llm.Sampling
 	kvFaults func() float64 // recent faults per ms; nil for external servers
 	// kvFaultsTotal is the cumulative count behind kvFaults (nil for
 	// external servers), exported as a counter for PromQL's rate().
@@ -91,6 +96,13 @@ func openEngine(cfg Config) (*localEngine, error) {
 		kvFaults:        func() float64 { e, _ := sw.Current(); return e.Stats().KVFaultsPerMs },
 		kvFaultsTotal:   func() uint64 { e, _ := sw.Current(); return e.Stats().KVFaults },
 		templateSkipped: m.ChatTemplateSkipped(),
+		sampling: func() llm.Sampling {
+			e, _ := sw.Current()
+			if le, ok := e.(*lm.Engine); ok {
+				return le.Model().Sampling()
+			}
+			return llm.Sampling{}
+		},
 		servesTools: func(tools []llm.Tool) bool {
 			// The model serving now: a fleet update may bring another.
 			e, _ := sw.Current()
@@ -117,4 +129,14 @@ func openEngine(cfg Config) (*localEngine, error) {
 func probeText(m *lm.Model, text string) textfeat.Probe {
 	p := m.ProbeChat(text, textfeat.ProbeSteps, textfeat.ProbeMaxTokens, 1)
 	return textfeat.Probe{PromptNLL: p.PromptNLL, Entropy: p.Entropy, TopProb: p.TopProb}
+}
+
+// listModels is GET /v1/models beyond "auto": the local engine's model,
+// with the sampling it declares.
+func (a *Agent) listModels() []httpapi.Model {
+	m := httpapi.Model{ID: a.engine.name, OwnedBy: "device"}
+	if a.engine.sampling != nil {
+		m.Sampling = a.engine.sampling()
+	}
+	return []httpapi.Model{m}
 }

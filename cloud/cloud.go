@@ -27,6 +27,7 @@ import (
 	"github.com/phaseless/phaseless/internal/cli"
 	"github.com/phaseless/phaseless/internal/metrics"
 	"github.com/phaseless/phaseless/internal/tracing/otlp"
+	"github.com/phaseless/phaseless/llm"
 	"github.com/phaseless/phaseless/transport/httpapi"
 	"github.com/phaseless/phaseless/transport/pki"
 	"github.com/phaseless/phaseless/transport/quic"
@@ -61,6 +62,9 @@ type Cloud struct {
 	// here, until their decode requests take them (worker.KVServer).
 	handoffs *worker.HandoffStore
 	tracer   *otlp.Provider // spans (--otlp); a no-op provider without it
+	// builtinSampling is what the built-in engines' model declares for
+	// omitted sampling fields, listed at /v1/models.
+	builtinSampling llm.Sampling
 }
 
 // New builds a coordinator from a validated config.
@@ -115,6 +119,9 @@ func (c *Cloud) Start(ctx context.Context) (err error) {
 	workers, builtins, tok, err := c.buildWorkers()
 	if err != nil {
 		return err
+	}
+	if len(builtins) > 0 {
+		c.builtinSampling = builtins[0].LM().Model().Sampling()
 	}
 	if c.workers, err = worker.NewSet(ctx, 500*time.Millisecond, workers...); err != nil {
 		for _, w := range workers {
@@ -191,6 +198,7 @@ func (c *Cloud) Start(ctx context.Context) (err error) {
 	}
 	c.coord, err = coordinator.New(coordinator.Config{
 		Workers: c.workers, Admitter: c.admit, Tokenizer: tok, BlockSize: kvBlockSize, CharsPerToken: remoteCharsPerToken(builtins),
+		ContextLen:          builtinContext(builtins, len(workers)),
 		Fair:                admit.FairConfig{Slots: slots, MaxQueue: c.cfg.MaxQueued},
 		Budget:              budgetOf(keys, c.cfg.BudgetPeriod),
 		AllowPolicyOverride: c.cfg.Dev, Scheduler: c.cfg.Scheduler,

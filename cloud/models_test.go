@@ -11,6 +11,7 @@ import (
 
 	"github.com/phaseless/phaseless/llm"
 	"github.com/phaseless/phaseless/models/cloudmodel"
+	"github.com/phaseless/phaseless/models/lmtrain"
 	"github.com/phaseless/phaseless/transport/httpapi"
 )
 
@@ -48,7 +49,12 @@ func TestCloudModels(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var list struct{ Data []struct{ ID string } }
+	var list struct {
+		Data []struct {
+			ID       string
+			Sampling json.RawMessage
+		}
+	}
 	json.NewDecoder(resp.Body).Decode(&list)
 	resp.Body.Close()
 	var ids []string
@@ -57,6 +63,11 @@ func TestCloudModels(t *testing.T) {
 	}
 	if got := strings.Join(ids, ","); got != "auto,"+cloudmodel.Name+",echo-7b" {
 		t.Fatalf("models %s", got)
+	}
+	// The built-in model lists the sampling its file declares; the remote
+	// worker's model is its server's to describe.
+	if want, _ := json.Marshal(lmtrain.ShippedSampling()); string(list.Data[1].Sampling) != string(want) || list.Data[2].Sampling != nil {
+		t.Fatalf("sampling listed: %s and %s, want %s for the built-in model only", list.Data[1].Sampling, list.Data[2].Sampling, want)
 	}
 	ask := func(model string) (int, string, string) {
 		body := `{"model":"` + model + `","max_tokens":4,"messages":[{"role":"user","content":"hello"}]}`

@@ -121,6 +121,16 @@ func remoteCharsPerToken(builtins []*worker.Builtin) float64 {
 	return 0
 }
 
+// builtinContext is the coordinator's ContextLen: the built-in engines'
+// context when they are all the workers (a remote server's context is not
+// known here), else 0.
+func builtinContext(builtins []*worker.Builtin, workers int) int {
+	if len(builtins) == 0 || len(builtins) != workers {
+		return 0
+	}
+	return builtins[0].LM().Model().Config.ContextLen
+}
+
 // builtinModelName is how /v1/models lists the built-in engine's model:
 // the file's base name, as the agent names its own, or the shipped one's.
 func (c *Cloud) builtinModelName() string {
@@ -139,12 +149,17 @@ func listedModel(m string) string {
 	return m
 }
 
-// listModels is GET /v1/models beyond "auto": the workers' models. A name
-// not listed is a 404, as on the agent.
+// listModels is GET /v1/models beyond "auto": the workers' models, the
+// built-in one with the sampling it declares. A name not listed is a 404,
+// as on the agent.
 func (c *Cloud) listModels() []httpapi.Model {
 	var out []httpapi.Model
 	for _, m := range c.coord.Models() {
-		out = append(out, httpapi.Model{ID: m, OwnedBy: "phaseless"})
+		hm := httpapi.Model{ID: m, OwnedBy: "phaseless"}
+		if m == c.builtinModelName() {
+			hm.Sampling = c.builtinSampling
+		}
+		out = append(out, hm)
 	}
 	return out
 }

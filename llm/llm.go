@@ -17,14 +17,18 @@ type Message struct {
 
 // Request is a completion request after API-specific decoding and validation.
 type Request struct {
-	ID             string // trace id, unique per request
-	Model          string // "auto" lets Phaseless choose
-	Messages       []Message
-	MaxTokens      int // 1..limit, validated at the edge
-	Temperature    float64
-	TopP           float64 // 0 = off
-	TopK           int     // 0 = off
-	Seed           uint64  // 0 = pick one
+	ID          string // trace id, unique per request
+	Model       string // "auto" lets Phaseless choose
+	Messages    []Message
+	MaxTokens   int // 1..limit, validated at the edge
+	Temperature float64
+	TopP        float64 // 0 = off
+	TopK        int     // 0 = off
+	// Omitted marks the sampling fields above the caller left out: the
+	// engine fills them from its model's declared sampling (sampling.go).
+	// Zero (every field set) is what Go callers building a Request get.
+	Omitted        SamplingFields
+	Seed           uint64 // 0 = pick one
 	Stop           []string
 	IdempotencyKey string // set when a retry or 0-RTT replay must run once
 	Tenant         string // API key's tenant or device id; set by the receiver, not the caller

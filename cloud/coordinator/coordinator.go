@@ -48,6 +48,13 @@ type Config struct {
 	// prompt's block hashes are cut at (default kvcache.DefaultBlockSize); it must
 	// be the engines' EngineConfig.BlockSize or no prefix ever matches.
 	BlockSize int
+	// ContextLen, when > 0, is the longest context any worker takes, in
+	// the Tokenizer's tokens: a prompt of that many tokens or more fits
+	// none and is refused with context_length_exceeded before it is billed
+	// (charged first, one over a key's budget was answered 429, which SDKs
+	// retry). Zero when a worker's context is not known (remote servers):
+	// the workers refuse it themselves.
+	ContextLen int
 	// Budget returns a tenant's own bucket; the zero Bucket means the
 	// admitter's default.
 	Budget func(tenant string) admit.Bucket
@@ -303,6 +310,10 @@ func (c *Coordinator) generate(ctx context.Context, req *llm.Request, emit llm.E
 		return llm.Final{}, err
 	}
 	m := c.measure(req)
+	if n := len(m.prompt.IDs); c.cfg.ContextLen > 0 && n >= c.cfg.ContextLen {
+		// The engine's own check and words (models/lm), ahead of billing.
+		return llm.Final{}, llm.Errorf(llm.CodeContextLength, "prompt of %d tokens does not fit the context of %d", n, c.cfg.ContextLen)
+	}
 	placeRequest(req, &m)
 	bucket := c.cfg.Budget(m.tenant)
 	_, span := tracing.Child(ctx, "admission")

@@ -31,6 +31,7 @@ func init() {
 		{Name: "bench", Summary: "decode tok/s per batch size, prefill tok/s, TTFT cached vs uncached", Run: lmBench},
 		{Name: "quantize", Summary: "rewrite a GGUF model with quantized tensors (q8_0, q6_k, q4_k_m, …)", Run: lmQuantize},
 		{Name: "toolprior", Summary: "train the tool prior on a preset's corpus and write a model file carrying it", Run: lmToolPrior},
+		{Name: "sampling", Summary: "write a model file again declaring the sampling for requests that omit theirs (general.sampling.*)", Run: lmSampling},
 	}})
 }
 
@@ -69,8 +70,13 @@ func lmInit(ctx context.Context, cio cli.IO, args []string) error {
 	tokCfg := fs.String("tokenizer-config", "", "its tokenizer_config.json (BOS/EOS, add_bos_token, chat template)")
 	dtype := fs.String("dtype", "f32", "tensor storage: f32, f16, bf16, q8_0, q6_k, q4_k, …, or the q4_k_m / q5_k_m mixes")
 	seed := fs.Uint64("seed", 1, "random seed")
+	sf := addSamplingFlags(fs)
 	if done, err := lmParseFlags(fs, cio, args, "lm init --out F [--layers L --dim D --heads H --kv-heads K --ffn F --vocab V --ctx C --dtype f32|f16|bf16|q8_0|q6_k|q4_k_m|… --seed S "+
-		"--arch llama|qwen2|qwen3 --head-dim N --tied --rope-scaling-factor X --tokenizer tokenizer.json --tokenizer-config tokenizer_config.json]"); done || err != nil {
+		"--arch llama|qwen2|qwen3 --head-dim N --tied --rope-scaling-factor X --tokenizer tokenizer.json --tokenizer-config tokenizer_config.json --sampling-temp T --sampling-top-p P --sampling-top-k K]"); done || err != nil {
+		return err
+	}
+	sampling, err := sf.sampling(llm.Sampling{})
+	if err != nil {
 		return err
 	}
 	if *out == "" {
@@ -129,7 +135,8 @@ func lmInit(ctx context.Context, cio cli.IO, args []string) error {
 	if err != nil {
 		return err
 	}
-	meta := map[string]any{"general.name": "random", "phaseless.seed": *seed}
+	meta := lm.SamplingMeta(sampling)
+	meta["general.name"], meta["phaseless.seed"] = "random", *seed
 	if err := lm.WriteGGUFRecipe(f, c, tok, w, meta, dt); err != nil {
 		f.Close()
 		return err

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"io"
 	"math"
 	"os"
 	"path/filepath"
@@ -16,6 +17,45 @@ import (
 	"github.com/phaseless/phaseless/models/lmtrain/corpus"
 	"github.com/phaseless/phaseless/models/toolprior"
 )
+
+// rewriteModel writes the model file in again to out through write (which
+// gets the file as read), beside out and renamed over it once the result
+// loads, so out may be in and a failed write leaves it as it was. It
+// returns the model as written.
+func rewriteModel(in, out string, write func(io.Writer, *gguf.File) error) (*lm.Model, error) {
+	src, err := os.ReadFile(in)
+	if err != nil {
+		return nil, err
+	}
+	f, err := gguf.ReadBytes(src)
+	if err != nil {
+		return nil, fmt.Errorf("read %s: %w", in, err)
+	}
+	tmp, err := os.CreateTemp(filepath.Dir(out), ".rewrite-*")
+	if err != nil {
+		return nil, err
+	}
+	defer os.Remove(tmp.Name())
+	if err := tmp.Chmod(0o644); err != nil {
+		tmp.Close()
+		return nil, err
+	}
+	if err := write(tmp, f); err != nil {
+		tmp.Close()
+		return nil, err
+	}
+	if err := tmp.Close(); err != nil {
+		return nil, err
+	}
+	m, err := lm.Load(tmp.Name())
+	if err != nil {
+		return nil, fmt.Errorf("reload: %w", err)
+	}
+	if err := os.Rename(tmp.Name(), out); err != nil {
+		return nil, err
+	}
+	return m, nil
+}
 
 // lmToolPrior trains the tool prior on a preset's corpus (the tools
 // stage's requests) and writes a model file with it inside.
@@ -68,34 +108,7 @@ func lmToolPrior(ctx context.Context, cio cli.IO, args []string) error {
 	if err := prior.TrainSpans(spans, *spanBuckets, *spanWeight, toolprior.TrainConfig{Seed: p.Train.Seed}); err != nil {
 		return fmt.Errorf("preset %s: %w", *preset, err)
 	}
-	src, err := os.ReadFile(*in)
-	if err != nil {
-		return err
-	}
-	f, err := gguf.ReadBytes(src)
-	if err != nil {
-		return fmt.Errorf("read %s: %w", *in, err)
-	}
-	tmp, err := os.CreateTemp(filepath.Dir(*out), ".toolprior-*")
-	if err != nil {
-		return err
-	}
-	defer os.Remove(tmp.Name())
-	if err := tmp.Chmod(0o644); err != nil {
-		tmp.Close()
-		return err
-	}
-	if err := toolprior.Write(tmp, f, prior); err != nil {
-		tmp.Close()
-		return err
-	}
-	if err := tmp.Close(); err != nil {
-		return err
-	}
-	if _, err := lm.Load(tmp.Name()); err != nil {
-		return fmt.Errorf("reload: %w", err)
-	}
-	if err := os.Rename(tmp.Name(), *out); err != nil {
+	if _, err := rewriteModel(*in, *out, func(w io.Writer, f *gguf.File) error { return toolprior.Write(w, f, prior) }); err != nil {
 		return err
 	}
 	fmt.Fprintf(cio.Stdout, "wrote %s: tool prior of %d labels × %d buckets from %d %s requests, weight %g; call weight %g, bias %g; span head of %d buckets from %d copied values, weight %g\n",

@@ -38,6 +38,7 @@ func lmTrain(ctx context.Context, cio cli.IO, args []string) error {
 	stopAt := fs.Int("stop-at", 0, "end after this many steps (checkpointed) and write the model as it is then; resume later with the same flags minus this one")
 	quiet := fs.Bool("quiet", false, "no progress bar")
 	initFile := fs.String("init", "", "GGUF model to start from (required by fine-tuning presets such as edge-tools)")
+	sf := addSamplingFlags(fs)
 	if err := cli.Parse(fs, args, cio.Getenv); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			cli.PrintUsage(cio.Stdout, fs, "lm train --preset edge|cloud --out FILE.gguf: train a default model and write it as GGUF")
@@ -71,6 +72,16 @@ func lmTrain(ctx context.Context, cio cli.IO, args []string) error {
 	}
 	if err := p.Train.Validate(p.Model); err != nil {
 		return err
+	}
+	if p.Sampling, err = sf.sampling(p.Sampling); err != nil {
+		return err
+	}
+	if sf.set() {
+		for _, f := range []string{"sampling-temp", "sampling-top-p", "sampling-top-k"} {
+			if v := fs.Lookup(f).Value.String(); v != "-1" {
+				cmd = append(cmd, "--"+f, v)
+			}
+		}
 	}
 	if *stopAt > 0 {
 		cmd = append(cmd, "--stop-at", fmt.Sprint(*stopAt))

@@ -54,6 +54,9 @@ type KVPrefillRequest struct {
 	TopK        int         `json:"top_k,omitempty"`
 	Seed        uint64      `json:"seed,omitempty"`
 	Stop        []string    `json:"stop,omitempty"`
+	// Omitted is llm.Request.Omitted: the sampling fields the app left to
+	// the model, which the prefill engine fills from its model's.
+	Omitted llm.SamplingFields `json:"omitted,omitempty"`
 	// PushTo is the decode server's base URL; PushKey its API key, when it
 	// wants one.
 	PushTo  string `json:"push_to,omitempty"`
@@ -79,7 +82,7 @@ func KVCarries(req *llm.Request) bool {
 }
 
 func newKVPrefillRequest(req *llm.Request) KVPrefillRequest {
-	r := KVPrefillRequest{MaxTokens: req.MaxTokens, Temperature: req.Temperature, TopP: req.TopP, TopK: req.TopK, Seed: req.Seed, Stop: req.Stop}
+	r := KVPrefillRequest{MaxTokens: req.MaxTokens, Temperature: req.Temperature, TopP: req.TopP, TopK: req.TopK, Seed: req.Seed, Stop: req.Stop, Omitted: req.Omitted}
 	for _, m := range req.Messages {
 		r.Messages = append(r.Messages, KVMessage{Role: m.Role, Content: m.Content})
 	}
@@ -88,7 +91,7 @@ func newKVPrefillRequest(req *llm.Request) KVPrefillRequest {
 
 // LLM is the request as the engines take it.
 func (r *KVPrefillRequest) LLM() *llm.Request {
-	req := &llm.Request{MaxTokens: r.MaxTokens, Temperature: r.Temperature, TopP: r.TopP, TopK: r.TopK, Seed: r.Seed, Stop: r.Stop}
+	req := &llm.Request{MaxTokens: r.MaxTokens, Temperature: r.Temperature, TopP: r.TopP, TopK: r.TopK, Seed: r.Seed, Stop: r.Stop, Omitted: r.Omitted}
 	for _, m := range r.Messages {
 		req.Messages = append(req.Messages, llm.Message{Role: m.Role, Content: m.Content})
 	}

@@ -1,7 +1,6 @@
 package lm
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"strings"
@@ -11,6 +10,7 @@ import (
 
 	"github.com/phaseless/phaseless/llm"
 	"github.com/phaseless/phaseless/models/lm/chatfmt"
+	"github.com/phaseless/phaseless/models/lm/grammar/grammartest"
 )
 
 var testTools = []llm.Tool{
@@ -20,20 +20,7 @@ var testTools = []llm.Tool{
 }
 
 func validator(t *testing.T, schema json.RawMessage) *jsonschema.Schema {
-	t.Helper()
-	doc, err := jsonschema.UnmarshalJSON(bytes.NewReader(schema))
-	if err != nil {
-		t.Fatal(err)
-	}
-	c := jsonschema.NewCompiler()
-	if err := c.AddResource("s.json", doc); err != nil {
-		t.Fatal(err)
-	}
-	v, err := c.Compile("s.json")
-	if err != nil {
-		t.Fatal(err)
-	}
-	return v
+	return grammartest.Validator(t, string(schema))
 }
 
 func validates(t *testing.T, v *jsonschema.Schema, text string) {

@@ -405,8 +405,9 @@ func (e *Engine) rawRequest(req *llm.Request) ([]int32, GenOptions, error) {
 	if tok.AddBOS() {
 		prompt = append([]int32{tok.BOS()}, prompt...)
 	}
+	temp, topP, topK := req.SamplingFor(e.m.sampling)
 	opt := GenOptions{
-		MaxTokens: req.MaxTokens, Temperature: req.Temperature, TopK: req.TopK, TopP: req.TopP,
+		MaxTokens: req.MaxTokens, Temperature: temp, TopK: topK, TopP: topP,
 		Seed: req.Seed, Stop: req.Stop, tenant: req.Tenant,
 		// With no prompt text the first generated piece starts the text,
 		// and a SentencePiece vocabulary's leading space on it is the
@@ -488,8 +489,9 @@ func (e *Engine) chatOptions(req *llm.Request, pins []pinPoint) (GenOptions, err
 	if err != nil {
 		return GenOptions{}, err
 	}
+	temp, topP, topK := req.SamplingFor(e.m.sampling)
 	return GenOptions{
-		MaxTokens: req.MaxTokens, Temperature: req.Temperature, TopK: req.TopK, TopP: req.TopP,
+		MaxTokens: req.MaxTokens, Temperature: temp, TopK: topK, TopP: topP,
 		Seed: req.Seed, Stop: stop, grammar: g, toolCalls: req.HasTools(),
 		tenant: req.Tenant, pins: pins,
 		toolPrior: e.toolPriorFor(req, g),

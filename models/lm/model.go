@@ -8,6 +8,7 @@ import (
 	"runtime"
 	"sync"
 
+	"github.com/phaseless/phaseless/llm"
 	"github.com/phaseless/phaseless/models/lm/constraint"
 	"github.com/phaseless/phaseless/models/lm/gguf"
 	"github.com/phaseless/phaseless/models/lm/kernels"
@@ -37,6 +38,8 @@ type Model struct {
 	tied    bool
 	// ropeFreqs divides RoPE's frequencies (Llama 3 scaling); nil = none.
 	ropeFreqs []float32
+	// sampling is the sampling the file declares (sampling.go).
+	sampling llm.Sampling
 	// toolPrior is the tool prior the file carries (toolprior.go), or nil.
 	toolPrior *toolprior.Prior
 	// vocab indexes the token pieces for grammar masks, built on first use.
@@ -198,6 +201,9 @@ func readFile(f *gguf.File, err error) (*Model, error) {
 	m := &Model{Config: cfg, Meta: map[string]any{}, tok: tok, tokSpec: spec, chat: chat, toolPrior: prior}
 	for _, kv := range f.KVs {
 		m.Meta[kv.Key] = kv.Value
+	}
+	if m.sampling, err = readSampling(m.Meta); err != nil {
+		return nil, err
 	}
 	w := &Weights{}
 	m.layers = make([]layer, cfg.Layers)

@@ -69,7 +69,18 @@ func FuzzReadModel(f *testing.F) {
 	if err := WriteGGUF(&buf, cfg, tokenizer.ByteSpec(), w, nil, Q8_0); err != nil {
 		f.Fatal(err)
 	}
-	f.Add(buf.Bytes())
+	f.Add(bytes.Clone(buf.Bytes()))
+	// Declared sampling, one value in range and one out of it.
+	for _, meta := range []map[string]any{
+		{KeySamplingTemp: float32(0.5), KeySamplingTopK: int32(40), KeySamplingTopP: float32(0.9)},
+		{KeySamplingTemp: float32(9)},
+	} {
+		buf.Reset()
+		if err := WriteGGUF(&buf, cfg, tokenizer.ByteSpec(), w, meta, Q8_0); err != nil {
+			f.Fatal(err)
+		}
+		f.Add(bytes.Clone(buf.Bytes()))
+	}
 	// A qwen3 file with a BPE vocabulary, special tokens and a chat template.
 	q := Config{Arch: ArchQwen3, Vocab: 300, Dim: 32, Layers: 1, Heads: 2, KVHeads: 1, HeadSize: 8, FFN: 32, ContextLen: 16}
 	qw, _ := RandomWeights(q, 1)

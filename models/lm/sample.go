@@ -116,17 +116,27 @@ type stopMatcher struct {
 
 // push adds text and returns what can be emitted now and whether a stop
 // sequence was found (the stop sequence and what follows are dropped).
-func (m *stopMatcher) push(text string) (emit string, stopped bool) {
+// With counts false a stop's text found here is content, not a stop: under
+// a grammar, the text of a stop inside the unfinished document (a JSON
+// string holding "<|") belongs to the document, which the grammar lets a
+// stop follow only once it is complete.
+func (m *stopMatcher) push(text string, counts bool) (emit string, stopped bool) {
 	s := m.held + text
-	for _, st := range m.stops {
-		if i := strings.Index(s, st); i >= 0 {
-			m.held = ""
-			return s[:i], true
+	done := 0 // s[:done] is content already passed over
+	for {
+		i, n := m.first(s[done:])
+		if i < 0 {
+			break
 		}
+		if counts {
+			m.held = ""
+			return s[:done+i], true
+		}
+		done += i + n
 	}
 	keep := 0
 	for _, st := range m.stops {
-		for k := min(len(st)-1, len(s)); k > keep; k-- {
+		for k := min(len(st)-1, len(s)-done); k > keep; k-- {
 			if strings.HasSuffix(s, st[:k]) {
 				keep = k
 				break
@@ -137,9 +147,31 @@ func (m *stopMatcher) push(text string) (emit string, stopped bool) {
 	return s[:len(s)-keep], false
 }
 
-// flush returns the withheld text when the generation ends without a stop.
-func (m *stopMatcher) flush() string {
+// first returns where the earliest stop sequence in s begins and its
+// length, or -1.
+func (m *stopMatcher) first(s string) (at, n int) {
+	at = -1
+	for _, st := range m.stops {
+		if i := strings.Index(s, st); i >= 0 && (at < 0 || i < at) {
+			at, n = i, len(st)
+		}
+	}
+	return at, n
+}
+
+// flush returns the withheld text when the generation ends without a stop
+// and empties the matcher. The text withheld is a prefix of a stop
+// sequence: when the model ended its reply itself (an end-of-generation
+// token, a finished grammar) it is the reply's last text and goes out; when
+// the reply was cut (max_tokens, the context) the model was most likely
+// writing the stop, the end-of-turn marker "<|" the engine adds for the
+// built-in models among them, and it is dropped, so a cut reply never ends
+// in half a marker ("…in Paris.\n<").
+func (m *stopMatcher) flush(cut bool) string {
 	s := m.held
 	m.held = ""
+	if cut {
+		return ""
+	}
 	return s
 }

@@ -2,9 +2,11 @@ package lm
 
 import (
 	"slices"
+	"strings"
 	"time"
 
 	"github.com/phaseless/phaseless/llm"
+	"github.com/phaseless/phaseless/models/lm/grammar"
 	"github.com/phaseless/phaseless/models/lm/kvcache"
 )
 
@@ -376,8 +378,15 @@ func (e *Engine) sampleNextWith(s *sequence, logits []float32, now time.Time, dr
 		tok = draw(logits)
 	} else {
 		var ok bool
-		if tok, ok = s.constraint.Sample(draw, logits); !ok {
-			e.complete(s, "stop") // nothing may follow: the text is complete
+		if tok, ok = s.constraint.Sample(draw, logits, s.stopInside); !ok {
+			// Nothing may follow. A complete document stops; an unfinished
+			// one the vocabulary cannot continue is cut, as at max_tokens,
+			// never reported as a finished reply.
+			reason := "stop"
+			if !s.constraint.State.Accepting() {
+				reason = "length"
+			}
+			e.complete(s, reason)
 			return
 		}
 	}
@@ -425,7 +434,7 @@ func (e *Engine) advance(s *sequence, tok int32, now time.Time) {
 		e.complete(s, "stop")
 		return
 	}
-	text, stopped := s.stop.push(s.decoder.Push(tok))
+	text, stopped := s.stop.push(s.decoder.Push(tok), s.stopCounts())
 	if text != "" {
 		s.emitText(text, tok, latency)
 	}
@@ -437,14 +446,42 @@ func (e *Engine) advance(s *sequence, tok int32, now time.Time) {
 	}
 }
 
+// stopCounts reports whether a stop sequence in s's text ends it now.
+// Under a grammar only a complete document may be followed by a stop (the
+// grammar appends the stops after the value), so a stop's text found
+// before the document is done is part of it: the cloud model once ended
+// {"city":"ia.C with finish_reason stop because it wrote "<|" inside the
+// string.
+func (s *sequence) stopCounts() bool {
+	return s.constraint == nil || s.constraint.State.Done()
+}
+
+// stopInside refuses a token that would write a stop sequence inside the
+// unfinished document: a stop means the end of the reply, which under a
+// grammar only a complete document may have, so a model that wants to end
+// its turn there ("<|" in a JSON string) is made to close what it opened
+// instead of filling the string with markers until max_tokens.
+func (s *sequence) stopInside(piece []byte, after grammar.State) bool {
+	if len(s.stop.stops) == 0 || after.Done() {
+		return false
+	}
+	text := s.stop.held + string(piece)
+	for _, st := range s.stop.stops {
+		if strings.Contains(text, st) {
+			return true
+		}
+	}
+	return false
+}
+
 // complete ends s: the text held back for a possible stop sequence or an
 // incomplete character goes out (unless a stop was found), its blocks return
 // to the cache, and Generate gets the final record.
 func (e *Engine) complete(s *sequence, reason string) {
 	if reason != "cancelled" {
-		tail, stopped := s.stop.push(s.decoder.Flush())
+		tail, stopped := s.stop.push(s.decoder.Flush(), s.stopCounts())
 		if !stopped {
-			tail += s.stop.flush()
+			tail += s.stop.flush(reason == "length")
 		}
 		last := s.tokens[len(s.tokens)-1]
 		if tail != "" {

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 
+	"github.com/phaseless/phaseless/llm"
 	"github.com/phaseless/phaseless/models/lm"
 	"github.com/phaseless/phaseless/models/lm/tokenizer"
 )
@@ -68,6 +69,8 @@ type Provenance struct {
 	Train       TrainConfig // full training configuration
 	Sources     []string    // data sources with licences
 	Result      *Result     // measured outcome; may be nil
+	// Sampling is the sampling the model declares (general.sampling.*).
+	Sampling llm.Sampling
 }
 
 // ExportGGUF writes p as a GGUF file the engine loads, with the byte-level
@@ -81,7 +84,8 @@ func ExportGGUF(w io.Writer, p *Params, prov Provenance, dtype lm.DType) error {
 	if err != nil {
 		return err
 	}
-	meta := map[string]any{
+	meta := lm.SamplingMeta(prov.Sampling)
+	for k, v := range map[string]any{
 		"general.name":                prov.Name,
 		"general.description":         prov.Description,
 		"general.license":             "Apache-2.0 (weights); training data licences in phaseless.data.sources",
@@ -93,6 +97,8 @@ func ExportGGUF(w io.Writer, p *Params, prov Provenance, dtype lm.DType) error {
 		"phaseless.data.sources":      append([]string{}, prov.Sources...),
 		"phaseless.chat.template":     "<|user|>\\n{prompt}\\n<|assistant|>\\n{answer}\\n (turn ends at \"<|\")",
 		"phaseless.train.param_count": uint64(p.Count()),
+	} {
+		meta[k] = v
 	}
 	if len(prov.Sources) == 0 {
 		meta["phaseless.data.sources"] = []string{"unspecified"}

@@ -47,7 +47,7 @@ func RunJob(ctx context.Context, j Job) (*Result, error) {
 	}
 	var buf bytes.Buffer
 	prov := Provenance{Name: p.ArtifactName(), Description: p.Description, Preset: p.Name, Command: j.Command,
-		Train: p.Train, Sources: p.Sources, Result: res}
+		Train: p.Train, Sources: p.Sources, Result: res, Sampling: p.Sampling}
 	if err := ExportGGUF(&buf, res.Params, prov, j.DType); err != nil {
 		return res, err
 	}

@@ -82,16 +82,15 @@ func decodeMessages(body []byte, lim limits) (*llm.Request, bool, *apiError) {
 	if e := decodeAnthropicTools(&mr, req); e != nil {
 		return nil, false, e
 	}
-	if req.Temperature, e = parseTemperature(mr.Temperature); e != nil {
+	if e = parseTemperature(req, mr.Temperature); e != nil {
 		return nil, false, e
 	}
-	if mr.TopP != nil {
-		if *mr.TopP <= 0 || *mr.TopP > 1 {
-			return nil, false, invalid("top_p", "top_p must be in (0, 1], got %g", *mr.TopP)
-		}
-		req.TopP = *mr.TopP
+	if e = parseTopP(req, mr.TopP); e != nil {
+		return nil, false, e
 	}
-	if mr.TopK != nil {
+	if mr.TopK == nil {
+		req.Omitted |= llm.FieldTopK
+	} else {
 		if *mr.TopK < 0 {
 			return nil, false, invalid("top_k", "top_k must not be negative")
 		}

@@ -144,7 +144,7 @@ type upRequest struct {
 	Model         string      `json:"model"`
 	Messages      []upMessage `json:"messages"`
 	MaxTokens     int         `json:"max_tokens"`
-	Temperature   float64     `json:"temperature"`
+	Temperature   *float64    `json:"temperature,omitempty"` // nil: the caller left it to the model
 	TopP          float64     `json:"top_p,omitempty"`
 	TopK          int         `json:"top_k,omitempty"` // vLLM/SGLang/llama.cpp extension; others ignore it
 	Seed          uint64      `json:"seed,omitempty"`
@@ -196,8 +196,14 @@ func (c *Client) Generate(ctx context.Context, req *llm.Request, emit llm.Emit) 
 		return llm.Final{}, llm.RawUnsupported(c.cfg.Name + ", driven through chat completions,")
 	}
 	start := time.Now()
-	body := upRequest{Model: req.Model, MaxTokens: req.MaxTokens, Temperature: req.Temperature,
+	// A field the caller left out is left out upstream too, so the
+	// server's model's own defaults apply (llama.cpp reads them from the
+	// GGUF, as the built-in engine does).
+	body := upRequest{Model: req.Model, MaxTokens: req.MaxTokens,
 		TopP: req.TopP, TopK: req.TopK, Seed: req.Seed, Stop: req.Stop, Stream: true}
+	if req.Omitted&llm.FieldTemperature == 0 {
+		body.Temperature = &req.Temperature
+	}
 	body.StreamOptions.IncludeUsage = true
 	if c.cfg.Model != nil {
 		body.Model = c.cfg.Model(req.Model)

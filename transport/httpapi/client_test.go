@@ -56,6 +56,15 @@ func TestClientAgainstHandler(t *testing.T) {
 		if got.Model != "tiny" || got.MaxTokens != 3 || got.Temperature != 0.5 || got.TopP != 0.9 || len(got.Stop) != 1 {
 			t.Fatalf("%s: server saw %+v", u, got)
 		}
+		// A temperature the app left out is left out upstream, so the
+		// server's model's own default applies there.
+		req.Omitted = llm.FieldTemperature
+		if _, err := c.Generate(context.Background(), req, func(llm.Token) error { return nil }); err != nil {
+			t.Fatal(err)
+		}
+		if got := gen.request(); got.Omitted&llm.FieldTemperature == 0 || got.Temperature != llm.DefaultTemperature {
+			t.Fatalf("%s: an omitted temperature reached the server as %g, omitted %03b", u, got.Temperature, got.Omitted)
+		}
 	}
 }
 

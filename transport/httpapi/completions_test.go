@@ -30,7 +30,7 @@ func TestCompletionNonStream(t *testing.T) {
 		t.Errorf("usage %+v", c.Usage)
 	}
 	req := gen.request()
-	want := &llm.Request{ID: req.ID, Model: "auto", Raw: true, Prompt: "", MaxTokens: 4, Temperature: 0, TopP: 0.5, Seed: 9, Stop: []string{"\n"}}
+	want := &llm.Request{ID: req.ID, Model: "auto", Raw: true, Prompt: "", MaxTokens: 4, Temperature: 0, TopP: 0.5, Seed: 9, Stop: []string{"\n"}, Omitted: llm.FieldTopK}
 	if !reflect.DeepEqual(req, want) {
 		t.Errorf("decoded request\n%+v\nwant\n%+v", req, want)
 	}

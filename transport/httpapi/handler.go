@@ -11,6 +11,7 @@ import (
 	"strconv"
 	"strings"
 	"time"
+	"unicode/utf8"
 
 	"github.com/phaseless/phaseless/internal/metrics"
 	"github.com/phaseless/phaseless/llm"
@@ -131,6 +132,9 @@ func decodeRequest[X any](h *Handler, w http.ResponseWriter, r *http.Request, a 
 		req, extra, e = decode(body, h.limits())
 	}
 	if e == nil {
+		e = checkText(req)
+	}
+	if e == nil {
 		req.Hints, e = parseHints(r.Header, h.opts.AllowPolicyHint)
 	}
 	if e == nil && h.opts.Cloud && req.Hints.Route == "local" {
@@ -169,7 +173,40 @@ func (h *Handler) readBody(w http.ResponseWriter, r *http.Request) ([]byte, *api
 		}
 		return nil, invalid("", "read request body: %v", err)
 	}
+	if !utf8.Valid(body) {
+		// JSON between systems is UTF-8 (RFC 8259 §8.1), and Go's decoder
+		// would turn each bad byte into U+FFFD unseen: the model would
+		// answer a prompt the caller did not send.
+		return nil, invalid("", "request body is not valid UTF-8 (first bad byte at offset %d)", invalidUTF8At(body))
+	}
 	return body, nil
+}
+
+// invalidUTF8At is the offset of b's first byte that does not begin a
+// valid UTF-8 sequence.
+func invalidUTF8At(b []byte) int {
+	for i := 0; i < len(b); {
+		r, n := utf8.DecodeRune(b[i:])
+		if r == utf8.RuneError && n <= 1 {
+			return i
+		}
+		i += n
+	}
+	return len(b)
+}
+
+// checkText refuses a message holding a NUL character (U+0000, sent as
+// "\u0000"): the built-in models never saw one, C-string tooling (a
+// llama.cpp worker, logs) cuts the prompt there, and the caller almost
+// certainly sent binary by mistake; refusing says so instead of answering a
+// different prompt.
+func checkText(req *llm.Request) *apiError {
+	for i, m := range req.Messages {
+		if strings.IndexByte(m.Content, 0) >= 0 {
+			return invalid("messages", "the %s message (turn %d) contains a NUL character (U+0000); send text, or encode binary data (base64)", m.Role, i)
+		}
+	}
+	return nil
 }
 
 // limits are the bounds a decoder validates against.
@@ -206,11 +243,28 @@ func (l limits) checkMaxTokens(param string, n int) *apiError {
 }
 
 // parseTemperature accepts a JSON number in [0, 2] or one of the named
-// levels of DESIGN.md §4. Missing means 1.0, both official APIs' default.
-func parseTemperature(raw json.RawMessage) (float64, *apiError) {
+// levels of DESIGN.md §4 into req. Missing marks it omitted: the engine
+// uses its model's declared temperature, else 1.0, both official APIs'
+// default (llm/sampling.go), which req.Temperature holds meanwhile for a
+// peer that predates Omitted.
+func parseTemperature(req *llm.Request, raw json.RawMessage) *apiError {
+	t, e := temperatureValue(raw)
+	if e != nil {
+		return e
+	}
+	if t < 0 {
+		req.Temperature, req.Omitted = llm.DefaultTemperature, req.Omitted|llm.FieldTemperature
+		return nil
+	}
+	req.Temperature = t
+	return nil
+}
+
+// temperatureValue is parseTemperature's number, -1 when it is missing.
+func temperatureValue(raw json.RawMessage) (float64, *apiError) {
 	s := strings.TrimSpace(string(raw))
 	if s == "" || s == "null" {
-		return 1.0, nil
+		return -1, nil
 	}
 	if s[0] == '"' {
 		var name string
@@ -235,6 +289,19 @@ func parseTemperature(raw json.RawMessage) (float64, *apiError) {
 		return 0, invalid("temperature", "temperature must be between 0 and 2, got %g", t)
 	}
 	return t, nil
+}
+
+// parseTopP reads top_p, in (0, 1], into req; missing marks it omitted.
+func parseTopP(req *llm.Request, p *float64) *apiError {
+	if p == nil {
+		req.Omitted |= llm.FieldTopP
+		return nil
+	}
+	if *p <= 0 || *p > 1 {
+		return invalid("top_p", "top_p must be in (0, 1], got %g", *p)
+	}
+	req.TopP = *p
+	return nil
 }
 
 // parseHints reads the optional x-* request headers of DESIGN.md §4.

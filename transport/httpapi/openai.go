@@ -364,10 +364,11 @@ func (h *Handler) serveModels(w http.ResponseWriter, r *http.Request) {
 	h.m.requests.With("200").Inc()
 	if r.Header.Get("anthropic-version") != "" {
 		type antModel struct {
-			Type        string `json:"type"`
-			ID          string `json:"id"`
-			DisplayName string `json:"display_name"`
-			CreatedAt   string `json:"created_at"`
+			Type        string        `json:"type"`
+			ID          string        `json:"id"`
+			DisplayName string        `json:"display_name"`
+			CreatedAt   string        `json:"created_at"`
+			Sampling    *llm.Sampling `json:"sampling,omitempty"`
 		}
 		out := struct {
 			Data    []antModel `json:"data"`
@@ -376,17 +377,18 @@ func (h *Handler) serveModels(w http.ResponseWriter, r *http.Request) {
 			LastID  *string    `json:"last_id"`
 		}{Data: []antModel{}}
 		for _, m := range models {
-			out.Data = append(out.Data, antModel{Type: "model", ID: m.ID, DisplayName: m.ID, CreatedAt: m.Created.UTC().Format(time.RFC3339)})
+			out.Data = append(out.Data, antModel{Type: "model", ID: m.ID, DisplayName: m.ID, CreatedAt: m.Created.UTC().Format(time.RFC3339), Sampling: declared(m.Sampling)})
 		}
 		out.FirstID, out.LastID = &out.Data[0].ID, &out.Data[len(out.Data)-1].ID
 		writeJSON(w, http.StatusOK, out)
 		return
 	}
 	type oaiModel struct {
-		ID      string `json:"id"`
-		Object  string `json:"object"`
-		Created int64  `json:"created"`
-		OwnedBy string `json:"owned_by"`
+		ID       string        `json:"id"`
+		Object   string        `json:"object"`
+		Created  int64         `json:"created"`
+		OwnedBy  string        `json:"owned_by"`
+		Sampling *llm.Sampling `json:"sampling,omitempty"`
 	}
 	out := struct {
 		Object string     `json:"object"`
@@ -401,7 +403,16 @@ func (h *Handler) serveModels(w http.ResponseWriter, r *http.Request) {
 		if owner == "" {
 			owner = "phaseless"
 		}
-		out.Data = append(out.Data, oaiModel{ID: m.ID, Object: "model", Created: created, OwnedBy: owner})
+		out.Data = append(out.Data, oaiModel{ID: m.ID, Object: "model", Created: created, OwnedBy: owner, Sampling: declared(m.Sampling)})
 	}
 	writeJSON(w, http.StatusOK, out)
+}
+
+// declared is s as /v1/models lists it: nil (no "sampling") when the
+// model declares nothing.
+func declared(s llm.Sampling) *llm.Sampling {
+	if s.IsZero() {
+		return nil
+	}
+	return &s
 }

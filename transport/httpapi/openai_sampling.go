@@ -24,15 +24,15 @@ type oaiSampling struct {
 // decode validates the settings into req and says how to answer.
 func (s *oaiSampling) decode(req *llm.Request) (chatStream, *apiError) {
 	var e *apiError
-	if req.Temperature, e = parseTemperature(s.Temperature); e != nil {
+	if e = parseTemperature(req, s.Temperature); e != nil {
 		return chatStream{}, e
 	}
-	if s.TopP != nil {
-		if *s.TopP <= 0 || *s.TopP > 1 {
-			return chatStream{}, invalid("top_p", "top_p must be in (0, 1], got %g", *s.TopP)
-		}
-		req.TopP = *s.TopP
+	if e = parseTopP(req, s.TopP); e != nil {
+		return chatStream{}, e
 	}
+	// OpenAI's API has no top_k: the model's declared one applies, as
+	// llama.cpp's server does.
+	req.Omitted |= llm.FieldTopK
 	if s.N != nil && *s.N != 1 {
 		return chatStream{}, invalid("n", "n must be 1")
 	}

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/phaseless/phaseless/internal/metrics"
+	"github.com/phaseless/phaseless/llm"
 )
 
 // Limits from DESIGN.md §4.
@@ -34,6 +35,9 @@ type Model struct {
 	ID      string
 	OwnedBy string
 	Created time.Time
+	// Sampling is what the model declares for the sampling fields a request
+	// omits (llm/sampling.go), listed as "sampling"; zero lists none.
+	Sampling llm.Sampling
 }
 
 // Options configures a Handler. The zero value is valid: open access, the

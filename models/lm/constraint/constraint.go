@@ -77,10 +77,11 @@ func (c *Constraint) Mask(logits []float32) {
 }
 
 // Sample draws, with draw, a token the grammar accepts and advances past
-// it. A token the mask let through but a parse limit then refused is
+// it. A token the mask let through but a parse limit then refused, or that
+// refuse (when set) refuses given its bytes and the parses after them, is
 // masked and drawn again; ok is false when no token remains (the grammar is
 // exhausted).
-func (c *Constraint) Sample(draw func(logits []float32) int32, logits []float32) (tok int32, ok bool) {
+func (c *Constraint) Sample(draw func(logits []float32) int32, logits []float32, refuse func(piece []byte, after grammar.State) bool) (tok int32, ok bool) {
 	c.Mask(logits)
 	neg := float32(math.Inf(-1))
 	for range len(logits) {
@@ -91,7 +92,8 @@ func (c *Constraint) Sample(draw func(logits []float32) int32, logits []float32)
 		if c.tok.IsEOG(tok) {
 			return tok, true
 		}
-		if next, ok := c.State.AdvanceBytes(c.tok.Piece(tok)); ok {
+		piece := c.tok.Piece(tok)
+		if next, ok := c.State.AdvanceBytes(piece); ok && (refuse == nil || !refuse(piece, next)) {
 			c.State = next
 			return tok, true
 		}

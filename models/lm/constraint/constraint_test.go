@@ -32,7 +32,7 @@ func generate(t *testing.T, c *Constraint, tok tokenizer.Tokenizer, draw func([]
 	logits := make([]float32, tok.VocabSize())
 	for range 4096 {
 		clear(logits)
-		id, ok := c.Sample(draw, logits)
+		id, ok := c.Sample(draw, logits, nil)
 		if !ok {
 			t.Fatalf("grammar exhausted after %q", out)
 		}

@@ -9,6 +9,8 @@ import (
 	"testing"
 
 	"github.com/santhosh-tekuri/jsonschema/v6"
+
+	"github.com/phaseless/phaseless/models/lm/grammar/grammartest"
 )
 
 // walk draws a random sentence of g: at each step a byte some parse
@@ -72,23 +74,6 @@ func walk(g *Grammar, rng *rand.Rand, limit int, stopP float64) ([]byte, bool) {
 	return out, false
 }
 
-func compileValidator(t testing.TB, schema string) *jsonschema.Schema {
-	t.Helper()
-	doc, err := jsonschema.UnmarshalJSON(strings.NewReader(schema))
-	if err != nil {
-		t.Fatal(err)
-	}
-	c := jsonschema.NewCompiler()
-	if err := c.AddResource("schema.json", doc); err != nil {
-		t.Fatal(err)
-	}
-	sch, err := c.Compile("schema.json")
-	if err != nil {
-		t.Fatal(err)
-	}
-	return sch
-}
-
 var schemas = []string{
 	`{"type":"object","properties":{"temperature":{"type":"integer","minimum":16,"maximum":30}},"required":["temperature"],"additionalProperties":false}`,
 	`{"type":"object","properties":{"name":{"type":"string","minLength":2,"maxLength":5},"tags":{"type":"array","items":{"type":"string","enum":["a","b","c"]},"minItems":1,"maxItems":3},"score":{"type":"number","minimum":-2.5,"maximum":7}},"required":["name","tags"]}`,
@@ -109,7 +94,7 @@ func TestSchemaSentencesValidate(t *testing.T) {
 		if err != nil {
 			t.Fatalf("%s: %v", sc, err)
 		}
-		v := compileValidator(t, sc)
+		v := grammartest.Validator(t, sc)
 		finished := 0
 		for range 200 {
 			out, ok := walk(g, rng, 400, 0.3)
@@ -369,6 +354,34 @@ func TestCopyStopsBeforePunctuation(t *testing.T) {
 	} {
 		if got := g.Match([]byte(in)); got != ok {
 			t.Errorf("%s: matched %v, want %v", in, got, ok)
+		}
+	}
+}
+
+// TestNumbersEnd: every JSON number the grammars accept ends within its
+// bounds (15 digits before the point, maxFractionDigits after it,
+// maxExponentDigits in the exponent), in json_object values and in an open
+// "type":"number", so a model drawing digits is made to finish the value
+// (issue 28: "168.99687…e7608…" ran to max_tokens).
+func TestNumbersEnd(t *testing.T) {
+	num, err := Schema([]byte(`{"type":"object","properties":{"a":{"type":"number"}},"required":["a"]}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	d := func(n int) string { return strings.Repeat("7", n) }
+	for name, g := range map[string]*Grammar{"json_object": JSONObject(), "number": num} {
+		for _, tc := range []struct {
+			value string
+			ok    bool
+		}{
+			{"1" + d(14), true}, {"1" + d(15), false},
+			{"-1" + d(14) + "." + d(15), true}, {"1." + d(16), false},
+			{"1." + d(15) + "e-308", true}, {"1e+" + d(3), true}, {"1E" + d(4), false},
+			{"0.5", true}, {"168.99687e7608", false},
+		} {
+			if got := g.Match([]byte(`{"a":` + tc.value + `}`)); got != tc.ok {
+				t.Errorf("%s: %s accepted %v, want %v", name, tc.value, got, tc.ok)
+			}
 		}
 	}
 }

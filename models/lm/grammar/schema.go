@@ -22,6 +22,16 @@ const (
 	// the schema leaves open: 15 digits keeps every value exact in a
 	// float64 (what JSON decoders produce) and is valid against the schema.
 	unboundedInt = 999_999_999_999_999
+	// maxFractionDigits and maxExponentDigits bound a number's fraction
+	// and exponent, which JSON leaves open, so that every number ends: an
+	// open one ran to max_tokens ("168.99687…e7608…", issue 28) where a
+	// model kept drawing digits. 15 fraction digits are a float64's whole
+	// precision beside the integer part's 15 (llama.cpp's
+	// json-schema-to-grammar allows 16 and 16, Python's repr of a float64
+	// writes at most 17 significant digits); 3 exponent digits reach every
+	// finite float64 (e±308).
+	maxFractionDigits = 15
+	maxExponentDigits = 3
 )
 
 // Keywords a schema may use. Annotations are accepted and change nothing;
@@ -531,8 +541,7 @@ func (c *compiler) number(n *node, path string) []elem {
 		return nil
 	}
 	b := c.b
-	digits := b.rangeElem('0', '9')
-	frac := seq(b.lit("."), []elem{digits, ref(b.star([]elem{digits}))})
+	frac := c.fraction()
 	alts := [][]elem{{ref(c.intRange(lo, hi))}}
 	if l, h := max(lo, 0), hi-1; l <= h {
 		alts = append(alts, seq([]elem{ref(c.intRange(l, h))}, frac))
@@ -547,17 +556,32 @@ func (c *compiler) number(n *node, path string) []elem {
 	return []elem{ref(r), ref(c.exponent())}
 }
 
-// exponent matches an optional JSON exponent ("e-12").
+// exponent matches an optional JSON exponent ("e-12") of at most
+// maxExponentDigits digits.
 func (c *compiler) exponent() int32 {
 	return c.shared("exponent", func(int32) [][]elem {
 		b := c.b
-		digits := b.rangeElem('0', '9')
 		var sign, e byteSet
 		sign.add('+', '+')
 		sign.add('-', '-')
 		e.add('e', 'e')
 		e.add('E', 'E')
-		return [][]elem{{}, {b.set(e), ref(b.optional([]elem{b.set(sign)})), digits, ref(b.star([]elem{digits}))}}
+		return [][]elem{{}, {b.set(e), ref(b.optional([]elem{b.set(sign)})), b.rangeElem('0', '9'), ref(c.digitsUpTo(maxExponentDigits - 1))}}
+	})
+}
+
+// fraction is a number's "." and 1 to maxFractionDigits digits.
+func (c *compiler) fraction() []elem {
+	return seq(c.b.lit("."), []elem{c.b.rangeElem('0', '9'), ref(c.digitsUpTo(maxFractionDigits - 1))})
+}
+
+// digitsUpTo is a rule matching 0 to n decimal digits.
+func (c *compiler) digitsUpTo(n int) int32 {
+	return c.shared(fmt.Sprintf("digits:%d", n), func(int32) [][]elem {
+		if n == 0 {
+			return [][]elem{{}}
+		}
+		return [][]elem{{}, {c.b.rangeElem('0', '9'), ref(c.digitsUpTo(n - 1))}}
 	})
 }
 
@@ -799,10 +823,11 @@ func (c *compiler) anyValue() int32 {
 	r := c.b.newRule()
 	c.memo["value"] = r
 	b := c.b
-	digits := b.rangeElem('0', '9')
+	// Digits bounded as in number: 15 before the point (unboundedInt),
+	// maxFractionDigits after it, maxExponentDigits in the exponent.
 	num := seq([]elem{ref(b.optional(b.lit("-")))},
-		[]elem{ref(b.rule(b.lit("0"), []elem{b.rangeElem('1', '9'), ref(b.star([]elem{digits}))}))},
-		[]elem{ref(b.optional(seq(b.lit("."), []elem{digits, ref(b.star([]elem{digits}))})))},
+		[]elem{ref(b.rule(b.lit("0"), []elem{b.rangeElem('1', '9'), ref(c.digitsUpTo(len(strconv.Itoa(unboundedInt)) - 1))}))},
+		[]elem{ref(b.optional(c.fraction()))},
 		[]elem{ref(c.exponent())})
 	moreItems := b.newRule()
 	b.define(moreItems, b.lit("]"), seq(b.lit(","), []elem{ref(r), ref(moreItems)}))

@@ -5,6 +5,7 @@ package shippedtest
 
 import (
 	"context"
+	"encoding/json"
 	"math"
 	"strings"
 	"sync"
@@ -12,6 +13,7 @@ import (
 
 	"github.com/phaseless/phaseless/llm"
 	"github.com/phaseless/phaseless/models/lm"
+	"github.com/phaseless/phaseless/models/lmtrain"
 	"github.com/phaseless/phaseless/models/lmtrain/corpus"
 )
 
@@ -32,6 +34,13 @@ func CheckShapeAndProvenance(t *testing.T, m *lm.Model, name string) int {
 		if _, ok := m.Meta[k]; !ok {
 			t.Errorf("metadata lacks %s", k)
 		}
+	}
+	// The sampling the presets declare (lmtrain.ShippedSampling), which
+	// `phaselessctl lm sampling` wrote into the files trained before it.
+	got, _ := json.Marshal(m.Sampling())
+	want, _ := json.Marshal(lmtrain.ShippedSampling())
+	if string(got) != string(want) {
+		t.Errorf("declared sampling %s, want %s", got, want)
 	}
 	ids := append([]int32{m.Tokenizer().BOS()}, m.Tokenizer().Encode("把温度调到二十一度")...)
 	if err := m.ValidateTokens(ids); err != nil {
@@ -83,7 +92,9 @@ func HeldOutReplies(t *testing.T, m *lm.Model, test []corpus.Example, n int) ([]
 
 // CheckRepliesEndTheirTurn checks that m answers each prompt with a
 // non-empty reply that ends at the chat template's turn end (finish "stop"),
-// as the agent expects.
+// as the agent expects; and that the same reply cut by max_tokens one token
+// into the turn-end marker ends with the reply's text, not with the part
+// of the marker it wrote (issue 28: "…in Paris.\n<").
 func CheckRepliesEndTheirTurn(t *testing.T, m *lm.Model, prompts []string) {
 	t.Helper()
 	e, err := lm.NewEngine(m, lm.EngineConfig{})
@@ -91,16 +102,27 @@ func CheckRepliesEndTheirTurn(t *testing.T, m *lm.Model, prompts []string) {
 		t.Fatal(err)
 	}
 	defer e.Close()
-	for _, q := range prompts {
+	gen := func(q string, maxTokens int) (string, llm.Final) {
 		var b strings.Builder
-		fin, err := e.Generate(context.Background(), &llm.Request{Messages: []llm.Message{{Role: "user", Content: q}}, MaxTokens: 120, Seed: 1},
+		fin, err := e.Generate(context.Background(), &llm.Request{Messages: []llm.Message{{Role: "user", Content: q}}, MaxTokens: maxTokens, Seed: 1},
 			func(tk llm.Token) error { b.WriteString(tk.Text); return nil })
 		if err != nil {
 			t.Fatal(err)
 		}
-		t.Logf("%q → %q", q, b.String())
-		if fin.FinishReason != "stop" || strings.TrimSpace(b.String()) == "" {
-			t.Errorf("%q: finish %q after %q", q, fin.FinishReason, b.String())
+		return b.String(), fin
+	}
+	for _, q := range prompts {
+		reply, fin := gen(q, 120)
+		t.Logf("%q → %q", q, reply)
+		if fin.FinishReason != "stop" || strings.TrimSpace(reply) == "" {
+			t.Errorf("%q: finish %q after %q", q, fin.FinishReason, reply)
+			continue
+		}
+		// The marker "<|" is the last two tokens of a byte-level model's
+		// stopped reply: cut after the first.
+		cut, cfin := gen(q, fin.CompletionTokens-1)
+		if cut != reply || cfin.FinishReason != "length" {
+			t.Errorf("%q cut at %d tokens: %q finish %q, want %q finish length", q, fin.CompletionTokens-1, cut, cfin.FinishReason, reply)
 		}
 	}
 }

@@ -25,6 +25,7 @@ import (
 	"github.com/phaseless/phaseless/models/grade"
 	"github.com/phaseless/phaseless/models/intents"
 	"github.com/phaseless/phaseless/models/lm"
+	"github.com/phaseless/phaseless/models/lm/gguf"
 	"github.com/phaseless/phaseless/models/lmtrain/corpus"
 	"github.com/phaseless/phaseless/models/predictor"
 	"github.com/phaseless/phaseless/models/textfeat"
@@ -73,9 +74,26 @@ type Graded struct {
 // CurrentHeader describes the shipped models; a cache made with others is
 // stale.
 func CurrentHeader() GradedHeader {
-	sum := func(b []byte) string { s := sha256.Sum256(b); return hex.EncodeToString(s[:]) }
-	return GradedHeader{EdgeSHA256: sum(edgemodel.GGUF()), CloudSHA256: sum(cloudmodel.GGUF()), ProbeSteps: textfeat.ProbeSteps,
+	return GradedHeader{EdgeSHA256: replySum(edgemodel.GGUF()), CloudSHA256: replySum(cloudmodel.GGUF()), ProbeSteps: textfeat.ProbeSteps,
 		ProbeTokens: textfeat.ProbeMaxTokens, Command: "phaselessctl model grade"}
+}
+
+// replySum is the SHA-256 of a model file as it was before it declared
+// its sampling (lm.WriteSampling with none): grading runs greedy requests
+// that set every sampling field, so the declaration changes no graded
+// reply, and declaring one (`phaselessctl lm sampling`) leaves the cache
+// valid. A file that does not read is summed as it is.
+func replySum(b []byte) string {
+	h := sha256.New()
+	f, err := gguf.ReadBytes(b)
+	if err == nil {
+		err = lm.WriteSampling(h, f, llm.Sampling{})
+	}
+	if err != nil {
+		h.Reset()
+		h.Write(b)
+	}
+	return hex.EncodeToString(h.Sum(nil))
 }
 
 // ErrStaleGraded means the cache was made with other models or misses
