@@ -69,6 +69,7 @@ type Config struct {
 	RouteThreshold   float64       // cloud probability at which the router prefers the cloud; 0 = the model's
 	RouteHysteresis  float64       // relative band of the link and load signals, never the content score (flag: 0.1)
 	RouteMode        string        // auto (the router decides), local or cloud for requests that pin no route (auto)
+	CloudTools       bool          // the cloud calls tools (a tool-calling --worker serves it); false keeps tool requests the local model serves, and any the cloud would not, on the device
 	ShadowShare      float64       // share of local answers sampled for shadow evaluation, 0..shadow.MaxShare (0: off)
 	MaxOutputTokens  int           // largest max_tokens accepted
 	CloudRetryMax    time.Duration // longest wait between reconnect attempts to the cloud (30 s)
@@ -152,6 +153,7 @@ func (c *Config) Fields() cli.Fields {
 		{Flag: "local-queue", Go: "LocalQueue", Value: &c.LocalQueue, Usage: "requests that may wait for the local engine; more get 503 overloaded"},
 		{Flag: "route-threshold", Go: "RouteThreshold", Value: &c.RouteThreshold, Usage: "cloud probability at or above which requests go to the cloud; 0 = the predictor model's own threshold (0.5 without one)"},
 		{Flag: "route-mode", Go: "RouteMode", Value: &c.RouteMode, Usage: "route of requests without an x-phaseless-route header: auto (the router decides), local (all on the device) or cloud (all to the cloud, local fallback)"},
+		{Flag: "cloud-tools", Go: "CloudTools", Value: &c.CloudTools, Usage: "the cloud calls tools (its workers include a tool-calling --worker server; its built-in model calls none): tool requests the local model was not taught then go to the cloud"},
 		{Flag: "shadow-share", Go: "ShadowShare", Value: &c.ShadowShare, Usage: "share of locally answered requests whose text and answer go to the cloud for shadow evaluation (0 = off, at most 0.25)"},
 		{Flag: "route-hysteresis", Go: "RouteHysteresis", Value: &c.RouteHysteresis, Usage: "relative hysteresis of the link (RTT, loss) and load signals, so a flapping uplink does not bounce traffic; never applied to the content score"},
 		{Flag: "max-output-tokens", Go: "MaxOutputTokens", Value: &c.MaxOutputTokens, Usage: "largest max_tokens a request may ask for"},
@@ -465,7 +467,7 @@ func loadPredictor(spec string) (*predictor.Swappable, string, error) {
 func (a *Agent) newFleetClient() (*fleetclient.Client, error) {
 	fc := fleetclient.Config{
 		BrokerURL: a.cfg.MQTT, DeviceID: a.cfg.DeviceID, Version: cli.Version, Board: a.cfg.Board,
-		Store: a.store, StatePath: filepath.Join(a.cfg.DataDir, "fleet.db"), Logger: a.log.With("component", "fleet"),
+		Store: a.store, StatePath: filepath.Join(a.cfg.DataDir, "fleet.db"), Logger: a.log, // the client names its component itself
 		Slot: a.ota.Slot, Artifacts: a.ota.Artifacts, Trial: a.ota.OnTrial,
 		UplinkRate: a.cfg.TelemetryRate, OnConfig: a.applyDesired,
 	}

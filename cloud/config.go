@@ -41,7 +41,11 @@ type Config struct {
 	OTAPub        string  // the fleet's OTA public key: uploaded artifacts must be signed with it
 	FleetDataDir  string  // the fleet store's directory; empty: DATA_DIR/fleet
 	FleetStandby  bool    // with Redis: wait for the fleet lease as a standby instead of refusing to start (fleetstandby.go)
-	OTLP          cli.URL // OTLP/HTTP collector that request spans are exported to; parsed when set
+
+	FleetArchiveDir      string        // Parquet archive of older telemetry (cloud/fleet/archive); empty: none
+	FleetArchiveAfter    time.Duration // a record moves once its ingest hour ended this long ago; 0 = 10 minutes
+	FleetArchiveMaxBytes int64         // the archive's size bound; 0 = none (the age bound, 30 days, still applies)
+	OTLP                 cli.URL       // OTLP/HTTP collector that request spans are exported to; parsed when set
 
 	BuiltinWorkers int           // built-in engines; 0: none beside --worker, else 1 (4 in --dev)
 	BuiltinRoles   RoleList      // the built-in engines' pools, in turn; empty: decode-heavy, prefill-heavy, stream (--dev adds conservative)
@@ -128,6 +132,9 @@ func (c *Config) Fields() cli.Fields {
 		{Flag: "otlp", Go: "OTLP", Value: &c.OTLP, Usage: "OpenTelemetry collector URL (OTLP/HTTP, e.g. http://127.0.0.1:4318): export spans for admission, scheduling, queueing, prefill and decode"},
 		{Flag: "ota-pub", Go: "OTAPub", Value: &c.OTAPub, Usage: "the fleet's OTA public key (phaselessctl ota keygen): uploaded rollout artifacts must be signed with it"},
 		{Flag: "fleet-data-dir", Go: "FleetDataDir", Value: &c.FleetDataDir, Usage: "directory of the fleet store (registry, config, telemetry, rollouts); default DATA_DIR/fleet. Replicas with --fleet-standby share it"},
+		{Flag: "fleet-archive-dir", Go: "FleetArchiveDir", Value: &c.FleetArchiveDir, Usage: "keep telemetry past the fleet store as hourly Parquet files in this directory: records move once their ingest hour ended --fleet-archive-after ago, or earlier while the store is over its bound; files are kept 30 days and within --fleet-archive-max-bytes (docs/fleet-cloud.md)"},
+		{Flag: "fleet-archive-after", Go: "FleetArchiveAfter", Value: &c.FleetArchiveAfter, Usage: "with --fleet-archive-dir: how long after its ingest hour ends a record moves to the archive (0: 10m)"},
+		{Flag: "fleet-archive-max-bytes", Go: "FleetArchiveMaxBytes", Value: &c.FleetArchiveMaxBytes, Usage: "with --fleet-archive-dir: the archive's size bound in bytes, oldest files deleted first (0: no bound but the 30-day age)"},
 		{Flag: "fleet-standby", Go: "FleetStandby", Value: &c.FleetStandby, Usage: "with --redis and --mqtt-url: when another replica holds the fleet lease, wait for it as a standby (serving inference) and take over the fleet when it stops or dies, from the shared --fleet-data-dir"},
 		{Flag: "builtin-workers", Go: "BuiltinWorkers", Value: &c.BuiltinWorkers, Usage: "built-in engine workers; 0: none when --worker is given, else 1, or 4 with --dev (one per pool, conservative included)"},
 		{Flag: "builtin-roles", Go: "BuiltinRoles", Value: &c.BuiltinRoles, Usage: "pools of the built-in workers, assigned in turn, e.g. decode-heavy,prefill-heavy,stream,conservative (default: decode-heavy,prefill-heavy,stream; --dev adds conservative)"},
@@ -208,6 +215,10 @@ func (c *Config) Validate() error {
 		return &cli.FieldError{Field: "MaxRunning", Err: fmt.Errorf("%d must not be negative", c.MaxRunning)}
 	case c.MQTTDynsec && !c.MQTTURL.IsSet():
 		return &cli.FieldError{Field: "MQTTDynsec", Err: errors.New("needs an external broker (--mqtt-url)")}
+	case c.FleetArchiveAfter < 0 || c.FleetArchiveMaxBytes < 0:
+		return &cli.FieldError{Field: "FleetArchiveAfter/FleetArchiveMaxBytes", Err: errors.New("must not be negative")}
+	case c.FleetArchiveDir == "" && (c.FleetArchiveAfter != 0 || c.FleetArchiveMaxBytes != 0):
+		return &cli.FieldError{Field: "FleetArchiveDir", Err: errors.New("--fleet-archive-after and --fleet-archive-max-bytes need --fleet-archive-dir")}
 	case c.FleetStandby && (!c.Redis.IsSet() || !c.MQTTURL.IsSet()):
 		return &cli.FieldError{Field: "FleetStandby", Err: errors.New("needs --redis (the lease) and --mqtt-url (a broker every replica reaches: an embedded broker's sessions die with its replica)")}
 	case c.MaxQueued < 0:

@@ -17,7 +17,8 @@ import (
 // fleet manager on it; neither runs when both are empty.
 func (c *Cloud) startFleet() error {
 	fc := fleet.Config{DataDir: c.fleetDataDir(), Metrics: c.metrics, Logger: c.log, PublicURL: c.publicURL(),
-		Shadow: c.coord} // the coordinator answers devices' shadow samples
+		Shadow:     c.coord, // the coordinator answers devices' shadow samples
+		ArchiveDir: c.cfg.FleetArchiveDir, ArchiveAfter: c.cfg.FleetArchiveAfter, ArchiveMaxBytes: c.cfg.FleetArchiveMaxBytes}
 	if c.cfg.OTAPub != "" {
 		key, err := firmware.ReadPublicKey(c.cfg.OTAPub)
 		if err != nil {
@@ -88,12 +89,12 @@ func (c *Cloud) startFleet() error {
 	return nil
 }
 
-// publicURL is --public-url, or the --http listener on loopback.
+// publicURL is --public-url, or the bound --http listener on loopback.
 func (c *Cloud) publicURL() string {
 	if c.cfg.PublicURL.IsSet() {
 		return strings.TrimSuffix(c.cfg.PublicURL.String(), "/")
 	}
-	host, port, _ := net.SplitHostPort(c.cfg.HTTP) // validated
+	host, port, _ := net.SplitHostPort(c.httpLn.Addr().String())
 	if host == "" || host == "0.0.0.0" || host == "::" {
 		host = "127.0.0.1"
 	}

@@ -35,6 +35,15 @@ type Request struct {
 	// from that prefill instead of running the prompt (see Split).
 	KVHandoff string
 
+	// Raw marks a raw completion (OpenAI's legacy /v1/completions, for a
+	// model without a chat template): Prompt is the whole prompt as plain
+	// text, which the engine tokenizes after BOS with no chat template or
+	// turn stop, and Messages is empty. Only a device's built-in engine
+	// runs it; the QUIC uplink and OpenAI-compatible upstreams carry chat
+	// and refuse it as invalid (RawUnsupported).
+	Raw    bool
+	Prompt string
+
 	ToolRequest // tools, tool_choice and response_format (tools.go)
 
 	// Prompt caching (cache.go).
@@ -154,4 +163,11 @@ func CodeOf(err error) Code {
 		return CodeTimeout
 	}
 	return CodeInternal
+}
+
+// RawUnsupported is the error of a generator that carries chat only and is
+// handed a raw completion (Request.Raw): what it is, and where raw prompts
+// do run.
+func RawUnsupported(where string) *Error {
+	return Errorf(CodeInvalid, "%s carries chat only: a raw completion (/v1/completions) runs on the device's built-in engine (--model)", where)
 }

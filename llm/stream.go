@@ -11,7 +11,10 @@ import (
 // the stream, ahead of the first Token; the layer that owns the response
 // writes it as response headers (HTTP) or a meta frame (QUIC).
 type Meta struct {
-	Route         string // where it runs: RouteLocal or RouteCloud
+	Route string // where it runs: RouteLocal or RouteCloud
+	// RouteReason is why the agent's router chose Route
+	// (x-phaseless-route-reason); "" where no router decided.
+	RouteReason   string
 	Pool          string // the cloud pool it was placed on (prefill-heavy, ...); "" when local
 	Worker        string // the cloud worker it was placed on
 	SchedulerHint string // base32 scheduler vector (transport/schedhint)

@@ -144,6 +144,9 @@ func (d *Dispatcher) Generate(ctx context.Context, req *llm.Request, emit llm.Em
 	if err := checkCloudHints(req, dec, d.cfg.Cloud != nil, router.cfg.LocalNoPins); err != nil {
 		return llm.Final{}, err
 	}
+	if req.Raw && req.Hints.Route == PathCloud {
+		return llm.Final{}, llm.Errorf(llm.CodeInvalid, "header x-phaseless-route: cloud: a raw completion (/v1/completions) runs on the device's built-in engine only; the cloud serves chat")
+	}
 	d.m.decisions.With(dec.Path).Inc()
 	st := llm.NewStream(emit)
 	te := &timedEmit{emit: st.Emit, st: st, start: start, itl: d.m.itl}
@@ -157,7 +160,7 @@ func (d *Dispatcher) Generate(ctx context.Context, req *llm.Request, emit llm.Em
 		path, fb = PathLocal, llm.Fallback{Cause: llm.FallbackNoCloud, From: PathCloud, Detail: "no cloud configured"}
 	}
 	if path == PathCloud {
-		st.Meta = llm.Meta{Route: llm.RouteCloud}
+		st.Meta = llm.Meta{Route: llm.RouteCloud, RouteReason: dec.Reason}
 		fin, err = d.generateCloud(ctx, req, te)
 		if err != nil && te.tokens == 0 && ctx.Err() == nil {
 			switch {
@@ -175,7 +178,7 @@ func (d *Dispatcher) Generate(ctx context.Context, req *llm.Request, emit llm.Em
 	}
 	if path == PathLocal {
 		// Whatever the failed cloud attempt said about itself is dropped.
-		st.Meta = llm.Meta{Route: llm.RouteLocal, Fallback: fb}
+		st.Meta = llm.Meta{Route: llm.RouteLocal, RouteReason: dec.Reason, Fallback: fb}
 		if fb.Cause != llm.FallbackNone {
 			d.m.fallbacks.With(fb.Cause.String()).Inc()
 			d.log.Info("falling back to the local engine", "id", req.ID, "cause", fb.Cause.String(), "reason", fb.Detail)
@@ -187,7 +190,7 @@ func (d *Dispatcher) Generate(ctx context.Context, req *llm.Request, emit llm.Em
 			// take it, which beats an error.
 			path, fb = PathCloud, off
 			d.m.fallbacks.With(fb.Cause.String()).Inc()
-			st.Meta = llm.Meta{Route: llm.RouteCloud, Fallback: fb}
+			st.Meta = llm.Meta{Route: llm.RouteCloud, RouteReason: dec.Reason, Fallback: fb}
 			d.log.Info("offloading to the cloud", "id", req.ID, "reason", fb.Detail)
 			fin, err = d.generateCloud(ctx, req, te)
 		}

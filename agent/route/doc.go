@@ -29,7 +29,9 @@
 // swaps in a new Router with SetRouter when the fleet config changes the
 // threshold. cloudhints.go sends requests carrying cloud-only headers
 // (x-prefetch-hint, x-batch-threshold, x-semantic-mode) to the cloud, and
-// refuses them where they cannot act.
+// refuses them where they cannot act. A request that offers tools runs
+// where they are served (Router.toolRoute: Config.LocalTools, CloudTools),
+// not where its score would send it.
 //
 // # Invariants
 //

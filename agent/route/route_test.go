@@ -288,13 +288,15 @@ func TestDispatchPaths(t *testing.T) {
 	}
 	t.Run("local", func(t *testing.T) {
 		r, err := dispatch(t, ok("local"), okCloud(), up, lowEntropy, "")
-		if err != nil || r.out != "local!" || r.meta != (llm.Meta{Route: llm.RouteLocal}) || r.rec.Path != PathLocal || r.rec.Decision != PathLocal || r.rec.Outcome != "ok" || r.rec.CompletionTokens != 2 {
+		if err != nil || r.out != "local!" || r.meta != (llm.Meta{Route: llm.RouteLocal, RouteReason: r.rec.Reason}) || r.rec.Reason == "" || r.rec.Path != PathLocal || r.rec.Decision != PathLocal || r.rec.Outcome != "ok" || r.rec.CompletionTokens != 2 {
 			t.Errorf("%q %+v %+v %v %+v", r.out, r.meta, r.fin, err, r.rec)
 		}
 	})
 	t.Run("cloud", func(t *testing.T) {
 		r, err := dispatch(t, ok("local"), okCloud(), up, highEntropy, "")
-		if err != nil || r.out != "cloud/p/w!" || r.meta != *okCloud().begin || r.rec.Path != "cloud/p/w" || r.rec.Decision != PathCloud || r.rec.FallbackCause != "" {
+		want := *okCloud().begin
+		want.RouteReason = r.rec.Reason // the agent's router's, beside the cloud's placement
+		if err != nil || r.out != "cloud/p/w!" || r.meta != want || r.rec.Path != "cloud/p/w" || r.rec.Decision != PathCloud || r.rec.FallbackCause != "" {
 			t.Errorf("%q %+v %+v %v %+v", r.out, r.meta, r.fin, err, r.rec)
 		}
 	})

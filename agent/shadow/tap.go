@@ -89,7 +89,7 @@ func sampledID(id string, share float64) bool {
 // Generate implements llm.Generator: the local engine answers, and a
 // sampled answer is kept.
 func (s *Tap) Generate(ctx context.Context, req *llm.Request, emit llm.Emit) (llm.Final, error) {
-	if !sampledID(req.ID, s.getShare()) {
+	if req.Raw || !sampledID(req.ID, s.getShare()) { // the cloud re-runs chat only
 		return s.next.Generate(ctx, req, emit)
 	}
 	var answer strings.Builder

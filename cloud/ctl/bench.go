@@ -21,6 +21,7 @@ func init() {
 		Summary: "benchmark reports",
 		Subcommands: []*cli.Command{
 			{Name: "report", Summary: "run the benchmark suite and write DIR/report.md with PNG plots", Run: benchReport},
+			{Name: "link", Summary: "QUIC uplink vs SSE over HTTP/2 through emulated cellular links (TTFT, gaps, stalls, completion)", Run: benchLink},
 		},
 	})
 }

@@ -147,7 +147,7 @@ func fleetConfigShow(ctx context.Context, cio cli.IO, args []string) error {
 	if err != nil {
 		return err
 	}
-	fmt.Fprintf(cio.Stdout, "%s: config %s (desired/reported)\n", d.ID, configVersions(d))
+	fmt.Fprintf(cio.Stdout, "%s: config %s (desired/reported)\n", d.ID, configVersions(d, 0))
 	fmt.Fprintln(tw, "KEY\tVALUE\tFROM")
 	if d.Desired != nil {
 		for _, k := range sortedKeys(d.Desired.Values) {

@@ -238,19 +238,13 @@ func lmGenerate(ctx context.Context, cio cli.IO, args []string) error {
 		return err
 	}
 	start := time.Now()
-	var fin llm.Final
+	req := &llm.Request{MaxTokens: *maxTokens, Temperature: *temp, TopK: *topK, TopP: *topP, Seed: *seed}
 	if *raw {
-		tok := m.Tokenizer()
-		ids := tok.Encode(*prompt)
-		if tok.AddBOS() {
-			ids = append([]int32{tok.BOS()}, ids...)
-		}
-		fin, err = e.GenerateTokens(ctx, ids, lm.GenOptions{MaxTokens: *maxTokens, Temperature: *temp, TopK: *topK, TopP: *topP, Seed: *seed}, emit)
+		req.Raw, req.Prompt = true, *prompt
 	} else {
-		req := &llm.Request{Messages: []llm.Message{{Role: "user", Content: *prompt}}, MaxTokens: *maxTokens,
-			Temperature: *temp, TopK: *topK, TopP: *topP, Seed: *seed}
-		fin, err = e.Generate(ctx, req, emit)
+		req.Messages = []llm.Message{{Role: "user", Content: *prompt}}
 	}
+	fin, err := e.Generate(ctx, req, emit)
 	fmt.Fprintln(cio.Stdout)
 	if err != nil {
 		return err

@@ -198,3 +198,15 @@ func TestLMToolPrior(t *testing.T) {
 		t.Errorf("file mode %v", st.Mode())
 	}
 }
+
+// TestLMGenerateRawStories: `lm generate --raw` with an empty prompt on the
+// real pretrained fixture prints its authors' published greedy story from
+// BOS (llama2.c doc/stories260K.md), with no leading space.
+func TestLMGenerateRawStories(t *testing.T) {
+	out, err := runCtl(t, "lm", "generate", "--model", "../../models/lm/testdata/stories260K/stories260K.gguf",
+		"--raw", "--prompt", "", "--max-tokens", "60", "--temperature", "0")
+	const published = "Once upon a time, there was a little girl named Lily. She loved to play outside in the park. One day, she saw a big, red ball. She wanted to play with it, but it was too high"
+	if err != nil || !strings.HasPrefix(out, published) || !strings.Contains(out, "1 prompt + 60 generated tokens") {
+		t.Fatalf("%v\n%s", err, out)
+	}
+}

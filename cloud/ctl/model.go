@@ -8,7 +8,6 @@ import (
 	"flag"
 	"fmt"
 	"io"
-	"os"
 	"strconv"
 
 	"github.com/phaseless/phaseless/cloud/fleetapi/trainset"
@@ -167,7 +166,7 @@ func modelTrain(ctx context.Context, cio cli.IO, args []string) error {
 	data := fs.String("data", DefaultRoutingData, "routing corpus: mmlu/mmlu_*.csv[.gz] and clinc150-small.json[.gz]")
 	out := fs.String("out", "predictor.onnx", "ONNX file to write")
 	var telemetry cli.StringList
-	fs.Var(&telemetry, "telemetry", "JSON lines of fleet RequestRecords to add as training data (repeatable)")
+	fs.Var(&telemetry, "telemetry", "fleet telemetry to add as training data: an export's JSON lines, or the Parquet archive (--fleet-archive-dir, or one file of it); repeatable")
 	labels := fs.String("labels", train.LabelsEdge, "label set: edge (what the device's edge model answers) or routellm (Mixtral-8x7B right/wrong, the first predictor's)")
 	var compare cli.StringList
 	fs.Var(&compare, "compare", "another ONNX predictor to evaluate in the same run, e.g. the previous shipped model (repeatable)")
@@ -208,7 +207,7 @@ func modelTrain(ctx context.Context, cio cli.IO, args []string) error {
 	}
 	var fleetExamples []train.Example
 	for _, path := range telemetry {
-		f, err := os.Open(path)
+		f, err := openTelemetry(path)
 		if err != nil {
 			return fmt.Errorf("telemetry: %w", err)
 		}

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"io"
 	"maps"
 	"os"
 	"path/filepath"
@@ -13,6 +14,7 @@ import (
 	"strings"
 	"text/tabwriter"
 
+	"github.com/phaseless/phaseless/cloud/fleet/archive"
 	"github.com/phaseless/phaseless/cloud/fleetapi/trainset"
 	"github.com/phaseless/phaseless/firmware"
 	"github.com/phaseless/phaseless/internal/cli"
@@ -52,7 +54,7 @@ func addEvalFlags(fs *flag.FlagSet) *evalFlags {
 		current: fs.String("current", "", `the router to beat: "" for the one most devices in scope run (fetched from --cloud; the shipped model without a cloud), "shipped", "entropy" for the rule, or an ONNX file`),
 		margin:  fs.Float64("margin", 0, "how far below the current router's balanced accuracy the candidate may score and still pass"),
 	}
-	fs.Var(&e.telemetry, "telemetry", "fleet telemetry export (phaselessctl fleet telemetry export; repeatable)")
+	fs.Var(&e.telemetry, "telemetry", "fleet telemetry: an export (phaselessctl fleet telemetry export), or the Parquet archive (--fleet-archive-dir, or one file of it); repeatable")
 	return e
 }
 
@@ -165,7 +167,7 @@ func (e *evalFlags) gate(ctx context.Context, cio cli.IO, candidate string, fr *
 	var held []train.Example
 	var st trainset.Stats
 	for _, path := range e.telemetry {
-		f, err := os.Open(path)
+		f, err := openTelemetry(path)
 		if err != nil {
 			return &cli.FieldError{Field: "telemetry", Err: err}
 		}
@@ -344,4 +346,23 @@ func telemetryWeights(w float64, labels string) (map[string]float64, error) {
 	out := maps.Clone(train.EdgeSourceWeights)
 	out["telemetry"] = w
 	return out, nil
+}
+
+// openTelemetry opens fleet telemetry for trainset.Load: an export's JSON
+// lines as they are, or a Parquet archive (a --fleet-archive-dir, or one
+// .parquet file of it) read back as the same lines.
+func openTelemetry(path string) (io.ReadCloser, error) {
+	st, err := os.Stat(path)
+	if err != nil {
+		return nil, err
+	}
+	if !st.IsDir() && !strings.HasSuffix(path, ".parquet") {
+		return os.Open(path)
+	}
+	pr, pw := io.Pipe()
+	go func() {
+		_, err := archive.ExportLines(path, pw)
+		pw.CloseWithError(err)
+	}()
+	return pr, nil
 }

@@ -4,6 +4,9 @@ import (
 	"encoding/json"
 	"fmt"
 	"path/filepath"
+	"runtime"
+	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -142,4 +145,101 @@ func BenchmarkUplink(b *testing.B) {
 	}
 	b.Run("mqtt-qos1-baseline", func(b *testing.B) { run(b, "bench-raw", false) })
 	b.Run("end-to-end-acked", func(b *testing.B) { run(b, "bench-e2e", true) })
+}
+
+// BenchmarkExternalIngest is 200 devices sending batches of 10 through a
+// real Mosquitto, each waiting for its TelemetryAck before the next, as
+// devices with a backlog do. "serial" (External.Workers 1: every message
+// handled on paho's goroutine, as before issue 37) is the baseline in the
+// same run; "lanes" is the default.
+func BenchmarkExternalIngest(b *testing.B) {
+	const devices = 200
+	users := map[string]string{"phaseless-cloud": "cloud-pw"}
+	for i := range devices {
+		users[fmt.Sprintf("x-%03d", i)] = "pw"
+	}
+	url := startMosquitto(b, users, "phaseless-cloud")
+	for _, tc := range []struct {
+		name    string
+		workers int
+	}{{"serial", 1}, {"lanes", 0}} {
+		b.Run(tc.name, func(b *testing.B) {
+			m := openManager(b, Config{DataDir: b.TempDir(), MaxRecords: 1 << 40, External: &External{
+				URL: url, Username: "phaseless-cloud", Password: "cloud-pw", ClientID: "bench-" + tc.name, Workers: tc.workers}})
+			waitFor(b, "manager connected", func() bool { return m.Ready() == nil })
+			devs := make([]*rawDevice, devices)
+			for i := range devs {
+				devs[i] = &rawDevice{id: fmt.Sprintf("x-%03d", i), pass: "pw"}
+				if err := devs[i].connect(mqttHost(url)); err != nil {
+					b.Fatal(err)
+				}
+				defer devs[i].conn.Close()
+			}
+			var next atomic.Int64
+			var seq [devices]uint64
+			b.ResetTimer()
+			var wg sync.WaitGroup
+			for i, d := range devs {
+				wg.Go(func() {
+					for next.Add(1) <= int64(b.N) {
+						if err := d.uplink(seq[i]+1, 10); err != nil {
+							b.Error(err)
+							return
+						}
+						seq[i] += 10
+					}
+				})
+			}
+			wg.Wait()
+			b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "batches/s")
+		})
+	}
+}
+
+// mqttHost is host:port of an mqtt:// URL.
+func mqttHost(u string) string { return strings.TrimPrefix(u, "mqtt://") }
+
+// BenchmarkIdleDeviceMemory connects 2,000 idle devices (each subscribed to
+// its acks, as rawDevice does) to the embedded broker behind a Manager and
+// reports the heap and stacks each one holds, after a GC, with the
+// broker's default client queue and with mochi's own (8,192 packets) as
+// the baseline in the same run. (Linux RSS moves with the heap's pages and
+// is printed in docs/fleet-cloud.md's scale table.)
+func BenchmarkIdleDeviceMemory(b *testing.B) {
+	const n = 2000
+	for _, tc := range []struct {
+		name  string
+		queue int32
+	}{{"mochi-default-queue", 8192}, {"default", 0}} {
+		b.Run(tc.name, func(b *testing.B) {
+			for b.Loop() {
+				br := startBroker(b, broker.Config{DevAuth: true, ClientQueue: tc.queue})
+				m := openManager(b, Config{DataDir: b.TempDir(), Broker: br})
+				before := memInUse()
+				devs := make([]*rawDevice, n)
+				for i := range devs {
+					devs[i] = &rawDevice{id: fmt.Sprintf("idle-%04d", i)}
+					if err := devs[i].connect(br.TCPAddr()); err != nil {
+						b.Fatal(err)
+					}
+				}
+				waitFor(b, "all connected", func() bool { return br.Connected() == n })
+				after := memInUse()
+				b.ReportMetric(float64(after-before)/n, "bytes/device")
+				for _, d := range devs {
+					d.conn.Close()
+				}
+				m.Close()
+				br.Close()
+			}
+		})
+	}
+}
+
+// memInUse is the heap and goroutine stacks in use after a collection.
+func memInUse() int64 {
+	runtime.GC()
+	var ms runtime.MemStats
+	runtime.ReadMemStats(&ms)
+	return int64(ms.HeapInuse + ms.StackInuse)
 }

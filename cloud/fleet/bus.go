@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"hash/fnv"
 	"log/slog"
 	"net/url"
 	"strings"
@@ -77,14 +78,16 @@ func (e *embeddedBus) close() error {
 
 // externalBus is an autopaho client with a persistent session: while the
 // cloud is down the broker keeps its subscriptions and queues QoS 1
-// telemetry for it. paho acknowledges a message after the handler returns,
-// and the handler returns after the bbolt commit, so a PUBACK from the
-// cloud means stored.
+// telemetry for it. Messages are handled on workers (lanes) and
+// acknowledged by hand after the handler returns, which is after the bbolt
+// commit, so a PUBACK from the cloud still means stored; paho sends the
+// PUBACKs in arrival order, as MQTT requires.
 type externalBus struct {
 	cfg     *Config
 	cm      *autopaho.ConnectionManager
 	filters []string
 	deliver func(topic string, payload []byte)
+	lanes   *lanes
 	onUp    func()
 	log     *slog.Logger
 	timeout time.Duration
@@ -109,10 +112,13 @@ type outMsg struct {
 // every ack behind it.
 const outboxWorkers = 4
 
-func newExternalBus(cfg *Config, filters []string, deliver func(topic string, payload []byte), onUp func()) *externalBus {
+// newExternalBus: laneOf names the device a topic belongs to and whether
+// it carries telemetry (see lanes).
+func newExternalBus(cfg *Config, filters []string, deliver func(topic string, payload []byte), laneOf func(topic string) (device string, telemetry bool), onUp func()) *externalBus {
 	ctx, cancel := context.WithCancel(context.Background())
 	return &externalBus{
 		cfg: cfg, filters: filters, deliver: deliver, onUp: onUp, log: cfg.Logger, timeout: cfg.PublishTimeout,
+		lanes:   newLanes(cfg.External.Workers, laneOf, deliver),
 		outbox:  make(chan outMsg, 8192),
 		dropped: cfg.Metrics.Counter("phaseless_fleet_mqtt_outbox_dropped_total", "messages to devices dropped because the outbox to the external broker was full"),
 		ctx:     ctx, cancel: cancel,
@@ -127,7 +133,6 @@ func (x *externalBus) start() error {
 		x.cancel()
 		return err
 	}
-	deliver := x.deliver
 	expiry := uint32(e.SessionExpiry / time.Second)
 	pc := autopaho.ClientConfig{
 		ServerUrls:                    []*url.URL{u},
@@ -153,9 +158,13 @@ func (x *externalBus) start() error {
 		},
 		OnConnectError: func(err error) { x.log.Warn("connect to the external MQTT broker failed", "url", e.URL, "err", err) },
 		ClientConfig: paho.ClientConfig{
-			ClientID: e.ClientID,
+			ClientID:                   e.ClientID,
+			EnableManualAcknowledgment: true,
 			OnPublishReceived: []func(paho.PublishReceived) (bool, error){func(pr paho.PublishReceived) (bool, error) {
-				deliver(pr.Packet.Topic, pr.Packet.Payload)
+				// Acking after a reconnect reaches the old client, which
+				// has forgotten the packet: the broker sends it again on
+				// the resumed session, and every handler is idempotent.
+				x.lanes.add(pr.Packet.Topic, pr.Packet.Payload, func() { _ = pr.Client.Ack(pr.Packet) })
 				return true, nil
 			}},
 		},
@@ -248,9 +257,85 @@ func (x *externalBus) close() error {
 	err := x.cm.Disconnect(ctx)
 	x.cancel()
 	<-x.cm.Done()
+	x.lanes.close() // no more adds: paho's goroutines have ended
 	x.wg.Wait()
 	if err != nil && !strings.Contains(err.Error(), "context") {
 		return err
 	}
 	return nil
+}
+
+// lanes handle an external broker's messages on workers. Each device's
+// messages go to one worker, so they are handled in the order the broker
+// sent them (MQTT orders per topic; this keeps it per device), while other
+// devices' messages run beside them and bbolt's Batch commits their
+// batches together. Telemetry and the control topics (status, reported
+// config, command results) have separate workers: the storm of retained
+// statuses after a broker restart queues behind itself, not ahead of
+// telemetry. A full worker queue blocks paho's reader, which is the
+// back-pressure to the broker (and, through its receive window, to devices).
+type lanes struct {
+	telemetry, control []chan laneMsg
+	all                []chan laneMsg
+	laneOf             func(topic string) (device string, telemetry bool)
+	wg                 sync.WaitGroup
+}
+
+type laneMsg struct {
+	topic   string
+	payload []byte
+	ack     func()
+}
+
+// laneQueue bounds each worker's backlog: enough to keep it busy through
+// a bbolt commit, small enough that a stuck worker stops the reader soon.
+const laneQueue = 64
+
+func newLanes(workers int, laneOf func(string) (string, bool), deliver func(topic string, payload []byte)) *lanes {
+	l := &lanes{laneOf: laneOf}
+	// A quarter of the workers (at least one) for the control topics.
+	control := max(1, workers/4)
+	if workers == 1 {
+		control = 0 // one worker for everything: arrival order, the baseline
+	}
+	for i := range workers {
+		ch := make(chan laneMsg, laneQueue)
+		l.all = append(l.all, ch)
+		if i < control {
+			l.control = append(l.control, ch)
+		} else {
+			l.telemetry = append(l.telemetry, ch)
+		}
+		l.wg.Add(1)
+		go func() {
+			defer l.wg.Done()
+			for m := range ch {
+				deliver(m.topic, m.payload)
+				m.ack()
+			}
+		}()
+	}
+	if len(l.control) == 0 {
+		l.control = l.telemetry
+	}
+	return l
+}
+
+func (l *lanes) add(topic string, payload []byte, ack func()) {
+	dev, tel := l.laneOf(topic)
+	set := l.control
+	if tel {
+		set = l.telemetry
+	}
+	h := fnv.New32a()
+	h.Write([]byte(dev))
+	set[h.Sum32()%uint32(len(set))] <- laneMsg{topic, payload, ack}
+}
+
+// close ends the workers after they have handled what was queued.
+func (l *lanes) close() {
+	for _, ch := range l.all {
+		close(ch)
+	}
+	l.wg.Wait()
 }

@@ -8,6 +8,7 @@ import (
 	"io"
 	"log/slog"
 	"net/url"
+	"runtime"
 	"sync/atomic"
 	"time"
 
@@ -34,6 +35,15 @@ type Config struct {
 	MaxRecords int
 	// MaxAge deletes records ingested longer ago (default 30 days).
 	MaxAge time.Duration
+	// ArchiveDir, when set, keeps telemetry past the store (package
+	// archive): a record moves to an hourly Parquet file there once its
+	// ingest hour ended ArchiveAfter ago (default 10 minutes), or earlier
+	// while the store holds more than MaxRecords. MaxAge and
+	// ArchiveMaxBytes then bound the files, and the store deletes only past
+	// twice MaxRecords (moves failing or behind: counted as deleted, logged).
+	ArchiveDir      string
+	ArchiveAfter    time.Duration
+	ArchiveMaxBytes int64
 	// PruneInterval is how often age retention runs besides at ingest
 	// (default 1 minute).
 	PruneInterval time.Duration
@@ -97,6 +107,12 @@ type External struct {
 	TLS *tls.Config
 	// KeepAlive in seconds (default 30).
 	KeepAlive uint16
+	// Workers handle the broker's messages (default 4×GOMAXPROCS, at least
+	// 8). paho hands them over one at a time; handled on its goroutine,
+	// each telemetry batch waited out bbolt's batch window alone, which
+	// capped ingest near 235 batches/s whatever the cores (issue 37).
+	// 1 handles them in arrival order as before: a baseline, not a mode.
+	Workers int
 	// DynamicSecurity says the broker is a Mosquitto running its dynamic
 	// security plugin and Username holds the plugin's admin role: a device
 	// revoked with phaselessctl pki revoke is then disabled there
@@ -113,6 +129,9 @@ func (c *Config) fillDefaults() {
 	}
 	if c.MaxAge == 0 {
 		c.MaxAge = 30 * 24 * time.Hour
+	}
+	if c.ArchiveAfter == 0 {
+		c.ArchiveAfter = 10 * time.Minute
 	}
 	if c.PruneInterval == 0 {
 		c.PruneInterval = time.Minute
@@ -151,6 +170,9 @@ func (c *Config) fillDefaults() {
 		if e.ClientID == "" {
 			e.ClientID = "phaseless-cloud"
 		}
+		if e.Workers == 0 {
+			e.Workers = max(8, 4*runtime.GOMAXPROCS(0))
+		}
 		if e.SessionExpiry == 0 {
 			e.SessionExpiry = 7 * 24 * time.Hour
 		}
@@ -178,6 +200,9 @@ func (c *Config) Validate() error {
 		default:
 			return &cli.FieldError{Field: "External", Err: fmt.Errorf("scheme %q: want mqtt, mqtts, tls, ws or wss", u.Scheme)}
 		}
+		if e.Workers < 0 {
+			return &cli.FieldError{Field: "External.Workers", Err: fmt.Errorf("%d: must be positive (0 for the default)", e.Workers)}
+		}
 		if e.SessionExpiry < time.Second || e.SessionExpiry > (1<<32-1)*time.Second {
 			return &cli.FieldError{Field: "External.SessionExpiry", Err: errors.New("must be between 1s and 136 years")}
 		}
@@ -187,6 +212,9 @@ func (c *Config) Validate() error {
 	}
 	if c.MaxRecords < 1 {
 		return &cli.FieldError{Field: "MaxRecords", Err: errors.New("must be at least 1")}
+	}
+	if c.ArchiveAfter < 0 || c.ArchiveMaxBytes < 0 {
+		return &cli.FieldError{Field: "ArchiveAfter/ArchiveMaxBytes", Err: errors.New("must not be negative")}
 	}
 	if c.MaxAge < 0 {
 		return &cli.FieldError{Field: "MaxAge", Err: errors.New("must not be negative")}

@@ -15,6 +15,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/phaseless/phaseless/cloud/fleet/archive"
 	"github.com/phaseless/phaseless/cloud/fleet/internal/gate"
 	"github.com/phaseless/phaseless/cloud/fleetapi"
 	"github.com/phaseless/phaseless/internal/metrics"
@@ -46,6 +47,8 @@ type Manager struct {
 	nDevs  atomic.Int64
 
 	mBatches, mIngested, mDuplicates, mDeleted *metrics.Counter
+	mArchived, mArchiveErrors                  *metrics.Counter
+	archiveBytes                               atomic.Int64
 	mIngestErrors, mSeqReset, mMerged          *metrics.Counter
 	mUnknownResults, mPublishErrors            *metrics.Counter
 	mDecodeErrors                              *metrics.LabeledCounter
@@ -121,6 +124,8 @@ func open(cfg Config, check func(*store) error) (*Manager, error) {
 		mIngested:       reg.Counter("phaseless_fleet_telemetry_records_ingested_total", "distinct telemetry records stored"),
 		mDuplicates:     reg.Counter("phaseless_fleet_telemetry_duplicates_total", "redelivered telemetry records recognised by (device, seq) and not stored again"),
 		mDeleted:        reg.Counter("phaseless_fleet_telemetry_retention_deleted_total", "telemetry records deleted by the retention bound (count or age)"),
+		mArchived:       reg.Counter("phaseless_fleet_telemetry_archived_total", "telemetry records moved from the store to the Parquet archive (--fleet-archive-dir)"),
+		mArchiveErrors:  reg.Counter("phaseless_fleet_telemetry_archive_errors_total", "archive sweeps that failed (the records stay in the store and are moved by a later sweep)"),
 		mIngestErrors:   reg.Counter("phaseless_fleet_telemetry_ingest_errors_total", "telemetry batches not stored because the store failed (not acknowledged; the device resends)"),
 		mSeqReset:       reg.Counter("phaseless_fleet_telemetry_seq_index_resets_total", "corrupt per-device seq indexes that were reset"),
 		mMerged:         reg.Counter("phaseless_fleet_telemetry_seq_gaps_merged_total", "old seq gaps folded into the seen set by its size bound"),
@@ -150,6 +155,12 @@ func open(cfg Config, check func(*store) error) (*Manager, error) {
 		}
 		return 0
 	})
+	reg.GaugeFunc("phaseless_fleet_telemetry_archive_bytes", "size of the Parquet telemetry archive after the last sweep (--fleet-archive-dir)", func() float64 {
+		if c := cur(); c != nil {
+			return float64(c.archiveBytes.Load())
+		}
+		return 0
+	})
 	registerDeviceGauges(reg, cur)
 	m.refreshCounts()
 
@@ -165,7 +176,11 @@ func open(cfg Config, check func(*store) error) (*Manager, error) {
 		m.bus = eb
 		err = eb.subscribe(filters, m.deliver) // retained messages arrive right here
 	} else {
-		xb := newExternalBus(&m.cfg, filters, m.deliver, func() { m.reconcileAll() })
+		laneOf := func(topic string) (string, bool) {
+			id, suffix, _ := m.topics.ParseDevice(topic)
+			return id, suffix == fleetwire.SuffixTelemetry
+		}
+		xb := newExternalBus(&m.cfg, filters, m.deliver, laneOf, func() { m.reconcileAll() })
 		m.bus = xb
 		err = xb.start()
 	}
@@ -234,14 +249,60 @@ func (m *Manager) pruneLoop() {
 	}
 }
 
-// Prune applies the retention bounds now and returns how many records went.
+// Prune applies the retention bounds now and returns how many records were
+// deleted; with an archive it first moves what is due there.
 func (m *Manager) Prune() (int, error) {
-	n, err := m.st.prune(m.now(), m.cfg.MaxRecords, m.cfg.MaxAge)
+	var archErr error
+	if m.cfg.ArchiveDir != "" {
+		if archErr = m.Archive(); archErr != nil {
+			m.mArchiveErrors.Inc()
+			m.log.Error("telemetry archive failed; records stay in the store", "dir", m.cfg.ArchiveDir, "err", archErr)
+		}
+	}
+	maxRecords, maxAge := m.storeBounds()
+	n, err := m.st.prune(m.now(), maxRecords, maxAge)
 	if n > 0 {
 		m.mDeleted.Add(float64(n))
 		m.refreshCounts()
 	}
-	return n, err
+	return n, errors.Join(archErr, err)
+}
+
+// storeBounds are the store's own retention bounds: with an archive the
+// records leave by moving there, and deleting is the backstop.
+func (m *Manager) storeBounds() (maxRecords int, maxAge time.Duration) {
+	if m.cfg.ArchiveDir != "" {
+		return 2 * m.cfg.MaxRecords, 0
+	}
+	return m.cfg.MaxRecords, m.cfg.MaxAge
+}
+
+// archiveMoves bounds one sweep's moves, so a backlog (an archive that was
+// unwritable for a while) drains over several sweeps instead of holding
+// the store's writer for minutes.
+const archiveMoves = 32
+
+// Archive moves the records that are due to the Parquet archive now and
+// applies the files' retention (MaxAge, ArchiveMaxBytes).
+func (m *Manager) Archive() error {
+	now := m.now()
+	cutoff := now.Add(-m.cfg.ArchiveAfter).Truncate(time.Hour)
+	for range archiveMoves {
+		n, _, err := m.st.archiveOnce(m.cfg.ArchiveDir, now, cutoff, m.cfg.MaxRecords)
+		if n > 0 {
+			m.mArchived.Add(float64(n))
+			m.refreshCounts()
+		}
+		if err != nil {
+			return err
+		}
+		if n == 0 {
+			break
+		}
+	}
+	_, size, err := archive.Retain(m.cfg.ArchiveDir, now, m.cfg.MaxAge, m.cfg.ArchiveMaxBytes)
+	m.archiveBytes.Store(size)
+	return err
 }
 
 func (m *Manager) refreshCounts() {
@@ -311,7 +372,8 @@ func (m *Manager) handleTelemetry(id string, payload []byte) {
 		return
 	}
 	start := time.Now()
-	res, err := m.st.ingest(id, b, m.now(), m.cfg.MaxRecords, m.cfg.MaxAge)
+	maxRecords, maxAge := m.storeBounds()
+	res, err := m.st.ingest(id, b, m.now(), maxRecords, maxAge)
 	m.mIngestSeconds.Observe(time.Since(start).Seconds())
 	if err != nil {
 		m.mIngestErrors.Inc()

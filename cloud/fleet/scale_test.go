@@ -19,6 +19,7 @@ import (
 type rawDevice struct {
 	id   string
 	conn net.Conn
+	pass string // the MQTT password (user = id), for a broker that wants one
 }
 
 func (d *rawDevice) write(cp *packets.ControlPacket) error {
@@ -51,6 +52,9 @@ func (d *rawDevice) connect(addr string) error {
 	cp := packets.NewControlPacket(packets.CONNECT)
 	c := cp.Content.(*packets.Connect)
 	c.ClientID, c.CleanStart, c.KeepAlive = d.id, true, 120
+	if d.pass != "" {
+		c.Username, c.UsernameFlag, c.Password, c.PasswordFlag = d.id, true, []byte(d.pass), true
+	}
 	if err := d.write(cp); err != nil {
 		return err
 	}

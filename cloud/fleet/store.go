@@ -13,6 +13,7 @@ import (
 
 	bolt "go.etcd.io/bbolt"
 
+	"github.com/phaseless/phaseless/cloud/fleet/archive"
 	"github.com/phaseless/phaseless/transport/fleetwire"
 )
 
@@ -44,6 +45,7 @@ var (
 	metaIngested   = []byte("ingested")
 	metaDuplicates = []byte("duplicates")
 	metaDeleted    = []byte("deleted")
+	metaArchived   = []byte("archived")
 )
 
 // store is fleet.db. Writers go through db.Batch so concurrent devices
@@ -267,16 +269,7 @@ func pruneTx(dt *deviceTx, now time.Time, maxRecords int, maxAge time.Duration, 
 		if !over && !old {
 			break
 		}
-		var who struct {
-			DeviceID string `json:"device_id"`
-		}
-		if json.Unmarshal(v, &who) == nil && who.DeviceID != "" {
-			dev, err := dt.get(who.DeviceID, false)
-			if err == nil && dev != nil && dev.Telemetry.Stored > 0 {
-				dev.Telemetry.Stored--
-			}
-		}
-		if err := c.Delete(); err != nil {
+		if err := dropRecord(dt, c, v); err != nil {
 			return deleted, err
 		}
 		deleted++
@@ -291,6 +284,155 @@ func pruneTx(dt *deviceTx, now time.Time, maxRecords int, maxAge time.Duration, 
 		return deleted, err
 	}
 	return deleted, addU64(meta, metaDeleted, uint64(deleted))
+}
+
+// dropRecord deletes the record under c (value v) and takes it off its
+// device's stored count; the caller keeps the store's count.
+func dropRecord(dt *deviceTx, c *bolt.Cursor, v []byte) error {
+	var who struct {
+		DeviceID string `json:"device_id"`
+	}
+	if json.Unmarshal(v, &who) == nil && who.DeviceID != "" {
+		dev, err := dt.get(who.DeviceID, false)
+		if err == nil && dev != nil && dev.Telemetry.Stored > 0 {
+			dev.Telemetry.Stored--
+		}
+	}
+	return c.Delete()
+}
+
+// archiveChunk is how many records one transaction of a move reads or
+// deletes: long read transactions keep bbolt from reusing pages, large
+// write transactions hold its one writer.
+const archiveChunk = 16 << 10
+
+// archiveOnce moves the oldest records to a Parquet file in dir (see
+// package archive): those of the oldest record's ingest hour that were
+// ingested before cutoff and, while the store holds more than maxRecords,
+// enough of that hour's oldest to bring it under. It returns how many
+// moved (0: nothing is due) and the new file's size.
+func (s *store) archiveOnce(dir string, now, cutoff time.Time, maxRecords int) (moved int, size int64, err error) {
+	first, hour, excess, err := s.oldestRecord(maxRecords)
+	if err != nil || first == nil {
+		return 0, 0, err
+	}
+	if !keyTime(first).Before(cutoff) && excess == 0 {
+		return 0, 0, nil
+	}
+	// A move that wrote its file but crashed before or while deleting:
+	// the file wins; delete what it holds.
+	last, err := archive.Covering(dir, hour, first)
+	if err != nil {
+		return 0, 0, err
+	}
+	if last == nil {
+		if last, size, err = s.writeArchive(dir, first, hour, cutoff, excess); err != nil {
+			return 0, 0, err
+		}
+	}
+	moved, err = s.deleteRange(now, first, last)
+	return moved, size, err
+}
+
+// oldestRecord returns the first record key, its ingest hour, and how many
+// records the store holds over maxRecords.
+func (s *store) oldestRecord(maxRecords int) (first []byte, hour time.Time, excess int, err error) {
+	err = s.db.View(func(tx *bolt.Tx) error {
+		if stored := getU64(tx.Bucket(bucketMeta), metaStored); stored > uint64(maxRecords) {
+			excess = int(stored - uint64(maxRecords))
+		}
+		c := tx.Bucket(bucketRecords).Cursor()
+		for k, _ := c.First(); k != nil; k, _ = c.Next() {
+			if len(k) == 16 {
+				first, hour = append([]byte(nil), k...), keyTime(k).Truncate(time.Hour)
+				return nil
+			}
+		}
+		return nil
+	})
+	return first, hour, excess, err
+}
+
+func keyTime(k []byte) time.Time { return time.Unix(0, int64(binary.BigEndian.Uint64(k[:8]))).UTC() }
+
+// writeArchive streams the records from key first on that are due (see
+// archiveOnce) into one file of hour and returns its last key.
+func (s *store) writeArchive(dir string, first []byte, hour, cutoff time.Time, excess int) (last []byte, size int64, err error) {
+	w, err := archive.Create(dir, hour)
+	if err != nil {
+		return nil, 0, err
+	}
+	from := first
+	for from != nil {
+		var rows []archive.Row
+		next := []byte(nil)
+		err := s.db.View(func(tx *bolt.Tx) error {
+			c := tx.Bucket(bucketRecords).Cursor()
+			for k, v := c.Seek(from); k != nil; k, v = c.Next() {
+				if len(k) != 16 {
+					continue
+				}
+				at := keyTime(k)
+				if !at.Truncate(time.Hour).Equal(hour) || (!at.Before(cutoff) && w.Rows()+len(rows) >= excess) {
+					return nil
+				}
+				if len(rows) == archiveChunk {
+					next = append([]byte(nil), k...)
+					return nil
+				}
+				var r ExportedRecord
+				if err := json.Unmarshal(v, &r); err != nil {
+					return fmt.Errorf("record %x: %w", k, errCorrupt)
+				}
+				last = append(last[:0], k...)
+				rows = append(rows, archive.FromExported(&r))
+			}
+			return nil
+		})
+		if err == nil {
+			err = w.Write(rows)
+		}
+		if err != nil {
+			w.Abort()
+			return nil, 0, err
+		}
+		from = next
+	}
+	size, err = w.Commit(first, last)
+	return last, size, err
+}
+
+// deleteRange deletes the records from key first through last, a chunk per
+// transaction, keeping the store's and the devices' counts.
+func (s *store) deleteRange(now time.Time, first, last []byte) (int, error) {
+	total := 0
+	for {
+		n := 0
+		err := s.db.Update(func(tx *bolt.Tx) error {
+			n = 0
+			dt := newDeviceTx(tx, now)
+			c := tx.Bucket(bucketRecords).Cursor()
+			for k, v := c.Seek(first); k != nil && bytes.Compare(k, last) <= 0 && n < archiveChunk; k, v = c.Seek(first) {
+				if err := dropRecord(dt, c, v); err != nil {
+					return err
+				}
+				n++
+			}
+			meta := tx.Bucket(bucketMeta)
+			stored := getU64(meta, metaStored)
+			if err := putU64(meta, metaStored, stored-min(stored, uint64(n))); err != nil {
+				return err
+			}
+			if err := addU64(meta, metaArchived, uint64(n)); err != nil {
+				return err
+			}
+			return dt.flush()
+		})
+		total += n
+		if err != nil || n < archiveChunk {
+			return total, err
+		}
+	}
 }
 
 // prune applies retention outside ingest (the periodic sweep).
@@ -493,7 +635,8 @@ func (s *store) counts() (Counts, error) {
 		c = Counts{
 			Stored: getU64(m, metaStored), Ingested: getU64(m, metaIngested),
 			Duplicates: getU64(m, metaDuplicates), Deleted: getU64(m, metaDeleted),
-			Devices: tx.Bucket(bucketDevices).Stats().KeyN,
+			Archived: getU64(m, metaArchived),
+			Devices:  tx.Bucket(bucketDevices).Stats().KeyN,
 		}
 		return nil
 	})

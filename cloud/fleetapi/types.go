@@ -111,6 +111,7 @@ type Counts struct {
 	Ingested   uint64 `json:"ingested"`   // distinct records ever stored
 	Duplicates uint64 `json:"duplicates"` // redelivered records not stored again
 	Deleted    uint64 `json:"deleted"`    // removed by retention
+	Archived   uint64 `json:"archived"`   // moved to the Parquet archive (--fleet-archive-dir)
 	Devices    int    `json:"devices"`
 }
 

@@ -389,9 +389,43 @@ func (e *Engine) Generate(ctx context.Context, req *llm.Request, emit llm.Emit) 
 	return e.GenerateTokens(ctx, prompt, opt, emit)
 }
 
+// rawRequest is a raw completion's prompt tokens and options (llm.Request.Raw):
+// BOS, when the model wants it, then the prompt text as the tokenizer
+// encodes it; no chat template, no turn-end stop, no grammar. An x-cache-ttl
+// lifetime (Hints.CacheTTL) pins the whole prompt, as it does a chat's.
+func (e *Engine) rawRequest(req *llm.Request) ([]int32, GenOptions, error) {
+	if req.MaxTokens <= 0 {
+		return nil, GenOptions{}, llm.Errorf(llm.CodeInvalid, "max tokens must be positive, got %d", req.MaxTokens)
+	}
+	if len(req.Messages) > 0 || req.HasTools() || req.ResponseFormat.Type != "" || len(req.CacheBreakpoints) > 0 {
+		return nil, GenOptions{}, llm.Errorf(llm.CodeInvalid, "a raw completion has a prompt only: no messages, tools, response format or cache breakpoints")
+	}
+	tok := e.m.tok
+	prompt := tok.Encode(req.Prompt)
+	if tok.AddBOS() {
+		prompt = append([]int32{tok.BOS()}, prompt...)
+	}
+	opt := GenOptions{
+		MaxTokens: req.MaxTokens, Temperature: req.Temperature, TopK: req.TopK, TopP: req.TopP,
+		Seed: req.Seed, Stop: req.Stop, tenant: req.Tenant,
+		// With no prompt text the first generated piece starts the text,
+		// and a SentencePiece vocabulary's leading space on it is the
+		// dummy prefix its encoder adds, not output (Tokenizer.Decode
+		// drops it the same way).
+		textStart: req.Prompt == "",
+	}
+	if ttl := req.Hints.CacheTTL; ttl > 0 {
+		opt.pins = []pinPoint{{tokens: len(prompt), ttl: ttl}}
+	}
+	return prompt, opt, nil
+}
+
 // chatRequest is a chat request's prompt tokens and options, as Generate
 // runs them.
 func (e *Engine) chatRequest(req *llm.Request) ([]int32, GenOptions, error) {
+	if req.Raw {
+		return e.rawRequest(req)
+	}
 	if req.MaxTokens <= 0 {
 		return nil, GenOptions{}, llm.Errorf(llm.CodeInvalid, "max tokens must be positive, got %d", req.MaxTokens)
 	}
@@ -446,6 +480,7 @@ func (e *Engine) chatOptions(req *llm.Request, pins []pinPoint) (GenOptions, err
 		Seed: req.Seed, Stop: stop, grammar: g, toolCalls: req.HasTools(),
 		tenant: req.Tenant, pins: pins,
 		toolPrior: e.toolPriorFor(req, g),
+		argRule:   e.argRuleFor(req),
 	}, nil
 }
 
@@ -468,6 +503,13 @@ type GenOptions struct {
 	// toolPrior is what the tool prior read in the request
 	// (toolprior.go); nil when it reads nothing.
 	toolPrior *requestPrior
+	// argRule scores the copied spans of tools the prior does not know
+	// (argspan.go); nil when it does not apply.
+	argRule *argRule
+
+	// textStart says the first generated piece starts the text (a raw
+	// completion of an empty prompt): tokenizer.StreamDecoder.StartText.
+	textStart bool
 
 	// onDone, when set (tests), receives the generated token ids.
 	onDone func([]int32)
@@ -524,6 +566,9 @@ func (e *Engine) newSequence(prompt []int32, opt GenOptions) (*sequence, error) 
 		notify:    make(chan struct{}, 1),
 		prefixHit: -1,
 		pins:      slices.Clone(opt.pins),
+	}
+	if opt.textStart {
+		s.decoder.StartText()
 	}
 	if opt.grammar != nil {
 		s.constraint = constraint.New(e.m.vocabIndex(), e.m.tok, opt.grammar)

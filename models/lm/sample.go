@@ -95,7 +95,7 @@ func (s *sampler) sample(logits []float32) int32 {
 	return c[len(c)-1].id
 }
 
-func argmax(v []float32) int {
+func argmax[T float32 | float64](v []T) int {
 	best := 0
 	for i, x := range v {
 		if x > v[best] {

@@ -192,6 +192,9 @@ type upErr struct {
 
 // Generate implements llm.Generator by streaming a chat completion over SSE.
 func (c *Client) Generate(ctx context.Context, req *llm.Request, emit llm.Emit) (llm.Final, error) {
+	if req.Raw {
+		return llm.Final{}, llm.RawUnsupported(c.cfg.Name + ", driven through chat completions,")
+	}
 	start := time.Now()
 	body := upRequest{Model: req.Model, MaxTokens: req.MaxTokens, Temperature: req.Temperature,
 		TopP: req.TopP, TopK: req.TopK, Seed: req.Seed, Stop: req.Stop, Stream: true}

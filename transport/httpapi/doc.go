@@ -1,6 +1,8 @@
 // Package httpapi is the OpenAI- and Anthropic-compatible HTTP surface that
 // the agent and the cloud both serve (DESIGN.md §4): POST /v1/chat/completions,
-// POST /v1/messages and GET /v1/models, streamed (SSE) or not.
+// POST /v1/messages and GET /v1/models, streamed (SSE) or not, and OpenAI's
+// legacy POST /v1/completions (completions.go) for models without a chat
+// template, which only a device's built-in engine runs.
 //
 // How it fits: a Handler decodes and validates each API's JSON into the
 // canonical llm.Request, calls one llm.Generator (the agent's router or the

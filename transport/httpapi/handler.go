@@ -38,7 +38,7 @@ func NewHandler(gen llm.Generator, opts Options) (*Handler, error) {
 	return &Handler{gen: gen, opts: opts, m: newHandlerMetrics(opts.Metrics)}, nil
 }
 
-// ServeHTTP dispatches the three API paths; anything else is a 404 in the
+// ServeHTTP dispatches the API paths; anything else is a 404 in the
 // OpenAI shape.
 func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	a := apiOpenAI
@@ -54,7 +54,7 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	switch r.URL.Path {
-	case "/v1/chat/completions", "/v1/messages":
+	case "/v1/chat/completions", "/v1/messages", "/v1/completions":
 		if r.Method != http.MethodPost {
 			w.Header().Set("Allow", http.MethodPost)
 			h.fail(w, a, &apiError{status: http.StatusMethodNotAllowed, code: llm.CodeInvalid, message: r.Method + " not allowed; use POST",
@@ -90,6 +90,8 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		h.serveModels(w, r)
 	case "/v1/chat/completions":
 		h.serveChat(w, r, tenant)
+	case "/v1/completions":
+		h.serveCompletions(w, r, tenant)
 	case "/v1/messages":
 		h.serveMessages(w, r, tenant)
 	}
@@ -299,6 +301,7 @@ func writeMeta(hdr http.Header, m *llm.Meta) {
 		}
 	}
 	set("x-phaseless-route", m.RouteHeader())
+	set("x-phaseless-route-reason", m.RouteReason)
 	set("x-scheduler-hint", m.SchedulerHint)
 	set("x-phaseless-decode", m.Split.String())
 	set("x-fallback-reason", m.Fallback.String())

@@ -13,20 +13,12 @@ import (
 // Phaseless honours. Unknown fields are ignored, as the official API does for
 // fields a model does not use, so SDK upgrades keep working.
 type ChatRequest struct {
-	Model               string          `json:"model"`
-	Messages            []ChatMessage   `json:"messages"`
-	MaxTokens           *int            `json:"max_tokens"`
-	MaxCompletionTokens *int            `json:"max_completion_tokens"`
-	MaxOutputTokens     *int            `json:"max_output_tokens"` // the source articles' (and Responses API's) name
-	Temperature         json.RawMessage `json:"temperature"`
-	TopP                *float64        `json:"top_p"`
-	N                   *int            `json:"n"`
-	Stop                json.RawMessage `json:"stop"` // string or array of strings
-	Seed                *int64          `json:"seed"`
-	Stream              bool            `json:"stream"`
-	StreamOptions       *struct {
-		IncludeUsage bool `json:"include_usage"`
-	} `json:"stream_options"`
+	Model               string        `json:"model"`
+	Messages            []ChatMessage `json:"messages"`
+	MaxTokens           *int          `json:"max_tokens"`
+	MaxCompletionTokens *int          `json:"max_completion_tokens"`
+	MaxOutputTokens     *int          `json:"max_output_tokens"` // the source articles' (and Responses API's) name
+	oaiSampling
 	Tools json.RawMessage `json:"tools"`
 
 	// Tool calling and structured output (tools.go).
@@ -137,33 +129,9 @@ func decodeChat(body []byte, lim limits) (*llm.Request, chatStream, *apiError) {
 	default:
 		req.MaxTokens = lim.defaultTokens
 	}
-	if req.Temperature, e = parseTemperature(cr.Temperature); e != nil {
+	cs, e := cr.decode(req)
+	if e != nil {
 		return nil, chatStream{}, e
-	}
-	if cr.TopP != nil {
-		if *cr.TopP <= 0 || *cr.TopP > 1 {
-			return nil, chatStream{}, invalid("top_p", "top_p must be in (0, 1], got %g", *cr.TopP)
-		}
-		req.TopP = *cr.TopP
-	}
-	if cr.N != nil && *cr.N != 1 {
-		return nil, chatStream{}, invalid("n", "n must be 1")
-	}
-	if cr.Seed != nil {
-		if *cr.Seed < 0 {
-			return nil, chatStream{}, invalid("seed", "seed must not be negative")
-		}
-		req.Seed = uint64(*cr.Seed)
-	}
-	if req.Stop, e = decodeStop(cr.Stop); e != nil {
-		return nil, chatStream{}, e
-	}
-	cs := chatStream{stream: cr.Stream}
-	if cr.StreamOptions != nil {
-		if !cr.Stream {
-			return nil, chatStream{}, invalid("stream_options", "stream_options is only allowed when stream is true")
-		}
-		cs.includeUsage = cr.StreamOptions.IncludeUsage
 	}
 	return req, cs, nil
 }

@@ -17,7 +17,10 @@ func (sdkGen) Generate(ctx context.Context, req *llm.Request, emit llm.Emit) (ll
 	st := llm.NewStream(emit)
 	st.Meta.Route = llm.RouteLocal
 	emit = st.Emit
-	prompt := req.Messages[len(req.Messages)-1].Content
+	prompt := req.Prompt
+	if !req.Raw {
+		prompt = req.Messages[len(req.Messages)-1].Content
+	}
 	if prompt == "OVERLOADED" {
 		return llm.Final{}, llm.Errorf(llm.CodeOverloaded, "local queue is full")
 	}

@@ -446,6 +446,9 @@ func cancelled(ctx context.Context) error {
 // go out in 0-RTT, and is re-sent on the next connection if the link drops
 // before its first token (the server runs it once).
 func (c *Client) Generate(ctx context.Context, req *llm.Request, emit llm.Emit) (llm.Final, error) {
+	if req.Raw { // the request frame has no field for it
+		return llm.Final{}, llm.RawUnsupported("the cloud uplink")
+	}
 	select {
 	case c.sem <- struct{}{}:
 	case <-ctx.Done():

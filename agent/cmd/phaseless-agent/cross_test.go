@@ -78,7 +78,9 @@ func buildAgent(t *testing.T, b board) string {
 }
 
 // TestCrossCompiledAgentUnderQEMU builds the ARM agents and runs them under
-// user-mode emulation: --version and the on-board self-check must pass.
+// user-mode emulation: --version and the on-board self-check must pass, a
+// chat completion must come back, and on arm64 the real pretrained
+// stories260K model served with --model must write its published story.
 func TestCrossCompiledAgentUnderQEMU(t *testing.T) {
 	if testing.Short() {
 		t.Skip("cross-compiles the agent")
@@ -135,16 +137,32 @@ func TestCrossCompiledAgentUnderQEMU(t *testing.T) {
 				// kernels run their SDOT path there and base NEON on the A72.
 				completeUnderQEMU(ctx, t, []string{qemu}, bin, "--model", q)
 				completeUnderQEMU(ctx, t, a72, bin, "--model", q)
+				storiesUnderQEMU(ctx, t, []string{qemu}, bin)
 			}
 		})
 	}
 }
 
-// completeUnderQEMU starts the emulated agent offline with its default
-// model (or the extra flags' one) and asks it for one completion over its HTTP API: the whole local
-// path (API, router with the shipped predictor, engine, telemetry) on the
-// target architecture.
-func completeUnderQEMU(ctx context.Context, t *testing.T, qemuCmd []string, bin string, args ...string) {
+// emulated is an agent running under qemu, offline, for the test's
+// length.
+type emulated struct {
+	base, qemu string
+	logs       *strings.Builder
+	cmd        *exec.Cmd
+}
+
+// stop interrupts the agent and checks it exits cleanly; callers defer it,
+// ahead of the context that would kill the emulator.
+func (a emulated) stop(t *testing.T) {
+	a.cmd.Process.Signal(os.Interrupt)
+	if err := a.cmd.Wait(); err != nil {
+		t.Errorf("agent under %s exited with %v\n%s", a.qemu, err, a.logs.String())
+	}
+}
+
+// startUnderQEMU starts the emulated agent offline with its default model
+// (or the extra flags' one) and waits until it is ready.
+func startUnderQEMU(ctx context.Context, t *testing.T, qemuCmd []string, bin string, args ...string) emulated {
 	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -152,37 +170,40 @@ func completeUnderQEMU(ctx context.Context, t *testing.T, qemuCmd []string, bin 
 	}
 	addr := ln.Addr().String()
 	ln.Close()
-	qemu := strings.Join(qemuCmd, " ")
+	a := emulated{base: "http://" + addr, qemu: strings.Join(qemuCmd, " "), logs: &strings.Builder{}}
 	argv := append([]string{}, qemuCmd[1:]...)
 	argv = append(argv, bin, "--listen", addr, "--data-dir", t.TempDir(), "--local-concurrency", "1")
 	cmd := exec.CommandContext(ctx, qemuCmd[0], append(argv, args...)...)
-	var logs strings.Builder
-	cmd.Stdout, cmd.Stderr = &logs, &logs
+	cmd.Stdout, cmd.Stderr = a.logs, a.logs
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
-	defer func() {
-		cmd.Process.Signal(os.Interrupt)
-		if err := cmd.Wait(); err != nil {
-			t.Errorf("agent under %s exited with %v\n%s", qemu, err, logs.String())
-		}
-	}()
-	base := "http://" + addr
+	a.cmd = cmd
 	for {
-		resp, err := http.Get(base + "/readyz")
+		resp, err := http.Get(a.base + "/readyz")
 		if err == nil {
 			resp.Body.Close()
 			if resp.StatusCode == 200 {
-				break
+				return a
 			}
 		}
 		select {
 		case <-ctx.Done():
-			t.Fatalf("agent under %s never became ready\n%s", qemu, logs.String())
+			a.stop(t)
+			t.Fatalf("agent under %s never became ready\n%s", a.qemu, a.logs.String())
 		case <-time.After(100 * time.Millisecond):
 		}
 	}
-	resp, err := http.Post(base+"/v1/chat/completions", "application/json", strings.NewReader(`{"messages":[{"role":"user","content":"turn on the heated seats"}],"max_tokens":8,"seed":3}`))
+}
+
+// completeUnderQEMU starts the emulated agent and asks it for one chat
+// completion over its HTTP API: the whole local path (API, router with the
+// shipped predictor, engine, telemetry) on the target architecture.
+func completeUnderQEMU(ctx context.Context, t *testing.T, qemuCmd []string, bin string, args ...string) {
+	t.Helper()
+	a := startUnderQEMU(ctx, t, qemuCmd, bin, args...)
+	defer a.stop(t)
+	resp, err := http.Post(a.base+"/v1/chat/completions", "application/json", strings.NewReader(`{"messages":[{"role":"user","content":"turn on the heated seats"}],"max_tokens":8,"seed":3}`))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -193,10 +214,43 @@ func completeUnderQEMU(ctx context.Context, t *testing.T, qemuCmd []string, bin 
 		} `json:"usage"`
 	}
 	if err := json.NewDecoder(resp.Body).Decode(&c); err != nil || resp.StatusCode != 200 || c.Usage.CompletionTokens < 1 {
-		t.Fatalf("completion under %s: status %d, %+v, %v\n%s", qemu, resp.StatusCode, c, err, logs.String())
+		t.Fatalf("completion under %s: status %d, %+v, %v\n%s", a.qemu, resp.StatusCode, c, err, a.logs.String())
 	}
 	if route := resp.Header.Get("x-phaseless-route"); route != "local" {
 		t.Errorf("route %q, want local", route)
 	}
-	t.Logf("one completion under %s: %d tokens", qemu, c.Usage.CompletionTokens)
+	t.Logf("one completion under %s: %d tokens", a.qemu, c.Usage.CompletionTokens)
+}
+
+// storiesModel is the real pretrained fixture, Karpathy's stories260K (see
+// its README): a base model without a chat template, served as raw
+// completion. storiesOpening is how its authors' greedy output from BOS
+// begins.
+const (
+	storiesModel   = "../../../models/lm/testdata/stories260K/stories260K.gguf"
+	storiesOpening = "Once upon a time, there was a little girl named Lily. She loved to play outside in the park."
+)
+
+// storiesUnderQEMU starts the emulated agent with --model on the real
+// pretrained fixture and asks POST /v1/completions for its greedy text
+// from an empty prompt: the published story, computed on the target
+// architecture.
+func storiesUnderQEMU(ctx context.Context, t *testing.T, qemuCmd []string, bin string) {
+	t.Helper()
+	a := startUnderQEMU(ctx, t, qemuCmd, bin, "--model", storiesModel)
+	defer a.stop(t)
+	resp, err := http.Post(a.base+"/v1/completions", "application/json", strings.NewReader(`{"prompt":"","max_tokens":40,"temperature":0}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	var c struct {
+		Choices []struct {
+			Text string `json:"text"`
+		} `json:"choices"`
+	}
+	if err := json.NewDecoder(resp.Body).Decode(&c); err != nil || resp.StatusCode != 200 || len(c.Choices) != 1 || !strings.HasPrefix(c.Choices[0].Text, storiesOpening) {
+		t.Fatalf("raw completion under %s: status %d, %+v, %v\n%s", a.qemu, resp.StatusCode, c, err, a.logs.String())
+	}
+	t.Logf("stories260K under %s: %q", a.qemu, c.Choices[0].Text)
 }

@@ -61,6 +61,14 @@ type Config struct {
 	// MessageExpirySeconds is how long a queued message waits for an offline
 	// client (default 7 days; mochi's own default is one day).
 	MessageExpirySeconds int64
+	// ClientQueue bounds the packets waiting to be written to one client
+	// (default 256). mochi's default, 8,192, is a 64 KiB channel for every
+	// connected device, a third of an idle device's memory (issue 37),
+	// while the fleet sends a device little at once: acks to the one batch
+	// it waits on, its retained config, at most MaxCommandsPerDevice
+	// commands. A packet that does not fit is dropped and counted, and the
+	// fleet re-sends all of these (device retries, reconcile).
+	ClientQueue int32
 
 	Logger  *slog.Logger
 	Metrics *metrics.Registry
@@ -85,6 +93,9 @@ func (c *Config) fillDefaults() {
 	if c.MessageExpirySeconds == 0 {
 		c.MessageExpirySeconds = 7 * 24 * 3600
 	}
+	if c.ClientQueue == 0 {
+		c.ClientQueue = 256
+	}
 	if c.Logger == nil {
 		c.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
 	}
@@ -96,6 +107,9 @@ func (c *Config) fillDefaults() {
 // Validate reports the first bad field by its Go name; the binary that
 // fills the Config knows which of its settings that came from.
 func (c *Config) Validate() error {
+	if c.ClientQueue < 0 {
+		return &cli.FieldError{Field: "ClientQueue", Err: fmt.Errorf("%d: must be positive (0 for the default)", c.ClientQueue)}
+	}
 	for _, f := range []struct{ name, addr string }{{"TCPAddr", c.TCPAddr}, {"TLSAddr", c.TLSAddr}} {
 		if f.addr == "" {
 			continue
@@ -161,6 +175,7 @@ func Start(cfg Config) (*Broker, error) {
 	caps.MaximumMessageExpiryInterval = cfg.MessageExpirySeconds
 	// The fleet scheme uses QoS 1 only; QoS 2 adds round trips and state.
 	caps.MaximumQos = 1
+	caps.MaximumClientWritesPending = cfg.ClientQueue
 	srv := mqtt.New(&mqtt.Options{
 		InlineClient: true,
 		Capabilities: caps,

@@ -10,6 +10,7 @@
 package tokenizer
 
 import (
+	"bytes"
 	"container/heap"
 	"fmt"
 	"slices"
@@ -464,12 +465,16 @@ func (v *vocab) Piece(id int32) []byte {
 	return v.pieces[id]
 }
 
+// addsSpacePrefix: Encode puts a space before the text, which decoding the
+// start of a text drops again.
+func (v *vocab) addsSpacePrefix() bool { return v.spec.Model == ModelLlama && v.spec.AddSpacePrefix }
+
 func (v *vocab) Decode(ids []int32) string {
 	var b []byte
 	for _, id := range ids {
 		b = append(b, v.Piece(id)...)
 	}
-	if v.spec.Model == ModelLlama && v.spec.AddSpacePrefix && len(b) > 0 && b[0] == ' ' {
+	if v.addsSpacePrefix() && len(b) > 0 && b[0] == ' ' {
 		b = b[1:] // the space Encode added
 	}
 	return strings.ToValidUTF8(string(b), "\uFFFD")
@@ -623,14 +628,31 @@ func (t *spmTokenizer) score(id int32) float32 {
 type StreamDecoder struct {
 	tok     Tokenizer
 	pending []byte
+	// dropPrefix: the next piece starts the text, and its leading space is
+	// SentencePiece's dummy prefix (StartText).
+	dropPrefix bool
 }
 
 // NewStreamDecoder starts decoding a fresh stream of tokens.
 func NewStreamDecoder(t Tokenizer) *StreamDecoder { return &StreamDecoder{tok: t} }
 
+// StartText says the tokens pushed next start the text (a completion of an
+// empty prompt): with a SentencePiece vocabulary that adds a space prefix,
+// the first piece's leading space is that prefix and is dropped, as Decode
+// drops it. Other vocabularies are unaffected.
+func (d *StreamDecoder) StartText() {
+	v, ok := d.tok.(interface{ addsSpacePrefix() bool })
+	d.dropPrefix = ok && v.addsSpacePrefix()
+}
+
 // Push adds one token and returns the text that is now complete.
 func (d *StreamDecoder) Push(id int32) string {
-	d.pending = append(d.pending, d.tok.Piece(id)...)
+	p := d.tok.Piece(id)
+	if d.dropPrefix && len(p) > 0 {
+		d.dropPrefix = false
+		p = bytes.TrimPrefix(p, []byte(" "))
+	}
+	d.pending = append(d.pending, p...)
 	cut := completePrefix(d.pending)
 	out := strings.ToValidUTF8(string(d.pending[:cut]), "\uFFFD")
 	d.pending = slices.Delete(d.pending, 0, cut)

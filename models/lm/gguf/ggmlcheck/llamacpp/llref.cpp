@@ -5,11 +5,15 @@
 //   llref bench MODEL THREADS PROMPT GEN REPS   prefill, then batch-1 greedy decode: wall and CPU time
 //   llref logits MODEL TOKEN...                 final-position logits as a JSON array
 //   llref greedy MODEL N TOKEN...               greedy continuation ids of the prompt ids
+//   llref golden MODEL N TEXT                   JSON: llama.cpp's tokens of TEXT (with BOS), its logits at
+//                                               every one of their positions (F32 KV cache), and N greedy
+//                                               ids from BOS alone (models/lm/testdata/stories260K)
 #include "llama.h"
 #include <sys/resource.h>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
+#include <algorithm>
 #include <cstring>
 #include <string>
 #include <vector>
@@ -61,6 +65,47 @@ int main(int argc, char **argv) {
         printf("[");
         for (int j = 0; j < nv; j++) printf("%s%.9g", j ? "," : "", l[j]);
         printf("]\n");
+        return 0;
+    }
+    if (cmd == "golden") {
+        int n = atoi(argv[3]);
+        const char *text = argv[4];
+        std::vector<llama_token> prompt(strlen(text) + 8);
+        int nt = llama_tokenize(v, text, strlen(text), prompt.data(), prompt.size(), true, false);
+        if (nt < 0) return 1;
+        prompt.resize(nt);
+        llama_context_params cp = llama_context_default_params();
+        cp.n_ctx = std::max(nt, n) + 8; cp.n_batch = cp.n_ubatch = nt; cp.n_threads = cp.n_threads_batch = 1;
+        // The engine keeps its KV cache in F32; llama.cpp's default F16
+        // would add its own rounding (1e-3) to what is compared.
+        cp.type_k = cp.type_v = GGML_TYPE_F32;
+        llama_context *c = llama_init_from_model(m, cp);
+        llama_batch b = llama_batch_init(nt, 0, 1);
+        b.n_tokens = nt;
+        for (int i = 0; i < nt; i++) {
+            b.token[i] = prompt[i]; b.pos[i] = i; b.n_seq_id[i] = 1; b.seq_id[i][0] = 0; b.logits[i] = 1;
+        }
+        if (llama_decode(c, b)) return 1;
+        printf("{\"prompt\": \"%s\",\n\"tokens\": [", text); // TEXT must not need JSON escapes
+        for (int i = 0; i < nt; i++) printf("%s%d", i ? ", " : "", prompt[i]);
+        printf("],\n\"logits\": [\n");
+        for (int i = 0; i < nt; i++) {
+            const float *l = llama_get_logits_ith(c, i);
+            printf("[");
+            for (int j = 0; j < nv; j++) printf("%s%.9g", j ? "," : "", l[j]);
+            printf("]%s\n", i + 1 < nt ? "," : "");
+        }
+        llama_batch_free(b);
+        llama_free(c);
+        c = llama_init_from_model(m, cp);
+        llama_token t = llama_vocab_bos(v);
+        printf("],\n\"greedy\": [");
+        for (int i = 0; i < n; i++) {
+            if (llama_decode(c, llama_batch_get_one(&t, 1))) return 1;
+            t = argmax(llama_get_logits_ith(c, -1), nv);
+            printf("%s%d", i ? ", " : "", t);
+        }
+        printf("]}\n");
         return 0;
     }
     if (cmd == "greedy") {

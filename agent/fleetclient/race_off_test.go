@@ -1,0 +1,5 @@
+//go:build !race
+
+package fleetclient
+
+const raceEnabled = false
