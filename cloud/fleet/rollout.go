@@ -325,6 +325,12 @@ func judge(r *Rollout, rd *RolloutDevice, d *Device, now time.Time) {
 	case d.State() == "online" && running == r.Version && !d.Status.Trial:
 		rd.State, rd.UpdatedAt = DeviceSucceeded, now
 	case d.Status != nil && d.Status.RolledBack[r.Kind] == r.Version:
+		if cmd != nil && cmd.State == CommandPending && now.Sub(rd.IssuedAt) <= time.Duration(r.Spec.UpdateTimeout) {
+			// The status can arrive before the command's result, which
+			// says why (a health check's refusal): wait for it, within
+			// the update's timeout.
+			return
+		}
 		fail(fmt.Sprintf("installed, failed on trial and rolled back to %s", running))
 	case now.Sub(rd.IssuedAt) > time.Duration(r.Spec.UpdateTimeout):
 		fail(fmt.Sprintf("no outcome within %s", time.Duration(r.Spec.UpdateTimeout)))
