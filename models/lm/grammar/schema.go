@@ -24,19 +24,31 @@ const (
 	unboundedInt = 999_999_999_999_999
 )
 
-// Keywords a schema may use. Annotations are accepted and change nothing;
-// any keyword outside this list is refused by name, because a constraint
-// the grammar did not enforce would let output through that fails it.
+// Keywords a schema may use. keywords are the ones the compiler enforces;
+// refused are the JSON Schema keywords (drafts 3 to 2020-12) that assert
+// something it does not enforce, each refused by name, because output that
+// fails them would get through. Every other keyword only annotates (title,
+// id, $id, Snowplow's self, _format, x-* and x-kubernetes-*, readonly,
+// examples, $comment, deprecated, and names no draft defines) and, as the
+// specification says of unknown keywords, is ignored.
 var (
-	annotations = map[string]bool{"title": true, "description": true, "default": true, "examples": true, "$schema": true,
-		"$id": true, "$comment": true, "deprecated": true, "readOnly": true, "writeOnly": true, "$defs": true, "definitions": true, "strict": true,
-		CopyKeyword: true}
-	keywords = map[string]bool{"type": true, "enum": true, "const": true, "anyOf": true, "$ref": true,
+	keywords = map[string]bool{"type": true, "enum": true, "const": true, "anyOf": true, "allOf": true, "$ref": true,
 		"properties": true, "required": true, "additionalProperties": true,
 		"items": true, "minItems": true, "maxItems": true,
 		"minLength": true, "maxLength": true,
 		"minimum": true, "maximum": true, "exclusiveMinimum": true, "exclusiveMaximum": true}
+	refused = map[string]bool{"multipleOf": true, "divisibleBy": true, "pattern": true, "format": true,
+		"uniqueItems": true, "contains": true, "minContains": true, "maxContains": true,
+		"minProperties": true, "maxProperties": true, "dependentRequired": true, "dependencies": true,
+		"dependentSchemas": true, "patternProperties": true, "propertyNames": true,
+		"additionalItems": true, "prefixItems": true, "unevaluatedItems": true, "unevaluatedProperties": true,
+		"oneOf": true, "not": true, "if": true, "then": true, "else": true, "extends": true, "disallow": true,
+		"$dynamicRef": true, "$recursiveRef": true}
 )
+
+// annotation reports whether key only annotates: neither enforced nor
+// refused.
+func annotation(key string) bool { return !keywords[key] && !refused[key] }
 
 // SchemaError is a schema the compiler cannot turn into a grammar, with
 // where in the schema (a JSON pointer) and why. Limit names the limit
@@ -185,17 +197,40 @@ func (c *compiler) value(n *node, path string) []elem {
 		return nil
 	}
 	for _, m := range n.obj {
-		if !keywords[m.key] && !annotations[m.key] {
+		if refused[m.key] {
 			c.fail(path, "keyword %q is not supported", m.key)
 			return nil
 		}
 	}
 	if r := n.get("$ref"); r != nil {
-		if len(n.obj) > 1 && !onlyAnnotations(n, "$ref") {
-			c.fail(path, "$ref beside other constraints is not supported")
+		if onlyAnnotations(n, "$ref") {
+			return c.ref(r, path)
+		}
+		// The keywords beside a $ref constrain the value as well as its
+		// target: compile their intersection.
+		t := c.refTarget(r, path)
+		if t == nil {
 			return nil
 		}
-		return c.ref(r, path)
+		m, ok := c.merge(without(n, "$ref"), t, path)
+		if !ok {
+			return nil
+		}
+		return c.value(m, path)
+	}
+	if a := n.get("allOf"); a != nil {
+		if a.kind != 'a' || len(a.arr) == 0 {
+			c.fail(path+"/allOf", "allOf must be a non-empty array")
+			return nil
+		}
+		m := without(n, "allOf")
+		for i, s := range a.arr {
+			var ok bool
+			if m, ok = c.merge(m, s, fmt.Sprintf("%s/allOf/%d", path, i)); !ok {
+				return nil
+			}
+		}
+		return c.value(m, path)
 	}
 	if e := n.get("const"); e != nil {
 		return c.literals(n, path, []*node{e})
@@ -212,9 +247,27 @@ func (c *compiler) value(n *node, path string) []elem {
 			c.fail(path+"/anyOf", "anyOf must be a non-empty array")
 			return nil
 		}
+		// The keywords beside anyOf apply to every branch: each branch
+		// compiles as its intersection with them (merge.go), and a branch
+		// that intersection leaves no type for is dropped.
+		rest := without(n, "anyOf")
 		var alts [][]elem
 		for i, s := range a.arr {
-			alts = append(alts, c.value(s, fmt.Sprintf("%s/anyOf/%d", path, i)))
+			p := fmt.Sprintf("%s/anyOf/%d", path, i)
+			if !onlyAnnotations(rest, "") {
+				var ok bool
+				if s, ok = c.merge(rest, s, p); !ok {
+					return nil
+				}
+				if t := s.get("type"); t != nil && t.kind == 'a' && len(t.arr) == 0 {
+					continue
+				}
+			}
+			alts = append(alts, c.value(s, p))
+		}
+		if len(alts) == 0 {
+			c.fail(path, "no anyOf branch has a type the keywords beside it allow")
+			return nil
 		}
 		return []elem{ref(c.b.rule(alts...))}
 	}
@@ -279,7 +332,7 @@ func (c *compiler) value(n *node, path string) []elem {
 
 func onlyAnnotations(n *node, except string) bool {
 	for _, m := range n.obj {
-		if m.key != except && !annotations[m.key] {
+		if m.key != except && !annotation(m.key) {
 			return false
 		}
 	}
@@ -289,12 +342,25 @@ func onlyAnnotations(n *node, except string) bool {
 // ref resolves "#", "#/$defs/NAME" and "#/definitions/NAME" in the root
 // schema; a recursive reference reuses the rule being built.
 func (c *compiler) ref(r *node, path string) []elem {
+	if id, ok := c.refs[r.str]; ok {
+		return []elem{ref(id)}
+	}
+	target := c.refTarget(r, path)
+	if target == nil {
+		return nil
+	}
+	id := c.b.newRule()
+	c.refs[r.str] = id
+	c.defs = append(c.defs, namedRule{id, c.refPrefix, r.str})
+	c.b.define(id, c.value(target, r.str))
+	return []elem{ref(id)}
+}
+
+// refTarget is the schema r names, or nil with the error set.
+func (c *compiler) refTarget(r *node, path string) *node {
 	if r.kind != 's' {
 		c.fail(path+"/$ref", "$ref must be a string")
 		return nil
-	}
-	if id, ok := c.refs[r.str]; ok {
-		return []elem{ref(id)}
 	}
 	var target *node
 	switch {
@@ -309,11 +375,7 @@ func (c *compiler) ref(r *node, path string) []elem {
 		c.fail(path+"/$ref", "$ref %q does not name the root or one of its $defs", r.str)
 		return nil
 	}
-	id := c.b.newRule()
-	c.refs[r.str] = id
-	c.defs = append(c.defs, namedRule{id, c.refPrefix, r.str})
-	c.b.define(id, c.value(target, r.str))
-	return []elem{ref(id)}
+	return target
 }
 
 // literals matches any of vals spelled as compact JSON that also satisfy
