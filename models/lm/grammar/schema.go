@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"fmt"
 	"math"
+	"math/big"
 	"strconv"
 	"strings"
 )
@@ -532,44 +533,50 @@ func (c *compiler) count(n *node, key, path string, limit int) (int, bool) {
 	return int(f), true
 }
 
-// bound reads a numeric keyword.
-func (c *compiler) bound(n *node, key, path string) (float64, bool) {
-	v := n.get(key)
-	if v == nil {
-		return 0, false
-	}
-	f, err := v.num.Float64()
-	if v.kind != 'n' || err != nil || math.IsInf(f, 0) {
-		c.fail(path+"/"+key, "%s must be a finite number", key)
-		return 0, false
-	}
-	return f, true
-}
-
 // intBounds is the integer range [lo, hi] a schema's numeric bounds allow,
-// within ±unboundedInt.
+// within ±unboundedInt, rounded exactly (number.go).
 func (c *compiler) intBounds(n *node, path string) (lo, hi int64, ok bool) {
-	flo, fhi := float64(-unboundedInt), float64(unboundedInt)
-	if v, ok := c.bound(n, "minimum", path); ok {
-		flo = max(flo, math.Ceil(v))
-	}
-	if v, ok := c.bound(n, "exclusiveMinimum", path); ok {
-		flo = max(flo, math.Floor(v)+1)
-	}
-	if v, ok := c.bound(n, "maximum", path); ok {
-		fhi = min(fhi, math.Floor(v))
-	}
-	if v, ok := c.bound(n, "exclusiveMaximum", path); ok {
-		fhi = min(fhi, math.Ceil(v)-1)
-	}
+	rlo, loEx, rhi, hiEx := c.ratBounds(n, path)
 	if c.err != nil {
 		return 0, 0, false
 	}
-	if flo > fhi {
+	lo, hi = -unboundedInt, unboundedInt
+	if rlo != nil {
+		// The least integer above (or at) the bound.
+		f := new(big.Int).Div(rlo.Num(), rlo.Denom()) // floor
+		if !rlo.IsInt() || loEx {
+			f.Add(f, big.NewInt(1))
+		}
+		if f.Cmp(big.NewInt(lo)) > 0 {
+			lo = clampInt(f)
+		}
+	}
+	if rhi != nil {
+		f := new(big.Int).Div(rhi.Num(), rhi.Denom())
+		if rhi.IsInt() && hiEx {
+			f.Sub(f, big.NewInt(1))
+		}
+		if f.Cmp(big.NewInt(hi)) < 0 {
+			hi = clampInt(f)
+		}
+	}
+	if lo > hi {
 		c.fail(path, "no integer lies within the bounds")
 		return 0, 0, false
 	}
-	return int64(flo), int64(fhi), true
+	return lo, hi, true
+}
+
+// clampInt is f within ±(unboundedInt+1), so an out-of-range bound still
+// compares right.
+func clampInt(f *big.Int) int64 {
+	if f.Cmp(big.NewInt(unboundedInt+1)) > 0 {
+		return unboundedInt + 1
+	}
+	if f.Cmp(big.NewInt(-unboundedInt-1)) < 0 {
+		return -unboundedInt - 1
+	}
+	return f.Int64()
 }
 
 func (c *compiler) integer(n *node, path string) []elem {
@@ -583,30 +590,16 @@ func (c *compiler) integer(n *node, path string) []elem {
 	return []elem{ref(c.intRange(lo, hi))}
 }
 
-// number is an integer in range, or one with a fraction whose value stays
-// within the bounds: p.ddd for 0 ≤ p < hi, -p.ddd for lo < -p ≤ -1. Without
-// bounds an exponent is allowed too.
+// number is any JSON number when the schema has no bounds, else the
+// decimals within them, compared exactly (number.go).
 func (c *compiler) number(n *node, path string) []elem {
-	bounded := n.get("minimum") != nil || n.get("maximum") != nil || n.get("exclusiveMinimum") != nil || n.get("exclusiveMaximum") != nil
-	lo, hi, ok := c.intBounds(n, path)
-	if !ok {
-		return nil
+	if n.get("minimum") != nil || n.get("maximum") != nil || n.get("exclusiveMinimum") != nil || n.get("exclusiveMaximum") != nil {
+		return c.boundedNumber(n, path, false)
 	}
 	b := c.b
 	digits := b.rangeElem('0', '9')
 	frac := seq(b.lit("."), []elem{digits, ref(b.star([]elem{digits}))})
-	alts := [][]elem{{ref(c.intRange(lo, hi))}}
-	if l, h := max(lo, 0), hi-1; l <= h {
-		alts = append(alts, seq([]elem{ref(c.intRange(l, h))}, frac))
-	}
-	if l, h := lo+1, min(hi, -1); l <= h {
-		alts = append(alts, seq([]elem{ref(c.intRange(l, h))}, frac))
-	}
-	r := b.rule(alts...)
-	if bounded {
-		return []elem{ref(r)}
-	}
-	return []elem{ref(r), ref(c.exponent())}
+	return []elem{ref(c.intRange(-unboundedInt, unboundedInt)), ref(b.optional(frac)), ref(c.exponent())}
 }
 
 // exponent matches an optional JSON exponent ("e-12").
