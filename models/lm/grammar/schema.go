@@ -72,13 +72,15 @@ type compiler struct {
 	// copyUnmarked copies values whose schema has no CopyKeyword as if it
 	// said true (tool arguments; copy.go).
 	copyUnmarked bool
-	b            *builder
-	root         *node
-	refs         map[string]int32 // rule of each $ref target compiled so far
-	memo         map[string]int32 // shared rules: "string", "value", ...
-	err          *SchemaError
-	size         schemaSize // what the static limits count so far
-	depth        int        // value's recursion
+	// check accepts every spelling JSON allows (Options.Check).
+	check bool
+	b     *builder
+	root  *node
+	refs  map[string]int32 // rule of each $ref target compiled so far
+	memo  map[string]int32 // shared rules: "string", "value", ...
+	err   *SchemaError
+	size  schemaSize // what the static limits count so far
+	depth int        // value's recursion
 	// defs are the $ref targets compiled, for the productive check.
 	defs      []namedRule
 	refPrefix string // names the document defs come from ("tool NAME ")
@@ -393,7 +395,8 @@ func (c *compiler) literals(n *node, path string, vals []*node) []elem {
 	if !onlyAnnotations(rest, "") {
 		var err error
 		check, err = compile(c.b.spent, func(sub *compiler) []elem {
-			sub.root = c.root
+			// The values are checked in any key order.
+			sub.root, sub.check = c.root, true
 			return sub.value(rest, path)
 		})
 		if err != nil {
@@ -441,10 +444,7 @@ func (c *compiler) shared(key string, build func(r int32) [][]elem) int32 {
 func (c *compiler) char() int32 {
 	return c.shared("char", func(int32) [][]elem {
 		b := c.b
-		var plain byteSet
-		plain.add(0x20, 0x7f)
-		plain[0x22>>6] &^= 1 << (0x22 & 63)
-		plain[0x5c>>6] &^= 1 << (0x5c & 63)
+		plain := plainBytes()
 		var esc byteSet
 		for _, e := range `"\/bfnrt` {
 			esc.add(byte(e), byte(e))
@@ -454,11 +454,30 @@ func (c *compiler) char() int32 {
 		hex.add('a', 'f')
 		hex.add('A', 'F')
 		h := b.set(hex)
-		cont := b.rangeElem(0x80, 0xbf)
 		return [][]elem{
 			{b.set(plain)},
 			{b.byteElem('\\'), b.set(esc)},
 			{b.byteElem('\\'), b.byteElem('u'), h, h, h, h},
+			{ref(c.multiByte())},
+		}
+	})
+}
+
+// plainBytes are the ASCII bytes a JSON string holds unescaped.
+func plainBytes() byteSet {
+	var plain byteSet
+	plain.add(0x20, 0x7f)
+	plain[0x22>>6] &^= 1 << (0x22 & 63)
+	plain[0x5c>>6] &^= 1 << (0x5c & 63)
+	return plain
+}
+
+// multiByte is one well-formed UTF-8 sequence of two to four bytes.
+func (c *compiler) multiByte() int32 {
+	return c.shared("multibyte", func(int32) [][]elem {
+		b := c.b
+		cont := b.rangeElem(0x80, 0xbf)
+		return [][]elem{
 			{b.rangeElem(0xc2, 0xdf), cont},
 			{b.byteElem(0xe0), b.rangeElem(0xa0, 0xbf), cont},
 			{b.rangeElem(0xe1, 0xec), cont, cont},
@@ -682,199 +701,4 @@ func (c *compiler) sameLength(a, z string) []elem {
 	}
 	alts = append(alts, seq(b.lit(z[:1]), c.sameLength(strings.Repeat("0", rest), z[1:])))
 	return []elem{ref(b.rule(alts...))}
-}
-
-// object writes the listed properties in schema order, each optional one
-// possibly left out, every required one present. Without properties, any
-// keys whose values match additionalProperties (any value when absent).
-func (c *compiler) object(n *node, path string) []elem {
-	b := c.b
-	props := n.get("properties")
-	if props != nil && props.kind != 'o' {
-		c.fail(path+"/properties", "properties must be an object")
-		return nil
-	}
-	required := map[string]bool{}
-	if r := n.get("required"); r != nil {
-		if r.kind != 'a' {
-			c.fail(path+"/required", "required must be an array of strings")
-			return nil
-		}
-		for _, x := range r.arr {
-			if x.kind != 's' {
-				c.fail(path+"/required", "required must be an array of strings")
-				return nil
-			}
-			required[x.str] = true
-		}
-	}
-	type prop struct {
-		key string
-		val []elem
-		req bool
-	}
-	var list []prop
-	seen := map[string]bool{}
-	if props != nil {
-		for _, m := range props.obj {
-			if seen[m.key] {
-				c.fail(path+"/properties", "property %q listed twice", m.key)
-				return nil
-			}
-			seen[m.key] = true
-			list = append(list, prop{m.key, c.value(m.val, path+"/properties/"+m.key), required[m.key]})
-		}
-	}
-	// Required names the properties do not describe take what
-	// additionalProperties allows.
-	ap := n.get("additionalProperties")
-	if r := n.get("required"); r != nil {
-		for _, x := range r.arr {
-			if seen[x.str] {
-				continue
-			}
-			seen[x.str] = true
-			val := []elem{ref(c.anyValue())}
-			switch {
-			case ap == nil || ap.kind == 'b' && ap.b:
-			case ap.kind == 'b':
-				c.fail(path+"/required", "required property %q is not in properties and additionalProperties is false", x.str)
-				return nil
-			default:
-				val = c.value(ap, path+"/additionalProperties")
-			}
-			list = append(list, prop{x.str, val, true})
-		}
-	}
-	if c.err != nil {
-		return nil
-	}
-	if len(list) == 0 {
-		if ap == nil || (ap.kind == 'b' && ap.b) {
-			return []elem{ref(c.anyObject())}
-		}
-		if ap.kind == 'b' {
-			return b.lit("{}")
-		}
-		return c.mapObject(c.value(ap, path+"/additionalProperties"))
-	}
-	// rest[i][first] matches properties i.. then "}", first saying whether
-	// none was written yet (no comma before the next).
-	rest := make([][2]int32, len(list)+1)
-	end := b.litRule("}")
-	rest[len(list)] = [2]int32{end, end}
-	for i := len(list) - 1; i >= 0; i-- {
-		p := list[i]
-		key := fmtKey(p.key)
-		for first := range 2 {
-			var alts [][]elem
-			lead := key
-			if first == 0 {
-				lead = "," + key
-			}
-			alts = append(alts, seq(b.lit(lead), p.val, []elem{ref(rest[i+1][0])}))
-			if !p.req {
-				alts = append(alts, []elem{ref(rest[i+1][first])})
-			}
-			rest[i][first] = b.rule(alts...)
-		}
-	}
-	return seq(b.lit("{"), []elem{ref(rest[0][1])})
-}
-
-func fmtKey(k string) string {
-	var buf bytes.Buffer
-	(&node{kind: 's', str: k}).compact(&buf)
-	return buf.String() + ":"
-}
-
-// mapObject matches objects with any keys whose values match val.
-func (c *compiler) mapObject(val []elem) []elem {
-	b := c.b
-	member := seq([]elem{ref(c.anyString())}, b.lit(":"), val)
-	more := b.newRule()
-	b.define(more, b.lit("}"), seq(b.lit(","), member, []elem{ref(more)}))
-	return seq(b.lit("{"), []elem{ref(b.rule(b.lit("}"), seq(member, []elem{ref(more)})))})
-}
-
-func (c *compiler) array(n *node, path string) []elem {
-	b := c.b
-	item := []elem{ref(c.anyValue())}
-	if it := n.get("items"); it != nil {
-		item = c.value(it, path+"/items")
-	}
-	lo, _ := c.count(n, "minItems", path, maxCountedItems)
-	hi, okHi := c.count(n, "maxItems", path, maxCountedItems)
-	if c.err != nil {
-		return nil
-	}
-	if okHi && hi < lo {
-		c.fail(path, "maxItems %d is below minItems %d", hi, lo)
-		return nil
-	}
-	if okHi && hi == 0 {
-		return b.lit("[]")
-	}
-	// after[k] follows the k-th item: "]" once k ≥ lo, ",item" while k < hi.
-	var loop int32 = -1
-	if !okHi {
-		loop = b.newRule()
-		b.define(loop, b.lit("]"), seq(b.lit(","), item, []elem{ref(loop)}))
-	}
-	top := hi
-	if !okHi {
-		top = max(lo, 1)
-	}
-	after := make([]int32, top+1)
-	for k := top; k >= 1; k-- {
-		var alts [][]elem
-		if k >= lo {
-			alts = append(alts, b.lit("]"))
-		}
-		switch {
-		case k < top:
-			alts = append(alts, seq(b.lit(","), item, []elem{ref(after[k+1])}))
-		case !okHi:
-			alts = [][]elem{{ref(loop)}}
-		}
-		after[k] = b.rule(alts...)
-	}
-	first := [][]elem{seq(item, []elem{ref(after[1])})}
-	if lo == 0 {
-		first = append(first, b.lit("]"))
-	}
-	return seq(b.lit("["), []elem{ref(b.rule(first...))})
-}
-
-// anyValue matches any JSON value (compact).
-func (c *compiler) anyValue() int32 {
-	if r, ok := c.memo["value"]; ok {
-		return r
-	}
-	r := c.b.newRule()
-	c.memo["value"] = r
-	b := c.b
-	digits := b.rangeElem('0', '9')
-	num := seq([]elem{ref(b.optional(b.lit("-")))},
-		[]elem{ref(b.rule(b.lit("0"), []elem{b.rangeElem('1', '9'), ref(b.star([]elem{digits}))}))},
-		[]elem{ref(b.optional(seq(b.lit("."), []elem{digits, ref(b.star([]elem{digits}))})))},
-		[]elem{ref(c.exponent())})
-	moreItems := b.newRule()
-	b.define(moreItems, b.lit("]"), seq(b.lit(","), []elem{ref(r), ref(moreItems)}))
-	arr := seq(b.lit("["), []elem{ref(b.rule(b.lit("]"), []elem{ref(r), ref(moreItems)}))})
-	b.define(r,
-		[]elem{ref(c.anyObject())}, arr, []elem{ref(c.anyString())}, num,
-		b.lit("true"), b.lit("false"), b.lit("null"))
-	return r
-}
-
-// anyObject matches any JSON object (compact).
-func (c *compiler) anyObject() int32 {
-	if r, ok := c.memo["object"]; ok {
-		return r
-	}
-	r := c.b.newRule()
-	c.memo["object"] = r
-	c.b.define(r, c.mapObject([]elem{ref(c.anyValue())}))
-	return r
 }
