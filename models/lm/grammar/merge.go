@@ -115,7 +115,7 @@ func (c *compiler) mergeN(a, b *node, path string, refs int) (*node, bool) {
 
 // mergeKeyword folds keyword key, set to x in a and y in b.
 func (c *compiler) mergeKeyword(key string, a, b, x, y *node, path string, refs int) (*node, bool) {
-	if annotation(key) || sameValue(x, y) {
+	if annotation(key) || c.sameValue(x, y) {
 		return x, true
 	}
 	switch key {
@@ -125,16 +125,18 @@ func (c *compiler) mergeKeyword(key string, a, b, x, y *node, path string, refs 
 		return pickNum(x, y, 1), true
 	case "maximum", "exclusiveMaximum", "maxLength", "maxItems":
 		return pickNum(x, y, -1), true
-	case "required":
+	case "required", "allOf":
 		if x.kind == 'a' && y.kind == 'a' {
+			c.b.spent.spend(len(x.arr) + len(y.arr))
 			return &node{kind: 'a', arr: append(append([]*node{}, x.arr...), y.arr...)}, true
 		}
 	case "enum":
 		if x.kind == 'a' && y.kind == 'a' {
+			c.b.spent.spend(len(x.arr) * len(y.arr))
 			out := &node{kind: 'a'}
 			for _, v := range x.arr {
 				for _, w := range y.arr {
-					if sameValue(v, w) {
+					if c.sameValue(v, w) {
 						out.arr = append(out.arr, v)
 						break
 					}
@@ -163,10 +165,6 @@ func (c *compiler) mergeKeyword(key string, a, b, x, y *node, path string, refs 
 				}
 			}
 			return out, true
-		}
-	case "allOf":
-		if x.kind == 'a' && y.kind == 'a' {
-			return &node{kind: 'a', arr: append(append([]*node{}, x.arr...), y.arr...)}, true
 		}
 	}
 	c.fail(path, "keyword %q on both sides of an anyOf or allOf is not supported", key)
@@ -229,10 +227,11 @@ func pickNum(x, y *node, sign int) *node {
 // sameValue reports whether two JSON values are spelled the same compactly
 // (equal values spelled differently count as different, which only makes
 // an enum intersection smaller).
-func sameValue(x, y *node) bool {
+func (c *compiler) sameValue(x, y *node) bool {
 	var bx, by bytes.Buffer
 	x.compact(&bx)
 	y.compact(&by)
+	c.b.spent.spend(bx.Len() + by.Len())
 	return bytes.Equal(bx.Bytes(), by.Bytes())
 }
 
