@@ -37,8 +37,9 @@ var (
 		"properties": true, "required": true, "additionalProperties": true,
 		"items": true, "minItems": true, "maxItems": true,
 		"minLength": true, "maxLength": true,
-		"minimum": true, "maximum": true, "exclusiveMinimum": true, "exclusiveMaximum": true}
-	refused = map[string]bool{"multipleOf": true, "divisibleBy": true, "pattern": true, "format": true,
+		"minimum": true, "maximum": true, "exclusiveMinimum": true, "exclusiveMaximum": true,
+		"format": true}
+	refused = map[string]bool{"multipleOf": true, "divisibleBy": true, "pattern": true,
 		"uniqueItems": true, "contains": true, "minContains": true, "maxContains": true,
 		"minProperties": true, "maxProperties": true, "dependentRequired": true, "dependencies": true,
 		"dependentSchemas": true, "patternProperties": true, "propertyNames": true,
@@ -282,7 +283,7 @@ func (c *compiler) value(n *node, path string) []elem {
 			types = []string{"object"}
 		case n.get("items") != nil || n.get("minItems") != nil || n.get("maxItems") != nil:
 			types = []string{"array"}
-		case n.get("minLength") != nil || n.get("maxLength") != nil:
+		case n.get("minLength") != nil || n.get("maxLength") != nil || n.get("format") != nil:
 			types = []string{"string"}
 		case n.get("minimum") != nil || n.get("maximum") != nil || n.get("exclusiveMinimum") != nil || n.get("exclusiveMaximum") != nil:
 			types = []string{"number"}
@@ -449,11 +450,7 @@ func (c *compiler) char() int32 {
 		for _, e := range `"\/bfnrt` {
 			esc.add(byte(e), byte(e))
 		}
-		var hex byteSet
-		hex.add('0', '9')
-		hex.add('a', 'f')
-		hex.add('A', 'F')
-		h := b.set(hex)
+		h := c.hexDigit()
 		return [][]elem{
 			{b.set(plain)},
 			{b.byteElem('\\'), b.set(esc)},
@@ -502,6 +499,9 @@ func (c *compiler) str(n *node, path string) []elem {
 	hi, okHi := c.count(n, "maxLength", path, maxCountedLength)
 	if c.err != nil {
 		return nil
+	}
+	if n.get("format") != nil {
+		return c.formatted(n, path)
 	}
 	if e := c.copiedString(n, lo, hi, okHi); e != nil {
 		return e
