@@ -121,9 +121,9 @@ func (c *compiler) mergeKeyword(key string, a, b, x, y *node, path string, refs 
 	switch key {
 	case "type":
 		return mergeTypes(x, y), true
-	case "minimum", "exclusiveMinimum", "minLength", "minItems":
+	case "minimum", "exclusiveMinimum", "minLength", "minItems", "minProperties":
 		return pickNum(x, y, 1), true
-	case "maximum", "exclusiveMaximum", "maxLength", "maxItems":
+	case "maximum", "exclusiveMaximum", "maxLength", "maxItems", "maxProperties":
 		return pickNum(x, y, -1), true
 	case "required", "allOf":
 		if x.kind == 'a' && y.kind == 'a' {

@@ -130,16 +130,37 @@ func (c *compiler) object(n *node, path string) []elem {
 	if c.err != nil {
 		return nil
 	}
-	if len(list) == 0 && extra != nil && apOpen {
+	minP, _ := c.count(n, "minProperties", path, maxCountedItems)
+	maxP, hasMax := c.count(n, "maxProperties", path, maxCountedItems)
+	if c.err != nil {
+		return nil
+	}
+	if hasMax && maxP < minP {
+		c.fail(path, "maxProperties %d is below minProperties %d", maxP, minP)
+		return nil
+	}
+	counts := propCounts{minP, maxP, hasMax}
+	if minP > len(list) {
+		c.fail(path, "minProperties %d is more than the %d listed properties (unlisted keys are not counted toward it)", minP, len(list))
+		return nil
+	}
+	if len(list) == 0 && extra != nil && apOpen && counts == (propCounts{}) {
 		return []elem{ref(c.anyObject())}
 	}
-	return c.objectOf(list, listed, extra)
+	return c.objectOf(list, listed, extra, counts)
+}
+
+// propCounts are an object's minProperties and maxProperties (when has).
+type propCounts struct {
+	min, max int
+	has      bool
 }
 
 // objectOf matches an object of the listed properties, each at most once
 // and every required one present, and, when extra is set, any number of
-// keys not in listed whose values match extra.
-func (c *compiler) objectOf(list []objProp, listed []string, extra []elem) []elem {
+// keys not in listed whose values match extra; with counts, from
+// counts.min to counts.max keys in all.
+func (c *compiler) objectOf(list []objProp, listed []string, extra []elem, counts propCounts) []elem {
 	b := c.b
 	gap := c.gap()
 	member := func(key []elem, val []elem) int32 {
@@ -184,41 +205,51 @@ func (c *compiler) objectOf(list []objProp, listed []string, extra []elem) []ele
 		}
 		return nil, true
 	}
+	// n counts the listed keys written, up to counts.min; m every key,
+	// up to counts.max. Unlisted keys do not count toward the least: one
+	// may be written twice, which a decoder reads as one key.
 	type key struct {
 		s       uint64
 		written bool
+		n, m    int
 	}
 	rules := map[key]int32{}
-	var state func(s uint64, written bool) int32
-	state = func(s uint64, written bool) int32 {
-		if r, ok := rules[key{s, written}]; ok {
+	var state func(s uint64, written bool, n, m int) int32
+	state = func(s uint64, written bool, n, m int) int32 {
+		k := key{s, written, n, m}
+		if r, ok := rules[k]; ok {
 			return r
 		}
 		r := b.newRule()
-		rules[key{s, written}] = r
+		rules[k] = r
 		var sep []elem
 		if written {
 			sep = seq(b.lit(","), gap)
 		}
 		edges, accept := next(s)
+		m1, room := m, true
+		if counts.has {
+			m1, room = m+1, m < counts.max
+		}
 		var alts [][]elem
 		for _, e := range edges {
-			if e.prop < 0 {
-				alts = append(alts, []elem{ref(state(e.to, written))})
-				continue
+			switch {
+			case e.prop < 0:
+				alts = append(alts, []elem{ref(state(e.to, written, n, m))})
+			case room:
+				alts = append(alts, seq(sep, []elem{ref(mem[e.prop]), ref(state(e.to, true, min(n+1, counts.min), m1))}))
 			}
-			alts = append(alts, seq(sep, []elem{ref(mem[e.prop]), ref(state(e.to, true))}))
 		}
-		if memX >= 0 {
-			alts = append(alts, seq(sep, []elem{ref(memX), ref(state(s, true))}))
+		if memX >= 0 && room {
+			alts = append(alts, seq(sep, []elem{ref(memX), ref(state(s, true, n, m1))}))
 		}
-		if accept {
+		if accept && n >= counts.min {
 			alts = append(alts, b.lit("}"))
 		}
 		b.define(r, alts...)
 		return r
 	}
-	return seq(b.lit("{"), gap, []elem{ref(state(0, false))})
+	return seq(b.lit("{"), gap, []elem{ref(state(0, false, 0, 0))})
 }
 
 // quoted is k as a JSON string.
@@ -364,6 +395,6 @@ func (c *compiler) anyObject() int32 {
 	}
 	r := c.b.newRule()
 	c.memo["object"] = r
-	c.b.define(r, c.objectOf(nil, nil, []elem{ref(c.anyValue())}))
+	c.b.define(r, c.objectOf(nil, nil, []elem{ref(c.anyValue())}, propCounts{}))
 	return r
 }

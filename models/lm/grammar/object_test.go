@@ -113,3 +113,41 @@ func randomJSON(rng *rand.Rand, keys []string, depth int) string {
 		return "{" + strings.Join(parts, ",") + sp() + "}"
 	}
 }
+
+// TestPropertyCounts checks minProperties and maxProperties in both
+// grammars against the validator.
+func TestPropertyCounts(t *testing.T) {
+	for _, tc := range []struct {
+		schema         string
+		accept, reject []string
+	}{
+		{`{"type":"object","properties":{"a":{},"b":{},"c":{}},"minProperties":2,"maxProperties":2}`,
+			[]string{`{"a":1,"b":2}`, `{"a":1,"c":2}`}, []string{`{"a":1}`, `{}`, `{"a":1,"b":1,"c":1}`}},
+		{`{"type":"object","maxProperties":1}`, []string{`{}`, `{"x":1}`}, []string{`{"x":1,"y":2}`}},
+		{`{"type":"object","properties":{"a":{}},"additionalProperties":{"type":"integer"},"minProperties":1,"maxProperties":2}`,
+			[]string{`{"a":"s"}`}, []string{`{}`, `{"a":1,"b":2,"c":3}`}},
+	} {
+		v := compileValidator(t, tc.schema)
+		for _, check := range []bool{false, true} {
+			g, err := SchemaWith([]byte(tc.schema), Options{Check: check})
+			if err != nil {
+				t.Fatalf("%s: %v", tc.schema, err)
+			}
+			for _, in := range tc.accept {
+				if !g.Match([]byte(in)) || !validates(v, in) {
+					t.Errorf("%s (check %v): %s matched %v, validates %v", tc.schema, check, in, g.Match([]byte(in)), validates(v, in))
+				}
+			}
+			for _, in := range tc.reject {
+				if g.Match([]byte(in)) || validates(v, in) {
+					t.Errorf("%s (check %v): %s matched %v, validates %v", tc.schema, check, in, g.Match([]byte(in)), validates(v, in))
+				}
+			}
+		}
+	}
+	// A least the listed properties cannot reach is refused: unlisted
+	// keys may repeat, so they are not counted toward it.
+	if _, err := Schema([]byte(`{"type":"object","minProperties":1}`)); err == nil {
+		t.Error("minProperties without listed properties compiled")
+	}
+}

@@ -38,10 +38,10 @@ var (
 		"items": true, "minItems": true, "maxItems": true,
 		"minLength": true, "maxLength": true,
 		"minimum": true, "maximum": true, "exclusiveMinimum": true, "exclusiveMaximum": true,
-		"format": true}
+		"format": true, "minProperties": true, "maxProperties": true}
 	refused = map[string]bool{"multipleOf": true, "divisibleBy": true, "pattern": true,
 		"uniqueItems": true, "contains": true, "minContains": true, "maxContains": true,
-		"minProperties": true, "maxProperties": true, "dependentRequired": true, "dependencies": true,
+		"dependentRequired": true, "dependencies": true,
 		"dependentSchemas": true, "patternProperties": true, "propertyNames": true,
 		"additionalItems": true, "prefixItems": true, "unevaluatedItems": true, "unevaluatedProperties": true,
 		"oneOf": true, "not": true, "if": true, "then": true, "else": true, "extends": true, "disallow": true,
@@ -279,7 +279,8 @@ func (c *compiler) value(n *node, path string) []elem {
 	switch t := n.get("type"); {
 	case t == nil:
 		switch {
-		case n.get("properties") != nil || n.get("required") != nil || n.get("additionalProperties") != nil:
+		case n.get("properties") != nil || n.get("required") != nil || n.get("additionalProperties") != nil ||
+			n.get("minProperties") != nil || n.get("maxProperties") != nil:
 			types = []string{"object"}
 		case n.get("items") != nil || n.get("minItems") != nil || n.get("maxItems") != nil:
 			types = []string{"array"}
