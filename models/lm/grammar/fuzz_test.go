@@ -30,16 +30,8 @@ func FuzzSchema(f *testing.F) {
 		if err != nil {
 			return
 		}
-		doc, err := jsonschema.UnmarshalJSON(bytes.NewReader(schema))
-		if err != nil {
-			t.Fatalf("compiled a schema that is not JSON: %q", schema)
-		}
-		c := jsonschema.NewCompiler()
-		if c.AddResource("s.json", doc) != nil {
-			return
-		}
-		v, err := c.Compile("s.json")
-		if err != nil {
+		v := fuzzValidator(t, schema)
+		if v == nil {
 			return // the validator refuses it (a draft detail); nothing to compare
 		}
 		// The same schema copying from a request (CopyKeyword): what it
@@ -97,16 +89,8 @@ func FuzzSchemaInstance(f *testing.F) {
 		if !g.Match(instance) && !check.Match(instance) {
 			return
 		}
-		doc, err := jsonschema.UnmarshalJSON(bytes.NewReader(schema))
-		if err != nil {
-			t.Fatalf("compiled a schema that is not JSON: %q", schema)
-		}
-		c := jsonschema.NewCompiler()
-		if c.AddResource("s.json", doc) != nil {
-			return
-		}
-		v, err := c.Compile("s.json")
-		if err != nil {
+		v := fuzzValidator(t, schema)
+		if v == nil {
 			return // the validator refuses it (a draft detail); nothing to compare
 		}
 		inst, err := jsonschema.UnmarshalJSON(bytes.NewReader(instance))
@@ -117,4 +101,22 @@ func FuzzSchemaInstance(f *testing.F) {
 			t.Fatalf("schema %q: the grammar accepts %q, which does not validate: %v", schema, instance, err)
 		}
 	})
+}
+
+// fuzzValidator compiles a schema the grammar compiled with the
+// validator; nil when the validator refuses it.
+func fuzzValidator(t *testing.T, schema []byte) *jsonschema.Schema {
+	doc, err := jsonschema.UnmarshalJSON(bytes.NewReader(schema))
+	if err != nil {
+		t.Fatalf("compiled a schema that is not JSON: %q", schema)
+	}
+	c := jsonschema.NewCompiler()
+	if c.AddResource("s.json", doc) != nil {
+		return nil
+	}
+	v, err := c.Compile("s.json")
+	if err != nil {
+		return nil
+	}
+	return v
 }

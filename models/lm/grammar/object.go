@@ -130,13 +130,8 @@ func (c *compiler) object(n *node, path string) []elem {
 	if c.err != nil {
 		return nil
 	}
-	minP, _ := c.count(n, "minProperties", path, maxCountedItems)
-	maxP, hasMax := c.count(n, "maxProperties", path, maxCountedItems)
-	if c.err != nil {
-		return nil
-	}
-	if hasMax && maxP < minP {
-		c.fail(path, "maxProperties %d is below minProperties %d", maxP, minP)
+	minP, maxP, hasMax, ok := c.countRange(n, "minProperties", "maxProperties", path)
+	if !ok {
 		return nil
 	}
 	counts := propCounts{minP, maxP, hasMax}
@@ -324,13 +319,8 @@ func (c *compiler) array(n *node, path string) []elem {
 	if it := n.get("items"); it != nil {
 		item = c.value(it, path+"/items")
 	}
-	lo, _ := c.count(n, "minItems", path, maxCountedItems)
-	hi, okHi := c.count(n, "maxItems", path, maxCountedItems)
-	if c.err != nil {
-		return nil
-	}
-	if okHi && hi < lo {
-		c.fail(path, "maxItems %d is below minItems %d", hi, lo)
+	lo, hi, okHi, ok := c.countRange(n, "minItems", "maxItems", path)
+	if !ok {
 		return nil
 	}
 	gap := c.gap()
@@ -397,4 +387,20 @@ func (c *compiler) anyObject() int32 {
 	c.memo["object"] = r
 	c.b.define(r, c.objectOf(nil, nil, []elem{ref(c.anyValue())}, propCounts{}))
 	return r
+}
+
+// countRange reads a pair of count keywords (minItems and maxItems, or
+// minProperties and maxProperties), each at most maxCountedItems, the most
+// at or above the least.
+func (c *compiler) countRange(n *node, minKey, maxKey, path string) (lo, hi int, okHi, ok bool) {
+	lo, _ = c.count(n, minKey, path, maxCountedItems)
+	hi, okHi = c.count(n, maxKey, path, maxCountedItems)
+	if c.err != nil {
+		return 0, 0, false, false
+	}
+	if okHi && hi < lo {
+		c.fail(path, "%s %d is below %s %d", maxKey, hi, minKey, lo)
+		return 0, 0, false, false
+	}
+	return lo, hi, okHi, true
 }

@@ -4,6 +4,8 @@ import (
 	"math/rand/v2"
 	"strings"
 	"testing"
+
+	"github.com/santhosh-tekuri/jsonschema/v6"
 )
 
 // TestCheckAcceptsJSONSpellings checks Options.Check against the
@@ -34,20 +36,7 @@ func TestCheckAcceptsJSONSpellings(t *testing.T) {
 		if err != nil {
 			t.Fatalf("%s: %v", tc.schema, err)
 		}
-		v := compileValidator(t, tc.schema)
-		for _, in := range tc.accept {
-			if !g.Match([]byte(in)) {
-				t.Errorf("%s: refused %s", tc.schema, in)
-			}
-			if !validates(v, in) {
-				t.Errorf("%s: the validator refuses %s", tc.schema, in)
-			}
-		}
-		for _, in := range tc.reject {
-			if g.Match([]byte(in)) {
-				t.Errorf("%s: accepted %s", tc.schema, in)
-			}
-		}
+		checkMatches(t, g, compileValidator(t, tc.schema), tc.schema, tc.accept, tc.reject)
 	}
 }
 
@@ -149,5 +138,24 @@ func TestPropertyCounts(t *testing.T) {
 	// keys may repeat, so they are not counted toward it.
 	if _, err := Schema([]byte(`{"type":"object","minProperties":1}`)); err == nil {
 		t.Error("minProperties without listed properties compiled")
+	}
+}
+
+// checkMatches checks that g matches every accept, which the validator
+// accepts too, and no reject.
+func checkMatches(t *testing.T, g *Grammar, v *jsonschema.Schema, name string, accept, reject []string) {
+	t.Helper()
+	for _, in := range accept {
+		if !g.Match([]byte(in)) {
+			t.Errorf("%s: refused %s", name, in)
+		}
+		if !validates(v, in) {
+			t.Errorf("%s: the validator refuses %s", name, in)
+		}
+	}
+	for _, in := range reject {
+		if g.Match([]byte(in)) {
+			t.Errorf("%s: accepted %s", name, in)
+		}
 	}
 }
