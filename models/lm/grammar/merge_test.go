@@ -21,6 +21,8 @@ func TestSiblingKeywordsApplyToBranches(t *testing.T) {
 			[]string{`{"x":"a","y":true}`}, []string{`{"x":"a"}`, `{"y":true}`, `{"x":1,"y":true}`}},
 		{`{"$defs":{"n":{"type":"integer","maximum":9}},"$ref":"#/$defs/n","minimum":3}`, []string{"3", "9"}, []string{"2", "10"}},
 		{`{"enum":[1,2,7],"anyOf":[{"minimum":2}]}`, []string{"2", "7"}, []string{"1"}},
+		{`{"oneOf":[{"type":"string","maxLength":2},{"type":"integer"},{"type":["null","boolean"]}],"minimum":3}`,
+			[]string{`"ab"`, "3", "null", "true"}, []string{`"abc"`, "2", "2.5"}},
 	} {
 		g, err := Schema([]byte(tc.schema))
 		if err != nil {
@@ -47,7 +49,9 @@ func TestSiblingUnsupportedRefused(t *testing.T) {
 		`{"$defs":{"s":{"type":"string","pattern":"x"}},"$ref":"#/$defs/s","minLength":1}`,
 		`{"allOf":[{"const":1},{"const":2}]}`,
 		`{"type":"integer","anyOf":[{"type":"string"}]}`,
-		`{"oneOf":[{"type":"string"},{"type":"null"}]}`,
+		`{"oneOf":[{"type":"string"},{"type":["null","string"]}]}`,
+		`{"oneOf":[{"type":"integer"},{"type":"number"}]}`,
+		`{"oneOf":[{"type":"string"},{"minimum":1}]}`,
 	} {
 		if _, err := Schema([]byte(sc)); err == nil {
 			t.Errorf("%s compiled", sc)

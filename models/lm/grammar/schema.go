@@ -33,7 +33,7 @@ const (
 // examples, $comment, deprecated, and names no draft defines) and, as the
 // specification says of unknown keywords, is ignored.
 var (
-	keywords = map[string]bool{"type": true, "enum": true, "const": true, "anyOf": true, "allOf": true, "$ref": true,
+	keywords = map[string]bool{"type": true, "enum": true, "const": true, "anyOf": true, "allOf": true, "oneOf": true, "$ref": true,
 		"properties": true, "required": true, "additionalProperties": true,
 		"items": true, "minItems": true, "maxItems": true,
 		"minLength": true, "maxLength": true,
@@ -44,7 +44,7 @@ var (
 		"dependentRequired": true, "dependencies": true,
 		"dependentSchemas": true, "patternProperties": true, "propertyNames": true,
 		"additionalItems": true, "prefixItems": true, "unevaluatedItems": true, "unevaluatedProperties": true,
-		"oneOf": true, "not": true, "if": true, "then": true, "else": true, "extends": true, "disallow": true,
+		"not": true, "if": true, "then": true, "else": true, "extends": true, "disallow": true,
 		"$dynamicRef": true, "$recursiveRef": true}
 )
 
@@ -246,6 +246,21 @@ func (c *compiler) value(n *node, path string) []elem {
 		}
 		return c.literals(n, path, c.mentionedEnum(n, e.arr))
 	}
+	if o := n.get("oneOf"); o != nil {
+		// Exactly one branch holds where no value can satisfy two: branches
+		// of pairwise disjoint types. Then oneOf is anyOf.
+		if !disjointTypes(o) {
+			c.fail(path+"/oneOf", "oneOf is supported only where its branches have disjoint types")
+			return nil
+		}
+		if n.get("anyOf") != nil {
+			c.fail(path, "oneOf beside anyOf is not supported")
+			return nil
+		}
+		m := without(n, "oneOf")
+		m.obj = append(m.obj, member{"anyOf", o})
+		return c.value(m, path)
+	}
 	if a := n.get("anyOf"); a != nil {
 		if a.kind != 'a' || len(a.arr) == 0 {
 			c.fail(path+"/anyOf", "anyOf must be a non-empty array")
@@ -333,6 +348,47 @@ func (c *compiler) value(n *node, path string) []elem {
 		return alts[0]
 	}
 	return []elem{ref(c.b.rule(alts...))}
+}
+
+// disjointTypes reports whether o is an array of object schemas, each
+// with an explicit type, no two sharing a type ("integer" is within
+// "number").
+func disjointTypes(o *node) bool {
+	if o.kind != 'a' || len(o.arr) == 0 {
+		return false
+	}
+	seen := map[string]bool{}
+	for _, br := range o.arr {
+		t := br.get("type")
+		if t == nil {
+			return false
+		}
+		ts := []*node{t}
+		if t.kind == 'a' {
+			ts = t.arr
+		}
+		for _, x := range ts {
+			if x.kind != 's' {
+				return false
+			}
+			names := []string{x.str}
+			if x.str == "integer" || x.str == "number" {
+				names = []string{"integer", "number"}
+			}
+			for _, n := range names {
+				if seen[n] {
+					return false
+				}
+			}
+		}
+		for _, x := range ts {
+			seen[x.str] = true
+			if x.str == "integer" || x.str == "number" {
+				seen["integer"], seen["number"] = true, true
+			}
+		}
+	}
+	return true
 }
 
 func onlyAnnotations(n *node, except string) bool {
