@@ -35,6 +35,14 @@ type Options struct {
 	// CopyFrom is the text CopyKeyword values are copied from: the
 	// request's last user turn.
 	CopyFrom string
+	// Check compiles the grammar for checking a document rather than
+	// writing one: it then accepts every spelling of a valid value that
+	// object.go handles (whitespace between tokens, keys in any order,
+	// keys the schema does not list where additionalProperties allows
+	// them). Without it the grammar is compact JSON, listed keys in schema
+	// order, which is what the model writes: its choice points stay whole
+	// and it is not offered keys to invent.
+	Check bool
 }
 
 // SchemaWith is Schema with options.
@@ -44,7 +52,7 @@ func SchemaWith(schema []byte, o Options) (*Grammar, error) {
 		return nil, parseError(err)
 	}
 	return compileCopying(o.CopyFrom, nil, func(c *compiler) []elem {
-		c.root = n
+		c.root, c.check = n, o.Check
 		if !c.checkLimits(n, "#") {
 			return nil
 		}

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"math/rand/v2"
+	"strings"
 	"testing"
 
 	"github.com/santhosh-tekuri/jsonschema/v6"
@@ -29,16 +30,8 @@ func FuzzSchema(f *testing.F) {
 		if err != nil {
 			return
 		}
-		doc, err := jsonschema.UnmarshalJSON(bytes.NewReader(schema))
-		if err != nil {
-			t.Fatalf("compiled a schema that is not JSON: %q", schema)
-		}
-		c := jsonschema.NewCompiler()
-		if c.AddResource("s.json", doc) != nil {
-			return
-		}
-		v, err := c.Compile("s.json")
-		if err != nil {
+		v := fuzzValidator(t, schema)
+		if v == nil {
 			return // the validator refuses it (a draft detail); nothing to compare
 		}
 		// The same schema copying from a request (CopyKeyword): what it
@@ -68,4 +61,62 @@ func FuzzSchema(f *testing.F) {
 			}
 		}
 	})
+}
+
+// FuzzSchemaInstance feeds a schema and a document to the grammar (both
+// the writing and the checking grammar, Options.Check) and to an
+// independent validator, and fails when a grammar accepts a document the
+// validator refuses: the grammar must never be looser than the schema.
+func FuzzSchemaInstance(f *testing.F) {
+	for i, s := range schemas {
+		f.Add([]byte(s), []byte(`{"temperature":16,"c":1,"name":"ab","tags":["a"]}`))
+		f.Add([]byte(s), []byte(`[1, null ,{"v":1,"next":null}]`))
+		f.Add([]byte(s), []byte(strings.Repeat(`{"x": [`, i%3)+`0.5`+strings.Repeat(`]}`, i%3)))
+	}
+	f.Add([]byte(`{"type":"integer","minimum":5,"anyOf":[{"type":"integer"},{"type":"null"}]}`), []byte(`1`))
+	f.Add([]byte(`{"type":"number","minimum":0.1,"exclusiveMaximum":2.25}`), []byte(`2.2499`))
+	f.Add([]byte(`{"allOf":[{"properties":{"a":{"type":"string"}},"additionalProperties":false},{"properties":{"b":{}}}]}`), []byte(`{"b":1}`))
+	f.Add([]byte(`{"type":"object","properties":{"ab":{"type":"integer"}},"additionalProperties":{"type":"string"}}`), []byte(`{"a":"x", "ab" :1}`))
+	f.Fuzz(func(t *testing.T, schema, instance []byte) {
+		g, err := Schema(schema)
+		if err != nil {
+			return
+		}
+		check, err := SchemaWith(schema, Options{Check: true})
+		if err != nil {
+			t.Fatalf("schema %q compiles but not for checking: %v", schema, err)
+		}
+		if !g.Match(instance) && !check.Match(instance) {
+			return
+		}
+		v := fuzzValidator(t, schema)
+		if v == nil {
+			return // the validator refuses it (a draft detail); nothing to compare
+		}
+		inst, err := jsonschema.UnmarshalJSON(bytes.NewReader(instance))
+		if err != nil {
+			t.Fatalf("schema %q: the grammar accepts %q, which is not JSON: %v", schema, instance, err)
+		}
+		if err := v.Validate(inst); err != nil {
+			t.Fatalf("schema %q: the grammar accepts %q, which does not validate: %v", schema, instance, err)
+		}
+	})
+}
+
+// fuzzValidator compiles a schema the grammar compiled with the
+// validator; nil when the validator refuses it.
+func fuzzValidator(t *testing.T, schema []byte) *jsonschema.Schema {
+	doc, err := jsonschema.UnmarshalJSON(bytes.NewReader(schema))
+	if err != nil {
+		t.Fatalf("compiled a schema that is not JSON: %q", schema)
+	}
+	c := jsonschema.NewCompiler()
+	if c.AddResource("s.json", doc) != nil {
+		return nil
+	}
+	v, err := c.Compile("s.json")
+	if err != nil {
+		return nil
+	}
+	return v
 }

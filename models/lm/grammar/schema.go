@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"fmt"
 	"math"
+	"math/big"
 	"strconv"
 	"strings"
 )
@@ -29,24 +30,38 @@ const (
 	// precision beside the integer part's 15 (llama.cpp's
 	// json-schema-to-grammar allows 16 and 16, Python's repr of a float64
 	// writes at most 17 significant digits); 3 exponent digits reach every
-	// finite float64 (e±308).
+	// finite float64 (e±308). The checking grammar keeps the same bounds,
+	// so it refuses a valid document with a longer number.
 	maxFractionDigits = 15
 	maxExponentDigits = 3
 )
 
-// Keywords a schema may use. Annotations are accepted and change nothing;
-// any keyword outside this list is refused by name, because a constraint
-// the grammar did not enforce would let output through that fails it.
+// Keywords a schema may use. keywords are the ones the compiler enforces;
+// refused are the JSON Schema keywords (drafts 3 to 2020-12) that assert
+// something it does not enforce, each refused by name, because output that
+// fails them would get through. Every other keyword only annotates (title,
+// id, $id, Snowplow's self, _format, x-* and x-kubernetes-*, readonly,
+// examples, $comment, deprecated, and names no draft defines) and, as the
+// specification says of unknown keywords, is ignored.
 var (
-	annotations = map[string]bool{"title": true, "description": true, "default": true, "examples": true, "$schema": true,
-		"$id": true, "$comment": true, "deprecated": true, "readOnly": true, "writeOnly": true, "$defs": true, "definitions": true, "strict": true,
-		CopyKeyword: true}
-	keywords = map[string]bool{"type": true, "enum": true, "const": true, "anyOf": true, "$ref": true,
+	keywords = map[string]bool{"type": true, "enum": true, "const": true, "anyOf": true, "allOf": true, "oneOf": true, "$ref": true,
 		"properties": true, "required": true, "additionalProperties": true,
 		"items": true, "minItems": true, "maxItems": true,
 		"minLength": true, "maxLength": true,
-		"minimum": true, "maximum": true, "exclusiveMinimum": true, "exclusiveMaximum": true}
+		"minimum": true, "maximum": true, "exclusiveMinimum": true, "exclusiveMaximum": true,
+		"format": true, "minProperties": true, "maxProperties": true}
+	refused = map[string]bool{"multipleOf": true, "divisibleBy": true, "pattern": true,
+		"uniqueItems": true, "contains": true, "minContains": true, "maxContains": true,
+		"dependentRequired": true, "dependencies": true,
+		"dependentSchemas": true, "patternProperties": true, "propertyNames": true,
+		"additionalItems": true, "prefixItems": true, "unevaluatedItems": true, "unevaluatedProperties": true,
+		"not": true, "if": true, "then": true, "else": true, "extends": true, "disallow": true,
+		"$dynamicRef": true, "$recursiveRef": true}
 )
+
+// annotation reports whether key only annotates: neither enforced nor
+// refused.
+func annotation(key string) bool { return !keywords[key] && !refused[key] }
 
 // SchemaError is a schema the compiler cannot turn into a grammar, with
 // where in the schema (a JSON pointer) and why. Limit names the limit
@@ -69,13 +84,15 @@ type compiler struct {
 	// copyUnmarked copies values whose schema has no CopyKeyword as if it
 	// said true (tool arguments; copy.go).
 	copyUnmarked bool
-	b            *builder
-	root         *node
-	refs         map[string]int32 // rule of each $ref target compiled so far
-	memo         map[string]int32 // shared rules: "string", "value", ...
-	err          *SchemaError
-	size         schemaSize // what the static limits count so far
-	depth        int        // value's recursion
+	// check accepts every spelling JSON allows (Options.Check).
+	check bool
+	b     *builder
+	root  *node
+	refs  map[string]int32 // rule of each $ref target compiled so far
+	memo  map[string]int32 // shared rules: "string", "value", ...
+	err   *SchemaError
+	size  schemaSize // what the static limits count so far
+	depth int        // value's recursion
 	// defs are the $ref targets compiled, for the productive check.
 	defs      []namedRule
 	refPrefix string // names the document defs come from ("tool NAME ")
@@ -195,17 +212,40 @@ func (c *compiler) value(n *node, path string) []elem {
 		return nil
 	}
 	for _, m := range n.obj {
-		if !keywords[m.key] && !annotations[m.key] {
+		if refused[m.key] {
 			c.fail(path, "keyword %q is not supported", m.key)
 			return nil
 		}
 	}
 	if r := n.get("$ref"); r != nil {
-		if len(n.obj) > 1 && !onlyAnnotations(n, "$ref") {
-			c.fail(path, "$ref beside other constraints is not supported")
+		if onlyAnnotations(n, "$ref") {
+			return c.ref(r, path)
+		}
+		// The keywords beside a $ref constrain the value as well as its
+		// target: compile their intersection.
+		t := c.refTarget(r, path)
+		if t == nil {
 			return nil
 		}
-		return c.ref(r, path)
+		m, ok := c.merge(without(n, "$ref"), t, path)
+		if !ok {
+			return nil
+		}
+		return c.value(m, path)
+	}
+	if a := n.get("allOf"); a != nil {
+		if a.kind != 'a' || len(a.arr) == 0 {
+			c.fail(path+"/allOf", "allOf must be a non-empty array")
+			return nil
+		}
+		m := without(n, "allOf")
+		for i, s := range a.arr {
+			var ok bool
+			if m, ok = c.merge(m, s, fmt.Sprintf("%s/allOf/%d", path, i)); !ok {
+				return nil
+			}
+		}
+		return c.value(m, path)
 	}
 	if e := n.get("const"); e != nil {
 		return c.literals(n, path, []*node{e})
@@ -217,14 +257,47 @@ func (c *compiler) value(n *node, path string) []elem {
 		}
 		return c.literals(n, path, c.mentionedEnum(n, e.arr))
 	}
+	if o := n.get("oneOf"); o != nil {
+		// Exactly one branch holds where no value can satisfy two: branches
+		// of pairwise disjoint types. Then oneOf is anyOf.
+		if !disjointTypes(o) {
+			c.fail(path+"/oneOf", "oneOf is supported only where its branches have disjoint types")
+			return nil
+		}
+		if n.get("anyOf") != nil {
+			c.fail(path, "oneOf beside anyOf is not supported")
+			return nil
+		}
+		m := without(n, "oneOf")
+		m.obj = append(m.obj, member{"anyOf", o})
+		return c.value(m, path)
+	}
 	if a := n.get("anyOf"); a != nil {
 		if a.kind != 'a' || len(a.arr) == 0 {
 			c.fail(path+"/anyOf", "anyOf must be a non-empty array")
 			return nil
 		}
+		// The keywords beside anyOf apply to every branch: each branch
+		// compiles as its intersection with them (merge.go), and a branch
+		// that intersection leaves no type for is dropped.
+		rest := without(n, "anyOf")
 		var alts [][]elem
 		for i, s := range a.arr {
-			alts = append(alts, c.value(s, fmt.Sprintf("%s/anyOf/%d", path, i)))
+			p := fmt.Sprintf("%s/anyOf/%d", path, i)
+			if !onlyAnnotations(rest, "") {
+				var ok bool
+				if s, ok = c.merge(rest, s, p); !ok {
+					return nil
+				}
+				if t := s.get("type"); t != nil && t.kind == 'a' && len(t.arr) == 0 {
+					continue
+				}
+			}
+			alts = append(alts, c.value(s, p))
+		}
+		if len(alts) == 0 {
+			c.fail(path, "no anyOf branch has a type the keywords beside it allow")
+			return nil
 		}
 		return []elem{ref(c.b.rule(alts...))}
 	}
@@ -232,11 +305,12 @@ func (c *compiler) value(n *node, path string) []elem {
 	switch t := n.get("type"); {
 	case t == nil:
 		switch {
-		case n.get("properties") != nil || n.get("required") != nil || n.get("additionalProperties") != nil:
+		case n.get("properties") != nil || n.get("required") != nil || n.get("additionalProperties") != nil ||
+			n.get("minProperties") != nil || n.get("maxProperties") != nil:
 			types = []string{"object"}
 		case n.get("items") != nil || n.get("minItems") != nil || n.get("maxItems") != nil:
 			types = []string{"array"}
-		case n.get("minLength") != nil || n.get("maxLength") != nil:
+		case n.get("minLength") != nil || n.get("maxLength") != nil || n.get("format") != nil:
 			types = []string{"string"}
 		case n.get("minimum") != nil || n.get("maximum") != nil || n.get("exclusiveMinimum") != nil || n.get("exclusiveMaximum") != nil:
 			types = []string{"number"}
@@ -287,9 +361,50 @@ func (c *compiler) value(n *node, path string) []elem {
 	return []elem{ref(c.b.rule(alts...))}
 }
 
+// disjointTypes reports whether o is an array of object schemas, each
+// with an explicit type, no two sharing a type ("integer" is within
+// "number").
+func disjointTypes(o *node) bool {
+	if o.kind != 'a' || len(o.arr) == 0 {
+		return false
+	}
+	seen := map[string]bool{}
+	for _, br := range o.arr {
+		t := br.get("type")
+		if t == nil {
+			return false
+		}
+		ts := []*node{t}
+		if t.kind == 'a' {
+			ts = t.arr
+		}
+		for _, x := range ts {
+			if x.kind != 's' {
+				return false
+			}
+			names := []string{x.str}
+			if x.str == "integer" || x.str == "number" {
+				names = []string{"integer", "number"}
+			}
+			for _, n := range names {
+				if seen[n] {
+					return false
+				}
+			}
+		}
+		for _, x := range ts {
+			seen[x.str] = true
+			if x.str == "integer" || x.str == "number" {
+				seen["integer"], seen["number"] = true, true
+			}
+		}
+	}
+	return true
+}
+
 func onlyAnnotations(n *node, except string) bool {
 	for _, m := range n.obj {
-		if m.key != except && !annotations[m.key] {
+		if m.key != except && !annotation(m.key) {
 			return false
 		}
 	}
@@ -299,12 +414,25 @@ func onlyAnnotations(n *node, except string) bool {
 // ref resolves "#", "#/$defs/NAME" and "#/definitions/NAME" in the root
 // schema; a recursive reference reuses the rule being built.
 func (c *compiler) ref(r *node, path string) []elem {
+	if id, ok := c.refs[r.str]; ok {
+		return []elem{ref(id)}
+	}
+	target := c.refTarget(r, path)
+	if target == nil {
+		return nil
+	}
+	id := c.b.newRule()
+	c.refs[r.str] = id
+	c.defs = append(c.defs, namedRule{id, c.refPrefix, r.str})
+	c.b.define(id, c.value(target, r.str))
+	return []elem{ref(id)}
+}
+
+// refTarget is the schema r names, or nil with the error set.
+func (c *compiler) refTarget(r *node, path string) *node {
 	if r.kind != 's' {
 		c.fail(path+"/$ref", "$ref must be a string")
 		return nil
-	}
-	if id, ok := c.refs[r.str]; ok {
-		return []elem{ref(id)}
 	}
 	var target *node
 	switch {
@@ -319,11 +447,7 @@ func (c *compiler) ref(r *node, path string) []elem {
 		c.fail(path+"/$ref", "$ref %q does not name the root or one of its $defs", r.str)
 		return nil
 	}
-	id := c.b.newRule()
-	c.refs[r.str] = id
-	c.defs = append(c.defs, namedRule{id, c.refPrefix, r.str})
-	c.b.define(id, c.value(target, r.str))
-	return []elem{ref(id)}
+	return target
 }
 
 // literals matches any of vals spelled as compact JSON that also satisfy
@@ -340,7 +464,8 @@ func (c *compiler) literals(n *node, path string, vals []*node) []elem {
 	if !onlyAnnotations(rest, "") {
 		var err error
 		check, err = compile(c.b.spent, func(sub *compiler) []elem {
-			sub.root = c.root
+			// The values are checked in any key order.
+			sub.root, sub.check = c.root, true
 			return sub.value(rest, path)
 		})
 		if err != nil {
@@ -388,24 +513,36 @@ func (c *compiler) shared(key string, build func(r int32) [][]elem) int32 {
 func (c *compiler) char() int32 {
 	return c.shared("char", func(int32) [][]elem {
 		b := c.b
-		var plain byteSet
-		plain.add(0x20, 0x7f)
-		plain[0x22>>6] &^= 1 << (0x22 & 63)
-		plain[0x5c>>6] &^= 1 << (0x5c & 63)
+		plain := plainBytes()
 		var esc byteSet
 		for _, e := range `"\/bfnrt` {
 			esc.add(byte(e), byte(e))
 		}
-		var hex byteSet
-		hex.add('0', '9')
-		hex.add('a', 'f')
-		hex.add('A', 'F')
-		h := b.set(hex)
-		cont := b.rangeElem(0x80, 0xbf)
+		h := c.hexDigit()
 		return [][]elem{
 			{b.set(plain)},
 			{b.byteElem('\\'), b.set(esc)},
 			{b.byteElem('\\'), b.byteElem('u'), h, h, h, h},
+			{ref(c.multiByte())},
+		}
+	})
+}
+
+// plainBytes are the ASCII bytes a JSON string holds unescaped.
+func plainBytes() byteSet {
+	var plain byteSet
+	plain.add(0x20, 0x7f)
+	plain[0x22>>6] &^= 1 << (0x22 & 63)
+	plain[0x5c>>6] &^= 1 << (0x5c & 63)
+	return plain
+}
+
+// multiByte is one well-formed UTF-8 sequence of two to four bytes.
+func (c *compiler) multiByte() int32 {
+	return c.shared("multibyte", func(int32) [][]elem {
+		b := c.b
+		cont := b.rangeElem(0x80, 0xbf)
+		return [][]elem{
 			{b.rangeElem(0xc2, 0xdf), cont},
 			{b.byteElem(0xe0), b.rangeElem(0xa0, 0xbf), cont},
 			{b.rangeElem(0xe1, 0xec), cont, cont},
@@ -430,6 +567,9 @@ func (c *compiler) str(n *node, path string) []elem {
 	hi, okHi := c.count(n, "maxLength", path, maxCountedLength)
 	if c.err != nil {
 		return nil
+	}
+	if n.get("format") != nil {
+		return c.formatted(n, path)
 	}
 	if e := c.copiedString(n, lo, hi, okHi); e != nil {
 		return e
@@ -480,44 +620,50 @@ func (c *compiler) count(n *node, key, path string, limit int) (int, bool) {
 	return int(f), true
 }
 
-// bound reads a numeric keyword.
-func (c *compiler) bound(n *node, key, path string) (float64, bool) {
-	v := n.get(key)
-	if v == nil {
-		return 0, false
-	}
-	f, err := v.num.Float64()
-	if v.kind != 'n' || err != nil || math.IsInf(f, 0) {
-		c.fail(path+"/"+key, "%s must be a finite number", key)
-		return 0, false
-	}
-	return f, true
-}
-
 // intBounds is the integer range [lo, hi] a schema's numeric bounds allow,
-// within ±unboundedInt.
+// within ±unboundedInt, rounded exactly (number.go).
 func (c *compiler) intBounds(n *node, path string) (lo, hi int64, ok bool) {
-	flo, fhi := float64(-unboundedInt), float64(unboundedInt)
-	if v, ok := c.bound(n, "minimum", path); ok {
-		flo = max(flo, math.Ceil(v))
-	}
-	if v, ok := c.bound(n, "exclusiveMinimum", path); ok {
-		flo = max(flo, math.Floor(v)+1)
-	}
-	if v, ok := c.bound(n, "maximum", path); ok {
-		fhi = min(fhi, math.Floor(v))
-	}
-	if v, ok := c.bound(n, "exclusiveMaximum", path); ok {
-		fhi = min(fhi, math.Ceil(v)-1)
-	}
+	rlo, loEx, rhi, hiEx := c.ratBounds(n, path)
 	if c.err != nil {
 		return 0, 0, false
 	}
-	if flo > fhi {
+	lo, hi = -unboundedInt, unboundedInt
+	if rlo != nil {
+		// The least integer above (or at) the bound.
+		f := new(big.Int).Div(rlo.Num(), rlo.Denom()) // floor
+		if !rlo.IsInt() || loEx {
+			f.Add(f, big.NewInt(1))
+		}
+		if f.Cmp(big.NewInt(lo)) > 0 {
+			lo = clampInt(f)
+		}
+	}
+	if rhi != nil {
+		f := new(big.Int).Div(rhi.Num(), rhi.Denom())
+		if rhi.IsInt() && hiEx {
+			f.Sub(f, big.NewInt(1))
+		}
+		if f.Cmp(big.NewInt(hi)) < 0 {
+			hi = clampInt(f)
+		}
+	}
+	if lo > hi {
 		c.fail(path, "no integer lies within the bounds")
 		return 0, 0, false
 	}
-	return int64(flo), int64(fhi), true
+	return lo, hi, true
+}
+
+// clampInt is f within ±(unboundedInt+1), so an out-of-range bound still
+// compares right.
+func clampInt(f *big.Int) int64 {
+	if f.Cmp(big.NewInt(unboundedInt+1)) > 0 {
+		return unboundedInt + 1
+	}
+	if f.Cmp(big.NewInt(-unboundedInt-1)) < 0 {
+		return -unboundedInt - 1
+	}
+	return f.Int64()
 }
 
 func (c *compiler) integer(n *node, path string) []elem {
@@ -531,29 +677,13 @@ func (c *compiler) integer(n *node, path string) []elem {
 	return []elem{ref(c.intRange(lo, hi))}
 }
 
-// number is an integer in range, or one with a fraction whose value stays
-// within the bounds: p.ddd for 0 ≤ p < hi, -p.ddd for lo < -p ≤ -1. Without
-// bounds an exponent is allowed too.
+// number is any JSON number when the schema has no bounds, else the
+// decimals within them, compared exactly (number.go).
 func (c *compiler) number(n *node, path string) []elem {
-	bounded := n.get("minimum") != nil || n.get("maximum") != nil || n.get("exclusiveMinimum") != nil || n.get("exclusiveMaximum") != nil
-	lo, hi, ok := c.intBounds(n, path)
-	if !ok {
-		return nil
+	if n.get("minimum") != nil || n.get("maximum") != nil || n.get("exclusiveMinimum") != nil || n.get("exclusiveMaximum") != nil {
+		return c.boundedNumber(n, path, false)
 	}
-	b := c.b
-	frac := c.fraction()
-	alts := [][]elem{{ref(c.intRange(lo, hi))}}
-	if l, h := max(lo, 0), hi-1; l <= h {
-		alts = append(alts, seq([]elem{ref(c.intRange(l, h))}, frac))
-	}
-	if l, h := lo+1, min(hi, -1); l <= h {
-		alts = append(alts, seq([]elem{ref(c.intRange(l, h))}, frac))
-	}
-	r := b.rule(alts...)
-	if bounded {
-		return []elem{ref(r)}
-	}
-	return []elem{ref(r), ref(c.exponent())}
+	return []elem{ref(c.intRange(-unboundedInt, unboundedInt)), ref(c.b.optional(c.fraction())), ref(c.exponent())}
 }
 
 // exponent matches an optional JSON exponent ("e-12") of at most
@@ -651,200 +781,4 @@ func (c *compiler) sameLength(a, z string) []elem {
 	}
 	alts = append(alts, seq(b.lit(z[:1]), c.sameLength(strings.Repeat("0", rest), z[1:])))
 	return []elem{ref(b.rule(alts...))}
-}
-
-// object writes the listed properties in schema order, each optional one
-// possibly left out, every required one present. Without properties, any
-// keys whose values match additionalProperties (any value when absent).
-func (c *compiler) object(n *node, path string) []elem {
-	b := c.b
-	props := n.get("properties")
-	if props != nil && props.kind != 'o' {
-		c.fail(path+"/properties", "properties must be an object")
-		return nil
-	}
-	required := map[string]bool{}
-	if r := n.get("required"); r != nil {
-		if r.kind != 'a' {
-			c.fail(path+"/required", "required must be an array of strings")
-			return nil
-		}
-		for _, x := range r.arr {
-			if x.kind != 's' {
-				c.fail(path+"/required", "required must be an array of strings")
-				return nil
-			}
-			required[x.str] = true
-		}
-	}
-	type prop struct {
-		key string
-		val []elem
-		req bool
-	}
-	var list []prop
-	seen := map[string]bool{}
-	if props != nil {
-		for _, m := range props.obj {
-			if seen[m.key] {
-				c.fail(path+"/properties", "property %q listed twice", m.key)
-				return nil
-			}
-			seen[m.key] = true
-			list = append(list, prop{m.key, c.value(m.val, path+"/properties/"+m.key), required[m.key]})
-		}
-	}
-	// Required names the properties do not describe take what
-	// additionalProperties allows.
-	ap := n.get("additionalProperties")
-	if r := n.get("required"); r != nil {
-		for _, x := range r.arr {
-			if seen[x.str] {
-				continue
-			}
-			seen[x.str] = true
-			val := []elem{ref(c.anyValue())}
-			switch {
-			case ap == nil || ap.kind == 'b' && ap.b:
-			case ap.kind == 'b':
-				c.fail(path+"/required", "required property %q is not in properties and additionalProperties is false", x.str)
-				return nil
-			default:
-				val = c.value(ap, path+"/additionalProperties")
-			}
-			list = append(list, prop{x.str, val, true})
-		}
-	}
-	if c.err != nil {
-		return nil
-	}
-	if len(list) == 0 {
-		if ap == nil || (ap.kind == 'b' && ap.b) {
-			return []elem{ref(c.anyObject())}
-		}
-		if ap.kind == 'b' {
-			return b.lit("{}")
-		}
-		return c.mapObject(c.value(ap, path+"/additionalProperties"))
-	}
-	// rest[i][first] matches properties i.. then "}", first saying whether
-	// none was written yet (no comma before the next).
-	rest := make([][2]int32, len(list)+1)
-	end := b.litRule("}")
-	rest[len(list)] = [2]int32{end, end}
-	for i := len(list) - 1; i >= 0; i-- {
-		p := list[i]
-		key := fmtKey(p.key)
-		for first := range 2 {
-			var alts [][]elem
-			lead := key
-			if first == 0 {
-				lead = "," + key
-			}
-			alts = append(alts, seq(b.lit(lead), p.val, []elem{ref(rest[i+1][0])}))
-			if !p.req {
-				alts = append(alts, []elem{ref(rest[i+1][first])})
-			}
-			rest[i][first] = b.rule(alts...)
-		}
-	}
-	return seq(b.lit("{"), []elem{ref(rest[0][1])})
-}
-
-func fmtKey(k string) string {
-	var buf bytes.Buffer
-	(&node{kind: 's', str: k}).compact(&buf)
-	return buf.String() + ":"
-}
-
-// mapObject matches objects with any keys whose values match val.
-func (c *compiler) mapObject(val []elem) []elem {
-	b := c.b
-	member := seq([]elem{ref(c.anyString())}, b.lit(":"), val)
-	more := b.newRule()
-	b.define(more, b.lit("}"), seq(b.lit(","), member, []elem{ref(more)}))
-	return seq(b.lit("{"), []elem{ref(b.rule(b.lit("}"), seq(member, []elem{ref(more)})))})
-}
-
-func (c *compiler) array(n *node, path string) []elem {
-	b := c.b
-	item := []elem{ref(c.anyValue())}
-	if it := n.get("items"); it != nil {
-		item = c.value(it, path+"/items")
-	}
-	lo, _ := c.count(n, "minItems", path, maxCountedItems)
-	hi, okHi := c.count(n, "maxItems", path, maxCountedItems)
-	if c.err != nil {
-		return nil
-	}
-	if okHi && hi < lo {
-		c.fail(path, "maxItems %d is below minItems %d", hi, lo)
-		return nil
-	}
-	if okHi && hi == 0 {
-		return b.lit("[]")
-	}
-	// after[k] follows the k-th item: "]" once k ≥ lo, ",item" while k < hi.
-	var loop int32 = -1
-	if !okHi {
-		loop = b.newRule()
-		b.define(loop, b.lit("]"), seq(b.lit(","), item, []elem{ref(loop)}))
-	}
-	top := hi
-	if !okHi {
-		top = max(lo, 1)
-	}
-	after := make([]int32, top+1)
-	for k := top; k >= 1; k-- {
-		var alts [][]elem
-		if k >= lo {
-			alts = append(alts, b.lit("]"))
-		}
-		switch {
-		case k < top:
-			alts = append(alts, seq(b.lit(","), item, []elem{ref(after[k+1])}))
-		case !okHi:
-			alts = [][]elem{{ref(loop)}}
-		}
-		after[k] = b.rule(alts...)
-	}
-	first := [][]elem{seq(item, []elem{ref(after[1])})}
-	if lo == 0 {
-		first = append(first, b.lit("]"))
-	}
-	return seq(b.lit("["), []elem{ref(b.rule(first...))})
-}
-
-// anyValue matches any JSON value (compact).
-func (c *compiler) anyValue() int32 {
-	if r, ok := c.memo["value"]; ok {
-		return r
-	}
-	r := c.b.newRule()
-	c.memo["value"] = r
-	b := c.b
-	// Digits bounded as in number: 15 before the point (unboundedInt),
-	// maxFractionDigits after it, maxExponentDigits in the exponent.
-	num := seq([]elem{ref(b.optional(b.lit("-")))},
-		[]elem{ref(b.rule(b.lit("0"), []elem{b.rangeElem('1', '9'), ref(c.digitsUpTo(len(strconv.Itoa(unboundedInt)) - 1))}))},
-		[]elem{ref(b.optional(c.fraction()))},
-		[]elem{ref(c.exponent())})
-	moreItems := b.newRule()
-	b.define(moreItems, b.lit("]"), seq(b.lit(","), []elem{ref(r), ref(moreItems)}))
-	arr := seq(b.lit("["), []elem{ref(b.rule(b.lit("]"), []elem{ref(r), ref(moreItems)}))})
-	b.define(r,
-		[]elem{ref(c.anyObject())}, arr, []elem{ref(c.anyString())}, num,
-		b.lit("true"), b.lit("false"), b.lit("null"))
-	return r
-}
-
-// anyObject matches any JSON object (compact).
-func (c *compiler) anyObject() int32 {
-	if r, ok := c.memo["object"]; ok {
-		return r
-	}
-	r := c.b.newRule()
-	c.memo["object"] = r
-	c.b.define(r, c.mapObject([]elem{ref(c.anyValue())}))
-	return r
 }

@@ -1,0 +1,408 @@
+package grammar
+
+import (
+	"bytes"
+	"sort"
+	"strconv"
+	"unicode/utf8"
+)
+
+// With Options.Check, objects and arrays are matched as JSON allows them,
+// not only as compact JSON: up to MaxWhitespace whitespace bytes (space, tab, newline, carriage
+// return) in each gap between tokens, keys in any order, and keys the
+// schema does not list when additionalProperties allows them. The bound on
+// whitespace keeps a model from spinning in it: an object or array of n
+// tokens holds at most a bounded run of whitespace between any two.
+
+// MaxWhitespace is the most whitespace bytes a gap between two tokens of
+// an object or array may hold (json.dumps's ", " and ": " separators use
+// one; a document indented by two spaces three levels deep, seven).
+const MaxWhitespace = 8
+
+// maxAnyOrder is the most listed properties an object may have for them to
+// be accepted in any order: the grammar tracks which were written, 2^n
+// states. Beyond it they are accepted in the schema's order, with unlisted
+// keys (where allowed) anywhere between.
+const maxAnyOrder = 6
+
+// gap matches the whitespace between two tokens: none unless checking.
+func (c *compiler) gap() []elem {
+	if !c.check {
+		return nil
+	}
+	r := c.shared("ws", func(int32) [][]elem {
+		var ws byteSet
+		for _, x := range " \t\n\r" {
+			ws.add(byte(x), byte(x))
+		}
+		r := c.b.rule([]elem{})
+		for range MaxWhitespace {
+			r = c.b.rule([]elem{}, []elem{c.b.set(ws), ref(r)})
+		}
+		return c.b.rules[r]
+	})
+	return []elem{ref(r)}
+}
+
+// objProp is a property an object lists: its key, its value and whether it
+// is required.
+type objProp struct {
+	key string
+	val []elem
+	req bool
+}
+
+// object matches the objects valid against n's properties, required and
+// additionalProperties.
+func (c *compiler) object(n *node, path string) []elem {
+	props := n.get("properties")
+	if props != nil && props.kind != 'o' {
+		c.fail(path+"/properties", "properties must be an object")
+		return nil
+	}
+	required := map[string]bool{}
+	var reqOrder []string
+	if r := n.get("required"); r != nil {
+		if r.kind != 'a' {
+			c.fail(path+"/required", "required must be an array of strings")
+			return nil
+		}
+		for _, x := range r.arr {
+			if x.kind != 's' {
+				c.fail(path+"/required", "required must be an array of strings")
+				return nil
+			}
+			if !required[x.str] {
+				reqOrder = append(reqOrder, x.str)
+			}
+			required[x.str] = true
+		}
+	}
+	var list []objProp
+	seen := map[string]bool{}
+	var listed []string // every key the schema names: never an unlisted key
+	if props != nil {
+		for _, m := range props.obj {
+			seen[m.key] = true
+			listed = append(listed, m.key)
+			if m.val.kind == 'b' && !m.val.b {
+				// A property whose schema is false must be absent.
+				if required[m.key] {
+					c.fail(path+"/properties/"+m.key, "required property %q has schema false", m.key)
+					return nil
+				}
+				continue
+			}
+			list = append(list, objProp{m.key, c.value(m.val, path+"/properties/"+m.key), required[m.key]})
+		}
+	}
+	// Required names the properties do not describe take what
+	// additionalProperties allows.
+	ap := n.get("additionalProperties")
+	apOpen := ap == nil || ap.kind == 'b' && ap.b
+	for _, k := range reqOrder {
+		if seen[k] {
+			continue
+		}
+		seen[k] = true
+		listed = append(listed, k)
+		val := []elem{ref(c.anyValue())}
+		switch {
+		case apOpen:
+		case ap.kind == 'b':
+			c.fail(path+"/required", "required property %q is not in properties and additionalProperties is false", k)
+			return nil
+		default:
+			val = c.value(ap, path+"/additionalProperties")
+		}
+		list = append(list, objProp{k, val, true})
+	}
+	var extra []elem
+	switch {
+	case apOpen:
+		extra = []elem{ref(c.anyValue())}
+	case ap.kind != 'b':
+		// Compiled even where unused, so what it says is refused alike.
+		extra = c.value(ap, path+"/additionalProperties")
+	}
+	if len(list) > 0 && !c.check {
+		extra = nil // writing, the model keeps to the listed keys
+	}
+	if c.err != nil {
+		return nil
+	}
+	minP, maxP, hasMax, ok := c.countRange(n, "minProperties", "maxProperties", path)
+	if !ok {
+		return nil
+	}
+	counts := propCounts{minP, maxP, hasMax}
+	if minP > len(list) {
+		c.fail(path, "minProperties %d is more than the %d listed properties (unlisted keys are not counted toward it)", minP, len(list))
+		return nil
+	}
+	if len(list) == 0 && extra != nil && apOpen && counts == (propCounts{}) {
+		return []elem{ref(c.anyObject())}
+	}
+	return c.objectOf(list, listed, extra, counts)
+}
+
+// propCounts are an object's minProperties and maxProperties (when has).
+type propCounts struct {
+	min, max int
+	has      bool
+}
+
+// objectOf matches an object of the listed properties, each at most once
+// and every required one present, and, when extra is set, any number of
+// keys not in listed whose values match extra; with counts, from
+// counts.min to counts.max keys in all.
+func (c *compiler) objectOf(list []objProp, listed []string, extra []elem, counts propCounts) []elem {
+	b := c.b
+	gap := c.gap()
+	member := func(key []elem, val []elem) int32 {
+		return b.rule(seq(key, gap, b.lit(":"), gap, val, gap))
+	}
+	mem := make([]int32, len(list))
+	var reqMask uint64
+	for i, p := range list {
+		mem[i] = member(b.lit(quoted(p.key)), p.val)
+		if p.req && i < 64 {
+			reqMask |= 1 << i
+		}
+	}
+	memX := int32(-1)
+	if extra != nil {
+		memX = member([]elem{ref(c.otherKey(listed))}, extra)
+	}
+	// A state is the set of properties written (any order), or the index
+	// of the next property, which is written or, if optional, skipped
+	// (schema order).
+	anyOrder := c.check && len(list) <= maxAnyOrder
+	type edge struct {
+		prop int
+		to   uint64
+	}
+	next := func(s uint64) (out []edge, accept bool) {
+		if anyOrder {
+			for i := range list {
+				if s&(1<<i) == 0 {
+					out = append(out, edge{i, s | 1<<i})
+				}
+			}
+			return out, s&reqMask == reqMask
+		}
+		// Property s is written next, or (optional) skipped.
+		if i := int(s); i < len(list) {
+			out = append(out, edge{i, s + 1})
+			if !list[i].req {
+				out = append(out, edge{-1, s + 1})
+			}
+			return out, false
+		}
+		return nil, true
+	}
+	// n counts the listed keys written, up to counts.min; m every key,
+	// up to counts.max. Unlisted keys do not count toward the least: one
+	// may be written twice, which a decoder reads as one key.
+	type key struct {
+		s       uint64
+		written bool
+		n, m    int
+	}
+	rules := map[key]int32{}
+	var state func(s uint64, written bool, n, m int) int32
+	state = func(s uint64, written bool, n, m int) int32 {
+		k := key{s, written, n, m}
+		if r, ok := rules[k]; ok {
+			return r
+		}
+		r := b.newRule()
+		rules[k] = r
+		var sep []elem
+		if written {
+			sep = seq(b.lit(","), gap)
+		}
+		edges, accept := next(s)
+		m1, room := m, true
+		if counts.has {
+			m1, room = m+1, m < counts.max
+		}
+		var alts [][]elem
+		for _, e := range edges {
+			switch {
+			case e.prop < 0:
+				alts = append(alts, []elem{ref(state(e.to, written, n, m))})
+			case room:
+				alts = append(alts, seq(sep, []elem{ref(mem[e.prop]), ref(state(e.to, true, min(n+1, counts.min), m1))}))
+			}
+		}
+		if memX >= 0 && room {
+			alts = append(alts, seq(sep, []elem{ref(memX), ref(state(s, true, n, m1))}))
+		}
+		if accept && n >= counts.min {
+			alts = append(alts, b.lit("}"))
+		}
+		b.define(r, alts...)
+		return r
+	}
+	return seq(b.lit("{"), gap, []elem{ref(state(0, false, 0, 0))})
+}
+
+// quoted is k as a JSON string.
+func quoted(k string) string {
+	var buf bytes.Buffer
+	(&node{kind: 's', str: k}).compact(&buf)
+	return buf.String()
+}
+
+// otherKey matches a JSON string key that is none of listed: a prefix
+// tree of the listed keys, leaving it at the first character no listed
+// key has there. Escapes are left out of such keys (an escape could spell
+// a listed key another way), and so are multi-byte characters where a
+// listed key has one.
+func (c *compiler) otherKey(listed []string) int32 {
+	if len(listed) == 0 {
+		return c.anyString()
+	}
+	b := c.b
+	plain := plainBytes()
+	// tail: the rest of a key already unlike every listed one.
+	tail := c.shared("rawtail", func(r int32) [][]elem {
+		return [][]elem{b.lit(`"`), {b.set(plain), ref(r)}, {ref(c.multiByte()), ref(r)}}
+	})
+	keys := append([]string{}, listed...)
+	sort.Strings(keys)
+	var node func(prefix string, keys []string) int32
+	node = func(prefix string, keys []string) int32 {
+		c.b.spent.spend(1)
+		var alts [][]elem
+		other := plain
+		multi := false
+		isKey := false
+		for i := 0; i < len(keys); {
+			rest := keys[i][len(prefix):]
+			if rest == "" {
+				isKey = true
+				i++
+				continue
+			}
+			r, size := utf8.DecodeRuneInString(rest)
+			ch := rest[:size]
+			j := i
+			for j < len(keys) && len(keys[j]) >= len(prefix)+size && keys[j][len(prefix):len(prefix)+size] == ch {
+				j++
+			}
+			switch {
+			case r >= utf8.RuneSelf:
+				multi = true
+				alts = append(alts, seq(b.lit(ch), []elem{ref(node(prefix+ch, keys[i:j]))}))
+			case plain.has(ch[0]):
+				other[ch[0]>>6] &^= 1 << (ch[0] & 63)
+				alts = append(alts, seq(b.lit(ch), []elem{ref(node(prefix+ch, keys[i:j]))}))
+			}
+			i = j
+		}
+		if !isKey {
+			alts = append(alts, b.lit(`"`))
+		}
+		alts = append(alts, []elem{b.set(other), ref(tail)})
+		if !multi {
+			alts = append(alts, []elem{ref(c.multiByte()), ref(tail)})
+		}
+		return b.rule(alts...)
+	}
+	return b.rule(seq(b.lit(`"`), []elem{ref(node("", keys))}))
+}
+
+func (c *compiler) array(n *node, path string) []elem {
+	b := c.b
+	item := []elem{ref(c.anyValue())}
+	if it := n.get("items"); it != nil {
+		item = c.value(it, path+"/items")
+	}
+	lo, hi, okHi, ok := c.countRange(n, "minItems", "maxItems", path)
+	if !ok {
+		return nil
+	}
+	gap := c.gap()
+	if okHi && hi == 0 {
+		return seq(b.lit("["), gap, b.lit("]"))
+	}
+	item = []elem{ref(b.rule(seq(item, gap)))}
+	// after[k] follows the k-th item: "]" once k ≥ lo, ",item" while k < hi.
+	var loop int32 = -1
+	if !okHi {
+		loop = b.newRule()
+		b.define(loop, b.lit("]"), seq(b.lit(","), gap, item, []elem{ref(loop)}))
+	}
+	top := hi
+	if !okHi {
+		top = max(lo, 1)
+	}
+	after := make([]int32, top+1)
+	for k := top; k >= 1; k-- {
+		var alts [][]elem
+		if k >= lo {
+			alts = append(alts, b.lit("]"))
+		}
+		switch {
+		case k < top:
+			alts = append(alts, seq(b.lit(","), gap, item, []elem{ref(after[k+1])}))
+		case !okHi:
+			alts = [][]elem{{ref(loop)}}
+		}
+		after[k] = b.rule(alts...)
+	}
+	first := [][]elem{seq(item, []elem{ref(after[1])})}
+	if lo == 0 {
+		first = append(first, b.lit("]"))
+	}
+	return seq(b.lit("["), gap, []elem{ref(b.rule(first...))})
+}
+
+// anyValue matches any JSON value.
+func (c *compiler) anyValue() int32 {
+	if r, ok := c.memo["value"]; ok {
+		return r
+	}
+	r := c.b.newRule()
+	c.memo["value"] = r
+	b := c.b
+	// Digits bounded as in number: 15 before the point (unboundedInt),
+	// maxFractionDigits after it, maxExponentDigits in the exponent.
+	num := seq([]elem{ref(b.optional(b.lit("-")))},
+		[]elem{ref(b.rule(b.lit("0"), []elem{b.rangeElem('1', '9'), ref(c.digitsUpTo(len(strconv.Itoa(unboundedInt)) - 1))}))},
+		[]elem{ref(b.optional(c.fraction()))},
+		[]elem{ref(c.exponent())})
+	b.define(r,
+		[]elem{ref(c.anyObject())}, c.array(&node{kind: 'o'}, ""), []elem{ref(c.anyString())}, num,
+		b.lit("true"), b.lit("false"), b.lit("null"))
+	return r
+}
+
+// anyObject matches any JSON object.
+func (c *compiler) anyObject() int32 {
+	if r, ok := c.memo["object"]; ok {
+		return r
+	}
+	r := c.b.newRule()
+	c.memo["object"] = r
+	c.b.define(r, c.objectOf(nil, nil, []elem{ref(c.anyValue())}, propCounts{}))
+	return r
+}
+
+// countRange reads a pair of count keywords (minItems and maxItems, or
+// minProperties and maxProperties), each at most maxCountedItems, the most
+// at or above the least.
+func (c *compiler) countRange(n *node, minKey, maxKey, path string) (lo, hi int, okHi, ok bool) {
+	lo, _ = c.count(n, minKey, path, maxCountedItems)
+	hi, okHi = c.count(n, maxKey, path, maxCountedItems)
+	if c.err != nil {
+		return 0, 0, false, false
+	}
+	if okHi && hi < lo {
+		c.fail(path, "%s %d is below %s %d", maxKey, hi, minKey, lo)
+		return 0, 0, false, false
+	}
+	return lo, hi, okHi, true
+}
