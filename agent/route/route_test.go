@@ -370,17 +370,20 @@ func TestDispatchPaths(t *testing.T) {
 		// cannot continue (tools) ends with the cloud's error, as before.
 		tools := userReq(highEntropy)
 		tools.Tools = []llm.Tool{{Name: "f"}}
+		// The tool request is pinned to the cloud: unpinned, a request
+		// whose tools the local model serves never leaves the device.
 		for _, tc := range []struct {
-			name string
-			req  *llm.Request
-			code llm.Code
+			name  string
+			req   *llm.Request
+			route string
+			code  llm.Code
 		}{
-			{"invalid", nil, llm.CodeInvalid},
-			{"tools", tools, llm.CodeUnavailable},
+			{"invalid", nil, "", llm.CodeInvalid},
+			{"tools", tools, "cloud", llm.CodeUnavailable},
 		} {
 			local := &engine{tokens: []string{"x"}, failAt: -1}
 			cloud := &engine{tokens: []string{"a", "b", "c"}, failAt: 2, err: llm.Errorf(tc.code, "broke")}
-			r, err := dispatchReq(t, local, cloud, up, tc.req, "", nil)
+			r, err := dispatchReq(t, local, cloud, up, tc.req, tc.route, nil)
 			if llm.CodeOf(err) != tc.code || r.out != "ab" || local.calls != 0 || r.rec.Outcome != "error" || r.rec.ContinuedOn != "" {
 				t.Errorf("%s: out %q err %v local calls %d record %+v", tc.name, r.out, err, local.calls, r.rec)
 			}
