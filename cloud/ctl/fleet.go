@@ -120,13 +120,13 @@ func fleetDevices(ctx context.Context, cio cli.IO, args []string) error {
 	}
 	sort.Slice(devs, func(i, j int) bool { return devs[i].ID < devs[j].ID })
 	tw := tabwriter.NewWriter(cio.Stdout, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "DEVICE\tSTATE\tVERSION\tSLOT\tLAST SEEN\tCONFIG (desired/reported)\tRECORDS\tPENDING CMDS")
+	fmt.Fprintln(tw, "DEVICE\tSTATE\tVERSION\tSLOT\tLAST SEEN\tCONFIG (desired/reported)\tRECORDS\tPENDING CMDS\tα / REALISED / THRESHOLD")
 	for _, d := range devs {
 		ver, slot := "-", "-"
 		if d.Status != nil {
 			ver, slot = orDash(d.Status.Version), orDash(d.Status.Slot)
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%d\t%d\n", d.ID, d.State(), ver, slot, ago(d.LastSeen), configVersions(&d), d.Telemetry.Stored, d.PendingCommands)
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%d\t%d\t%s\n", d.ID, d.State(), ver, slot, ago(d.LastSeen), configVersions(&d), d.Telemetry.Stored, d.PendingCommands, routerCell(&d))
 	}
 	return tw.Flush()
 }
@@ -188,6 +188,7 @@ func fleetStatus(ctx context.Context, cio cli.IO, args []string) error {
 		}
 	}
 	fmt.Fprintf(w, "shadow:     %s\n", shadowLine(d))
+	fmt.Fprintf(w, "router:     %s\n", routerLine(d))
 	t := d.Telemetry
 	fmt.Fprintf(w, "telemetry:  %d stored, %d ingested, %d duplicates, %d batches, last seq %d, %d dropped on device\n", t.Stored, t.Ingested, t.Duplicates, t.Batches, t.LastSeq, t.DroppedOnDevice)
 	fmt.Fprintf(w, "commands:   %d pending\n", d.PendingCommands)

@@ -10,6 +10,7 @@ import (
 
 	"github.com/phaseless/phaseless/cloud/fleetapi"
 	"github.com/phaseless/phaseless/internal/cli"
+	"github.com/phaseless/phaseless/transport/fleetwire"
 )
 
 // `fleet config` edits the layers a device's desired config is merged from
@@ -175,6 +176,46 @@ func joinKV(m map[string]string) string {
 		b.WriteString(k + "=" + m[k])
 	}
 	return b.String()
+}
+
+// routerLine is the device's calibrated routing threshold: its bound α,
+// the realised share of wrong local answers among its graded samples, the
+// threshold in force and where it came from, and whether the device
+// reports the bound suspended (cloud unreachable).
+func routerLine(d *fleetapi.Device) string {
+	th := "-"
+	if d.Desired != nil && d.Desired.Values["route-threshold"] != "" {
+		th = d.Desired.Values["route-threshold"] + " from " + orDash(d.ConfigSources["route-threshold"])
+	}
+	r := d.Router
+	if r == nil {
+		return "no scored shadow grades; route-threshold " + th
+	}
+	line := fmt.Sprintf("α %.3g, realised %.1f%% wrong local over %d graded samples, route-threshold %s", r.Alpha, 100*r.Realised, r.Outcomes, th)
+	if !r.Certified {
+		line += " (too few samples to certify one: the fleet's)"
+	}
+	if d.Status != nil && d.Status.RouterBound != "" {
+		line += "; bound " + d.Status.RouterBound
+	}
+	return line
+}
+
+// routerCell is routerLine for the devices table.
+func routerCell(d *fleetapi.Device) string {
+	r := d.Router
+	if r == nil {
+		return "-"
+	}
+	th := "fleet's"
+	if r.Certified {
+		th = fmt.Sprintf("%.3f", r.Threshold)
+	}
+	cell := fmt.Sprintf("%.3g / %.1f%% / %s", r.Alpha, 100*r.Realised, th)
+	if d.Status != nil && d.Status.RouterBound == fleetwire.RouterBoundSuspended {
+		cell += " (suspended)"
+	}
+	return cell
 }
 
 // shadowLine says whether the device samples local answers for shadow

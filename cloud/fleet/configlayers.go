@@ -7,6 +7,7 @@ import (
 	"maps"
 	"net/http"
 	"sort"
+	"strconv"
 	"time"
 
 	bolt "go.etcd.io/bbolt"
@@ -221,6 +222,11 @@ func checkKeys(u ConfigUpdate) error {
 	for _, k := range keys {
 		if k == "" {
 			return fmt.Errorf("%w: empty config key", ErrBadRequest)
+		}
+		if v := u.Values[k]; k == fleetapi.ConfigRouterAlpha && v != nil {
+			if a, err := strconv.ParseFloat(*v, 64); err != nil || !(a > 0 && a < 1) {
+				return fmt.Errorf("%w: %s %q: want a share in (0,1)", ErrBadRequest, k, *v)
+			}
 		}
 	}
 	return nil
