@@ -9,6 +9,7 @@ import (
 	bolt "go.etcd.io/bbolt"
 
 	"github.com/phaseless/phaseless/cloud/fleetapi"
+	"github.com/phaseless/phaseless/firmware"
 	"github.com/phaseless/phaseless/models/riskcontrol"
 	"github.com/phaseless/phaseless/transport/fleetwire"
 )
@@ -36,6 +37,10 @@ var bucketRouterCalib = []byte("routercalib")
 
 // calibWindow is a device's recent outcomes, oldest first.
 type calibWindow struct {
+	// Predictor is the router model the device reported running
+	// (Status.Artifacts) when the window started: a new model's scores
+	// mean something else, so its rollout starts a new window.
+	Predictor string `json:"predictor,omitempty"`
 	Scores []float64 `json:"scores"`
 	Wrong  []bool    `json:"wrong"`
 	Local  []bool    `json:"local"` // answered locally for the user
@@ -55,6 +60,14 @@ func routerAlpha(d *Device) (float64, error) {
 	return fleetapi.DefaultRouterAlpha, nil
 }
 
+// runningPredictor is the predictor version the device last reported.
+func runningPredictor(d *Device) string {
+	if d.Status == nil {
+		return ""
+	}
+	return d.Status.Artifacts[firmware.KindPredictor]
+}
+
 // calibrateTx adds g to dev's window and recalibrates dev.Router; the
 // caller re-merges dev's config. A grade without a score (an older agent)
 // or without a verdict changes nothing.
@@ -68,6 +81,9 @@ func calibrateTx(tx *bolt.Tx, dev *Device, g fleetwire.ShadowGrade, now time.Tim
 		if err := json.Unmarshal(v, &w); err != nil {
 			return fmt.Errorf("router calibration of %s: %w: %v", dev.ID, errCorrupt, err)
 		}
+	}
+	if p := runningPredictor(dev); p != w.Predictor {
+		w = calibWindow{Predictor: p}
 	}
 	w.Scores = append(w.Scores, *g.CloudProb)
 	w.Wrong = append(w.Wrong, !g.OK)

@@ -18,7 +18,7 @@ import (
 // route-threshold (source "calibrated", with the router-alpha it bounds),
 // moves with the fleet's router-alpha, and an operator's override on the
 // device wins. Grades without a score (older agents) or without a verdict
-// change nothing.
+// change nothing, and a predictor rollout starts the window again.
 func TestRouterCalibration(t *testing.T) {
 	b := startBroker(t, broker.Config{DevAuth: true})
 	m := openManager(t, Config{DataDir: t.TempDir(), Broker: b})
@@ -87,6 +87,18 @@ func TestRouterCalibration(t *testing.T) {
 	d = feed(1, fleetwire.ShadowGrade{TraceID: "err", Error: "cloud down"})
 	if d.Router.Outcomes != 401 || d.Desired.Version != before {
 		t.Fatalf("a grade without a verdict changed the calibration: %+v v%d", d.Router, d.Desired.Version)
+	}
+	// A new router model on the device (its status reports the predictor
+	// rollout) starts a new window: back to the fleet's threshold.
+	if _, err := m.st.updateDevice("car-1", m.now(), false, func(d *Device) error {
+		d.Status = &fleetwire.Status{DeviceID: "car-1", State: "online", Artifacts: map[string]string{"predictor": "v6"}}
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	d = feed(1, fleetwire.ShadowGrade{})
+	if th, src := threshold(d); d.Router.Outcomes != 1 || d.Router.Certified || th != 0.6 || src != "fleet" {
+		t.Fatalf("after a predictor rollout: %+v, threshold %g from %s", d.Router, th, src)
 	}
 	if _, err := m.SetConfig(ctx, "car-1", ConfigUpdate{Merge: true, Values: map[string]*string{"route-threshold": s("0.3")}}); err != nil {
 		t.Fatal(err)
