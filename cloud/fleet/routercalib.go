@@ -40,10 +40,10 @@ type calibWindow struct {
 	// Predictor is the router model the device reported running
 	// (Status.Artifacts) when the window started: a new model's scores
 	// mean something else, so its rollout starts a new window.
-	Predictor string `json:"predictor,omitempty"`
-	Scores []float64 `json:"scores"`
-	Wrong  []bool    `json:"wrong"`
-	Local  []bool    `json:"local"` // answered locally for the user
+	Predictor string    `json:"predictor,omitempty"`
+	Scores    []float64 `json:"scores"`
+	Wrong     []bool    `json:"wrong"`
+	Local     []bool    `json:"local"` // answered locally for the user
 }
 
 // routerAlpha is the device's merged router-alpha, or the default.
