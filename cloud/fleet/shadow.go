@@ -177,13 +177,9 @@ func (s *store) storeShadowGrade(device string, key []byte, g fleetwire.ShadowGr
 		if err := calibrateTx(tx, d, g, now); err != nil {
 			return err
 		}
-		layers, err := layersTx(tx)
-		if err != nil {
+		if dev, changed, err = remergeTx(tx, d); err != nil {
 			return err
 		}
-		changed = remerge(d, layers)
-		cp := *d
-		dev = &cp
 		if err := addU64(tx.Bucket(bucketMeta), metaStored, 1); err != nil {
 			return err
 		}
