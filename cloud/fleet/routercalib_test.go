@@ -2,10 +2,13 @@ package fleet
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"math/rand/v2"
 	"strconv"
 	"testing"
+
+	bolt "go.etcd.io/bbolt"
 
 	"github.com/phaseless/phaseless/cloud/fleet/broker"
 	"github.com/phaseless/phaseless/cloud/fleetapi"
@@ -106,5 +109,36 @@ func TestRouterCalibration(t *testing.T) {
 	d = feed(1, fleetwire.ShadowGrade{})
 	if th, src := threshold(d); th != 0.3 || src != fleetapi.SourceDevice {
 		t.Fatalf("the operator's override: threshold %g from %s", th, src)
+	}
+}
+
+// TestCalibrationWindowKeepsTheLatest: a device is calibrated on its last
+// CalibrationWindow outcomes, oldest dropped first.
+func TestCalibrationWindowKeepsTheLatest(t *testing.T) {
+	b := startBroker(t, broker.Config{DevAuth: true})
+	m := openManager(t, Config{DataDir: t.TempDir(), Broker: b})
+	const n = CalibrationWindow + 5
+	dev := &Device{ID: "w"}
+	err := m.st.db.Update(func(tx *bolt.Tx) error {
+		for i := range n {
+			p := float64(i) / n
+			if err := calibrateTx(tx, dev, fleetwire.ShadowGrade{CloudProb: &p, OK: true, Path: "local"}, m.now()); err != nil {
+				return err
+			}
+		}
+		var w calibWindow
+		if err := json.Unmarshal(tx.Bucket(bucketRouterCalib).Get([]byte("w")), &w); err != nil {
+			return err
+		}
+		if len(w.Scores) != CalibrationWindow || w.Scores[0] != 5.0/n || len(w.Wrong) != CalibrationWindow || len(w.Local) != CalibrationWindow {
+			t.Errorf("window of %d, oldest %g", len(w.Scores), w.Scores[0])
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if dev.Router.Outcomes != CalibrationWindow || !dev.Router.Certified || dev.Router.Realised != 0 {
+		t.Errorf("%+v", dev.Router)
 	}
 }
