@@ -69,20 +69,37 @@ type Config struct {
 	RouteThreshold   float64       // cloud probability at which the router prefers the cloud; 0 = the model's
 	RouteHysteresis  float64       // relative band of the link and load signals, never the content score (flag: 0.1)
 	RouteMode        string        // auto (the router decides), local or cloud for requests that pin no route (auto)
+	CloudTools       bool          // the cloud calls tools (a tool-calling --worker serves it); false keeps tool requests the local model serves, and any the cloud would not, on the device
 	ShadowShare      float64       // share of local answers sampled for shadow evaluation, 0..shadow.MaxShare (0: off)
 	RouterAlpha      float64       // the fleet's bound on the share of wrong local answers its route-threshold was calibrated for; 0 = none
 	MaxOutputTokens  int           // largest max_tokens accepted
 	CloudRetryMax    time.Duration // longest wait between reconnect attempts to the cloud (30 s)
 	CloudFirstToken  time.Duration // cloud requests without a token by then run locally (15 s)
-	TelemetryRate    float64       // records per second the fleet uplink sends at most (500)
-	TelemetryMax     int           // records the telemetry buffer keeps before dropping the oldest (200,000)
-	AdminListen      string        // pprof and /metrics on their own listener; empty = off
-	OTLP             cli.URL       // OTLP/HTTP collector for request spans (tracing.go); parsed when set
+	// ResumeDeadline: a cloud answer whose link dropped is resumed while
+	// the cloud has been silent less than this; past it the local engine
+	// continues it (DefaultResumeDeadline).
+	ResumeDeadline time.Duration
+	// NetWatch is how often the device's local addresses are checked; a
+	// change migrates the uplink to the new network (handover.go). 0: 2 s;
+	// negative: never.
+	NetWatch      time.Duration
+	TelemetryRate float64 // records per second the fleet uplink sends at most (500)
+	TelemetryMax  int     // records the telemetry buffer keeps before dropping the oldest (200,000)
+	AdminListen   string  // pprof and /metrics on their own listener; empty = off
+	OTLP          cli.URL // OTLP/HTTP collector for request spans (tracing.go); parsed when set
 	// HTTPLimits bounds the local API's connections, on the TCP listener
 	// and the socket each (timeouts, a cap; internal/httplimit). Zero
 	// fields: the defaults, with MaxConns DefaultHTTPMaxConns.
 	HTTPLimits httplimit.Config
 }
+
+// DefaultResumeDeadline is how long a cloud answer waits for its link: the
+// blackouts a car meets most (tunnels, garages, handovers) last 5–60 s
+// (issue 31); 10 s rides out the short half while a user still reads the
+// answer as one, and past it the device's engine finishing the answer beats
+// a longer stall. The cloud keeps the answer longer (phaseless-cloud
+// --resume-window, 60 s) so the deadline, not the window, decides.
+const DefaultResumeDeadline = 10 * time.Second
 
 // DefaultHTTPMaxConns caps the local API: its callers are the head unit's
 // apps, a handful of connections; 3,000 trickling bodies once held the
@@ -119,6 +136,12 @@ func (c *Config) FillDefaults() {
 	if c.CloudRetryMax == 0 {
 		c.CloudRetryMax = 30 * time.Second
 	}
+	if c.ResumeDeadline == 0 {
+		c.ResumeDeadline = DefaultResumeDeadline
+	}
+	if c.NetWatch == 0 {
+		c.NetWatch = 2 * time.Second
+	}
 	if c.TelemetryRate == 0 {
 		c.TelemetryRate = 500
 	}
@@ -154,10 +177,13 @@ func (c *Config) Fields() cli.Fields {
 		{Flag: "route-threshold", Go: "RouteThreshold", Value: &c.RouteThreshold, Usage: "cloud probability at or above which requests go to the cloud; 0 = the predictor model's own threshold (0.5 without one)"},
 		{Flag: "route-mode", Go: "RouteMode", Value: &c.RouteMode, Usage: "route of requests without an x-phaseless-route header: auto (the router decides), local (all on the device) or cloud (all to the cloud, local fallback)"},
 		{Flag: "router-alpha", Go: "RouterAlpha", Value: &c.RouterAlpha, Usage: "bound on the share of wrong local answers that the fleet calibrated route-threshold for (set by the fleet; the status reports it suspended while the cloud is unreachable); 0 = none"},
+		{Flag: "cloud-tools", Go: "CloudTools", Value: &c.CloudTools, Usage: "the cloud calls tools (its workers include a tool-calling --worker server; its built-in model calls none): tool requests the local model was not taught then go to the cloud"},
 		{Flag: "shadow-share", Go: "ShadowShare", Value: &c.ShadowShare, Usage: "share of locally answered requests whose text and answer go to the cloud for shadow evaluation (0 = off, at most 0.25)"},
 		{Flag: "route-hysteresis", Go: "RouteHysteresis", Value: &c.RouteHysteresis, Usage: "relative hysteresis of the link (RTT, loss) and load signals, so a flapping uplink does not bounce traffic; never applied to the content score"},
 		{Flag: "max-output-tokens", Go: "MaxOutputTokens", Value: &c.MaxOutputTokens, Usage: "largest max_tokens a request may ask for"},
 		{Flag: "cloud-first-token-timeout", Go: "CloudFirstToken", Value: &c.CloudFirstToken, Usage: "cloud requests that have produced no token by then are cancelled and run locally"},
+		{Flag: "resume-deadline", Go: "ResumeDeadline", Value: &c.ResumeDeadline, Usage: "a cloud answer whose link dropped is resumed if the cloud is heard from again within this; past it the local engine finishes the answer (docs/agent.md)"},
+		{Flag: "net-watch", Go: "NetWatch", Value: &c.NetWatch, Usage: "how often the device's network addresses are checked; a change moves the cloud connection to the new network without a new handshake (negative: never)"},
 		{Flag: "cloud-retry-max", Go: "CloudRetryMax", Value: &c.CloudRetryMax, Usage: "longest wait between reconnect attempts while the cloud is unreachable"},
 		{Flag: "allow-host", Go: "AllowHosts", Value: &c.AllowHosts, Usage: "extra name or address accepted in the local API's Host header besides loopback and localhost (repeatable; DNS rebinding guard)"},
 		{Flag: "allow-origin", Go: "AllowOrigins", Value: &c.AllowOrigins, Usage: "browser origin (scheme://host[:port]) allowed to call the local API (repeatable; others get 403)"},
@@ -231,6 +257,9 @@ func (c *Config) Validate() error {
 	if c.CloudRetryMax < 250*time.Millisecond {
 		return &cli.FieldError{Field: "CloudRetryMax", Err: fmt.Errorf("%v must be at least 250ms", c.CloudRetryMax)}
 	}
+	if c.ResumeDeadline < 100*time.Millisecond {
+		return &cli.FieldError{Field: "ResumeDeadline", Err: fmt.Errorf("%v must be at least 100ms", c.ResumeDeadline)}
+	}
 	if c.CloudFirstToken < 100*time.Millisecond {
 		return &cli.FieldError{Field: "CloudFirstToken", Err: fmt.Errorf("%v must be at least 100ms", c.CloudFirstToken)}
 	}
@@ -283,8 +312,10 @@ type Agent struct {
 
 	restartc chan struct{} // closed when an installed update wants a restart
 
-	mFeedback *metrics.LabeledCounter // POST /v1/feedback verdicts stored, by rating
-	shadow    *shadow.Tap             // the local engine as the dispatcher sees it: samples answers for shadow evaluation
+	mFeedback   *metrics.LabeledCounter // POST /v1/feedback verdicts stored, by rating
+	mMigrations *metrics.LabeledCounter // uplink moves to a new network, by result (handover.go)
+	netAddrs    netAddrs                // the device's addresses, watched for a network change
+	shadow      *shadow.Tap             // the local engine as the dispatcher sees it: samples answers for shadow evaluation
 
 	closeOnce sync.Once
 	closeErr  error
@@ -377,12 +408,14 @@ func New(cfg Config, log *slog.Logger) (a *Agent, err error) {
 		// Background: an agent must start, and serve locally, while the
 		// cloud is unreachable; the client keeps redialling.
 		if a.cloud, err = quic.Dial(context.Background(), cfg.Cloud, quic.ClientConfig{
-			TLS: tc, Background: true, Logger: log.With("component", "uplink"),
+			TLS: tc, Background: true, Logger: log.With("component", "uplink"), ResumeDeadline: cfg.ResumeDeadline,
 			Backoff: quic.Backoff{Initial: min(250*time.Millisecond, cfg.CloudRetryMax), Max: cfg.CloudRetryMax},
 		}); err != nil {
 			return nil, &cli.FieldError{Field: "Cloud", Err: err}
 		}
 		dcfg.Cloud = a.cloud
+		a.netAddrs = interfaceAddrs
+		a.mMigrations = a.metrics.LabeledCounter("phaseless_uplink_migrations_total", "moves of the cloud connection to a new network without a new handshake, by result", "result")
 		dcfg.Link = func() route.Link {
 			ls := a.cloud.Link()
 			return route.Link{Configured: true, Connected: ls.Connected, RTT: ls.SmoothedRTT, Loss: ls.LossRate}
@@ -470,7 +503,7 @@ func loadPredictor(spec string) (*predictor.Swappable, string, error) {
 func (a *Agent) newFleetClient() (*fleetclient.Client, error) {
 	fc := fleetclient.Config{
 		BrokerURL: a.cfg.MQTT, DeviceID: a.cfg.DeviceID, Version: cli.Version, Board: a.cfg.Board,
-		Store: a.store, StatePath: filepath.Join(a.cfg.DataDir, "fleet.db"), Logger: a.log.With("component", "fleet"),
+		Store: a.store, StatePath: filepath.Join(a.cfg.DataDir, "fleet.db"), Logger: a.log, // the client names its component itself
 		Slot: a.ota.Slot, Artifacts: a.ota.Artifacts, Trial: a.ota.OnTrial, RouterBound: a.routerBound,
 		UplinkRate: a.cfg.TelemetryRate, OnConfig: a.applyDesired,
 	}
@@ -627,6 +660,15 @@ func (a *Agent) Run(ctx context.Context) error {
 	} else {
 		fleetDone <- nil
 	}
+	netCtx, stopNet := context.WithCancel(ctx)
+	var netWatch sync.WaitGroup
+	if a.cloud != nil && a.cfg.NetWatch > 0 {
+		netWatch.Go(func() { a.watchNetwork(netCtx, a.cfg.NetWatch, a.netAddrs) })
+	}
+	defer func() {
+		stopNet()
+		netWatch.Wait()
+	}()
 	adminDone := make(chan error, 1)
 	if a.admin != nil {
 		go func() { adminDone <- a.admin.Serve() }()

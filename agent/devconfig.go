@@ -41,6 +41,7 @@ var deviceSettings = []deviceSetting{
 	{"cloud", false},
 	{"cloud-first-token-timeout", false},
 	{"cloud-retry-max", false},
+	{"resume-deadline", false},
 	{"local-concurrency", false},
 	{"local-queue", false},
 	{"max-output-tokens", false},
@@ -202,7 +203,7 @@ func (a *Agent) applyDesired(_ context.Context, dc fleetwire.DesiredConfig) ([]s
 // fleet may change live, and the local engine's probe.
 func (a *Agent) routeConfig(c Config) route.Config {
 	return route.Config{Threshold: c.RouteThreshold, Hysteresis: c.RouteHysteresis, Mode: c.RouteMode, Probe: a.engine.probe,
-		LocalNoPins: c.LocalURL != ""} // a local server pins nothing (docs/cloud.md, "Prompt caching")
+		LocalNoPins: c.LocalURL != "", CloudTools: c.CloudTools, LocalTools: a.engine.servesTools} // a local server pins nothing (docs/cloud.md, "Prompt caching")
 }
 
 // fieldValues is each flag's value in c, as text.

@@ -33,6 +33,9 @@ type localEngine struct {
 	// the probe block (the shipped one does not); nil for external servers
 	// and for other models, whose probe numbers no predictor was trained on.
 	probe func(text string) textfeat.Probe
+	// servesTools reports whether the engine serves a request's tools
+	// (route.Config.LocalTools); nil for external servers, which serve any.
+	servesTools func(tools []llm.Tool) bool
 	// swap is the built-in engine, replaceable by the fleet's edge-model
 	// artifacts; nil for an external server.
 	swap *ota.SwapEngine
@@ -88,6 +91,14 @@ func openEngine(cfg Config) (*localEngine, error) {
 		kvFaults:        func() float64 { e, _ := sw.Current(); return e.Stats().KVFaultsPerMs },
 		kvFaultsTotal:   func() uint64 { e, _ := sw.Current(); return e.Stats().KVFaults },
 		templateSkipped: m.ChatTemplateSkipped(),
+		servesTools: func(tools []llm.Tool) bool {
+			// The model serving now: a fleet update may bring another.
+			e, _ := sw.Current()
+			if le, ok := e.(*lm.Engine); ok {
+				return le.Model().ServesTools(tools)
+			}
+			return false
+		},
 	}
 	if probeModel != nil {
 		le.probe = func(text string) textfeat.Probe {

@@ -3,6 +3,7 @@ package agent
 import (
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"net/http"
 
@@ -17,6 +18,10 @@ import (
 // request needs the cloud.
 //
 //	{"request_id": "…", "rating": "good"|"bad", "note": "optional"} → 202 {"status":"recorded"}
+//
+// A request id this agent did not answer (among its latest servedIDs) is
+// refused with 404: a verdict the cloud cannot join to a request's record
+// would be kept, shipped and dropped, while the app believed it counted.
 func (a *Agent) feedback(w http.ResponseWriter, r *http.Request) {
 	var body struct {
 		RequestID string `json:"request_id"`
@@ -38,6 +43,10 @@ func (a *Agent) feedback(w http.ResponseWriter, r *http.Request) {
 		feedbackError(w, http.StatusBadRequest, err)
 		return
 	}
+	if !a.rec.answered(rec.TraceID) {
+		feedbackError(w, http.StatusNotFound, fmt.Errorf("request_id %q: no answer of this agent has that id (only its latest %d can be rated)", rec.TraceID, servedIDs))
+		return
+	}
 	data, _ := json.Marshal(rec)
 	if _, err := a.store.Append(r.Context(), fleetwire.KindFeedback, data); err != nil {
 		a.log.Error("feedback not stored", "err", err)
@@ -56,10 +65,14 @@ func feedbackError(w http.ResponseWriter, status int, err error) {
 		Error struct {
 			Message string `json:"message"`
 			Type    string `json:"type"`
+			Code    string `json:"code,omitempty"`
 		} `json:"error"`
 	}
 	e.Error.Message, e.Error.Type = err.Error(), "invalid_request_error"
-	if status >= 500 {
+	switch {
+	case status == http.StatusNotFound:
+		e.Error.Code = "not_found" // as the API's other 404s (transport/httpapi)
+	case status >= 500:
 		e.Error.Type = "api_error"
 	}
 	w.Header().Set("Content-Type", "application/json")

@@ -23,6 +23,16 @@ func TestFeedbackIsKeptWithTelemetry(t *testing.T) {
 		t.Fatalf("feedback: %d", fb.StatusCode)
 	}
 	fb.Body.Close()
+	// An id no answer of this agent had is refused, in the API's error
+	// shape, and nothing is stored.
+	unknown := post(t, url+"/v1/feedback", `{"request_id":"chatcmpl-never-served","rating":"good"}`)
+	var nf struct {
+		Error struct{ Message, Type, Code string }
+	}
+	if err := json.NewDecoder(unknown.Body).Decode(&nf); unknown.StatusCode != 404 || err != nil || nf.Error.Code != "not_found" || nf.Error.Type != "invalid_request_error" {
+		t.Errorf("feedback on an unknown id: %d %+v %v", unknown.StatusCode, nf, err)
+	}
+	unknown.Body.Close()
 	for _, bad := range []string{
 		`{"request_id":"","rating":"bad"}`,
 		`{"request_id":"x","rating":"meh"}`,

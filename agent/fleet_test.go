@@ -1,7 +1,12 @@
 package agent
 
 import (
+	"bytes"
+	"context"
 	"encoding/json"
+	"log/slog"
+	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -56,6 +61,56 @@ func TestTelemetryReachesBroker(t *testing.T) {
 			}
 		case <-deadline:
 			t.Fatal("the request's telemetry never reached the broker")
+		}
+	}
+}
+
+// logLines is a slog destination the test reads while the agent writes.
+type logLines struct {
+	mu  sync.Mutex // guards buf
+	buf bytes.Buffer
+}
+
+func (l *logLines) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.buf.Write(p)
+}
+
+func (l *logLines) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.buf.String()
+}
+
+// The fleet client's log lines name their component once: the client adds
+// it to its logger itself.
+func TestFleetLogNamesComponentOnce(t *testing.T) {
+	b, err := broker.Start(broker.Config{TCPAddr: "127.0.0.1:0", DevAuth: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Close()
+	cfg := testConfig(t)
+	cfg.MQTT, cfg.DeviceID = "mqtt://"+b.TCPAddr(), "car-3"
+	var logs logLines
+	a, err := New(cfg, slog.New(slog.NewTextHandler(&logs, nil)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- a.Run(ctx) }()
+	defer func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("agent Run: %v", err)
+		}
+	}()
+	waitUntil(t, "the fleet client's connected line", func() bool { return strings.Contains(logs.String(), `msg=connected`) })
+	for line := range strings.Lines(logs.String()) {
+		if strings.Count(line, "component=fleet") > 1 {
+			t.Errorf("component repeated: %s", line)
 		}
 	}
 }

@@ -49,7 +49,7 @@ func TestRouterRolloutReachesFleet(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		r, err := m.CreateRollout(context.Background(), fleet.RolloutSpec{Artifact: art.ID, Stages: []float64{0.3, 1}, MaxFailures: 0, UpdateTimeout: fleet.Duration(time.Minute)})
+		r, err := m.CreateRollout(context.Background(), fleet.RolloutSpec{Artifact: art.ID, Stages: []float64{0.3, 1}, MaxFailures: new(0.0), UpdateTimeout: fleet.Duration(time.Minute)})
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -2,6 +2,7 @@ package agent
 
 import (
 	"context"
+	"sync"
 
 	"github.com/phaseless/phaseless/agent/telemetry"
 	"github.com/phaseless/phaseless/internal/metrics"
@@ -22,22 +23,58 @@ import (
 type telemetryRecorder struct {
 	store  *telemetry.Store
 	failed *metrics.Counter
+
+	mu     sync.Mutex          // guards served, ring, next
+	served map[string]struct{} // the ids in ring
+	ring   []string            // the last servedIDs request ids, oldest at next
+	next   int
 }
+
+// servedIDs is how many of its latest answers an app can rate
+// (POST /v1/feedback): thousands of requests back, at ~50 bytes an id. An
+// id the agent never answered, or answered before it restarted, is refused
+// with 404, as feedback the cloud could not join to a request's record.
+const servedIDs = 4096
 
 func newTelemetryRecorder(store *telemetry.Store, reg *metrics.Registry) *telemetryRecorder {
 	reg.GaugeFunc("phaseless_agent_telemetry_pending", "records stored and not yet acknowledged by the cloud", func() float64 { return float64(store.Stats().Records) })
 	return &telemetryRecorder{
 		store:  store,
 		failed: reg.Counter("phaseless_agent_telemetry_errors_total", "request records the telemetry store refused"),
+		served: make(map[string]struct{}, servedIDs),
+		ring:   make([]string, servedIDs),
 	}
 }
 
 // record stores rec and returns once it is durable; the dispatcher bounds
 // the wait with ctx and logs a failure.
 func (r *telemetryRecorder) record(ctx context.Context, rec fleetwire.RequestRecord) error {
+	r.remember(rec.TraceID)
 	if _, err := r.store.AppendRequest(ctx, rec); err != nil {
 		r.failed.Inc()
 		return err
 	}
 	return nil
+}
+
+// remember adds a request id to the ones feedback may name, forgetting the
+// oldest.
+func (r *telemetryRecorder) remember(id string) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if _, ok := r.served[id]; ok || id == "" {
+		return
+	}
+	delete(r.served, r.ring[r.next])
+	r.ring[r.next] = id
+	r.served[id] = struct{}{}
+	r.next = (r.next + 1) % len(r.ring)
+}
+
+// answered reports whether id is one of the latest servedIDs requests.
+func (r *telemetryRecorder) answered(id string) bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	_, ok := r.served[id]
+	return ok
 }

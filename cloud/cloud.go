@@ -9,6 +9,7 @@ import (
 	"context"
 	"errors"
 	"log/slog"
+	"net"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -43,6 +44,10 @@ type Cloud struct {
 	workers *worker.Set
 	admit   *admit.Admitter
 	http    *ingress.HTTPServer
+	// httpLn is the HTTP listener, bound ahead of the fleet manager so the
+	// default public URL (rollout downloads) names its port even for
+	// --http :0; c.http serves it.
+	httpLn  net.Listener
 	quic    *quic.Server
 	broker  *broker.Broker
 	fleet   *fleet.Manager
@@ -215,6 +220,9 @@ func (c *Cloud) Start(ctx context.Context) (err error) {
 			return &cli.FieldError{Field: "pki-dir", Err: err}
 		}
 	}
+	if c.httpLn, err = net.Listen("tcp", c.cfg.ListenAddr(c.cfg.HTTP)); err != nil {
+		return &cli.FieldError{Field: "HTTP", Err: err}
+	}
 	if err := c.startFleet(); err != nil {
 		return err
 	}
@@ -256,7 +264,7 @@ func (c *Cloud) Start(ctx context.Context) (err error) {
 		return err
 	}
 	if c.http, err = ingress.NewHTTP(ingress.HTTPConfig{
-		Addr: c.cfg.HTTP, API: api, Admin: admin, AdminPrefix: "/v1/fleet/", Public: public, UI: dash,
+		Listener: c.httpLn, API: api, Admin: admin, AdminPrefix: "/v1/fleet/", Public: public, UI: dash,
 		Metrics: c.metrics, MetricsGuard: gate.Metrics, Ready: ready, Logger: c.log, Limits: c.cfg.HTTPLimits,
 	}); err != nil {
 		return err
@@ -268,7 +276,8 @@ func (c *Cloud) Start(ctx context.Context) (err error) {
 	}
 	if c.cfg.QUIC != "" {
 		if c.quic, err = ingress.NewQUIC(ingress.QUICConfig{
-			Addr: c.cfg.QUIC, PKIDir: c.pkiDir, Handler: c.coord, Deny: c.deny, Logger: c.log,
+			Addr: c.cfg.ListenAddr(c.cfg.QUIC), PKIDir: c.pkiDir, Handler: c.coord, Deny: c.deny, Logger: c.log,
+			ResumeWindow: c.cfg.ResumeWindow, ResumeBufferBytes: c.cfg.ResumeBufferBytes,
 		}); err != nil {
 			return &cli.FieldError{Field: "QUIC", Err: err}
 		}
@@ -288,6 +297,17 @@ func (c *Cloud) MQTTAddr() string {
 		return ""
 	}
 	return c.broker.TCPAddr()
+}
+
+// MQTTTLSAddr is the embedded broker's MQTT-over-TLS address, empty when
+// none runs.
+func (c *Cloud) MQTTTLSAddr() string {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.broker == nil {
+		return ""
+	}
+	return c.broker.TLSAddr()
 }
 
 // bucket is a budget of burst tokens that an empty bucket regains over period.
@@ -407,6 +427,8 @@ func (c *Cloud) closeLocked() error {
 	var errs []error
 	if c.http != nil {
 		errs = append(errs, c.http.Close())
+	} else if c.httpLn != nil { // Start failed before the server took it
+		errs = append(errs, c.httpLn.Close())
 	}
 	if c.quic != nil {
 		errs = append(errs, c.quic.Close())

@@ -350,12 +350,14 @@ func TestConfigValidate(t *testing.T) {
 		return Config{HTTP: ":8080", QUIC: ":4433", MQTT: "", DataDir: "d", Dev: true, BuiltinWorkers: 1, Budget: 1, BatchMax: 16, SLATTFT: time.Second, SLAITL: time.Second}
 	}
 	cases := map[string]func(*Config){
-		"builtin-workers": func(c *Config) { c.BuiltinWorkers = -1 },
-		"budget":          func(c *Config) { c.Budget = 0 },
-		"budget-period":   func(c *Config) { c.BudgetPeriod = time.Millisecond },
-		"batch-max":       func(c *Config) { c.BatchMax = 0 },
-		"api-keys":        func(c *Config) { c.Dev = false },
-		"redis":           func(c *Config) { c.Redis.Set("http://x") },
+		"builtin-workers":     func(c *Config) { c.BuiltinWorkers = -1 },
+		"budget":              func(c *Config) { c.Budget = 0 },
+		"budget-period":       func(c *Config) { c.BudgetPeriod = time.Millisecond },
+		"batch-max":           func(c *Config) { c.BatchMax = 0 },
+		"api-keys":            func(c *Config) { c.Dev = false },
+		"redis":               func(c *Config) { c.Redis.Set("http://x") },
+		"resume-window":       func(c *Config) { c.ResumeWindow = time.Millisecond },
+		"resume-buffer-bytes": func(c *Config) { c.ResumeBufferBytes = -1 },
 	}
 	for field, mutate := range cases {
 		c := base()

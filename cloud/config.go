@@ -14,6 +14,7 @@ import (
 	"github.com/phaseless/phaseless/internal/cli"
 	"github.com/phaseless/phaseless/internal/httplimit"
 	"github.com/phaseless/phaseless/models/lm"
+	"github.com/phaseless/phaseless/transport/quic"
 )
 
 // Config is everything the coordinator is configured with. Flag names are the
@@ -25,13 +26,23 @@ type Config struct {
 	DataDir string
 	PKIDir  string
 	Dev     bool
-	Model   string
-	Workers WorkerURLs // parsed when set (--worker), so nothing reads the text twice
-	Redis   cli.URL    // parsed when set
-	APIKeys string
+	// DevExpose lets a Dev cloud's listeners bind beyond loopback, which
+	// Dev otherwise keeps them on, as it serves without keys (ListenAddr).
+	DevExpose bool
+	Model     string
+	Workers   WorkerURLs // parsed when set (--worker), so nothing reads the text twice
+	Redis     cli.URL    // parsed when set
+	APIKeys   string
 	// RedisTimeout bounds each Redis command (admit.RedisOptions.OpTimeout);
 	// 0 = 200 ms.
 	RedisTimeout time.Duration
+	// ResumeWindow is how long an agent's request whose link dropped keeps
+	// generating, buffered, for the agent to resume (quic.ServerConfig);
+	// 0 = quic.DefaultResumeWindow (60 s).
+	ResumeWindow time.Duration
+	// ResumeBufferBytes bounds the tokens buffered per agent request
+	// (quic.ServerConfig.MaxReplayBytes); 0 = 1 MiB.
+	ResumeBufferBytes int
 
 	MQTTTLS       string  // embedded broker's TLS listener (device certificates)
 	MQTTPasswords string  // Mosquitto password file for the embedded broker
@@ -42,7 +53,7 @@ type Config struct {
 	FleetDataDir  string  // the fleet store's directory; empty: DATA_DIR/fleet
 	FleetStandby  bool    // with Redis: wait for the fleet lease as a standby instead of refusing to start (fleetstandby.go)
 
-	FleetArchiveDir      string        // Parquet archive of older telemetry (cloud/fleet/archive); empty: none
+	FleetArchiveDir      string        // Parquet archive of older telemetry (cloud/fleetapi/archive); empty: none
 	FleetArchiveAfter    time.Duration // a record moves once its ingest hour ended this long ago; 0 = 10 minutes
 	FleetArchiveMaxBytes int64         // the archive's size bound; 0 = none (the age bound, 30 days, still applies)
 	OTLP                 cli.URL       // OTLP/HTTP collector that request spans are exported to; parsed when set
@@ -102,6 +113,12 @@ func (c *Config) FillDefaults() {
 	if c.SLAITL == 0 {
 		c.SLAITL = 200 * time.Millisecond
 	}
+	if c.ResumeWindow == 0 {
+		c.ResumeWindow = quic.DefaultResumeWindow
+	}
+	if c.ResumeBufferBytes == 0 {
+		c.ResumeBufferBytes = quic.DefaultMaxReplayBytes
+	}
 }
 
 // Fields is phaseless-cloud's configuration table: each field's flag, which
@@ -115,10 +132,13 @@ func (c *Config) Fields() cli.Fields {
 	return append(cli.Fields{
 		{Flag: "http", Go: "HTTP", Value: &c.HTTP, Usage: "HTTP API address (OpenAI/Anthropic compatible, admin, metrics)"},
 		{Flag: "quic", Go: "QUIC", Value: &c.QUIC, Usage: "QUIC listener for agents (UDP); empty disables it"},
+		{Flag: "resume-window", Go: "ResumeWindow", Value: &c.ResumeWindow, Usage: "how long an agent's request whose link dropped keeps generating, buffered, for the agent to resume it (docs/transport.md)"},
+		{Flag: "resume-buffer-bytes", Go: "ResumeBufferBytes", Value: &c.ResumeBufferBytes, Usage: "most bytes of tokens buffered per agent request for resuming; a request nobody follows pauses there"},
 		{Flag: "mqtt", Go: "MQTT", Value: &c.MQTT, Usage: "embedded MQTT broker address; empty disables it"},
 		{Flag: "data-dir", Go: "DataDir", Value: &c.DataDir, Usage: "directory for state (bbolt), and the dev PKI"},
 		{Flag: "pki-dir", Go: "PKIDir", Value: &c.PKIDir, Usage: "directory with the CA and server certificate (phaselessctl pki init)"},
-		{Flag: "dev", Go: "Dev", Value: &c.Dev, Usage: "development mode: no API keys required; creates a PKI in the data dir when none is given; honours x-phaseless-policy"},
+		{Flag: "dev", Go: "Dev", Value: &c.Dev, Usage: "development mode: no API keys required; creates a PKI in the data dir when none is given; honours x-phaseless-policy; listeners bind loopback (an address without a host binds 127.0.0.1; another host needs --dev-expose)"},
+		{Flag: "dev-expose", Go: "DevExpose", Value: &c.DevExpose, Usage: "with --dev: let the listeners bind beyond loopback (an address without a host then binds every interface); --dev serves the API, dashboard, fleet admin and MQTT without keys, so only on a network you trust"},
 		{Flag: "model", Go: "Model", Value: &c.Model, Usage: "GGUF model for the built-in engine (default: the shipped cloud model)"},
 		{Flag: "worker", Go: "Workers", Value: &c.Workers, Usage: "OpenAI-compatible engine URL (repeatable); options in the fragment: URL#role=prefill-heavy&model=NAME&capacity=N&gpu=h100&key=BEARER; or sim://GPU?model=M&n=N for simulated GPU workers (docs/sim.md)"},
 		{Flag: "redis", Go: "Redis", Value: &c.Redis, Usage: "Redis URL for shared admission state, e.g. redis://127.0.0.1:6379/0"},
@@ -184,8 +204,22 @@ func (c *Config) Validate() error {
 	if c.Redis.IsSet() && c.Redis.Scheme != "redis" && c.Redis.Scheme != "rediss" {
 		return &cli.FieldError{Field: "Redis", Err: fmt.Errorf("%q is not a redis:// URL", c.Redis.String())}
 	}
+	if c.ResumeWindow != 0 && c.ResumeWindow < time.Second {
+		return &cli.FieldError{Field: "ResumeWindow", Err: fmt.Errorf("%v must be at least 1s", c.ResumeWindow)}
+	}
+	if c.ResumeBufferBytes != 0 && c.ResumeBufferBytes < 4096 {
+		return &cli.FieldError{Field: "ResumeBufferBytes", Err: fmt.Errorf("%d must be at least 4096", c.ResumeBufferBytes)}
+	}
 	if !c.Dev && c.APIKeys == "" {
 		return &cli.FieldError{Field: "APIKeys", Err: errors.New("required outside development mode")}
+	}
+	if c.DevExpose && !c.Dev {
+		return &cli.FieldError{Field: "DevExpose", Err: errors.New("only means something with --dev")}
+	}
+	for _, l := range c.devListeners() {
+		if host, _, _ := net.SplitHostPort(l.addr); c.Dev && !c.DevExpose && host != "" && !loopback(host) {
+			return &cli.FieldError{Field: l.field, Err: fmt.Errorf("%s is not a loopback address, and --dev serves without keys: bind 127.0.0.1 (or give only the port), or add --dev-expose", l.addr)}
+		}
 	}
 	if c.DataDir == "" {
 		return &cli.FieldError{Field: "DataDir", Err: errors.New("must not be empty")}
@@ -296,4 +330,82 @@ func (l *RoleList) Set(v string) error {
 	}
 	*l = out
 	return nil
+}
+
+// devListener is a listener --dev keeps on loopback.
+type devListener struct {
+	field, what, addr string
+}
+
+// devListeners are the listeners that --dev serves without keys, or that
+// take whoever connects: HTTP (the API without keys, the dashboard, fleet
+// admin) and MQTT (any device id); QUIC and MQTT/TLS still want a device
+// certificate, from a PKI --dev may have made itself.
+func (c *Config) devListeners() []devListener {
+	var out []devListener
+	for _, l := range []devListener{
+		{"HTTP", "HTTP", c.HTTP}, {"QUIC", "QUIC", c.QUIC}, {"MQTT", "MQTT", c.MQTT}, {"MQTTTLS", "MQTT/TLS", c.MQTTTLS},
+	} {
+		if l.addr != "" {
+			out = append(out, l)
+		}
+	}
+	return out
+}
+
+func loopback(host string) bool {
+	if host == "localhost" {
+		return true
+	}
+	ip := net.ParseIP(host)
+	return ip != nil && ip.IsLoopback()
+}
+
+// ListenAddr is where a listener configured as addr binds: with --dev and
+// no --dev-expose, an address without a host ("":8080") binds 127.0.0.1,
+// so a development cloud is not open to the network by default.
+func (c *Config) ListenAddr(addr string) string {
+	host, port, err := net.SplitHostPort(addr)
+	if err != nil || host != "" || !c.Dev || c.DevExpose {
+		return addr
+	}
+	return net.JoinHostPort("127.0.0.1", port)
+}
+
+// Exposure says what a validated configuration serves without
+// authentication, for the daemon's first log line; "" outside --dev.
+func (c *Config) Exposure() string {
+	if !c.Dev {
+		return ""
+	}
+	var open, certs []string
+	for _, l := range c.devListeners() {
+		where := l.what + " " + c.ListenAddr(l.addr)
+		if host, _, _ := net.SplitHostPort(l.addr); host == "" && c.DevExpose {
+			where += " (every interface)"
+		}
+		switch l.field {
+		case "HTTP":
+			if c.APIKeys == "" {
+				open = append(open, where+": the inference API, dashboard, fleet admin and rollouts, /metrics")
+			}
+		case "MQTT":
+			open = append(open, where+": any client, as any device id")
+		default:
+			certs = append(certs, where)
+		}
+	}
+	msg := "development mode (--dev): "
+	if len(open) == 0 {
+		msg += "nothing served without keys"
+	} else {
+		msg += "serves without keys " + strings.Join(open, "; ")
+	}
+	if len(certs) > 0 {
+		msg += "; " + strings.Join(certs, ", ") + " want a device certificate (of --pki-dir, or a PKI --dev creates in the data dir)"
+	}
+	if !c.DevExpose {
+		msg += "; loopback only (--dev-expose opens other addresses)"
+	}
+	return msg
 }

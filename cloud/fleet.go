@@ -39,7 +39,7 @@ func (c *Cloud) startFleet() error {
 		fc.External = ext
 	case c.cfg.MQTT != "":
 		bc := broker.Config{
-			TCPAddr: c.cfg.MQTT, DevAuth: c.cfg.Dev, PasswordFile: c.cfg.MQTTPasswords,
+			TCPAddr: c.cfg.ListenAddr(c.cfg.MQTT), DevAuth: c.cfg.Dev, PasswordFile: c.cfg.MQTTPasswords,
 			StorePath: filepath.Join(c.cfg.DataDir, "broker.db"), Metrics: c.metrics, Logger: c.log,
 		}
 		if c.cfg.MQTTTLS != "" && c.pkiDir != "" {
@@ -47,7 +47,7 @@ func (c *Cloud) startFleet() error {
 			if err != nil {
 				return &cli.FieldError{Field: "PKIDir", Err: err}
 			}
-			bc.TLS, bc.TLSAddr = tc, c.cfg.MQTTTLS
+			bc.TLS, bc.TLSAddr = tc, c.cfg.ListenAddr(c.cfg.MQTTTLS)
 		}
 		if c.deny != nil {
 			if bc.TLS != nil {
@@ -89,12 +89,12 @@ func (c *Cloud) startFleet() error {
 	return nil
 }
 
-// publicURL is --public-url, or the --http listener on loopback.
+// publicURL is --public-url, or the bound --http listener on loopback.
 func (c *Cloud) publicURL() string {
 	if c.cfg.PublicURL.IsSet() {
 		return strings.TrimSuffix(c.cfg.PublicURL.String(), "/")
 	}
-	host, port, _ := net.SplitHostPort(c.cfg.HTTP) // validated
+	host, port, _ := net.SplitHostPort(c.httpLn.Addr().String())
 	if host == "" || host == "0.0.0.0" || host == "::" {
 		host = "127.0.0.1"
 	}

@@ -30,6 +30,12 @@ type Request struct {
 	Tenant         string // API key's tenant or device id; set by the receiver, not the caller
 	Hints          Hints
 
+	// Continue is text the reply already began with: the engine generates
+	// what follows it, as if it had written it. The agent sets it when its
+	// own engine continues a cloud answer the link cut off (device engines
+	// only; it does not cross to the cloud). MaxTokens counts what follows.
+	Continue string
+
 	// KVHandoff names a KV handoff parked at the worker that receives this
 	// request (x-phaseless-kv-handoff, cloud-to-worker only): it decodes
 	// from that prefill instead of running the prompt (see Split).
@@ -78,6 +84,11 @@ type Token struct {
 	// Tool, when set, makes this token a piece of a tool call instead of
 	// reply text (Text is then empty); see tools.go.
 	Tool *ToolDelta
+
+	// Continued, set on the first token of a reply's rest that another
+	// engine produced after the first one was cut off mid-answer, says
+	// where and why (stream.go).
+	Continued *Continuation
 }
 
 // Final is what is known when a generation ends. Where it ran and why is

@@ -11,7 +11,10 @@ import (
 // the stream, ahead of the first Token; the layer that owns the response
 // writes it as response headers (HTTP) or a meta frame (QUIC).
 type Meta struct {
-	Route         string // where it runs: RouteLocal or RouteCloud
+	Route string // where it runs: RouteLocal or RouteCloud
+	// RouteReason is why the agent's router chose Route
+	// (x-phaseless-route-reason); "" where no router decided.
+	RouteReason   string
 	Pool          string // the cloud pool it was placed on (prefill-heavy, ...); "" when local
 	Worker        string // the cloud worker it was placed on
 	SchedulerHint string // base32 scheduler vector (transport/schedhint)
@@ -132,6 +135,28 @@ func (f Fallback) String() string {
 	}
 	return f.Cause.String()
 }
+
+// Continuation says that a reply changed engine mid-answer: the agent's
+// engine took over a cloud answer whose link did not come back, from the
+// text already delivered. Unlike a Fallback it comes after tokens, so it
+// rides on the first token of the rest instead of the begin event.
+type Continuation struct {
+	Route string // where the rest runs: RouteLocal
+	// Reason is a stable name for metrics and telemetry:
+	// ContinueCloudLost or ContinueCloudError.
+	Reason string
+	Detail string // the failure behind it, for logs and telemetry
+}
+
+// Continuation reasons.
+const (
+	// ContinueCloudLost: the link to the cloud dropped and did not return
+	// within the agent's resume deadline (or the cloud had nothing left
+	// to resume).
+	ContinueCloudLost = "cloud_lost"
+	// ContinueCloudError: the cloud failed mid-answer for another reason.
+	ContinueCloudError = "cloud_error"
+)
 
 // Stream is a generator's side of its output: it sends the begin event
 // (Meta) ahead of the first token, so whoever reads the stream learns the

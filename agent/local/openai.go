@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net/http"
 	"net/url"
+	"slices"
 	"time"
 
 	"github.com/phaseless/phaseless/llm"
@@ -50,8 +51,16 @@ func NewOpenAI(base, model string, client *http.Client) (*OpenAI, error) {
 	return &OpenAI{client: c}, nil
 }
 
-// Generate implements llm.Generator.
+// Generate implements llm.Generator. A reply to continue (req.Continue)
+// goes to the server as a last assistant message, which llama.cpp's
+// llama-server continues as a prefill.
 func (o *OpenAI) Generate(ctx context.Context, req *llm.Request, emit llm.Emit) (llm.Final, error) {
+	if req.Continue != "" && !req.Raw { // the client refuses a raw completion anyway
+		r := *req
+		r.Messages = append(slices.Clip(req.Messages), llm.Message{Role: "assistant", Content: req.Continue})
+		r.Continue = ""
+		req = &r
+	}
 	return o.client.Generate(ctx, req, emit)
 }
 

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"strings"
 	"sync/atomic"
 	"time"
 
@@ -130,6 +131,12 @@ type timedEmit struct {
 	last   time.Time
 	tokens int
 	itl    *metrics.Histogram
+	// reply is the text forwarded so far, kept on the cloud path so the
+	// local engine can continue it (continueLocally); tools says a tool
+	// call was forwarded, which cannot be continued that way.
+	reply *strings.Builder
+	tools bool
+	cont  *llm.Continuation // set once the local engine took the reply over
 }
 
 func (t *timedEmit) forward(tok llm.Token) error {
@@ -149,6 +156,10 @@ func (t *timedEmit) forward(tok llm.Token) error {
 	}
 	t.last = now
 	t.tokens++
+	if t.reply != nil {
+		t.reply.WriteString(tok.Text)
+		t.tools = t.tools || tok.Tool != nil
+	}
 	return t.emit(tok)
 }
 
@@ -181,8 +192,12 @@ func (d *Dispatcher) Generate(ctx context.Context, req *llm.Request, emit llm.Em
 		path, fb = PathLocal, llm.Fallback{Cause: llm.FallbackNoCloud, From: PathCloud, Detail: "no cloud configured"}
 	}
 	if path == PathCloud {
-		st.Meta = llm.Meta{Route: llm.RouteCloud}
+		st.Meta = llm.Meta{Route: llm.RouteCloud, RouteReason: dec.Reason}
+		te.reply = &strings.Builder{}
 		fin, err = d.generateCloud(ctx, req, te)
+		if err != nil && te.tokens > 0 && !te.tools && eligibleForFallback(ctx, err) {
+			fin, err = d.continueLocally(ctx, req, te, err)
+		}
 		if err != nil && te.tokens == 0 && ctx.Err() == nil {
 			switch {
 			case errors.Is(err, errNoFirstToken):
@@ -199,7 +214,7 @@ func (d *Dispatcher) Generate(ctx context.Context, req *llm.Request, emit llm.Em
 	}
 	if path == PathLocal {
 		// Whatever the failed cloud attempt said about itself is dropped.
-		st.Meta = llm.Meta{Route: llm.RouteLocal, Fallback: fb}
+		st.Meta = llm.Meta{Route: llm.RouteLocal, RouteReason: dec.Reason, Fallback: fb}
 		if fb.Cause != llm.FallbackNone {
 			d.m.fallbacks.With(fb.Cause.String()).Inc()
 			d.log.Info("falling back to the local engine", "id", req.ID, "cause", fb.Cause.String(), "reason", fb.Detail)
@@ -211,7 +226,7 @@ func (d *Dispatcher) Generate(ctx context.Context, req *llm.Request, emit llm.Em
 			// take it, which beats an error.
 			path, fb = PathCloud, off
 			d.m.fallbacks.With(fb.Cause.String()).Inc()
-			st.Meta = llm.Meta{Route: llm.RouteCloud, Fallback: fb}
+			st.Meta = llm.Meta{Route: llm.RouteCloud, RouteReason: dec.Reason, Fallback: fb}
 			d.log.Info("offloading to the cloud", "id", req.ID, "reason", fb.Detail)
 			fin, err = d.generateCloud(ctx, req, te)
 		}
@@ -227,6 +242,53 @@ func (d *Dispatcher) Generate(ctx context.Context, req *llm.Request, emit llm.Em
 		d.cfg.Shadow.ShadowCloud(req, dec.CloudProb)
 	}
 	return fin, err
+}
+
+// continueLocally finishes a cloud answer that failed after tokens were
+// delivered — its link dropped and did not come back within the uplink's
+// resume deadline, or the cloud failed — on the device's engine, from the
+// prompt plus the text already delivered, so the app gets one whole
+// answer. The first local token carries a Continuation saying so (a field
+// SDKs ignore), and telemetry records it. An answer with tool calls, or
+// one asking for a response format, is not continued: the grammar would
+// have to walk the delivered text first.
+func (d *Dispatcher) continueLocally(ctx context.Context, req *llm.Request, te *timedEmit, cloudErr error) (llm.Final, error) {
+	if req.HasTools() || req.ResponseFormat.Type == llm.FormatJSONObject || req.ResponseFormat.Type == llm.FormatJSONSchema {
+		return llm.Final{}, cloudErr
+	}
+	reason := llm.ContinueCloudError
+	if llm.CodeOf(cloudErr) == llm.CodeUnavailable {
+		reason = llm.ContinueCloudLost
+	}
+	c := &llm.Continuation{Route: llm.RouteLocal, Reason: reason, Detail: cloudErr.Error()}
+	te.cont = c
+	d.m.continuations.With(reason).Inc()
+	d.log.Info("continuing a cloud answer on the device", "id", req.ID, "reason", reason, "delivered", te.tokens, "err", cloudErr)
+	delivered := te.tokens
+	cont := *req
+	cont.Continue = te.reply.String()
+	cont.MaxTokens = req.MaxTokens - delivered
+	te.reply = nil
+	if cont.MaxTokens <= 0 {
+		// The cloud sent every token it was allowed; only its final frame
+		// was lost.
+		return llm.Final{CompletionTokens: delivered, FinishReason: "length"}, nil
+	}
+	first := true
+	fin, err := d.cfg.Local.Generate(ctx, &cont, func(tok llm.Token) error {
+		if tok.Meta != nil {
+			return nil // the response began on the cloud; its begin event stands
+		}
+		if first {
+			tok.Continued, first = c, false
+		}
+		return te.forward(tok)
+	})
+	if err != nil {
+		return llm.Final{}, err
+	}
+	fin.CompletionTokens += delivered
+	return fin, nil
 }
 
 // offload says whether a local failure should be retried on the cloud, and
@@ -333,6 +395,10 @@ func (d *Dispatcher) record(ctx context.Context, req *llm.Request, dec Decision,
 			rec.Outcome = "cancelled"
 		}
 	}
+	if te.cont != nil {
+		rec.ContinuedOn, rec.ContinueReason = te.cont.Route, te.cont.Reason
+		rec.ContinueDetail = te.cont.Detail
+	}
 	d.m.outcomes.With(rec.Outcome).Inc()
 	if d.cfg.Record == nil {
 		return
@@ -352,12 +418,13 @@ func ms(d time.Duration) float64 { return float64(d) / float64(time.Millisecond)
 // labeledHistogram is one histogram per label value (the metrics package has
 // labelled counters only).
 type dispatchMetrics struct {
-	decisions    *metrics.LabeledCounter
-	fallbacks    *metrics.LabeledCounter
-	outcomes     *metrics.LabeledCounter
-	recordErrors *metrics.Counter
-	ttft         *metrics.HistogramVec
-	itl          *metrics.Histogram
+	decisions     *metrics.LabeledCounter
+	fallbacks     *metrics.LabeledCounter
+	continuations *metrics.LabeledCounter
+	outcomes      *metrics.LabeledCounter
+	recordErrors  *metrics.Counter
+	ttft          *metrics.HistogramVec
+	itl           *metrics.Histogram
 }
 
 func newDispatchMetrics(r *metrics.Registry) dispatchMetrics {
@@ -365,12 +432,13 @@ func newDispatchMetrics(r *metrics.Registry) dispatchMetrics {
 		r = metrics.NewRegistry()
 	}
 	m := dispatchMetrics{
-		decisions:    r.LabeledCounter("phaseless_route_decisions_total", "router decisions by chosen path", "path"),
-		fallbacks:    r.LabeledCounter("phaseless_route_fallbacks_total", "requests run locally although the cloud was chosen, by cause", "cause"),
-		outcomes:     r.LabeledCounter("phaseless_route_requests_total", "requests by outcome", "outcome"),
-		recordErrors: r.Counter("phaseless_route_telemetry_errors_total", "telemetry records that could not be stored"),
-		itl:          r.Histogram("phaseless_route_itl_seconds", "inter-token latency as the router forwards tokens, seconds", metrics.DefLatencyBuckets),
-		ttft:         r.HistogramVec("phaseless_route_ttft_seconds", "time to first token by the path the request ran on, seconds", metrics.DefLatencyBuckets, "path"),
+		decisions:     r.LabeledCounter("phaseless_route_decisions_total", "router decisions by chosen path", "path"),
+		fallbacks:     r.LabeledCounter("phaseless_route_fallbacks_total", "requests run locally although the cloud was chosen, by cause", "cause"),
+		continuations: r.LabeledCounter("phaseless_route_continuations_total", "cloud answers cut off mid-stream that the device's engine finished, by reason", "reason"),
+		outcomes:      r.LabeledCounter("phaseless_route_requests_total", "requests by outcome", "outcome"),
+		recordErrors:  r.Counter("phaseless_route_telemetry_errors_total", "telemetry records that could not be stored"),
+		itl:           r.Histogram("phaseless_route_itl_seconds", "inter-token latency as the router forwards tokens, seconds", metrics.DefLatencyBuckets),
+		ttft:          r.HistogramVec("phaseless_route_ttft_seconds", "time to first token by the path the request ran on, seconds", metrics.DefLatencyBuckets, "path"),
 	}
 	return m
 }

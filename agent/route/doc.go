@@ -9,10 +9,12 @@
 // loss) and the local engine's load (queue, KV faults per ms) picks a path —
 // then streams the tokens of the chosen engine straight through. A cloud that
 // fails before its first token is replaced by the local engine (and the
-// response says so in x-fallback-reason); a failure after tokens were sent is
-// returned as is, so the API ends the stream with an error event rather than
-// restarting it and duplicating the prefix. Every request, whatever its
-// outcome, becomes one fleetwire.RequestRecord for telemetry.
+// response says so in x-fallback-reason); a cloud answer cut off after
+// tokens were sent — the uplink first tries to resume it (transport/quic,
+// resume.go) — is finished by the local engine from the prompt plus the
+// text already delivered, never restarted, and its first local token
+// carries an llm.Continuation. Every request, whatever its outcome, becomes
+// one fleetwire.RequestRecord for telemetry.
 //
 // Without a predictor model the Router uses the source articles' rule: input
 // byte entropy above 4.2 bits per character goes to the cloud.
@@ -29,7 +31,9 @@
 // swaps in a new Router with SetRouter when the fleet config changes the
 // threshold. cloudhints.go sends requests carrying cloud-only headers
 // (x-prefetch-hint, x-batch-threshold, x-semantic-mode) to the cloud, and
-// refuses them where they cannot act.
+// refuses them where they cannot act. A request that offers tools runs
+// where they are served (Router.toolRoute: Config.LocalTools, CloudTools),
+// not where its score would send it.
 //
 // # Invariants
 //
@@ -43,7 +47,10 @@
 //     fallback to the other path happens only before the first token: the
 //     cloud after CloudFirstToken (15 s) of silence or a cloud error, the
 //     cloud again when the local engine refuses (context too long, queue
-//     full) a request the router chose for it.
+//     full) a request the router chose for it. After the first token only
+//     a local continuation follows (continueLocally): a cloud answer with
+//     tool calls or a response format, or a request the cloud called
+//     invalid, still ends with the cloud's error.
 //   - Exactly one telemetry record per dispatched request (one refused by
 //     the cloud-only header check has none), written after the response
 //     ends, on a context of its own so a client that left is still counted.

@@ -205,12 +205,14 @@ type engine struct {
 	failAt int // fail with err after this many tokens; -1 never
 	err    error
 	calls  int
+	last   llm.Request // the request of the last call
 	mu     sync.Mutex
 }
 
 func (e *engine) Generate(ctx context.Context, req *llm.Request, emit llm.Emit) (llm.Final, error) {
 	e.mu.Lock()
 	e.calls++
+	e.last = *req
 	e.mu.Unlock()
 	if e.begin != nil {
 		if err := emit(llm.Token{Meta: e.begin}); err != nil {
@@ -242,6 +244,22 @@ type dispatched struct {
 
 func dispatch(t *testing.T, local, cloud *engine, link Link, text, override string) (dispatched, error) {
 	t.Helper()
+	return dispatchWith(t, local, cloud, link, text, override, nil)
+}
+
+// dispatchWith is dispatch with every token also shown to see.
+func dispatchWith(t *testing.T, local, cloud *engine, link Link, text, override string, see func(llm.Token)) (dispatched, error) {
+	t.Helper()
+	return dispatchReq(t, local, cloud, link, userReq(text), override, see)
+}
+
+// dispatchReq is dispatchWith for a request of the caller's (nil: an
+// invalid-free high-entropy one).
+func dispatchReq(t *testing.T, local, cloud *engine, link Link, req *llm.Request, override string, see func(llm.Token)) (dispatched, error) {
+	t.Helper()
+	if req == nil {
+		req = userReq(highEntropy)
+	}
 	r, _ := NewRouter(Config{}, nil)
 	var recs []fleetwire.RequestRecord
 	reg := metrics.NewRegistry()
@@ -254,12 +272,14 @@ func dispatch(t *testing.T, local, cloud *engine, link Link, text, override stri
 	if err != nil {
 		t.Fatal(err)
 	}
-	req := userReq(text)
 	req.Hints.Route = override
 	var out strings.Builder
 	var begin llm.Meta
 	begins := 0
 	fin, gerr := d.Generate(context.Background(), req, func(tok llm.Token) error {
+		if see != nil {
+			see(tok)
+		}
 		if tok.Meta != nil {
 			if begins++; out.Len() > 0 {
 				t.Errorf("begin event after text %q", out.String())
@@ -288,13 +308,15 @@ func TestDispatchPaths(t *testing.T) {
 	}
 	t.Run("local", func(t *testing.T) {
 		r, err := dispatch(t, ok("local"), okCloud(), up, lowEntropy, "")
-		if err != nil || r.out != "local!" || r.meta != (llm.Meta{Route: llm.RouteLocal}) || r.rec.Path != PathLocal || r.rec.Decision != PathLocal || r.rec.Outcome != "ok" || r.rec.CompletionTokens != 2 {
+		if err != nil || r.out != "local!" || r.meta != (llm.Meta{Route: llm.RouteLocal, RouteReason: r.rec.Reason}) || r.rec.Reason == "" || r.rec.Path != PathLocal || r.rec.Decision != PathLocal || r.rec.Outcome != "ok" || r.rec.CompletionTokens != 2 {
 			t.Errorf("%q %+v %+v %v %+v", r.out, r.meta, r.fin, err, r.rec)
 		}
 	})
 	t.Run("cloud", func(t *testing.T) {
 		r, err := dispatch(t, ok("local"), okCloud(), up, highEntropy, "")
-		if err != nil || r.out != "cloud/p/w!" || r.meta != *okCloud().begin || r.rec.Path != "cloud/p/w" || r.rec.Decision != PathCloud || r.rec.FallbackCause != "" {
+		want := *okCloud().begin
+		want.RouteReason = r.rec.Reason // the agent's router's, beside the cloud's placement
+		if err != nil || r.out != "cloud/p/w!" || r.meta != want || r.rec.Path != "cloud/p/w" || r.rec.Decision != PathCloud || r.rec.FallbackCause != "" {
 			t.Errorf("%q %+v %+v %v %+v", r.out, r.meta, r.fin, err, r.rec)
 		}
 	})
@@ -317,14 +339,51 @@ func TestDispatchPaths(t *testing.T) {
 		}
 	})
 	t.Run("cloud fails after tokens", func(t *testing.T) {
-		local := ok("local")
+		// The link did not come back: the device's engine continues from
+		// the text delivered, with what is left of the token budget, and
+		// the first token it adds says so.
+		local := &engine{tokens: []string{"-local", "!"}, failAt: -1}
 		cloud := &engine{tokens: []string{"a", "b", "c"}, failAt: 2, err: llm.Errorf(llm.CodeUnavailable, "link lost")}
-		r, err := dispatch(t, local, cloud, up, highEntropy, "")
-		if err == nil || r.out != "ab" || local.calls != 0 || r.meta.Fallback.Cause != llm.FallbackNone {
-			t.Errorf("must not restart locally: r.out %q err %v local calls %d", r.out, err, local.calls)
+		var conts []*llm.Continuation
+		r, err := dispatchWith(t, local, cloud, up, highEntropy, "", func(tok llm.Token) {
+			if tok.Continued != nil {
+				conts = append(conts, tok.Continued)
+			}
+		})
+		if err != nil || r.out != "ab-local!" || local.calls != 1 || local.last.Continue != "ab" || local.last.MaxTokens != userReq("").MaxTokens-2 || r.meta.Route != llm.RouteCloud {
+			t.Errorf("out %q err %v local calls %d, continued %q with %d tokens", r.out, err, local.calls, local.last.Continue, local.last.MaxTokens)
 		}
-		if r.rec.Outcome != "error" || r.rec.CompletionTokens != 2 || !strings.Contains(r.rec.Error, "link lost") {
+		if len(conts) != 1 || conts[0].Route != llm.RouteLocal || conts[0].Reason != llm.ContinueCloudLost {
+			t.Errorf("continuation events %+v", conts)
+		}
+		if r.rec.Outcome != "ok" || r.rec.CompletionTokens != 4 || r.rec.ContinuedOn != "local" || r.rec.ContinueReason != llm.ContinueCloudLost || !strings.Contains(r.rec.ContinueDetail, "link lost") {
 			t.Errorf("record %+v", r.rec)
+		}
+		var b strings.Builder
+		r.reg.WriteText(&b)
+		if !strings.Contains(b.String(), `phaseless_route_continuations_total{reason="cloud_lost"} 1`) {
+			t.Errorf("continuation metric missing\n%s", b.String())
+		}
+	})
+	t.Run("cloud fails after tokens, not continued", func(t *testing.T) {
+		// A request the device's engine must not answer (invalid) or
+		// cannot continue (tools) ends with the cloud's error, as before.
+		tools := userReq(highEntropy)
+		tools.Tools = []llm.Tool{{Name: "f"}}
+		for _, tc := range []struct {
+			name string
+			req  *llm.Request
+			code llm.Code
+		}{
+			{"invalid", nil, llm.CodeInvalid},
+			{"tools", tools, llm.CodeUnavailable},
+		} {
+			local := &engine{tokens: []string{"x"}, failAt: -1}
+			cloud := &engine{tokens: []string{"a", "b", "c"}, failAt: 2, err: llm.Errorf(tc.code, "broke")}
+			r, err := dispatchReq(t, local, cloud, up, tc.req, "", nil)
+			if llm.CodeOf(err) != tc.code || r.out != "ab" || local.calls != 0 || r.rec.Outcome != "error" || r.rec.ContinuedOn != "" {
+				t.Errorf("%s: out %q err %v local calls %d record %+v", tc.name, r.out, err, local.calls, r.rec)
+			}
 		}
 	})
 	t.Run("invalid request is not retried locally", func(t *testing.T) {

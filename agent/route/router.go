@@ -117,6 +117,15 @@ type Config struct {
 	// sends every one to the cloud (with the usual local fallback when the
 	// cloud fails before its first token). A request's own header wins.
 	Mode string
+	// CloudTools says the cloud calls tools: some of its workers are
+	// tool-calling servers (the agent's --cloud-tools). The cloud's
+	// built-in model does not call tools, so the zero value keeps tool
+	// requests on the device.
+	CloudTools bool
+	// LocalTools reports whether the local engine serves a request's
+	// tools (the agent asks its model: lm.Model.ServesTools); nil means it
+	// serves any (an external server gets the tools passed through).
+	LocalTools func(tools []llm.Tool) bool
 	// LocalNoPins says the local engine keeps no prompt-cache lifetimes
 	// (an external OpenAI-compatible server, --local-url): x-cache-ttl then
 	// acts only in the cloud, as x-batch-threshold does (cloudhints.go).
@@ -255,7 +264,12 @@ func (r *Router) Decide(req *llm.Request, link Link, load Load) Decision {
 		// grouping, prefetch): it goes where that takes effect.
 		o, overrideBy = PathCloud, "header "+name+" acts in the cloud: "
 	}
-	if r.cfg.Probe != nil && r.readsProbe() && o != PathLocal && o != PathCloud && link.Configured && link.Connected {
+	pinned := o == PathLocal || o == PathCloud
+	var toolPath, toolWhy string
+	if !pinned {
+		toolPath, toolWhy = r.toolRoute(req, link)
+	}
+	if r.cfg.Probe != nil && r.readsProbe() && !pinned && toolPath == "" && link.Configured && link.Connected {
 		textfeat.SetProbe(d.Features, r.cfg.Probe(text))
 		d.Probed = d.Features[textfeat.IdxProbed] == 1
 	}
@@ -310,9 +324,13 @@ func (r *Router) Decide(req *llm.Request, link Link, load Load) Decision {
 
 	why := d.probReason()
 	switch {
-	case o == PathLocal || o == PathCloud:
+	case pinned:
 		d.Override = o
 		d.Path, d.Reason = o, overrideBy+o
+	case toolPath != "":
+		// Where the tools are served, not a pin: a local engine that
+		// refuses the request (a full queue) may still offload it.
+		d.Path, d.Reason = toolPath, toolWhy
 	case !link.Configured:
 		d.Path, d.Reason = PathLocal, "offline-only (no cloud configured)"
 	case !link.Connected:
@@ -327,6 +345,27 @@ func (r *Router) Decide(req *llm.Request, link Link, load Load) Decision {
 		d.Path, d.Reason = PathLocal, why
 	}
 	return d
+}
+
+// toolRoute is where a request that offers tools runs when nothing pins
+// it, and why: on the device when its engine serves those tools (the edge
+// model calls the car's tools; the cloud's built-in model calls none) or
+// when the cloud does not call tools either; in the cloud when only it
+// serves them. "" (the score decides, as for any request) without tools,
+// without a cloud, or when only the unreachable cloud serves them.
+func (r *Router) toolRoute(req *llm.Request, link Link) (path, why string) {
+	if !req.HasTools() || !link.Configured {
+		return "", ""
+	}
+	switch {
+	case r.cfg.LocalTools == nil || r.cfg.LocalTools(req.Tools):
+		return PathLocal, "tools: the local model serves them"
+	case !r.cfg.CloudTools:
+		return PathLocal, "tools: the local model was not taught them, and the cloud calls no tools"
+	case !link.Connected:
+		return "", ""
+	}
+	return PathCloud, "tools: only the cloud serves them"
 }
 
 func (d *Decision) probReason() string {

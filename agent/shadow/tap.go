@@ -108,7 +108,9 @@ func sampledID(id string, share float64) bool {
 // Generate implements llm.Generator: the local engine answers, and a
 // sampled answer is kept.
 func (s *Tap) Generate(ctx context.Context, req *llm.Request, emit llm.Emit) (llm.Final, error) {
-	if req.Raw || !sampledID(req.ID, s.getShare()) { // the cloud re-runs chat only
+	// The cloud re-runs chat only, and only whole local answers: a
+	// continuation of a cloud answer (req.Continue) is half of one.
+	if req.Raw || req.Continue != "" || !sampledID(req.ID, s.getShare()) {
 		return s.next.Generate(ctx, req, emit)
 	}
 	var answer strings.Builder

@@ -35,8 +35,8 @@ func benchReport(ctx context.Context, cio cli.IO, args []string) error {
 	model := fs.String("model", "", "GGUF model for the engine section (default: the shipped cloud model); \"none\" leaves it out")
 	only := fs.String("only", "", "comma-separated areas to run: engine, transport, telemetry, scheduler, agent, simulator (default all)")
 	simArgs := fs.String("sim-args", "", "arguments for phaselessctl sim, when this build has it (space-separated; default: the Azure code trace's head in the source tree, every policy)")
-	if err := cli.Parse(fs, args, cio.Getenv); err != nil {
-		return fmt.Errorf("%w: %v", cli.ErrUsage, err)
+	if err := cli.ParseVerb(fs, cio, args, "bench report [-o DIR] [--quick] [--only AREAS] [--model F|none]"); err != nil {
+		return err
 	}
 	cfg := benchreport.Config{OutDir: *out, Quick: *quick, RepoDir: *repo, Go: *goCmd, Log: cio.Stderr}
 	if *only != "" {

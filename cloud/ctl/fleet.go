@@ -12,6 +12,7 @@ import (
 	"strings"
 	"text/tabwriter"
 	"time"
+	"unicode/utf8"
 
 	"github.com/phaseless/phaseless/cloud/fleetapi"
 	"github.com/phaseless/phaseless/internal/cli"
@@ -120,13 +121,14 @@ func fleetDevices(ctx context.Context, cio cli.IO, args []string) error {
 	}
 	sort.Slice(devs, func(i, j int) bool { return devs[i].ID < devs[j].ID })
 	tw := tabwriter.NewWriter(cio.Stdout, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "DEVICE\tSTATE\tVERSION\tSLOT\tLAST SEEN\tCONFIG (desired/reported)\tRECORDS\tPENDING CMDS\tα / REALISED / THRESHOLD")
+	fmt.Fprintln(tw, "DEVICE\tSTATE\tVERSION\tARTIFACTS\tSLOT\tLAST SEEN\tCONFIG (desired/reported)\tRECORDS\tPENDING CMDS")
 	for _, d := range devs {
-		ver, slot := "-", "-"
+		slot := "-"
 		if d.Status != nil {
-			ver, slot = orDash(d.Status.Version), orDash(d.Status.Slot)
+			slot = orDash(d.Status.Slot)
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%d\t%d\t%s\n", d.ID, d.State(), ver, slot, ago(d.LastSeen), configVersions(&d), d.Telemetry.Stored, d.PendingCommands, routerCell(&d))
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%d\t%d\n", d.ID, d.State(), orDash(d.Status.AgentVersion()), orDash(d.Status.Installed()), slot,
+			ago(d.LastSeen), configVersions(&d, tableConfigError), d.Telemetry.Stored, d.PendingCommands)
 	}
 	return tw.Flush()
 }
@@ -138,7 +140,15 @@ func orDash(s string) string {
 	return s
 }
 
-func configVersions(d *fleetapi.Device) string {
+// tableConfigError is how many characters of a device's config error the
+// devices table shows: a whole error (a YAML parse error can run to
+// hundreds) would stretch every row of the table. fleet status and --json
+// print all of it.
+const tableConfigError = 40
+
+// configVersions is "desired/reported", with why the reported version was
+// not applied, cut to at most max characters when max > 0.
+func configVersions(d *fleetapi.Device, max int) string {
 	des, rep := "-", "-"
 	if d.Desired != nil {
 		des = fmt.Sprint(d.Desired.Version)
@@ -146,10 +156,22 @@ func configVersions(d *fleetapi.Device) string {
 	if d.Reported != nil {
 		rep = fmt.Sprint(d.Reported.Version)
 		if !d.Reported.Applied {
-			rep += " (not applied: " + d.Reported.Error + ")"
+			rep += " (not applied: " + ellipsis(d.Reported.Error, max) + ")"
 		}
 	}
 	return des + "/" + rep
+}
+
+// ellipsis cuts s to at most max characters (runes), ending in "…" when it
+// cut; max <= 0 keeps all of s. Line breaks become spaces, so a table row
+// stays one line.
+func ellipsis(s string, max int) string {
+	s = strings.Join(strings.Fields(s), " ")
+	if max <= 0 || utf8.RuneCountInString(s) <= max {
+		return s
+	}
+	r := []rune(s)
+	return string(r[:max-1]) + "…"
 }
 
 func printJSON(w io.Writer, v any) error {
@@ -179,9 +201,10 @@ func fleetStatus(ctx context.Context, cio cli.IO, args []string) error {
 	w := cio.Stdout
 	fmt.Fprintf(w, "device:     %s\nstate:      %s\n", d.ID, d.State())
 	if d.Status != nil {
-		fmt.Fprintf(w, "version:    %s\nslot:       %s\nboard:      %s\nstatus at:  %s\n", orDash(d.Status.Version), orDash(d.Status.Slot), orDash(d.Status.Board), d.Status.Time.Format(time.RFC3339))
+		fmt.Fprintf(w, "version:    %s\nartifacts:  %s\nslot:       %s\nboard:      %s\nstatus at:  %s\n", orDash(d.Status.AgentVersion()), orDash(d.Status.Installed()),
+			orDash(d.Status.Slot), orDash(d.Status.Board), d.Status.Time.Format(time.RFC3339))
 	}
-	fmt.Fprintf(w, "first seen: %s\nlast seen:  %s\nconfig:     %s (desired/reported)\n", d.FirstSeen.Format(time.RFC3339), ago(d.LastSeen), configVersions(d))
+	fmt.Fprintf(w, "first seen: %s\nlast seen:  %s\nconfig:     %s (desired/reported)\n", d.FirstSeen.Format(time.RFC3339), ago(d.LastSeen), configVersions(d, 0))
 	if d.Desired != nil {
 		for _, k := range sortedKeys(d.Desired.Values) {
 			fmt.Fprintf(w, "  %s=%s (from %s)\n", k, d.Desired.Values[k], orDash(d.ConfigSources[k]))

@@ -12,6 +12,7 @@ import (
 	"strings"
 	"testing"
 	"time"
+	"unicode/utf8"
 
 	"github.com/eclipse/paho.golang/autopaho"
 	"github.com/eclipse/paho.golang/paho"
@@ -53,7 +54,10 @@ func TestFleetCommands(t *testing.T) {
 	defer cancel()
 	u, _ := url.Parse("mqtt://" + b.TCPAddr())
 	up := make(chan *autopaho.ConnectionManager, 1)
-	online, _ := json.Marshal(fleetwire.Status{State: "online", Version: "1.2.3", Slot: "b", Time: time.Now()})
+	// The device runs agent bundle 2.1 (installed by a rollout; the build
+	// stamp says 1.2.3) and router 1.1.
+	online, _ := json.Marshal(fleetwire.Status{State: "online", Version: "1.2.3", Slot: "b", Time: time.Now(),
+		Artifacts: map[string]string{"agent": "2.1", "predictor": "1.1"}})
 	cm, err := autopaho.NewConnection(ctx, autopaho.ClientConfig{
 		ServerUrls: []*url.URL{u}, KeepAlive: 30, SessionExpiryInterval: 60,
 		OnConnectionUp: func(cm *autopaho.ConnectionManager, _ *paho.Connack) { up <- cm },
@@ -116,20 +120,48 @@ func TestFleetCommands(t *testing.T) {
 	}
 
 	out := must("car-9", "fleet", "devices")
-	for _, w := range []string{"online", "1.2.3", " b ", "-/-"} {
+	for _, w := range []string{"online", " 2.1 ", "predictor 1.1", " b ", "-/-"} {
 		if !strings.Contains(out, w) {
 			t.Errorf("devices output lacks %q:\n%s", w, out)
 		}
 	}
+	out = must("version:    2.1\nartifacts:  predictor 1.1\n", "fleet", "status", "car-9")
+	if strings.Contains(out, "1.2.3") {
+		t.Errorf("status shows the build stamp, not the installed agent:\n%s", out)
+	}
 	must("desired config version 1", "fleet", "config", "set", "car-9", "route=local", "max_tokens=128")
 	must("desired config version 2", "fleet", "config", "unset", "car-9", "max_tokens")
+	// A config the device could not apply: the devices table cuts its long
+	// error to one short column; fleet status prints all of it.
+	long := "route-threshold: " + strings.Repeat("a long reason the device gave ", 12) + "END"
+	reported, _ := json.Marshal(fleetwire.ReportedConfig{Version: 2, Error: long})
+	if _, err := cm.Publish(ctx, &paho.Publish{QoS: 1, Retain: true, Topic: tp.Device("car-9", fleetwire.SuffixConfigReported), Payload: reported}); err != nil {
+		t.Fatal(err)
+	}
+	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+		if d, _ := m.Device("car-9"); d != nil && d.Reported != nil && d.Reported.Version == 2 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("reported config not stored")
+		}
+	}
+	out = must("2/2 (not applied: route-threshold: a long reason the devi…)", "fleet", "devices")
+	for line := range strings.Lines(out) {
+		if n := utf8.RuneCountInString(line); n > 160 {
+			t.Errorf("a devices row of %d characters:\n%s", n, out)
+		}
+	}
+	must(long+")", "fleet", "status", "car-9")
 	out = must("route=local", "fleet", "status", "car-9")
 	if strings.Contains(out, "max_tokens") {
 		t.Errorf("unset key still shown:\n%s", out)
 	}
 	// Layers: fleet defaults and a label group under the device's override.
 	must("fleet: layer version 1", "fleet", "config", "set", "--fleet", "route=cloud", "log-level=warn")
-	must("labels map[region:eu]", "fleet", "label", "car-9", "region=eu")
+	must("car-9: labels region=eu\n", "fleet", "label", "car-9", "region=eu")
+	must("car-9: labels cohort=beta region=eu\n", "fleet", "label", "car-9", "cohort=beta")
+	must("car-9: labels region=eu\n", "fleet", "label", "car-9", "cohort=")
 	must("region=eu: layer version 1", "fleet", "config", "set", "--group", "region=eu", "log-level=debug")
 	out = must("log-level=debug (from region=eu)", "fleet", "status", "car-9")
 	if !strings.Contains(out, "route=local (from device)") {

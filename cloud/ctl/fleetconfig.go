@@ -10,7 +10,6 @@ import (
 
 	"github.com/phaseless/phaseless/cloud/fleetapi"
 	"github.com/phaseless/phaseless/internal/cli"
-	"github.com/phaseless/phaseless/transport/fleetwire"
 )
 
 // `fleet config` edits the layers a device's desired config is merged from
@@ -148,7 +147,7 @@ func fleetConfigShow(ctx context.Context, cio cli.IO, args []string) error {
 	if err != nil {
 		return err
 	}
-	fmt.Fprintf(cio.Stdout, "%s: config %s (desired/reported)\n", d.ID, configVersions(d))
+	fmt.Fprintf(cio.Stdout, "%s: config %s (desired/reported)\n", d.ID, configVersions(d, 0))
 	fmt.Fprintln(tw, "KEY\tVALUE\tFROM")
 	if d.Desired != nil {
 		for _, k := range sortedKeys(d.Desired.Values) {
@@ -199,23 +198,6 @@ func routerLine(d *fleetapi.Device) string {
 		line += "; bound " + d.Status.RouterBound
 	}
 	return line
-}
-
-// routerCell is routerLine for the devices table.
-func routerCell(d *fleetapi.Device) string {
-	r := d.Router
-	if r == nil {
-		return "-"
-	}
-	th := "fleet's"
-	if r.Certified {
-		th = fmt.Sprintf("%.3f", r.Threshold)
-	}
-	cell := fmt.Sprintf("%.3g / %.1f%% / %s", r.Alpha, 100*r.Realised, th)
-	if d.Status != nil && d.Status.RouterBound == fleetwire.RouterBoundSuspended {
-		cell += " (suspended)"
-	}
-	return cell
 }
 
 // shadowLine says whether the device samples local answers for shadow

@@ -8,13 +8,13 @@ import (
 	"github.com/phaseless/phaseless/transport/fleetwire"
 )
 
-// TestRouterLine: fleet status and fleet devices show a device's α, the
+// TestRouterLine: fleet status shows a device's α, the
 // realised share of wrong local answers and the threshold in force, with
 // its source, and a bound the device reports suspended.
 func TestRouterLine(t *testing.T) {
 	d := &fleetapi.Device{ID: "car-1"}
-	if got := routerLine(d); !strings.Contains(got, "no scored shadow grades") || routerCell(d) != "-" {
-		t.Errorf("uncalibrated: %q / %q", got, routerCell(d))
+	if got := routerLine(d); !strings.Contains(got, "no scored shadow grades") {
+		t.Errorf("uncalibrated: %q", got)
 	}
 	d.Router = &fleetapi.RouterCalibration{Alpha: 0.05, Threshold: 0.42, Certified: true, Outcomes: 800, Realised: 0.031}
 	d.Desired = &fleetwire.DesiredConfig{Version: 3, Values: map[string]string{"route-threshold": "0.42"}}
@@ -25,8 +25,5 @@ func TestRouterLine(t *testing.T) {
 		if !strings.Contains(got, want) {
 			t.Errorf("%q lacks %q", got, want)
 		}
-	}
-	if c := routerCell(d); c != "0.05 / 3.1% / 0.420 (suspended)" {
-		t.Errorf("cell %q", c)
 	}
 }

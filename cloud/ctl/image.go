@@ -30,8 +30,8 @@ func imageBuild(_ context.Context, cio cli.IO, args []string) error {
 	arch := fs.String("arch", "amd64", "GOARCH the binaries were built for")
 	ports := fs.String("ports", "", "exposed ports, comma-separated, e.g. 8080/tcp,4433/udp,1883/tcp")
 	version := fs.String("version", "", "org.opencontainers.image.version label")
-	if err := cli.Parse(fs, args, cio.Getenv); err != nil {
-		return fmt.Errorf("%w: %v", cli.ErrUsage, err)
+	if err := cli.ParseVerb(fs, cio, args, "image build [--entrypoint NAME] [--oci DIR] [--tar FILE] BINARY [BINARY]"); err != nil {
+		return err
 	}
 	if fs.NArg() == 0 || (*ociDir == "" && *tarFile == "") {
 		return fmt.Errorf("%w: image build [--entrypoint NAME] [--oci DIR] [--tar FILE] BINARY [BINARY]", cli.ErrUsage)

@@ -14,7 +14,7 @@ import (
 	"strings"
 	"text/tabwriter"
 
-	"github.com/phaseless/phaseless/cloud/fleet/archive"
+	"github.com/phaseless/phaseless/cloud/fleetapi/archive"
 	"github.com/phaseless/phaseless/cloud/fleetapi/trainset"
 	"github.com/phaseless/phaseless/firmware"
 	"github.com/phaseless/phaseless/internal/cli"

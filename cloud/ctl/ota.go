@@ -30,8 +30,8 @@ func init() {
 func otaKeygen(_ context.Context, cio cli.IO, args []string) error {
 	fs := flag.NewFlagSet("ota keygen", flag.ContinueOnError)
 	dir := fs.String("dir", ".", "directory for ota-key.pem and ota-pub.pem")
-	if err := cli.Parse(fs, args, cio.Getenv); err != nil {
-		return fmt.Errorf("%w: %v", cli.ErrUsage, err)
+	if err := cli.ParseVerb(fs, cio, args, "ota keygen [--dir D]"); err != nil {
+		return err
 	}
 	pub, priv, err := ed25519.GenerateKey(rand.Reader)
 	if err != nil {
@@ -60,8 +60,8 @@ func otaSign(_ context.Context, cio cli.IO, args []string) error {
 	out := fs.String("out", "bundle.plota", "output file")
 	kind := fs.String("kind", firmware.KindAgent, "what the bundle updates: agent (binary, A/B slot), predictor (router ONNX) or model (edge GGUF)")
 	rollbackFrom := fs.String("rollback-from", "", "sign a rollback: the newer version this older bundle may replace (devices running exactly that version accept it; no other older bundle is ever installed)")
-	if err := cli.Parse(fs, args, cio.Getenv); err != nil {
-		return fmt.Errorf("%w: %v", cli.ErrUsage, err)
+	if err := cli.ParseVerb(fs, cio, args, "ota sign --version V [--board B] [--kind K] [NAME=]FILE [[NAME=]FILE]"); err != nil {
+		return err
 	}
 	if fs.NArg() == 0 || *version == "" {
 		return fmt.Errorf("%w: ota sign --version V [--board B] [NAME=]FILE [[NAME=]FILE]", cli.ErrUsage)
@@ -110,8 +110,8 @@ func otaVerify(_ context.Context, cio cli.IO, args []string) error {
 	pubPath := fs.String("pub", "ota-pub.pem", "trusted public key")
 	board := fs.String("board", "generic", "device board profile")
 	running := fs.String("running", "0", "version the device runs")
-	if err := cli.Parse(fs, args, cio.Getenv); err != nil {
-		return fmt.Errorf("%w: %v", cli.ErrUsage, err)
+	if err := cli.ParseVerb(fs, cio, args, "ota verify [--pub P] [--board B] [--running V] BUNDLE"); err != nil {
+		return err
 	}
 	if fs.NArg() != 1 {
 		return fmt.Errorf("%w: ota verify [--pub P] BUNDLE", cli.ErrUsage)

@@ -6,6 +6,7 @@ import (
 	"flag"
 	"fmt"
 	"path/filepath"
+	"strings"
 
 	"github.com/phaseless/phaseless/internal/cli"
 	"github.com/phaseless/phaseless/transport/pki"
@@ -52,7 +53,7 @@ func pkiInit(_ context.Context, cio cli.IO, args []string) error {
 		return err
 	}
 	fmt.Fprintf(cio.Stdout, "fleet CA:           %s (key %s — keep it offline)\n", filepath.Join(*dir, pki.CACertFile), filepath.Join(*dir, pki.CAKeyFile))
-	fmt.Fprintf(cio.Stdout, "cloud certificate:  %s for localhost 127.0.0.1 ::1 %v\n", filepath.Join(*dir, pki.ServerCertFile), []string(hosts))
+	fmt.Fprintf(cio.Stdout, "cloud certificate:  %s for %s\n", filepath.Join(*dir, pki.ServerCertFile), strings.Join(pki.ServerHosts(hosts), ", "))
 	fmt.Fprintf(cio.Stdout, "next: phaselessctl pki device --dir %s --id ID, then phaseless-cloud --pki-dir %s\n", *dir, *dir)
 	return nil
 }

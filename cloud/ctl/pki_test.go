@@ -32,8 +32,11 @@ func TestPKICommands(t *testing.T) {
 	if err != nil {
 		t.Fatalf("pki init: %v\n%s", err, out)
 	}
-	if !strings.Contains(out, "cloud.example") {
-		t.Errorf("init output does not list the hosts:\n%s", out)
+	if !strings.Contains(out, " for localhost, 127.0.0.1, ::1, cloud.example, 10.0.0.5\n") {
+		t.Errorf("init output does not list the certificate's names:\n%s", out)
+	}
+	if out, err := run("pki", "init", "--dir", filepath.Join(t.TempDir(), "plain")); err != nil || !strings.Contains(out, " for localhost, 127.0.0.1, ::1\n") {
+		t.Errorf("pki init with no --host: %v\n%s", err, out)
 	}
 	if _, err := run("pki", "init", "--dir", dir); !errors.Is(err, pki.ErrExists) {
 		t.Fatalf("second pki init: %v, want ErrExists", err)

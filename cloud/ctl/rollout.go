@@ -44,9 +44,11 @@ func rolloutCreate(ctx context.Context, cio cli.IO, args []string) error {
 	if spec.Stages, err = fleetapi.ParseStages(*stages); err != nil {
 		return &cli.FieldError{Field: "stages", Err: err}
 	}
-	if spec.MaxFailures, err = parseShare(*maxFail); err != nil {
+	limit, err := parseShare(*maxFail)
+	if err != nil {
 		return &cli.FieldError{Field: "max-failures", Err: err}
 	}
+	spec.MaxFailures = &limit
 	if *sel != "" {
 		if spec.Select, err = parseKV(strings.Split(*sel, ",")); err != nil {
 			return &cli.FieldError{Field: "select", Err: err}
@@ -146,7 +148,7 @@ func rolloutStatus(ctx context.Context, cio cli.IO, args []string) error {
 		}
 	}
 	fmt.Fprintf(w, "  stages: %s  soak %s  max failures %s  selected %d devices\n",
-		strings.Join(stages, " → "), time.Duration(r.Spec.Soak), pct(r.Spec.MaxFailures), r.Selected)
+		strings.Join(stages, " → "), time.Duration(r.Spec.Soak), pct(r.Spec.FailureLimit()), r.Selected)
 	fmt.Fprintf(w, "  this stage: %d devices, %d succeeded, %d failed, %d updating\n", p.StageDevices, p.StageSucceeded, p.StageFailed, p.StageUpdating)
 	fmt.Fprintf(w, "  overall: %d succeeded, %d failed, %d updating\n", p.Succeeded, p.Failed, p.Updating)
 	var failed []string
@@ -210,6 +212,6 @@ func fleetLabel(ctx context.Context, cio cli.IO, args []string) error {
 	if err != nil {
 		return err
 	}
-	fmt.Fprintf(cio.Stdout, "%s: labels %v\n", d.ID, d.Labels)
+	fmt.Fprintf(cio.Stdout, "%s: labels %s\n", d.ID, orDash(joinKV(d.Labels)))
 	return nil
 }

@@ -7,8 +7,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/phaseless/phaseless/cloud/fleet/archive"
 	"github.com/phaseless/phaseless/cloud/fleetapi"
+	"github.com/phaseless/phaseless/cloud/fleetapi/archive"
 	"github.com/phaseless/phaseless/transport/fleetwire"
 )
 

@@ -11,8 +11,8 @@ import (
 
 	bolt "go.etcd.io/bbolt"
 
-	"github.com/phaseless/phaseless/cloud/fleet/archive"
 	"github.com/phaseless/phaseless/cloud/fleet/broker"
+	"github.com/phaseless/phaseless/cloud/fleetapi/archive"
 	"github.com/phaseless/phaseless/transport/fleetwire"
 )
 

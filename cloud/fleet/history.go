@@ -80,11 +80,11 @@ func registerDeviceGauges(reg *metrics.Registry, cur func() *Manager) {
 	}
 	reg.GaugeVecFunc("phaseless_fleet_devices_by_state", "devices by their last reported state (online, offline, unknown)", []string{"state"},
 		count(func(d *Device) string { return d.State() }))
-	reg.GaugeVecFunc("phaseless_fleet_devices_by_version", "devices by the agent version of their last status", []string{"version"},
+	reg.GaugeVecFunc("phaseless_fleet_devices_by_version", "devices by the agent version of their last status (the installed bundle's once a rollout installed one)", []string{"version"},
 		count(func(d *Device) string {
-			if d.Status == nil || d.Status.Version == "" {
-				return "unknown"
+			if v := d.Status.AgentVersion(); v != "" {
+				return v
 			}
-			return d.Status.Version
+			return "unknown"
 		}))
 }

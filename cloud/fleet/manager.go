@@ -15,9 +15,9 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/phaseless/phaseless/cloud/fleet/archive"
 	"github.com/phaseless/phaseless/cloud/fleet/internal/gate"
 	"github.com/phaseless/phaseless/cloud/fleetapi"
+	"github.com/phaseless/phaseless/cloud/fleetapi/archive"
 	"github.com/phaseless/phaseless/internal/metrics"
 	"github.com/phaseless/phaseless/transport/fleetwire"
 )

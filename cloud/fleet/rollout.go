@@ -13,7 +13,6 @@ import (
 	"sync"
 	"time"
 
-	"github.com/phaseless/phaseless/firmware"
 	"github.com/phaseless/phaseless/transport/fleetwire"
 )
 
@@ -248,7 +247,7 @@ func planRollout(r *Rollout, devs []*Device, now time.Time) (send []string) {
 			if _, ok := r.Devices[d.ID]; ok {
 				continue
 			}
-			rd := &RolloutDevice{Stage: r.Stage, State: DeviceUpdating, From: artifactVersion(d, r.Kind), IssuedAt: now, UpdatedAt: now}
+			rd := &RolloutDevice{Stage: r.Stage, State: DeviceUpdating, From: d.Status.Running(r.Kind), IssuedAt: now, UpdatedAt: now}
 			r.Devices[d.ID] = rd
 			if rd.From == r.Version {
 				rd.State = DeviceSucceeded // already there: nothing to send
@@ -261,9 +260,9 @@ func planRollout(r *Rollout, devs []*Device, now time.Time) (send []string) {
 			r.StageSettledAt = time.Time{}
 			break
 		}
-		if p.StageDevices > 0 && float64(p.StageFailed)/float64(p.StageDevices) > r.Spec.MaxFailures {
+		if p.StageDevices > 0 && float64(p.StageFailed)/float64(p.StageDevices) > r.Spec.FailureLimit() {
 			r.State = RolloutHalted
-			r.Reason = fmt.Sprintf("stage %d: %d of %d devices failed, above the %g%% bound", r.Stage+1, p.StageFailed, p.StageDevices, r.Spec.MaxFailures*100)
+			r.Reason = fmt.Sprintf("stage %d: %d of %d devices failed, above the %g%% bound", r.Stage+1, p.StageFailed, p.StageDevices, r.Spec.FailureLimit()*100)
 			break
 		}
 		if r.StageSettledAt.IsZero() {
@@ -311,7 +310,7 @@ func judge(r *Rollout, rd *RolloutDevice, d *Device, now time.Time) {
 		}
 	}
 	fail := func(why string) { rd.State, rd.Error, rd.UpdatedAt = DeviceFailed, why, now }
-	running := artifactVersion(d, r.Kind)
+	running := d.Status.Running(r.Kind)
 	switch {
 	case rd.State == DeviceSucceeded:
 		if d.State() == "online" && running != r.Version && rd.Command != "" {
@@ -330,20 +329,6 @@ func judge(r *Rollout, rd *RolloutDevice, d *Device, now time.Time) {
 	case now.Sub(rd.IssuedAt) > time.Duration(r.Spec.UpdateTimeout):
 		fail(fmt.Sprintf("no outcome within %s", time.Duration(r.Spec.UpdateTimeout)))
 	}
-}
-
-// artifactVersion is the version of an artifact kind the device reported.
-func artifactVersion(d *Device, kind string) string {
-	if d.Status == nil {
-		return ""
-	}
-	if v, ok := d.Status.Artifacts[kind]; ok {
-		return v
-	}
-	if kind == firmware.KindAgent {
-		return d.Status.Version
-	}
-	return ""
 }
 
 // rolloutLoop runs StepRollouts every interval. A step reads the whole

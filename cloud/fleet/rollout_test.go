@@ -58,7 +58,7 @@ func TestPlanRolloutStagesSoakAndHalt(t *testing.T) {
 		d.ID = "pi-" + d.ID
 	}
 	r := &Rollout{ID: "r-1", Kind: "agent", Version: "2.0", Board: "rk3588", State: RolloutRunning, Devices: map[string]*RolloutDevice{},
-		Spec: RolloutSpec{Artifact: "x", Stages: []float64{0.1, 0.5, 1}, MaxFailures: 0.1, Soak: Duration(10 * time.Minute), UpdateTimeout: Duration(time.Hour), Select: map[string]string{"board": "rk3588"}}}
+		Spec: RolloutSpec{Artifact: "x", Stages: []float64{0.1, 0.5, 1}, MaxFailures: new(0.1), Soak: Duration(10 * time.Minute), UpdateTimeout: Duration(time.Hour), Select: map[string]string{"board": "rk3588"}}}
 	var cmd int
 	issue := func(ids []string) {
 		for _, id := range ids {
@@ -125,7 +125,7 @@ func TestPlanRolloutTimeoutAndAlreadyUpdated(t *testing.T) {
 	devs := registry(3, "b", "1.0")
 	devs[2].Status.Version = "2.0" // already there
 	r := &Rollout{ID: "r-2", Kind: "agent", Version: "2.0", State: RolloutRunning, Devices: map[string]*RolloutDevice{},
-		Spec: RolloutSpec{Artifact: "x", Stages: []float64{1}, MaxFailures: 0.5, UpdateTimeout: Duration(time.Hour)}}
+		Spec: RolloutSpec{Artifact: "x", Stages: []float64{1}, MaxFailures: new(0.5), UpdateTimeout: Duration(time.Hour)}}
 	sends := planRollout(r, devs, now)
 	if len(sends) != 2 || r.Devices["car-002"].State != DeviceSucceeded {
 		t.Fatalf("sent %v; car-002 %+v", sends, r.Devices["car-002"])
@@ -400,7 +400,7 @@ func TestRolloutThousandDevices(t *testing.T) {
 	}
 	ctx := context.Background()
 	stages, _ := ParseStages("1%,10%,50%,100%")
-	r, err := m.CreateRollout(ctx, RolloutSpec{Artifact: upload("2.0"), Stages: stages, MaxFailures: 0.05, Soak: Duration(10 * time.Minute), Select: map[string]string{"board": "rk3588"}})
+	r, err := m.CreateRollout(ctx, RolloutSpec{Artifact: upload("2.0"), Stages: stages, MaxFailures: new(0.05), Soak: Duration(10 * time.Minute), Select: map[string]string{"board": "rk3588"}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -468,7 +468,7 @@ func TestRolloutThousandDevices(t *testing.T) {
 	for _, d := range devs {
 		d.fails.Store(true)
 	}
-	r2, err := mgr.Load().CreateRollout(ctx, RolloutSpec{Artifact: upload("3.0"), Stages: stages, MaxFailures: 0.05})
+	r2, err := mgr.Load().CreateRollout(ctx, RolloutSpec{Artifact: upload("3.0"), Stages: stages, MaxFailures: new(0.05)})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -34,7 +34,7 @@ func (m *Manager) Running(kind string, sel map[string]string) (*RunningArtifact,
 		if !selected(sel, d, kind) {
 			continue
 		}
-		v := artifactVersion(d, kind)
+		v := d.Status.Running(kind)
 		out.Devices++
 		out.Versions[v]++
 		if boards[v] == nil {
@@ -127,7 +127,7 @@ func selected(sel map[string]string, d *Device, kind string) bool {
 				got = d.Status.Board
 			}
 		case "version":
-			got = artifactVersion(d, kind)
+			got = d.Status.Running(kind)
 		default:
 			got = d.Labels[k]
 		}

@@ -13,7 +13,7 @@ import (
 
 	bolt "go.etcd.io/bbolt"
 
-	"github.com/phaseless/phaseless/cloud/fleet/archive"
+	"github.com/phaseless/phaseless/cloud/fleetapi/archive"
 	"github.com/phaseless/phaseless/transport/fleetwire"
 )
 

@@ -44,8 +44,9 @@ type RolloutSpec struct {
 	// "version" come from the device's status, others from its labels.
 	Select map[string]string `json:"select,omitempty"`
 	// MaxFailures is the share of a stage's devices that may fail before
-	// the rollout halts (default 0.05).
-	MaxFailures float64 `json:"max_failures"`
+	// the rollout halts; nil (absent) is the default, 0.05. A pointer, so
+	// that 0 (halt on the first failure) is a limit an operator can ask for.
+	MaxFailures *float64 `json:"max_failures,omitempty"`
 	// Soak is how long a settled stage is watched before the next starts.
 	Soak Duration `json:"soak"`
 	// UpdateTimeout fails a device that has neither succeeded nor failed
@@ -168,10 +169,22 @@ func ParseStages(s string) ([]float64, error) {
 	return out, nil
 }
 
+// DefaultMaxFailures is RolloutSpec.MaxFailures when a spec leaves it out.
+const DefaultMaxFailures = 0.05
+
+// FailureLimit is the share of a stage's devices that may fail: MaxFailures,
+// or the default when it is unset.
+func (s *RolloutSpec) FailureLimit() float64 {
+	if s.MaxFailures == nil {
+		return DefaultMaxFailures
+	}
+	return *s.MaxFailures
+}
+
 // FillDefaults applies MaxFailures' and UpdateTimeout's defaults.
 func (s *RolloutSpec) FillDefaults() {
-	if s.MaxFailures == 0 {
-		s.MaxFailures = 0.05
+	if s.MaxFailures == nil {
+		s.MaxFailures = new(DefaultMaxFailures)
 	}
 	if s.UpdateTimeout == 0 {
 		s.UpdateTimeout = Duration(30 * time.Minute)
@@ -185,8 +198,8 @@ func (s *RolloutSpec) Validate() error {
 		return errors.New("artifact is required")
 	case len(s.Stages) == 0:
 		return errors.New("stages: at least one is required")
-	case s.MaxFailures < 0 || s.MaxFailures > 1:
-		return fmt.Errorf("max_failures %g must be a share in [0,1]", s.MaxFailures)
+	case s.MaxFailures != nil && !(*s.MaxFailures >= 0 && *s.MaxFailures <= 1):
+		return fmt.Errorf("max_failures %g must be a share in [0,1]", *s.MaxFailures)
 	case s.Soak < 0:
 		return errors.New("soak must not be negative")
 	case s.UpdateTimeout <= 0:

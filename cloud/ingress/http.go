@@ -19,6 +19,10 @@ import (
 // HTTPConfig configures the HTTP listener.
 type HTTPConfig struct {
 	Addr string
+	// Listener, when set, is served instead of listening on Addr: the
+	// caller bound it early to know its port. NewHTTP owns it once it
+	// succeeds.
+	Listener net.Listener
 	// API serves /v1/ (an httpapi.Handler, which authenticates itself).
 	API http.Handler
 	// Admin, when set, is mounted at AdminPrefix (the fleet manager's
@@ -86,9 +90,12 @@ func NewHTTP(cfg HTTPConfig) (*HTTPServer, error) {
 	if err := cfg.Limits.Validate(); err != nil {
 		return nil, err
 	}
-	ln, err := net.Listen("tcp", cfg.Addr)
-	if err != nil {
-		return nil, fmt.Errorf("listen %s: %w", cfg.Addr, err)
+	ln := cfg.Listener
+	if ln == nil {
+		var err error
+		if ln, err = net.Listen("tcp", cfg.Addr); err != nil {
+			return nil, fmt.Errorf("listen %s: %w", cfg.Addr, err)
+		}
 	}
 	srv := cfg.Limits.Server(mux)
 	srv.MaxHeaderBytes = httpapi.ServerMaxHeaderBytes

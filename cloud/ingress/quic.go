@@ -6,6 +6,7 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"time"
 
 	"github.com/phaseless/phaseless/llm"
 	"github.com/phaseless/phaseless/transport/pki"
@@ -22,6 +23,10 @@ type QUICConfig struct {
 	// request (pki.DenyRevoked, quic.ServerConfig.Revoked).
 	Deny   *pki.DenyList
 	Logger *slog.Logger
+	// ResumeWindow and ResumeBufferBytes are quic.ServerConfig's
+	// ResumeWindow and MaxReplayBytes (zero: their defaults).
+	ResumeWindow      time.Duration
+	ResumeBufferBytes int
 }
 
 // ResolvePKI returns the directory the cloud's certificates come from:
@@ -52,7 +57,8 @@ func NewQUIC(cfg QUICConfig) (*quic.Server, error) {
 	if err != nil {
 		return nil, err
 	}
-	sc := quic.ServerConfig{Addr: cfg.Addr, TLS: tc, Handler: cfg.Handler, Logger: cfg.Logger}
+	sc := quic.ServerConfig{Addr: cfg.Addr, TLS: tc, Handler: cfg.Handler, Logger: cfg.Logger,
+		ResumeWindow: cfg.ResumeWindow, MaxReplayBytes: cfg.ResumeBufferBytes}
 	if cfg.Deny != nil {
 		pki.DenyRevoked(tc, cfg.Deny)
 		sc.Revoked = cfg.Deny.Revoked

@@ -1,7 +1,10 @@
 package ui_test
 
 import (
+	"bytes"
 	"context"
+	"crypto/ed25519"
+	"encoding/pem"
 	"errors"
 	"flag"
 	"fmt"
@@ -20,6 +23,11 @@ import (
 
 	"github.com/phaseless/phaseless/agent"
 	"github.com/phaseless/phaseless/cloud"
+	"github.com/phaseless/phaseless/cloud/fleetapi"
+	"github.com/phaseless/phaseless/firmware"
+	"github.com/phaseless/phaseless/internal/cli"
+	"github.com/phaseless/phaseless/models/predictor"
+	"github.com/phaseless/phaseless/transport/pki"
 )
 
 // screenshotDir, when set (PHASELESS_UI_SCREENSHOTS=docs), receives a PNG of
@@ -42,15 +50,26 @@ func chromiumPath(t *testing.T) string {
 }
 
 // fleetOfAgents starts a --dev cloud with its embedded broker and n agents
-// connected to it over MQTT, each with the shipped edge model.
-func fleetOfAgents(t *testing.T, n int) (*cloud.Cloud, []string) {
+// connected to it over MQTT, each with the shipped edge model; the cloud and
+// the agents trust the OTA key it returns.
+func fleetOfAgents(t *testing.T, n int) (*cloud.Cloud, []string, ed25519.PrivateKey) {
 	t.Helper()
-	cfg := cloud.Config{}
+	pub, otaKey, err := ed25519.GenerateKey(nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pubPath := filepath.Join(t.TempDir(), "ota-pub.pem")
+	if err := os.WriteFile(pubPath, pem.EncodeToMemory(&pem.Block{Type: firmware.PublicKeyPEMType, Bytes: pub}), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	cfg := cloud.Config{OTAPub: pubPath}
 	fs := flag.NewFlagSet("cloud", flag.ContinueOnError)
 	cfg.RegisterFlags(fs)
-	// No MQTT/TLS listener: its default port (8883) is shared by every test
-	// on the machine.
-	cfg.HTTP, cfg.QUIC, cfg.MQTT, cfg.MQTTTLS, cfg.DataDir, cfg.Dev, cfg.BuiltinWorkers = "127.0.0.1:0", "", "127.0.0.1:0", "", t.TempDir(), true, 2
+	cfg.OTAPub = pubPath
+	// Every listener on a random loopback port: the agents reach the fleet
+	// over MQTT/TLS and the cloud's engines over QUIC, with certificates
+	// from the cloud's dev PKI.
+	cfg.HTTP, cfg.QUIC, cfg.MQTT, cfg.MQTTTLS, cfg.DataDir, cfg.Dev, cfg.BuiltinWorkers = "127.0.0.1:0", "127.0.0.1:0", "127.0.0.1:0", "127.0.0.1:0", t.TempDir(), true, 2
 	c, err := cloud.New(cfg, slog.New(slog.DiscardHandler))
 	if err != nil {
 		t.Fatal(err)
@@ -74,7 +93,12 @@ func fleetOfAgents(t *testing.T, n int) (*cloud.Cloud, []string) {
 		acfg := agent.Config{}
 		afs := flag.NewFlagSet("agent", flag.ContinueOnError)
 		acfg.RegisterFlags(afs)
-		acfg.Listen, acfg.DataDir, acfg.DeviceID, acfg.MQTT = "127.0.0.1:0", t.TempDir(), fmt.Sprintf("car-%d", i+1), "mqtt://"+c.MQTTAddr()
+		acfg.Listen, acfg.DataDir, acfg.DeviceID = "127.0.0.1:0", t.TempDir(), fmt.Sprintf("car-%d", i+1)
+		if err := pki.EnsureDev(c.PKIDir(), acfg.DeviceID); err != nil {
+			t.Fatal(err)
+		}
+		acfg.PKIDir, acfg.Cloud, acfg.MQTT = c.PKIDir(), c.QUICAddr(), "mqtts://"+c.MQTTTLSAddr()
+		acfg.OTAPub, acfg.OTAOrigins = pubPath, cli.StringList{"http://" + c.HTTPAddr()}
 		acfg.Board = []string{"rk3588", "imx8"}[i%2]
 		a, err := agent.New(acfg, slog.New(slog.DiscardHandler))
 		if err != nil {
@@ -89,23 +113,28 @@ func fleetOfAgents(t *testing.T, n int) (*cloud.Cloud, []string) {
 		}()
 		urls = append(urls, "http://"+a.Addr().String())
 	}
-	return c, urls
+	return c, urls, otaKey
 }
 
-func chat(ctx context.Context, url, text string) error {
+// chat sends one request; route, when set, pins it (x-phaseless-route).
+// It returns where the request ran (the answer's x-phaseless-route).
+func chat(ctx context.Context, url, text, route string) (string, error) {
 	body := fmt.Sprintf(`{"messages":[{"role":"user","content":%q}],"max_tokens":8}`, text)
 	req, _ := http.NewRequestWithContext(ctx, "POST", url+"/v1/chat/completions", strings.NewReader(body))
 	req.Header.Set("Content-Type", "application/json")
+	if route != "" {
+		req.Header.Set("x-phaseless-route", route)
+	}
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
-		return err
+		return "", err
 	}
 	defer resp.Body.Close()
 	io.Copy(io.Discard, resp.Body)
 	if resp.StatusCode != 200 {
-		return fmt.Errorf("status %d", resp.StatusCode)
+		return "", fmt.Errorf("status %d", resp.StatusCode)
 	}
-	return nil
+	return resp.Header.Get("x-phaseless-route"), nil
 }
 
 // TestDashboardInChromium drives the dashboard in a real headless Chromium
@@ -116,23 +145,70 @@ func chat(ctx context.Context, url, text string) error {
 // requests run, without a reload.
 func TestDashboardInChromium(t *testing.T) {
 	bin := chromiumPath(t)
-	c, agents := fleetOfAgents(t, 2)
+	c, agents, otaKey := fleetOfAgents(t, 2)
 	base := "http://" + c.HTTPAddr()
 
-	// Requests on each agent (local path: telemetry and route mix) and on
-	// the cloud's API (the live latency charts), until the test ends.
-	for _, a := range agents {
-		if err := chat(context.Background(), a, "turn on the AC"); err != nil {
-			t.Fatal(err)
+	// A staged rollout installs router 1.1 on car-2 (the imx8 board): its
+	// fleet views must then show it.
+	var bundle bytes.Buffer
+	if err := firmware.WriteKind(&bundle, otaKey, firmware.KindPredictor, "1.1", "imx8", map[string][]byte{"router.onnx": predictor.Shipped()}, []string{"router.onnx"}); err != nil {
+		t.Fatal(err)
+	}
+	api, err := fleetapi.NewClient(base, "", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	art, err := api.UploadArtifact(context.Background(), &bundle)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The rollout selects from the devices whose status is in: both.
+	waitFor(t, hang(t, time.Minute), "both agents' status", func(ctx context.Context) (bool, error) {
+		devs, err := api.Devices(ctx)
+		return len(devs) == 2 && devs[0].State() == "online" && devs[1].State() == "online", err
+	})
+	if _, err := api.CreateRollout(context.Background(), fleetapi.RolloutSpec{Artifact: art.ID, Stages: []float64{1}, Select: map[string]string{"board": "imx8"}}); err != nil {
+		t.Fatal(err)
+	}
+
+	// Requests on each agent (telemetry and route mix: car-1 has two
+	// answered by the cloud, which records them as cloud/<pool>/<worker>)
+	// and on the cloud's API (the live latency charts), until the test ends.
+	// A request pinned to the cloud before car-1's QUIC link is up runs on
+	// the device instead, so the local count is what the answers said.
+	locals := map[string]int{}
+	for i, a := range agents {
+		routes := []string{"local"}
+		if i == 0 {
+			routes = append(routes, "cloud", "cloud")
+		}
+		for len(routes) > 0 {
+			ran, err := chat(context.Background(), a, "turn on the AC", routes[0])
+			if err != nil {
+				t.Fatalf("%s, %s: %v", a, routes[0], err)
+			}
+			if strings.HasPrefix(ran, "cloud/") || routes[0] == "local" {
+				routes = routes[1:]
+			} else {
+				time.Sleep(100 * time.Millisecond) // the link is still coming up
+			}
+			if !strings.HasPrefix(ran, "cloud") {
+				locals[a]++
+			}
+			if locals[a] > 100 {
+				t.Fatalf("%s: no request reached the cloud in 100 tries", a)
+			}
 		}
 	}
+	car1Local := locals[agents[0]]
+	car1Mix := fmt.Sprintf("%.1f%% local · 2 cloud", 100*float64(car1Local)/float64(car1Local+2))
 	load, stopLoad := context.WithCancel(context.Background())
 	var loadWG sync.WaitGroup
 	loadWG.Add(1)
 	go func() {
 		defer loadWG.Done()
 		for i := 0; load.Err() == nil; i++ {
-			chat(load, base, fmt.Sprintf("what is the capital of Japan %d", i%5))
+			_, _ = chat(load, base, fmt.Sprintf("what is the capital of Japan %d", i%5), "")
 			select { // pace the load: the machine also runs the browser
 			case <-load.Done():
 			case <-time.After(50 * time.Millisecond):
@@ -212,8 +288,12 @@ func TestDashboardInChromium(t *testing.T) {
 			return false, err
 		}
 		text, err := eval(ctx, `[...document.querySelectorAll("#devices tbody tr[data-search]")].map(r => r.innerText).join("\n")`)
-		return strings.Count(text, "100.0% local") == 2 && strings.Count(text, "online") == 2, err
+		return strings.Contains(text, car1Mix) && strings.Contains(text, "100.0% local · 0 cloud") && strings.Count(text, "online") == 2 &&
+			strings.Contains(text, "predictor 1.1"), err
 	})
+	if v := must(eval(bctx, `[...document.querySelectorAll("#devices tbody tr[data-search]")].filter(r => r.innerText.includes("predictor 1.1")).map(r => r.dataset.search).join(",")`)); !strings.HasPrefix(v, "car-2 ") {
+		t.Errorf("router 1.1 is shown on %q, want car-2 only", v)
+	}
 	shot("devices")
 	do(chromedp.SendKeys(chromedp.ID("device-filter"), "car-2"))
 	if v := must(eval(bctx, `[...document.querySelectorAll("#devices tbody tr[data-search]")].filter(r => !r.hidden).map(r => r.dataset.search).join(",")`)); !strings.HasPrefix(v, "car-2") || strings.Contains(v, "car-1") {
@@ -244,12 +324,20 @@ func TestDashboardInChromium(t *testing.T) {
 		return strings.Contains(row, "failed") && strings.Contains(row, "nonexistent"), err
 	})
 	shot("device")
+	if v := must(chromedp.Run(bctx, chromedp.Text(chromedp.CSS("main")))); !strings.Contains(v, fmt.Sprintf("%d local · 2 cloud · 0 errors", car1Local)) {
+		t.Errorf("car-1's page does not count its cloud requests:\n%s", v)
+	}
 	if v := must(eval(bctx, `document.querySelectorAll("#history tbody tr").length + "/" + document.querySelectorAll("#requests tbody tr").length`)); strings.HasPrefix(v, "0/") || strings.HasSuffix(v, "/0") {
 		t.Errorf("device page: status history rows / request rows = %s", v)
 	}
 
-	// Rollouts: an update the agent refuses (it has no OTA key) shows as a
-	// rollout whose one device failed.
+	do(chromedp.Navigate(base + "/ui/devices/car-2"))
+	if v := must(chromedp.Run(bctx, chromedp.Text(chromedp.ID("artifacts")))); v != "predictor 1.1" {
+		t.Errorf("car-2's page lists artifacts %q, want predictor 1.1", v)
+	}
+
+	// Rollouts: an update the agent refuses (its URL is not the cloud's)
+	// shows as a rollout whose one device failed.
 	sendCommand("car-2", "update", "url=https://updates.example/agent-1.2.plota")
 	waitFor(t, bctx, "the update as a rollout with its failure", func(ctx context.Context) (bool, error) {
 		if err := chromedp.Do(ctx, chromedp.Navigate(base+"/ui/rollouts")); err != nil {
@@ -291,6 +379,13 @@ func TestDashboardInChromium(t *testing.T) {
 	for _, p := range problems {
 		t.Errorf("browser reported: %s", p)
 	}
+}
+
+// hang is a context that ends after d, a guard against a hung test only.
+func hang(t *testing.T, d time.Duration) context.Context {
+	ctx, cancel := context.WithTimeout(context.Background(), d)
+	t.Cleanup(cancel)
+	return ctx
 }
 
 // waitFor retries check until it holds; the browser context's deadline is

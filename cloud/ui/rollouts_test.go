@@ -139,3 +139,32 @@ func TestStagedRolloutPage(t *testing.T) {
 		t.Errorf("paused rollout offers %s", got)
 	}
 }
+
+// deviceFleet is rolloutFleet with one device.
+type deviceFleet struct {
+	rolloutFleet
+	d *fleet.Device
+}
+
+func (f *deviceFleet) Devices() ([]*fleet.Device, error)    { return []*fleet.Device{f.d}, nil }
+func (f *deviceFleet) Device(string) (*fleet.Device, error) { return f.d, nil }
+
+// After a rollout installed agent 2.1 (the binary's build stamp still says
+// 1.2.3) and router 1.1, the device list and the device page show what the
+// device runs.
+func TestDevicePagesShowInstalledVersions(t *testing.T) {
+	d := &fleet.Device{ID: "car-1", Status: &tfleet.Status{State: "online", Version: "1.2.3", Board: "rk3588",
+		Artifacts: map[string]string{"agent": "2.1", "predictor": "1.1"}}}
+	s, err := New(Config{Fleet: &deviceFleet{rolloutFleet: rolloutFleet{r: &fleet.Rollout{ID: "r1"}}, d: d}, Gate: ingress.NewGate(nil, nil, nil, nil)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, path := range []string{"/ui/", "/ui/devices/car-1"} {
+		rec := httptest.NewRecorder()
+		s.ServeHTTP(rec, httptest.NewRequest("GET", path, nil))
+		body := rec.Body.String()
+		if rec.Code != 200 || !strings.Contains(body, "2.1") || !strings.Contains(body, "predictor 1.1") || strings.Contains(body, "1.2.3") {
+			t.Errorf("%s: %d\n%s", path, rec.Code, body)
+		}
+	}
+}

@@ -101,7 +101,7 @@ func mixOf(rows []requestRow) routeMix {
 		switch {
 		case r.Outcome == "error":
 			m.Errors++
-		case r.Path == "cloud":
+		case r.Ran() == "cloud":
 			m.Cloud++
 		default:
 			m.Local++
@@ -133,7 +133,7 @@ func (f deviceFilter) match(d *fleet.Device) bool {
 	}
 	hay := d.ID
 	if d.Status != nil {
-		hay += " " + d.Status.Version + " " + d.Status.Board + " " + d.Status.Slot
+		hay += " " + d.Status.AgentVersion() + " " + d.Status.Installed() + " " + d.Status.Board + " " + d.Status.Slot
 	}
 	return strings.Contains(strings.ToLower(hay), strings.ToLower(f.Q))
 }

@@ -39,10 +39,11 @@ func TestRouteMix(t *testing.T) {
 		{At: t0, Ingested: t0.Add(time.Second), RequestRecord: tfleet.RequestRecord{Path: "local", Outcome: "ok"}},
 		{At: t0, Ingested: t0.Add(time.Second), RequestRecord: tfleet.RequestRecord{Path: "cloud", Outcome: "ok"}},
 		{At: t0, Ingested: t0.Add(time.Second), RequestRecord: tfleet.RequestRecord{Path: "local", Outcome: "ok"}},
+		{At: t0, Ingested: t0.Add(time.Second), RequestRecord: tfleet.RequestRecord{Path: "cloud/stream/builtin-2", Outcome: "ok"}},
 		{At: t0, Ingested: t0.Add(90 * time.Second), RequestRecord: tfleet.RequestRecord{Path: "local", Outcome: "error"}},
 	}
 	m := mixOf(rows)
-	if m.Local != 2 || m.Cloud != 1 || m.Errors != 1 || m.LocalShare() != 2.0/3 || m.Lag != 90*time.Second {
+	if m.Local != 2 || m.Cloud != 2 || m.Errors != 1 || m.LocalShare() != 2.0/4 || m.Lag != 90*time.Second {
 		t.Errorf("%+v share %v", m, m.LocalShare())
 	}
 	if !math.IsNaN(mixOf(nil).LocalShare()) {

@@ -32,7 +32,7 @@ var carRequests = []string{
 // that come back on a simulated car and prints its state as it changes.
 func (d *demo) car(ctx context.Context, device string) {
 	car := cartools.NewCar()
-	fmt.Println("    car:", car)
+	fmt.Print(wrap(fmt.Sprint("car: ", car), "    ", "      ", width))
 	tools := make([]map[string]any, 0)
 	for _, t := range cartools.Tools() {
 		tools = append(tools, map[string]any{"type": "function", "function": map[string]any{
@@ -55,6 +55,9 @@ func (d *demo) car(ctx context.Context, device string) {
 		}
 		raw, _ := io.ReadAll(resp.Body)
 		resp.Body.Close()
+		if resp.StatusCode == http.StatusOK {
+			d.sent++
+		}
 		var out struct {
 			Choices []struct {
 				Message struct {
@@ -66,22 +69,22 @@ func (d *demo) car(ctx context.Context, device string) {
 			} `json:"choices"`
 		}
 		if resp.StatusCode != http.StatusOK || json.Unmarshal(raw, &out) != nil || len(out.Choices) == 0 {
-			fmt.Printf("    %q → HTTP %d %s\n", text, resp.StatusCode, strings.TrimSpace(string(raw)))
+			fmt.Print(wrap(fmt.Sprintf("%q → HTTP %d %s", text, resp.StatusCode, strings.TrimSpace(string(raw))), "    ", "      ", width))
 			continue
 		}
 		msg := out.Choices[0].Message
 		if len(msg.ToolCalls) == 0 && msg.Content != nil {
-			fmt.Printf("    %q → says %q (%s)\n", text, strings.TrimSpace(*msg.Content), ms(time.Since(start)))
+			fmt.Print(wrap(fmt.Sprintf("%q → says %q (%s)", text, strings.TrimSpace(*msg.Content), ms(time.Since(start))), "    ", "      ", width))
 		}
 		for _, c := range msg.ToolCalls {
 			result, err := car.Call(c.Function.Name, c.Function.Arguments)
 			if err != nil {
 				result = "error: " + err.Error()
 			}
-			fmt.Printf("    %q → %s%s ⇒ %s (%s)\n", text, c.Function.Name, c.Function.Arguments, result, ms(time.Since(start)))
+			fmt.Print(wrap(fmt.Sprintf("%q → %s%s ⇒ %s (%s)", text, c.Function.Name, c.Function.Arguments, result, ms(time.Since(start))), "    ", "      ", width))
 		}
 		if len(msg.ToolCalls) > 0 {
-			fmt.Println("      car:", car)
+			fmt.Print(wrap(fmt.Sprint("car: ", car), "      ", "        ", width))
 		}
 	}
 }

@@ -35,6 +35,7 @@ import (
 
 	"github.com/phaseless/phaseless/models/lmtrain/corpus"
 	"github.com/phaseless/phaseless/models/predictor/train"
+	"github.com/phaseless/phaseless/transport/linkemu"
 	"github.com/phaseless/phaseless/transport/pki"
 )
 
@@ -63,6 +64,9 @@ type demo struct {
 	agents    map[string]string // device → local API address
 	procs     []*proc
 	results   []result
+	// sent counts the requests an agent took (HTTP 200): each leaves one
+	// telemetry record, which the fleet store must end up holding once.
+	sent int
 	// cloudMetrics are the first cloud process's counters, read before the
 	// outage.
 	cloudMetrics []string
@@ -115,13 +119,24 @@ func run(ctx context.Context, binDir, dataDir string, perPhase int, keep bool) e
 	}
 
 	step("3. Agents: local API, router (shipped predictor), shipped edge model, QUIC uplink, bbolt telemetry, MQTT fleet client")
+	// The first car's uplink runs through an emulated link (transport/linkemu,
+	// clean until step 5d blacks it out).
+	relay, err := linkemu.ListenUDP(linkemu.Config{Target: quicAddr})
+	if err != nil {
+		return err
+	}
+	defer relay.Close()
 	for i, id := range devices {
 		addr := freeAddr("tcp")
+		cloud := quicAddr
+		if i == 0 {
+			cloud = relay.Addr().String()
+		}
 		// The last car routes by the source articles' rule instead of the
 		// shipped predictor, so the two routers can be compared on the same
 		// workload.
 		router := "shipped predictor"
-		args := []string{"--listen", addr, "--device-id", id, "--cloud", quicAddr, "--pki-dir", pkiDir,
+		args := []string{"--listen", addr, "--device-id", id, "--cloud", cloud, "--pki-dir", pkiDir,
 			"--mqtt", "tls://" + mqttTLS, "--data-dir", filepath.Join(work, id), "--log-level", "warn",
 			"--cloud-first-token-timeout", "5s"}
 		if i == len(devices)-1 {
@@ -137,7 +152,7 @@ func run(ctx context.Context, binDir, dataDir string, perPhase int, keep bool) e
 		if err := waitReady(ctx, "http://"+addr+"/readyz"); err != nil {
 			return err
 		}
-		fmt.Printf("    %s on http://%s, router: %s (logs %s)\n", id, addr, router, p.logPath)
+		fmt.Print(wrap(fmt.Sprintf("%s on http://%s, router: %s (logs %s)", id, addr, router, p.logPath), "    ", "      ", width))
 	}
 	if err := d.waitCloudLinks(ctx); err != nil {
 		return err
@@ -155,6 +170,9 @@ func run(ctx context.Context, binDir, dataDir string, perPhase int, keep bool) e
 
 	step("5c. Tool calls: the edge model calls the car's tools (climate, windows, timers, media, ...) and the car executes them")
 	d.car(ctx, "demo-car-1")
+
+	step("5d. Tunnel: a cloud answer streams to " + devices[0] + " while its link blacks out for 4 s and comes back")
+	d.tunnel(ctx, devices[0], relay, 4*time.Second)
 
 	step("6. Cloud outage: the cloud stops; agents answer locally and buffer telemetry in bbolt")
 	d.cloudMetrics = d.scrapeCloud(ctx) // the restarted cloud starts its counters anew
@@ -175,8 +193,8 @@ func run(ctx context.Context, binDir, dataDir string, perPhase int, keep bool) e
 	d.phase(ctx, "recovered", wl.mix(perPhase/2))
 
 	step("8. Fleet: what the operator sees with phaselessctl")
-	if err := d.waitTelemetry(ctx, len(d.results)+1); err != nil { // +1: the Anthropic request
-		fmt.Println("   ", err)
+	if err := d.waitTelemetry(ctx); err != nil {
+		fmt.Print(wrap(err.Error(), "    ", "    ", width))
 	}
 	for _, args := range [][]string{{"fleet", "devices"}, {"fleet", "telemetry", "count"}} {
 		fmt.Printf("    $ phaselessctl %s\n", strings.Join(args, " "))
@@ -305,6 +323,9 @@ type result struct {
 	ttft, total         time.Duration
 	tokens              int
 	err                 error
+	// answered: the agent took the request (HTTP 200), so it has a
+	// telemetry record even if the stream failed later.
+	answered bool
 }
 
 // phase sends prompts round-robin over the agents, four at a time, and prints
@@ -314,8 +335,9 @@ func (d *demo) phase(ctx context.Context, name string, prompts []prompt) {
 		mu  sync.Mutex
 		wg  sync.WaitGroup
 		sem = make(chan struct{}, 4)
+		tab = requestTable()
 	)
-	fmt.Printf("    %-10s %-12s %-13s %-8s %8s %8s  %s\n", "device", "kind", "route", "fallback", "TTFT", "total", "prompt → answer")
+	fmt.Print(tab.header())
 	for i, p := range prompts {
 		dev := devices[i%len(devices)]
 		wg.Add(1)
@@ -328,15 +350,26 @@ func (d *demo) phase(ctx context.Context, name string, prompts []prompt) {
 			mu.Lock()
 			defer mu.Unlock()
 			d.results = append(d.results, r)
-			status := answer
-			if r.err != nil {
-				status = "ERROR " + r.err.Error()
+			if r.answered {
+				d.sent++
 			}
-			fmt.Printf("    %-10s %-12s %-13s %-8s %8s %8s  %s → %s\n", dev, p.kind, r.route, short(r.fallback, 8),
-				ms(r.ttft), ms(r.total), short(p.text, 48), short(status, 60))
+			fmt.Print(tab.row([]string{dev, p.kind, r.route, r.fallback, ms(r.ttft), ms(r.total)}, short(p.text, 40)+" → "+answer))
+			if r.err != nil { // a diagnosis, read whole
+				fmt.Print(wrap("ERROR "+r.err.Error(), "      ", "        ", width))
+			}
 		}()
 	}
 	wg.Wait()
+	fmt.Print(tab.flushLegend())
+}
+
+// requestTable is the per-request table of a phase: 82 columns (the longest
+// built-in route, cloud/prefill-heavy/builtin-1, is 29); a longer route or any fallback reason goes to the legend.
+func requestTable() *table {
+	return newTable("    ",
+		column{name: "device", width: 10}, column{name: "kind", width: 12},
+		column{name: "route", width: 29, key: "r"}, column{name: "fallback", width: 8, key: "f"},
+		column{name: "TTFT", width: 7, right: true}, column{name: "total", width: 7, right: true})
 }
 
 // chat sends one streaming OpenAI chat completion and measures it as a client
@@ -360,6 +393,7 @@ func (d *demo) chat(ctx context.Context, device string, p prompt) (result, strin
 	}
 	defer resp.Body.Close()
 	r.route, r.fallback = resp.Header.Get("x-phaseless-route"), resp.Header.Get("x-fallback-reason")
+	r.answered = resp.StatusCode == http.StatusOK
 	if resp.StatusCode != http.StatusOK {
 		b, _ := io.ReadAll(resp.Body)
 		r.err = fmt.Errorf("HTTP %d: %s", resp.StatusCode, strings.TrimSpace(string(b)))
@@ -418,6 +452,9 @@ func (d *demo) anthropic(ctx context.Context, device, text string) {
 		return
 	}
 	defer resp.Body.Close()
+	if resp.StatusCode == http.StatusOK {
+		d.sent++
+	}
 	var msg struct {
 		Content []struct{ Text string } `json:"content"`
 		Usage   struct {
@@ -431,8 +468,9 @@ func (d *demo) anthropic(ctx context.Context, device, text string) {
 	for _, c := range msg.Content {
 		text += c.Text
 	}
-	fmt.Printf("    POST /v1/messages → HTTP %d, route %s, %d→%d tokens in %s: %s\n", resp.StatusCode,
-		resp.Header.Get("x-phaseless-route"), msg.Usage.Input, msg.Usage.Output, ms(time.Since(start)), short(strings.Join(strings.Fields(text), " "), 70))
+	fmt.Print(wrap(fmt.Sprintf("POST /v1/messages → HTTP %d, route %s, %d→%d tokens in %s:", resp.StatusCode,
+		resp.Header.Get("x-phaseless-route"), msg.Usage.Input, msg.Usage.Output, ms(time.Since(start))), "    ", "      ", width))
+	fmt.Println("      " + short(text, width-6))
 }
 
 func (d *demo) startCloud(ctx context.Context) error {
@@ -445,7 +483,7 @@ func (d *demo) startCloud(ctx context.Context) error {
 	if err := waitReady(ctx, "http://"+d.cloudHTTP+"/readyz"); err != nil {
 		return err
 	}
-	fmt.Printf("    cloud on http://%s (logs %s)\n", d.cloudHTTP, p.logPath)
+	fmt.Print(wrap(fmt.Sprintf("cloud on http://%s (logs %s)", d.cloudHTTP, p.logPath), "    ", "      ", width))
 	return nil
 }
 
@@ -459,7 +497,7 @@ func (d *demo) waitCloudLinks(ctx context.Context) error {
 				break
 			}
 			if time.Now().After(deadline) {
-				fmt.Printf("    %s has no cloud link yet; its requests will fall back to local\n", id)
+				fmt.Print(wrap(id+" has no cloud link yet; its requests will fall back to local", "    ", "      ", width))
 				break
 			}
 			time.Sleep(100 * time.Millisecond)
@@ -468,18 +506,23 @@ func (d *demo) waitCloudLinks(ctx context.Context) error {
 	return nil
 }
 
-// waitTelemetry waits until the fleet store holds a record for every request.
-func (d *demo) waitTelemetry(ctx context.Context, want int) error {
+// waitTelemetry waits until the fleet store holds one record for every
+// request an agent took (the chat phases, the Anthropic request and the car's
+// tool calls), and says so only when the two counts are equal.
+func (d *demo) waitTelemetry(ctx context.Context) error {
 	deadline := time.Now().Add(30 * time.Second)
 	for {
 		out, err := d.ctl(ctx, "fleet", "telemetry", "count")
 		n := firstInt(out)
-		if err == nil && n >= want {
-			fmt.Printf("    all %d request records reached the fleet store\n", want)
+		if err == nil && n == d.sent {
+			fmt.Printf("    all %d requests the agents took have their record in the fleet store (%d stored)\n", d.sent, n)
 			return nil
 		}
+		if err == nil && n > d.sent {
+			return fmt.Errorf("the fleet store holds %d records for the %d requests the agents took", n, d.sent)
+		}
 		if time.Now().After(deadline) {
-			return fmt.Errorf("after 30 s the fleet store holds %d of %d records (the rest are still buffered on the devices)", n, want)
+			return fmt.Errorf("after 30 s the fleet store holds %d records for the %d requests the agents took (the rest are still buffered on the devices)", n, d.sent)
 		}
 		time.Sleep(250 * time.Millisecond)
 	}
@@ -535,13 +578,15 @@ func (d *demo) summary() {
 	// Where each car sent each kind of prompt while it had a choice (the
 	// cloud was up and the request was not pinned).
 	kinds := []string{"command", "spoken-car", "general", "question", "mmlu", "out-of-scope"}
-	fmt.Printf("\n    %-12s", "sent to cloud")
+	var row strings.Builder
+	fmt.Fprintf(&row, "    %-13s", "sent to cloud")
 	for _, kind := range kinds {
-		fmt.Printf("  %-12s", kind)
+		fmt.Fprintf(&row, " %-12s", kind)
 	}
-	fmt.Println()
+	fmt.Println("\n" + strings.TrimRight(row.String(), " "))
 	for _, dev := range devices {
-		fmt.Printf("    %-12s", dev)
+		row.Reset()
+		fmt.Fprintf(&row, "    %-13s", dev)
 		for _, kind := range kinds {
 			n, cloud := 0, 0
 			for _, r := range d.results {
@@ -552,13 +597,13 @@ func (d *demo) summary() {
 					}
 				}
 			}
-			fmt.Printf("  %-12s", fmt.Sprintf("%d of %d", cloud, n))
+			fmt.Fprintf(&row, " %-12s", fmt.Sprintf("%d of %d", cloud, n))
 		}
-		fmt.Println()
+		fmt.Println(strings.TrimRight(row.String(), " "))
 	}
 	fmt.Println("\n    cloud coordinator before the outage:")
 	for _, l := range d.cloudMetrics {
-		fmt.Println("     ", l)
+		fmt.Print(wrap(l, "      ", "        ", width))
 	}
 	fmt.Println("\n    Every request above ran on a real engine, chosen per request by measured signals;")
 	fmt.Println("    logs and bbolt files are under the work directory (run with -keep to look at them).")
@@ -664,7 +709,7 @@ func scrape(ctx context.Context, url, name string) (float64, bool) {
 	return 0, false
 }
 
-func step(s string) { fmt.Printf("\n== %s\n", s) }
+func step(s string) { fmt.Print("\n" + wrap("== "+s, "", "   ", width)) }
 
 func ms(d time.Duration) string {
 	if d == 0 {

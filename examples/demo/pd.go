@@ -36,7 +36,8 @@ func (d *demo) splitDemo(ctx context.Context) {
 		if decode == "" {
 			decode = "(same worker)"
 		}
-		fmt.Printf("    %-13s route %-32s decode %-28s %6s  %s\n", policy, route, decode, ms(took), short(answer, 50))
+		fmt.Print(wrap(fmt.Sprintf("%-13s route %s, decode %s, %s", policy, route, decode, ms(took)), "    ", "      ", width))
+		fmt.Println("      " + short(answer, width-6))
 		answers = append(answers, answer)
 	}
 	fmt.Printf("    same tokens split and colocated (temperature 0): %v\n", answers[0] == answers[1])

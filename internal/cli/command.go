@@ -3,6 +3,7 @@ package cli
 import (
 	"context"
 	"errors"
+	"flag"
 	"fmt"
 	"io"
 	"sort"
@@ -28,10 +29,15 @@ type IO struct {
 // ErrUsage marks an error caused by how the command was called; binaries exit 2.
 var ErrUsage = errors.New("usage")
 
-// Dispatch runs the command named by args[0] among c's subcommands, recursively.
+// Dispatch runs the command named by args[0] among c's subcommands,
+// recursively. A verb that answered --help (printed its usage and returned
+// flag.ErrHelp) succeeded: help is not a usage error.
 func (c *Command) Dispatch(ctx context.Context, cio IO, args []string) error {
 	if c.Run != nil {
-		return c.Run(ctx, cio, args)
+		if err := c.Run(ctx, cio, args); !errors.Is(err, flag.ErrHelp) {
+			return err
+		}
+		return nil
 	}
 	if len(args) == 0 || args[0] == "-h" || args[0] == "--help" || args[0] == "help" {
 		c.PrintHelp(cio.Stdout)
@@ -63,4 +69,20 @@ func (c *Command) PrintHelp(w io.Writer) {
 	for _, s := range c.Subcommands {
 		fmt.Fprintf(w, "  %-12s %s\n", s.Name, s.Summary)
 	}
+}
+
+// ParseVerb parses a verb's flags, filled from PHASELESS_* like every
+// binary's; the positional arguments stay in fs.Args(). On -h or --help it
+// prints usage and the flags to stdout and returns flag.ErrHelp, which
+// Dispatch turns into success.
+func ParseVerb(fs *flag.FlagSet, cio IO, args []string, usage string) error {
+	err := Parse(fs, args, cio.Getenv)
+	switch {
+	case errors.Is(err, flag.ErrHelp):
+		PrintUsage(cio.Stdout, fs, usage)
+		return err
+	case err != nil:
+		return fmt.Errorf("%w: %v (usage: %s)", ErrUsage, err, usage)
+	}
+	return nil
 }

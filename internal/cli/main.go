@@ -5,6 +5,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"io"
 	"log/slog"
 	"os"
 )
@@ -24,46 +25,61 @@ type Daemon struct {
 	// Commands are optional verbs (`phaseless-agent selfcheck`) that run
 	// instead of the daemon when named as the first argument.
 	Commands []*Command
+	// Exposure, when set, says what the validated configuration serves
+	// without authentication ("" for nothing); it is the first log line, a
+	// warning, before anything binds.
+	Exposure func() string
 	Run      func(ctx context.Context, log *slog.Logger) error
 }
 
 // Main runs d with the process arguments and returns the exit code: 0 on a
 // clean shutdown, 1 on a runtime failure, 2 on a configuration error.
 func (d *Daemon) Main(args []string) int {
+	return d.Exec(IO{Stdin: os.Stdin, Stdout: os.Stdout, Stderr: os.Stderr, Getenv: os.Getenv}, args)
+}
+
+// Exec is Main with the process's standard streams and environment in cio
+// (tests run a daemon's help and verbs in-process). It registers the common
+// flags on d.Flags, so it runs once per Daemon.
+func (d *Daemon) Exec(cio IO, args []string) int {
 	var common Common
 	common.Register(d.Flags)
-	cio := IO{Stdin: os.Stdin, Stdout: os.Stdout, Stderr: os.Stderr, Getenv: os.Getenv}
 	if len(args) > 0 {
 		for _, c := range d.Commands {
 			if c.Name == args[0] {
 				ctx, stop := SignalContext(context.Background())
 				defer stop()
-				return exitCode(d.Name, c.Dispatch(ctx, cio, args[1:]))
+				return exitCode(cio.Stderr, d.Name, c.Dispatch(ctx, cio, args[1:]))
 			}
 		}
 	}
-	if err := Parse(d.Flags, args, os.Getenv); err != nil {
+	if err := Parse(d.Flags, args, cio.Getenv); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
-			PrintUsage(os.Stdout, d.Flags, d.Summary)
+			PrintUsage(cio.Stdout, d.Flags, d.Summary)
 			for _, c := range d.Commands {
-				fmt.Printf("\nSubcommand: %s %s — %s\n", d.Name, c.Name, c.Summary)
+				fmt.Fprintf(cio.Stdout, "\nSubcommand: %s %s — %s\n", d.Name, c.Name, c.Summary)
 			}
 			return 0
 		}
-		fmt.Fprintf(os.Stderr, "%s: %v\n", d.Name, err)
+		fmt.Fprintf(cio.Stderr, "%s: %v\n", d.Name, err)
 		return 2
 	}
 	if common.ShowVersion {
-		fmt.Println(VersionLine(d.Name))
+		fmt.Fprintln(cio.Stdout, VersionLine(d.Name))
 		return 0
 	}
-	log, err := common.Logger(os.Stderr)
+	log, err := common.Logger(cio.Stderr)
 	if err == nil && d.Validate != nil {
 		err = d.Fields.Rename(d.Validate())
 	}
 	if err != nil {
-		fmt.Fprintf(os.Stderr, "%s: %v\n", d.Name, err)
+		fmt.Fprintf(cio.Stderr, "%s: %v\n", d.Name, err)
 		return 2
+	}
+	if d.Exposure != nil {
+		if s := d.Exposure(); s != "" {
+			log.Warn(s)
+		}
 	}
 	ctx, stop := SignalContext(context.Background())
 	defer stop()
@@ -76,15 +92,15 @@ func (d *Daemon) Main(args []string) int {
 	return 0
 }
 
-func exitCode(name string, err error) int {
+func exitCode(stderr io.Writer, name string, err error) int {
 	switch {
 	case err == nil:
 		return 0
 	case errors.Is(err, ErrUsage):
-		fmt.Fprintf(os.Stderr, "%s: %v\n", name, err)
+		fmt.Fprintf(stderr, "%s: %v\n", name, err)
 		return 2
 	default:
-		fmt.Fprintf(os.Stderr, "%s: %v\n", name, err)
+		fmt.Fprintf(stderr, "%s: %v\n", name, err)
 		return 1
 	}
 }
@@ -92,12 +108,16 @@ func exitCode(name string, err error) int {
 // Tool runs a command tree (phaselessctl) with the process arguments and
 // returns the exit code.
 func Tool(root *Command, args []string) int {
+	return ToolExec(root, IO{Stdin: os.Stdin, Stdout: os.Stdout, Stderr: os.Stderr, Getenv: os.Getenv}, args)
+}
+
+// ToolExec is Tool with the streams and environment in cio.
+func ToolExec(root *Command, cio IO, args []string) int {
 	if len(args) == 1 && (args[0] == "--version" || args[0] == "version") {
-		fmt.Println(VersionLine(root.Name))
+		fmt.Fprintln(cio.Stdout, VersionLine(root.Name))
 		return 0
 	}
 	ctx, stop := SignalContext(context.Background())
 	defer stop()
-	cio := IO{Stdin: os.Stdin, Stdout: os.Stdout, Stderr: os.Stderr, Getenv: os.Getenv}
-	return exitCode(root.Name, root.Dispatch(ctx, cio, args))
+	return exitCode(cio.Stderr, root.Name, root.Dispatch(ctx, cio, args))
 }

@@ -20,9 +20,8 @@ import (
 // model's log-probabilities of the alternative's tokens plus that of a
 // next token its own continuation allows (so "2" and "21", "San" and "San
 // Francisco" are disjoint events, and a shorter alternative does not win
-// by being a prefix), averaged over those tokens, and writes the best one
-// (at temperature T > 0, one drawn with probability ∝ exp(score/T) from
-// the sequence's own random source).
+// by being a prefix), averaged over those tokens, and writes the best one,
+// whatever the request's temperature (pickChoice says why).
 //
 // The average, not the sum, was chosen on the dev set
 // (models/edgemodel/testdata/toolcalls_dev.jsonl) before the held-out sets
@@ -162,6 +161,7 @@ func (e *Engine) choiceJob(s *sequence, logits []float32) *choiceJob {
 		return nil
 	}
 	alts = s.opt.toolPrior.pruneTools(alts, e.cfg.ToolPrune)
+	alts = s.opt.argRule.pruneTools(alts)
 	j := &choiceJob{s: s, logits: logits, alts: alts, openAt: -1}
 	for i := range alts {
 		a := &alts[i]
@@ -315,7 +315,9 @@ func (e *Engine) decideChoices(jobs []*choiceJob, now time.Time) {
 		if e.plan(j) {
 			ready = append(ready, j)
 		} else {
-			e.sampleNext(j.s, j.logits, now)
+			// No room to score it: decided byte by byte, greedily still
+			// (a choice point is not drawn at any temperature).
+			e.sampleNextWith(j.s, j.logits, now, greedyDraw)
 		}
 	}
 	jobs = ready
@@ -380,7 +382,9 @@ func (e *Engine) decideChoices(jobs []*choiceJob, now time.Time) {
 	}
 	e.greedyOpen(jobs)
 	for _, j := range jobs {
-		e.applyToolPrior(j)
+		if !e.applyToolPrior(j) && !e.applyToolRule(j) {
+			e.applyArgRule(j)
+		}
 		e.applyChoice(j, now)
 	}
 }
@@ -456,7 +460,7 @@ func (e *Engine) greedyStep(j *choiceJob) bool {
 // parses when prose is chosen.
 func (e *Engine) applyChoice(j *choiceJob, now time.Time) {
 	s := j.s
-	a := j.alts[pickChoice(s.sampler, j.alts)]
+	a := j.alts[pickChoice(j.alts)]
 	notePriorChoice(s, a)
 	if a.open {
 		s.constraint.State = a.from
@@ -498,30 +502,21 @@ func (e *Engine) keepScored(s *sequence, slots []int32) {
 	e.registerBlocks(s)
 }
 
-// pickChoice is the best alternative, or at a positive temperature one
-// drawn with probability ∝ exp(score/T) from the sequence's random source
-// (so a seeded request stays reproducible).
-func pickChoice(smp *sampler, alts []alternative) int {
+// pickChoice is the best alternative, at every temperature. A choice
+// point is a decision among closed alternatives the grammar offers (call
+// or prose, which tool, an enum value, which number or span of the request
+// a value copies), scored per token with the tool prior's terms added: not
+// the model's distribution over them, so the request's temperature, which
+// scales that distribution token by token, has nothing to scale here.
+// Drawing ∝ exp(score/T) did, and at T = 1 it picked the wrong tool for a
+// quarter of the car requests (issue 28). The temperature applies to
+// every token the model writes freely (prose, and values no choice point
+// fixes); see docs/tools.md, "Temperature and choice points".
+func pickChoice(alts []alternative) int {
 	best := 0
 	for i, a := range alts {
 		if a.score > alts[best].score {
 			best = i
-		}
-	}
-	if smp.temperature <= 0 || math.IsInf(alts[best].score, -1) {
-		return best
-	}
-	var sum float64
-	w := make([]float64, len(alts))
-	for i, a := range alts {
-		w[i] = math.Exp((a.score - alts[best].score) / smp.temperature)
-		sum += w[i]
-	}
-	smp.draws++
-	r := smp.rng.Float64() * sum
-	for i := range w {
-		if r -= w[i]; r < 0 {
-			return i
 		}
 	}
 	return best

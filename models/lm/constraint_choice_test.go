@@ -59,7 +59,7 @@ func wholeScore(m *Model, prompt []int32, alt []byte, after grammar.State) float
 // TestChoiceDecodingWritesBestAlternative: at an enum whose values share
 // prefixes, the engine writes the value whose whole-alternative score,
 // computed here independently of the engine's forks, is the highest, for
-// several random models; byte-by-byte decoding (ByteChoices) still writes
+// several random models and at temperature 0 and 1; byte-by-byte decoding (ByteChoices) still writes
 // a valid value.
 func TestChoiceDecodingWritesBestAlternative(t *testing.T) {
 	schema := json.RawMessage(`{"type":"string","enum":["set_a","set_abc","sex","other value","s"]}`)
@@ -95,6 +95,15 @@ func TestChoiceDecodingWritesBestAlternative(t *testing.T) {
 		c, _ := run(t, e, req)
 		if got := strings.TrimSpace(c.text); got != best {
 			t.Errorf("seed %d: wrote %q, the best-scored alternative is %s", seed, got, best)
+		}
+		// The same at temperature 1: a choice point is decided, not
+		// drawn, whatever the request's temperature (docs/tools.md).
+		for draw := range uint64(4) {
+			hot := *req
+			hot.Temperature, hot.Seed = 1, draw+1
+			if c, _ := run(t, e, &hot); strings.TrimSpace(c.text) != best {
+				t.Errorf("seed %d at temperature 1, draw %d: wrote %q, the best-scored alternative is %s", seed, draw, c.text, best)
+			}
 		}
 		picked[best] = true
 		cb, _ := run(t, eb, req)

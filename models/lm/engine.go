@@ -424,6 +424,9 @@ func (e *Engine) rawRequest(req *llm.Request) ([]int32, GenOptions, error) {
 // runs them.
 func (e *Engine) chatRequest(req *llm.Request) ([]int32, GenOptions, error) {
 	if req.Raw {
+		if req.Continue != "" {
+			return nil, GenOptions{}, llm.Errorf(llm.CodeInvalid, "a raw completion is continued by extending its prompt, not with Continue")
+		}
 		return e.rawRequest(req)
 	}
 	if req.MaxTokens <= 0 {
@@ -434,7 +437,17 @@ func (e *Engine) chatRequest(req *llm.Request) ([]int32, GenOptions, error) {
 	if err != nil {
 		return nil, GenOptions{}, llm.Errorf(llm.CodeInvalid, "%v", err)
 	}
-	opt, err := e.chatOptions(req, e.m.pinPoints(req, r, prompt))
+	pins := e.m.pinPoints(req, r, prompt)
+	if req.Continue != "" {
+		if req.HasTools() || req.ResponseFormat.Type == llm.FormatJSONObject || req.ResponseFormat.Type == llm.FormatJSONSchema {
+			// The grammar would have to be walked through the text first.
+			return nil, GenOptions{}, llm.Errorf(llm.CodeInvalid, "continuing a reply is not supported with tools or a response format")
+		}
+		// The open assistant turn already holds the text: what is sampled
+		// next follows it.
+		prompt = append(prompt, e.m.tok.Encode(req.Continue)...)
+	}
+	opt, err := e.chatOptions(req, pins)
 	return prompt, opt, err
 }
 
@@ -480,6 +493,7 @@ func (e *Engine) chatOptions(req *llm.Request, pins []pinPoint) (GenOptions, err
 		Seed: req.Seed, Stop: stop, grammar: g, toolCalls: req.HasTools(),
 		tenant: req.Tenant, pins: pins,
 		toolPrior: e.toolPriorFor(req, g),
+		argRule:   e.argRuleFor(req),
 	}, nil
 }
 
@@ -502,6 +516,9 @@ type GenOptions struct {
 	// toolPrior is what the tool prior read in the request
 	// (toolprior.go); nil when it reads nothing.
 	toolPrior *requestPrior
+	// argRule scores the copied spans of tools the prior does not know
+	// (argspan.go); nil when it does not apply.
+	argRule *argRule
 
 	// textStart says the first generated piece starts the text (a raw
 	// completion of an empty prompt): tokenizer.StreamDecoder.StartText.

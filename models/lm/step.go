@@ -363,12 +363,20 @@ func (e *Engine) runBatch(work []planned) {
 
 // sampleNext samples s's next token from logits and advances s past it.
 func (e *Engine) sampleNext(s *sequence, logits []float32, now time.Time) {
+	e.sampleNextWith(s, logits, now, s.sampler.sample)
+}
+
+// greedyDraw is the argmax of logits, for sampleNextWith.
+func greedyDraw(logits []float32) int32 { return int32(argmax(logits)) }
+
+// sampleNextWith is sampleNext drawing with draw.
+func (e *Engine) sampleNextWith(s *sequence, logits []float32, now time.Time, draw func([]float32) int32) {
 	tok := int32(0)
 	if s.constraint == nil {
-		tok = s.sampler.sample(logits)
+		tok = draw(logits)
 	} else {
 		var ok bool
-		if tok, ok = s.constraint.Sample(s.sampler.sample, logits); !ok {
+		if tok, ok = s.constraint.Sample(draw, logits); !ok {
 			e.complete(s, "stop") // nothing may follow: the text is complete
 			return
 		}

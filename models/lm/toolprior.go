@@ -53,15 +53,48 @@ type priorLabel struct {
 // do not modify it.
 func (m *Model) ToolPrior() *toolprior.Prior { return m.toolPrior }
 
+// ServesTools reports whether the model calls tools such as these: a
+// model with its own chat template lists any tools in its prompt (as
+// instruction-tuned models are taught to read them); a byte-level model
+// trained here, whose prompt says only "Tools on.", serves the tools its
+// tool prior was trained on, every one offered. The agent's router keeps
+// such requests on the device (agent/route, Config.LocalTools).
+func (m *Model) ServesTools(tools []llm.Tool) bool {
+	if m.HasChatTemplate() {
+		return true
+	}
+	if m.toolPrior == nil {
+		return false
+	}
+	known := map[string]bool{}
+	for _, l := range m.toolPrior.Labels {
+		if tool, _, err := toolprior.ParseLabel(l); err == nil {
+			known[tool] = true
+		}
+	}
+	for _, t := range tools {
+		if !known[t.Name] {
+			return false
+		}
+	}
+	return len(tools) > 0
+}
+
+// priorFor is the tool prior the engine reads requests with: its
+// config's, else its model's; nil for none.
+func (e *Engine) priorFor() *toolprior.Prior {
+	if e.cfg.ToolPrior != nil {
+		return e.cfg.ToolPrior
+	}
+	return e.m.toolPrior
+}
+
 // toolPriorFor reads req with the engine's tool prior, or returns nil: no
 // tools offered, no prior or all its weights 0, choice decoding off, or a last
 // turn that is not the user's (after a tool's result the reply is the
 // model's own).
 func (e *Engine) toolPriorFor(req *llm.Request, g *grammar.Grammar) *requestPrior {
-	p := e.cfg.ToolPrior
-	if p == nil {
-		p = e.m.toolPrior
-	}
+	p := e.priorFor()
 	n := len(req.Messages)
 	if g == nil || !req.HasTools() || e.cfg.NoToolPrior || e.cfg.ByteChoices || p == nil ||
 		p.Weight == 0 && p.SpanWeight == 0 && p.CallWeight == 0 && p.CallBias == 0 ||

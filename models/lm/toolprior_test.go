@@ -75,8 +75,8 @@ func TestToolPriorDecidesWhatItKnows(t *testing.T) {
 			}
 		}
 	}
-	// An unknown tool among those offered: the model decides, as without
-	// a prior.
+	// An unknown tool among those offered: the prior abstains, as if there
+	// were none (the argument rule of argspan.go then decides either way).
 	unknown := append(priorTools[:3:3], llm.Tool{Name: "radio", Parameters: json.RawMessage(`{"type":"object","properties":{"on":{"type":"boolean"}},"required":["on"],"additionalProperties":false}`)})
 	for seed := range uint64(6) {
 		a, _ := run(t, with, req("please stop the heat now", seed+1, unknown))

@@ -7,8 +7,11 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"time"
+
+	"github.com/phaseless/phaseless/firmware"
 )
 
 // DefaultPrefix is the topic prefix unless configured otherwise.
@@ -210,6 +213,43 @@ const (
 	RouterBoundSuspended = "suspended"
 )
 
+// Running is the version of an artifact kind the device runs ("" for none
+// or a nil status). For the agent it is the bundle its slot holds, when it
+// reports one: an installed update need not change the build stamp that
+// Version carries.
+func (s *Status) Running(kind string) string {
+	if s == nil {
+		return ""
+	}
+	if v, ok := s.Artifacts[kind]; ok {
+		return v
+	}
+	if kind == firmware.KindAgent {
+		return s.Version
+	}
+	return ""
+}
+
+// AgentVersion is the agent version the device runs (Running).
+func (s *Status) AgentVersion() string { return s.Running(firmware.KindAgent) }
+
+// Installed lists the other artifacts the device runs, by kind, as
+// "model 2.0, predictor 1.1": what the fleet views print beside the agent's
+// version. "" when there are none.
+func (s *Status) Installed() string {
+	if s == nil {
+		return ""
+	}
+	var out []string
+	for kind, v := range s.Artifacts {
+		if kind != firmware.KindAgent && v != "" {
+			out = append(out, kind+" "+v)
+		}
+	}
+	slices.Sort(out)
+	return strings.Join(out, ", ")
+}
+
 // Record is one telemetry record as it travels; Data is the record body
 // (usually a RequestRecord) kept opaque so the transport never re-encodes it.
 type Record struct {
@@ -270,6 +310,21 @@ type RequestRecord struct {
 	CompletionTokens int       `json:"completion_tokens"`
 	Outcome          string    `json:"outcome"` // ok | error | cancelled
 	Error            string    `json:"error,omitempty"`
+	// ContinuedOn is set when the answer began on the cloud and the
+	// device's engine finished it ("local"), ContinueReason says why
+	// (llm.ContinueCloudLost, llm.ContinueCloudError) and ContinueDetail
+	// what failed.
+	ContinuedOn    string `json:"continued_on,omitempty"`
+	ContinueReason string `json:"continue_reason,omitempty"`
+	ContinueDetail string `json:"continue_detail,omitempty"`
+}
+
+// Ran is where the request ran, "local" or "cloud": Path names the cloud's
+// pool and worker too ("cloud/<pool>/<worker>") when the cloud answered, so
+// a reader that compares Path with "cloud" misses every one of those.
+func (r RequestRecord) Ran() string {
+	where, _, _ := strings.Cut(r.Path, "/")
+	return where
 }
 
 // DesiredConfig is the versioned configuration the cloud wants a device to run.

@@ -301,6 +301,7 @@ func writeMeta(hdr http.Header, m *llm.Meta) {
 		}
 	}
 	set("x-phaseless-route", m.RouteHeader())
+	set("x-phaseless-route-reason", m.RouteReason)
 	set("x-scheduler-hint", m.SchedulerHint)
 	set("x-phaseless-decode", m.Split.String())
 	set("x-fallback-reason", m.Fallback.String())

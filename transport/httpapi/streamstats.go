@@ -17,6 +17,10 @@ import (
 // is one JSON object:
 //
 //	on each token event:  {"gen_us":812}  the engine's time for this token
+//	on the first token another engine produced after the first was cut
+//	off mid-answer (the agent's local continuation of a cloud answer):
+//	                      {"gen_us":812,"continued":{"route":"local",
+//	                       "reason":"cloud_lost"}}
 //	on the final event:   {"prompt_tokens":300,"prefix_hit_tokens":120,
 //	                       "prefix_cache_efficiency":0.4}
 //
@@ -33,11 +37,21 @@ const (
 	// prefix; HeaderPrefixCacheEfficiency is that over the prompt tokens.
 	HeaderPrefixHitTokens       = "x-phaseless-prefix-hit-tokens"
 	HeaderPrefixCacheEfficiency = "x-phaseless-prefix-cache-efficiency"
+	// HeaderContinued says the answer changed engine mid-way, as
+	// "local; reason=cloud_lost" (the stats field's "continued").
+	HeaderContinued = "x-phaseless-continued"
 )
 
 // tokenStats is the StatsField value of a token event.
 func tokenStats(t llm.Token) []byte {
 	b := append([]byte(`{"gen_us":`), strconv.FormatInt(t.EngineLatency.Microseconds(), 10)...)
+	if c := t.Continued; c != nil {
+		b = append(b, `,"continued":{"route":`...)
+		b = strconv.AppendQuote(b, c.Route)
+		b = append(b, `,"reason":`...)
+		b = strconv.AppendQuote(b, c.Reason)
+		b = append(b, '}')
+	}
 	return append(b, '}')
 }
 
@@ -65,9 +79,13 @@ func endStats(fin llm.Final) []byte {
 type genLatency struct {
 	n        int
 	sum, max time.Duration
+	cont     *llm.Continuation
 }
 
 func (g *genLatency) add(t llm.Token) {
+	if t.Continued != nil {
+		g.cont = t.Continued
+	}
 	g.n++
 	g.sum += t.EngineLatency
 	g.max = max(g.max, t.EngineLatency)
@@ -79,6 +97,9 @@ func (g *genLatency) writeHeaders(hdr http.Header, fin llm.Final) {
 	if g.n > 0 {
 		hdr.Set(HeaderGenMeanUS, strconv.FormatInt((g.sum/time.Duration(g.n)).Microseconds(), 10))
 		hdr.Set(HeaderGenMaxUS, strconv.FormatInt(g.max.Microseconds(), 10))
+	}
+	if g.cont != nil {
+		hdr.Set(HeaderContinued, g.cont.Route+"; reason="+g.cont.Reason)
 	}
 	hdr.Set(HeaderPrefixHitTokens, strconv.Itoa(fin.PrefixHitTokens))
 	hdr.Set(HeaderPrefixCacheEfficiency, strconv.FormatFloat(prefixEfficiency(fin), 'g', 4, 64))

@@ -90,6 +90,39 @@ func TestNonStreamedStatsHeaders(t *testing.T) {
 	}
 }
 
+// continuedGen is an answer whose engine changed mid-way (the agent's local
+// continuation of a cloud answer): its second token says so.
+type continuedGen struct{}
+
+func (continuedGen) Generate(ctx context.Context, req *llm.Request, emit llm.Emit) (llm.Final, error) {
+	emit(llm.Token{Text: "Hi"})
+	emit(llm.Token{Text: " there", Continued: &llm.Continuation{Route: llm.RouteLocal, Reason: llm.ContinueCloudLost, Detail: "link lost"}})
+	emit(llm.Token{Text: "!"})
+	return llm.Final{CompletionTokens: 3, FinishReason: "stop"}, nil
+}
+
+// TestContinuedField: the token where the engine changed carries
+// "continued" in the stats field, in both APIs and only there; a
+// non-streamed answer says it in x-phaseless-continued.
+func TestContinuedField(t *testing.T) {
+	url := serve(t, continuedGen{}, Options{})
+	const field = `{"gen_us":0,"continued":{"route":"local","reason":"cloud_lost"}}`
+	for _, c := range []struct{ path, body string }{
+		{"/v1/chat/completions", `{"messages":[{"role":"user","content":"hi"}],"stream":true}`},
+		{"/v1/messages", `{"model":"auto","max_tokens":8,"messages":[{"role":"user","content":"hi"}],"stream":true}`},
+	} {
+		got := readAll(t, post(t, url+c.path, c.body, nil).Body)
+		if strings.Count(got, `"continued"`) != 1 || !strings.Contains(got, "phaseless: "+field+"\n") || !strings.Contains(got, "there") {
+			t.Errorf("%s: stream lacks one %s:\n%s", c.path, field, got)
+		}
+		resp := post(t, url+c.path, strings.Replace(c.body, `"stream":true`, `"stream":false`, 1), nil)
+		readAll(t, resp.Body)
+		if h := resp.Header.Get(HeaderContinued); h != "local; reason=cloud_lost" {
+			t.Errorf("%s: %s = %q", c.path, HeaderContinued, h)
+		}
+	}
+}
+
 // TestMaxOutputTokensAlias: max_output_tokens sets the limit in both APIs
 // and is validated under its own name.
 func TestMaxOutputTokensAlias(t *testing.T) {

@@ -10,12 +10,11 @@ import (
 // they were pushed), on one goroutine: one per direction of a UDP relay, so
 // that a packet held for reordering lets later ones pass.
 type delivery struct {
-	mu    sync.Mutex // guards q, seq
-	q     pending
-	seq   uint64
-	kick  chan struct{} // a new head: the loop re-arms its timer
-	done  <-chan struct{}
-	ended chan struct{}
+	mu   sync.Mutex // guards q, seq
+	q    pending
+	seq  uint64
+	kick chan struct{} // a new head: the loop re-arms its timer
+	done <-chan struct{}
 }
 
 type pendingItem struct {
@@ -42,10 +41,10 @@ func (p *pending) Pop() any {
 	return it
 }
 
-// startDelivery runs the loop until done closes; ended closes after.
-func startDelivery(done <-chan struct{}) *delivery {
-	d := &delivery{kick: make(chan struct{}, 1), done: done, ended: make(chan struct{})}
-	go d.loop()
+// startDelivery runs the loop on wg until done closes.
+func startDelivery(done <-chan struct{}, wg *sync.WaitGroup) *delivery {
+	d := &delivery{kick: make(chan struct{}, 1), done: done}
+	wg.Go(d.loop)
 	return d
 }
 
@@ -64,7 +63,6 @@ func (d *delivery) push(at time.Time, fn func()) {
 }
 
 func (d *delivery) loop() {
-	defer close(d.ended)
 	timer := time.NewTimer(time.Hour)
 	defer timer.Stop()
 	for {

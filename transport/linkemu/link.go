@@ -111,8 +111,8 @@ func newLink(cfg Config) *link {
 	p := cfg.Profile
 	return &link{
 		start: time.Now(), profile: p,
-		up:   newShaper(p.Up, p.RTT(), cfg.Seed, 1),
-		down: newShaper(p.Down, p.RTT(), cfg.Seed, 2),
+		up:   newShaper(p.Up, p.SmoothedRTT(), cfg.Seed, 1),
+		down: newShaper(p.Down, p.SmoothedRTT(), cfg.Seed, 2),
 	}
 }
 
@@ -219,6 +219,23 @@ func (l *link) waitUp(done <-chan struct{}) (waited, ok bool) {
 			return waited, false
 		}
 	}
+}
+
+// shutdown is both relays' Close: the first call, under mu, marks the relay
+// closed, closes done and calls release (which closes the sockets mu
+// guards), then waits for wg; later calls return nil.
+func shutdown(mu *sync.Mutex, closed *bool, done chan struct{}, wg *sync.WaitGroup, release func() error) error {
+	mu.Lock()
+	if *closed {
+		mu.Unlock()
+		return nil
+	}
+	*closed = true
+	close(done)
+	err := release()
+	mu.Unlock()
+	wg.Wait()
+	return err
 }
 
 // sleepUntil waits for the wall clock to reach t, or done to close.

@@ -17,7 +17,8 @@ type Direction struct {
 	Delay time.Duration
 	// Jitter adds a uniform random [0, Jitter) to each packet's delay.
 	// Packets keep their order (a later packet never overtakes an earlier
-	// one because of jitter); Reorder is what reorders.
+	// one because of jitter; packets closer together than the jitter bunch
+	// up behind the slowest, as on a FIFO link); Reorder is what reorders.
 	Jitter time.Duration
 	// Loss is the probability that a packet is lost, independently of the
 	// others.
@@ -95,6 +96,11 @@ const maxRate = 1e12
 
 // RTT is the round-trip propagation delay, without jitter or queueing.
 func (p Profile) RTT() time.Duration { return p.Up.Delay + p.Down.Delay }
+
+// SmoothedRTT is the round trip a sender's estimate settles at on an idle
+// link: RTT plus the mean jitter each way. The TCP relay times its modelled
+// repairs with it, as Linux times them with its smoothed RTT.
+func (p Profile) SmoothedRTT() time.Duration { return p.RTT() + (p.Up.Jitter+p.Down.Jitter)/2 }
 
 // Profiles are the named links, in the order the docs list them. Where each
 // number comes from is in docs/transport.md ("Link emulator").

@@ -14,8 +14,8 @@ func TestProfilesValidateAndMatchTheirDocs(t *testing.T) {
 	}
 	poor, _ := Lookup("lte-poor")
 	// The lte-poor: ≈120 ms RTT, 3% loss, 2 Mb/s.
-	if poor.RTT() != 120*time.Millisecond || poor.Up.Rate != 2_000_000 {
-		t.Errorf("lte-poor RTT %v, rate %d", poor.RTT(), poor.Up.Rate)
+	if poor.RTT() != 120*time.Millisecond || poor.SmoothedRTT() != 140*time.Millisecond || poor.Up.Rate != 2_000_000 {
+		t.Errorf("lte-poor RTT %v (smoothed %v), rate %d", poor.RTT(), poor.SmoothedRTT(), poor.Up.Rate)
 	}
 	if loss := 1 - (1-poor.Up.Loss)*(1-poor.Up.Burst.MeanLoss()); loss < 0.029 || loss > 0.031 {
 		t.Errorf("lte-poor loses %.4f, want 3%%", loss)

@@ -203,18 +203,11 @@ func (r *TCPRelay) read(src net.Conn, sh *shaper, c *counters, segs chan<- segme
 // Close stops the relay, resets its connections and waits for its
 // goroutines. Safe to call twice.
 func (r *TCPRelay) Close() error {
-	r.mu.Lock()
-	if r.closed {
-		r.mu.Unlock()
-		return nil
-	}
-	r.closed = true
-	close(r.done)
-	err := r.ln.Close()
-	for c := range r.conns {
-		c.Close()
-	}
-	r.mu.Unlock()
-	r.wg.Wait()
-	return err
+	return shutdown(&r.mu, &r.closed, r.done, &r.wg, func() error {
+		err := r.ln.Close()
+		for c := range r.conns {
+			c.Close()
+		}
+		return err
+	})
 }

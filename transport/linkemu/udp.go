@@ -16,7 +16,7 @@ const maxDatagram = 65535
 // so the target sees one address per client, as behind a NAT; ChangePath
 // moves every client to a new socket (a NAT rebinding), and a client that
 // itself moves to a new local socket (QUIC connection migration) simply
-// arrives as a new client.
+// arrives as a new client. Client sessions live until Close.
 type UDPRelay struct {
 	*link
 	conn   *net.UDPConn // the client-facing socket
@@ -63,7 +63,7 @@ func ListenUDP(cfg Config) (*UDPRelay, error) {
 		return nil, err
 	}
 	r := &UDPRelay{link: newLink(cfg), conn: conn, target: target, done: make(chan struct{}), sessions: map[netip.AddrPort]*udpSession{}}
-	r.upQ, r.downQ = startDelivery(r.done), startDelivery(r.done)
+	r.upQ, r.downQ = startDelivery(r.done, &r.wg), startDelivery(r.done, &r.wg)
 	r.wg.Add(1)
 	go r.readClients()
 	for _, at := range cfg.Profile.PathChanges {
@@ -197,20 +197,11 @@ func (r *UDPRelay) ChangePath() error {
 
 // Close stops the relay and waits for its goroutines. Safe to call twice.
 func (r *UDPRelay) Close() error {
-	r.mu.Lock()
-	if r.closed {
-		r.mu.Unlock()
-		return nil
-	}
-	r.closed = true
-	close(r.done)
-	err := r.conn.Close()
-	for _, s := range r.sessions {
-		s.socket().Close()
-	}
-	r.mu.Unlock()
-	r.wg.Wait()
-	<-r.upQ.ended
-	<-r.downQ.ended
-	return err
+	return shutdown(&r.mu, &r.closed, r.done, &r.wg, func() error {
+		err := r.conn.Close()
+		for _, s := range r.sessions {
+			s.socket().Close()
+		}
+		return err
+	})
 }

@@ -105,6 +105,22 @@ func Init(dir string, hosts []string) error {
 	return issueServer(dir, hosts)
 }
 
+// ServerHosts is every name and address the server certificate that Init
+// issues for hosts is valid for: the loopback names first, then hosts, each
+// once.
+func ServerHosts(hosts []string) []string {
+	var out []string
+	seen := map[string]bool{}
+	for _, h := range append(append([]string(nil), defaultHosts...), hosts...) {
+		if h == "" || seen[h] {
+			continue
+		}
+		seen[h] = true
+		out = append(out, h)
+	}
+	return out
+}
+
 // issueServer (re)writes the server certificate signed by the CA in dir.
 func issueServer(dir string, hosts []string) error {
 	ca, caKey, err := loadCA(dir)
@@ -112,12 +128,7 @@ func issueServer(dir string, hosts []string) error {
 		return err
 	}
 	tmpl := leafTemplate("phaseless-cloud", x509.ExtKeyUsageServerAuth)
-	seen := map[string]bool{}
-	for _, h := range append(append([]string(nil), defaultHosts...), hosts...) {
-		if h == "" || seen[h] {
-			continue
-		}
-		seen[h] = true
+	for _, h := range ServerHosts(hosts) {
 		if ip := net.ParseIP(h); ip != nil {
 			tmpl.IPAddresses = append(tmpl.IPAddresses, ip)
 		} else {

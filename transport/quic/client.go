@@ -2,6 +2,7 @@ package quic
 
 import (
 	"context"
+	"crypto/rand"
 	"crypto/tls"
 	"errors"
 	"fmt"
@@ -50,6 +51,12 @@ type ClientConfig struct {
 	// (heartbeat.go). Default DefaultStallTimeout; negative turns heartbeats
 	// and the watchdog off, leaving dead peers to MaxIdleTimeout.
 	StallTimeout time.Duration
+	// ResumeDeadline turns resuming on (resume.go): a request whose link
+	// drops after its first token is resumed on the next connection, for as
+	// long as the cloud has been silent less than this; past it Generate
+	// returns the link's error. Requests without an idempotency key get one
+	// (ResumeKeyPrefix). 0 turns resuming off.
+	ResumeDeadline time.Duration
 	// Background makes Dial return at once and connect in the background;
 	// otherwise Dial fails unless the first connection succeeds.
 	Background bool
@@ -113,7 +120,7 @@ func (c *ClientConfig) Validate() error {
 		return errors.New("quic client config: TLS: required (pki.DeviceTLS)")
 	case len(c.TLS.Certificates) == 0 && c.TLS.GetClientCertificate == nil:
 		return errors.New("quic client config: TLS.Certificates: a device certificate is required")
-	case c.KeepAlivePeriod < 0, c.MaxIdleTimeout < 0, c.HandshakeTimeout < 0, c.StableAfter < 0, c.ConnectWait < 0:
+	case c.KeepAlivePeriod < 0, c.MaxIdleTimeout < 0, c.HandshakeTimeout < 0, c.StableAfter < 0, c.ConnectWait < 0, c.ResumeDeadline < 0:
 		return errors.New("quic client config: timeouts must not be negative")
 	case c.KeepAlivePeriod > 0 && c.MaxIdleTimeout > 0 && c.KeepAlivePeriod >= c.MaxIdleTimeout:
 		return errors.New("quic client config: KeepAlivePeriod: must be shorter than MaxIdleTimeout")
@@ -141,6 +148,7 @@ type LinkState struct {
 	LossRate    float64 // PacketsLost / PacketsSent on the current connection
 	LastError   string  // why the last connection or attempt failed
 	Reconnects  int     // connections established after the first
+	Resumes     int     // streams resumed after a lost link (resume.go)
 	LocalAddr   string
 }
 
@@ -165,7 +173,16 @@ type Client struct {
 	reconnects int
 	connected  bool // a connection was ever established
 	closed     bool
+	// cancels are the keys of requests given up while the link was down:
+	// the next connection tells the cloud (resume.go).
+	cancels []string
+	resumes int // streams resumed after a lost link
+	// resuming counts streams waiting to resume; hurry cuts a backoff
+	// wait short when one starts (backoff).
+	resuming atomic.Int32
+	hurry    chan struct{}
 
+	flushing  sync.WaitGroup // sendCancels goroutines, waited for by Close
 	closeOnce sync.Once
 }
 
@@ -193,6 +210,16 @@ type link struct {
 	inflight atomic.Int32
 	stalled  atomic.Bool
 	watched  chan struct{}
+}
+
+// confirmed reports whether the handshake completed.
+func (l *link) confirmed() bool {
+	select {
+	case <-l.conn.HandshakeComplete():
+		return true
+	default:
+		return false
+	}
 }
 
 // settle records the handshake's outcome; run calls it once per link.
@@ -268,6 +295,7 @@ func Dial(ctx context.Context, addr string, cfg ClientConfig) (*Client, error) {
 			MaxIncomingUniStreams: -1,
 		},
 		sem:   make(chan struct{}, cfg.MaxStreams),
+		hurry: make(chan struct{}, 1),
 		ready: make(chan struct{}),
 		done:  make(chan struct{}),
 	}
@@ -332,6 +360,12 @@ func (c *Client) run(l *link) {
 			}
 		}
 		c.setLink(l)
+		c.mu.Lock()
+		if len(c.cancels) > 0 {
+			c.flushing.Add(1)
+			go c.sendCancels(l)
+		}
+		c.mu.Unlock()
 		if c.cfg.StallTimeout > 0 {
 			go l.watch(c.cfg.StallTimeout)
 		} else {
@@ -358,11 +392,25 @@ func (c *Client) run(l *link) {
 }
 
 // backoff waits before the next attempt; false means the client closed.
+// While a stream waits to resume, the wait is at most resumeRedial and a
+// resume that starts waiting cuts a longer one short: after a long
+// blackout the schedule has grown to CloudRetryMax-like waits, and the
+// answer would sit out its resume deadline behind one.
 func (c *Client) backoff(failures *int) bool {
 	d := c.cfg.Backoff.Delay(*failures, c.cfg.Rand())
+	if c.resuming.Load() > 0 {
+		d = min(d, resumeRedial)
+	}
 	*failures++
 	c.log.Debug("quic: reconnecting", "addr", c.addr, "in", d, "attempt", *failures)
-	return waitAfter(c.ctx, c.cfg.Clock.After(d)) == nil
+	select {
+	case <-c.cfg.Clock.After(d):
+		return true
+	case <-c.hurry:
+		return c.ctx.Err() == nil
+	case <-c.ctx.Done():
+		return false
+	}
 }
 
 func (c *Client) noteErr(err error) {
@@ -399,9 +447,9 @@ func (c *Client) dropLink(l *link, cause error) {
 	l.close(connClosed, "")
 }
 
-// waitLink returns a live connection, waiting up to ConnectWait while one is
+// waitLink returns a live connection, waiting up to wait while one is
 // being established.
-func (c *Client) waitLink(ctx context.Context) (*link, error) {
+func (c *Client) waitLink(ctx context.Context, wait time.Duration) (*link, error) {
 	var timeout <-chan time.Time
 	for {
 		c.mu.Lock()
@@ -418,7 +466,7 @@ func (c *Client) waitLink(ctx context.Context) (*link, error) {
 			continue
 		}
 		if timeout == nil {
-			timeout = c.cfg.Clock.After(c.cfg.ConnectWait)
+			timeout = c.cfg.Clock.After(wait)
 		}
 		select {
 		case <-ready:
@@ -444,7 +492,9 @@ func cancelled(ctx context.Context) error {
 // as it is read. Server failures come back as *llm.Error; cancelling ctx
 // cancels the request on the server. A request with an idempotency key may
 // go out in 0-RTT, and is re-sent on the next connection if the link drops
-// before its first token (the server runs it once).
+// before its first token (the server runs it once). With ResumeDeadline
+// set, a link that drops later is resumed from the last token delivered
+// (resume.go).
 func (c *Client) Generate(ctx context.Context, req *llm.Request, emit llm.Emit) (llm.Final, error) {
 	if req.Raw { // the request frame has no field for it
 		return llm.Final{}, llm.RawUnsupported("the cloud uplink")
@@ -455,9 +505,16 @@ func (c *Client) Generate(ctx context.Context, req *llm.Request, emit llm.Emit) 
 		return llm.Final{}, cancelled(ctx)
 	}
 	defer func() { <-c.sem }()
+	resumable := c.cfg.ResumeDeadline > 0
+	if resumable && req.IdempotencyKey == "" {
+		r := *req
+		r.IdempotencyKey = ResumeKeyPrefix + rand.Text()
+		req = &r
+	}
 	keyed := req.IdempotencyKey != ""
+	st := &streamState{}
 	for attempt := 0; ; attempt++ {
-		l, err := c.waitLink(ctx)
+		l, err := c.waitLink(ctx, c.cfg.ConnectWait)
 		if err != nil {
 			return llm.Final{}, err
 		}
@@ -484,16 +541,13 @@ func (c *Client) Generate(ctx context.Context, req *llm.Request, emit llm.Emit) 
 				return llm.Final{}, linkError(cause, 0)
 			}
 		}
-		final, rt := c.roundTrip(ctx, l, req, emit)
-		if rt.linkLost {
-			// Record why now rather than when run notices, so Link agrees
-			// with the error the caller is about to see.
-			c.dropLink(l, rt.cause)
-		}
+		first := &Frame{Type: FrameRequest, Request: req, Heartbeat: heartbeatInterval(c.cfg.StallTimeout)}
+		final, rt := c.stream(ctx, l, first, st, emit)
 		switch {
 		case rt.err == nil:
 			return final, nil
 		case ctx.Err() != nil:
+			c.forget(resumable, req.IdempotencyKey, rt)
 			return llm.Final{}, cancelled(ctx)
 		case errors.Is(rt.err, quicgo.Err0RTTRejected) && attempt < 2:
 			// The server discarded the early data, so nothing ran; continue
@@ -502,7 +556,9 @@ func (c *Client) Generate(ctx context.Context, req *llm.Request, emit llm.Emit) 
 				return llm.Final{}, cancelled(ctx)
 			}
 			continue
-		case attempt < 2 && rt.linkLost && !rt.stalled && (!rt.sent || keyed && rt.delivered == 0) && llm.CodeOf(rt.err) != llm.CodeAuth:
+		case resumable && rt.linkLost && st.delivered > 0 && llm.CodeOf(rt.err) != llm.CodeAuth && !serverClosing(rt.cause):
+			return c.resume(ctx, req.IdempotencyKey, st, rt.err, emit)
+		case attempt < 2 && rt.linkLost && !rt.stalled && (!rt.sent || keyed && st.delivered == 0) && llm.CodeOf(rt.err) != llm.CodeAuth:
 			// A stalled link is not retried: the cloud stopped answering,
 			// and a redial would only add ConnectWait before the caller
 			// can fall back.
@@ -510,17 +566,42 @@ func (c *Client) Generate(ctx context.Context, req *llm.Request, emit llm.Emit) 
 		case errors.Is(rt.err, quicgo.Err0RTTRejected):
 			return llm.Final{}, linkError(rt.err, 0)
 		}
+		c.forget(resumable, req.IdempotencyKey, rt)
 		return llm.Final{}, rt.err
 	}
 }
 
+// streamState is what a request has delivered so far, across the streams
+// that carry it (the first, then resumes).
+type streamState struct {
+	delivered int  // tokens passed to emit
+	metaSeen  bool // the begin event was passed to emit
+	// heard is when the last frame from the cloud (or the request's
+	// start) was read, Clock.Now in Unix nanoseconds; resume's deadline
+	// timer reads it while roundTrip writes it.
+	heard atomic.Int64
+}
+
+func (st *streamState) hear(t time.Time)     { st.heard.Store(t.UnixNano()) }
+func (st *streamState) lastHeard() time.Time { return time.Unix(0, st.heard.Load()) }
+
 type roundTripResult struct {
-	err       error
-	sent      bool  // the request frame was handed to the stream
-	delivered int   // tokens passed to emit
-	linkLost  bool  // the connection, not the server, failed
-	stalled   bool  // the watchdog closed the connection: the peer is presumed dead
-	cause     error // the transport's error behind err
+	err      error
+	sent     bool  // the first frame was handed to the stream
+	ended    bool  // the server's last frame (final or error) arrived
+	linkLost bool  // the connection, not the server, failed
+	stalled  bool  // the watchdog closed the connection: the peer is presumed dead
+	cause    error // the transport's error behind err
+	// unconfirmed: the connection's handshake had not completed when the
+	// stream ended, so a cancel written on it may never arrive.
+	unconfirmed bool
+}
+
+// serverClosing reports a server that closed the connection because it is
+// shutting down: its generations went with it, so there is nothing to resume.
+func serverClosing(err error) bool {
+	var ae *quicgo.ApplicationError
+	return errors.As(err, &ae) && ae.Remote && ae.ErrorCode == connShutdown
 }
 
 // connectionError reports an error that ends the whole connection, which
@@ -536,10 +617,27 @@ func connectionError(err error) bool {
 	return errors.As(err, &te) || errors.As(err, &ae) || errors.As(err, &ite) || errors.As(err, &hte) || errors.As(err, &sre)
 }
 
-func (c *Client) roundTrip(ctx context.Context, l *link, req *llm.Request, emit llm.Emit) (llm.Final, roundTripResult) {
+// stream is roundTrip, then what the link's state says of the result: a
+// lost link is dropped now rather than when run notices, so Link agrees
+// with the error the caller is about to see.
+func (c *Client) stream(ctx context.Context, l *link, first *Frame, st *streamState, emit llm.Emit) (llm.Final, roundTripResult) {
+	final, rt := c.roundTrip(ctx, l, first, st, emit)
+	rt.unconfirmed = !l.confirmed()
+	if rt.linkLost {
+		c.dropLink(l, rt.cause)
+	}
+	return final, rt
+}
+
+// roundTrip sends first (a request or resume frame) on a new stream and
+// reads the answer into emit, counting in st.
+func (c *Client) roundTrip(ctx context.Context, l *link, first *Frame, st *streamState, emit llm.Emit) (llm.Final, roundTripResult) {
 	conn := l.conn
 	l.inflight.Add(1)
 	defer l.inflight.Add(-1)
+	if st.heard.Load() == 0 {
+		st.hear(c.cfg.Clock.Now())
+	}
 	var rt roundTripResult
 	fail := func(err error) (llm.Final, roundTripResult) {
 		if errors.Is(err, quicgo.Err0RTTRejected) {
@@ -548,7 +646,7 @@ func (c *Client) roundTrip(ctx context.Context, l *link, req *llm.Request, emit 
 		}
 		rt.linkLost = conn.Context().Err() != nil || connectionError(err)
 		rt.cause = err
-		rt.err = linkError(err, rt.delivered)
+		rt.err = linkError(err, st.delivered)
 		return llm.Final{}, rt
 	}
 	str, err := conn.OpenStreamSync(ctx)
@@ -582,13 +680,12 @@ func (c *Client) roundTrip(ctx context.Context, l *link, req *llm.Request, emit 
 		stop()
 		abortOnce.Do(func() {})
 	}()
-	stall := c.cfg.StallTimeout
-	if err := w.write(&Frame{Type: FrameRequest, Request: req, Heartbeat: heartbeatInterval(stall)}); err != nil {
+	if err := w.write(first); err != nil {
 		return fail(err)
 	}
 	rt.sent = true
 	fr := newFrameReader(str)
-	metaSeen := false
+	began := false // this stream sent its meta frame or a token
 	for {
 		f, err := fr.next()
 		if err != nil {
@@ -596,26 +693,32 @@ func (c *Client) roundTrip(ctx context.Context, l *link, req *llm.Request, emit 
 			if l.stalled.Load() && ctx.Err() == nil {
 				rt.linkLost, rt.stalled = true, true
 				after := ""
-				if rt.delivered > 0 {
-					after = fmt.Sprintf(" after %d tokens", rt.delivered)
+				if st.delivered > 0 {
+					after = fmt.Sprintf(" after %d tokens", st.delivered)
 				}
 				rt.err = &llm.Error{Code: llm.CodeUnavailable, Retryable: true,
-					Message: fmt.Sprintf("cloud link stalled: nothing received for %v%s (peer presumed dead)", stall, after)}
+					Message: fmt.Sprintf("cloud link stalled: nothing received for %v%s (peer presumed dead)", c.cfg.StallTimeout, after)}
 				rt.cause = rt.err
 				return llm.Final{}, rt
 			}
 			return fail(err)
 		}
+		st.hear(c.cfg.Clock.Now())
 		switch f.Type {
 		case FrameHeartbeat:
 		case FrameMeta:
-			// The coordinator's begin event, relayed as the stream's own.
-			if metaSeen || rt.delivered > 0 {
+			// The coordinator's begin event, relayed as the stream's own;
+			// a resumed stream repeats it, and the caller has it already.
+			if began {
 				str.CancelRead(streamProtocol)
 				str.CancelWrite(streamProtocol)
 				return fail(protoErr("meta frame after the stream began"))
 			}
-			metaSeen = true
+			began = true
+			if st.metaSeen {
+				continue
+			}
+			st.metaSeen = true
 			m := f.Meta
 			if err := emit(llm.Token{Meta: &m}); err != nil {
 				abort()
@@ -623,13 +726,15 @@ func (c *Client) roundTrip(ctx context.Context, l *link, req *llm.Request, emit 
 				return llm.Final{}, rt
 			}
 		case FrameToken:
+			began = true
 			if err := emit(f.Token); err != nil {
 				abort()
 				rt.err = err
 				return llm.Final{}, rt
 			}
-			rt.delivered++
+			st.delivered++
 		case FrameFinal, FrameError:
+			rt.ended = true
 			str.Close()
 			str.CancelRead(streamDone)
 			if f.Type == FrameError {
@@ -649,7 +754,7 @@ func (c *Client) roundTrip(ctx context.Context, l *link, req *llm.Request, emit 
 func (c *Client) Link() LinkState {
 	c.mu.Lock()
 	l := c.cur
-	ls := LinkState{LastError: c.lastErr, Reconnects: c.reconnects}
+	ls := LinkState{LastError: c.lastErr, Reconnects: c.reconnects, Resumes: c.resumes}
 	c.mu.Unlock()
 	if l == nil {
 		return ls
@@ -734,6 +839,7 @@ func (c *Client) Close() error {
 		c.mu.Unlock()
 		c.cancel()
 		<-c.done
+		c.flushing.Wait()
 	})
 	return nil
 }

@@ -50,6 +50,10 @@ const (
 	// while a request produces nothing else; it is sent only to clients
 	// that ask for it in their request frame (see heartbeat.go).
 	FrameHeartbeat FrameType = 7
+	// FrameResume (client → server, the first frame of a stream instead
+	// of a request) follows a keyed request again after a lost link, from
+	// the token it names (see resume.go).
+	FrameResume FrameType = 8
 )
 
 func (t FrameType) String() string {
@@ -68,6 +72,8 @@ func (t FrameType) String() string {
 		return "cancel"
 	case FrameHeartbeat:
 		return "heartbeat"
+	case FrameResume:
+		return "resume"
 	}
 	return fmt.Sprintf("unknown(%d)", byte(t))
 }
@@ -83,8 +89,11 @@ type Frame struct {
 	// Heartbeat (FrameRequest) asks the server for a heartbeat frame at
 	// this interval while it writes nothing else; 0 asks for none. It is
 	// the last field of the request, so a server that predates it ignores
-	// it and a client that predates it sends none.
+	// it and a client that predates it sends none. A resume frame carries
+	// it too.
 	Heartbeat time.Duration
+	// Resume (FrameResume) names the request to follow again and from where.
+	Resume Resume
 }
 
 // ProtocolError is a frame that breaks the protocol: an unknown version or
@@ -137,6 +146,11 @@ func AppendFrame(b []byte, f *Frame) ([]byte, error) {
 		b = appendDuration(b, f.Err.RetryAfter)
 		b = appendBool(b, f.Err.HasBudget) // appended in revision 2 of the layout
 		b = binary.AppendVarint(b, f.Err.BudgetRemaining)
+	case FrameResume:
+		b = appendString(b, f.Resume.Key)
+		b = binary.AppendUvarint(b, uint64(f.Resume.Offset))
+		b = appendDuration(b, f.Heartbeat)
+		b = appendBool(b, f.Resume.Cancel)
 	case FrameCancel, FrameHeartbeat:
 	default:
 		return b[:start], fmt.Errorf("cannot encode frame type %v", f.Type)
@@ -155,7 +169,7 @@ func parseHeader(h []byte) (FrameType, int, error) {
 		return 0, 0, protoErr("unsupported version %d (this build speaks %d)", h[0], ProtocolVersion)
 	}
 	t := FrameType(h[1])
-	if t < FrameRequest || t > FrameHeartbeat {
+	if t < FrameRequest || t > FrameResume {
 		return 0, 0, protoErr("unknown frame type %d", h[1])
 	}
 	n := binary.BigEndian.Uint32(h[2:])
@@ -255,6 +269,18 @@ func decodePayload(t FrameType, p []byte) (Frame, error) {
 		}
 		if d.err == nil && f.Err.Code == "" {
 			d.fail("error frame without a code")
+		}
+	case FrameResume:
+		f.Resume.Key = d.string()
+		off := d.uvarint()
+		if off > math.MaxInt32 {
+			d.fail("resume offset %d out of range", off)
+		}
+		f.Resume.Offset = int(off)
+		f.Heartbeat = d.duration()
+		f.Resume.Cancel = d.bool()
+		if d.err == nil && (f.Resume.Key == "" || f.Heartbeat < 0) {
+			d.fail("resume frame without a key or with a negative heartbeat")
 		}
 	case FrameCancel, FrameHeartbeat:
 	}

@@ -34,6 +34,8 @@ func sampleFrames() []*Frame {
 		{Type: FrameCancel},
 		{Type: FrameHeartbeat},
 		{Type: FrameRequest, Request: &llm.Request{ID: "hb", Model: "auto"}, Heartbeat: 250 * time.Millisecond},
+		{Type: FrameResume, Resume: Resume{Key: ResumeKeyPrefix + "K", Offset: 1234}, Heartbeat: 200 * time.Millisecond},
+		{Type: FrameResume, Resume: Resume{Key: "app-key", Cancel: true}},
 	}
 }
 
@@ -93,6 +95,8 @@ func TestFrameRejects(t *testing.T) {
 		{"huge list", append(header(1, 1, 5), 0, 0, 0xff, 0xff, 0x7f), "list of"},
 		{"error without code", append(header(1, 5, 4), 0, 0, 0, 0), "without a code"},
 		{"token id overflow", append(header(1, 3, 7), 0, 0x80, 0x80, 0x80, 0x80, 0x20, 0), "token id"},
+		{"resume without key", append(header(1, 8, 4), 0, 5, 0, 0), "without a key"},
+		{"resume offset overflow", append(header(1, 8, 9), 1, 'k', 0xff, 0xff, 0xff, 0xff, 0x0f, 0, 0), "resume offset"},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {

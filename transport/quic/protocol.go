@@ -1,7 +1,6 @@
 package quic
 
 import (
-	"context"
 	"errors"
 	"fmt"
 	"io"
@@ -33,6 +32,14 @@ const (
 	DefaultHandshakeTimeout = 10 * time.Second
 	// DefaultMaxStreams is how many requests run at once on one connection.
 	DefaultMaxStreams = 256
+	// DefaultResumeWindow keeps a request whose link dropped running in the
+	// cloud long enough for the blackouts a car meets most — tunnels and
+	// underground garages of 5 to 60 s (issue 31) — to end in a resume.
+	DefaultResumeWindow = 60 * time.Second
+	// DefaultMaxReplayBytes holds a whole 4096-token answer (about 100 KB
+	// with the per-token overhead) ten times over, so only a tool call with
+	// huge arguments ever slides.
+	DefaultMaxReplayBytes = 1 << 20
 )
 
 // Stream error codes (RESET_STREAM / STOP_SENDING).
@@ -102,13 +109,3 @@ func toLLMError(err error) *llm.Error {
 // errClientCancelled is the cause of a server-side context cancelled because
 // the client sent a cancel frame, closed or reset its side of the stream.
 var errClientCancelled = errors.New("client cancelled the request")
-
-// waitAfter waits for a timer channel, ending early with ctx.
-func waitAfter(ctx context.Context, ch <-chan time.Time) error {
-	select {
-	case <-ch:
-		return nil
-	case <-ctx.Done():
-		return context.Cause(ctx)
-	}
-}

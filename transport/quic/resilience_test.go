@@ -8,6 +8,7 @@ import (
 	"net"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -129,7 +130,8 @@ func TestGenerateFailsFastWithoutLink(t *testing.T) {
 
 // A retry with the same key while the first attempt still runs attaches to
 // it: both streams get every token, the handler runs once, and the first
-// stream leaving does not stop the work the second still wants.
+// stream's connection ending does not stop the work the second still
+// wants. (A cancel would: see TestCancelStopsEveryFollower.)
 func TestRetryAttachesToRunningGeneration(t *testing.T) {
 	h := &scripted{n: 40, pauseAt: 20, paused: make(chan struct{}), release: make(chan struct{})}
 	s := startServer(t, h)
@@ -138,10 +140,9 @@ func TestRetryAttachesToRunningGeneration(t *testing.T) {
 	r := req("attach")
 	r.IdempotencyKey = "attach-1"
 
-	ctx1, cancel1 := context.WithCancel(guardCtx(t))
 	got1 := make(chan int, 1)
 	go func() {
-		toks, _, _ := collect(ctx1, c1, r)
+		toks, _, _ := collect(guardCtx(t), c1, r)
 		got1 <- len(toks)
 	}()
 	<-h.paused
@@ -155,7 +156,7 @@ func TestRetryAttachesToRunningGeneration(t *testing.T) {
 		res2 <- result{toks, err}
 	}()
 	waitFor(t, "the retry to attach", func() bool { return s.Stats().Attached == 1 })
-	cancel1() // the first device connection gives up (e.g. its link died)
+	c1.Close() // the first device connection ends (e.g. the agent restarted)
 	if n := <-got1; n > 20 {
 		t.Fatalf("first stream got %d tokens before the pause", n)
 	}
@@ -413,7 +414,7 @@ func TestDedupeRetryAfterAbandon(t *testing.T) {
 	tab := newDedupeTable(time.Minute, 16, func() time.Time { return now })
 	var cause error
 	old, _ := tab.join("k", [32]byte{}, func(err error) { cause = err })
-	old.leave()
+	old.leave(nil, leftDone, 0)
 	if cause != errNoFollowers {
 		t.Fatalf("last follower leaving: cause %v", cause)
 	}
@@ -435,22 +436,38 @@ func TestDedupeRetryAfterAbandon(t *testing.T) {
 	}
 }
 
+// TestReplayLimit: a keyed answer far longer than MaxReplayBytes streams
+// whole, while the server never buffers more than the limit (tokens the
+// stream has written are dropped from the front), and nothing stays
+// buffered once it was delivered.
 func TestReplayLimit(t *testing.T) {
+	const limit, n = 10_000, 2000
+	var srv atomic.Pointer[testServer]
+	var peak atomic.Int64
 	h := llmFunc(func(ctx context.Context, r *llm.Request, emit llm.Emit) (llm.Final, error) {
-		for i := 0; ; i++ {
-			if err := emit(llm.Token{Text: strings.Repeat("x", 100)}); err != nil {
+		for i := range n {
+			if err := emit(llm.Token{Text: strings.Repeat("x", 100), ID: int32(i)}); err != nil {
 				return llm.Final{}, err
 			}
+			if b := srv.Load().Stats().BufferedBytes; b > peak.Load() {
+				peak.Store(b)
+			}
 		}
+		return llm.Final{CompletionTokens: n}, nil
 	})
-	s := startServer(t, h, func(sc *ServerConfig) { sc.MaxReplayBytes = 10_000 })
+	s := startServer(t, h, func(sc *ServerConfig) { sc.MaxReplayBytes = limit })
+	srv.Store(s)
 	c := dial(t, s.Addr().String(), "dev-1")
 	r := req("big")
-	r.IdempotencyKey = "big-1"
+	r.IdempotencyKey = ResumeKeyPrefix + "big-1"
 	toks, _, err := collect(guardCtx(t), c, r)
-	if llm.CodeOf(err) != llm.CodeInternal || len(toks) > 100 {
-		t.Fatalf("%d tokens, err %v: want the replay limit to stop the run", len(toks), err)
+	if err != nil || len(toks) != n {
+		t.Fatalf("%d tokens, err %v: want the whole answer", len(toks), err)
 	}
+	if p := peak.Load(); p > limit || p == 0 {
+		t.Fatalf("buffered up to %d bytes, limit %d", p, limit)
+	}
+	waitFor(t, "the delivered answer to be freed", func() bool { return s.Stats().BufferedBytes == 0 })
 }
 
 // Every way a request can end — done, failed, cancelled, keyed or not —

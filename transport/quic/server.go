@@ -9,6 +9,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"net"
 	"sync"
@@ -53,9 +54,15 @@ type ServerConfig struct {
 	// DedupeMaxEntries bounds remembered idempotent requests; the oldest
 	// finished ones go first. Default 100000.
 	DedupeMaxEntries int
-	// MaxReplayBytes bounds the token log kept per idempotent request.
-	// Default 1 MiB.
+	// MaxReplayBytes bounds the tokens buffered per keyed request (resume.go):
+	// past it, tokens every stream has written are dropped, and a
+	// generation nobody follows pauses. Default DefaultMaxReplayBytes.
 	MaxReplayBytes int
+	// ResumeWindow is how long a keyed request whose stream lost its link
+	// keeps running (and its answer stays buffered) for a resume frame to
+	// pick it up (resume.go). Default DefaultResumeWindow; negative: none,
+	// a lost link cancels the request at once.
+	ResumeWindow time.Duration
 	// Revoked, when set, is asked for every request's device: a revoked
 	// device's requests are refused and its connection closed, even on a
 	// connection or 0-RTT session established before the revocation
@@ -90,7 +97,10 @@ func (c *ServerConfig) fillDefaults() {
 		c.DedupeMaxEntries = 100_000
 	}
 	if c.MaxReplayBytes == 0 {
-		c.MaxReplayBytes = 1 << 20
+		c.MaxReplayBytes = DefaultMaxReplayBytes
+	}
+	if c.ResumeWindow == 0 {
+		c.ResumeWindow = DefaultResumeWindow
 	}
 	if c.Logger == nil {
 		c.Logger = slog.New(slog.DiscardHandler)
@@ -131,6 +141,9 @@ type ServerStats struct {
 	Generations       int64 // handler runs
 	Attached          int64 // keyed requests that joined an existing generation instead of running
 	ProtocolErrors    int64 // streams reset for breaking the protocol
+	Resumed           int64 // resume frames that rejoined a generation
+	ResumeRefused     int64 // resume frames with no generation to rejoin
+	BufferedBytes     int64 // bytes of tokens buffered for keyed requests now
 }
 
 // Server accepts device connections and runs their requests through Handler.
@@ -156,7 +169,7 @@ type Server struct {
 	closeOnce sync.Once
 	closeErr  error
 
-	nConns, refused, streams, generations, attached, protocolErrors atomic.Int64
+	nConns, refused, streams, generations, attached, protocolErrors, resumed, resumeRefused atomic.Int64
 }
 
 // ErrServerClosed is returned by Serve after Close.
@@ -215,6 +228,7 @@ func (s *Server) Stats() ServerStats {
 	return ServerStats{
 		Conns: s.nConns.Load(), RefusedHandshakes: s.refused.Load(), Streams: s.streams.Load(),
 		Generations: s.generations.Load(), Attached: s.attached.Load(), ProtocolErrors: s.protocolErrors.Load(),
+		Resumed: s.resumed.Load(), ResumeRefused: s.resumeRefused.Load(), BufferedBytes: s.dedupe.buffered.n.Load(),
 	}
 }
 
@@ -397,8 +411,8 @@ func (s *Server) serveStream(conn *quicgo.Conn, p *peer, str *quicgo.Stream) {
 	str.SetReadDeadline(time.Now().Add(s.cfg.RequestTimeout))
 	f, err := fr.next()
 	str.SetReadDeadline(time.Time{})
-	if err == nil && f.Type != FrameRequest {
-		err = protoErr("first frame is %v, want request", f.Type)
+	if err == nil && f.Type != FrameRequest && f.Type != FrameResume {
+		err = protoErr("first frame is %v, want request or resume", f.Type)
 	}
 	if err != nil {
 		var pe *ProtocolError
@@ -416,14 +430,16 @@ func (s *Server) serveStream(conn *quicgo.Conn, p *peer, str *quicgo.Stream) {
 		return
 	}
 	req := f.Request
-	keyed := req.IdempotencyKey != ""
+	keyed := f.Type == FrameResume || req.IdempotencyKey != ""
 	device, err := s.identify(conn.Context(), conn, p, keyed)
 	if err != nil {
 		str.CancelRead(streamCancelled)
 		str.CancelWrite(streamCancelled)
 		return
 	}
-	req.Tenant = device
+	if req != nil {
+		req.Tenant = device
+	}
 	if s.cfg.Revoked != nil && s.cfg.Revoked(device) {
 		s.log.Warn("quic: request from a revoked device refused", "device", device, "remote", p.remote)
 		conn.CloseWithError(connRevoked, "device certificate revoked")
@@ -433,11 +449,14 @@ func (s *Server) serveStream(conn *quicgo.Conn, p *peer, str *quicgo.Stream) {
 	ctx, cancel := context.WithCancelCause(conn.Context())
 	defer cancel(nil)
 	// The client keeps its side open until it has the final frame; a cancel
-	// frame, an early end or a reset means it gave up.
+	// frame, an early end or a reset means it gave up, and its end after
+	// the final frame says it has the whole answer. clientEnd is what
+	// fr.next returned: nil for a frame (a cancel).
 	watched := make(chan struct{})
+	var clientEnd error
 	go func() {
 		defer close(watched)
-		fr.next()
+		_, clientEnd = fr.next()
 		cancel(errClientCancelled)
 	}()
 	// A write blocked on flow control must not outlive the request. The
@@ -451,9 +470,17 @@ func (s *Server) serveStream(conn *quicgo.Conn, p *peer, str *quicgo.Stream) {
 	w := &streamWriter{str: str, conn: &p.written}
 	w.stopHeartbeat = w.startHeartbeats(f.Heartbeat)
 	defer w.stopHeartbeat()
-	if keyed {
-		s.follow(ctx, w, req, stopReset)
-	} else {
+	var (
+		g   *generation
+		cur *cursor
+		out followResult
+	)
+	switch {
+	case f.Type == FrameResume:
+		g, cur, out = s.resume(ctx, w, device, f.Resume, stopReset)
+	case keyed:
+		g, cur, out = s.followRequest(ctx, w, req, stopReset)
+	default:
 		s.run(ctx, w, req, stopReset)
 	}
 	cancel(nil)
@@ -461,8 +488,38 @@ func (s *Server) serveStream(conn *quicgo.Conn, p *peer, str *quicgo.Stream) {
 		resetting.Done()
 	}
 	resetting.Wait()
+	if g != nil && out.ended && g.ephemeral {
+		// The device closes its side once it has the last frame: that is
+		// its acknowledgement that the whole answer arrived, and a resume
+		// key's answer can go.
+		t := time.NewTimer(s.cfg.RequestTimeout)
+		select {
+		case <-watched:
+			if errors.Is(clientEnd, io.EOF) {
+				g.acknowledged()
+			}
+		case <-t.C:
+		}
+		t.Stop()
+	}
 	str.CancelRead(streamDone) // ends the watcher
 	<-watched
+	if g != nil {
+		g.leave(cur, s.leaveReason(conn, out, clientEnd), s.cfg.ResumeWindow)
+	}
+}
+
+// leaveReason classifies how a follower's stream ended (resume.go): it
+// wrote the last frame, the device cancelled (a cancel frame, a reset, an
+// early end), or the connection died under it.
+func (s *Server) leaveReason(conn *quicgo.Conn, out followResult, clientEnd error) leaveReason {
+	switch {
+	case out.ended || s.base.Err() != nil:
+		return leftDone
+	case conn.Context().Err() != nil, connectionError(clientEnd), connectionError(out.writeErr):
+		return leftLinkLost
+	}
+	return leftCancelled
 }
 
 // run executes a request without an idempotency key, writing each token
@@ -491,35 +548,36 @@ func (s *Server) run(ctx context.Context, w *streamWriter, req *llm.Request, sto
 	s.end(ctx, w, final, err, stopReset)
 }
 
-// end writes the terminal frame unless the client is gone.
-func (s *Server) end(ctx context.Context, w *streamWriter, final llm.Final, err error, stopReset func() bool) {
+// end writes the terminal frame unless the client is gone, and reports
+// whether it did.
+func (s *Server) end(ctx context.Context, w *streamWriter, final llm.Final, err error, stopReset func() bool) bool {
 	if w.stopHeartbeat != nil {
 		w.stopHeartbeat() // no heartbeat may follow the last frame or race Close
 	}
 	if !stopReset() {
-		return // the stream was reset: the client cancelled or the connection ended
+		return false // the stream was reset: the client cancelled or the connection ended
 	}
 	if ctx.Err() != nil {
 		w.str.CancelWrite(streamCancelled)
-		return
+		return false
 	}
 	w.str.SetWriteDeadline(time.Now().Add(s.cfg.RequestTimeout))
 	if err != nil {
-		w.write(&Frame{Type: FrameError, Err: toLLMError(err)})
+		err = w.write(&Frame{Type: FrameError, Err: toLLMError(err)})
 	} else {
-		w.write(&Frame{Type: FrameFinal, Final: final})
+		err = w.write(&Frame{Type: FrameFinal, Final: final})
 	}
 	w.str.Close()
+	return err == nil
 }
 
-// follow serves a request with an idempotency key: the first stream for
-// (device, key) starts a generation, every stream — first, replay or retry —
-// follows its token log from the start.
-func (s *Server) follow(ctx context.Context, w *streamWriter, req *llm.Request, stopReset func() bool) {
+// followRequest serves a request with an idempotency key: the first stream
+// for (device, key) starts a generation, every stream — first, replay or
+// retry — follows its token log from the start.
+func (s *Server) followRequest(ctx context.Context, w *streamWriter, req *llm.Request, stopReset func() bool) (*generation, *cursor, followResult) {
 	fp := fingerprint(req)
 	genCtx, genCancel := context.WithCancelCause(s.base)
 	g, created := s.dedupe.join(req.Tenant+"\x00"+req.IdempotencyKey, fp, genCancel)
-	defer g.leave()
 	if created {
 		s.wg.Add(1)
 		go s.generate(genCtx, g, req)
@@ -527,33 +585,46 @@ func (s *Server) follow(ctx context.Context, w *streamWriter, req *llm.Request, 
 		genCancel(nil)
 		s.attached.Add(1)
 		if g.fingerprint != fp {
-			s.end(ctx, w, llm.Final{}, llm.Errorf(llm.CodeInvalid, "idempotency key %q was already used for a different request", req.IdempotencyKey), stopReset)
-			return
+			return g, nil, followResult{ended: s.end(ctx, w, llm.Final{}, llm.Errorf(llm.CodeInvalid, "idempotency key %q was already used for a different request", req.IdempotencyKey), stopReset)}
 		}
 	}
-	next, metaSent := 0, false
+	c := g.attach(0)
+	return g, c, s.follow(ctx, w, g, c, stopReset)
+}
+
+// followResult is how a follower's stream ended.
+type followResult struct {
+	ended    bool  // the last frame (final or error) was written
+	writeErr error // the write that failed, when one did
+}
+
+// follow writes g's stream from c on: the begin event, each token as it is
+// logged, and the last frame.
+func (s *Server) follow(ctx context.Context, w *streamWriter, g *generation, c *cursor, stopReset func() bool) followResult {
+	metaSent := false
 	for {
-		v := g.since(next)
+		v := g.since(c)
+		if v.gone {
+			return followResult{ended: s.end(ctx, w, llm.Final{}, errNotBuffered, stopReset)}
+		}
 		if !metaSent && v.meta != nil {
 			metaSent = true
 			if err := w.write(&Frame{Type: FrameMeta, Meta: *v.meta}); err != nil {
-				return
+				return followResult{writeErr: err}
 			}
 		}
 		for i := range v.tokens {
 			if err := w.write(&Frame{Type: FrameToken, Token: v.tokens[i]}); err != nil {
-				return
+				return followResult{writeErr: err}
 			}
 		}
-		next += len(v.tokens)
 		if v.done {
-			s.end(ctx, w, v.final, v.err, stopReset)
-			return
+			return followResult{ended: s.end(ctx, w, v.final, v.err, stopReset)}
 		}
 		select {
 		case <-v.changed:
 		case <-ctx.Done():
-			return
+			return followResult{}
 		}
 	}
 }
@@ -564,7 +635,7 @@ func (s *Server) generate(ctx context.Context, g *generation, req *llm.Request) 
 	defer s.wg.Done()
 	s.generations.Add(1)
 	final, err := s.cfg.Handler.Generate(ctx, req, func(t llm.Token) error {
-		if err := g.append(t, s.cfg.MaxReplayBytes); err != nil {
+		if err := g.append(ctx, t, s.cfg.MaxReplayBytes); err != nil {
 			return err
 		}
 		if ctx.Err() != nil {

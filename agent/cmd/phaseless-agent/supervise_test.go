@@ -137,7 +137,7 @@ func TestSupervisedRolloutEndToEnd(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		r, err := mgr.CreateRollout(context.Background(), fleet.RolloutSpec{Artifact: art.ID, Stages: []float64{1}, MaxFailures: 0})
+		r, err := mgr.CreateRollout(context.Background(), fleet.RolloutSpec{Artifact: art.ID, Stages: []float64{1}, MaxFailures: new(0.0)})
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -142,7 +142,7 @@ func Load(r io.Reader, part Part) ([]train.Example, Stats, error) {
 			continue
 		}
 		label, ok := outcomeLabel(rec)
-		if rec.Path == "local" && rec.Outcome == "ok" {
+		if rec.Ran() == "local" && rec.Outcome == "ok" {
 			good, has := verdict[rec.TraceID]
 			if !has {
 				good, has = shadow[rec.TraceID]
@@ -236,11 +236,11 @@ func (st *RequestStats) keep(out []train.Example, features []float32, label floa
 // answered, 1 it needed the cloud, false nothing.
 func outcomeLabel(r fleetwire.RequestRecord) (float32, bool) {
 	switch {
-	case r.Path == "local" && r.Outcome == "ok":
+	case r.Ran() == "local" && r.Outcome == "ok":
 		return 0, true
-	case r.Path == "local" && r.Outcome == "error":
+	case r.Ran() == "local" && r.Outcome == "error":
 		return 1, true
-	case r.Decision == "local" && r.Path == "cloud" && r.Outcome != "cancelled":
+	case r.Decision == "local" && r.Ran() == "cloud" && r.Outcome != "cancelled":
 		return 1, true
 	}
 	return 0, false

@@ -100,11 +100,12 @@ func record(path, decision, outcome string, version int) string {
 func TestLoadRequestsLabels(t *testing.T) {
 	wrapped, _ := json.Marshal(fleetwire.Record{Seq: 1, Kind: "request", Data: json.RawMessage(record("local", "local", "error", textfeat.Version))})
 	lines := []string{
-		record("local", "local", "ok", textfeat.Version),        // 0
-		record("cloud", "local", "ok", textfeat.Version),        // 1: fell back
-		record("cloud", "cloud", "ok", textfeat.Version),        // skipped: no counterfactual
-		record("local", "local", "cancelled", textfeat.Version), // skipped
-		record("local", "local", "ok", textfeat.Version+1),      // skipped: other layout
+		record("local", "local", "ok", textfeat.Version),                  // 0
+		record("cloud", "local", "ok", textfeat.Version),                  // 1: fell back
+		record("cloud/stream/builtin-2", "local", "ok", textfeat.Version), // 1: fell back, the cloud's route as the agent records it
+		record("cloud", "cloud", "ok", textfeat.Version),                  // skipped: no counterfactual
+		record("local", "local", "cancelled", textfeat.Version),           // skipped
+		record("local", "local", "ok", textfeat.Version+1),                // skipped: other layout
 		string(wrapped), // 1: local failure inside a fleetwire.Record
 		"",
 	}
@@ -112,10 +113,10 @@ func TestLoadRequestsLabels(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(ex) != 3 || ex[0].Label != 0 || ex[1].Label != 1 || ex[2].Label != 1 {
+	if len(ex) != 4 || ex[0].Label != 0 || ex[1].Label != 1 || ex[2].Label != 1 || ex[3].Label != 1 {
 		t.Fatalf("examples %+v", ex)
 	}
-	if st.Records != 6 || st.SkippedVersion != 1 || st.SkippedUnknown != 2 || st.Local != 1 || st.Cloud != 2 {
+	if st.Records != 7 || st.SkippedVersion != 1 || st.SkippedUnknown != 2 || st.Local != 1 || st.Cloud != 3 {
 		t.Fatalf("stats %+v", st)
 	}
 	if _, _, err := LoadRequests(strings.NewReader("{not json")); err == nil {

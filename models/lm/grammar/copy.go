@@ -15,9 +15,10 @@ import (
 // string may only be a span of that text and such an integer only a number
 // written in it, still within the schema's bounds. When the text has no
 // fitting value, or no copy source is given, the property compiles as
-// without the keyword. Apps opt in per property; the car tool set does for
-// its free-form values, which is what lets a small model that picks the
-// right tool also get the value exactly right.
+// without the keyword. In a response_format schema apps opt in per
+// property; in a tool's arguments every property is copied unless it says
+// false (below). It is what lets a small model that picks the right tool
+// also get the value exactly right.
 const CopyKeyword = "x-phaseless-copy"
 
 // On an enum, CopyKeyword keeps the values the request mentions: when the
@@ -51,9 +52,22 @@ func SchemaWith(schema []byte, o Options) (*Grammar, error) {
 	})
 }
 
+// In a tool's arguments (ToolCalls) a property without the keyword is
+// copied as if it said true: a free string, an integer, a string enum of a
+// user's own tool ("navigate to Denver" gave {"destination":"Tannbe to"}
+// under a plain schema, the model choosing the value byte by byte). A
+// property opts out with "x-phaseless-copy": false, and a copy with no
+// fitting value in the request falls back to the plain schema as before.
+// A response_format schema copies only what it marks.
+
 func (c *compiler) copying(n *node) bool {
-	k := n.get(CopyKeyword)
-	return c.copyFrom != "" && k != nil && k.kind == 'b' && k.b
+	if c.copyFrom == "" {
+		return false
+	}
+	if k := n.get(CopyKeyword); k != nil {
+		return k.kind == 'b' && k.b
+	}
+	return c.copyUnmarked
 }
 
 // copiedString matches a JSON string whose content is a span of the copy

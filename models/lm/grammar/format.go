@@ -39,6 +39,7 @@ func ToolCalls(f CallFormat, tools []Tool, o ToolCallOptions) (*Grammar, error) 
 	}
 	return compileCopying(o.CopyFrom, nil, func(c *compiler) []elem {
 		b := c.b
+		c.copyUnmarked = true // arguments copy unless marked not to (copy.go)
 		var alts [][]elem
 		for _, t := range tools {
 			name, _ := json.Marshal(t.Name)
@@ -72,37 +73,34 @@ func ToolCalls(f CallFormat, tools []Tool, o ToolCallOptions) (*Grammar, error) 
 		if !o.Prose {
 			return calls
 		}
-		// Prose may not begin with the call's opening, nor with all of it
-		// but its last byte: "<tool_call{…" would reach the app as text
-		// that looks like a broken call.
-		open := f.Open
-		if len(open) > 1 {
-			open = open[:len(open)-1]
-		}
-		return []elem{ref(b.choiceRule(true, calls, []elem{ref(c.proseNotStarting(open))}))}
+		// Prose may not begin with the call's first byte, so the first
+		// byte commits the reply: a '<' can only go on to be a whole call,
+		// and "<tool_calhed you…" (sampled at temperature 1) cannot reach
+		// the app as text. Nor may prose contain the opening's first two
+		// bytes anywhere ("<t"), so no fragment of the markup appears later
+		// in it either.
+		return []elem{ref(b.choiceRule(true, calls, []elem{ref(c.proseAvoiding(f.Open))}))}
 	})
 }
 
-// proseNotStarting matches any bytes that do not begin with prefix.
-func (c *compiler) proseNotStarting(prefix string) int32 {
+// proseAvoiding matches any bytes that do not begin with open[0] and do
+// not contain open[:2] anywhere.
+func (c *compiler) proseAvoiding(open string) int32 {
 	b := c.b
-	var all byteSet
-	all.add(0, 255)
-	rest := b.star([]elem{b.set(all)})
-	// p[k]: k bytes of prefix matched so far; leaving the prefix at any
-	// byte frees the rest.
-	next := int32(-1)
-	for k := len(prefix) - 1; k >= 0; k-- {
-		var other byteSet
-		other.add(0, 255)
-		other[prefix[k]>>6] &^= 1 << (prefix[k] & 63)
-		alts := [][]elem{{}, {b.set(other), ref(rest)}}
-		if next >= 0 {
-			alts = append(alts, []elem{b.byteElem(prefix[k]), ref(next)})
-		}
-		next = b.rule(alts...)
+	var notFirst byteSet
+	notFirst.add(0, 255)
+	notFirst[open[0]>>6] &^= 1 << (open[0] & 63)
+	if len(open) < 2 {
+		return b.rule([]elem{}, []elem{b.set(notFirst), ref(b.star([]elem{b.rangeElem(0, 255)}))})
 	}
-	return next
+	// text: after a byte other than open[0]; lt: right after open[0],
+	// where open[1] may not follow.
+	text, lt := b.newRule(), b.newRule()
+	afterLt := notFirst
+	afterLt[open[1]>>6] &^= 1 << (open[1] & 63)
+	b.define(text, []elem{}, []elem{b.set(notFirst), ref(text)}, []elem{b.byteElem(open[0]), ref(lt)})
+	b.define(lt, []elem{}, []elem{b.set(afterLt), ref(text)}, []elem{b.byteElem(open[0]), ref(lt)})
+	return b.rule([]elem{}, []elem{b.set(notFirst), ref(text)})
 }
 
 // String describes the grammar's size, for logs.

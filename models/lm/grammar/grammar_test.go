@@ -224,11 +224,17 @@ func TestToolCallGrammar(t *testing.T) {
 		{auto, `<tool_call>{"name":"set_fan","arguments":{"level":2}}</tool_call>`, false},
 		{auto, `<tool_call>{"name":"set_timer","arguments":{"minutes":10}}</tool_call>` + "\n" + `<tool_call>{"name":"anything","arguments":{"x":[true]}}</tool_call>`, true},
 		{auto, "Fan speed set to 2.", true},
-		{auto, "<tool", true},
+		{auto, "<tool", false},
+		{auto, "<tool_calhed you", false}, // half a marker, then prose
+		{auto, "<", false},                // the first byte commits to a call
+		{auto, "Sure, <tool_call> later", false},
+		{auto, "Sure, <t", false},
+		{auto, "if a < b then <<b>> stays", true},
 		{auto, "", true},
 		{auto, "<tool_call>hello", false},
 		{auto, `<tool_call{"name":"set_fan_speed"}`, false}, // prose that looks like a broken call
-		{auto, "<b>bold</b> prose", true},
+		{auto, "<b>bold</b> prose", false},
+		{auto, "Some <b>bold</b> prose", true},
 		{single, `<tool_call>{"name":"set_fan_speed","arguments":{"level":0}}</tool_call>`, true},
 		{single, `<tool_call>{"name":"set_fan_speed","arguments":{"level":0}}</tool_call>` + "\n" + `<tool_call>{"name":"set_fan_speed","arguments":{"level":0}}</tool_call>`, false},
 		{single, "Fan speed set to 2.", false},

@@ -56,13 +56,16 @@ func (e *SchemaError) Error() string {
 type compiler struct {
 	// copyFrom is the text CopyKeyword values are copied from ("" = none).
 	copyFrom string
-	b        *builder
-	root     *node
-	refs     map[string]int32 // rule of each $ref target compiled so far
-	memo     map[string]int32 // shared rules: "string", "value", ...
-	err      *SchemaError
-	size     schemaSize // what the static limits count so far
-	depth    int        // value's recursion
+	// copyUnmarked copies values whose schema has no CopyKeyword as if it
+	// said true (tool arguments; copy.go).
+	copyUnmarked bool
+	b            *builder
+	root         *node
+	refs         map[string]int32 // rule of each $ref target compiled so far
+	memo         map[string]int32 // shared rules: "string", "value", ...
+	err          *SchemaError
+	size         schemaSize // what the static limits count so far
+	depth        int        // value's recursion
 	// defs are the $ref targets compiled, for the productive check.
 	defs      []namedRule
 	refPrefix string // names the document defs come from ("tool NAME ")

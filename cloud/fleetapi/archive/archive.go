@@ -20,7 +20,10 @@
 // Columns are compressed with zstd and the repeating ones (device, kind)
 // dictionary-encoded; docs/fleet-cloud.md gives the bytes per device-hour.
 // parquet-go (github.com/parquet-go/parquet-go) writes and reads them; any
-// Parquet reader (DuckDB, pandas, Spark) reads them too.
+// Parquet reader (DuckDB, pandas, Spark) reads them too. The format is a
+// contract between the fleet manager, which writes it, and the operator's
+// tools (phaselessctl model train), which read it, so it lives beside the
+// admin API's types rather than in the manager.
 package archive
 
 import (
