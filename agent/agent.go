@@ -71,6 +71,7 @@ type Config struct {
 	RouteMode        string        // auto (the router decides), local or cloud for requests that pin no route (auto)
 	CloudTools       bool          // the cloud calls tools (a tool-calling --worker serves it); false keeps tool requests the local model serves, and any the cloud would not, on the device
 	ShadowShare      float64       // share of local answers sampled for shadow evaluation, 0..shadow.MaxShare (0: off)
+	RouterAlpha      float64       // the fleet's bound on the share of wrong local answers its route-threshold was calibrated for; 0 = none
 	MaxOutputTokens  int           // largest max_tokens accepted
 	CloudRetryMax    time.Duration // longest wait between reconnect attempts to the cloud (30 s)
 	CloudFirstToken  time.Duration // cloud requests without a token by then run locally (15 s)
@@ -175,6 +176,7 @@ func (c *Config) Fields() cli.Fields {
 		{Flag: "local-queue", Go: "LocalQueue", Value: &c.LocalQueue, Usage: "requests that may wait for the local engine; more get 503 overloaded"},
 		{Flag: "route-threshold", Go: "RouteThreshold", Value: &c.RouteThreshold, Usage: "cloud probability at or above which requests go to the cloud; 0 = the predictor model's own threshold (0.5 without one)"},
 		{Flag: "route-mode", Go: "RouteMode", Value: &c.RouteMode, Usage: "route of requests without an x-phaseless-route header: auto (the router decides), local (all on the device) or cloud (all to the cloud, local fallback)"},
+		{Flag: "router-alpha", Go: "RouterAlpha", Value: &c.RouterAlpha, Usage: "bound on the share of wrong local answers that the fleet calibrated route-threshold for (set by the fleet; the status reports it suspended while the cloud is unreachable); 0 = none"},
 		{Flag: "cloud-tools", Go: "CloudTools", Value: &c.CloudTools, Usage: "the cloud calls tools (its workers include a tool-calling --worker server; its built-in model calls none): tool requests the local model was not taught then go to the cloud"},
 		{Flag: "shadow-share", Go: "ShadowShare", Value: &c.ShadowShare, Usage: "share of locally answered requests whose text and answer go to the cloud for shadow evaluation (0 = off, at most 0.25)"},
 		{Flag: "route-hysteresis", Go: "RouteHysteresis", Value: &c.RouteHysteresis, Usage: "relative hysteresis of the link (RTT, loss) and load signals, so a flapping uplink does not bounce traffic; never applied to the content score"},
@@ -242,6 +244,9 @@ func (c *Config) Validate() error {
 			field = "RouteHysteresis"
 		}
 		return &cli.FieldError{Field: field, Err: err}
+	}
+	if c.RouterAlpha < 0 || c.RouterAlpha >= 1 || math.IsNaN(c.RouterAlpha) {
+		return &cli.FieldError{Field: "RouterAlpha", Err: fmt.Errorf("%g must be in [0,1)", c.RouterAlpha)}
 	}
 	if c.ShadowShare < 0 || c.ShadowShare > shadow.MaxShare || math.IsNaN(c.ShadowShare) {
 		return &cli.FieldError{Field: "ShadowShare", Err: fmt.Errorf("%g must be in [0,%g]: shadow evaluation sends request text off the device", c.ShadowShare, shadow.MaxShare)}
@@ -388,7 +393,7 @@ func New(cfg Config, log *slog.Logger) (a *Agent, err error) {
 		return nil, err
 	}
 	dcfg := route.DispatcherConfig{
-		Router: router, Local: a.shadow, Record: a.rec.record, Metrics: a.metrics, Logger: log,
+		Router: router, Local: a.shadow, Shadow: a.shadow, Record: a.rec.record, Metrics: a.metrics, Logger: log,
 		CloudFirstToken: cfg.CloudFirstToken,
 		Load: func() route.Load {
 			l := a.runner.Load()
@@ -499,7 +504,7 @@ func (a *Agent) newFleetClient() (*fleetclient.Client, error) {
 	fc := fleetclient.Config{
 		BrokerURL: a.cfg.MQTT, DeviceID: a.cfg.DeviceID, Version: cli.Version, Board: a.cfg.Board,
 		Store: a.store, StatePath: filepath.Join(a.cfg.DataDir, "fleet.db"), Logger: a.log, // the client names its component itself
-		Slot: a.ota.Slot, Artifacts: a.ota.Artifacts, Trial: a.ota.OnTrial,
+		Slot: a.ota.Slot, Artifacts: a.ota.Artifacts, Trial: a.ota.OnTrial, RouterBound: a.routerBound,
 		UplinkRate: a.cfg.TelemetryRate, OnConfig: a.applyDesired,
 	}
 	if a.cfg.PKIDir != "" {

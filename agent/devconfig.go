@@ -36,6 +36,7 @@ var deviceSettings = []deviceSetting{
 	{"route-hysteresis", true},
 	{"route-mode", true},
 	{"shadow-share", true},
+	{"router-alpha", true},
 	{"log-level", true},
 	{"cloud", false},
 	{"cloud-first-token-timeout", false},
@@ -176,6 +177,7 @@ func (a *Agent) applyDesired(_ context.Context, dc fleetwire.DesiredConfig) ([]s
 		a.disp.SetRouter(r)
 		a.running.RouteThreshold, a.running.RouteHysteresis, a.running.RouteMode = next.RouteThreshold, next.RouteHysteresis, next.RouteMode
 	}
+	a.running.RouterAlpha = next.RouterAlpha
 	if next.ShadowShare != a.running.ShadowShare {
 		a.shadow.SetShare(next.ShadowShare)
 		a.running.ShadowShare = next.ShadowShare
@@ -211,4 +213,21 @@ func fieldValues(c Config) map[string]string {
 	out := map[string]string{}
 	fs.VisitAll(func(f *flag.Flag) { out[f.Name] = f.Value.String() })
 	return out
+}
+
+// routerBound is the state of the device's bound on wrong local answers
+// for its status: none without router-alpha; suspended while the cloud is
+// unreachable, because every request then runs locally whatever its score
+// and no sample is graded, so the calibrated threshold bounds nothing.
+func (a *Agent) routerBound() string {
+	a.cfgMu.Lock()
+	alpha := a.running.RouterAlpha
+	a.cfgMu.Unlock()
+	switch {
+	case alpha == 0:
+		return ""
+	case !a.disp.Link().Connected:
+		return fleetwire.RouterBoundSuspended
+	}
+	return fleetwire.RouterBoundInForce
 }

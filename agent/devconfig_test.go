@@ -92,6 +92,19 @@ func TestFleetConfigApplies(t *testing.T) {
 		t.Fatalf("threshold %g after route-mode", got)
 	}
 
+	// router-alpha (set by the fleet with a calibrated threshold) applies
+	// live; this agent has no cloud, so its status reports the bound
+	// suspended, where without the key it reports none.
+	if got := a.routerBound(); got != "" {
+		t.Fatalf("bound %q without router-alpha", got)
+	}
+	if r := reported(set("route-threshold", "0.8", "cloud-first-token-timeout", "4s", "log-level", "debug", "route-mode", "cloud", "router-alpha", "0.05")); !r.Applied {
+		t.Fatalf("router-alpha refused: %+v", r)
+	}
+	if got := a.routerBound(); got != fleetwire.RouterBoundSuspended {
+		t.Fatalf("bound %q with router-alpha and no cloud, want %q", got, fleetwire.RouterBoundSuspended)
+	}
+
 	for _, bad := range [][]string{
 		{"route-mode", "sideways"},                // not a mode
 		{"route-threshold", "1.5"},                // out of range

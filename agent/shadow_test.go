@@ -125,7 +125,7 @@ func TestShadowEvaluation(t *testing.T) {
 		case fleetwire.KindShadowGrade:
 			var g fleetwire.ShadowGrade
 			json.Unmarshal(r.Data, &g)
-			if !want[g.TraceID] || (g.Error == "" && g.Cloud == "") {
+			if !want[g.TraceID] || (g.Error == "" && g.Cloud == "") || g.CloudProb == nil || g.Path != "local" {
 				t.Errorf("grade %s", r.Data)
 			}
 			grades++
@@ -133,6 +133,12 @@ func TestShadowEvaluation(t *testing.T) {
 	}
 	if shadows != len(want) || grades != len(want) {
 		t.Fatalf("%d shadow records and %d grades exported, want %d of each (%d requests at 25%%)", shadows, grades, len(want), len(ids))
+	}
+	// The scored grades are the device's calibration outcomes: too few to
+	// certify a threshold, so the device keeps the fleet's.
+	d, _ := m.Device("car-sh")
+	if passed := d.Telemetry.ShadowPassed + d.Telemetry.ShadowFailed; passed > 0 && (d.Router == nil || d.Router.Outcomes != int(passed) || d.Router.Certified) {
+		t.Errorf("router calibration after %d graded samples: %+v", passed, d.Router)
 	}
 	t.Logf("%d of %d local answers sampled and graded", shadows, len(ids))
 }

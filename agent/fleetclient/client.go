@@ -144,10 +144,14 @@ func (c *Client) Stats() Stats {
 
 func (c *Client) status(state string) []byte {
 	running, rolledBack := c.cfg.Artifacts()
+	bound := ""
+	if c.cfg.RouterBound != nil {
+		bound = c.cfg.RouterBound()
+	}
 	b, _ := json.Marshal(fleetwire.Status{
 		DeviceID: c.cfg.DeviceID, State: state, Version: c.cfg.Version,
 		Slot: c.cfg.Slot(), Board: c.cfg.Board, Artifacts: running, RolledBack: rolledBack, Trial: c.cfg.Trial(),
-		Time: c.cfg.Clock.Now().UTC(),
+		RouterBound: bound, Time: c.cfg.Clock.Now().UTC(),
 	})
 	return b
 }

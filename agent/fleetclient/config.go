@@ -35,6 +35,9 @@ type Config struct {
 	// Trial reports whether the agent runs an OTA slot still on trial
 	// (fleet.Status.Trial); nil reports false.
 	Trial func() bool
+	// RouterBound reports the state of the device's bound on wrong local
+	// answers (fleetwire.Status.RouterBound); nil reports none.
+	RouterBound func() string
 
 	// TLS is used for tls:// brokers: RootCAs with the fleet CA and the
 	// device certificate (transport/pki) in Certificates.

@@ -40,9 +40,29 @@ type DispatcherConfig struct {
 	// quiet (a half-open connection, a handshake that never completes).
 	CloudFirstToken time.Duration
 	// Record receives the telemetry record of every request; nil drops them.
-	Record  Recorder
+	Record Recorder
+	// Shadow is told of every request the cloud answered, with the
+	// router's score, so that a shadow sample (agent/shadow) covers the
+	// requests of both routes; nil: none.
+	Shadow  Shadower
 	Metrics *metrics.Registry
 	Logger  *slog.Logger
+}
+
+// Shadower runs a sampled request on the device's engine beside the
+// cloud's answer, off the request's path (agent/shadow's Tap).
+type Shadower interface {
+	ShadowCloud(req *llm.Request, cloudProb float64)
+}
+
+type cloudProbKey struct{}
+
+// CloudProb is the router's score of the request a local engine is
+// answering, when the Dispatcher runs it (ok false otherwise): shadow
+// sampling sends it with the sample, to calibrate the threshold on.
+func CloudProb(ctx context.Context) (p float64, ok bool) {
+	p, ok = ctx.Value(cloudProbKey{}).(float64)
+	return p, ok
 }
 
 // Dispatcher is the agent's llm.Generator: decide, run, fall back, record.
@@ -82,7 +102,8 @@ func NewDispatcher(cfg DispatcherConfig) (*Dispatcher, error) {
 	return d, nil
 }
 
-func (d *Dispatcher) link() Link {
+// Link is the uplink as the router sees it now.
+func (d *Dispatcher) Link() Link {
 	if d.cfg.Cloud == nil {
 		return Link{}
 	}
@@ -149,7 +170,7 @@ func (d *Dispatcher) Generate(ctx context.Context, req *llm.Request, emit llm.Em
 	start := time.Now()
 	_, span := tracing.Child(ctx, "scheduling")
 	router := d.router.Load()
-	dec := router.Decide(req, d.link(), d.load())
+	dec := router.Decide(req, d.Link(), d.load())
 	span.SetAttributes(attribute.String("phaseless.path", dec.Path), attribute.Float64("phaseless.cloud_prob", dec.CloudProb))
 	span.End()
 	if err := checkCloudHints(req, dec, d.cfg.Cloud != nil, router.cfg.LocalNoPins); err != nil {
@@ -198,7 +219,7 @@ func (d *Dispatcher) Generate(ctx context.Context, req *llm.Request, emit llm.Em
 			d.m.fallbacks.With(fb.Cause.String()).Inc()
 			d.log.Info("falling back to the local engine", "id", req.ID, "cause", fb.Cause.String(), "reason", fb.Detail)
 		}
-		fin, err = d.cfg.Local.Generate(ctx, req, te.forward)
+		fin, err = d.cfg.Local.Generate(context.WithValue(ctx, cloudProbKey{}, dec.CloudProb), req, te.forward)
 		if off, ok := d.offload(ctx, dec, fb, te, err); ok {
 			// The device's engine refused work the router gave it (a prompt
 			// longer than its context, a full queue): the cloud may still
@@ -217,6 +238,9 @@ func (d *Dispatcher) Generate(ctx context.Context, req *llm.Request, emit llm.Em
 		}
 	}
 	d.record(ctx, req, dec, path, &st.Meta, te, fin, err)
+	if path == PathCloud && err == nil && d.cfg.Shadow != nil {
+		d.cfg.Shadow.ShadowCloud(req, dec.CloudProb)
+	}
 	return fin, err
 }
 
@@ -273,7 +297,7 @@ func (d *Dispatcher) continueLocally(ctx context.Context, req *llm.Request, te *
 // an x-phaseless-route override, not a fallback from the cloud), and the
 // cloud is reachable.
 func (d *Dispatcher) offload(ctx context.Context, dec Decision, fb llm.Fallback, te *timedEmit, err error) (llm.Fallback, bool) {
-	if err == nil || te.tokens > 0 || ctx.Err() != nil || fb.Cause != llm.FallbackNone || dec.Override == PathLocal || d.cfg.Cloud == nil || !d.link().Connected {
+	if err == nil || te.tokens > 0 || ctx.Err() != nil || fb.Cause != llm.FallbackNone || dec.Override == PathLocal || d.cfg.Cloud == nil || !d.Link().Connected {
 		return llm.Fallback{}, false
 	}
 	switch code := llm.CodeOf(err); code {

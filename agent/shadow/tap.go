@@ -6,7 +6,12 @@
 //
 // How it fits: the agent puts a Tap in front of its local engine, so the
 // dispatcher's local path runs through it, and the fleet config's
-// shadow-share setting changes its share live (SetShare).
+// shadow-share setting changes its share live (SetShare). The sample is
+// drawn by request id whatever the route: a sampled request the cloud
+// answered is also run on the local engine, off the request's path
+// (ShadowCloud), so the sample with the router's scores is an unbiased
+// sample of the device's traffic, which the fleet calibrates the device's
+// threshold on (docs/predictor.md, "Per-device calibration").
 package shadow
 
 import (
@@ -20,6 +25,7 @@ import (
 	"sync"
 	"sync/atomic"
 
+	"github.com/phaseless/phaseless/agent/route"
 	"github.com/phaseless/phaseless/agent/telemetry"
 	"github.com/phaseless/phaseless/internal/metrics"
 	"github.com/phaseless/phaseless/llm"
@@ -51,9 +57,20 @@ type Tap struct {
 
 	mu     sync.RWMutex // guards closed against sends racing close
 	closed bool
+
+	// Cloud-routed samples run on the local engine one at a time, under
+	// stop; busy says one is running (another sample is then skipped).
+	busy    atomic.Bool
+	stop    context.Context
+	cancel  context.CancelFunc
+	side    sync.WaitGroup
+	skipped *metrics.Counter
 }
 
-var _ llm.Generator = (*Tap)(nil)
+var (
+	_ llm.Generator  = (*Tap)(nil)
+	_ route.Shadower = (*Tap)(nil)
+)
 
 // queueLen bounds shadow records waiting for the store; beyond it they
 // are dropped and counted (a sample, not a record anyone relies on).
@@ -66,7 +83,9 @@ func NewTap(next llm.Generator, store *telemetry.Store, reg *metrics.Registry, l
 		next: next, store: store, log: log, ch: make(chan fleetwire.ShadowRecord, queueLen),
 		sampled: reg.Counter("phaseless_agent_shadow_sampled_total", "local answers sampled for shadow evaluation (their text goes to the cloud)"),
 		dropped: reg.Counter("phaseless_agent_shadow_dropped_total", "shadow samples dropped because the queue to the telemetry store was full"),
+		skipped: reg.Counter("phaseless_agent_shadow_cloud_skipped_total", "cloud-answered shadow samples not run locally because one was already running"),
 	}
+	s.stop, s.cancel = context.WithCancel(context.Background())
 	s.SetShare(share)
 	s.done.Go(s.write)
 	return s
@@ -99,17 +118,55 @@ func (s *Tap) Generate(ctx context.Context, req *llm.Request, emit llm.Emit) (ll
 		answer.WriteString(t.Text)
 		return emit(t)
 	})
-	if err != nil || answer.Len() == 0 {
-		return fin, err
+	if err == nil {
+		var prob *float64
+		if p, ok := route.CloudProb(ctx); ok {
+			prob = &p
+		}
+		s.keep(req, answer.String(), route.PathLocal, prob)
 	}
-	rec := fleetwire.ShadowRecord{TraceID: req.ID, Answer: answer.String(), MaxTokens: req.MaxTokens}
+	return fin, err
+}
+
+// ShadowCloud implements route.Shadower: a sampled request the cloud
+// answered is run on the local engine in the background, so its local
+// answer can be graded too. One runs at a time; the request's user never
+// waits for it.
+func (s *Tap) ShadowCloud(req *llm.Request, cloudProb float64) {
+	if req.Raw || !sampledID(req.ID, s.getShare()) {
+		return
+	}
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	if s.closed {
+		return
+	}
+	if !s.busy.CompareAndSwap(false, true) {
+		s.skipped.Inc()
+		return
+	}
+	s.side.Go(func() {
+		defer s.busy.Store(false)
+		var answer strings.Builder
+		if _, err := s.next.Generate(s.stop, req, func(t llm.Token) error { answer.WriteString(t.Text); return nil }); err == nil {
+			s.keep(req, answer.String(), route.PathCloud, &cloudProb)
+		}
+	})
+}
+
+// keep queues the sample of req for the telemetry store.
+func (s *Tap) keep(req *llm.Request, answer, path string, cloudProb *float64) {
+	if answer == "" {
+		return
+	}
+	rec := fleetwire.ShadowRecord{TraceID: req.ID, Answer: answer, MaxTokens: req.MaxTokens, CloudProb: cloudProb, Path: path}
 	for _, m := range req.Messages {
 		rec.Messages = append(rec.Messages, fleetwire.ShadowMessage{Role: m.Role, Content: m.Content})
 	}
 	s.mu.RLock()
 	defer s.mu.RUnlock()
 	if s.closed {
-		return fin, err
+		return
 	}
 	select {
 	case s.ch <- rec:
@@ -117,7 +174,6 @@ func (s *Tap) Generate(ctx context.Context, req *llm.Request, emit llm.Emit) (ll
 	default:
 		s.dropped.Inc()
 	}
-	return fin, err
 }
 
 func (s *Tap) write() {
@@ -129,13 +185,17 @@ func (s *Tap) write() {
 	}
 }
 
-// Close stores what is queued and stops the writer; safe twice.
+// Close stops a cloud-routed sample in progress, stores what is queued and
+// stops the writer; safe twice.
 func (s *Tap) Close() {
 	s.mu.Lock()
-	if !s.closed {
-		s.closed = true
+	first := !s.closed
+	s.closed = true // no sample is queued or started from now on
+	s.mu.Unlock()
+	s.cancel()
+	s.side.Wait()
+	if first {
 		close(s.ch)
 	}
-	s.mu.Unlock()
 	s.done.Wait()
 }

@@ -113,3 +113,56 @@ func TestTapSamplesItsShare(t *testing.T) {
 		t.Fatalf("sampled counter %g, want %d", v, len(want))
 	}
 }
+
+// TestTapSamplesCloudAnswers: a sampled request the cloud answered runs on
+// the local engine off the request's path and is kept with its route and
+// the router's score; an unsampled one is not run; a local sample outside
+// a Dispatcher carries no score.
+func TestTapSamplesCloudAnswers(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "telemetry.db")
+	store, err := telemetry.Open(path, telemetry.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer store.Close()
+	tap := NewTap(echo{}, store, metrics.NewRegistry(), slog.New(slog.DiscardHandler), MaxShare)
+	var in, out string
+	for i := 0; in == "" || out == ""; i++ {
+		id := fmt.Sprintf("c-%d", i)
+		if sampledID(id, MaxShare) {
+			in = id
+		} else {
+			out = id
+		}
+	}
+	req := func(id string) *llm.Request {
+		return &llm.Request{ID: id, Messages: []llm.Message{{Role: "user", Content: "q " + id}}}
+	}
+	tap.ShadowCloud(req(out), 0.9)
+	tap.ShadowCloud(req(in), 0.75)
+	tap.side.Wait()
+	if _, err := tap.Generate(context.Background(), req(in+"-local"), func(llm.Token) error { return nil }); err != nil {
+		t.Fatal(err)
+	}
+	tap.Close()
+	recs, err := store.Pending(10)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got []fleetwire.ShadowRecord
+	for _, r := range recs {
+		var sr fleetwire.ShadowRecord
+		if err := json.Unmarshal(r.Data, &sr); err != nil {
+			t.Fatal(err)
+		}
+		got = append(got, sr)
+	}
+	if len(got) == 0 || got[0].TraceID != in || got[0].Path != "cloud" || got[0].CloudProb == nil || *got[0].CloudProb != 0.75 || got[0].Answer != "answer "+in {
+		t.Fatalf("cloud-answered samples %+v, want %s alone first, path cloud, score 0.75", got, in)
+	}
+	for _, sr := range got[1:] {
+		if sr.TraceID == out || sr.CloudProb != nil || sr.Path != "local" {
+			t.Errorf("sample %+v", sr)
+		}
+	}
+}

@@ -211,6 +211,7 @@ func fleetStatus(ctx context.Context, cio cli.IO, args []string) error {
 		}
 	}
 	fmt.Fprintf(w, "shadow:     %s\n", shadowLine(d))
+	fmt.Fprintf(w, "router:     %s\n", routerLine(d))
 	t := d.Telemetry
 	fmt.Fprintf(w, "telemetry:  %d stored, %d ingested, %d duplicates, %d batches, last seq %d, %d dropped on device\n", t.Stored, t.Ingested, t.Duplicates, t.Batches, t.LastSeq, t.DroppedOnDevice)
 	fmt.Fprintf(w, "commands:   %d pending\n", d.PendingCommands)

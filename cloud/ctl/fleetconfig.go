@@ -177,6 +177,29 @@ func joinKV(m map[string]string) string {
 	return b.String()
 }
 
+// routerLine is the device's calibrated routing threshold: its bound α,
+// the realised share of wrong local answers among its graded samples, the
+// threshold in force and where it came from, and whether the device
+// reports the bound suspended (cloud unreachable).
+func routerLine(d *fleetapi.Device) string {
+	th := "-"
+	if d.Desired != nil && d.Desired.Values["route-threshold"] != "" {
+		th = d.Desired.Values["route-threshold"] + " from " + orDash(d.ConfigSources["route-threshold"])
+	}
+	r := d.Router
+	if r == nil {
+		return "no scored shadow grades; route-threshold " + th
+	}
+	line := fmt.Sprintf("α %.3g, realised %.1f%% wrong local over %d graded samples, route-threshold %s", r.Alpha, 100*r.Realised, r.Outcomes, th)
+	if !r.Certified {
+		line += " (too few samples to certify one: the fleet's)"
+	}
+	if d.Status != nil && d.Status.RouterBound != "" {
+		line += "; bound " + d.Status.RouterBound
+	}
+	return line
+}
+
 // shadowLine says whether the device samples local answers for shadow
 // evaluation (its merged shadow-share key, and which layer set it) and how
 // the cloud graded them.

@@ -7,6 +7,7 @@ import (
 	"maps"
 	"net/http"
 	"sort"
+	"strconv"
 	"time"
 
 	bolt "go.etcd.io/bbolt"
@@ -64,6 +65,18 @@ func remerge(d *Device, layers map[string]*ConfigLayer) bool {
 	return true
 }
 
+// remergeTx is remerge with the layers stored in tx; it returns a copy of
+// d for the caller to use after the transaction.
+func remergeTx(tx *bolt.Tx, d *Device) (dev *Device, changed bool, err error) {
+	layers, err := layersTx(tx)
+	if err != nil {
+		return nil, false, err
+	}
+	changed = remerge(d, layers)
+	cp := *d
+	return &cp, changed, nil
+}
+
 // adoptLegacyOverrides makes the values of a device whose config was set
 // before layers existed (a fleet.db from an older cloud: desired values,
 // no sources) its overrides, which is what they were.
@@ -87,13 +100,9 @@ func (s *store) updateDeviceConfig(id string, now time.Time, create bool, fn fun
 		if err := fn(d); err != nil {
 			return err
 		}
-		layers, err := layersTx(tx)
-		if err != nil {
+		if dev, changed, err = remergeTx(tx, d); err != nil {
 			return err
 		}
-		changed = remerge(d, layers)
-		cp := *d
-		dev = &cp
 		return dt.flush()
 	})
 	return dev, changed, err
@@ -221,6 +230,11 @@ func checkKeys(u ConfigUpdate) error {
 	for _, k := range keys {
 		if k == "" {
 			return fmt.Errorf("%w: empty config key", ErrBadRequest)
+		}
+		if v := u.Values[k]; k == fleetapi.ConfigRouterAlpha && v != nil {
+			if a, err := strconv.ParseFloat(*v, 64); err != nil || !(a > 0 && a < 1) {
+				return fmt.Errorf("%w: %s %q: want a share in (0,1)", ErrBadRequest, k, *v)
+			}
 		}
 	}
 	return nil

@@ -101,7 +101,7 @@ func (m *Manager) gradeShadow(j shadowJob) {
 		req.Messages = append(req.Messages, llm.Message{Role: msg.Role, Content: msg.Content})
 	}
 	var cloud strings.Builder
-	g := fleetwire.ShadowGrade{TraceID: j.rec.TraceID}
+	g := fleetwire.ShadowGrade{TraceID: j.rec.TraceID, CloudProb: j.rec.CloudProb, Path: j.rec.Path}
 	if _, err := m.cfg.Shadow.Generate(ctx, req, func(t llm.Token) error { cloud.WriteString(t.Text); return nil }); err != nil {
 		g.Error = err.Error()
 	} else {
@@ -115,9 +115,13 @@ func (m *Manager) gradeShadow(j shadowJob) {
 		default:
 		}
 	}
-	if err := m.st.storeShadowGrade(j.device, key, g, m.now()); err != nil {
+	dev, changed, err := m.st.storeShadowGrade(j.device, key, g, m.now())
+	if err != nil {
 		m.log.Error("store shadow grade", "device", j.device, "err", err)
 		return
+	}
+	if changed { // the calibrated threshold moved: ship it
+		m.publishDesired(dev)
 	}
 	switch {
 	case g.Error != "":
@@ -130,13 +134,16 @@ func (m *Manager) gradeShadow(j shadowJob) {
 }
 
 // storeShadowGrade keeps g as a record of its device, in ingest order like
-// the device's own, and marks the sample graded.
-func (s *store) storeShadowGrade(device string, key []byte, g fleetwire.ShadowGrade, now time.Time) error {
+// the device's own, marks the sample graded and recalibrates the device's
+// threshold (routercalib.go); changed says whether its desired config got a
+// new version.
+func (s *store) storeShadowGrade(device string, key []byte, g fleetwire.ShadowGrade, now time.Time) (dev *Device, changed bool, err error) {
 	data, err := json.Marshal(g)
 	if err != nil {
-		return err
+		return nil, false, err
 	}
-	return s.db.Batch(func(tx *bolt.Tx) error {
+	err = s.db.Batch(func(tx *bolt.Tx) error {
+		dev, changed = nil, false
 		graded := tx.Bucket(bucketShadowGraded)
 		if graded.Get(key) != nil {
 			return nil
@@ -154,18 +161,24 @@ func (s *store) storeShadowGrade(device string, key []byte, g fleetwire.ShadowGr
 			return err
 		}
 		dt := newDeviceTx(tx, now)
-		dev, err := dt.get(device, true)
+		d, err := dt.get(device, true)
 		if err != nil {
 			return err
 		}
-		dev.Telemetry.Stored++
+		d.Telemetry.Stored++
 		switch {
 		case g.Error != "":
-			dev.Telemetry.ShadowErrors++
+			d.Telemetry.ShadowErrors++
 		case g.OK:
-			dev.Telemetry.ShadowPassed++
+			d.Telemetry.ShadowPassed++
 		default:
-			dev.Telemetry.ShadowFailed++
+			d.Telemetry.ShadowFailed++
+		}
+		if err := calibrateTx(tx, d, g, now); err != nil {
+			return err
+		}
+		if dev, changed, err = remergeTx(tx, d); err != nil {
+			return err
 		}
 		if err := addU64(tx.Bucket(bucketMeta), metaStored, 1); err != nil {
 			return err
@@ -175,4 +188,5 @@ func (s *store) storeShadowGrade(device string, key []byte, g fleetwire.ShadowGr
 		}
 		return dt.flush()
 	})
+	return dev, changed, err
 }

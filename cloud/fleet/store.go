@@ -61,7 +61,7 @@ func openStore(path string) (*store, error) {
 	}
 	db.MaxBatchDelay = 2 * time.Millisecond
 	err = db.Update(func(tx *bolt.Tx) error {
-		for _, b := range [][]byte{bucketDevices, bucketSeen, bucketRecords, bucketCommands, bucketMeta, bucketRollouts, bucketArtifacts, bucketConfigs, bucketShadowGraded} {
+		for _, b := range [][]byte{bucketDevices, bucketSeen, bucketRecords, bucketCommands, bucketMeta, bucketRollouts, bucketArtifacts, bucketConfigs, bucketShadowGraded, bucketRouterCalib} {
 			if _, err := tx.CreateBucketIfNotExists(b); err != nil {
 				return err
 			}

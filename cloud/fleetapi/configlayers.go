@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"net/url"
 	"sort"
+	"strconv"
 	"strings"
 	"time"
 )
@@ -19,7 +20,9 @@ import (
 //     status), then region, then cohort, then any other label in name
 //     order. A device has one value per label, so at most one group per
 //     label applies and the order is total;
-//  3. the device's own overrides (fleet config set ID ...).
+//  3. the device's calibrated route-threshold (Device.Router, when
+//     certified: docs/predictor.md, "Per-device calibration");
+//  4. the device's own overrides (fleet config set ID ...).
 //
 // A later layer's key replaces an earlier one's. The merged values are what
 // the cloud publishes as the device's config/desired; its version goes up
@@ -123,6 +126,15 @@ func MergeConfig(d *Device, layers map[string]*ConfigLayer) (values, sources map
 		}
 		for k, v := range layers[s].Values {
 			values[k], sources[k] = v, s
+		}
+	}
+	if r := d.Router; r != nil && r.Certified {
+		// The device's own calibrated threshold beats the layers' (the
+		// fleet's is the fallback while too few outcomes certify one);
+		// an operator's override on the device still wins.
+		values[ConfigRouteThreshold], sources[ConfigRouteThreshold] = strconv.FormatFloat(r.Threshold, 'f', -1, 64), SourceCalibrated
+		if _, ok := values[ConfigRouterAlpha]; !ok { // the device reports the bound it runs under
+			values[ConfigRouterAlpha], sources[ConfigRouterAlpha] = strconv.FormatFloat(r.Alpha, 'f', -1, 64), SourceCalibrated
 		}
 	}
 	for k, v := range d.Overrides {

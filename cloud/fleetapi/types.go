@@ -30,6 +30,9 @@ type Device struct {
 	ReportedAt    time.Time                 `json:"reported_at,omitzero"`
 
 	Telemetry DeviceTelemetry `json:"telemetry"`
+	// Router is the device's calibrated routing threshold (nil before its
+	// first scored shadow grade).
+	Router *RouterCalibration `json:"router,omitempty"`
 
 	// PendingCommands is filled by the API: commands without a result.
 	PendingCommands int `json:"pending_commands"`
@@ -124,4 +127,38 @@ type ErrorBody struct {
 		Message string `json:"message"`
 		Type    string `json:"type"`
 	} `json:"error"`
+}
+
+// ConfigRouterAlpha is the fleet config key of the bound on a device's
+// share of requests answered locally and wrong (default
+// DefaultRouterAlpha); ConfigRouteThreshold the device setting the
+// calibrated threshold is shipped as.
+const (
+	ConfigRouterAlpha    = "router-alpha"
+	ConfigRouteThreshold = "route-threshold"
+	DefaultRouterAlpha   = 0.05
+	// RouterDelta is 1 − the confidence of the bound: the realised share
+	// exceeds α with probability at most RouterDelta.
+	RouterDelta = 0.05
+	// SourceCalibrated is ConfigSources' name for a route-threshold set by
+	// the calibration.
+	SourceCalibrated = "calibrated"
+)
+
+// RouterCalibration is a device's routing threshold calibrated on its own
+// graded outcomes (models/riskcontrol, Learn-then-Test): requests it
+// scores below Threshold stay local, and the share answered locally and
+// wrong is at most Alpha with probability 1 − RouterDelta while its
+// traffic stays like the outcomes'.
+type RouterCalibration struct {
+	Alpha     float64 `json:"alpha"`
+	Threshold float64 `json:"threshold,omitempty"` // meaningful when Certified
+	// Certified is false while the outcomes are too few for any threshold:
+	// the device keeps the fleet's.
+	Certified bool `json:"certified"`
+	Outcomes  int  `json:"outcomes"` // scored shadow grades in the window
+	// Realised is the share of those outcomes the device answered locally
+	// and wrong, at the thresholds it ran.
+	Realised  float64   `json:"realised"`
+	UpdatedAt time.Time `json:"updated_at"`
 }

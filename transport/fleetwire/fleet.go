@@ -198,9 +198,20 @@ type Status struct {
 	RolledBack map[string]string `json:"rolled_back,omitempty"`
 	// Trial is set while the device runs an agent slot on trial: booted,
 	// not yet committed by its supervisor. A rollout waits for it to clear.
-	Trial bool      `json:"trial,omitempty"`
-	Time  time.Time `json:"time"`
+	Trial bool `json:"trial,omitempty"`
+	// RouterBound is the state of the device's bound on wrong local
+	// answers (the fleet's router-alpha): RouterBoundInForce, or
+	// RouterBoundSuspended while the cloud is unreachable and every request
+	// runs locally whatever its score; empty when the device has no bound.
+	RouterBound string    `json:"router_bound,omitempty"`
+	Time        time.Time `json:"time"`
 }
+
+// Status.RouterBound's values.
+const (
+	RouterBoundInForce   = "in-force"
+	RouterBoundSuspended = "suspended"
+)
 
 // Running is the version of an artifact kind the device runs ("" for none
 // or a nil status). For the agent it is the bundle its slot holds, when it

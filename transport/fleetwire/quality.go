@@ -62,6 +62,13 @@ type ShadowRecord struct {
 	Answer   string          `json:"answer"` // the local engine's answer
 	// MaxTokens is the request's, so the cloud answers under the same bound.
 	MaxTokens int `json:"max_tokens"`
+	// CloudProb is the router's score for the request and Path where it
+	// was answered for the user (local, or cloud: then the device ran its
+	// engine on the side for the sample alone). The fleet calibrates the
+	// device's threshold on them (models/riskcontrol); nil from an agent
+	// that predates them.
+	CloudProb *float64 `json:"cloud_prob,omitempty"`
+	Path      string   `json:"path,omitempty"`
 }
 
 // ShadowMessage is one message of a shadowed request.
@@ -79,4 +86,7 @@ type ShadowGrade struct {
 	Why     string  `json:"why,omitempty"`
 	Cloud   string  `json:"cloud_answer,omitempty"`
 	Error   string  `json:"error,omitempty"` // the cloud could not answer: no verdict
+	// CloudProb and Path are the sample's (ShadowRecord).
+	CloudProb *float64 `json:"cloud_prob,omitempty"`
+	Path      string   `json:"path,omitempty"`
 }

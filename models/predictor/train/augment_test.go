@@ -2,6 +2,7 @@ package train
 
 import (
 	"bytes"
+	"math"
 	"slices"
 	"strings"
 	"testing"
@@ -92,5 +93,41 @@ func TestPrintHideFresh(t *testing.T) {
 	}
 	if !strings.Contains(dev.String(), "dev-car") {
 		t.Error("--dev-only report lacks the dev columns")
+	}
+}
+
+// TestGainAgainstOracle: a router ranking exactly as the oracle does gets
+// ratio 1 and the oracle's cloud share at 90% of its quality; one ranking
+// backwards gets less and needs more of the cloud.
+func TestGainAgainstOracle(t *testing.T) {
+	// Prompts: 3 only the cloud answers, 1 only the edge, 1 both, 5 neither.
+	var ex []Example
+	add := func(n int, weak, strong bool) {
+		for range n {
+			ex = append(ex, Example{Weak: weak, Strong: strong})
+		}
+	}
+	add(3, false, true)
+	add(1, true, false)
+	add(1, true, true)
+	add(5, false, false)
+	oracle := []float64{1, 1, 1, 0, 0.5, 0.5, 0.5, 0.5, 0.5, 0.5}
+	g := gainOn("s", oracle, ex)
+	if math.Abs(g.Ratio()-1) > 1e-12 || math.Abs(g.APGR-g.Oracle) > 1e-12 {
+		t.Fatalf("oracle ranking: %+v ratio %g", g, g.Ratio())
+	}
+	// Either-right 5 of 10; 90% of it is 4.5: the edge alone answers 2
+	// (share 0), each cloud-only prompt sent first adds one, so 5 at 0.3.
+	if g.Share90 != 0.3 {
+		t.Errorf("oracle Share90 %g, want 0.3", g.Share90)
+	}
+	back := []float64{0, 0, 0, 1, 0.5, 0.5, 0.5, 0.5, 0.5, 0.5}
+	b := gainOn("s", back, ex)
+	if b.Ratio() >= 1 || b.Share90 != -1 { // it loses the edge-only answers first and ends at the cloud's 4 of 10
+		t.Errorf("backwards ranking: %+v ratio %g, want below 1 and never at 90%%", b, b.Ratio())
+	}
+	none := gainOn("s", make([]float64, 3), []Example{{}, {}, {}})
+	if none.Share90 != 0 || none.Ratio() != 0 {
+		t.Errorf("nobody answers: %+v", none)
 	}
 }

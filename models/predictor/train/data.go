@@ -44,6 +44,8 @@ type Data struct {
 	// Fresh2 is the second held-out set (Fresh2File), never used for
 	// training or for a choice.
 	Fresh2 []Example
+	// Fresh3 is the third held-out set (Fresh3File), likewise.
+	Fresh3 []Example
 	// Dev is the hand-written development set (DevFile, then Dev2File
 	// under its own sources), never trained on.
 	Dev []Example
@@ -90,6 +92,9 @@ func LoadRouting(dir string) (*Data, error) {
 		return nil, err
 	}
 	if d.Fresh2, err = loadFresh(filepath.Join(dir, Fresh2File), SourceFresh2Open, SourceFresh2Car, false); err != nil {
+		return nil, err
+	}
+	if d.Fresh3, err = loadFresh(filepath.Join(dir, Fresh3File), SourceFresh3Open, SourceFresh3Car, false); err != nil {
 		return nil, err
 	}
 	if d.Dev, err = loadFresh(filepath.Join(dir, DevFile), SourceDevOpen, SourceDevCar, false); err != nil {

@@ -52,7 +52,7 @@ const (
 var EdgeSources = []string{SourceEdgeCLINC, SourceInCar, SourceSpokenCar, SourceOtherCLINC, SourceOOS, SourceMMLU, SourceWiki, SourceFacts, SourceSpokenOpen}
 
 // AllEdgeSources adds the fresh set's sources, which only evaluation reads.
-var AllEdgeSources = append(slices.Clip(EdgeSources), SourceDevCar, SourceDevOpen, SourceDev2Car, SourceDev2Open, SourceFreshCar, SourceFreshOpen, SourceFresh2Car, SourceFresh2Open)
+var AllEdgeSources = append(slices.Clip(EdgeSources), SourceDevCar, SourceDevOpen, SourceDev2Car, SourceDev2Open, SourceFreshCar, SourceFreshOpen, SourceFresh2Car, SourceFresh2Open, SourceFresh3Car, SourceFresh3Open)
 
 // IsCarSource reports whether a source holds requests the edge model
 // answers: the ones that should stay on the device.
@@ -111,6 +111,8 @@ type EdgeSplit struct {
 	Fresh []Example
 	// Fresh2 is the second held-out set (Data.Fresh2), likewise.
 	Fresh2 []Example
+	// Fresh3 is the third held-out set (Data.Fresh3), likewise.
+	Fresh3 []Example
 	// Dev is the development set (Data.Dev), likewise never trained on.
 	Dev []Example
 }
@@ -227,6 +229,7 @@ func (d *Data) EdgeSplit() (*EdgeSplit, error) {
 	s.Train = keep(train)
 	s.Fresh = slices.Clone(d.Fresh)
 	s.Fresh2 = slices.Clone(d.Fresh2)
+	s.Fresh3 = slices.Clone(d.Fresh3)
 	s.Dev = slices.Clone(d.Dev)
 	return s, nil
 }

@@ -275,10 +275,57 @@ type EdgeRow struct {
 	// Fresh2APGR is ShortAPGR's measure with the second held-out set
 	// (Fresh2File) in place of the fresh set.
 	Fresh2APGR float64
+	// Gains is the router's APGR on each held-out set beside the oracle's
+	// (HeldOutSets' order).
+	Gains []Gain
 	// Quality is the share of graded held-out prompts answered right when
 	// routed at Threshold; BothRight the share where every prompt goes to
 	// the model that answers it (an oracle's quality).
 	Quality float64
+}
+
+// HeldOutSets names the held-out sets Gain is reported on: each hand-written
+// held-out set with the held-out fact questions, the short requests people
+// say on which the cloud model is the better one (ShortAPGR's measure).
+var HeldOutSets = []string{"fresh+facts", "fresh2+facts", "fresh3+facts"}
+
+// Gain is a router's share of the achievable gain on one held-out set
+// (issue 35): RouteLLM's APGR is capped by the models at hand (the
+// oracle's is 1 − c/2 when only the cloud answers a share c), so the
+// router is measured against the oracle for the same two models.
+type Gain struct {
+	Set          string
+	APGR, Oracle float64 // the router's and the oracle's APGR
+	// Share90 is the smallest cloud share at which the router answers at
+	// least 90% as many prompts right as the oracle does (every prompt sent
+	// to a model that answers it); -1 when no share does.
+	Share90 float64
+}
+
+// Ratio is the router's share of the achievable gain: APGR over the
+// oracle's.
+func (g Gain) Ratio() float64 {
+	if g.Oracle == 0 {
+		return 0
+	}
+	return g.APGR / g.Oracle
+}
+
+// gainOn measures scores sc over the graded prompts ex (Weak and Strong
+// set) against the oracle.
+func gainOn(set string, sc []float64, ex []Example) Gain {
+	either := 0.0
+	or := make([]float64, len(ex))
+	for i, e := range ex {
+		either += b2f(e.Weak || e.Strong)
+		or[i] = b2f(e.Strong) - b2f(e.Weak)
+	}
+	c := Curve(sc, ex)
+	g := Gain{Set: set, APGR: c.APGR(), Oracle: Curve(or, ex).APGR(), Share90: -1}
+	if len(ex) > 0 {
+		g.Share90 = c.ShareAtQuality(0.9 * either / float64(len(ex)))
+	}
+	return g
 }
 
 // EdgeReport is an evaluation on the edge label set.
@@ -306,7 +353,7 @@ type EdgeReport struct {
 
 // isFreshSource reports whether a source is one of the held-out sets'.
 func isFreshSource(src string) bool {
-	return src == SourceFreshOpen || src == SourceFreshCar || src == SourceFresh2Open || src == SourceFresh2Car
+	return src == SourceFreshOpen || src == SourceFreshCar || src == SourceFresh2Open || src == SourceFresh2Car || src == SourceFresh3Open || src == SourceFresh3Car
 }
 
 // CountSources counts examples per source.
@@ -324,17 +371,18 @@ func CountSources(ex []Example) map[string]int {
 // maxCarToCloud is ChooseThreshold's constraint for routers without a
 // threshold.
 func EvaluateEdge(routers []Router, split *EdgeSplit, maxCarToCloud float64) (*EdgeReport, error) {
-	test := append(append(append(slices.Clip(split.Test), split.Fresh...), split.Dev...), split.Fresh2...)
+	test := append(append(append(append(slices.Clip(split.Test), split.Fresh...), split.Dev...), split.Fresh2...), split.Fresh3...)
 	rep := &EdgeReport{Train: CountSources(split.Train), Val: CountSources(split.Val), Test: CountSources(test),
 		EdgeAcc: map[string]float64{}, CloudAcc: map[string]float64{}}
 	labels := make([]float32, len(split.Test))
 	for i, e := range split.Test {
 		labels[i] = e.Label
 	}
-	var graded, short, fresh2, mmlu []int
+	var graded, short, fresh2, fresh3, mmlu []int
 	gradedBySource := map[string]int{}
 	isDev := IsDevSource
 	isFresh2 := func(src string) bool { return src == SourceFresh2Open || src == SourceFresh2Car }
+	isFresh3 := func(src string) bool { return src == SourceFresh3Open || src == SourceFresh3Car }
 	for i, e := range test {
 		if e.Graded {
 			gradedBySource[e.Source]++
@@ -343,11 +391,15 @@ func EvaluateEdge(routers []Router, split *EdgeSplit, maxCarToCloud float64) (*E
 		}
 		if e.Graded && e.Source == SourceFacts {
 			fresh2 = append(fresh2, i)
+			fresh3 = append(fresh3, i)
 		}
 		if e.Graded && isFresh2(e.Source) {
 			fresh2 = append(fresh2, i)
 		}
-		if e.Graded && !isDev(e.Source) && !isFresh2(e.Source) {
+		if e.Graded && isFresh3(e.Source) {
+			fresh3 = append(fresh3, i)
+		}
+		if e.Graded && !isDev(e.Source) && !isFresh2(e.Source) && !isFresh3(e.Source) {
 			graded = append(graded, i)
 			rep.EdgeRight += int(b2f(e.EdgeOK))
 			rep.CloudRight += int(b2f(e.CloudOK))
@@ -471,6 +523,10 @@ func EvaluateEdge(routers []Router, split *EdgeSplit, maxCarToCloud float64) (*E
 		row.ShortAPGR = Curve(sc, ex).APGR()
 		ex, sc = pick(fresh2, ts, true)
 		row.Fresh2APGR = Curve(sc, ex).APGR()
+		for j, idx := range [][]int{short, fresh2, fresh3} {
+			ex, sc := pick(idx, ts, true)
+			row.Gains = append(row.Gains, gainOn(HeldOutSets[j], sc, ex))
+		}
 		ex, sc = pick(mmlu, ts, false)
 		row.MMLUAPGR = Curve(sc, ex).APGR()
 		if len(devIdx) > 0 {
@@ -567,5 +623,31 @@ func (r *EdgeReport) Print(w io.Writer) {
 		fmt.Fprintln(w, "(APGR dev+val facts: RouteLLM's area under performance gap recovered vs cloud share, over the graded answers of the development sets and the validation fact questions; columns after car→cloud: share of each source's held-out prompts sent to the cloud — edge-clinc, incar and the dev car columns should be low, the rest high)")
 		return
 	}
+	r.printGains(w)
 	fmt.Fprintln(w, "(APGR: RouteLLM's area under performance gap recovered vs cloud share, over graded answers of the test split and the fresh set — negative where the cloud model answers fewer than the edge model; APGR fresh+facts: the same on the fresh set and the held-out fact questions, where the cloud model is the better one; quality: share of those answered right at the threshold; columns after car→cloud: share of each source's held-out prompts sent to the cloud — edge-clinc, incar and fresh-car should be low, the rest high)")
+}
+
+// printGains writes each router's share of the achievable gain per
+// held-out set (Gain).
+func (r *EdgeReport) printGains(w io.Writer) {
+	fmt.Fprintln(w, "\nshare of the achievable gain per held-out set: router APGR / oracle APGR (same two models); cloud share at 90% of the oracle's quality")
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	fmt.Fprint(tw, "router")
+	for _, s := range HeldOutSets {
+		fmt.Fprintf(tw, "\t%s APGR / oracle\tshare\tcloud@90%%", s)
+	}
+	fmt.Fprintln(tw)
+	for _, row := range r.Rows {
+		fmt.Fprint(tw, row.Name)
+		for _, g := range row.Gains {
+			at := "never"
+			if g.Share90 >= 0 {
+				at = fmt.Sprintf("%.1f%%", 100*g.Share90)
+			}
+			fmt.Fprintf(tw, "\t%.3f / %.3f\t%.3f\t%s", g.APGR, g.Oracle, g.Ratio(), at)
+		}
+		fmt.Fprintln(tw)
+	}
+	tw.Flush()
+	fmt.Fprintln(w)
 }

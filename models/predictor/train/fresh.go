@@ -43,6 +43,11 @@ const Dev2File = "dev2.tsv"
 // reads it and no choice is made on it.
 const Fresh2File = "fresh2.tsv"
 
+// Fresh3File is a third held-out set in FreshFile's format, written for
+// issue 35 after the router was frozen and committed before any router was
+// scored on it. Training never reads it and no choice is made on it.
+const Fresh3File = "fresh3.tsv"
+
 // SpokenFile holds hand-written training requests in FreshFile's format
 // (an open question may leave its reference out): open-domain questions
 // and car commands in the forms people use, which the corpus's templates
@@ -55,6 +60,8 @@ const (
 	SourceFreshCar   = "fresh-car"   // car commands: should stay on the device
 	SourceFresh2Open = "fresh2-open" // Fresh2File's open-domain questions
 	SourceFresh2Car  = "fresh2-car"  // Fresh2File's car commands
+	SourceFresh3Open = "fresh3-open" // Fresh3File's open-domain questions
+	SourceFresh3Car  = "fresh3-car"  // Fresh3File's car commands
 	SourceDevOpen    = "dev-open"    // DevFile's open-domain questions
 	SourceDevCar     = "dev-car"     // DevFile's car commands
 	SourceDev2Open   = "dev2-open"   // Dev2File's open-domain questions

@@ -74,6 +74,16 @@ func TestFresh2SetIsUnseen(t *testing.T) {
 	}
 }
 
+// TestFresh3SetIsUnseen: the third held-out set (issue 35) shares no
+// request with any other routing file or the edge split.
+func TestFresh3SetIsUnseen(t *testing.T) {
+	d, s := loadSplit(t, false)
+	kinds := checkUnseen(t, "fresh3", d.Fresh3, SourceFresh3Car, s.Train, s.Val, s.Test, d.Fresh, d.Fresh2, d.Dev, d.Spoken)
+	if kinds[SourceFresh3Open] < 30 || kinds[SourceFresh3Car] < 40 {
+		t.Errorf("fresh3 set %v: want the 32 open questions and 40 car commands it was committed with", kinds)
+	}
+}
+
 // checkUnseen fails for every request of set that is a prompt of others
 // (or twice in set), or whose reference is not a command exactly when its
 // source is carSource, and counts set's requests per source.

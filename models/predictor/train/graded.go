@@ -269,7 +269,7 @@ func GradeRun(ctx context.Context, opt GradeOptions) error {
 	}
 	var items []item
 	seen := map[string]bool{}
-	for i, set := range [][]Example{split.Train, split.Val, split.Test, data.Fresh, data.Dev, data.Fresh2} {
+	for i, set := range [][]Example{split.Train, split.Val, split.Test, data.Fresh, data.Dev, data.Fresh2, data.Fresh3} {
 		for _, e := range set {
 			k := CacheKey(e.Text)
 			if seen[k] {
@@ -516,7 +516,7 @@ func (d *Data) GradedSplit(dir string) (*EdgeSplit, error) {
 	if err != nil {
 		return nil, err
 	}
-	for _, set := range [][]Example{split.Train, split.Val, split.Test, split.Fresh, split.Dev, split.Fresh2} {
+	for _, set := range [][]Example{split.Train, split.Val, split.Test, split.Fresh, split.Dev, split.Fresh2, split.Fresh3} {
 		if err := ApplyGraded(g, set); err != nil {
 			return nil, err
 		}

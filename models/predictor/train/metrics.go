@@ -11,6 +11,9 @@ import (
 type RoutingCurve struct {
 	Share []float64 // k/N: fraction of calls that go to the strong model
 	PGR   []float64 // performance gap recovered: (quality − weak)/(strong − weak)
+	// Weak and Gap are the all-weak quality and strong − weak, as shares
+	// of the prompts: quality at k is Weak + PGR[k]·Gap.
+	Weak, Gap float64
 }
 
 // Curve computes the routing curve of scores (higher = more likely to need
@@ -35,6 +38,9 @@ func Curve(scores []float64, prompts []Example) RoutingCurve {
 	}
 	gap := strong - weak
 	c := RoutingCurve{Share: make([]float64, n+1), PGR: make([]float64, n+1)}
+	if n > 0 {
+		c.Weak, c.Gap = weak/float64(n), gap/float64(n)
+	}
 	q := weak
 	for k := 0; k <= n; k++ {
 		c.Share[k] = float64(k) / float64(n)
@@ -78,6 +84,17 @@ func (c RoutingCurve) CPT(target float64) float64 {
 		}
 	}
 	return 1
+}
+
+// ShareAtQuality is the smallest strong-call share at which the share of
+// prompts answered right reaches quality, or -1 when no share does.
+func (c RoutingCurve) ShareAtQuality(quality float64) float64 {
+	for k, p := range c.PGR {
+		if c.Weak+p*c.Gap >= quality-1e-12 {
+			return c.Share[k]
+		}
+	}
+	return -1
 }
 
 // AUC is the probability that a random positive (label 1) scores above a

@@ -1,0 +1,45 @@
+package ui
+
+import (
+	"html/template"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/phaseless/phaseless/cloud/fleetapi"
+	"github.com/phaseless/phaseless/transport/fleetwire"
+)
+
+// TestDevicePageShowsRouterCalibration: the device page shows the
+// device's α, its realised share of wrong local answers, the threshold
+// (calibrated, or the fleet's while too few samples certify one) and the
+// bound the device reports.
+func TestDevicePageShowsRouterCalibration(t *testing.T) {
+	page, err := template.New("layout.html").Funcs(funcs).ParseFS(templateFS, "templates/layout.html", "templates/device.html")
+	if err != nil {
+		t.Fatal(err)
+	}
+	render := func(d *fleetapi.Device) string {
+		var b strings.Builder
+		if err := page.Execute(&b, map[string]any{"Device": d, "Now": time.Now(), "Page": "device", "HasFleet": true}); err != nil {
+			t.Fatal(err)
+		}
+		return b.String()
+	}
+	d := &fleetapi.Device{ID: "car-1"}
+	if got := render(d); !strings.Contains(got, "no scored shadow grades yet") {
+		t.Error("uncalibrated device: no placeholder")
+	}
+	d.Router = &fleetapi.RouterCalibration{Alpha: 0.05, Threshold: 0.42, Certified: true, Outcomes: 800, Realised: 0.031}
+	d.Status = &fleetwire.Status{State: "online", RouterBound: fleetwire.RouterBoundSuspended}
+	got := render(d)
+	for _, want := range []string{"0.05", "3.1% of 800 graded samples", "0.420 (calibrated)", "suspended"} {
+		if !strings.Contains(got, want) {
+			t.Errorf("device page lacks %q", want)
+		}
+	}
+	d.Router.Certified = false
+	if got := render(d); !strings.Contains(got, "(too few samples to certify one)") {
+		t.Error("uncertified device: the fleet's threshold not named")
+	}
+}
