@@ -371,7 +371,7 @@ func (c *compiler) anyValue() int32 {
 	// Digits bounded as in number: 15 before the point (unboundedInt),
 	// maxFractionDigits after it, maxExponentDigits in the exponent.
 	num := seq([]elem{ref(b.optional(b.lit("-")))},
-		[]elem{ref(b.rule(b.lit("0"), []elem{b.rangeElem('1', '9'), ref(c.digitsUpTo(len(strconv.Itoa(unboundedInt)) - 1))}))},
+		[]elem{ref(b.rule(b.lit("0"), []elem{b.rangeElem('1', '9'), ref(c.digitsUpTo(len(strconv.FormatInt(unboundedInt, 10)) - 1))}))},
 		[]elem{ref(b.optional(c.fraction()))},
 		[]elem{ref(c.exponent())})
 	b.define(r,
