@@ -196,7 +196,10 @@ func start(t *testing.T, arg string, round int) *Proc {
 	t.Helper()
 	p := &Proc{t: t, round: round, done: make(chan struct{}), more: make(chan struct{}, 1)}
 	p.cmd = exec.Command(os.Args[0], "-test.run=^"+regexpQuote(t.Name())+"$")
-	p.cmd.Env = append(os.Environ(), childEnv+"="+t.Name(), argEnv+"="+arg)
+	// The child runs the test function's code before Run, t.TempDir
+	// included, and a killed child never runs its cleanups: its TMPDIR is
+	// a directory the parent removes, or every kill would leave one behind.
+	p.cmd.Env = append(os.Environ(), childEnv+"="+t.Name(), argEnv+"="+arg, "TMPDIR="+t.TempDir())
 	stdout, err := p.cmd.StdoutPipe()
 	if err != nil {
 		t.Fatal(err)
