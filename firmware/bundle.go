@@ -45,6 +45,10 @@ type Manifest struct {
 	RollbackFrom string    `json:"rollback_from,omitempty"`
 	Created      time.Time `json:"created"`
 	Files        []File    `json:"files"`
+	// WholeFile writes no chunk lists, as bundles were before chunking
+	// (chunk.go): such a bundle installs only by a whole download. For
+	// tests that such bundles still install; not part of the manifest.
+	WholeFile bool `json:"-"`
 }
 
 // Artifact kinds: the agent binary (installed into an A/B slot and booted
@@ -74,6 +78,22 @@ type File struct {
 	Name   string `json:"name"` // relative path inside the slot
 	Size   int64  `json:"size"`
 	SHA256 string `json:"sha256"`
+	// Chunking and Chunks describe the file as content-addressed chunks
+	// (chunk.go); both empty in bundles made before chunking, which a
+	// device downloads whole.
+	Chunking string  `json:"chunking,omitempty"`
+	Chunks   []Chunk `json:"chunks,omitempty"`
+}
+
+// Chunked reports whether every file of m lists its chunks, so a device
+// may fetch only the chunks it lacks.
+func (m Manifest) Chunked() bool {
+	for _, f := range m.Files {
+		if len(f.Chunks) == 0 && f.Size > 0 {
+			return false
+		}
+	}
+	return true
 }
 
 // Errors callers branch on.
@@ -118,7 +138,14 @@ func WriteManifest(w io.Writer, key ed25519.PrivateKey, m Manifest, files map[st
 			return err
 		}
 		sum := sha256.Sum256(files[n])
-		m.Files = append(m.Files, File{Name: n, Size: int64(len(files[n])), SHA256: hex.EncodeToString(sum[:])})
+		f := File{Name: n, Size: int64(len(files[n])), SHA256: hex.EncodeToString(sum[:])}
+		if !m.WholeFile && f.Size > 0 {
+			var err error
+			if f.Chunking, f.Chunks, err = ChunkFile(n, bytes.NewReader(files[n]), f.Size); err != nil {
+				return fmt.Errorf("chunk %s: %w", n, err)
+			}
+		}
+		m.Files = append(m.Files, f)
 	}
 	mb, err := json.Marshal(m)
 	if err != nil {
@@ -301,6 +328,9 @@ func (m *Manifest) check() error {
 		if f.Size < 0 || f.Size > maxFileSize || len(f.SHA256) != 64 {
 			return fmt.Errorf("%w: file %q size %d", ErrCorrupt, f.Name, f.Size)
 		}
+		if err := f.checkChunks(); err != nil {
+			return fmt.Errorf("%w: %v", ErrCorrupt, err)
+		}
 	}
 	return nil
 }
@@ -314,9 +344,18 @@ func (v *Verified) Extract(create func(name string) (io.WriteCloser, error)) err
 			return err
 		}
 		h := sha256.New()
-		n, err := io.Copy(io.MultiWriter(w, h), io.LimitReader(v.r, f.Size))
+		dst := io.MultiWriter(w, h)
+		var cc *chunkChecker
+		if len(f.Chunks) > 0 {
+			cc = newChunkChecker(f.Chunks)
+			dst = io.MultiWriter(cc, w, h) // a bad chunk stops the copy before w sees it
+		}
+		n, err := io.Copy(dst, io.LimitReader(v.r, f.Size))
 		if cerr := w.Close(); err == nil {
 			err = cerr
+		}
+		if err == nil && cc != nil && n == f.Size {
+			err = cc.done()
 		}
 		if err != nil {
 			return err

@@ -44,6 +44,11 @@ func FuzzManifest(f *testing.F) {
 	f.Add(m(File{Name: "a", Size: maxFileSize + 1, SHA256: sum}), []byte("hello"))
 	f.Add(m(File{Name: ".", Size: 5, SHA256: sum}), []byte("hello"))
 	f.Add(m(File{Name: "a/./b", Size: 5, SHA256: sum}), []byte("hello"))
+	// Chunk lists: one that matches, one whose sizes do not add up, one
+	// whose hash lies (Extract must refuse it).
+	f.Add(m(File{Name: "a", Size: 5, SHA256: sum, Chunking: ChunkingCDC, Chunks: []Chunk{{Size: 5, SHA256: sum}}}), []byte("hello"))
+	f.Add(m(File{Name: "a", Size: 5, SHA256: sum, Chunking: ChunkingCDC, Chunks: []Chunk{{Size: 4, SHA256: sum}}}), []byte("hello"))
+	f.Add(m(File{Name: "a", Size: 5, SHA256: sum, Chunking: ChunkingCDC, Chunks: []Chunk{{Size: 2, SHA256: sum}, {Size: 3, SHA256: sum}}}), []byte("hello"))
 	f.Add([]byte(`{"version":"1.0","board":"rpi4","files":[{"name":"x\\..\\y","size":0,"sha256":"`+strings.Repeat("0", 64)+`"}]}`), []byte{})
 	f.Fuzz(func(t *testing.T, manifest, payload []byte) {
 		if len(manifest) == 0 || len(manifest) > maxManifest {
@@ -69,6 +74,16 @@ func FuzzManifest(f *testing.F) {
 			seen[f.Name] = true
 			if f.Size < 0 || f.Size > maxFileSize {
 				t.Fatalf("accepted size %d", f.Size)
+			}
+			var sum int64
+			for _, c := range f.Chunks {
+				if c.Size <= 0 || c.Size > maxChunk {
+					t.Fatalf("accepted chunk size %d", c.Size)
+				}
+				sum += c.Size
+			}
+			if len(f.Chunks) > 0 && sum != f.Size {
+				t.Fatalf("accepted chunks of %d bytes for a file of %d", sum, f.Size)
 			}
 		}
 		root := t.TempDir()

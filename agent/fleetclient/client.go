@@ -148,11 +148,15 @@ func (c *Client) status(state string) []byte {
 	if c.cfg.RouterBound != nil {
 		bound = c.cfg.RouterBound()
 	}
-	b, _ := json.Marshal(fleetwire.Status{
+	st := fleetwire.Status{
 		DeviceID: c.cfg.DeviceID, State: state, Version: c.cfg.Version,
 		Slot: c.cfg.Slot(), Board: c.cfg.Board, Artifacts: running, RolledBack: rolledBack, Trial: c.cfg.Trial(),
 		RouterBound: bound, Time: c.cfg.Clock.Now().UTC(),
-	})
+	}
+	if c.cfg.Update != nil {
+		st.Update = c.cfg.Update()
+	}
+	b, _ := json.Marshal(st)
 	return b
 }
 

@@ -38,6 +38,9 @@ type Config struct {
 	// RouterBound reports the state of the device's bound on wrong local
 	// answers (fleetwire.Status.RouterBound); nil reports none.
 	RouterBound func() string
+	// Update reports the device's update download and link policy
+	// (fleetwire.Status.Update); nil reports none.
+	Update func() *fleetwire.UpdateStatus
 
 	// TLS is used for tls:// brokers: RootCAs with the fleet CA and the
 	// device certificate (transport/pki) in Certificates.

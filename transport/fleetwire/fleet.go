@@ -203,9 +203,47 @@ type Status struct {
 	// answers (the fleet's router-alpha): RouterBoundInForce, or
 	// RouterBoundSuspended while the cloud is unreachable and every request
 	// runs locally whatever its score; empty when the device has no bound.
-	RouterBound string    `json:"router_bound,omitempty"`
-	Time        time.Time `json:"time"`
+	RouterBound string `json:"router_bound,omitempty"`
+	// Update is the device's last or current update download and the link
+	// policy it runs under; nil from devices that predate it.
+	Update *UpdateStatus `json:"update,omitempty"`
+	Time   time.Time     `json:"time"`
 }
+
+// UpdateStatus is a device's update download (agent/ota): which bundle,
+// how far it is and what it cost, and the link policy the device applies
+// (fleet config keys update-bandwidth and update-on-metered, flag
+// --metered). A rollout sums the bytes of its devices per stage.
+type UpdateStatus struct {
+	URL     string `json:"url,omitempty"`
+	Kind    string `json:"kind,omitempty"`
+	Version string `json:"version,omitempty"`
+	// State is UpdateDownloading, UpdateDeferred, UpdateRefused,
+	// UpdateInstalled or UpdateFailed; "" when no update was asked for.
+	State string `json:"state,omitempty"`
+	// FullBytes is the whole bundle; PlannedBytes what this device had to
+	// fetch of it (its header and the chunks it held nowhere);
+	// TransferredBytes what it fetched so far, resumed downloads included.
+	FullBytes        int64  `json:"full_bytes,omitempty"`
+	PlannedBytes     int64  `json:"planned_bytes,omitempty"`
+	TransferredBytes int64  `json:"transferred_bytes,omitempty"`
+	Error            string `json:"error,omitempty"`
+	// Bandwidth is the cap on update downloads in bytes/s (0: none).
+	Bandwidth int64 `json:"bandwidth,omitempty"`
+	// OnMetered is "defer" or "allow"; Metered whether the device's link
+	// is metered now.
+	OnMetered string `json:"on_metered,omitempty"`
+	Metered   bool   `json:"metered,omitempty"`
+}
+
+// UpdateStatus.State's values.
+const (
+	UpdateDownloading = "downloading"
+	UpdateDeferred    = "deferred"
+	UpdateRefused     = "refused"
+	UpdateInstalled   = "installed"
+	UpdateFailed      = "failed"
+)
 
 // Status.RouterBound's values.
 const (
