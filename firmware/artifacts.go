@@ -242,6 +242,22 @@ func syncDir(dir string) error {
 // VerifyInstalled checks every file of an installed version (or slot)
 // directory against the manifest kept beside it.
 func VerifyInstalled(dir string) (Manifest, error) {
+	m, err := InstalledManifest(dir)
+	if err != nil {
+		return Manifest{}, err
+	}
+	for _, f := range m.Files {
+		if err := verifySlotFile(dir, f.Name); err != nil {
+			return Manifest{}, err
+		}
+	}
+	return m, nil
+}
+
+// InstalledManifest reads the manifest kept beside an installed version
+// (or slot) without checking its files: a device uses its chunk lists to
+// find chunks it may already hold, and hashes every chunk it copies.
+func InstalledManifest(dir string) (Manifest, error) {
 	raw, err := os.ReadFile(filepath.Join(dir, manifestFile))
 	if err != nil {
 		return Manifest{}, fmt.Errorf("%s has no manifest: %w", dir, err)
@@ -249,11 +265,6 @@ func VerifyInstalled(dir string) (Manifest, error) {
 	var m Manifest
 	if err := json.Unmarshal(raw, &m); err != nil {
 		return Manifest{}, fmt.Errorf("%w: %s manifest: %v", ErrCorrupt, dir, err)
-	}
-	for _, f := range m.Files {
-		if err := verifySlotFile(dir, f.Name); err != nil {
-			return Manifest{}, err
-		}
 	}
 	return m, nil
 }

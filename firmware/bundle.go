@@ -433,3 +433,21 @@ type discard struct{}
 
 func (discard) Write(p []byte) (int, error) { return len(p), nil }
 func (discard) Close() error                { return nil }
+
+// HeaderPrefix is how many bytes of a bundle HeaderSize needs.
+const HeaderPrefix = len(magic) + 4
+
+// HeaderSize reads a bundle's first HeaderPrefix bytes and returns the
+// length of its whole header (magic, length, manifest, signature): where
+// the first payload starts, so a device can fetch the signed manifest
+// alone and then only the payload ranges it lacks.
+func HeaderSize(prefix []byte) (int64, error) {
+	if len(prefix) < HeaderPrefix || string(prefix[:len(magic)]) != magic {
+		return 0, fmt.Errorf("%w: not a Phaseless bundle", ErrCorrupt)
+	}
+	n := binary.BigEndian.Uint32(prefix[len(magic):])
+	if n == 0 || n > maxManifest {
+		return 0, fmt.Errorf("%w: manifest length %d", ErrCorrupt, n)
+	}
+	return int64(HeaderPrefix) + int64(n) + ed25519.SignatureSize, nil
+}

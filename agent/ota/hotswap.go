@@ -29,6 +29,9 @@ import (
 // request ever sees it. At start, the current version is loaded and checked
 // again; one that no longer loads gives way to the previous one.
 type hotArtifact struct {
+	// own is what the agent itself started with for this kind: its chunks
+	// are offered to updates of the kind.
+	own  Source
 	kind string
 	ext  string // the payload is the bundle's first file with this extension
 
@@ -164,6 +167,10 @@ type Targets struct {
 	Engine *SwapEngine
 	// EngineConfig is what a replacement engine is built with.
 	EngineConfig lm.EngineConfig
+	// RouterOwn and ModelOwn are the files (or embedded images) the agent
+	// started with: an update of their kind fetches only the chunks it
+	// does not share with them or an installed version.
+	RouterOwn, ModelOwn Source
 }
 
 // OpenArtifacts builds the hot-swapped kinds under DATA_DIR/artifacts/KIND
@@ -174,7 +181,7 @@ type Targets struct {
 // before the fleet client runs.
 func (o *Updater) OpenArtifacts(ctx context.Context, t Targets) (map[string]string, error) {
 	hot := map[string]*hotArtifact{}
-	add := func(kind, ext string, load func(context.Context, string) (func(), func(), error)) error {
+	add := func(kind, ext string, own Source, load func(context.Context, string) (func(), func(), error)) error {
 		st, err := firmware.OpenArtifacts(filepath.Join(o.dataDir, "artifacts", kind))
 		if err != nil {
 			return fmt.Errorf("%s artifacts: %w", kind, err)
@@ -182,14 +189,14 @@ func (o *Updater) OpenArtifacts(ctx context.Context, t Targets) (map[string]stri
 		if st.Discarded != nil {
 			o.log.Warn("installed artifacts' state is damaged; running the agent's own until the fleet updates it", "kind", kind, "err", st.Discarded)
 		}
-		hot[kind] = &hotArtifact{kind: kind, ext: ext, store: st, load: load, log: o.log, changed: o.changed}
+		hot[kind] = &hotArtifact{kind: kind, ext: ext, own: own, store: st, load: load, log: o.log, changed: o.changed}
 		return nil
 	}
-	if err := add(firmware.KindPredictor, ".onnx", predictorLoader(t.Router, o.log)); err != nil {
+	if err := add(firmware.KindPredictor, ".onnx", t.RouterOwn, predictorLoader(t.Router, o.log)); err != nil {
 		return nil, err
 	}
 	if t.Engine != nil {
-		if err := add(firmware.KindModel, ".gguf", modelLoader(t.Engine, t.EngineConfig)); err != nil {
+		if err := add(firmware.KindModel, ".gguf", t.ModelOwn, modelLoader(t.Engine, t.EngineConfig)); err != nil {
 			return nil, err
 		}
 	}

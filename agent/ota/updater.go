@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/phaseless/phaseless/firmware"
+	"github.com/phaseless/phaseless/internal/backoff"
 	"github.com/phaseless/phaseless/internal/cli"
 	"github.com/phaseless/phaseless/internal/origin"
 	"github.com/phaseless/phaseless/transport/fleetwire"
@@ -41,6 +42,14 @@ type Config struct {
 	// one; nil without a fleet.
 	Changed func()
 	Log     *slog.Logger // nil discards
+	// Link is the update link policy at start (update-bandwidth,
+	// update-on-metered, --metered); SetLink changes it.
+	Link LinkPolicy
+	// ChunkStoreMax bounds the chunk store (DATA_DIR/ota/chunks) in bytes;
+	// 0 means 1 GiB. An update that needs more is refused before download.
+	ChunkStoreMax int64
+	// Clock paces and schedules downloads; nil is the system clock.
+	Clock backoff.Clock
 }
 
 // Updater applies signed updates sent as fleet commands: "update url=U"
@@ -69,6 +78,10 @@ type Updater struct {
 	// hot installs the kinds the running agent swaps in place (router
 	// model, edge model: hotswap.go), by firmware kind.
 	hot map[string]*hotArtifact
+	// dl is the update download and its link policy (download.go).
+	dl downloads
+	// ownBinary offers the running executable's chunks to agent updates.
+	ownBinary bool
 }
 
 // restartDelay lets the update command's result reach the fleet queue
@@ -102,6 +115,10 @@ func Open(cfg Config) (*Updater, error) {
 		return nil, err
 	}
 	o.slots = slots
+	o.ownBinary = cfg.Slot != ""
+	if err := o.dl.open(filepath.Join(cfg.DataDir, "ota"), cfg.ChunkStoreMax, cfg.Link, cfg.Clock); err != nil {
+		return nil, err
+	}
 	return o, nil
 }
 
@@ -217,47 +234,33 @@ func (o *Updater) Update(ctx context.Context, cmd fleetwire.Command) (string, er
 	if !o.allowed(u) {
 		return "", fmt.Errorf("update URL %s is not on an allowed origin (--ota-origin %v): refused before fetching", u.Redacted(), o.origins)
 	}
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, u.String(), nil)
-	if err != nil {
-		return "", err
-	}
-	resp, err := o.client.Do(req)
-	if err != nil {
-		return "", fmt.Errorf("download bundle: %w", err)
-	}
-	defer resp.Body.Close()
-	if resp.StatusCode != http.StatusOK {
-		return "", fmt.Errorf("download bundle: %s", resp.Status)
-	}
-	// Every kind goes through the same signed manifest: its signature is
-	// checked first, then the kind says which version it must be newer
-	// than and where it goes.
-	m, bundle, err := firmware.Peek(http.MaxBytesReader(nil, resp.Body, maxBundleBytes), o.key)
-	if err != nil {
-		return "", err
-	}
+	return o.download(ctx, u)
+}
+
+// target is where a bundle of m's kind goes: the policy it must pass
+// (this board, newer than the version of that kind in force) and how it
+// is installed.
+func (o *Updater) target(m firmware.Manifest) (firmware.Policy, func(context.Context, *firmware.Verified) (string, error), error) {
 	policy := firmware.Policy{TrustedKey: o.key, Board: o.board}
 	kind := m.ArtifactKind()
 	if kind != firmware.KindAgent {
 		h := o.hot[kind]
 		if h == nil {
-			return "", fmt.Errorf("bundle is a %s artifact, which this agent cannot swap in (%s)", kind, o.hotKinds())
+			return policy, nil, fmt.Errorf("bundle is a %s artifact, which this agent cannot swap in (%s)", kind, o.hotKinds())
 		}
 		policy.RunningVersion = h.version()
-		v, err := firmware.Open(bundle, policy)
-		if err != nil {
-			return "", err
-		}
-		return h.install(ctx, v)
+		return policy, h.install, nil
 	}
 	if o.running == "" {
-		return "", errors.New("this agent was not started by its boot supervisor (phaseless-agent supervise): an installed slot would never run, so agent updates are refused")
+		return policy, nil, errors.New("this agent was not started by its boot supervisor (phaseless-agent supervise): an installed slot would never run, so agent updates are refused")
 	}
 	policy.RunningVersion = o.slots.State().Versions[o.Slot()]
-	v, err := firmware.Open(bundle, policy)
-	if err != nil {
-		return "", err
-	}
+	return policy, o.installSlot, nil
+}
+
+// installSlot installs an agent build into the inactive slot on trial and
+// restarts into it.
+func (o *Updater) installSlot(_ context.Context, v *firmware.Verified) (string, error) {
 	slot, err := o.slots.Install(v)
 	if err != nil {
 		return "", err

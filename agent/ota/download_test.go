@@ -1,0 +1,330 @@
+package ota
+
+import (
+	"bytes"
+	"context"
+	"crypto/ed25519"
+	"encoding/pem"
+	"math/rand/v2"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/phaseless/phaseless/firmware"
+	"github.com/phaseless/phaseless/transport/fleetwire"
+	"github.com/phaseless/phaseless/transport/linkemu"
+)
+
+// fakeClock's After fires at once and moves the clock by d: waits take no
+// wall-clock time and the clock says how long they would have taken.
+type fakeClock struct {
+	mu  sync.Mutex
+	now time.Time
+}
+
+func (c *fakeClock) Now() time.Time {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.now
+}
+
+func (c *fakeClock) After(d time.Duration) <-chan time.Time {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.now = c.now.Add(d)
+	ch := make(chan time.Time, 1)
+	ch <- c.now
+	return ch
+}
+
+// bundleServer serves bundles by path with range support (as the cloud's
+// artifact endpoint does, through http.ServeContent) and counts the body
+// bytes it writes.
+type bundleServer struct {
+	*httptest.Server
+	mu      sync.Mutex // guards bundles
+	bundles map[string][]byte
+	sent    atomic.Int64
+	onWrite func(total int64) // called after each write, may be nil
+}
+
+type countingWriter struct {
+	http.ResponseWriter
+	s *bundleServer
+}
+
+func (w countingWriter) Write(p []byte) (int, error) {
+	n, err := w.ResponseWriter.Write(p)
+	total := w.s.sent.Add(int64(n))
+	if w.s.onWrite != nil {
+		w.s.onWrite(total)
+	}
+	return n, err
+}
+
+func newBundleServer(t *testing.T) *bundleServer {
+	s := &bundleServer{bundles: map[string][]byte{}}
+	s.Server = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		s.mu.Lock()
+		b, ok := s.bundles[r.URL.Path]
+		s.mu.Unlock()
+		if !ok {
+			http.NotFound(w, r)
+			return
+		}
+		http.ServeContent(countingWriter{w, s}, r, "bundle.plota", time.Time{}, bytes.NewReader(b))
+	}))
+	t.Cleanup(s.Close)
+	return s
+}
+
+func (s *bundleServer) add(t *testing.T, priv ed25519.PrivateKey, path string, m firmware.Manifest, name string, data []byte) int {
+	var b bytes.Buffer
+	if err := firmware.WriteManifest(&b, priv, m, map[string][]byte{name: data}, []string{name}); err != nil {
+		t.Fatal(err)
+	}
+	s.mu.Lock()
+	s.bundles[path] = b.Bytes()
+	s.mu.Unlock()
+	return b.Len()
+}
+
+func testKey(t *testing.T) (string, ed25519.PrivateKey) {
+	pub, priv, _ := ed25519.GenerateKey(nil)
+	p := filepath.Join(t.TempDir(), "ota-pub.pem")
+	if err := os.WriteFile(p, pem.EncodeToMemory(&pem.Block{Type: firmware.PublicKeyPEMType, Bytes: pub}), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return p, priv
+}
+
+func randomBinary(seed uint64, n int) []byte {
+	r := rand.New(rand.NewPCG(seed, 3))
+	b := make([]byte, n)
+	for i := range b {
+		b[i] = byte(r.Uint32())
+	}
+	return b
+}
+
+func update(t *testing.T, o *Updater, u string) (string, error) {
+	t.Helper()
+	return o.Update(context.Background(), fleetwire.Command{ID: u, Name: "update", Args: map[string]string{"url": u}})
+}
+
+const agentFile = "bin/phaseless-agent"
+
+// An agent build that differs from the installed one by a few bytes costs
+// the chunks around the change, assembled in the inactive slot from the
+// other slot's file; a bundle made before chunk lists still installs, as a
+// whole download.
+func TestChunkedUpdateFetchesOnlyChangedChunks(t *testing.T) {
+	pubPath, priv := testKey(t)
+	srv := newBundleServer(t)
+	v2 := randomBinary(1, 3<<20)
+	v3 := append(append(append([]byte{}, v2[:1<<20]...), "one changed line\n"...), v2[1<<20:]...)
+	full2 := srv.add(t, priv, "/2.0", firmware.Manifest{Version: "2.0", Board: "rpi4"}, agentFile, v2)
+	full3 := srv.add(t, priv, "/3.0", firmware.Manifest{Version: "3.0", Board: "rpi4"}, agentFile, v3)
+	full4 := srv.add(t, priv, "/4.0", firmware.Manifest{Version: "4.0", Board: "rpi4", WholeFile: true}, agentFile, v2)
+
+	o, err := Open(Config{DataDir: t.TempDir(), Board: "rpi4", OTAPub: pubPath, Origins: []string{srv.URL}, Slot: "a", Clock: &fakeClock{}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	step := func(name string, full int) int64 {
+		t.Helper()
+		before := srv.sent.Load()
+		out, err := update(t, o, srv.URL+"/"+name)
+		if err != nil {
+			t.Fatalf("update %s: %v", name, err)
+		}
+		if st := o.slots.State(); st.Trial == "" || st.Versions[st.Trial] != name {
+			t.Fatalf("update %s: %q, slots %+v", name, out, st)
+		}
+		if err := o.slots.Commit(); err != nil {
+			t.Fatal(err)
+		}
+		sent := srv.sent.Load() - before
+		st := o.UpdateStatus()
+		if st.State != fleetwire.UpdateInstalled || st.Version != name || st.TransferredBytes != sent || st.FullBytes != int64(full) {
+			t.Errorf("update %s: status %+v, server sent %d of %d", name, st, sent, full)
+		}
+		t.Logf("%s: %d of %d bytes (%.1f%%)", name, sent, full, 100*float64(sent)/float64(full))
+		return sent
+	}
+	if sent := step("2.0", full2); sent < int64(len(v2)) {
+		t.Errorf("first install fetched %d bytes, less than the file", sent)
+	}
+	if sent := step("3.0", full3); sent > int64(full3)/10 {
+		t.Errorf("a 17-byte change fetched %d of %d bytes", sent, full3)
+	}
+	got, err := os.ReadFile(filepath.Join(o.slots.Path("a"), filepath.FromSlash(agentFile)))
+	if err != nil || !bytes.Equal(got, v3) {
+		t.Fatalf("slot a does not hold 3.0: %v", err)
+	}
+	if sent := step("4.0", full4); sent < int64(len(v2)) {
+		t.Errorf("a whole-file bundle fetched %d bytes, less than the file", sent)
+	}
+	if n := o.dl.store.used(); n != 0 {
+		t.Errorf("the chunk store holds %d bytes after the install", n)
+	}
+}
+
+// A download whose link is cut half-way resumes: the cut chunk by a range
+// request from where it stopped, so the whole costs at most one chunk more
+// than planned. The link is transport/linkemu's TCP relay; the cut closes
+// it (resetting the connection) and a new relay takes its place.
+func TestUpdateResumesAfterLinkCut(t *testing.T) {
+	pubPath, priv := testKey(t)
+	srv := newBundleServer(t)
+	data := randomBinary(2, 2<<20)
+	full := srv.add(t, priv, "/2.0", firmware.Manifest{Version: "2.0", Board: "rpi4"}, agentFile, data)
+
+	var mu sync.Mutex // guards relay
+	newRelay := func() *linkemu.TCPRelay {
+		r, err := linkemu.ListenTCP(linkemu.Config{Target: srv.Listener.Addr().String(), Profile: linkemu.Profile{Name: "cut"}, Seed: 1})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return r
+	}
+	relay := newRelay()
+	defer func() { mu.Lock(); relay.Close(); mu.Unlock() }()
+	var cut atomic.Bool
+	srv.onWrite = func(total int64) {
+		if total >= int64(full)/2 && cut.CompareAndSwap(false, true) {
+			mu.Lock()
+			old := relay
+			relay = newRelay()
+			mu.Unlock()
+			old.Close()
+		}
+	}
+	o, err := Open(Config{DataDir: t.TempDir(), Board: "rpi4", OTAPub: pubPath, Origins: []string{srv.URL}, Slot: "a", Clock: &fakeClock{}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	o.client.Transport = &http.Transport{DialContext: func(ctx context.Context, network, _ string) (net.Conn, error) {
+		mu.Lock()
+		addr := relay.Addr().String()
+		mu.Unlock()
+		var d net.Dialer
+		return d.DialContext(ctx, network, addr)
+	}}
+	defer o.client.CloseIdleConnections()
+	if _, err := update(t, o, srv.URL+"/2.0"); err != nil {
+		t.Fatal(err)
+	}
+	if !cut.Load() {
+		t.Fatal("the link was never cut")
+	}
+	got, err := os.ReadFile(filepath.Join(o.slots.Path("b"), filepath.FromSlash(agentFile)))
+	if err != nil || !bytes.Equal(got, data) {
+		t.Fatalf("slot b: %v", err)
+	}
+	st := o.UpdateStatus()
+	if extra := st.TransferredBytes - st.PlannedBytes; extra < 0 || extra > 256<<10 {
+		t.Errorf("planned %d bytes, fetched %d: %d more than one chunk (256 KiB at most)", st.PlannedBytes, st.TransferredBytes, extra)
+	}
+	t.Logf("planned %d, device fetched %d, server sent %d", st.PlannedBytes, st.TransferredBytes, srv.sent.Load())
+}
+
+// update-bandwidth holds a download to its rate: by the fake clock the
+// pacer waits on, the bytes fetched over the time it took are at most the
+// cap (plus the one second of burst the bucket holds).
+func TestUpdateBandwidthCap(t *testing.T) {
+	pubPath, priv := testKey(t)
+	srv := newBundleServer(t)
+	srv.add(t, priv, "/2.0", firmware.Manifest{Version: "2.0", Board: "rpi4"}, agentFile, randomBinary(3, 1<<20))
+	clock := &fakeClock{now: time.Unix(1e9, 0)}
+	const rate = 100 << 10
+	o, err := Open(Config{DataDir: t.TempDir(), Board: "rpi4", OTAPub: pubPath, Origins: []string{srv.URL}, Slot: "a", Clock: clock, Link: LinkPolicy{Bandwidth: rate}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	start := clock.Now()
+	if _, err := update(t, o, srv.URL+"/2.0"); err != nil {
+		t.Fatal(err)
+	}
+	took := clock.Now().Sub(start).Seconds()
+	st := o.UpdateStatus()
+	if st.Bandwidth != rate {
+		t.Errorf("status reports bandwidth %d", st.Bandwidth)
+	}
+	if limit := float64(rate) * (took + 1); float64(st.TransferredBytes) > limit {
+		t.Errorf("%d bytes in %.1f s at a cap of %d bytes/s", st.TransferredBytes, took, rate)
+	}
+	if want := float64(st.TransferredBytes)/rate - 1; took < want {
+		t.Errorf("took %.1f s, want at least %.1f", took, want)
+	}
+	t.Logf("%d bytes in %.1f s of the fake clock (cap %d B/s)", st.TransferredBytes, took, rate)
+}
+
+// On a metered link with update-on-metered defer, an update fetches
+// nothing and is reported deferred; when the policy allows it, RunPending
+// downloads and installs it.
+func TestMeteredUpdateDeferred(t *testing.T) {
+	pubPath, priv := testKey(t)
+	srv := newBundleServer(t)
+	srv.add(t, priv, "/2.0", firmware.Manifest{Version: "2.0", Board: "rpi4"}, agentFile, randomBinary(4, 100<<10))
+	o, err := Open(Config{DataDir: t.TempDir(), Board: "rpi4", OTAPub: pubPath, Origins: []string{srv.URL}, Slot: "a", Clock: &fakeClock{}, Link: LinkPolicy{Metered: true}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	out, err := update(t, o, srv.URL+"/2.0")
+	if err != nil || !strings.Contains(out, "deferred") {
+		t.Fatalf("update on a metered link: %q %v", out, err)
+	}
+	if st := o.UpdateStatus(); st.State != fleetwire.UpdateDeferred || !st.Metered || st.OnMetered != MeteredDefer || srv.sent.Load() != 0 {
+		t.Fatalf("status %+v, %d bytes sent", st, srv.sent.Load())
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { defer close(done); o.RunPending(ctx) }()
+	defer func() { cancel(); <-done }()
+	o.SetLink(LinkPolicy{Metered: true, OnMetered: MeteredAllow})
+	deadline := time.Now().Add(10 * time.Second)
+	for o.UpdateStatus().State != fleetwire.UpdateInstalled {
+		if time.Now().After(deadline) {
+			t.Fatalf("not installed after the policy allowed it: %+v", o.UpdateStatus())
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	if st := o.slots.State(); st.Trial != "b" || st.Versions["b"] != "2.0" {
+		t.Fatalf("slots %+v", st)
+	}
+}
+
+// An update that does not fit the free space is refused before its
+// download, with a status that says so.
+func TestUpdateRefusedWhenDiskFull(t *testing.T) {
+	pubPath, priv := testKey(t)
+	srv := newBundleServer(t)
+	full := srv.add(t, priv, "/2.0", firmware.Manifest{Version: "2.0", Board: "rpi4"}, agentFile, randomBinary(5, 1<<20))
+	o, err := Open(Config{DataDir: t.TempDir(), Board: "rpi4", OTAPub: pubPath, Origins: []string{srv.URL}, Slot: "a", Clock: &fakeClock{}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	o.dl.free = func(string) (int64, error) { return 1 << 20, nil } // less than chunks + file
+	_, err = update(t, o, srv.URL+"/2.0")
+	if err == nil || !strings.Contains(err.Error(), "refused before download") {
+		t.Fatalf("update on a full disk: %v", err)
+	}
+	st := o.UpdateStatus()
+	if st.State != fleetwire.UpdateRefused || !strings.Contains(st.Error, "free") {
+		t.Fatalf("status %+v", st)
+	}
+	if sent := srv.sent.Load(); sent > int64(full)/10 {
+		t.Errorf("a refused update fetched %d of %d bytes", sent, full)
+	}
+	if o.slots.State().Trial != "" {
+		t.Fatal("a refused update was installed")
+	}
+}
