@@ -85,8 +85,14 @@ type Config struct {
 	NetWatch      time.Duration
 	TelemetryRate float64 // records per second the fleet uplink sends at most (500)
 	TelemetryMax  int     // records the telemetry buffer keeps before dropping the oldest (200,000)
-	AdminListen   string  // pprof and /metrics on their own listener; empty = off
-	OTLP          cli.URL // OTLP/HTTP collector for request spans (tracing.go); parsed when set
+	// UpdateBandwidth caps update downloads in bytes per second (0: no
+	// cap); UpdateOnMetered is "defer" or "allow" for a metered link, and
+	// Metered says the link is metered (agent/ota.LinkPolicy).
+	UpdateBandwidth int64
+	UpdateOnMetered string
+	Metered         bool
+	AdminListen     string  // pprof and /metrics on their own listener; empty = off
+	OTLP            cli.URL // OTLP/HTTP collector for request spans (tracing.go); parsed when set
 	// HTTPLimits bounds the local API's connections, on the TCP listener
 	// and the socket each (timeouts, a cap; internal/httplimit). Zero
 	// fields: the defaults, with MaxConns DefaultHTTPMaxConns.
@@ -145,6 +151,9 @@ func (c *Config) FillDefaults() {
 	if c.TelemetryRate == 0 {
 		c.TelemetryRate = 500
 	}
+	if c.UpdateOnMetered == "" {
+		c.UpdateOnMetered = ota.MeteredDefer
+	}
 	if c.TelemetryMax == 0 {
 		c.TelemetryMax = 200_000
 	}
@@ -189,8 +198,16 @@ func (c *Config) Fields() cli.Fields {
 		{Flag: "allow-origin", Go: "AllowOrigins", Value: &c.AllowOrigins, Usage: "browser origin (scheme://host[:port]) allowed to call the local API (repeatable; others get 403)"},
 		{Flag: "telemetry-rate", Go: "TelemetryRate", Value: &c.TelemetryRate, Usage: "most telemetry records per second the fleet uplink sends (draining a backlog)"},
 		{Flag: "telemetry-max-records", Go: "TelemetryMax", Value: &c.TelemetryMax, Usage: "telemetry records kept on the device while offline; the oldest go first"},
+		{Flag: "update-bandwidth", Go: "UpdateBandwidth", Value: &c.UpdateBandwidth, Usage: "most bytes per second update downloads use (0 = no cap)"},
+		{Flag: "update-on-metered", Go: "UpdateOnMetered", Value: &c.UpdateOnMetered, Usage: "what an update does on a metered link (--metered): defer (wait until the link is not metered) or allow"},
+		{Flag: "metered", Go: "Metered", Value: &c.Metered, Usage: "the device's link is metered (cellular): updates follow update-on-metered"},
 		{Flag: "admin-listen", Go: "AdminListen", Value: &c.AdminListen, Usage: "diagnostics listener: Go pprof at /debug/pprof/ and /metrics, unauthenticated (keep it on loopback); empty disables it"},
 	}, c.HTTPLimits.Fields("HTTPLimits.")...)
+}
+
+// linkPolicy is the update link policy the config sets.
+func (c *Config) linkPolicy() ota.LinkPolicy {
+	return ota.LinkPolicy{Bandwidth: c.UpdateBandwidth, OnMetered: c.UpdateOnMetered, Metered: c.Metered}
 }
 
 // RegisterFlags fills c's defaults and binds its fields to fs.
@@ -271,6 +288,12 @@ func (c *Config) Validate() error {
 	}
 	if err := (httpapi.LocalGuard{Origins: c.AllowOrigins}).Validate(); err != nil {
 		return &cli.FieldError{Field: "AllowOrigins", Err: err}
+	}
+	if c.UpdateBandwidth < 0 {
+		return &cli.FieldError{Field: "UpdateBandwidth", Err: fmt.Errorf("%d must not be negative", c.UpdateBandwidth)}
+	}
+	if c.UpdateOnMetered != ota.MeteredDefer && c.UpdateOnMetered != ota.MeteredAllow {
+		return &cli.FieldError{Field: "UpdateOnMetered", Err: fmt.Errorf("%q: want defer or allow", c.UpdateOnMetered)}
 	}
 	if c.TelemetryRate <= 0 {
 		return &cli.FieldError{Field: "TelemetryRate", Err: fmt.Errorf("%g must be positive", c.TelemetryRate)}
@@ -358,7 +381,7 @@ func New(cfg Config, log *slog.Logger) (a *Agent, err error) {
 	if a.ota, err = ota.Open(ota.Config{
 		DataDir: cfg.DataDir, Board: cfg.Board, OTAPub: cfg.OTAPub, Origins: cfg.OTAOrigins, Slot: os.Getenv(firmware.EnvSlot),
 		Restart: func() { restartOnce.Do(func() { close(a.restartc) }) },
-		Changed: a.publishStatus, Log: log,
+		Changed: a.publishStatus, Log: log, Link: cfg.linkPolicy(),
 	}); err != nil {
 		return nil, err
 	}
@@ -381,7 +404,7 @@ func New(cfg Config, log *slog.Logger) (a *Agent, err error) {
 	a.pred = pred
 	// Router and edge models the fleet installed replace what the flags
 	// name (a rollout's purpose), from the last run's kept install.
-	inForce, err := a.ota.OpenArtifacts(context.Background(), ota.Targets{Router: pred, Engine: a.engine.swap, EngineConfig: a.engine.engineCfg})
+	inForce, err := a.ota.OpenArtifacts(context.Background(), ota.Targets{Router: pred, Engine: a.engine.swap, EngineConfig: a.engine.engineCfg, RouterOwn: routerSource(cfg.Predictor), ModelOwn: modelSource(cfg)})
 	if err != nil {
 		return nil, err
 	}
@@ -474,6 +497,18 @@ func New(cfg Config, log *slog.Logger) (a *Agent, err error) {
 
 // loadPredictor returns the router model named by --predictor: the shipped
 // one by default, a file, or the entropy rule.
+// routerSource and modelSource are what the agent started with, whose
+// chunks an update of that kind need not fetch.
+func routerSource(spec string) ota.Source {
+	switch spec {
+	case "entropy":
+		return ota.Source{}
+	case "":
+		return ota.Source{Bytes: predictor.Shipped(), Name: "predictor.onnx"}
+	}
+	return ota.Source{Path: spec}
+}
+
 func loadPredictor(spec string) (*predictor.Swappable, string, error) {
 	switch spec {
 	case "entropy":
@@ -504,7 +539,7 @@ func (a *Agent) newFleetClient() (*fleetclient.Client, error) {
 	fc := fleetclient.Config{
 		BrokerURL: a.cfg.MQTT, DeviceID: a.cfg.DeviceID, Version: cli.Version, Board: a.cfg.Board,
 		Store: a.store, StatePath: filepath.Join(a.cfg.DataDir, "fleet.db"), Logger: a.log, // the client names its component itself
-		Slot: a.ota.Slot, Artifacts: a.ota.Artifacts, Trial: a.ota.OnTrial, RouterBound: a.routerBound,
+		Slot: a.ota.Slot, Artifacts: a.ota.Artifacts, Trial: a.ota.OnTrial, RouterBound: a.routerBound, Update: a.ota.UpdateStatus,
 		UplinkRate: a.cfg.TelemetryRate, OnConfig: a.applyDesired,
 	}
 	if a.cfg.PKIDir != "" {
@@ -653,6 +688,7 @@ func (a *Agent) Run(ctx context.Context) error {
 		go func() {
 			var watch sync.WaitGroup
 			watch.Go(func() { a.ota.WatchCommit(fleetCtx, a.fleet.PublishStatus) })
+			watch.Go(func() { a.ota.RunPending(fleetCtx) })
 			err := a.fleet.Run(fleetCtx)
 			watch.Wait()
 			fleetDone <- err

@@ -38,6 +38,9 @@ var deviceSettings = []deviceSetting{
 	{"shadow-share", true},
 	{"router-alpha", true},
 	{"log-level", true},
+	{"update-bandwidth", true},
+	{"update-on-metered", true},
+	{"metered", true},
 	{"cloud", false},
 	{"cloud-first-token-timeout", false},
 	{"cloud-retry-max", false},
@@ -181,6 +184,10 @@ func (a *Agent) applyDesired(_ context.Context, dc fleetwire.DesiredConfig) ([]s
 	if next.ShadowShare != a.running.ShadowShare {
 		a.shadow.SetShare(next.ShadowShare)
 		a.running.ShadowShare = next.ShadowShare
+	}
+	if l := next.linkPolicy(); l != a.running.linkPolicy() {
+		a.ota.SetLink(l)
+		a.running.UpdateBandwidth, a.running.UpdateOnMetered, a.running.Metered = next.UpdateBandwidth, next.UpdateOnMetered, next.Metered
 	}
 	if level == "" {
 		level = a.startLevel

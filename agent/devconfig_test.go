@@ -105,7 +105,17 @@ func TestFleetConfigApplies(t *testing.T) {
 		t.Fatalf("bound %q with router-alpha and no cloud, want %q", got, fleetwire.RouterBoundSuspended)
 	}
 
+	// The update link policy applies live and the status reports it.
+	if r := reported(set("route-threshold", "0.8", "cloud-first-token-timeout", "4s", "log-level", "debug", "route-mode", "cloud", "router-alpha", "0.05",
+		"update-bandwidth", "50000", "update-on-metered", "allow", "metered", "true")); !r.Applied {
+		t.Fatalf("update link policy refused: %+v", r)
+	}
+	if st := a.ota.UpdateStatus(); st.Bandwidth != 50000 || st.OnMetered != "allow" || !st.Metered {
+		t.Fatalf("update status %+v after the link policy was set", st)
+	}
+
 	for _, bad := range [][]string{
+		{"update-on-metered", "sometimes"},        // not a policy
 		{"route-mode", "sideways"},                // not a mode
 		{"route-threshold", "1.5"},                // out of range
 		{"local-queue", "many"},                   // does not parse

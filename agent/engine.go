@@ -53,6 +53,18 @@ type localEngine struct {
 // install. It is 1.6 MiB of the agent's size budget.
 func defaultModel() (*lm.Model, error) { return edgemodel.Open() }
 
+// modelSource is the edge model the agent started with, whose chunks an
+// edge-model update need not fetch.
+func modelSource(cfg Config) ota.Source {
+	switch {
+	case cfg.LocalURL != "":
+		return ota.Source{}
+	case cfg.Model != "":
+		return ota.Source{Path: cfg.Model}
+	}
+	return ota.Source{Bytes: edgemodel.GGUF(), Name: "edge.gguf"}
+}
+
 // openEngine builds the local engine from the config: an OpenAI-compatible
 // server by URL, the built-in engine with --model, or the shipped edge model.
 func openEngine(cfg Config) (*localEngine, error) {
