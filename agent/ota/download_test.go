@@ -18,6 +18,7 @@ import (
 	"time"
 
 	"github.com/phaseless/phaseless/firmware"
+	"github.com/phaseless/phaseless/internal/crashtest"
 	"github.com/phaseless/phaseless/transport/fleetwire"
 	"github.com/phaseless/phaseless/transport/linkemu"
 )
@@ -327,4 +328,67 @@ func TestUpdateRefusedWhenDiskFull(t *testing.T) {
 	if o.slots.State().Trial != "" {
 		t.Fatal("a refused update was installed")
 	}
+}
+
+// A download killed with SIGKILL half-way resumes in the next process:
+// it fetches only what the first one had not stored (whole chunks and the
+// bytes of the chunk it was in), then installs.
+func TestUpdateResumesAfterKill(t *testing.T) {
+	data := randomBinary(6, 2<<20)
+	if crashtest.IsChild(t) {
+		crashtest.Start(t, "", 0, func(arg string, ack *crashtest.Acker) {
+			p := strings.Split(arg, "|")
+			o, err := Open(Config{DataDir: p[0], Board: "rpi4", OTAPub: p[2], Origins: []string{p[1]}, Slot: "a", Link: LinkPolicy{Bandwidth: 1 << 20}})
+			if err != nil {
+				crashtest.Fail("open: %v", err)
+			}
+			go func() {
+				for {
+					if st := o.UpdateStatus(); st.PlannedBytes > 0 && st.TransferredBytes >= st.PlannedBytes/2 {
+						ack.Ack("half")
+						return
+					}
+					time.Sleep(5 * time.Millisecond)
+				}
+			}()
+			_, err = update(t, o, p[1]+"/2.0")
+			crashtest.Fail("the download finished before the kill: %v", err)
+		})
+	}
+	pubPath, priv := testKey(t)
+	srv := newBundleServer(t)
+	srv.add(t, priv, "/2.0", firmware.Manifest{Version: "2.0", Board: "rpi4"}, agentFile, data)
+	dir := t.TempDir()
+	p := crashtest.Start(t, dir+"|"+srv.URL+"|"+pubPath, 0, nil)
+	p.Ack()
+	p.Kill()
+
+	o, err := Open(Config{DataDir: dir, Board: "rpi4", OTAPub: pubPath, Origins: []string{srv.URL}, Slot: "a", Clock: &fakeClock{}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	st := o.UpdateStatus()
+	held := o.dl.store.used()
+	if st.State != fleetwire.UpdateDownloading || held < st.PlannedBytes/4 {
+		t.Fatalf("after the kill: status %+v, %d bytes stored", st, held)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { defer close(done); o.RunPending(ctx) }()
+	defer func() { cancel(); <-done }()
+	deadline := time.Now().Add(20 * time.Second)
+	for o.UpdateStatus().State != fleetwire.UpdateInstalled {
+		if time.Now().After(deadline) {
+			t.Fatalf("not resumed: %+v", o.UpdateStatus())
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	got, err := os.ReadFile(filepath.Join(o.slots.Path("b"), filepath.FromSlash(agentFile)))
+	if err != nil || !bytes.Equal(got, data) {
+		t.Fatalf("slot b after the resumed download: %v", err)
+	}
+	if fetched, want := o.dl.got.Load(), st.PlannedBytes-held; fetched > want {
+		t.Errorf("the resumed download fetched %d bytes; %d were planned and %d stored before the kill", fetched, st.PlannedBytes, held)
+	}
+	t.Logf("planned %d, stored before the kill %d, fetched after it %d", st.PlannedBytes, held, o.dl.got.Load())
 }
