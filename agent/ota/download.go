@@ -233,8 +233,10 @@ func (o *Updater) download(ctx context.Context, u *url.URL) (string, error) {
 	case errors.As(err, &stalled) || ctx.Err() != nil:
 		// The link went away: the chunks fetched so far stay, and
 		// RunPending (or the next start) resumes the download.
+		// Not a failure: a rollout waits for the device (within its
+		// update timeout) rather than counting a tunnel as a bad update.
 		d.set(func(st *fleetwire.UpdateStatus) { st.Error = err.Error() })
-		err = fmt.Errorf("%w; the download resumes in the background", err)
+		msg, err = fmt.Sprintf("%v; the download resumes in the background", err), nil
 	default:
 		d.set(func(st *fleetwire.UpdateStatus) {
 			if st.State != fleetwire.UpdateRefused {

@@ -114,6 +114,20 @@ func rolloutList(ctx context.Context, cio cli.IO, args []string) error {
 	return tw.Flush()
 }
 
+// byteCount is n in the largest unit that keeps it at least 1.
+func byteCount(n int64) string {
+	const unit = 1024
+	if n < unit {
+		return strconv.FormatInt(n, 10) + " B"
+	}
+	div, exp := int64(unit), 0
+	for m := n / unit; m >= unit; m /= unit {
+		div *= unit
+		exp++
+	}
+	return strconv.FormatFloat(float64(n)/float64(div), 'f', 1, 64) + " " + string("KMGTPE"[exp]) + "iB"
+}
+
 func pct(f float64) string { return strconv.FormatFloat(f*100, 'g', 4, 64) + "%" }
 
 func rolloutStatus(ctx context.Context, cio cli.IO, args []string) error {
@@ -151,6 +165,12 @@ func rolloutStatus(ctx context.Context, cio cli.IO, args []string) error {
 		strings.Join(stages, " → "), time.Duration(r.Spec.Soak), pct(r.Spec.FailureLimit()), r.Selected)
 	fmt.Fprintf(w, "  this stage: %d devices, %d succeeded, %d failed, %d updating\n", p.StageDevices, p.StageSucceeded, p.StageFailed, p.StageUpdating)
 	fmt.Fprintf(w, "  overall: %d succeeded, %d failed, %d updating\n", p.Succeeded, p.Failed, p.Updating)
+	for i, b := range r.Bytes() {
+		if i > r.Stage && b == (fleetapi.StageBytes{}) {
+			break
+		}
+		fmt.Fprintf(w, "  stage %d bytes: %s planned of %s whole bundles, %s transferred\n", i+1, byteCount(b.Planned), byteCount(b.Full), byteCount(b.Transferred))
+	}
 	var failed []string
 	for id, d := range r.Devices {
 		if d.State == fleetapi.DeviceFailed {

@@ -39,7 +39,7 @@ func TestRolloutMaxFailures(t *testing.T) {
 		t.Fatalf("%v\n%s", err, out)
 	}
 	id := strings.TrimSuffix(strings.Fields(out)[1], ":")
-	if out, err := runCtl(t, "fleet", "rollout", "status", "--cloud", srv.URL, id); err != nil || !strings.Contains(out, "max failures 0%") {
+	if out, err := runCtl(t, "fleet", "rollout", "status", "--cloud", srv.URL, id); err != nil || !strings.Contains(out, "max failures 0%") || !strings.Contains(out, "stage 1 bytes: 0 B planned of 0 B whole bundles, 0 B transferred") {
 		t.Errorf("rollout status: %v\n%s", err, out)
 	}
 
@@ -64,6 +64,14 @@ func TestRolloutMaxFailures(t *testing.T) {
 		resp.Body.Close()
 		if err != nil || resp.StatusCode/100 != 2 || r.Spec.MaxFailures == nil || *r.Spec.MaxFailures != tt.want {
 			t.Errorf("POST %s: %d %v, max_failures %v, want %g", tt.body, resp.StatusCode, err, r.Spec.MaxFailures, tt.want)
+		}
+	}
+}
+
+func TestByteCount(t *testing.T) {
+	for n, want := range map[int64]string{0: "0 B", 1023: "1023 B", 1024: "1.0 KiB", 80 << 10: "80.0 KiB", 3 << 20: "3.0 MiB", 5 << 30: "5.0 GiB"} {
+		if got := byteCount(n); got != want {
+			t.Errorf("byteCount(%d) = %q, want %q", n, got, want)
 		}
 	}
 }

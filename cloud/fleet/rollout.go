@@ -310,6 +310,9 @@ func judge(r *Rollout, rd *RolloutDevice, d *Device, now time.Time) {
 		}
 	}
 	fail := func(why string) { rd.State, rd.Error, rd.UpdatedAt = DeviceFailed, why, now }
+	if u := d.Status.UpdateOf(r.URL); u != nil {
+		rd.FullBytes, rd.PlannedBytes, rd.TransferredBytes = u.FullBytes, u.PlannedBytes, u.TransferredBytes
+	}
 	running := d.Status.Running(r.Kind)
 	switch {
 	case rd.State == DeviceSucceeded:

@@ -499,3 +499,19 @@ func waitUntil(cond func() bool) bool {
 	}
 	return false
 }
+
+// A rollout copies each device's download of its bundle (the status's
+// update, for the rollout's URL only) and sums it per stage.
+func TestRolloutCountsBytesPerStage(t *testing.T) {
+	now := time.Date(2026, 12, 1, 8, 0, 0, 0, time.UTC)
+	devs := registry(2, "b", "1.0")
+	r := &Rollout{ID: "r-3", Kind: "model", Version: "2.0", URL: "http://cloud/v1/fleet/artifacts/a1", State: RolloutRunning, Devices: map[string]*RolloutDevice{},
+		Spec: RolloutSpec{Artifact: "a1", Stages: []float64{1}, MaxFailures: new(0.5), UpdateTimeout: Duration(time.Hour)}}
+	planRollout(r, devs, now)
+	devs[0].Status.Update = &fleetwire.UpdateStatus{URL: r.URL, State: fleetwire.UpdateDownloading, FullBytes: 1000, PlannedBytes: 40, TransferredBytes: 20}
+	devs[1].Status.Update = &fleetwire.UpdateStatus{URL: "http://cloud/v1/fleet/artifacts/other", FullBytes: 9999, PlannedBytes: 9999, TransferredBytes: 9999}
+	planRollout(r, devs, now.Add(time.Minute))
+	if b := r.Bytes(); len(b) != 1 || b[0] != (StageBytes{Full: 1000, Planned: 40, Transferred: 20}) {
+		t.Fatalf("stage bytes %+v", b)
+	}
+}

@@ -15,6 +15,7 @@ type (
 	Rollout         = fleetapi.Rollout
 	RolloutSpec     = fleetapi.RolloutSpec
 	RolloutDevice   = fleetapi.RolloutDevice
+	StageBytes      = fleetapi.StageBytes
 	RolloutAction   = fleetapi.RolloutAction
 	LabelUpdate     = fleetapi.LabelUpdate
 	ArtifactInfo    = fleetapi.ArtifactInfo

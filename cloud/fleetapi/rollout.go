@@ -88,6 +88,32 @@ type RolloutDevice struct {
 	Error     string    `json:"error,omitempty"`
 	IssuedAt  time.Time `json:"issued_at"`
 	UpdatedAt time.Time `json:"updated_at"`
+	// The device's download of the artifact, from its status
+	// (fleetwire.UpdateStatus): the whole bundle, what the device had to
+	// fetch of it (chunks it held nowhere) and what it fetched so far.
+	FullBytes        int64 `json:"full_bytes,omitempty"`
+	PlannedBytes     int64 `json:"planned_bytes,omitempty"`
+	TransferredBytes int64 `json:"transferred_bytes,omitempty"`
+}
+
+// StageBytes sums a stage's downloads (RolloutDevice's byte counts).
+type StageBytes struct {
+	Full, Planned, Transferred int64
+}
+
+// Bytes sums the downloads of r's devices per stage (index = stage).
+func (r *Rollout) Bytes() []StageBytes {
+	out := make([]StageBytes, len(r.Spec.Stages))
+	for _, d := range r.Devices {
+		if d.Stage < 0 || d.Stage >= len(out) {
+			continue
+		}
+		b := &out[d.Stage]
+		b.Full += d.FullBytes
+		b.Planned += d.PlannedBytes
+		b.Transferred += d.TransferredBytes
+	}
+	return out
 }
 
 // Progress counts a rollout's devices by state, for its current stage and

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/phaseless/phaseless/cloud/fleet"
+	"github.com/phaseless/phaseless/transport/fleetwire"
 )
 
 // Rollout is one update going out to devices, as the rollouts page shows it.
@@ -40,6 +41,19 @@ type RolloutStage struct {
 	Name                  string
 	Current               bool
 	Devices, Done, Failed int
+	// Bytes of the stage's downloads, from the devices' statuses: the
+	// whole bundles, what the devices had to fetch (the chunks they held
+	// nowhere), and what they fetched so far.
+	Full, Planned, Transferred int64
+}
+
+// add counts a device's download of the rollout's bundle.
+func (s *RolloutStage) add(u *fleetwire.UpdateStatus) {
+	if u != nil {
+		s.Full += u.FullBytes
+		s.Planned += u.PlannedBytes
+		s.Transferred += u.TransferredBytes
+	}
 }
 
 // Pending is how many of the stage's devices have not answered yet.
@@ -87,6 +101,7 @@ func updatesAsRollouts(devs []*fleet.Device, detail func(id string) (*fleet.Devi
 			}
 			st := &r.Stages[0]
 			st.Devices++
+			st.add(full.Status.UpdateOf(u))
 			switch c.State {
 			case fleet.CommandDone:
 				st.Done++
@@ -138,6 +153,9 @@ func stagedView(r *fleet.Rollout) Rollout {
 		}
 		st := &v.Stages[d.Stage]
 		st.Devices++
+		st.Full += d.FullBytes
+		st.Planned += d.PlannedBytes
+		st.Transferred += d.TransferredBytes
 		switch d.State {
 		case fleet.DeviceSucceeded:
 			st.Done++

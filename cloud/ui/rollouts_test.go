@@ -94,13 +94,16 @@ func TestStagedRolloutPage(t *testing.T) {
 	r := &fleet.Rollout{ID: "r1", Kind: "agent", Version: "1.5.0", State: fleet.RolloutRunning, Stage: 1, Created: t0, Updated: t0,
 		Spec: fleet.RolloutSpec{Stages: []float64{0.1, 1}},
 		Devices: map[string]*fleet.RolloutDevice{
-			"car-1": {Stage: 0, State: fleet.DeviceSucceeded},
+			"car-1": {Stage: 0, State: fleet.DeviceSucceeded, FullBytes: 3 << 20, PlannedBytes: 80 << 10, TransferredBytes: 80 << 10},
 			"car-2": {Stage: 1, State: fleet.DeviceFailed, Error: "signature", Command: "c9", UpdatedAt: t0},
 			"car-3": {Stage: 1, State: fleet.DeviceUpdating},
 		}}
 	v := stagedView(r)
 	if len(v.Stages) != 2 || v.Stages[0].Done != 1 || v.Stages[1].Devices != 2 || v.Stages[1].Failed != 1 || !v.Stages[1].Current || v.Stages[1].Pending() != 1 {
 		t.Fatalf("stages %+v", v.Stages)
+	}
+	if st := v.Stages[0]; st.Full != 3<<20 || st.Planned != 80<<10 || st.Transferred != 80<<10 {
+		t.Fatalf("stage 1 bytes %+v", st)
 	}
 	if len(v.Failures) != 1 || v.Failures[0].Device != "car-2" || strings.Join(v.Actions, ",") != "paused,aborted" {
 		t.Fatalf("failures %+v actions %v", v.Failures, v.Actions)
@@ -112,7 +115,7 @@ func TestStagedRolloutPage(t *testing.T) {
 	}
 	rec := httptest.NewRecorder()
 	s.ServeHTTP(rec, httptest.NewRequest("GET", "/ui/rollouts", nil))
-	if body := rec.Body.String(); rec.Code != 200 || !strings.Contains(body, "agent 1.5.0") || !strings.Contains(body, `value="paused"`) || !strings.Contains(body, "signature") {
+	if body := rec.Body.String(); rec.Code != 200 || !strings.Contains(body, "agent 1.5.0") || !strings.Contains(body, `value="paused"`) || !strings.Contains(body, "signature") || !strings.Contains(body, "80.0 KiB / 3.0 MiB") {
 		t.Fatalf("page %d:\n%s", rec.Code, body)
 	}
 	session := rec.Result().Cookies()

@@ -45,6 +45,17 @@ var funcs = template.FuncMap{
 		return string(b)
 	},
 	"ms": func(v float64) string { return strconv.FormatFloat(v, 'f', 1, 64) + " ms" },
+	"bytes": func(n int64) string {
+		switch {
+		case n >= 1<<30:
+			return strconv.FormatFloat(float64(n)/(1<<30), 'f', 2, 64) + " GiB"
+		case n >= 1<<20:
+			return strconv.FormatFloat(float64(n)/(1<<20), 'f', 1, 64) + " MiB"
+		case n >= 1<<10:
+			return strconv.FormatFloat(float64(n)/(1<<10), 'f', 1, 64) + " KiB"
+		}
+		return strconv.FormatInt(n, 10) + " B"
+	},
 }
 
 // routeMix counts where a device's recent requests ran.

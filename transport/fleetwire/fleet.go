@@ -236,6 +236,15 @@ type UpdateStatus struct {
 	Metered   bool   `json:"metered,omitempty"`
 }
 
+// UpdateOf is the device's download of the bundle at url, nil when its
+// status reports another or none (or s is nil).
+func (s *Status) UpdateOf(url string) *UpdateStatus {
+	if s == nil || s.Update == nil || s.Update.URL != url {
+		return nil
+	}
+	return s.Update
+}
+
 // UpdateStatus.State's values.
 const (
 	UpdateDownloading = "downloading"
