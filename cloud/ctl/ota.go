@@ -102,6 +102,19 @@ func otaSign(_ context.Context, cio cli.IO, args []string) error {
 		rollback = ", a signed rollback from " + *rollbackFrom
 	}
 	fmt.Fprintf(cio.Stdout, "wrote %s: %s version %s, board %s, %d files%s\n", *out, *kind, *version, *board, len(names), rollback)
+	// The chunks are what a device fetches of the files it lacks.
+	bf, err := os.Open(*out)
+	if err != nil {
+		return err
+	}
+	defer bf.Close()
+	m, err := firmware.Inspect(bf, nil)
+	if err != nil {
+		return err
+	}
+	for _, mf := range m.Files {
+		fmt.Fprintf(cio.Stdout, "  %s: %d bytes in %d chunks (%s)\n", mf.Name, mf.Size, len(mf.Chunks), mf.Chunking)
+	}
 	return nil
 }
 

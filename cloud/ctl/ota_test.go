@@ -32,8 +32,8 @@ func TestOTAKeygenSignVerify(t *testing.T) {
 	if _, err := runCtl(t, "ota", "keygen", "--dir", dir); err == nil {
 		t.Fatal("keygen replaced an existing signing key")
 	}
-	if _, err := runCtl(t, "ota", "sign", "--key", filepath.Join(dir, "ota-key.pem"), "--version", "1.3", "--board", "rpi4", "--out", bundle, payload); err != nil {
-		t.Fatal(err)
+	if out, err := runCtl(t, "ota", "sign", "--key", filepath.Join(dir, "ota-key.pem"), "--version", "1.3", "--board", "rpi4", "--out", bundle, payload); err != nil || !strings.Contains(out, "agent.bin: 9 bytes in 1 chunks (cdc-v1)") {
+		t.Fatalf("sign: %v\n%s", err, out)
 	}
 	out, err := runCtl(t, "ota", "verify", "--pub", filepath.Join(dir, "ota-pub.pem"), "--board", "rpi4", "--running", "1.2", bundle)
 	if err != nil || !strings.Contains(out, "version 1.3") {
