@@ -198,11 +198,13 @@ type plannedChunk struct {
 func newPlan(m firmware.Manifest, header int64, ix localIndex, store *chunkStore) *plan {
 	p := &plan{m: m, header: header}
 	at := header
+	counted := map[string]bool{} // a chunk that repeats is fetched once
 	for _, f := range m.Files {
 		for _, c := range f.Chunks {
 			_, local := ix[c.SHA256]
 			pc := plannedChunk{Chunk: c, at: at, fetch: !local}
-			if pc.fetch && !store.has(c.SHA256) {
+			if pc.fetch && !counted[c.SHA256] && !store.has(c.SHA256) {
+				counted[c.SHA256] = true
 				p.missing += c.Size
 			}
 			p.chunks = append(p.chunks, pc)

@@ -43,12 +43,6 @@ func (l LinkPolicy) allowed() bool { return !l.Metered || l.OnMetered == Metered
 
 // Download tuning.
 const (
-	// headerProbe is the first range a device asks for: the manifest of a
-	// file of a few MB fits; a bigger one's rest (a 400 MB model's manifest
-	// is ~70 KB) is a second request. What the probe holds past the header
-	// is payload: a bundle read whole continues after it, a chunked one
-	// loses at most this much.
-	headerProbe = 16 << 10
 	// stallsBeforeBackground is how many consecutive failed attempts of a
 	// chunk (none of which fetched a byte) the update command waits out
 	// before it returns and leaves the download to RunPending, so a dead
@@ -395,7 +389,7 @@ func (o *Updater) localChunks(kind string) localIndex {
 // the probe); a server that answers 200 instead ignores ranges, and its
 // body (the whole bundle) comes back to be read as it is.
 func (o *Updater) fetchHeader(ctx context.Context, u *url.URL) (hdr, probe []byte, whole io.ReadCloser, err error) {
-	body, err := o.get(ctx, u, 0, headerProbe)
+	body, err := o.get(ctx, u, 0, firmware.HeaderProbe)
 	if errors.Is(err, errNoRanges) {
 		return nil, nil, body, nil
 	}

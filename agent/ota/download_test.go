@@ -165,6 +165,10 @@ func TestChunkedUpdateFetchesOnlyChangedChunks(t *testing.T) {
 	}
 	if sent := step("3.0", full3); sent > int64(full3)/10 {
 		t.Errorf("a 17-byte change fetched %d of %d bytes", sent, full3)
+	} else if cost, err := firmware.FetchCost(srv.bundles["/3.0"], map[string][]byte{agentFile: v2}); err != nil || cost.Fetch != sent {
+		// phaselessctl ota delta prices an update with FetchCost: it must
+		// be what the device fetches.
+		t.Errorf("FetchCost %+v (%v), the device fetched %d", cost, err, sent)
 	}
 	got, err := os.ReadFile(filepath.Join(o.slots.Path("a"), filepath.FromSlash(agentFile)))
 	if err != nil || !bytes.Equal(got, v3) {

@@ -3,6 +3,8 @@ package ctl
 import (
 	"bytes"
 	"context"
+	"fmt"
+	"math/rand/v2"
 	"os"
 	"path/filepath"
 	"strings"
@@ -62,5 +64,35 @@ func TestOTAKeygenSignVerify(t *testing.T) {
 	}
 	if _, err := runCtl(t, "ota", "sign", "--key", filepath.Join(dir, "ota-key.pem"), "--version", "1.3", "--rollback-from", "1.2", "--out", rollback, payload); err == nil {
 		t.Error("a rollback from an older version was signed")
+	}
+}
+
+// ota delta prices an update: a file that changed in one place costs the
+// header probe and the chunks around the change.
+func TestOTADelta(t *testing.T) {
+	dir := t.TempDir()
+	old := make([]byte, 1<<20)
+	rnd := rand.New(rand.NewPCG(1, 2))
+	for i := range old {
+		old[i] = byte(rnd.Uint32())
+	}
+	edited := append(append(append([]byte{}, old[:500_000]...), "a new line\n"...), old[500_000:]...)
+	oldPath, newPath := filepath.Join(dir, "agent.old"), filepath.Join(dir, "agent")
+	if err := os.WriteFile(oldPath, old, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(newPath, edited, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	out, err := runCtl(t, "ota", "delta", "--from", oldPath, newPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var whole, fetch int64
+	if _, err := fmt.Sscanf(out[strings.Index(out, "whole bundle"):], "whole bundle %d bytes; a device holding the old file fetches %d bytes", &whole, &fetch); err != nil {
+		t.Fatalf("%v: %s", err, out)
+	}
+	if whole < int64(len(edited)) || fetch > whole/5 {
+		t.Fatalf("whole %d, fetch %d: %s", whole, fetch, out)
 	}
 }
