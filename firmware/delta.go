@@ -17,7 +17,7 @@ type Cost struct {
 	Fetch             int64 // what a device that holds the old files fetches: Probe + NewBytes
 	Probe             int64 // the header probe (at least the whole header)
 	Chunks, NewChunks int   // chunks in the bundle, and those the device lacks
-	NewBytes          int64 // the bytes of those
+	NewBytes          int64 // the bytes of those fetched after the probe
 }
 
 // FetchCost is what a device that holds the files held (any names; each
@@ -50,14 +50,17 @@ func FetchCost(bundle []byte, held map[string][]byte) (Cost, error) {
 		return c, nil
 	}
 	fetched := map[string]bool{}
+	at := hdr
 	for _, f := range m.Files {
 		for _, ch := range f.Chunks {
 			c.Chunks++
 			if !have[ch.SHA256] && !fetched[ch.SHA256] {
 				fetched[ch.SHA256] = true // a repeated chunk is fetched once
 				c.NewChunks++
-				c.NewBytes += ch.Size
+				// What the probe fetched of it is kept, not fetched again.
+				c.NewBytes += ch.Size - max(0, min(at+ch.Size, c.Probe)-at)
 			}
+			at += ch.Size
 		}
 	}
 	c.Fetch = c.Probe + c.NewBytes

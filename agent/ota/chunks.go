@@ -35,6 +35,46 @@ func (s *chunkStore) has(sum string) bool {
 	return err == nil
 }
 
+// partLen is the bytes of a chunk being fetched that the store holds.
+func (s *chunkStore) partLen(sum string) int64 {
+	fi, err := os.Stat(s.part(sum))
+	if err != nil {
+		return 0
+	}
+	return fi.Size()
+}
+
+// keepProbe stores what the header probe fetched past the header: the
+// chunks it holds whole and the start of the one it cut, so that no byte
+// is fetched twice (for a file the device shares nothing with, a chunked
+// update then costs exactly the whole bundle).
+func (s *chunkStore) keepProbe(p *plan, probe []byte) error {
+	for _, c := range p.chunks {
+		if c.at >= int64(len(probe)) {
+			break
+		}
+		if !c.fetch || s.has(c.SHA256) {
+			continue
+		}
+		data := probe[c.at:min(c.at+c.Size, int64(len(probe)))]
+		if int64(len(data)) == c.Size && sumOf(data) != c.SHA256 {
+			continue // not the bundle the manifest describes; Extract will say so
+		}
+		if s.partLen(c.SHA256) >= int64(len(data)) {
+			continue
+		}
+		if err := os.WriteFile(s.part(c.SHA256), data, 0o644); err != nil {
+			return err
+		}
+		if int64(len(data)) == c.Size {
+			if err := os.Rename(s.part(c.SHA256), s.path(c.SHA256)); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
 // used is the bytes the store holds, partial chunks included.
 func (s *chunkStore) used() int64 {
 	var n int64
@@ -205,7 +245,7 @@ func newPlan(m firmware.Manifest, header int64, ix localIndex, store *chunkStore
 			pc := plannedChunk{Chunk: c, at: at, fetch: !local}
 			if pc.fetch && !counted[c.SHA256] && !store.has(c.SHA256) {
 				counted[c.SHA256] = true
-				p.missing += c.Size
+				p.missing += c.Size - min(store.partLen(c.SHA256), c.Size)
 			}
 			p.chunks = append(p.chunks, pc)
 			at += c.Size

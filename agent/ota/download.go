@@ -299,6 +299,10 @@ func (o *Updater) fetchAndInstall(ctx context.Context, u *url.URL) (string, erro
 	ix := o.localChunks(m.ArtifactKind())
 	p := newPlan(m, int64(len(hdr)), ix, d.store)
 	d.store.keepOnly(p.wanted())
+	if err := d.store.keepProbe(p, probe); err != nil {
+		return "", err
+	}
+	p = newPlan(m, int64(len(hdr)), ix, d.store)
 	if err := o.checkSpace(p, full); err != nil {
 		d.set(func(st *fleetwire.UpdateStatus) { st.State = fleetwire.UpdateRefused })
 		return "", err
