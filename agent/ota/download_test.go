@@ -332,6 +332,16 @@ func TestUpdateRefusedWhenDiskFull(t *testing.T) {
 	if o.slots.State().Trial != "" {
 		t.Fatal("a refused update was installed")
 	}
+	// The chunk store's bound refuses it too, whatever the disk holds.
+	o.dl.free = func(string) (int64, error) { return 1 << 40, nil }
+	o.dl.store.max = 64 << 10
+	if _, err := update(t, o, srv.URL+"/2.0"); err == nil || !strings.Contains(err.Error(), "chunk store holds at most") {
+		t.Fatalf("update over the chunk store's bound: %v", err)
+	}
+	o.dl.store.max = defaultChunkStore
+	if _, err := update(t, o, srv.URL+"/2.0"); err != nil {
+		t.Fatalf("update that fits: %v", err)
+	}
 }
 
 // A download killed with SIGKILL half-way resumes in the next process:
