@@ -371,8 +371,12 @@ func (o *Updater) localChunks(kind string) localIndex {
 		for _, s := range []string{"a", "b"} {
 			ix.addDir(o.slots.Path(s))
 		}
-		if exe, err := os.Executable(); err == nil && o.ownBinary {
-			ix.addSource(Source{Path: exe})
+		if o.ownBinary {
+			for sum, lc := range o.exeChunks() {
+				if _, ok := ix[sum]; !ok {
+					ix[sum] = lc
+				}
+			}
 		}
 		return ix
 	}
@@ -386,6 +390,18 @@ func (o *Updater) localChunks(kind string) localIndex {
 		ix.addSource(h.own)
 	}
 	return ix
+}
+
+// exeChunks indexes the running binary once: it does not change while
+// the process runs, and cutting 25 MB costs a second on a device.
+func (o *Updater) exeChunks() localIndex {
+	o.exeOnce.Do(func() {
+		o.exeIndex = localIndex{}
+		if exe, err := os.Executable(); err == nil {
+			o.exeIndex.addSource(Source{Path: exe})
+		}
+	})
+	return o.exeIndex
 }
 
 // fetchHeader asks for the bundle's first bytes by range and returns its

@@ -10,6 +10,7 @@ import (
 	"net/url"
 	"path/filepath"
 	"slices"
+	"sync"
 	"time"
 
 	"github.com/phaseless/phaseless/firmware"
@@ -82,6 +83,8 @@ type Updater struct {
 	dl downloads
 	// ownBinary offers the running executable's chunks to agent updates.
 	ownBinary bool
+	exeOnce   sync.Once
+	exeIndex  localIndex // the running binary's chunks, once exeOnce ran
 }
 
 // restartDelay lets the update command's result reach the fleet queue
