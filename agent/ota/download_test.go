@@ -19,6 +19,7 @@ import (
 
 	"github.com/phaseless/phaseless/firmware"
 	"github.com/phaseless/phaseless/internal/crashtest"
+	"github.com/phaseless/phaseless/models/predictor"
 	"github.com/phaseless/phaseless/transport/fleetwire"
 	"github.com/phaseless/phaseless/transport/linkemu"
 )
@@ -407,4 +408,53 @@ func TestUpdateResumesAfterKill(t *testing.T) {
 		t.Errorf("the resumed download fetched %d bytes; %d were planned and %d stored before the kill", fetched, st.PlannedBytes, held)
 	}
 	t.Logf("planned %d, stored before the kill %d, fetched after it %d", st.PlannedBytes, held, o.dl.got.Load())
+}
+
+// A router-model bundle (a hot-swapped kind) whose file the agent already
+// runs costs the header probe only: its chunks come from what the agent
+// started with, then from the installed version, and the swapped-in
+// router passes its health check.
+func TestChunkedRouterUpdateReusesWhatRuns(t *testing.T) {
+	pubPath, priv := testKey(t)
+	srv := newBundleServer(t)
+	shipped := predictor.Shipped()
+	for _, v := range []string{"1.1", "1.2"} {
+		srv.add(t, priv, "/"+v, firmware.Manifest{Version: v, Board: "rpi4", Kind: firmware.KindPredictor}, "router.onnx", shipped)
+	}
+	m, err := predictor.Default()
+	if err != nil {
+		t.Fatal(err)
+	}
+	pred := predictor.NewSwappable(m)
+	o, err := Open(Config{DataDir: t.TempDir(), Board: "rpi4", OTAPub: pubPath, Origins: []string{srv.URL}, Clock: &fakeClock{}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := o.OpenArtifacts(context.Background(), Targets{Router: pred, RouterOwn: Source{Bytes: shipped, Name: "predictor.onnx"}}); err != nil {
+		t.Fatal(err)
+	}
+	for _, v := range []string{"1.1", "1.2"} {
+		before := srv.sent.Load()
+		if _, err := update(t, o, srv.URL+"/"+v); err != nil {
+			t.Fatalf("update %s: %v", v, err)
+		}
+		if sent := srv.sent.Load() - before; sent > firmware.HeaderProbe {
+			t.Errorf("router %s: fetched %d bytes of a file the device runs", v, sent)
+		}
+		if got := o.hot[firmware.KindPredictor].version(); got != v {
+			t.Fatalf("router in force %q, want %s", got, v)
+		}
+	}
+	if err := predictor.Validate(pred); err != nil {
+		t.Fatal(err)
+	}
+	o.hot[firmware.KindPredictor].own = Source{} // the installed 1.2 alone seeds the next
+	srv.add(t, priv, "/1.3", firmware.Manifest{Version: "1.3", Board: "rpi4", Kind: firmware.KindPredictor}, "router.onnx", shipped)
+	before := srv.sent.Load()
+	if _, err := update(t, o, srv.URL+"/1.3"); err != nil {
+		t.Fatal(err)
+	}
+	if sent := srv.sent.Load() - before; sent > firmware.HeaderProbe {
+		t.Errorf("router 1.3: fetched %d bytes of the installed version's file", sent)
+	}
 }
