@@ -1,5 +1,7 @@
 // Package firmware is over-the-air updates for the agent: the signed bundle
-// format (bundle.go), A/B install slots with trial boots and rollback
+// format (bundle.go), whose manifest lists each file as content-addressed
+// chunks (chunk.go: GGUF cut at its tensors, other files by FastCDC in
+// cdc.go) so a device fetches only the chunks it lacks, A/B install slots with trial boots and rollback
 // (slots.go), and the boot supervisor that starts a slot and alone commits
 // it (supervisor.go), and the installed versions of the artifact kinds the
 // running agent swaps in place, the router and edge models (artifacts.go).

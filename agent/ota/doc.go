@@ -2,7 +2,11 @@
 // fleet's signed bundles (firmware's format) for every artifact kind,
 // installs a new agent build into the inactive A/B slot and runs the boot
 // supervisor that commits or rolls it back, and swaps a new router model or
-// edge model into the running agent without a restart.
+// edge model into the running agent without a restart. Downloads
+// (download.go) fetch a chunked bundle's header and only the chunks the
+// device holds nowhere, by range requests that resume after a cut link, a
+// restart or a kill -9, paced by update-bandwidth and deferred on a
+// metered link.
 //
 // How it fits: the agent opens an Updater from its config, hands the fleet
 // client its Update, Commit and Rollback as the "update", "ota-commit" and
