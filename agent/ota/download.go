@@ -260,7 +260,13 @@ func (e *stalledError) Unwrap() error { return e.err }
 
 func (o *Updater) fetchAndInstall(ctx context.Context, u *url.URL) (string, error) {
 	d := &o.dl
-	hdr, probe, whole, err := o.fetchHeader(ctx, u)
+	var hdr, probe []byte
+	var whole io.ReadCloser
+	err := o.retry(ctx, "header", func() (bool, error) {
+		var err error
+		hdr, probe, whole, err = o.fetchHeader(ctx, u)
+		return false, err
+	})
 	if err != nil {
 		return "", err
 	}
@@ -479,20 +485,30 @@ func (o *Updater) get(ctx context.Context, u *url.URL, off, n int64) (io.ReadClo
 		return nil, errNoRanges
 	default:
 		resp.Body.Close()
-		return nil, fmt.Errorf("download bundle: %s", resp.Status)
+		return nil, &statusError{code: resp.StatusCode, status: resp.Status}
 	}
 }
 
 // fetchChunk fetches chunk c into the store, resuming from the bytes of it
 // an earlier try kept, and checks its sha256 before it counts as held.
 func (o *Updater) fetchChunk(ctx context.Context, u *url.URL, c plannedChunk) error {
+	return o.retry(ctx, "chunk "+c.SHA256[:12], func() (bool, error) { return o.fetchChunkOnce(ctx, u, c) })
+}
+
+// retry runs try until it succeeds, waiting out link failures with
+// backoff: a failure that fetched something starts the count again, and
+// stallsBeforeBackground failures in a row without a byte end it with a
+// stalledError (the download stays pending). What a retry cannot fix (a
+// corrupt bundle, a server without ranges, a 4xx) ends it at once.
+func (o *Updater) retry(ctx context.Context, what string, try func() (progressed bool, err error)) error {
 	stalls := 0
 	for {
-		progressed, err := o.fetchChunkOnce(ctx, u, c)
+		progressed, err := try()
 		if err == nil {
 			return nil
 		}
-		if ctx.Err() != nil || errors.Is(err, firmware.ErrCorrupt) || errors.Is(err, errNoRanges) {
+		var status *statusError
+		if ctx.Err() != nil || errors.Is(err, firmware.ErrCorrupt) || errors.Is(err, errNoRanges) || errors.Is(err, errOffOrigin) || (errors.As(err, &status) && status.code < 500) {
 			return err
 		}
 		if progressed {
@@ -500,7 +516,7 @@ func (o *Updater) fetchChunk(ctx context.Context, u *url.URL, c plannedChunk) er
 		} else if stalls++; stalls >= stallsBeforeBackground {
 			return &stalledError{err: err}
 		}
-		o.log.Debug("update chunk interrupted; resuming", "chunk", c.SHA256[:12], "err", err)
+		o.log.Debug("update download interrupted; resuming", "what", what, "err", err)
 		select {
 		case <-ctx.Done():
 			return context.Cause(ctx)
@@ -508,6 +524,14 @@ func (o *Updater) fetchChunk(ctx context.Context, u *url.URL, c plannedChunk) er
 		}
 	}
 }
+
+// statusError is an HTTP answer other than the one asked for.
+type statusError struct {
+	code   int
+	status string
+}
+
+func (e *statusError) Error() string { return "download bundle: " + e.status }
 
 func (o *Updater) fetchChunkOnce(ctx context.Context, u *url.URL, c plannedChunk) (progressed bool, err error) {
 	s := o.dl.store

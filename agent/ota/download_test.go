@@ -458,3 +458,45 @@ func TestChunkedRouterUpdateReusesWhatRuns(t *testing.T) {
 		t.Errorf("router 1.3: fetched %d bytes of the installed version's file", sent)
 	}
 }
+
+// An update sent while the link is down is not a failed update: the
+// command says the download resumes, the status stays downloading, and
+// RunPending installs it once the link is back.
+func TestUpdateWhileLinkDownResumes(t *testing.T) {
+	pubPath, priv := testKey(t)
+	srv := newBundleServer(t)
+	srv.add(t, priv, "/2.0", firmware.Manifest{Version: "2.0", Board: "rpi4"}, agentFile, randomBinary(7, 300<<10))
+	o, err := Open(Config{DataDir: t.TempDir(), Board: "rpi4", OTAPub: pubPath, Origins: []string{srv.URL}, Slot: "a", Clock: &fakeClock{}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var down atomic.Bool
+	down.Store(true)
+	o.client.Transport = &http.Transport{DialContext: func(ctx context.Context, network, addr string) (net.Conn, error) {
+		if down.Load() {
+			return nil, &net.OpError{Op: "dial", Net: network, Err: os.ErrDeadlineExceeded}
+		}
+		var d net.Dialer
+		return d.DialContext(ctx, network, addr)
+	}}
+	defer o.client.CloseIdleConnections()
+	out, err := update(t, o, srv.URL+"/2.0")
+	if err != nil || !strings.Contains(out, "resumes in the background") {
+		t.Fatalf("update with the link down: %q %v", out, err)
+	}
+	if st := o.UpdateStatus(); st.State != fleetwire.UpdateDownloading || st.Error == "" {
+		t.Fatalf("status %+v", st)
+	}
+	down.Store(false)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { defer close(done); o.RunPending(ctx) }()
+	defer func() { cancel(); <-done }()
+	deadline := time.Now().Add(10 * time.Second)
+	for o.UpdateStatus().State != fleetwire.UpdateInstalled {
+		if time.Now().After(deadline) {
+			t.Fatalf("not installed once the link was back: %+v", o.UpdateStatus())
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}

@@ -291,6 +291,10 @@ func (o *Updater) allowed(u *url.URL) bool {
 	return slices.Contains(o.origins, origin.Of(u))
 }
 
+// errOffOrigin is a redirect away from the allowed origin; no retry
+// changes it.
+var errOffOrigin = errors.New("update download redirected off its origin")
+
 // sameOrigin keeps a download's redirects on the allowed origin it started
 // from: the origin check must hold for every URL the device fetches.
 func sameOrigin(req *http.Request, via []*http.Request) error {
@@ -298,7 +302,7 @@ func sameOrigin(req *http.Request, via []*http.Request) error {
 		return errors.New("stopped after 10 redirects")
 	}
 	if origin.Of(req.URL) != origin.Of(via[0].URL) {
-		return fmt.Errorf("update download redirected off its origin to %s: refused", req.URL.Redacted())
+		return fmt.Errorf("%w to %s: refused", errOffOrigin, req.URL.Redacted())
 	}
 	return nil
 }
