@@ -16,6 +16,7 @@ import (
 
 	"github.com/phaseless/phaseless/cloud/fleetapi"
 	"github.com/phaseless/phaseless/internal/cli"
+	"github.com/phaseless/phaseless/transport/fleetwire"
 )
 
 // `fleet` drives the cloud's fleet admin API (served by cloud/fleet under
@@ -206,6 +207,9 @@ func fleetStatus(ctx context.Context, cio cli.IO, args []string) error {
 	if d.Status != nil {
 		fmt.Fprintf(w, "version:    %s\nartifacts:  %s\nslot:       %s\nboard:      %s\nstatus at:  %s\n", orDash(d.Status.AgentVersion()), orDash(d.Status.Installed()),
 			orDash(d.Status.Slot), orDash(d.Status.Board), d.Status.Time.Format(time.RFC3339))
+		if u := d.Status.Update; u != nil {
+			fmt.Fprintf(w, "update:     %s\n", updateLine(u))
+		}
 	}
 	fmt.Fprintf(w, "first seen: %s\nlast seen:  %s\nconfig:     %s (desired/reported)\n", d.FirstSeen.Format(time.RFC3339), ago(d.LastSeen), configVersions(d, 0))
 	if d.Desired != nil {
@@ -357,4 +361,24 @@ func fleetTelemetryExport(ctx context.Context, cio cli.IO, args []string) error 
 	}
 	fmt.Fprintf(cio.Stderr, "wrote %d bytes to %s\n", n, *out)
 	return nil
+}
+
+// updateLine is a device's update download in one line.
+func updateLine(u *fleetwire.UpdateStatus) string {
+	out := "none"
+	if u.State != "" {
+		out = fmt.Sprintf("%s %s %s: %s planned of %s, %s transferred", u.Kind, u.Version, u.State, byteCount(u.PlannedBytes), byteCount(u.FullBytes), byteCount(u.TransferredBytes))
+		if u.Error != "" {
+			out += " (" + u.Error + ")"
+		}
+	}
+	policy := "no bandwidth cap"
+	if u.Bandwidth > 0 {
+		policy = byteCount(u.Bandwidth) + "/s cap"
+	}
+	metered := "not metered"
+	if u.Metered {
+		metered = "metered"
+	}
+	return fmt.Sprintf("%s; link %s, %s, on metered: %s", out, metered, policy, orDash(u.OnMetered))
 }

@@ -10,6 +10,7 @@ import (
 	"testing"
 
 	"github.com/phaseless/phaseless/cloud/fleet"
+	"github.com/phaseless/phaseless/transport/fleetwire"
 )
 
 // TestRolloutMaxFailures: a limit of 0% that an operator types stays 0, on
@@ -73,5 +74,12 @@ func TestByteCount(t *testing.T) {
 		if got := byteCount(n); got != want {
 			t.Errorf("byteCount(%d) = %q, want %q", n, got, want)
 		}
+	}
+}
+
+func TestUpdateLine(t *testing.T) {
+	u := &fleetwire.UpdateStatus{Kind: "agent", Version: "2.0", State: fleetwire.UpdateDeferred, FullBytes: 1 << 20, OnMetered: "defer", Metered: true}
+	if got, want := updateLine(u), "agent 2.0 deferred: 0 B planned of 1.0 MiB, 0 B transferred; link metered, no bandwidth cap, on metered: defer"; got != want {
+		t.Errorf("got  %q\nwant %q", got, want)
 	}
 }

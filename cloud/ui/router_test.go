@@ -43,3 +43,21 @@ func TestDevicePageShowsRouterCalibration(t *testing.T) {
 		t.Error("uncertified device: the fleet's threshold not named")
 	}
 }
+
+// The device page shows the device's update download and link policy.
+func TestDevicePageShowsUpdate(t *testing.T) {
+	page, err := template.New("layout.html").Funcs(funcs).ParseFS(templateFS, "templates/layout.html", "templates/device.html")
+	if err != nil {
+		t.Fatal(err)
+	}
+	d := &fleetapi.Device{ID: "car-1", Status: &fleetwire.Status{State: "online", Update: &fleetwire.UpdateStatus{
+		Kind: "model", Version: "2.0", State: fleetwire.UpdateDownloading, FullBytes: 3 << 20, PlannedBytes: 80 << 10, TransferredBytes: 40 << 10,
+		Bandwidth: 100 << 10, OnMetered: "defer", Metered: true}}}
+	var b strings.Builder
+	if err := page.Execute(&b, map[string]any{"Device": d, "Now": time.Now(), "Page": "device", "HasFleet": true}); err != nil {
+		t.Fatal(err)
+	}
+	if want := "model 2.0 downloading: 40.0 KiB of 80.0 KiB planned (3.0 MiB whole) · link metered, 100.0 KiB/s cap, on metered: defer"; !strings.Contains(b.String(), want) {
+		t.Errorf("device page lacks %q:\n%s", want, b.String())
+	}
+}
