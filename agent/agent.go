@@ -31,6 +31,7 @@ import (
 	"github.com/phaseless/phaseless/internal/cli"
 	"github.com/phaseless/phaseless/internal/httplimit"
 	"github.com/phaseless/phaseless/internal/metrics"
+	"github.com/phaseless/phaseless/models/lm"
 	"github.com/phaseless/phaseless/models/predictor"
 	"github.com/phaseless/phaseless/transport/fleetwire"
 	"github.com/phaseless/phaseless/transport/httpapi"
@@ -85,8 +86,13 @@ type Config struct {
 	NetWatch      time.Duration
 	TelemetryRate float64 // records per second the fleet uplink sends at most (500)
 	TelemetryMax  int     // records the telemetry buffer keeps before dropping the oldest (200,000)
-	AdminListen   string  // pprof and /metrics on their own listener; empty = off
-	OTLP          cli.URL // OTLP/HTTP collector for request spans (tracing.go); parsed when set
+	// PromptCacheBytes bounds the built-in engine's prompt-state cache in
+	// DataDir/prompt-cache: the KV blocks of requests' system prompts and
+	// tool definitions, kept across restarts (lm.DefaultPromptCacheBytes;
+	// negative: off).
+	PromptCacheBytes int64
+	AdminListen      string  // pprof and /metrics on their own listener; empty = off
+	OTLP             cli.URL // OTLP/HTTP collector for request spans (tracing.go); parsed when set
 	// HTTPLimits bounds the local API's connections, on the TCP listener
 	// and the socket each (timeouts, a cap; internal/httplimit). Zero
 	// fields: the defaults, with MaxConns DefaultHTTPMaxConns.
@@ -148,6 +154,9 @@ func (c *Config) FillDefaults() {
 	if c.TelemetryMax == 0 {
 		c.TelemetryMax = 200_000
 	}
+	if c.PromptCacheBytes == 0 {
+		c.PromptCacheBytes = lm.DefaultPromptCacheBytes
+	}
 	if c.RouteMode == "" {
 		c.RouteMode = route.ModeAuto
 	}
@@ -189,6 +198,7 @@ func (c *Config) Fields() cli.Fields {
 		{Flag: "allow-origin", Go: "AllowOrigins", Value: &c.AllowOrigins, Usage: "browser origin (scheme://host[:port]) allowed to call the local API (repeatable; others get 403)"},
 		{Flag: "telemetry-rate", Go: "TelemetryRate", Value: &c.TelemetryRate, Usage: "most telemetry records per second the fleet uplink sends (draining a backlog)"},
 		{Flag: "telemetry-max-records", Go: "TelemetryMax", Value: &c.TelemetryMax, Usage: "telemetry records kept on the device while offline; the oldest go first"},
+		{Flag: "prompt-cache-bytes", Go: "PromptCacheBytes", Value: &c.PromptCacheBytes, Usage: "bound on the built-in engine's prompt cache in the data dir (prompt-cache/): the computed state of system prompts and tool definitions, loaded at start so the first request after a restart skips their prefill; negative turns it off"},
 		{Flag: "admin-listen", Go: "AdminListen", Value: &c.AdminListen, Usage: "diagnostics listener: Go pprof at /debug/pprof/ and /metrics, unauthenticated (keep it on loopback); empty disables it"},
 	}, c.HTTPLimits.Fields("HTTPLimits.")...)
 }
@@ -363,7 +373,7 @@ func New(cfg Config, log *slog.Logger) (a *Agent, err error) {
 		return nil, err
 	}
 
-	if a.engine, err = openEngine(cfg); err != nil {
+	if a.engine, err = openEngine(cfg, log.With("component", "engine")); err != nil {
 		return nil, err
 	}
 	if a.engine.templateSkipped {
