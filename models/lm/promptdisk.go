@@ -38,10 +38,11 @@ import (
 // touched at most once per promptTouchEvery.
 
 // DefaultPromptCacheBytes bounds the prompt cache's directory when
-// EngineConfig.PromptCacheBytes is 0: the car's 13 tool definitions take
-// about 1,000 tokens with a BPE vocabulary, 24.6 MB in Qwen2.5-0.5B's shape
-// (24 layers × 2 KV heads × 64 × K and V × float32 per token), so 64 MiB
-// keeps two such prefixes and many of smaller models.
+// EngineConfig.PromptCacheBytes is 0: the car's 13 tool definitions and a
+// system prompt are 800 tokens with Qwen3's vocabulary (docs/engine.md),
+// 19.7 MB in Qwen2.5-0.5B's shape (24 layers × 2 KV heads × 64 × K and V ×
+// float32: 24,576 bytes a token), so 64 MiB keeps three such prefixes and
+// many of smaller models.
 const DefaultPromptCacheBytes = 64 << 20
 
 // promptFileSuffix ends the names of the cache's files.
