@@ -94,6 +94,7 @@ func TestPromptCacheSurvivesAgentRestart(t *testing.T) {
 	}
 	url, stop := runUntilStopped(t, a)
 	first := ask(url)
+	ask(url) // a prefix is written on its second use
 	stop()
 	files, _ := filepath.Glob(filepath.Join(cacheDir, "*.kv"))
 	if len(files) != 1 {

@@ -57,19 +57,10 @@ func TestPromptCacheRestartTTFT(t *testing.T) {
 		hit, loaded       uint64
 		prefill, choice   uint64 // tokens the engine ran: prompt, and choice scoring (lm.Stats)
 	}
-	run := func(dir string, cacheBytes int64) sample {
+	// send streams the request and returns its time to the first delta,
+	// its wall time and the deltas' text.
+	send := func(url string) (ttft, wall time.Duration, reply string) {
 		t.Helper()
-		cfg := testConfigIn(dir)
-		cfg.Model, cfg.RouteMode, cfg.PromptCacheBytes = model, "local", cacheBytes
-		t0 := time.Now()
-		a, err := New(cfg, nil)
-		if err != nil {
-			t.Fatal(err)
-		}
-		url, stop := runUntilStopped(t, a)
-		defer stop()
-		var s sample
-		s.start = time.Since(t0)
 		t1 := time.Now()
 		resp := post(t, url+"/v1/chat/completions", string(body))
 		defer resp.Body.Close()
@@ -77,7 +68,7 @@ func TestPromptCacheRestartTTFT(t *testing.T) {
 			b, _ := io.ReadAll(resp.Body)
 			t.Fatalf("status %d: %s", resp.StatusCode, b)
 		}
-		var reply strings.Builder
+		var out strings.Builder
 		sc := bufio.NewScanner(resp.Body)
 		for sc.Scan() {
 			line := strings.TrimPrefix(sc.Text(), "data: ")
@@ -91,32 +82,51 @@ func TestPromptCacheRestartTTFT(t *testing.T) {
 				t.Fatalf("event %s: %v", line, err)
 			}
 			if len(ch.Choices) == 1 && strings.Contains(string(ch.Choices[0].Delta), `"content"`) || strings.Contains(line, `"tool_calls"`) {
-				if s.ttft == 0 {
-					s.ttft = time.Since(t1)
+				if ttft == 0 {
+					ttft = time.Since(t1)
 				}
-				reply.WriteString(string(ch.Choices[0].Delta))
+				out.WriteString(string(ch.Choices[0].Delta))
 			}
 		}
-		s.wall = time.Since(t1)
-		if s.ttft == 0 {
+		if ttft == 0 {
 			t.Fatal("no token streamed")
 		}
-		s.reply = reply.String()
+		return ttft, time.Since(t1), out.String()
+	}
+	// run starts an agent on dir, sends the request requests times and
+	// returns the first's measurements.
+	run := func(dir string, cacheBytes int64, requests int) sample {
+		t.Helper()
+		cfg := testConfigIn(dir)
+		cfg.Model, cfg.RouteMode, cfg.PromptCacheBytes = model, "local", cacheBytes
+		t0 := time.Now()
+		a, err := New(cfg, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		url, stop := runUntilStopped(t, a)
+		defer stop()
+		var s sample
+		s.start = time.Since(t0)
+		s.ttft, s.wall, s.reply = send(url)
 		st := engineStats(t, a)
 		s.hit, s.loaded = st.PrefixHitTokens, st.PromptDisk.LoadedBlocks*uint64(st.BlockSize)
 		s.prefill, s.choice = st.PrefillTokens, st.ChoiceTokens
+		for range requests - 1 {
+			send(url)
+		}
 		return s
 	}
 	cached, plain := t.TempDir(), t.TempDir()
-	warm := run(cached, 0) // writes the prefix
+	warm := run(cached, 0, 2) // the second request writes the prefix
 	t.Logf("prompt: the car's %d tools and a system prompt; warm-up wrote the cache in %v (TTFT %v)", len(tools), warm.wall, warm.ttft)
 	t.Logf("round | with cache: start, TTFT, request wall, prefix hit, prompt tokens run, choice tokens run | without: the same")
 	for r := range rounds {
 		var on, off sample
 		if r%2 == 0 {
-			on, off = run(cached, 0), run(plain, -1)
+			on, off = run(cached, 0, 1), run(plain, -1, 1)
 		} else {
-			off, on = run(plain, -1), run(cached, 0)
+			off, on = run(plain, -1, 1), run(cached, 0, 1)
 		}
 		if on.reply != off.reply || on.reply != warm.reply {
 			t.Fatalf("round %d: replies differ: with cache %s, without %s, warm-up %s", r, on.reply, off.reply, warm.reply)

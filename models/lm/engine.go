@@ -309,10 +309,13 @@ func NewEngine(m *Model, cfg EngineConfig) (*Engine, error) {
 	e.stats.KVBlocksTotal = int(nBlocks)
 	e.stats.BlockSize = cfg.BlockSize
 	if cfg.PromptCacheDir != "" {
+		// A cache that cannot be opened (a read-only or full data
+		// directory) turns itself off: the engine serves without it.
 		if e.disk, err = openPromptDisk(cfg, m.Fingerprint()); err != nil {
-			return nil, err
+			cfg.Logger.Warn("prompt cache off", "err", err)
+		} else {
+			e.loadPromptCache()
 		}
-		e.loadPromptCache()
 	}
 	go e.loop()
 	return e, nil

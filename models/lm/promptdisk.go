@@ -19,8 +19,8 @@ import (
 
 // The prompt-state cache on disk (EngineConfig.PromptCacheDir): the KV
 // blocks of a chat's stable prefix, its leading system turns (a system
-// prompt, the tool definitions), are written to a directory once computed
-// and loaded into the engine's prefix cache when the next engine starts, so
+// prompt, the tool definitions), are written to a directory when a second
+// request since start computes or reuses them, and loaded into the engine's prefix cache when the next engine starts, so
 // the first request after a restart does not prefill them again (RKLLM's
 // prompt cache, llama.cpp's --prompt-cache). Only that prefix is kept, not
 // every cache breakpoint: a breakpoint on a conversation's turns would write
@@ -65,8 +65,9 @@ type promptDisk struct {
 	done  chan struct{}  // closed when the writer has exited
 	once  sync.Once
 
-	mu    sync.Mutex           // guards known and memo
+	mu    sync.Mutex           // guards known, seen and memo
 	known map[string]time.Time // this model's files on disk → when last touched
+	seen  map[string]bool      // prefixes used once since start, not written
 	memo  map[uint64][]int32   // stable prefixes' tokens by their turns' hash
 
 	loadedFiles, loadedBlocks, ignored, written, dropped, failed atomic.Uint64
@@ -106,7 +107,7 @@ func openPromptDisk(cfg EngineConfig, model uint64) (*promptDisk, error) {
 	d := &promptDisk{
 		dir: dir, log: cfg.Logger, model: model, now: cfg.Now,
 		jobs: make(chan promptJob, promptQueue), done: make(chan struct{}),
-		known: map[string]time.Time{}, memo: map[uint64][]int32{},
+		known: map[string]time.Time{}, seen: map[string]bool{}, memo: map[uint64][]int32{},
 	}
 	go d.write()
 	return d, nil
@@ -162,16 +163,27 @@ func (d *promptDisk) forget(name string) {
 	d.mu.Unlock()
 }
 
-// offer reports whether the prefix file name should be written: false when
-// it is on disk already (queueing a record of its use when one is due).
+// offer reports whether the prefix file name should be written: on its
+// second use since start, so a prefix used once (a system prompt that
+// carries the time) costs no write to flash; false when it is on disk
+// already (queueing a record of its use when one is due).
 func (d *promptDisk) offer(name string) bool {
 	now := d.now()
 	d.mu.Lock()
 	last, ok := d.known[name]
+	if !ok && !d.seen[name] {
+		if len(d.seen) >= 256 {
+			clear(d.seen) // a bound, not a policy: one-off prefixes pile up here
+		}
+		d.seen[name] = true
+		d.mu.Unlock()
+		return false
+	}
 	if ok && now.Sub(last) < promptTouchEvery {
 		d.mu.Unlock()
 		return false
 	}
+	delete(d.seen, name)
 	d.known[name] = now
 	d.mu.Unlock()
 	if ok {

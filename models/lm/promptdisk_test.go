@@ -143,7 +143,11 @@ func TestPromptDiskSurvivesRestart(t *testing.T) {
 	if got := ask(t, first, req); got.text != want.text {
 		t.Fatalf("first engine replied %q, the engine without a cache %q", got.text, want.text)
 	}
-	first.Close() // waits for the writer
+	if st := first.Stats().PromptDisk; st.Written != 0 {
+		t.Fatalf("a prefix used once was written: %+v", st)
+	}
+	ask(t, first, req) // a second use: now it is written
+	first.Close()      // waits for the writer
 	if st := first.Stats().PromptDisk; st.Written != 1 || st.Failed != 0 || st.Dropped != 0 {
 		t.Fatalf("first engine's disk stats %+v, want one prefix written", st)
 	}
@@ -188,6 +192,7 @@ func writePrefix(t *testing.T, m *Model, dir string, req *llm.Request) string {
 		t.Fatal(err)
 	}
 	ask(t, e, req)
+	ask(t, e, req) // written on its second use
 	e.Close()
 	return onlyFile(t, dir)
 }
@@ -299,6 +304,7 @@ func TestPromptDiskBoundAndLoadOrder(t *testing.T) {
 	}
 	for i := range 3 {
 		ask(t, e, req(i))
+		ask(t, e, req(i))
 		e.Close()
 		if e, err = NewEngine(m, cfg); err != nil { // a restart between writes orders their times
 			t.Fatal(err)
@@ -378,4 +384,23 @@ func FuzzPromptFile(f *testing.F) {
 			t.Fatalf("accepted the prefix %v of model %x", got.Prompt, got.Model)
 		}
 	})
+}
+
+// TestPromptDiskUnopenableDirectory: a cache directory that cannot be
+// made (here a path under a file) turns the cache off with a log line;
+// the engine starts and serves.
+func TestPromptDiskUnopenableDirectory(t *testing.T) {
+	m := promptDiskModel(t, 3)
+	file := filepath.Join(t.TempDir(), "file")
+	if err := os.WriteFile(file, nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	var log logBuffer
+	e := newEngine(t, m, diskEngineConfig(filepath.Join(file, "prompt-cache"), log.logger()))
+	if !strings.Contains(log.String(), "prompt cache off") {
+		t.Fatalf("log %q", log.String())
+	}
+	if got := ask(t, e, carRequest("lock the doors", 1)); got.final.CompletionTokens == 0 {
+		t.Fatalf("no reply: %+v", got.final)
+	}
 }
