@@ -299,6 +299,12 @@ func (e *Engine) readPromptFile(name string) (*Handoff, error) {
 	if err != nil {
 		return nil, err
 	}
+	return e.decodePromptFile(name, raw)
+}
+
+// decodePromptFile decodes the file name's contents raw and checks them
+// against this engine's model and the name.
+func (e *Engine) decodePromptFile(name string, raw []byte) (*Handoff, error) {
 	h, err := DecodeHandoff(raw)
 	if err != nil {
 		return nil, err
