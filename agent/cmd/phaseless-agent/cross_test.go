@@ -29,10 +29,13 @@ const sizeBudget = 20 << 20
 // agentTags drops net/http's bundled HTTP/2 from the device build (0.5 MiB):
 // the local API is plain HTTP/1.1 on loopback or a Unix socket, and the
 // uplink is QUIC. lm_nojinja leaves out the Jinja engine that renders
-// models' own chat templates (2.5 MiB). nootlp leaves out the OpenTelemetry
-// SDK and OTLP exporter (3.3 MiB, measured: 27.1 MB with it, 24.1 MB
-// without): the device still starts spans and sends the trace context to
-// the cloud, which exports; --otlp is refused. The Makefile's cross target
+// models' own chat templates (+7,471,104 bytes on arm64: gonja looks
+// attributes up with reflect.Value.MethodByName, so the linker keeps every
+// exported method). nootlp leaves out the OpenTelemetry SDK and OTLP
+// exporter (+9,895,936 bytes: gRPC's x/net/trace renders html/template, and
+// the generated OTLP types reach protobuf's legacy loader): the device still
+// starts spans and sends the trace context to the cloud, which exports;
+// --otlp is refused. The Makefile's cross target
 // builds with the same tags (DEVICE_TAGS).
 const agentTags = "nethttpomithttp2,lm_nojinja,nootlp"
 
