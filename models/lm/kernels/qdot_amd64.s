@@ -501,3 +501,233 @@ q6kx4loop:
 q6kx4done:
 	VZEROUPPER
 	RET
+
+// The other 32-value types (Q4_0, Q4_1, Q5_0, Q5_1) against q8_0
+// activations, one token and four, as dot32 (qdot.go) does them. Each block
+// is unpacked to 32 bytes in Y4, value i in byte i (low nibbles are values
+// 0-15, high nibbles 16-31, Q5's fifth bits from qh at bit i): signed (Q4_0
+// q−8, Q5_0 q−16) with |w| in Y5 for the VPSIGNB form of Q8_0's product, or
+// unsigned (Q4_1, Q5_1) for VPMADDUBSW as it is. Then, per token, the Q8_0
+// lanes, and for Q4_1/Q5_1 the separate float sum of m·dx·Σq; the result is
+// the REDUCE8 sum plus that sum, as in the Go kernel (plus +0 for the
+// offset types, as there).
+//
+// Registers: Y15 0x0001 words, Y14 0x0f bytes, Y13/Y12/Y11 the qh-to-bytes
+// shuffle, bit masks and all ones (Q5), Y10 the type's constant (0x08 for
+// Q4_0, 0xf0 for Q5_0, 0x10 for Q5_1), X9 the block's dw, Y4-Y8 temporaries.
+
+// q5shuf moves byte i/8 of a broadcast qh to byte i; q5bits then has every
+// bit but bit i%8 set in byte i, so OR and compare with all ones tests it
+// (ggml's bytes_from_bits_32).
+DATA q5shuf<>+0(SB)/8, $0x0000000000000000
+DATA q5shuf<>+8(SB)/8, $0x0101010101010101
+DATA q5shuf<>+16(SB)/8, $0x0202020202020202
+DATA q5shuf<>+24(SB)/8, $0x0303030303030303
+GLOBL q5shuf<>(SB), RODATA|NOPTR, $32
+DATA q5bits<>+0(SB)/8, $0x7fbfdfeff7fbfdfe
+DATA q5bits<>+8(SB)/8, $0x7fbfdfeff7fbfdfe
+DATA q5bits<>+16(SB)/8, $0x7fbfdfeff7fbfdfe
+DATA q5bits<>+24(SB)/8, $0x7fbfdfeff7fbfdfe
+GLOBL q5bits<>(SB), RODATA|NOPTR, $32
+
+#define Q32_CONSTS \
+	BCASTD($0x00010001, X15, Y15); \
+	BCASTD($0x0f0f0f0f, X14, Y14)
+
+#define Q4_0_CONSTS \
+	Q32_CONSTS; \
+	BCASTD($0x08080808, X10, Y10)
+
+#define Q4_1_CONSTS Q32_CONSTS
+
+#define Q5_CONSTS(c) \
+	Q32_CONSTS; \
+	VMOVDQU q5shuf<>(SB), Y13; \
+	VMOVDQU q5bits<>(SB), Y12; \
+	VPCMPEQB Y11, Y11, Y11; \
+	BCASTD(c, X10, Y10)
+
+#define Q5_0_CONSTS Q5_CONSTS($0xf0f0f0f0)
+#define Q5_1_CONSTS Q5_CONSTS($0x10101010)
+
+// NIBBLES: the 16 quant bytes at qoff(SI) to 32 bytes of 4-bit values in Y4.
+#define NIBBLES(qoff) \
+	VMOVDQU     qoff(SI), X4; \
+	VPSRLW      $4, X4, X5; \
+	VINSERTI128 $1, X5, Y4, Y4; \
+	VPAND       Y14, Y4, Y4
+
+// Q5_HIGH: 0xff in byte i of Y5 where bit i of the qh word at hoff(SI) is set.
+#define Q5_HIGH(hoff) \
+	VPBROADCASTD hoff(SI), Y5; \
+	VPSHUFB      Y13, Y5, Y5; \
+	VPOR         Y12, Y5, Y5; \
+	VPCMPEQB     Y11, Y5, Y5
+
+#define UNPACK_Q4_0 \
+	NIBBLES(2); \
+	VPSUBB  Y10, Y4, Y4; \
+	VPSIGNB Y4, Y4, Y5
+
+#define UNPACK_Q4_1 NIBBLES(4)
+
+// Q5_0: q−16 is the nibble with 0xf0 set where the fifth bit is clear.
+#define UNPACK_Q5_0 \
+	NIBBLES(6); \
+	Q5_HIGH(2); \
+	VPANDN  Y10, Y5, Y5; \
+	VPOR    Y5, Y4, Y4; \
+	VPSIGNB Y4, Y4, Y5
+
+#define UNPACK_Q5_1 \
+	NIBBLES(8); \
+	Q5_HIGH(4); \
+	VPAND Y10, Y5, Y5; \
+	VPOR  Y5, Y4, Y4
+
+// SIGNED_TOK / UNSIGNED_TOK: the int16 pair sums of the unpacked block with
+// the activations of the token at p, in Y7.
+#define SIGNED_TOK(p) \
+	VMOVDQU    8(p), Y7; \
+	VPSIGNB    Y4, Y7, Y7; \
+	VPMADDUBSW Y7, Y5, Y7
+
+#define UNSIGNED_TOK(p) VPMADDUBSW 8(p), Y4, Y7
+
+// Q32_DW: the block's f16 scale as float32 in X9.
+#define Q32_DW \
+	MOVWLZX   (SI), AX; \
+	VMOVD     AX, X9; \
+	VCVTPH2PS X9, X9
+
+// Q32_LANES: acc lane l += float32(dw·dx)·(int32 sum of values 4l…4l+3).
+#define Q32_LANES(p, acc) \
+	VPMADDWD     Y15, Y7, Y7; \
+	VCVTDQ2PS    Y7, Y7; \
+	VMULSS       (p), X9, X8; \
+	VBROADCASTSS X8, Y8; \
+	VMULPS       Y8, Y7, Y7; \
+	VADDPS       Y7, acc, acc
+
+// Q32_MTERM: X6 = float32(float32(m·dx)·float32(Σq)) of the token at p
+// (m the f16 at 2(SI)). Clobbers AX, X7.
+#define Q32_MTERM(p) \
+	MOVWLZX    2(SI), AX; \
+	VMOVD      AX, X6; \
+	VCVTPH2PS  X6, X6; \
+	VMULSS     (p), X6, X6; \
+	VCVTSI2SSL 4(p), X7, X7; \
+	VMULSS     X7, X6, X6
+
+// M1 adds the m term to the one-token kernels' X1, M4 to out[o/4].
+#define M1(p) \
+	Q32_MTERM(p); \
+	VADDSS X6, X1, X1
+
+#define M4(p, o) \
+	Q32_MTERM(p); \
+	VADDSS o(R8), X6, X6; \
+	VMOVSS X6, o(R8)
+
+#define NO_M1(p)
+#define NO_M4(p, o)
+
+// Q32_ONE is a one-token kernel body over nb blocks of wb bytes.
+#define Q32_ONE(consts, unpack, tok, mterm, wb) \
+	ARGS1; \
+	consts; \
+	VXORPS Y0, Y0, Y0; \
+	VXORPS X1, X1, X1; \
+	TESTQ  CX, CX; \
+	JEQ    q32done; \
+q32loop: \
+	unpack; \
+	Q32_DW; \
+	tok(DI); \
+	Q32_LANES(DI, Y0); \
+	mterm(DI); \
+	ADDQ $wb, SI; \
+	ADDQ $40, DI; \
+	DECQ CX; \
+	JNZ  q32loop; \
+q32done: \
+	REDUCE8(Y0, X0, ret+24(FP)); \
+	VADDSS X1, X0, X0; \
+	VMOVSS X0, ret+24(FP); \
+	VZEROUPPER; \
+	RET
+
+// Q32_TOK4: token t (activations at p, lanes in acc, out slot o) of a ×4 kernel.
+#define Q32_TOK4(tok, mterm, p, acc, o) \
+	tok(p); \
+	Q32_LANES(p, acc); \
+	mterm(p, o)
+
+// Q32_FIN4: out[o/4] = REDUCE8 of acc + the m sum kept there.
+#define Q32_FIN4(acc, accx, o) \
+	VMOVSS o(R8), X9; \
+	REDUCE8(acc, accx, o(R8)); \
+	VADDSS X9, accx, accx; \
+	VMOVSS accx, o(R8)
+
+// Q32_X4 is a ×4 kernel body: each block unpacked once for the four tokens.
+#define Q32_X4(consts, unpack, tok, mterm, wb) \
+	X4_ARGS; \
+	consts; \
+	MOVQ   $0, 0(R8); \
+	MOVQ   $0, 8(R8); \
+	VXORPS Y0, Y0, Y0; \
+	VXORPS Y1, Y1, Y1; \
+	VXORPS Y2, Y2, Y2; \
+	VXORPS Y3, Y3, Y3; \
+	TESTQ  CX, CX; \
+	JEQ    q32x4done; \
+q32x4loop: \
+	unpack; \
+	Q32_DW; \
+	Q32_TOK4(tok, mterm, DI, Y0, 0); \
+	Q32_TOK4(tok, mterm, R9, Y1, 4); \
+	Q32_TOK4(tok, mterm, R10, Y2, 8); \
+	Q32_TOK4(tok, mterm, R11, Y3, 12); \
+	X4_NEXT(wb, 40); \
+	DECQ CX; \
+	JNZ  q32x4loop; \
+q32x4done: \
+	Q32_FIN4(Y0, X0, 0); \
+	Q32_FIN4(Y1, X1, 4); \
+	Q32_FIN4(Y2, X2, 8); \
+	Q32_FIN4(Y3, X3, 12); \
+	VZEROUPPER; \
+	RET
+
+// func dotQ4_0AVX2(w, x *byte, nb int) float32
+TEXT ·dotQ4_0AVX2(SB), NOSPLIT, $0-28
+	Q32_ONE(Q4_0_CONSTS, UNPACK_Q4_0, SIGNED_TOK, NO_M1, 18)
+
+// func dotQ4_1AVX2(w, x *byte, nb int) float32
+TEXT ·dotQ4_1AVX2(SB), NOSPLIT, $0-28
+	Q32_ONE(Q4_1_CONSTS, UNPACK_Q4_1, UNSIGNED_TOK, M1, 20)
+
+// func dotQ5_0AVX2(w, x *byte, nb int) float32
+TEXT ·dotQ5_0AVX2(SB), NOSPLIT, $0-28
+	Q32_ONE(Q5_0_CONSTS, UNPACK_Q5_0, SIGNED_TOK, NO_M1, 22)
+
+// func dotQ5_1AVX2(w, x *byte, nb int) float32
+TEXT ·dotQ5_1AVX2(SB), NOSPLIT, $0-28
+	Q32_ONE(Q5_1_CONSTS, UNPACK_Q5_1, UNSIGNED_TOK, M1, 24)
+
+// func dotQ4_0x4AVX2(w, x *byte, xstride, nb int, out *[4]float32)
+TEXT ·dotQ4_0x4AVX2(SB), NOSPLIT, $0-40
+	Q32_X4(Q4_0_CONSTS, UNPACK_Q4_0, SIGNED_TOK, NO_M4, 18)
+
+// func dotQ4_1x4AVX2(w, x *byte, xstride, nb int, out *[4]float32)
+TEXT ·dotQ4_1x4AVX2(SB), NOSPLIT, $0-40
+	Q32_X4(Q4_1_CONSTS, UNPACK_Q4_1, UNSIGNED_TOK, M4, 20)
+
+// func dotQ5_0x4AVX2(w, x *byte, xstride, nb int, out *[4]float32)
+TEXT ·dotQ5_0x4AVX2(SB), NOSPLIT, $0-40
+	Q32_X4(Q5_0_CONSTS, UNPACK_Q5_0, SIGNED_TOK, NO_M4, 22)
+
+// func dotQ5_1x4AVX2(w, x *byte, xstride, nb int, out *[4]float32)
+TEXT ·dotQ5_1x4AVX2(SB), NOSPLIT, $0-40
+	Q32_X4(Q5_1_CONSTS, UNPACK_Q5_1, UNSIGNED_TOK, M4, 24)

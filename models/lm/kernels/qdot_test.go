@@ -214,3 +214,31 @@ func f16Fields(d gguf.DType) []int {
 	}
 	return []int{0}
 }
+
+// BenchmarkQuantDot times one 4,096-column row dot product per type with the
+// Go kernel ("go") and with the assembly kernel this CPU selects ("simd",
+// where there is one), in the same run so their ratio is the speed-up.
+func BenchmarkQuantDot(b *testing.B) {
+	rng := rand.New(rand.NewPCG(19, 20))
+	for _, d := range quantTypes {
+		k := qkernels[d]
+		m := quantMatrix(b, rng, d, 1, 4096)
+		nb := m.cols / k.blockLen
+		qx := make([]byte, k.actBytes(m.cols))
+		k.quantize(qx, randVec(rng, m.cols))
+		for _, v := range []struct {
+			name string
+			dot  func(w, x []byte, nb int) float32
+		}{{"go", k.dot}, {"simd", fastDot(d)}} {
+			if v.dot == nil {
+				continue
+			}
+			b.Run(d.String()+"/"+v.name, func(b *testing.B) {
+				b.SetBytes(int64(len(m.raw)))
+				for b.Loop() {
+					v.dot(m.raw, qx, nb)
+				}
+			})
+		}
+	}
+}
