@@ -53,13 +53,40 @@
 	WORD $(0x4E20D400|RM(6)|RN(16)|RD(16)); \ // FADD V16.4S, V16.4S, V6.4S
 	WORD $(0x4E20D400|RM(7)|RN(17)|RD(17))    // FADD V17.4S, V17.4S, V7.4S
 
-// V16, V17 → the REDUCE8 sum in F18, stored at ret.
-#define FINISH \
+// V16, V17 → the REDUCE8 sum in F18.
+#define REDUCE_LANES \
 	WORD  $(0x4E20D400|RM(17)|RN(16)|RD(18)); \ // FADD V18.4S, V16.4S, V17.4S
 	WORD  $(0x6E20D400|RM(18)|RN(18)|RD(18)); \ // FADDP V18.4S, V18.4S, V18.4S
-	WORD  $(0x7E30D800|RN(18)|RD(18)); \        // FADDP S18, V18.2S
+	WORD  $(0x7E30D800|RN(18)|RD(18))            // FADDP S18, V18.2S
+
+// FINISH returns the REDUCE8 sum.
+#define FINISH \
+	REDUCE_LANES; \
 	FMOVS F18, ret+24(FP); \
 	RET
+
+// DOTS_SDOT: the int32 lanes of the 32 weight bytes in V2, V3 times the
+// activations in V4, V5: values 0-15 in V6, 16-31 in V7.
+#define DOTS_SDOT \
+	VEOR V6.B16, V6.B16, V6.B16; \
+	VEOR V7.B16, V7.B16, V7.B16; \
+	WORD $(0x4E809400|RM(4)|RN(2)|RD(6)); \ // SDOT V6.4S, V2.16B, V4.16B
+	WORD $(0x4E809400|RM(5)|RN(3)|RD(7)) // SDOT V7.4S, V3.16B, V5.16B
+
+// DOTS_NEON: the same lanes with base NEON: SMULL/SMULL2 give int16
+// products, SADDLP sums pairs into int32 and ADDP pairs of pairs, so lane l
+// again holds values 4l…4l+3.
+#define DOTS_NEON \
+	WORD $(0x0E20C000|RM(4)|RN(2)|RD(10)); \ // SMULL  V10.8H, V2.8B, V4.8B
+	WORD $(0x4E20C000|RM(4)|RN(2)|RD(11)); \ // SMULL2 V11.8H, V2.16B, V4.16B
+	WORD $(0x0E20C000|RM(5)|RN(3)|RD(12)); \ // SMULL  V12.8H, V3.8B, V5.8B
+	WORD $(0x4E20C000|RM(5)|RN(3)|RD(13)); \ // SMULL2 V13.8H, V3.16B, V5.16B
+	WORD $(0x4E602800|RN(10)|RD(10)); \ // SADDLP V10.4S, V10.8H
+	WORD $(0x4E602800|RN(11)|RD(11)); \ // SADDLP V11.4S, V11.8H
+	WORD $(0x4E602800|RN(12)|RD(12)); \ // SADDLP V12.4S, V12.8H
+	WORD $(0x4E602800|RN(13)|RD(13)); \ // SADDLP V13.4S, V13.8H
+	WORD $(0x4EA0BC00|RM(11)|RN(10)|RD(6)); \ // ADDP V6.4S, V10.4S, V11.4S
+	WORD $(0x4EA0BC00|RM(13)|RN(12)|RD(7)) // ADDP V7.4S, V12.4S, V13.4S
 
 // func dotQ8_0SDOT(w, x *byte, nb int) float32
 //
@@ -71,10 +98,7 @@ TEXT ·dotQ8_0SDOT(SB), NOSPLIT, $0-28
 
 sdotloop:
 	LOAD_Q8_0
-	VEOR V6.B16, V6.B16, V6.B16
-	VEOR V7.B16, V7.B16, V7.B16
-	WORD $(0x4E809400|RM(4)|RN(2)|RD(6)) // SDOT V6.4S, V2.16B, V4.16B
-	WORD $(0x4E809400|RM(5)|RN(3)|RD(7)) // SDOT V7.4S, V3.16B, V5.16B
+	DOTS_SDOT
 	BLOCK_SCALE
 	BLOCK_ACC
 	NEXT_Q8_0(sdotloop)
@@ -84,24 +108,14 @@ sdotdone:
 
 // func dotQ8_0NEON(w, x *byte, nb int) float32
 //
-// Base ARMv8 NEON: SMULL/SMULL2 give int16 products, SADDLP sums pairs into
-// int32 and ADDP pairs of pairs, so lane l again holds values 4l…4l+3.
+// Base ARMv8 NEON (DOTS_NEON).
 TEXT ·dotQ8_0NEON(SB), NOSPLIT, $0-28
 	ARGS3
 	CBZ  R2, neondone
 
 neonloop:
 	LOAD_Q8_0
-	WORD $(0x0E20C000|RM(4)|RN(2)|RD(10))  // SMULL  V10.8H, V2.8B, V4.8B
-	WORD $(0x4E20C000|RM(4)|RN(2)|RD(11))  // SMULL2 V11.8H, V2.16B, V4.16B
-	WORD $(0x0E20C000|RM(5)|RN(3)|RD(12))  // SMULL  V12.8H, V3.8B, V5.8B
-	WORD $(0x4E20C000|RM(5)|RN(3)|RD(13))  // SMULL2 V13.8H, V3.16B, V5.16B
-	WORD $(0x4E602800|RN(10)|RD(10))       // SADDLP V10.4S, V10.8H
-	WORD $(0x4E602800|RN(11)|RD(11))       // SADDLP V11.4S, V11.8H
-	WORD $(0x4E602800|RN(12)|RD(12))       // SADDLP V12.4S, V12.8H
-	WORD $(0x4E602800|RN(13)|RD(13))       // SADDLP V13.4S, V13.8H
-	WORD $(0x4EA0BC00|RM(11)|RN(10)|RD(6)) // ADDP V6.4S, V10.4S, V11.4S
-	WORD $(0x4EA0BC00|RM(13)|RN(12)|RD(7)) // ADDP V7.4S, V12.4S, V13.4S
+	DOTS_NEON
 	BLOCK_SCALE
 	BLOCK_ACC
 	NEXT_Q8_0(neonloop)
@@ -377,3 +391,140 @@ TEXT ·dotQ6KNEON(SB), NOSPLIT, $0-28
 	WORD $(0x4E602800|RN(25)|RD(24))            // SADDLP V24.4S, V25.8H
 	K_KERNEL(Q6K_BLOCK, 210)
 #undef Q6K_DOT
+
+// The other 32-value types (Q4_0, Q4_1, Q5_0, Q5_1), as dot32 (qdot.go)
+// does them: each block unpacked to signed bytes, values 0-15 in V2 and
+// 16-31 in V3 (low nibbles, then high nibbles; Q5's fifth bit i from qh),
+// with Q4_0's 8 or Q5_0's 16 subtracted, then Q8_0's lanes, scale and float
+// sums; Q4_1/Q5_1 add float32(m·dx)·Σq to a separate float sum F21, and the
+// result is the REDUCE8 sum plus F21 (+0 for the offset types, as in Go).
+// Registers: V31 0x0f bytes, V30 the type's byte constant (8 or 16), V25
+// the bit of each byte (1, 2, … 128), V26/V27 the byte i/8 indices for TBL.
+
+// q5tbl: V25's bits, then V26's and V27's indices (bytes 0-15 and 16-31).
+DATA q5tbl<>+0(SB)/8, $0x8040201008040201
+DATA q5tbl<>+8(SB)/8, $0x8040201008040201
+DATA q5tbl<>+16(SB)/8, $0x0000000000000000
+DATA q5tbl<>+24(SB)/8, $0x0101010101010101
+DATA q5tbl<>+32(SB)/8, $0x0202020202020202
+DATA q5tbl<>+40(SB)/8, $0x0303030303030303
+GLOBL q5tbl<>(SB), RODATA|NOPTR, $48
+
+#define Q4_0_CONSTS \
+	VMOVI $15, V31.B16; \
+	VMOVI $8, V30.B16
+
+#define Q4_1_CONSTS VMOVI $15, V31.B16
+
+#define Q5_CONSTS \
+	VMOVI $15, V31.B16; \
+	VMOVI $16, V30.B16; \
+	MOVD  $q5tbl<>(SB), R3; \
+	VLD1  (R3), [V25.B16, V26.B16, V27.B16]
+
+// NIBBLES: the 16 quant bytes at qoff(R0) as 4-bit values in V2 (low) and V3 (high).
+#define NIBBLES(qoff) \
+	ADD   $qoff, R0, R5; \
+	VLD1  (R5), [V0.B16]; \
+	VAND  V31.B16, V0.B16, V2.B16; \
+	VUSHR $4, V0.B16, V3.B16
+
+// MINUS_V30: V2, V3 −= the type's offset.
+#define MINUS_V30 \
+	WORD $(0x6E208400|RM(30)|RN(2)|RD(2)); \ // SUB V2.16B, V2.16B, V30.16B
+	WORD $(0x6E208400|RM(30)|RN(3)|RD(3))     // SUB V3.16B, V3.16B, V30.16B
+
+// Q5_HIGH ORs 16 into V2/V3 byte i where bit i of the qh word at hoff(R0) is set.
+#define Q5_HIGH(hoff) \
+	MOVWU hoff(R0), R4; \
+	VMOV  R4, V1.S[0]; \
+	VTBL  V26.B16, [V1.B16], V18.B16; \
+	VTBL  V27.B16, [V1.B16], V19.B16; \
+	WORD  $(0x4E208C00|RM(25)|RN(18)|RD(18)); \ // CMTST V18.16B, V18.16B, V25.16B
+	WORD  $(0x4E208C00|RM(25)|RN(19)|RD(19)); \ // CMTST V19.16B, V19.16B, V25.16B
+	VAND  V30.B16, V18.B16, V18.B16; \
+	VAND  V30.B16, V19.B16, V19.B16; \
+	VORR  V18.B16, V2.B16, V2.B16; \
+	VORR  V19.B16, V3.B16, V3.B16
+
+#define UNPACK_Q4_0 \
+	NIBBLES(2); \
+	MINUS_V30
+
+#define UNPACK_Q4_1 NIBBLES(4)
+
+#define UNPACK_Q5_0 \
+	NIBBLES(6); \
+	Q5_HIGH(2); \
+	MINUS_V30
+
+#define UNPACK_Q5_1 \
+	NIBBLES(8); \
+	Q5_HIGH(4)
+
+// M_TERM: F21 += float32(float32(m·dx)·float32(Σq)), m the f16 at 2(R0).
+#define M_TERM \
+	F16_TIMES_DX(2); \
+	MOVW    4(R1), R4; \
+	SCVTFWS R4, F1; \
+	FMULS   F1, F0, F0; \
+	FADDS   F0, F21, F21
+
+#define NO_M
+
+// Q32_KERNEL is a kernel body over nb blocks of wb bytes; dots is DOTS_SDOT
+// or DOTS_NEON.
+#define Q32_KERNEL(consts, unpack, dots, mterm, wb) \
+	ARGS3; \
+	VEOR V21.B16, V21.B16, V21.B16; \
+	consts; \
+	CBZ  R2, q32done; \
+q32loop: \
+	unpack; \
+	ADD  $8, R1, R6; \
+	VLD1 (R6), [V4.B16, V5.B16]; \
+	dots; \
+	BLOCK_SCALE; \
+	BLOCK_ACC; \
+	mterm; \
+	ADD  $wb, R0; \
+	ADD  $40, R1; \
+	SUBS $1, R2; \
+	BNE  q32loop; \
+q32done: \
+	REDUCE_LANES; \
+	FADDS F21, F18, F18; \
+	FMOVS F18, ret+24(FP); \
+	RET
+
+// func dotQ4_0SDOT(w, x *byte, nb int) float32
+TEXT ·dotQ4_0SDOT(SB), NOSPLIT, $0-28
+	Q32_KERNEL(Q4_0_CONSTS, UNPACK_Q4_0, DOTS_SDOT, NO_M, 18)
+
+// func dotQ4_0NEON(w, x *byte, nb int) float32
+TEXT ·dotQ4_0NEON(SB), NOSPLIT, $0-28
+	Q32_KERNEL(Q4_0_CONSTS, UNPACK_Q4_0, DOTS_NEON, NO_M, 18)
+
+// func dotQ4_1SDOT(w, x *byte, nb int) float32
+TEXT ·dotQ4_1SDOT(SB), NOSPLIT, $0-28
+	Q32_KERNEL(Q4_1_CONSTS, UNPACK_Q4_1, DOTS_SDOT, M_TERM, 20)
+
+// func dotQ4_1NEON(w, x *byte, nb int) float32
+TEXT ·dotQ4_1NEON(SB), NOSPLIT, $0-28
+	Q32_KERNEL(Q4_1_CONSTS, UNPACK_Q4_1, DOTS_NEON, M_TERM, 20)
+
+// func dotQ5_0SDOT(w, x *byte, nb int) float32
+TEXT ·dotQ5_0SDOT(SB), NOSPLIT, $0-28
+	Q32_KERNEL(Q5_CONSTS, UNPACK_Q5_0, DOTS_SDOT, NO_M, 22)
+
+// func dotQ5_0NEON(w, x *byte, nb int) float32
+TEXT ·dotQ5_0NEON(SB), NOSPLIT, $0-28
+	Q32_KERNEL(Q5_CONSTS, UNPACK_Q5_0, DOTS_NEON, NO_M, 22)
+
+// func dotQ5_1SDOT(w, x *byte, nb int) float32
+TEXT ·dotQ5_1SDOT(SB), NOSPLIT, $0-28
+	Q32_KERNEL(Q5_CONSTS, UNPACK_Q5_1, DOTS_SDOT, M_TERM, 24)
+
+// func dotQ5_1NEON(w, x *byte, nb int) float32
+TEXT ·dotQ5_1NEON(SB), NOSPLIT, $0-28
+	Q32_KERNEL(Q5_CONSTS, UNPACK_Q5_1, DOTS_NEON, M_TERM, 24)
