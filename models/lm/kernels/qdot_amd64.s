@@ -170,13 +170,15 @@ q80done:
 	RET
 
 // Q4K_STEP multiplies the 64 values of one 32-byte quant plane (low nibbles
-// then high nibbles) by activations at x0 and x1, weights them by the two
-// sub-block scales held as int16 at soff(SP) and soff+2(SP), and adds to Y0.
-#define Q4K_STEP(qoff, x0, x1, soff) \
+// then high nibbles; hi adds Q5_K's fifth bits) by activations at x0 and x1,
+// weights them by the two sub-block scales held as int16 at soff(SP) and
+// soff+2(SP), and adds to Y0.
+#define Q4K_STEP(hi, qoff, x0, x1, soff) \
 	VMOVDQU    qoff(SI), Y3; \
 	VPSRLW     $4, Y3, Y4; \
 	VPAND      Y14, Y3, Y3; \
 	VPAND      Y14, Y4, Y4; \
+	hi; \
 	VPMADDUBSW x0(DI), Y3, Y3; \
 	VPMADDUBSW x1(DI), Y4, Y4; \
 	VPBROADCASTW soff(SP), Y5; \
@@ -186,6 +188,61 @@ q80done:
 	VPADDD     Y3, Y0, Y0; \
 	VPADDD     Y4, Y0, Y0
 
+// Q5K_HI ORs the fifth bits of the plane's two sub-blocks into Y3 (bit 0 of
+// the qh bytes in cur, as 16) and Y4 (bit 1), then moves the next plane's
+// bits to bits 0-1 of cur (word shifts: bits 0-4 of a byte stay its own).
+// m1 and m2 hold 0x01 and 0x02 bytes. Clobbers Y5.
+#define Q5K_HI(cur, m1, m2) \
+	VPAND  m1, cur, Y5; \
+	VPSLLW $4, Y5, Y5; \
+	VPOR   Y5, Y3, Y3; \
+	VPAND  m2, cur, Y5; \
+	VPSLLW $3, Y5, Y5; \
+	VPOR   Y5, Y4, Y4; \
+	VPSRLW $2, cur, cur
+
+#define NO_HI
+#define Q5K_HI1 Q5K_HI(Y15, Y12, Y11)
+#define Q5K_HI4 Q5K_HI(Y0, Y12, Y15)
+
+// Q4K_ONE is the one-token body of Q4_K (hi NO_HI) and Q5_K (hi Q5K_HI1,
+// the 32 qh bytes loaded by qh): quants from qb(SI), wb bytes a block.
+#define Q4K_ONE(hi, consts, qh, qb, wb) \
+	K1_START; \
+	BCASTD($0x00010001, X13, Y13); \
+	consts; \
+	TESTQ CX, CX; \
+	JEQ   qkdone; \
+qkloop: \
+	Q4K_SCALES; \
+	VPMADDWD 260(DI), Y13, Y2; \
+	VPMULLD  Y2, Y1, Y1; \
+	VPXOR    Y0, Y0, Y0; \
+	qh; \
+	Q4K_STEP(hi, qb, 4, 36, 0); \
+	Q4K_STEP(hi, qb+32, 68, 100, 4); \
+	Q4K_STEP(hi, qb+64, 132, 164, 8); \
+	Q4K_STEP(hi, qb+96, 196, 228, 12); \
+	HSUMD(Y0, X0, AX); \
+	HSUMD(Y1, X1, BX); \
+	SCALE_ADD(0, AX, VADDSS); \
+	SCALE_ADD(2, BX, VSUBSS); \
+	ADDQ $wb, SI; \
+	ADDQ $292, DI; \
+	DECQ CX; \
+	JNZ  qkloop; \
+qkdone: \
+	VMOVSS X10, ret+24(FP); \
+	VZEROUPPER; \
+	RET
+
+#define NO_CONSTS
+#define NO_QH
+#define Q5K_CONSTS1 \
+	BCASTD($0x01010101, X12, Y12); \
+	BCASTD($0x02020202, X11, Y11)
+#define Q5K_QH1 VMOVDQU 16(SI), Y15
+
 // func dotQ4KAVX2(w, x *byte, nb int) float32
 //
 // Q4_K super-blocks (144 bytes) against q8_K activations (292 bytes): the
@@ -193,37 +250,14 @@ q80done:
 // (Q4K_SCALES), Σ sc·Σq·x is summed in int32 lanes, Σ m·Σx from the
 // activation block sums.
 TEXT ·dotQ4KAVX2(SB), NOSPLIT, $16-28
-	K1_START
-	BCASTD($0x00010001, X13, Y13)
-	TESTQ CX, CX
-	JEQ  q4kdone
+	Q4K_ONE(NO_HI, NO_CONSTS, NO_QH, 16, 144)
 
-q4kloop:
-	Q4K_SCALES
-
-	// Σ_j m_j·(bsum[2j]+bsum[2j+1]) in Y1.
-	VPMADDWD 260(DI), Y13, Y2
-	VPMULLD Y2, Y1, Y1
-
-	VPXOR Y0, Y0, Y0
-	Q4K_STEP(16, 4, 36, 0)
-	Q4K_STEP(48, 68, 100, 4)
-	Q4K_STEP(80, 132, 164, 8)
-	Q4K_STEP(112, 196, 228, 12)
-
-	HSUMD(Y0, X0, AX)
-	HSUMD(Y1, X1, BX)
-	SCALE_ADD(0, AX, VADDSS)
-	SCALE_ADD(2, BX, VSUBSS)
-	ADDQ $144, SI
-	ADDQ $292, DI
-	DECQ CX
-	JNZ  q4kloop
-
-q4kdone:
-	VMOVSS X10, ret+24(FP)
-	VZEROUPPER
-	RET
+// func dotQ5KAVX2(w, x *byte, nb int) float32
+//
+// Q5_K (176 bytes): Q4_K's scales and planes, quants from 48, each plane's
+// fifth bits from the 32 qh bytes at 16.
+TEXT ·dotQ5KAVX2(SB), NOSPLIT, $16-28
+	Q4K_ONE(Q5K_HI1, Q5K_CONSTS1, Q5K_QH1, 48, 176)
 
 // Q6K_DOT multiplies 32 unsigned 6-bit quants in v by the activations at
 // xoff, weights the first 16 by the scale at s0(SP) and the next 16 by the
@@ -368,12 +402,14 @@ q80x4done:
 	VPMADDWD   Y6, Y7, Y7; \
 	VPADDD     Y7, acc, acc
 
-// Q4K_STEP4: one 32-byte quant plane, scales the int16s at s(SP) and s+2(SP).
-#define Q4K_STEP4(qoff, x0, x1, s) \
+// Q4K_STEP4: one 32-byte quant plane (hi as in Q4K_STEP), scales the
+// int16s at s(SP) and s+2(SP).
+#define Q4K_STEP4(hi, qoff, x0, x1, s) \
 	VMOVDQU qoff(SI), Y3; \
 	VPSRLW  $4, Y3, Y4; \
 	VPAND   Y14, Y3, Y3; \
 	VPAND   Y14, Y4, Y4; \
+	hi; \
 	VPBROADCASTW s(SP), Y5; \
 	VPBROADCASTW s+2(SP), Y6; \
 	Q4K_TOK(DI, x0, x1, Y8); \
@@ -390,34 +426,45 @@ q80x4done:
 	FSCALE(2, p, BX, VSUBSS); \
 	VMOVSS X4, ooff(R8)
 
-// func dotQ4Kx4AVX2(w, x *byte, xstride, nb int, out *[4]float32)
-//
+// Q4K_X4 is the ×4 body of Q4_K and Q5_K (as Q4K_ONE; Q5_K's qh in Y0).
 // Frame: 0(SP) the eight 6-bit scales as int16, 16(SP) the four tokens' min sums.
-TEXT ·dotQ4Kx4AVX2(SB), NOSPLIT, $32-40
-	X4_KSTART
-	BCASTD($0x00010001, X13, Y13)
-	TESTQ CX, CX
-	JEQ  q4kx4done
-
-q4kx4loop:
-	Q4K_SCALES
-	Q4K_MSUM(DI, 16)
-	Q4K_MSUM(R9, 20)
-	Q4K_MSUM(R10, 24)
-	Q4K_MSUM(R11, 28)
-
-	X4_ZERO
-	Q4K_STEP4(16, 4, 36, 0)
-	Q4K_STEP4(48, 68, 100, 4)
-	Q4K_STEP4(80, 132, 164, 8)
-	Q4K_STEP4(112, 196, 228, 12)
-	X4_END(Q4K_FINISH, 16, 144, 292)
-	DECQ CX
-	JNZ  q4kx4loop
-
-q4kx4done:
-	VZEROUPPER
+#define Q4K_X4(hi, consts, qh, qb, wb) \
+	X4_KSTART; \
+	BCASTD($0x00010001, X13, Y13); \
+	consts; \
+	TESTQ CX, CX; \
+	JEQ   qkx4done; \
+qkx4loop: \
+	Q4K_SCALES; \
+	Q4K_MSUM(DI, 16); \
+	Q4K_MSUM(R9, 20); \
+	Q4K_MSUM(R10, 24); \
+	Q4K_MSUM(R11, 28); \
+	X4_ZERO; \
+	qh; \
+	Q4K_STEP4(hi, qb, 4, 36, 0); \
+	Q4K_STEP4(hi, qb+32, 68, 100, 4); \
+	Q4K_STEP4(hi, qb+64, 132, 164, 8); \
+	Q4K_STEP4(hi, qb+96, 196, 228, 12); \
+	X4_END(Q4K_FINISH, 16, wb, 292); \
+	DECQ CX; \
+	JNZ  qkx4loop; \
+qkx4done: \
+	VZEROUPPER; \
 	RET
+
+#define Q5K_CONSTS4 \
+	BCASTD($0x01010101, X12, Y12); \
+	BCASTD($0x02020202, X15, Y15)
+#define Q5K_QH4 VMOVDQU 16(SI), Y0
+
+// func dotQ4Kx4AVX2(w, x *byte, xstride, nb int, out *[4]float32)
+TEXT ·dotQ4Kx4AVX2(SB), NOSPLIT, $32-40
+	Q4K_X4(NO_HI, NO_CONSTS, NO_QH, 16, 144)
+
+// func dotQ5Kx4AVX2(w, x *byte, xstride, nb int, out *[4]float32)
+TEXT ·dotQ5Kx4AVX2(SB), NOSPLIT, $32-40
+	Q4K_X4(Q5K_HI4, Q5K_CONSTS4, Q5K_QH4, 48, 176)
 
 // Q6K_TOK: one token's products with the 32 quants in Y5, scales in Y0.
 #define Q6K_TOK(p, xoff, acc) \
