@@ -45,6 +45,12 @@ func dotQ4KSDOT(w, x *byte, nb int) float32
 func dotQ4KNEON(w, x *byte, nb int) float32
 
 //go:noescape
+func dotQ5KSDOT(w, x *byte, nb int) float32
+
+//go:noescape
+func dotQ5KNEON(w, x *byte, nb int) float32
+
+//go:noescape
 func dotQ6KSDOT(w, x *byte, nb int) float32
 
 //go:noescape
@@ -64,6 +70,7 @@ var arm64Kernels = map[gguf.DType]arm64Kernel{
 	gguf.Q5_1: {dotQ5_1SDOT, dotQ5_1NEON},
 	gguf.Q8_0: {dotQ8_0SDOT, dotQ8_0NEON},
 	gguf.Q4_K: {dotQ4KSDOT, dotQ4KNEON},
+	gguf.Q5_K: {dotQ5KSDOT, dotQ5KNEON},
 	gguf.Q6_K: {dotQ6KSDOT, dotQ6KNEON},
 }
 

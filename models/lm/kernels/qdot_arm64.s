@@ -173,7 +173,7 @@ neondone:
 // Q4K_PLANE: the 64 values of one 32-byte quant plane at qoff (low nibbles:
 // sub-block 2jj, high: 2jj+1) against the activations at xoff, into isum
 // with the scales in bytes sh/8 and sh/8+1 of sreg.
-#define Q4K_PLANE(qoff, xoff, sreg, sh, sh1) \
+#define Q4K_PLANE(hi, qoff, xoff, sreg, sh, sh1) \
 	ADD  $qoff, R0, R3; \
 	VLD1 (R3), [V0.B16, V1.B16]; \
 	ADD  $xoff, R1, R3; \
@@ -182,6 +182,7 @@ neondone:
 	VAND V31.B16, V1.B16, V3.B16; \
 	VUSHR $4, V0.B16, V0.B16; \
 	VUSHR $4, V1.B16, V1.B16; \
+	hi; \
 	Q4K_DOTS; \
 	SUBSUM(V8, R9); \
 	SUBSUM(V9, R14); \
@@ -219,8 +220,9 @@ kdone: \
 	RET
 
 // Q4K_BLOCK: one Q4_K super-block into F20: unpack the 6-bit scales and
-// mins, msum from the activation group sums, isum over the four planes.
-#define Q4K_BLOCK \
+// mins, msum from the activation group sums, isum over the four planes
+// (quants at qb; Q5_K's fifth bits loaded by qh and ORed in by hi).
+#define QK45_BLOCK(hi, qh, qb) \
 	MOVWU 4(R0), R4; \
 	MOVWU 8(R0), R5; \
 	MOVWU 12(R0), R6; \
@@ -245,12 +247,45 @@ kdone: \
 	Q4K_MIN(R11, 8, 280, 282); \
 	Q4K_MIN(R11, 16, 284, 286); \
 	Q4K_MIN(R11, 24, 288, 290); \
-	Q4K_PLANE(16, 4, R7, 0, 8); \
-	Q4K_PLANE(48, 68, R7, 16, 24); \
-	Q4K_PLANE(80, 132, R8, 0, 8); \
-	Q4K_PLANE(112, 196, R8, 16, 24); \
+	qh; \
+	Q4K_PLANE(hi, qb, 4, R7, 0, 8); \
+	Q4K_PLANE(hi, qb+32, 68, R7, 16, 24); \
+	Q4K_PLANE(hi, qb+64, 132, R8, 0, 8); \
+	Q4K_PLANE(hi, qb+96, 196, R8, 16, 24); \
 	SCALED_INTO_ACC(0, R13, FADDS); \
 	SCALED_INTO_ACC(2, R12, FSUBS)
+
+#define NO_HI
+#define NO_QH
+#define Q4K_BLOCK QK45_BLOCK(NO_HI, NO_QH, 16)
+
+// Q5K_QH loads Q5_K's 32 qh bytes (at 16) into V22, V23 and 0x10 bytes into V29.
+#define Q5K_QH \
+	ADD   $16, R0, R3; \
+	VLD1  (R3), [V22.B16, V23.B16]; \
+	VMOVI $16, V29.B16
+
+// Q5K_HI ORs a plane's fifth bits, 16 where set, into its quants (bit 0 of
+// V22/V23 into V2/V3, bit 1 into V0/V1), then moves the next plane's to
+// bits 0-1. Clobbers V26, V27.
+#define Q5K_HI \
+	VSHL  $4, V22.B16, V26.B16; \
+	VSHL  $4, V23.B16, V27.B16; \
+	VAND  V29.B16, V26.B16, V26.B16; \
+	VAND  V29.B16, V27.B16, V27.B16; \
+	VORR  V26.B16, V2.B16, V2.B16; \
+	VORR  V27.B16, V3.B16, V3.B16; \
+	VSHL  $3, V22.B16, V26.B16; \
+	VSHL  $3, V23.B16, V27.B16; \
+	VAND  V29.B16, V26.B16, V26.B16; \
+	VAND  V29.B16, V27.B16, V27.B16; \
+	VORR  V26.B16, V0.B16, V0.B16; \
+	VORR  V27.B16, V1.B16, V1.B16; \
+	VUSHR $2, V22.B16, V22.B16; \
+	VUSHR $2, V23.B16, V23.B16
+
+// Q5K_BLOCK: one Q5_K super-block (176 bytes: Q4_K's with qh at 16, quants at 48).
+#define Q5K_BLOCK QK45_BLOCK(Q5K_HI, Q5K_QH, 48)
 
 // func dotQ4KSDOT(w, x *byte, nb int) float32
 TEXT ·dotQ4KSDOT(SB), NOSPLIT, $0-28
@@ -263,6 +298,10 @@ TEXT ·dotQ4KSDOT(SB), NOSPLIT, $0-28
 	WORD $(0x4E809400|RM(6)|RN(0)|RD(9)); \ // SDOT V9.4S, V0.16B, V6.16B
 	WORD $(0x4E809400|RM(7)|RN(1)|RD(9))     // SDOT V9.4S, V1.16B, V7.16B
 	K_KERNEL(Q4K_BLOCK, 144)
+
+// func dotQ5KSDOT(w, x *byte, nb int) float32
+TEXT ·dotQ5KSDOT(SB), NOSPLIT, $0-28
+	K_KERNEL(Q5K_BLOCK, 176)
 #undef Q4K_DOTS
 
 // func dotQ4KNEON(w, x *byte, nb int) float32
@@ -282,6 +321,13 @@ TEXT ·dotQ4KNEON(SB), NOSPLIT, $0-28
 	WORD $(0x4E602800|RN(24)|RD(8)); \       // SADDLP V8.4S, V24.8H
 	WORD $(0x4E602800|RN(25)|RD(9))           // SADDLP V9.4S, V25.8H
 	K_KERNEL(Q4K_BLOCK, 144)
+
+// func dotQ5KNEON(w, x *byte, nb int) float32
+//
+// Q5_K's quants are at most 31: four products per int16 lane stay within
+// 4·31·128 = 15,872.
+TEXT ·dotQ5KNEON(SB), NOSPLIT, $0-28
+	K_KERNEL(Q5K_BLOCK, 176)
 #undef Q4K_DOTS
 
 // Q6K_GROUP: isum (R13) += sc_g · (Σ_g q'·x − 32·bsum_g), q' = q+32, for

@@ -45,9 +45,9 @@ func TestArm64KernelsUnderQEMU(t *testing.T) {
 		want  []string
 	}{
 		{"cortex-a72", []string{"no SDOT on this CPU", "q4_0 neon kernel equals", "q4_1 neon kernel equals",
-			"q5_0 neon kernel equals", "q5_1 neon kernel equals", "q4_K neon kernel equals", "q6_K neon kernel equals"}},
+			"q5_0 neon kernel equals", "q5_1 neon kernel equals", "q4_K neon kernel equals", "q5_K neon kernel equals", "q6_K neon kernel equals"}},
 		{"cortex-a76", []string{"q4_0 sdot kernel equals", "q4_1 sdot kernel equals", "q5_0 sdot kernel equals",
-			"q5_1 sdot kernel equals", "q8_0 sdot kernel equals", "q4_K sdot kernel equals", "q6_K sdot kernel equals",
+			"q5_1 sdot kernel equals", "q8_0 sdot kernel equals", "q4_K sdot kernel equals", "q5_K sdot kernel equals", "q6_K sdot kernel equals",
 			"q6_K neon kernel equals"}},
 	}
 	var wg sync.WaitGroup
