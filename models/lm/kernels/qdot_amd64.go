@@ -13,6 +13,18 @@ func dotQ8_0AVX2(w, x *byte, nb int) float32
 func dotQ4KAVX2(w, x *byte, nb int) float32
 
 //go:noescape
+func dotQ2KAVX2(w, x *byte, nb int) float32
+
+//go:noescape
+func dotQ2Kx4AVX2(w, x *byte, xstride, nb int, out *[4]float32)
+
+//go:noescape
+func dotQ3KAVX2(w, x *byte, nb int) float32
+
+//go:noescape
+func dotQ3Kx4AVX2(w, x *byte, xstride, nb int, out *[4]float32)
+
+//go:noescape
 func dotQ5KAVX2(w, x *byte, nb int) float32
 
 //go:noescape
@@ -64,6 +76,8 @@ var amd64Kernels = map[gguf.DType]struct {
 	gguf.Q5_0: {dotQ5_0AVX2, dotQ5_0x4AVX2},
 	gguf.Q5_1: {dotQ5_1AVX2, dotQ5_1x4AVX2},
 	gguf.Q8_0: {dotQ8_0AVX2, dotQ8_0x4AVX2},
+	gguf.Q2_K: {dotQ2KAVX2, dotQ2Kx4AVX2},
+	gguf.Q3_K: {dotQ3KAVX2, dotQ3Kx4AVX2},
 	gguf.Q4_K: {dotQ4KAVX2, dotQ4Kx4AVX2},
 	gguf.Q5_K: {dotQ5KAVX2, dotQ5Kx4AVX2},
 	gguf.Q6_K: {dotQ6KAVX2, dotQ6Kx4AVX2},

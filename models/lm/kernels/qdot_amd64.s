@@ -417,14 +417,17 @@ q80x4done:
 	Q4K_TOK(R10, x0, x1, Y10); \
 	Q4K_TOK(R11, x0, x1, Y11)
 
-// Q4K_FINISH folds one token's super-block into out[ooff/4].
-#define Q4K_FINISH(acc, accx, p, moff, ooff) \
+// KM_FINISH folds one token's super-block of a type with mins (d and dmin
+// at doff, doff+2) into out[ooff/4].
+#define KM_FINISH(doff, acc, accx, p, moff, ooff) \
 	HSUMD(acc, accx, AX); \
 	MOVL   moff(SP), BX; \
 	VMOVSS ooff(R8), X4; \
-	FSCALE(0, p, AX, VADDSS); \
-	FSCALE(2, p, BX, VSUBSS); \
+	FSCALE(doff, p, AX, VADDSS); \
+	FSCALE(doff+2, p, BX, VSUBSS); \
 	VMOVSS X4, ooff(R8)
+
+#define Q4K_FINISH(acc, accx, p, moff, ooff) KM_FINISH(0, acc, accx, p, moff, ooff)
 
 // Q4K_X4 is the ×4 body of Q4_K and Q5_K (as Q4K_ONE; Q5_K's qh in Y0).
 // Frame: 0(SP) the eight 6-bit scales as int16, 16(SP) the four tokens' min sums.
@@ -508,19 +511,27 @@ TEXT ·dotQ5Kx4AVX2(SB), NOSPLIT, $32-40
 	VPOR    Y6, Y5, Y5; \
 	Q6K_RUN4(x+96, s+12, s+14)
 
-// Q6K_OFF: 32·Σ_g sc_g·bsum_g of the token at p (scales in Y1) to off(SP).
-#define Q6K_OFF(p, off) \
+// K_OFF: 2^sh·Σ_g c_g·bsum_g of the token at p (the int16 c_g in Y1) to
+// off(SP): Q6_K's 32·Σ sc·Σx offset (sh 5), Q3_K's 4·Σ sc·Σx (sh 2),
+// Q2_K's Σ m·Σx (sh 0).
+#define K_OFF(p, off, sh) \
 	VPMADDWD 260(p), Y1, Y6; \
 	HSUMD(Y6, X6, AX); \
-	SHLL     $5, AX; \
+	SHLL     $sh, AX; \
 	MOVL     AX, off(SP)
 
-#define Q6K_FINISH(acc, accx, p, off, ooff) \
+#define Q6K_OFF(p, off) K_OFF(p, off, 5)
+
+// KO_FINISH folds one token's super-block of a type without mins (d at
+// doff, the offset sum at off(SP)) into out[ooff/4].
+#define KO_FINISH(doff, acc, accx, p, off, ooff) \
 	HSUMD(acc, accx, AX); \
 	SUBL   off(SP), AX; \
 	VMOVSS ooff(R8), X4; \
-	FSCALE(208, p, AX, VADDSS); \
+	FSCALE(doff, p, AX, VADDSS); \
 	VMOVSS X4, ooff(R8)
+
+#define Q6K_FINISH(acc, accx, p, off, ooff) KO_FINISH(208, acc, accx, p, off, ooff)
 
 // func dotQ6Kx4AVX2(w, x *byte, xstride, nb int, out *[4]float32)
 //
@@ -778,3 +789,210 @@ TEXT ·dotQ5_0x4AVX2(SB), NOSPLIT, $0-40
 // func dotQ5_1x4AVX2(w, x *byte, xstride, nb int, out *[4]float32)
 TEXT ·dotQ5_1x4AVX2(SB), NOSPLIT, $0-40
 	Q32_X4(Q5_1_CONSTS, UNPACK_Q5_1, UNSIGNED_TOK, M4, 24)
+
+// Q2_K (84-byte super-blocks) and Q3_K (110 bytes) against q8_K
+// activations. Both hold 2-bit quants in two 32-byte planes, four runs of 32
+// values each (bits 0-1, 2-3, 4-5, 6-7), every 16 values with their own
+// scale; Q3_K adds a third bit from the 32 hmask bytes (bit k of byte l for
+// run k, k = 0-7 over both halves) and takes q = q'−4 with q' = q2|bit<<2,
+// so Σ q·x = Σ q'·x − 4·Σx, as Q6_K does with its 32. The runs are Q6_K's
+// Q6K_DOT/Q6K_RUN4. Registers: Y13 0x03 bytes, Y14 0x0f, Y12 0x01 and Y15
+// 0x20 (Q3_K), Y2 the hmask bits still to use, Y3 the plane.
+
+// Q2K_SCALES: the 16 scales (low nibbles of bytes 0-15) as int16 to 0(SP),
+// the 16 mins (high nibbles) as int16 in Y1.
+#define Q2K_SCALES \
+	VMOVDQU   (SI), X1; \
+	VPSRLW    $4, X1, X2; \
+	VPAND     X14, X2, X2; \
+	VPAND     X14, X1, X1; \
+	VPMOVZXBW X1, Y1; \
+	VMOVDQU   Y1, 0(SP); \
+	VPMOVZXBW X2, Y1
+
+// Q3K_SCALE4 puts in R12 scales 4i…4i+3 (byte i of the result): the
+// nibbles of lo shifted by losh, with bits hsh, hsh+1 of the bytes of DX as
+// bits 4-5.
+#define Q3K_SCALE4(lo, losh, hsh) \
+	MOVL lo, R12; \
+	SHRL $losh, R12; \
+	ANDL $0x0f0f0f0f, R12; \
+	MOVL DX, R13; \
+	SHRL $hsh, R13; \
+	ANDL $0x03030303, R13; \
+	SHLL $4, R13; \
+	ORL  R13, R12
+
+// Q3K_SCALES: the 16 6-bit scales (gguf.ScalesQ3K), less 32, as int16 to
+// 0(SP) and in Y1. Clobbers AX, BX, DX, R12, R13.
+#define Q3K_SCALES \
+	MOVL 96(SI), AX; \
+	MOVL 100(SI), BX; \
+	MOVL 104(SI), DX; \
+	Q3K_SCALE4(AX, 0, 0); \
+	VMOVD R12, X1; \
+	Q3K_SCALE4(BX, 0, 2); \
+	VPINSRD $1, R12, X1, X1; \
+	Q3K_SCALE4(AX, 4, 4); \
+	VPINSRD $2, R12, X1, X1; \
+	Q3K_SCALE4(BX, 4, 6); \
+	VPINSRD $3, R12, X1, X1; \
+	VPSUBB    X15, X1, X1; \
+	VPMOVSXBW X1, Y1; \
+	VMOVDQU   Y1, 0(SP)
+
+// Q3K_HBIT ORs the next run's hmask bit into the quants in Y5 (as 4).
+#define Q3K_HBIT \
+	VPAND  Y12, Y2, Y6; \
+	VPSLLW $2, Y6, Y6; \
+	VPOR   Y6, Y5, Y5; \
+	VPSRLW $1, Y2, Y2
+
+// K2_QUANTS: run sh/2's 2-bit quants of the plane in Y3 (hbit adds Q3_K's) in Y5.
+#define K2_QUANTS(hbit, sh) \
+	VPSRLW $sh, Y3, Y5; \
+	VPAND  Y13, Y5, Y5; \
+	hbit
+
+// K2_HALF: the 128 values of the plane at qoff, activations from x, scales from s(SP).
+#define K2_HALF(hbit, qoff, x, s) \
+	VMOVDQU qoff(SI), Y3; \
+	K2_QUANTS(hbit, 0); \
+	Q6K_DOT(Y5, x, s, s+2); \
+	K2_QUANTS(hbit, 2); \
+	Q6K_DOT(Y5, x+32, s+4, s+6); \
+	K2_QUANTS(hbit, 4); \
+	Q6K_DOT(Y5, x+64, s+8, s+10); \
+	K2_QUANTS(hbit, 6); \
+	Q6K_DOT(Y5, x+96, s+12, s+14)
+
+#define K2_HALF4(hbit, qoff, x, s) \
+	VMOVDQU qoff(SI), Y3; \
+	K2_QUANTS(hbit, 0); \
+	Q6K_RUN4(x, s, s+2); \
+	K2_QUANTS(hbit, 2); \
+	Q6K_RUN4(x+32, s+4, s+6); \
+	K2_QUANTS(hbit, 4); \
+	Q6K_RUN4(x+64, s+8, s+10); \
+	K2_QUANTS(hbit, 6); \
+	Q6K_RUN4(x+96, s+12, s+14)
+
+#define K2_CONSTS \
+	BCASTD($0x03030303, X13, Y13); \
+	BCASTD($0x0f0f0f0f, X14, Y14); \
+	BCASTD($0x01010101, X12, Y12); \
+	BCASTD($0x20202020, X15, Y15)
+
+// func dotQ2KAVX2(w, x *byte, nb int) float32
+TEXT ·dotQ2KAVX2(SB), NOSPLIT, $32-28
+	ARGS1
+	VXORPS X10, X10, X10
+	K2_CONSTS
+	TESTQ CX, CX
+	JEQ   q2kdone
+
+q2kloop:
+	Q2K_SCALES
+	VPMADDWD 260(DI), Y1, Y1
+	VPXOR    Y0, Y0, Y0
+	K2_HALF(NO_HI, 16, 4, 0)
+	K2_HALF(NO_HI, 48, 132, 16)
+	HSUMD(Y0, X0, AX)
+	HSUMD(Y1, X1, BX)
+	SCALE_ADD(80, AX, VADDSS)
+	SCALE_ADD(82, BX, VSUBSS)
+	ADDQ $84, SI
+	ADDQ $292, DI
+	DECQ CX
+	JNZ  q2kloop
+
+q2kdone:
+	VMOVSS X10, ret+24(FP)
+	VZEROUPPER
+	RET
+
+// func dotQ3KAVX2(w, x *byte, nb int) float32
+TEXT ·dotQ3KAVX2(SB), NOSPLIT, $32-28
+	ARGS1
+	VXORPS X10, X10, X10
+	K2_CONSTS
+	TESTQ CX, CX
+	JEQ   q3kdone
+
+q3kloop:
+	Q3K_SCALES
+	VPMADDWD 260(DI), Y1, Y1
+	VMOVDQU  (SI), Y2
+	VPXOR    Y0, Y0, Y0
+	K2_HALF(Q3K_HBIT, 32, 4, 0)
+	K2_HALF(Q3K_HBIT, 64, 132, 16)
+	HSUMD(Y0, X0, AX)
+	HSUMD(Y1, X1, BX)
+	SHLL $2, BX
+	SUBL BX, AX
+	SCALE_ADD(108, AX, VADDSS)
+	ADDQ $110, SI
+	ADDQ $292, DI
+	DECQ CX
+	JNZ  q3kloop
+
+q3kdone:
+	VMOVSS X10, ret+24(FP)
+	VZEROUPPER
+	RET
+
+#define Q2K_FINISH(acc, accx, p, moff, ooff) KM_FINISH(80, acc, accx, p, moff, ooff)
+#define Q3K_FINISH(acc, accx, p, off, ooff) KO_FINISH(108, acc, accx, p, off, ooff)
+
+// func dotQ2Kx4AVX2(w, x *byte, xstride, nb int, out *[4]float32)
+//
+// Frame: 0(SP) the sixteen scales as int16, 32(SP) the four tokens' min sums.
+TEXT ·dotQ2Kx4AVX2(SB), NOSPLIT, $48-40
+	X4_KSTART
+	K2_CONSTS
+	TESTQ CX, CX
+	JEQ   q2kx4done
+
+q2kx4loop:
+	Q2K_SCALES
+	K_OFF(DI, 32, 0)
+	K_OFF(R9, 36, 0)
+	K_OFF(R10, 40, 0)
+	K_OFF(R11, 44, 0)
+	X4_ZERO
+	K2_HALF4(NO_HI, 16, 4, 0)
+	K2_HALF4(NO_HI, 48, 132, 16)
+	X4_END(Q2K_FINISH, 32, 84, 292)
+	DECQ CX
+	JNZ  q2kx4loop
+
+q2kx4done:
+	VZEROUPPER
+	RET
+
+// func dotQ3Kx4AVX2(w, x *byte, xstride, nb int, out *[4]float32)
+//
+// Frame: 0(SP) the sixteen scales as int16, 32(SP) the four tokens' offset sums.
+TEXT ·dotQ3Kx4AVX2(SB), NOSPLIT, $48-40
+	X4_KSTART
+	K2_CONSTS
+	TESTQ CX, CX
+	JEQ   q3kx4done
+
+q3kx4loop:
+	Q3K_SCALES
+	K_OFF(DI, 32, 2)
+	K_OFF(R9, 36, 2)
+	K_OFF(R10, 40, 2)
+	K_OFF(R11, 44, 2)
+	VMOVDQU (SI), Y2
+	X4_ZERO
+	K2_HALF4(Q3K_HBIT, 32, 4, 0)
+	K2_HALF4(Q3K_HBIT, 64, 132, 16)
+	X4_END(Q3K_FINISH, 32, 110, 292)
+	DECQ CX
+	JNZ  q3kx4loop
+
+q3kx4done:
+	VZEROUPPER
+	RET
