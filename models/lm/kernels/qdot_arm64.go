@@ -39,6 +39,18 @@ func dotQ8_0SDOT(w, x *byte, nb int) float32
 func dotQ8_0NEON(w, x *byte, nb int) float32
 
 //go:noescape
+func dotQ2KSDOT(w, x *byte, nb int) float32
+
+//go:noescape
+func dotQ2KNEON(w, x *byte, nb int) float32
+
+//go:noescape
+func dotQ3KSDOT(w, x *byte, nb int) float32
+
+//go:noescape
+func dotQ3KNEON(w, x *byte, nb int) float32
+
+//go:noescape
 func dotQ4KSDOT(w, x *byte, nb int) float32
 
 //go:noescape
@@ -69,6 +81,8 @@ var arm64Kernels = map[gguf.DType]arm64Kernel{
 	gguf.Q5_0: {dotQ5_0SDOT, dotQ5_0NEON},
 	gguf.Q5_1: {dotQ5_1SDOT, dotQ5_1NEON},
 	gguf.Q8_0: {dotQ8_0SDOT, dotQ8_0NEON},
+	gguf.Q2_K: {dotQ2KSDOT, dotQ2KNEON},
+	gguf.Q3_K: {dotQ3KSDOT, dotQ3KNEON},
 	gguf.Q4_K: {dotQ4KSDOT, dotQ4KNEON},
 	gguf.Q5_K: {dotQ5KSDOT, dotQ5KNEON},
 	gguf.Q6_K: {dotQ6KSDOT, dotQ6KNEON},

@@ -418,12 +418,163 @@ TEXT ·dotQ5KNEON(SB), NOSPLIT, $0-28
 	Q6K_GROUP(15, 290, 207); \
 	SCALED_INTO_ACC(208, R13, FADDS)
 
+// Q2_K (84 bytes) and Q3_K (110 bytes) reuse Q6K_DOT: 2-bit quants from
+// two 32-byte planes (run j of a half is bits 2j, 2j+1; its first 16 bytes
+// are group 8h+2j, the next 16 group 8h+2j+1), against the half's
+// activations in V8-V15 (K2_LOAD). Q2_K: isum (R13) += sc_g·Σq·x and msum
+// (R12) += m_g·bsum_g with sc, m the nibbles of byte g. Q3_K: q' = q2 |
+// hmask bit << 2 (bit k of hmask byte l for run k = 4h+j) and isum +=
+// sc_g·(Σq'·x − 4·bsum_g), sc_g gguf.ScalesQ3K's (unpacked four a word
+// into R19-R22). V28 holds 0x03 bytes, V27 0x04.
+
+// K2_LOAD: the plane at qoff to V0, V1 and the half's 128 activations from xo to V8-V15.
+#define K2_LOAD(qoff, xo) \
+	ADD    $qoff, R0, R3; \
+	VLD1   (R3), [V0.B16, V1.B16]; \
+	ADD    $xo, R1, R3; \
+	VLD1.P 64(R3), [V8.B16, V9.B16, V10.B16, V11.B16]; \
+	VLD1   (R3), [V12.B16, V13.B16, V14.B16, V15.B16]
+
+// K2_Q0 / K2_Q: the 2-bit quants of src at bits 0-1 / sh, sh+1 in V16.
+#define K2_Q0(src) VAND V28.B16, src.B16, V16.B16
+
+#define K2_Q(sh, src) \
+	VUSHR $sh, src.B16, V16.B16; \
+	VAND  V28.B16, V16.B16, V16.B16
+
+#define K2_CONSTS \
+	VMOVI $3, V28.B16; \
+	VMOVI $4, V27.B16
+
+// Q2K_GROUP: group g's products (quants in V16, activations in xv) into isum and msum.
+#define Q2K_GROUP(xv, g, boff) \
+	Q6K_DOT(xv); \
+	SUBSUM(V24, R9); \
+	MOVBU g(R0), R10; \
+	ANDW  $15, R10, R11; \
+	MULW  R11, R9, R9; \
+	ADDW  R9, R13, R13; \
+	LSRW  $4, R10, R10; \
+	MOVH  boff(R1), R14; \
+	MULW  R10, R14, R14; \
+	ADDW  R14, R12, R12
+
+// Q2K_RUN: run j (quants shifted by sh, via q) of groups g, g+1.
+#define Q2K_RUN0(xa, xb, g, boff) \
+	K2_Q0(V0); \
+	Q2K_GROUP(xa, g, boff); \
+	K2_Q0(V1); \
+	Q2K_GROUP(xb, g+1, boff+2)
+
+#define Q2K_RUN(sh, xa, xb, g, boff) \
+	K2_Q(sh, V0); \
+	Q2K_GROUP(xa, g, boff); \
+	K2_Q(sh, V1); \
+	Q2K_GROUP(xb, g+1, boff+2)
+
+#define Q2K_HALF(qoff, xo, g, boff) \
+	K2_LOAD(qoff, xo); \
+	Q2K_RUN0(8, 9, g, boff); \
+	Q2K_RUN(2, 10, 11, g+2, boff+4); \
+	Q2K_RUN(4, 12, 13, g+4, boff+8); \
+	Q2K_RUN(6, 14, 15, g+6, boff+12)
+
+// Q2K_BLOCK: one Q2_K super-block into F20.
+#define Q2K_BLOCK \
+	K2_CONSTS; \
+	MOVW ZR, R12; \
+	MOVW ZR, R13; \
+	Q2K_HALF(16, 4, 0, 260); \
+	Q2K_HALF(48, 132, 8, 276); \
+	SCALED_INTO_ACC(80, R13, FADDS); \
+	SCALED_INTO_ACC(82, R12, FSUBS)
+
+// Q3K_HB ORs the current hmask bit (bit 0 of hm) into V16 as 4.
+#define Q3K_HB(hm) \
+	VSHL $2, hm.B16, V17.B16; \
+	VAND V27.B16, V17.B16, V17.B16; \
+	VORR V17.B16, V16.B16, V16.B16
+
+// Q3K_GROUP: group g's products into isum, scale byte sh/8 of sreg less 32.
+#define Q3K_GROUP(xv, sreg, sh, boff) \
+	Q6K_DOT(xv); \
+	SUBSUM(V24, R9); \
+	MOVH boff(R1), R14; \
+	SUBW R14<<2, R9, R9; \
+	LSRW $sh, sreg, R15; \
+	ANDW $0xff, R15, R15; \
+	SUBW $32, R15, R15; \
+	MULW R15, R9, R9; \
+	ADDW R9, R13, R13
+
+// Q3K_RUN: run j of a half (q the K2_Q0 or K2_Q step), groups with scales
+// in bytes sh, sh+8 of sreg; then the next run's hmask bits to bit 0.
+#define Q3K_RUN0(xa, xb, sreg, sh, boff) \
+	K2_Q0(V0); \
+	Q3K_HB(V4); \
+	Q3K_GROUP(xa, sreg, sh, boff); \
+	K2_Q0(V1); \
+	Q3K_HB(V5); \
+	Q3K_GROUP(xb, sreg, sh+8, boff+2); \
+	VUSHR $1, V4.B16, V4.B16; \
+	VUSHR $1, V5.B16, V5.B16
+
+#define Q3K_RUN(qsh, xa, xb, sreg, sh, boff) \
+	K2_Q(qsh, V0); \
+	Q3K_HB(V4); \
+	Q3K_GROUP(xa, sreg, sh, boff); \
+	K2_Q(qsh, V1); \
+	Q3K_HB(V5); \
+	Q3K_GROUP(xb, sreg, sh+8, boff+2); \
+	VUSHR $1, V4.B16, V4.B16; \
+	VUSHR $1, V5.B16, V5.B16
+
+#define Q3K_HALF(qoff, xo, sa, sb, boff) \
+	K2_LOAD(qoff, xo); \
+	Q3K_RUN0(8, 9, sa, 0, boff); \
+	Q3K_RUN(2, 10, 11, sa, 16, boff+4); \
+	Q3K_RUN(4, 12, 13, sb, 0, boff+8); \
+	Q3K_RUN(6, 14, 15, sb, 16, boff+12)
+
+// Q3K_SCALE4: dst = the nibbles of lo (shifted by losh) | bits hsh, hsh+1
+// of the bytes of R6 as bits 4-5: four scales (plus 32), one a byte.
+#define Q3K_SCALE4(lo, losh, hsh, dst) \
+	LSRW $losh, lo, dst; \
+	ANDW $0x0f0f0f0f, dst, dst; \
+	LSRW $hsh, R6, R7; \
+	ANDW $0x03030303, R7, R7; \
+	ORRW R7<<4, dst, dst
+
+// Q3K_BLOCK: one Q3_K super-block into F20 (hmask in V4, V5).
+#define Q3K_BLOCK \
+	K2_CONSTS; \
+	MOVWU 96(R0), R4; \
+	MOVWU 100(R0), R5; \
+	MOVWU 104(R0), R6; \
+	Q3K_SCALE4(R4, 0, 0, R19); \
+	Q3K_SCALE4(R5, 0, 2, R20); \
+	Q3K_SCALE4(R4, 4, 4, R21); \
+	Q3K_SCALE4(R5, 4, 6, R22); \
+	MOVW ZR, R13; \
+	VLD1 (R0), [V4.B16, V5.B16]; \
+	Q3K_HALF(32, 4, R19, R20, 260); \
+	Q3K_HALF(64, 132, R21, R22, 276); \
+	SCALED_INTO_ACC(108, R13, FADDS)
+
 // func dotQ6KSDOT(w, x *byte, nb int) float32
 TEXT ·dotQ6KSDOT(SB), NOSPLIT, $0-28
 #define Q6K_DOT(xv) \
 	VEOR V24.B16, V24.B16, V24.B16; \
 	WORD $(0x4E809400|RM(xv)|RN(16)|RD(24)) // SDOT V24.4S, V16.16B, Vxv.16B
 	K_KERNEL(Q6K_BLOCK, 210)
+
+// func dotQ2KSDOT(w, x *byte, nb int) float32
+TEXT ·dotQ2KSDOT(SB), NOSPLIT, $0-28
+	K_KERNEL(Q2K_BLOCK, 84)
+
+// func dotQ3KSDOT(w, x *byte, nb int) float32
+TEXT ·dotQ3KSDOT(SB), NOSPLIT, $0-28
+	K_KERNEL(Q3K_BLOCK, 110)
 #undef Q6K_DOT
 
 // func dotQ6KNEON(w, x *byte, nb int) float32
@@ -436,6 +587,14 @@ TEXT ·dotQ6KNEON(SB), NOSPLIT, $0-28
 	WORD $(0x4E208000|RM(xv)|RN(16)|RD(25)); \ // SMLAL2 V25.8H, V16.16B, Vxv.16B
 	WORD $(0x4E602800|RN(25)|RD(24))            // SADDLP V24.4S, V25.8H
 	K_KERNEL(Q6K_BLOCK, 210)
+
+// func dotQ2KNEON(w, x *byte, nb int) float32
+TEXT ·dotQ2KNEON(SB), NOSPLIT, $0-28
+	K_KERNEL(Q2K_BLOCK, 84)
+
+// func dotQ3KNEON(w, x *byte, nb int) float32
+TEXT ·dotQ3KNEON(SB), NOSPLIT, $0-28
+	K_KERNEL(Q3K_BLOCK, 110)
 #undef Q6K_DOT
 
 // The other 32-value types (Q4_0, Q4_1, Q5_0, Q5_1), as dot32 (qdot.go)
