@@ -883,116 +883,91 @@ TEXT ·dotQ5_1x4AVX2(SB), NOSPLIT, $0-40
 	BCASTD($0x01010101, X12, Y12); \
 	BCASTD($0x20202020, X15, Y15)
 
+// Q2K_FOLD / Q3K_FOLD: a one-token super-block's int32 sums (AX the
+// products, BX the mins or offset sum) into the float sum X10.
+#define Q2K_FOLD \
+	SCALE_ADD(80, AX, VADDSS); \
+	SCALE_ADD(82, BX, VSUBSS)
+
+#define Q3K_FOLD \
+	SHLL $2, BX; \
+	SUBL BX, AX; \
+	SCALE_ADD(108, AX, VADDSS)
+
+#define Q2K_PREP
+#define Q3K_PREP VMOVDQU (SI), Y2
+
+// K2_ONE is the one-token loop of Q2_K and Q3_K: scales (to 0(SP), the
+// mins or scales in Y1), prep (Q3_K's hmask), the quant planes at qb and
+// qb+32, fold; wb bytes a super-block. The sum is left in X10.
+#define K2_ONE(scales, prep, hbit, qb, fold, wb) \
+	ARGS1; \
+	VXORPS X10, X10, X10; \
+	K2_CONSTS; \
+	TESTQ CX, CX; \
+	JEQ   k2done; \
+k2loop: \
+	scales; \
+	VPMADDWD 260(DI), Y1, Y1; \
+	prep; \
+	VPXOR    Y0, Y0, Y0; \
+	K2_HALF(hbit, qb, 4, 0); \
+	K2_HALF(hbit, qb+32, 132, 16); \
+	HSUMD(Y0, X0, AX); \
+	HSUMD(Y1, X1, BX); \
+	fold; \
+	ADDQ $wb, SI; \
+	ADDQ $292, DI; \
+	DECQ CX; \
+	JNZ  k2loop; \
+k2done:
+
+// K2_X4 is the ×4 body: sh scales each token's Σ c·bsum (0 for Q2_K's
+// mins, 2 for Q3_K's 4·offset), fin folds a token into out.
+// Frame: 0(SP) the sixteen scales as int16, 32(SP) the four tokens' sums.
+#define K2_X4(scales, sh, prep, hbit, qb, fin, wb) \
+	X4_KSTART; \
+	K2_CONSTS; \
+	TESTQ CX, CX; \
+	JEQ   k2x4done; \
+k2x4loop: \
+	scales; \
+	K_OFF(DI, 32, sh); \
+	K_OFF(R9, 36, sh); \
+	K_OFF(R10, 40, sh); \
+	K_OFF(R11, 44, sh); \
+	prep; \
+	X4_ZERO; \
+	K2_HALF4(hbit, qb, 4, 0); \
+	K2_HALF4(hbit, qb+32, 132, 16); \
+	X4_END(fin, 32, wb, 292); \
+	DECQ CX; \
+	JNZ  k2x4loop; \
+k2x4done: \
+	VZEROUPPER; \
+	RET
+
+#define Q2K_FINISH(acc, accx, p, moff, ooff) KM_FINISH(80, acc, accx, p, moff, ooff)
+#define Q3K_FINISH(acc, accx, p, off, ooff) KO_FINISH(108, acc, accx, p, off, ooff)
+
 // func dotQ2KAVX2(w, x *byte, nb int) float32
 TEXT ·dotQ2KAVX2(SB), NOSPLIT, $32-28
-	ARGS1
-	VXORPS X10, X10, X10
-	K2_CONSTS
-	TESTQ CX, CX
-	JEQ   q2kdone
-
-q2kloop:
-	Q2K_SCALES
-	VPMADDWD 260(DI), Y1, Y1
-	VPXOR    Y0, Y0, Y0
-	K2_HALF(NO_HI, 16, 4, 0)
-	K2_HALF(NO_HI, 48, 132, 16)
-	HSUMD(Y0, X0, AX)
-	HSUMD(Y1, X1, BX)
-	SCALE_ADD(80, AX, VADDSS)
-	SCALE_ADD(82, BX, VSUBSS)
-	ADDQ $84, SI
-	ADDQ $292, DI
-	DECQ CX
-	JNZ  q2kloop
-
-q2kdone:
+	K2_ONE(Q2K_SCALES, Q2K_PREP, NO_HI, 16, Q2K_FOLD, 84)
 	VMOVSS X10, ret+24(FP)
 	VZEROUPPER
 	RET
 
 // func dotQ3KAVX2(w, x *byte, nb int) float32
 TEXT ·dotQ3KAVX2(SB), NOSPLIT, $32-28
-	ARGS1
-	VXORPS X10, X10, X10
-	K2_CONSTS
-	TESTQ CX, CX
-	JEQ   q3kdone
-
-q3kloop:
-	Q3K_SCALES
-	VPMADDWD 260(DI), Y1, Y1
-	VMOVDQU  (SI), Y2
-	VPXOR    Y0, Y0, Y0
-	K2_HALF(Q3K_HBIT, 32, 4, 0)
-	K2_HALF(Q3K_HBIT, 64, 132, 16)
-	HSUMD(Y0, X0, AX)
-	HSUMD(Y1, X1, BX)
-	SHLL $2, BX
-	SUBL BX, AX
-	SCALE_ADD(108, AX, VADDSS)
-	ADDQ $110, SI
-	ADDQ $292, DI
-	DECQ CX
-	JNZ  q3kloop
-
-q3kdone:
+	K2_ONE(Q3K_SCALES, Q3K_PREP, Q3K_HBIT, 32, Q3K_FOLD, 110)
 	VMOVSS X10, ret+24(FP)
 	VZEROUPPER
 	RET
 
-#define Q2K_FINISH(acc, accx, p, moff, ooff) KM_FINISH(80, acc, accx, p, moff, ooff)
-#define Q3K_FINISH(acc, accx, p, off, ooff) KO_FINISH(108, acc, accx, p, off, ooff)
-
 // func dotQ2Kx4AVX2(w, x *byte, xstride, nb int, out *[4]float32)
-//
-// Frame: 0(SP) the sixteen scales as int16, 32(SP) the four tokens' min sums.
 TEXT ·dotQ2Kx4AVX2(SB), NOSPLIT, $48-40
-	X4_KSTART
-	K2_CONSTS
-	TESTQ CX, CX
-	JEQ   q2kx4done
-
-q2kx4loop:
-	Q2K_SCALES
-	K_OFF(DI, 32, 0)
-	K_OFF(R9, 36, 0)
-	K_OFF(R10, 40, 0)
-	K_OFF(R11, 44, 0)
-	X4_ZERO
-	K2_HALF4(NO_HI, 16, 4, 0)
-	K2_HALF4(NO_HI, 48, 132, 16)
-	X4_END(Q2K_FINISH, 32, 84, 292)
-	DECQ CX
-	JNZ  q2kx4loop
-
-q2kx4done:
-	VZEROUPPER
-	RET
+	K2_X4(Q2K_SCALES, 0, Q2K_PREP, NO_HI, 16, Q2K_FINISH, 84)
 
 // func dotQ3Kx4AVX2(w, x *byte, xstride, nb int, out *[4]float32)
-//
-// Frame: 0(SP) the sixteen scales as int16, 32(SP) the four tokens' offset sums.
 TEXT ·dotQ3Kx4AVX2(SB), NOSPLIT, $48-40
-	X4_KSTART
-	K2_CONSTS
-	TESTQ CX, CX
-	JEQ   q3kx4done
-
-q3kx4loop:
-	Q3K_SCALES
-	K_OFF(DI, 32, 2)
-	K_OFF(R9, 36, 2)
-	K_OFF(R10, 40, 2)
-	K_OFF(R11, 44, 2)
-	VMOVDQU (SI), Y2
-	X4_ZERO
-	K2_HALF4(Q3K_HBIT, 32, 4, 0)
-	K2_HALF4(Q3K_HBIT, 64, 132, 16)
-	X4_END(Q3K_FINISH, 32, 110, 292)
-	DECQ CX
-	JNZ  q3kx4loop
-
-q3kx4done:
-	VZEROUPPER
-	RET
+	K2_X4(Q3K_SCALES, 2, Q3K_PREP, Q3K_HBIT, 32, Q3K_FINISH, 110)

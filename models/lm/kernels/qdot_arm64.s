@@ -435,12 +435,13 @@ TEXT ·dotQ5KNEON(SB), NOSPLIT, $0-28
 	VLD1.P 64(R3), [V8.B16, V9.B16, V10.B16, V11.B16]; \
 	VLD1   (R3), [V12.B16, V13.B16, V14.B16, V15.B16]
 
-// K2_Q0 / K2_Q: the 2-bit quants of src at bits 0-1 / sh, sh+1 in V16.
-#define K2_Q0(src) VAND V28.B16, src.B16, V16.B16
+// K2_Q: the 2-bit quants at bits 0-1 of src in V16 (each run shifts the
+// plane by 2 for the next).
+#define K2_Q(src) VAND V28.B16, src.B16, V16.B16
 
-#define K2_Q(sh, src) \
-	VUSHR $sh, src.B16, V16.B16; \
-	VAND  V28.B16, V16.B16, V16.B16
+#define K2_NEXT \
+	VUSHR $2, V0.B16, V0.B16; \
+	VUSHR $2, V1.B16, V1.B16
 
 #define K2_CONSTS \
 	VMOVI $3, V28.B16; \
@@ -459,25 +460,20 @@ TEXT ·dotQ5KNEON(SB), NOSPLIT, $0-28
 	MULW  R10, R14, R14; \
 	ADDW  R14, R12, R12
 
-// Q2K_RUN: run j (quants shifted by sh, via q) of groups g, g+1.
-#define Q2K_RUN0(xa, xb, g, boff) \
-	K2_Q0(V0); \
+// Q2K_RUN: the current run of groups g, g+1.
+#define Q2K_RUN(xa, xb, g, boff) \
+	K2_Q(V0); \
 	Q2K_GROUP(xa, g, boff); \
-	K2_Q0(V1); \
-	Q2K_GROUP(xb, g+1, boff+2)
-
-#define Q2K_RUN(sh, xa, xb, g, boff) \
-	K2_Q(sh, V0); \
-	Q2K_GROUP(xa, g, boff); \
-	K2_Q(sh, V1); \
-	Q2K_GROUP(xb, g+1, boff+2)
+	K2_Q(V1); \
+	Q2K_GROUP(xb, g+1, boff+2); \
+	K2_NEXT
 
 #define Q2K_HALF(qoff, xo, g, boff) \
 	K2_LOAD(qoff, xo); \
-	Q2K_RUN0(8, 9, g, boff); \
-	Q2K_RUN(2, 10, 11, g+2, boff+4); \
-	Q2K_RUN(4, 12, 13, g+4, boff+8); \
-	Q2K_RUN(6, 14, 15, g+6, boff+12)
+	Q2K_RUN(8, 9, g, boff); \
+	Q2K_RUN(10, 11, g+2, boff+4); \
+	Q2K_RUN(12, 13, g+4, boff+8); \
+	Q2K_RUN(14, 15, g+6, boff+12)
 
 // Q2K_BLOCK: one Q2_K super-block into F20.
 #define Q2K_BLOCK \
@@ -507,34 +503,25 @@ TEXT ·dotQ5KNEON(SB), NOSPLIT, $0-28
 	MULW R15, R9, R9; \
 	ADDW R9, R13, R13
 
-// Q3K_RUN: run j of a half (q the K2_Q0 or K2_Q step), groups with scales
-// in bytes sh, sh+8 of sreg; then the next run's hmask bits to bit 0.
-#define Q3K_RUN0(xa, xb, sreg, sh, boff) \
-	K2_Q0(V0); \
+// Q3K_RUN: the current run, groups with scales in bytes sh, sh+8 of sreg;
+// then the next run's quants and hmask bits to bits 0-1 and 0.
+#define Q3K_RUN(xa, xb, sreg, sh, boff) \
+	K2_Q(V0); \
 	Q3K_HB(V4); \
 	Q3K_GROUP(xa, sreg, sh, boff); \
-	K2_Q0(V1); \
+	K2_Q(V1); \
 	Q3K_HB(V5); \
 	Q3K_GROUP(xb, sreg, sh+8, boff+2); \
-	VUSHR $1, V4.B16, V4.B16; \
-	VUSHR $1, V5.B16, V5.B16
-
-#define Q3K_RUN(qsh, xa, xb, sreg, sh, boff) \
-	K2_Q(qsh, V0); \
-	Q3K_HB(V4); \
-	Q3K_GROUP(xa, sreg, sh, boff); \
-	K2_Q(qsh, V1); \
-	Q3K_HB(V5); \
-	Q3K_GROUP(xb, sreg, sh+8, boff+2); \
+	K2_NEXT; \
 	VUSHR $1, V4.B16, V4.B16; \
 	VUSHR $1, V5.B16, V5.B16
 
 #define Q3K_HALF(qoff, xo, sa, sb, boff) \
 	K2_LOAD(qoff, xo); \
-	Q3K_RUN0(8, 9, sa, 0, boff); \
-	Q3K_RUN(2, 10, 11, sa, 16, boff+4); \
-	Q3K_RUN(4, 12, 13, sb, 0, boff+8); \
-	Q3K_RUN(6, 14, 15, sb, 16, boff+12)
+	Q3K_RUN(8, 9, sa, 0, boff); \
+	Q3K_RUN(10, 11, sa, 16, boff+4); \
+	Q3K_RUN(12, 13, sb, 0, boff+8); \
+	Q3K_RUN(14, 15, sb, 16, boff+12)
 
 // Q3K_SCALE4: dst = the nibbles of lo (shifted by losh) | bits hsh, hsh+1
 // of the bytes of R6 as bits 4-5: four scales (plus 32), one a byte.
