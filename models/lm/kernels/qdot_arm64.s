@@ -1,7 +1,7 @@
 #include "textflag.h"
 
-// The Q8_0 integer dot product on arm64 (NEON), the same operations as
-// dotQ8_0Go (qdot.go): per 32-value block, eight int32 lanes of four
+// The integer dot products on arm64 (NEON). Q8_0 first, the same operations
+// as dotQ8_0Go (qdot.go): per 32-value block, eight int32 lanes of four
 // consecutive products, scaled by float32(dw·dx) and accumulated as float32,
 // then reduced ((l0+l4)+(l1+l5)) + ((l2+l6)+(l3+l7)). The Go assembler has
 // no mnemonics for the integer multiplies, the vector float arithmetic or
