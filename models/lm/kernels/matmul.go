@@ -93,6 +93,10 @@ type Pool struct {
 	scratch [][]float32 // one per worker, for dequantised tiles
 	packed  []float32   // activations packed for dot8x4AVX512, shared read-only by the workers
 	qx      []byte      // quantized activations for the integer kernels, shared read-only
+	// PerRow makes block-type products run as they did before the tiled
+	// GEMM (gemm.go): each weight row across every token, the activations
+	// quantized on one thread. Same results; for comparing the two.
+	PerRow bool
 }
 
 // NewPool makes a pool of threads workers (GOMAXPROCS when threads ≤ 0).
@@ -145,8 +149,12 @@ func (p *Pool) buf(worker, n int) []float32 {
 // weight tile is read once per call however many tokens there are, which is
 // what makes a batched decode step cost about as much as a single one.
 func (m *Matrix) Mul(p *Pool, y, x []float32, n int) {
-	if m.qk != nil {
+	if m.qk != nil && p.PerRow {
 		m.mulQuant(p, y, x, n)
+		return
+	}
+	if m.qk != nil {
+		m.gemmQuant(p, y, x, n)
 		return
 	}
 	if HasAVX2 && m.cols >= 8 {
