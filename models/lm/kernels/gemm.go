@@ -47,26 +47,59 @@ func (k *qkernel) quantizeRows(p *Pool, qx []byte, x []float32, n, cols int) {
 	})
 }
 
+// quantProduct is one block-type product under way: the tokens' quantized
+// activations (in the pool's buffer) and the kernels that take them.
+type quantProduct struct {
+	m      *Matrix
+	qx     []byte // [n][ab]
+	ab, nb int    // activation bytes per token, blocks per row
+	dot    func(w, x []byte, nb int) float32
+	dot4   func(w, x []byte, stride, nb int, out *[4]float32) // nil where the type has no ×4 kernel
+}
+
+// quantProduct sizes p's activation buffer for n tokens and picks m's
+// fastest kernels.
+func (m *Matrix) quantProduct(p *Pool, n int) *quantProduct {
+	k := m.qk
+	q := &quantProduct{m: m, ab: k.actBytes(m.cols), nb: m.cols / k.blockLen, dot: k.dot, dot4: fastDot4(m.dtype)}
+	if cap(p.qx) < n*q.ab {
+		p.qx = make([]byte, n*q.ab)
+	}
+	q.qx = p.qx[:n*q.ab]
+	if f := fastDot(m.dtype); f != nil {
+		q.dot = f
+	}
+	return q
+}
+
+// block sets y[t][r] for rows r0 ≤ r < r1 and tokens t0 ≤ t < t1, each row
+// against the tokens in order, four at a time where there is a ×4 kernel.
+func (q *quantProduct) block(y []float32, r0, r1, t0, t1 int) {
+	m, ab := q.m, q.ab
+	var out [4]float32
+	for r := r0; r < r1; r++ {
+		row := m.raw[r*m.rowBytes : (r+1)*m.rowBytes]
+		t := t0
+		for ; q.dot4 != nil && t+4 <= t1; t += 4 {
+			q.dot4(row, q.qx[t*ab:(t+4)*ab], ab, q.nb, &out)
+			for j, v := range out {
+				y[(t+j)*m.rows+r] = v
+			}
+		}
+		for ; t < t1; t++ {
+			y[t*m.rows+r] = q.dot(row, q.qx[t*ab:(t+1)*ab], q.nb)
+		}
+	}
+}
+
 // gemmQuant is Mul for block types (see the comment at the top of the file).
 func (m *Matrix) gemmQuant(p *Pool, y, x []float32, n int) {
 	if n == 0 {
 		return
 	}
-	k := m.qk
-	ab := k.actBytes(m.cols)
-	if cap(p.qx) < n*ab {
-		p.qx = make([]byte, n*ab)
-	}
-	qx := p.qx[:n*ab]
-	k.quantizeRows(p, qx, x, n, m.cols)
-	nb := m.cols / k.blockLen
-	dot := k.dot
-	if f := fastDot(m.dtype); f != nil {
-		dot = f
-	}
-	dot4 := fastDot4(m.dtype)
-
-	tokTile := max(4, gemmTokenBytes/ab&^3)
+	q := m.quantProduct(p, n)
+	m.qk.quantizeRows(p, q.qx, x, n, m.cols)
+	tokTile := max(4, gemmTokenBytes/q.ab&^3)
 	rowTile := min(64, max(4, gemmRowBytes/m.rowBytes))
 	rowTiles := (m.rows + rowTile - 1) / rowTile
 	tokTiles := (n + tokTile - 1) / tokTile
@@ -78,21 +111,7 @@ func (m *Matrix) gemmQuant(p *Pool, y, x []float32, n int) {
 		rt, part := task/parts, task%parts
 		r0, r1 := rt*rowTile, min((rt+1)*rowTile, m.rows)
 		for tt := tokTiles * part / parts; tt < tokTiles*(part+1)/parts; tt++ {
-			t0, t1 := tt*tokTile, min((tt+1)*tokTile, n)
-			var out [4]float32
-			for r := r0; r < r1; r++ {
-				row := m.raw[r*m.rowBytes : (r+1)*m.rowBytes]
-				t := t0
-				for ; dot4 != nil && t+4 <= t1; t += 4 {
-					dot4(row, qx[t*ab:(t+4)*ab], ab, nb, &out)
-					for j, v := range out {
-						y[(t+j)*m.rows+r] = v
-					}
-				}
-				for ; t < t1; t++ {
-					y[t*m.rows+r] = dot(row, qx[t*ab:(t+1)*ab], nb)
-				}
-			}
+			q.block(y, r0, r1, tt*tokTile, min((tt+1)*tokTile, n))
 		}
 	})
 }
