@@ -18,8 +18,9 @@ import (
 // models: cortex-a72 (ARMv8.0, no SDOT, no FP16: what a Raspberry Pi 4 is),
 // where fastDot must pick the base-NEON kernels, and cortex-a76 (SDOT),
 // where it picks the SDOT ones; TestNEONKernelsMatchGo also runs the base
-// ones there. Each checks the kernels against the Go ones bit for bit and
-// the batch invariance of the quantized products on ARM.
+// ones there. Each checks the kernels against the Go ones bit for bit, the
+// batch invariance of the quantized products, and the tiled GEMM's
+// agreement with the per-row loop on ARM.
 func TestArm64KernelsUnderQEMU(t *testing.T) {
 	if testing.Short() {
 		t.Skip("cross-compiles the package")
@@ -61,14 +62,14 @@ func TestArm64KernelsUnderQEMU(t *testing.T) {
 		go func() {
 			defer wg.Done()
 			outs[i], errs[i] = exec.CommandContext(ctx, qemu, "-cpu", c.model, bin, "-test.v",
-				"-test.run", "^(TestNEONKernelsMatchGo|TestQuantAssemblyMatchesGo|TestQuantDotMatchesDequantized|TestQuantMulBatchInvariant|TestQuantActivationSums)$").CombinedOutput()
+				"-test.run", "^(TestNEONKernelsMatchGo|TestQuantAssemblyMatchesGo|TestQuantDotMatchesDequantized|TestQuantMulBatchInvariant|TestQuantActivationSums|TestGEMMMatchesPerRow)$").CombinedOutput()
 		}()
 	}
 	wg.Wait()
 	for i, c := range cpus {
 		out := string(outs[i])
 		if errs[i] != nil || !strings.Contains(out, "--- PASS: TestNEONKernelsMatchGo") ||
-			!strings.Contains(out, "--- PASS: TestQuantMulBatchInvariant") {
+			!strings.Contains(out, "--- PASS: TestQuantMulBatchInvariant") || !strings.Contains(out, "--- PASS: TestGEMMMatchesPerRow") {
 			t.Fatalf("arm64 kernel tests under qemu -cpu %s: %v\n%s", c.model, errs[i], out)
 		}
 		for _, w := range c.want {
