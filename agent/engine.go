@@ -86,7 +86,7 @@ func openEngine(cfg Config, log *slog.Logger) (*localEngine, error) {
 	if err != nil {
 		return nil, fmt.Errorf("local model: %w", err)
 	}
-	ecfg := lm.EngineConfig{MaxBatch: cfg.LocalConcurrency, Logger: log}
+	ecfg := lm.EngineConfig{MaxBatch: cfg.LocalConcurrency, Threads: cfg.Threads, Logger: log}
 	if cfg.PromptCacheBytes > 0 {
 		ecfg.PromptCacheDir, ecfg.PromptCacheBytes = filepath.Join(cfg.DataDir, PromptCacheDir), cfg.PromptCacheBytes
 	}
