@@ -14,7 +14,6 @@ import (
 
 	"github.com/phaseless/phaseless/llm"
 	"github.com/phaseless/phaseless/models/cartools"
-	"github.com/phaseless/phaseless/models/lm/tokenizer"
 )
 
 // promptDiskBlock is the block size of the prompt-cache tests: small, so
@@ -342,21 +341,8 @@ func TestPromptDiskBoundAndLoadOrder(t *testing.T) {
 }
 
 func FuzzPromptFile(f *testing.F) {
-	cfg := Config{Vocab: 258, Dim: 32, Layers: 1, Heads: 2, KVHeads: 1, FFN: 64, ContextLen: 64}
-	w, err := RandomWeights(cfg, 1)
-	if err != nil {
-		f.Fatal(err)
-	}
-	var buf bytes.Buffer
-	if err := WriteGGUF(&buf, cfg, tokenizer.ByteSpec(), w, nil, F32); err != nil {
-		f.Fatal(err)
-	}
-	m, err := Read(bytes.NewReader(buf.Bytes()), int64(buf.Len()))
-	if err != nil {
-		f.Fatal(err)
-	}
-	dir := f.TempDir()
-	e, err := NewEngine(m, EngineConfig{BlockSize: 4, PromptCacheDir: dir})
+	m, _ := buildModel(f, Config{Vocab: 258, Dim: 32, Layers: 1, Heads: 2, KVHeads: 1, FFN: 64, ContextLen: 64}, F32, 1, false)
+	e, err := NewEngine(m, EngineConfig{BlockSize: 4, PromptCacheDir: f.TempDir()})
 	if err != nil {
 		f.Fatal(err)
 	}
