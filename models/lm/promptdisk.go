@@ -20,9 +20,10 @@ import (
 // The prompt-state cache on disk (EngineConfig.PromptCacheDir): the KV
 // blocks of a chat's stable prefix, its leading system turns (a system
 // prompt, the tool definitions), are written to a directory when a second
-// request since start computes or reuses them, and loaded into the engine's prefix cache when the next engine starts, so
-// the first request after a restart does not prefill them again (RKLLM's
-// prompt cache, llama.cpp's --prompt-cache). Only that prefix is kept, not
+// request since start computes or reuses them, and loaded into the
+// engine's prefix cache when the next engine starts, so the first request
+// after a restart does not prefill them again (RKLLM's prompt cache,
+// llama.cpp's --prompt-cache). Only that prefix is kept, not
 // every cache breakpoint: a breakpoint on a conversation's turns would write
 // a new file per turn to the device's flash, and pinning already keeps
 // those in memory.
