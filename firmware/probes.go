@@ -42,9 +42,10 @@ type Probe struct {
 	Expect string `json:"expect"`
 }
 
-// DefaultProbeTokens is a probe answer's length when the set names none: an
-// in-car reply of the shipped edge model is under 32 tokens.
-const DefaultProbeTokens = 32
+// DefaultProbeTokens is a probe answer's length when the set names none:
+// the shipped edge model is byte-level (a token is a byte) and its in-car
+// replies run to about 90 bytes; a cut reply grades wrong.
+const DefaultProbeTokens = 96
 
 // Limits that keep a probe set small enough to run on a device's trial
 // and keep a hostile file from making it allocate without bound.

@@ -41,6 +41,9 @@ type Config struct {
 	// one; nil without a fleet.
 	Changed func()
 	Log     *slog.Logger // nil discards
+	// ProbeMargin is the fleet's probe-margin setting, read at each probe
+	// gate (probes.go); nil or 0 keeps each probe set's own margin.
+	ProbeMargin func() float64
 }
 
 // Updater applies signed updates sent as fleet commands: "update url=U"
@@ -69,6 +72,8 @@ type Updater struct {
 	// hot installs the kinds the running agent swaps in place (router
 	// model, edge model: hotswap.go), by firmware kind.
 	hot map[string]*hotArtifact
+	// probeMargin is Config.ProbeMargin.
+	probeMargin func() float64
 }
 
 // restartDelay lets the update command's result reach the fleet queue
@@ -82,7 +87,7 @@ func Open(cfg Config) (*Updater, error) {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	o := &Updater{board: cfg.Board, client: &http.Client{CheckRedirect: sameOrigin}, running: cfg.Slot, restart: cfg.Restart, dataDir: cfg.DataDir, changed: cfg.Changed, log: log}
+	o := &Updater{board: cfg.Board, client: &http.Client{CheckRedirect: sameOrigin}, running: cfg.Slot, restart: cfg.Restart, dataDir: cfg.DataDir, changed: cfg.Changed, log: log, probeMargin: cfg.ProbeMargin}
 	for _, raw := range cfg.Origins {
 		canon, err := parseOrigin(raw)
 		if err != nil {

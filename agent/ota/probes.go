@@ -1,0 +1,85 @@
+package ota
+
+import (
+	"context"
+	"crypto/ed25519"
+	"fmt"
+	"os"
+	"path/filepath"
+	"time"
+
+	"github.com/phaseless/phaseless/agent/probegate"
+	"github.com/phaseless/phaseless/firmware"
+	"github.com/phaseless/phaseless/llm"
+	"github.com/phaseless/phaseless/models/predictor"
+)
+
+// candidate is a hot-swapped artifact loaded and health-checked but not
+// serving: swap puts it in service, discard frees it, answers is how the
+// probe gate asks it.
+type candidate struct {
+	swap, discard func()
+	answers       answerers
+}
+
+// answerers makes the probe gate's Answerer for an artifact, given the
+// answer length of the probe set at hand.
+type answerers func(tokens int) probegate.Answerer
+
+func modelAnswers(gen llm.Generator) answerers {
+	return func(tokens int) probegate.Answerer { return probegate.Generator(gen, tokens) }
+}
+
+// routerAnswers judges a router at its own threshold (0.5 without one):
+// the fleet's route-threshold moves both routers alike, and a router
+// retrained for another threshold declares it in its metadata.
+func routerAnswers(p predictor.Predictor) answerers {
+	return func(int) probegate.Answerer { return probegate.Router(p, 0) }
+}
+
+// probeGateTimeout bounds one gate: a probe set of a few hundred prompts,
+// answered twice by a device's CPU, takes well under it.
+const probeGateTimeout = 10 * time.Minute
+
+// probeGate runs a bundle's probe set (firmware.ProbeSetFile) on a
+// candidate and on the artifact of its kind in force.
+type probeGate struct {
+	key       ed25519.PublicKey // the fleet's: the probe set must be signed by it
+	margin    func() float64    // the fleet's probe-margin setting; nil or 0: the set's own
+	installed answerers         // the artifact in force
+}
+
+// run is the gate for a bundle extracted into dir: "" and nil when the
+// bundle carries no probe set, else the result's line, and an error when
+// the probe set does not verify or the candidate scores below the bar.
+func (g probeGate) run(ctx context.Context, kind, dir string, m firmware.Manifest, c candidate) (string, error) {
+	carries := false
+	for _, f := range m.Files {
+		carries = carries || f.Name == firmware.ProbeSetFile
+	}
+	if !carries {
+		return "", nil
+	}
+	if c.answers == nil || g.installed == nil {
+		return "", fmt.Errorf("the bundle carries a probe set, but this agent cannot probe a %s", kind)
+	}
+	raw, err := os.ReadFile(filepath.Join(dir, firmware.ProbeSetFile))
+	if err != nil {
+		return "", err
+	}
+	set, err := firmware.OpenProbeSet(raw, g.key)
+	if err != nil {
+		return "", err
+	}
+	var override float64
+	if g.margin != nil {
+		override = g.margin()
+	}
+	ctx, cancel := context.WithTimeout(ctx, probeGateTimeout)
+	defer cancel()
+	res, err := probegate.Run(ctx, set, probegate.Margin(set, override), c.answers(set.Tokens()), g.installed(set.Tokens()))
+	if err != nil {
+		return "", fmt.Errorf("probe gate: %w", err)
+	}
+	return res.String(), res.Err()
+}
