@@ -509,7 +509,7 @@ func (a *Agent) newFleetClient() (*fleetclient.Client, error) {
 	fc := fleetclient.Config{
 		BrokerURL: a.cfg.MQTT, DeviceID: a.cfg.DeviceID, Version: cli.Version, Board: a.cfg.Board,
 		Store: a.store, StatePath: filepath.Join(a.cfg.DataDir, "fleet.db"), Logger: a.log, // the client names its component itself
-		Slot: a.ota.Slot, Artifacts: a.ota.Artifacts, Trial: a.ota.OnTrial, RouterBound: a.routerBound,
+		Slot: a.ota.Slot, Artifacts: a.ota.Artifacts, Trial: a.ota.OnTrial, RouterBound: a.routerBound, ProbeGates: a.ota.ProbeGates,
 		UplinkRate: a.cfg.TelemetryRate, OnConfig: a.applyDesired,
 	}
 	if a.cfg.PKIDir != "" {
@@ -624,6 +624,9 @@ func (a *Agent) ready() error {
 			return err
 		}
 	}
+	if err := a.ota.TrialReady(); err != nil {
+		return err
+	}
 	return a.store.Err()
 }
 
@@ -670,6 +673,8 @@ func (a *Agent) Run(ctx context.Context) error {
 	if a.cloud != nil && a.cfg.NetWatch > 0 {
 		netWatch.Go(func() { a.watchNetwork(netCtx, a.cfg.NetWatch, a.netAddrs) })
 	}
+	// The probe gate of a trial build: /readyz fails until it has run.
+	netWatch.Go(func() { a.ota.TrialGate(netCtx) })
 	defer func() {
 		stopNet()
 		netWatch.Wait()

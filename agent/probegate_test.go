@@ -4,8 +4,12 @@ import (
 	"bufio"
 	"bytes"
 	"context"
+	"crypto/ed25519"
 	"encoding/json"
+	"net/http"
+	"net/http/httptest"
 	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -14,6 +18,7 @@ import (
 	"github.com/phaseless/phaseless/firmware"
 	"github.com/phaseless/phaseless/internal/cli"
 	"github.com/phaseless/phaseless/models/edgemodel"
+	"github.com/phaseless/phaseless/transport/fleetwire"
 )
 
 // TestProbeGateRollout rolls edge models carrying a signed probe set out
@@ -43,23 +48,7 @@ func TestProbeGateRollout(t *testing.T) {
 		waitUntil(t, id+" online", func() bool { d, err := m.Device(id); return err == nil && d.State() == "online" })
 	}
 
-	set := firmware.ProbeSet{Name: "incar", Margin: 0.1}
-	f, err := os.Open("testdata/probes-incar.jsonl")
-	if err != nil {
-		t.Fatal(err)
-	}
-	for sc := bufio.NewScanner(f); sc.Scan(); {
-		var p firmware.Probe
-		if err := json.Unmarshal(sc.Bytes(), &p); err != nil {
-			t.Fatal(err)
-		}
-		set.Probes = append(set.Probes, p)
-	}
-	f.Close()
-	probes, err := firmware.SignProbeSet(shop.priv, set)
-	if err != nil {
-		t.Fatal(err)
-	}
+	probes := signedProbes(t, shop.priv)
 	rollout := func(version string, gguf []byte) *fleet.Rollout {
 		t.Helper()
 		var bb bytes.Buffer
@@ -131,5 +120,157 @@ func TestProbeGateRollout(t *testing.T) {
 		if !passed {
 			t.Errorf("%s: no update result reports the passing scores: %+v", id, d.Commands)
 		}
+	}
+}
+
+// signedProbes is testdata/probes-incar.jsonl as a probe set with margin
+// 0.1, signed with key.
+func signedProbes(t *testing.T, key ed25519.PrivateKey) []byte {
+	t.Helper()
+	set := firmware.ProbeSet{Name: "incar", Margin: 0.1}
+	f, err := os.Open("testdata/probes-incar.jsonl")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	for sc := bufio.NewScanner(f); sc.Scan(); {
+		var p firmware.Probe
+		if err := json.Unmarshal(sc.Bytes(), &p); err != nil {
+			t.Fatal(err)
+		}
+		set.Probes = append(set.Probes, p)
+	}
+	probes, err := firmware.SignProbeSet(key, set)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return probes
+}
+
+// TestAgentUpdateProbeGate is the probe gate of an agent update, whose new
+// build may embed another edge model: the committed agent (slot a, the
+// shipped model) installs an agent bundle carrying a probe set and scores
+// its engine on it before it restarts; the build booted on trial is not
+// ready (/readyz, the supervisor's health check) until it has scored its
+// own engine, and one that scores worse abandons its trial and exits, so
+// the slot that worked runs again and reports the rollback with both
+// scores. A test cannot rebuild the agent binary around another embedded
+// model, so the trial build's model is given by --model: the earlier
+// checkpoint (testdata/edge-step600.gguf) for the failing trial, the
+// shipped model for the passing one, which then commits.
+func TestAgentUpdateProbeGate(t *testing.T) {
+	if raceEnabled {
+		t.Skip("two real models answer the probe set: minutes under -race; make test runs it without")
+	}
+	shop := newBundleShop(t)
+	probes := signedProbes(t, shop.priv)
+	publish := func(version string) string {
+		var b bytes.Buffer
+		files := map[string][]byte{"phaseless-agent": []byte("agent build " + version), firmware.ProbeSetFile: probes}
+		if err := firmware.Write(&b, shop.priv, version, "rpi4", files, []string{"phaseless-agent", firmware.ProbeSetFile}); err != nil {
+			t.Fatal(err)
+		}
+		shop.mu.Lock()
+		defer shop.mu.Unlock()
+		shop.bundles["/agent-"+version] = b.Bytes()
+		return shop.srv.URL + "/agent-" + version
+	}
+	cfg := testConfig(t)
+	cfg.Board, cfg.OTAPub, cfg.OTAOrigins = "rpi4", shop.pubPath, cli.StringList{shop.srv.URL}
+	// boot starts an agent as its supervisor would, from slot, with model
+	// ("" = the shipped one), and returns it and Run's outcome.
+	boot := func(slot, model string) (*Agent, <-chan error) {
+		t.Helper()
+		t.Setenv(firmware.EnvSlot, slot)
+		c := cfg
+		c.Model = model
+		a, err := New(c, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		done := make(chan error, 1)
+		ctx, cancel := context.WithCancel(context.Background())
+		t.Cleanup(cancel)
+		go func() { done <- a.Run(ctx) }()
+		return a, done
+	}
+	exits := func(what string, done <-chan error) {
+		t.Helper()
+		select {
+		case err := <-done:
+			if err != nil {
+				t.Fatalf("%s: Run: %v", what, err)
+			}
+		case <-time.After(3 * time.Minute):
+			t.Fatalf("%s did not exit", what)
+		}
+	}
+	readyz := func(a *Agent) int {
+		rec := httptest.NewRecorder()
+		req := httptest.NewRequest("GET", "/readyz", nil)
+		req.Host = "127.0.0.1" // the local API's DNS-rebinding guard
+		a.Handler().ServeHTTP(rec, req)
+		return rec.Code
+	}
+	slots := func() firmware.SlotState {
+		s, err := firmware.OpenSlots(filepath.Join(cfg.DataDir, "ota"), cli.Version)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return s.State()
+	}
+
+	a, done := boot("a", "")
+	out, err := update(a, publish("2.0"))
+	if err != nil || !strings.Contains(out, "on trial") {
+		t.Fatalf("install: %q, %v", out, err)
+	}
+	exits("the installing agent", done)
+
+	a, done = boot("b", "testdata/edge-step600.gguf")
+	if code := readyz(a); code != http.StatusServiceUnavailable {
+		t.Fatalf("trial build /readyz %d before its probe gate ran", code)
+	}
+	exits("the worse trial build", done) // it gives up its trial and exits
+	if err := a.ota.TrialReady(); err == nil || !strings.Contains(err.Error(), "probe gate failed") {
+		t.Fatalf("worse trial build's readiness: %v", err)
+	}
+	if st := slots(); st.Trial != "" || st.Active != "a" {
+		t.Fatalf("slots after the failed gate: %+v", st)
+	}
+
+	a, done = boot("a", "")
+	if _, rolledBack := a.ota.Artifacts(); rolledBack[firmware.KindAgent] != "2.0" {
+		t.Fatalf("the committed agent reports rolled back %v", rolledBack)
+	}
+	g := a.ota.ProbeGates()[firmware.KindAgent]
+	t.Logf("agent 2.0: %s", g.Result)
+	if g.Version != "2.0" || g.Pass || !strings.Contains(g.Result, "candidate 0.000 (0/10 right), installed 1.000 (10/10 right)") {
+		t.Fatalf("status probe gate %+v", g)
+	}
+
+	out, err = update(a, publish("2.1"))
+	if err != nil {
+		t.Fatalf("install 2.1: %q, %v", out, err)
+	}
+	exits("the installing agent", done)
+	a, done = boot("b", "")
+	waitUntil(t, "the trial build's probe gate", func() bool { return a.ota.TrialReady() == nil })
+	if code := readyz(a); code != http.StatusOK {
+		t.Fatalf("passing trial build /readyz %d", code)
+	}
+	if g := a.ota.ProbeGates()[firmware.KindAgent]; g.Version != "2.1" || !g.Pass {
+		t.Fatalf("status probe gate %+v", g)
+	}
+	if out, err := a.ota.Commit(context.Background(), fleetwire.Command{Name: "ota-commit"}); err != nil {
+		t.Fatalf("commit from inside the passing trial: %q, %v", out, err)
+	}
+	if st := slots(); st.Trial != "" || st.Active != "b" {
+		t.Fatalf("slots after the commit: %+v", st)
+	}
+	select {
+	case err := <-done:
+		t.Fatalf("the passing trial build exited: %v", err)
+	default:
 	}
 }

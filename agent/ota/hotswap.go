@@ -16,6 +16,7 @@ import (
 	"github.com/phaseless/phaseless/llm"
 	"github.com/phaseless/phaseless/models/lm"
 	"github.com/phaseless/phaseless/models/predictor"
+	"github.com/phaseless/phaseless/transport/fleetwire"
 )
 
 // hotArtifact installs one artifact kind that the running agent swaps in
@@ -33,8 +34,11 @@ type hotArtifact struct {
 	kind string
 	ext  string // the payload is the bundle's first file with this extension
 
-	mu    sync.Mutex // guards store; one install at a time
+	mu    sync.Mutex // guards store and lastGate; one install at a time
 	store *firmware.Artifacts
+	// lastGate is the last probe gate an install went through; nil
+	// before one carried a probe set.
+	lastGate *fleetwire.ProbeGate
 
 	// load reads an installed file and health-checks it without serving
 	// it; the candidate's swap puts it in service.
@@ -84,7 +88,11 @@ func (h *hotArtifact) install(ctx context.Context, v *firmware.Verified) (string
 	c, err := h.load(ctx, filepath.Join(dir, file))
 	var gated string
 	if err == nil {
-		if gated, err = h.gate.run(ctx, h.kind, dir, v.Manifest, c); err != nil {
+		var g *fleetwire.ProbeGate
+		if g, err = h.gate.run(ctx, h.kind, dir, v.Manifest, c); g != nil {
+			h.lastGate, gated = g, g.Result
+		}
+		if err != nil {
 			c.discard() // it never serves
 		}
 	}

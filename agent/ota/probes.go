@@ -12,6 +12,7 @@ import (
 	"github.com/phaseless/phaseless/firmware"
 	"github.com/phaseless/phaseless/llm"
 	"github.com/phaseless/phaseless/models/predictor"
+	"github.com/phaseless/phaseless/transport/fleetwire"
 )
 
 // candidate is a hot-swapped artifact loaded and health-checked but not
@@ -49,27 +50,20 @@ type probeGate struct {
 	installed answerers         // the artifact in force
 }
 
-// run is the gate for a bundle extracted into dir: "" and nil when the
-// bundle carries no probe set, else the result's line, and an error when
-// the probe set does not verify or the candidate scores below the bar.
-func (g probeGate) run(ctx context.Context, kind, dir string, m firmware.Manifest, c candidate) (string, error) {
-	carries := false
-	for _, f := range m.Files {
-		carries = carries || f.Name == firmware.ProbeSetFile
-	}
-	if !carries {
-		return "", nil
+// run is the gate for a bundle extracted into dir: nil and nil when the
+// bundle carries no probe set; the outcome when the gate reached a
+// verdict; an error when the probe set does not verify or the candidate
+// scores below the bar.
+func (g probeGate) run(ctx context.Context, kind, dir string, m firmware.Manifest, c candidate) (*fleetwire.ProbeGate, error) {
+	if !carriesProbes(m) {
+		return nil, nil
 	}
 	if c.answers == nil || g.installed == nil {
-		return "", fmt.Errorf("the bundle carries a probe set, but this agent cannot probe a %s", kind)
+		return nil, fmt.Errorf("the bundle carries a probe set, but this agent cannot probe a %s", kind)
 	}
-	raw, err := os.ReadFile(filepath.Join(dir, firmware.ProbeSetFile))
+	set, err := readProbeSet(dir, g.key)
 	if err != nil {
-		return "", err
-	}
-	set, err := firmware.OpenProbeSet(raw, g.key)
-	if err != nil {
-		return "", err
+		return nil, err
 	}
 	var override float64
 	if g.margin != nil {
@@ -79,7 +73,46 @@ func (g probeGate) run(ctx context.Context, kind, dir string, m firmware.Manifes
 	defer cancel()
 	res, err := probegate.Run(ctx, set, probegate.Margin(set, override), c.answers(set.Tokens()), g.installed(set.Tokens()))
 	if err != nil {
-		return "", fmt.Errorf("probe gate: %w", err)
+		return nil, fmt.Errorf("probe gate: %w", err)
 	}
-	return res.String(), res.Err()
+	return &fleetwire.ProbeGate{Version: m.Version, Pass: res.Pass, Result: res.String()}, res.Err()
+}
+
+func carriesProbes(m firmware.Manifest) bool {
+	for _, f := range m.Files {
+		if f.Name == firmware.ProbeSetFile {
+			return true
+		}
+	}
+	return false
+}
+
+// readProbeSet reads and verifies the probe set of an extracted bundle.
+func readProbeSet(dir string, key ed25519.PublicKey) (firmware.ProbeSet, error) {
+	raw, err := os.ReadFile(filepath.Join(dir, firmware.ProbeSetFile))
+	if err != nil {
+		return firmware.ProbeSet{}, err
+	}
+	return firmware.OpenProbeSet(raw, key)
+}
+
+// ProbeGates is the last probe gate of each kind, for the status: the
+// hot-swapped kinds' from this process, the agent's from the trial boot
+// that ran it (agentgate.go).
+func (o *Updater) ProbeGates() map[string]fleetwire.ProbeGate {
+	out := map[string]fleetwire.ProbeGate{}
+	for kind, h := range o.hot {
+		h.mu.Lock()
+		if h.lastGate != nil {
+			out[kind] = *h.lastGate
+		}
+		h.mu.Unlock()
+	}
+	if g := o.agentGate(); g != nil {
+		out[firmware.KindAgent] = *g
+	}
+	if len(out) == 0 {
+		return nil
+	}
+	return out
 }

@@ -74,6 +74,9 @@ type Updater struct {
 	hot map[string]*hotArtifact
 	// probeMargin is Config.ProbeMargin.
 	probeMargin func() float64
+	// trial is the probe gate of the trial build this process runs;
+	// nil when it runs none (agentgate.go).
+	trial *trialGate
 }
 
 // restartDelay lets the update command's result reach the fleet queue
@@ -107,6 +110,7 @@ func Open(cfg Config) (*Updater, error) {
 		return nil, err
 	}
 	o.slots = slots
+	o.openTrialGate()
 	return o, nil
 }
 
@@ -267,6 +271,12 @@ func (o *Updater) Update(ctx context.Context, cmd fleetwire.Command) (string, er
 	if err != nil {
 		return "", err
 	}
+	if err := o.scoreBaseline(ctx, slot, v.Manifest); err != nil {
+		if rerr := o.slots.Rollback(); rerr != nil {
+			err = errors.Join(err, rerr)
+		}
+		return "", fmt.Errorf("installed %s, then abandoned it: %w", v.Manifest.Version, err)
+	}
 	if o.restart != nil {
 		time.AfterFunc(restartDelay, o.restart)
 	}
@@ -316,6 +326,9 @@ func (o *Updater) Commit(context.Context, fleetwire.Command) (string, error) {
 			runs = fmt.Sprintf("runs slot %s (%s)", o.running, st.Versions[o.running])
 		}
 		return "", fmt.Errorf("slot %s (%s) is on trial but has not booted: this process %s; the supervisor commits the trial once it starts and is ready", st.Trial, st.Versions[st.Trial], runs)
+	}
+	if err := o.TrialReady(); err != nil {
+		return "", err
 	}
 	if err := o.slots.Commit(); err != nil {
 		return "", err

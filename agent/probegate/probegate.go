@@ -96,18 +96,12 @@ func Margin(set firmware.ProbeSet, override float64) float64 {
 // operator's mistake, and an update gated by an exam nobody can read must
 // not commit). An Answerer's error ends the run with it.
 func Run(ctx context.Context, set firmware.ProbeSet, margin float64, candidate, installed Answerer) (Result, error) {
-	if err := set.Check(); err != nil {
+	refs, err := references(set)
+	if err != nil {
 		return Result{}, err
 	}
-	refs := make([]grade.Reference, len(set.Probes))
-	for i, p := range set.Probes {
-		ref, err := grade.Parse(p.Expect)
-		if err != nil {
-			return Result{}, fmt.Errorf("%w: probe %d: %v", firmware.ErrProbeSet, i+1, err)
-		}
-		refs[i] = ref
-	}
-	r := Result{Set: set.Name, Probes: len(set.Probes), Margin: margin}
+	var cand, inst Score
+	var misses []string
 	for i, p := range set.Probes {
 		c, err := candidate(ctx, p.Prompt)
 		if err != nil {
@@ -118,18 +112,63 @@ func Run(ctx context.Context, set firmware.ProbeSet, margin float64, candidate, 
 			return Result{}, fmt.Errorf("installed, probe %d: %w", i+1, err)
 		}
 		cv, iv := grade.Grade(refs[i], c), grade.Grade(refs[i], in)
-		r.Candidate.add(cv)
-		r.Installed.add(iv)
-		if !cv.OK && iv.OK && len(r.Misses) < maxMisses {
-			r.Misses = append(r.Misses, fmt.Sprintf("%q → %q (%s)", p.Prompt, clip(c), cv.Why))
+		cand.add(cv)
+		inst.add(iv)
+		if !cv.OK && iv.OK && len(misses) < maxMisses {
+			misses = append(misses, fmt.Sprintf("%q → %q (%s)", p.Prompt, clip(c), cv.Why))
 		}
 	}
-	n := float64(r.Probes)
-	r.Candidate.Mean /= n
-	r.Installed.Mean /= n
-	// A tiny tolerance, so equal answers never fail on float rounding.
-	r.Pass = r.Candidate.Mean+1e-9 >= r.Installed.Mean-margin
+	r := Compare(set, margin, cand.mean(len(refs)), inst.mean(len(refs)))
+	r.Misses = misses
 	return r, nil
+}
+
+// Measure scores one artifact on set, for a comparison made later by
+// Compare: an agent update's trial boot compares its own engine with the
+// score the agent it replaces measured before it restarted.
+func Measure(ctx context.Context, set firmware.ProbeSet, answer Answerer) (Score, error) {
+	refs, err := references(set)
+	if err != nil {
+		return Score{}, err
+	}
+	var s Score
+	for i, p := range set.Probes {
+		a, err := answer(ctx, p.Prompt)
+		if err != nil {
+			return Score{}, fmt.Errorf("probe %d: %w", i+1, err)
+		}
+		s.add(grade.Grade(refs[i], a))
+	}
+	return s.mean(len(refs)), nil
+}
+
+// Compare is the gate's verdict on two scores of set.
+func Compare(set firmware.ProbeSet, margin float64, candidate, installed Score) Result {
+	// A tiny tolerance, so equal answers never fail on float rounding.
+	return Result{Set: set.Name, Probes: len(set.Probes), Margin: margin, Candidate: candidate, Installed: installed,
+		Pass: candidate.Mean+1e-9 >= installed.Mean-margin}
+}
+
+// references parses set's expectations.
+func references(set firmware.ProbeSet) ([]grade.Reference, error) {
+	if err := set.Check(); err != nil {
+		return nil, err
+	}
+	refs := make([]grade.Reference, len(set.Probes))
+	for i, p := range set.Probes {
+		ref, err := grade.Parse(p.Expect)
+		if err != nil {
+			return nil, fmt.Errorf("%w: probe %d: %v", firmware.ErrProbeSet, i+1, err)
+		}
+		refs[i] = ref
+	}
+	return refs, nil
+}
+
+// mean turns the sum add collected into the mean over n probes.
+func (s Score) mean(n int) Score {
+	s.Mean /= float64(n)
+	return s
 }
 
 func (s *Score) add(v grade.Verdict) {

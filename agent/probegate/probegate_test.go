@@ -64,6 +64,28 @@ func TestRunComparesScores(t *testing.T) {
 	}
 }
 
+// TestMeasureThenCompare is the gate split in two, as an agent update's
+// trial boot runs it: the same verdict as Run.
+func TestMeasureThenCompare(t *testing.T) {
+	twoRight := table(map[string]string{"capital of France": "Paris", "capital of Spain": "Madrid"})
+	inst, err := Measure(context.Background(), set, allRight)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cand, err := Measure(context.Background(), set, twoRight)
+	if err != nil {
+		t.Fatal(err)
+	}
+	run, _ := Run(context.Background(), set, 0.25, twoRight, allRight)
+	got := Compare(set, 0.25, cand, inst)
+	if got.Pass || got.Candidate != run.Candidate || got.Installed != run.Installed || inst.Mean != 1 || cand.Right != 2 {
+		t.Fatalf("Compare %+v, Run %+v", got, run)
+	}
+	if _, err := Measure(context.Background(), firmware.ProbeSet{}, allRight); !errors.Is(err, firmware.ErrProbeSet) {
+		t.Errorf("empty set: %v", err)
+	}
+}
+
 func TestRunRefuses(t *testing.T) {
 	bad := set
 	bad.Probes = append([]firmware.Probe{{Prompt: "x", Expect: "@no_such_intent"}}, set.Probes...)

@@ -356,7 +356,11 @@ func judge(r *Rollout, rd *RolloutDevice, d *Device, now time.Time) {
 			// the update's timeout.
 			return
 		}
-		fail(fmt.Sprintf("installed, failed on trial and rolled back to %s", running))
+		why := fmt.Sprintf("installed, failed on trial and rolled back to %s", running)
+		if g, ok := d.Status.ProbeGates[r.Kind]; ok && g.Version == r.Version && !g.Pass {
+			why += ": " + g.Result // the trial build's own probe gate
+		}
+		fail(why)
 	case now.Sub(rd.IssuedAt) > time.Duration(r.Spec.UpdateTimeout):
 		fail(fmt.Sprintf("no outcome within %s", time.Duration(r.Spec.UpdateTimeout)))
 	}
