@@ -18,6 +18,7 @@ import (
 	"github.com/phaseless/phaseless/firmware"
 	"github.com/phaseless/phaseless/internal/cli"
 	"github.com/phaseless/phaseless/models/edgemodel"
+	"github.com/phaseless/phaseless/models/predictor"
 	"github.com/phaseless/phaseless/transport/fleetwire"
 )
 
@@ -272,5 +273,58 @@ func TestAgentUpdateProbeGate(t *testing.T) {
 	case err := <-done:
 		t.Fatalf("the passing trial build exited: %v", err)
 	default:
+	}
+}
+
+// TestRouterProbeGate gates a router update: on a device that runs the
+// entropy rule, the shipped router model carrying a probe set of routes
+// (in-car requests stay local, open questions go to the cloud) scores
+// higher and is swapped in with both scores in the update's result; a
+// probe set signed by another key fails the update, which never serves.
+func TestRouterProbeGate(t *testing.T) {
+	shop := newBundleShop(t)
+	cfg := testConfig(t) // the entropy rule routes
+	cfg.Board, cfg.OTAPub, cfg.OTAOrigins = "rpi4", shop.pubPath, cli.StringList{shop.srv.URL}
+	a, _ := startAgent(t, cfg)
+	set := firmware.ProbeSet{Name: "routes", Probes: []firmware.Probe{
+		{Prompt: "turn on the heated seats", Expect: "=local"},
+		{Prompt: "navigate to Denver", Expect: "=local"},
+		{Prompt: "what is the capital of France", Expect: "=cloud"},
+		{Prompt: "explain quantum entanglement in detail with equations", Expect: "=cloud"},
+		{Prompt: "summarize the history of the roman empire", Expect: "=cloud"},
+		{Prompt: "prove that there are infinitely many primes", Expect: "=cloud"},
+	}}
+	publish := func(version string, key ed25519.PrivateKey) string {
+		probes, err := firmware.SignProbeSet(key, set)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var b bytes.Buffer
+		files := map[string][]byte{"router.onnx": predictor.Shipped(), firmware.ProbeSetFile: probes}
+		if err := firmware.WriteKind(&b, shop.priv, firmware.KindPredictor, version, "rpi4", files, []string{"router.onnx", firmware.ProbeSetFile}); err != nil {
+			t.Fatal(err)
+		}
+		shop.mu.Lock()
+		defer shop.mu.Unlock()
+		shop.bundles["/router-"+version] = b.Bytes()
+		return shop.srv.URL + "/router-" + version
+	}
+	_, otherKey, _ := ed25519.GenerateKey(nil)
+	before := a.pred.Current()
+	if out, err := update(a, publish("1.1", otherKey)); err == nil || !strings.Contains(err.Error(), "probe set is invalid") {
+		t.Fatalf("probe set signed by another key: %q, %v", out, err)
+	}
+	if a.pred.Current() != before {
+		t.Fatal("a router whose probe set did not verify serves")
+	}
+	out, err := update(a, publish("1.2", shop.priv))
+	if err != nil || !strings.Contains(out, "probe gate passed: candidate 1.000 (6/6 right), installed 0.333 (2/6 right)") {
+		t.Fatalf("better router: %q, %v", out, err)
+	}
+	if running, _ := a.ota.Artifacts(); running[firmware.KindPredictor] != "1.2" || a.pred.Current() == before {
+		t.Fatalf("router 1.2 does not serve: %v", running)
+	}
+	if g := a.ota.ProbeGates()[firmware.KindPredictor]; g.Version != "1.2" || !g.Pass {
+		t.Fatalf("status probe gate %+v", g)
 	}
 }
