@@ -124,6 +124,22 @@ func TestProbeGateRollout(t *testing.T) {
 	}
 }
 
+// withProbes signs a bundle of kind holding file and the probe set for
+// board rpi4 and returns its URL.
+func (s *bundleShop) withProbes(t *testing.T, kind, version, file string, data, probes []byte) string {
+	t.Helper()
+	var b bytes.Buffer
+	files := map[string][]byte{file: data, firmware.ProbeSetFile: probes}
+	if err := firmware.WriteKind(&b, s.priv, kind, version, "rpi4", files, []string{file, firmware.ProbeSetFile}); err != nil {
+		t.Fatal(err)
+	}
+	name := "/" + kind + "-" + version
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.bundles[name] = b.Bytes()
+	return s.srv.URL + name
+}
+
 // signedProbes is testdata/probes-incar.jsonl as a probe set with margin
 // 0.1, signed with key.
 func signedProbes(t *testing.T, key ed25519.PrivateKey) []byte {
@@ -166,15 +182,7 @@ func TestAgentUpdateProbeGate(t *testing.T) {
 	shop := newBundleShop(t)
 	probes := signedProbes(t, shop.priv)
 	publish := func(version string) string {
-		var b bytes.Buffer
-		files := map[string][]byte{"phaseless-agent": []byte("agent build " + version), firmware.ProbeSetFile: probes}
-		if err := firmware.Write(&b, shop.priv, version, "rpi4", files, []string{"phaseless-agent", firmware.ProbeSetFile}); err != nil {
-			t.Fatal(err)
-		}
-		shop.mu.Lock()
-		defer shop.mu.Unlock()
-		shop.bundles["/agent-"+version] = b.Bytes()
-		return shop.srv.URL + "/agent-" + version
+		return shop.withProbes(t, firmware.KindAgent, version, "phaseless-agent", []byte("agent build "+version), probes)
 	}
 	cfg := testConfig(t)
 	cfg.Board, cfg.OTAPub, cfg.OTAOrigins = "rpi4", shop.pubPath, cli.StringList{shop.srv.URL}
@@ -299,15 +307,7 @@ func TestRouterProbeGate(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		var b bytes.Buffer
-		files := map[string][]byte{"router.onnx": predictor.Shipped(), firmware.ProbeSetFile: probes}
-		if err := firmware.WriteKind(&b, shop.priv, firmware.KindPredictor, version, "rpi4", files, []string{"router.onnx", firmware.ProbeSetFile}); err != nil {
-			t.Fatal(err)
-		}
-		shop.mu.Lock()
-		defer shop.mu.Unlock()
-		shop.bundles["/router-"+version] = b.Bytes()
-		return shop.srv.URL + "/router-" + version
+		return shop.withProbes(t, firmware.KindPredictor, version, "router.onnx", predictor.Shipped(), probes)
 	}
 	_, otherKey, _ := ed25519.GenerateKey(nil)
 	before := a.pred.Current()
