@@ -34,8 +34,11 @@ type hotArtifact struct {
 	kind string
 	ext  string // the payload is the bundle's first file with this extension
 
-	mu    sync.Mutex // guards store and lastGate; one install at a time
+	mu    sync.Mutex // guards store; one install at a time
 	store *firmware.Artifacts
+	// gateMu guards lastGate, apart from mu: the status reads it while
+	// an install holds mu through its probe gate.
+	gateMu sync.Mutex
 	// lastGate is the last probe gate an install went through; nil
 	// before one carried a probe set.
 	lastGate *fleetwire.ProbeGate
@@ -90,7 +93,9 @@ func (h *hotArtifact) install(ctx context.Context, v *firmware.Verified) (string
 	if err == nil {
 		var g *fleetwire.ProbeGate
 		if g, err = h.gate.run(ctx, h.kind, dir, v.Manifest, c); g != nil {
+			h.gateMu.Lock()
 			h.lastGate, gated = g, g.Result
+			h.gateMu.Unlock()
 		}
 		if err != nil {
 			c.discard() // it never serves

@@ -102,11 +102,11 @@ func readProbeSet(dir string, key ed25519.PublicKey) (firmware.ProbeSet, error) 
 func (o *Updater) ProbeGates() map[string]fleetwire.ProbeGate {
 	out := map[string]fleetwire.ProbeGate{}
 	for kind, h := range o.hot {
-		h.mu.Lock()
+		h.gateMu.Lock()
 		if h.lastGate != nil {
 			out[kind] = *h.lastGate
 		}
-		h.mu.Unlock()
+		h.gateMu.Unlock()
 	}
 	if g := o.agentGate(); g != nil {
 		out[firmware.KindAgent] = *g
