@@ -54,6 +54,9 @@ const (
 	maxProbes      = 1000
 	maxProbePrompt = 4096
 	maxProbeTokens = 512
+	// maxProbeName keeps the name short: it travels in every gate's
+	// result line, in the device's status (8 KiB at most).
+	maxProbeName = 64
 )
 
 // ErrProbeSet marks a probe set that does not verify or is malformed.
@@ -71,6 +74,9 @@ type signedProbeSet struct {
 // Check reports the first thing wrong with ps, besides its expectations'
 // notation (models/grade parses that; firmware does not import models).
 func (ps ProbeSet) Check() error {
+	if len(ps.Name) > maxProbeName || !utf8.ValidString(ps.Name) {
+		return fmt.Errorf("%w: name of %d bytes (want at most %d of UTF-8)", ErrProbeSet, len(ps.Name), maxProbeName)
+	}
 	if len(ps.Probes) == 0 || len(ps.Probes) > maxProbes {
 		return fmt.Errorf("%w: %d probes (want 1..%d)", ErrProbeSet, len(ps.Probes), maxProbes)
 	}

@@ -5,6 +5,7 @@ import (
 	"crypto/ed25519"
 	"encoding/json"
 	"errors"
+	"strings"
 	"testing"
 )
 
@@ -63,6 +64,7 @@ func TestProbeSetSignOpen(t *testing.T) {
 		"tokens":       {MaxTokens: 100000, Probes: testProbeSet().Probes},
 		"empty prompt": {Probes: []Probe{{Expect: "=x"}}},
 		"no expect":    {Probes: []Probe{{Prompt: "x"}}},
+		"long name":    {Name: strings.Repeat("n", 65), Probes: testProbeSet().Probes},
 	} {
 		if _, err := SignProbeSet(probeKey, ps); err == nil {
 			t.Errorf("%s: signed %+v", name, ps)

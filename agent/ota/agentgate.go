@@ -181,7 +181,7 @@ func (o *Updater) runTrialGate(ctx context.Context) (*fleetwire.ProbeGate, error
 		override = o.probeMargin()
 	}
 	res := probegate.Compare(set, probegate.Margin(set, override), score, base.Score)
-	return &fleetwire.ProbeGate{Version: m.Version, Pass: res.Pass, Result: res.String()}, res.Err()
+	return gateStatus(m.Version, res), res.Err()
 }
 
 // agentGate is the outcome of the last agent build's probe gate, nil

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strings"
 	"time"
 
 	"github.com/phaseless/phaseless/agent/probegate"
@@ -75,7 +76,20 @@ func (g probeGate) run(ctx context.Context, kind, dir string, m firmware.Manifes
 	if err != nil {
 		return nil, fmt.Errorf("probe gate: %w", err)
 	}
-	return &fleetwire.ProbeGate{Version: m.Version, Pass: res.Pass, Result: res.String()}, res.Err()
+	return gateStatus(m.Version, res), res.Err()
+}
+
+// maxGateResult bounds a gate's line in the status, which the broker
+// takes up to fleetwire.MaxStatusBytes (8 KiB) with every kind's; the
+// update's command result carries the whole line.
+const maxGateResult = 512
+
+func gateStatus(version string, res probegate.Result) *fleetwire.ProbeGate {
+	line := res.String()
+	if len(line) > maxGateResult {
+		line = strings.ToValidUTF8(line[:maxGateResult], "") + "…"
+	}
+	return &fleetwire.ProbeGate{Version: version, Pass: res.Pass, Result: line}
 }
 
 func carriesProbes(m firmware.Manifest) bool {

@@ -115,7 +115,7 @@ func Run(ctx context.Context, set firmware.ProbeSet, margin float64, candidate, 
 		cand.add(cv)
 		inst.add(iv)
 		if !cv.OK && iv.OK && len(misses) < maxMisses {
-			misses = append(misses, fmt.Sprintf("%q → %q (%s)", p.Prompt, clip(c), cv.Why))
+			misses = append(misses, fmt.Sprintf("%q → %q (%s)", clip(p.Prompt), clip(c), clip(cv.Why)))
 		}
 	}
 	r := Compare(set, margin, cand.mean(len(refs)), inst.mean(len(refs)))
