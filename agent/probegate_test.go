@@ -284,11 +284,15 @@ func TestAgentUpdateProbeGate(t *testing.T) {
 	}
 }
 
-// TestRouterProbeGate gates a router update: on a device that runs the
-// entropy rule, the shipped router model carrying a probe set of routes
-// (in-car requests stay local, open questions go to the cloud) scores
-// higher and is swapped in with both scores in the update's result; a
-// probe set signed by another key fails the update, which never serves.
+// TestRouterProbeGate gates router updates on a device that runs the
+// entropy rule. First the fleet config names a probe set (probe-set, the
+// signed set inline) that expects every request to stay local: a bundle
+// of the shipped router model without probes.json is judged by it, scores
+// lower than the rule and never serves. Then bundles carry their own set
+// of routes (in-car requests stay local, open questions go to the cloud),
+// which wins over the fleet's: one signed by another key fails the
+// update; the fleet's key's passes, and the shipped router is swapped in
+// with both scores in the update's result.
 func TestRouterProbeGate(t *testing.T) {
 	shop := newBundleShop(t)
 	cfg := testConfig(t) // the entropy rule routes
@@ -311,6 +315,35 @@ func TestRouterProbeGate(t *testing.T) {
 	}
 	_, otherKey, _ := ed25519.GenerateKey(nil)
 	before := a.pred.Current()
+
+	allLocal := firmware.ProbeSet{Name: "all-local"}
+	for _, p := range set.Probes {
+		allLocal.Probes = append(allLocal.Probes, firmware.Probe{Prompt: p.Prompt, Expect: "=local"})
+	}
+	fleetSet, err := firmware.SignProbeSet(shop.priv, allLocal)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := a.applyDesired(context.Background(), fleetwire.DesiredConfig{Version: 1, Values: map[string]string{"probe-set": string(fleetSet)}}); err != nil {
+		t.Fatal(err)
+	}
+	var plain bytes.Buffer
+	if err := firmware.WriteKind(&plain, shop.priv, firmware.KindPredictor, "1.0", "rpi4", map[string][]byte{"router.onnx": predictor.Shipped()}, []string{"router.onnx"}); err != nil {
+		t.Fatal(err)
+	}
+	shop.mu.Lock()
+	shop.bundles["/router-1.0"] = plain.Bytes()
+	shop.mu.Unlock()
+	if out, err := update(a, shop.srv.URL+"/router-1.0"); err == nil || !strings.Contains(err.Error(), "candidate 0.333 (2/6 right), installed 1.000 (6/6 right), margin 0.000, set all-local") {
+		t.Fatalf("router judged by the fleet's probe set: %q, %v", out, err)
+	}
+	if a.pred.Current() != before {
+		t.Fatal("a router that failed the fleet's probe set serves")
+	}
+	if _, err := a.applyDesired(context.Background(), fleetwire.DesiredConfig{Version: 2, Values: map[string]string{"probe-set": "{not json"}}); err == nil || !strings.Contains(err.Error(), "probe-set") {
+		t.Fatalf("a probe-set that is not JSON was applied: %v", err)
+	}
+
 	if out, err := update(a, publish("1.1", otherKey)); err == nil || !strings.Contains(err.Error(), "probe set is invalid") {
 		t.Fatalf("probe set signed by another key: %q, %v", out, err)
 	}

@@ -15,7 +15,8 @@ import (
 )
 
 // An agent update is a new build, and with it may come a new embedded edge
-// model, so an agent bundle may carry a probe set too. Its gate spans the
+// model, so a probe set gates it too (the bundle's, or the fleet's
+// probe-set). Its gate spans the
 // two processes of the update: the agent that installs the bundle scores
 // the engine it serves on the set before it restarts (the baseline, kept
 // in DATA_DIR/ota/probe-baseline.json), and the new build, booted on trial,
@@ -60,11 +61,11 @@ func (o *Updater) scoreBaseline(ctx context.Context, slot string, m firmware.Man
 		return err
 	}
 	h := o.hot[firmware.KindModel]
-	if !carriesProbes(m) || h == nil {
+	if h == nil {
 		return nil
 	}
-	set, err := readProbeSet(o.slots.Path(slot), o.key)
-	if err != nil {
+	set, ok, err := o.probes.forBundle(o.slots.Path(slot), m)
+	if !ok || err != nil {
 		return err
 	}
 	ctx, cancel := context.WithTimeout(ctx, probeGateTimeout)
@@ -91,8 +92,8 @@ func (o *Updater) openTrialGate() {
 		o.log.Warn("trial slot's manifest does not verify: no probe gate", "slot", o.running, "err", err)
 		return
 	}
-	if carriesProbes(m) {
-		o.trial = &trialGate{}
+	if _, ok, _ := o.probes.forBundle(o.slots.Path(o.running), m); ok {
+		o.trial = &trialGate{} // a probe set that does not verify fails the gate when it runs
 	}
 }
 
@@ -156,9 +157,12 @@ func (o *Updater) runTrialGate(ctx context.Context) (*fleetwire.ProbeGate, error
 	if h == nil {
 		return nil, nil // no built-in engine: no embedded model to judge
 	}
-	set, err := readProbeSet(dir, o.key)
+	set, ok, err := o.probes.forBundle(dir, m)
 	if err != nil {
 		return nil, fmt.Errorf("probe gate: %w", err)
+	}
+	if !ok {
+		return nil, nil // the fleet's probe-set was cleared since the install
 	}
 	var base probeBaseline
 	raw, err := os.ReadFile(filepath.Join(o.otaDir(), probeBaselineFile))

@@ -209,7 +209,7 @@ func (o *Updater) OpenArtifacts(ctx context.Context, t Targets) (map[string]stri
 			o.log.Warn("installed artifacts' state is damaged; running the agent's own until the fleet updates it", "kind", kind, "err", st.Discarded)
 		}
 		hot[kind] = &hotArtifact{kind: kind, ext: ext, store: st, load: load, log: o.log, changed: o.changed,
-			gate: probeGate{key: o.key, margin: o.probeMargin, installed: installed}}
+			gate: probeGate{probeSource: o.probes, margin: o.probeMargin, installed: installed}}
 		return nil
 	}
 	if err := add(firmware.KindPredictor, ".onnx", predictorLoader(t.Router, o.log), routerAnswers(t.Router)); err != nil {

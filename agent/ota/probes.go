@@ -43,28 +43,64 @@ func routerAnswers(p predictor.Predictor) answerers {
 // answered twice by a device's CPU, takes well under it.
 const probeGateTimeout = 10 * time.Minute
 
-// probeGate runs a bundle's probe set (firmware.ProbeSetFile) on a
-// candidate and on the artifact of its kind in force.
-type probeGate struct {
-	key       ed25519.PublicKey // the fleet's: the probe set must be signed by it
-	margin    func() float64    // the fleet's probe-margin setting; nil or 0: the set's own
-	installed answerers         // the artifact in force
+// probeSource finds the probe set that gates an update: the bundle's own
+// (firmware.ProbeSetFile), else the one the fleet's probe-set setting
+// names.
+type probeSource struct {
+	key   ed25519.PublicKey // the fleet's: every probe set must be signed by it
+	fleet func() string     // the probe-set setting; nil or "": none
 }
 
-// run is the gate for a bundle extracted into dir: nil and nil when the
-// bundle carries no probe set; the outcome when the gate reached a
+// forBundle is the probe set for the bundle m extracted into dir; ok is
+// false when neither the bundle nor the fleet names one.
+func (s probeSource) forBundle(dir string, m firmware.Manifest) (set firmware.ProbeSet, ok bool, err error) {
+	if carriesProbes(m) {
+		set, err := readProbeSet(dir, s.key)
+		return set, true, err
+	}
+	v := ""
+	if s.fleet != nil {
+		v = s.fleet()
+	}
+	if v == "" {
+		return firmware.ProbeSet{}, false, nil
+	}
+	raw := []byte(v)
+	if !InlineProbeSet(v) {
+		if raw, err = os.ReadFile(v); err != nil {
+			return firmware.ProbeSet{}, true, fmt.Errorf("the fleet's probe-set: %w", err)
+		}
+	}
+	if set, err = firmware.OpenProbeSet(raw, s.key); err != nil {
+		return firmware.ProbeSet{}, true, fmt.Errorf("the fleet's probe-set: %w", err)
+	}
+	return set, true, nil
+}
+
+// InlineProbeSet reports whether a probe-set setting holds the signed
+// probe set itself (as the fleet config sends it) rather than a file's
+// path.
+func InlineProbeSet(v string) bool { return strings.HasPrefix(strings.TrimSpace(v), "{") }
+
+// probeGate runs the probe set of an update (probeSource) on a candidate
+// and on the artifact of its kind in force.
+type probeGate struct {
+	probeSource
+	margin    func() float64 // the fleet's probe-margin setting; nil or 0: the set's own
+	installed answerers      // the artifact in force
+}
+
+// run is the gate for a bundle extracted into dir: nil and nil when no
+// probe set gates it; the outcome when the gate reached a
 // verdict; an error when the probe set does not verify or the candidate
 // scores below the bar.
 func (g probeGate) run(ctx context.Context, kind, dir string, m firmware.Manifest, c candidate) (*fleetwire.ProbeGate, error) {
-	if !carriesProbes(m) {
-		return nil, nil
+	set, ok, err := g.forBundle(dir, m)
+	if !ok || err != nil {
+		return nil, err
 	}
 	if c.answers == nil || g.installed == nil {
-		return nil, fmt.Errorf("the bundle carries a probe set, but this agent cannot probe a %s", kind)
-	}
-	set, err := readProbeSet(dir, g.key)
-	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("a probe set gates this update, but this agent cannot probe a %s", kind)
 	}
 	var override float64
 	if g.margin != nil {

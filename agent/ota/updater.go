@@ -44,6 +44,10 @@ type Config struct {
 	// ProbeMargin is the fleet's probe-margin setting, read at each probe
 	// gate (probes.go); nil or 0 keeps each probe set's own margin.
 	ProbeMargin func() float64
+	// ProbeSet is the fleet's probe-set setting, read at each update: a
+	// signed probe set (inline, or a file's path) that gates updates whose
+	// bundle carries none; nil or "" for none.
+	ProbeSet func() string
 }
 
 // Updater applies signed updates sent as fleet commands: "update url=U"
@@ -74,6 +78,8 @@ type Updater struct {
 	hot map[string]*hotArtifact
 	// probeMargin is Config.ProbeMargin.
 	probeMargin func() float64
+	// probes finds each update's probe set (probes.go).
+	probes probeSource
 	// trial is the probe gate of the trial build this process runs;
 	// nil when it runs none (agentgate.go).
 	trial *trialGate
@@ -105,6 +111,7 @@ func Open(cfg Config) (*Updater, error) {
 		}
 		o.key = key
 	}
+	o.probes = probeSource{key: o.key, fleet: cfg.ProbeSet}
 	slots, err := firmware.OpenSlots(filepath.Join(cfg.DataDir, "ota"), cli.Version)
 	if err != nil {
 		return nil, err
