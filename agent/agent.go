@@ -67,6 +67,7 @@ type Config struct {
 	// A zero below means the default in parentheses (FillDefaults) unless it says "flag:".
 	LocalConcurrency int           // generations the local engine runs at once (4)
 	LocalQueue       int           // requests that may wait for the local engine before 503s (flag: 64)
+	Threads          int           // compute threads of the built-in engine; 0 = every core the process may use (GOMAXPROCS)
 	RouteThreshold   float64       // cloud probability at which the router prefers the cloud; 0 = the model's
 	RouteHysteresis  float64       // relative band of the link and load signals, never the content score (flag: 0.1)
 	RouteMode        string        // auto (the router decides), local or cloud for requests that pin no route (auto)
@@ -176,6 +177,7 @@ func (c *Config) Fields() cli.Fields {
 		{Flag: "predictor", Go: "Predictor", Value: &c.Predictor, Usage: `ONNX router model (default: the shipped predictor; "entropy": the 4.2 bits/byte rule)`},
 		{Flag: "local-model", Go: "LocalModel", Value: &c.LocalModel, Usage: "model name to request from the --local-url server (default: the request's)"},
 		{Flag: "local-concurrency", Go: "LocalConcurrency", Value: &c.LocalConcurrency, Usage: "generations the local engine runs at once"},
+		{Flag: "threads", Go: "Threads", Value: &c.Threads, Usage: "compute threads of the built-in engine (0 = every core the process may use: GOMAXPROCS, all CPUs unless a cgroup quota or $GOMAXPROCS says fewer)"},
 		{Flag: "local-queue", Go: "LocalQueue", Value: &c.LocalQueue, Usage: "requests that may wait for the local engine; more get 503 overloaded"},
 		{Flag: "route-threshold", Go: "RouteThreshold", Value: &c.RouteThreshold, Usage: "cloud probability at or above which requests go to the cloud; 0 = the predictor model's own threshold (0.5 without one)"},
 		{Flag: "route-mode", Go: "RouteMode", Value: &c.RouteMode, Usage: "route of requests without an x-phaseless-route header: auto (the router decides), local (all on the device) or cloud (all to the cloud, local fallback)"},
@@ -239,6 +241,9 @@ func (c *Config) Validate() error {
 	}
 	if c.LocalConcurrency < 1 {
 		return &cli.FieldError{Field: "LocalConcurrency", Err: fmt.Errorf("%d must be at least 1", c.LocalConcurrency)}
+	}
+	if c.Threads < 0 {
+		return &cli.FieldError{Field: "Threads", Err: fmt.Errorf("%d must not be negative (0 = all cores)", c.Threads)}
 	}
 	if c.LocalQueue < 0 {
 		return &cli.FieldError{Field: "LocalQueue", Err: fmt.Errorf("%d must not be negative", c.LocalQueue)}

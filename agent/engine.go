@@ -81,7 +81,7 @@ func openEngine(cfg Config) (*localEngine, error) {
 	if err != nil {
 		return nil, fmt.Errorf("local model: %w", err)
 	}
-	ecfg := lm.EngineConfig{MaxBatch: cfg.LocalConcurrency}
+	ecfg := lm.EngineConfig{MaxBatch: cfg.LocalConcurrency, Threads: cfg.Threads}
 	eng, err := lm.NewEngine(m, ecfg)
 	if err != nil {
 		return nil, fmt.Errorf("local engine: %w", err)
