@@ -8,6 +8,7 @@ package agent
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
@@ -74,6 +75,8 @@ type Config struct {
 	CloudTools       bool          // the cloud calls tools (a tool-calling --worker serves it); false keeps tool requests the local model serves, and any the cloud would not, on the device
 	ShadowShare      float64       // share of local answers sampled for shadow evaluation, 0..shadow.MaxShare (0: off)
 	RouterAlpha      float64       // the fleet's bound on the share of wrong local answers its route-threshold was calibrated for; 0 = none
+	ProbeMargin      float64       // how much worse a model or router update may score on its probe set than the one in force; 0 = the probe set's own margin
+	ProbeSet         string        // signed probe set gating updates whose bundle carries none: a file, or the set itself (inline JSON); "" = none
 	MaxOutputTokens  int           // largest max_tokens accepted
 	CloudRetryMax    time.Duration // longest wait between reconnect attempts to the cloud (30 s)
 	CloudFirstToken  time.Duration // cloud requests without a token by then run locally (15 s)
@@ -187,6 +190,8 @@ func (c *Config) Fields() cli.Fields {
 		{Flag: "local-queue", Go: "LocalQueue", Value: &c.LocalQueue, Usage: "requests that may wait for the local engine; more get 503 overloaded"},
 		{Flag: "route-threshold", Go: "RouteThreshold", Value: &c.RouteThreshold, Usage: "cloud probability at or above which requests go to the cloud; 0 = the predictor model's own threshold (0.5 without one)"},
 		{Flag: "route-mode", Go: "RouteMode", Value: &c.RouteMode, Usage: "route of requests without an x-phaseless-route header: auto (the router decides), local (all on the device) or cloud (all to the cloud, local fallback)"},
+		{Flag: "probe-margin", Go: "ProbeMargin", Value: &c.ProbeMargin, Usage: "how much lower (mean grade score, 0..1) a model or router update may score on its bundle's probe set than the one in force and still commit; 0 = the probe set's own margin (docs/fleet-device.md)"},
+		{Flag: "probe-set", Go: "ProbeSet", Value: &c.ProbeSet, Usage: "signed probe set (phaselessctl ota probes sign) that gates model, router and agent updates whose bundle carries none: a file on the device, or the signed set itself (a value starting with {, as the fleet config sends it); empty = none"},
 		{Flag: "router-alpha", Go: "RouterAlpha", Value: &c.RouterAlpha, Usage: "bound on the share of wrong local answers that the fleet calibrated route-threshold for (set by the fleet; the status reports it suspended while the cloud is unreachable); 0 = none"},
 		{Flag: "cloud-tools", Go: "CloudTools", Value: &c.CloudTools, Usage: "the cloud calls tools (its workers include a tool-calling --worker server; its built-in model calls none): tool requests the local model was not taught then go to the cloud"},
 		{Flag: "shadow-share", Go: "ShadowShare", Value: &c.ShadowShare, Usage: "share of locally answered requests whose text and answer go to the cloud for shadow evaluation (0 = off, at most 0.25)"},
@@ -259,6 +264,19 @@ func (c *Config) Validate() error {
 			field = "RouteHysteresis"
 		}
 		return &cli.FieldError{Field: field, Err: err}
+	}
+	if c.ProbeSet != "" {
+		// Its signature is checked at each update, against --ota-pub.
+		if ota.InlineProbeSet(c.ProbeSet) {
+			if !json.Valid([]byte(c.ProbeSet)) {
+				return &cli.FieldError{Field: "ProbeSet", Err: errors.New("starts with { but is not JSON: give the signed probe set as ota probes sign wrote it, or a file's path")}
+			}
+		} else if _, err := os.Stat(c.ProbeSet); err != nil {
+			return &cli.FieldError{Field: "ProbeSet", Err: err}
+		}
+	}
+	if c.ProbeMargin < 0 || c.ProbeMargin > 1 || math.IsNaN(c.ProbeMargin) {
+		return &cli.FieldError{Field: "ProbeMargin", Err: fmt.Errorf("%g must be in [0,1]", c.ProbeMargin)}
 	}
 	if c.RouterAlpha < 0 || c.RouterAlpha >= 1 || math.IsNaN(c.RouterAlpha) {
 		return &cli.FieldError{Field: "RouterAlpha", Err: fmt.Errorf("%g must be in [0,1)", c.RouterAlpha)}
@@ -373,7 +391,7 @@ func New(cfg Config, log *slog.Logger) (a *Agent, err error) {
 	if a.ota, err = ota.Open(ota.Config{
 		DataDir: cfg.DataDir, Board: cfg.Board, OTAPub: cfg.OTAPub, Origins: cfg.OTAOrigins, Slot: os.Getenv(firmware.EnvSlot),
 		Restart: func() { restartOnce.Do(func() { close(a.restartc) }) },
-		Changed: a.publishStatus, Log: log,
+		Changed: a.publishStatus, Log: log, ProbeMargin: a.probeMargin, ProbeSet: a.probeSet,
 	}); err != nil {
 		return nil, err
 	}
@@ -519,7 +537,7 @@ func (a *Agent) newFleetClient() (*fleetclient.Client, error) {
 	fc := fleetclient.Config{
 		BrokerURL: a.cfg.MQTT, DeviceID: a.cfg.DeviceID, Version: cli.Version, Board: a.cfg.Board,
 		Store: a.store, StatePath: filepath.Join(a.cfg.DataDir, "fleet.db"), Logger: a.log, // the client names its component itself
-		Slot: a.ota.Slot, Artifacts: a.ota.Artifacts, Trial: a.ota.OnTrial, RouterBound: a.routerBound,
+		Slot: a.ota.Slot, Artifacts: a.ota.Artifacts, Trial: a.ota.OnTrial, RouterBound: a.routerBound, ProbeGates: a.ota.ProbeGates,
 		UplinkRate: a.cfg.TelemetryRate, OnConfig: a.applyDesired,
 	}
 	if a.cfg.PKIDir != "" {
@@ -634,6 +652,9 @@ func (a *Agent) ready() error {
 			return err
 		}
 	}
+	if err := a.ota.TrialReady(); err != nil {
+		return err
+	}
 	return a.store.Err()
 }
 
@@ -680,6 +701,8 @@ func (a *Agent) Run(ctx context.Context) error {
 	if a.cloud != nil && a.cfg.NetWatch > 0 {
 		netWatch.Go(func() { a.watchNetwork(netCtx, a.cfg.NetWatch, a.netAddrs) })
 	}
+	// The probe gate of a trial build: /readyz fails until it has run.
+	netWatch.Go(func() { a.ota.TrialGate(netCtx) })
 	defer func() {
 		stopNet()
 		netWatch.Wait()

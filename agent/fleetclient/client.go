@@ -148,10 +148,14 @@ func (c *Client) status(state string) []byte {
 	if c.cfg.RouterBound != nil {
 		bound = c.cfg.RouterBound()
 	}
+	var gates map[string]fleetwire.ProbeGate
+	if c.cfg.ProbeGates != nil {
+		gates = c.cfg.ProbeGates()
+	}
 	b, _ := json.Marshal(fleetwire.Status{
 		DeviceID: c.cfg.DeviceID, State: state, Version: c.cfg.Version,
 		Slot: c.cfg.Slot(), Board: c.cfg.Board, Artifacts: running, RolledBack: rolledBack, Trial: c.cfg.Trial(),
-		RouterBound: bound, Time: c.cfg.Clock.Now().UTC(),
+		RouterBound: bound, ProbeGates: gates, Time: c.cfg.Clock.Now().UTC(),
 	})
 	return b
 }

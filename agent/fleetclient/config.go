@@ -38,6 +38,9 @@ type Config struct {
 	// RouterBound reports the state of the device's bound on wrong local
 	// answers (fleetwire.Status.RouterBound); nil reports none.
 	RouterBound func() string
+	// ProbeGates reports the last probe gate of each artifact kind
+	// (fleetwire.Status.ProbeGates); nil reports none.
+	ProbeGates func() map[string]fleetwire.ProbeGate
 
 	// TLS is used for tls:// brokers: RootCAs with the fleet CA and the
 	// device certificate (transport/pki) in Certificates.

@@ -23,6 +23,7 @@ func init() {
 			{Name: "keygen", Summary: "create the fleet's ed25519 signing key (ota-key.pem, ota-pub.pem)", Run: otaKeygen},
 			{Name: "sign", Summary: "build a signed bundle from files", Run: otaSign},
 			{Name: "verify", Summary: "verify a bundle as a device would", Run: otaVerify},
+			otaProbes,
 		},
 	})
 }

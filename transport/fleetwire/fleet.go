@@ -203,8 +203,20 @@ type Status struct {
 	// answers (the fleet's router-alpha): RouterBoundInForce, or
 	// RouterBoundSuspended while the cloud is unreachable and every request
 	// runs locally whatever its score; empty when the device has no bound.
-	RouterBound string    `json:"router_bound,omitempty"`
-	Time        time.Time `json:"time"`
+	RouterBound string `json:"router_bound,omitempty"`
+	// ProbeGates is, by artifact kind, the last probe gate an update of
+	// that kind went through on the device (its bundle carried a probe
+	// set): a rollout quotes a failed one's scores.
+	ProbeGates map[string]ProbeGate `json:"probe_gates,omitempty"`
+	Time       time.Time            `json:"time"`
+}
+
+// ProbeGate is one quality gate's outcome: the update's version, whether
+// it passed, and the scores of both artifacts and the margin, in one line.
+type ProbeGate struct {
+	Version string `json:"version"`
+	Pass    bool   `json:"pass"`
+	Result  string `json:"result"`
 }
 
 // Status.RouterBound's values.
