@@ -511,15 +511,34 @@ func (s *Server) serveStream(conn *quicgo.Conn, p *peer, str *quicgo.Stream) {
 
 // leaveReason classifies how a follower's stream ended (resume.go): it
 // wrote the last frame, the device cancelled (a cancel frame, a reset, an
-// early end), or the connection died under it.
+// early end, or closing its connection on purpose), or the connection died
+// under it.
 func (s *Server) leaveReason(conn *quicgo.Conn, out followResult, clientEnd error) leaveReason {
 	switch {
 	case out.ended || s.base.Err() != nil:
 		return leftDone
+	case closedByDevice(context.Cause(conn.Context()), clientEnd, out.writeErr):
+		return leftCancelled
 	case conn.Context().Err() != nil, connectionError(clientEnd), connectionError(out.writeErr):
 		return leftLinkLost
 	}
 	return leftCancelled
+}
+
+// closedByDevice reports whether any of errs is the device closing the
+// connection itself (CONNECTION_CLOSE with connClosed: the agent shutting
+// down or closing its uplink). Nothing will resume its requests, so their
+// runs stop now rather than at the end of the resume window. The stall
+// watchdog's close (connStalled) never reaches the server over a dead link
+// and, when it does, means the device will redial and resume.
+func closedByDevice(errs ...error) bool {
+	for _, err := range errs {
+		var ae *quicgo.ApplicationError
+		if errors.As(err, &ae) && ae.Remote && ae.ErrorCode == connClosed {
+			return true
+		}
+	}
+	return false
 }
 
 // run executes a request without an idempotency key, writing each token
