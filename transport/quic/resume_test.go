@@ -97,6 +97,12 @@ func blackoutAt(relay *linkemu.UDPRelay, after int, every int, dark ...time.Dura
 // in order — from one run, and the cloud's buffer is empty afterwards. The
 // reconnect is a 0-RTT one.
 func TestResumeAfterBlackout(t *testing.T) {
+	if raceEnabled {
+		// The resume stream opens in 0-RTT while the handshake completes:
+		// quic-go#4303, as in TestZeroRTTRunsOnce (it was reported here at
+		// load average 20).
+		t.Skip("quic-go#4303: a data race inside quic-go on 0-RTT streams; make test runs this without -race (RACE_FULL)")
+	}
 	h := newPaced(120, 5*time.Millisecond)
 	s := startServer(t, h)
 	relay := emuRelay(t, s.Addr())
