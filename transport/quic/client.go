@@ -298,6 +298,7 @@ func Dial(ctx context.Context, addr string, cfg ClientConfig) (*Client, error) {
 			KeepAlivePeriod:       cfg.KeepAlivePeriod,
 			MaxIncomingStreams:    -1, // the server opens no streams
 			MaxIncomingUniStreams: -1,
+			EnableDatagrams:       true, // for loss probes (probe.go)
 		},
 		sem:   make(chan struct{}, cfg.MaxStreams),
 		hurry: make(chan struct{}, 1),
@@ -691,6 +692,8 @@ func (c *Client) roundTrip(ctx context.Context, l *link, first *Frame, st *strea
 		return fail(err)
 	}
 	rt.sent = true
+	probe := time.AfterFunc(lossProbeDelay, func() { conn.SendDatagram(lossProbe) })
+	defer probe.Stop()
 	fr := newFrameReader(str)
 	began := false // this stream sent its meta frame or a token
 	for {
