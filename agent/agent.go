@@ -103,13 +103,9 @@ type Config struct {
 	HTTPLimits httplimit.Config
 }
 
-// DefaultResumeDeadline is how long a cloud answer waits for its link: the
-// blackouts a car meets most (tunnels, garages, handovers) last 5–60 s
-// (issue 31); 10 s rides out the short half while a user still reads the
-// answer as one, and past it the device's engine finishing the answer beats
-// a longer stall. The cloud keeps the answer longer (phaseless-cloud
-// --resume-window, 60 s) so the deadline, not the window, decides.
-const DefaultResumeDeadline = 10 * time.Second
+// DefaultResumeDeadline is how long a cloud answer waits for its link
+// (quic.DefaultResumeDeadline says why 10 s).
+const DefaultResumeDeadline = quic.DefaultResumeDeadline
 
 // DefaultHTTPMaxConns caps the local API: its callers are the head unit's
 // apps, a handful of connections; 3,000 trickling bodies once held the
