@@ -12,14 +12,15 @@ RACE_SKIP := /models/lm|/models/predictor|/models/lmtrain|/models/edgemodel|/mod
 TEST_FLAGS ?= -timeout 20m
 # Tests in race-tested packages that run smaller or not at all under -race
 # (each says why) and in full in a second pass without it.
-RACE_FULL := ^Test(DocsMatchCode|OperatorWalkthrough|RunnableBlocks|LearningLoop|ToolRequestsStayOnTheDevice|KillAfterAnswersKeepsEveryRecord|TwoHundredConcurrentLocalClients|ThousandDevices|RolloutThousandDevices|KillDuringIngestStoresEachRecordOnce|ModelTrainTelemetry|ModelEval|LMTrainWritesLoadableModel|LMToolPrior|TelemetryAndConfigThroughLossyLinkAndTunnel|ResumeFlappingLink|BlackoutResumes|LongBlackoutContinuesLocally|ConstrainedRepliesOnCloud|ConstrainedRepliesThroughAgent|LengthCutDropsMarker)$$
+RACE_FULL := ^Test(DocsMatchCode|OperatorWalkthrough|RunnableBlocks|LearningLoop|ToolRequestsStayOnTheDevice|KillAfterAnswersKeepsEveryRecord|TwoHundredConcurrentLocalClients|ThousandDevices|RolloutThousandDevices|KillDuringIngestStoresEachRecordOnce|ModelTrainTelemetry|ModelEval|LMTrainWritesLoadableModel|LMToolPrior|TelemetryAndConfigThroughLossyLinkAndTunnel|BlackoutPastKeepAlive|ResumeFlappingLink|ResumeAfterBlackout|BlackoutResumes|LongBlackoutContinuesLocally|ConstrainedRepliesOnCloud|ConstrainedRepliesThroughAgent|LengthCutDropsMarker|ProbeGateRollout|AgentUpdateProbeGate|ModelGateOnRealModels)$$
 
 # The device build leaves out net/http's bundled HTTP/2 (0.5 MiB): the agent
 # serves HTTP/1.1 on loopback and talks to the cloud over QUIC.
 AGENT_TAGS := nethttpomithttp2
 # ARM devices also leave out the Jinja engine for models' own chat templates
-# (2.5 MiB, over the size budget; docs/engine.md) and the OTLP span exporter
-# (3.3 MiB; docs/client.md: the cloud exports the device's traces).
+# and the OTLP span exporter (docs/client.md: the cloud exports the device's
+# traces): each makes the linker keep every exported method, +7.1 and +9.4 MiB
+# over the 20 MiB budget (docs/engine.md, docs/agent.md).
 DEVICE_TAGS := $(AGENT_TAGS),lm_nojinja,nootlp
 
 .PHONY: all build cross test lint vet fmt-check fuzz-smoke bench demo models router image clean
@@ -69,7 +70,7 @@ test: lint
 	$(GO) test $(TEST_FLAGS) -run 'NoAlloc' ./models/textfeat/  # skipped under -race: sync.Pool drops items at random there
 	$(GO) test -race $(TEST_FLAGS) -run 'Concurrent|Swappable' ./models/predictor/  # its shared state, under the race detector
 	# Tests that -race shrinks or skips (kill -9 crash tests, training, thousand-device fleets), whole, without it.
-	$(GO) test $(TEST_FLAGS) -run '$(RACE_FULL)' ./agent/ ./agent/fleetclient/ ./cloud/ ./cloud/fleet/ ./cloud/ctl/ ./internal/docscheck/ ./transport/quic/
+	$(GO) test $(TEST_FLAGS) -run '$(RACE_FULL)' ./agent/ ./agent/fleetclient/ ./agent/probegate/ ./cloud/ ./cloud/fleet/ ./cloud/ctl/ ./internal/docscheck/ ./transport/quic/
 	$(MAKE) fuzz-smoke
 
 # A few seconds of fuzzing for every fuzz target (FUZZTIME=2s each).

@@ -108,3 +108,12 @@ require (
 	sigs.k8s.io/randfill v1.0.0 // indirect
 	sigs.k8s.io/structured-merge-diff/v6 v6.4.2 // indirect
 )
+
+// onnx-go's and gorgonia tensor's protobuf types were generated for
+// golang/protobuf v1.3. From v1.4 on, registering them runs
+// google.golang.org/protobuf's legacy loader, which calls
+// reflect.Type.MethodByName; tensor.Dtype embeds reflect.Type, so the linker
+// then keeps every exported method of every reachable type. Both cost the
+// arm64 agent 6.4 MiB (docs/agent.md, "What the binary is made of";
+// agent/cmd/phaseless-agent/deps_test.go fails if it comes back).
+replace github.com/golang/protobuf => github.com/golang/protobuf v1.3.5

@@ -8,6 +8,7 @@ package agent
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
@@ -31,6 +32,7 @@ import (
 	"github.com/phaseless/phaseless/internal/cli"
 	"github.com/phaseless/phaseless/internal/httplimit"
 	"github.com/phaseless/phaseless/internal/metrics"
+	"github.com/phaseless/phaseless/models/lm"
 	"github.com/phaseless/phaseless/models/predictor"
 	"github.com/phaseless/phaseless/transport/fleetwire"
 	"github.com/phaseless/phaseless/transport/httpapi"
@@ -66,12 +68,15 @@ type Config struct {
 	// A zero below means the default in parentheses (FillDefaults) unless it says "flag:".
 	LocalConcurrency int           // generations the local engine runs at once (4)
 	LocalQueue       int           // requests that may wait for the local engine before 503s (flag: 64)
+	Threads          int           // compute threads of the built-in engine; 0 = every core the process may use (GOMAXPROCS)
 	RouteThreshold   float64       // cloud probability at which the router prefers the cloud; 0 = the model's
 	RouteHysteresis  float64       // relative band of the link and load signals, never the content score (flag: 0.1)
 	RouteMode        string        // auto (the router decides), local or cloud for requests that pin no route (auto)
 	CloudTools       bool          // the cloud calls tools (a tool-calling --worker serves it); false keeps tool requests the local model serves, and any the cloud would not, on the device
 	ShadowShare      float64       // share of local answers sampled for shadow evaluation, 0..shadow.MaxShare (0: off)
 	RouterAlpha      float64       // the fleet's bound on the share of wrong local answers its route-threshold was calibrated for; 0 = none
+	ProbeMargin      float64       // how much worse a model or router update may score on its probe set than the one in force; 0 = the probe set's own margin
+	ProbeSet         string        // signed probe set gating updates whose bundle carries none: a file, or the set itself (inline JSON); "" = none
 	MaxOutputTokens  int           // largest max_tokens accepted
 	CloudRetryMax    time.Duration // longest wait between reconnect attempts to the cloud (30 s)
 	CloudFirstToken  time.Duration // cloud requests without a token by then run locally (15 s)
@@ -91,21 +96,22 @@ type Config struct {
 	UpdateBandwidth int64
 	UpdateOnMetered string
 	Metered         bool
-	AdminListen     string  // pprof and /metrics on their own listener; empty = off
-	OTLP            cli.URL // OTLP/HTTP collector for request spans (tracing.go); parsed when set
+	// PromptCacheBytes bounds the built-in engine's prompt-state cache in
+	// DataDir/prompt-cache: the KV blocks of requests' system prompts and
+	// tool definitions, kept across restarts (lm.DefaultPromptCacheBytes;
+	// negative: off).
+	PromptCacheBytes int64
+	AdminListen      string  // pprof and /metrics on their own listener; empty = off
+	OTLP             cli.URL // OTLP/HTTP collector for request spans (tracing.go); parsed when set
 	// HTTPLimits bounds the local API's connections, on the TCP listener
 	// and the socket each (timeouts, a cap; internal/httplimit). Zero
 	// fields: the defaults, with MaxConns DefaultHTTPMaxConns.
 	HTTPLimits httplimit.Config
 }
 
-// DefaultResumeDeadline is how long a cloud answer waits for its link: the
-// blackouts a car meets most (tunnels, garages, handovers) last 5–60 s
-// (issue 31); 10 s rides out the short half while a user still reads the
-// answer as one, and past it the device's engine finishing the answer beats
-// a longer stall. The cloud keeps the answer longer (phaseless-cloud
-// --resume-window, 60 s) so the deadline, not the window, decides.
-const DefaultResumeDeadline = 10 * time.Second
+// DefaultResumeDeadline is how long a cloud answer waits for its link
+// (quic.DefaultResumeDeadline says why 10 s).
+const DefaultResumeDeadline = quic.DefaultResumeDeadline
 
 // DefaultHTTPMaxConns caps the local API: its callers are the head unit's
 // apps, a handful of connections; 3,000 trickling bodies once held the
@@ -157,6 +163,9 @@ func (c *Config) FillDefaults() {
 	if c.TelemetryMax == 0 {
 		c.TelemetryMax = 200_000
 	}
+	if c.PromptCacheBytes == 0 {
+		c.PromptCacheBytes = lm.DefaultPromptCacheBytes
+	}
 	if c.RouteMode == "" {
 		c.RouteMode = route.ModeAuto
 	}
@@ -182,9 +191,12 @@ func (c *Config) Fields() cli.Fields {
 		{Flag: "predictor", Go: "Predictor", Value: &c.Predictor, Usage: `ONNX router model (default: the shipped predictor; "entropy": the 4.2 bits/byte rule)`},
 		{Flag: "local-model", Go: "LocalModel", Value: &c.LocalModel, Usage: "model name to request from the --local-url server (default: the request's)"},
 		{Flag: "local-concurrency", Go: "LocalConcurrency", Value: &c.LocalConcurrency, Usage: "generations the local engine runs at once"},
+		{Flag: "threads", Go: "Threads", Value: &c.Threads, Usage: "compute threads of the built-in engine (0 = every core the process may use: GOMAXPROCS, all CPUs unless a cgroup quota or $GOMAXPROCS says fewer)"},
 		{Flag: "local-queue", Go: "LocalQueue", Value: &c.LocalQueue, Usage: "requests that may wait for the local engine; more get 503 overloaded"},
 		{Flag: "route-threshold", Go: "RouteThreshold", Value: &c.RouteThreshold, Usage: "cloud probability at or above which requests go to the cloud; 0 = the predictor model's own threshold (0.5 without one)"},
 		{Flag: "route-mode", Go: "RouteMode", Value: &c.RouteMode, Usage: "route of requests without an x-phaseless-route header: auto (the router decides), local (all on the device) or cloud (all to the cloud, local fallback)"},
+		{Flag: "probe-margin", Go: "ProbeMargin", Value: &c.ProbeMargin, Usage: "how much lower (mean grade score, 0..1) a model or router update may score on its bundle's probe set than the one in force and still commit; 0 = the probe set's own margin (docs/fleet-device.md)"},
+		{Flag: "probe-set", Go: "ProbeSet", Value: &c.ProbeSet, Usage: "signed probe set (phaselessctl ota probes sign) that gates model, router and agent updates whose bundle carries none: a file on the device, or the signed set itself (a value starting with {, as the fleet config sends it); empty = none"},
 		{Flag: "router-alpha", Go: "RouterAlpha", Value: &c.RouterAlpha, Usage: "bound on the share of wrong local answers that the fleet calibrated route-threshold for (set by the fleet; the status reports it suspended while the cloud is unreachable); 0 = none"},
 		{Flag: "cloud-tools", Go: "CloudTools", Value: &c.CloudTools, Usage: "the cloud calls tools (its workers include a tool-calling --worker server; its built-in model calls none): tool requests the local model was not taught then go to the cloud"},
 		{Flag: "shadow-share", Go: "ShadowShare", Value: &c.ShadowShare, Usage: "share of locally answered requests whose text and answer go to the cloud for shadow evaluation (0 = off, at most 0.25)"},
@@ -201,6 +213,7 @@ func (c *Config) Fields() cli.Fields {
 		{Flag: "update-bandwidth", Go: "UpdateBandwidth", Value: &c.UpdateBandwidth, Usage: "most bytes per second update downloads use (0 = no cap)"},
 		{Flag: "update-on-metered", Go: "UpdateOnMetered", Value: &c.UpdateOnMetered, Usage: "what an update does on a metered link (--metered): defer (wait until the link is not metered) or allow"},
 		{Flag: "metered", Go: "Metered", Value: &c.Metered, Usage: "the device's link is metered (cellular): updates follow update-on-metered"},
+		{Flag: "prompt-cache-bytes", Go: "PromptCacheBytes", Value: &c.PromptCacheBytes, Usage: "bound on the built-in engine's prompt cache in the data dir (prompt-cache/): the computed state of system prompts and tool definitions, loaded at start so the first request after a restart skips their prefill; negative turns it off"},
 		{Flag: "admin-listen", Go: "AdminListen", Value: &c.AdminListen, Usage: "diagnostics listener: Go pprof at /debug/pprof/ and /metrics, unauthenticated (keep it on loopback); empty disables it"},
 	}, c.HTTPLimits.Fields("HTTPLimits.")...)
 }
@@ -252,6 +265,9 @@ func (c *Config) Validate() error {
 	if c.LocalConcurrency < 1 {
 		return &cli.FieldError{Field: "LocalConcurrency", Err: fmt.Errorf("%d must be at least 1", c.LocalConcurrency)}
 	}
+	if c.Threads < 0 {
+		return &cli.FieldError{Field: "Threads", Err: fmt.Errorf("%d must not be negative (0 = all cores)", c.Threads)}
+	}
 	if c.LocalQueue < 0 {
 		return &cli.FieldError{Field: "LocalQueue", Err: fmt.Errorf("%d must not be negative", c.LocalQueue)}
 	}
@@ -261,6 +277,19 @@ func (c *Config) Validate() error {
 			field = "RouteHysteresis"
 		}
 		return &cli.FieldError{Field: field, Err: err}
+	}
+	if c.ProbeSet != "" {
+		// Its signature is checked at each update, against --ota-pub.
+		if ota.InlineProbeSet(c.ProbeSet) {
+			if !json.Valid([]byte(c.ProbeSet)) {
+				return &cli.FieldError{Field: "ProbeSet", Err: errors.New("starts with { but is not JSON: give the signed probe set as ota probes sign wrote it, or a file's path")}
+			}
+		} else if _, err := os.Stat(c.ProbeSet); err != nil {
+			return &cli.FieldError{Field: "ProbeSet", Err: err}
+		}
+	}
+	if c.ProbeMargin < 0 || c.ProbeMargin > 1 || math.IsNaN(c.ProbeMargin) {
+		return &cli.FieldError{Field: "ProbeMargin", Err: fmt.Errorf("%g must be in [0,1]", c.ProbeMargin)}
 	}
 	if c.RouterAlpha < 0 || c.RouterAlpha >= 1 || math.IsNaN(c.RouterAlpha) {
 		return &cli.FieldError{Field: "RouterAlpha", Err: fmt.Errorf("%g must be in [0,1)", c.RouterAlpha)}
@@ -381,12 +410,12 @@ func New(cfg Config, log *slog.Logger) (a *Agent, err error) {
 	if a.ota, err = ota.Open(ota.Config{
 		DataDir: cfg.DataDir, Board: cfg.Board, OTAPub: cfg.OTAPub, Origins: cfg.OTAOrigins, Slot: os.Getenv(firmware.EnvSlot),
 		Restart: func() { restartOnce.Do(func() { close(a.restartc) }) },
-		Changed: a.publishStatus, Log: log, Link: cfg.linkPolicy(),
+		Changed: a.publishStatus, Log: log, Link: cfg.linkPolicy(), ProbeMargin: a.probeMargin, ProbeSet: a.probeSet,
 	}); err != nil {
 		return nil, err
 	}
 
-	if a.engine, err = openEngine(cfg); err != nil {
+	if a.engine, err = openEngine(cfg, log.With("component", "engine")); err != nil {
 		return nil, err
 	}
 	if a.engine.templateSkipped {
@@ -539,7 +568,7 @@ func (a *Agent) newFleetClient() (*fleetclient.Client, error) {
 	fc := fleetclient.Config{
 		BrokerURL: a.cfg.MQTT, DeviceID: a.cfg.DeviceID, Version: cli.Version, Board: a.cfg.Board,
 		Store: a.store, StatePath: filepath.Join(a.cfg.DataDir, "fleet.db"), Logger: a.log, // the client names its component itself
-		Slot: a.ota.Slot, Artifacts: a.ota.Artifacts, Trial: a.ota.OnTrial, RouterBound: a.routerBound, Update: a.ota.UpdateStatus,
+		Slot: a.ota.Slot, Artifacts: a.ota.Artifacts, Trial: a.ota.OnTrial, RouterBound: a.routerBound, Update: a.ota.UpdateStatus, ProbeGates: a.ota.ProbeGates,
 		UplinkRate: a.cfg.TelemetryRate, OnConfig: a.applyDesired,
 	}
 	if a.cfg.PKIDir != "" {
@@ -654,6 +683,9 @@ func (a *Agent) ready() error {
 			return err
 		}
 	}
+	if err := a.ota.TrialReady(); err != nil {
+		return err
+	}
 	return a.store.Err()
 }
 
@@ -701,6 +733,8 @@ func (a *Agent) Run(ctx context.Context) error {
 	if a.cloud != nil && a.cfg.NetWatch > 0 {
 		netWatch.Go(func() { a.watchNetwork(netCtx, a.cfg.NetWatch, a.netAddrs) })
 	}
+	// The probe gate of a trial build: /readyz fails until it has run.
+	netWatch.Go(func() { a.ota.TrialGate(netCtx) })
 	defer func() {
 		stopNet()
 		netWatch.Wait()

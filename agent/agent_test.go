@@ -13,6 +13,7 @@ import (
 	"net/http"
 	"path/filepath"
 	"reflect"
+	"runtime"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -539,6 +540,7 @@ func TestConfigValidate(t *testing.T) {
 		{"data-dir", func(c *Config) { c.DataDir = "" }},
 		{"local-concurrency", func(c *Config) { c.LocalConcurrency = 0 }},
 		{"local-queue", func(c *Config) { c.LocalQueue = -1 }},
+		{"threads", func(c *Config) { c.Threads = -1 }},
 		{"route-threshold", func(c *Config) { c.RouteThreshold = 1.5 }},
 		{"route-hysteresis", func(c *Config) { c.RouteHysteresis = 1.2 }},
 		{"max-output-tokens", func(c *Config) { c.MaxOutputTokens = 0 }},
@@ -636,5 +638,25 @@ func TestReloadPredictorFromEntropyRule(t *testing.T) {
 	}
 	if err := reload(""); err == nil {
 		t.Fatal("an empty path was accepted")
+	}
+}
+
+// TestThreadsFlag: the built-in engine computes on every core the process
+// may use unless --threads says how many.
+func TestThreadsFlag(t *testing.T) {
+	for _, c := range []struct{ flag, want int }{{0, runtime.GOMAXPROCS(0)}, {3, 3}} {
+		cfg := Config{DataDir: t.TempDir(), Threads: c.flag}
+		cfg.FillDefaults()
+		le, err := openEngine(cfg, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		eng, _ := le.swap.Current()
+		if got := eng.(*lm.Engine).Config().Threads; got != c.want {
+			t.Errorf("--threads %d: engine runs %d threads, want %d", c.flag, got, c.want)
+		}
+		if err := le.close(); err != nil {
+			t.Fatal(err)
+		}
 	}
 }

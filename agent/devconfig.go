@@ -37,6 +37,8 @@ var deviceSettings = []deviceSetting{
 	{"route-mode", true},
 	{"shadow-share", true},
 	{"router-alpha", true},
+	{"probe-margin", true},
+	{"probe-set", true},
 	{"log-level", true},
 	{"update-bandwidth", true},
 	{"update-on-metered", true},
@@ -181,6 +183,7 @@ func (a *Agent) applyDesired(_ context.Context, dc fleetwire.DesiredConfig) ([]s
 		a.running.RouteThreshold, a.running.RouteHysteresis, a.running.RouteMode = next.RouteThreshold, next.RouteHysteresis, next.RouteMode
 	}
 	a.running.RouterAlpha = next.RouterAlpha
+	a.running.ProbeMargin, a.running.ProbeSet = next.ProbeMargin, next.ProbeSet
 	if next.ShadowShare != a.running.ShadowShare {
 		a.shadow.SetShare(next.ShadowShare)
 		a.running.ShadowShare = next.ShadowShare
@@ -220,6 +223,22 @@ func fieldValues(c Config) map[string]string {
 	out := map[string]string{}
 	fs.VisitAll(func(f *flag.Flag) { out[f.Name] = f.Value.String() })
 	return out
+}
+
+// probeMargin is the fleet's probe-margin setting in force, read by each
+// probe gate of a model or router update.
+func (a *Agent) probeMargin() float64 {
+	a.cfgMu.Lock()
+	defer a.cfgMu.Unlock()
+	return a.running.ProbeMargin
+}
+
+// probeSet is the fleet's probe-set setting in force, read at each model,
+// router or agent update.
+func (a *Agent) probeSet() string {
+	a.cfgMu.Lock()
+	defer a.cfgMu.Unlock()
+	return a.running.ProbeSet
 }
 
 // routerBound is the state of the device's bound on wrong local answers

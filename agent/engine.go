@@ -3,6 +3,7 @@ package agent
 import (
 	"context"
 	"fmt"
+	"log/slog"
 	"path/filepath"
 	"strings"
 
@@ -48,6 +49,10 @@ type localEngine struct {
 	engineCfg lm.EngineConfig
 }
 
+// PromptCacheDir is the built-in engine's prompt cache under the data
+// directory (--prompt-cache-bytes).
+const PromptCacheDir = "prompt-cache"
+
 // defaultModel is the shipped edge model (models/edgemodel), embedded in
 // the binary so a fresh agent answers in-car requests with no file to
 // install. It is 1.6 MiB of the agent's size budget.
@@ -67,7 +72,7 @@ func modelSource(cfg Config) ota.Source {
 
 // openEngine builds the local engine from the config: an OpenAI-compatible
 // server by URL, the built-in engine with --model, or the shipped edge model.
-func openEngine(cfg Config) (*localEngine, error) {
+func openEngine(cfg Config, log *slog.Logger) (*localEngine, error) {
 	if cfg.LocalURL != "" {
 		eng, err := local.NewOpenAI(cfg.LocalURL, cfg.LocalModel, nil)
 		if err != nil {
@@ -93,7 +98,10 @@ func openEngine(cfg Config) (*localEngine, error) {
 	if err != nil {
 		return nil, fmt.Errorf("local model: %w", err)
 	}
-	ecfg := lm.EngineConfig{MaxBatch: cfg.LocalConcurrency}
+	ecfg := lm.EngineConfig{MaxBatch: cfg.LocalConcurrency, Threads: cfg.Threads, Logger: log}
+	if cfg.PromptCacheBytes > 0 {
+		ecfg.PromptCacheDir, ecfg.PromptCacheBytes = filepath.Join(cfg.DataDir, PromptCacheDir), cfg.PromptCacheBytes
+	}
 	eng, err := lm.NewEngine(m, ecfg)
 	if err != nil {
 		return nil, fmt.Errorf("local engine: %w", err)

@@ -156,6 +156,9 @@ func (c *Client) status(state string) []byte {
 	if c.cfg.Update != nil {
 		st.Update = c.cfg.Update()
 	}
+	if c.cfg.ProbeGates != nil {
+		st.ProbeGates = c.cfg.ProbeGates()
+	}
 	b, _ := json.Marshal(st)
 	return b
 }

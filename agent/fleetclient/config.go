@@ -41,6 +41,9 @@ type Config struct {
 	// Update reports the device's update download and link policy
 	// (fleetwire.Status.Update); nil reports none.
 	Update func() *fleetwire.UpdateStatus
+	// ProbeGates reports the last probe gate of each artifact kind
+	// (fleetwire.Status.ProbeGates); nil reports none.
+	ProbeGates func() map[string]fleetwire.ProbeGate
 
 	// TLS is used for tls:// brokers: RootCAs with the fleet CA and the
 	// device certificate (transport/pki) in Certificates.

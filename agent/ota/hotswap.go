@@ -11,10 +11,12 @@ import (
 	"sync"
 	"time"
 
+	"github.com/phaseless/phaseless/agent/probegate"
 	"github.com/phaseless/phaseless/firmware"
 	"github.com/phaseless/phaseless/llm"
 	"github.com/phaseless/phaseless/models/lm"
 	"github.com/phaseless/phaseless/models/predictor"
+	"github.com/phaseless/phaseless/transport/fleetwire"
 )
 
 // hotArtifact installs one artifact kind that the running agent swaps in
@@ -37,10 +39,19 @@ type hotArtifact struct {
 
 	mu    sync.Mutex // guards store; one install at a time
 	store *firmware.Artifacts
+	// gateMu guards lastGate, apart from mu: the status reads it while
+	// an install holds mu through its probe gate.
+	gateMu sync.Mutex
+	// lastGate is the last probe gate an install went through; nil
+	// before one carried a probe set.
+	lastGate *fleetwire.ProbeGate
 
 	// load reads an installed file and health-checks it without serving
-	// it; swap puts it in service.
-	load func(ctx context.Context, file string) (swap, discard func(), err error)
+	// it; the candidate's swap puts it in service.
+	load func(ctx context.Context, file string) (candidate, error)
+	// gate is the probe gate an install passes after its health check
+	// (probes.go).
+	gate probeGate
 	// changed republishes the device status (nil without a fleet).
 	changed func()
 	log     *slog.Logger
@@ -80,7 +91,19 @@ func (h *hotArtifact) install(ctx context.Context, v *firmware.Verified) (string
 	if err != nil {
 		return "", err
 	}
-	swap, discard, err := h.load(ctx, filepath.Join(dir, file))
+	c, err := h.load(ctx, filepath.Join(dir, file))
+	var gated string
+	if err == nil {
+		var g *fleetwire.ProbeGate
+		if g, err = h.gate.run(ctx, h.kind, dir, v.Manifest, c); g != nil {
+			h.gateMu.Lock()
+			h.lastGate, gated = g, g.Result
+			h.gateMu.Unlock()
+		}
+		if err != nil {
+			c.discard() // it never serves
+		}
+	}
 	if err != nil {
 		if ferr := h.store.Fail(ver); ferr != nil {
 			err = errors.Join(err, ferr)
@@ -89,13 +112,16 @@ func (h *hotArtifact) install(ctx context.Context, v *firmware.Verified) (string
 		return "", fmt.Errorf("%s %s failed its health check and was rolled back; %s keeps serving: %w", h.kind, ver, was, err)
 	}
 	if err := h.store.Activate(ver); err != nil {
-		discard() // the loaded engine never serves: free it
+		c.discard() // the loaded engine never serves: free it
 		return "", err
 	}
-	swap()
+	c.swap()
 	h.notify()
-	h.log.Info("artifact swapped in", "kind", h.kind, "version", ver, "previous", was)
-	return fmt.Sprintf("%s %s verified, health-checked and swapped in without a restart (previous: %s)", h.kind, ver, was), nil
+	h.log.Info("artifact swapped in", "kind", h.kind, "version", ver, "previous", was, "probe_gate", gated)
+	if gated != "" {
+		gated = "; " + gated
+	}
+	return fmt.Sprintf("%s %s verified, health-checked and swapped in without a restart (previous: %s)%s", h.kind, ver, was, gated), nil
 }
 
 func (h *hotArtifact) notify() {
@@ -121,19 +147,19 @@ func (h *hotArtifact) boot(ctx context.Context) string {
 		if err == nil {
 			file, err = h.payload(dir, m)
 		}
-		var swap, discard func()
+		var c candidate
 		if err == nil {
-			swap, discard, err = h.load(ctx, file)
+			c, err = h.load(ctx, file)
 		}
 		if err == nil {
 			if v != h.store.State().Current {
 				err = h.store.Activate(v)
 			}
 			if err == nil {
-				swap()
+				c.swap()
 				return v
 			}
-			discard()
+			c.discard()
 		}
 		h.log.Warn("installed artifact does not load; falling back", "kind", h.kind, "version", v, "err", err)
 		if err := h.store.Fail(v); err != nil {
@@ -181,7 +207,7 @@ type Targets struct {
 // before the fleet client runs.
 func (o *Updater) OpenArtifacts(ctx context.Context, t Targets) (map[string]string, error) {
 	hot := map[string]*hotArtifact{}
-	add := func(kind, ext string, own Source, load func(context.Context, string) (func(), func(), error)) error {
+	add := func(kind, ext string, own Source, load func(context.Context, string) (candidate, error), installed func(tokens int) probegate.Answerer) error {
 		st, err := firmware.OpenArtifacts(filepath.Join(o.dataDir, "artifacts", kind))
 		if err != nil {
 			return fmt.Errorf("%s artifacts: %w", kind, err)
@@ -189,14 +215,15 @@ func (o *Updater) OpenArtifacts(ctx context.Context, t Targets) (map[string]stri
 		if st.Discarded != nil {
 			o.log.Warn("installed artifacts' state is damaged; running the agent's own until the fleet updates it", "kind", kind, "err", st.Discarded)
 		}
-		hot[kind] = &hotArtifact{kind: kind, ext: ext, own: own, store: st, load: load, log: o.log, changed: o.changed}
+		hot[kind] = &hotArtifact{kind: kind, ext: ext, own: own, store: st, load: load, log: o.log, changed: o.changed,
+			gate: probeGate{probeSource: o.probes, margin: o.probeMargin, installed: installed}}
 		return nil
 	}
-	if err := add(firmware.KindPredictor, ".onnx", t.RouterOwn, predictorLoader(t.Router, o.log)); err != nil {
+	if err := add(firmware.KindPredictor, ".onnx", t.RouterOwn, predictorLoader(t.Router, o.log), routerAnswers(t.Router)); err != nil {
 		return nil, err
 	}
 	if t.Engine != nil {
-		if err := add(firmware.KindModel, ".gguf", t.ModelOwn, modelLoader(t.Engine, t.EngineConfig)); err != nil {
+		if err := add(firmware.KindModel, ".gguf", t.ModelOwn, modelLoader(t.Engine, t.EngineConfig), modelAnswers(t.Engine)); err != nil {
 			return nil, err
 		}
 	}
@@ -214,20 +241,20 @@ func (o *Updater) OpenArtifacts(ctx context.Context, t Targets) (map[string]stri
 // predictorLoader's health check is predictor.Validate: the model takes
 // this build's feature vector and answers a probability for each probe
 // text.
-func predictorLoader(p *predictor.Swappable, log *slog.Logger) func(context.Context, string) (swap, discard func(), err error) {
-	return func(_ context.Context, file string) (swap, discard func(), err error) {
+func predictorLoader(p *predictor.Swappable, log *slog.Logger) func(context.Context, string) (candidate, error) {
+	return func(_ context.Context, file string) (candidate, error) {
 		m, err := predictor.Load(file)
 		if err != nil {
-			return nil, nil, err
+			return candidate{}, err
 		}
 		if err := predictor.Validate(m); err != nil {
-			return nil, nil, err
+			return candidate{}, err
 		}
-		return func() {
+		return candidate{swap: func() {
 			if err := p.SwapTo(m); err != nil { // validated above: not expected
 				log.Error("swap predictor", "err", err)
 			}
-		}, func() {}, nil
+		}, discard: func() {}, answers: routerAnswers(m)}, nil
 	}
 }
 
@@ -236,23 +263,23 @@ const modelHealthTimeout = 60 * time.Second
 
 // modelLoader's health check builds an engine on the new model and has it
 // answer a short chat: it must produce tokens without an error.
-func modelLoader(sw *SwapEngine, cfg lm.EngineConfig) func(context.Context, string) (swap, discard func(), err error) {
-	return func(ctx context.Context, file string) (swap, discard func(), err error) {
+func modelLoader(sw *SwapEngine, cfg lm.EngineConfig) func(context.Context, string) (candidate, error) {
+	return func(ctx context.Context, file string) (candidate, error) {
 		m, err := lm.Load(file)
 		if err != nil {
-			return nil, nil, err
+			return candidate{}, err
 		}
 		eng, err := lm.NewEngine(m, cfg)
 		if err != nil {
-			return nil, nil, err
+			return candidate{}, err
 		}
 		hctx, cancel := context.WithTimeout(ctx, modelHealthTimeout)
 		defer cancel()
 		if err := EngineAnswers(hctx, eng); err != nil {
 			eng.Close()
-			return nil, nil, fmt.Errorf("health check: %w", err)
+			return candidate{}, fmt.Errorf("health check: %w", err)
 		}
-		return func() { sw.Replace(eng, nil) }, func() { eng.Close() }, nil
+		return candidate{swap: func() { sw.Replace(eng, nil) }, discard: func() { eng.Close() }, answers: modelAnswers(eng)}, nil
 	}
 }
 

@@ -51,6 +51,13 @@ type Config struct {
 	ChunkStoreMax int64
 	// Clock paces and schedules downloads; nil is the system clock.
 	Clock backoff.Clock
+	// ProbeMargin is the fleet's probe-margin setting, read at each probe
+	// gate (probes.go); nil or 0 keeps each probe set's own margin.
+	ProbeMargin func() float64
+	// ProbeSet is the fleet's probe-set setting, read at each update: a
+	// signed probe set (inline, or a file's path) that gates updates whose
+	// bundle carries none; nil or "" for none.
+	ProbeSet func() string
 }
 
 // Updater applies signed updates sent as fleet commands: "update url=U"
@@ -85,6 +92,13 @@ type Updater struct {
 	ownBinary bool
 	exeOnce   sync.Once
 	exeIndex  localIndex // the running binary's chunks, once exeOnce ran
+	// probeMargin is Config.ProbeMargin.
+	probeMargin func() float64
+	// probes finds each update's probe set (probes.go).
+	probes probeSource
+	// trial is the probe gate of the trial build this process runs;
+	// nil when it runs none (agentgate.go).
+	trial *trialGate
 }
 
 // restartDelay lets the update command's result reach the fleet queue
@@ -98,7 +112,7 @@ func Open(cfg Config) (*Updater, error) {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	o := &Updater{board: cfg.Board, client: &http.Client{CheckRedirect: sameOrigin}, running: cfg.Slot, restart: cfg.Restart, dataDir: cfg.DataDir, changed: cfg.Changed, log: log}
+	o := &Updater{board: cfg.Board, client: &http.Client{CheckRedirect: sameOrigin}, running: cfg.Slot, restart: cfg.Restart, dataDir: cfg.DataDir, changed: cfg.Changed, log: log, probeMargin: cfg.ProbeMargin}
 	for _, raw := range cfg.Origins {
 		canon, err := parseOrigin(raw)
 		if err != nil {
@@ -113,6 +127,7 @@ func Open(cfg Config) (*Updater, error) {
 		}
 		o.key = key
 	}
+	o.probes = probeSource{key: o.key, fleet: cfg.ProbeSet}
 	slots, err := firmware.OpenSlots(filepath.Join(cfg.DataDir, "ota"), cli.Version)
 	if err != nil {
 		return nil, err
@@ -122,6 +137,7 @@ func Open(cfg Config) (*Updater, error) {
 	if err := o.dl.open(filepath.Join(cfg.DataDir, "ota"), cfg.ChunkStoreMax, cfg.Link, cfg.Clock); err != nil {
 		return nil, err
 	}
+	o.openTrialGate()
 	return o, nil
 }
 
@@ -263,10 +279,16 @@ func (o *Updater) target(m firmware.Manifest) (firmware.Policy, func(context.Con
 
 // installSlot installs an agent build into the inactive slot on trial and
 // restarts into it.
-func (o *Updater) installSlot(_ context.Context, v *firmware.Verified) (string, error) {
+func (o *Updater) installSlot(ctx context.Context, v *firmware.Verified) (string, error) {
 	slot, err := o.slots.Install(v)
 	if err != nil {
 		return "", err
+	}
+	if err := o.scoreBaseline(ctx, slot, v.Manifest); err != nil {
+		if rerr := o.slots.Rollback(); rerr != nil {
+			err = errors.Join(err, rerr)
+		}
+		return "", fmt.Errorf("installed %s, then abandoned it: %w", v.Manifest.Version, err)
 	}
 	if o.restart != nil {
 		time.AfterFunc(restartDelay, o.restart)
@@ -321,6 +343,9 @@ func (o *Updater) Commit(context.Context, fleetwire.Command) (string, error) {
 			runs = fmt.Sprintf("runs slot %s (%s)", o.running, st.Versions[o.running])
 		}
 		return "", fmt.Errorf("slot %s (%s) is on trial but has not booted: this process %s; the supervisor commits the trial once it starts and is ready", st.Trial, st.Versions[st.Trial], runs)
+	}
+	if err := o.TrialReady(); err != nil {
+		return "", err
 	}
 	if err := o.slots.Commit(); err != nil {
 		return "", err

@@ -25,6 +25,7 @@ func init() {
 			{Name: "sign", Summary: "build a signed bundle from files", Run: otaSign},
 			{Name: "verify", Summary: "verify a bundle as a device would", Run: otaVerify},
 			{Name: "delta", Summary: "bytes a device holding one file fetches to update it to another (chunked bundles)", Run: otaDelta},
+			otaProbes,
 		},
 	})
 }

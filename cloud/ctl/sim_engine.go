@@ -4,6 +4,7 @@ import (
 	"errors"
 	"flag"
 	"math"
+	"time"
 
 	"github.com/phaseless/phaseless/cloud/sim"
 	"github.com/phaseless/phaseless/internal/cli"
@@ -19,12 +20,13 @@ func simEngineFlags(fs *flag.FlagSet) func(c *sim.Config) error {
 	util := fs.Float64("gpu-memory-utilization", 0.9, "share of GPU memory the engine takes; the KV cache is what the weights and activations leave of it (vLLM --gpu-memory-utilization)")
 	block := fs.Int("block-size", 16, "KV cache block in tokens; prefix caching reuses whole blocks (vLLM --block-size)")
 	prefix := fs.Bool("prefix-caching", true, "automatic prefix caching (vLLM --enable-prefix-caching); false computes every prompt whole")
+	hostCost := fs.Duration("token-host-cost", 0, "host time per token a step samples (output processing, streaming, per-sequence scheduling), done beside the GPU's work: a step lasts the longer of the two; 0 = the host keeps up (sim.EngineConfig.TokenHostCost; InferenceBench's H100 needs 690µs)")
 	pcie := fs.Float64("pcie-gbps", 0, "host link bandwidth in GB/s in one direction, what --host-kv reloads cross; 0 = the GPU profile's (64 for H100/H200, 32 for A100, L40S, L4)")
 	return func(c *sim.Config) error {
 		var set []string
 		fs.Visit(func(f *flag.Flag) {
 			switch f.Name {
-			case "max-num-batched-tokens", "max-num-seqs", "gpu-memory-utilization", "block-size", "prefix-caching", "pcie-gbps":
+			case "max-num-batched-tokens", "max-num-seqs", "gpu-memory-utilization", "block-size", "prefix-caching", "pcie-gbps", "token-host-cost":
 				set = append(set, f.Name)
 			}
 		})
@@ -39,6 +41,8 @@ func simEngineFlags(fs *flag.FlagSet) func(c *sim.Config) error {
 			return &cli.FieldError{Field: "block-size", Err: errors.New("must be a power of two up to 1024")}
 		case *batched > 0 && *batched < *block:
 			return &cli.FieldError{Field: "max-num-batched-tokens", Err: errors.New("is below one block")}
+		case *hostCost < 0 || *hostCost > time.Second:
+			return &cli.FieldError{Field: "token-host-cost", Err: errors.New("must be in [0, 1s]")}
 		case !(*pcie >= 0) || math.IsInf(*pcie, 0) || *pcie > 1e4:
 			return &cli.FieldError{Field: "pcie-gbps", Err: errors.New("must be in [0, 10000]")}
 		case *pcie > 0 && c.Cache.HostKV == 0:
@@ -52,7 +56,7 @@ func simEngineFlags(fs *flag.FlagSet) func(c *sim.Config) error {
 			}
 		}
 		c.Engine.MaxBatchedTokens, c.Engine.MaxNumSeqs, c.Engine.MemUtil, c.Engine.BlockSize = *batched, *seqs, *util, *block
-		c.Engine.NoPrefixCaching, c.Engine.PCIeBytesPerSec = !*prefix, *pcie*1e9
+		c.Engine.NoPrefixCaching, c.Engine.PCIeBytesPerSec, c.Engine.TokenHostCost = !*prefix, *pcie*1e9, *hostCost
 		return nil
 	}
 }

@@ -10,6 +10,7 @@ import (
 	"fmt"
 	"math"
 	"sort"
+	"strings"
 	"sync"
 	"time"
 
@@ -262,7 +263,7 @@ func planRollout(r *Rollout, devs []*Device, now time.Time) (send []string) {
 		}
 		if p.StageDevices > 0 && float64(p.StageFailed)/float64(p.StageDevices) > r.Spec.FailureLimit() {
 			r.State = RolloutHalted
-			r.Reason = fmt.Sprintf("stage %d: %d of %d devices failed, above the %g%% bound", r.Stage+1, p.StageFailed, p.StageDevices, r.Spec.FailureLimit()*100)
+			r.Reason = fmt.Sprintf("stage %d: %d of %d devices failed, above the %g%% bound", r.Stage+1, p.StageFailed, p.StageDevices, r.Spec.FailureLimit()*100) + firstFailure(r)
 			break
 		}
 		if r.StageSettledAt.IsZero() {
@@ -280,6 +281,30 @@ func planRollout(r *Rollout, devs []*Device, now time.Time) (send []string) {
 	}
 	r.Updated = now
 	return send
+}
+
+// maxReasonError bounds the device error a halt reason quotes.
+const maxReasonError = 400
+
+// firstFailure quotes the error of one failed device of r's stage (the
+// first by id, so the reason does not change from step to step), so the
+// halt reason says why without a look at every device: a probe gate's
+// scores, a health check's refusal.
+func firstFailure(r *Rollout) string {
+	id := ""
+	for d, rd := range r.Devices {
+		if rd.Stage == r.Stage && rd.State == DeviceFailed && rd.Error != "" && (id == "" || d < id) {
+			id = d
+		}
+	}
+	if id == "" {
+		return ""
+	}
+	msg := r.Devices[id].Error
+	if len(msg) > maxReasonError {
+		msg = strings.ToValidUTF8(msg[:maxReasonError], "") + "…"
+	}
+	return "; " + id + ": " + msg
 }
 
 // matches reports whether the selector picks d.
@@ -334,7 +359,11 @@ func judge(r *Rollout, rd *RolloutDevice, d *Device, now time.Time) {
 			// the update's timeout.
 			return
 		}
-		fail(fmt.Sprintf("installed, failed on trial and rolled back to %s", running))
+		why := fmt.Sprintf("installed, failed on trial and rolled back to %s", running)
+		if g, ok := d.Status.ProbeGates[r.Kind]; ok && g.Version == r.Version && !g.Pass {
+			why += ": " + g.Result // the trial build's own probe gate
+		}
+		fail(why)
 	case now.Sub(rd.IssuedAt) > time.Duration(r.Spec.UpdateTimeout):
 		fail(fmt.Sprintf("no outcome within %s", time.Duration(r.Spec.UpdateTimeout)))
 	}

@@ -118,6 +118,16 @@ func TestPlanRolloutStagesSoakAndHalt(t *testing.T) {
 	if !strings.Contains(r.Reason, "stage 2") {
 		t.Fatalf("halt reason %q", r.Reason)
 	}
+	// It quotes one failed device of that stage, the same one each step.
+	var firstFailed string
+	for id, rd := range r.Devices {
+		if rd.Stage == 1 && rd.State == DeviceFailed && (firstFailed == "" || id < firstFailed) {
+			firstFailed = id
+		}
+	}
+	if want := "; " + firstFailed + ": " + r.Devices[firstFailed].Error; firstFailed == "" || !strings.HasSuffix(r.Reason, want) {
+		t.Fatalf("halt reason %q does not end with %q", r.Reason, want)
+	}
 }
 
 func TestPlanRolloutTimeoutAndAlreadyUpdated(t *testing.T) {

@@ -48,9 +48,11 @@ func (q quicTransport) listen(cfg linkemu.Config) (relay, string, error) {
 }
 
 func (q quicTransport) connect(ctx context.Context, addr string, maxTokens int) (func(context.Context, int, func()) error, io.Closer, error) {
-	// The agent's settings (agent.New) but for Background: the run wants
-	// the connection before it starts measuring.
-	c, err := quic.Dial(ctx, addr, quic.ClientConfig{TLS: q.tls.Clone(), Backoff: quic.Backoff{Initial: 250 * time.Millisecond}})
+	// The agent's defaults (agent.New) but for Background: the run wants
+	// the connection before it starts measuring. A stream cut by a
+	// blackout resumes for up to the agent's resume deadline.
+	c, err := quic.Dial(ctx, addr, quic.ClientConfig{TLS: q.tls.Clone(), ResumeDeadline: quic.DefaultResumeDeadline,
+		Backoff: quic.Backoff{Initial: 250 * time.Millisecond}})
 	if err != nil {
 		return nil, nil, err
 	}

@@ -57,6 +57,9 @@ func TestKnobs(t *testing.T) {
 		{"block-size", shared, "1xh100", eng(EngineConfig{BlockSize: 16}), eng(EngineConfig{BlockSize: 64}), func(s Summary) float64 { return s.PrefixHit }, false},
 		// Prefix caching off: nothing hits.
 		{"prefix-caching", shared, "1xh100", eng(EngineConfig{NoPrefixCaching: true}), eng(EngineConfig{}), func(s Summary) float64 { return s.PrefixHit }, true},
+		// Host work per sampled token: nothing at one request, the burst's
+		// large batches wait for the host: slower ITL.
+		{"token-host-cost", burst, "1xh100", eng(EngineConfig{}), eng(EngineConfig{TokenHostCost: 700 * time.Microsecond}), func(s Summary) float64 { return float64(s.ITL.Mean) }, true},
 		// Two GPUs per worker: half the weights read per GPU, faster ITL.
 		{"tp", "rate=2,requests=20,prompt=500,output=64", "2xh100", Config{TP: 1}, Config{TP: 2}, func(s Summary) float64 { return float64(s.ITL.Mean) }, false},
 	} {

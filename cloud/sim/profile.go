@@ -158,6 +158,17 @@ type EngineConfig struct {
 	// concurrency 1 (docs/sim.md, calibration); the engine step itself
 	// is 6.6 ms of it.
 	RequestOverhead time.Duration
+	// TokenHostCost is the host's time per token a step samples: output
+	// processing (detokenization, the streamed frame) and the scheduler's
+	// per-sequence bookkeeping. It runs beside the GPU's work, so a step
+	// takes the longer of the two: it costs nothing until a batch is
+	// large enough, then it, not the GPU, sets TPOT. Default 0 (the host
+	// keeps up, as with several API servers or async scheduling).
+	// InferenceBench's H100 deployment (vLLM 0.21) needs 0.68 ms, fitted on
+	// its TPOT at concurrency 16; its output rate then stays at about
+	// 1,400 tokens/s through concurrency 64, as published (docs/sim.md,
+	// calibration), while the GPU alone could give several times that.
+	TokenHostCost time.Duration
 	// PCIeBytesPerSec, when positive, is the host link's bandwidth in one
 	// direction instead of the GPU profile's (GPU.HostBytesPerSec): what a
 	// host KV tier's reloads cross (a Gen4 x16 slot under a Gen5 GPU, a
@@ -216,8 +227,8 @@ func (c *EngineConfig) Validate() error {
 		return fmt.Errorf("sim.EngineConfig.MemUtil: %v is not in (0, 1]", c.MemUtil)
 	case !(c.ComputeEff > 0 && c.ComputeEff <= 1) || !(c.MemEff > 0 && c.MemEff <= 1) || !(c.AttnEff > 0 && c.AttnEff <= 1) || !(c.HostEff > 0 && c.HostEff <= 1):
 		return errors.New("sim.EngineConfig.ComputeEff/MemEff/AttnEff/HostEff: must be in (0, 1]")
-	case c.StepOverhead < 0 || c.RequestOverhead < 0:
-		return errors.New("sim.EngineConfig.StepOverhead/RequestOverhead: must be ≥ 0")
+	case c.StepOverhead < 0 || c.RequestOverhead < 0 || c.TokenHostCost < 0:
+		return errors.New("sim.EngineConfig.StepOverhead/RequestOverhead/TokenHostCost: must be ≥ 0")
 	case !(c.PCIeBytesPerSec >= 0) || math.IsInf(c.PCIeBytesPerSec, 0):
 		return fmt.Errorf("sim.EngineConfig.PCIeBytesPerSec: %v is not a bandwidth", c.PCIeBytesPerSec)
 	}
@@ -307,6 +318,9 @@ type StepShape struct {
 // StepCost splits a step's duration into its parts (seconds).
 type StepCost struct {
 	Compute, Memory, Comm, Overhead float64
+	// Tokens is the host's per-token work (EngineConfig.TokenHostCost),
+	// done while the GPU computes: the step lasts the longer of the two.
+	Tokens float64
 	// Host is the host KV tier's reload, which the step waits for: a
 	// conservative model (engines that load layer by layer overlap part
 	// of it with compute).
@@ -314,9 +328,10 @@ type StepCost struct {
 }
 
 // Seconds is the step's duration: the roofline's larger side, plus the
-// tensor-parallel all-reduces, plus the overhead.
+// tensor-parallel all-reduces, plus the overhead, or the host's per-token
+// work when that is longer.
 func (c StepCost) Seconds() float64 {
-	return math.Max(c.Compute, c.Memory) + c.Comm + c.Overhead + c.Host
+	return math.Max(math.Max(c.Compute, c.Memory)+c.Comm+c.Overhead, c.Tokens) + c.Host
 }
 
 // Cost is the roofline of one step on one GPU of the TP group.
@@ -340,6 +355,7 @@ func (d *Deployment) Cost(s StepShape) StepCost {
 		Compute:  (flops/(d.GPU.PeakFLOPS*d.Engine.ComputeEff) + attn/(d.GPU.PeakFLOPS*d.Engine.AttnEff)) / tp,
 		Memory:   bytes / (d.GPU.HBMBytesPerSec * d.Engine.MemEff),
 		Overhead: d.Engine.StepOverhead.Seconds(),
+		Tokens:   float64(s.Sampled) * d.Engine.TokenHostCost.Seconds(),
 	}
 	if s.HostLoad > 0 {
 		// Each GPU of the group loads its heads' share over its own link.

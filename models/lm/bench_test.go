@@ -1,9 +1,14 @@
 package lm
 
 import (
+	"bytes"
 	"context"
+	"fmt"
+	"math"
+	"os"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/phaseless/phaseless/models/lm/tokenizer"
 )
@@ -74,4 +79,104 @@ func BenchmarkForward(b *testing.B) {
 		m.Logits(tokens)
 	}
 	b.ReportMetric(float64(len(tokens)*b.N)/b.Elapsed().Seconds(), "tok/s")
+}
+
+// BenchmarkPrefill runs a 512-token prompt through the forward pass (keys
+// and values of every position, logits of the last) with the block-type
+// products as the tiled GEMM (gemm.go) and as the per-row loop it replaced
+// (kernels.Pool.PerRow), at 1 and 2 threads, the four interleaved in each
+// of $LM_BENCH_ROUNDS rounds (default 3), keeping each one's best: old and
+// new measured in the same run. The model is $LM_BENCH_MODEL, or the bench
+// shape quantized Q8_0 in memory. Run with -benchtime=1x.
+func BenchmarkPrefill(b *testing.B) {
+	m := prefillBenchModel(b)
+	rounds := 3
+	if s := os.Getenv("LM_BENCH_ROUNDS"); s != "" {
+		if _, err := fmt.Sscan(s, &rounds); err != nil || rounds < 1 {
+			b.Fatalf("LM_BENCH_ROUNDS=%q", s)
+		}
+	}
+	const n = 512
+	tokens := benchPrompt(m, min(n, m.Config.ContextLen), 1)
+	type run struct {
+		name      string
+		wall, cpu time.Duration
+		wsp       *workspace
+		kv        *kvStore
+		out       []float32
+	}
+	var runs []*run
+	for _, threads := range []int{1, 2} {
+		for _, perRow := range []bool{true, false} {
+			name := fmt.Sprintf("gemm-%dt", threads)
+			if perRow {
+				name = fmt.Sprintf("perrow-%dt", threads)
+			}
+			ws := newWorkspace(threads)
+			ws.pool.PerRow = perRow
+			runs = append(runs, &run{name: name, wsp: ws,
+				kv: newKVStore(m.Config, len(tokens)), out: make([]float32, m.Config.Vocab)})
+		}
+	}
+	bt := &batch{tokens: tokens, pos: make([]int32, len(tokens)), seq: make([]int32, len(tokens)),
+		slots: [][]int32{make([]int32, len(tokens))}, logits: []int32{int32(len(tokens) - 1)}}
+	for i := range tokens {
+		bt.pos[i], bt.slots[0][i] = int32(i), int32(i)
+	}
+	b.ResetTimer()
+	for range b.N {
+		for range rounds {
+			for _, r := range runs {
+				c0, t0 := processCPUTime(), time.Now()
+				m.forward(r.wsp, bt, r.kv, r.out)
+				wall, cpu := time.Since(t0), processCPUTime()-c0
+				if r.wall == 0 || wall < r.wall {
+					r.wall = wall
+				}
+				if r.cpu == 0 || cpu < r.cpu {
+					r.cpu = cpu
+				}
+			}
+		}
+	}
+	b.StopTimer()
+	// Both paths must give the same logits, bit for bit.
+	for _, r := range runs[1:] {
+		for i, v := range r.out {
+			if math.Float32bits(v) != math.Float32bits(runs[0].out[i]) {
+				b.Fatalf("%s: logit %d is %v, %s gave %v", r.name, i, v, runs[0].name, runs[0].out[i])
+			}
+		}
+	}
+	for _, r := range runs {
+		tps, cps := float64(len(tokens))/r.wall.Seconds(), float64(len(tokens))/r.cpu.Seconds()
+		b.Logf("%-10s %8.1f tok/s, %8.1f tok per CPU-second", r.name, tps, cps)
+		b.ReportMetric(tps, "tok/s-"+r.name)
+	}
+	b.ReportMetric(runs[0].wall.Seconds()/runs[1].wall.Seconds(), "speedup-1t")
+	b.ReportMetric(runs[2].wall.Seconds()/runs[3].wall.Seconds(), "speedup-2t")
+}
+
+// prefillBenchModel is $LM_BENCH_MODEL, or benchConfig's shape in Q8_0.
+func prefillBenchModel(b *testing.B) *Model {
+	if path := os.Getenv("LM_BENCH_MODEL"); path != "" {
+		m, err := Load(path)
+		if err != nil {
+			b.Fatal(err)
+		}
+		return m
+	}
+	r, err := ParseRecipe("q8_0")
+	if err != nil {
+		b.Fatal(err)
+	}
+	var buf bytes.Buffer
+	if err := WriteRandom(&buf, benchConfig(), 42, nil, r); err != nil {
+		b.Fatal(err)
+	}
+	m, err := ReadBytes(buf.Bytes())
+	if err != nil {
+		b.Fatal(err)
+	}
+	return m
 }

@@ -97,22 +97,8 @@ func (e *Engine) accepts(h *Handoff) error {
 // copies the prompt's keys and values out of the paged cache, a block's
 // run of slots at a time, with the token sampled from the last position.
 func (e *Engine) exportSequence(s *sequence, next int32) {
-	bs, n := e.cfg.BlockSize, s.promptLen
-	kvDim := e.kv.kvDim
-	h := &Handoff{
-		Model: e.m.Fingerprint(), Layers: len(e.kv.k), KVDim: kvDim,
-		Prompt: slices.Clone(s.tokens[:n]), Next: next, Seed: s.seed, Draws: s.sampler.draws,
-		K: make([][]float32, len(e.kv.k)), V: make([][]float32, len(e.kv.k)),
-	}
-	for l := range e.kv.k {
-		h.K[l], h.V[l] = make([]float32, n*kvDim), make([]float32, n*kvDim)
-		for p := 0; p < n; p += bs {
-			run := min(bs, n-p)
-			src := int(s.blocks[p/bs]) * bs * kvDim
-			copy(h.K[l][p*kvDim:(p+run)*kvDim], e.kv.k[l][src:src+run*kvDim])
-			copy(h.V[l][p*kvDim:(p+run)*kvDim], e.kv.v[l][src:src+run*kvDim])
-		}
-	}
+	h := e.readKV(s.blocks, s.tokens[:s.promptLen])
+	h.Next, h.Seed, h.Draws = next, s.seed, s.sampler.draws
 	s.handoff = h
 	s.firstTok = e.cfg.Now()
 	e.releaseBlocks(s)
@@ -146,16 +132,7 @@ func (e *Engine) admitImported(s *sequence, now time.Time) bool {
 		s.computed = 0
 		return false
 	}
-	kvDim := e.kv.kvDim
-	for l := range e.kv.k {
-		for p := s.computed; p < n; {
-			run := min(bs-p%bs, n-p)
-			dst := (int(s.blocks[p/bs])*bs + p%bs) * kvDim
-			copy(e.kv.k[l][dst:dst+run*kvDim], h.K[l][p*kvDim:(p+run)*kvDim])
-			copy(e.kv.v[l][dst:dst+run*kvDim], h.V[l][p*kvDim:(p+run)*kvDim])
-			p += run
-		}
-	}
+	e.writeKV(s.blocks, h, s.computed, n)
 	s.prefixHit = min(s.computed, n)
 	s.computed = n
 	e.registerBlocks(s)
@@ -174,4 +151,40 @@ func (e *Engine) admitImported(s *sequence, now time.Time) bool {
 	}
 	e.advance(s, h.Next, now)
 	return true
+}
+
+// readKV copies the keys and values of the positions of prompt out of the
+// paged cache (position p lives in blocks[p/BlockSize]), a block's run of
+// slots at a time, into a handoff of this engine's model.
+func (e *Engine) readKV(blocks []int32, prompt []int32) *Handoff {
+	bs, n, kvDim := e.cfg.BlockSize, len(prompt), e.kv.kvDim
+	h := &Handoff{
+		Model: e.m.Fingerprint(), Layers: len(e.kv.k), KVDim: kvDim, Prompt: slices.Clone(prompt),
+		K: make([][]float32, len(e.kv.k)), V: make([][]float32, len(e.kv.k)),
+	}
+	for l := range e.kv.k {
+		h.K[l], h.V[l] = make([]float32, n*kvDim), make([]float32, n*kvDim)
+		for p := 0; p < n; p += bs {
+			run := min(bs, n-p)
+			src := int(blocks[p/bs]) * bs * kvDim
+			copy(h.K[l][p*kvDim:(p+run)*kvDim], e.kv.k[l][src:src+run*kvDim])
+			copy(h.V[l][p*kvDim:(p+run)*kvDim], e.kv.v[l][src:src+run*kvDim])
+		}
+	}
+	return h
+}
+
+// writeKV copies h's keys and values of positions from … to-1 into the
+// paged cache, position p into blocks[p/BlockSize].
+func (e *Engine) writeKV(blocks []int32, h *Handoff, from, to int) {
+	bs, kvDim := e.cfg.BlockSize, e.kv.kvDim
+	for l := range e.kv.k {
+		for p := from; p < to; {
+			run := min(bs-p%bs, to-p)
+			dst := (int(blocks[p/bs])*bs + p%bs) * kvDim
+			copy(e.kv.k[l][dst:dst+run*kvDim], h.K[l][p*kvDim:(p+run)*kvDim])
+			copy(e.kv.v[l][dst:dst+run*kvDim], h.V[l][p*kvDim:(p+run)*kvDim])
+			p += run
+		}
+	}
 }

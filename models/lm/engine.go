@@ -3,6 +3,7 @@ package lm
 import (
 	"context"
 	"fmt"
+	"log/slog"
 	"math"
 	"math/rand/v2"
 	"runtime"
@@ -86,6 +87,19 @@ type EngineConfig struct {
 	// DefaultToolPrune; a negative value scores every tool.
 	ToolPrune float64
 
+	// PromptCacheDir, when set, keeps the KV blocks of chats' stable
+	// prefixes (their leading system turns: a system prompt, the tool
+	// definitions) in this directory and loads this model's into the
+	// prefix cache when the engine starts (promptdisk.go), so a restart
+	// does not prefill them again. "" = off.
+	PromptCacheDir string
+	// PromptCacheBytes bounds the directory's files, least recently used
+	// removed first (default DefaultPromptCacheBytes).
+	PromptCacheBytes int64
+	// Logger receives the prompt cache's log lines: a file ignored as
+	// corrupt or foreign, a failed write (default: none).
+	Logger *slog.Logger
+
 	// recomputeChosen runs a chosen alternative's tokens again as a
 	// prompt chunk instead of keeping the keys and values its scoring
 	// computed (keepScored): the reference the tests compare with.
@@ -121,6 +135,12 @@ func (c *EngineConfig) fillDefaults() {
 	if c.ToolPrune == 0 {
 		c.ToolPrune = DefaultToolPrune
 	}
+	if c.PromptCacheBytes == 0 {
+		c.PromptCacheBytes = DefaultPromptCacheBytes
+	}
+	if c.Logger == nil {
+		c.Logger = slog.New(slog.DiscardHandler)
+	}
 }
 
 // Validate names the first bad field.
@@ -140,6 +160,8 @@ func (c EngineConfig) Validate() error {
 		return fmt.Errorf("engine config: Threads %d is negative", c.Threads)
 	case c.FaultWindow < 0:
 		return fmt.Errorf("engine config: FaultWindow %v is negative", c.FaultWindow)
+	case c.PromptCacheBytes < 0:
+		return fmt.Errorf("engine config: PromptCacheBytes %d is negative", c.PromptCacheBytes)
 	case c.PinTenantBytes < 0:
 		return fmt.Errorf("engine config: PinTenantBytes %d is negative", c.PinTenantBytes)
 	case c.AgingRate < 0 || math.IsNaN(c.AgingRate) || math.IsInf(c.AgingRate, 0):
@@ -209,6 +231,8 @@ type Stats struct {
 	// Host is the host-memory KV tier's state (zero without one);
 	// PrefixHitTokens includes its HitTokens.
 	Host HostTierStats
+	// PromptDisk is the prompt cache on disk's (zero without one).
+	PromptDisk PromptDiskStats
 }
 
 // Engine serves generation requests on one Model with continuous batching.
@@ -217,7 +241,8 @@ type Engine struct {
 	cfg    EngineConfig
 	alloc  *kvcache.Allocator
 	kv     *kvStore
-	host   *hostTier // nil: no host KV tier
+	host   *hostTier   // nil: no host KV tier
+	disk   *promptDisk // nil: no prompt cache on disk
 	ws     *workspace
 	seedMu sync.Mutex // guards seeds
 	seeds  *rand.Rand
@@ -283,6 +308,15 @@ func NewEngine(m *Model, cfg EngineConfig) (*Engine, error) {
 	}
 	e.stats.KVBlocksTotal = int(nBlocks)
 	e.stats.BlockSize = cfg.BlockSize
+	if cfg.PromptCacheDir != "" {
+		// A cache that cannot be opened (a read-only or full data
+		// directory) turns itself off: the engine serves without it.
+		if e.disk, err = openPromptDisk(cfg, m.Fingerprint()); err != nil {
+			cfg.Logger.Warn("prompt cache off", "err", err)
+		} else {
+			e.loadPromptCache()
+		}
+	}
 	go e.loop()
 	return e, nil
 }
@@ -303,6 +337,9 @@ func (e *Engine) Close() error {
 		e.signal()
 	})
 	<-e.done
+	if e.disk != nil {
+		e.disk.close() // after the step loop, which queues its writes
+	}
 	return nil
 }
 
@@ -330,6 +367,9 @@ func (e *Engine) Stats() Stats {
 	s.PinnedBytesPerBlock = blockBytes(e.m.Config, e.cfg.BlockSize)
 	if e.host != nil {
 		s.Host = e.host.stats()
+	}
+	if e.disk != nil {
+		s.PromptDisk = e.disk.stats()
 	}
 	now := e.cfg.Now()
 	cut := now.Add(-e.cfg.FaultWindow)
@@ -439,6 +479,11 @@ func (e *Engine) chatRequest(req *llm.Request) ([]int32, GenOptions, error) {
 		return nil, GenOptions{}, llm.Errorf(llm.CodeInvalid, "%v", err)
 	}
 	pins := e.m.pinPoints(req, r, prompt)
+	if e.disk != nil {
+		if n := e.disk.stablePrefix(e.m, r.Messages, prompt); n >= e.cfg.BlockSize {
+			pins = append(pins, pinPoint{tokens: n, disk: true})
+		}
+	}
 	if req.Continue != "" {
 		if req.HasTools() || req.ResponseFormat.Type == llm.FormatJSONObject || req.ResponseFormat.Type == llm.FormatJSONSchema {
 			// The grammar would have to be walked through the text first.

@@ -9,10 +9,13 @@ import (
 )
 
 // pinPoint is one cache breakpoint in prompt tokens: the first tokens
-// prompt positions are pinned for ttl once their blocks are computed.
+// prompt positions are pinned for ttl once their blocks are computed. A
+// disk point is instead the chat's stable prefix, whose blocks go to the
+// prompt cache on disk (promptdisk.go).
 type pinPoint struct {
 	tokens int
 	ttl    time.Duration
+	disk   bool
 	done   bool
 }
 
@@ -54,6 +57,10 @@ func (e *Engine) pinComputed(s *sequence) {
 		}
 		p.done = true
 		if k == 0 {
+			continue
+		}
+		if p.disk {
+			e.persistPrefix(s, k)
 			continue
 		}
 		r := e.alloc.Pin(s.opt.tenant, s.hashes[:k], p.ttl)

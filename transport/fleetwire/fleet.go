@@ -207,7 +207,19 @@ type Status struct {
 	// Update is the device's last or current update download and the link
 	// policy it runs under; nil from devices that predate it.
 	Update *UpdateStatus `json:"update,omitempty"`
-	Time   time.Time     `json:"time"`
+	// ProbeGates is, by artifact kind, the last probe gate an update of
+	// that kind went through on the device (its bundle carried a probe
+	// set): a rollout quotes a failed one's scores.
+	ProbeGates map[string]ProbeGate `json:"probe_gates,omitempty"`
+	Time       time.Time            `json:"time"`
+}
+
+// ProbeGate is one quality gate's outcome: the update's version, whether
+// it passed, and the scores of both artifacts and the margin, in one line.
+type ProbeGate struct {
+	Version string `json:"version"`
+	Pass    bool   `json:"pass"`
+	Result  string `json:"result"`
 }
 
 // UpdateStatus is a device's update download (agent/ota): which bundle,

@@ -155,15 +155,18 @@ type LinkState struct {
 // Client is a device's uplink to the cloud: one QUIC connection, redialled
 // with backoff when it drops, carrying one stream per request.
 type Client struct {
-	cfg    ClientConfig
-	addr   string
-	tls    *tls.Config
-	qconf  *quicgo.Config
-	log    *slog.Logger
-	sem    chan struct{}
-	ctx    context.Context // ends at Close
-	cancel context.CancelFunc
-	done   chan struct{} // closed when run returns
+	cfg  ClientConfig
+	addr string
+	tls  *tls.Config
+	// tickets is tls's session cache, which keeps a ticket a redial into a
+	// dark link would otherwise throw away (tickets.go).
+	tickets *ticketKeeper
+	qconf   *quicgo.Config
+	log     *slog.Logger
+	sem     chan struct{}
+	ctx     context.Context // ends at Close
+	cancel  context.CancelFunc
+	done    chan struct{} // closed when run returns
 
 	mu         sync.Mutex // guards the fields below
 	cur        *link
@@ -285,14 +288,17 @@ func Dial(ctx context.Context, addr string, cfg ClientConfig) (*Client, error) {
 	if tc.ClientSessionCache == nil {
 		tc.ClientSessionCache = tls.NewLRUClientSessionCache(4)
 	}
+	tickets := newTicketKeeper(tc.ClientSessionCache)
+	tc.ClientSessionCache = tickets
 	c := &Client{
-		cfg: cfg, addr: addr, tls: tc, log: cfg.Logger,
+		cfg: cfg, addr: addr, tls: tc, tickets: tickets, log: cfg.Logger,
 		qconf: &quicgo.Config{
 			HandshakeIdleTimeout:  cfg.HandshakeTimeout,
 			MaxIdleTimeout:        cfg.MaxIdleTimeout,
 			KeepAlivePeriod:       cfg.KeepAlivePeriod,
 			MaxIncomingStreams:    -1, // the server opens no streams
 			MaxIncomingUniStreams: -1,
+			EnableDatagrams:       true, // for loss probes (probe.go)
 		},
 		sem:   make(chan struct{}, cfg.MaxStreams),
 		hurry: make(chan struct{}, 1),
@@ -352,6 +358,7 @@ func (c *Client) run(l *link) {
 				if c.ctx.Err() != nil {
 					return
 				}
+				c.tickets.settle(err)
 				c.noteErr(err)
 				if !c.backoff(&failures) {
 					return
@@ -375,6 +382,7 @@ func (c *Client) run(l *link) {
 		l.settle(c.ctx)
 		select {
 		case <-l.conn.Context().Done():
+			c.tickets.settle(context.Cause(l.conn.Context()))
 			c.dropLink(l, context.Cause(l.conn.Context()))
 			<-l.watched
 			l = nil
@@ -684,6 +692,8 @@ func (c *Client) roundTrip(ctx context.Context, l *link, first *Frame, st *strea
 		return fail(err)
 	}
 	rt.sent = true
+	probe := time.AfterFunc(lossProbeDelay, func() { conn.SendDatagram(lossProbe) })
+	defer probe.Stop()
 	fr := newFrameReader(str)
 	began := false // this stream sent its meta frame or a token
 	for {

@@ -203,9 +203,11 @@ type udpRelay struct {
 	// server connection whatever the scheduling.
 	hold0RTT bool
 	held     []func()
-	dropped  [2]int // [0] client→server, [1] server→client
-	closed   bool
-	wg       sync.WaitGroup
+	// dropUp, when set, picks one client datagram to drop (then unsets).
+	dropUp  func([]byte) bool
+	dropped [2]int // [0] client→server, [1] server→client
+	closed  bool
+	wg      sync.WaitGroup
 }
 
 func newRelay(t testing.TB, target net.Addr, drop float64, jitter time.Duration) *udpRelay {
@@ -271,6 +273,12 @@ func (r *udpRelay) fromClients() {
 		r.mu.Lock()
 		if r.record {
 			r.recorded = append(r.recorded, p)
+		}
+		if r.dropUp != nil && r.dropUp(p) {
+			r.dropUp = nil
+			r.dropped[0]++
+			r.mu.Unlock()
+			continue
 		}
 		var release []func()
 		if r.hold0RTT && is0RTT(p) {

@@ -40,6 +40,14 @@ const (
 	// with the per-token overhead) ten times over, so only a tool call with
 	// huge arguments ever slides.
 	DefaultMaxReplayBytes = 1 << 20
+	// DefaultResumeDeadline is the agent's ClientConfig.ResumeDeadline: how
+	// long a cloud answer waits for its link. The blackouts a car meets most
+	// (tunnels, garages, handovers) last 5–60 s (issue 31); 10 s rides out
+	// the short half while a user still reads the answer as one, and past
+	// it the device's engine finishing the answer beats a longer stall. The
+	// cloud keeps the answer longer (DefaultResumeWindow) so the deadline,
+	// not the window, decides.
+	DefaultResumeDeadline = 10 * time.Second
 )
 
 // Stream error codes (RESET_STREAM / STOP_SENDING).

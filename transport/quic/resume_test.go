@@ -94,8 +94,15 @@ func blackoutAt(relay *linkemu.UDPRelay, after int, every int, dark ...time.Dura
 // TestResumeAfterBlackout: the link goes dark mid-answer for longer than
 // the stall timeout; the client reconnects and resumes from the last token
 // it delivered, so the answer is the uninterrupted one — every token once,
-// in order — from one run, and the cloud's buffer is empty afterwards.
+// in order — from one run, and the cloud's buffer is empty afterwards. The
+// reconnect is a 0-RTT one.
 func TestResumeAfterBlackout(t *testing.T) {
+	if raceEnabled {
+		// The resume stream opens in 0-RTT while the handshake completes:
+		// quic-go#4303, as in TestZeroRTTRunsOnce (it was reported here at
+		// load average 20).
+		t.Skip("quic-go#4303: a data race inside quic-go on 0-RTT streams; make test runs this without -race (RACE_FULL)")
+	}
 	h := newPaced(120, 5*time.Millisecond)
 	s := startServer(t, h)
 	relay := emuRelay(t, s.Addr())
@@ -113,7 +120,11 @@ func TestResumeAfterBlackout(t *testing.T) {
 	if l.Resumes == 0 || l.Reconnects == 0 {
 		t.Fatalf("link %+v: the stream was not resumed on a new connection", l)
 	}
-	t.Logf("resumed on a connection that used 0-RTT: %v", l.Used0RTT)
+	// The redials while the link was dark failed their handshakes; the
+	// one that worked must still have had the session ticket (tickets.go).
+	if !l.Used0RTT {
+		t.Fatalf("link %+v: the resumed connection did a full handshake, not 0-RTT", l)
+	}
 	waitFor(t, "the delivered answer's buffer to be freed", func() bool { return s.Stats().BufferedBytes == 0 })
 }
 
@@ -224,6 +235,38 @@ func TestResumeWindowExpires(t *testing.T) {
 		t.Fatalf("the cloud's run ended with %v, want the window's end", cause)
 	}
 	waitFor(t, "the expired run's buffer to be freed", func() bool { return s.Stats().BufferedBytes == 0 })
+}
+
+// TestCleanCloseStopsRun: a device that closes its connection itself (the
+// agent shutting down) will resume nothing, so the cloud stops its run at
+// once, as for a cancel, instead of keeping it for the 60 s window that a
+// lost link gets (TestResumeWindowExpires).
+func TestCleanCloseStopsRun(t *testing.T) {
+	h := newPaced(100_000, 5*time.Millisecond)
+	s := startServer(t, h) // the default 60 s window
+	relay := emuRelay(t, s.Addr())
+	c := resumeClient(t, relay, 20*time.Second)
+	started := make(chan struct{})
+	var n int
+	go c.Generate(guardCtx(t), req("closing"), func(tk llm.Token) error {
+		if tk.Meta == nil {
+			if n++; n == 10 {
+				close(started)
+			}
+		}
+		return nil
+	})
+	<-started
+	c.Close()
+	select {
+	case cause := <-h.ended:
+		if !errors.Is(cause, errDeviceCancelled) {
+			t.Fatalf("the cloud's run ended with %v, want the device's cancel", cause)
+		}
+	case <-time.After(hangGuard):
+		t.Fatal("the cloud kept running a request whose device closed its connection")
+	}
+	waitFor(t, "the closed request's buffer to be freed", func() bool { return s.Stats().BufferedBytes == 0 })
 }
 
 // TestGenerationWindow steps a detached generation through its window on

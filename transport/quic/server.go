@@ -144,6 +144,7 @@ type ServerStats struct {
 	Resumed           int64 // resume frames that rejoined a generation
 	ResumeRefused     int64 // resume frames with no generation to rejoin
 	BufferedBytes     int64 // bytes of tokens buffered for keyed requests now
+	LossProbes        int64 // clients' loss probes received (probe.go)
 }
 
 // Server accepts device connections and runs their requests through Handler.
@@ -169,7 +170,7 @@ type Server struct {
 	closeOnce sync.Once
 	closeErr  error
 
-	nConns, refused, streams, generations, attached, protocolErrors, resumed, resumeRefused atomic.Int64
+	nConns, refused, streams, generations, attached, protocolErrors, resumed, resumeRefused, lossProbes atomic.Int64
 }
 
 // ErrServerClosed is returned by Serve after Close.
@@ -207,6 +208,7 @@ func NewServer(cfg ServerConfig) (*Server, error) {
 		MaxIncomingStreams:    int64(cfg.MaxStreamsPerConn),
 		MaxIncomingUniStreams: -1, // the protocol uses none
 		Allow0RTT:             true,
+		EnableDatagrams:       true, // clients' loss probes (probe.go)
 	})
 	if err != nil {
 		s.tr.Close()
@@ -229,6 +231,7 @@ func (s *Server) Stats() ServerStats {
 		Conns: s.nConns.Load(), RefusedHandshakes: s.refused.Load(), Streams: s.streams.Load(),
 		Generations: s.generations.Load(), Attached: s.attached.Load(), ProtocolErrors: s.protocolErrors.Load(),
 		Resumed: s.resumed.Load(), ResumeRefused: s.resumeRefused.Load(), BufferedBytes: s.dedupe.buffered.n.Load(),
+		LossProbes: s.lossProbes.Load(),
 	}
 }
 
@@ -334,6 +337,11 @@ func (s *Server) serveConn(conn *quicgo.Conn) {
 			p.err = context.Cause(conn.Context())
 		}
 	}()
+	probes := make(chan struct{})
+	go func() {
+		defer close(probes)
+		s.discardProbes(conn)
+	}()
 	for {
 		str, err := conn.AcceptStream(conn.Context())
 		if err != nil {
@@ -343,6 +351,7 @@ func (s *Server) serveConn(conn *quicgo.Conn) {
 		go s.serveStream(conn, p, str)
 	}
 	<-identified
+	<-probes
 	if !conn.ConnectionState().TLS.HandshakeComplete {
 		s.refused.Add(1)
 		s.log.Warn("quic: handshake not completed", "remote", p.remote, "err", context.Cause(conn.Context()))
@@ -511,15 +520,34 @@ func (s *Server) serveStream(conn *quicgo.Conn, p *peer, str *quicgo.Stream) {
 
 // leaveReason classifies how a follower's stream ended (resume.go): it
 // wrote the last frame, the device cancelled (a cancel frame, a reset, an
-// early end), or the connection died under it.
+// early end, or closing its connection on purpose), or the connection died
+// under it.
 func (s *Server) leaveReason(conn *quicgo.Conn, out followResult, clientEnd error) leaveReason {
 	switch {
 	case out.ended || s.base.Err() != nil:
 		return leftDone
+	case closedByDevice(context.Cause(conn.Context()), clientEnd, out.writeErr):
+		return leftCancelled
 	case conn.Context().Err() != nil, connectionError(clientEnd), connectionError(out.writeErr):
 		return leftLinkLost
 	}
 	return leftCancelled
+}
+
+// closedByDevice reports whether any of errs is the device closing the
+// connection itself (CONNECTION_CLOSE with connClosed: the agent shutting
+// down or closing its uplink). Nothing will resume its requests, so their
+// runs stop now rather than at the end of the resume window. The stall
+// watchdog's close (connStalled) never reaches the server over a dead link
+// and, when it does, means the device will redial and resume.
+func closedByDevice(errs ...error) bool {
+	for _, err := range errs {
+		var ae *quicgo.ApplicationError
+		if errors.As(err, &ae) && ae.Remote && ae.ErrorCode == connClosed {
+			return true
+		}
+	}
+	return false
 }
 
 // run executes a request without an idempotency key, writing each token

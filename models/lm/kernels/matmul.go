@@ -93,6 +93,10 @@ type Pool struct {
 	scratch [][]float32 // one per worker, for dequantised tiles
 	packed  []float32   // activations packed for dot8x4AVX512, shared read-only by the workers
 	qx      []byte      // quantized activations for the integer kernels, shared read-only
+	// PerRow makes block-type products run as they did before the tiled
+	// GEMM (gemm.go): each weight row across every token, the activations
+	// quantized on one thread. Same results; for comparing the two.
+	PerRow bool
 }
 
 // NewPool makes a pool of threads workers (GOMAXPROCS when threads ≤ 0).
@@ -145,8 +149,12 @@ func (p *Pool) buf(worker, n int) []float32 {
 // weight tile is read once per call however many tokens there are, which is
 // what makes a batched decode step cost about as much as a single one.
 func (m *Matrix) Mul(p *Pool, y, x []float32, n int) {
-	if m.qk != nil {
+	if m.qk != nil && p.PerRow {
 		m.mulQuant(p, y, x, n)
+		return
+	}
+	if m.qk != nil {
+		m.gemmQuant(p, y, x, n)
 		return
 	}
 	if HasAVX2 && m.cols >= 8 {
@@ -324,48 +332,25 @@ func packPairs(buf, x []float32, n, cols, k8 int) []float32 {
 	return buf
 }
 
-// mulQuant is mul for block types: the tokens' activations are quantized
-// once, then each tile of weight rows is streamed once while every token's
-// integer dot product with each row is taken (the row stays in L1 across
-// tokens; groups of four share one unpacking of each block where a ×4
-// kernel exists). Every kernel does the same operations per (token, row)
+// mulQuant is Mul for block types as it was before the tiled GEMM
+// (gemm.go), kept for Pool.PerRow: the tokens' activations are quantized on
+// this thread, then each tile of weight rows is streamed once while every
+// token's integer dot product with each row is taken (the row stays in L1
+// across tokens; groups of four share one unpacking of each block where a
+// ×4 kernel exists). Every kernel does the same operations per (token, row)
 // pair, so batching cannot change a result.
 func (m *Matrix) mulQuant(p *Pool, y, x []float32, n int) {
 	if n == 0 {
 		return
 	}
-	k := m.qk
-	ab := k.actBytes(m.cols)
-	if cap(p.qx) < n*ab {
-		p.qx = make([]byte, n*ab)
-	}
-	qx := p.qx[:n*ab]
+	q := m.quantProduct(p, n)
 	for t := range n {
-		k.quantize(qx[t*ab:(t+1)*ab], x[t*m.cols:(t+1)*m.cols])
+		m.qk.quantize(q.qx[t*q.ab:(t+1)*q.ab], x[t*m.cols:(t+1)*m.cols])
 	}
-	nb := m.cols / k.blockLen
-	dot := k.dot
-	if f := fastDot(m.dtype); f != nil {
-		dot = f
-	}
-	dot4 := fastDot4(m.dtype)
 	tiles := (m.rows + tileRows - 1) / tileRows
 	p.Run(tiles, func(_, tile int) {
 		r0 := tile * tileRows
-		var out [4]float32
-		for r := r0; r < min(r0+tileRows, m.rows); r++ {
-			row := m.raw[r*m.rowBytes : (r+1)*m.rowBytes]
-			t := 0
-			for ; dot4 != nil && t+4 <= n; t += 4 {
-				dot4(row, qx[t*ab:(t+4)*ab], ab, nb, &out)
-				for j, v := range out {
-					y[(t+j)*m.rows+r] = v
-				}
-			}
-			for ; t < n; t++ {
-				y[t*m.rows+r] = dot(row, qx[t*ab:(t+1)*ab], nb)
-			}
-		}
+		q.block(y, r0, min(r0+tileRows, m.rows), 0, n)
 	})
 }
 

@@ -13,7 +13,49 @@ func dotQ8_0AVX2(w, x *byte, nb int) float32
 func dotQ4KAVX2(w, x *byte, nb int) float32
 
 //go:noescape
+func dotQ2KAVX2(w, x *byte, nb int) float32
+
+//go:noescape
+func dotQ2Kx4AVX2(w, x *byte, xstride, nb int, out *[4]float32)
+
+//go:noescape
+func dotQ3KAVX2(w, x *byte, nb int) float32
+
+//go:noescape
+func dotQ3Kx4AVX2(w, x *byte, xstride, nb int, out *[4]float32)
+
+//go:noescape
+func dotQ5KAVX2(w, x *byte, nb int) float32
+
+//go:noescape
+func dotQ5Kx4AVX2(w, x *byte, xstride, nb int, out *[4]float32)
+
+//go:noescape
 func dotQ6KAVX2(w, x *byte, nb int) float32
+
+//go:noescape
+func dotQ4_0AVX2(w, x *byte, nb int) float32
+
+//go:noescape
+func dotQ4_1AVX2(w, x *byte, nb int) float32
+
+//go:noescape
+func dotQ5_0AVX2(w, x *byte, nb int) float32
+
+//go:noescape
+func dotQ5_1AVX2(w, x *byte, nb int) float32
+
+//go:noescape
+func dotQ4_0x4AVX2(w, x *byte, xstride, nb int, out *[4]float32)
+
+//go:noescape
+func dotQ4_1x4AVX2(w, x *byte, xstride, nb int, out *[4]float32)
+
+//go:noescape
+func dotQ5_0x4AVX2(w, x *byte, xstride, nb int, out *[4]float32)
+
+//go:noescape
+func dotQ5_1x4AVX2(w, x *byte, xstride, nb int, out *[4]float32)
 
 //go:noescape
 func dotQ8_0x4AVX2(w, x *byte, xstride, nb int, out *[4]float32)
@@ -29,8 +71,15 @@ var amd64Kernels = map[gguf.DType]struct {
 	one  func(w, x *byte, nb int) float32
 	four func(w, x *byte, xstride, nb int, out *[4]float32)
 }{
+	gguf.Q4_0: {dotQ4_0AVX2, dotQ4_0x4AVX2},
+	gguf.Q4_1: {dotQ4_1AVX2, dotQ4_1x4AVX2},
+	gguf.Q5_0: {dotQ5_0AVX2, dotQ5_0x4AVX2},
+	gguf.Q5_1: {dotQ5_1AVX2, dotQ5_1x4AVX2},
 	gguf.Q8_0: {dotQ8_0AVX2, dotQ8_0x4AVX2},
+	gguf.Q2_K: {dotQ2KAVX2, dotQ2Kx4AVX2},
+	gguf.Q3_K: {dotQ3KAVX2, dotQ3Kx4AVX2},
 	gguf.Q4_K: {dotQ4KAVX2, dotQ4Kx4AVX2},
+	gguf.Q5_K: {dotQ5KAVX2, dotQ5Kx4AVX2},
 	gguf.Q6_K: {dotQ6KAVX2, dotQ6Kx4AVX2},
 }
 

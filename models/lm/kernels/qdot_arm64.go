@@ -9,16 +9,58 @@ import (
 )
 
 //go:noescape
+func dotQ4_0SDOT(w, x *byte, nb int) float32
+
+//go:noescape
+func dotQ4_0NEON(w, x *byte, nb int) float32
+
+//go:noescape
+func dotQ4_1SDOT(w, x *byte, nb int) float32
+
+//go:noescape
+func dotQ4_1NEON(w, x *byte, nb int) float32
+
+//go:noescape
+func dotQ5_0SDOT(w, x *byte, nb int) float32
+
+//go:noescape
+func dotQ5_0NEON(w, x *byte, nb int) float32
+
+//go:noescape
+func dotQ5_1SDOT(w, x *byte, nb int) float32
+
+//go:noescape
+func dotQ5_1NEON(w, x *byte, nb int) float32
+
+//go:noescape
 func dotQ8_0SDOT(w, x *byte, nb int) float32
 
 //go:noescape
 func dotQ8_0NEON(w, x *byte, nb int) float32
 
 //go:noescape
+func dotQ2KSDOT(w, x *byte, nb int) float32
+
+//go:noescape
+func dotQ2KNEON(w, x *byte, nb int) float32
+
+//go:noescape
+func dotQ3KSDOT(w, x *byte, nb int) float32
+
+//go:noescape
+func dotQ3KNEON(w, x *byte, nb int) float32
+
+//go:noescape
 func dotQ4KSDOT(w, x *byte, nb int) float32
 
 //go:noescape
 func dotQ4KNEON(w, x *byte, nb int) float32
+
+//go:noescape
+func dotQ5KSDOT(w, x *byte, nb int) float32
+
+//go:noescape
+func dotQ5KNEON(w, x *byte, nb int) float32
 
 //go:noescape
 func dotQ6KSDOT(w, x *byte, nb int) float32
@@ -34,8 +76,15 @@ type arm64Kernel struct {
 }
 
 var arm64Kernels = map[gguf.DType]arm64Kernel{
+	gguf.Q4_0: {dotQ4_0SDOT, dotQ4_0NEON},
+	gguf.Q4_1: {dotQ4_1SDOT, dotQ4_1NEON},
+	gguf.Q5_0: {dotQ5_0SDOT, dotQ5_0NEON},
+	gguf.Q5_1: {dotQ5_1SDOT, dotQ5_1NEON},
 	gguf.Q8_0: {dotQ8_0SDOT, dotQ8_0NEON},
+	gguf.Q2_K: {dotQ2KSDOT, dotQ2KNEON},
+	gguf.Q3_K: {dotQ3KSDOT, dotQ3KNEON},
 	gguf.Q4_K: {dotQ4KSDOT, dotQ4KNEON},
+	gguf.Q5_K: {dotQ5KSDOT, dotQ5KNEON},
 	gguf.Q6_K: {dotQ6KSDOT, dotQ6KNEON},
 }
 
@@ -47,7 +96,7 @@ var (
 	haveNEON = cpu.ARM64.HasASIMD
 )
 
-// fastDot returns the NEON kernel for d (Q8_0, Q4_K, Q6_K; SDOT where the
+// fastDot returns the NEON kernel for d (arm64Kernels' types; SDOT where the
 // CPU has it), nil for other types or without ASIMD (the Go kernels run).
 // The kernels index w and x unchecked: mulQuant passes whole rows.
 func fastDot(d gguf.DType) func(w, x []byte, nb int) float32 {

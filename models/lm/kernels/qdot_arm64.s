@@ -1,7 +1,7 @@
 #include "textflag.h"
 
-// The Q8_0 integer dot product on arm64 (NEON), the same operations as
-// dotQ8_0Go (qdot.go): per 32-value block, eight int32 lanes of four
+// The integer dot products on arm64 (NEON). Q8_0 first, the same operations
+// as dotQ8_0Go (qdot.go): per 32-value block, eight int32 lanes of four
 // consecutive products, scaled by float32(dw·dx) and accumulated as float32,
 // then reduced ((l0+l4)+(l1+l5)) + ((l2+l6)+(l3+l7)). The Go assembler has
 // no mnemonics for the integer multiplies, the vector float arithmetic or
@@ -53,13 +53,40 @@
 	WORD $(0x4E20D400|RM(6)|RN(16)|RD(16)); \ // FADD V16.4S, V16.4S, V6.4S
 	WORD $(0x4E20D400|RM(7)|RN(17)|RD(17))    // FADD V17.4S, V17.4S, V7.4S
 
-// V16, V17 → the REDUCE8 sum in F18, stored at ret.
-#define FINISH \
+// V16, V17 → the REDUCE8 sum in F18.
+#define REDUCE_LANES \
 	WORD  $(0x4E20D400|RM(17)|RN(16)|RD(18)); \ // FADD V18.4S, V16.4S, V17.4S
 	WORD  $(0x6E20D400|RM(18)|RN(18)|RD(18)); \ // FADDP V18.4S, V18.4S, V18.4S
-	WORD  $(0x7E30D800|RN(18)|RD(18)); \        // FADDP S18, V18.2S
+	WORD  $(0x7E30D800|RN(18)|RD(18))            // FADDP S18, V18.2S
+
+// FINISH returns the REDUCE8 sum.
+#define FINISH \
+	REDUCE_LANES; \
 	FMOVS F18, ret+24(FP); \
 	RET
+
+// DOTS_SDOT: the int32 lanes of the 32 weight bytes in V2, V3 times the
+// activations in V4, V5: values 0-15 in V6, 16-31 in V7.
+#define DOTS_SDOT \
+	VEOR V6.B16, V6.B16, V6.B16; \
+	VEOR V7.B16, V7.B16, V7.B16; \
+	WORD $(0x4E809400|RM(4)|RN(2)|RD(6)); \ // SDOT V6.4S, V2.16B, V4.16B
+	WORD $(0x4E809400|RM(5)|RN(3)|RD(7)) // SDOT V7.4S, V3.16B, V5.16B
+
+// DOTS_NEON: the same lanes with base NEON: SMULL/SMULL2 give int16
+// products, SADDLP sums pairs into int32 and ADDP pairs of pairs, so lane l
+// again holds values 4l…4l+3.
+#define DOTS_NEON \
+	WORD $(0x0E20C000|RM(4)|RN(2)|RD(10)); \ // SMULL  V10.8H, V2.8B, V4.8B
+	WORD $(0x4E20C000|RM(4)|RN(2)|RD(11)); \ // SMULL2 V11.8H, V2.16B, V4.16B
+	WORD $(0x0E20C000|RM(5)|RN(3)|RD(12)); \ // SMULL  V12.8H, V3.8B, V5.8B
+	WORD $(0x4E20C000|RM(5)|RN(3)|RD(13)); \ // SMULL2 V13.8H, V3.16B, V5.16B
+	WORD $(0x4E602800|RN(10)|RD(10)); \ // SADDLP V10.4S, V10.8H
+	WORD $(0x4E602800|RN(11)|RD(11)); \ // SADDLP V11.4S, V11.8H
+	WORD $(0x4E602800|RN(12)|RD(12)); \ // SADDLP V12.4S, V12.8H
+	WORD $(0x4E602800|RN(13)|RD(13)); \ // SADDLP V13.4S, V13.8H
+	WORD $(0x4EA0BC00|RM(11)|RN(10)|RD(6)); \ // ADDP V6.4S, V10.4S, V11.4S
+	WORD $(0x4EA0BC00|RM(13)|RN(12)|RD(7)) // ADDP V7.4S, V12.4S, V13.4S
 
 // func dotQ8_0SDOT(w, x *byte, nb int) float32
 //
@@ -71,10 +98,7 @@ TEXT ·dotQ8_0SDOT(SB), NOSPLIT, $0-28
 
 sdotloop:
 	LOAD_Q8_0
-	VEOR V6.B16, V6.B16, V6.B16
-	VEOR V7.B16, V7.B16, V7.B16
-	WORD $(0x4E809400|RM(4)|RN(2)|RD(6)) // SDOT V6.4S, V2.16B, V4.16B
-	WORD $(0x4E809400|RM(5)|RN(3)|RD(7)) // SDOT V7.4S, V3.16B, V5.16B
+	DOTS_SDOT
 	BLOCK_SCALE
 	BLOCK_ACC
 	NEXT_Q8_0(sdotloop)
@@ -84,24 +108,14 @@ sdotdone:
 
 // func dotQ8_0NEON(w, x *byte, nb int) float32
 //
-// Base ARMv8 NEON: SMULL/SMULL2 give int16 products, SADDLP sums pairs into
-// int32 and ADDP pairs of pairs, so lane l again holds values 4l…4l+3.
+// Base ARMv8 NEON (DOTS_NEON).
 TEXT ·dotQ8_0NEON(SB), NOSPLIT, $0-28
 	ARGS3
 	CBZ  R2, neondone
 
 neonloop:
 	LOAD_Q8_0
-	WORD $(0x0E20C000|RM(4)|RN(2)|RD(10))  // SMULL  V10.8H, V2.8B, V4.8B
-	WORD $(0x4E20C000|RM(4)|RN(2)|RD(11))  // SMULL2 V11.8H, V2.16B, V4.16B
-	WORD $(0x0E20C000|RM(5)|RN(3)|RD(12))  // SMULL  V12.8H, V3.8B, V5.8B
-	WORD $(0x4E20C000|RM(5)|RN(3)|RD(13))  // SMULL2 V13.8H, V3.16B, V5.16B
-	WORD $(0x4E602800|RN(10)|RD(10))       // SADDLP V10.4S, V10.8H
-	WORD $(0x4E602800|RN(11)|RD(11))       // SADDLP V11.4S, V11.8H
-	WORD $(0x4E602800|RN(12)|RD(12))       // SADDLP V12.4S, V12.8H
-	WORD $(0x4E602800|RN(13)|RD(13))       // SADDLP V13.4S, V13.8H
-	WORD $(0x4EA0BC00|RM(11)|RN(10)|RD(6)) // ADDP V6.4S, V10.4S, V11.4S
-	WORD $(0x4EA0BC00|RM(13)|RN(12)|RD(7)) // ADDP V7.4S, V12.4S, V13.4S
+	DOTS_NEON
 	BLOCK_SCALE
 	BLOCK_ACC
 	NEXT_Q8_0(neonloop)
@@ -159,7 +173,7 @@ neondone:
 // Q4K_PLANE: the 64 values of one 32-byte quant plane at qoff (low nibbles:
 // sub-block 2jj, high: 2jj+1) against the activations at xoff, into isum
 // with the scales in bytes sh/8 and sh/8+1 of sreg.
-#define Q4K_PLANE(qoff, xoff, sreg, sh, sh1) \
+#define Q4K_PLANE(hi, qoff, xoff, sreg, sh, sh1) \
 	ADD  $qoff, R0, R3; \
 	VLD1 (R3), [V0.B16, V1.B16]; \
 	ADD  $xoff, R1, R3; \
@@ -168,6 +182,7 @@ neondone:
 	VAND V31.B16, V1.B16, V3.B16; \
 	VUSHR $4, V0.B16, V0.B16; \
 	VUSHR $4, V1.B16, V1.B16; \
+	hi; \
 	Q4K_DOTS; \
 	SUBSUM(V8, R9); \
 	SUBSUM(V9, R14); \
@@ -205,8 +220,9 @@ kdone: \
 	RET
 
 // Q4K_BLOCK: one Q4_K super-block into F20: unpack the 6-bit scales and
-// mins, msum from the activation group sums, isum over the four planes.
-#define Q4K_BLOCK \
+// mins, msum from the activation group sums, isum over the four planes
+// (quants at qb; Q5_K's fifth bits loaded by qh and ORed in by hi).
+#define QK45_BLOCK(hi, qh, qb) \
 	MOVWU 4(R0), R4; \
 	MOVWU 8(R0), R5; \
 	MOVWU 12(R0), R6; \
@@ -231,12 +247,45 @@ kdone: \
 	Q4K_MIN(R11, 8, 280, 282); \
 	Q4K_MIN(R11, 16, 284, 286); \
 	Q4K_MIN(R11, 24, 288, 290); \
-	Q4K_PLANE(16, 4, R7, 0, 8); \
-	Q4K_PLANE(48, 68, R7, 16, 24); \
-	Q4K_PLANE(80, 132, R8, 0, 8); \
-	Q4K_PLANE(112, 196, R8, 16, 24); \
+	qh; \
+	Q4K_PLANE(hi, qb, 4, R7, 0, 8); \
+	Q4K_PLANE(hi, qb+32, 68, R7, 16, 24); \
+	Q4K_PLANE(hi, qb+64, 132, R8, 0, 8); \
+	Q4K_PLANE(hi, qb+96, 196, R8, 16, 24); \
 	SCALED_INTO_ACC(0, R13, FADDS); \
 	SCALED_INTO_ACC(2, R12, FSUBS)
+
+#define NO_HI
+#define NO_QH
+#define Q4K_BLOCK QK45_BLOCK(NO_HI, NO_QH, 16)
+
+// Q5K_QH loads Q5_K's 32 qh bytes (at 16) into V22, V23 and 0x10 bytes into V29.
+#define Q5K_QH \
+	ADD   $16, R0, R3; \
+	VLD1  (R3), [V22.B16, V23.B16]; \
+	VMOVI $16, V29.B16
+
+// Q5K_HI ORs a plane's fifth bits, 16 where set, into its quants (bit 0 of
+// V22/V23 into V2/V3, bit 1 into V0/V1), then moves the next plane's to
+// bits 0-1. Clobbers V26, V27.
+#define Q5K_HI \
+	VSHL  $4, V22.B16, V26.B16; \
+	VSHL  $4, V23.B16, V27.B16; \
+	VAND  V29.B16, V26.B16, V26.B16; \
+	VAND  V29.B16, V27.B16, V27.B16; \
+	VORR  V26.B16, V2.B16, V2.B16; \
+	VORR  V27.B16, V3.B16, V3.B16; \
+	VSHL  $3, V22.B16, V26.B16; \
+	VSHL  $3, V23.B16, V27.B16; \
+	VAND  V29.B16, V26.B16, V26.B16; \
+	VAND  V29.B16, V27.B16, V27.B16; \
+	VORR  V26.B16, V0.B16, V0.B16; \
+	VORR  V27.B16, V1.B16, V1.B16; \
+	VUSHR $2, V22.B16, V22.B16; \
+	VUSHR $2, V23.B16, V23.B16
+
+// Q5K_BLOCK: one Q5_K super-block (176 bytes: Q4_K's with qh at 16, quants at 48).
+#define Q5K_BLOCK QK45_BLOCK(Q5K_HI, Q5K_QH, 48)
 
 // func dotQ4KSDOT(w, x *byte, nb int) float32
 TEXT ·dotQ4KSDOT(SB), NOSPLIT, $0-28
@@ -249,6 +298,10 @@ TEXT ·dotQ4KSDOT(SB), NOSPLIT, $0-28
 	WORD $(0x4E809400|RM(6)|RN(0)|RD(9)); \ // SDOT V9.4S, V0.16B, V6.16B
 	WORD $(0x4E809400|RM(7)|RN(1)|RD(9))     // SDOT V9.4S, V1.16B, V7.16B
 	K_KERNEL(Q4K_BLOCK, 144)
+
+// func dotQ5KSDOT(w, x *byte, nb int) float32
+TEXT ·dotQ5KSDOT(SB), NOSPLIT, $0-28
+	K_KERNEL(Q5K_BLOCK, 176)
 #undef Q4K_DOTS
 
 // func dotQ4KNEON(w, x *byte, nb int) float32
@@ -268,6 +321,13 @@ TEXT ·dotQ4KNEON(SB), NOSPLIT, $0-28
 	WORD $(0x4E602800|RN(24)|RD(8)); \       // SADDLP V8.4S, V24.8H
 	WORD $(0x4E602800|RN(25)|RD(9))           // SADDLP V9.4S, V25.8H
 	K_KERNEL(Q4K_BLOCK, 144)
+
+// func dotQ5KNEON(w, x *byte, nb int) float32
+//
+// Q5_K's quants are at most 31: four products per int16 lane stay within
+// 4·31·128 = 15,872.
+TEXT ·dotQ5KNEON(SB), NOSPLIT, $0-28
+	K_KERNEL(Q5K_BLOCK, 176)
 #undef Q4K_DOTS
 
 // Q6K_GROUP: isum (R13) += sc_g · (Σ_g q'·x − 32·bsum_g), q' = q+32, for
@@ -358,12 +418,150 @@ TEXT ·dotQ4KNEON(SB), NOSPLIT, $0-28
 	Q6K_GROUP(15, 290, 207); \
 	SCALED_INTO_ACC(208, R13, FADDS)
 
+// Q2_K (84 bytes) and Q3_K (110 bytes) reuse Q6K_DOT: 2-bit quants from
+// two 32-byte planes (run j of a half is bits 2j, 2j+1; its first 16 bytes
+// are group 8h+2j, the next 16 group 8h+2j+1), against the half's
+// activations in V8-V15 (K2_LOAD). Q2_K: isum (R13) += sc_g·Σq·x and msum
+// (R12) += m_g·bsum_g with sc, m the nibbles of byte g. Q3_K: q' = q2 |
+// hmask bit << 2 (bit k of hmask byte l for run k = 4h+j) and isum +=
+// sc_g·(Σq'·x − 4·bsum_g), sc_g gguf.ScalesQ3K's (unpacked four a word
+// into R19-R22). V28 holds 0x03 bytes, V27 0x04.
+
+// K2_LOAD: the plane at qoff to V0, V1 and the half's 128 activations from xo to V8-V15.
+#define K2_LOAD(qoff, xo) \
+	ADD    $qoff, R0, R3; \
+	VLD1   (R3), [V0.B16, V1.B16]; \
+	ADD    $xo, R1, R3; \
+	VLD1.P 64(R3), [V8.B16, V9.B16, V10.B16, V11.B16]; \
+	VLD1   (R3), [V12.B16, V13.B16, V14.B16, V15.B16]
+
+// K2_Q: the 2-bit quants at bits 0-1 of src in V16 (each run shifts the
+// plane by 2 for the next).
+#define K2_Q(src) VAND V28.B16, src.B16, V16.B16
+
+#define K2_NEXT \
+	VUSHR $2, V0.B16, V0.B16; \
+	VUSHR $2, V1.B16, V1.B16
+
+#define K2_CONSTS \
+	VMOVI $3, V28.B16; \
+	VMOVI $4, V27.B16
+
+// Q2K_GROUP: group g's products (quants in V16, activations in xv) into isum and msum.
+#define Q2K_GROUP(xv, g, boff) \
+	Q6K_DOT(xv); \
+	SUBSUM(V24, R9); \
+	MOVBU g(R0), R10; \
+	ANDW  $15, R10, R11; \
+	MULW  R11, R9, R9; \
+	ADDW  R9, R13, R13; \
+	LSRW  $4, R10, R10; \
+	MOVH  boff(R1), R14; \
+	MULW  R10, R14, R14; \
+	ADDW  R14, R12, R12
+
+// Q2K_RUN: the current run of groups g, g+1.
+#define Q2K_RUN(xa, xb, g, boff) \
+	K2_Q(V0); \
+	Q2K_GROUP(xa, g, boff); \
+	K2_Q(V1); \
+	Q2K_GROUP(xb, g+1, boff+2); \
+	K2_NEXT
+
+#define Q2K_HALF(qoff, xo, g, boff) \
+	K2_LOAD(qoff, xo); \
+	Q2K_RUN(8, 9, g, boff); \
+	Q2K_RUN(10, 11, g+2, boff+4); \
+	Q2K_RUN(12, 13, g+4, boff+8); \
+	Q2K_RUN(14, 15, g+6, boff+12)
+
+// Q2K_BLOCK: one Q2_K super-block into F20.
+#define Q2K_BLOCK \
+	K2_CONSTS; \
+	MOVW ZR, R12; \
+	MOVW ZR, R13; \
+	Q2K_HALF(16, 4, 0, 260); \
+	Q2K_HALF(48, 132, 8, 276); \
+	SCALED_INTO_ACC(80, R13, FADDS); \
+	SCALED_INTO_ACC(82, R12, FSUBS)
+
+// Q3K_HB ORs the current hmask bit (bit 0 of hm) into V16 as 4.
+#define Q3K_HB(hm) \
+	VSHL $2, hm.B16, V17.B16; \
+	VAND V27.B16, V17.B16, V17.B16; \
+	VORR V17.B16, V16.B16, V16.B16
+
+// Q3K_GROUP: group g's products into isum, scale byte sh/8 of sreg less 32.
+#define Q3K_GROUP(xv, sreg, sh, boff) \
+	Q6K_DOT(xv); \
+	SUBSUM(V24, R9); \
+	MOVH boff(R1), R14; \
+	SUBW R14<<2, R9, R9; \
+	LSRW $sh, sreg, R15; \
+	ANDW $0xff, R15, R15; \
+	SUBW $32, R15, R15; \
+	MULW R15, R9, R9; \
+	ADDW R9, R13, R13
+
+// Q3K_RUN: the current run, groups with scales in bytes sh, sh+8 of sreg;
+// then the next run's quants and hmask bits to bits 0-1 and 0.
+#define Q3K_RUN(xa, xb, sreg, sh, boff) \
+	K2_Q(V0); \
+	Q3K_HB(V4); \
+	Q3K_GROUP(xa, sreg, sh, boff); \
+	K2_Q(V1); \
+	Q3K_HB(V5); \
+	Q3K_GROUP(xb, sreg, sh+8, boff+2); \
+	K2_NEXT; \
+	VUSHR $1, V4.B16, V4.B16; \
+	VUSHR $1, V5.B16, V5.B16
+
+#define Q3K_HALF(qoff, xo, sa, sb, boff) \
+	K2_LOAD(qoff, xo); \
+	Q3K_RUN(8, 9, sa, 0, boff); \
+	Q3K_RUN(10, 11, sa, 16, boff+4); \
+	Q3K_RUN(12, 13, sb, 0, boff+8); \
+	Q3K_RUN(14, 15, sb, 16, boff+12)
+
+// Q3K_SCALE4: dst = the nibbles of lo (shifted by losh) | bits hsh, hsh+1
+// of the bytes of R6 as bits 4-5: four scales (plus 32), one a byte.
+#define Q3K_SCALE4(lo, losh, hsh, dst) \
+	LSRW $losh, lo, dst; \
+	ANDW $0x0f0f0f0f, dst, dst; \
+	LSRW $hsh, R6, R7; \
+	ANDW $0x03030303, R7, R7; \
+	ORRW R7<<4, dst, dst
+
+// Q3K_BLOCK: one Q3_K super-block into F20 (hmask in V4, V5).
+#define Q3K_BLOCK \
+	K2_CONSTS; \
+	MOVWU 96(R0), R4; \
+	MOVWU 100(R0), R5; \
+	MOVWU 104(R0), R6; \
+	Q3K_SCALE4(R4, 0, 0, R19); \
+	Q3K_SCALE4(R5, 0, 2, R20); \
+	Q3K_SCALE4(R4, 4, 4, R21); \
+	Q3K_SCALE4(R5, 4, 6, R22); \
+	MOVW ZR, R13; \
+	VLD1 (R0), [V4.B16, V5.B16]; \
+	Q3K_HALF(32, 4, R19, R20, 260); \
+	Q3K_HALF(64, 132, R21, R22, 276); \
+	SCALED_INTO_ACC(108, R13, FADDS)
+
 // func dotQ6KSDOT(w, x *byte, nb int) float32
 TEXT ·dotQ6KSDOT(SB), NOSPLIT, $0-28
 #define Q6K_DOT(xv) \
 	VEOR V24.B16, V24.B16, V24.B16; \
 	WORD $(0x4E809400|RM(xv)|RN(16)|RD(24)) // SDOT V24.4S, V16.16B, Vxv.16B
 	K_KERNEL(Q6K_BLOCK, 210)
+
+// func dotQ2KSDOT(w, x *byte, nb int) float32
+TEXT ·dotQ2KSDOT(SB), NOSPLIT, $0-28
+	K_KERNEL(Q2K_BLOCK, 84)
+
+// func dotQ3KSDOT(w, x *byte, nb int) float32
+TEXT ·dotQ3KSDOT(SB), NOSPLIT, $0-28
+	K_KERNEL(Q3K_BLOCK, 110)
 #undef Q6K_DOT
 
 // func dotQ6KNEON(w, x *byte, nb int) float32
@@ -376,4 +574,149 @@ TEXT ·dotQ6KNEON(SB), NOSPLIT, $0-28
 	WORD $(0x4E208000|RM(xv)|RN(16)|RD(25)); \ // SMLAL2 V25.8H, V16.16B, Vxv.16B
 	WORD $(0x4E602800|RN(25)|RD(24))            // SADDLP V24.4S, V25.8H
 	K_KERNEL(Q6K_BLOCK, 210)
+
+// func dotQ2KNEON(w, x *byte, nb int) float32
+TEXT ·dotQ2KNEON(SB), NOSPLIT, $0-28
+	K_KERNEL(Q2K_BLOCK, 84)
+
+// func dotQ3KNEON(w, x *byte, nb int) float32
+TEXT ·dotQ3KNEON(SB), NOSPLIT, $0-28
+	K_KERNEL(Q3K_BLOCK, 110)
 #undef Q6K_DOT
+
+// The other 32-value types (Q4_0, Q4_1, Q5_0, Q5_1), as dot32 (qdot.go)
+// does them: each block unpacked to signed bytes, values 0-15 in V2 and
+// 16-31 in V3 (low nibbles, then high nibbles; Q5's fifth bit i from qh),
+// with Q4_0's 8 or Q5_0's 16 subtracted, then Q8_0's lanes, scale and float
+// sums; Q4_1/Q5_1 add float32(m·dx)·Σq to a separate float sum F21, and the
+// result is the REDUCE8 sum plus F21 (+0 for the offset types, as in Go).
+// Registers: V31 0x0f bytes, V30 the type's byte constant (8 or 16), V25
+// the bit of each byte (1, 2, … 128), V26/V27 the byte i/8 indices for TBL.
+
+// q5tbl: V25's bits, then V26's and V27's indices (bytes 0-15 and 16-31).
+DATA q5tbl<>+0(SB)/8, $0x8040201008040201
+DATA q5tbl<>+8(SB)/8, $0x8040201008040201
+DATA q5tbl<>+16(SB)/8, $0x0000000000000000
+DATA q5tbl<>+24(SB)/8, $0x0101010101010101
+DATA q5tbl<>+32(SB)/8, $0x0202020202020202
+DATA q5tbl<>+40(SB)/8, $0x0303030303030303
+GLOBL q5tbl<>(SB), RODATA|NOPTR, $48
+
+#define Q4_0_CONSTS \
+	VMOVI $15, V31.B16; \
+	VMOVI $8, V30.B16
+
+#define Q4_1_CONSTS VMOVI $15, V31.B16
+
+#define Q5_CONSTS \
+	VMOVI $15, V31.B16; \
+	VMOVI $16, V30.B16; \
+	MOVD  $q5tbl<>(SB), R3; \
+	VLD1  (R3), [V25.B16, V26.B16, V27.B16]
+
+// NIBBLES: the 16 quant bytes at qoff(R0) as 4-bit values in V2 (low) and V3 (high).
+#define NIBBLES(qoff) \
+	ADD   $qoff, R0, R5; \
+	VLD1  (R5), [V0.B16]; \
+	VAND  V31.B16, V0.B16, V2.B16; \
+	VUSHR $4, V0.B16, V3.B16
+
+// MINUS_V30: V2, V3 −= the type's offset.
+#define MINUS_V30 \
+	WORD $(0x6E208400|RM(30)|RN(2)|RD(2)); \ // SUB V2.16B, V2.16B, V30.16B
+	WORD $(0x6E208400|RM(30)|RN(3)|RD(3))     // SUB V3.16B, V3.16B, V30.16B
+
+// Q5_HIGH ORs 16 into V2/V3 byte i where bit i of the qh word at hoff(R0) is set.
+#define Q5_HIGH(hoff) \
+	MOVWU hoff(R0), R4; \
+	VMOV  R4, V1.S[0]; \
+	VTBL  V26.B16, [V1.B16], V18.B16; \
+	VTBL  V27.B16, [V1.B16], V19.B16; \
+	WORD  $(0x4E208C00|RM(25)|RN(18)|RD(18)); \ // CMTST V18.16B, V18.16B, V25.16B
+	WORD  $(0x4E208C00|RM(25)|RN(19)|RD(19)); \ // CMTST V19.16B, V19.16B, V25.16B
+	VAND  V30.B16, V18.B16, V18.B16; \
+	VAND  V30.B16, V19.B16, V19.B16; \
+	VORR  V18.B16, V2.B16, V2.B16; \
+	VORR  V19.B16, V3.B16, V3.B16
+
+#define UNPACK_Q4_0 \
+	NIBBLES(2); \
+	MINUS_V30
+
+#define UNPACK_Q4_1 NIBBLES(4)
+
+#define UNPACK_Q5_0 \
+	NIBBLES(6); \
+	Q5_HIGH(2); \
+	MINUS_V30
+
+#define UNPACK_Q5_1 \
+	NIBBLES(8); \
+	Q5_HIGH(4)
+
+// M_TERM: F21 += float32(float32(m·dx)·float32(Σq)), m the f16 at 2(R0).
+#define M_TERM \
+	F16_TIMES_DX(2); \
+	MOVW    4(R1), R4; \
+	SCVTFWS R4, F1; \
+	FMULS   F1, F0, F0; \
+	FADDS   F0, F21, F21
+
+#define NO_M
+
+// Q32_KERNEL is a kernel body over nb blocks of wb bytes; dots is DOTS_SDOT
+// or DOTS_NEON.
+#define Q32_KERNEL(consts, unpack, dots, mterm, wb) \
+	ARGS3; \
+	VEOR V21.B16, V21.B16, V21.B16; \
+	consts; \
+	CBZ  R2, q32done; \
+q32loop: \
+	unpack; \
+	ADD  $8, R1, R6; \
+	VLD1 (R6), [V4.B16, V5.B16]; \
+	dots; \
+	BLOCK_SCALE; \
+	BLOCK_ACC; \
+	mterm; \
+	ADD  $wb, R0; \
+	ADD  $40, R1; \
+	SUBS $1, R2; \
+	BNE  q32loop; \
+q32done: \
+	REDUCE_LANES; \
+	FADDS F21, F18, F18; \
+	FMOVS F18, ret+24(FP); \
+	RET
+
+// func dotQ4_0SDOT(w, x *byte, nb int) float32
+TEXT ·dotQ4_0SDOT(SB), NOSPLIT, $0-28
+	Q32_KERNEL(Q4_0_CONSTS, UNPACK_Q4_0, DOTS_SDOT, NO_M, 18)
+
+// func dotQ4_0NEON(w, x *byte, nb int) float32
+TEXT ·dotQ4_0NEON(SB), NOSPLIT, $0-28
+	Q32_KERNEL(Q4_0_CONSTS, UNPACK_Q4_0, DOTS_NEON, NO_M, 18)
+
+// func dotQ4_1SDOT(w, x *byte, nb int) float32
+TEXT ·dotQ4_1SDOT(SB), NOSPLIT, $0-28
+	Q32_KERNEL(Q4_1_CONSTS, UNPACK_Q4_1, DOTS_SDOT, M_TERM, 20)
+
+// func dotQ4_1NEON(w, x *byte, nb int) float32
+TEXT ·dotQ4_1NEON(SB), NOSPLIT, $0-28
+	Q32_KERNEL(Q4_1_CONSTS, UNPACK_Q4_1, DOTS_NEON, M_TERM, 20)
+
+// func dotQ5_0SDOT(w, x *byte, nb int) float32
+TEXT ·dotQ5_0SDOT(SB), NOSPLIT, $0-28
+	Q32_KERNEL(Q5_CONSTS, UNPACK_Q5_0, DOTS_SDOT, NO_M, 22)
+
+// func dotQ5_0NEON(w, x *byte, nb int) float32
+TEXT ·dotQ5_0NEON(SB), NOSPLIT, $0-28
+	Q32_KERNEL(Q5_CONSTS, UNPACK_Q5_0, DOTS_NEON, NO_M, 22)
+
+// func dotQ5_1SDOT(w, x *byte, nb int) float32
+TEXT ·dotQ5_1SDOT(SB), NOSPLIT, $0-28
+	Q32_KERNEL(Q5_CONSTS, UNPACK_Q5_1, DOTS_SDOT, M_TERM, 24)
+
+// func dotQ5_1NEON(w, x *byte, nb int) float32
+TEXT ·dotQ5_1NEON(SB), NOSPLIT, $0-28
+	Q32_KERNEL(Q5_CONSTS, UNPACK_Q5_1, DOTS_NEON, M_TERM, 24)

@@ -145,14 +145,21 @@ func TestQuantMulBatchInvariant(t *testing.T) {
 }
 
 // TestQuantAssemblyMatchesGo runs each assembly kernel this CPU selects
-// against the Go one (kernelMatchesGo).
+// against the Go one (kernelMatchesGo). Where the CPU runs any (it has
+// AVX2 or ASIMD), every quantized type must have one.
 func TestQuantAssemblyMatchesGo(t *testing.T) {
 	rng := rand.New(rand.NewPCG(13, 14))
+	simd := fastDot(gguf.Q8_0) != nil
 	for _, d := range quantTypes {
-		if fast := fastDot(d); fast != nil {
-			kernelMatchesGo(t, rng, d, d.String(), fast, fastDot4(d))
-			t.Logf("%s: assembly kernel equals the Go kernel", d)
+		fast := fastDot(d)
+		if fast == nil {
+			if simd {
+				t.Errorf("%s: no assembly kernel on a CPU that runs the others", d)
+			}
+			continue
 		}
+		kernelMatchesGo(t, rng, d, d.String(), fast, fastDot4(d))
+		t.Logf("%s: assembly kernel equals the Go kernel", d)
 	}
 }
 
@@ -213,4 +220,32 @@ func f16Fields(d gguf.DType) []int {
 		return []int{80, 82}
 	}
 	return []int{0}
+}
+
+// BenchmarkQuantDot times one 4,096-column row dot product per type with the
+// Go kernel ("go") and with the assembly kernel this CPU selects ("simd",
+// where there is one), in the same run so their ratio is the speed-up.
+func BenchmarkQuantDot(b *testing.B) {
+	rng := rand.New(rand.NewPCG(19, 20))
+	for _, d := range quantTypes {
+		k := qkernels[d]
+		m := quantMatrix(b, rng, d, 1, 4096)
+		nb := m.cols / k.blockLen
+		qx := make([]byte, k.actBytes(m.cols))
+		k.quantize(qx, randVec(rng, m.cols))
+		for _, v := range []struct {
+			name string
+			dot  func(w, x []byte, nb int) float32
+		}{{"go", k.dot}, {"simd", fastDot(d)}} {
+			if v.dot == nil {
+				continue
+			}
+			b.Run(d.String()+"/"+v.name, func(b *testing.B) {
+				b.SetBytes(int64(len(m.raw)))
+				for b.Loop() {
+					v.dot(m.raw, qx, nb)
+				}
+			})
+		}
+	}
 }

@@ -18,8 +18,9 @@ import (
 // models: cortex-a72 (ARMv8.0, no SDOT, no FP16: what a Raspberry Pi 4 is),
 // where fastDot must pick the base-NEON kernels, and cortex-a76 (SDOT),
 // where it picks the SDOT ones; TestNEONKernelsMatchGo also runs the base
-// ones there. Each checks the kernels against the Go ones bit for bit and
-// the batch invariance of the quantized products on ARM.
+// ones there. Each checks the kernels against the Go ones bit for bit, the
+// batch invariance of the quantized products, and the tiled GEMM's
+// agreement with the per-row loop on ARM.
 func TestArm64KernelsUnderQEMU(t *testing.T) {
 	if testing.Short() {
 		t.Skip("cross-compiles the package")
@@ -39,13 +40,19 @@ func TestArm64KernelsUnderQEMU(t *testing.T) {
 	if out, err := build.CombinedOutput(); err != nil {
 		t.Fatalf("cross-compile: %v\n%s", err, out)
 	}
-	// want: lines the run must print, which show which kernels ran.
+	// want: lines the run must print, which show which kernels ran: every
+	// quantized type has both arm64 kernels, base NEON on the A72 (which
+	// has no SDOT) and both on the A76.
 	cpus := []struct {
 		model string
 		want  []string
 	}{
-		{"cortex-a72", []string{"no SDOT on this CPU", "q4_K neon kernel equals", "q6_K neon kernel equals"}},
-		{"cortex-a76", []string{"q8_0 sdot kernel equals", "q4_K sdot kernel equals", "q6_K sdot kernel equals", "q6_K neon kernel equals"}},
+		{"cortex-a72", []string{"no SDOT on this CPU"}},
+		{"cortex-a76", nil},
+	}
+	for _, d := range quantTypes {
+		cpus[0].want = append(cpus[0].want, d.String()+" neon kernel equals")
+		cpus[1].want = append(cpus[1].want, d.String()+" neon kernel equals", d.String()+" sdot kernel equals")
 	}
 	var wg sync.WaitGroup
 	outs := make([][]byte, len(cpus))
@@ -55,14 +62,14 @@ func TestArm64KernelsUnderQEMU(t *testing.T) {
 		go func() {
 			defer wg.Done()
 			outs[i], errs[i] = exec.CommandContext(ctx, qemu, "-cpu", c.model, bin, "-test.v",
-				"-test.run", "^(TestNEONKernelsMatchGo|TestQuantAssemblyMatchesGo|TestQuantDotMatchesDequantized|TestQuantMulBatchInvariant|TestQuantActivationSums)$").CombinedOutput()
+				"-test.run", "^(TestNEONKernelsMatchGo|TestQuantAssemblyMatchesGo|TestQuantDotMatchesDequantized|TestQuantMulBatchInvariant|TestQuantActivationSums|TestGEMMMatchesPerRow)$").CombinedOutput()
 		}()
 	}
 	wg.Wait()
 	for i, c := range cpus {
 		out := string(outs[i])
 		if errs[i] != nil || !strings.Contains(out, "--- PASS: TestNEONKernelsMatchGo") ||
-			!strings.Contains(out, "--- PASS: TestQuantMulBatchInvariant") {
+			!strings.Contains(out, "--- PASS: TestQuantMulBatchInvariant") || !strings.Contains(out, "--- PASS: TestGEMMMatchesPerRow") {
 			t.Fatalf("arm64 kernel tests under qemu -cpu %s: %v\n%s", c.model, errs[i], out)
 		}
 		for _, w := range c.want {

@@ -1,0 +1,5 @@
+//go:build !race
+
+package probegate
+
+const raceEnabled = false
