@@ -185,6 +185,10 @@ func (g *Grammar) Prefix(text []byte) bool {
 type TokenTrie struct {
 	nodes []trieNode
 	vocab int
+	// plain is the tokens whose piece is plain string text and impure
+	// the nodes whose subtree holds a token that is not (mask.go).
+	plain  TokenSet
+	impure nodeSet
 }
 
 type trieNode struct {
@@ -220,6 +224,7 @@ func NewTokenTrie(pieces [][]byte) *TokenTrie {
 		}
 		t.nodes[n].tokens = append(t.nodes[n].tokens, int32(id))
 	}
+	t.plainIndex(pieces)
 	return t
 }
 

@@ -1,0 +1,422 @@
+package grammar
+
+import (
+	"math/bits"
+	"slices"
+	"unicode/utf8"
+)
+
+// The fast mask. TokenTrie.Mask (matcher.go) is the definition: a token is
+// allowed when the trie walk advances the parses over every byte of its
+// piece. It calls Advance at almost every trie node, and inside a JSON
+// string, where nearly all of a 128k vocabulary is allowed, that is some
+// 300,000 Advances (about 250 ms). A Masker computes the same mask with
+// three caches, each exact:
+//
+//   - A lazy DFA. Advance is a function of a State's stacks alone (their
+//     rules and positions; limits depend on nothing else), so States with
+//     equal stacks are interned as one DFA state, and each (state, byte
+//     class) transition is computed by Advance once and then looked up.
+//     Bytes that belong to exactly the same byte sets of the grammar (its
+//     byte classes) are indistinguishable to Advance, so a transition is
+//     kept per class, not per byte.
+//   - A mask per DFA state: the mask is a function of the state, so a state
+//     met again (inside a string every plain token returns to the same one)
+//     copies its mask.
+//   - Plain string text (llguidance's and XGrammar's token classes). The
+//     tokens whose piece is well-formed UTF-8 without '"', '\\' or a
+//     control byte (the trie's plain set, about 90% of a vocabulary) are,
+//     in a state where every such character leads back to the same state
+//     (inside a string with no length bound), all allowed: each character
+//     of the piece is accepted and returns to that state. Whether a state
+//     is such a loop is checked on the DFA, byte class by byte class,
+//     through the UTF-8 automaton (plainLoop), not assumed from the rules;
+//     the walk then skips the trie's subtrees that hold only plain tokens.
+//
+// The mask equals TokenTrie.Mask's on every state: TestMaskerMatchesTrieMask
+// and FuzzMasker compare the two.
+
+// TokenSet is a set of token ids, one bit each.
+type TokenSet []uint64
+
+// NewTokenSet is an empty set for ids below n.
+func NewTokenSet(n int) TokenSet { return make(TokenSet, (n+63)/64) }
+
+// Has reports whether id is in the set.
+func (s TokenSet) Has(id int) bool { return s[id>>6]&(1<<(id&63)) != 0 }
+
+// Add puts id in the set.
+func (s TokenSet) Add(id int) { s[id>>6] |= 1 << (id & 63) }
+
+// Len is the number of ids in the set.
+func (s TokenSet) Len() int {
+	n := 0
+	for _, w := range s {
+		n += bits.OnesCount64(w)
+	}
+	return n
+}
+
+// plainPiece reports whether p is plain JSON string text: characters a
+// string holds unescaped (the compiler's char rule without its escapes),
+// whole, so the piece ends on a character boundary.
+func plainPiece(p []byte) bool {
+	for _, c := range p {
+		if c < 0x20 || c == '"' || c == '\\' {
+			return false
+		}
+	}
+	return len(p) > 0 && utf8.Valid(p)
+}
+
+// byteClasses partitions the bytes by the byte sets of g's rules: two
+// bytes in one class are in exactly the same sets, so Advance treats them
+// alike. class[c] is c's class; n the number of classes.
+type byteClasses struct {
+	class [256]uint8
+	rep   []byte // a byte of each class
+}
+
+func (g *Grammar) byteClasses() *byteClasses {
+	g.classOnce.Do(func() {
+		var sig [256]uint64 // membership signature, refined set by set
+		seen := map[*byteSet]bool{}
+		cls := &byteClasses{}
+		// Partition refinement: each set splits every class into the
+		// bytes inside it and those outside. Classes are numbered by
+		// (old class, membership) pairs, at most 256 of them.
+		for _, alts := range g.rules {
+			for _, alt := range alts {
+				for _, e := range alt {
+					if e.set == nil || seen[e.set] {
+						continue
+					}
+					seen[e.set] = true
+					ids := map[uint64]uint64{}
+					for c := range 256 {
+						k := sig[c] << 1
+						if e.set.has(byte(c)) {
+							k |= 1
+						}
+						id, ok := ids[k]
+						if !ok {
+							id = uint64(len(ids))
+							ids[k] = id
+						}
+						sig[c] = id
+					}
+				}
+			}
+		}
+		for c := range 256 {
+			cls.class[c] = uint8(sig[c])
+			if int(sig[c]) == len(cls.rep) {
+				cls.rep = append(cls.rep, byte(c))
+			}
+		}
+		g.classes = cls
+	})
+	return g.classes
+}
+
+// Masker computes masks of one grammar over one vocabulary, keeping the
+// DFA and masks it builds. It is not safe for concurrent use: a generation
+// owns one.
+type Masker struct {
+	t      *TokenTrie
+	g      *Grammar
+	cls    *byteClasses
+	states []*dfaState
+	byHash map[uint64][]int32
+	masks  int // states holding a cached mask
+}
+
+// The DFA and its masks are caches, bounded so a long generation through
+// ever new states (deep nesting, counted strings) does not grow without
+// end: past maxDFAStates the DFA starts over, past maxCachedMasks masks
+// the cached ones are dropped (16 KB each at 128k tokens).
+const (
+	maxDFAStates   = 1 << 14
+	maxCachedMasks = 64
+)
+
+const (
+	transUnknown = -1
+	transDead    = -2
+)
+
+type dfaState struct {
+	s     State
+	next  byteSet // bytes some parse accepts
+	trans []int32 // by byte class: a state, transUnknown or transDead
+	loop  int8    // plainLoop's answer: 0 not asked, 1 yes, 2 no
+	mask  TokenSet
+}
+
+// NewMasker is a Masker of g over t's vocabulary.
+func NewMasker(t *TokenTrie, g *Grammar) *Masker {
+	return &Masker{t: t, g: g, cls: g.byteClasses(), byHash: map[uint64][]int32{}}
+}
+
+func stateHash(s State) uint64 {
+	h := uint64(len(s.stacks))*0x9e3779b97f4a7c15 + 1
+	if s.accept {
+		h ^= 0x6a09e667f3bcc909
+	}
+	for _, f := range s.stacks {
+		h = (h ^ f.h) * 0x100000001b3
+	}
+	return h
+}
+
+func sameState(x, y State) bool {
+	if x.accept != y.accept || len(x.stacks) != len(y.stacks) {
+		return false
+	}
+	for i := range x.stacks {
+		if !sameStack(x.stacks[i], y.stacks[i]) {
+			return false
+		}
+	}
+	return true
+}
+
+// intern is s's DFA state, added if new.
+func (m *Masker) intern(s State) int32 {
+	h := stateHash(s)
+	for _, id := range m.byHash[h] {
+		if sameState(m.states[id].s, s) {
+			return id
+		}
+	}
+	id := int32(len(m.states))
+	trans := make([]int32, len(m.cls.rep))
+	for i := range trans {
+		trans[i] = transUnknown
+	}
+	m.states = append(m.states, &dfaState{s: s, next: s.next(), trans: trans})
+	m.byHash[h] = append(m.byHash[h], id)
+	return id
+}
+
+// step is the DFA state after byte c, or transDead.
+func (m *Masker) step(q int32, c byte) int32 {
+	st := m.states[q]
+	k := m.cls.class[c]
+	if t := st.trans[k]; t != transUnknown {
+		return t
+	}
+	t := int32(transDead)
+	if s2, ok := st.s.Advance(c); ok {
+		t = m.intern(s2)
+	}
+	m.states[q].trans[k] = t
+	return t
+}
+
+// Mask sets out to the tokens whose whole piece s accepts, exactly as
+// TokenTrie.Mask does. out must have room for the trie's Vocab ids.
+func (m *Masker) Mask(s State, out TokenSet) {
+	if len(m.states) > maxDFAStates {
+		m.states, m.masks = m.states[:0], 0
+		clear(m.byHash)
+	}
+	q := m.intern(s)
+	if mask := m.states[q].mask; mask != nil {
+		copy(out, mask)
+		return
+	}
+	clear(out)
+	if m.plainLoop(q) {
+		copy(out, m.t.plain)
+		m.walk(0, q, out, true)
+	} else {
+		m.walk(0, q, out, false)
+	}
+	if m.masks >= maxCachedMasks {
+		for _, st := range m.states {
+			st.mask = nil
+		}
+		m.masks = 0
+	}
+	m.states[q].mask = slices.Clone(out)
+	m.masks++
+}
+
+// walk is TokenTrie.walk on the DFA. With prune, the subtrees that hold
+// only plain tokens are skipped: Mask has already allowed them.
+func (m *Masker) walk(n, q int32, out TokenSet, prune bool) {
+	for _, e := range m.t.nodes[n].edges {
+		if !m.states[q].next.has(e.c) {
+			continue
+		}
+		child := &m.t.nodes[e.node]
+		if prune && !m.t.impure.has(e.node) {
+			continue
+		}
+		if len(child.edges) == 0 {
+			for _, id := range child.tokens {
+				out.Add(int(id))
+			}
+			continue
+		}
+		q2 := m.step(q, e.c)
+		if q2 == transDead {
+			continue
+		}
+		for _, id := range child.tokens {
+			out.Add(int(id))
+		}
+		m.walk(e.node, q2, out, prune)
+	}
+}
+
+// UTF-8 automaton states for plainLoop: what the rest of a character
+// may be (RFC 3629's table: no overlongs, no surrogates, nothing past
+// U+10FFFF).
+const (
+	u8Start = iota
+	u8Cont1 // one more 80–BF
+	u8Cont2 // two more
+	u8Cont3 // three more
+	u8E0    // A0–BF, then one more
+	u8ED    // 80–9F, then one more
+	u8F0    // 90–BF, then two more
+	u8F4    // 80–8F, then two more
+	u8Done  // a whole character read
+	u8Bad
+)
+
+// u8Next is the UTF-8 automaton's move on a plain character's byte c.
+func u8Next(u int, c byte) int {
+	cont := c >= 0x80 && c <= 0xbf
+	switch u {
+	case u8Start:
+		switch {
+		case c >= 0x20 && c < 0x80 && c != '"' && c != '\\':
+			return u8Done
+		case c >= 0xc2 && c <= 0xdf:
+			return u8Cont1
+		case c == 0xe0:
+			return u8E0
+		case c == 0xed:
+			return u8ED
+		case c >= 0xe1 && c <= 0xef:
+			return u8Cont2
+		case c == 0xf0:
+			return u8F0
+		case c == 0xf4:
+			return u8F4
+		case c >= 0xf1 && c <= 0xf3:
+			return u8Cont3
+		}
+	case u8Cont1:
+		if cont {
+			return u8Done
+		}
+	case u8Cont2, u8Cont3:
+		if cont {
+			return u - 1
+		}
+	case u8E0:
+		if c >= 0xa0 && c <= 0xbf {
+			return u8Cont1
+		}
+	case u8ED:
+		if c >= 0x80 && c <= 0x9f {
+			return u8Cont1
+		}
+	case u8F0:
+		if c >= 0x90 && c <= 0xbf {
+			return u8Cont2
+		}
+	case u8F4:
+		if c >= 0x80 && c <= 0x8f {
+			return u8Cont2
+		}
+	}
+	return u8Bad
+}
+
+// plainLoop reports whether every plain character (a byte sequence u8Next
+// reads to u8Done) leads q back to q with each of its bytes accepted: then
+// every plain piece is accepted from q, byte by byte, which is what
+// TokenTrie.Mask asks of a token. It explores the pairs (automaton state,
+// DFA state) reachable from (u8Start, q).
+func (m *Masker) plainLoop(q int32) bool {
+	st := m.states[q]
+	if st.loop != 0 {
+		return st.loop == 1
+	}
+	ok := m.exploreLoop(q)
+	st.loop = 2
+	if ok {
+		st.loop = 1
+	}
+	return ok
+}
+
+func (m *Masker) exploreLoop(q int32) bool {
+	type pair struct {
+		u int
+		q int32
+	}
+	seen := map[pair]bool{{u8Start, q}: true}
+	todo := []pair{{u8Start, q}}
+	for len(todo) > 0 {
+		p := todo[len(todo)-1]
+		todo = todo[:len(todo)-1]
+		for c := range 256 {
+			u := u8Next(p.u, byte(c))
+			if u == u8Bad {
+				continue
+			}
+			q2 := m.step(p.q, byte(c))
+			switch {
+			case q2 == transDead:
+				return false
+			case u == u8Done:
+				if q2 != q {
+					return false
+				}
+			case !seen[pair{u, q2}]:
+				seen[pair{u, q2}] = true
+				todo = append(todo, pair{u, q2})
+			}
+		}
+	}
+	return true
+}
+
+// plainIndex marks, once per trie, the plain tokens and the nodes whose
+// subtree holds a token that is not plain.
+func (t *TokenTrie) plainIndex(pieces [][]byte) {
+	t.plain = NewTokenSet(t.vocab)
+	t.impure = make(nodeSet, (len(t.nodes)+63)/64)
+	var mark func(n int32) bool
+	mark = func(n int32) bool {
+		impure := false
+		for _, id := range t.nodes[n].tokens {
+			if plainPiece(pieces[id]) {
+				t.plain.Add(int(id))
+			} else {
+				impure = true
+			}
+		}
+		for _, e := range t.nodes[n].edges {
+			if mark(e.node) {
+				impure = true
+			}
+		}
+		if impure {
+			t.impure[n>>6] |= 1 << (n & 63)
+		}
+		return impure
+	}
+	mark(0)
+}
+
+// nodeSet is a set of trie nodes.
+type nodeSet []uint64
+
+func (s nodeSet) has(n int32) bool { return s[n>>6]&(1<<(n&63)) != 0 }
