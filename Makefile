@@ -12,7 +12,7 @@ RACE_SKIP := /models/lm|/models/predictor|/models/lmtrain|/models/edgemodel|/mod
 TEST_FLAGS ?= -timeout 20m
 # Tests in race-tested packages that run smaller or not at all under -race
 # (each says why) and in full in a second pass without it.
-RACE_FULL := ^Test(DocsMatchCode|OperatorWalkthrough|RunnableBlocks|LearningLoop|ToolRequestsStayOnTheDevice|KillAfterAnswersKeepsEveryRecord|TwoHundredConcurrentLocalClients|ThousandDevices|RolloutThousandDevices|KillDuringIngestStoresEachRecordOnce|ModelTrainTelemetry|ModelEval|LMTrainWritesLoadableModel|LMToolPrior|TelemetryAndConfigThroughLossyLinkAndTunnel|ResumeFlappingLink|BlackoutResumes|LongBlackoutContinuesLocally|ConstrainedRepliesOnCloud|ConstrainedRepliesThroughAgent|LengthCutDropsMarker|MaskerMatchesTrieMaskLlama3)$$
+RACE_FULL := ^Test(DocsMatchCode|OperatorWalkthrough|RunnableBlocks|LearningLoop|ToolRequestsStayOnTheDevice|KillAfterAnswersKeepsEveryRecord|TwoHundredConcurrentLocalClients|ThousandDevices|RolloutThousandDevices|KillDuringIngestStoresEachRecordOnce|ModelTrainTelemetry|ModelEval|LMTrainWritesLoadableModel|LMToolPrior|TelemetryAndConfigThroughLossyLinkAndTunnel|ResumeFlappingLink|BlackoutResumes|LongBlackoutContinuesLocally|ConstrainedRepliesOnCloud|ConstrainedRepliesThroughAgent|LengthCutDropsMarker|MaskerMatchesTrieMaskLlama3|SampleLlama3)$$
 
 # The device build leaves out net/http's bundled HTTP/2 (0.5 MiB): the agent
 # serves HTTP/1.1 on loopback and talks to the cloud over QUIC.
@@ -69,7 +69,7 @@ test: lint
 	$(GO) test $(TEST_FLAGS) -run 'NoAlloc' ./models/textfeat/  # skipped under -race: sync.Pool drops items at random there
 	$(GO) test -race $(TEST_FLAGS) -run 'Concurrent|Swappable' ./models/predictor/  # its shared state, under the race detector
 	# Tests that -race shrinks or skips (kill -9 crash tests, training, thousand-device fleets), whole, without it.
-	$(GO) test $(TEST_FLAGS) -run '$(RACE_FULL)' ./agent/ ./agent/fleetclient/ ./cloud/ ./cloud/fleet/ ./cloud/ctl/ ./internal/docscheck/ ./transport/quic/ ./models/lm/grammar/
+	$(GO) test $(TEST_FLAGS) -run '$(RACE_FULL)' ./agent/ ./agent/fleetclient/ ./cloud/ ./cloud/fleet/ ./cloud/ctl/ ./internal/docscheck/ ./transport/quic/ ./models/lm/grammar/ ./models/lm/grammar/maskbench/
 	$(MAKE) fuzz-smoke
 
 # A few seconds of fuzzing for every fuzz target (FUZZTIME=2s each).

@@ -25,13 +25,14 @@ import (
 //     copies its mask.
 //   - Plain string text (llguidance's and XGrammar's token classes). The
 //     tokens whose piece is well-formed UTF-8 without '"', '\\' or a
-//     control byte (the trie's plain set, about 90% of a vocabulary) are,
-//     in a state where every such character leads back to the same state
-//     (inside a string with no length bound), all allowed: each character
-//     of the piece is accepted and returns to that state. Whether a state
-//     is such a loop is checked on the DFA, byte class by byte class,
-//     through the UTF-8 automaton (plainLoop), not assumed from the rules;
-//     the walk then skips the trie's subtrees that hold only plain tokens.
+//     control byte (the trie's plain set, 95% of Llama 3's vocabulary) are
+//     all allowed in a state whose plain characters keep it within a small
+//     closed set of states that accept every plain character (inside a
+//     string with no length bound the set is one state; at an object key
+//     in check mode, the listed keys' prefix tree and the free key's
+//     loop). plainLoop checks that on the DFA, through the UTF-8
+//     automaton, rather than assuming it from the rules; the walk then
+//     skips the trie's subtrees that hold only plain tokens.
 //
 // The mask equals TokenTrie.Mask's on every state: TestMaskerMatchesTrieMask
 // and FuzzMasker compare the two.
@@ -147,10 +148,10 @@ const (
 
 type dfaState struct {
 	s     State
-	next  byteSet // bytes some parse accepts
-	trans []int32 // by byte class: a state, transUnknown or transDead
-	loop  int8    // plainLoop's answer: 0 not asked, 1 yes, 2 no
-	mask  TokenSet
+	next  byteSet  // bytes some parse accepts
+	trans []int32  // by byte class: a state, transUnknown, transDead or transOver
+	loop  int8     // plainLoop's answer: 0 not asked, 1 yes, 2 no
+	mask  TokenSet // the state's mask, once computed
 }
 
 // NewMasker is a Masker of g over t's vocabulary.
@@ -221,12 +222,15 @@ func (m *Masker) Mask(s State, out TokenSet) {
 		m.states, m.masks = m.states[:0], 0
 		clear(m.byHash)
 	}
-	q := m.intern(s)
-	if mask := m.states[q].mask; mask != nil {
-		copy(out, mask)
-		return
+	copy(out, m.maskOf(m.intern(s)).mask)
+}
+
+// maskOf is q's DFA state with its mask computed.
+func (m *Masker) maskOf(q int32) *dfaState {
+	if st := m.states[q]; st.mask != nil {
+		return st
 	}
-	clear(out)
+	out := NewTokenSet(m.t.vocab)
 	if m.plainLoop(q) {
 		copy(out, m.t.plain)
 		m.walk(0, q, out, true)
@@ -239,8 +243,9 @@ func (m *Masker) Mask(s State, out TokenSet) {
 		}
 		m.masks = 0
 	}
-	m.states[q].mask = slices.Clone(out)
+	m.states[q].mask = out
 	m.masks++
+	return m.states[q]
 }
 
 // walk is TokenTrie.walk on the DFA. With prune, the subtrees that hold
@@ -262,6 +267,15 @@ func (m *Masker) walk(n, q int32, out TokenSet, prune bool) {
 		}
 		q2 := m.step(q, e.c)
 		if q2 == transDead {
+			continue
+		}
+		if !m.t.restImpure.has(e.node) && m.plainLoop(q2) {
+			// Every token below is this node's path and then plain
+			// text, which q2 accepts whole.
+			sp := m.t.span[e.node]
+			for _, id := range m.t.order[sp[0]:sp[1]] {
+				out.Add(int(id))
+			}
 			continue
 		}
 		for _, id := range child.tokens {
@@ -338,85 +352,141 @@ func u8Next(u int, c byte) int {
 	return u8Bad
 }
 
-// plainLoop reports whether every plain character (a byte sequence u8Next
-// reads to u8Done) leads q back to q with each of its bytes accepted: then
-// every plain piece is accepted from q, byte by byte, which is what
-// TokenTrie.Mask asks of a token. It explores the pairs (automaton state,
-// DFA state) reachable from (u8Start, q).
+// plainLoop reports whether every plain piece is accepted from q: whether
+// the states q reaches by whole plain characters (u8Next reads a sequence
+// to u8Done) form a closed set, at most maxPlainClosure of them, in which
+// every byte of every plain character is accepted. A piece of plain
+// characters then goes from state to state of the set, each byte accepted,
+// which is what TokenTrie.Mask asks of a token. Inside a free string the
+// set is the one state every character returns to; at an object's key in
+// check mode it is the prefix tree of the listed keys and the free key's
+// loop. plainLoop explores the pairs (automaton state, DFA state).
 func (m *Masker) plainLoop(q int32) bool {
 	st := m.states[q]
 	if st.loop != 0 {
 		return st.loop == 1
 	}
-	ok := m.exploreLoop(q)
-	st.loop = 2
-	if ok {
-		st.loop = 1
+	closure, ok := m.plainClosure(q)
+	if !ok {
+		st.loop = 2
+		return false
 	}
-	return ok
-}
-
-func (m *Masker) exploreLoop(q int32) bool {
-	type pair struct {
-		u int
-		q int32
-	}
-	seen := map[pair]bool{{u8Start, q}: true}
-	todo := []pair{{u8Start, q}}
-	for len(todo) > 0 {
-		p := todo[len(todo)-1]
-		todo = todo[:len(todo)-1]
-		for c := range 256 {
-			u := u8Next(p.u, byte(c))
-			if u == u8Bad {
-				continue
-			}
-			q2 := m.step(p.q, byte(c))
-			switch {
-			case q2 == transDead:
-				return false
-			case u == u8Done:
-				if q2 != q {
-					return false
-				}
-			case !seen[pair{u, q2}]:
-				seen[pair{u, q2}] = true
-				todo = append(todo, pair{u, q2})
-			}
-		}
+	for _, id := range closure {
+		m.states[id].loop = 1 // the closure of each is within this one
 	}
 	return true
 }
 
-// plainIndex marks, once per trie, the plain tokens and the nodes whose
-// subtree holds a token that is not plain.
+// maxPlainClosure bounds the states plainLoop explores: a counted string
+// (maxLength) never closes, and a huge listed-key tree is not worth it.
+const maxPlainClosure = 16
+
+func (m *Masker) plainClosure(q int32) ([]int32, bool) {
+	type pair struct {
+		u int
+		q int32
+	}
+	closure := []int32{q}
+	seen := []pair{{u8Start, q}}
+	for i := 0; i < len(seen); i++ {
+		p := seen[i]
+		// Bytes of one class that the automaton moves alike lead to the
+		// same pair: done[class] has a bit per automaton state reached.
+		var done [256]uint16
+		for c := range 256 {
+			u := u8Next(p.u, byte(c))
+			k := m.cls.class[c]
+			if u == u8Bad || done[k]&(1<<u) != 0 {
+				continue
+			}
+			done[k] |= 1 << u
+			q2 := m.step(p.q, byte(c))
+			if q2 == transDead {
+				return nil, false
+			}
+			next := pair{u, q2}
+			if u == u8Done {
+				next.u = u8Start
+			}
+			if slices.Contains(seen, next) {
+				continue
+			}
+			if next.u == u8Start {
+				if len(closure) == maxPlainClosure {
+					return nil, false
+				}
+				closure = append(closure, q2)
+			}
+			seen = append(seen, next)
+		}
+	}
+	return closure, true
+}
+
+// plainIndex marks, once per trie, the plain tokens, the nodes whose
+// subtree holds a token that is not plain (impure) and those whose subtree
+// holds a token whose rest, from the node on, is not plain text
+// (restImpure), and lists the tokens in depth-first order so each node's
+// subtree is a range of the list.
 func (t *TokenTrie) plainIndex(pieces [][]byte) {
 	t.plain = NewTokenSet(t.vocab)
 	t.impure = make(nodeSet, (len(t.nodes)+63)/64)
-	var mark func(n int32) bool
-	mark = func(n int32) bool {
-		impure := false
-		for _, id := range t.nodes[n].tokens {
-			if plainPiece(pieces[id]) {
-				t.plain.Add(int(id))
-			} else {
-				impure = true
+	t.restImpure = make(nodeSet, (len(t.nodes)+63)/64)
+	t.span = make([][2]int32, len(t.nodes))
+	var plainFrom []bool
+	for id, p := range pieces {
+		if len(p) == 0 {
+			continue
+		}
+		if plainPiece(p) {
+			t.plain.Add(id)
+		}
+		// plainFrom[d]: p[d:] is whole plain characters.
+		plainFrom = append(plainFrom[:0], make([]bool, len(p)+1)...)
+		plainFrom[len(p)] = true
+		for d := len(p) - 1; d >= 0; d-- {
+			for k := 1; k <= utf8.UTFMax && d+k <= len(p); k++ {
+				if plainFrom[d+k] && plainPiece(p[d:d+k]) && utf8.FullRune(p[d:d+k]) && utf8.RuneCount(p[d:d+k]) == 1 {
+					plainFrom[d] = true
+					break
+				}
 			}
 		}
-		for _, e := range t.nodes[n].edges {
-			if mark(e.node) {
-				impure = true
+		for n, d := int32(0), 0; ; d++ {
+			if !plainFrom[d] {
+				t.restImpure.add(n)
 			}
+			if !plainFrom[0] {
+				t.impure.add(n)
+			}
+			if d == len(p) {
+				break
+			}
+			n = t.child(n, p[d])
 		}
-		if impure {
-			t.impure[n>>6] |= 1 << (n & 63)
-		}
-		return impure
 	}
-	mark(0)
+	var dfs func(n int32)
+	dfs = func(n int32) {
+		t.span[n][0] = int32(len(t.order))
+		t.order = append(t.order, t.nodes[n].tokens...)
+		for _, e := range t.nodes[n].edges {
+			dfs(e.node)
+		}
+		t.span[n][1] = int32(len(t.order))
+	}
+	dfs(0)
+}
+
+// child is n's child by byte c (which exists).
+func (t *TokenTrie) child(n int32, c byte) int32 {
+	edges := t.nodes[n].edges
+	k, _ := slices.BinarySearchFunc(edges, c, func(e trieEdge, c byte) int { return int(e.c) - int(c) })
+	return edges[k].node
 }
 
 // nodeSet is a set of trie nodes.
 type nodeSet []uint64
 
 func (s nodeSet) has(n int32) bool { return s[n>>6]&(1<<(n&63)) != 0 }
+
+func (s nodeSet) add(n int32) { s[n>>6] |= 1 << (n & 63) }

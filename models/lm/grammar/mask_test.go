@@ -179,6 +179,7 @@ func TestPlainLoop(t *testing.T) {
 		{`{"type":"string","minLength":3}`, `"abc`, true},
 		{`{"type":"object","properties":{"a":{"type":"string"}}}`, `{"a":"x`, true},
 		{`{"type":"object","properties":{"a":{"type":"string"}}}`, `{"`, false},
+		{`{"type":"string","enum":["abc","abd"]}`, `"a`, false},
 	} {
 		g, err := Schema([]byte(tc.schema))
 		if err != nil {
@@ -191,6 +192,22 @@ func TestPlainLoop(t *testing.T) {
 		m := NewMasker(trie, g)
 		if got := m.plainLoop(m.intern(s)); got != tc.loop {
 			t.Errorf("%s after %q: plainLoop %v, want %v", tc.schema, tc.prefix, got, tc.loop)
+		}
+	}
+	// At a key in check mode the listed keys' prefix tree and the free
+	// key's loop close.
+	g, err := SchemaWith([]byte(`{"type":"object","properties":{"settings":{"type":"boolean"},"set":{"type":"null"}}}`), Options{Check: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, prefix := range []string{`{"`, `{"se`, `{ "settings`, `{"settingsx`} {
+		s, ok := g.Start().AdvanceBytes([]byte(prefix))
+		if !ok {
+			t.Fatalf("%q refused", prefix)
+		}
+		m := NewMasker(trie, g)
+		if !m.plainLoop(m.intern(s)) {
+			t.Errorf("check mode after %q: not a plain loop", prefix)
 		}
 	}
 }

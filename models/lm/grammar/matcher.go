@@ -187,8 +187,11 @@ type TokenTrie struct {
 	vocab int
 	// plain is the tokens whose piece is plain string text and impure
 	// the nodes whose subtree holds a token that is not (mask.go).
-	plain  TokenSet
-	impure nodeSet
+	plain      TokenSet
+	impure     nodeSet
+	restImpure nodeSet
+	order      []int32    // tokens, depth first
+	span       [][2]int32 // each node's subtree's range of order
 }
 
 type trieNode struct {
