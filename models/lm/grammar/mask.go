@@ -148,10 +148,12 @@ const (
 
 type dfaState struct {
 	s     State
-	next  byteSet  // bytes some parse accepts
-	trans []int32  // by byte class: a state, transUnknown, transDead or transOver
-	loop  int8     // plainLoop's answer: 0 not asked, 1 yes, 2 no
-	mask  TokenSet // the state's mask, once computed
+	next  byteSet // bytes some parse accepts
+	trans []int32 // by byte class: a state, transUnknown, transDead or transOver
+	// depth is plainDepth's answer, once depthKnown.
+	depth      int
+	depthKnown bool
+	mask       TokenSet // the state's mask, once computed
 }
 
 // NewMasker is a Masker of g over t's vocabulary.
@@ -231,12 +233,11 @@ func (m *Masker) maskOf(q int32) *dfaState {
 		return st
 	}
 	out := NewTokenSet(m.t.vocab)
-	if m.plainLoop(q) {
-		copy(out, m.t.plain)
-		m.walk(0, q, out, true)
-	} else {
-		m.walk(0, q, out, false)
+	d := m.plainDepth(q)
+	if d > 0 {
+		copy(out, m.t.plainUpTo(d))
 	}
+	m.walk(0, q, out, d)
 	if m.masks >= maxCachedMasks {
 		for _, st := range m.states {
 			st.mask = nil
@@ -248,15 +249,16 @@ func (m *Masker) maskOf(q int32) *dfaState {
 	return m.states[q]
 }
 
-// walk is TokenTrie.walk on the DFA. With prune, the subtrees that hold
-// only plain tokens are skipped: Mask has already allowed them.
-func (m *Masker) walk(n, q int32, out TokenSet, prune bool) {
+// walk is TokenTrie.walk on the DFA. With prune above zero, the subtrees
+// that hold only plain tokens of at most prune characters are skipped:
+// Mask has already allowed them.
+func (m *Masker) walk(n, q int32, out TokenSet, prune int) {
 	for _, e := range m.t.nodes[n].edges {
 		if !m.states[q].next.has(e.c) {
 			continue
 		}
 		child := &m.t.nodes[e.node]
-		if prune && !m.t.impure.has(e.node) {
+		if prune > 0 && !m.t.impure.has(e.node) && int(m.t.pieceChars[e.node]) <= prune {
 			continue
 		}
 		if len(child.edges) == 0 {
@@ -269,9 +271,9 @@ func (m *Masker) walk(n, q int32, out TokenSet, prune bool) {
 		if q2 == transDead {
 			continue
 		}
-		if !m.t.restImpure.has(e.node) && m.plainLoop(q2) {
+		if !m.t.restImpure.has(e.node) && int(m.t.restChars[e.node]) <= m.plainDepth(q2) {
 			// Every token below is this node's path and then plain
-			// text, which q2 accepts whole.
+			// text q2 accepts whole.
 			sp := m.t.span[e.node]
 			for _, id := range m.t.order[sp[0]:sp[1]] {
 				out.Add(int(id))
@@ -285,7 +287,7 @@ func (m *Masker) walk(n, q int32, out TokenSet, prune bool) {
 	}
 }
 
-// UTF-8 automaton states for plainLoop: what the rest of a character
+// UTF-8 automaton states for plainDepth: what the rest of a character
 // may be (RFC 3629's table: no overlongs, no surrogates, nothing past
 // U+10FFFF).
 const (
@@ -352,41 +354,70 @@ func u8Next(u int, c byte) int {
 	return u8Bad
 }
 
-// plainLoop reports whether every plain piece is accepted from q: whether
-// the states q reaches by whole plain characters (u8Next reads a sequence
-// to u8Done) form a closed set, at most maxPlainClosure of them, in which
-// every byte of every plain character is accepted. A piece of plain
-// characters then goes from state to state of the set, each byte accepted,
-// which is what TokenTrie.Mask asks of a token. Inside a free string the
-// set is the one state every character returns to; at an object's key in
-// check mode it is the prefix tree of the listed keys and the free key's
-// loop. plainLoop explores the pairs (automaton state, DFA state).
-func (m *Masker) plainLoop(q int32) bool {
+// plainDepth is how many plain characters q surely accepts: every
+// sequence of that many whole plain characters (u8Next reads each to
+// u8Done) or fewer is accepted byte by byte, which is what TokenTrie.Mask
+// asks of a plain token of as many characters. It is plainClosed when the
+// states reached close (inside a free string every character returns to
+// one state; at an object key in check mode the listed keys' prefix tree
+// and the free key's loop), so plain tokens of any length are accepted;
+// inside a string with maxLength it is the characters left. It explores
+// characters level by level, at most maxPlainDepth levels and
+// maxPlainStates states at character boundaries.
+func (m *Masker) plainDepth(q int32) int {
+	if st := m.states[q]; st.depthKnown {
+		return st.depth
+	}
+	d := m.exploreDepth(q)
 	st := m.states[q]
-	if st.loop != 0 {
-		return st.loop == 1
-	}
-	closure, ok := m.plainClosure(q)
-	if !ok {
-		st.loop = 2
-		return false
-	}
-	for _, id := range closure {
-		m.states[id].loop = 1 // the closure of each is within this one
-	}
-	return true
+	st.depth, st.depthKnown = d, true
+	return d
 }
 
-// maxPlainClosure bounds the states plainLoop explores: a counted string
-// (maxLength) never closes, and a huge listed-key tree is not worth it.
-const maxPlainClosure = 16
+const (
+	plainClosed    = 1 << 20
+	maxPlainDepth  = 48
+	maxPlainStates = 64
+)
 
-func (m *Masker) plainClosure(q int32) ([]int32, bool) {
+// exploreDepth computes plainDepth. A state first met at level j has had
+// every character from it checked, so every sequence of the depth
+// returned, less j, is accepted from it (by induction over the levels); a
+// level that brings no new state closes the set.
+func (m *Masker) exploreDepth(q int32) int {
+	seen := []int32{q}
+	level := []int32{q}
+	for depth := 0; depth < maxPlainDepth; depth++ {
+		var next []int32
+		for _, s := range level {
+			if !m.plainChar(s, &next) {
+				return depth
+			}
+		}
+		var fresh []int32
+		for _, s := range next {
+			if !slices.Contains(seen, s) {
+				fresh = append(fresh, s)
+			}
+		}
+		if len(fresh) == 0 {
+			return plainClosed
+		}
+		if seen = append(seen, fresh...); len(seen) > maxPlainStates {
+			return depth + 1
+		}
+		level = fresh
+	}
+	return maxPlainDepth
+}
+
+// plainChar adds to after the states every plain character leads q to; it
+// returns false when some byte of one is refused.
+func (m *Masker) plainChar(q int32, after *[]int32) bool {
 	type pair struct {
 		u int
 		q int32
 	}
-	closure := []int32{q}
 	seen := []pair{{u8Start, q}}
 	for i := 0; i < len(seen); i++ {
 		p := seen[i]
@@ -401,63 +432,70 @@ func (m *Masker) plainClosure(q int32) ([]int32, bool) {
 			}
 			done[k] |= 1 << u
 			q2 := m.step(p.q, byte(c))
-			if q2 == transDead {
-				return nil, false
-			}
-			next := pair{u, q2}
-			if u == u8Done {
-				next.u = u8Start
-			}
-			if slices.Contains(seen, next) {
-				continue
-			}
-			if next.u == u8Start {
-				if len(closure) == maxPlainClosure {
-					return nil, false
+			switch {
+			case q2 == transDead:
+				return false
+			case u == u8Done:
+				if !slices.Contains(*after, q2) {
+					*after = append(*after, q2)
 				}
-				closure = append(closure, q2)
+			case !slices.Contains(seen, pair{u, q2}):
+				seen = append(seen, pair{u, q2})
 			}
-			seen = append(seen, next)
 		}
 	}
-	return closure, true
+	return true
 }
 
 // plainIndex marks, once per trie, the plain tokens, the nodes whose
 // subtree holds a token that is not plain (impure) and those whose subtree
 // holds a token whose rest, from the node on, is not plain text
-// (restImpure), and lists the tokens in depth-first order so each node's
-// subtree is a range of the list.
+// (restImpure); it counts the most characters of a plain token below each
+// node (pieceChars) and of a plain rest (restChars), and lists the tokens
+// in depth-first order so each node's subtree is a range of the list.
 func (t *TokenTrie) plainIndex(pieces [][]byte) {
 	t.plain = NewTokenSet(t.vocab)
 	t.impure = make(nodeSet, (len(t.nodes)+63)/64)
 	t.restImpure = make(nodeSet, (len(t.nodes)+63)/64)
+	t.pieceChars = make([]uint8, len(t.nodes))
+	t.restChars = make([]uint8, len(t.nodes))
 	t.span = make([][2]int32, len(t.nodes))
-	var plainFrom []bool
+	t.upTo = make([]TokenSet, maxPlainDepth+1)
+	for i := range t.upTo {
+		t.upTo[i] = NewTokenSet(t.vocab)
+	}
+	var charsFrom []int // characters of p[d:], -1 when not plain
 	for id, p := range pieces {
 		if len(p) == 0 {
 			continue
 		}
-		if plainPiece(p) {
-			t.plain.Add(id)
-		}
-		// plainFrom[d]: p[d:] is whole plain characters.
-		plainFrom = append(plainFrom[:0], make([]bool, len(p)+1)...)
-		plainFrom[len(p)] = true
+		charsFrom = append(charsFrom[:0], make([]int, len(p)+1)...)
 		for d := len(p) - 1; d >= 0; d-- {
+			charsFrom[d] = -1
 			for k := 1; k <= utf8.UTFMax && d+k <= len(p); k++ {
-				if plainFrom[d+k] && plainPiece(p[d:d+k]) && utf8.FullRune(p[d:d+k]) && utf8.RuneCount(p[d:d+k]) == 1 {
-					plainFrom[d] = true
+				if charsFrom[d+k] >= 0 && plainPiece(p[d:d+k]) && utf8.RuneCount(p[d:d+k]) == 1 {
+					charsFrom[d] = charsFrom[d+k] + 1
 					break
 				}
 			}
 		}
-		for n, d := int32(0), 0; ; d++ {
-			if !plainFrom[d] {
-				t.restImpure.add(n)
+		whole := charsFrom[0]
+		if whole >= 0 {
+			t.plain.Add(id)
+			for n := whole; n <= maxPlainDepth; n++ {
+				t.upTo[n].Add(id)
 			}
-			if !plainFrom[0] {
+		}
+		for n, d := int32(0), 0; ; d++ {
+			if charsFrom[d] < 0 {
+				t.restImpure.add(n)
+			} else {
+				t.restChars[n] = max(t.restChars[n], uint8(min(charsFrom[d], 255)))
+			}
+			if whole < 0 {
 				t.impure.add(n)
+			} else {
+				t.pieceChars[n] = max(t.pieceChars[n], uint8(min(whole, 255)))
 			}
 			if d == len(p) {
 				break
@@ -475,6 +513,14 @@ func (t *TokenTrie) plainIndex(pieces [][]byte) {
 		t.span[n][1] = int32(len(t.order))
 	}
 	dfs(0)
+}
+
+// plainUpTo is the plain tokens of at most d characters.
+func (t *TokenTrie) plainUpTo(d int) TokenSet {
+	if d >= len(t.upTo) {
+		return t.plain
+	}
+	return t.upTo[d]
 }
 
 // child is n's child by byte c (which exists).

@@ -80,6 +80,7 @@ func maskGrammars(t testing.TB) map[string]*Grammar {
 		`{"type":"string","maxLength":6}`,
 		`{"type":"string","format":"date-time"}`,
 		`{"anyOf":[{"type":"string"},{"type":"string","enum":["abc","a\"b"]}]}`,
+		`{"type":"array","items":{"type":"string","maxLength":30},"maxItems":3}`,
 	}
 	for i, sc := range append(append([]string{}, schemas...), extra...) {
 		g, err := Schema([]byte(sc))
@@ -158,30 +159,35 @@ func TestMaskerMatchesTrieMaskLlama3(t *testing.T) {
 	}
 	rng := rand.New(rand.NewPCG(9, 10))
 	gs := maskGrammars(t)
-	for _, name := range []string{"schemaI", "schemaJ", "check", "tools", "json_object"} {
+	for _, name := range []string{"schemaI", "schemaJ", "schemaN", "check", "tools", "json_object"} {
 		t.Run(name, func(t *testing.T) { compareMasks(t, trie, gs[name], rng, 1, 6) })
 	}
 }
 
-// TestPlainLoop: the plain-text fast path is taken inside a free string
-// (where it matters) and not where plain text is bounded or ends.
-func TestPlainLoop(t *testing.T) {
+// TestPlainDepth: plain text is allowed wholesale inside a free string and
+// at a check-mode key (closed), up to the characters left inside a counted
+// string, and not where it is refused.
+func TestPlainDepth(t *testing.T) {
 	trie := NewTokenTrie(testPieces())
 	for _, tc := range []struct {
 		schema, prefix string
-		loop           bool
+		check          bool
+		depth          int
 	}{
-		{`{"type":"string"}`, `"`, true},
-		{`{"type":"string"}`, `"ab c`, true},
-		{`{"type":"string"}`, `"a\`, false},
-		{`{"type":"string"}`, "\"\xe4", false},
-		{`{"type":"string","maxLength":6}`, `"ab`, false},
-		{`{"type":"string","minLength":3}`, `"abc`, true},
-		{`{"type":"object","properties":{"a":{"type":"string"}}}`, `{"a":"x`, true},
-		{`{"type":"object","properties":{"a":{"type":"string"}}}`, `{"`, false},
-		{`{"type":"string","enum":["abc","abd"]}`, `"a`, false},
+		{`{"type":"string"}`, `"`, false, plainClosed},
+		{`{"type":"string"}`, `"ab c`, false, plainClosed},
+		{`{"type":"string"}`, `"a\`, false, 0},
+		{`{"type":"string"}`, "\"\xe4", false, 0},
+		{`{"type":"string","maxLength":6}`, `"ab`, false, 4},
+		{`{"type":"string","maxLength":60}`, `"`, false, maxPlainDepth},
+		{`{"type":"string","minLength":3}`, `"abc`, false, plainClosed},
+		{`{"type":"object","properties":{"a":{"type":"string"}}}`, `{"a":"x`, false, plainClosed},
+		{`{"type":"object","properties":{"a":{"type":"string"}}}`, `{"`, false, 0},
+		{`{"type":"string","enum":["abc","abd"]}`, `"a`, false, 0},
+		{`{"type":"object","properties":{"settings":{"type":"boolean"},"set":{"type":"null"}}}`, `{"`, true, plainClosed},
+		{`{"type":"object","properties":{"settings":{"type":"boolean"},"set":{"type":"null"}}}`, `{ "settings`, true, plainClosed},
 	} {
-		g, err := Schema([]byte(tc.schema))
+		g, err := SchemaWith([]byte(tc.schema), Options{Check: tc.check})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -190,24 +196,8 @@ func TestPlainLoop(t *testing.T) {
 			t.Fatalf("%s: %q refused", tc.schema, tc.prefix)
 		}
 		m := NewMasker(trie, g)
-		if got := m.plainLoop(m.intern(s)); got != tc.loop {
-			t.Errorf("%s after %q: plainLoop %v, want %v", tc.schema, tc.prefix, got, tc.loop)
-		}
-	}
-	// At a key in check mode the listed keys' prefix tree and the free
-	// key's loop close.
-	g, err := SchemaWith([]byte(`{"type":"object","properties":{"settings":{"type":"boolean"},"set":{"type":"null"}}}`), Options{Check: true})
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, prefix := range []string{`{"`, `{"se`, `{ "settings`, `{"settingsx`} {
-		s, ok := g.Start().AdvanceBytes([]byte(prefix))
-		if !ok {
-			t.Fatalf("%q refused", prefix)
-		}
-		m := NewMasker(trie, g)
-		if !m.plainLoop(m.intern(s)) {
-			t.Errorf("check mode after %q: not a plain loop", prefix)
+		if got := m.plainDepth(m.intern(s)); got != tc.depth {
+			t.Errorf("%s after %q: plainDepth %d, want %d", tc.schema, tc.prefix, got, tc.depth)
 		}
 	}
 }

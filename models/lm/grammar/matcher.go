@@ -188,8 +188,11 @@ type TokenTrie struct {
 	// plain is the tokens whose piece is plain string text and impure
 	// the nodes whose subtree holds a token that is not (mask.go).
 	plain      TokenSet
+	upTo       []TokenSet // plain tokens of at most i characters
 	impure     nodeSet
 	restImpure nodeSet
+	pieceChars []uint8    // most characters of a plain token below a node
+	restChars  []uint8    // most characters of a plain rest below a node
 	order      []int32    // tokens, depth first
 	span       [][2]int32 // each node's subtree's range of order
 }
