@@ -5,6 +5,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"time"
 
 	"github.com/phaseless/phaseless/internal/cli"
 	"github.com/phaseless/phaseless/models/lm/grammar/maskbench"
@@ -22,7 +23,8 @@ func lmMaskBench(ctx context.Context, cio cli.IO, args []string) error {
 	reference := fs.Bool("reference", false, "compute masks with the trie walk the Masker replaced (slow: 0.1–1 s a token inside strings)")
 	refusals := fs.Int("refusals", 15, "print the most common compile errors, this many")
 	progress := fs.Bool("progress", false, "print a line per schema file to stderr")
-	if done, err := lmParseFlags(fs, cio, args, "lm maskbench --tokenizer tokenizer.json [--tokenizer-config F] [--limit N --seed S] [--reference] [--progress] DIR"); done || err != nil {
+	fileTimeout := fs.Duration("file-timeout", time.Minute, "give up on a schema file whose tests have run this long, counting it as timed out (0: never)")
+	if done, err := lmParseFlags(fs, cio, args, "lm maskbench --tokenizer tokenizer.json [--tokenizer-config F] [--limit N --seed S] [--reference] [--file-timeout D] [--progress] DIR"); done || err != nil {
 		return err
 	}
 	if *tokJSON == "" {
@@ -39,7 +41,7 @@ func lmMaskBench(ctx context.Context, cio cli.IO, args []string) error {
 	if err != nil {
 		return err
 	}
-	cfg := maskbench.Config{Dir: fs.Arg(0), Tokenizer: tok, Limit: *limit, Seed: *seed, Reference: *reference}
+	cfg := maskbench.Config{Dir: fs.Arg(0), Tokenizer: tok, Limit: *limit, Seed: *seed, Reference: *reference, FileTimeout: *fileTimeout}
 	if *progress {
 		cfg.Progress = cio.Stderr
 	}

@@ -26,13 +26,15 @@ import (
 //   - Plain string text (llguidance's and XGrammar's token classes). The
 //     tokens whose piece is well-formed UTF-8 without '"', '\\' or a
 //     control byte (the trie's plain set, 95% of Llama 3's vocabulary) are
-//     all allowed in a state whose plain characters keep it within a small
-//     closed set of states that accept every plain character (inside a
-//     string with no length bound the set is one state; at an object key
-//     in check mode, the listed keys' prefix tree and the free key's
-//     loop). plainLoop checks that on the DFA, through the UTF-8
-//     automaton, rather than assuming it from the rules; the walk then
-//     skips the trie's subtrees that hold only plain tokens.
+//     allowed wholesale, up to as many characters as the state surely
+//     accepts (plainDepth: any number inside a string with no length
+//     bound or at an object key in check mode, the characters left inside
+//     one with maxLength). plainDepth finds that on the DFA, through the
+//     UTF-8 automaton, rather than assuming it from the rules; the walk
+//     then skips the trie's subtrees that hold only such tokens, and below
+//     a node whose state accepts the plain rest of every token of its
+//     subtree, allows the subtree as a range of the tokens listed depth
+//     first.
 //
 // The mask equals TokenTrie.Mask's on every state: TestMaskerMatchesTrieMask
 // and FuzzMasker compare the two.

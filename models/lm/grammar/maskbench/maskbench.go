@@ -43,20 +43,24 @@ type Config struct {
 	// Reference computes each mask with grammar.TokenTrie.Mask, the trie
 	// walk the Masker replaced, for a before/after comparison.
 	Reference bool
+	// FileTimeout, when above zero, gives up on a file whose tests have
+	// run that long (MaskBench's runner allows 15 minutes); it counts as
+	// failed, a timeout.
+	FileTimeout time.Duration
 	// Progress, when set, gets a line per file.
 	Progress io.Writer
 }
 
 // Report is what a run found.
 type Report struct {
-	Files, Compiled, Passing      int
-	ValidTests, ValidAccepted     int
-	InvalidTests, InvalidRejected int
-	Tokens                        int
-	Mask                          []time.Duration // per token: mask and commit
-	CompileTotal                  time.Duration   // of the schemas that compiled
-	Refusals                      map[string]int  // compile errors, by reason
-	Failures                      []string        // file: the first test it got wrong
+	Files, Compiled, Passing, Timeouts int
+	ValidTests, ValidAccepted          int
+	InvalidTests, InvalidRejected      int
+	Tokens                             int
+	Mask                               []time.Duration // per token: mask and commit
+	CompileTotal                       time.Duration   // of the schemas that compiled
+	Refusals                           map[string]int  // compile errors, by reason
+	Failures                           []string        // file: the first test it got wrong
 }
 
 // file is one MaskBench file.
@@ -119,6 +123,8 @@ type bench struct {
 	r     *Report
 	set   grammar.TokenSet
 	allow []bool
+	// deadline is when the file under way runs out of time (zero: never).
+	deadline time.Time
 }
 
 // runFile runs one file's schema and tests; it returns "" when the schema
@@ -130,6 +136,9 @@ func (b *bench) runFile(f *file) (verdict string) {
 		}
 	}()
 	t0 := time.Now()
+	if b.cfg.FileTimeout > 0 {
+		b.deadline = t0.Add(b.cfg.FileTimeout)
+	}
 	g, err := grammar.SchemaWith(f.Schema, grammar.Options{Check: true})
 	if err != nil {
 		b.r.Refusals[refusalReason(err)]++
@@ -142,7 +151,11 @@ func (b *bench) runFile(f *file) (verdict string) {
 		if err != nil {
 			return fmt.Sprintf("test %d: %v", i, err)
 		}
-		accepted := b.runInstance(g, b.cfg.Tokenizer.Encode(string(text)))
+		accepted, timedOut := b.runInstance(g, b.cfg.Tokenizer.Encode(string(text)))
+		if timedOut {
+			b.r.Timeouts++
+			return fmt.Sprintf("test %d: timeout after %v", i, b.cfg.FileTimeout)
+		}
 		if tc.Valid {
 			b.r.ValidTests++
 			if accepted {
@@ -165,8 +178,8 @@ func (b *bench) runFile(f *file) (verdict string) {
 // runInstance feeds toks to g's parses, computing the mask before each
 // (with a new Masker: nothing is carried over from another instance) and
 // committing it; it reports whether every token was allowed and the text
-// is complete.
-func (b *bench) runInstance(g *grammar.Grammar, toks []int32) bool {
+// is complete, or that the file's time ran out first.
+func (b *bench) runInstance(g *grammar.Grammar, toks []int32) (accepted, timedOut bool) {
 	m := grammar.NewMasker(b.ix.Trie, g)
 	st := g.Start()
 	for _, tok := range toks {
@@ -182,13 +195,17 @@ func (b *bench) runInstance(g *grammar.Grammar, toks []int32) bool {
 		if ok {
 			st, ok = st.AdvanceBytes(b.cfg.Tokenizer.Piece(tok))
 		}
-		b.r.Mask = append(b.r.Mask, time.Since(t0))
+		now := time.Now()
+		b.r.Mask = append(b.r.Mask, now.Sub(t0))
 		b.r.Tokens++
 		if !ok {
-			return false
+			return false, false
+		}
+		if !b.deadline.IsZero() && now.After(b.deadline) {
+			return false, true
 		}
 	}
-	return st.Accepting()
+	return st.Accepting(), false
 }
 
 // refusalReason groups compile errors: the reason, without where in the
@@ -232,6 +249,7 @@ func (r *Report) Table(w io.Writer) {
 	fmt.Fprintf(w, "| schemas | %d |\n|---|---|\n", r.Files)
 	fmt.Fprintf(w, "| compiled | %d |\n", r.Compiled)
 	fmt.Fprintf(w, "| passing (compile, accept every valid instance, reject every invalid one) | %d |\n", r.Passing)
+	fmt.Fprintf(w, "| timed out | %d |\n", r.Timeouts)
 	fmt.Fprintf(w, "| valid instances accepted | %d / %d |\n", r.ValidAccepted, r.ValidTests)
 	fmt.Fprintf(w, "| invalid instances rejected | %d / %d |\n", r.InvalidRejected, r.InvalidTests)
 	fmt.Fprintf(w, "| tokens | %d |\n", r.Tokens)

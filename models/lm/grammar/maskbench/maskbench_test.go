@@ -7,6 +7,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/phaseless/phaseless/models/lm/tokenizer"
 )
@@ -122,5 +123,17 @@ func TestLimitDraws(t *testing.T) {
 	}
 	if names[0] != names[1] {
 		t.Errorf("one seed drew different files:\n%s\n%s", names[0], names[1])
+	}
+}
+
+// TestFileTimeout: a file that runs out of time is counted as timed out,
+// not passing.
+func TestFileTimeout(t *testing.T) {
+	r, err := Run(context.Background(), Config{Dir: sample, Tokenizer: byteTokenizer(t), Limit: 5, Seed: 1, FileTimeout: time.Nanosecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r.Timeouts == 0 || r.Passing > r.Compiled-r.Timeouts {
+		t.Errorf("%d compiled, %d timed out, %d passing", r.Compiled, r.Timeouts, r.Passing)
 	}
 }
