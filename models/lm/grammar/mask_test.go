@@ -202,8 +202,9 @@ func TestPlainDepth(t *testing.T) {
 	}
 }
 
-// FuzzMasker compiles arbitrary schemas (for writing and for checking) and compares the fast mask with
-// the trie walk's on the states of random sentences.
+// FuzzMasker compiles arbitrary schemas (for writing and for checking)
+// and compares the fast mask with the trie walk's on the states of random
+// sentences.
 func FuzzMasker(f *testing.F) {
 	for _, s := range schemas {
 		f.Add([]byte(s), uint64(1))
