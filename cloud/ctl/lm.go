@@ -32,6 +32,7 @@ func init() {
 		{Name: "quantize", Summary: "rewrite a GGUF model with quantized tensors (q8_0, q6_k, q4_k_m, …)", Run: lmQuantize},
 		{Name: "toolprior", Summary: "train the tool prior on a preset's corpus and write a model file carrying it", Run: lmToolPrior},
 		{Name: "sampling", Summary: "write a model file again declaring the sampling for requests that omit theirs (general.sampling.*)", Run: lmSampling},
+		{Name: "maskbench", Summary: "run JSONSchemaBench's MaskBench (schemas, valid/invalid instances, mask µs) on a data set directory", Run: lmMaskBench},
 	}})
 }
 

@@ -7,6 +7,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/phaseless/phaseless/models/lm/constraint"
 	"github.com/phaseless/phaseless/models/lm/grammar"
 )
 
@@ -65,7 +66,7 @@ const maxChoiceTokens = 8192
 type choiceBuffers struct {
 	b      batch
 	logits []float32
-	allow  []bool
+	allow  grammar.TokenSet
 	lp     []float64
 }
 
@@ -372,7 +373,7 @@ func (e *Engine) decideChoices(jobs []*choiceJob, now time.Time) {
 				cb.lp = logSoftmax(row(p-1), cb.lp)
 				score += cb.lp[toks[p]]
 			}
-			score += e.followMass(row(len(toks)-1), a.after)
+			score += e.followMass(j.s.constraint, row(len(toks)-1), a.after)
 			// The run's slots begin with the sequence's and the shared
 			// opening's, so the alternative's own start at its position.
 			a.slots = f.slots[len(j.prefix) : len(j.prefix)+len(a.toks)]
@@ -433,8 +434,9 @@ func (e *Engine) greedyOpen(jobs []*choiceJob) {
 func (e *Engine) greedyStep(j *choiceJob) bool {
 	g := &j.greedy
 	best := -1
-	for id, ok := range e.allowed(g.st) {
-		if ok && (best < 0 || g.lp[id] > g.lp[best]) {
+	allow := e.allowed(j.s.constraint, g.st)
+	for id := range g.lp {
+		if allow.Has(id) && (best < 0 || g.lp[id] > g.lp[best]) {
 			best = id
 		}
 	}
@@ -524,25 +526,19 @@ func pickChoice(alts []alternative) int {
 
 // allowed is the tokens st allows next, with the end-of-generation ones
 // when its text is complete, in the step's scratch mask.
-func (e *Engine) allowed(st grammar.State) []bool {
+func (e *Engine) allowed(c *constraint.Constraint, st grammar.State) grammar.TokenSet {
 	cb := &e.stepBuf.choice
-	vi := e.m.vocabIndex()
-	if len(cb.allow) != vi.Trie.Vocab() {
-		cb.allow = make([]bool, vi.Trie.Vocab())
+	if n := e.m.vocabIndex().Trie.Vocab(); len(cb.allow) != (n+63)/64 {
+		cb.allow = grammar.NewTokenSet(n)
 	}
-	vi.Trie.Mask(st, cb.allow)
-	if st.Accepting() {
-		for _, id := range vi.EOG {
-			cb.allow[id] = true
-		}
-	}
+	c.Allowed(st, cb.allow)
 	return cb.allow
 }
 
 // followMass is the log-probability that the token after an alternative is
 // one its continuation allows.
-func (e *Engine) followMass(logits []float32, after grammar.State) float64 {
-	allow := e.allowed(after)
+func (e *Engine) followMass(c *constraint.Constraint, logits []float32, after grammar.State) float64 {
+	allow := e.allowed(c, after)
 	mx := math.Inf(-1)
 	for _, l := range logits {
 		mx = math.Max(mx, float64(l))
@@ -551,7 +547,7 @@ func (e *Engine) followMass(logits []float32, after grammar.State) float64 {
 	for id, l := range logits {
 		p := math.Exp(float64(l) - mx)
 		all += p
-		if id < len(allow) && allow[id] {
+		if id < len(allow)*64 && allow.Has(id) {
 			ok += p
 		}
 	}

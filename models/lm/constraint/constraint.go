@@ -47,31 +47,48 @@ func NewIndex(tok tokenizer.Tokenizer, vocab int) *Index {
 type Constraint struct {
 	// State is the parses so far; choice decoding moves it past the
 	// alternative it writes.
-	State grammar.State
-	trie  *grammar.TokenTrie
-	eog   []int32
-	tok   tokenizer.Tokenizer
-	allow []bool
+	State  grammar.State
+	masker *grammar.Masker // the generation's own: it caches per state
+	eog    []int32
+	tok    tokenizer.Tokenizer
+	allow  grammar.TokenSet
 }
 
 // New starts g's parses for a generation with tok, whose vocabulary ix
 // indexes.
 func New(ix *Index, tok tokenizer.Tokenizer, g *grammar.Grammar) *Constraint {
-	return &Constraint{State: g.Start(), trie: ix.Trie, eog: ix.EOG, tok: tok, allow: make([]bool, ix.Trie.Vocab())}
+	return &Constraint{State: g.Start(), masker: grammar.NewMasker(ix.Trie, g), eog: ix.EOG, tok: tok, allow: grammar.NewTokenSet(ix.Trie.Vocab())}
+}
+
+// Allowed sets out to the tokens st allows next (st a state of this
+// constraint's grammar), with the end-of-generation ones when st's text is
+// complete. out must have room for the vocabulary.
+func (c *Constraint) Allowed(st grammar.State, out grammar.TokenSet) {
+	c.masker.Mask(st, out)
+	if st.Accepting() {
+		for _, id := range c.eog {
+			out.Add(int(id))
+		}
+	}
 }
 
 // Mask sets the logits of refused tokens to -Inf.
 func (c *Constraint) Mask(logits []float32) {
-	c.trie.Mask(c.State, c.allow)
-	if c.State.Accepting() {
-		for _, id := range c.eog {
-			c.allow[id] = true
-		}
-	}
+	c.Allowed(c.State, c.allow)
 	neg := float32(math.Inf(-1))
-	for i, ok := range c.allow[:len(logits)] {
-		if !ok {
-			logits[i] = neg
+	for w, bits := range c.allow {
+		lo := w * 64
+		if lo >= len(logits) {
+			break
+		}
+		if bits == ^uint64(0) {
+			continue
+		}
+		row := logits[lo:min(lo+64, len(logits))]
+		for i := range row {
+			if bits&(1<<i) == 0 {
+				row[i] = neg
+			}
 		}
 	}
 }

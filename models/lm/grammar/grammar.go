@@ -16,7 +16,10 @@
 // consumes a byte before it recurses), so expanding a parse always ends.
 package grammar
 
-import "fmt"
+import (
+	"fmt"
+	"sync"
+)
 
 // byteSet is a set of bytes, one bit each.
 type byteSet [4]uint64
@@ -49,6 +52,9 @@ type Grammar struct {
 	// choices are the rules that are choice points (choice.go), each
 	// saying whether it has an open alternative.
 	choices map[int32]bool
+
+	classOnce sync.Once // guards classes, built on a Masker's first use
+	classes   *byteClasses
 }
 
 // builder makes rules; the compilers share it.

@@ -185,6 +185,16 @@ func (g *Grammar) Prefix(text []byte) bool {
 type TokenTrie struct {
 	nodes []trieNode
 	vocab int
+	// plain is the tokens whose piece is plain string text and impure
+	// the nodes whose subtree holds a token that is not (mask.go).
+	plain      TokenSet
+	upTo       []TokenSet // plain tokens of at most i characters
+	impure     nodeSet
+	restImpure nodeSet
+	pieceChars []uint8    // most characters of a plain token below a node
+	restChars  []uint8    // most characters of a plain rest below a node
+	order      []int32    // tokens, depth first
+	span       [][2]int32 // each node's subtree's range of order
 }
 
 type trieNode struct {
@@ -220,6 +230,7 @@ func NewTokenTrie(pieces [][]byte) *TokenTrie {
 		}
 		t.nodes[n].tokens = append(t.nodes[n].tokens, int32(id))
 	}
+	t.plainIndex(pieces)
 	return t
 }
 

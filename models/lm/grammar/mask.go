@@ -1,0 +1,540 @@
+package grammar
+
+import (
+	"math/bits"
+	"slices"
+	"unicode/utf8"
+)
+
+// The fast mask. TokenTrie.Mask (matcher.go) is the definition: a token is
+// allowed when the trie walk advances the parses over every byte of its
+// piece. It calls Advance at almost every trie node, and inside a JSON
+// string, where nearly all of a 128k vocabulary is allowed, that is some
+// 300,000 Advances (about 250 ms). A Masker computes the same mask with
+// three caches, each exact:
+//
+//   - A lazy DFA. Advance is a function of a State's stacks alone (their
+//     rules and positions; limits depend on nothing else), so States with
+//     equal stacks are interned as one DFA state, and each (state, byte
+//     class) transition is computed by Advance once and then looked up.
+//     Bytes that belong to exactly the same byte sets of the grammar (its
+//     byte classes) are indistinguishable to Advance, so a transition is
+//     kept per class, not per byte.
+//   - A mask per DFA state: the mask is a function of the state, so a state
+//     met again (inside a string every plain token returns to the same one)
+//     copies its mask.
+//   - Plain string text (llguidance's and XGrammar's token classes). The
+//     tokens whose piece is well-formed UTF-8 without '"', '\\' or a
+//     control byte (the trie's plain set, 95% of Llama 3's vocabulary) are
+//     allowed wholesale, up to as many characters as the state surely
+//     accepts (plainDepth: any number inside a string with no length
+//     bound or at an object key in check mode, the characters left inside
+//     one with maxLength). plainDepth finds that on the DFA, through the
+//     UTF-8 automaton, rather than assuming it from the rules; the walk
+//     then skips the trie's subtrees that hold only such tokens, and below
+//     a node whose state accepts the plain rest of every token of its
+//     subtree, allows the subtree as a range of the tokens listed depth
+//     first.
+//
+// The mask equals TokenTrie.Mask's on every state: TestMaskerMatchesTrieMask
+// and FuzzMasker compare the two.
+
+// TokenSet is a set of token ids, one bit each.
+type TokenSet []uint64
+
+// NewTokenSet is an empty set for ids below n.
+func NewTokenSet(n int) TokenSet { return make(TokenSet, (n+63)/64) }
+
+// Has reports whether id is in the set.
+func (s TokenSet) Has(id int) bool { return s[id>>6]&(1<<(id&63)) != 0 }
+
+// Add puts id in the set.
+func (s TokenSet) Add(id int) { s[id>>6] |= 1 << (id & 63) }
+
+// Len is the number of ids in the set.
+func (s TokenSet) Len() int {
+	n := 0
+	for _, w := range s {
+		n += bits.OnesCount64(w)
+	}
+	return n
+}
+
+// plainPiece reports whether p is plain JSON string text: characters a
+// string holds unescaped (the compiler's char rule without its escapes),
+// whole, so the piece ends on a character boundary.
+func plainPiece(p []byte) bool {
+	for _, c := range p {
+		if c < 0x20 || c == '"' || c == '\\' {
+			return false
+		}
+	}
+	return len(p) > 0 && utf8.Valid(p)
+}
+
+// byteClasses partitions the bytes by the byte sets of g's rules: two
+// bytes in one class are in exactly the same sets, so Advance treats them
+// alike. class[c] is c's class; n the number of classes.
+type byteClasses struct {
+	class [256]uint8
+	rep   []byte // a byte of each class
+}
+
+func (g *Grammar) byteClasses() *byteClasses {
+	g.classOnce.Do(func() {
+		var sig [256]uint64 // membership signature, refined set by set
+		seen := map[*byteSet]bool{}
+		cls := &byteClasses{}
+		// Partition refinement: each set splits every class into the
+		// bytes inside it and those outside. Classes are numbered by
+		// (old class, membership) pairs, at most 256 of them.
+		for _, alts := range g.rules {
+			for _, alt := range alts {
+				for _, e := range alt {
+					if e.set == nil || seen[e.set] {
+						continue
+					}
+					seen[e.set] = true
+					ids := map[uint64]uint64{}
+					for c := range 256 {
+						k := sig[c] << 1
+						if e.set.has(byte(c)) {
+							k |= 1
+						}
+						id, ok := ids[k]
+						if !ok {
+							id = uint64(len(ids))
+							ids[k] = id
+						}
+						sig[c] = id
+					}
+				}
+			}
+		}
+		for c := range 256 {
+			cls.class[c] = uint8(sig[c])
+			if int(sig[c]) == len(cls.rep) {
+				cls.rep = append(cls.rep, byte(c))
+			}
+		}
+		g.classes = cls
+	})
+	return g.classes
+}
+
+// Masker computes masks of one grammar over one vocabulary, keeping the
+// DFA and masks it builds. It is not safe for concurrent use: a generation
+// owns one.
+type Masker struct {
+	t      *TokenTrie
+	g      *Grammar
+	cls    *byteClasses
+	states []*dfaState
+	byHash map[uint64][]int32
+	masks  int // states holding a cached mask
+}
+
+// The DFA and its masks are caches, bounded so a long generation through
+// ever new states (deep nesting, counted strings) does not grow without
+// end: past maxDFAStates the DFA starts over, past maxCachedMasks masks
+// the cached ones are dropped (16 KB each at 128k tokens).
+const (
+	maxDFAStates   = 1 << 14
+	maxCachedMasks = 64
+)
+
+const (
+	transUnknown = -1
+	transDead    = -2
+)
+
+type dfaState struct {
+	s     State
+	next  byteSet // bytes some parse accepts
+	trans []int32 // by byte class: a state, transUnknown, transDead or transOver
+	// depth is plainDepth's answer, once depthKnown.
+	depth      int
+	depthKnown bool
+	mask       TokenSet // the state's mask, once computed
+}
+
+// NewMasker is a Masker of g over t's vocabulary.
+func NewMasker(t *TokenTrie, g *Grammar) *Masker {
+	return &Masker{t: t, g: g, cls: g.byteClasses(), byHash: map[uint64][]int32{}}
+}
+
+func stateHash(s State) uint64 {
+	h := uint64(len(s.stacks))*0x9e3779b97f4a7c15 + 1
+	if s.accept {
+		h ^= 0x6a09e667f3bcc909
+	}
+	for _, f := range s.stacks {
+		h = (h ^ f.h) * 0x100000001b3
+	}
+	return h
+}
+
+func sameState(x, y State) bool {
+	if x.accept != y.accept || len(x.stacks) != len(y.stacks) {
+		return false
+	}
+	for i := range x.stacks {
+		if !sameStack(x.stacks[i], y.stacks[i]) {
+			return false
+		}
+	}
+	return true
+}
+
+// intern is s's DFA state, added if new.
+func (m *Masker) intern(s State) int32 {
+	h := stateHash(s)
+	for _, id := range m.byHash[h] {
+		if sameState(m.states[id].s, s) {
+			return id
+		}
+	}
+	id := int32(len(m.states))
+	trans := make([]int32, len(m.cls.rep))
+	for i := range trans {
+		trans[i] = transUnknown
+	}
+	m.states = append(m.states, &dfaState{s: s, next: s.next(), trans: trans})
+	m.byHash[h] = append(m.byHash[h], id)
+	return id
+}
+
+// step is the DFA state after byte c, or transDead.
+func (m *Masker) step(q int32, c byte) int32 {
+	st := m.states[q]
+	k := m.cls.class[c]
+	if t := st.trans[k]; t != transUnknown {
+		return t
+	}
+	t := int32(transDead)
+	if s2, ok := st.s.Advance(c); ok {
+		t = m.intern(s2)
+	}
+	m.states[q].trans[k] = t
+	return t
+}
+
+// Mask sets out to the tokens whose whole piece s accepts, exactly as
+// TokenTrie.Mask does. out must have room for the trie's Vocab ids.
+func (m *Masker) Mask(s State, out TokenSet) {
+	if len(m.states) > maxDFAStates {
+		m.states, m.masks = m.states[:0], 0
+		clear(m.byHash)
+	}
+	copy(out, m.maskOf(m.intern(s)).mask)
+}
+
+// maskOf is q's DFA state with its mask computed.
+func (m *Masker) maskOf(q int32) *dfaState {
+	if st := m.states[q]; st.mask != nil {
+		return st
+	}
+	out := NewTokenSet(m.t.vocab)
+	d := m.plainDepth(q)
+	if d > 0 {
+		copy(out, m.t.plainUpTo(d))
+	}
+	m.walk(0, q, out, d)
+	if m.masks >= maxCachedMasks {
+		for _, st := range m.states {
+			st.mask = nil
+		}
+		m.masks = 0
+	}
+	m.states[q].mask = out
+	m.masks++
+	return m.states[q]
+}
+
+// walk is TokenTrie.walk on the DFA. With prune above zero, the subtrees
+// that hold only plain tokens of at most prune characters are skipped:
+// Mask has already allowed them.
+func (m *Masker) walk(n, q int32, out TokenSet, prune int) {
+	for _, e := range m.t.nodes[n].edges {
+		if !m.states[q].next.has(e.c) {
+			continue
+		}
+		child := &m.t.nodes[e.node]
+		if prune > 0 && !m.t.impure.has(e.node) && int(m.t.pieceChars[e.node]) <= prune {
+			continue
+		}
+		if len(child.edges) == 0 {
+			for _, id := range child.tokens {
+				out.Add(int(id))
+			}
+			continue
+		}
+		q2 := m.step(q, e.c)
+		if q2 == transDead {
+			continue
+		}
+		if !m.t.restImpure.has(e.node) && int(m.t.restChars[e.node]) <= m.plainDepth(q2) {
+			// Every token below is this node's path and then plain
+			// text q2 accepts whole.
+			sp := m.t.span[e.node]
+			for _, id := range m.t.order[sp[0]:sp[1]] {
+				out.Add(int(id))
+			}
+			continue
+		}
+		for _, id := range child.tokens {
+			out.Add(int(id))
+		}
+		m.walk(e.node, q2, out, prune)
+	}
+}
+
+// UTF-8 automaton states for plainDepth: what the rest of a character
+// may be (RFC 3629's table: no overlongs, no surrogates, nothing past
+// U+10FFFF).
+const (
+	u8Start = iota
+	u8Cont1 // one more 80–BF
+	u8Cont2 // two more
+	u8Cont3 // three more
+	u8E0    // A0–BF, then one more
+	u8ED    // 80–9F, then one more
+	u8F0    // 90–BF, then two more
+	u8F4    // 80–8F, then two more
+	u8Done  // a whole character read
+	u8Bad
+)
+
+// u8Next is the UTF-8 automaton's move on a plain character's byte c.
+func u8Next(u int, c byte) int {
+	cont := c >= 0x80 && c <= 0xbf
+	switch u {
+	case u8Start:
+		switch {
+		case c >= 0x20 && c < 0x80 && c != '"' && c != '\\':
+			return u8Done
+		case c >= 0xc2 && c <= 0xdf:
+			return u8Cont1
+		case c == 0xe0:
+			return u8E0
+		case c == 0xed:
+			return u8ED
+		case c >= 0xe1 && c <= 0xef:
+			return u8Cont2
+		case c == 0xf0:
+			return u8F0
+		case c == 0xf4:
+			return u8F4
+		case c >= 0xf1 && c <= 0xf3:
+			return u8Cont3
+		}
+	case u8Cont1:
+		if cont {
+			return u8Done
+		}
+	case u8Cont2, u8Cont3:
+		if cont {
+			return u - 1
+		}
+	case u8E0:
+		if c >= 0xa0 && c <= 0xbf {
+			return u8Cont1
+		}
+	case u8ED:
+		if c >= 0x80 && c <= 0x9f {
+			return u8Cont1
+		}
+	case u8F0:
+		if c >= 0x90 && c <= 0xbf {
+			return u8Cont2
+		}
+	case u8F4:
+		if c >= 0x80 && c <= 0x8f {
+			return u8Cont2
+		}
+	}
+	return u8Bad
+}
+
+// plainDepth is how many plain characters q surely accepts: every
+// sequence of that many whole plain characters (u8Next reads each to
+// u8Done) or fewer is accepted byte by byte, which is what TokenTrie.Mask
+// asks of a plain token of as many characters. It is plainClosed when the
+// states reached close (inside a free string every character returns to
+// one state; at an object key in check mode the listed keys' prefix tree
+// and the free key's loop), so plain tokens of any length are accepted;
+// inside a string with maxLength it is the characters left. It explores
+// characters level by level, at most maxPlainDepth levels and
+// maxPlainStates states at character boundaries.
+func (m *Masker) plainDepth(q int32) int {
+	if st := m.states[q]; st.depthKnown {
+		return st.depth
+	}
+	d := m.exploreDepth(q)
+	st := m.states[q]
+	st.depth, st.depthKnown = d, true
+	return d
+}
+
+const (
+	plainClosed    = 1 << 20
+	maxPlainDepth  = 48
+	maxPlainStates = 64
+)
+
+// exploreDepth computes plainDepth. A state first met at level j has had
+// every character from it checked, so every sequence of the depth
+// returned, less j, is accepted from it (by induction over the levels); a
+// level that brings no new state closes the set.
+func (m *Masker) exploreDepth(q int32) int {
+	seen := []int32{q}
+	level := []int32{q}
+	for depth := 0; depth < maxPlainDepth; depth++ {
+		var next []int32
+		for _, s := range level {
+			if !m.plainChar(s, &next) {
+				return depth
+			}
+		}
+		var fresh []int32
+		for _, s := range next {
+			if !slices.Contains(seen, s) {
+				fresh = append(fresh, s)
+			}
+		}
+		if len(fresh) == 0 {
+			return plainClosed
+		}
+		if seen = append(seen, fresh...); len(seen) > maxPlainStates {
+			return depth + 1
+		}
+		level = fresh
+	}
+	return maxPlainDepth
+}
+
+// plainChar adds to after the states every plain character leads q to; it
+// returns false when some byte of one is refused.
+func (m *Masker) plainChar(q int32, after *[]int32) bool {
+	type pair struct {
+		u int
+		q int32
+	}
+	seen := []pair{{u8Start, q}}
+	for i := 0; i < len(seen); i++ {
+		p := seen[i]
+		// Bytes of one class that the automaton moves alike lead to the
+		// same pair: done[class] has a bit per automaton state reached.
+		var done [256]uint16
+		for c := range 256 {
+			u := u8Next(p.u, byte(c))
+			k := m.cls.class[c]
+			if u == u8Bad || done[k]&(1<<u) != 0 {
+				continue
+			}
+			done[k] |= 1 << u
+			q2 := m.step(p.q, byte(c))
+			switch {
+			case q2 == transDead:
+				return false
+			case u == u8Done:
+				if !slices.Contains(*after, q2) {
+					*after = append(*after, q2)
+				}
+			case !slices.Contains(seen, pair{u, q2}):
+				seen = append(seen, pair{u, q2})
+			}
+		}
+	}
+	return true
+}
+
+// plainIndex marks, once per trie, the plain tokens, the nodes whose
+// subtree holds a token that is not plain (impure) and those whose subtree
+// holds a token whose rest, from the node on, is not plain text
+// (restImpure); it counts the most characters of a plain token below each
+// node (pieceChars) and of a plain rest (restChars), and lists the tokens
+// in depth-first order so each node's subtree is a range of the list.
+func (t *TokenTrie) plainIndex(pieces [][]byte) {
+	t.plain = NewTokenSet(t.vocab)
+	t.impure = make(nodeSet, (len(t.nodes)+63)/64)
+	t.restImpure = make(nodeSet, (len(t.nodes)+63)/64)
+	t.pieceChars = make([]uint8, len(t.nodes))
+	t.restChars = make([]uint8, len(t.nodes))
+	t.span = make([][2]int32, len(t.nodes))
+	t.upTo = make([]TokenSet, maxPlainDepth+1)
+	for i := range t.upTo {
+		t.upTo[i] = NewTokenSet(t.vocab)
+	}
+	var charsFrom []int // characters of p[d:], -1 when not plain
+	for id, p := range pieces {
+		if len(p) == 0 {
+			continue
+		}
+		charsFrom = append(charsFrom[:0], make([]int, len(p)+1)...)
+		for d := len(p) - 1; d >= 0; d-- {
+			charsFrom[d] = -1
+			for k := 1; k <= utf8.UTFMax && d+k <= len(p); k++ {
+				if charsFrom[d+k] >= 0 && plainPiece(p[d:d+k]) && utf8.RuneCount(p[d:d+k]) == 1 {
+					charsFrom[d] = charsFrom[d+k] + 1
+					break
+				}
+			}
+		}
+		whole := charsFrom[0]
+		if whole >= 0 {
+			t.plain.Add(id)
+			for n := whole; n <= maxPlainDepth; n++ {
+				t.upTo[n].Add(id)
+			}
+		}
+		for n, d := int32(0), 0; ; d++ {
+			if charsFrom[d] < 0 {
+				t.restImpure.add(n)
+			} else {
+				t.restChars[n] = max(t.restChars[n], uint8(min(charsFrom[d], 255)))
+			}
+			if whole < 0 {
+				t.impure.add(n)
+			} else {
+				t.pieceChars[n] = max(t.pieceChars[n], uint8(min(whole, 255)))
+			}
+			if d == len(p) {
+				break
+			}
+			n = t.child(n, p[d])
+		}
+	}
+	var dfs func(n int32)
+	dfs = func(n int32) {
+		t.span[n][0] = int32(len(t.order))
+		t.order = append(t.order, t.nodes[n].tokens...)
+		for _, e := range t.nodes[n].edges {
+			dfs(e.node)
+		}
+		t.span[n][1] = int32(len(t.order))
+	}
+	dfs(0)
+}
+
+// plainUpTo is the plain tokens of at most d characters.
+func (t *TokenTrie) plainUpTo(d int) TokenSet {
+	if d >= len(t.upTo) {
+		return t.plain
+	}
+	return t.upTo[d]
+}
+
+// child is n's child by byte c (which exists).
+func (t *TokenTrie) child(n int32, c byte) int32 {
+	edges := t.nodes[n].edges
+	k, _ := slices.BinarySearchFunc(edges, c, func(e trieEdge, c byte) int { return int(e.c) - int(c) })
+	return edges[k].node
+}
+
+// nodeSet is a set of trie nodes.
+type nodeSet []uint64
+
+func (s nodeSet) has(n int32) bool { return s[n>>6]&(1<<(n&63)) != 0 }
+
+func (s nodeSet) add(n int32) { s[n>>6] |= 1 << (n & 63) }

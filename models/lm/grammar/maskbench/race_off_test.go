@@ -1,0 +1,5 @@
+//go:build !race
+
+package maskbench
+
+const raceEnabled = false
