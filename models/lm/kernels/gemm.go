@@ -55,13 +55,17 @@ type quantProduct struct {
 	ab, nb int    // activation bytes per token, blocks per row
 	dot    func(w, x []byte, nb int) float32
 	dot4   func(w, x []byte, stride, nb int, out *[4]float32) // nil where the type has no ×4 kernel
+	// dot2x2 takes two rows (wstride apart) and two tokens (xstride apart);
+	// nil where the type or the CPU has none.
+	dot2x2 func(w []byte, wstride int, x []byte, xstride, nb int, out *[4]float32)
 }
 
 // quantProduct sizes p's activation buffer for n tokens and picks m's
 // fastest kernels.
 func (m *Matrix) quantProduct(p *Pool, n int) *quantProduct {
 	k := m.qk
-	q := &quantProduct{m: m, ab: k.actBytes(m.cols), nb: m.cols / k.blockLen, dot: k.dot, dot4: fastDot4(m.dtype)}
+	q := &quantProduct{m: m, ab: k.actBytes(m.cols), nb: m.cols / k.blockLen, dot: k.dot, dot4: fastDot4(m.dtype),
+		dot2x2: fastDot2x2(m.dtype)}
 	if cap(p.qx) < n*q.ab {
 		p.qx = make([]byte, n*q.ab)
 	}
@@ -72,9 +76,29 @@ func (m *Matrix) quantProduct(p *Pool, n int) *quantProduct {
 	return q
 }
 
-// block sets y[t][r] for rows r0 ≤ r < r1 and tokens t0 ≤ t < t1, each row
+// block sets y[t][r] for rows r0 ≤ r < r1 and tokens t0 ≤ t < t1: pairs of
+// rows against pairs of tokens where there is a 2×2 kernel, else each row
 // against the tokens in order, four at a time where there is a ×4 kernel.
+// Every kernel gives the Go kernel's bits, so the grouping does not show.
 func (q *quantProduct) block(y []float32, r0, r1, t0, t1 int) {
+	m, ab := q.m, q.ab
+	r := r0
+	for ; q.dot2x2 != nil && r+2 <= r1; r += 2 {
+		rows := m.raw[r*m.rowBytes : (r+2)*m.rowBytes]
+		var out [4]float32
+		t := t0
+		for ; t+2 <= t1; t += 2 {
+			q.dot2x2(rows, m.rowBytes, q.qx[t*ab:(t+2)*ab], ab, q.nb, &out)
+			y[t*m.rows+r], y[(t+1)*m.rows+r] = out[0], out[1]
+			y[t*m.rows+r+1], y[(t+1)*m.rows+r+1] = out[2], out[3]
+		}
+		q.rows(y, r, r+2, t, t1)
+	}
+	q.rows(y, r, r1, t0, t1)
+}
+
+// rows is block's per-row loop.
+func (q *quantProduct) rows(y []float32, r0, r1, t0, t1 int) {
 	m, ab := q.m, q.ab
 	var out [4]float32
 	for r := r0; r < r1; r++ {
