@@ -113,3 +113,37 @@ func TestI8MMKernelsMatchGo(t *testing.T) {
 		t.Logf("%s i8mm kernel equals the Go kernel", d)
 	}
 }
+
+// BenchmarkI8MMKernels times two 4,096-column rows against two tokens per
+// type: four SDOT calls against one SMMLA call. Under qemu (-cpu max) it is
+// a sanity check only: emulated speed is not hardware speed.
+func BenchmarkI8MMKernels(b *testing.B) {
+	if !haveI8MM || !haveSDOT {
+		b.Skip("needs i8mm and SDOT")
+	}
+	rng := rand.New(rand.NewPCG(25, 26))
+	for d, f := range i8mmKernels {
+		k, sdot := qkernels[d], arm64Kernels[d].sdot
+		m := quantMatrix(b, rng, d, 2, 4096)
+		nb, ab := m.cols/k.blockLen, k.actBytes(m.cols)
+		qx := make([]byte, 2*ab)
+		k.quantize(qx, randVec(rng, m.cols))
+		k.quantize(qx[ab:], randVec(rng, m.cols))
+		w := m.raw
+		b.Run(d.String()+"/sdot", func(b *testing.B) {
+			b.SetBytes(int64(len(w)))
+			for b.Loop() {
+				for i := range 4 {
+					sdot(&w[i/2*m.rowBytes], &qx[i%2*ab], nb)
+				}
+			}
+		})
+		b.Run(d.String()+"/i8mm", func(b *testing.B) {
+			b.SetBytes(int64(len(w)))
+			var out [4]float32
+			for b.Loop() {
+				f(&w[0], m.rowBytes, &qx[0], ab, nb, &out)
+			}
+		})
+	}
+}
