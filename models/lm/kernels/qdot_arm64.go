@@ -75,6 +75,11 @@ func dotQ6KNEON(w, x *byte, nb int) float32
 //go:noescape
 func dotQ8_0MMLA(w *byte, wstride int, x *byte, xstride int, nb int, out *[4]float32)
 
+// dotQ4KMMLA is dotQ8_0MMLA's Q4_K counterpart.
+//
+//go:noescape
+func dotQ4KMMLA(w *byte, wstride int, x *byte, xstride int, nb int, out *[4]float32)
+
 // arm64Kernel is one type's pair of kernels: with the ARMv8.2 dot-product
 // extension (SDOT) and with base NEON (SMULL/SMLAL/SADDLP, for Cortex-A53,
 // A55 without it, A72: Raspberry Pi 3 and 4). Both give the Go kernel's bits.
@@ -126,6 +131,7 @@ func fastDot(d gguf.DType) func(w, x []byte, nb int) float32 {
 // i8mmKernels are the types with a two-row, two-token SMMLA kernel.
 var i8mmKernels = map[gguf.DType]func(w *byte, wstride int, x *byte, xstride int, nb int, out *[4]float32){
 	gguf.Q8_0: dotQ8_0MMLA,
+	gguf.Q4_K: dotQ4KMMLA,
 }
 
 // fastDot2x2 returns d's SMMLA kernel where the CPU has i8mm, else nil. It

@@ -1,10 +1,13 @@
 package kernels
 
 import (
+	"encoding/binary"
 	"math"
 	"math/rand/v2"
 	"testing"
 	"unsafe"
+
+	"github.com/phaseless/phaseless/models/lm/gguf"
 )
 
 // TestNEONKernelsMatchGo runs both arm64 kernels of every type that has
@@ -80,7 +83,8 @@ func BenchmarkArm64Kernels(b *testing.B) {
 // TestI8MMKernelsMatchGo runs each two-row, two-token SMMLA kernel against
 // the Go kernel, bit for bit, on CPUs with i8mm (under qemu: -cpu max), with
 // padding between the rows and between the tokens so a kernel that mixes up
-// its strides fails.
+// its strides fails. TestQuantMulBatchInvariant and TestGEMMMatchesPerRow
+// run them inside the GEMM.
 func TestI8MMKernelsMatchGo(t *testing.T) {
 	if !haveI8MM {
 		t.Skip("no i8mm on this CPU")
@@ -93,10 +97,19 @@ func TestI8MMKernelsMatchGo(t *testing.T) {
 			nb := 1 + trial%5
 			wstride, ab := nb*bb+trial%3, k.actBytes(nb*k.blockLen)
 			xstride := ab + 8*(trial%2)
-			m := quantMatrix(t, rng, d, 2, nb*k.blockLen)
+			// Random block bytes (every scale and bit pattern) with
+			// small finite f16 factors, as kernelMatchesGo makes them.
 			w := make([]byte, wstride+nb*bb)
-			copy(w, m.raw[:nb*bb])
-			copy(w[wstride:], m.raw[nb*bb:])
+			for i := range w {
+				w[i] = byte(rng.Uint32())
+			}
+			for _, r0 := range []int{0, wstride} {
+				for b := range nb {
+					for _, off := range f16Fields(d) {
+						binary.LittleEndian.PutUint16(w[r0+b*bb+off:], gguf.F32ToF16(float32(rng.NormFloat64()*0.01)))
+					}
+				}
+			}
 			qx := make([]byte, xstride+ab)
 			k.quantize(qx, randVec(rng, nb*k.blockLen))
 			k.quantize(qx[xstride:], randVec(rng, nb*k.blockLen))

@@ -130,3 +130,178 @@ done:
 	WORD $(0x4E803800|RM(1)|RN(0)|RD(2)) // ZIP1 V2.4S, V0.4S, V1.4S
 	VST1 [V2.S4], (R5)
 	RET
+
+// The Q4_K product of two rows and two tokens. dotK's per-super-block
+// integer sums are exact in any grouping, so here SMMLA's eight-byte sums
+// are used whole: per 32-value sub-block four SMMLAs give its sum for all
+// four (row, token) pairs, lanes [r0·t0, r0·t1, r1·t0, r1·t1], the layout
+// every vector below keeps. Scales and mins are unpacked as QK45_BLOCK
+// does, per row in general registers; the float steps are dotK's, lane by
+// lane: acc += float32(d·dx)·isum, acc −= float32(dmin·dx)·msum.
+
+// Q4K_UNPACK2: the 6-bit scales of the row at rw as bytes in R7 (0-7) and
+// its mins in R10 (0-7).
+#define Q4K_UNPACK2(rw) \
+	MOVWU 4(rw), R12; \
+	MOVWU 8(rw), R13; \
+	MOVWU 12(rw), R14; \
+	ANDW  $0x3f3f3f3f, R12, R7; \
+	ANDW  $0x0f0f0f0f, R14, R8; \
+	LSRW  $6, R12, R9; \
+	ANDW  $0x03030303, R9, R9; \
+	ORRW  R9<<4, R8, R8; \
+	ANDW  $0x3f3f3f3f, R13, R10; \
+	LSRW  $4, R14, R11; \
+	ANDW  $0x0f0f0f0f, R11, R11; \
+	LSRW  $6, R13, R9; \
+	ANDW  $0x03030303, R9, R9; \
+	ORRW  R9<<4, R11, R11; \
+	ORR   R8<<32, R7, R7; \
+	ORR   R11<<32, R10, R10
+
+// F16_PAIR: the f16s at off(R0) and off(R1) as float32 [r0, r0, r1, r1] in v (vn its number).
+#define F16_PAIR(off, vn, v) \
+	MOVHU off(R0), R12; \
+	MOVHU off(R1), R13; \
+	ORR   R12<<16, R12, R12; \
+	ORR   R13<<16, R13, R13; \
+	ORR   R13<<32, R12, R12; \
+	FMOVD R12, v; \
+	WORD  $(0x0E217800|RN(vn)|RD(vn)) // FCVTL vn.4S, vn.4H
+
+// TOKENS2: 32 activation bytes at xoff of both tokens, interleaved by eight
+// bytes into V12-V15 (SMMLA's second operands).
+#define TOKENS2(xoff) \
+	ADD  $xoff, R2, R9; \
+	VLD1 (R9), [V0.B16, V1.B16]; \
+	ADD  $xoff, R3, R9; \
+	VLD1 (R9), [V2.B16, V3.B16]; \
+	WORD $(0x4EC03800|RM(2)|RN(0)|RD(12)); \ // ZIP1 V12.2D, V0.2D, V2.2D
+	WORD $(0x4EC07800|RM(2)|RN(0)|RD(13)); \ // ZIP2 V13.2D, V0.2D, V2.2D
+	WORD $(0x4EC03800|RM(3)|RN(1)|RD(14)); \ // ZIP1 V14.2D, V1.2D, V3.2D
+	WORD $(0x4EC07800|RM(3)|RN(1)|RD(15))    // ZIP2 V15.2D, V1.2D, V3.2D
+
+// SUB_SUM: the sub-block sums of the quants in a0…a0+3 against V12-V15 into V(s).
+#define SUB_SUM(s, a0) \
+	VEOR V0.B16, V0.B16, V0.B16; \
+	WORD $(0x4E80A400|RM(12)|RN(a0)|RD(0)); \   // SMMLA V0.4S, Va0.16B, V12.16B
+	WORD $(0x4E80A400|RM(13)|RN(a0+1)|RD(0)); \ // SMMLA V0.4S, Va0+1.16B, V13.16B
+	WORD $(0x4E80A400|RM(14)|RN(a0+2)|RD(0)); \ // SMMLA V0.4S, Va0+2.16B, V14.16B
+	WORD $(0x4E80A400|RM(15)|RN(a0+3)|RD(0)); \ // SMMLA V0.4S, Va0+3.16B, V15.16B
+	WORD $(0x4E000000|RM(21)|RN(20)|RD(18)); \  // TBL V18.16B, {V20.16B}, V21.16B: [sc_r0, sc_r0, sc_r1, sc_r1]
+	WORD $(0x4EA09400|RM(18)|RN(0)|RD(22)); \   // MLA V22.4S, V0.4S, V18.4S: isum
+	VADD V23.S4, V21.S4, V21.S4                 // next sub-block's scale
+
+// Q4K_PLANE2: one 32-byte quant plane of both rows (low nibbles: sub-block
+// 2p, high: 2p+1) against the tokens' activations at xoff and xoff+32.
+#define Q4K_PLANE2(qoff, xoff) \
+	ADD   $qoff, R0, R9; \
+	VLD1  (R9), [V0.B16, V1.B16]; \
+	ADD   $qoff, R1, R9; \
+	VLD1  (R9), [V2.B16, V3.B16]; \
+	VAND  V31.B16, V0.B16, V4.B16; \
+	VAND  V31.B16, V1.B16, V5.B16; \
+	VAND  V31.B16, V2.B16, V6.B16; \
+	VAND  V31.B16, V3.B16, V7.B16; \
+	VUSHR $4, V0.B16, V0.B16; \
+	VUSHR $4, V1.B16, V1.B16; \
+	VUSHR $4, V2.B16, V2.B16; \
+	VUSHR $4, V3.B16, V3.B16; \
+	WORD  $(0x4EC03800|RM(6)|RN(4)|RD(8)); \  // ZIP1 V8.2D, V4.2D, V6.2D
+	WORD  $(0x4EC07800|RM(6)|RN(4)|RD(9)); \  // ZIP2 V9.2D, V4.2D, V6.2D
+	WORD  $(0x4EC03800|RM(7)|RN(5)|RD(10)); \ // ZIP1 V10.2D, V5.2D, V7.2D
+	WORD  $(0x4EC07800|RM(7)|RN(5)|RD(11)); \ // ZIP2 V11.2D, V5.2D, V7.2D
+	WORD  $(0x4EC03800|RM(2)|RN(0)|RD(4)); \  // ZIP1 V4.2D, V0.2D, V2.2D
+	WORD  $(0x4EC07800|RM(2)|RN(0)|RD(5)); \  // ZIP2 V5.2D, V0.2D, V2.2D
+	WORD  $(0x4EC03800|RM(3)|RN(1)|RD(6)); \  // ZIP1 V6.2D, V1.2D, V3.2D
+	WORD  $(0x4EC07800|RM(3)|RN(1)|RD(7)); \  // ZIP2 V7.2D, V1.2D, V3.2D
+	TOKENS2(xoff); \
+	SUB_SUM(16, 8); \
+	TOKENS2(xoff+32); \
+	SUB_SUM(17, 4)
+
+// func dotQ4KMMLA(w *byte, wstride int, x *byte, xstride int, nb int, out *[4]float32)
+//
+// As dotQ8_0MMLA, for Q4_K rows and q8_K activations.
+TEXT ·dotQ4KMMLA(SB), NOSPLIT, $0-48
+	MOVD  w+0(FP), R0
+	MOVD  wstride+8(FP), R1
+	ADD   R0, R1, R1
+	MOVD  x+16(FP), R2
+	MOVD  xstride+24(FP), R3
+	ADD   R2, R3, R3
+	MOVD  nb+32(FP), R4
+	VMOVI $15, V31.B16
+	// V24: TBL indices of sub-block 0's scale, [0, 0, 8, 8] in the low
+	// byte of each lane, 0xff (out of range: zero) above; V23 adds one.
+	MOVD  $0xffffff00ffffff00, R5
+	VMOV  R5, V24.D[0]
+	MOVD  $0xffffff08ffffff08, R5
+	VMOV  R5, V24.D[1]
+	MOVD  $0x0000000100000001, R5
+	VMOV  R5, V23.D[0]
+	VMOV  R5, V23.D[1]
+	VEOR  V25.B16, V25.B16, V25.B16
+	CBZ   R4, kdone
+
+kloop:
+	Q4K_UNPACK2(R0)
+	VMOV  R7, V20.D[0]
+	VMOV  R10, V26.D[0]
+	Q4K_UNPACK2(R1)
+	VMOV  R7, V20.D[1]
+	VMOV  R10, V26.D[1]
+	VORR  V24.B16, V24.B16, V21.B16
+	VEOR  V22.B16, V22.B16, V22.B16
+	Q4K_PLANE2(16, 4)
+	Q4K_PLANE2(48, 68)
+	Q4K_PLANE2(80, 132)
+	Q4K_PLANE2(112, 196)
+	// msum: the activation sums per 32 values (pairs of the 16 i16 sums)
+	// times each row's mins, as int16 products widened to int32.
+	ADD   $260, R2, R9
+	VLD1  (R9), [V0.B16, V1.B16]
+	ADD   $260, R3, R9
+	VLD1  (R9), [V2.B16, V3.B16]
+	WORD  $(0x4E60BC00|RM(1)|RN(0)|RD(0)) // ADDP V0.8H, V0.8H, V1.8H: token 0
+	WORD  $(0x4E60BC00|RM(3)|RN(2)|RD(2)) // ADDP V2.8H, V2.8H, V3.8H: token 1
+	WORD  $(0x2F08A400|RN(26)|RD(3))      // UXTL  V3.8H, V26.8B: row 0's mins
+	WORD  $(0x6F08A400|RN(26)|RD(26))     // UXTL2 V26.8H, V26.16B: row 1's
+	WORD  $(0x0E60C000|RM(0)|RN(3)|RD(4))  // SMULL  V4.4S, V3.4H, V0.4H
+	WORD  $(0x4E608000|RM(0)|RN(3)|RD(4))  // SMLAL2 V4.4S, V3.8H, V0.8H
+	WORD  $(0x0E60C000|RM(2)|RN(3)|RD(5))  // SMULL  V5.4S, V3.4H, V2.4H
+	WORD  $(0x4E608000|RM(2)|RN(3)|RD(5))  // SMLAL2 V5.4S, V3.8H, V2.8H
+	WORD  $(0x0E60C000|RM(0)|RN(26)|RD(6)) // SMULL  V6.4S, V26.4H, V0.4H
+	WORD  $(0x4E608000|RM(0)|RN(26)|RD(6)) // SMLAL2 V6.4S, V26.8H, V0.8H
+	WORD  $(0x0E60C000|RM(2)|RN(26)|RD(7)) // SMULL  V7.4S, V26.4H, V2.4H
+	WORD  $(0x4E608000|RM(2)|RN(26)|RD(7)) // SMLAL2 V7.4S, V26.8H, V2.8H
+	WORD  $(0x4EA0BC00|RM(5)|RN(4)|RD(4))  // ADDP V4.4S, V4.4S, V5.4S
+	WORD  $(0x4EA0BC00|RM(7)|RN(6)|RD(6))  // ADDP V6.4S, V6.4S, V7.4S
+	WORD  $(0x4EA0BC00|RM(6)|RN(4)|RD(4))  // ADDP V4.4S, V4.4S, V6.4S: msum
+	// dx per lane [t0, t1, t0, t1]; d and dmin per lane [r0, r0, r1, r1].
+	MOVWU (R2), R12
+	MOVWU (R3), R13
+	ORR   R13<<32, R12, R12
+	VMOV  R12, V29.D[0]
+	VMOV  R12, V29.D[1]
+	F16_PAIR(0, 27, F27)
+	F16_PAIR(2, 28, F28)
+	WORD  $(0x6E20DC00|RM(29)|RN(27)|RD(27)) // FMUL V27.4S, V27.4S, V29.4S: d·dx
+	WORD  $(0x4E21D800|RN(22)|RD(22))        // SCVTF V22.4S, V22.4S
+	WORD  $(0x6E20DC00|RM(22)|RN(27)|RD(22)) // FMUL V22.4S, V27.4S, V22.4S
+	WORD  $(0x4E20D400|RM(22)|RN(25)|RD(25)) // FADD V25.4S, V25.4S, V22.4S
+	WORD  $(0x6E20DC00|RM(29)|RN(28)|RD(28)) // FMUL V28.4S, V28.4S, V29.4S: dmin·dx
+	WORD  $(0x4E21D800|RN(4)|RD(4))          // SCVTF V4.4S, V4.4S
+	WORD  $(0x6E20DC00|RM(4)|RN(28)|RD(4))   // FMUL V4.4S, V28.4S, V4.4S
+	WORD  $(0x4EA0D400|RM(4)|RN(25)|RD(25))  // FSUB V25.4S, V25.4S, V4.4S
+	ADD   $144, R0
+	ADD   $144, R1
+	ADD   $292, R2
+	ADD   $292, R3
+	SUBS  $1, R4
+	BNE   kloop
+
+kdone:
+	MOVD out+40(FP), R5
+	VST1 [V25.S4], (R5)
+	RET
