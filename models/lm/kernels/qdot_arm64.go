@@ -75,10 +75,15 @@ func dotQ6KNEON(w, x *byte, nb int) float32
 //go:noescape
 func dotQ8_0MMLA(w *byte, wstride int, x *byte, xstride int, nb int, out *[4]float32)
 
-// dotQ4KMMLA is dotQ8_0MMLA's Q4_K counterpart.
+// dotQ4KMMLA is dotQ8_0MMLA's Q4_K counterpart (same file).
 //
 //go:noescape
 func dotQ4KMMLA(w *byte, wstride int, x *byte, xstride int, nb int, out *[4]float32)
+
+// dotQ6KMMLA is dotQ8_0MMLA's Q6_K counterpart.
+//
+//go:noescape
+func dotQ6KMMLA(w *byte, wstride int, x *byte, xstride int, nb int, out *[4]float32)
 
 // arm64Kernel is one type's pair of kernels: with the ARMv8.2 dot-product
 // extension (SDOT) and with base NEON (SMULL/SMLAL/SADDLP, for Cortex-A53,
@@ -132,6 +137,7 @@ func fastDot(d gguf.DType) func(w, x []byte, nb int) float32 {
 var i8mmKernels = map[gguf.DType]func(w *byte, wstride int, x *byte, xstride int, nb int, out *[4]float32){
 	gguf.Q8_0: dotQ8_0MMLA,
 	gguf.Q4_K: dotQ4KMMLA,
+	gguf.Q6_K: dotQ6KMMLA,
 }
 
 // fastDot2x2 returns d's SMMLA kernel where the CPU has i8mm, else nil. It

@@ -305,3 +305,179 @@ kdone:
 	MOVD out+40(FP), R5
 	VST1 [V25.S4], (R5)
 	RET
+
+// The Q6_K product of two rows and two tokens, dotK's operations as for
+// Q4_K: per 16-value group two SMMLAs sum q'·x with q' = q+32 (0-63, so a
+// signed byte), each row's signed scale is picked per lane by TBL from the
+// scale bytes and their sign bytes, and Σ sc·32·bsum is taken off the
+// integer sum at the end (exact: q = q'−32).
+
+// Q6K_LO_*: a run's low four bits from the ql bytes of both rows (V4-V7).
+#define Q6K_LO_AND \
+	VAND V31.B16, V4.B16, V4.B16; \
+	VAND V31.B16, V5.B16, V5.B16; \
+	VAND V31.B16, V6.B16, V6.B16; \
+	VAND V31.B16, V7.B16, V7.B16
+
+#define Q6K_LO_SHR \
+	VUSHR $4, V4.B16, V4.B16; \
+	VUSHR $4, V5.B16, V5.B16; \
+	VUSHR $4, V6.B16, V6.B16; \
+	VUSHR $4, V7.B16, V7.B16
+
+// Q6K_HI_*: a run's two high bits moved to bits 4-5 of the qh bytes (V0-V3).
+#define Q6K_HI_SHL4 \
+	VSHL $4, V0.B16, V0.B16; \
+	VSHL $4, V1.B16, V1.B16; \
+	VSHL $4, V2.B16, V2.B16; \
+	VSHL $4, V3.B16, V3.B16
+
+#define Q6K_HI_SHL2 \
+	VSHL $2, V0.B16, V0.B16; \
+	VSHL $2, V1.B16, V1.B16; \
+	VSHL $2, V2.B16, V2.B16; \
+	VSHL $2, V3.B16, V3.B16
+
+#define Q6K_HI_NONE
+
+#define Q6K_HI_SHR2 \
+	VUSHR $2, V0.B16, V0.B16; \
+	VUSHR $2, V1.B16, V1.B16; \
+	VUSHR $2, V2.B16, V2.B16; \
+	VUSHR $2, V3.B16, V3.B16
+
+// Q6K_SCALE: isum (V22) += the group sums in V(s) times the next group's
+// scale of each row, [sc_r0, sc_r0, sc_r1, sc_r1] sign-extended by TBL from
+// the table V24-V27 (row 0's scales, row 1's, their sign bytes).
+#define Q6K_SCALE(s) \
+	WORD $(0x4E006000|RM(21)|RN(24)|RD(18)); \ // TBL V18.16B, {V24.16B-V27.16B}, V21.16B
+	WORD $(0x4EA09400|RM(18)|RN(s)|RD(22)); \  // MLA V22.4S, Vs.4S, V18.4S
+	VADD V23.B16, V21.B16, V21.B16
+
+// Q6K_RUN2: run j of a half (32 values, two groups) of both rows: ql at
+// qlo, qh at qho, activations at xo; lo and hi pick the run's bits.
+#define Q6K_RUN2(qlo, qho, xo, lo, hi) \
+	ADD   $qlo, R0, R9; \
+	VLD1  (R9), [V4.B16, V5.B16]; \
+	ADD   $qlo, R1, R9; \
+	VLD1  (R9), [V6.B16, V7.B16]; \
+	ADD   $qho, R0, R9; \
+	VLD1  (R9), [V0.B16, V1.B16]; \
+	ADD   $qho, R1, R9; \
+	VLD1  (R9), [V2.B16, V3.B16]; \
+	lo; \
+	hi; \
+	VAND  V30.B16, V0.B16, V0.B16; \
+	VAND  V30.B16, V1.B16, V1.B16; \
+	VAND  V30.B16, V2.B16, V2.B16; \
+	VAND  V30.B16, V3.B16, V3.B16; \
+	VORR  V0.B16, V4.B16, V4.B16; \
+	VORR  V1.B16, V5.B16, V5.B16; \
+	VORR  V2.B16, V6.B16, V6.B16; \
+	VORR  V3.B16, V7.B16, V7.B16; \
+	WORD  $(0x4EC03800|RM(6)|RN(4)|RD(8)); \  // ZIP1 V8.2D, V4.2D, V6.2D
+	WORD  $(0x4EC07800|RM(6)|RN(4)|RD(9)); \  // ZIP2 V9.2D, V4.2D, V6.2D
+	WORD  $(0x4EC03800|RM(7)|RN(5)|RD(10)); \ // ZIP1 V10.2D, V5.2D, V7.2D
+	WORD  $(0x4EC07800|RM(7)|RN(5)|RD(11)); \ // ZIP2 V11.2D, V5.2D, V7.2D
+	TOKENS2(xo); \
+	VEOR  V16.B16, V16.B16, V16.B16; \
+	VEOR  V17.B16, V17.B16, V17.B16; \
+	WORD  $(0x4E80A400|RM(12)|RN(8)|RD(16)); \  // SMMLA V16.4S, V8.16B, V12.16B
+	WORD  $(0x4E80A400|RM(13)|RN(9)|RD(16)); \  // SMMLA V16.4S, V9.16B, V13.16B
+	WORD  $(0x4E80A400|RM(14)|RN(10)|RD(17)); \ // SMMLA V17.4S, V10.16B, V14.16B
+	WORD  $(0x4E80A400|RM(15)|RN(11)|RD(17)); \ // SMMLA V17.4S, V11.16B, V15.16B
+	Q6K_SCALE(16); \
+	Q6K_SCALE(17)
+
+// func dotQ6KMMLA(w *byte, wstride int, x *byte, xstride int, nb int, out *[4]float32)
+//
+// As dotQ8_0MMLA, for Q6_K rows and q8_K activations.
+TEXT ·dotQ6KMMLA(SB), NOSPLIT, $0-48
+	MOVD  w+0(FP), R0
+	MOVD  wstride+8(FP), R1
+	ADD   R0, R1, R1
+	MOVD  x+16(FP), R2
+	MOVD  xstride+24(FP), R3
+	ADD   R2, R3, R3
+	MOVD  nb+32(FP), R4
+	VMOVI $15, V31.B16
+	VMOVI $48, V30.B16
+	VMOVI $1, V23.B16
+	// V19: TBL indices of group 0's scale per lane: row 0's byte 0 and
+	// its sign byte (32) above, row 1's byte 16 and its sign byte (48).
+	MOVD  $0x2020200020202000, R5
+	VMOV  R5, V19.D[0]
+	MOVD  $0x3030301030303010, R5
+	VMOV  R5, V19.D[1]
+	VEOR  V20.B16, V20.B16, V20.B16
+	CBZ   R4, q6done
+
+q6loop:
+	ADD   $192, R0, R9
+	VLD1  (R9), [V24.B16]
+	ADD   $192, R1, R9
+	VLD1  (R9), [V25.B16]
+	WORD  $(0x4E20A800|RN(24)|RD(26)) // CMLT V26.16B, V24.16B, #0
+	WORD  $(0x4E20A800|RN(25)|RD(27)) // CMLT V27.16B, V25.16B, #0
+	VORR  V19.B16, V19.B16, V21.B16
+	VEOR  V22.B16, V22.B16, V22.B16
+	Q6K_RUN2(0, 128, 4, Q6K_LO_AND, Q6K_HI_SHL4)
+	Q6K_RUN2(32, 128, 36, Q6K_LO_AND, Q6K_HI_SHL2)
+	Q6K_RUN2(0, 128, 68, Q6K_LO_SHR, Q6K_HI_NONE)
+	Q6K_RUN2(32, 128, 100, Q6K_LO_SHR, Q6K_HI_SHR2)
+	Q6K_RUN2(64, 160, 132, Q6K_LO_AND, Q6K_HI_SHL4)
+	Q6K_RUN2(96, 160, 164, Q6K_LO_AND, Q6K_HI_SHL2)
+	Q6K_RUN2(64, 160, 196, Q6K_LO_SHR, Q6K_HI_NONE)
+	Q6K_RUN2(96, 160, 228, Q6K_LO_SHR, Q6K_HI_SHR2)
+	// isum −= 32·Σ sc·bsum: the scales as int16 times the tokens' sums.
+	ADD   $260, R2, R9
+	VLD1  (R9), [V0.B16, V1.B16]
+	ADD   $260, R3, R9
+	VLD1  (R9), [V2.B16, V3.B16]
+	WORD  $(0x0F08A400|RN(24)|RD(4))        // SXTL  V4.8H, V24.8B
+	WORD  $(0x4F08A400|RN(24)|RD(5))        // SXTL2 V5.8H, V24.16B
+	WORD  $(0x0F08A400|RN(25)|RD(6))        // SXTL  V6.8H, V25.8B
+	WORD  $(0x4F08A400|RN(25)|RD(7))        // SXTL2 V7.8H, V25.16B
+	WORD  $(0x0E60C000|RM(0)|RN(4)|RD(8))   // SMULL  V8.4S, V4.4H, V0.4H
+	WORD  $(0x4E608000|RM(0)|RN(4)|RD(8))   // SMLAL2 V8.4S, V4.8H, V0.8H
+	WORD  $(0x0E608000|RM(1)|RN(5)|RD(8))   // SMLAL  V8.4S, V5.4H, V1.4H
+	WORD  $(0x4E608000|RM(1)|RN(5)|RD(8))   // SMLAL2 V8.4S, V5.8H, V1.8H
+	WORD  $(0x0E60C000|RM(2)|RN(4)|RD(9))   // SMULL  V9.4S, V4.4H, V2.4H
+	WORD  $(0x4E608000|RM(2)|RN(4)|RD(9))   // SMLAL2 V9.4S, V4.8H, V2.8H
+	WORD  $(0x0E608000|RM(3)|RN(5)|RD(9))   // SMLAL  V9.4S, V5.4H, V3.4H
+	WORD  $(0x4E608000|RM(3)|RN(5)|RD(9))   // SMLAL2 V9.4S, V5.8H, V3.8H
+	WORD  $(0x0E60C000|RM(0)|RN(6)|RD(10))  // SMULL  V10.4S, V6.4H, V0.4H
+	WORD  $(0x4E608000|RM(0)|RN(6)|RD(10))  // SMLAL2 V10.4S, V6.8H, V0.8H
+	WORD  $(0x0E608000|RM(1)|RN(7)|RD(10))  // SMLAL  V10.4S, V7.4H, V1.4H
+	WORD  $(0x4E608000|RM(1)|RN(7)|RD(10))  // SMLAL2 V10.4S, V7.8H, V1.8H
+	WORD  $(0x0E60C000|RM(2)|RN(6)|RD(11))  // SMULL  V11.4S, V6.4H, V2.4H
+	WORD  $(0x4E608000|RM(2)|RN(6)|RD(11))  // SMLAL2 V11.4S, V6.8H, V2.8H
+	WORD  $(0x0E608000|RM(3)|RN(7)|RD(11))  // SMLAL  V11.4S, V7.4H, V3.4H
+	WORD  $(0x4E608000|RM(3)|RN(7)|RD(11))  // SMLAL2 V11.4S, V7.8H, V3.8H
+	WORD  $(0x4EA0BC00|RM(9)|RN(8)|RD(8))   // ADDP V8.4S, V8.4S, V9.4S
+	WORD  $(0x4EA0BC00|RM(11)|RN(10)|RD(10)) // ADDP V10.4S, V10.4S, V11.4S
+	WORD  $(0x4EA0BC00|RM(10)|RN(8)|RD(8))  // ADDP V8.4S, V8.4S, V10.4S
+	VSHL  $5, V8.S4, V8.S4
+	VSUB  V8.S4, V22.S4, V22.S4
+	// acc += float32(d·dx)·isum, per lane.
+	MOVWU (R2), R12
+	MOVWU (R3), R13
+	ORR   R13<<32, R12, R12
+	VMOV  R12, V29.D[0]
+	VMOV  R12, V29.D[1]
+	F16_PAIR(208, 28, F28)
+	WORD  $(0x6E20DC00|RM(29)|RN(28)|RD(28)) // FMUL V28.4S, V28.4S, V29.4S: d·dx
+	WORD  $(0x4E21D800|RN(22)|RD(22))        // SCVTF V22.4S, V22.4S
+	WORD  $(0x6E20DC00|RM(22)|RN(28)|RD(22)) // FMUL V22.4S, V28.4S, V22.4S
+	WORD  $(0x4E20D400|RM(22)|RN(20)|RD(20)) // FADD V20.4S, V20.4S, V22.4S
+	ADD   $210, R0
+	ADD   $210, R1
+	ADD   $292, R2
+	ADD   $292, R3
+	SUBS  $1, R4
+	BNE   q6loop
+
+q6done:
+	MOVD out+40(FP), R5
+	VST1 [V20.S4], (R5)
+	RET
