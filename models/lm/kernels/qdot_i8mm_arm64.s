@@ -18,6 +18,47 @@
 #define RN(n) ((n)<<5)
 #define RM(m) ((m)<<16)
 
+// MMLA_ARGS loads the rows' addresses into R0, R1, the tokens' into R2, R3
+// and nb into R4.
+#define MMLA_ARGS \
+	MOVD w+0(FP), R0; \
+	MOVD wstride+8(FP), R1; \
+	ADD  R0, R1, R1; \
+	MOVD x+16(FP), R2; \
+	MOVD xstride+24(FP), R3; \
+	ADD  R2, R3, R3; \
+	MOVD nb+32(FP), R4
+
+// MMLA_NEXT steps both rows by wb bytes and both tokens by xb, and loops
+// to label while blocks remain.
+#define MMLA_NEXT(wb, xb, label) \
+	ADD  $wb, R0; \
+	ADD  $wb, R1; \
+	ADD  $xb, R2; \
+	ADD  $xb, R3; \
+	SUBS $1, R4; \
+	BNE  label
+
+// DX_PAIR: the tokens' activation scales per lane [t0, t1, t0, t1] in V29.
+#define DX_PAIR \
+	MOVWU (R2), R12; \
+	MOVWU (R3), R13; \
+	ORR   R13<<32, R12, R12; \
+	VMOV  R12, V29.D[0]; \
+	VMOV  R12, V29.D[1]
+
+// FADD4, FSUB4: the .4S vector FADD and FSUB, SCALED_INTO_ACC4's op.
+#define FADD4 0x4E20D400
+#define FSUB4 0x4EA0D400
+
+// SCALED_INTO_ACC4: V(acc) op= float32(V(f)·dx)·float32(V(i)) per lane,
+// dx in V29 (V(f) and V(i) are overwritten).
+#define SCALED_INTO_ACC4(f, i, acc, op) \
+	WORD $(0x6E20DC00|RM(29)|RN(f)|RD(f)); \ // FMUL Vf.4S, Vf.4S, V29.4S
+	WORD $(0x4E21D800|RN(i)|RD(i)); \        // SCVTF Vi.4S, Vi.4S
+	WORD $(0x6E20DC00|RM(i)|RN(f)|RD(i)); \  // FMUL Vi.4S, Vf.4S, Vi.4S
+	WORD $(op|RM(i)|RN(acc)|RD(acc))         // FADD/FSUB Vacc.4S, Vacc.4S, Vi.4S
+
 // MMLA_TOKEN: one token's activation block at (xr) into the lane sums
 // acc0…acc3 (four lanes each: row 0 lanes 2k, 2k+1, row 1 lanes 2k, 2k+1
 // for acc k), with V4-V7 the two rows' quants interleaved by eight bytes
@@ -72,13 +113,7 @@
 // out = [row 0·token 0, row 0·token 1, row 1·token 0, row 1·token 1] for the
 // rows at w and w+wstride and the tokens at x and x+xstride, nb blocks each.
 TEXT ·dotQ8_0MMLA(SB), NOSPLIT, $0-48
-	MOVD w+0(FP), R0
-	MOVD wstride+8(FP), R1
-	ADD  R0, R1, R1
-	MOVD x+16(FP), R2
-	MOVD xstride+24(FP), R3
-	ADD  R2, R3, R3
-	MOVD nb+32(FP), R4
+	MMLA_ARGS
 	// V31: keep bytes 0-3 of the low half and 4-7 of the high half.
 	MOVD $0x00000000ffffffff, R5
 	VMOV R5, V31.D[0]
@@ -115,12 +150,7 @@ loop:
 	WORD  $(0x4EC07800|RM(3)|RN(1)|RD(7)) // ZIP2 V7.2D, V1.2D, V3.2D
 	MMLA_TOKEN(R2, 16, 17, 18, 19)
 	MMLA_TOKEN(R3, 20, 21, 22, 23)
-	ADD  $34, R0
-	ADD  $34, R1
-	ADD  $40, R2
-	ADD  $40, R3
-	SUBS $1, R4
-	BNE  loop
+	MMLA_NEXT(34, 40, loop)
 
 done:
 	MOVD out+40(FP), R5
@@ -224,13 +254,7 @@ done:
 //
 // As dotQ8_0MMLA, for Q4_K rows and q8_K activations.
 TEXT ·dotQ4KMMLA(SB), NOSPLIT, $0-48
-	MOVD  w+0(FP), R0
-	MOVD  wstride+8(FP), R1
-	ADD   R0, R1, R1
-	MOVD  x+16(FP), R2
-	MOVD  xstride+24(FP), R3
-	ADD   R2, R3, R3
-	MOVD  nb+32(FP), R4
+	MMLA_ARGS
 	VMOVI $15, V31.B16
 	// V24: TBL indices of sub-block 0's scale, [0, 0, 8, 8] in the low
 	// byte of each lane, 0xff (out of range: zero) above; V23 adds one.
@@ -279,27 +303,12 @@ kloop:
 	WORD  $(0x4EA0BC00|RM(7)|RN(6)|RD(6))  // ADDP V6.4S, V6.4S, V7.4S
 	WORD  $(0x4EA0BC00|RM(6)|RN(4)|RD(4))  // ADDP V4.4S, V4.4S, V6.4S: msum
 	// dx per lane [t0, t1, t0, t1]; d and dmin per lane [r0, r0, r1, r1].
-	MOVWU (R2), R12
-	MOVWU (R3), R13
-	ORR   R13<<32, R12, R12
-	VMOV  R12, V29.D[0]
-	VMOV  R12, V29.D[1]
+	DX_PAIR
 	F16_PAIR(0, 27, F27)
 	F16_PAIR(2, 28, F28)
-	WORD  $(0x6E20DC00|RM(29)|RN(27)|RD(27)) // FMUL V27.4S, V27.4S, V29.4S: d·dx
-	WORD  $(0x4E21D800|RN(22)|RD(22))        // SCVTF V22.4S, V22.4S
-	WORD  $(0x6E20DC00|RM(22)|RN(27)|RD(22)) // FMUL V22.4S, V27.4S, V22.4S
-	WORD  $(0x4E20D400|RM(22)|RN(25)|RD(25)) // FADD V25.4S, V25.4S, V22.4S
-	WORD  $(0x6E20DC00|RM(29)|RN(28)|RD(28)) // FMUL V28.4S, V28.4S, V29.4S: dmin·dx
-	WORD  $(0x4E21D800|RN(4)|RD(4))          // SCVTF V4.4S, V4.4S
-	WORD  $(0x6E20DC00|RM(4)|RN(28)|RD(4))   // FMUL V4.4S, V28.4S, V4.4S
-	WORD  $(0x4EA0D400|RM(4)|RN(25)|RD(25))  // FSUB V25.4S, V25.4S, V4.4S
-	ADD   $144, R0
-	ADD   $144, R1
-	ADD   $292, R2
-	ADD   $292, R3
-	SUBS  $1, R4
-	BNE   kloop
+	SCALED_INTO_ACC4(27, 22, 25, FADD4) // acc += float32(d·dx)·isum
+	SCALED_INTO_ACC4(28, 4, 25, FSUB4)  // acc −= float32(dmin·dx)·msum
+	MMLA_NEXT(144, 292, kloop)
 
 kdone:
 	MOVD out+40(FP), R5
@@ -393,13 +402,7 @@ kdone:
 //
 // As dotQ8_0MMLA, for Q6_K rows and q8_K activations.
 TEXT ·dotQ6KMMLA(SB), NOSPLIT, $0-48
-	MOVD  w+0(FP), R0
-	MOVD  wstride+8(FP), R1
-	ADD   R0, R1, R1
-	MOVD  x+16(FP), R2
-	MOVD  xstride+24(FP), R3
-	ADD   R2, R3, R3
-	MOVD  nb+32(FP), R4
+	MMLA_ARGS
 	VMOVI $15, V31.B16
 	VMOVI $48, V30.B16
 	VMOVI $1, V23.B16
@@ -460,22 +463,10 @@ q6loop:
 	VSHL  $5, V8.S4, V8.S4
 	VSUB  V8.S4, V22.S4, V22.S4
 	// acc += float32(d·dx)·isum, per lane.
-	MOVWU (R2), R12
-	MOVWU (R3), R13
-	ORR   R13<<32, R12, R12
-	VMOV  R12, V29.D[0]
-	VMOV  R12, V29.D[1]
+	DX_PAIR
 	F16_PAIR(208, 28, F28)
-	WORD  $(0x6E20DC00|RM(29)|RN(28)|RD(28)) // FMUL V28.4S, V28.4S, V29.4S: d·dx
-	WORD  $(0x4E21D800|RN(22)|RD(22))        // SCVTF V22.4S, V22.4S
-	WORD  $(0x6E20DC00|RM(22)|RN(28)|RD(22)) // FMUL V22.4S, V28.4S, V22.4S
-	WORD  $(0x4E20D400|RM(22)|RN(20)|RD(20)) // FADD V20.4S, V20.4S, V22.4S
-	ADD   $210, R0
-	ADD   $210, R1
-	ADD   $292, R2
-	ADD   $292, R3
-	SUBS  $1, R4
-	BNE   q6loop
+	SCALED_INTO_ACC4(28, 22, 20, FADD4)
+	MMLA_NEXT(210, 292, q6loop)
 
 q6done:
 	MOVD out+40(FP), R5
