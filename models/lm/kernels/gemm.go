@@ -11,10 +11,11 @@ package kernels
 // quantizer where there is one), then gives each task a tile of weight rows
 // and walks it across the tokens one token tile at a time: a token tile
 // stays in L1/L2 while every row of the tile meets it, and the row tile
-// stays in L2 across token tiles. Each (row, token) product is still one
-// call of the type's dot kernel (×4 for groups of four tokens), the same
-// operations in the same order as before, so a result does not depend on
-// the batch, the tiling or the thread count.
+// stays in L2 across token tiles. Each (row, token) product is still the
+// type's dot kernel's operations in the same order (one call per pair, ×4
+// for groups of four tokens on amd64, 2×2 for pairs of rows and tokens on
+// arm64 with i8mm), so a result does not depend on the batch, the tiling,
+// the CPU's features or the thread count.
 
 // gemmTokenBytes bounds a token tile's quantized activations: 32 KiB fits
 // the L1 data cache of the cores it targets (32–64 KiB) beside the weight
