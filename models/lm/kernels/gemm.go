@@ -11,10 +11,11 @@ package kernels
 // quantizer where there is one), then gives each task a tile of weight rows
 // and walks it across the tokens one token tile at a time: a token tile
 // stays in L1/L2 while every row of the tile meets it, and the row tile
-// stays in L2 across token tiles. Each (row, token) product is still one
-// call of the type's dot kernel (×4 for groups of four tokens), the same
-// operations in the same order as before, so a result does not depend on
-// the batch, the tiling or the thread count.
+// stays in L2 across token tiles. Each (row, token) product is still the
+// type's dot kernel's operations in the same order (one call per pair, ×4
+// for groups of four tokens on amd64, 2×2 for pairs of rows and tokens on
+// arm64 with i8mm), so a result does not depend on the batch, the tiling,
+// the CPU's features or the thread count.
 
 // gemmTokenBytes bounds a token tile's quantized activations: 32 KiB fits
 // the L1 data cache of the cores it targets (32–64 KiB) beside the weight
@@ -55,13 +56,17 @@ type quantProduct struct {
 	ab, nb int    // activation bytes per token, blocks per row
 	dot    func(w, x []byte, nb int) float32
 	dot4   func(w, x []byte, stride, nb int, out *[4]float32) // nil where the type has no ×4 kernel
+	// dot2x2 takes two rows (wstride apart) and two tokens (xstride apart);
+	// nil where the type or the CPU has none.
+	dot2x2 func(w []byte, wstride int, x []byte, xstride, nb int, out *[4]float32)
 }
 
 // quantProduct sizes p's activation buffer for n tokens and picks m's
 // fastest kernels.
 func (m *Matrix) quantProduct(p *Pool, n int) *quantProduct {
 	k := m.qk
-	q := &quantProduct{m: m, ab: k.actBytes(m.cols), nb: m.cols / k.blockLen, dot: k.dot, dot4: fastDot4(m.dtype)}
+	q := &quantProduct{m: m, ab: k.actBytes(m.cols), nb: m.cols / k.blockLen, dot: k.dot, dot4: fastDot4(m.dtype),
+		dot2x2: fastDot2x2(m.dtype)}
 	if cap(p.qx) < n*q.ab {
 		p.qx = make([]byte, n*q.ab)
 	}
@@ -72,9 +77,29 @@ func (m *Matrix) quantProduct(p *Pool, n int) *quantProduct {
 	return q
 }
 
-// block sets y[t][r] for rows r0 ≤ r < r1 and tokens t0 ≤ t < t1, each row
+// block sets y[t][r] for rows r0 ≤ r < r1 and tokens t0 ≤ t < t1: pairs of
+// rows against pairs of tokens where there is a 2×2 kernel, else each row
 // against the tokens in order, four at a time where there is a ×4 kernel.
+// Every kernel gives the Go kernel's bits, so the grouping does not show.
 func (q *quantProduct) block(y []float32, r0, r1, t0, t1 int) {
+	m, ab := q.m, q.ab
+	r := r0
+	for ; q.dot2x2 != nil && r+2 <= r1; r += 2 {
+		rows := m.raw[r*m.rowBytes : (r+2)*m.rowBytes]
+		var out [4]float32
+		t := t0
+		for ; t+2 <= t1; t += 2 {
+			q.dot2x2(rows, m.rowBytes, q.qx[t*ab:(t+2)*ab], ab, q.nb, &out)
+			y[t*m.rows+r], y[(t+1)*m.rows+r] = out[0], out[1]
+			y[t*m.rows+r+1], y[(t+1)*m.rows+r+1] = out[2], out[3]
+		}
+		q.rows(y, r, r+2, t, t1)
+	}
+	q.rows(y, r, r1, t0, t1)
+}
+
+// rows is block's per-row loop.
+func (q *quantProduct) rows(y []float32, r0, r1, t0, t1 int) {
 	m, ab := q.m, q.ab
 	var out [4]float32
 	for r := r0; r < r1; r++ {

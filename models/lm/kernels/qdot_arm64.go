@@ -68,6 +68,23 @@ func dotQ6KSDOT(w, x *byte, nb int) float32
 //go:noescape
 func dotQ6KNEON(w, x *byte, nb int) float32
 
+// dotQ8_0MMLA is the Q8_0 product of the rows at w and w+wstride with the
+// tokens at x and x+xstride (qdot_i8mm_arm64.s), out = [r0·t0, r0·t1,
+// r1·t0, r1·t1].
+//
+//go:noescape
+func dotQ8_0MMLA(w *byte, wstride int, x *byte, xstride int, nb int, out *[4]float32)
+
+// dotQ4KMMLA is dotQ8_0MMLA's Q4_K counterpart (same file).
+//
+//go:noescape
+func dotQ4KMMLA(w *byte, wstride int, x *byte, xstride int, nb int, out *[4]float32)
+
+// dotQ6KMMLA is dotQ8_0MMLA's Q6_K counterpart.
+//
+//go:noescape
+func dotQ6KMMLA(w *byte, wstride int, x *byte, xstride int, nb int, out *[4]float32)
+
 // arm64Kernel is one type's pair of kernels: with the ARMv8.2 dot-product
 // extension (SDOT) and with base NEON (SMULL/SMLAL/SADDLP, for Cortex-A53,
 // A55 without it, A72: Raspberry Pi 3 and 4). Both give the Go kernel's bits.
@@ -91,9 +108,12 @@ var arm64Kernels = map[gguf.DType]arm64Kernel{
 // haveSDOT selects the dot-product kernels; haveNEON (ASIMD, which every
 // arm64 Linux CPU has) the base ones where SDOT is missing. Tests switch
 // haveSDOT off to run the base kernels on CPUs that have both.
+// haveI8MM (FEAT_I8MM, from HWCAP2 on Linux) selects the two-row,
+// two-token SMMLA kernels.
 var (
 	haveSDOT = cpu.ARM64.HasASIMDDP
 	haveNEON = cpu.ARM64.HasASIMD
+	haveI8MM = cpu.ARM64.HasI8MM
 )
 
 // fastDot returns the NEON kernel for d (arm64Kernels' types; SDOT where the
@@ -110,6 +130,26 @@ func fastDot(d gguf.DType) func(w, x []byte, nb int) float32 {
 	}
 	return func(w, x []byte, nb int) float32 {
 		return f(unsafe.SliceData(w), unsafe.SliceData(x), nb)
+	}
+}
+
+// i8mmKernels are the types with a two-row, two-token SMMLA kernel.
+var i8mmKernels = map[gguf.DType]func(w *byte, wstride int, x *byte, xstride int, nb int, out *[4]float32){
+	gguf.Q8_0: dotQ8_0MMLA,
+	gguf.Q4_K: dotQ4KMMLA,
+	gguf.Q6_K: dotQ6KMMLA,
+}
+
+// fastDot2x2 returns d's SMMLA kernel where the CPU has i8mm, else nil. It
+// reads rows w and w[wstride:], tokens x and x[xstride:], nb blocks each,
+// unchecked: quantProduct.block passes whole rows.
+func fastDot2x2(d gguf.DType) func(w []byte, wstride int, x []byte, xstride, nb int, out *[4]float32) {
+	f, ok := i8mmKernels[d]
+	if !ok || !haveI8MM {
+		return nil
+	}
+	return func(w []byte, wstride int, x []byte, xstride, nb int, out *[4]float32) {
+		f(unsafe.SliceData(w), wstride, unsafe.SliceData(x), xstride, nb, out)
 	}
 }
 

@@ -1,9 +1,13 @@
 package kernels
 
 import (
+	"encoding/binary"
+	"math"
 	"math/rand/v2"
 	"testing"
 	"unsafe"
+
+	"github.com/phaseless/phaseless/models/lm/gguf"
 )
 
 // TestNEONKernelsMatchGo runs both arm64 kernels of every type that has
@@ -73,5 +77,86 @@ func BenchmarkArm64Kernels(b *testing.B) {
 				})
 			}
 		}
+	}
+}
+
+// TestI8MMKernelsMatchGo runs each two-row, two-token SMMLA kernel against
+// the Go kernel, bit for bit, on CPUs with i8mm (under qemu: -cpu max), with
+// padding between the rows and between the tokens so a kernel that mixes up
+// its strides fails. TestQuantMulBatchInvariant and TestGEMMMatchesPerRow
+// run them inside the GEMM.
+func TestI8MMKernelsMatchGo(t *testing.T) {
+	if !haveI8MM {
+		t.Skip("no i8mm on this CPU")
+	}
+	rng := rand.New(rand.NewPCG(19, 20))
+	for d, f := range i8mmKernels {
+		k := qkernels[d]
+		bb, _ := d.RowBytes(k.blockLen)
+		for trial := range 200 {
+			nb := 1 + trial%5
+			wstride, ab := nb*bb+trial%3, k.actBytes(nb*k.blockLen)
+			xstride := ab + 8*(trial%2)
+			// Random block bytes (every scale and bit pattern) with
+			// small finite f16 factors, as kernelMatchesGo makes them.
+			w := make([]byte, wstride+nb*bb)
+			for i := range w {
+				w[i] = byte(rng.Uint32())
+			}
+			for _, r0 := range []int{0, wstride} {
+				for b := range nb {
+					for _, off := range f16Fields(d) {
+						binary.LittleEndian.PutUint16(w[r0+b*bb+off:], gguf.F32ToF16(float32(rng.NormFloat64()*0.01)))
+					}
+				}
+			}
+			qx := make([]byte, xstride+ab)
+			k.quantize(qx, randVec(rng, nb*k.blockLen))
+			k.quantize(qx[xstride:], randVec(rng, nb*k.blockLen))
+			var out [4]float32
+			f(unsafe.SliceData(w), wstride, unsafe.SliceData(qx), xstride, nb, &out)
+			for i, got := range out {
+				r, tok := i/2, i%2
+				want := k.dot(w[r*wstride:], qx[tok*xstride:], nb)
+				if math.Float32bits(got) != math.Float32bits(want) {
+					t.Fatalf("%s trial %d (%d blocks) row %d token %d: i8mm %v, Go %v", d, trial, nb, r, tok, got, want)
+				}
+			}
+		}
+		t.Logf("%s i8mm kernel equals the Go kernel", d)
+	}
+}
+
+// BenchmarkI8MMKernels times two 4,096-column rows against two tokens per
+// type: four SDOT calls against one SMMLA call. Under qemu (-cpu max) it is
+// a sanity check only: emulated speed is not hardware speed.
+func BenchmarkI8MMKernels(b *testing.B) {
+	if !haveI8MM || !haveSDOT {
+		b.Skip("needs i8mm and SDOT")
+	}
+	rng := rand.New(rand.NewPCG(25, 26))
+	for d, f := range i8mmKernels {
+		k, sdot := qkernels[d], arm64Kernels[d].sdot
+		m := quantMatrix(b, rng, d, 2, 4096)
+		nb, ab := m.cols/k.blockLen, k.actBytes(m.cols)
+		qx := make([]byte, 2*ab)
+		k.quantize(qx, randVec(rng, m.cols))
+		k.quantize(qx[ab:], randVec(rng, m.cols))
+		w := m.raw
+		b.Run(d.String()+"/sdot", func(b *testing.B) {
+			b.SetBytes(int64(len(w)))
+			for b.Loop() {
+				for i := range 4 {
+					sdot(&w[i/2*m.rowBytes], &qx[i%2*ab], nb)
+				}
+			}
+		})
+		b.Run(d.String()+"/i8mm", func(b *testing.B) {
+			b.SetBytes(int64(len(w)))
+			var out [4]float32
+			for b.Loop() {
+				f(&w[0], m.rowBytes, &qx[0], ab, nb, &out)
+			}
+		})
 	}
 }

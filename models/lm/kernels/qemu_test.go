@@ -17,8 +17,12 @@ import (
 // runs the quantized-kernel ones under qemu-aarch64-static on two CPU
 // models: cortex-a72 (ARMv8.0, no SDOT, no FP16: what a Raspberry Pi 4 is),
 // where fastDot must pick the base-NEON kernels, and cortex-a76 (SDOT),
-// where it picks the SDOT ones; TestNEONKernelsMatchGo also runs the base
-// ones there. Each checks the kernels against the Go ones bit for bit, the
+// where it picks the SDOT ones (and has no i8mm, so the GEMM falls back to
+// one-row kernels); TestNEONKernelsMatchGo also runs the base ones there.
+// On max (every feature qemu emulates, i8mm included) the GEMM takes pairs
+// of rows and tokens through the SMMLA kernels, which
+// TestI8MMKernelsMatchGo checks against the Go ones and the batch tests
+// against the one-token kernels. Each checks the kernels against the Go ones bit for bit, the
 // batch invariance of the quantized products, and the tiled GEMM's
 // agreement with the per-row loop on ARM.
 func TestArm64KernelsUnderQEMU(t *testing.T) {
@@ -47,13 +51,17 @@ func TestArm64KernelsUnderQEMU(t *testing.T) {
 		model string
 		want  []string
 	}{
-		{"cortex-a72", []string{"no SDOT on this CPU"}},
-		{"cortex-a76", nil},
+		{"cortex-a72", []string{"no SDOT on this CPU", "no i8mm on this CPU"}},
+		{"cortex-a76", []string{"no i8mm on this CPU"}},
+		{"max", nil},
 	}
 	for _, d := range quantTypes {
 		cpus[0].want = append(cpus[0].want, d.String()+" neon kernel equals")
 		cpus[1].want = append(cpus[1].want, d.String()+" neon kernel equals", d.String()+" sdot kernel equals")
+		cpus[2].want = append(cpus[2].want, d.String()+" sdot kernel equals")
 	}
+	// i8mmKernels' types (qdot_arm64.go, not built here).
+	cpus[2].want = append(cpus[2].want, "q8_0 i8mm kernel equals", "q4_K i8mm kernel equals", "q6_K i8mm kernel equals")
 	var wg sync.WaitGroup
 	outs := make([][]byte, len(cpus))
 	errs := make([]error, len(cpus))
@@ -62,14 +70,15 @@ func TestArm64KernelsUnderQEMU(t *testing.T) {
 		go func() {
 			defer wg.Done()
 			outs[i], errs[i] = exec.CommandContext(ctx, qemu, "-cpu", c.model, bin, "-test.v",
-				"-test.run", "^(TestNEONKernelsMatchGo|TestQuantAssemblyMatchesGo|TestQuantDotMatchesDequantized|TestQuantMulBatchInvariant|TestQuantActivationSums|TestGEMMMatchesPerRow)$").CombinedOutput()
+				"-test.run", "^(TestNEONKernelsMatchGo|TestI8MMKernelsMatchGo|TestQuantAssemblyMatchesGo|TestQuantDotMatchesDequantized|TestQuantMulBatchInvariant|TestQuantActivationSums|TestGEMMMatchesPerRow)$").CombinedOutput()
 		}()
 	}
 	wg.Wait()
 	for i, c := range cpus {
 		out := string(outs[i])
 		if errs[i] != nil || !strings.Contains(out, "--- PASS: TestNEONKernelsMatchGo") ||
-			!strings.Contains(out, "--- PASS: TestQuantMulBatchInvariant") || !strings.Contains(out, "--- PASS: TestGEMMMatchesPerRow") {
+			!strings.Contains(out, "--- PASS: TestQuantMulBatchInvariant") ||
+			!strings.Contains(out, "TestI8MMKernelsMatchGo") || !strings.Contains(out, "--- PASS: TestGEMMMatchesPerRow") {
 			t.Fatalf("arm64 kernel tests under qemu -cpu %s: %v\n%s", c.model, errs[i], out)
 		}
 		for _, w := range c.want {
