@@ -91,7 +91,7 @@ func fleetLoad(ctx context.Context, cio cli.IO, args []string) error {
 // fleet manager publishes only after the batch's store commit; the MQTT
 // PUBACK is reported beside it (with an external broker the manager acks
 // manually after the commit too, with the embedded broker it is the
-// broker's receipt).
+// broker's journal write, before the manager has the message).
 func runFleetLoad(ctx context.Context, cfg fleetLoadConfig) (*fleetLoadResult, error) {
 	u, err := url.Parse(cfg.Broker)
 	if err != nil || u.Host == "" || (u.Scheme != "mqtt" && u.Scheme != "tcp") {
