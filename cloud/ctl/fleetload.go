@@ -131,6 +131,8 @@ func runFleetLoad(ctx context.Context, cfg fleetLoadConfig) (*fleetLoadResult, e
 			defer func() { _ = c.Disconnect(&paho.Disconnect{ReasonCode: 0}) }()
 			t := time.NewTicker(cfg.Interval)
 			defer t.Stop()
+			stop := time.NewTimer(time.Until(stopSend))
+			defer stop.Stop()
 			for seq := uint64(1); time.Now().Before(stopSend); {
 				b := fleetwire.TelemetryBatch{DeviceID: d.id, BatchID: d.id + "-" + strconv.FormatUint(seq, 10)}
 				data, _ := json.Marshal(fleetwire.RequestRecord{TraceID: b.BatchID, Decision: "local", Path: "local", Outcome: "ok", CloudProb: 0.25, TTFTMillis: 38.5, PromptTokens: 120, CompletionTokens: 64})
@@ -159,8 +161,11 @@ func runFleetLoad(ctx context.Context, cfg fleetLoadConfig) (*fleetLoadResult, e
 				select {
 				case <-ctx.Done():
 					return
+				case <-stop.C: // the next batch would be due after the run
 				case <-t.C:
+					continue
 				}
+				break
 			}
 			// Wait out the cloud's acks for what was sent.
 			for deadline := time.Now().Add(cfg.Drain); time.Now().Before(deadline) && d.outstanding() > 0 && ctx.Err() == nil; {
