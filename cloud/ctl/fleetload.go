@@ -89,9 +89,9 @@ func fleetLoad(ctx context.Context, cio cli.IO, args []string) error {
 // runFleetLoad connects the devices, runs them and collects the numbers.
 // The latency that means "stored" is the cloud's TelemetryAck, which the
 // fleet manager publishes only after the batch's store commit; the MQTT
-// PUBACK is reported beside it (with an external broker the manager acks
-// manually after the commit too, with the embedded broker it is the
-// broker's journal write, before the manager has the message).
+// PUBACK is reported beside it: the device's broker's receipt (with the
+// embedded broker, after its journal write), before the manager has stored
+// anything.
 func runFleetLoad(ctx context.Context, cfg fleetLoadConfig) (*fleetLoadResult, error) {
 	u, err := url.Parse(cfg.Broker)
 	if err != nil || u.Host == "" || (u.Scheme != "mqtt" && u.Scheme != "tcp") {
