@@ -34,6 +34,7 @@ func init() {
 		}},
 		{Name: "label", Summary: "set or remove (key=) a device's labels, which rollouts select by: fleet label ID region=eu cohort=", Run: fleetLabel},
 		rolloutCommand,
+		{Name: "load", Summary: "load test the fleet plane: N simulated MQTT v5 devices send telemetry batches to the cloud's broker; prints ack latencies and the cloud's RSS", Run: fleetLoad},
 		{Name: "cmd", Summary: "send a command: fleet cmd ID NAME [key=value ...] [--wait 30s]", Run: fleetCmd},
 		{Name: "telemetry", Summary: "the telemetry store: count | export [--device ID] [--since T] [-o FILE]", Subcommands: []*cli.Command{
 			{Name: "count", Summary: "stored, ingested, duplicate and deleted record counts (fleet-wide or --device ID)", Run: fleetTelemetryCount},
