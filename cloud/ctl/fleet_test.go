@@ -18,7 +18,6 @@ import (
 	"github.com/eclipse/paho.golang/paho"
 
 	"github.com/phaseless/phaseless/cloud/fleet"
-	"github.com/phaseless/phaseless/cloud/fleet/broker"
 	"github.com/phaseless/phaseless/internal/cli"
 	"github.com/phaseless/phaseless/transport/fleetwire"
 )
@@ -27,16 +26,7 @@ import (
 // HTTP server (with an API-key check like the cloud's), an embedded broker,
 // and a device on a real MQTT client that answers commands.
 func TestFleetCommands(t *testing.T) {
-	b, err := broker.Start(broker.Config{TCPAddr: "127.0.0.1:0", DevAuth: true})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer b.Close()
-	m, err := fleet.Open(fleet.Config{DataDir: t.TempDir(), Broker: b})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer m.Close()
+	b, m := startFleet(t, fleet.Config{})
 	mux := http.NewServeMux()
 	api := m.Handler()
 	mux.Handle(fleet.APIPrefix, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {

@@ -11,7 +11,6 @@ import (
 	"time"
 
 	"github.com/phaseless/phaseless/cloud/fleet"
-	"github.com/phaseless/phaseless/cloud/fleet/broker"
 	"github.com/phaseless/phaseless/cloud/fleetapi"
 	"github.com/phaseless/phaseless/internal/cli"
 )
@@ -20,16 +19,7 @@ import (
 // the embedded broker: every record the devices sent must be acknowledged by
 // the cloud and stored exactly once, by the fleet API's counts.
 func TestFleetLoad(t *testing.T) {
-	b, err := broker.Start(broker.Config{TCPAddr: "127.0.0.1:0", DevAuth: true})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer b.Close()
-	m, err := fleet.Open(fleet.Config{DataDir: t.TempDir(), Broker: b})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer m.Close()
+	b, m := startFleet(t, fleet.Config{})
 	srv := httptest.NewServer(m.Handler())
 	defer srv.Close()
 	api, err := fleetapi.NewClient(srv.URL, "", nil)
