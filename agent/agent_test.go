@@ -55,7 +55,7 @@ func testConfigIn(dir string) Config {
 		Listen: "127.0.0.1:0", DataDir: dir, Predictor: "entropy",
 		LocalConcurrency: 4, LocalQueue: 256, RouteThreshold: 0.5, RouteHysteresis: 0.1, MaxOutputTokens: 4096,
 		CloudRetryMax: 300 * time.Millisecond, CloudFirstToken: 3 * time.Second, ResumeDeadline: DefaultResumeDeadline,
-		TelemetryRate: 500, TelemetryMax: 200_000,
+		TelemetryRate: 500, TelemetryMax: 200_000, UpdateOnMetered: "defer",
 	}
 }
 
