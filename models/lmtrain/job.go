@@ -8,6 +8,8 @@ import (
 	"os"
 	"path/filepath"
 
+	"github.com/phaseless/phaseless/internal/atomicfile"
+
 	"github.com/phaseless/phaseless/models/lm"
 )
 
@@ -56,12 +58,5 @@ func RunJob(ctx context.Context, j Job) (*Result, error) {
 			return res, err
 		}
 	}
-	tmp := j.Out + ".tmp"
-	if err := os.WriteFile(tmp, buf.Bytes(), 0o644); err != nil {
-		return res, fmt.Errorf("write %s: %w", j.Out, err)
-	}
-	if err := os.Rename(tmp, j.Out); err != nil {
-		return res, fmt.Errorf("write %s: %w", j.Out, err)
-	}
-	return res, nil
+	return res, atomicfile.WriteFile(j.Out, buf.Bytes(), 0o644)
 }

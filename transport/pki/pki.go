@@ -29,6 +29,8 @@ import (
 	"path/filepath"
 	"time"
 
+	"github.com/phaseless/phaseless/internal/atomicfile"
+
 	"github.com/phaseless/phaseless/transport/fleetwire"
 )
 
@@ -309,33 +311,14 @@ func writePEM(path, typ string, der []byte, mode os.FileMode) error {
 	return writeFile(path, pem.EncodeToMemory(&pem.Block{Type: typ, Bytes: der}), mode)
 }
 
-// writeFile writes through a temporary file and a rename so a reader never
-// sees half a file, and a key is never readable by others even briefly.
-func writeFile(path string, data []byte, mode os.FileMode) (err error) {
-	tmp, err := os.CreateTemp(filepath.Dir(path), ".tmp-"+filepath.Base(path)+"-*")
-	if err != nil {
-		return fmt.Errorf("pki: write %s: %w", path, err)
+// writeFile writes whole or not at all (internal/atomicfile), so a reader
+// never sees half a key, and the key is never readable by others even
+// briefly: the temporary file has mode from the start.
+func writeFile(path string, data []byte, mode os.FileMode) error {
+	if err := atomicfile.WriteFile(path, data, mode); err != nil {
+		return fmt.Errorf("pki: %w", err)
 	}
-	defer func() {
-		if err != nil {
-			tmp.Close()
-			os.Remove(tmp.Name())
-			err = fmt.Errorf("pki: write %s: %w", path, err)
-		}
-	}()
-	if err := tmp.Chmod(mode); err != nil {
-		return err
-	}
-	if _, err := tmp.Write(data); err != nil {
-		return err
-	}
-	if err := tmp.Sync(); err != nil {
-		return err
-	}
-	if err := tmp.Close(); err != nil {
-		return err
-	}
-	return os.Rename(tmp.Name(), path)
+	return nil
 }
 
 func serial() *big.Int {
