@@ -193,8 +193,8 @@ func (m *Manager) SetConfigLayer(ctx context.Context, scope string, u ConfigUpda
 // ConfigLayers lists the layers in precedence order, each with how many
 // devices it applies to now.
 func (m *Manager) ConfigLayers() ([]ConfigLayer, error) {
-	var layers map[string]*ConfigLayer
-	if err := m.st.db.View(func(tx *bolt.Tx) (err error) { layers, err = layersTx(tx); return err }); err != nil {
+	layers, err := m.st.layers()
+	if err != nil {
 		return nil, err
 	}
 	devs, err := m.st.devices()

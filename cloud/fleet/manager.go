@@ -29,7 +29,7 @@ type Manager struct {
 	topics fleetwire.Topics
 	log    *slog.Logger
 	now    func() time.Time
-	st     *store
+	st     fleetStore
 	bus    bus
 	gate   gate.Gate // deliveries in progress, waited for by Close
 
@@ -74,9 +74,9 @@ func Open(cfg Config) (*Manager, error) {
 			return nil, err
 		}
 	}
-	var check func(*store) error
+	var check func(fleetStore) error
 	if cfg.Lease != nil {
-		check = func(st *store) error {
+		check = func(st fleetStore) error {
 			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 			defer cancel()
 			return sameStore(ctx, cfg.Lease, cfg.DataDir, st)
@@ -102,7 +102,7 @@ func closeLease(l Lease) error {
 
 // open opens the store and, if check (when set) accepts it, the Manager
 // on it: check runs before anything reaches devices.
-func open(cfg Config, check func(*store) error) (*Manager, error) {
+func open(cfg Config, check func(fleetStore) error) (*Manager, error) {
 	if err := os.MkdirAll(cfg.DataDir, 0o700); err != nil {
 		return nil, fmt.Errorf("fleet data dir: %w", err)
 	}
@@ -112,7 +112,7 @@ func open(cfg Config, check func(*store) error) (*Manager, error) {
 	}
 	if check != nil {
 		if err := check(st); err != nil {
-			st.db.Close()
+			st.close()
 			return nil, err
 		}
 	}
@@ -185,7 +185,7 @@ func open(cfg Config, check func(*store) error) (*Manager, error) {
 		err = xb.start()
 	}
 	if err != nil {
-		st.db.Close()
+		st.close()
 		return nil, err
 	}
 	if cfg.Broker != nil {
@@ -221,7 +221,7 @@ func (m *Manager) Close() error {
 		m.wg.Wait()
 		err := m.bus.close()
 		m.gate.Close()
-		m.closeErr = errors.Join(err, m.st.db.Close())
+		m.closeErr = errors.Join(err, m.st.close())
 		switch {
 		case m.cfg.Lease == nil:
 		case m.ownsLease:

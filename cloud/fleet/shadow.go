@@ -78,12 +78,7 @@ func (m *Manager) shadowWorker() {
 
 func (m *Manager) gradeShadow(j shadowJob) {
 	key := commandKey(j.device, j.rec.TraceID)
-	var done bool
-	_ = m.st.db.View(func(tx *bolt.Tx) error {
-		done = tx.Bucket(bucketShadowGraded).Get(key) != nil
-		return nil
-	})
-	if done {
+	if done, _ := m.st.shadowGraded(key); done {
 		m.mShadow.With("duplicate").Inc()
 		return
 	}
