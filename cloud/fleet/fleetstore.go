@@ -37,7 +37,10 @@ type fleetStore interface {
 	setLayer(scope string, u ConfigUpdate, now time.Time) (*ConfigLayer, []*Device, error)
 	layers() (map[string]*ConfigLayer, error)
 
-	addCommand(cs CommandState, keep int) error
+	// addCommand stores a new pending command unless one with its id is
+	// stored already (added false): a rollout's update command has one id
+	// per device, whichever manager issues it.
+	addCommand(cs CommandState, keep int) (added bool, err error)
 	commandResult(dev string, r *fleetwire.CommandResult, now time.Time) (bool, error)
 	command(dev, id string) (*CommandState, error)
 
@@ -45,6 +48,10 @@ type fleetStore interface {
 	rollout(id string) (*Rollout, error)
 	rollouts() ([]*Rollout, error)
 	updateRollout(id string, fn func(*Rollout) error) error
+	// claimRollout runs fn on rollout id and stores the result, unless
+	// another manager is stepping it (claimed false). fn may call the
+	// store.
+	claimRollout(id string, fn func(*Rollout) error) (claimed bool, err error)
 
 	putArtifact(info *ArtifactInfo) error
 	artifact(id string) (*ArtifactInfo, error)

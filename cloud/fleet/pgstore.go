@@ -10,6 +10,7 @@ import (
 	"hash/fnv"
 	"math"
 	"sort"
+	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -77,6 +78,11 @@ func openPGStore(ctx context.Context, url string) (*pgStore, error) {
 	cfg, err := pgxpool.ParseConfig(url)
 	if err != nil {
 		return nil, fmt.Errorf("fleet db: %w", err)
+	}
+	if !strings.Contains(url, "pool_max_conns") {
+		// pgx's default (the CPU count, at least 4) would queue ingest
+		// workers and a rollout step's parallel sends behind each other.
+		cfg.MaxConns = 32
 	}
 	pool, err := pgxpool.NewWithConfig(ctx, cfg)
 	if err != nil {
@@ -622,20 +628,22 @@ func loadCommands(ctx context.Context, tx pgx.Tx, dev string) (map[string][]Comm
 	return out, rows.Err()
 }
 
-func (s *pgStore) addCommand(cs CommandState, keep int) error {
+func (s *pgStore) addCommand(cs CommandState, keep int) (added bool, err error) {
 	doc, err := json.Marshal(cs)
 	if err != nil {
-		return err
+		return false, err
 	}
-	return s.tx(func(ctx context.Context, tx pgx.Tx) error {
+	err = s.tx(func(ctx context.Context, tx pgx.Tx) error {
+		added = false
 		// The device's row lock orders this with its other commands' trims.
 		if _, _, err := lockDevice(ctx, tx, cs.DeviceID, cs.UpdatedAt, true); err != nil {
 			return err
 		}
-		if _, err := tx.Exec(ctx, `INSERT INTO fleet_commands VALUES ($1, $2, $3)
-			ON CONFLICT (device, id) DO UPDATE SET doc = excluded.doc`, cs.DeviceID, cs.ID, doc); err != nil {
+		tag, err := tx.Exec(ctx, `INSERT INTO fleet_commands VALUES ($1, $2, $3) ON CONFLICT (device, id) DO NOTHING`, cs.DeviceID, cs.ID, doc)
+		if err != nil || tag.RowsAffected() == 0 {
 			return err
 		}
+		added = true
 		all, err := loadCommands(ctx, tx, cs.DeviceID)
 		if err != nil {
 			return err
@@ -645,6 +653,7 @@ func (s *pgStore) addCommand(cs CommandState, keep int) error {
 		}
 		return err
 	})
+	return added, err
 }
 
 func (s *pgStore) commandResult(dev string, r *fleetwire.CommandResult, now time.Time) (bool, error) {
@@ -791,6 +800,41 @@ func (s *pgStore) updateRollout(id string, fn func(*Rollout) error) error {
 		_, err = tx.Exec(ctx, `UPDATE fleet_rollouts SET doc = $2 WHERE id = $1`, id, doc)
 		return err
 	})
+}
+
+// claimRollout locks the rollout's row for the step, skipping a row
+// another manager has locked: that one is stepping it now, and a second
+// step would plan from the same state and send the same stage twice. The
+// step's sends run on other connections while the row stays locked; a
+// manager that dies mid-step loses its lock with its connection, and the
+// next step re-plans from the last stored state (its update commands have
+// fixed ids: updateCommandID).
+func (s *pgStore) claimRollout(id string, fn func(*Rollout) error) (claimed bool, err error) {
+	err = s.tx(func(ctx context.Context, tx pgx.Tx) error {
+		claimed = false
+		var doc []byte
+		err := tx.QueryRow(ctx, `SELECT doc FROM fleet_rollouts WHERE id = $1 FOR UPDATE SKIP LOCKED`, id).Scan(&doc)
+		if errors.Is(err, pgx.ErrNoRows) {
+			return nil
+		}
+		if err != nil {
+			return err
+		}
+		claimed = true
+		r := new(Rollout)
+		if err := json.Unmarshal(doc, r); err != nil {
+			return fmt.Errorf("rollout %s: %w: %v", id, errCorrupt, err)
+		}
+		if err := fn(r); err != nil {
+			return err
+		}
+		if doc, err = json.Marshal(r); err != nil {
+			return err
+		}
+		_, err = tx.Exec(ctx, `UPDATE fleet_rollouts SET doc = $2 WHERE id = $1`, id, doc)
+		return err
+	})
+	return claimed, err
 }
 
 func (s *pgStore) putArtifact(info *ArtifactInfo) error {

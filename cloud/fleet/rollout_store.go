@@ -48,6 +48,21 @@ func (s *store) rollouts() ([]*Rollout, error) {
 	return out, err
 }
 
+// claimRollout: bbolt has one writer (the lease's holder), whose steps
+// rolloutMu serialises, so the claim always succeeds. fn runs outside a
+// transaction: it sends commands, which are write transactions of their
+// own.
+func (s *store) claimRollout(id string, fn func(*Rollout) error) (bool, error) {
+	r, err := s.rollout(id)
+	if err != nil || r == nil {
+		return false, err
+	}
+	if err := fn(r); err != nil {
+		return true, err
+	}
+	return true, s.putRollout(r)
+}
+
 func (s *store) updateRollout(id string, fn func(*Rollout) error) error {
 	return s.db.Update(func(tx *bolt.Tx) error {
 		b := tx.Bucket(bucketRollouts)

@@ -550,8 +550,13 @@ func commandsTx(tx *bolt.Tx, dev string) ([]CommandState, error) {
 // addCommand stores a new pending command, creating the device record if
 // needed (commands may be queued for a device that has not connected yet),
 // and trims finished commands beyond keep.
-func (s *store) addCommand(cs CommandState, keep int) error {
-	return s.db.Batch(func(tx *bolt.Tx) error {
+func (s *store) addCommand(cs CommandState, keep int) (added bool, err error) {
+	err = s.db.Batch(func(tx *bolt.Tx) error {
+		added = false
+		if tx.Bucket(bucketCommands).Get(commandKey(cs.DeviceID, cs.ID)) != nil {
+			return nil
+		}
+		added = true
 		dt := newDeviceTx(tx, cs.UpdatedAt)
 		if _, err := dt.get(cs.DeviceID, true); err != nil {
 			return err
@@ -575,6 +580,7 @@ func (s *store) addCommand(cs CommandState, keep int) error {
 		}
 		return dt.flush()
 	})
+	return added, err
 }
 
 // trimCommands picks the commands to delete from all (newest first) to

@@ -220,8 +220,17 @@ var storeCases = []storeCase{
 		for i := range 5 {
 			at := t0.Add(time.Duration(i) * time.Second)
 			cs := CommandState{DeviceID: "car-1", Command: fleetwire.Command{ID: fmt.Sprintf("c%d", i), Name: "reload-model", IssuedAt: at}, State: CommandPending, UpdatedAt: at}
-			if err := st.addCommand(cs, 3); err != nil {
-				t.Fatal(err)
+			if added := must[bool](t)(st.addCommand(cs, 3)); !added {
+				t.Fatalf("%s not added", cs.ID)
+			}
+			if i == 4 { // the same id again: kept as it was, not added
+				cs.Name = "rollback"
+				if added := must[bool](t)(st.addCommand(cs, 3)); added {
+					t.Fatal("a second command under one id was added")
+				}
+				if c := must[*CommandState](t)(st.command("car-1", cs.ID)); c.Name != "reload-model" {
+					t.Fatalf("stored command changed to %+v", c)
+				}
 			}
 			if i == 1 {
 				if ok := must[bool](t)(st.commandResult("car-1", &fleetwire.CommandResult{ID: "c0", OK: true}, at)); !ok {
@@ -319,9 +328,56 @@ var storeCases = []storeCase{
 		if r := must[*Rollout](t)(st.rollout("r9")); r != nil {
 			t.Fatalf("r9 %+v", r)
 		}
+		claimed, err := st.claimRollout("r2", func(r *Rollout) error { r.Version = "2.0"; return nil })
+		if err != nil || !claimed {
+			t.Fatalf("claim: %v %v", claimed, err)
+		}
+		if claimed, err := st.claimRollout("r9", func(*Rollout) error { t.Fatal("fn ran on no rollout"); return nil }); claimed || err != nil {
+			t.Fatalf("claim of no rollout: %v %v", claimed, err)
+		}
 		rs := must[[]*Rollout](t)(st.rollouts())
-		if len(rs) != 2 || rs[0].ID != "r1" || rs[1].ID != "r2" {
+		if len(rs) != 2 || rs[0].ID != "r1" || rs[1].ID != "r2" || rs[1].Version != "2.0" {
 			t.Fatalf("rollouts %+v", rs)
+		}
+	}},
+	{"RolloutClaimedByOneManager", func(t *testing.T, st fleetStore, reopen func() fleetStore) {
+		if reopen == nil {
+			t.Skip("one writer: the lease, not the store, keeps a second manager out")
+		}
+		if err := st.putRollout(&Rollout{ID: "r1"}); err != nil {
+			t.Fatal(err)
+		}
+		other := reopen()
+		inside, release := make(chan struct{}), make(chan struct{})
+		done := make(chan error, 1)
+		go func() {
+			_, err := st.claimRollout("r1", func(r *Rollout) error {
+				close(inside)
+				<-release
+				r.Version = "first"
+				return nil
+			})
+			done <- err
+		}()
+		<-inside
+		// While the first manager steps it, the second skips it.
+		claimed, err := other.claimRollout("r1", func(*Rollout) error { t.Error("stepped twice at once"); return nil })
+		if err != nil || claimed {
+			t.Fatalf("second claim during the first: %v %v", claimed, err)
+		}
+		close(release)
+		if err := <-done; err != nil {
+			t.Fatal(err)
+		}
+		// Then it steps it, from the first one's result.
+		claimed, err = other.claimRollout("r1", func(r *Rollout) error {
+			if r.Version != "first" {
+				t.Errorf("second step saw %q", r.Version)
+			}
+			return nil
+		})
+		if err != nil || !claimed {
+			t.Fatalf("claim after the first: %v %v", claimed, err)
 		}
 	}},
 	{"Artifacts", func(t *testing.T, st fleetStore, _ func() fleetStore) {
