@@ -6,6 +6,7 @@ import (
 	"crypto/sha256"
 	"encoding/binary"
 	"encoding/hex"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"math"
@@ -179,12 +180,42 @@ func (m *Manager) StepRollouts(ctx context.Context) {
 			if err != nil {
 				return err
 			}
-			sends := planRollout(r, devs, m.now())
+			now := m.now()
+			sends := planRollout(r, devs, now)
 			m.sendUpdates(ctx, r, sends)
+			if m.cfg.DB != "" { // one manager on bbolt loses nothing in a dead manager's hands
+				m.resendStale(r, devs, now)
+			}
 			return nil
 		})
 		if err != nil {
 			m.log.Error("rollouts: step", "rollout", r.ID, "err", err)
+		}
+	}
+}
+
+// resendAfter is how long a device may stay silent after its update
+// command before the rollout sends that command again.
+const resendAfter = 5 * time.Second
+
+// resendStale publishes again the update command of each online device of
+// r that has reported no status since it was issued (its result may have
+// come, the status after it not): the command, or the device's answer,
+// may have been in the hands of a manager that died (managers side by
+// side split the messages). Devices handle a
+// command id once and answer a repeat with the same result.
+func (m *Manager) resendStale(r *Rollout, devs []*Device, now time.Time) {
+	for _, d := range devs {
+		rd := r.Devices[d.ID]
+		if rd == nil || rd.State != DeviceUpdating || rd.Command == "" || d.State() != "online" {
+			continue
+		}
+		for _, c := range d.Commands {
+			if c.ID == rd.Command && c.State != CommandFailed && now.Sub(c.IssuedAt) > resendAfter &&
+				(d.Status == nil || d.Status.Time.Before(c.IssuedAt)) {
+				p, _ := json.Marshal(c.Command)
+				m.bus.publishLater(m.topics.Device(d.ID, fleetwire.SuffixCmd), p, false)
+			}
 		}
 	}
 }
