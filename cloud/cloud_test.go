@@ -358,6 +358,9 @@ func TestConfigValidate(t *testing.T) {
 		"redis":               func(c *Config) { c.Redis.Set("http://x") },
 		"resume-window":       func(c *Config) { c.ResumeWindow = time.Millisecond },
 		"resume-buffer-bytes": func(c *Config) { c.ResumeBufferBytes = -1 },
+		"fleet-db":            func(c *Config) { c.FleetDB = "mysql://h/db" },
+		"fleet-db standby":    func(c *Config) { c.FleetDB, c.FleetStandby = "postgres://h/db", true },
+		"fleet-db archive":    func(c *Config) { c.FleetDB, c.FleetArchiveDir = "postgres://h/db", "a" },
 	}
 	for field, mutate := range cases {
 		c := base()

@@ -51,6 +51,7 @@ type Config struct {
 	PublicURL     cli.URL // this cloud's HTTP base URL as devices reach it (rollout downloads); parsed when set
 	OTAPub        string  // the fleet's OTA public key: uploaded artifacts must be signed with it
 	FleetDataDir  string  // the fleet store's directory; empty: DATA_DIR/fleet
+	FleetDB       string  // postgres://… : the fleet store in PostgreSQL, managers side by side (cloud/fleet pgstore.go)
 	FleetStandby  bool    // with Redis: wait for the fleet lease as a standby instead of refusing to start (fleetstandby.go)
 
 	FleetArchiveDir      string        // Parquet archive of older telemetry (cloud/fleetapi/archive); empty: none
@@ -155,6 +156,7 @@ func (c *Config) Fields() cli.Fields {
 		{Flag: "fleet-archive-dir", Go: "FleetArchiveDir", Value: &c.FleetArchiveDir, Usage: "keep telemetry past the fleet store as hourly Parquet files in this directory: records move once their ingest hour ended --fleet-archive-after ago, or earlier while the store is over its bound; files are kept 30 days and within --fleet-archive-max-bytes (docs/fleet-cloud.md)"},
 		{Flag: "fleet-archive-after", Go: "FleetArchiveAfter", Value: &c.FleetArchiveAfter, Usage: "with --fleet-archive-dir: how long after its ingest hour ends a record moves to the archive (0: 10m)"},
 		{Flag: "fleet-archive-max-bytes", Go: "FleetArchiveMaxBytes", Value: &c.FleetArchiveMaxBytes, Usage: "with --fleet-archive-dir: the archive's size bound in bytes, oldest files deleted first (0: no bound but the 30-day age)"},
+		{Flag: "fleet-db", Go: "FleetDB", Value: &c.FleetDB, Usage: "keep the fleet store in PostgreSQL (postgres://user@host/db) instead of bbolt: every replica on the database runs a fleet manager and serves the admin API, device messages are split through MQTT shared subscriptions (with --mqtt-url), rollouts are stepped by one at a time; no fleet lease. Artifacts stay in --fleet-data-dir: share it"},
 		{Flag: "fleet-standby", Go: "FleetStandby", Value: &c.FleetStandby, Usage: "with --redis and --mqtt-url: when another replica holds the fleet lease, wait for it as a standby (serving inference) and take over the fleet when it stops or dies, from the shared --fleet-data-dir"},
 		{Flag: "builtin-workers", Go: "BuiltinWorkers", Value: &c.BuiltinWorkers, Usage: "built-in engine workers; 0: none when --worker is given, else 1, or 4 with --dev (one per pool, conservative included)"},
 		{Flag: "builtin-roles", Go: "BuiltinRoles", Value: &c.BuiltinRoles, Usage: "pools of the built-in workers, assigned in turn, e.g. decode-heavy,prefill-heavy,stream,conservative (default: decode-heavy,prefill-heavy,stream; --dev adds conservative)"},
@@ -253,6 +255,10 @@ func (c *Config) Validate() error {
 		return &cli.FieldError{Field: "FleetArchiveAfter/FleetArchiveMaxBytes", Err: errors.New("must not be negative")}
 	case c.FleetArchiveDir == "" && (c.FleetArchiveAfter != 0 || c.FleetArchiveMaxBytes != 0):
 		return &cli.FieldError{Field: "FleetArchiveDir", Err: errors.New("--fleet-archive-after and --fleet-archive-max-bytes need --fleet-archive-dir")}
+	case c.FleetDB != "" && !strings.HasPrefix(c.FleetDB, "postgres://") && !strings.HasPrefix(c.FleetDB, "postgresql://"):
+		return &cli.FieldError{Field: "FleetDB", Err: errors.New("want a PostgreSQL URL, postgres://user@host:5432/db")}
+	case c.FleetDB != "" && (c.FleetStandby || c.FleetArchiveDir != ""):
+		return &cli.FieldError{Field: "FleetDB", Err: errors.New("--fleet-standby and --fleet-archive-dir are for the bbolt fleet store; on PostgreSQL every replica is active")}
 	case c.FleetStandby && (!c.Redis.IsSet() || !c.MQTTURL.IsSet()):
 		return &cli.FieldError{Field: "FleetStandby", Err: errors.New("needs --redis (the lease) and --mqtt-url (a broker every replica reaches: an embedded broker's sessions die with its replica)")}
 	case c.MaxQueued < 0:

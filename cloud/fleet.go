@@ -1,6 +1,8 @@
 package cloud
 
 import (
+	"crypto/sha256"
+	"encoding/hex"
 	"net"
 	"os"
 	"path/filepath"
@@ -16,7 +18,7 @@ import (
 // startFleet starts the embedded broker (or connects to --mqtt-url) and the
 // fleet manager on it; neither runs when both are empty.
 func (c *Cloud) startFleet() error {
-	fc := fleet.Config{DataDir: c.fleetDataDir(), Metrics: c.metrics, Logger: c.log, PublicURL: c.publicURL(),
+	fc := fleet.Config{DataDir: c.fleetDataDir(), DB: c.cfg.FleetDB, Metrics: c.metrics, Logger: c.log, PublicURL: c.publicURL(),
 		Shadow:     c.coord, // the coordinator answers devices' shadow samples
 		ArchiveDir: c.cfg.FleetArchiveDir, ArchiveAfter: c.cfg.FleetArchiveAfter, ArchiveMaxBytes: c.cfg.FleetArchiveMaxBytes}
 	if c.cfg.OTAPub != "" {
@@ -30,6 +32,14 @@ func (c *Cloud) startFleet() error {
 	case c.cfg.MQTTURL.IsSet():
 		u := *c.cfg.MQTTURL.URL
 		ext := &fleet.External{URL: u.String(), DynamicSecurity: c.cfg.MQTTDynsec}
+		if c.cfg.FleetDB != "" {
+			// Managers side by side need sessions of their own, and a
+			// restarted one its old session back (what the broker queued
+			// for it): an id stable per replica, its host and URL.
+			host, _ := os.Hostname()
+			h := sha256.Sum256([]byte(c.publicURL()))
+			ext.ClientID = "phaseless-cloud-" + host + "-" + hex.EncodeToString(h[:4])
+		}
 		if u.User != nil {
 			ext.Username = u.User.Username()
 			ext.Password, _ = u.User.Password()
@@ -68,7 +78,7 @@ func (c *Cloud) startFleet() error {
 	default:
 		return nil
 	}
-	if c.cfg.Redis.IsSet() {
+	if c.cfg.Redis.IsSet() && c.cfg.FleetDB == "" {
 		// Replicas sharing Redis share the fleet through one writer
 		// (cloud/fleet/lease.go): a second fleet manager refuses to start.
 		host, _ := os.Hostname()

@@ -167,17 +167,17 @@ func TestArchiveCrashBetweenFileAndDelete(t *testing.T) {
 			}
 			clk.advance(2 * time.Hour)
 			cutoff := clk.now().Add(-10 * time.Minute).Truncate(time.Hour)
-			first, hour, _, err := m.st.oldestRecord(m.cfg.MaxRecords)
+			first, hour, _, err := m.st.(*store).oldestRecord(m.cfg.MaxRecords)
 			if err != nil {
 				t.Fatal(err)
 			}
-			last, _, err := m.st.writeArchive(dir, first, hour, cutoff, 0)
+			last, _, err := m.st.(*store).writeArchive(dir, first, hour, cutoff, 0)
 			if err != nil {
 				t.Fatal(err)
 			}
 			if partial { // the first 15 deletes committed, then the crash
 				var mid []byte
-				_ = m.st.db.View(func(tx *bolt.Tx) error {
+				_ = m.st.(*store).db.View(func(tx *bolt.Tx) error {
 					c := tx.Bucket(bucketRecords).Cursor()
 					k, _ := c.First()
 					for range 14 {
@@ -186,7 +186,7 @@ func TestArchiveCrashBetweenFileAndDelete(t *testing.T) {
 					mid = append([]byte(nil), k...)
 					return nil
 				})
-				if n, err := m.st.deleteRange(clk.now(), first, mid); err != nil || n != 15 {
+				if n, err := m.st.(*store).deleteRange(clk.now(), first, mid); err != nil || n != 15 {
 					t.Fatalf("partial delete: %d %v", n, err)
 				}
 			}

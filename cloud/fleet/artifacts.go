@@ -5,15 +5,12 @@ import (
 	"crypto/ed25519"
 	"crypto/sha256"
 	"encoding/hex"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
 	"net/http"
 	"os"
 	"path/filepath"
-
-	bolt "go.etcd.io/bbolt"
 
 	"github.com/phaseless/phaseless/firmware"
 )
@@ -63,22 +60,12 @@ func (m *Manager) PutArtifact(r io.Reader) (*ArtifactInfo, error) {
 	if err := os.Rename(tmp.Name(), m.artifactPath(info.ID)); err != nil {
 		return nil, err
 	}
-	v, _ := json.Marshal(info)
-	err = m.st.db.Update(func(tx *bolt.Tx) error { return tx.Bucket(bucketArtifacts).Put([]byte(info.ID), v) })
-	return info, err
+	return info, m.st.putArtifact(info)
 }
 
 // Artifact returns a stored artifact's description.
 func (m *Manager) Artifact(id string) (*ArtifactInfo, error) {
-	var info *ArtifactInfo
-	err := m.st.db.View(func(tx *bolt.Tx) error {
-		v := tx.Bucket(bucketArtifacts).Get([]byte(id))
-		if v == nil {
-			return nil
-		}
-		info = new(ArtifactInfo)
-		return json.Unmarshal(v, info)
-	})
+	info, err := m.st.artifact(id)
 	if err == nil && info == nil {
 		err = fmt.Errorf("%w %q", ErrUnknownArtifact, id)
 	}

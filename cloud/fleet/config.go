@@ -21,8 +21,16 @@ import (
 
 // Config configures a Manager. Exactly one of Broker and External is set.
 type Config struct {
-	// DataDir holds fleet.db (registry, telemetry, commands). Required.
+	// DataDir holds fleet.db (registry, telemetry, commands) and the
+	// uploaded artifacts. Required.
 	DataDir string
+	// DB, when set, is a PostgreSQL URL (postgres://…) the fleet state is
+	// kept in instead of fleet.db. Managers on one database run side by
+	// side, each serving the admin API: they split device messages through
+	// shared subscriptions (SharedGroup) and claim rollout steps with row
+	// locks, so no Lease is used. DataDir still holds the artifacts, which
+	// every manager serves: point them at one shared directory.
+	DB string
 	// Broker is the embedded broker to work through (in process, no ACL).
 	Broker *broker.Broker
 	// External is an external MQTT v5 broker to connect to as a client.
@@ -175,12 +183,24 @@ func (c *Config) fillDefaults() {
 		}
 		if e.SessionExpiry == 0 {
 			e.SessionExpiry = 7 * 24 * time.Hour
+			if c.DB != "" {
+				// In a shared-subscription group the broker keeps sending
+				// a share to a session whose manager is gone until the
+				// session expires; the devices resend what was not
+				// acknowledged, to the managers still there.
+				e.SessionExpiry = sharedSessionExpiry
+			}
 		}
 		if e.KeepAlive == 0 {
 			e.KeepAlive = 30
 		}
 	}
 }
+
+// sharedSessionExpiry is the MQTT session expiry of a manager on
+// PostgreSQL (Config.DB): long enough to ride out a restart, short enough
+// that a manager gone for good stops taking a share of the messages.
+const sharedSessionExpiry = 2 * time.Minute
 
 // Validate reports the first bad field.
 func (c *Config) Validate() error {
@@ -209,6 +229,14 @@ func (c *Config) Validate() error {
 	}
 	if c.Prefix[len(c.Prefix)-1] != '/' {
 		return &cli.FieldError{Field: "Prefix", Err: fmt.Errorf("%q must end with /", c.Prefix)}
+	}
+	if c.DB != "" {
+		switch {
+		case c.Lease != nil:
+			return &cli.FieldError{Field: "Lease", Err: errors.New("managers on PostgreSQL run side by side: the single-writer lease is for the bbolt store only")}
+		case c.ArchiveDir != "":
+			return &cli.FieldError{Field: "ArchiveDir", Err: errArchiveNeedsBolt}
+		}
 	}
 	if c.MaxRecords < 1 {
 		return &cli.FieldError{Field: "MaxRecords", Err: errors.New("must be at least 1")}

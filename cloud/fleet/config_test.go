@@ -25,6 +25,8 @@ func TestConfigValidate(t *testing.T) {
 		{"bad prefix", Config{DataDir: "x", Broker: b, Prefix: "p"}, "Prefix"},
 		{"negative records", Config{DataDir: "x", Broker: b, MaxRecords: -1}, "MaxRecords"},
 		{"negative age", Config{DataDir: "x", Broker: b, MaxAge: -time.Second}, "MaxAge"},
+		{"lease on postgres", Config{DataDir: "x", Broker: b, DB: "postgres://h/db", Lease: &RedisLease{}}, "Lease"},
+		{"archive on postgres", Config{DataDir: "x", Broker: b, DB: "postgres://h/db", ArchiveDir: "a"}, "ArchiveDir"},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			_, err := Open(c.cfg)

@@ -108,6 +108,25 @@ func (s *store) updateDeviceConfig(id string, now time.Time, create bool, fn fun
 	return dev, changed, err
 }
 
+// applyLayer applies u to scope's layer in layers and returns it; an
+// emptied layer leaves layers (it would only clutter the list) and the
+// caller deletes it from the store.
+func applyLayer(layers map[string]*ConfigLayer, scope string, u ConfigUpdate, now time.Time) *ConfigLayer {
+	l := layers[scope]
+	if l == nil {
+		l = &ConfigLayer{Scope: scope}
+	}
+	l.Values = fleetapi.ApplyUpdate(l.Values, u)
+	l.Version++
+	l.Updated = now
+	if len(l.Values) == 0 {
+		delete(layers, scope)
+	} else {
+		layers[scope] = l
+	}
+	return l
+}
+
 // setLayer applies u to one layer and re-merges every device, in one
 // transaction. It returns the layer and the devices whose desired config
 // changed.
@@ -120,22 +139,14 @@ func (s *store) setLayer(scope string, u ConfigUpdate, now time.Time) (*ConfigLa
 		if err != nil {
 			return err
 		}
-		l := layers[scope]
-		if l == nil {
-			l = &ConfigLayer{Scope: scope}
-		}
-		l.Values = fleetapi.ApplyUpdate(l.Values, u)
-		l.Version++
-		l.Updated = now
+		l := applyLayer(layers, scope, u, now)
 		b, err := tx.CreateBucketIfNotExists(bucketConfigs)
 		if err != nil {
 			return err
 		}
 		if len(l.Values) == 0 {
-			delete(layers, scope) // an emptied layer goes: it would only clutter the list
 			err = b.Delete([]byte(scope))
 		} else {
-			layers[scope] = l
 			var v []byte
 			if v, err = json.Marshal(l); err == nil {
 				err = b.Put([]byte(scope), v)
@@ -193,8 +204,8 @@ func (m *Manager) SetConfigLayer(ctx context.Context, scope string, u ConfigUpda
 // ConfigLayers lists the layers in precedence order, each with how many
 // devices it applies to now.
 func (m *Manager) ConfigLayers() ([]ConfigLayer, error) {
-	var layers map[string]*ConfigLayer
-	if err := m.st.db.View(func(tx *bolt.Tx) (err error) { layers, err = layersTx(tx); return err }); err != nil {
+	layers, err := m.st.layers()
+	if err != nil {
 		return nil, err
 	}
 	devs, err := m.st.devices()

@@ -106,7 +106,7 @@ func ingestChild(path string, ack *crashtest.Acker) {
 			id := fmt.Sprint("c", n)
 			now := time.Now()
 			cs := CommandState{DeviceID: dev, Command: fleetwire.Command{ID: id, Name: "reload-model", IssuedAt: now}, State: CommandPending, UpdatedAt: now}
-			if err := st.addCommand(cs, 1<<20); err != nil {
+			if _, err := st.addCommand(cs, 1<<20); err != nil {
 				crashtest.Fail("add command: %v", err)
 			}
 			ack.Ack("cmd %s %s", dev, id)

@@ -68,6 +68,7 @@ type simDevice struct {
 	cm         *autopaho.ConnectionManager
 	cancel     context.CancelFunc
 	retryAfter time.Duration
+	updateTo   string
 
 	mu       sync.Mutex // guards everything below
 	nextSeq  uint64
@@ -79,6 +80,7 @@ type simDevice struct {
 	batchN   int
 	desired  []fleetwire.DesiredConfig
 	cmds     []fleetwire.Command
+	applied  map[string]int // update command id → times received (updateTo)
 	kick     chan struct{}
 	wg       sync.WaitGroup
 }
@@ -92,6 +94,9 @@ type simOpts struct {
 	user, pass string
 	retryAfter time.Duration
 	firstSeq   uint64
+	// updateTo, when set, makes the device apply each update command: it
+	// answers OK and reports running updateTo.
+	updateTo string
 }
 
 func newSimDevice(t testing.TB, brokerURL, id string, o simOpts) *simDevice {
@@ -104,7 +109,7 @@ func newSimDevice(t testing.TB, brokerURL, id string, o simOpts) *simDevice {
 		o.retryAfter = 300 * time.Millisecond
 	}
 	ctx, cancel := context.WithCancel(context.Background())
-	d := &simDevice{id: id, cancel: cancel, retryAfter: o.retryAfter, nextSeq: o.firstSeq + 1,
+	d := &simDevice{id: id, cancel: cancel, retryAfter: o.retryAfter, nextSeq: o.firstSeq + 1, updateTo: o.updateTo,
 		inflight: map[string]*simBatch{}, kick: make(chan struct{}, 1)}
 	will, _ := json.Marshal(fleetwire.Status{DeviceID: id, State: "offline", Version: "sim-1"})
 	online, _ := json.Marshal(fleetwire.Status{DeviceID: id, State: "online", Version: "sim-1", Slot: "a", Time: time.Now()})
@@ -191,8 +196,29 @@ func (d *simDevice) onMessage(p *paho.Publish) {
 		var c fleetwire.Command
 		if json.Unmarshal(p.Payload, &c) == nil {
 			d.cmds = append(d.cmds, c)
+			if c.Name == "update" && d.updateTo != "" {
+				// Applied once per id, answered again on a repeat.
+				if d.applied == nil {
+					d.applied = map[string]int{}
+				}
+				d.applied[c.ID]++
+				d.wg.Add(1)
+				go d.applyUpdate(c)
+			}
 		}
 	}
+}
+
+// applyUpdate answers an update command and reports the new version, as
+// an agent whose update committed would.
+func (d *simDevice) applyUpdate(c fleetwire.Command) {
+	defer d.wg.Done()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	res, _ := json.Marshal(fleetwire.CommandResult{ID: c.ID, OK: true})
+	st, _ := json.Marshal(fleetwire.Status{DeviceID: d.id, State: "online", Version: d.updateTo, Slot: "b", Time: time.Now()})
+	_, _ = d.cm.Publish(ctx, pub(topics.Device(d.id, fleetwire.SuffixCmdResult), res, false))
+	_, _ = d.cm.Publish(ctx, pub(topics.Device(d.id, fleetwire.SuffixStatus), st, true))
 }
 
 // generate appends n records.

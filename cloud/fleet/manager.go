@@ -29,7 +29,7 @@ type Manager struct {
 	topics fleetwire.Topics
 	log    *slog.Logger
 	now    func() time.Time
-	st     *store
+	st     fleetStore
 	bus    bus
 	gate   gate.Gate // deliveries in progress, waited for by Close
 
@@ -74,9 +74,9 @@ func Open(cfg Config) (*Manager, error) {
 			return nil, err
 		}
 	}
-	var check func(*store) error
+	var check func(fleetStore) error
 	if cfg.Lease != nil {
-		check = func(st *store) error {
+		check = func(st fleetStore) error {
 			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 			defer cancel()
 			return sameStore(ctx, cfg.Lease, cfg.DataDir, st)
@@ -102,17 +102,25 @@ func closeLease(l Lease) error {
 
 // open opens the store and, if check (when set) accepts it, the Manager
 // on it: check runs before anything reaches devices.
-func open(cfg Config, check func(*store) error) (*Manager, error) {
+func open(cfg Config, check func(fleetStore) error) (*Manager, error) {
 	if err := os.MkdirAll(cfg.DataDir, 0o700); err != nil {
 		return nil, fmt.Errorf("fleet data dir: %w", err)
 	}
-	st, err := openStore(filepath.Join(cfg.DataDir, "fleet.db"))
+	var st fleetStore
+	var err error
+	if cfg.DB != "" {
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		st, err = openPGStore(ctx, cfg.DB)
+		cancel()
+	} else {
+		st, err = openStore(filepath.Join(cfg.DataDir, "fleet.db"))
+	}
 	if err != nil {
 		return nil, err
 	}
 	if check != nil {
 		if err := check(st); err != nil {
-			st.db.Close()
+			st.close()
 			return nil, err
 		}
 	}
@@ -171,6 +179,13 @@ func open(cfg Config, check func(*store) error) (*Manager, error) {
 		m.topics.DeviceFilter(fleetwire.SuffixCmdResult),
 	}
 	// m.bus is set before anything can deliver: deliveries use it.
+	if cfg.DB != "" && cfg.External != nil {
+		// Managers side by side split the devices' messages: each message
+		// of a shared subscription goes to one of the group's sessions.
+		for i, f := range filters {
+			filters[i] = "$share/" + SharedGroup + "/" + f
+		}
+	}
 	if cfg.Broker != nil {
 		eb := &embeddedBus{b: cfg.Broker}
 		m.bus = eb
@@ -185,7 +200,7 @@ func open(cfg Config, check func(*store) error) (*Manager, error) {
 		err = xb.start()
 	}
 	if err != nil {
-		st.db.Close()
+		st.close()
 		return nil, err
 	}
 	if cfg.Broker != nil {
@@ -197,6 +212,10 @@ func open(cfg Config, check func(*store) error) (*Manager, error) {
 	go m.rolloutLoop(cfg.RolloutInterval)
 	return m, nil
 }
+
+// SharedGroup is the MQTT v5 shared-subscription group of managers on one
+// PostgreSQL database (Config.DB): $share/phaseless-managers/<filter>.
+const SharedGroup = "phaseless-managers"
 
 // Ready is nil when the Manager can reach devices and holds its lease
 // (for /readyz).
@@ -221,7 +240,7 @@ func (m *Manager) Close() error {
 		m.wg.Wait()
 		err := m.bus.close()
 		m.gate.Close()
-		m.closeErr = errors.Join(err, m.st.db.Close())
+		m.closeErr = errors.Join(err, m.st.close())
 		switch {
 		case m.cfg.Lease == nil:
 		case m.ownsLease:
@@ -633,6 +652,15 @@ func (m *Manager) SetConfig(ctx context.Context, id string, u ConfigUpdate) (*fl
 // SendCommand issues a command (pending until the device answers on
 // cmd/result). A failed publish leaves it pending for reconcile.
 func (m *Manager) SendCommand(ctx context.Context, id, name string, args map[string]string) (*CommandState, error) {
+	var rnd [8]byte
+	_, _ = rand.Read(rnd[:])
+	return m.sendCommand(ctx, id, hex.EncodeToString(rnd[:]), name, args)
+}
+
+// sendCommand is SendCommand with the command's id: a command already
+// stored under it is returned as stored and not published again (reconcile
+// re-sends pending ones).
+func (m *Manager) sendCommand(ctx context.Context, id, cmdID, name string, args map[string]string) (*CommandState, error) {
 	if err := fleetwire.ValidateDeviceID(id); err != nil {
 		return nil, fmt.Errorf("%w: %v", ErrBadRequest, err)
 	}
@@ -643,16 +671,22 @@ func (m *Manager) SendCommand(ctx context.Context, id, name string, args map[str
 		return nil, fmt.Errorf("%w: %v", ErrNotWriter, err)
 	}
 	now := m.now()
-	var rnd [8]byte
-	_, _ = rand.Read(rnd[:])
 	cs := CommandState{
 		DeviceID:  id,
-		Command:   fleetwire.Command{ID: hex.EncodeToString(rnd[:]), Name: name, Args: args, IssuedAt: now},
+		Command:   fleetwire.Command{ID: cmdID, Name: name, Args: args, IssuedAt: now},
 		State:     CommandPending,
 		UpdatedAt: now,
 	}
-	if err := m.st.addCommand(cs, m.cfg.MaxCommandsPerDevice); err != nil {
+	added, err := m.st.addCommand(cs, m.cfg.MaxCommandsPerDevice)
+	if err != nil {
 		return nil, err
+	}
+	if !added {
+		old, err := m.st.command(id, cmdID)
+		if err != nil || old == nil {
+			return nil, fmt.Errorf("command %s: stored, then not found: %v", cmdID, err)
+		}
+		return old, nil
 	}
 	m.refreshCounts()
 	p, _ := json.Marshal(cs.Command)

@@ -77,7 +77,7 @@ func checkStore(t testing.TB, m *Manager) {
 	t.Helper()
 	// In a write transaction: Check reads the freelist, which concurrent
 	// commits change.
-	if err := m.st.db.Update(func(tx *bolt.Tx) error {
+	if err := m.st.(*store).db.Update(func(tx *bolt.Tx) error {
 		for err := range tx.Check() {
 			return err
 		}

@@ -6,6 +6,7 @@ import (
 	"crypto/sha256"
 	"encoding/binary"
 	"encoding/hex"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"math"
@@ -163,23 +164,73 @@ func (m *Manager) StepRollouts(ctx context.Context) {
 		m.log.Error("rollouts: list", "err", err)
 		return
 	}
-	var devs []*Device
 	for _, r := range rs {
-		if r.State != RolloutRunning && r.State != RolloutPaused && r.State != RolloutHalted {
+		if !active(r) {
 			continue
 		}
-		if devs == nil {
-			if devs, err = m.st.devicesWithCommands(); err != nil {
-				m.log.Error("rollouts: list devices", "err", err)
-				return
+		// The step runs on the rollout as claimed: with managers side by
+		// side (PostgreSQL), one steps it while the others skip it, and
+		// the registry is read after the claim, so it is as new as the
+		// last step's sends.
+		_, err := m.st.claimRollout(r.ID, func(r *Rollout) error {
+			if !active(r) {
+				return nil
 			}
-		}
-		sends := planRollout(r, devs, m.now())
-		m.sendUpdates(ctx, r, sends)
-		if err := m.st.putRollout(r); err != nil {
-			m.log.Error("rollouts: store", "rollout", r.ID, "err", err)
+			devs, err := m.st.devicesWithCommands()
+			if err != nil {
+				return err
+			}
+			now := m.now()
+			sends := planRollout(r, devs, now)
+			m.sendUpdates(ctx, r, sends)
+			if m.cfg.DB != "" { // one manager on bbolt loses nothing in a dead manager's hands
+				m.resendStale(r, devs, now)
+			}
+			return nil
+		})
+		if err != nil {
+			m.log.Error("rollouts: step", "rollout", r.ID, "err", err)
 		}
 	}
+}
+
+// resendAfter is how long a device may stay silent after its update
+// command before the rollout sends that command again.
+const resendAfter = 5 * time.Second
+
+// resendStale publishes again the update command of each online device of
+// r that has reported no status since it was issued (its result may have
+// come, the status after it not): the command, or the device's answer,
+// may have been in the hands of a manager that died (managers side by
+// side split the messages). Devices handle a
+// command id once and answer a repeat with the same result.
+func (m *Manager) resendStale(r *Rollout, devs []*Device, now time.Time) {
+	for _, d := range devs {
+		rd := r.Devices[d.ID]
+		if rd == nil || rd.State != DeviceUpdating || rd.Command == "" || d.State() != "online" {
+			continue
+		}
+		for _, c := range d.Commands {
+			if c.ID == rd.Command && c.State != CommandFailed && now.Sub(c.IssuedAt) > resendAfter &&
+				(d.Status == nil || d.Status.Time.Before(c.IssuedAt)) {
+				p, _ := json.Marshal(c.Command)
+				m.bus.publishLater(m.topics.Device(d.ID, fleetwire.SuffixCmd), p, false)
+			}
+		}
+	}
+}
+
+func active(r *Rollout) bool {
+	return r.State == RolloutRunning || r.State == RolloutPaused || r.State == RolloutHalted
+}
+
+// updateCommandID is the id of r's update command to dev: one per device
+// and rollout, so a step that a manager died in the middle of, planned
+// again by another, issues the same command (stored once, sent once)
+// rather than a second one.
+func updateCommandID(rolloutID, dev string) string {
+	h := sha256.Sum256([]byte("update\x00" + rolloutID + "\x00" + dev))
+	return hex.EncodeToString(h[:8])
 }
 
 // sendWorkers bounds the update commands sent at once. Sending in parallel
@@ -197,7 +248,7 @@ func (m *Manager) sendUpdates(ctx context.Context, r *Rollout, devices []string)
 		sem <- struct{}{}
 		wg.Go(func() {
 			defer func() { <-sem }()
-			cs, err := m.SendCommand(ctx, dev, "update", map[string]string{"url": r.URL, "rollout": r.ID})
+			cs, err := m.sendCommand(ctx, dev, updateCommandID(r.ID, dev), "update", map[string]string{"url": r.URL, "rollout": r.ID})
 			mu.Lock()
 			defer mu.Unlock()
 			rd := r.Devices[dev]

@@ -72,12 +72,19 @@ func runningPredictor(d *Device) string {
 // caller re-merges dev's config. A grade without a score (an older agent)
 // or without a verdict changes nothing.
 func calibrateTx(tx *bolt.Tx, dev *Device, g fleetwire.ShadowGrade, now time.Time) error {
+	b := tx.Bucket(bucketRouterCalib)
+	return calibrateWith(dev, g, now, func() []byte { return b.Get([]byte(dev.ID)) },
+		func(v []byte) error { return b.Put([]byte(dev.ID), v) })
+}
+
+// calibrateWith is calibrateTx on a window that get loads (nil: none yet)
+// and put saves, the same for either store.
+func calibrateWith(dev *Device, g fleetwire.ShadowGrade, now time.Time, get func() []byte, put func([]byte) error) error {
 	if g.CloudProb == nil || g.Error != "" {
 		return nil
 	}
-	b := tx.Bucket(bucketRouterCalib)
 	var w calibWindow
-	if v := b.Get([]byte(dev.ID)); v != nil {
+	if v := get(); v != nil {
 		if err := json.Unmarshal(v, &w); err != nil {
 			return fmt.Errorf("router calibration of %s: %w: %v", dev.ID, errCorrupt, err)
 		}
@@ -95,7 +102,7 @@ func calibrateTx(tx *bolt.Tx, dev *Device, g fleetwire.ShadowGrade, now time.Tim
 	if err != nil {
 		return err
 	}
-	if err := b.Put([]byte(dev.ID), data); err != nil {
+	if err := put(data); err != nil {
 		return err
 	}
 	alpha, err := routerAlpha(dev)

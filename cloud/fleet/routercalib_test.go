@@ -119,7 +119,7 @@ func TestCalibrationWindowKeepsTheLatest(t *testing.T) {
 	m := openManager(t, Config{DataDir: t.TempDir(), Broker: b})
 	const n = CalibrationWindow + 5
 	dev := &Device{ID: "w"}
-	err := m.st.db.Update(func(tx *bolt.Tx) error {
+	err := m.st.(*store).db.Update(func(tx *bolt.Tx) error {
 		for i := range n {
 			p := float64(i) / n
 			if err := calibrateTx(tx, dev, fleetwire.ShadowGrade{CloudProb: &p, OK: true, Path: "local"}, m.now()); err != nil {

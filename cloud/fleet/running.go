@@ -1,13 +1,10 @@
 package fleet
 
 import (
-	"encoding/json"
 	"fmt"
 	"net/http"
 	"sort"
 	"strings"
-
-	bolt "go.etcd.io/bbolt"
 
 	"github.com/phaseless/phaseless/firmware"
 )
@@ -74,16 +71,13 @@ func newerVersion(a, b string) bool {
 // published first (the fleet got it from there), then one for the board
 // most of its devices report; nil when the cloud holds none.
 func (m *Manager) bundleOf(kind, version string, boards map[string]int) (*ArtifactInfo, error) {
+	all, err := m.st.artifacts()
 	var found []*ArtifactInfo
-	err := m.st.db.View(func(tx *bolt.Tx) error {
-		return tx.Bucket(bucketArtifacts).ForEach(func(_, v []byte) error {
-			var a ArtifactInfo
-			if json.Unmarshal(v, &a) == nil && a.Kind == kind && a.Version == version {
-				found = append(found, &a)
-			}
-			return nil
-		})
-	})
+	for _, a := range all {
+		if a.Kind == kind && a.Version == version {
+			found = append(found, a)
+		}
+	}
 	if err != nil || len(found) == 0 {
 		return nil, err
 	}

@@ -78,12 +78,7 @@ func (m *Manager) shadowWorker() {
 
 func (m *Manager) gradeShadow(j shadowJob) {
 	key := commandKey(j.device, j.rec.TraceID)
-	var done bool
-	_ = m.st.db.View(func(tx *bolt.Tx) error {
-		done = tx.Bucket(bucketShadowGraded).Get(key) != nil
-		return nil
-	})
-	if done {
+	if done, _ := m.st.shadowGraded(key); done {
 		m.mShadow.With("duplicate").Inc()
 		return
 	}
@@ -133,6 +128,23 @@ func (m *Manager) gradeShadow(j shadowJob) {
 	}
 }
 
+// gradeLine is the export line of a grade (data) stored at now.
+func gradeLine(device string, data []byte, now time.Time) ([]byte, error) {
+	return json.Marshal(ExportedRecord{DeviceID: device, Record: fleetwire.Record{Time: now, Kind: fleetwire.KindShadowGrade, Data: data}, IngestedAt: now})
+}
+
+// countGrade counts g's outcome on its device.
+func countGrade(d *Device, g fleetwire.ShadowGrade) {
+	switch {
+	case g.Error != "":
+		d.Telemetry.ShadowErrors++
+	case g.OK:
+		d.Telemetry.ShadowPassed++
+	default:
+		d.Telemetry.ShadowFailed++
+	}
+}
+
 // storeShadowGrade keeps g as a record of its device, in ingest order like
 // the device's own, marks the sample graded and recalibrates the device's
 // threshold (routercalib.go); changed says whether its desired config got a
@@ -153,7 +165,7 @@ func (s *store) storeShadowGrade(device string, key []byte, g fleetwire.ShadowGr
 		if err != nil {
 			return err
 		}
-		line, err := json.Marshal(ExportedRecord{DeviceID: device, Record: fleetwire.Record{Time: now, Kind: fleetwire.KindShadowGrade, Data: data}, IngestedAt: now})
+		line, err := gradeLine(device, data, now)
 		if err != nil {
 			return err
 		}
@@ -166,14 +178,7 @@ func (s *store) storeShadowGrade(device string, key []byte, g fleetwire.ShadowGr
 			return err
 		}
 		d.Telemetry.Stored++
-		switch {
-		case g.Error != "":
-			d.Telemetry.ShadowErrors++
-		case g.OK:
-			d.Telemetry.ShadowPassed++
-		default:
-			d.Telemetry.ShadowFailed++
-		}
+		countGrade(d, g)
 		if err := calibrateTx(tx, d, g, now); err != nil {
 			return err
 		}

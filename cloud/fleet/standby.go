@@ -117,7 +117,7 @@ func (s *Standby) step() {
 		s.set(nil, fmt.Errorf("%w: %w", ErrStandby, err))
 		return
 	}
-	m, err := open(s.cfg, func(st *store) error { return sameStore(ctx, s.cfg.Lease, s.cfg.DataDir, st) })
+	m, err := open(s.cfg, func(st fleetStore) error { return sameStore(ctx, s.cfg.Lease, s.cfg.DataDir, st) })
 	if errors.Is(err, ErrOtherStore) {
 		// Only an operator changes that: ask again seldom, so this
 		// replica's brief holds of the lease do not keep refusing a
@@ -158,7 +158,7 @@ type storeBinder interface {
 // lease, and a writer on a store of its own (per-replica data
 // directories, not a shared one) refuses to steer the fleet instead of
 // taking it over empty.
-func sameStore(ctx context.Context, lease Lease, dataDir string, st *store) error {
+func sameStore(ctx context.Context, lease Lease, dataDir string, st fleetStore) error {
 	b, ok := lease.(storeBinder)
 	if !ok {
 		return nil

@@ -224,17 +224,7 @@ func (s *store) ingest(id string, b *fleetwire.TelemetryBatch, now time.Time, ma
 		if err := seenB.Put([]byte(id), seen.encode()); err != nil {
 			return err
 		}
-		dev.LastSeen, dev.Telemetry.LastBatch = now, now
-		dev.Telemetry.Batches++
-		dev.Telemetry.Stored += uint64(res.stored)
-		dev.Telemetry.Ingested += uint64(res.stored)
-		dev.Telemetry.Duplicates += uint64(res.duplicates)
-		dev.Telemetry.DroppedOnDevice = b.Dropped // cumulative on the device
-		if n := len(b.Records); n > 0 && b.Records[n-1].Seq >= dev.Telemetry.LastSeq {
-			// The newest batch says what is still on the device; a late
-			// redelivery of an older one would report a stale backlog.
-			dev.Telemetry.PendingOnDevice = b.Pending
-		}
+		noteBatch(dev, b, res, now)
 		meta := tx.Bucket(bucketMeta)
 		if err := addU64(meta, metaStored, uint64(res.stored)); err != nil {
 			return err
@@ -253,6 +243,22 @@ func (s *store) ingest(id string, b *fleetwire.TelemetryBatch, now time.Time, ma
 		return dt.flush()
 	})
 	return res, err
+}
+
+// noteBatch counts a stored batch on its device (LastSeq is already
+// raised by each stored record).
+func noteBatch(dev *Device, b *fleetwire.TelemetryBatch, res ingestResult, now time.Time) {
+	dev.LastSeen, dev.Telemetry.LastBatch = now, now
+	dev.Telemetry.Batches++
+	dev.Telemetry.Stored += uint64(res.stored)
+	dev.Telemetry.Ingested += uint64(res.stored)
+	dev.Telemetry.Duplicates += uint64(res.duplicates)
+	dev.Telemetry.DroppedOnDevice = b.Dropped // cumulative on the device
+	if n := len(b.Records); n > 0 && b.Records[n-1].Seq >= dev.Telemetry.LastSeq {
+		// The newest batch says what is still on the device; a late
+		// redelivery of an older one would report a stale backlog.
+		dev.Telemetry.PendingOnDevice = b.Pending
+	}
 }
 
 // pruneTx deletes the oldest records while there are more than maxRecords
@@ -544,8 +550,13 @@ func commandsTx(tx *bolt.Tx, dev string) ([]CommandState, error) {
 // addCommand stores a new pending command, creating the device record if
 // needed (commands may be queued for a device that has not connected yet),
 // and trims finished commands beyond keep.
-func (s *store) addCommand(cs CommandState, keep int) error {
-	return s.db.Batch(func(tx *bolt.Tx) error {
+func (s *store) addCommand(cs CommandState, keep int) (added bool, err error) {
+	err = s.db.Batch(func(tx *bolt.Tx) error {
+		added = false
+		if tx.Bucket(bucketCommands).Get(commandKey(cs.DeviceID, cs.ID)) != nil {
+			return nil
+		}
+		added = true
 		dt := newDeviceTx(tx, cs.UpdatedAt)
 		if _, err := dt.get(cs.DeviceID, true); err != nil {
 			return err
@@ -562,26 +573,36 @@ func (s *store) addCommand(cs CommandState, keep int) error {
 		if err != nil {
 			return err
 		}
-		// Oldest finished commands go first; pending ones only when a device
-		// has piled up twice the bound without answering.
-		excess := len(all) - keep
-		for pass := 0; pass < 2 && excess > 0; pass++ {
-			for i := len(all) - 1; i >= 0 && excess > 0; i-- {
-				if pass == 0 && all[i].State == CommandPending {
-					continue
-				}
-				if pass == 1 && len(all)-keep <= keep {
-					break
-				}
-				if err := b.Delete(commandKey(cs.DeviceID, all[i].ID)); err != nil {
-					return err
-				}
-				all = append(all[:i], all[i+1:]...)
-				excess--
+		for _, id := range trimCommands(all, keep) {
+			if err := b.Delete(commandKey(cs.DeviceID, id)); err != nil {
+				return err
 			}
 		}
 		return dt.flush()
 	})
+	return added, err
+}
+
+// trimCommands picks the commands to delete from all (newest first) to
+// keep keep: oldest finished commands go first; pending ones only when a
+// device has piled up twice the bound without answering.
+func trimCommands(all []CommandState, keep int) (drop []string) {
+	all = append([]CommandState(nil), all...)
+	excess := len(all) - keep
+	for pass := 0; pass < 2 && excess > 0; pass++ {
+		for i := len(all) - 1; i >= 0 && excess > 0; i-- {
+			if pass == 0 && all[i].State == CommandPending {
+				continue
+			}
+			if pass == 1 && len(all)-keep <= keep {
+				break
+			}
+			drop = append(drop, all[i].ID)
+			all = append(all[:i], all[i+1:]...)
+			excess--
+		}
+	}
+	return drop
 }
 
 // commandResult records a device's result; false when the command is unknown
@@ -601,11 +622,7 @@ func (s *store) commandResult(dev string, r *fleetwire.CommandResult, now time.T
 			return fmt.Errorf("command %q: %w: %v", k, errCorrupt, err)
 		}
 		found = true
-		cs.Result, cs.UpdatedAt = r, now
-		cs.State = CommandDone
-		if !r.OK {
-			cs.State = CommandFailed
-		}
+		finishCommand(&cs, r, now)
 		nv, err := json.Marshal(cs)
 		if err != nil {
 			return err
@@ -613,6 +630,15 @@ func (s *store) commandResult(dev string, r *fleetwire.CommandResult, now time.T
 		return b.Put(k, nv)
 	})
 	return found, err
+}
+
+// finishCommand records r as cs's result.
+func finishCommand(cs *CommandState, r *fleetwire.CommandResult, now time.Time) {
+	cs.Result, cs.UpdatedAt = r, now
+	cs.State = CommandDone
+	if !r.OK {
+		cs.State = CommandFailed
+	}
 }
 
 func (s *store) command(dev, id string) (*CommandState, error) {

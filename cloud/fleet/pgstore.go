@@ -1,0 +1,915 @@
+package fleet
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"hash/fnv"
+	"math"
+	"sort"
+	"strings"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/phaseless/phaseless/transport/fleetwire"
+)
+
+// pgStore keeps the fleet in PostgreSQL (--fleet-db postgres://…), shared
+// by managers that run side by side. Documents (a device, a command, a
+// rollout, a layer) are the same JSON as in bbolt, one row each; what
+// managers contend on is a row and its lock:
+//
+//   - a device's row is locked (SELECT … FOR UPDATE) by whatever changes
+//     it, so two managers' updates of one device serialize;
+//   - records are unique on (device, seq): a redelivered record, whichever
+//     manager gets it, is an INSERT … ON CONFLICT DO NOTHING that stores
+//     nothing;
+//   - counters are sharded by device (pgCounterShards rows a name) so
+//     concurrent ingests do not queue on one row;
+//   - retention and config layers take advisory locks: one sweep, one
+//     layer change at a time, fleet-wide.
+//
+// A device's stored-record count is a column beside its document, kept by
+// ingest and retention in SQL; the document's copy is ignored.
+type pgStore struct {
+	pool *pgxpool.Pool
+}
+
+// pgCounterShards is how many rows each counter is spread over; ingest
+// adds to its device's shard and retention to pgSweepShard.
+const (
+	pgCounterShards = 32
+	pgSweepShard    = -1
+)
+
+// Advisory lock keys (pg_advisory_xact_lock): arbitrary, fixed, and
+// distinct from anything else one database is likely to hold.
+const (
+	pgLockSchema int64 = 0x706c66_0001 + iota
+	pgLockSweep
+	pgLockLayers
+)
+
+// pgSchema is the schema's migrations, applied in order once each; the
+// fleet_schema table records how many ran. Append, never edit.
+var pgSchema = []string{
+	`CREATE TABLE fleet_store_info (id text PRIMARY KEY);
+	CREATE TABLE fleet_devices (id text COLLATE "C" PRIMARY KEY, doc bytea NOT NULL, stored bigint NOT NULL DEFAULT 0);
+	CREATE TABLE fleet_records (n bigserial PRIMARY KEY, device text NOT NULL, seq bigint, ingested_at bigint NOT NULL, line bytea NOT NULL, UNIQUE (device, seq));
+	CREATE INDEX fleet_records_ingested_at ON fleet_records (ingested_at);
+	CREATE TABLE fleet_seq_floor (device text PRIMARY KEY, floor bigint NOT NULL);
+	CREATE TABLE fleet_counters (name text, shard int, value bigint NOT NULL, PRIMARY KEY (name, shard));
+	CREATE TABLE fleet_commands (device text COLLATE "C", id text COLLATE "C", doc bytea NOT NULL, PRIMARY KEY (device, id));
+	CREATE TABLE fleet_rollouts (id text COLLATE "C" PRIMARY KEY, doc bytea NOT NULL);
+	CREATE TABLE fleet_configs (scope text PRIMARY KEY, doc bytea NOT NULL);
+	CREATE TABLE fleet_artifacts (id text COLLATE "C" PRIMARY KEY, doc bytea NOT NULL);
+	CREATE TABLE fleet_routercalib (device text PRIMARY KEY, doc bytea NOT NULL);
+	CREATE TABLE fleet_shadow_graded (key bytea PRIMARY KEY);`,
+}
+
+// openPGStore connects to url and creates or migrates the schema. Managers
+// starting together migrate one at a time (an advisory lock).
+func openPGStore(ctx context.Context, url string) (*pgStore, error) {
+	cfg, err := pgxpool.ParseConfig(url)
+	if err != nil {
+		return nil, fmt.Errorf("fleet db: %w", err)
+	}
+	if !strings.Contains(url, "pool_max_conns") {
+		// pgx's default (the CPU count, at least 4) would queue ingest
+		// workers and a rollout step's parallel sends behind each other.
+		cfg.MaxConns = 32
+	}
+	pool, err := pgxpool.NewWithConfig(ctx, cfg)
+	if err != nil {
+		return nil, fmt.Errorf("fleet db: %w", err)
+	}
+	s := &pgStore{pool: pool}
+	if err := s.migrate(ctx); err != nil {
+		pool.Close()
+		return nil, fmt.Errorf("fleet db %s: %w", cfg.ConnConfig.Host, err)
+	}
+	return s, nil
+}
+
+func (s *pgStore) migrate(ctx context.Context) error {
+	return pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
+		if _, err := tx.Exec(ctx, `SELECT pg_advisory_xact_lock($1)`, pgLockSchema); err != nil {
+			return err
+		}
+		if _, err := tx.Exec(ctx, `CREATE TABLE IF NOT EXISTS fleet_schema (version int NOT NULL)`); err != nil {
+			return err
+		}
+		var v int
+		err := tx.QueryRow(ctx, `SELECT version FROM fleet_schema`).Scan(&v)
+		if errors.Is(err, pgx.ErrNoRows) {
+			_, err = tx.Exec(ctx, `INSERT INTO fleet_schema VALUES (0)`)
+		}
+		if err != nil {
+			return err
+		}
+		if v > len(pgSchema) {
+			return fmt.Errorf("schema version %d is newer than this cloud's %d", v, len(pgSchema))
+		}
+		for ; v < len(pgSchema); v++ {
+			if _, err := tx.Exec(ctx, pgSchema[v]); err != nil {
+				return fmt.Errorf("migration %d: %w", v+1, err)
+			}
+		}
+		if _, err := tx.Exec(ctx, `UPDATE fleet_schema SET version = $1`, v); err != nil {
+			return err
+		}
+		var id [16]byte
+		_, _ = rand.Read(id[:])
+		_, err = tx.Exec(ctx, `INSERT INTO fleet_store_info SELECT $1 WHERE NOT EXISTS (SELECT 1 FROM fleet_store_info)`, hex.EncodeToString(id[:]))
+		return err
+	})
+}
+
+// pgTimeout bounds one store call: a database that stops answering fails
+// the call (the device resends, the API answers 500) instead of hanging.
+const pgTimeout = 30 * time.Second
+
+func (s *pgStore) tx(fn func(ctx context.Context, tx pgx.Tx) error) error {
+	ctx, cancel := context.WithTimeout(context.Background(), pgTimeout)
+	defer cancel()
+	return pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error { return fn(ctx, tx) })
+}
+
+func (s *pgStore) close() error { s.pool.Close(); return nil }
+
+func (s *pgStore) id() (string, error) {
+	var id string
+	err := s.tx(func(ctx context.Context, tx pgx.Tx) error {
+		return tx.QueryRow(ctx, `SELECT id FROM fleet_store_info`).Scan(&id)
+	})
+	return id, err
+}
+
+func shardOf(dev string) int {
+	h := fnv.New32a()
+	h.Write([]byte(dev))
+	return int(h.Sum32() % pgCounterShards)
+}
+
+// addCounters adds deltas (name → delta) to shard.
+func addCounters(ctx context.Context, tx pgx.Tx, shard int, deltas map[string]int64) error {
+	names := make([]string, 0, len(deltas))
+	for n, d := range deltas {
+		if d != 0 {
+			names = append(names, n)
+		}
+	}
+	sort.Strings(names) // one lock order for every caller
+	for _, n := range names {
+		if _, err := tx.Exec(ctx, `INSERT INTO fleet_counters VALUES ($1, $2, $3)
+			ON CONFLICT (name, shard) DO UPDATE SET value = fleet_counters.value + excluded.value`, n, shard, deltas[n]); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func counter(ctx context.Context, tx pgx.Tx, name string) (uint64, error) {
+	var v int64
+	err := tx.QueryRow(ctx, `SELECT coalesce(sum(value), 0)::bigint FROM fleet_counters WHERE name = $1`, name).Scan(&v)
+	return uint64(max(v, 0)), err
+}
+
+// lockDevice loads device id for update, creating it (first seen now)
+// when create is set; nil when it does not exist and create is not set.
+// created says whether this call made it.
+func lockDevice(ctx context.Context, tx pgx.Tx, id string, now time.Time, create bool) (dev *Device, created bool, err error) {
+	if create {
+		doc, err := json.Marshal(&Device{ID: id, FirstSeen: now})
+		if err != nil {
+			return nil, false, err
+		}
+		tag, err := tx.Exec(ctx, `INSERT INTO fleet_devices (id, doc) VALUES ($1, $2) ON CONFLICT DO NOTHING`, id, doc)
+		if err != nil {
+			return nil, false, err
+		}
+		created = tag.RowsAffected() == 1
+	}
+	var doc []byte
+	var stored int64
+	err = tx.QueryRow(ctx, `SELECT doc, stored FROM fleet_devices WHERE id = $1 FOR UPDATE`, id).Scan(&doc, &stored)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return nil, false, nil
+	}
+	if err != nil {
+		return nil, false, err
+	}
+	dev, err = decodeDevice(id, doc, stored)
+	return dev, created, err
+}
+
+func decodeDevice(id string, doc []byte, stored int64) (*Device, error) {
+	dev := new(Device)
+	if err := json.Unmarshal(doc, dev); err != nil {
+		return nil, fmt.Errorf("device %s: %w: %v", id, errCorrupt, err)
+	}
+	dev.ID = id
+	dev.Telemetry.Stored = uint64(max(stored, 0))
+	return dev, nil
+}
+
+// saveDevice writes dev's document; its stored count is the column's.
+func saveDevice(ctx context.Context, tx pgx.Tx, dev *Device) error {
+	doc, err := json.Marshal(dev)
+	if err != nil {
+		return err
+	}
+	_, err = tx.Exec(ctx, `UPDATE fleet_devices SET doc = $2 WHERE id = $1`, dev.ID, doc)
+	return err
+}
+
+func (s *pgStore) ingest(id string, b *fleetwire.TelemetryBatch, now time.Time, maxRecords int, maxAge time.Duration) (ingestResult, error) {
+	var res ingestResult
+	err := s.tx(func(ctx context.Context, tx pgx.Tx) error {
+		res = ingestResult{}
+		dev, created, err := lockDevice(ctx, tx, id, now, true)
+		if err != nil {
+			return err
+		}
+		res.newDevice = created
+		// Records retention deleted are remembered by their device's
+		// highest deleted seq: a redelivery of one is a duplicate, not a
+		// new record.
+		var floor int64 = math.MinInt64
+		err = tx.QueryRow(ctx, `SELECT floor FROM fleet_seq_floor WHERE device = $1`, id).Scan(&floor)
+		if err != nil && !errors.Is(err, pgx.ErrNoRows) {
+			return err
+		}
+		var seqs []int64
+		var lines [][]byte
+		for i := range b.Records {
+			r := &b.Records[i]
+			res.upTo = max(res.upTo, r.Seq)
+			if int64(r.Seq) <= floor {
+				continue
+			}
+			line, err := json.Marshal(ExportedRecord{DeviceID: id, Record: *r, IngestedAt: now})
+			if err != nil {
+				return err
+			}
+			seqs, lines = append(seqs, int64(r.Seq)), append(lines, line)
+		}
+		if len(seqs) > 0 {
+			rows, err := tx.Query(ctx, `INSERT INTO fleet_records (device, seq, ingested_at, line)
+				SELECT $1, t.seq, $2, t.line FROM unnest($3::bigint[], $4::bytea[]) WITH ORDINALITY AS t(seq, line, i) ORDER BY t.i
+				ON CONFLICT (device, seq) DO NOTHING RETURNING seq`, id, now.UnixNano(), seqs, lines)
+			if err != nil {
+				return err
+			}
+			for rows.Next() {
+				var seq int64
+				if err := rows.Scan(&seq); err != nil {
+					rows.Close()
+					return err
+				}
+				res.stored++
+				dev.Telemetry.LastSeq = max(dev.Telemetry.LastSeq, uint64(seq))
+			}
+			rows.Close()
+			if err := rows.Err(); err != nil {
+				return err
+			}
+		}
+		res.duplicates = len(b.Records) - res.stored
+		noteBatch(dev, b, res, now)
+		if err := saveDevice(ctx, tx, dev); err != nil {
+			return err
+		}
+		if _, err := tx.Exec(ctx, `UPDATE fleet_devices SET stored = stored + $2 WHERE id = $1`, id, res.stored); err != nil {
+			return err
+		}
+		return addCounters(ctx, tx, shardOf(id), map[string]int64{
+			"stored": int64(res.stored), "ingested": int64(res.stored), "duplicates": int64(res.duplicates),
+		})
+	})
+	if err != nil {
+		return res, err
+	}
+	// Retention runs after the batch's commit, in its own transaction: a
+	// sweep that waited on device rows while holding this batch's would
+	// deadlock with a batch of another device doing the same.
+	res.deleted, err = s.pruneLimit(now, maxRecords, maxAge, 10_000)
+	return res, err
+}
+
+func (s *pgStore) prune(now time.Time, maxRecords int, maxAge time.Duration) (int, error) {
+	return s.pruneLimit(now, maxRecords, maxAge, 100_000)
+}
+
+// pruneLimit deletes the oldest records (by ingest order) while there are
+// more than maxRecords, and those older than maxAge, at most limit of
+// them. One sweep runs at a time across managers; a sweep that finds the
+// lock held leaves the work to the holder.
+func (s *pgStore) pruneLimit(now time.Time, maxRecords int, maxAge time.Duration, limit int) (int, error) {
+	deleted := 0
+	err := s.tx(func(ctx context.Context, tx pgx.Tx) error {
+		deleted = 0
+		var got bool
+		if err := tx.QueryRow(ctx, `SELECT pg_try_advisory_xact_lock($1)`, pgLockSweep).Scan(&got); err != nil || !got {
+			return err
+		}
+		stored, err := counter(ctx, tx, "stored")
+		if err != nil {
+			return err
+		}
+		excess := int64(0)
+		if stored > uint64(maxRecords) {
+			excess = int64(min(stored-uint64(maxRecords), uint64(limit)))
+		}
+		cutoff := int64(math.MinInt64)
+		if maxAge > 0 {
+			cutoff = now.Add(-maxAge).UnixNano()
+		}
+		err = tx.QueryRow(ctx, `WITH victims AS (
+				(SELECT n FROM fleet_records ORDER BY n LIMIT $1)
+				UNION
+				(SELECT n FROM fleet_records WHERE ingested_at < $2 ORDER BY n LIMIT $3)
+			), del AS (
+				DELETE FROM fleet_records r USING (SELECT n FROM victims ORDER BY n LIMIT $3) v WHERE r.n = v.n
+				RETURNING r.device, r.seq
+			), per AS (
+				SELECT device, count(*) AS k, max(seq) AS top FROM del GROUP BY device
+			), devs AS (
+				UPDATE fleet_devices d SET stored = greatest(d.stored - per.k, 0) FROM per WHERE d.id = per.device
+			), floors AS (
+				INSERT INTO fleet_seq_floor SELECT device, top FROM per WHERE top IS NOT NULL
+				ON CONFLICT (device) DO UPDATE SET floor = greatest(fleet_seq_floor.floor, excluded.floor)
+			)
+			SELECT count(*) FROM del`, excess, cutoff, limit).Scan(&deleted)
+		if err != nil || deleted == 0 {
+			return err
+		}
+		return addCounters(ctx, tx, pgSweepShard, map[string]int64{"stored": -int64(deleted), "deleted": int64(deleted)})
+	})
+	return deleted, err
+}
+
+// errArchiveNeedsBolt: the Parquet archive moves records out of fleet.db;
+// with PostgreSQL, retention deletes them (Config.Validate refuses both).
+var errArchiveNeedsBolt = errors.New("the telemetry archive (--fleet-archive-dir) works with the embedded bbolt store only")
+
+func (s *pgStore) archiveOnce(string, time.Time, time.Time, int) (int, int64, error) {
+	return 0, 0, errArchiveNeedsBolt
+}
+
+func (s *pgStore) counts() (Counts, error) {
+	var c Counts
+	err := s.tx(func(ctx context.Context, tx pgx.Tx) error {
+		var err error
+		for _, f := range []struct {
+			name string
+			v    *uint64
+		}{{"stored", &c.Stored}, {"ingested", &c.Ingested}, {"duplicates", &c.Duplicates}, {"deleted", &c.Deleted}} {
+			if *f.v, err = counter(ctx, tx, f.name); err != nil {
+				return err
+			}
+		}
+		return tx.QueryRow(ctx, `SELECT count(*) FROM fleet_devices`).Scan(&c.Devices)
+	})
+	return c, err
+}
+
+func (s *pgStore) export(since time.Time, dev string, emit func(line []byte) error) error {
+	from := int64(math.MinInt64)
+	if !since.IsZero() {
+		from = since.UnixNano()
+	}
+	after := int64(0)
+	for {
+		var lines [][]byte
+		err := s.tx(func(ctx context.Context, tx pgx.Tx) error {
+			lines = lines[:0]
+			rows, err := tx.Query(ctx, `SELECT n, line FROM fleet_records
+				WHERE n > $1 AND ingested_at >= $2 AND ($3 = '' OR device = $3) ORDER BY n LIMIT $4`, after, from, dev, exportChunk)
+			if err != nil {
+				return err
+			}
+			defer rows.Close()
+			for rows.Next() {
+				var line []byte
+				if err := rows.Scan(&after, &line); err != nil {
+					return err
+				}
+				lines = append(lines, line)
+			}
+			return rows.Err()
+		})
+		if err != nil {
+			return err
+		}
+		for _, l := range lines {
+			if err := emit(l); err != nil {
+				return err
+			}
+		}
+		if len(lines) < exportChunk {
+			return nil
+		}
+	}
+}
+
+func (s *pgStore) updateDevice(id string, now time.Time, create bool, fn func(*Device) error) (*Device, error) {
+	var out *Device
+	err := s.tx(func(ctx context.Context, tx pgx.Tx) error {
+		out = nil
+		dev, _, err := lockDevice(ctx, tx, id, now, create)
+		if err != nil || dev == nil {
+			return err
+		}
+		if err := fn(dev); err != nil {
+			return err
+		}
+		cp := *dev
+		out = &cp
+		return saveDevice(ctx, tx, dev)
+	})
+	return out, err
+}
+
+// loadLayers reads the config layers as of the statement.
+func loadLayers(ctx context.Context, tx pgx.Tx) (map[string]*ConfigLayer, error) {
+	out := map[string]*ConfigLayer{}
+	rows, err := tx.Query(ctx, `SELECT scope, doc FROM fleet_configs`)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	for rows.Next() {
+		var scope string
+		var doc []byte
+		if err := rows.Scan(&scope, &doc); err != nil {
+			return nil, err
+		}
+		l := new(ConfigLayer)
+		if err := json.Unmarshal(doc, l); err != nil {
+			return nil, fmt.Errorf("config layer %s: %w: %v", scope, errCorrupt, err)
+		}
+		out[scope] = l
+	}
+	return out, rows.Err()
+}
+
+func (s *pgStore) layers() (map[string]*ConfigLayer, error) {
+	var out map[string]*ConfigLayer
+	err := s.tx(func(ctx context.Context, tx pgx.Tx) (err error) { out, err = loadLayers(ctx, tx); return err })
+	return out, err
+}
+
+// remergeLoaded is remergeTx on the layers as of now: the device's row is
+// locked first, so a layer change either committed before (and is read
+// here) or waits for this row and re-merges it after.
+func remergeLoaded(ctx context.Context, tx pgx.Tx, d *Device) (*Device, bool, error) {
+	layers, err := loadLayers(ctx, tx)
+	if err != nil {
+		return nil, false, err
+	}
+	changed := remerge(d, layers)
+	cp := *d
+	return &cp, changed, nil
+}
+
+func (s *pgStore) updateDeviceConfig(id string, now time.Time, create bool, fn func(*Device) error) (dev *Device, changed bool, err error) {
+	err = s.tx(func(ctx context.Context, tx pgx.Tx) error {
+		dev, changed = nil, false
+		d, _, err := lockDevice(ctx, tx, id, now, create)
+		if err != nil || d == nil {
+			return err
+		}
+		if err := fn(d); err != nil {
+			return err
+		}
+		if dev, changed, err = remergeLoaded(ctx, tx, d); err != nil {
+			return err
+		}
+		return saveDevice(ctx, tx, d)
+	})
+	return dev, changed, err
+}
+
+func (s *pgStore) setLayer(scope string, u ConfigUpdate, now time.Time) (*ConfigLayer, []*Device, error) {
+	var layer *ConfigLayer
+	var changed []*Device
+	err := s.tx(func(ctx context.Context, tx pgx.Tx) error {
+		layer, changed = nil, nil
+		if _, err := tx.Exec(ctx, `SELECT pg_advisory_xact_lock($1)`, pgLockLayers); err != nil {
+			return err
+		}
+		layers, err := loadLayers(ctx, tx)
+		if err != nil {
+			return err
+		}
+		l := applyLayer(layers, scope, u, now)
+		if len(l.Values) == 0 {
+			_, err = tx.Exec(ctx, `DELETE FROM fleet_configs WHERE scope = $1`, scope)
+		} else {
+			var doc []byte
+			if doc, err = json.Marshal(l); err == nil {
+				_, err = tx.Exec(ctx, `INSERT INTO fleet_configs VALUES ($1, $2) ON CONFLICT (scope) DO UPDATE SET doc = excluded.doc`, scope, doc)
+			}
+		}
+		if err != nil {
+			return err
+		}
+		devs, err := queryDevices(ctx, tx, `SELECT id, doc, stored FROM fleet_devices ORDER BY id FOR UPDATE`)
+		if err != nil {
+			return err
+		}
+		for _, d := range devs {
+			if remerge(d, layers) {
+				if err := saveDevice(ctx, tx, d); err != nil {
+					return err
+				}
+				cp := *d
+				changed = append(changed, &cp)
+			}
+		}
+		layer = l
+		return nil
+	})
+	return layer, changed, err
+}
+
+func queryDevices(ctx context.Context, tx pgx.Tx, sql string, args ...any) ([]*Device, error) {
+	rows, err := tx.Query(ctx, sql, args...)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var out []*Device
+	for rows.Next() {
+		var id string
+		var doc []byte
+		var stored int64
+		if err := rows.Scan(&id, &doc, &stored); err != nil {
+			return nil, err
+		}
+		d, err := decodeDevice(id, doc, stored)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, d)
+	}
+	return out, rows.Err()
+}
+
+func (s *pgStore) device(id string) (*Device, error) {
+	var dev *Device
+	err := s.tx(func(ctx context.Context, tx pgx.Tx) error {
+		devs, err := queryDevices(ctx, tx, `SELECT id, doc, stored FROM fleet_devices WHERE id = $1`, id)
+		if err != nil || len(devs) == 0 {
+			return err
+		}
+		dev = devs[0]
+		cmds, err := loadCommands(ctx, tx, id)
+		dev.Commands = cmds[id]
+		dev.PendingCommands = pendingOf(dev.Commands)
+		return err
+	})
+	return dev, err
+}
+
+func (s *pgStore) devices() ([]*Device, error) { return s.listDevices(false) }
+
+func (s *pgStore) devicesWithCommands() ([]*Device, error) { return s.listDevices(true) }
+
+func (s *pgStore) listDevices(withCommands bool) ([]*Device, error) {
+	var out []*Device
+	err := s.tx(func(ctx context.Context, tx pgx.Tx) error {
+		var err error
+		if out, err = queryDevices(ctx, tx, `SELECT id, doc, stored FROM fleet_devices ORDER BY id`); err != nil {
+			return err
+		}
+		cmds, err := loadCommands(ctx, tx, "")
+		for _, d := range out {
+			d.PendingCommands = pendingOf(cmds[d.ID])
+			if withCommands {
+				d.Commands = cmds[d.ID]
+			}
+		}
+		return err
+	})
+	return out, err
+}
+
+// loadCommands lists one device's commands (all devices' for dev ""),
+// newest first, by device.
+func loadCommands(ctx context.Context, tx pgx.Tx, dev string) (map[string][]CommandState, error) {
+	rows, err := tx.Query(ctx, `SELECT device, id, doc FROM fleet_commands WHERE $1 = '' OR device = $1 ORDER BY device, id`, dev)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	out := map[string][]CommandState{}
+	for rows.Next() {
+		var d, id string
+		var doc []byte
+		if err := rows.Scan(&d, &id, &doc); err != nil {
+			return nil, err
+		}
+		var cs CommandState
+		if err := json.Unmarshal(doc, &cs); err != nil {
+			return nil, fmt.Errorf("command %s/%s: %w: %v", d, id, errCorrupt, err)
+		}
+		out[d] = append(out[d], cs)
+	}
+	for _, cmds := range out {
+		sort.SliceStable(cmds, func(i, j int) bool { return cmds[i].IssuedAt.After(cmds[j].IssuedAt) })
+	}
+	return out, rows.Err()
+}
+
+func (s *pgStore) addCommand(cs CommandState, keep int) (added bool, err error) {
+	doc, err := json.Marshal(cs)
+	if err != nil {
+		return false, err
+	}
+	err = s.tx(func(ctx context.Context, tx pgx.Tx) error {
+		added = false
+		// The device's row lock orders this with its other commands' trims.
+		if _, _, err := lockDevice(ctx, tx, cs.DeviceID, cs.UpdatedAt, true); err != nil {
+			return err
+		}
+		tag, err := tx.Exec(ctx, `INSERT INTO fleet_commands VALUES ($1, $2, $3) ON CONFLICT (device, id) DO NOTHING`, cs.DeviceID, cs.ID, doc)
+		if err != nil || tag.RowsAffected() == 0 {
+			return err
+		}
+		added = true
+		all, err := loadCommands(ctx, tx, cs.DeviceID)
+		if err != nil {
+			return err
+		}
+		if drop := trimCommands(all[cs.DeviceID], keep); len(drop) > 0 {
+			_, err = tx.Exec(ctx, `DELETE FROM fleet_commands WHERE device = $1 AND id = ANY($2)`, cs.DeviceID, drop)
+		}
+		return err
+	})
+	return added, err
+}
+
+func (s *pgStore) commandResult(dev string, r *fleetwire.CommandResult, now time.Time) (bool, error) {
+	var found bool
+	err := s.tx(func(ctx context.Context, tx pgx.Tx) error {
+		found = false
+		var doc []byte
+		err := tx.QueryRow(ctx, `SELECT doc FROM fleet_commands WHERE device = $1 AND id = $2 FOR UPDATE`, dev, r.ID).Scan(&doc)
+		if errors.Is(err, pgx.ErrNoRows) {
+			return nil
+		}
+		if err != nil {
+			return err
+		}
+		var cs CommandState
+		if err := json.Unmarshal(doc, &cs); err != nil {
+			return fmt.Errorf("command %s/%s: %w: %v", dev, r.ID, errCorrupt, err)
+		}
+		found = true
+		finishCommand(&cs, r, now)
+		if doc, err = json.Marshal(cs); err != nil {
+			return err
+		}
+		_, err = tx.Exec(ctx, `UPDATE fleet_commands SET doc = $3 WHERE device = $1 AND id = $2`, dev, r.ID, doc)
+		return err
+	})
+	return found, err
+}
+
+func (s *pgStore) command(dev, id string) (*CommandState, error) {
+	var cs *CommandState
+	err := s.tx(func(ctx context.Context, tx pgx.Tx) error {
+		var doc []byte
+		err := tx.QueryRow(ctx, `SELECT doc FROM fleet_commands WHERE device = $1 AND id = $2`, dev, id).Scan(&doc)
+		if errors.Is(err, pgx.ErrNoRows) {
+			return nil
+		}
+		if err != nil {
+			return err
+		}
+		cs = new(CommandState)
+		return json.Unmarshal(doc, cs)
+	})
+	return cs, err
+}
+
+// putDoc and getDoc keep one JSON document by key in table (a fixed name
+// from this file, never input).
+func (s *pgStore) putDoc(table, key string, v any) error {
+	doc, err := json.Marshal(v)
+	if err != nil {
+		return err
+	}
+	return s.tx(func(ctx context.Context, tx pgx.Tx) error {
+		_, err := tx.Exec(ctx, `INSERT INTO `+table+` VALUES ($1, $2) ON CONFLICT (id) DO UPDATE SET doc = excluded.doc`, key, doc)
+		return err
+	})
+}
+
+func (s *pgStore) getDoc(table, key string, into any) (bool, error) {
+	var doc []byte
+	err := s.tx(func(ctx context.Context, tx pgx.Tx) error {
+		return tx.QueryRow(ctx, `SELECT doc FROM `+table+` WHERE id = $1`, key).Scan(&doc)
+	})
+	if errors.Is(err, pgx.ErrNoRows) {
+		return false, nil
+	}
+	if err != nil {
+		return false, err
+	}
+	if err := json.Unmarshal(doc, into); err != nil {
+		return false, fmt.Errorf("%s %s: %w: %v", table, key, errCorrupt, err)
+	}
+	return true, nil
+}
+
+// allDocs decodes every document of table in key order; one that does not
+// decode fails the call unless skipBad.
+func allDocs[T any](s *pgStore, table string, skipBad bool) ([]*T, error) {
+	var out []*T
+	err := s.tx(func(ctx context.Context, tx pgx.Tx) error {
+		out = nil
+		rows, err := tx.Query(ctx, `SELECT id, doc FROM `+table+` ORDER BY id`)
+		if err != nil {
+			return err
+		}
+		defer rows.Close()
+		for rows.Next() {
+			var id string
+			var doc []byte
+			if err := rows.Scan(&id, &doc); err != nil {
+				return err
+			}
+			v := new(T)
+			if err := json.Unmarshal(doc, v); err != nil {
+				if skipBad {
+					continue
+				}
+				return fmt.Errorf("%s %s: %w: %v", table, id, errCorrupt, err)
+			}
+			out = append(out, v)
+		}
+		return rows.Err()
+	})
+	return out, err
+}
+
+func (s *pgStore) putRollout(r *Rollout) error { return s.putDoc("fleet_rollouts", r.ID, r) }
+
+func (s *pgStore) rollout(id string) (*Rollout, error) {
+	r := new(Rollout)
+	ok, err := s.getDoc("fleet_rollouts", id, r)
+	if !ok {
+		r = nil
+	}
+	return r, err
+}
+
+func (s *pgStore) rollouts() ([]*Rollout, error) { return allDocs[Rollout](s, "fleet_rollouts", false) }
+
+// updateRollout runs fn on the rollout with its row locked, so managers
+// that step the same rollout take turns and each sees the last one's
+// state.
+func (s *pgStore) updateRollout(id string, fn func(*Rollout) error) error {
+	return s.tx(func(ctx context.Context, tx pgx.Tx) error {
+		var doc []byte
+		err := tx.QueryRow(ctx, `SELECT doc FROM fleet_rollouts WHERE id = $1 FOR UPDATE`, id).Scan(&doc)
+		if errors.Is(err, pgx.ErrNoRows) {
+			return fmt.Errorf("%w %q", ErrUnknownRollout, id)
+		}
+		if err != nil {
+			return err
+		}
+		r := new(Rollout)
+		if err := json.Unmarshal(doc, r); err != nil {
+			return fmt.Errorf("rollout %s: %w: %v", id, errCorrupt, err)
+		}
+		if err := fn(r); err != nil {
+			return err
+		}
+		if doc, err = json.Marshal(r); err != nil {
+			return err
+		}
+		_, err = tx.Exec(ctx, `UPDATE fleet_rollouts SET doc = $2 WHERE id = $1`, id, doc)
+		return err
+	})
+}
+
+// claimRollout locks the rollout's row for the step, skipping a row
+// another manager has locked: that one is stepping it now, and a second
+// step would plan from the same state and send the same stage twice. The
+// step's sends run on other connections while the row stays locked; a
+// manager that dies mid-step loses its lock with its connection, and the
+// next step re-plans from the last stored state (its update commands have
+// fixed ids: updateCommandID).
+func (s *pgStore) claimRollout(id string, fn func(*Rollout) error) (claimed bool, err error) {
+	err = s.tx(func(ctx context.Context, tx pgx.Tx) error {
+		claimed = false
+		var doc []byte
+		err := tx.QueryRow(ctx, `SELECT doc FROM fleet_rollouts WHERE id = $1 FOR UPDATE SKIP LOCKED`, id).Scan(&doc)
+		if errors.Is(err, pgx.ErrNoRows) {
+			return nil
+		}
+		if err != nil {
+			return err
+		}
+		claimed = true
+		r := new(Rollout)
+		if err := json.Unmarshal(doc, r); err != nil {
+			return fmt.Errorf("rollout %s: %w: %v", id, errCorrupt, err)
+		}
+		if err := fn(r); err != nil {
+			return err
+		}
+		if doc, err = json.Marshal(r); err != nil {
+			return err
+		}
+		_, err = tx.Exec(ctx, `UPDATE fleet_rollouts SET doc = $2 WHERE id = $1`, id, doc)
+		return err
+	})
+	return claimed, err
+}
+
+func (s *pgStore) putArtifact(info *ArtifactInfo) error {
+	return s.putDoc("fleet_artifacts", info.ID, info)
+}
+
+func (s *pgStore) artifact(id string) (*ArtifactInfo, error) {
+	a := new(ArtifactInfo)
+	ok, err := s.getDoc("fleet_artifacts", id, a)
+	if !ok {
+		a = nil
+	}
+	return a, err
+}
+
+func (s *pgStore) artifacts() ([]*ArtifactInfo, error) {
+	return allDocs[ArtifactInfo](s, "fleet_artifacts", true)
+}
+
+func (s *pgStore) shadowGraded(key []byte) (bool, error) {
+	var done bool
+	err := s.tx(func(ctx context.Context, tx pgx.Tx) error {
+		return tx.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM fleet_shadow_graded WHERE key = $1)`, key).Scan(&done)
+	})
+	return done, err
+}
+
+func (s *pgStore) storeShadowGrade(device string, key []byte, g fleetwire.ShadowGrade, now time.Time) (dev *Device, changed bool, err error) {
+	data, err := json.Marshal(g)
+	if err != nil {
+		return nil, false, err
+	}
+	line, err := gradeLine(device, data, now)
+	if err != nil {
+		return nil, false, err
+	}
+	err = s.tx(func(ctx context.Context, tx pgx.Tx) error {
+		dev, changed = nil, false
+		tag, err := tx.Exec(ctx, `INSERT INTO fleet_shadow_graded VALUES ($1) ON CONFLICT DO NOTHING`, key)
+		if err != nil || tag.RowsAffected() == 0 {
+			return err // graded already (by this manager or another)
+		}
+		d, _, err := lockDevice(ctx, tx, device, now, true)
+		if err != nil {
+			return err
+		}
+		if _, err := tx.Exec(ctx, `INSERT INTO fleet_records (device, seq, ingested_at, line) VALUES ($1, NULL, $2, $3)`, device, now.UnixNano(), line); err != nil {
+			return err
+		}
+		d.Telemetry.Stored++
+		countGrade(d, g)
+		var window []byte
+		err = tx.QueryRow(ctx, `SELECT doc FROM fleet_routercalib WHERE device = $1`, device).Scan(&window)
+		if err != nil && !errors.Is(err, pgx.ErrNoRows) {
+			return err
+		}
+		err = calibrateWith(d, g, now, func() []byte { return window }, func(v []byte) error {
+			_, err := tx.Exec(ctx, `INSERT INTO fleet_routercalib VALUES ($1, $2) ON CONFLICT (device) DO UPDATE SET doc = excluded.doc`, device, v)
+			return err
+		})
+		if err != nil {
+			return err
+		}
+		if dev, changed, err = remergeLoaded(ctx, tx, d); err != nil {
+			return err
+		}
+		if err := saveDevice(ctx, tx, d); err != nil {
+			return err
+		}
+		if _, err := tx.Exec(ctx, `UPDATE fleet_devices SET stored = stored + 1 WHERE id = $1`, device); err != nil {
+			return err
+		}
+		return addCounters(ctx, tx, shardOf(device), map[string]int64{"stored": 1})
+	})
+	return dev, changed, err
+}
+
+var _ fleetStore = (*pgStore)(nil)
