@@ -538,11 +538,14 @@ func TestServesTools(t *testing.T) {
 // homeTools is a second tool set, a smart home's, written as an app
 // writes its own (plain OpenAI tools: no x-phaseless-copy, names and
 // wording unlike the car's), and homeSets its requests: the dev set that
-// copying unmarked arguments was tuned on, and the held-out set, committed
-// before anything was measured on either (d1dd632).
+// copying unmarked arguments was tuned on, the held-out set committed
+// before anything was measured on either (d1dd632), and a second held-out
+// set written once the first had been looked at (its misses guided the
+// tool rule's reading of argument names, "%" and whole-word numbers),
+// committed before that change was measured on it (82fca1a).
 const homeTools = "testdata/hometools.json"
 
-var homeSets = []string{"testdata/homecalls_dev.jsonl", "testdata/homecalls.jsonl"}
+var homeSets = []string{"testdata/homecalls_dev.jsonl", "testdata/homecalls.jsonl", "testdata/homecalls2.jsonl"}
 
 func loadOpenAITools(t *testing.T, file string) []llm.Tool {
 	t.Helper()
@@ -624,6 +627,7 @@ func TestUserToolAccuracy(t *testing.T) {
 // exact arguments with the tool named, right tool and prose with
 // tool_choice auto, each just below what was measured (docs/tools.md).
 var userToolFloors = map[string]toolScores{
-	"homecalls_dev": {exactInText: 0.90, rightTool: 0.90, prose: 1}, // measured 22/24; 23/24, 2/2
-	"homecalls":     {exactInText: 0.85, rightTool: 0.78, prose: 1}, // measured 40/46; 38/46, 4/4
+	"homecalls_dev": {exactInText: 0.90, rightTool: 0.95, prose: 1}, // measured 22/24; 24/24, 2/2
+	"homecalls":     {exactInText: 0.85, rightTool: 0.87, prose: 1}, // measured 40/46; 41/46, 4/4
+	"homecalls2":    {exactInText: 0.76, rightTool: 0.88, prose: 1}, // measured 33/42; 38/42, 4/4
 }
