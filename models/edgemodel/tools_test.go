@@ -349,11 +349,7 @@ func askChat(h http.Handler, request string, tools []llm.Tool, temperature *floa
 		Type     string   `json:"type"`
 		Function function `json:"function"`
 	}
-	body := map[string]any{"model": "edge", "max_tokens": maxTokens, "seed": seed,
-		"messages": []map[string]string{{"role": "user", "content": request}}}
-	if temperature != nil {
-		body["temperature"] = *temperature
-	}
+	body := chatBody(request, temperature, seed, maxTokens)
 	var ts []tool
 	for _, tl := range tools {
 		ts = append(ts, tool{"function", function{tl.Name, tl.Description, tl.Parameters}})
@@ -363,15 +359,6 @@ func askChat(h http.Handler, request string, tools []llm.Tool, temperature *floa
 	}
 	if named != "" {
 		body["tool_choice"] = map[string]any{"type": "function", "function": map[string]string{"name": named}}
-	}
-	raw, err := json.Marshal(body)
-	if err != nil {
-		return chatReply{}, err
-	}
-	rec := httptest.NewRecorder()
-	h.ServeHTTP(rec, httptest.NewRequest(http.MethodPost, "/v1/chat/completions", bytes.NewReader(raw)))
-	if rec.Code != http.StatusOK {
-		return chatReply{}, fmt.Errorf("%q: %d %s", request, rec.Code, rec.Body)
 	}
 	var resp struct {
 		Choices []struct {
@@ -386,8 +373,11 @@ func askChat(h http.Handler, request string, tools []llm.Tool, temperature *floa
 			} `json:"message"`
 		} `json:"choices"`
 	}
-	if err := json.Unmarshal(rec.Body.Bytes(), &resp); err != nil || len(resp.Choices) != 1 {
-		return chatReply{}, fmt.Errorf("%q: reply %s: %v", request, rec.Body, err)
+	if err := postChat(h, request, body, &resp); err != nil {
+		return chatReply{}, err
+	}
+	if len(resp.Choices) != 1 {
+		return chatReply{}, fmt.Errorf("%q: %d choices", request, len(resp.Choices))
 	}
 	var r chatReply
 	m := resp.Choices[0].Message
@@ -398,6 +388,35 @@ func askChat(h http.Handler, request string, tools []llm.Tool, temperature *floa
 		r.calls = append(r.calls, llm.ToolCall{Name: c.Function.Name, Arguments: c.Function.Arguments})
 	}
 	return r, nil
+}
+
+// chatBody is an OpenAI chat request of one user turn, as an app sends
+// it: temperature nil leaves the field out.
+func chatBody(request string, temperature *float64, seed uint64, maxTokens int) map[string]any {
+	body := map[string]any{"model": "edge", "max_tokens": maxTokens, "seed": seed,
+		"messages": []map[string]string{{"role": "user", "content": request}}}
+	if temperature != nil {
+		body["temperature"] = *temperature
+	}
+	return body
+}
+
+// postChat posts body to h's chat endpoint and decodes a 200 answer into
+// out.
+func postChat(h http.Handler, request string, body map[string]any, out any) error {
+	raw, err := json.Marshal(body)
+	if err != nil {
+		return err
+	}
+	rec := httptest.NewRecorder()
+	h.ServeHTTP(rec, httptest.NewRequest(http.MethodPost, "/v1/chat/completions", bytes.NewReader(raw)))
+	if rec.Code != http.StatusOK {
+		return fmt.Errorf("%q: %d %s", request, rec.Code, rec.Body)
+	}
+	if err := json.Unmarshal(rec.Body.Bytes(), out); err != nil {
+		return fmt.Errorf("%q: reply %s: %v", request, rec.Body, err)
+	}
+	return nil
 }
 
 // TestShippedToolPrior: the shipped model carries the tool prior that
