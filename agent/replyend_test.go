@@ -20,6 +20,14 @@ import (
 // the cloud.
 func startAgentWithCloud(t *testing.T) string {
 	t.Helper()
+	_, url := startAgentWithCloudConfig(t, func(*Config) {})
+	return url
+}
+
+// startAgentWithCloudConfig is startAgentWithCloud with the agent's
+// configuration changed by set before it starts; it returns the agent too.
+func startAgentWithCloudConfig(t *testing.T, set func(*Config)) (*Agent, string) {
+	t.Helper()
 	pkiDir := t.TempDir()
 	if err := pki.EnsureDev(pkiDir, "car-1"); err != nil {
 		t.Fatal(err)
@@ -32,10 +40,11 @@ func startAgentWithCloud(t *testing.T) string {
 	cloud := startCloudModel(t, pkiDir, cloudAddr, &gatedEngine{}, m)
 	cfg := testConfig(t)
 	cfg.Cloud, cfg.DeviceID, cfg.PKIDir = cloudAddr, "car-1", pkiDir
+	set(&cfg)
 	a, url := startAgent(t, cfg)
 	t.Cleanup(func() { cloud.stop(t) })
 	waitUntil(t, "the agent to connect", func() bool { return a.cloud.Link().Connected })
-	return url
+	return a, url
 }
 
 // TestConstrainedRepliesThroughAgent: json_schema and json_object replies

@@ -67,3 +67,48 @@ func TestArgRuleRanksSpans(t *testing.T) {
 		t.Errorf("a taken value scores %v, free %v", a, b)
 	}
 }
+
+// TestToolRuleReadsTheSchema: on a tool set of its own, the tool rule
+// reads what an argument is called ("percent"), "%" as that word, numbers
+// only as whole words (the digits of "9:15" are no brightness), and a
+// function word of a tool's name ("on") only beside a content word that
+// names the tool; the argument rule does not run a value across a comma,
+// nor take the verb that opens the clause after it. Each case failed
+// before (issue 28's smart-home misses, in other words).
+func TestToolRuleReadsTheSchema(t *testing.T) {
+	tools := []llm.Tool{
+		{Name: "fan_on", Description: "Start the ceiling fan.", Parameters: []byte(`{"type":"object","properties":{"room":{"type":"string"}}}`)},
+		{Name: "set_speed", Description: "Change how fast the ceiling fan spins.", Parameters: []byte(`{"type":"object","properties":{"room":{"type":"string"},"percent":{"type":"integer","minimum":0,"maximum":100}}}`)},
+		{Name: "set_reminder", Description: "Create a reminder.", Parameters: []byte(`{"type":"object","properties":{"at":{"type":"string","description":"Clock time, e.g. 9:15"}}}`)},
+		{Name: "add_to_cart", Description: "Add a product to the cart.", Parameters: []byte(`{"type":"object","properties":{"product":{"type":"string"}}}`)},
+	}
+	e := &Engine{m: &Model{}}
+	rule := func(text string) *argRule {
+		return e.argRuleFor(&llm.Request{Messages: []llm.Message{{Role: "user", Content: text}}, ToolRequest: llm.ToolRequest{Tools: tools}})
+	}
+	for text, want := range map[string]string{
+		"den fan at 30%":           "set_speed",
+		"den fan to 30 percent":    "set_speed",
+		"remind me at 9:15":        "set_reminder",
+		"start the fan in the den": "fan_on",
+	} {
+		r := rule(text)
+		for _, tl := range tools {
+			if tl.Name != want && r.toolScore(r.tools[tl.Name]) >= r.toolScore(r.tools[want]) {
+				t.Errorf("%q: %s scores %v, %s %v", text, tl.Name, r.toolScore(r.tools[tl.Name]), want, r.toolScore(r.tools[want]))
+			}
+		}
+	}
+	if r := rule("put on some music"); r.toolScore(r.tools["fan_on"]) != 0 {
+		t.Errorf(`"on" alone names fan_on: %v`, r.toolScore(r.tools["fan_on"]))
+	}
+	r := rule("we ran out of rice, put it in the cart")
+	spans := []string{"rice", "rice, put", "put", "put it", "cart"}
+	scores := make([]float64, len(spans))
+	for i, sp := range spans {
+		scores[i] = r.score(r.tools["add_to_cart"], "product", sp, nil)
+	}
+	if got := spans[slices.Index(scores, slices.Max(scores))]; got != "rice" {
+		t.Errorf("product: %q ranks first (%v), want rice", got, scores)
+	}
+}
