@@ -94,6 +94,9 @@ func maskGrammars(t testing.TB) map[string]*Grammar {
 		t.Fatal(err)
 	}
 	gs["check"] = g
+	if gs["checkmany"], err = SchemaWith([]byte(manyKeysSchema()), Options{Check: true}); err != nil {
+		t.Fatal(err)
+	}
 	g, err = ToolCalls(CallFormat{Open: "<tool_call>", Close: "</tool_call>", Sep: "\n"},
 		[]Tool{{Name: "say", Schema: []byte(`{"type":"object","properties":{"text":{"type":"string"}},"required":["text"]}`)}},
 		ToolCallOptions{Prose: true})
