@@ -589,8 +589,10 @@ func (a *nfa) closure(q int, atStart bool, accept int) (states []int, final bool
 }
 
 // pattern matches a JSON string (quotes included) that contains a match
-// of the ECMA-262 pattern p.
-func (c *compiler) pattern(p, path string) []elem {
+// of the ECMA-262 pattern p and has lo characters or more and, when
+// bounded, hi or fewer: the NFA's rules are taken once per count of
+// characters so far (counted up to lo only, when unbounded).
+func (c *compiler) pattern(p, path string, lo, hi int, bounded bool) []elem {
 	re, err := parseRegex(p)
 	if err != nil {
 		c.fail(path+"/pattern", "pattern %s: %v", strconv.Quote(p), err)
@@ -617,11 +619,12 @@ func (c *compiler) pattern(p, path string) []elem {
 	type key struct {
 		q       int
 		atStart bool
+		n       int // characters so far
 	}
 	rules := map[key]int32{}
-	var state func(q int, atStart bool) int32
-	state = func(q int, atStart bool) int32 {
-		k := key{q, atStart}
+	var state func(q int, atStart bool, n int) int32
+	state = func(q int, atStart bool, n int) int32 {
+		k := key{q, atStart, n}
 		if r, ok := rules[k]; ok {
 			return r
 		}
@@ -630,8 +633,15 @@ func (c *compiler) pattern(p, path string) []elem {
 		qs, final := a.closure(q, atStart, accept)
 		b.spent.spend(len(qs))
 		var alts [][]elem
-		if final {
+		if final && n >= lo {
 			alts = append(alts, []elem{})
+		}
+		if bounded && n >= hi {
+			qs = nil // no room for another character
+		}
+		next := n + 1
+		if !bounded {
+			next = min(next, lo)
 		}
 		for _, s := range qs {
 			for _, e := range a.states[s].chars {
@@ -642,13 +652,13 @@ func (c *compiler) pattern(p, path string) []elem {
 						continue // no character of the set has a spelling
 					}
 				}
-				alts = append(alts, []elem{ref(ch), ref(state(e.to, false))})
+				alts = append(alts, []elem{ref(ch), ref(state(e.to, false, next))})
 			}
 		}
 		b.define(r, alts...)
 		return r
 	}
-	return seq(b.lit(`"`), []elem{ref(state(0, true))}, b.lit(`"`))
+	return seq(b.lit(`"`), []elem{ref(state(0, true, 0))}, b.lit(`"`))
 }
 
 // charsOf is a rule matching one JSON string character of s in the

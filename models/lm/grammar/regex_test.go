@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -47,7 +48,7 @@ func TestPattern(t *testing.T) {
 			var out []string
 			for _, s := range ss {
 				out = append(out, strconv.Quote(s))
-				if re.MatchString(s) != slices_contains(tc.accept, s) {
+				if re.MatchString(s) != slices.Contains(tc.accept, s) {
 					t.Fatalf("%s: the test's own verdict on %q disagrees with regexp", tc.pattern, s)
 				}
 			}
@@ -63,13 +64,25 @@ func TestPattern(t *testing.T) {
 	}
 }
 
-func slices_contains(ss []string, s string) bool {
-	for _, x := range ss {
-		if x == s {
-			return true
+// TestPatternLengths checks a pattern beside minLength and maxLength
+// (characters, not bytes) against the validator.
+func TestPatternLengths(t *testing.T) {
+	for _, tc := range []struct {
+		schema         string
+		accept, reject []string
+	}{
+		{`{"type":"string","pattern":"^[a-z]*$","minLength":2,"maxLength":4}`, []string{`"ab"`, `"abcd"`}, []string{`"a"`, `"abcde"`, `"ab1"`}},
+		{`{"type":"string","pattern":"b","maxLength":3}`, []string{`"abc"`, `"b"`, `"éb中"`}, []string{`""`, `"abcd"`, `"é中a"`}},
+		{`{"type":"string","pattern":"b","minLength":3}`, []string{`"abc"`, `"xxxxbxxxx"`}, []string{`"b"`, `"ab"`}},
+	} {
+		for _, opts := range []Options{{}, {Check: true}} {
+			g, err := SchemaWith([]byte(tc.schema), opts)
+			if err != nil {
+				t.Fatalf("%s: %v", tc.schema, err)
+			}
+			checkMatches(t, g, grammartest.Validator(t, tc.schema), tc.schema, tc.accept, tc.reject)
 		}
 	}
-	return false
 }
 
 // TestPatternRefused checks that what is not supported is refused by name.
@@ -96,8 +109,8 @@ func TestPatternRefused(t *testing.T) {
 			t.Errorf("%s: got %v, want an error naming %q", pattern, err, want)
 		}
 	}
-	if _, err := Schema([]byte(`{"type":"string","pattern":"a","maxLength":3}`)); err == nil || !strings.Contains(err.Error(), "pattern beside") {
-		t.Errorf("pattern beside maxLength: %v", err)
+	if _, err := Schema([]byte(`{"type":"string","pattern":"a","format":"date"}`)); err == nil || !strings.Contains(err.Error(), "pattern beside format") {
+		t.Errorf("pattern beside format: %v", err)
 	}
 }
 

@@ -572,10 +572,12 @@ func (c *compiler) str(n *node, path string) []elem {
 		switch {
 		case p.kind != 's':
 			c.fail(path+"/pattern", "pattern must be a string")
-		case okLo || okHi || n.get("format") != nil:
-			c.fail(path, "pattern beside minLength, maxLength or format is not supported")
+		case n.get("format") != nil:
+			c.fail(path, "pattern beside format is not supported")
+		case okHi && hi < lo:
+			c.fail(path, "maxLength %d is below minLength %d", hi, lo)
 		default:
-			return c.pattern(p.str, path)
+			return c.pattern(p.str, path, lo, hi, okHi)
 		}
 		return nil
 	}
