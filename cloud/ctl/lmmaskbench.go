@@ -23,7 +23,7 @@ func lmMaskBench(ctx context.Context, cio cli.IO, args []string) error {
 	reference := fs.Bool("reference", false, "compute masks with the trie walk the Masker replaced (slow: 0.1–1 s a token inside strings)")
 	refusals := fs.Int("refusals", 15, "print the most common compile errors, this many")
 	progress := fs.Bool("progress", false, "print a line per schema file to stderr")
-	fileTimeout := fs.Duration("file-timeout", time.Minute, "give up on a schema file whose tests have run this long, counting it as timed out (0: never)")
+	fileTimeout := fs.Duration("file-timeout", time.Minute, "give up on a schema file whose compile and tests have used this much CPU time (wall time where thread CPU time is not available), counting it as timed out (0: never)")
 	if done, err := lmParseFlags(fs, cio, args, "lm maskbench --tokenizer tokenizer.json [--tokenizer-config F] [--limit N --seed S] [--reference] [--file-timeout D] [--progress] DIR"); done || err != nil {
 		return err
 	}

@@ -77,6 +77,8 @@ func FuzzSchemaInstance(f *testing.F) {
 	f.Add([]byte(`{"type":"number","minimum":0.1,"exclusiveMaximum":2.25}`), []byte(`2.2499`))
 	f.Add([]byte(`{"allOf":[{"properties":{"a":{"type":"string"}},"additionalProperties":false},{"properties":{"b":{}}}]}`), []byte(`{"b":1}`))
 	f.Add([]byte(`{"type":"object","properties":{"ab":{"type":"integer"}},"additionalProperties":{"type":"string"}}`), []byte(`{"a":"x", "ab" :1}`))
+	f.Add([]byte(manyKeysSchema()), []byte(`{"x": 1, "p07": {"k03": 3}, "p01": {}}`))
+	f.Add([]byte(`{"type":"object","properties":{"id":{"type":"string","pattern":"^[a-z]+(-[0-9]+)?$","maxLength":6}}}`), []byte(`{"id": "ab-12"}`))
 	f.Fuzz(func(t *testing.T, schema, instance []byte) {
 		g, err := Schema(schema)
 		if err != nil {

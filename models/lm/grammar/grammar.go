@@ -52,6 +52,8 @@ type Grammar struct {
 	// choices are the rules that are choice points (choice.go), each
 	// saying whether it has an open alternative.
 	choices map[int32]bool
+	// loops are the object loops (objloop.go) by rule, nil where none.
+	loops []*objLoop
 
 	classOnce sync.Once // guards classes, built on a Masker's first use
 	classes   *byteClasses
@@ -66,6 +68,7 @@ type builder struct {
 	spent *budget              // shared with the compiles this one starts
 	// choices are the choice rules built so far (choice.go).
 	choices map[int32]bool
+	loops   map[int32]*objLoop // object loops (objloop.go)
 }
 
 func newBuilder(maxRules int, spent *budget) *builder {
@@ -161,7 +164,14 @@ func (b *builder) star(body []elem) int32 {
 func (b *builder) optional(body []elem) int32 { return b.rule([]elem{}, body) }
 
 func (b *builder) grammar(root int32) *Grammar {
-	return &Grammar{rules: b.rules, root: root, choices: b.choices}
+	g := &Grammar{rules: b.rules, root: root, choices: b.choices}
+	if len(b.loops) > 0 {
+		g.loops = make([]*objLoop, len(b.rules))
+		for r, lp := range b.loops {
+			g.loops[r] = lp
+		}
+	}
+	return g
 }
 
 // Rules is the grammar's size, for limits and tests.

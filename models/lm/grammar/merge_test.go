@@ -47,10 +47,10 @@ func TestSiblingKeywordsApplyToBranches(t *testing.T) {
 // keywords that only annotate are ignored.
 func TestSiblingUnsupportedRefused(t *testing.T) {
 	for _, sc := range []string{
-		`{"type":"string","pattern":"^a","anyOf":[{"type":"string"},{"type":"null"}]}`,
-		`{"anyOf":[{"type":"string","pattern":"^a"},{"type":"null"}],"maxLength":3}`,
+		`{"type":"string","pattern":"\\ba","anyOf":[{"type":"string"},{"type":"null"}]}`,
+		`{"anyOf":[{"type":"string","pattern":"^a"},{"type":"null"}],"format":"date"}`,
 		`{"allOf":[{"type":"string"},{"format":"email"}]}`,
-		`{"$defs":{"s":{"type":"string","pattern":"x"}},"$ref":"#/$defs/s","minLength":1}`,
+		`{"$defs":{"s":{"type":"string","pattern":"x"}},"$ref":"#/$defs/s","format":"uuid"}`,
 		`{"allOf":[{"const":1},{"const":2}]}`,
 		`{"type":"integer","anyOf":[{"type":"string"}]}`,
 		`{"oneOf":[{"type":"string"},{"type":["null","string"]}]}`,

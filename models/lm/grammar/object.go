@@ -12,18 +12,13 @@ import (
 // return) in each gap between tokens, keys in any order, and keys the
 // schema does not list when additionalProperties allows them. The bound on
 // whitespace keeps a model from spinning in it: an object or array of n
-// tokens holds at most a bounded run of whitespace between any two.
+// tokens holds at most a bounded run of whitespace between any two. Keys
+// in any order are an object loop (objloop.go), however many are listed.
 
 // MaxWhitespace is the most whitespace bytes a gap between two tokens of
 // an object or array may hold (json.dumps's ", " and ": " separators use
 // one; a document indented by two spaces three levels deep, seven).
 const MaxWhitespace = 8
-
-// maxAnyOrder is the most listed properties an object may have for them to
-// be accepted in any order: the grammar tracks which were written, 2^n
-// states. Beyond it they are accepted in the schema's order, with unlisted
-// keys (where allowed) anywhere between.
-const maxAnyOrder = 6
 
 // gap matches the whitespace between two tokens: none unless checking.
 func (c *compiler) gap() []elem {
@@ -157,40 +152,30 @@ type propCounts struct {
 // keys not in listed whose values match extra; with counts, from
 // counts.min to counts.max keys in all.
 func (c *compiler) objectOf(list []objProp, listed []string, extra []elem, counts propCounts) []elem {
+	if c.check {
+		return c.objectLoop(list, listed, extra, counts)
+	}
+	// Writing: the listed keys in the schema's order, each written or, if
+	// optional, skipped; extra keys only where nothing is listed.
 	b := c.b
 	gap := c.gap()
 	member := func(key []elem, val []elem) int32 {
 		return b.rule(seq(key, gap, b.lit(":"), gap, val, gap))
 	}
 	mem := make([]int32, len(list))
-	var reqMask uint64
 	for i, p := range list {
 		mem[i] = member(b.lit(quoted(p.key)), p.val)
-		if p.req && i < 64 {
-			reqMask |= 1 << i
-		}
 	}
 	memX := int32(-1)
 	if extra != nil {
 		memX = member([]elem{ref(c.otherKey(listed))}, extra)
 	}
-	// A state is the set of properties written (any order), or the index
-	// of the next property, which is written or, if optional, skipped
-	// (schema order).
-	anyOrder := c.check && len(list) <= maxAnyOrder
+	// A state is the index of the next property.
 	type edge struct {
 		prop int
 		to   uint64
 	}
 	next := func(s uint64) (out []edge, accept bool) {
-		if anyOrder {
-			for i := range list {
-				if s&(1<<i) == 0 {
-					out = append(out, edge{i, s | 1<<i})
-				}
-			}
-			return out, s&reqMask == reqMask
-		}
 		// Property s is written next, or (optional) skipped.
 		if i := int(s); i < len(list) {
 			out = append(out, edge{i, s + 1})

@@ -1,6 +1,7 @@
 package grammar
 
 import (
+	"fmt"
 	"math/rand/v2"
 	"strings"
 	"testing"
@@ -159,4 +160,64 @@ func checkMatches(t *testing.T, g *Grammar, v *jsonschema.Schema, name string, a
 			t.Errorf("%s: accepted %s", name, in)
 		}
 	}
+}
+
+// manyKeysSchema is an object of 40 optional keys, unlisted keys allowed,
+// whose listed values are objects of 20 optional keys: the shape of the
+// MaskBench files that once took seconds a token.
+func manyKeysSchema() string {
+	var inner, outer []string
+	for i := range 20 {
+		inner = append(inner, fmt.Sprintf(`"k%02d":{"type":"integer"}`, i))
+	}
+	for i := range 40 {
+		outer = append(outer, fmt.Sprintf(`"p%02d":{"type":"object","properties":{%s}}`, i, strings.Join(inner, ",")))
+	}
+	return `{"type":"object","properties":{` + strings.Join(outer, ",") + `},"required":["p07"]}`
+}
+
+// TestManyOptionalKeys checks an object with dozens of optional keys in
+// check mode: keys in any order, each listed one at most once, unlisted
+// keys between, against the validator; and the parses stay few at every
+// byte of a long document (a listed key leaves one parse, an unlisted one
+// does not fork a parse per later key), which is what keeps such a
+// document's bytes cheap.
+func TestManyOptionalKeys(t *testing.T) {
+	sc := manyKeysSchema()
+	g, err := SchemaWith([]byte(sc), Options{Check: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	inner := func(rng *rand.Rand) string {
+		var parts []string
+		for _, i := range rng.Perm(20)[:1+rng.IntN(6)] {
+			parts = append(parts, fmt.Sprintf(`"k%02d": %d`, i, i))
+		}
+		parts = append(parts, `"zz": {"a": [1, {"b": null}]}`)
+		return "{" + strings.Join(parts, ", ") + "}"
+	}
+	rng := rand.New(rand.NewPCG(29, 1))
+	var parts []string
+	for _, i := range rng.Perm(40) {
+		parts = append(parts, fmt.Sprintf(`"p%02d": %s`, i, inner(rng)), fmt.Sprintf(`"x%d": {"p01": {"k01": 1}}`, i))
+	}
+	long := "{" + strings.Join(parts, ", ") + "}"
+	accept := []string{long, `{"p07":{}}`, `{"x":1,"p39":{"k19":1},"p07":{"k00":0},"p00":{}}`}
+	reject := []string{`{}`, `{"p00":{}}`, `{"p07":{},"p07":{}}`, `{"p07":{"k01":1,"k01":2}}`, `{"p07":{"k01":"x"}}`, `{"p07":{},"p39":1}`}
+	checkMatches(t, g, grammartest.Validator(t, sc), sc, accept, reject)
+	s := g.Start()
+	most := 0
+	for i := range len(long) {
+		var ok bool
+		if s, ok = s.Advance(long[i]); !ok {
+			t.Fatalf("refused at byte %d of %s", i, long)
+		}
+		most = max(most, len(s.stacks))
+	}
+	// At a key's opening quote every key not yet written is a parse (41
+	// here, with the unlisted key's); everywhere else a handful.
+	if most > 2*41 {
+		t.Errorf("%d parses open at once; the object's keys should fork no more than one parse each", most)
+	}
+	t.Logf("at most %d parses over %d bytes", most, len(long))
 }

@@ -49,8 +49,8 @@ var (
 		"items": true, "minItems": true, "maxItems": true,
 		"minLength": true, "maxLength": true,
 		"minimum": true, "maximum": true, "exclusiveMinimum": true, "exclusiveMaximum": true,
-		"format": true, "minProperties": true, "maxProperties": true}
-	refused = map[string]bool{"multipleOf": true, "divisibleBy": true, "pattern": true,
+		"format": true, "minProperties": true, "maxProperties": true, "pattern": true}
+	refused = map[string]bool{"multipleOf": true, "divisibleBy": true,
 		"uniqueItems": true, "contains": true, "minContains": true, "maxContains": true,
 		"dependentRequired": true, "dependencies": true,
 		"dependentSchemas": true, "patternProperties": true, "propertyNames": true,
@@ -566,6 +566,19 @@ func (c *compiler) str(n *node, path string) []elem {
 	lo, okLo := c.count(n, "minLength", path, maxCountedLength)
 	hi, okHi := c.count(n, "maxLength", path, maxCountedLength)
 	if c.err != nil {
+		return nil
+	}
+	if p := n.get("pattern"); p != nil {
+		switch {
+		case p.kind != 's':
+			c.fail(path+"/pattern", "pattern must be a string")
+		case n.get("format") != nil:
+			c.fail(path, "pattern beside format is not supported")
+		case okHi && hi < lo:
+			c.fail(path, "maxLength %d is below minLength %d", hi, lo)
+		default:
+			return c.pattern(p.str, path, lo, hi, okHi)
+		}
 		return nil
 	}
 	if n.get("format") != nil {
