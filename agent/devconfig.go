@@ -37,6 +37,7 @@ var deviceSettings = []deviceSetting{
 	{"route-mode", true},
 	{"shadow-share", true},
 	{"router-alpha", true},
+	{"router-delta", true},
 	{"probe-margin", true},
 	{"probe-set", true},
 	{"log-level", true},
@@ -182,7 +183,7 @@ func (a *Agent) applyDesired(_ context.Context, dc fleetwire.DesiredConfig) ([]s
 		a.disp.SetRouter(r)
 		a.running.RouteThreshold, a.running.RouteHysteresis, a.running.RouteMode = next.RouteThreshold, next.RouteHysteresis, next.RouteMode
 	}
-	a.running.RouterAlpha = next.RouterAlpha
+	a.running.RouterAlpha, a.running.RouterDelta = next.RouterAlpha, next.RouterDelta
 	a.running.ProbeMargin, a.running.ProbeSet = next.ProbeMargin, next.ProbeSet
 	if next.ShadowShare != a.running.ShadowShare {
 		a.shadow.SetShare(next.ShadowShare)
@@ -239,6 +240,19 @@ func (a *Agent) probeSet() string {
 	a.cfgMu.Lock()
 	defer a.cfgMu.Unlock()
 	return a.running.ProbeSet
+}
+
+// routerVersion names the router model in force for shadow samples
+// (fleetwire.ShadowRecord.Router): the predictor version the status
+// reports, or RouterBuiltin. The OTA install activates a version just
+// before it swaps the model in, so a request scored in between is named
+// for the new one: a window of microseconds per rollout.
+func (a *Agent) routerVersion() string {
+	running, _ := a.ota.Artifacts()
+	if v := running[firmware.KindPredictor]; v != "" {
+		return v
+	}
+	return fleetwire.RouterBuiltin
 }
 
 // routerBound is the state of the device's bound on wrong local answers
