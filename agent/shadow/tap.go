@@ -50,8 +50,8 @@ type Tap struct {
 	// router names the router model in force (ShadowRecord.Router); nil
 	// names none.
 	router func() string
-	store *telemetry.Store
-	log   *slog.Logger
+	store  *telemetry.Store
+	log    *slog.Logger
 
 	ch      chan fleetwire.ShadowRecord
 	done    sync.WaitGroup

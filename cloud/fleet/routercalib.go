@@ -3,7 +3,7 @@ package fleet
 import (
 	"encoding/json"
 	"fmt"
-		"time"
+	"time"
 
 	bolt "go.etcd.io/bbolt"
 

@@ -152,8 +152,8 @@ const (
 // wrong is at most Alpha with probability 1 − Delta while its traffic
 // stays like the outcomes'.
 type RouterCalibration struct {
-	Alpha     float64 `json:"alpha"`
-	Delta     float64 `json:"delta,omitempty"`
+	Alpha float64 `json:"alpha"`
+	Delta float64 `json:"delta,omitempty"`
 	// Router is the router model the outcomes were scored by
 	// (fleetwire.ShadowRecord.Router): a new one starts the window again.
 	Router    string  `json:"router,omitempty"`
@@ -166,4 +166,13 @@ type RouterCalibration struct {
 	// and wrong, at the thresholds it ran.
 	Realised  float64   `json:"realised"`
 	UpdatedAt time.Time `json:"updated_at"`
+}
+
+// EffectiveDelta is r's δ; a calibration stored before router-delta
+// existed ran at the default.
+func (r *RouterCalibration) EffectiveDelta() float64 {
+	if r.Delta == 0 {
+		return DefaultRouterDelta
+	}
+	return r.Delta
 }
