@@ -121,6 +121,14 @@ func TestRouterRolloutReachesFleet(t *testing.T) {
 // on an HTTP server, all until the test ends.
 func startFleetCloud(t *testing.T, pub ed25519.PublicKey) (*fleet.Manager, *broker.Broker, *httptest.Server) {
 	t.Helper()
+	return startFleetCloudWith(t, fleet.Config{OTAPub: pub})
+}
+
+// startFleetCloudWith is startFleetCloud with cfg's other settings (a
+// shadow grader): the broker, data directory, public URL and rollout
+// interval are filled in.
+func startFleetCloudWith(t *testing.T, cfg fleet.Config) (*fleet.Manager, *broker.Broker, *httptest.Server) {
+	t.Helper()
 	b, err := broker.Start(broker.Config{TCPAddr: "127.0.0.1:0", DevAuth: true})
 	if err != nil {
 		t.Fatal(err)
@@ -129,7 +137,8 @@ func startFleetCloud(t *testing.T, pub ed25519.PublicKey) (*fleet.Manager, *brok
 	mux := http.NewServeMux()
 	srv := httptest.NewServer(mux)
 	t.Cleanup(srv.Close)
-	m, err := fleet.Open(fleet.Config{DataDir: t.TempDir(), Broker: b, PublicURL: srv.URL, OTAPub: pub, RolloutInterval: 100 * time.Millisecond})
+	cfg.DataDir, cfg.Broker, cfg.PublicURL, cfg.RolloutInterval = t.TempDir(), b, srv.URL, 100*time.Millisecond
+	m, err := fleet.Open(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
