@@ -726,6 +726,7 @@ func (a *Agent) Run(ctx context.Context) error {
 			var watch sync.WaitGroup
 			watch.Go(func() { a.ota.WatchCommit(fleetCtx, a.fleet.PublishStatus) })
 			watch.Go(func() { a.ota.RunPending(fleetCtx) })
+			watch.Go(func() { a.watchRouterBound(fleetCtx, routerBoundWatch, a.fleet.PublishStatus) })
 			err := a.fleet.Run(fleetCtx)
 			watch.Wait()
 			fleetDone <- err

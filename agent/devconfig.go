@@ -12,6 +12,7 @@ import (
 	"path/filepath"
 	"sort"
 	"strings"
+	"time"
 
 	"github.com/phaseless/phaseless/agent/route"
 	"github.com/phaseless/phaseless/firmware"
@@ -270,4 +271,30 @@ func (a *Agent) routerBound() string {
 		return fleetwire.RouterBoundSuspended
 	}
 	return fleetwire.RouterBoundInForce
+}
+
+// routerBoundWatch is how often the agent looks at its router bound's
+// state: the uplink has no change callback, and reading its link state is
+// a few loads, so a second's poll reports a lost cloud within a second.
+const routerBoundWatch = time.Second
+
+// watchRouterBound publishes the status again whenever the router bound's
+// state changes (the cloud went or came back, router-alpha was set), so
+// the fleet never shows a bound in force that the device has suspended.
+// A publish that fails is tried at the next tick; a reconnect publishes a
+// fresh status anyway.
+func (a *Agent) watchRouterBound(ctx context.Context, every time.Duration, publish func(context.Context) error) {
+	t := time.NewTicker(every)
+	defer t.Stop()
+	sent := a.routerBound() // the status of the connect carries it
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		if now := a.routerBound(); now != sent && publish(ctx) == nil {
+			sent = now
+		}
+	}
 }

@@ -125,15 +125,19 @@ func startFleetCloud(t *testing.T, pub ed25519.PublicKey) (*fleet.Manager, *brok
 }
 
 // startFleetCloudWith is startFleetCloud with cfg's other settings (a
-// shadow grader): the broker, data directory, public URL and rollout
-// interval are filled in.
+// shadow grader, a broker): the data directory, public URL and rollout
+// interval are filled in, and a broker on loopback TCP with development
+// authentication when cfg has none.
 func startFleetCloudWith(t *testing.T, cfg fleet.Config) (*fleet.Manager, *broker.Broker, *httptest.Server) {
 	t.Helper()
-	b, err := broker.Start(broker.Config{TCPAddr: "127.0.0.1:0", DevAuth: true})
-	if err != nil {
-		t.Fatal(err)
+	b := cfg.Broker
+	if b == nil {
+		var err error
+		if b, err = broker.Start(broker.Config{TCPAddr: "127.0.0.1:0", DevAuth: true}); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { b.Close() })
 	}
-	t.Cleanup(func() { b.Close() })
 	mux := http.NewServeMux()
 	srv := httptest.NewServer(mux)
 	t.Cleanup(srv.Close)
