@@ -2,6 +2,7 @@ package train
 
 import (
 	"math/rand/v2"
+	"os"
 	"sort"
 	"testing"
 
@@ -114,6 +115,19 @@ func TestCarWrongSignals(t *testing.T) {
 			best, bestAUC = f.name, a
 		}
 	}
+	// PHASELESS_CALIB_ROUTER names another router to compare (e.g. one
+	// trained with the probe block on: model train --probe).
+	var alt predictor.Predictor
+	if path := os.Getenv("PHASELESS_CALIB_ROUTER"); path != "" {
+		if alt, err = predictor.Load(path); err != nil {
+			t.Fatal(err)
+		}
+		sc, err := scoreAll(alt, carEx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Logf("AUC of %s's score %.3f", path, auc(sc, wrong))
+	}
 	if best != "entropy, mean" {
 		t.Logf("the best probe value is now %q: the simulation below still uses the mean entropy", best)
 	}
@@ -135,6 +149,20 @@ func TestCarWrongSignals(t *testing.T) {
 		{"router score", pool(carEx, func(i int) float64 { return rs[i] }), pool(openEx, func(i int) float64 { return ors[i] })},
 		{"edge entropy", pool(carEx, func(i int) float64 { return entropy(carEx[i]) }), pool(openEx, func(i int) float64 { return entropy(openEx[i]) })},
 		{"mean of both", pool(carEx, func(i int) float64 { return (rs[i] + entropy(carEx[i])) / 2 }), pool(openEx, func(i int) float64 { return (ors[i] + entropy(openEx[i])) / 2 })},
+	}
+	if alt != nil {
+		acs, err := scoreAll(alt, carEx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		aos, err := scoreAll(alt, openEx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		scores = append(scores, struct {
+			name      string
+			car, open []simReq
+		}{"other router", pool(carEx, func(i int) float64 { return acs[i] }), pool(openEx, func(i int) float64 { return aos[i] })})
 	}
 	fleetTh, _ := p.Threshold()
 	rng := rand.New(rand.NewPCG(35, 4))
