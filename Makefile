@@ -12,7 +12,7 @@ RACE_SKIP := /models/lm|/models/predictor|/models/lmtrain|/models/edgemodel|/mod
 TEST_FLAGS ?= -timeout 20m
 # Tests in race-tested packages that run smaller or not at all under -race
 # (each says why) and in full in a second pass without it.
-RACE_FULL := ^Test(DocsMatchCode|OperatorWalkthrough|RunnableBlocks|LearningLoop|ToolRequestsStayOnTheDevice|KillAfterAnswersKeepsEveryRecord|TwoHundredConcurrentLocalClients|ThousandDevices|RolloutThousandDevices|KillDuringIngestStoresEachRecordOnce|ModelTrainTelemetry|ModelEval|LMTrainWritesLoadableModel|LMToolPrior|TelemetryAndConfigThroughLossyLinkAndTunnel|CloudOnlyToolsThroughAgent|BlackoutPastKeepAlive|ResumeFlappingLink|ResumeAfterBlackout|BlackoutResumes|LongBlackoutContinuesLocally|ConstrainedRepliesOnCloud|ConstrainedRepliesThroughAgent|LengthCutDropsMarker|ProbeGateRollout|AgentUpdateProbeGate|ModelGateOnRealModels)$$
+RACE_FULL := ^Test(DocsMatchCode|OperatorWalkthrough|RunnableBlocks|LearningLoop|CalibrationFollowsRetrainedRouter|ToolRequestsStayOnTheDevice|KillAfterAnswersKeepsEveryRecord|TwoHundredConcurrentLocalClients|ThousandDevices|RolloutThousandDevices|KillDuringIngestStoresEachRecordOnce|ModelTrainTelemetry|ModelEval|LMTrainWritesLoadableModel|LMToolPrior|TelemetryAndConfigThroughLossyLinkAndTunnel|CloudOnlyToolsThroughAgent|BlackoutPastKeepAlive|ResumeFlappingLink|ResumeAfterBlackout|BlackoutResumes|LongBlackoutContinuesLocally|ConstrainedRepliesOnCloud|ConstrainedRepliesThroughAgent|LengthCutDropsMarker|ProbeGateRollout|AgentUpdateProbeGate|ModelGateOnRealModels)$$
 
 # The device build leaves out net/http's bundled HTTP/2 (0.5 MiB): the agent
 # serves HTTP/1.1 on loopback and talks to the cloud over QUIC.

@@ -75,6 +75,7 @@ type Config struct {
 	CloudTools       bool          // the cloud calls tools (a tool-calling --worker serves it); false keeps tool requests the local model serves, and any the cloud would not, on the device
 	ShadowShare      float64       // share of local answers sampled for shadow evaluation, 0..shadow.MaxShare (0: off)
 	RouterAlpha      float64       // the fleet's bound on the share of wrong local answers its route-threshold was calibrated for; 0 = none
+	RouterDelta      float64       // 1 − the confidence of that bound (the fleet's router-delta); 0 = none
 	ProbeMargin      float64       // how much worse a model or router update may score on its probe set than the one in force; 0 = the probe set's own margin
 	ProbeSet         string        // signed probe set gating updates whose bundle carries none: a file, or the set itself (inline JSON); "" = none
 	MaxOutputTokens  int           // largest max_tokens accepted
@@ -198,6 +199,7 @@ func (c *Config) Fields() cli.Fields {
 		{Flag: "probe-margin", Go: "ProbeMargin", Value: &c.ProbeMargin, Usage: "how much lower (mean grade score, 0..1) a model or router update may score on its bundle's probe set than the one in force and still commit; 0 = the probe set's own margin (docs/fleet-device.md)"},
 		{Flag: "probe-set", Go: "ProbeSet", Value: &c.ProbeSet, Usage: "signed probe set (phaselessctl ota probes sign) that gates model, router and agent updates whose bundle carries none: a file on the device, or the signed set itself (a value starting with {, as the fleet config sends it); empty = none"},
 		{Flag: "router-alpha", Go: "RouterAlpha", Value: &c.RouterAlpha, Usage: "bound on the share of wrong local answers that the fleet calibrated route-threshold for (set by the fleet; the status reports it suspended while the cloud is unreachable); 0 = none"},
+		{Flag: "router-delta", Go: "RouterDelta", Value: &c.RouterDelta, Usage: "1 − the confidence with which the fleet's route-threshold keeps wrong local answers under router-alpha (set by the fleet beside it); 0 = none"},
 		{Flag: "cloud-tools", Go: "CloudTools", Value: &c.CloudTools, Usage: "the cloud calls tools (its workers include a tool-calling --worker server; its built-in model calls none): tool requests the local model was not taught then go to the cloud"},
 		{Flag: "shadow-share", Go: "ShadowShare", Value: &c.ShadowShare, Usage: "share of locally answered requests whose text and answer go to the cloud for shadow evaluation (0 = off, at most 0.25)"},
 		{Flag: "route-hysteresis", Go: "RouteHysteresis", Value: &c.RouteHysteresis, Usage: "relative hysteresis of the link (RTT, loss) and load signals, so a flapping uplink does not bounce traffic; never applied to the content score"},
@@ -293,6 +295,9 @@ func (c *Config) Validate() error {
 	}
 	if c.RouterAlpha < 0 || c.RouterAlpha >= 1 || math.IsNaN(c.RouterAlpha) {
 		return &cli.FieldError{Field: "RouterAlpha", Err: fmt.Errorf("%g must be in [0,1)", c.RouterAlpha)}
+	}
+	if c.RouterDelta < 0 || c.RouterDelta >= 1 || math.IsNaN(c.RouterDelta) {
+		return &cli.FieldError{Field: "RouterDelta", Err: fmt.Errorf("%g must be in [0,1)", c.RouterDelta)}
 	}
 	if c.ShadowShare < 0 || c.ShadowShare > shadow.MaxShare || math.IsNaN(c.ShadowShare) {
 		return &cli.FieldError{Field: "ShadowShare", Err: fmt.Errorf("%g must be in [0,%g]: shadow evaluation sends request text off the device", c.ShadowShare, shadow.MaxShare)}
@@ -425,7 +430,7 @@ func New(cfg Config, log *slog.Logger) (a *Agent, err error) {
 	if a.runner, err = local.NewRunner(a.engine.gen, local.Config{Concurrency: cfg.LocalConcurrency, QueueDepth: cfg.LocalQueue, KVFaultsPerMs: kv}); err != nil {
 		return nil, err
 	}
-	a.shadow = shadow.NewTap(a.runner, a.store, a.metrics, log, cfg.ShadowShare)
+	a.shadow = shadow.NewTap(a.runner, a.store, a.metrics, log, cfg.ShadowShare, a.routerVersion)
 	pred, predName, err := loadPredictor(cfg.Predictor)
 	if err != nil {
 		return nil, &cli.FieldError{Field: "Predictor", Err: err}
@@ -721,6 +726,7 @@ func (a *Agent) Run(ctx context.Context) error {
 			var watch sync.WaitGroup
 			watch.Go(func() { a.ota.WatchCommit(fleetCtx, a.fleet.PublishStatus) })
 			watch.Go(func() { a.ota.RunPending(fleetCtx) })
+			watch.Go(func() { a.watchRouterBound(fleetCtx, routerBoundWatch, a.fleet.PublishStatus) })
 			err := a.fleet.Run(fleetCtx)
 			watch.Wait()
 			fleetDone <- err

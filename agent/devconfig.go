@@ -12,6 +12,7 @@ import (
 	"path/filepath"
 	"sort"
 	"strings"
+	"time"
 
 	"github.com/phaseless/phaseless/agent/route"
 	"github.com/phaseless/phaseless/firmware"
@@ -37,6 +38,7 @@ var deviceSettings = []deviceSetting{
 	{"route-mode", true},
 	{"shadow-share", true},
 	{"router-alpha", true},
+	{"router-delta", true},
 	{"probe-margin", true},
 	{"probe-set", true},
 	{"log-level", true},
@@ -182,7 +184,7 @@ func (a *Agent) applyDesired(_ context.Context, dc fleetwire.DesiredConfig) ([]s
 		a.disp.SetRouter(r)
 		a.running.RouteThreshold, a.running.RouteHysteresis, a.running.RouteMode = next.RouteThreshold, next.RouteHysteresis, next.RouteMode
 	}
-	a.running.RouterAlpha = next.RouterAlpha
+	a.running.RouterAlpha, a.running.RouterDelta = next.RouterAlpha, next.RouterDelta
 	a.running.ProbeMargin, a.running.ProbeSet = next.ProbeMargin, next.ProbeSet
 	if next.ShadowShare != a.running.ShadowShare {
 		a.shadow.SetShare(next.ShadowShare)
@@ -241,6 +243,19 @@ func (a *Agent) probeSet() string {
 	return a.running.ProbeSet
 }
 
+// routerVersion names the router model in force for shadow samples
+// (fleetwire.ShadowRecord.Router): the predictor version the status
+// reports, or RouterBuiltin. The OTA install activates a version just
+// before it swaps the model in, so a request scored in between is named
+// for the new one: a window of microseconds per rollout.
+func (a *Agent) routerVersion() string {
+	running, _ := a.ota.Artifacts()
+	if v := running[firmware.KindPredictor]; v != "" {
+		return v
+	}
+	return fleetwire.RouterBuiltin
+}
+
 // routerBound is the state of the device's bound on wrong local answers
 // for its status: none without router-alpha; suspended while the cloud is
 // unreachable, because every request then runs locally whatever its score
@@ -256,4 +271,30 @@ func (a *Agent) routerBound() string {
 		return fleetwire.RouterBoundSuspended
 	}
 	return fleetwire.RouterBoundInForce
+}
+
+// routerBoundWatch is how often the agent looks at its router bound's
+// state: the uplink has no change callback, and reading its link state is
+// a few loads, so a second's poll reports a lost cloud within a second.
+const routerBoundWatch = time.Second
+
+// watchRouterBound publishes the status again whenever the router bound's
+// state changes (the cloud went or came back, router-alpha was set), so
+// the fleet never shows a bound in force that the device has suspended.
+// A publish that fails is tried at the next tick; a reconnect publishes a
+// fresh status anyway.
+func (a *Agent) watchRouterBound(ctx context.Context, every time.Duration, publish func(context.Context) error) {
+	t := time.NewTicker(every)
+	defer t.Stop()
+	sent := a.routerBound() // the status of the connect carries it
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		if now := a.routerBound(); now != sent && publish(ctx) == nil {
+			sent = now
+		}
+	}
 }

@@ -60,10 +60,7 @@ func TestLearningLoop(t *testing.T) {
 		t.Skip("trains a router with gorgonia: minutes under -race; make test runs it without")
 	}
 	dir := t.TempDir()
-	pub, priv, _ := ed25519.GenerateKey(nil)
-	keyPath, pubPath := filepath.Join(dir, "ota-key.pem"), filepath.Join(dir, "ota-pub.pem")
-	os.WriteFile(keyPath, pem.EncodeToMemory(&pem.Block{Type: firmware.PrivateKeyPEMType, Bytes: priv.Seed()}), 0o600)
-	os.WriteFile(pubPath, pem.EncodeToMemory(&pem.Block{Type: firmware.PublicKeyPEMType, Bytes: pub}), 0o644)
+	pub, _, keyPath, pubPath := writeOTAKeys(t, dir)
 
 	m, b, srv := startFleetCloud(t, pub)
 
@@ -127,11 +124,7 @@ func TestLearningLoop(t *testing.T) {
 	}
 	f.Close()
 
-	run := func(args ...string) (string, error) {
-		var out bytes.Buffer
-		err := ctl.Root().Dispatch(context.Background(), cli.IO{Stdin: strings.NewReader(""), Stdout: &out, Stderr: &out, Getenv: func(string) string { return "" }}, args)
-		return out.String(), err
-	}
+	run := runCtl
 	cand := filepath.Join(dir, "candidate.onnx")
 	if out, err := run("model", "train", "--data", filepath.Join("..", ctl.DefaultRoutingData), "--telemetry", export, "--telemetry-weight", "0.5", "--out", cand); err != nil {
 		t.Fatalf("model train: %v\n%s", err, out)
@@ -265,4 +258,25 @@ func TestLearningLoop(t *testing.T) {
 	if rs, _ := m.Rollouts(); len(rs) != 1 {
 		t.Fatalf("%d rollouts after a refused publish, want 1", len(rs))
 	}
+}
+
+// writeOTAKeys writes a fresh OTA signing key pair into dir.
+func writeOTAKeys(t *testing.T, dir string) (pub ed25519.PublicKey, priv ed25519.PrivateKey, keyPath, pubPath string) {
+	t.Helper()
+	pub, priv, _ = ed25519.GenerateKey(nil)
+	keyPath, pubPath = filepath.Join(dir, "ota-key.pem"), filepath.Join(dir, "ota-pub.pem")
+	if err := os.WriteFile(keyPath, pem.EncodeToMemory(&pem.Block{Type: firmware.PrivateKeyPEMType, Bytes: priv.Seed()}), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(pubPath, pem.EncodeToMemory(&pem.Block{Type: firmware.PublicKeyPEMType, Bytes: pub}), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return pub, priv, keyPath, pubPath
+}
+
+// runCtl runs phaselessctl with args in this process.
+func runCtl(args ...string) (string, error) {
+	var out bytes.Buffer
+	err := ctl.Root().Dispatch(context.Background(), cli.IO{Stdin: strings.NewReader(""), Stdout: &out, Stderr: &out, Getenv: func(string) string { return "" }}, args)
+	return out.String(), err
 }

@@ -121,15 +121,28 @@ func TestRouterRolloutReachesFleet(t *testing.T) {
 // on an HTTP server, all until the test ends.
 func startFleetCloud(t *testing.T, pub ed25519.PublicKey) (*fleet.Manager, *broker.Broker, *httptest.Server) {
 	t.Helper()
-	b, err := broker.Start(broker.Config{TCPAddr: "127.0.0.1:0", DevAuth: true})
-	if err != nil {
-		t.Fatal(err)
+	return startFleetCloudWith(t, fleet.Config{OTAPub: pub})
+}
+
+// startFleetCloudWith is startFleetCloud with cfg's other settings (a
+// shadow grader, a broker): the data directory, public URL and rollout
+// interval are filled in, and a broker on loopback TCP with development
+// authentication when cfg has none.
+func startFleetCloudWith(t *testing.T, cfg fleet.Config) (*fleet.Manager, *broker.Broker, *httptest.Server) {
+	t.Helper()
+	b := cfg.Broker
+	if b == nil {
+		var err error
+		if b, err = broker.Start(broker.Config{TCPAddr: "127.0.0.1:0", DevAuth: true}); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { b.Close() })
 	}
-	t.Cleanup(func() { b.Close() })
 	mux := http.NewServeMux()
 	srv := httptest.NewServer(mux)
 	t.Cleanup(srv.Close)
-	m, err := fleet.Open(fleet.Config{DataDir: t.TempDir(), Broker: b, PublicURL: srv.URL, OTAPub: pub, RolloutInterval: 100 * time.Millisecond})
+	cfg.DataDir, cfg.Broker, cfg.PublicURL, cfg.RolloutInterval = t.TempDir(), b, srv.URL, 100*time.Millisecond
+	m, err := fleet.Open(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -47,8 +47,11 @@ const MaxShare = 0.25
 type Tap struct {
 	next  llm.Generator
 	share atomic.Uint64 // float64 bits; changed live by the fleet config
-	store *telemetry.Store
-	log   *slog.Logger
+	// router names the router model in force (ShadowRecord.Router); nil
+	// names none.
+	router func() string
+	store  *telemetry.Store
+	log    *slog.Logger
 
 	ch      chan fleetwire.ShadowRecord
 	done    sync.WaitGroup
@@ -77,10 +80,11 @@ var (
 const queueLen = 64
 
 // NewTap samples share (0..MaxShare) of next's answers into store, counting
-// them in reg; Close stops it.
-func NewTap(next llm.Generator, store *telemetry.Store, reg *metrics.Registry, log *slog.Logger, share float64) *Tap {
+// them in reg; router (nil: none) names the router model in force for each
+// sample's ShadowRecord.Router. Close stops it.
+func NewTap(next llm.Generator, store *telemetry.Store, reg *metrics.Registry, log *slog.Logger, share float64, router func() string) *Tap {
 	s := &Tap{
-		next: next, store: store, log: log, ch: make(chan fleetwire.ShadowRecord, queueLen),
+		next: next, store: store, log: log, router: router, ch: make(chan fleetwire.ShadowRecord, queueLen),
 		sampled: reg.Counter("phaseless_agent_shadow_sampled_total", "local answers sampled for shadow evaluation (their text goes to the cloud)"),
 		dropped: reg.Counter("phaseless_agent_shadow_dropped_total", "shadow samples dropped because the queue to the telemetry store was full"),
 		skipped: reg.Counter("phaseless_agent_shadow_cloud_skipped_total", "cloud-answered shadow samples not run locally because one was already running"),
@@ -113,6 +117,7 @@ func (s *Tap) Generate(ctx context.Context, req *llm.Request, emit llm.Emit) (ll
 	if req.Raw || req.Continue != "" || !sampledID(req.ID, s.getShare()) {
 		return s.next.Generate(ctx, req, emit)
 	}
+	router := s.routerNow() // the router just scored req: read before the answer, which a rollout may outlast
 	var answer strings.Builder
 	fin, err := s.next.Generate(ctx, req, func(t llm.Token) error {
 		answer.WriteString(t.Text)
@@ -123,7 +128,7 @@ func (s *Tap) Generate(ctx context.Context, req *llm.Request, emit llm.Emit) (ll
 		if p, ok := route.CloudProb(ctx); ok {
 			prob = &p
 		}
-		s.keep(req, answer.String(), route.PathLocal, prob)
+		s.keep(req, answer.String(), route.PathLocal, prob, router)
 	}
 	return fin, err
 }
@@ -145,21 +150,30 @@ func (s *Tap) ShadowCloud(req *llm.Request, cloudProb float64) {
 		s.skipped.Inc()
 		return
 	}
+	router := s.routerNow()
 	s.side.Go(func() {
 		defer s.busy.Store(false)
 		var answer strings.Builder
 		if _, err := s.next.Generate(s.stop, req, func(t llm.Token) error { answer.WriteString(t.Text); return nil }); err == nil {
-			s.keep(req, answer.String(), route.PathCloud, &cloudProb)
+			s.keep(req, answer.String(), route.PathCloud, &cloudProb, router)
 		}
 	})
 }
 
+// routerNow is the router model in force, "" when the tap was given none.
+func (s *Tap) routerNow() string {
+	if s.router == nil {
+		return ""
+	}
+	return s.router()
+}
+
 // keep queues the sample of req for the telemetry store.
-func (s *Tap) keep(req *llm.Request, answer, path string, cloudProb *float64) {
+func (s *Tap) keep(req *llm.Request, answer, path string, cloudProb *float64, router string) {
 	if answer == "" {
 		return
 	}
-	rec := fleetwire.ShadowRecord{TraceID: req.ID, Answer: answer, MaxTokens: req.MaxTokens, CloudProb: cloudProb, Path: path}
+	rec := fleetwire.ShadowRecord{TraceID: req.ID, Answer: answer, MaxTokens: req.MaxTokens, CloudProb: cloudProb, Path: path, Router: router}
 	for _, m := range req.Messages {
 		rec.Messages = append(rec.Messages, fleetwire.ShadowMessage{Role: m.Role, Content: m.Content})
 	}

@@ -49,7 +49,7 @@ func TestTapSamplesItsShare(t *testing.T) {
 		bolttest.Check(t, path)
 	})
 	reg := metrics.NewRegistry()
-	tap := NewTap(echo{}, store, reg, slog.New(slog.DiscardHandler), MaxShare)
+	tap := NewTap(echo{}, store, reg, slog.New(slog.DiscardHandler), MaxShare, func() string { return "1.1" })
 	defer tap.Close()
 	ask := func(id string) {
 		t.Helper()
@@ -102,7 +102,7 @@ func TestTapSamplesItsShare(t *testing.T) {
 			t.Fatalf("%s sampled twice", sr.TraceID)
 		}
 		got[sr.TraceID] = true
-		if !want[sr.TraceID] || sr.Answer != "answer "+sr.TraceID || sr.MaxTokens != 8 || len(sr.Messages) != 1 || sr.Messages[0].Content != "question "+sr.TraceID {
+		if !want[sr.TraceID] || sr.Answer != "answer "+sr.TraceID || sr.MaxTokens != 8 || len(sr.Messages) != 1 || sr.Messages[0].Content != "question "+sr.TraceID || sr.Router != "1.1" {
 			t.Errorf("shadow record %s", r.Data)
 		}
 	}
@@ -125,7 +125,7 @@ func TestTapSamplesCloudAnswers(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer store.Close()
-	tap := NewTap(echo{}, store, metrics.NewRegistry(), slog.New(slog.DiscardHandler), MaxShare)
+	tap := NewTap(echo{}, store, metrics.NewRegistry(), slog.New(slog.DiscardHandler), MaxShare, nil)
 	var in, out string
 	for i := 0; in == "" || out == ""; i++ {
 		id := fmt.Sprintf("c-%d", i)

@@ -190,7 +190,10 @@ func routerLine(d *fleetapi.Device) string {
 	if r == nil {
 		return "no scored shadow grades; route-threshold " + th
 	}
-	line := fmt.Sprintf("α %.3g, realised %.1f%% wrong local over %d graded samples, route-threshold %s", r.Alpha, 100*r.Realised, r.Outcomes, th)
+	line := fmt.Sprintf("α %.3g, δ %.3g, realised %.1f%% wrong local over %d graded samples, route-threshold %s", r.Alpha, r.EffectiveDelta(), 100*r.Realised, r.Outcomes, th)
+	if r.Router != "" {
+		line += ", router " + r.Router
+	}
 	if !r.Certified {
 		line += " (too few samples to certify one: the fleet's)"
 	}

@@ -7,7 +7,6 @@ import (
 	"maps"
 	"net/http"
 	"sort"
-	"strconv"
 	"time"
 
 	bolt "go.etcd.io/bbolt"
@@ -242,9 +241,9 @@ func checkKeys(u ConfigUpdate) error {
 		if k == "" {
 			return fmt.Errorf("%w: empty config key", ErrBadRequest)
 		}
-		if v := u.Values[k]; k == fleetapi.ConfigRouterAlpha && v != nil {
-			if a, err := strconv.ParseFloat(*v, 64); err != nil || !(a > 0 && a < 1) {
-				return fmt.Errorf("%w: %s %q: want a share in (0,1)", ErrBadRequest, k, *v)
+		if v := u.Values[k]; (k == fleetapi.ConfigRouterAlpha || k == fleetapi.ConfigRouterDelta) && v != nil {
+			if _, err := fleetapi.RouterShare(k, *v); err != nil {
+				return fmt.Errorf("%w: %v", ErrBadRequest, err)
 			}
 		}
 	}

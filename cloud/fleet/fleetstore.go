@@ -58,9 +58,11 @@ type fleetStore interface {
 	artifacts() ([]*ArtifactInfo, error)
 
 	// shadowGraded says whether the sample key (commandKey(device, trace
-	// id)) was graded; storeShadowGrade stores a grade once per key.
+	// id)) was graded; storeShadowGrade stores a grade once per key, and
+	// says stale when it was left out of the calibration (scored by a
+	// router the device no longer runs).
 	shadowGraded(key []byte) (bool, error)
-	storeShadowGrade(device string, key []byte, g fleetwire.ShadowGrade, now time.Time) (dev *Device, changed bool, err error)
+	storeShadowGrade(device string, key []byte, g fleetwire.ShadowGrade, now time.Time) (dev *Device, changed, stale bool, err error)
 }
 
 var _ fleetStore = (*store)(nil)

@@ -439,6 +439,7 @@ func (m *Manager) handleStatus(id string, payload []byte) {
 		if s.State == "online" {
 			d.LastSeen = now
 		}
+		restartCalibration(d, now) // a router rollout reached it: the fleet's threshold until its own certify
 		return nil
 	})
 	if err != nil {

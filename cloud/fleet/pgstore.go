@@ -862,17 +862,17 @@ func (s *pgStore) shadowGraded(key []byte) (bool, error) {
 	return done, err
 }
 
-func (s *pgStore) storeShadowGrade(device string, key []byte, g fleetwire.ShadowGrade, now time.Time) (dev *Device, changed bool, err error) {
+func (s *pgStore) storeShadowGrade(device string, key []byte, g fleetwire.ShadowGrade, now time.Time) (dev *Device, changed, stale bool, err error) {
 	data, err := json.Marshal(g)
 	if err != nil {
-		return nil, false, err
+		return nil, false, false, err
 	}
 	line, err := gradeLine(device, data, now)
 	if err != nil {
-		return nil, false, err
+		return nil, false, false, err
 	}
 	err = s.tx(func(ctx context.Context, tx pgx.Tx) error {
-		dev, changed = nil, false
+		dev, changed, stale = nil, false, false
 		tag, err := tx.Exec(ctx, `INSERT INTO fleet_shadow_graded VALUES ($1) ON CONFLICT DO NOTHING`, key)
 		if err != nil || tag.RowsAffected() == 0 {
 			return err // graded already (by this manager or another)
@@ -891,7 +891,7 @@ func (s *pgStore) storeShadowGrade(device string, key []byte, g fleetwire.Shadow
 		if err != nil && !errors.Is(err, pgx.ErrNoRows) {
 			return err
 		}
-		err = calibrateWith(d, g, now, func() []byte { return window }, func(v []byte) error {
+		stale, err = calibrateWith(d, g, now, func() []byte { return window }, func(v []byte) error {
 			_, err := tx.Exec(ctx, `INSERT INTO fleet_routercalib VALUES ($1, $2) ON CONFLICT (device) DO UPDATE SET doc = excluded.doc`, device, v)
 			return err
 		})
@@ -909,7 +909,7 @@ func (s *pgStore) storeShadowGrade(device string, key []byte, g fleetwire.Shadow
 		}
 		return addCounters(ctx, tx, shardOf(device), map[string]int64{"stored": 1})
 	})
-	return dev, changed, err
+	return dev, changed, stale, err
 }
 
 var _ fleetStore = (*pgStore)(nil)

@@ -30,8 +30,10 @@ func TestRouterCalibration(t *testing.T) {
 	if _, err := m.SetConfigLayer(ctx, "fleet", ConfigUpdate{Merge: true, Values: map[string]*string{"route-threshold": s("0.6")}}); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := m.SetConfigLayer(ctx, "fleet", ConfigUpdate{Merge: true, Values: map[string]*string{"router-alpha": s("1.5")}}); err == nil {
-		t.Fatal("router-alpha 1.5 accepted")
+	for _, kv := range [][2]string{{"router-alpha", "1.5"}, {"router-delta", "0"}, {"router-delta", "x"}} {
+		if _, err := m.SetConfigLayer(ctx, "fleet", ConfigUpdate{Merge: true, Values: map[string]*string{kv[0]: s(kv[1])}}); err == nil {
+			t.Fatalf("%s %s accepted", kv[0], kv[1])
+		}
 	}
 	rng := rand.New(rand.NewPCG(35, 2))
 	n := 0
@@ -46,7 +48,7 @@ func TestRouterCalibration(t *testing.T) {
 				g.CloudProb, g.OK, g.Path = &p, rng.Float64() >= p*p, "local"
 			}
 			g.TraceID = fmt.Sprintf("t%d", n)
-			d, _, err := m.st.storeShadowGrade("car-1", commandKey("car-1", g.TraceID), g, m.now())
+			d, _, _, err := m.st.storeShadowGrade("car-1", commandKey("car-1", g.TraceID), g, m.now())
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -91,17 +93,42 @@ func TestRouterCalibration(t *testing.T) {
 	if d.Router.Outcomes != 401 || d.Desired.Version != before {
 		t.Fatalf("a grade without a verdict changed the calibration: %+v v%d", d.Router, d.Desired.Version)
 	}
-	// A new router model on the device (its status reports the predictor
-	// rollout) starts a new window: back to the fleet's threshold.
-	if _, err := m.st.updateDevice("car-1", m.now(), false, func(d *Device) error {
-		d.Status = &fleetwire.Status{DeviceID: "car-1", State: "online", Artifacts: map[string]string{"predictor": "v6"}}
-		return nil
-	}); err != nil {
+	// A larger δ (less confidence) certifies a threshold at least as high
+	// on the same outcomes, and the device is told the δ it runs under.
+	thA, _ := threshold(d)
+	if _, err := m.SetConfigLayer(ctx, "fleet", ConfigUpdate{Merge: true, Values: map[string]*string{"router-delta": s("0.3")}}); err != nil {
 		t.Fatal(err)
 	}
 	d = feed(1, fleetwire.ShadowGrade{})
-	if th, src := threshold(d); d.Router.Outcomes != 1 || d.Router.Certified || th != 0.6 || src != "fleet" {
+	th3, _ := threshold(d)
+	if d.Router.Delta != 0.3 || d.Desired.Values["router-delta"] != "0.3" || th3 <= thA {
+		t.Fatalf("δ 0.3: %+v, threshold %g (δ 0.05: %g)", d.Router, th3, thA)
+	}
+	if d.Router.Router != fleetwire.RouterBuiltin {
+		t.Fatalf("calibrated for router %q, want the built-in one (no status yet)", d.Router.Router)
+	}
+	// A new router model on the device (its status reports the predictor
+	// rollout) drops the calibrated threshold at once, before any grade:
+	// back to the fleet's.
+	st, _ := json.Marshal(fleetwire.Status{DeviceID: "car-1", State: "online", Artifacts: map[string]string{"predictor": "v6"}})
+	m.handleStatus("car-1", st)
+	d, _ = m.Device("car-1")
+	if th, src := threshold(d); d.Router.Router != "v6" || d.Router.Certified || d.Router.Outcomes != 0 || th != 0.6 || src != "fleet" {
 		t.Fatalf("after a predictor rollout: %+v, threshold %g from %s", d.Router, th, src)
+	}
+	// A last will built before the rollout names the old router: it is
+	// not taken for a rollback.
+	will, _ := json.Marshal(fleetwire.Status{DeviceID: "car-1", State: "offline"})
+	m.handleStatus("car-1", will)
+	// A grade of a sample the old router scored, arriving now, is left
+	// out; the new router's start a new window.
+	d = feed(5, fleetwire.ShadowGrade{Router: fleetwire.RouterBuiltin})
+	if d.Router.Outcomes != 0 || d.Router.Router != "v6" {
+		t.Fatalf("grades of the old router calibrated the new: %+v", d.Router)
+	}
+	d = feed(1, fleetwire.ShadowGrade{Router: "v6"})
+	if th, src := threshold(d); d.Router.Outcomes != 1 || d.Router.Certified || th != 0.6 || src != "fleet" {
+		t.Fatalf("the new router's first grade: %+v, threshold %g from %s", d.Router, th, src)
 	}
 	if _, err := m.SetConfig(ctx, "car-1", ConfigUpdate{Merge: true, Values: map[string]*string{"route-threshold": s("0.3")}}); err != nil {
 		t.Fatal(err)
@@ -122,7 +149,7 @@ func TestCalibrationWindowKeepsTheLatest(t *testing.T) {
 	err := m.st.(*store).db.Update(func(tx *bolt.Tx) error {
 		for i := range n {
 			p := float64(i) / n
-			if err := calibrateTx(tx, dev, fleetwire.ShadowGrade{CloudProb: &p, OK: true, Path: "local"}, m.now()); err != nil {
+			if _, err := calibrateTx(tx, dev, fleetwire.ShadowGrade{CloudProb: &p, OK: true, Path: "local"}, m.now()); err != nil {
 				return err
 			}
 		}

@@ -96,7 +96,7 @@ func (m *Manager) gradeShadow(j shadowJob) {
 		req.Messages = append(req.Messages, llm.Message{Role: msg.Role, Content: msg.Content})
 	}
 	var cloud strings.Builder
-	g := fleetwire.ShadowGrade{TraceID: j.rec.TraceID, CloudProb: j.rec.CloudProb, Path: j.rec.Path}
+	g := fleetwire.ShadowGrade{TraceID: j.rec.TraceID, CloudProb: j.rec.CloudProb, Path: j.rec.Path, Router: j.rec.Router}
 	if _, err := m.cfg.Shadow.Generate(ctx, req, func(t llm.Token) error { cloud.WriteString(t.Text); return nil }); err != nil {
 		g.Error = err.Error()
 	} else {
@@ -110,7 +110,7 @@ func (m *Manager) gradeShadow(j shadowJob) {
 		default:
 		}
 	}
-	dev, changed, err := m.st.storeShadowGrade(j.device, key, g, m.now())
+	dev, changed, stale, err := m.st.storeShadowGrade(j.device, key, g, m.now())
 	if err != nil {
 		m.log.Error("store shadow grade", "device", j.device, "err", err)
 		return
@@ -119,6 +119,8 @@ func (m *Manager) gradeShadow(j shadowJob) {
 		m.publishDesired(dev)
 	}
 	switch {
+	case stale:
+		m.mShadow.With("stale_router").Inc()
 	case g.Error != "":
 		m.mShadow.With("cloud_error").Inc()
 	case g.OK:
@@ -148,14 +150,15 @@ func countGrade(d *Device, g fleetwire.ShadowGrade) {
 // storeShadowGrade keeps g as a record of its device, in ingest order like
 // the device's own, marks the sample graded and recalibrates the device's
 // threshold (routercalib.go); changed says whether its desired config got a
-// new version.
-func (s *store) storeShadowGrade(device string, key []byte, g fleetwire.ShadowGrade, now time.Time) (dev *Device, changed bool, err error) {
+// new version, stale whether the grade was left out of the calibration (a
+// router before the device's current one scored it).
+func (s *store) storeShadowGrade(device string, key []byte, g fleetwire.ShadowGrade, now time.Time) (dev *Device, changed, stale bool, err error) {
 	data, err := json.Marshal(g)
 	if err != nil {
-		return nil, false, err
+		return nil, false, false, err
 	}
 	err = s.db.Batch(func(tx *bolt.Tx) error {
-		dev, changed = nil, false
+		dev, changed, stale = nil, false, false
 		graded := tx.Bucket(bucketShadowGraded)
 		if graded.Get(key) != nil {
 			return nil
@@ -179,7 +182,7 @@ func (s *store) storeShadowGrade(device string, key []byte, g fleetwire.ShadowGr
 		}
 		d.Telemetry.Stored++
 		countGrade(d, g)
-		if err := calibrateTx(tx, d, g, now); err != nil {
+		if stale, err = calibrateTx(tx, d, g, now); err != nil {
 			return err
 		}
 		if dev, changed, err = remergeTx(tx, d); err != nil {
@@ -193,5 +196,5 @@ func (s *store) storeShadowGrade(device string, key []byte, g fleetwire.ShadowGr
 		}
 		return dt.flush()
 	})
-	return dev, changed, err
+	return dev, changed, stale, err
 }

@@ -399,18 +399,24 @@ var storeCases = []storeCase{
 		key := commandKey("car-1", "trace-1")
 		g := fleetwire.ShadowGrade{TraceID: "trace-1", OK: true, CloudProb: &p, Path: "local"}
 		for range 2 {
-			if _, _, err := st.storeShadowGrade("car-1", key, g, t0); err != nil {
-				t.Fatal(err)
+			if _, _, stale, err := st.storeShadowGrade("car-1", key, g, t0); err != nil || stale {
+				t.Fatalf("stale %v, %v", stale, err)
 			}
+		}
+		// Scored by a router the device does not run: stored, not calibrated.
+		old := g
+		old.TraceID, old.Router = "trace-old", "0.9"
+		if _, _, stale, err := st.storeShadowGrade("car-1", commandKey("car-1", "trace-old"), old, t0); err != nil || !stale {
+			t.Fatalf("grade of another router: stale %v, %v", stale, err)
 		}
 		if !must[bool](t)(st.shadowGraded(key)) || must[bool](t)(st.shadowGraded(commandKey("car-1", "trace-2"))) {
 			t.Fatal("shadowGraded wrong")
 		}
 		d := must[*Device](t)(st.device("car-1"))
-		if d.Telemetry.ShadowPassed != 1 || d.Telemetry.Stored != 1 || d.Router == nil || d.Router.Outcomes != 1 {
+		if d.Telemetry.ShadowPassed != 2 || d.Telemetry.Stored != 2 || d.Router == nil || d.Router.Outcomes != 1 {
 			t.Fatalf("device %+v router %+v", d.Telemetry, d.Router)
 		}
-		if c := must[Counts](t)(st.counts()); c.Stored != 1 {
+		if c := must[Counts](t)(st.counts()); c.Stored != 2 {
 			t.Fatalf("counts %+v", c)
 		}
 	}},

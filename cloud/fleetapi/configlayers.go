@@ -133,8 +133,10 @@ func MergeConfig(d *Device, layers map[string]*ConfigLayer) (values, sources map
 		// fleet's is the fallback while too few outcomes certify one);
 		// an operator's override on the device still wins.
 		values[ConfigRouteThreshold], sources[ConfigRouteThreshold] = strconv.FormatFloat(r.Threshold, 'f', -1, 64), SourceCalibrated
-		if _, ok := values[ConfigRouterAlpha]; !ok { // the device reports the bound it runs under
-			values[ConfigRouterAlpha], sources[ConfigRouterAlpha] = strconv.FormatFloat(r.Alpha, 'f', -1, 64), SourceCalibrated
+		for k, v := range map[string]float64{ConfigRouterAlpha: r.Alpha, ConfigRouterDelta: r.Delta} {
+			if _, ok := values[k]; !ok && v > 0 { // the device reports the bound it runs under
+				values[k], sources[k] = strconv.FormatFloat(v, 'f', -1, 64), SourceCalibrated
+			}
 		}
 	}
 	for k, v := range d.Overrides {
@@ -174,4 +176,14 @@ func ApplyUpdate(current map[string]string, u ConfigUpdate) map[string]string {
 		}
 	}
 	return next
+}
+
+// RouterShare parses the value of router-alpha or router-delta (key k): a
+// share strictly between 0 and 1.
+func RouterShare(k, v string) (float64, error) {
+	a, err := strconv.ParseFloat(v, 64)
+	if err != nil || !(a > 0 && a < 1) {
+		return 0, fmt.Errorf("%s %q: want a share in (0,1)", k, v)
+	}
+	return a, nil
 }

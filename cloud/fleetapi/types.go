@@ -131,15 +131,16 @@ type ErrorBody struct {
 
 // ConfigRouterAlpha is the fleet config key of the bound on a device's
 // share of requests answered locally and wrong (default
-// DefaultRouterAlpha); ConfigRouteThreshold the device setting the
-// calibrated threshold is shipped as.
+// DefaultRouterAlpha); ConfigRouterDelta the key of 1 − the confidence of
+// that bound (default DefaultRouterDelta): the realised share exceeds α
+// with probability at most δ. ConfigRouteThreshold is the device setting
+// the calibrated threshold is shipped as.
 const (
 	ConfigRouterAlpha    = "router-alpha"
+	ConfigRouterDelta    = "router-delta"
 	ConfigRouteThreshold = "route-threshold"
 	DefaultRouterAlpha   = 0.05
-	// RouterDelta is 1 − the confidence of the bound: the realised share
-	// exceeds α with probability at most RouterDelta.
-	RouterDelta = 0.05
+	DefaultRouterDelta   = 0.05
 	// SourceCalibrated is ConfigSources' name for a route-threshold set by
 	// the calibration.
 	SourceCalibrated = "calibrated"
@@ -148,10 +149,14 @@ const (
 // RouterCalibration is a device's routing threshold calibrated on its own
 // graded outcomes (models/riskcontrol, Learn-then-Test): requests it
 // scores below Threshold stay local, and the share answered locally and
-// wrong is at most Alpha with probability 1 − RouterDelta while its
-// traffic stays like the outcomes'.
+// wrong is at most Alpha with probability 1 − Delta while its traffic
+// stays like the outcomes'.
 type RouterCalibration struct {
-	Alpha     float64 `json:"alpha"`
+	Alpha float64 `json:"alpha"`
+	Delta float64 `json:"delta,omitempty"`
+	// Router is the router model the outcomes were scored by
+	// (fleetwire.ShadowRecord.Router): a new one starts the window again.
+	Router    string  `json:"router,omitempty"`
 	Threshold float64 `json:"threshold,omitempty"` // meaningful when Certified
 	// Certified is false while the outcomes are too few for any threshold:
 	// the device keeps the fleet's.
@@ -161,4 +166,13 @@ type RouterCalibration struct {
 	// and wrong, at the thresholds it ran.
 	Realised  float64   `json:"realised"`
 	UpdatedAt time.Time `json:"updated_at"`
+}
+
+// EffectiveDelta is r's δ; a calibration stored before router-delta
+// existed ran at the default.
+func (r *RouterCalibration) EffectiveDelta() float64 {
+	if r.Delta == 0 {
+		return DefaultRouterDelta
+	}
+	return r.Delta
 }

@@ -30,10 +30,10 @@ func TestDevicePageShowsRouterCalibration(t *testing.T) {
 	if got := render(d); !strings.Contains(got, "no scored shadow grades yet") {
 		t.Error("uncalibrated device: no placeholder")
 	}
-	d.Router = &fleetapi.RouterCalibration{Alpha: 0.05, Threshold: 0.42, Certified: true, Outcomes: 800, Realised: 0.031}
+	d.Router = &fleetapi.RouterCalibration{Alpha: 0.05, Delta: 0.1, Router: "1.1", Threshold: 0.42, Certified: true, Outcomes: 800, Realised: 0.031}
 	d.Status = &fleetwire.Status{State: "online", RouterBound: fleetwire.RouterBoundSuspended}
 	got := render(d)
-	for _, want := range []string{"0.05", "3.1% of 800 graded samples", "0.420 (calibrated)", "suspended"} {
+	for _, want := range []string{"0.05", "δ (router-delta)</dt><dd>0.1<", "router</dt><dd>1.1<", "3.1% of 800 graded samples", "0.420 (calibrated)", "suspended"} {
 		if !strings.Contains(got, want) {
 			t.Errorf("device page lacks %q", want)
 		}

@@ -69,7 +69,17 @@ type ShadowRecord struct {
 	// that predates them.
 	CloudProb *float64 `json:"cloud_prob,omitempty"`
 	Path      string   `json:"path,omitempty"`
+	// Router is the router model whose score CloudProb is: the predictor
+	// version in force (Status.Artifacts), or RouterBuiltin. The fleet
+	// calibrates a device on the scores of the router it runs now only,
+	// so a sample scored by the one before a rollout, graded after it,
+	// is left out. Empty from an agent that predates it.
+	Router string `json:"router,omitempty"`
 }
+
+// RouterBuiltin is ShadowRecord.Router for the router an agent is built
+// with (no predictor artifact installed: Status.Artifacts has none).
+const RouterBuiltin = "builtin"
 
 // ShadowMessage is one message of a shadowed request.
 type ShadowMessage struct {
@@ -86,7 +96,8 @@ type ShadowGrade struct {
 	Why     string  `json:"why,omitempty"`
 	Cloud   string  `json:"cloud_answer,omitempty"`
 	Error   string  `json:"error,omitempty"` // the cloud could not answer: no verdict
-	// CloudProb and Path are the sample's (ShadowRecord).
+	// CloudProb, Path and Router are the sample's (ShadowRecord).
 	CloudProb *float64 `json:"cloud_prob,omitempty"`
 	Path      string   `json:"path,omitempty"`
+	Router    string   `json:"router,omitempty"`
 }
