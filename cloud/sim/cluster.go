@@ -132,8 +132,9 @@ type Config struct {
 	// client's x-semantic-mode, x-batch-threshold and x-prefetch-hint;
 	// one the layers would ignore is refused (place.Placer.Check).
 	Hints llm.Hints
-	// Outages make workers refuse new requests for a while (place.go), so
-	// the fallback and the breaker have something to act on.
+	// Outages fail workers' servers and make them refuse new requests for
+	// a while (place.go): what they ran is lost or placed again, as the
+	// coordinator does, and the fallback and the breaker act on it.
 	Outages []Outage
 	// Placed, when set, is told every decision the Placer made and what it
 	// was given (place.go).
@@ -227,6 +228,7 @@ const (
 	StatusQueue           // refused: the coordinator's queue was full
 	StatusNoWorker        // the policy found no worker
 	StatusFailed          // its worker refused it (an outage) and no fallback ran it
+	StatusLost            // its worker failed after its first token (an outage): the stream ended in an error
 )
 
 // Outcome is one request's fate.
@@ -306,6 +308,7 @@ type simWorker struct {
 	dollarsS float64       // $ per second of stepping
 	healthy  bool          // as last probed: false through an outage (place.go)
 	outages  []Outage      // this worker's
+	gen      int           // its server's incarnation: an outage's failure ends one (place.go)
 }
 
 type flight struct {
@@ -474,6 +477,11 @@ func (c *Cluster) Run(ctx context.Context, reqs []Request) (*Result, error) {
 	for i := range c.next {
 		c.at(reqs[i].At, func() { c.arrive(i) })
 	}
+	for _, w := range c.workers {
+		for _, o := range w.outages {
+			c.at(o.From, func() { c.fail(w) })
+		}
+	}
 	c.probe() // as worker.NewSet: the first decisions see real state
 	for n := 0; len(c.q.h) > 0; n++ {
 		if n&0xffff == 0 {
@@ -634,7 +642,12 @@ func (c *Cluster) start(f *flight) {
 	}
 	// The server's own handling (EngineConfig.RequestOverhead) before the
 	// engine sees the request.
+	gen := w.gen
 	c.at(c.clk.now+w.eng.d.Engine.RequestOverhead, func() {
+		if w.gen != gen {
+			c.workerFailed(f) // its server died under it
+			return
+		}
 		if err := w.eng.Add(s); err != nil {
 			c.finish(f, StatusTooLong)
 			return
@@ -670,7 +683,11 @@ func (c *Cluster) step(w *simWorker) {
 	for _, s := range w.eng.planned {
 		s.User.(*flight).dollars += dt.Seconds() * w.dollarsS * float64(s.step) / float64(total)
 	}
+	gen := w.gen
 	c.at(c.clk.now+dt, func() {
+		if w.gen != gen {
+			return // the server died during the step (fail)
+		}
 		w.eng.Commit(c.emit)
 		c.step(w)
 	})
@@ -731,6 +748,10 @@ func (c *Cluster) handOver(f *flight) {
 	c.out[f.i].Transfer = d.nicFree - c.clk.now
 	c.at(d.nicFree, func() {
 		f.w = d
+		if d.refusing(c.clk.now) {
+			c.finish(f, StatusLost) // its first token is out: the stream ends in an error
+			return
+		}
 		f.seq.Imported = true
 		if err := d.eng.Add(&f.seq); err != nil {
 			c.finish(f, StatusTooLong)
@@ -752,6 +773,9 @@ func (c *Cluster) finish(f *flight, st Status) {
 	f.ticket.Release()
 	used := int64(f.seq.Prompt + f.tokens)
 	c.admitter.Refund(context.Background(), f.tenant, f.cost-used, admit.Bucket{})
+	if st == StatusLost {
+		c.breaker.Record(true, 0) // a 503-like server error, as live
+	}
 	if st == StatusOK {
 		c.predictor.Observe(f.tenant, f.seq.MaxOutput, f.tokens)
 		// The engine's TTFT, as a live worker's Final reports it: from

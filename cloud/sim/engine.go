@@ -432,6 +432,31 @@ func (e *Engine) Commit(emit func(s *Seq, finished bool)) {
 	e.planned = e.planned[:0]
 }
 
+// Fail is the engine's server dying (an Outage): every sequence it holds,
+// waiting or running, is dropped and returned, and its KV cache (prefix
+// cache, pins, host tier) starts empty, as a restarted server's does; the
+// counters carry on. A step in flight is lost: the driver must not Commit
+// it.
+func (e *Engine) Fail() []*Seq {
+	lost := append(slices.Clone(e.running), e.waiting...)
+	for _, s := range lost {
+		s.blocks, s.step = nil, 0
+	}
+	e.running, e.waiting, e.planned, e.inFlight = nil, nil, e.planned[:0], false
+	kv := newKVCache(e.d.KVBlocks)
+	if p := e.kv.pin; p != nil {
+		kv.enablePins(p.max, p.tenant, p.now, p.soft)
+		kv.pin.hits, kv.pin.expiries, kv.pin.refused, kv.pin.evicted = p.hits, p.expiries, p.refused, p.evicted
+	}
+	if t := e.host; t != nil {
+		e.host = newHostTier(t.c.blocks(), t.now)
+		e.host.stores, e.host.loads, e.host.evictions = t.stores, t.loads, t.evictions
+		kv.host = e.host
+	}
+	e.kv = kv
+	return lost
+}
+
 // check verifies the KV cache against the sequences' block tables.
 func (e *Engine) check() error {
 	refs := map[int32]int32{}
