@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/phaseless/phaseless/cloud/admit"
+	"github.com/phaseless/phaseless/cloud/affinity"
 	"github.com/phaseless/phaseless/cloud/batch"
 	"github.com/phaseless/phaseless/cloud/place"
 	"github.com/phaseless/phaseless/cloud/sched"
@@ -360,6 +361,12 @@ type Cluster struct {
 	warmups   int       // prefetch warm-ups started
 	joins     int       // requests placed with a semantic group
 	warming   bool      // one is running: one at a time, as live
+	// dir is the replicas' pinned-prefix directory, in memory on the
+	// virtual clock, as one coordinator's (cloud/affinity), read and
+	// written through the same affinity.Locate and affinity.PinnedBlock as
+	// the coordinator's cache layer.
+	dir   *affinity.Memory
+	index map[string]int // a worker's name to its index
 }
 
 // New builds the cluster: one engine per TP group of each pool.
@@ -368,8 +375,9 @@ func New(cfg Config) (*Cluster, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	c := &Cluster{cfg: cfg, predictor: sched.NewOutputPredictor(0)}
+	c := &Cluster{cfg: cfg, predictor: sched.NewOutputPredictor(0), index: map[string]int{}}
 	c.clk = clock{q: &c.q, epoch: epoch}
+	c.dir = affinity.NewMemory(c.clk.Now)
 	capacity := 0
 	var err error
 	named := map[string]int{} // workers per GPU name, so two pools of one GPU name theirs apart
@@ -414,6 +422,7 @@ func New(cfg Config) (*Cluster, error) {
 				return nil, err
 			}
 			capacity += d.Engine.MaxNumSeqs
+			c.index[w.info.Name] = len(c.workers)
 			c.workers = append(c.workers, w)
 			named[p.GPU.Name]++
 		}
@@ -590,6 +599,7 @@ func (c *Cluster) ended() {
 // (cloud/place), as the coordinator calls it.
 func (c *Cluster) place(f *flight) {
 	v := c.view(f.sig.BlockHashes)
+	f.req.Pinned, _ = affinity.Locate(context.Background(), c.dir, f.sig.BlockHashes, c.workerIndex)
 	c.placing = f.i
 	rec := c.record(f, v, -1)
 	d, err := c.placer.Place(&f.req, v)
@@ -698,7 +708,8 @@ func (c *Cluster) step(w *simWorker) {
 func (c *Cluster) emit(s *Seq, finished bool) {
 	f := s.User.(*flight)
 	if f.warm {
-		c.warmed(f) // its one token is the end of it
+		c.recordPin(f.seq.Hashes, f.seq.PinBlocks*c.dep.Engine.BlockSize, f.w, llm.MinCacheTTL) // as a live warm-up that succeeded
+		c.warmed(f)                                                                             // its one token is the end of it
 		return
 	}
 	now := c.clk.now
@@ -781,6 +792,8 @@ func (c *Cluster) finish(f *flight, st Status) {
 		// The engine's TTFT, as a live worker's Final reports it: from
 		// its start on the worker, not from arrival.
 		c.breaker.Record(false, f.first-f.started)
+		// The coordinator's completeResponse: the pins, then prefetch.
+		c.recordPins(f)
 		c.learn(f)
 	}
 	o := &c.out[f.i]
@@ -797,6 +810,39 @@ func (c *Cluster) finish(f *flight, st Status) {
 	}
 	o.Finished++
 	c.ended()
+}
+
+// workerIndex is the index of the worker named name, -1 for none.
+func (c *Cluster) workerIndex(name string) int {
+	if i, ok := c.index[name]; ok {
+		return i
+	}
+	return -1
+}
+
+// recordPins is the coordinator's record of a pinned request's
+// breakpoints (cache layer's pinned), under the worker it was placed on.
+// A trace has no cache_control marks: a request that pins (pinRequest)
+// marks, as a chat client does, the end of its shared prefix (its system
+// prompt), the end of its Mooncake hash_id blocks (the conversation's
+// earlier turns) and its whole prompt; the engine pins all of it.
+func (c *Cluster) recordPins(f *flight) {
+	s, r := &f.seq, &c.reqs[f.i]
+	if s.PinBlocks == 0 {
+		return
+	}
+	w := c.workers[c.out[f.i].Worker]
+	for _, n := range []int{r.PrefixLen, min(len(r.Blocks)*512, s.Prompt), s.PinBlocks * c.dep.Engine.BlockSize} {
+		c.recordPin(s.Hashes, n, w, s.PinTTL)
+	}
+}
+
+// recordPin writes a pin of the first tokens of the prompt whose block
+// hashes are hashes to the directory, as held by w for ttl.
+func (c *Cluster) recordPin(hashes []uint64, tokens int, w *simWorker, ttl time.Duration) {
+	if h, ok := affinity.PinnedBlock(hashes, tokens, c.dep.Engine.BlockSize); ok && ttl > 0 {
+		c.dir.Record(context.Background(), h, w.info.Name, ttl) // Memory's Record does not fail
+	}
 }
 
 // mix is splitmix64's finaliser.
