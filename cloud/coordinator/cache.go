@@ -90,22 +90,20 @@ func (l *cacheLayer) locatePins(m *measured) place.Pin {
 	// request, whose placement never waits past directoryTimeout anyway.
 	ctx, cancel := context.WithTimeout(l.ctx, directoryTimeout)
 	defer cancel()
-	name, n, err := l.dir.Lookup(ctx, m.sig.BlockHashes)
-	switch {
-	case err != nil:
-		l.m.dirLookups.With("error").Inc()
-		return place.Pin{}
-	case n == 0:
-		l.m.dirLookups.With("miss").Inc()
-		return place.Pin{}
-	}
-	l.m.dirLookups.With("hit").Inc()
+	pin, res := affinity.Locate(ctx, l.dir, m.sig.BlockHashes, l.workerIndex)
+	l.m.dirLookups.With(res.String()).Inc()
+	return pin
+}
+
+// workerIndex is the index of the worker named name, -1 for one this
+// replica does not have.
+func (l *cacheLayer) workerIndex(name string) int {
 	for i, w := range l.workers.Workers() {
 		if w.Name() == name {
-			return place.Pin{Worker: i, Blocks: n}
+			return i
 		}
 	}
-	return place.Pin{} // a worker this replica does not have
+	return -1
 }
 
 // completeResponse is the layer's part of a request that succeeded on
@@ -121,11 +119,9 @@ func (l *cacheLayer) completeResponse(ctx context.Context, req *llm.Request, m *
 // lengths are measure's, the same the engine pinned.
 func (l *cacheLayer) pinned(ctx context.Context, req *llm.Request, m *measured, worker string) {
 	for i, bp := range req.CacheBreakpoints {
-		n := m.prompt.Pins[i] / l.prompts.bs
-		if n <= 0 || n > len(m.sig.BlockHashes) {
-			continue // -1: the breakpoint renders nothing
+		if h, ok := affinity.PinnedBlock(m.sig.BlockHashes, m.prompt.Pins[i], l.prompts.bs); ok {
+			l.record(ctx, h, worker, bp.TTL)
 		}
-		l.record(ctx, m.sig.BlockHashes[n-1], worker, bp.TTL)
 	}
 }
 
@@ -203,7 +199,9 @@ func (l *cacheLayer) warm(tenant string, prefix []llm.Message, maxLoad float64) 
 			return
 		}
 		l.m.warmups.With("warmed").Inc()
-		l.record(l.ctx, hashes[want-1], w.Name(), llm.MinCacheTTL)
+		if h, ok := affinity.PinnedBlock(hashes, want*l.prompts.bs, l.prompts.bs); ok {
+			l.record(l.ctx, h, w.Name(), llm.MinCacheTTL)
+		}
 	}()
 }
 

@@ -38,7 +38,8 @@
 //     output, then the fair queue grants a slot.
 //  4. decide takes the workers' snapshot and the breaker's state (the
 //     View), pinLocator.locatePins asks the replicas' directory where the
-//     prompt is pinned, and place.Placer.Place decides: model pins, an
+//     prompt is pinned (affinity.Locate, which the simulator calls too),
+//     and place.Placer.Place decides: model pins, an
 //     explicit policy (--dev), FIFO while the breaker is open, a semantic
 //     group, else the policy in force behind affinity. A request naming a
 //     KV handoff parked here goes where place.Placer.Resume says (split.go).

@@ -105,6 +105,7 @@ type simJSON struct {
 	// warm-ups; absent when zero.
 	Fallbacks    int `json:"fallbacks,omitempty"`
 	Failed       int `json:"failed,omitempty"`
+	Lost         int `json:"lost,omitempty"`
 	BreakerTrips int `json:"breaker_trips,omitempty"`
 	GroupJoins   int `json:"group_joins,omitempty"`
 	Warmups      int `json:"warmups,omitempty"`
@@ -123,7 +124,7 @@ func toJSON(s sim.Summary) simJSON {
 		ITLMean: ms(s.ITL.Mean), ITLP50: ms(s.ITL.P50), ITLP90: ms(s.ITL.P90), ITLP99: ms(s.ITL.P99),
 		E2EMean: ms(s.E2E.Mean), E2EP50: ms(s.E2E.P50), E2EP90: ms(s.E2E.P90), E2EP99: ms(s.E2E.P99),
 		OutputTPS: s.OutputTPS, PrefixHit: s.PrefixHit, HostHit: s.HostHit, CostPerMTok: cost,
-		Fallbacks: s.Fallbacks, Failed: s.Failed, BreakerTrips: s.BreakerTrips, GroupJoins: s.GroupJoins, Warmups: s.Warmups}
+		Fallbacks: s.Fallbacks, Failed: s.Failed, Lost: s.Lost, BreakerTrips: s.BreakerTrips, GroupJoins: s.GroupJoins, Warmups: s.Warmups}
 }
 
 func printSim(w io.Writer, rows []sim.Summary) {

@@ -21,12 +21,13 @@ func simEngineFlags(fs *flag.FlagSet) func(c *sim.Config) error {
 	block := fs.Int("block-size", 16, "KV cache block in tokens; prefix caching reuses whole blocks (vLLM --block-size)")
 	prefix := fs.Bool("prefix-caching", true, "automatic prefix caching (vLLM --enable-prefix-caching); false computes every prompt whole")
 	hostCost := fs.Duration("token-host-cost", 0, "host time per token a step samples (output processing, streaming, per-sequence scheduling), done beside the GPU's work: a step lasts the longer of the two; 0 = the host keeps up (sim.EngineConfig.TokenHostCost; InferenceBench's H100 needs 690µs)")
+	async := fs.Bool("async-scheduling", false, "vLLM's async scheduling (vLLM --async-scheduling, on in vLLM V1 by default): the engine schedules a step while the one before runs, so a request that arrives during a step waits one more; off = the calibrated synchronous scheduler (docs/sim.md)")
 	pcie := fs.Float64("pcie-gbps", 0, "host link bandwidth in GB/s in one direction, what --host-kv reloads cross; 0 = the GPU profile's (64 for H100/H200, 32 for A100, L40S, L4)")
 	return func(c *sim.Config) error {
 		var set []string
 		fs.Visit(func(f *flag.Flag) {
 			switch f.Name {
-			case "max-num-batched-tokens", "max-num-seqs", "gpu-memory-utilization", "block-size", "prefix-caching", "pcie-gbps", "token-host-cost":
+			case "max-num-batched-tokens", "max-num-seqs", "gpu-memory-utilization", "block-size", "prefix-caching", "pcie-gbps", "token-host-cost", "async-scheduling":
 				set = append(set, f.Name)
 			}
 		})
@@ -57,6 +58,7 @@ func simEngineFlags(fs *flag.FlagSet) func(c *sim.Config) error {
 		}
 		c.Engine.MaxBatchedTokens, c.Engine.MaxNumSeqs, c.Engine.MemUtil, c.Engine.BlockSize = *batched, *seqs, *util, *block
 		c.Engine.NoPrefixCaching, c.Engine.PCIeBytesPerSec, c.Engine.TokenHostCost = !*prefix, *pcie*1e9, *hostCost
+		c.Engine.AsyncScheduling = *async
 		return nil
 	}
 }

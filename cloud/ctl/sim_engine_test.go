@@ -34,6 +34,21 @@ func TestSimEngineFlags(t *testing.T) {
 	if hit, _ := run("--prefix-caching=false"); hit != 0 {
 		t.Fatalf("prefix hit %.3f with prefix caching off", hit)
 	}
+	ttft := func(args ...string) float64 {
+		t.Helper()
+		out, err := runSim(t, append([]string{"--workload", "rate=100,requests=100,prompt=200,output=32", "--cluster", "1xh100", "--policy", "round-robin", "--json"}, args...)...)
+		if err != nil {
+			t.Fatalf("%v: %v\n%s", args, err, out)
+		}
+		var m map[string]any
+		if err := json.Unmarshal([]byte(out[:strings.Index(out, "\n")]), &m); err != nil {
+			t.Fatal(err)
+		}
+		return m["ttft_p50_ms"].(float64)
+	}
+	if sync, async := ttft(), ttft("--async-scheduling"); !(async > sync) {
+		t.Fatalf("TTFT p50 %.2f ms with --async-scheduling, %.2f ms without", async, sync)
+	}
 	if _, out := run("--host-kv", "2", "--pcie-gbps", "16"); !strings.Contains(out, "round-robin") {
 		t.Fatal(out)
 	}

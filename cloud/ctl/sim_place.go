@@ -27,7 +27,7 @@ func simPlaceFlags(fs *flag.FlagSet) func(sw *sim.Sweep) error {
 	batchThreshold := fs.Float64("batch-threshold", 0, "what every request sends as x-batch-threshold (0.1..0.9): it takes part in semantic grouping at this similarity; 0 = none sent")
 	prefetchHint := fs.String("prefetch-hint", "", "what every request sends as x-prefetch-hint (high, medium, low, none): how many predicted prefixes prefetch warms, on workers how idle; needs --cache-layers prefetch")
 	var outages []string
-	fs.Func("outage", "WORKER@FROM+DURATION (repeatable, e.g. h100-0@60s+30s): the worker refuses new requests (503) from FROM for DURATION of trace time and its probe fails; the coordinator's fallback and breaker act on it", func(s string) error {
+	fs.Func("outage", "WORKER@FROM+DURATION (repeatable, e.g. h100-0@60s+30s): the worker's server fails at FROM (what it runs is lost after its first token, placed again by the coordinator's fallback before it; its cache is emptied) and refuses new requests (503) for DURATION of trace time, its probe failing; the coordinator's fallback and breaker act on it", func(s string) error {
 		outages = append(outages, s)
 		return nil
 	})
@@ -72,9 +72,9 @@ func simPlaceFlags(fs *flag.FlagSet) func(sw *sim.Sweep) error {
 // breaker trips is partly FIFO.
 func printPlacementNotes(w io.Writer, rows []sim.Summary) {
 	for _, r := range rows {
-		if r.BreakerTrips+r.Fallbacks+r.Failed > 0 {
-			fmt.Fprintf(w, "%s ×%g: breaker trips %d, fallbacks %d, failed %d (refused, no fallback left)\n",
-				r.Policy, r.RateScale, r.BreakerTrips, r.Fallbacks, r.Failed)
+		if r.BreakerTrips+r.Fallbacks+r.Failed+r.Lost > 0 {
+			fmt.Fprintf(w, "%s ×%g: breaker trips %d, fallbacks %d, failed %d (refused, no fallback left), lost %d (their worker failed after their first token)\n",
+				r.Policy, r.RateScale, r.BreakerTrips, r.Fallbacks, r.Failed, r.Lost)
 		}
 		if r.GroupJoins+r.Warmups > 0 {
 			fmt.Fprintf(w, "%s ×%g: semantic group joins %d, prefetch warm-ups %d\n", r.Policy, r.RateScale, r.GroupJoins, r.Warmups)

@@ -33,7 +33,7 @@ type simRequest struct {
 
 // simStatus names an outcome's status in --requests-out.
 var simStatus = map[sim.Status]string{sim.StatusOK: "ok", sim.StatusTooLong: "too_long", sim.StatusBudget: "budget",
-	sim.StatusQueue: "queue_full", sim.StatusNoWorker: "no_worker", sim.StatusFailed: "failed"}
+	sim.StatusQueue: "queue_full", sim.StatusNoWorker: "no_worker", sim.StatusFailed: "failed", sim.StatusLost: "lost"}
 
 func nsMs(d time.Duration) float64 { return float64(d) / 1e6 }
 

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/phaseless/phaseless/cloud/admit"
+	"github.com/phaseless/phaseless/cloud/affinity"
 	"github.com/phaseless/phaseless/cloud/batch"
 	"github.com/phaseless/phaseless/cloud/place"
 	"github.com/phaseless/phaseless/cloud/sched"
@@ -132,8 +133,9 @@ type Config struct {
 	// client's x-semantic-mode, x-batch-threshold and x-prefetch-hint;
 	// one the layers would ignore is refused (place.Placer.Check).
 	Hints llm.Hints
-	// Outages make workers refuse new requests for a while (place.go), so
-	// the fallback and the breaker have something to act on.
+	// Outages fail workers' servers and make them refuse new requests for
+	// a while (place.go): what they ran is lost or placed again, as the
+	// coordinator does, and the fallback and the breaker act on it.
 	Outages []Outage
 	// Placed, when set, is told every decision the Placer made and what it
 	// was given (place.go).
@@ -227,6 +229,7 @@ const (
 	StatusQueue           // refused: the coordinator's queue was full
 	StatusNoWorker        // the policy found no worker
 	StatusFailed          // its worker refused it (an outage) and no fallback ran it
+	StatusLost            // its worker failed after its first token (an outage): the stream ended in an error
 )
 
 // Outcome is one request's fate.
@@ -306,6 +309,7 @@ type simWorker struct {
 	dollarsS float64       // $ per second of stepping
 	healthy  bool          // as last probed: false through an outage (place.go)
 	outages  []Outage      // this worker's
+	gen      int           // its server's incarnation: an outage's failure ends one (place.go)
 }
 
 type flight struct {
@@ -357,6 +361,12 @@ type Cluster struct {
 	warmups   int       // prefetch warm-ups started
 	joins     int       // requests placed with a semantic group
 	warming   bool      // one is running: one at a time, as live
+	// dir is the replicas' pinned-prefix directory, in memory on the
+	// virtual clock, as one coordinator's (cloud/affinity), read and
+	// written through the same affinity.Locate and affinity.PinnedBlock as
+	// the coordinator's cache layer.
+	dir   *affinity.Memory
+	index map[string]int // a worker's name to its index
 }
 
 // New builds the cluster: one engine per TP group of each pool.
@@ -365,8 +375,9 @@ func New(cfg Config) (*Cluster, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	c := &Cluster{cfg: cfg, predictor: sched.NewOutputPredictor(0)}
+	c := &Cluster{cfg: cfg, predictor: sched.NewOutputPredictor(0), index: map[string]int{}}
 	c.clk = clock{q: &c.q, epoch: epoch}
+	c.dir = affinity.NewMemory(c.clk.Now)
 	capacity := 0
 	var err error
 	named := map[string]int{} // workers per GPU name, so two pools of one GPU name theirs apart
@@ -411,6 +422,7 @@ func New(cfg Config) (*Cluster, error) {
 				return nil, err
 			}
 			capacity += d.Engine.MaxNumSeqs
+			c.index[w.info.Name] = len(c.workers)
 			c.workers = append(c.workers, w)
 			named[p.GPU.Name]++
 		}
@@ -473,6 +485,11 @@ func (c *Cluster) Run(ctx context.Context, reqs []Request) (*Result, error) {
 	}
 	for i := range c.next {
 		c.at(reqs[i].At, func() { c.arrive(i) })
+	}
+	for _, w := range c.workers {
+		for _, o := range w.outages {
+			c.at(o.From, func() { c.fail(w) })
+		}
 	}
 	c.probe() // as worker.NewSet: the first decisions see real state
 	for n := 0; len(c.q.h) > 0; n++ {
@@ -582,6 +599,7 @@ func (c *Cluster) ended() {
 // (cloud/place), as the coordinator calls it.
 func (c *Cluster) place(f *flight) {
 	v := c.view(f.sig.BlockHashes)
+	f.req.Pinned, _ = affinity.Locate(context.Background(), c.dir, f.sig.BlockHashes, c.workerIndex)
 	c.placing = f.i
 	rec := c.record(f, v, -1)
 	d, err := c.placer.Place(&f.req, v)
@@ -634,7 +652,12 @@ func (c *Cluster) start(f *flight) {
 	}
 	// The server's own handling (EngineConfig.RequestOverhead) before the
 	// engine sees the request.
+	gen := w.gen
 	c.at(c.clk.now+w.eng.d.Engine.RequestOverhead, func() {
+		if w.gen != gen {
+			c.workerFailed(f) // its server died under it
+			return
+		}
 		if err := w.eng.Add(s); err != nil {
 			c.finish(f, StatusTooLong)
 			return
@@ -670,7 +693,11 @@ func (c *Cluster) step(w *simWorker) {
 	for _, s := range w.eng.planned {
 		s.User.(*flight).dollars += dt.Seconds() * w.dollarsS * float64(s.step) / float64(total)
 	}
+	gen := w.gen
 	c.at(c.clk.now+dt, func() {
+		if w.gen != gen {
+			return // the server died during the step (fail)
+		}
 		w.eng.Commit(c.emit)
 		c.step(w)
 	})
@@ -681,7 +708,8 @@ func (c *Cluster) step(w *simWorker) {
 func (c *Cluster) emit(s *Seq, finished bool) {
 	f := s.User.(*flight)
 	if f.warm {
-		c.warmed(f) // its one token is the end of it
+		c.recordPin(f.seq.Hashes, f.seq.PinBlocks*c.dep.Engine.BlockSize, f.w, llm.MinCacheTTL) // as a live warm-up that succeeded
+		c.warmed(f)                                                                             // its one token is the end of it
 		return
 	}
 	now := c.clk.now
@@ -731,6 +759,10 @@ func (c *Cluster) handOver(f *flight) {
 	c.out[f.i].Transfer = d.nicFree - c.clk.now
 	c.at(d.nicFree, func() {
 		f.w = d
+		if d.refusing(c.clk.now) {
+			c.finish(f, StatusLost) // its first token is out: the stream ends in an error
+			return
+		}
 		f.seq.Imported = true
 		if err := d.eng.Add(&f.seq); err != nil {
 			c.finish(f, StatusTooLong)
@@ -752,11 +784,16 @@ func (c *Cluster) finish(f *flight, st Status) {
 	f.ticket.Release()
 	used := int64(f.seq.Prompt + f.tokens)
 	c.admitter.Refund(context.Background(), f.tenant, f.cost-used, admit.Bucket{})
+	if st == StatusLost {
+		c.breaker.Record(true, 0) // a 503-like server error, as live
+	}
 	if st == StatusOK {
 		c.predictor.Observe(f.tenant, f.seq.MaxOutput, f.tokens)
 		// The engine's TTFT, as a live worker's Final reports it: from
 		// its start on the worker, not from arrival.
 		c.breaker.Record(false, f.first-f.started)
+		// The coordinator's completeResponse: the pins, then prefetch.
+		c.recordPins(f)
 		c.learn(f)
 	}
 	o := &c.out[f.i]
@@ -773,6 +810,39 @@ func (c *Cluster) finish(f *flight, st Status) {
 	}
 	o.Finished++
 	c.ended()
+}
+
+// workerIndex is the index of the worker named name, -1 for none.
+func (c *Cluster) workerIndex(name string) int {
+	if i, ok := c.index[name]; ok {
+		return i
+	}
+	return -1
+}
+
+// recordPins is the coordinator's record of a pinned request's
+// breakpoints (cache layer's pinned), under the worker it was placed on.
+// A trace has no cache_control marks: a request that pins (pinRequest)
+// marks, as a chat client does, the end of its shared prefix (its system
+// prompt), the end of its Mooncake hash_id blocks (the conversation's
+// earlier turns) and its whole prompt; the engine pins all of it.
+func (c *Cluster) recordPins(f *flight) {
+	s, r := &f.seq, &c.reqs[f.i]
+	if s.PinBlocks == 0 {
+		return
+	}
+	w := c.workers[c.out[f.i].Worker]
+	for _, n := range []int{r.PrefixLen, min(len(r.Blocks)*512, s.Prompt), s.PinBlocks * c.dep.Engine.BlockSize} {
+		c.recordPin(s.Hashes, n, w, s.PinTTL)
+	}
+}
+
+// recordPin writes a pin of the first tokens of the prompt whose block
+// hashes are hashes to the directory, as held by w for ttl.
+func (c *Cluster) recordPin(hashes []uint64, tokens int, w *simWorker, ttl time.Duration) {
+	if h, ok := affinity.PinnedBlock(hashes, tokens, c.dep.Engine.BlockSize); ok && ttl > 0 {
+		c.dir.Record(context.Background(), h, w.info.Name, ttl) // Memory's Record does not fail
+	}
 }
 
 // mix is splitmix64's finaliser.

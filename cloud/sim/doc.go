@@ -17,9 +17,9 @@
 // Set does) and the circuit breaker (admit.Breaker) make the View that the
 // coordinator's place.Placer decides on, with the policy in force behind
 // the coordinator's layers (affinity by default; semantic grouping and
-// prefetch when Config.Layers asks); a worker in an Outage refuses what it
-// is sent, and the Placer's fallback runs it elsewhere while the tenant's
-// fallbacks last; the chosen worker's batch.Batcher releases the request
+// prefetch when Config.Layers asks); a worker in an Outage loses what it
+// runs and refuses what it is sent, and the Placer's fallback runs again
+// elsewhere what had no token yet while the tenant's fallbacks last; the chosen worker's batch.Batcher releases the request
 // into its engine. The simulator places nothing itself (place.go; a test
 // in cloud/place parses this package and fails on a placement of its own).
 // The clock is virtual: nothing sleeps, and a run is deterministic:

@@ -45,6 +45,11 @@ type Seq struct {
 	enq, key time.Duration
 	queued   bool
 
+	// notBefore is the first step (Engine.n) that may admit it: with
+	// async scheduling, a sequence that arrives while a step runs and the
+	// next one is already scheduled waits for the one after.
+	notBefore int
+
 	computed  int     // tokens whose KV exists
 	generated int     // output tokens sampled
 	blocks    []int32 // block table
@@ -88,6 +93,12 @@ type Engine struct {
 	stats   EngineStats
 	host    *hostTier // nil: no host KV tier (host.go)
 	order   *order    // nil: first come, first served
+	// Async scheduling (EngineConfig.AsyncScheduling): n numbers
+	// the planned steps; inFlight is set from Plan to Commit, and ahead
+	// when the step in flight leaves work for the next, which vLLM has
+	// then already scheduled.
+	n               int
+	inFlight, ahead bool
 }
 
 // NewEngine returns an idle engine for a deployment.
@@ -147,9 +158,18 @@ func (e *Engine) Add(s *Seq) error {
 	if e.order != nil && !s.queued {
 		s.queued, s.enq = true, e.order.now()
 	}
+	s.notBefore = e.n + 1
+	if e.inFlight && e.ahead && e.d.Engine.AsyncScheduling {
+		s.notBefore = e.n + 2
+	}
 	e.waiting = append(e.waiting, s)
 	return nil
 }
+
+// eligible reports whether the step being planned (e.n+1) may admit s;
+// all reports that nothing else is in it, when vLLM's next step would
+// be the first to see s anyway.
+func (e *Engine) eligible(s *Seq, all bool) bool { return all || s.notBefore <= e.n+1 }
 
 // Abort drops a sequence (the client went away) and frees its blocks.
 func (e *Engine) Abort(s *Seq) {
@@ -252,7 +272,8 @@ func (e *Engine) plan() (time.Duration, bool) {
 	if e.order != nil {
 		e.planOrdered(partial, preempted, &budget, &shape)
 	} else {
-		for !preempted && len(e.waiting) > 0 && len(e.running) < e.d.Engine.MaxNumSeqs && budget > 0 {
+		all := len(e.planned) == 0
+		for !preempted && len(e.waiting) > 0 && len(e.running) < e.d.Engine.MaxNumSeqs && budget > 0 && e.eligible(e.waiting[0], all) {
 			if !e.admit(e.waiting[0], &budget, &shape) {
 				break
 			}
@@ -261,6 +282,11 @@ func (e *Engine) plan() (time.Duration, bool) {
 	}
 	if len(e.planned) == 0 {
 		return 0, false
+	}
+	e.n++
+	e.inFlight, e.ahead = true, len(e.waiting) > 0 || len(e.running) > len(e.planned)
+	for _, s := range e.planned {
+		e.ahead = e.ahead || s.computed+s.step < s.numTokens() || s.generated+1 < s.MaxOutput
 	}
 	e.last = e.d.StepTime(shape)
 	return e.last, true
@@ -368,6 +394,7 @@ func (e *Engine) preempt(v *Seq) {
 // released it).
 func (e *Engine) Commit(emit func(s *Seq, finished bool)) {
 	bs := e.d.Engine.BlockSize
+	e.inFlight = false
 	e.stats.Steps++
 	e.stats.Busy += e.last
 	done := 0
@@ -403,6 +430,31 @@ func (e *Engine) Commit(emit func(s *Seq, finished bool)) {
 		e.running = slices.DeleteFunc(e.running, func(s *Seq) bool { return s.aborted })
 	}
 	e.planned = e.planned[:0]
+}
+
+// Fail is the engine's server dying (an Outage): every sequence it holds,
+// waiting or running, is dropped and returned, and its KV cache (prefix
+// cache, pins, host tier) starts empty, as a restarted server's does; the
+// counters carry on. A step in flight is lost: the driver must not Commit
+// it.
+func (e *Engine) Fail() []*Seq {
+	lost := append(slices.Clone(e.running), e.waiting...)
+	for _, s := range lost {
+		s.blocks, s.step = nil, 0
+	}
+	e.running, e.waiting, e.planned, e.inFlight = nil, nil, e.planned[:0], false
+	kv := newKVCache(e.d.KVBlocks)
+	if p := e.kv.pin; p != nil {
+		kv.enablePins(p.max, p.tenant, p.now, p.soft)
+		kv.pin.hits, kv.pin.expiries, kv.pin.refused, kv.pin.evicted = p.hits, p.expiries, p.refused, p.evicted
+	}
+	if t := e.host; t != nil {
+		e.host = newHostTier(t.c.blocks(), t.now)
+		e.host.stores, e.host.loads, e.host.evictions = t.stores, t.loads, t.evictions
+		kv.host = e.host
+	}
+	e.kv = kv
+	return lost
 }
 
 // check verifies the KV cache against the sequences' block tables.

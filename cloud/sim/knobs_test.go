@@ -60,6 +60,9 @@ func TestKnobs(t *testing.T) {
 		// Host work per sampled token: nothing at one request, the burst's
 		// large batches wait for the host: slower ITL.
 		{"token-host-cost", burst, "1xh100", eng(EngineConfig{}), eng(EngineConfig{TokenHostCost: 700 * time.Microsecond}), func(s Summary) float64 { return float64(s.ITL.Mean) }, true},
+		// Async scheduling: a request that arrives while the engine runs
+		// waits one step more for its prefill: slower TTFT under load.
+		{"async-scheduling", "rate=100,requests=200,prompt=200,output=64,seed=3", "1xh100", eng(EngineConfig{}), eng(EngineConfig{AsyncScheduling: true}), ttft, true},
 		// Two GPUs per worker: half the weights read per GPU, faster ITL.
 		{"tp", "rate=2,requests=20,prompt=500,output=64", "2xh100", Config{TP: 1}, Config{TP: 2}, func(s Summary) float64 { return float64(s.ITL.Mean) }, false},
 	} {

@@ -60,7 +60,11 @@ func (e *Engine) planOrdered(partial []*Seq, preempted bool, budget *int, shape 
 		cands = append(cands, orderCand{s, true})
 	}
 	if !preempted { // admitting after a preemption would only thrash
+		all := len(e.planned) == 0 && len(partial) == 0
 		for _, s := range e.waiting {
+			if !e.eligible(s, all) {
+				continue
+			}
 			hit, load := e.cached(s)
 			if e.order.whole {
 				hit, load = 0, 0

@@ -23,13 +23,20 @@ import (
 // Placer's Fallback says. The simulator adds nothing of its own between a
 // request and its worker.
 
-// Outage is a worker refusing every new request from From until To, as a
-// server answering 503 (its engine lost, or draining): a request its
-// batcher releases to it fails before its first token, and its probe fails,
-// so from the first probe inside the outage the coordinator sees it
-// unhealthy. What its engine already runs, runs on; a split's KV handoff
-// into it is taken (a handoff is not a new request). Times are the run's
-// virtual time (Sweep scales them with the trace).
+// Outage is a worker's server failing at From and refusing every new
+// request until To, as a live worker whose engine died and answers 503
+// while it restarts. At From everything its engine holds is lost (Engine.
+// Fail: the sequences and the KV cache), and the coordinator does with
+// each request what its generate does when a worker's stream ends in a
+// 503-like error (cloud/coordinator: fallbackEligible): one that has not
+// streamed its first token runs once more where the Placer's Fallback
+// says, if its tenant's fallbacks allow, else fails; one that has is
+// lost, the error reaching its client after the tokens it had. A request
+// its batcher releases to it during the outage fails before its first
+// token in the same way, a split's KV handoff into it is lost, and its
+// probe fails, so from the first probe inside the outage the coordinator
+// sees it unhealthy. After To it serves again with an empty cache. Times
+// are the run's virtual time (Sweep scales them with the trace).
 type Outage struct {
 	Worker   string // a WorkerInfo.Name, e.g. h100-0
 	From, To time.Duration
@@ -191,6 +198,38 @@ func (c *Cluster) refused(f *flight) {
 	c.admitter.Refund(context.Background(), f.tenant, f.cost, admit.Bucket{})
 	c.breaker.Record(true, 0)
 	c.refuse(f, StatusFailed)
+}
+
+// fail is w's server dying (an Outage's From): its engine's sequences
+// are lost, a step in flight with them, and each request meets the
+// coordinator's answer to a failed stream (workerFailed).
+func (c *Cluster) fail(w *simWorker) {
+	w.gen++
+	w.stepping = false
+	for _, s := range w.eng.Fail() {
+		f := s.User.(*flight)
+		if f.warm {
+			c.warmed(f) // a prefetch warm-up just ends
+			continue
+		}
+		c.workerFailed(f)
+	}
+}
+
+// workerFailed is f's worker failing under it, as the coordinator's
+// generate takes a 503-like error from a worker's stream: before the first
+// token it runs f once more where the Placer's Fallback says (refused),
+// after it the request ends in that error.
+func (c *Cluster) workerFailed(f *flight) {
+	if f.tokens > 0 {
+		c.finish(f, StatusLost)
+		return
+	}
+	f.w.inflight--
+	f.w.batcher.Kick()
+	f.seq = Seq{Prompt: f.seq.Prompt, MaxOutput: f.seq.MaxOutput, Hashes: f.seq.Hashes, User: f,
+		PinBlocks: f.seq.PinBlocks, PinTTL: f.seq.PinTTL, Tenant: f.seq.Tenant}
+	c.refused(f)
 }
 
 // blockTurn is how a hash_id reads in a request's made-up conversation,

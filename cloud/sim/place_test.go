@@ -71,3 +71,84 @@ func TestOutageFallsBackAndTripsTheBreaker(t *testing.T) {
 		t.Error("the worker took nothing after its outage")
 	}
 }
+
+// TestOutageLosesOrReplacesRunningRequests: a worker's failure takes what
+// its engine runs with it, as the coordinator sees a worker's stream end
+// in a 503: a request that has streamed tokens is lost there and then
+// (the tokens it had, no more), one that has not runs once more where the
+// Placer's Fallback says; nothing runs on the worker until the outage
+// ends, and then it starts with an empty cache.
+func TestOutageLosesOrReplacesRunningRequests(t *testing.T) {
+	pools, cycle, err := ParseCluster("2xh100")
+	if err != nil {
+		t.Fatal(err)
+	}
+	m, _ := LookupModel("llama3.1-8b")
+	var reqs []Request
+	for i := range 200 {
+		// One tenant each: every request has its fallbacks left. The shared
+		// prefix is in the cache before the failure and must be computed
+		// again after it.
+		reqs = append(reqs, Request{At: time.Duration(i) * 50 * time.Millisecond, Input: 2000, Output: 300, Tenant: fmt.Sprint("t", i), PrefixID: 1, PrefixLen: 1024})
+	}
+	const from, to = 5170 * time.Millisecond, 7 * time.Second // between two probes, while request 103 prefills there
+	var placed []Placement
+	cfg := Config{Pools: pools, CycleRoles: cycle, Model: m, Scheduler: sched.NameRoundRobin,
+		Outages: []Outage{{Worker: "h100-0", From: from, To: to}}, Placed: func(p Placement) { placed = append(placed, p) }}
+	c, err := New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	res, err := c.Run(t.Context(), reqs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := Summarize(res, 1, 2*time.Second, 100*time.Millisecond, nil)
+	t.Logf("lost %d, fallbacks %d, failed %d, completed %d", s.Lost, s.Fallbacks, s.Failed, s.Completed)
+	if s.Lost == 0 || s.Fallbacks == 0 || s.Lost+s.Completed+s.Refused+s.TooLong != len(reqs) {
+		t.Fatalf("lost %d, fallbacks %d, completed %d, refused %d of %d", s.Lost, s.Fallbacks, s.Completed, s.Refused, len(reqs))
+	}
+	fallbackAt := map[int]bool{}
+	for _, p := range placed {
+		if p.Failed >= 0 {
+			if p.Failed != 0 || p.Decision.Path != place.PathFallback {
+				t.Errorf("request %d: fallback from worker %d by %v", p.Request, p.Failed, p.Decision.Path)
+			}
+			fallbackAt[p.Request] = true
+		}
+	}
+	var after []Outcome // worker 0's requests after the outage, in arrival order
+	for i, o := range res.Outcomes {
+		first := o.Arrival + o.TTFT
+		switch {
+		case o.Finished != 1:
+			t.Fatalf("request %d finished %d times", i, o.Finished)
+		case o.Status == StatusLost:
+			if o.Worker != 0 || o.Done != from || o.Output < 1 || o.Output >= 300 || first >= from {
+				t.Errorf("lost request %d: worker %d, done %v, %d tokens, first at %v", i, o.Worker, o.Done, o.Output, first)
+			}
+		case o.Fallback:
+			if !fallbackAt[i] || o.Worker != 1 || o.Status != StatusOK || o.Output != 300 {
+				t.Errorf("request %d fell back to worker %d (%v, %d tokens)", i, o.Worker, o.Status, o.Output)
+			}
+		case o.Status == StatusOK && o.Worker == 0:
+			if o.Done > from && first < to {
+				t.Errorf("request %d ran on the failed worker through its outage: first token %v, done %v", i, first, o.Done)
+			}
+			if o.Arrival >= to {
+				after = append(after, o)
+			}
+		}
+	}
+	// The restarted server's cache is empty: its first request computes the
+	// shared prefix, the next find it.
+	if len(after) < 2 || after[0].Cached != 0 || after[1].Cached < 1024 {
+		t.Fatalf("worker 0 after the outage: %d requests, the first two with %v cached tokens", len(after), func() []int {
+			var c []int
+			for _, o := range after[:min(2, len(after))] {
+				c = append(c, o.Cached)
+			}
+			return c
+		}())
+	}
+}

@@ -52,10 +52,11 @@ type Summary struct {
 	WorkerNames []string
 	// Fallbacks are requests a worker refused that the coordinator's
 	// fallback ran elsewhere; Failed those it did not (counted in
-	// Refused); BreakerTrips how often the circuit breaker opened;
+	// Refused); Lost those whose worker failed after their first token
+	// (Outage; not completed, not refused); BreakerTrips how often the circuit breaker opened;
 	// GroupJoins and Warmups what semantic grouping and prefetch did
 	// (Result's).
-	Fallbacks, Failed, BreakerTrips, GroupJoins, Warmups int
+	Fallbacks, Failed, Lost, BreakerTrips, GroupJoins, Warmups int
 }
 
 // Dist is a latency distribution's mean and nearest-rank percentiles.
@@ -102,6 +103,9 @@ func Summarize(r *Result, rateScale float64, sloTTFT, sloTPOT time.Duration, pri
 		case StatusFailed:
 			s.Failed++
 			s.Refused++
+			continue
+		case StatusLost:
+			s.Lost++
 			continue
 		default:
 			s.Refused++
