@@ -150,9 +150,7 @@ func TestChunkedUpdateFetchesOnlyChangedChunks(t *testing.T) {
 		if st := o.slots.State(); st.Trial == "" || st.Versions[st.Trial] != name {
 			t.Fatalf("update %s: %q, slots %+v", name, out, st)
 		}
-		if err := o.slots.Commit(); err != nil {
-			t.Fatal(err)
-		}
+		commitTrial(t, o)
 		sent := srv.sent.Load() - before
 		st := o.UpdateStatus()
 		if st.State != fleetwire.UpdateInstalled || st.Version != name || st.TransferredBytes != sent || st.FullBytes != int64(full) {
@@ -181,6 +179,85 @@ func TestChunkedUpdateFetchesOnlyChangedChunks(t *testing.T) {
 	if n := o.dl.store.used(); n != 0 {
 		t.Errorf("the chunk store holds %d bytes after the install", n)
 	}
+}
+
+// commitTrial commits the slot on trial as the device does: the trial
+// build's own process answers "ota-commit" (the supervisor's commit after
+// /readyz is the same change of the slots, seen by WatchCommit).
+func commitTrial(t *testing.T, o *Updater) {
+	t.Helper()
+	trial, err := Open(Config{DataDir: o.dataDir, Board: o.board, Slot: o.slots.State().Trial, Clock: &fakeClock{}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := trial.Commit(context.Background(), fleetwire.Command{Name: "ota-commit"}); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// The chunk store is emptied when an update is committed, not when its
+// files are written: a trial that is rolled back keeps its chunks (for a
+// retry, or a fixed build that shares them), and so does every restart
+// until the commit.
+func TestChunkStoreKeptUntilCommit(t *testing.T) {
+	pubPath, priv := testKey(t)
+	srv := newBundleServer(t)
+	srv.add(t, priv, "/2.0", firmware.Manifest{Version: "2.0", Board: "rpi4"}, agentFile, randomBinary(11, 1<<20))
+	// install opens a device on a fresh data directory and installs 2.0
+	// on trial; open is a start of that device's agent in a slot.
+	install := func(t *testing.T) (open func(slot string) *Updater, held int64) {
+		t.Helper()
+		dir := t.TempDir()
+		open = func(slot string) *Updater {
+			t.Helper()
+			o, err := Open(Config{DataDir: dir, Board: "rpi4", OTAPub: pubPath, Origins: []string{srv.URL}, Slot: slot, Clock: &fakeClock{}})
+			if err != nil {
+				t.Fatal(err)
+			}
+			return o
+		}
+		o := open("a")
+		if _, err := update(t, o, srv.URL+"/2.0"); err != nil {
+			t.Fatal(err)
+		}
+		if held = o.dl.store.used(); held < 1<<20 {
+			t.Fatalf("after the install, on trial: the chunk store holds %d bytes, want the file's chunks", held)
+		}
+		return open, held
+	}
+
+	t.Run("commit", func(t *testing.T) {
+		open, held := install(t)
+		trial := open("b") // the trial build starts: not committed yet
+		if n := trial.dl.store.used(); n != held {
+			t.Fatalf("the trial build's start left %d bytes of %d in the store", n, held)
+		}
+		if _, err := trial.Commit(context.Background(), fleetwire.Command{Name: "ota-commit"}); err != nil {
+			t.Fatal(err)
+		}
+		if n := trial.dl.store.used(); n != 0 {
+			t.Errorf("after the commit the chunk store holds %d bytes", n)
+		}
+	})
+	t.Run("rollback", func(t *testing.T) {
+		open, held := install(t)
+		o := open("b")
+		// The trial fails; the supervisor rolls it back and starts slot a.
+		if err := o.slots.Rollback(); err != nil {
+			t.Fatal(err)
+		}
+		o = open("a")
+		if n := o.dl.store.used(); n != held {
+			t.Fatalf("after a rollback and a restart the store holds %d bytes, was %d", n, held)
+		}
+		before := srv.sent.Load()
+		if _, err := update(t, o, srv.URL+"/2.0"); err != nil {
+			t.Fatal(err)
+		}
+		if sent := srv.sent.Load() - before; sent > firmware.HeaderProbe {
+			t.Errorf("the update tried again fetched %d bytes", sent)
+		}
+	})
 }
 
 // A download whose link is cut half-way resumes: the cut chunk by a range
