@@ -20,6 +20,7 @@ import (
 	"github.com/phaseless/phaseless/firmware"
 	"github.com/phaseless/phaseless/internal/crashtest"
 	"github.com/phaseless/phaseless/models/predictor"
+	"github.com/phaseless/phaseless/models/predictor/onnxpb"
 	"github.com/phaseless/phaseless/transport/fleetwire"
 	"github.com/phaseless/phaseless/transport/linkemu"
 )
@@ -96,6 +97,17 @@ func (s *bundleServer) add(t *testing.T, priv ed25519.PrivateKey, path string, m
 	s.bundles[path] = b.Bytes()
 	s.mu.Unlock()
 	return b.Len()
+}
+
+// headerBytes is what a device that holds all of bundle's files fetches
+// of it: its header, or the header probe if that is more.
+func headerBytes(t *testing.T, bundle []byte) int64 {
+	t.Helper()
+	n, err := firmware.HeaderSize(bundle)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return max(n, firmware.HeaderProbe)
 }
 
 func testKey(t *testing.T) (string, ed25519.PrivateKey) {
@@ -254,8 +266,8 @@ func TestChunkStoreKeptUntilCommit(t *testing.T) {
 		if _, err := update(t, o, srv.URL+"/2.0"); err != nil {
 			t.Fatal(err)
 		}
-		if sent := srv.sent.Load() - before; sent > firmware.HeaderProbe {
-			t.Errorf("the update tried again fetched %d bytes", sent)
+		if sent, hdr := srv.sent.Load()-before, headerBytes(t, srv.bundles["/2.0"]); sent > hdr {
+			t.Errorf("the update tried again fetched %d bytes, more than its %d-byte header", sent, hdr)
 		}
 	})
 }
@@ -534,6 +546,50 @@ func TestChunkedRouterUpdateReusesWhatRuns(t *testing.T) {
 	if sent := srv.sent.Load() - before; sent > firmware.HeaderProbe {
 		t.Errorf("router 1.3: fetched %d bytes of the installed version's file", sent)
 	}
+
+	// A router whose output layer and threshold alone changed (what
+	// `model train --head` makes) costs the header and those chunks: its
+	// first layer's 57 KB come from the installed file.
+	head := retrainedHead(t, shipped)
+	full := srv.add(t, priv, "/1.4", firmware.Manifest{Version: "1.4", Board: "rpi4", Kind: firmware.KindPredictor}, "router.onnx", head)
+	before = srv.sent.Load()
+	if _, err := update(t, o, srv.URL+"/1.4"); err != nil {
+		t.Fatal(err)
+	}
+	sent := srv.sent.Load() - before
+	if limit := headerBytes(t, srv.bundles["/1.4"]) + 2<<10; sent > limit {
+		t.Errorf("router 1.4 (new output layer): fetched %d of %d bytes, want at most %d", sent, full, limit)
+	}
+	if cost, err := firmware.FetchCost(srv.bundles["/1.4"], map[string][]byte{"router.onnx": shipped}); err != nil || cost.Fetch != sent {
+		t.Errorf("FetchCost %+v (%v), the device fetched %d", cost, err, sent)
+	}
+	if th, ok := pred.Threshold(); !ok || th != 0.25 {
+		t.Errorf("router in force has threshold %v (%v), want 1.4's 0.25", th, ok)
+	}
+	t.Logf("router 1.4: %d of %d bytes (%.1f%%)", sent, full, 100*float64(sent)/float64(full))
+}
+
+// retrainedHead is the router model with its output layer and threshold
+// changed and its first layer as it was.
+func retrainedHead(t *testing.T, model []byte) []byte {
+	t.Helper()
+	m, err := onnxpb.Unmarshal(model)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range m.Graph.Initializers {
+		if in := &m.Graph.Initializers[i]; in.Name == "w2" || in.Name == "b2" {
+			for j := range in.Floats {
+				in.Floats[j] *= 1.1
+			}
+		}
+	}
+	for i := range m.Metadata {
+		if m.Metadata[i].Key == predictor.MetaThreshold {
+			m.Metadata[i].Value = "0.2500"
+		}
+	}
+	return onnxpb.Marshal(m)
 }
 
 // An update sent while the link is down is not a failed update: the
