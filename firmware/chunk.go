@@ -23,6 +23,7 @@ import (
 //     first byte and every ggufSplit bytes inside a tensor. A model whose
 //     tool prior, router head or one layer changed shares every other
 //     tensor's chunks with the installed one, wherever they now lie.
+//   - ChunkingONNX (onnxcut.go): at every initializer of an ONNX model.
 //   - ChunkingCDC: content-defined chunking (cdc.go) for every other file.
 //
 // The chunks are signed with the manifest, and Extract checks them as it
@@ -62,6 +63,15 @@ func ChunkFile(name string, r io.ReaderAt, size int64) (chunking string, chunks 
 			}
 		}
 	}
+	if strings.EqualFold(path.Ext(name), ".onnx") && size <= maxONNXCut {
+		data := make([]byte, size)
+		if _, err := r.ReadAt(data, 0); err != nil && err != io.EOF {
+			return "", nil, err
+		}
+		if cuts, err := onnxCuts(data); err == nil {
+			chunking, sizes = ChunkingONNX, cutSizes(append(cuts, 0, size), size)
+		}
+	}
 	if sizes == nil {
 		if sizes, err = cdcSizes(io.NewSectionReader(r, 0, size), size); err != nil {
 			return "", nil, err
@@ -91,16 +101,23 @@ func ggufSizes(f *gguf.File, r io.ReaderAt, size int64) ([]int64, error) {
 			cuts = append(cuts, off)
 		}
 	}
+	return append(sizes, cutSizes(cuts, size)...), nil
+}
+
+// cutSizes is the chunk sizes of the bytes from the least cut to size
+// (cuts past size ignored): a chunk ends at every cut, and at every
+// ggufSplit bytes past one, so no chunk exceeds ggufSplit.
+func cutSizes(cuts []int64, size int64) []int64 {
+	cuts = append(cuts, size)
 	slices.Sort(cuts)
 	cuts = slices.Compact(cuts)
-	for i := 1; i < len(cuts); i++ {
-		// What lies between cuts (padding, bytes after the last tensor)
-		// is split like a tensor so no chunk exceeds ggufSplit.
+	var sizes []int64
+	for i := 1; i < len(cuts) && cuts[i] <= size; i++ {
 		for from := cuts[i-1]; from < cuts[i]; from += ggufSplit {
 			sizes = append(sizes, min(ggufSplit, cuts[i]-from))
 		}
 	}
-	return sizes, nil
+	return sizes
 }
 
 // hashChunks reads r in runs of sizes and returns each run's sha256.

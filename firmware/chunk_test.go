@@ -168,3 +168,42 @@ func TestExtractChecksChunks(t *testing.T) {
 		t.Fatalf("lying chunk list: %v, want ErrCorrupt", err)
 	}
 }
+
+// The shipped router is cut at its four initializers, so its first
+// layer (57 KB of its 58 KB) is one chunk that a new output layer
+// leaves alone; the fuzz seeds' small models parse as the comments say.
+func TestONNXChunking(t *testing.T) {
+	shipped, err := os.ReadFile("../models/predictor/predictor.onnx")
+	if err != nil {
+		t.Fatal(err)
+	}
+	chunking, chunks, err := ChunkFile("predictor.onnx", bytes.NewReader(shipped), int64(len(shipped)))
+	if err != nil || chunking != ChunkingONNX {
+		t.Fatalf("chunking %q, %v", chunking, err)
+	}
+	var biggest int64
+	for _, c := range chunks {
+		biggest = max(biggest, c.Size)
+	}
+	if biggest < 50<<10 || len(chunks) < 5 {
+		t.Errorf("%d chunks, the biggest %d bytes: the first layer is not one chunk", len(chunks), biggest)
+	}
+	for _, tc := range []struct {
+		data string
+		cuts int
+	}{
+		{":\x07*\x03B\x01w*\x00", 4},
+		{":\x05*\x09B\x01w", 0},
+		{":\x02*\x00:\x00", 0}, // two graphs
+		{"J\x02*\x00", 0},      // field 9, not a graph
+	} {
+		cuts, err := onnxCuts([]byte(tc.data))
+		if len(cuts) != tc.cuts || (err == nil) != (tc.cuts > 0) {
+			t.Errorf("onnxCuts(%q) = %v, %v; want %d cuts", tc.data, cuts, err, tc.cuts)
+		}
+	}
+	// Not ONNX: cut by content, as before.
+	if chunking, _, err := ChunkFile("x.onnx", bytes.NewReader([]byte("not onnx")), 8); err != nil || chunking != ChunkingCDC {
+		t.Errorf("a .onnx file that is no model: %q, %v", chunking, err)
+	}
+}

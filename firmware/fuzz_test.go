@@ -235,3 +235,42 @@ func FuzzReadPayload(f *testing.F) {
 		}
 	})
 }
+
+// FuzzONNXCuts: a .onnx file in a bundle, or on the device, is outside
+// bytes that ChunkFile parses (ChunkingONNX). Whatever they are, it cuts
+// them into chunks that cover the file exactly, each within the bound a
+// manifest allows, or it falls back to content-defined chunking.
+func FuzzONNXCuts(f *testing.F) {
+	shipped, err := os.ReadFile("../models/predictor/predictor.onnx")
+	if err != nil {
+		f.Fatal(err)
+	}
+	f.Add(shipped)
+	f.Add(shipped[:len(shipped)/2])
+	// ModelProto{graph: GraphProto{initializer: {}, initializer: {name: "w"}}}.
+	f.Add([]byte{0x3a, 0x07, 0x2a, 0x00, 0x2a, 0x03, 0x42, 0x01, 'w'})
+	f.Add([]byte{0x3a, 0x80})
+	f.Fuzz(func(t *testing.T, data []byte) {
+		cuts, err := onnxCuts(data)
+		if err == nil {
+			for _, c := range cuts {
+				if c < 0 || c > int64(len(data)) {
+					t.Fatalf("cut %d outside %d bytes", c, len(data))
+				}
+			}
+		}
+		chunking, chunks, err := ChunkFile("router.onnx", bytes.NewReader(data), int64(len(data)))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if (chunking == ChunkingONNX) != (cuts != nil) {
+			t.Fatalf("chunking %s with cuts %v", chunking, cuts)
+		}
+		f := File{Name: "router.onnx", Size: int64(len(data)), Chunking: chunking, Chunks: chunks}
+		if len(data) > 0 {
+			if err := f.checkChunks(); err != nil {
+				t.Fatal(err)
+			}
+		}
+	})
+}

@@ -13,15 +13,20 @@ import (
 	"strings"
 
 	"github.com/phaseless/phaseless/firmware"
+	"github.com/phaseless/phaseless/transport/fleetwire"
 )
 
 // chunkStore keeps the chunks of an update that the device fetched, one
 // file per chunk named by its sha256 (DATA_DIR/ota/chunks), until the
-// update is installed: with the bytes of a chunk being fetched in
+// update is committed: with the bytes of a chunk being fetched in
 // SHA.part, it is the download's progress, which survives a lost link, a
 // restart and a kill -9. It never holds more than max bytes (an update
 // that would need more is refused before its download) and is emptied
-// once an update is installed.
+// once the update it served is committed (Updater.gcChunks), not when
+// its files are written: an update rolled back (a failed trial, a probe
+// gate) keeps its chunks, so trying it again, or a fixed build that
+// shares most of them, fetches only what it does not share. The next
+// download drops whatever it does not want (keepOnly).
 type chunkStore struct {
 	dir string
 	max int64
@@ -98,9 +103,38 @@ func (s *chunkStore) keepOnly(keep map[string]bool) {
 	}
 }
 
-// clear empties the store after an install (the chunks now live in the
-// installed files) or when an update is given up.
+// clear empties the store once its update is committed: its chunks then
+// live in the files in force.
 func (s *chunkStore) clear() { s.keepOnly(nil) }
+
+// gcChunks empties the chunk store if the last download's update is
+// committed; see gcChunksLocked. It waits for a download in progress.
+func (o *Updater) gcChunks() {
+	o.dl.run.Lock()
+	defer o.dl.run.Unlock()
+	o.gcChunksLocked()
+}
+
+// gcChunksLocked (its caller holds dl.run) empties the chunk store when
+// the last download was installed and what it installed is committed: a
+// hot-swapped kind is committed by its install (the health check and
+// probe gate run inside it, and a failed one returns an error, so its
+// state is failed, not installed); an agent build once its slot is the
+// active one and no trial is pending. A trial, or a build rolled back
+// (the active slot holds another version), keeps its chunks.
+func (o *Updater) gcChunksLocked() {
+	st := o.dl.report()
+	if st.State != fleetwire.UpdateInstalled {
+		return // downloading, deferred, refused or failed: the chunks serve a retry
+	}
+	if st.Kind == firmware.KindAgent {
+		ss := o.slots.State()
+		if ss.Trial != "" || ss.Versions[ss.Active] != st.Version {
+			return
+		}
+	}
+	o.dl.store.clear()
+}
 
 // localChunk is where a chunk may be read on the device without a
 // download: a section of an installed file.

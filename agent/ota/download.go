@@ -222,8 +222,8 @@ func (o *Updater) download(ctx context.Context, u *url.URL) (string, error) {
 	var stalled *stalledError
 	switch {
 	case err == nil:
-		d.store.clear()
 		d.set(func(st *fleetwire.UpdateStatus) { st.State = fleetwire.UpdateInstalled })
+		o.gcChunksLocked()
 	case errors.As(err, &stalled) || ctx.Err() != nil:
 		// The link went away: the chunks fetched so far stay, and
 		// RunPending (or the next start) resumes the download.

@@ -20,6 +20,7 @@ import (
 	"github.com/phaseless/phaseless/firmware"
 	"github.com/phaseless/phaseless/internal/crashtest"
 	"github.com/phaseless/phaseless/models/predictor"
+	"github.com/phaseless/phaseless/models/predictor/onnxpb"
 	"github.com/phaseless/phaseless/transport/fleetwire"
 	"github.com/phaseless/phaseless/transport/linkemu"
 )
@@ -98,6 +99,17 @@ func (s *bundleServer) add(t *testing.T, priv ed25519.PrivateKey, path string, m
 	return b.Len()
 }
 
+// headerBytes is what a device that holds all of bundle's files fetches
+// of it: its header, or the header probe if that is more.
+func headerBytes(t *testing.T, bundle []byte) int64 {
+	t.Helper()
+	n, err := firmware.HeaderSize(bundle)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return max(n, firmware.HeaderProbe)
+}
+
 func testKey(t *testing.T) (string, ed25519.PrivateKey) {
 	pub, priv, _ := ed25519.GenerateKey(nil)
 	p := filepath.Join(t.TempDir(), "ota-pub.pem")
@@ -150,9 +162,7 @@ func TestChunkedUpdateFetchesOnlyChangedChunks(t *testing.T) {
 		if st := o.slots.State(); st.Trial == "" || st.Versions[st.Trial] != name {
 			t.Fatalf("update %s: %q, slots %+v", name, out, st)
 		}
-		if err := o.slots.Commit(); err != nil {
-			t.Fatal(err)
-		}
+		commitTrial(t, o)
 		sent := srv.sent.Load() - before
 		st := o.UpdateStatus()
 		if st.State != fleetwire.UpdateInstalled || st.Version != name || st.TransferredBytes != sent || st.FullBytes != int64(full) {
@@ -181,6 +191,85 @@ func TestChunkedUpdateFetchesOnlyChangedChunks(t *testing.T) {
 	if n := o.dl.store.used(); n != 0 {
 		t.Errorf("the chunk store holds %d bytes after the install", n)
 	}
+}
+
+// commitTrial commits the slot on trial as the device does: the trial
+// build's own process answers "ota-commit" (the supervisor's commit after
+// /readyz is the same change of the slots, seen by WatchCommit).
+func commitTrial(t *testing.T, o *Updater) {
+	t.Helper()
+	trial, err := Open(Config{DataDir: o.dataDir, Board: o.board, Slot: o.slots.State().Trial, Clock: &fakeClock{}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := trial.Commit(context.Background(), fleetwire.Command{Name: "ota-commit"}); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// The chunk store is emptied when an update is committed, not when its
+// files are written: a trial that is rolled back keeps its chunks (for a
+// retry, or a fixed build that shares them), and so does every restart
+// until the commit.
+func TestChunkStoreKeptUntilCommit(t *testing.T) {
+	pubPath, priv := testKey(t)
+	srv := newBundleServer(t)
+	srv.add(t, priv, "/2.0", firmware.Manifest{Version: "2.0", Board: "rpi4"}, agentFile, randomBinary(11, 1<<20))
+	// install opens a device on a fresh data directory and installs 2.0
+	// on trial; open is a start of that device's agent in a slot.
+	install := func(t *testing.T) (open func(slot string) *Updater, held int64) {
+		t.Helper()
+		dir := t.TempDir()
+		open = func(slot string) *Updater {
+			t.Helper()
+			o, err := Open(Config{DataDir: dir, Board: "rpi4", OTAPub: pubPath, Origins: []string{srv.URL}, Slot: slot, Clock: &fakeClock{}})
+			if err != nil {
+				t.Fatal(err)
+			}
+			return o
+		}
+		o := open("a")
+		if _, err := update(t, o, srv.URL+"/2.0"); err != nil {
+			t.Fatal(err)
+		}
+		if held = o.dl.store.used(); held < 1<<20 {
+			t.Fatalf("after the install, on trial: the chunk store holds %d bytes, want the file's chunks", held)
+		}
+		return open, held
+	}
+
+	t.Run("commit", func(t *testing.T) {
+		open, held := install(t)
+		trial := open("b") // the trial build starts: not committed yet
+		if n := trial.dl.store.used(); n != held {
+			t.Fatalf("the trial build's start left %d bytes of %d in the store", n, held)
+		}
+		if _, err := trial.Commit(context.Background(), fleetwire.Command{Name: "ota-commit"}); err != nil {
+			t.Fatal(err)
+		}
+		if n := trial.dl.store.used(); n != 0 {
+			t.Errorf("after the commit the chunk store holds %d bytes", n)
+		}
+	})
+	t.Run("rollback", func(t *testing.T) {
+		open, held := install(t)
+		o := open("b")
+		// The trial fails; the supervisor rolls it back and starts slot a.
+		if err := o.slots.Rollback(); err != nil {
+			t.Fatal(err)
+		}
+		o = open("a")
+		if n := o.dl.store.used(); n != held {
+			t.Fatalf("after a rollback and a restart the store holds %d bytes, was %d", n, held)
+		}
+		before := srv.sent.Load()
+		if _, err := update(t, o, srv.URL+"/2.0"); err != nil {
+			t.Fatal(err)
+		}
+		if sent, hdr := srv.sent.Load()-before, headerBytes(t, srv.bundles["/2.0"]); sent > hdr {
+			t.Errorf("the update tried again fetched %d bytes, more than its %d-byte header", sent, hdr)
+		}
+	})
 }
 
 // A download whose link is cut half-way resumes: the cut chunk by a range
@@ -457,6 +546,50 @@ func TestChunkedRouterUpdateReusesWhatRuns(t *testing.T) {
 	if sent := srv.sent.Load() - before; sent > firmware.HeaderProbe {
 		t.Errorf("router 1.3: fetched %d bytes of the installed version's file", sent)
 	}
+
+	// A router whose output layer and threshold alone changed (what
+	// `model train --head` makes) costs the header and those chunks: its
+	// first layer's 57 KB come from the installed file.
+	head := retrainedHead(t, shipped)
+	full := srv.add(t, priv, "/1.4", firmware.Manifest{Version: "1.4", Board: "rpi4", Kind: firmware.KindPredictor}, "router.onnx", head)
+	before = srv.sent.Load()
+	if _, err := update(t, o, srv.URL+"/1.4"); err != nil {
+		t.Fatal(err)
+	}
+	sent := srv.sent.Load() - before
+	if limit := headerBytes(t, srv.bundles["/1.4"]) + 2<<10; sent > limit {
+		t.Errorf("router 1.4 (new output layer): fetched %d of %d bytes, want at most %d", sent, full, limit)
+	}
+	if cost, err := firmware.FetchCost(srv.bundles["/1.4"], map[string][]byte{"router.onnx": shipped}); err != nil || cost.Fetch != sent {
+		t.Errorf("FetchCost %+v (%v), the device fetched %d", cost, err, sent)
+	}
+	if th, ok := pred.Threshold(); !ok || th != 0.25 {
+		t.Errorf("router in force has threshold %v (%v), want 1.4's 0.25", th, ok)
+	}
+	t.Logf("router 1.4: %d of %d bytes (%.1f%%)", sent, full, 100*float64(sent)/float64(full))
+}
+
+// retrainedHead is the router model with its output layer and threshold
+// changed and its first layer as it was.
+func retrainedHead(t *testing.T, model []byte) []byte {
+	t.Helper()
+	m, err := onnxpb.Unmarshal(model)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range m.Graph.Initializers {
+		if in := &m.Graph.Initializers[i]; in.Name == "w2" || in.Name == "b2" {
+			for j := range in.Floats {
+				in.Floats[j] *= 1.1
+			}
+		}
+	}
+	for i := range m.Metadata {
+		if m.Metadata[i].Key == predictor.MetaThreshold {
+			m.Metadata[i].Value = "0.2500"
+		}
+	}
+	return onnxpb.Marshal(m)
 }
 
 // An update sent while the link is down is not a failed update: the

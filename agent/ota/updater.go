@@ -138,6 +138,9 @@ func Open(cfg Config) (*Updater, error) {
 		return nil, err
 	}
 	o.openTrialGate()
+	// A trial the supervisor committed while no agent watched (the trial
+	// process died after /readyz) is committed all the same.
+	o.gcChunks()
 	return o, nil
 }
 
@@ -218,6 +221,8 @@ func (o *Updater) WatchCommit(ctx context.Context, publish func(context.Context)
 		case <-t.C:
 		}
 	}
+	// Committed, or rolled back (which keeps the chunks).
+	o.gcChunks()
 	for ctx.Err() == nil { // the connection may be down for a while
 		if err := publish(ctx); err == nil {
 			return
@@ -350,6 +355,7 @@ func (o *Updater) Commit(context.Context, fleetwire.Command) (string, error) {
 	if err := o.slots.Commit(); err != nil {
 		return "", err
 	}
+	o.gcChunks()
 	slot, version := o.slots.Running()
 	return fmt.Sprintf("slot %s (%s) is now the active slot", slot, version), nil
 }

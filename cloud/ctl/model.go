@@ -8,6 +8,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"os"
 	"strconv"
 
 	"github.com/phaseless/phaseless/cloud/fleetapi/trainset"
@@ -180,6 +181,7 @@ func modelTrain(ctx context.Context, cio cli.IO, args []string) error {
 	trainProbe := fs.Bool("probe", false, "train on the edge model's prefill probe (the device then runs it before each routed request); default: the probe block is left empty and ignored")
 	telWeight := fs.Float64("telemetry-weight", 0, "share of the loss on the --telemetry examples, edge labels only (0 = the default, 0.2)")
 	augment := fs.Int("augment", train.EdgeAugment, "edge labels: unseen-word copies of each short training request (train.AugmentUnseen; 0 none)")
+	head := fs.String("head", "", "retrain only the output layer of this ONNX router (written by model train), keeping its first layer byte for byte, and choose the threshold again: an update that devices running it fetch as a few KB (firmware.ChunkingONNX)")
 	devOnly := fs.Bool("dev-only", false, "edge labels: print no number of the held-out sets (fresh.tsv, fresh2.tsv), for the runs that choose features and settings")
 	if err := parseFlags(fs, cio, args, "phaselessctl model train [--data DIR] [--telemetry FILE] --out F: train the router predictor and evaluate it"); err != nil {
 		return helpOK(err)
@@ -225,13 +227,23 @@ func modelTrain(ctx context.Context, cio cli.IO, args []string) error {
 			path, st.Records, st.Local, st.Cloud, st.SkippedVersion, st.SkippedUnknown)
 		fleetExamples = append(fleetExamples, ex...)
 	}
+	var headNet *train.Net
+	if *head != "" {
+		raw, err := os.ReadFile(*head)
+		if err != nil {
+			return &cli.FieldError{Field: "head", Err: err}
+		}
+		if headNet, err = train.NetFromONNX(raw); err != nil {
+			return &cli.FieldError{Field: "head", Err: err}
+		}
+	}
 	res, err := train.Run(ctx, train.Options{
 		DataDir:   *data,
 		Labels:    *labels,
 		Compare:   others,
 		Telemetry: fleetExamples,
 		Out:       *out,
-		Config:    train.Config{Seed: *seed, Hidden: *hidden, Epochs: *epochs, LearnRate: *lr, MaxCarToCloud: *maxCar, ValThreshold: *valThreshold, UnansweredTarget: *unanswered, SourceWeights: weights, Probe: *trainProbe, Augment: *augment},
+		Config:    train.Config{Seed: *seed, Hidden: *hidden, Epochs: *epochs, LearnRate: *lr, MaxCarToCloud: *maxCar, ValThreshold: *valThreshold, UnansweredTarget: *unanswered, SourceWeights: weights, Probe: *trainProbe, Augment: *augment, Head: headNet},
 		Log:       cio.Stderr,
 	})
 	if err != nil {

@@ -144,3 +144,20 @@ func TestModelTrainTelemetry(t *testing.T) {
 		t.Fatal("a missing telemetry file was accepted")
 	}
 }
+
+// model train --head names the router whose first layer a run keeps; a
+// file that is not such a router is refused, naming the flag, before any
+// training.
+func TestModelTrainHeadRefusesBadFile(t *testing.T) {
+	bad := filepath.Join(t.TempDir(), "bad.onnx")
+	if err := os.WriteFile(bad, []byte("not onnx"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	for _, head := range []string{bad, filepath.Join(t.TempDir(), "missing.onnx")} {
+		_, err := runCtl(t, "model", "train", "--head", head, "--out", filepath.Join(t.TempDir(), "x.onnx"))
+		var fe *cli.FieldError
+		if !errors.As(err, &fe) || fe.Field != "head" {
+			t.Errorf("--head %s: %v, want an error naming head", filepath.Base(head), err)
+		}
+	}
+}

@@ -4,7 +4,9 @@ import (
 	"bytes"
 	"context"
 	"crypto/ed25519"
+	"encoding/json"
 	"encoding/pem"
+	"errors"
 	"net"
 	"net/http"
 	"net/http/httptest"
@@ -22,11 +24,24 @@ import (
 	"github.com/phaseless/phaseless/firmware"
 )
 
-// buildVersion builds this agent for the host with a version stamped in.
-func buildVersion(t *testing.T, version string) []byte {
+// buildVersion builds this agent for the host with a version stamped in;
+// with a model, that GGUF file is embedded instead of the shipped edge
+// model (go build -overlay replaces models/edgemodel/edge.gguf).
+func buildVersion(t *testing.T, version string, model ...string) []byte {
 	t.Helper()
 	bin := filepath.Join(t.TempDir(), "phaseless-agent")
-	cmd := exec.Command("go", "build", "-tags", agentTags, "-trimpath", "-ldflags", "-s -w -X github.com/phaseless/phaseless/internal/cli.Version="+version, "-o", bin, ".")
+	args := []string{"build", "-tags", agentTags, "-trimpath", "-ldflags", "-s -w -X github.com/phaseless/phaseless/internal/cli.Version=" + version, "-o", bin}
+	if len(model) > 0 {
+		shipped, err1 := filepath.Abs("../../../models/edgemodel/edge.gguf")
+		other, err2 := filepath.Abs(model[0])
+		raw, err3 := json.Marshal(map[string]map[string]string{"Replace": {shipped: other}})
+		overlay := filepath.Join(t.TempDir(), "overlay.json")
+		if err := errors.Join(err1, err2, err3, os.WriteFile(overlay, raw, 0o644)); err != nil {
+			t.Fatal(err)
+		}
+		args = append(args, "-overlay", overlay)
+	}
+	cmd := exec.Command("go", append(args, ".")...)
 	cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
 	if out, err := cmd.CombinedOutput(); err != nil {
 		t.Fatalf("build %s: %v\n%s", version, err, out)
@@ -45,7 +60,9 @@ func buildVersion(t *testing.T, version string) []byte {
 // supervisor boots the new slot on trial and commits it once it answers
 // /readyz, and the fleet sees the new version. A second rollout ships a
 // build that cannot start: the supervisor rolls it back, the agent reports
-// the rollback, and the rollout halts by itself.
+// the rollback, and the rollout halts by itself. A third ships a build that
+// embeds a worse edge model with a probe set: its probe gate fails, it is
+// rolled back and the rollout halts (it commits when the gate is removed).
 func TestSupervisedRolloutEndToEnd(t *testing.T) {
 	if testing.Short() {
 		t.Skip("builds the agent twice and runs it")
@@ -127,10 +144,15 @@ func TestSupervisedRolloutEndToEnd(t *testing.T) {
 	}
 	wait("the factory agent online", func() bool { v, _, _ := status(); return v == "1.0.0" })
 
-	rollout := func(version string, payload []byte) *fleet.Rollout {
+	rollout := func(version string, payload []byte, probes ...[]byte) *fleet.Rollout {
 		t.Helper()
+		files, order := map[string][]byte{"phaseless-agent": payload}, []string{"phaseless-agent"}
+		if len(probes) > 0 {
+			files[firmware.ProbeSetFile] = probes[0]
+			order = append(order, firmware.ProbeSetFile)
+		}
 		var bb bytes.Buffer
-		if err := firmware.Write(&bb, priv, version, "rk3588", map[string][]byte{"phaseless-agent": payload}, []string{"phaseless-agent"}); err != nil {
+		if err := firmware.Write(&bb, priv, version, "rk3588", files, order); err != nil {
 			t.Fatal(err)
 		}
 		art, err := mgr.PutArtifact(&bb)
@@ -173,6 +195,58 @@ func TestSupervisedRolloutEndToEnd(t *testing.T) {
 		t.Fatalf("slot state after a failed update: %+v", st)
 	}
 	t.Logf("rollout 2: %s", r.Devices["car-1"].Error)
+
+	// A build that starts but embeds a worse edge model (the shipped
+	// recipe stopped at step 600) and carries a probe set: the installing
+	// agent scores its own engine on the set; the trial build's /readyz
+	// (the supervisor's health check) is not ready until it has scored its
+	// own, which is lower, so the trial gives up before the supervisor
+	// commits it, the supervisor boots slot b again, and the device reports
+	// the rollback with both scores.
+	worse := buildVersion(t, "4.0.0", "../../testdata/edge-step600.gguf")
+	r3 := rollout("4.0.0", worse, incarProbes(t, priv))
+	wait("rollout of the worse-model 4.0.0 to halt", func() bool { r, _ := mgr.Rollout(r3.ID); return r.State != fleet.RolloutRunning })
+	r, _ = mgr.Rollout(r3.ID)
+	if r.State != fleet.RolloutHalted || r.Devices["car-1"].State != fleet.DeviceFailed {
+		t.Fatalf("rollout 3 is %s (%s): %+v", r.State, r.Reason, r.Devices["car-1"])
+	}
+	wait("the device back on 2.0.0", func() bool { v, _, rb := status(); return v == "2.0.0" && rb == "4.0.0" })
+	d, err := mgr.Device("car-1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	g := d.Status.ProbeGates[firmware.KindAgent]
+	if g.Version != "4.0.0" || g.Pass || !strings.Contains(g.Result, "installed 1.000") {
+		t.Fatalf("probe gate in the status: %+v", g)
+	}
+	slots, _ = firmware.OpenSlots(filepath.Join(dataDir, "ota"), "ignored")
+	if st := slots.State(); st.Active != "b" || st.Trial != "" {
+		t.Fatalf("slot state after the failed probe gate: %+v", st)
+	}
+	t.Logf("rollout 3: %s", g.Result)
+}
+
+// incarProbes is agent/testdata/probes-incar.jsonl as a probe set with
+// margin 0.1, signed with key.
+func incarProbes(t *testing.T, key ed25519.PrivateKey) []byte {
+	t.Helper()
+	raw, err := os.ReadFile("../../testdata/probes-incar.jsonl")
+	if err != nil {
+		t.Fatal(err)
+	}
+	set := firmware.ProbeSet{Name: "incar", Margin: 0.1}
+	for _, line := range strings.Split(strings.TrimSpace(string(raw)), "\n") {
+		var p firmware.Probe
+		if err := json.Unmarshal([]byte(line), &p); err != nil {
+			t.Fatal(err)
+		}
+		set.Probes = append(set.Probes, p)
+	}
+	probes, err := firmware.SignProbeSet(key, set)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return probes
 }
 
 // syncBuffer is a strings.Builder the command's stdout and stderr copiers

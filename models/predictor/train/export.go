@@ -1,6 +1,7 @@
 package train
 
 import (
+	"errors"
 	"fmt"
 	"strconv"
 
@@ -91,4 +92,41 @@ func (n *Net) featureVersion() int {
 		return 2
 	}
 	return textfeat.Version
+}
+
+// NetFromONNX reads back a net that ONNX wrote, for Config.Head: its
+// first layer as exported (the standardisation folded in, so Mean 0 and
+// Std 1, which export folds again without changing a bit), its output
+// layer, threshold and probe flag.
+func NetFromONNX(b []byte) (*Net, error) {
+	m, err := onnxpb.Unmarshal(b)
+	if err != nil {
+		return nil, err
+	}
+	init := map[string]onnxpb.Tensor{}
+	for _, t := range m.Graph.Initializers {
+		init[t.Name] = t
+	}
+	w1, b1, w2, b2 := init["w1"], init["b1"], init["w2"], init["b2"]
+	if len(w1.Dims) != 2 || len(w2.Dims) != 2 || len(b2.Floats) != 1 {
+		return nil, errors.New("train: not a router MLP written by train (initializers w1, b1, w2, b2)")
+	}
+	in, hid := int(w1.Dims[0]), int(w1.Dims[1])
+	if in < 1 || hid < 1 || len(w1.Floats) != in*hid || len(b1.Floats) != hid || len(w2.Floats) != hid {
+		return nil, fmt.Errorf("train: router MLP of %v, %d, %d weights", w1.Dims, len(b1.Floats), len(w2.Floats))
+	}
+	n := &Net{In: in, Hidden: hid, W1: w1.Floats, B1: b1.Floats, W2: w2.Floats, B2: b2.Floats[0],
+		Mean: make([]float32, in), Std: make([]float32, in)}
+	for j := range n.Std {
+		n.Std[j] = 1
+	}
+	if v, ok := m.Meta(predictor.MetaThreshold); ok {
+		if n.Threshold, err = strconv.ParseFloat(v, 64); err != nil {
+			return nil, fmt.Errorf("train: threshold %q: %w", v, err)
+		}
+	}
+	if v, ok := m.Meta(predictor.MetaProbe); ok {
+		n.IgnoresProbe = v == "0"
+	}
+	return n, nil
 }

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"math"
 	"math/rand/v2"
+	"slices"
 
 	G "gorgonia.org/gorgonia"
 	"gorgonia.org/tensor"
@@ -55,6 +56,14 @@ type Config struct {
 	// Augment is how many unseen-word copies of each short training
 	// request AugmentUnseen adds (edge labels; 0 none).
 	Augment int
+	// Head, when set, is the net whose first layer the run keeps (its
+	// weights frozen, written back byte for byte: NetFromONNX) while it
+	// trains the output layer alone, from Head's, and chooses the
+	// threshold again. A device that runs Head's model then fetches the
+	// output layer's few hundred bytes and the metadata of the update
+	// (firmware.ChunkingONNX), not the whole file: the cheap update of a
+	// router that the fleet's telemetry recalibrates.
+	Head *Net `json:"-"`
 }
 
 func (c *Config) fill() {
@@ -154,6 +163,14 @@ func Fit(cfg Config, examples []Example) (*Net, error) {
 
 	net := &Net{In: in, Hidden: hid}
 	net.Mean, net.Std = standardize(examples, in)
+	if h := cfg.Head; h != nil {
+		if h.In != in {
+			return nil, fmt.Errorf("train: the head's net reads %d features, the examples have %d", h.In, in)
+		}
+		// Its standardisation is folded into its first layer already.
+		hid = h.Hidden
+		net.Hidden, net.Mean, net.Std, net.IgnoresProbe = hid, h.Mean, h.Std, h.IgnoresProbe
+	}
 	weights, err := exampleWeights(cfg, examples)
 	if err != nil {
 		return nil, err
@@ -174,15 +191,23 @@ func Fit(cfg Config, examples []Example) (*Net, error) {
 	x := G.NewMatrix(g, tensor.Float32, G.WithShape(bs, in), G.WithName("x"))
 	y := G.NewMatrix(g, tensor.Float32, G.WithShape(bs, 1), G.WithName("y"))
 	wt := G.NewMatrix(g, tensor.Float32, G.WithShape(bs, 1), G.WithName("w"))
+	w1v, b1v := glorot(in, hid, in*hid), make([]float32, hid)
+	w2v, b2v := glorot(hid, 1, hid), make([]float32, 1)
+	if h := cfg.Head; h != nil {
+		w1v, b1v, w2v, b2v = slices.Clone(h.W1), slices.Clone(h.B1), slices.Clone(h.W2), []float32{h.B2}
+	}
 	w1 := G.NewMatrix(g, tensor.Float32, G.WithShape(in, hid), G.WithName("w1"),
-		G.WithValue(tensor.New(tensor.WithShape(in, hid), tensor.WithBacking(glorot(in, hid, in*hid)))))
+		G.WithValue(tensor.New(tensor.WithShape(in, hid), tensor.WithBacking(w1v))))
 	b1 := G.NewMatrix(g, tensor.Float32, G.WithShape(1, hid), G.WithName("b1"),
-		G.WithValue(tensor.New(tensor.WithShape(1, hid), tensor.WithBacking(make([]float32, hid)))))
+		G.WithValue(tensor.New(tensor.WithShape(1, hid), tensor.WithBacking(b1v))))
 	w2 := G.NewMatrix(g, tensor.Float32, G.WithShape(hid, 1), G.WithName("w2"),
-		G.WithValue(tensor.New(tensor.WithShape(hid, 1), tensor.WithBacking(glorot(hid, 1, hid)))))
+		G.WithValue(tensor.New(tensor.WithShape(hid, 1), tensor.WithBacking(w2v))))
 	b2 := G.NewMatrix(g, tensor.Float32, G.WithShape(1, 1), G.WithName("b2"),
-		G.WithValue(tensor.New(tensor.WithShape(1, 1), tensor.WithBacking(make([]float32, 1)))))
+		G.WithValue(tensor.New(tensor.WithShape(1, 1), tensor.WithBacking(b2v))))
 	learnables := G.Nodes{w1, b1, w2, b2}
+	if cfg.Head != nil {
+		learnables = G.Nodes{w2, b2} // w1 and b1 keep the head's values
+	}
 
 	h := G.Must(G.Rectify(G.Must(G.BroadcastAdd(G.Must(G.Mul(x, w1)), b1, nil, []byte{0}))))
 	z := G.Must(G.BroadcastAdd(G.Must(G.Mul(h, w2)), b2, nil, []byte{0}))

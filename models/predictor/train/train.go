@@ -125,7 +125,7 @@ func Run(ctx context.Context, opt Options) (*Result, error) {
 	if err != nil {
 		return nil, err
 	}
-	if labels == LabelsEdge && !cfg.Probe {
+	if labels == LabelsEdge && !cfg.Probe && cfg.Head == nil { // a head's first layer stays as it is
 		net.IgnoreProbe()
 	}
 	res.Net = net

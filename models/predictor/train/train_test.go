@@ -11,6 +11,7 @@ import (
 
 	"github.com/phaseless/phaseless/models/intents"
 	"github.com/phaseless/phaseless/models/predictor"
+	"github.com/phaseless/phaseless/models/predictor/onnxpb"
 	"github.com/phaseless/phaseless/models/textfeat"
 )
 
@@ -445,4 +446,56 @@ func loadSplit(t *testing.T, graded bool) (*Data, *EdgeSplit) {
 		t.Fatal(err)
 	}
 	return d, s
+}
+
+// A head-only run (Config.Head, model train --head) keeps the shipped
+// router's first layer bit for bit, its export included, and trains the
+// output layer: the update a device fetches as its output layer's chunks.
+func TestFitHead(t *testing.T) {
+	shipped := predictor.Shipped()
+	head, err := NetFromONNX(shipped)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Equal(head.ONNX(), shipped) {
+		t.Fatal("NetFromONNX(shipped).ONNX() is not the shipped file")
+	}
+	d, err := LoadRouting(repoData)
+	if err != nil {
+		t.Fatal(err)
+	}
+	net, err := Fit(Config{Seed: 5, Epochs: 1, Head: head}, d.TrainExamples()[:2000])
+	if err != nil {
+		t.Fatal(err)
+	}
+	bits := func(v []float32) []uint32 {
+		out := make([]uint32, len(v))
+		for i, f := range v {
+			out[i] = math.Float32bits(f)
+		}
+		return out
+	}
+	m, err := onnxpb.Unmarshal(net.ONNX())
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, in := range m.Graph.Initializers {
+		switch in.Name {
+		case "w1":
+			if !slices.Equal(bits(in.Floats), bits(head.W1)) {
+				t.Error("the exported first layer's weights changed")
+			}
+		case "b1":
+			if !slices.Equal(bits(in.Floats), bits(head.B1)) {
+				t.Error("the exported first layer's bias changed")
+			}
+		case "w2":
+			if slices.Equal(bits(in.Floats), bits(head.W2)) {
+				t.Error("the output layer did not train")
+			}
+		}
+	}
+	if _, err := Fit(Config{Seed: 5, Epochs: 1, Head: head}, v1Prefix(d.TrainExamples()[:100])); err == nil {
+		t.Error("a head of another feature width was accepted")
+	}
 }
