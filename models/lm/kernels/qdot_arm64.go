@@ -75,6 +75,15 @@ func dotQ6KNEON(w, x *byte, nb int) float32
 //go:noescape
 func dotQ8_0MMLA(w *byte, wstride int, x *byte, xstride int, nb int, out *[4]float32)
 
+// dotQ4_0MMLA and dotQ5_0MMLA are dotQ8_0MMLA with the rows' blocks
+// unpacked as dot32 does (same file).
+//
+//go:noescape
+func dotQ4_0MMLA(w *byte, wstride int, x *byte, xstride int, nb int, out *[4]float32)
+
+//go:noescape
+func dotQ5_0MMLA(w *byte, wstride int, x *byte, xstride int, nb int, out *[4]float32)
+
 // dotQ4KMMLA is dotQ8_0MMLA's Q4_K counterpart (same file).
 //
 //go:noescape
@@ -135,6 +144,8 @@ func fastDot(d gguf.DType) func(w, x []byte, nb int) float32 {
 
 // i8mmKernels are the types with a two-row, two-token SMMLA kernel.
 var i8mmKernels = map[gguf.DType]func(w *byte, wstride int, x *byte, xstride int, nb int, out *[4]float32){
+	gguf.Q4_0: dotQ4_0MMLA,
+	gguf.Q5_0: dotQ5_0MMLA,
 	gguf.Q8_0: dotQ8_0MMLA,
 	gguf.Q4_K: dotQ4KMMLA,
 	gguf.Q6_K: dotQ6KMMLA,

@@ -61,7 +61,8 @@ func TestArm64KernelsUnderQEMU(t *testing.T) {
 		cpus[2].want = append(cpus[2].want, d.String()+" sdot kernel equals")
 	}
 	// i8mmKernels' types (qdot_arm64.go, not built here).
-	cpus[2].want = append(cpus[2].want, "q8_0 i8mm kernel equals", "q4_K i8mm kernel equals", "q6_K i8mm kernel equals")
+	cpus[2].want = append(cpus[2].want, "q4_0 i8mm kernel equals", "q5_0 i8mm kernel equals", "q8_0 i8mm kernel equals",
+		"q4_K i8mm kernel equals", "q6_K i8mm kernel equals")
 	var wg sync.WaitGroup
 	outs := make([][]byte, len(cpus))
 	errs := make([]error, len(cpus))
