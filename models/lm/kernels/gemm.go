@@ -13,8 +13,8 @@ package kernels
 // stays in L1/L2 while every row of the tile meets it, and the row tile
 // stays in L2 across token tiles. Each (row, token) product is still the
 // type's dot kernel's operations in the same order (one call per pair, ×4
-// for groups of four tokens on amd64, 2×2 for pairs of rows and tokens on
-// arm64 with i8mm), so a result does not depend on the batch, the tiling,
+// for groups of four tokens on amd64 and, for Q4_0, Q5_0 and Q8_0, on
+// arm64, 2×2 for pairs of rows and tokens on arm64 with i8mm), so a result does not depend on the batch, the tiling,
 // the CPU's features or the thread count.
 
 // gemmTokenBytes bounds a token tile's quantized activations: 32 KiB fits

@@ -68,12 +68,42 @@ func dotQ6KSDOT(w, x *byte, nb int) float32
 //go:noescape
 func dotQ6KNEON(w, x *byte, nb int) float32
 
+// The one-row, four-token kernels (Q4_0, Q5_0, Q8_0; end of qdot_arm64.s):
+// out[k] is the row at w times the token at x + k·xstride.
+
+//go:noescape
+func dotQ4_0x4SDOT(w, x *byte, xstride, nb int, out *[4]float32)
+
+//go:noescape
+func dotQ4_0x4NEON(w, x *byte, xstride, nb int, out *[4]float32)
+
+//go:noescape
+func dotQ5_0x4SDOT(w, x *byte, xstride, nb int, out *[4]float32)
+
+//go:noescape
+func dotQ5_0x4NEON(w, x *byte, xstride, nb int, out *[4]float32)
+
+//go:noescape
+func dotQ8_0x4SDOT(w, x *byte, xstride, nb int, out *[4]float32)
+
+//go:noescape
+func dotQ8_0x4NEON(w, x *byte, xstride, nb int, out *[4]float32)
+
 // dotQ8_0MMLA is the Q8_0 product of the rows at w and w+wstride with the
 // tokens at x and x+xstride (qdot_i8mm_arm64.s), out = [r0·t0, r0·t1,
 // r1·t0, r1·t1].
 //
 //go:noescape
 func dotQ8_0MMLA(w *byte, wstride int, x *byte, xstride int, nb int, out *[4]float32)
+
+// dotQ4_0MMLA and dotQ5_0MMLA are dotQ8_0MMLA with the rows' blocks
+// unpacked as dot32 does (same file).
+//
+//go:noescape
+func dotQ4_0MMLA(w *byte, wstride int, x *byte, xstride int, nb int, out *[4]float32)
+
+//go:noescape
+func dotQ5_0MMLA(w *byte, wstride int, x *byte, xstride int, nb int, out *[4]float32)
 
 // dotQ4KMMLA is dotQ8_0MMLA's Q4_K counterpart (same file).
 //
@@ -88,21 +118,23 @@ func dotQ6KMMLA(w *byte, wstride int, x *byte, xstride int, nb int, out *[4]floa
 // arm64Kernel is one type's pair of kernels: with the ARMv8.2 dot-product
 // extension (SDOT) and with base NEON (SMULL/SMLAL/SADDLP, for Cortex-A53,
 // A55 without it, A72: Raspberry Pi 3 and 4). Both give the Go kernel's bits.
+// sdot4 and neon4 take one row against four tokens (nil for types without).
 type arm64Kernel struct {
-	sdot, neon func(w, x *byte, nb int) float32
+	sdot, neon   func(w, x *byte, nb int) float32
+	sdot4, neon4 func(w, x *byte, xstride, nb int, out *[4]float32)
 }
 
 var arm64Kernels = map[gguf.DType]arm64Kernel{
-	gguf.Q4_0: {dotQ4_0SDOT, dotQ4_0NEON},
-	gguf.Q4_1: {dotQ4_1SDOT, dotQ4_1NEON},
-	gguf.Q5_0: {dotQ5_0SDOT, dotQ5_0NEON},
-	gguf.Q5_1: {dotQ5_1SDOT, dotQ5_1NEON},
-	gguf.Q8_0: {dotQ8_0SDOT, dotQ8_0NEON},
-	gguf.Q2_K: {dotQ2KSDOT, dotQ2KNEON},
-	gguf.Q3_K: {dotQ3KSDOT, dotQ3KNEON},
-	gguf.Q4_K: {dotQ4KSDOT, dotQ4KNEON},
-	gguf.Q5_K: {dotQ5KSDOT, dotQ5KNEON},
-	gguf.Q6_K: {dotQ6KSDOT, dotQ6KNEON},
+	gguf.Q4_0: {dotQ4_0SDOT, dotQ4_0NEON, dotQ4_0x4SDOT, dotQ4_0x4NEON},
+	gguf.Q4_1: {dotQ4_1SDOT, dotQ4_1NEON, nil, nil},
+	gguf.Q5_0: {dotQ5_0SDOT, dotQ5_0NEON, dotQ5_0x4SDOT, dotQ5_0x4NEON},
+	gguf.Q5_1: {dotQ5_1SDOT, dotQ5_1NEON, nil, nil},
+	gguf.Q8_0: {dotQ8_0SDOT, dotQ8_0NEON, dotQ8_0x4SDOT, dotQ8_0x4NEON},
+	gguf.Q2_K: {dotQ2KSDOT, dotQ2KNEON, nil, nil},
+	gguf.Q3_K: {dotQ3KSDOT, dotQ3KNEON, nil, nil},
+	gguf.Q4_K: {dotQ4KSDOT, dotQ4KNEON, nil, nil},
+	gguf.Q5_K: {dotQ5KSDOT, dotQ5KNEON, nil, nil},
+	gguf.Q6_K: {dotQ6KSDOT, dotQ6KNEON, nil, nil},
 }
 
 // haveSDOT selects the dot-product kernels; haveNEON (ASIMD, which every
@@ -135,6 +167,8 @@ func fastDot(d gguf.DType) func(w, x []byte, nb int) float32 {
 
 // i8mmKernels are the types with a two-row, two-token SMMLA kernel.
 var i8mmKernels = map[gguf.DType]func(w *byte, wstride int, x *byte, xstride int, nb int, out *[4]float32){
+	gguf.Q4_0: dotQ4_0MMLA,
+	gguf.Q5_0: dotQ5_0MMLA,
 	gguf.Q8_0: dotQ8_0MMLA,
 	gguf.Q4_K: dotQ4KMMLA,
 	gguf.Q6_K: dotQ6KMMLA,
@@ -153,5 +187,20 @@ func fastDot2x2(d gguf.DType) func(w []byte, wstride int, x []byte, xstride, nb 
 	}
 }
 
-// fastDot4: no four-token kernels on arm64 yet; mulQuant calls fastDot per token.
-func fastDot4(gguf.DType) func(w, x []byte, stride, nb int, out *[4]float32) { return nil }
+// fastDot4 returns d's one-row, four-token kernel (SDOT where the CPU has
+// it), nil where there is none. x must hold the four rows (checked here: the
+// kernel reads unchecked).
+func fastDot4(d gguf.DType) func(w, x []byte, stride, nb int, out *[4]float32) {
+	k := arm64Kernels[d]
+	f := k.neon4
+	if haveSDOT {
+		f = k.sdot4
+	}
+	if f == nil || !haveNEON {
+		return nil
+	}
+	return func(w, x []byte, stride, nb int, out *[4]float32) {
+		_ = x[4*stride-1]
+		f(unsafe.SliceData(w), unsafe.SliceData(x), stride, nb, out)
+	}
+}

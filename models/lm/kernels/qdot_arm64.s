@@ -43,21 +43,26 @@
 	FMOVS (R1), F1; \
 	FMULS F1, F0, F0
 
-// V6, V7 (int32 lanes 0-3, 4-7) → float, times dd, added to V16, V17.
-#define BLOCK_ACC \
-	WORD $(0x4E21D800|RN(6)|RD(6)); \         // SCVTF V6.4S, V6.4S
-	WORD $(0x4E21D800|RN(7)|RD(7)); \         // SCVTF V7.4S, V7.4S
+// ACC_INTO: V6, V7 (int32 lanes 0-3, 4-7) → float, times dd (S0), added to
+// V(a), V(b).
+#define ACC_INTO(a, b) \
+	WORD $(0x4E21D800|RN(6)|RD(6)); \       // SCVTF V6.4S, V6.4S
+	WORD $(0x4E21D800|RN(7)|RD(7)); \       // SCVTF V7.4S, V7.4S
 	VDUP V0.S[0], V8.S4; \
-	WORD $(0x6E20DC00|RM(8)|RN(6)|RD(6)); \   // FMUL V6.4S, V6.4S, V8.4S
-	WORD $(0x6E20DC00|RM(8)|RN(7)|RD(7)); \   // FMUL V7.4S, V7.4S, V8.4S
-	WORD $(0x4E20D400|RM(6)|RN(16)|RD(16)); \ // FADD V16.4S, V16.4S, V6.4S
-	WORD $(0x4E20D400|RM(7)|RN(17)|RD(17))    // FADD V17.4S, V17.4S, V7.4S
+	WORD $(0x6E20DC00|RM(8)|RN(6)|RD(6)); \ // FMUL V6.4S, V6.4S, V8.4S
+	WORD $(0x6E20DC00|RM(8)|RN(7)|RD(7)); \ // FMUL V7.4S, V7.4S, V8.4S
+	WORD $(0x4E20D400|RM(6)|RN(a)|RD(a)); \ // FADD Va.4S, Va.4S, V6.4S
+	WORD $(0x4E20D400|RM(7)|RN(b)|RD(b))     // FADD Vb.4S, Vb.4S, V7.4S
 
-// V16, V17 → the REDUCE8 sum in F18.
-#define REDUCE_LANES \
-	WORD  $(0x4E20D400|RM(17)|RN(16)|RD(18)); \ // FADD V18.4S, V16.4S, V17.4S
+#define BLOCK_ACC ACC_INTO(16, 17)
+
+// REDUCE_FROM: V(a), V(b) (lanes 0-3, 4-7) → the REDUCE8 sum in F18.
+#define REDUCE_FROM(a, b) \
+	WORD  $(0x4E20D400|RM(b)|RN(a)|RD(18)); \ // FADD V18.4S, Va.4S, Vb.4S
 	WORD  $(0x6E20D400|RM(18)|RN(18)|RD(18)); \ // FADDP V18.4S, V18.4S, V18.4S
 	WORD  $(0x7E30D800|RN(18)|RD(18))            // FADDP S18, V18.2S
+
+#define REDUCE_LANES REDUCE_FROM(16, 17)
 
 // FINISH returns the REDUCE8 sum.
 #define FINISH \
@@ -689,6 +694,77 @@ q32done: \
 	FMOVS F18, ret+24(FP); \
 	RET
 
+// One row against four tokens (Q4_0, Q5_0, Q8_0: the types without a
+// min term), for prefill where the CPU has no i8mm: each block is loaded
+// and unpacked once for the four tokens, whose activation rows are xstride
+// bytes apart. Per token the operations are the one-token kernel's (dd =
+// float32(dw·dx), lanes, REDUCE8), so the bits are the same. Registers:
+// R1, R8, R9, R10 the tokens' blocks, F9 the weight scale, lane sums
+// V16/V17, V20/V21, V22/V23, V28/V29 (the unpacking uses V0-V3, V18, V19,
+// V25-V27, V30, V31; the dots V4-V8, V10-V13).
+
+// WEIGHTS_Q8_0: a Q8_0 block's quants into V2, V3.
+#define WEIGHTS_Q8_0 \
+	ADD  $2, R0, R5; \
+	VLD1 (R5), [V2.B16, V3.B16]
+
+#define NO_CONSTS
+
+// X4_TOKEN: the token block at (xr) times the weights in V2, V3 into V(a), V(b).
+#define X4_TOKEN(xr, dots, a, b) \
+	ADD   $8, xr, R6; \
+	VLD1  (R6), [V4.B16, V5.B16]; \
+	dots; \
+	FMOVS (xr), F1; \
+	FMULS F1, F9, F0; \
+	ACC_INTO(a, b)
+
+#define Q32X4_KERNEL(consts, unpack, dots, wb) \
+	MOVD w+0(FP), R0; \
+	MOVD x+8(FP), R1; \
+	MOVD xstride+16(FP), R7; \
+	MOVD nb+24(FP), R2; \
+	ADD  R7, R1, R8; \
+	ADD  R7, R8, R9; \
+	ADD  R7, R9, R10; \
+	VEOR V16.B16, V16.B16, V16.B16; \
+	VEOR V17.B16, V17.B16, V17.B16; \
+	VEOR V20.B16, V20.B16, V20.B16; \
+	VEOR V21.B16, V21.B16, V21.B16; \
+	VEOR V22.B16, V22.B16, V22.B16; \
+	VEOR V23.B16, V23.B16, V23.B16; \
+	VEOR V28.B16, V28.B16, V28.B16; \
+	VEOR V29.B16, V29.B16, V29.B16; \
+	consts; \
+	CBZ  R2, x4done; \
+x4loop: \
+	unpack; \
+	MOVHU (R0), R4; \
+	FMOVS R4, F9; \
+	WORD  $(0x1EE24000|RN(9)|RD(9)); \ // FCVT S9, H9
+	X4_TOKEN(R1, dots, 16, 17); \
+	X4_TOKEN(R8, dots, 20, 21); \
+	X4_TOKEN(R9, dots, 22, 23); \
+	X4_TOKEN(R10, dots, 28, 29); \
+	ADD  $wb, R0; \
+	ADD  $40, R1; \
+	ADD  $40, R8; \
+	ADD  $40, R9; \
+	ADD  $40, R10; \
+	SUBS $1, R2; \
+	BNE  x4loop; \
+x4done: \
+	MOVD  out+32(FP), R5; \
+	REDUCE_FROM(16, 17); \
+	FMOVS F18, (R5); \
+	REDUCE_FROM(20, 21); \
+	FMOVS F18, 4(R5); \
+	REDUCE_FROM(22, 23); \
+	FMOVS F18, 8(R5); \
+	REDUCE_FROM(28, 29); \
+	FMOVS F18, 12(R5); \
+	RET
+
 // func dotQ4_0SDOT(w, x *byte, nb int) float32
 TEXT ·dotQ4_0SDOT(SB), NOSPLIT, $0-28
 	Q32_KERNEL(Q4_0_CONSTS, UNPACK_Q4_0, DOTS_SDOT, NO_M, 18)
@@ -720,3 +796,27 @@ TEXT ·dotQ5_1SDOT(SB), NOSPLIT, $0-28
 // func dotQ5_1NEON(w, x *byte, nb int) float32
 TEXT ·dotQ5_1NEON(SB), NOSPLIT, $0-28
 	Q32_KERNEL(Q5_CONSTS, UNPACK_Q5_1, DOTS_NEON, M_TERM, 24)
+
+// func dotQ8_0x4SDOT(w, x *byte, xstride, nb int, out *[4]float32)
+TEXT ·dotQ8_0x4SDOT(SB), NOSPLIT, $0-40
+	Q32X4_KERNEL(NO_CONSTS, WEIGHTS_Q8_0, DOTS_SDOT, 34)
+
+// func dotQ8_0x4NEON(w, x *byte, xstride, nb int, out *[4]float32)
+TEXT ·dotQ8_0x4NEON(SB), NOSPLIT, $0-40
+	Q32X4_KERNEL(NO_CONSTS, WEIGHTS_Q8_0, DOTS_NEON, 34)
+
+// func dotQ4_0x4SDOT(w, x *byte, xstride, nb int, out *[4]float32)
+TEXT ·dotQ4_0x4SDOT(SB), NOSPLIT, $0-40
+	Q32X4_KERNEL(Q4_0_CONSTS, UNPACK_Q4_0, DOTS_SDOT, 18)
+
+// func dotQ4_0x4NEON(w, x *byte, xstride, nb int, out *[4]float32)
+TEXT ·dotQ4_0x4NEON(SB), NOSPLIT, $0-40
+	Q32X4_KERNEL(Q4_0_CONSTS, UNPACK_Q4_0, DOTS_NEON, 18)
+
+// func dotQ5_0x4SDOT(w, x *byte, xstride, nb int, out *[4]float32)
+TEXT ·dotQ5_0x4SDOT(SB), NOSPLIT, $0-40
+	Q32X4_KERNEL(Q5_CONSTS, UNPACK_Q5_0, DOTS_SDOT, 22)
+
+// func dotQ5_0x4NEON(w, x *byte, xstride, nb int, out *[4]float32)
+TEXT ·dotQ5_0x4NEON(SB), NOSPLIT, $0-40
+	Q32X4_KERNEL(Q5_CONSTS, UNPACK_Q5_0, DOTS_NEON, 22)

@@ -12,8 +12,9 @@ import (
 
 // TestNEONKernelsMatchGo runs both arm64 kernels of every type that has
 // them, base NEON always and SDOT where the CPU has it, against the Go
-// kernel, bit for bit (TestQuantAssemblyMatchesGo covers only the one that
-// fastDot selects). Under qemu, TestArm64KernelsUnderQEMU runs it on a CPU
+// kernel, bit for bit, with the four-token ones where a type has them
+// (TestQuantAssemblyMatchesGo covers only the ones that fastDot and
+// fastDot4 select). Under qemu, TestArm64KernelsUnderQEMU runs it on a CPU
 // model without SDOT (cortex-a72) and on one with it.
 func TestNEONKernelsMatchGo(t *testing.T) {
 	if !haveNEON {
@@ -25,18 +26,31 @@ func TestNEONKernelsMatchGo(t *testing.T) {
 		if !ok {
 			continue
 		}
-		variants := map[string]func(w, x *byte, nb int) float32{"neon": k.neon}
+		type variant struct {
+			one  func(w, x *byte, nb int) float32
+			four func(w, x *byte, xstride, nb int, out *[4]float32)
+		}
+		variants := map[string]variant{"neon": {k.neon, k.neon4}}
 		if haveSDOT {
-			variants["sdot"] = k.sdot
+			variants["sdot"] = variant{k.sdot, k.sdot4}
 		}
 		for _, name := range []string{"neon", "sdot"} {
-			f, ok := variants[name]
+			v, ok := variants[name]
 			if !ok {
 				continue
 			}
-			one := func(w, x []byte, nb int) float32 { return f(unsafe.SliceData(w), unsafe.SliceData(x), nb) }
-			kernelMatchesGo(t, rng, d, d.String()+" "+name, one, nil)
+			one := func(w, x []byte, nb int) float32 { return v.one(unsafe.SliceData(w), unsafe.SliceData(x), nb) }
+			var four func(w, x []byte, stride, nb int, out *[4]float32)
+			if v.four != nil {
+				four = func(w, x []byte, stride, nb int, out *[4]float32) {
+					v.four(unsafe.SliceData(w), unsafe.SliceData(x), stride, nb, out)
+				}
+			}
+			kernelMatchesGo(t, rng, d, d.String()+" "+name, one, four)
 			t.Logf("%s %s kernel equals the Go kernel", d, name)
+			if four != nil {
+				t.Logf("%s %s ×4 kernel equals the Go kernel", d, name)
+			}
 		}
 	}
 	if !haveSDOT {

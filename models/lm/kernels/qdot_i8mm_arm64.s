@@ -13,6 +13,9 @@
 // scale converted once for two tokens and each activation block once for
 // two rows. Every float step (float32(dw·dx), ·lane, += per lane, REDUCE8)
 // is the Go kernel's, element by element. Encodings as in qdot_arm64.s.
+// Q4_0 and Q5_0 (which a Q4_K_M recipe writes for every matrix whose width
+// is not a multiple of 256: Qwen2.5-0.5B's 896) share this kernel; only the
+// unpacking of a block into signed bytes differs.
 
 #define RD(d) (d)
 #define RN(n) ((n)<<5)
@@ -108,58 +111,131 @@
 	VEXT $8, vres.B16, vres.B16, V12.B16; \
 	WORD $(0x0E20D400|RM(12)|RN(res)|RD(res))        // FADD res.2S, res.2S, V12.2S
 
+// MMLA32_KERNEL is the body of the 32-value kernels: per block the weight
+// scales [dw0, dw0, dw1, dw1] (f16, converted exactly), the two rows'
+// quants as signed bytes (load: row 0 values 0-15 in V0, 16-31 in V1, row 1
+// in V2, V3), interleaved by eight bytes (V4 = row 0 bytes 0-7, row 1
+// bytes 0-7; V5 bytes 8-15; V6 16-23; V7 24-31), then both tokens.
+#define MMLA32_KERNEL(load, wb) \
+	MMLA_ARGS; \
+	MOVD $0x00000000ffffffff, R5; \ // V31: bytes 0-3 of the low half, 4-7 of the high half
+	VMOV R5, V31.D[0]; \
+	MOVD $0xffffffff00000000, R5; \
+	VMOV R5, V31.D[1]; \
+	VEOR V16.B16, V16.B16, V16.B16; \
+	VEOR V17.B16, V17.B16, V17.B16; \
+	VEOR V18.B16, V18.B16, V18.B16; \
+	VEOR V19.B16, V19.B16, V19.B16; \
+	VEOR V20.B16, V20.B16, V20.B16; \
+	VEOR V21.B16, V21.B16, V21.B16; \
+	VEOR V22.B16, V22.B16, V22.B16; \
+	VEOR V23.B16, V23.B16, V23.B16; \
+	CBZ  R4, done; \
+loop: \
+	MOVHU (R0), R5; \
+	MOVHU (R1), R6; \
+	ORR   R5<<16, R5, R5; \
+	ORR   R6<<16, R6, R6; \
+	ORR   R6<<32, R5, R5; \
+	FMOVD R5, F28; \
+	WORD  $(0x0E217800|RN(28)|RD(28)); \ // FCVTL V28.4S, V28.4H
+	load; \
+	WORD  $(0x4EC03800|RM(2)|RN(0)|RD(4)); \ // ZIP1 V4.2D, V0.2D, V2.2D
+	WORD  $(0x4EC07800|RM(2)|RN(0)|RD(5)); \ // ZIP2 V5.2D, V0.2D, V2.2D
+	WORD  $(0x4EC03800|RM(3)|RN(1)|RD(6)); \ // ZIP1 V6.2D, V1.2D, V3.2D
+	WORD  $(0x4EC07800|RM(3)|RN(1)|RD(7)); \ // ZIP2 V7.2D, V1.2D, V3.2D
+	MMLA_TOKEN(R2, 16, 17, 18, 19); \
+	MMLA_TOKEN(R3, 20, 21, 22, 23); \
+	MMLA_NEXT(wb, 40, loop); \
+done: \
+	MOVD out+40(FP), R5; \
+	MMLA_REDUCE(16, 17, 18, 19, 0, V0); \
+	MMLA_REDUCE(20, 21, 22, 23, 1, V1); \
+	WORD $(0x4E803800|RM(1)|RN(0)|RD(2)); \ // ZIP1 V2.4S, V0.4S, V1.4S: [r0t0, r0t1, r1t0, r1t1]
+	VST1 [V2.S4], (R5); \
+	RET
+
+// LOAD_Q8_0: the quants are bytes 2-33 of each row's block.
+#define LOAD_Q8_0 \
+	ADD  $2, R0, R5; \
+	VLD1 (R5), [V0.B16, V1.B16]; \
+	ADD  $2, R1, R5; \
+	VLD1 (R5), [V2.B16, V3.B16]
+
+// The Q4_0 and Q5_0 rows are unpacked as dot32 (qdot.go) does: low
+// nibbles are values 0-15, high nibbles 16-31, Q5_0's fifth bit i is bit i
+// of the qh word, and Q4_0's 8 or Q5_0's 16 is subtracted. MMLA_TOKEN
+// overwrites V24-V27 and V30, so the constants are set again per block:
+// V24 0x0f bytes, V30 the offset, V25 each byte's bit, V26/V27 the byte
+// i/8 indices for TBL (q5mmla).
+DATA q5mmla<>+0(SB)/8, $0x8040201008040201
+DATA q5mmla<>+8(SB)/8, $0x8040201008040201
+DATA q5mmla<>+16(SB)/8, $0x0000000000000000
+DATA q5mmla<>+24(SB)/8, $0x0101010101010101
+DATA q5mmla<>+32(SB)/8, $0x0202020202020202
+DATA q5mmla<>+40(SB)/8, $0x0303030303030303
+GLOBL q5mmla<>(SB), RODATA|NOPTR, $48
+
+// NIBBLES_ROW: the 16 bytes at qoff(rw) as 4-bit values in lo and hi.
+#define NIBBLES_ROW(rw, qoff, lo, hi) \
+	ADD   $qoff, rw, R5; \
+	VLD1  (R5), [V12.B16]; \
+	VAND  V24.B16, V12.B16, lo; \
+	VUSHR $4, V12.B16, hi
+
+// Q5_HIGH_ROW ORs 16 into byte i of lo/hi where bit i
+// of the qh word at hoff(rw) is set.
+#define Q5_HIGH_ROW(rw, hoff, lo, hi) \
+	MOVWU hoff(rw), R6; \
+	VMOV  R6, V13.S[0]; \
+	VTBL  V26.B16, [V13.B16], V8.B16; \
+	VTBL  V27.B16, [V13.B16], V9.B16; \
+	WORD  $(0x4E208C00|RM(25)|RN(8)|RD(8)); \ // CMTST V8.16B, V8.16B, V25.16B
+	WORD  $(0x4E208C00|RM(25)|RN(9)|RD(9)); \ // CMTST V9.16B, V9.16B, V25.16B
+	VAND  V30.B16, V8.B16, V8.B16; \
+	VAND  V30.B16, V9.B16, V9.B16; \
+	VORR  V8.B16, lo, lo; \
+	VORR  V9.B16, hi, hi
+
+// OFFSET_ROWS: V0-V3 −= V30 (the type's offset).
+#define OFFSET_ROWS \
+	WORD $(0x6E208400|RM(30)|RN(0)|RD(0)); \ // SUB V0.16B, V0.16B, V30.16B
+	WORD $(0x6E208400|RM(30)|RN(1)|RD(1)); \ // SUB V1.16B, V1.16B, V30.16B
+	WORD $(0x6E208400|RM(30)|RN(2)|RD(2)); \ // SUB V2.16B, V2.16B, V30.16B
+	WORD $(0x6E208400|RM(30)|RN(3)|RD(3))     // SUB V3.16B, V3.16B, V30.16B
+
+#define LOAD_Q4_0 \
+	VMOVI $15, V24.B16; \
+	VMOVI $8, V30.B16; \
+	NIBBLES_ROW(R0, 2, V0.B16, V1.B16); \
+	NIBBLES_ROW(R1, 2, V2.B16, V3.B16); \
+	OFFSET_ROWS
+
+#define LOAD_Q5_0 \
+	VMOVI $15, V24.B16; \
+	VMOVI $16, V30.B16; \
+	MOVD  $q5mmla<>(SB), R5; \
+	VLD1  (R5), [V25.B16, V26.B16, V27.B16]; \
+	NIBBLES_ROW(R0, 6, V0.B16, V1.B16); \
+	Q5_HIGH_ROW(R0, 2, V0.B16, V1.B16); \
+	NIBBLES_ROW(R1, 6, V2.B16, V3.B16); \
+	Q5_HIGH_ROW(R1, 2, V2.B16, V3.B16); \
+	OFFSET_ROWS
+
 // func dotQ8_0MMLA(w *byte, wstride int, x *byte, xstride int, nb int, out *[4]float32)
 //
 // out = [row 0·token 0, row 0·token 1, row 1·token 0, row 1·token 1] for the
 // rows at w and w+wstride and the tokens at x and x+xstride, nb blocks each.
 TEXT ·dotQ8_0MMLA(SB), NOSPLIT, $0-48
-	MMLA_ARGS
-	// V31: keep bytes 0-3 of the low half and 4-7 of the high half.
-	MOVD $0x00000000ffffffff, R5
-	VMOV R5, V31.D[0]
-	MOVD $0xffffffff00000000, R5
-	VMOV R5, V31.D[1]
-	VEOR V16.B16, V16.B16, V16.B16
-	VEOR V17.B16, V17.B16, V17.B16
-	VEOR V18.B16, V18.B16, V18.B16
-	VEOR V19.B16, V19.B16, V19.B16
-	VEOR V20.B16, V20.B16, V20.B16
-	VEOR V21.B16, V21.B16, V21.B16
-	VEOR V22.B16, V22.B16, V22.B16
-	VEOR V23.B16, V23.B16, V23.B16
-	CBZ  R4, done
+	MMLA32_KERNEL(LOAD_Q8_0, 34)
 
-loop:
-	// Weight scales [dw0, dw0, dw1, dw1], converted from f16 exactly.
-	MOVHU (R0), R5
-	MOVHU (R1), R6
-	ORR   R5<<16, R5, R5
-	ORR   R6<<16, R6, R6
-	ORR   R6<<32, R5, R5
-	FMOVD R5, F28
-	WORD  $(0x0E217800|RN(28)|RD(28)) // FCVTL V28.4S, V28.4H
-	// Quants of both rows, interleaved by eight bytes: V4 = row 0 bytes
-	// 0-7, row 1 bytes 0-7; V5 bytes 8-15; V6 16-23; V7 24-31.
-	ADD   $2, R0, R5
-	VLD1  (R5), [V0.B16, V1.B16]
-	ADD   $2, R1, R5
-	VLD1  (R5), [V2.B16, V3.B16]
-	WORD  $(0x4EC03800|RM(2)|RN(0)|RD(4)) // ZIP1 V4.2D, V0.2D, V2.2D
-	WORD  $(0x4EC07800|RM(2)|RN(0)|RD(5)) // ZIP2 V5.2D, V0.2D, V2.2D
-	WORD  $(0x4EC03800|RM(3)|RN(1)|RD(6)) // ZIP1 V6.2D, V1.2D, V3.2D
-	WORD  $(0x4EC07800|RM(3)|RN(1)|RD(7)) // ZIP2 V7.2D, V1.2D, V3.2D
-	MMLA_TOKEN(R2, 16, 17, 18, 19)
-	MMLA_TOKEN(R3, 20, 21, 22, 23)
-	MMLA_NEXT(34, 40, loop)
+// func dotQ4_0MMLA(w *byte, wstride int, x *byte, xstride int, nb int, out *[4]float32)
+TEXT ·dotQ4_0MMLA(SB), NOSPLIT, $0-48
+	MMLA32_KERNEL(LOAD_Q4_0, 18)
 
-done:
-	MOVD out+40(FP), R5
-	MMLA_REDUCE(16, 17, 18, 19, 0, V0)
-	MMLA_REDUCE(20, 21, 22, 23, 1, V1)
-	// V0 = [r0t0, r1t0], V1 = [r0t1, r1t1]: ZIP1 .4S gives out's order.
-	WORD $(0x4E803800|RM(1)|RN(0)|RD(2)) // ZIP1 V2.4S, V0.4S, V1.4S
-	VST1 [V2.S4], (R5)
-	RET
+// func dotQ5_0MMLA(w *byte, wstride int, x *byte, xstride int, nb int, out *[4]float32)
+TEXT ·dotQ5_0MMLA(SB), NOSPLIT, $0-48
+	MMLA32_KERNEL(LOAD_Q5_0, 22)
 
 // The Q4_K product of two rows and two tokens. dotK's per-super-block
 // integer sums are exact in any grouping, so here SMMLA's eight-byte sums

@@ -60,8 +60,15 @@ func TestArm64KernelsUnderQEMU(t *testing.T) {
 		cpus[1].want = append(cpus[1].want, d.String()+" neon kernel equals", d.String()+" sdot kernel equals")
 		cpus[2].want = append(cpus[2].want, d.String()+" sdot kernel equals")
 	}
+	// The types with one-row, four-token kernels (arm64Kernels' sdot4 and
+	// neon4, qdot_arm64.go, not built here).
+	for _, d := range []string{"q4_0", "q5_0", "q8_0"} {
+		cpus[0].want = append(cpus[0].want, d+" neon ×4 kernel equals")
+		cpus[1].want = append(cpus[1].want, d+" neon ×4 kernel equals", d+" sdot ×4 kernel equals")
+	}
 	// i8mmKernels' types (qdot_arm64.go, not built here).
-	cpus[2].want = append(cpus[2].want, "q8_0 i8mm kernel equals", "q4_K i8mm kernel equals", "q6_K i8mm kernel equals")
+	cpus[2].want = append(cpus[2].want, "q4_0 i8mm kernel equals", "q5_0 i8mm kernel equals", "q8_0 i8mm kernel equals",
+		"q4_K i8mm kernel equals", "q6_K i8mm kernel equals")
 	var wg sync.WaitGroup
 	outs := make([][]byte, len(cpus))
 	errs := make([]error, len(cpus))
