@@ -393,6 +393,11 @@ func configFrom(f *gguf.File, arch string) (Config, error) {
 // Weights returns a float32 copy of the model's parameters (quantised tensors
 // dequantised), e.g. to continue training or to check an implementation.
 func (m *Model) Weights() *Weights {
+	// The loop below reads the tensors through m.layers' copy, not through
+	// m: without this, a caller that drops m after the call lets the GC
+	// run m's cleanup (the munmap of a mapped file) mid-loop, and the next
+	// decode faults (lm train --init crashed so).
+	defer runtime.KeepAlive(m)
 	w := &Weights{TokenEmbd: m.embd.Float32s(), OutputNorm: clone(m.outNorm), RopeFreqs: cloneOrNil(m.ropeFreqs)}
 	if !m.tied {
 		w.Output = m.output.Float32s()

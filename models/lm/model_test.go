@@ -2,6 +2,7 @@ package lm
 
 import (
 	"bytes"
+	"runtime"
 	"strings"
 	"testing"
 
@@ -105,4 +106,37 @@ func FuzzReadModel(f *testing.F) {
 		m.Logits([]int32{0})
 		m.ChatTokens([]llm.Message{{Role: "user", Content: "hello <|im_end|>"}})
 	})
+}
+
+// TestWeightsOfDroppedMappedModel reads the weights of a mapped model that
+// nothing else references while the collector runs: the model's cleanup
+// unmaps the file, so Weights must keep the model alive until it is done.
+func TestWeightsOfDroppedMappedModel(t *testing.T) {
+	const path = "../edgemodel/edge.gguf"
+	stop := make(chan struct{})
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for {
+			select {
+			case <-stop:
+				return
+			default:
+				runtime.GC()
+			}
+		}
+	}()
+	defer func() { close(stop); <-done }()
+	for range 300 {
+		m, err := Load(path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !m.Mapped {
+			t.Skip("this platform does not map model files")
+		}
+		if w := m.Weights(); len(w.TokenEmbd) == 0 {
+			t.Fatal("no embedding")
+		}
+	}
 }
