@@ -17,7 +17,6 @@ import (
 	"bufio"
 	"bytes"
 	"fmt"
-	"github.com/jackc/pgx/v5"
 	"net"
 	"os"
 	"os/exec"
@@ -29,6 +28,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/jackc/pgx/v5"
 )
 
 // bin finds a PostgreSQL server binary: on PATH, else in Debian's
