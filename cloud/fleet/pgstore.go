@@ -787,19 +787,26 @@ func (s *pgStore) updateRollout(id string, fn func(*Rollout) error) error {
 		if err != nil {
 			return err
 		}
-		r := new(Rollout)
-		if err := json.Unmarshal(doc, r); err != nil {
-			return fmt.Errorf("rollout %s: %w: %v", id, errCorrupt, err)
-		}
-		if err := fn(r); err != nil {
-			return err
-		}
-		if doc, err = json.Marshal(r); err != nil {
-			return err
-		}
-		_, err = tx.Exec(ctx, `UPDATE fleet_rollouts SET doc = $2 WHERE id = $1`, id, doc)
-		return err
+		return rewriteRollout(ctx, tx, id, doc, fn)
 	})
+}
+
+// rewriteRollout runs fn on the rollout doc read under a row lock and
+// stores the result in the same transaction.
+func rewriteRollout(ctx context.Context, tx pgx.Tx, id string, doc []byte, fn func(*Rollout) error) error {
+	r := new(Rollout)
+	if err := json.Unmarshal(doc, r); err != nil {
+		return fmt.Errorf("rollout %s: %w: %v", id, errCorrupt, err)
+	}
+	if err := fn(r); err != nil {
+		return err
+	}
+	doc, err := json.Marshal(r)
+	if err != nil {
+		return err
+	}
+	_, err = tx.Exec(ctx, `UPDATE fleet_rollouts SET doc = $2 WHERE id = $1`, id, doc)
+	return err
 }
 
 // claimRollout locks the rollout's row for the step, skipping a row
@@ -821,18 +828,7 @@ func (s *pgStore) claimRollout(id string, fn func(*Rollout) error) (claimed bool
 			return err
 		}
 		claimed = true
-		r := new(Rollout)
-		if err := json.Unmarshal(doc, r); err != nil {
-			return fmt.Errorf("rollout %s: %w: %v", id, errCorrupt, err)
-		}
-		if err := fn(r); err != nil {
-			return err
-		}
-		if doc, err = json.Marshal(r); err != nil {
-			return err
-		}
-		_, err = tx.Exec(ctx, `UPDATE fleet_rollouts SET doc = $2 WHERE id = $1`, id, doc)
-		return err
+		return rewriteRollout(ctx, tx, id, doc, fn)
 	})
 	return claimed, err
 }

@@ -10,10 +10,8 @@ import (
 	"sync"
 	"testing"
 
-	"github.com/phaseless/phaseless/models/lm"
 	"github.com/phaseless/phaseless/models/lm/grammar"
 	"github.com/phaseless/phaseless/models/lm/grammar/grammartest"
-	"github.com/phaseless/phaseless/transport/httpapi"
 )
 
 // structuredSet is the held-out set of structured output: requests an app
@@ -40,19 +38,7 @@ type structuredCase struct {
 // object, against floors just below what was measured (docs/tools.md).
 // Run with -v for the numbers and the wrong answers.
 func TestStructuredOutputAccuracy(t *testing.T) {
-	m, err := Open()
-	if err != nil {
-		t.Fatal(err)
-	}
-	e, err := lm.NewEngine(m, lm.EngineConfig{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer e.Close()
-	h, err := httpapi.NewHandler(e, httpapi.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
+	h := shippedHandler(t)
 	raw, err := os.ReadFile(structuredSet)
 	if err != nil {
 		t.Fatal(err)

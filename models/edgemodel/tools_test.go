@@ -484,19 +484,7 @@ func TestShippedToolPrior(t *testing.T) {
 // that holds no piece of the call markup: issue 28 saw "<tool_calhed you…"
 // for "set the fan to 3" in 5 of 20 seeds.
 func TestNoMarkupInProse(t *testing.T) {
-	m, err := Open()
-	if err != nil {
-		t.Fatal(err)
-	}
-	e, err := lm.NewEngine(m, lm.EngineConfig{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer e.Close()
-	h, err := httpapi.NewHandler(e, httpapi.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
+	h := shippedHandler(t)
 	const seeds = 50
 	one := 1.0
 	for _, request := range []string{"set the fan to 3", "hey, how is your day going", "what's the capital of france"} {
@@ -649,4 +637,24 @@ var userToolFloors = map[string]toolScores{
 	"homecalls_dev": {exactInText: 0.90, rightTool: 0.95, prose: 1}, // measured 22/24; 24/24, 2/2
 	"homecalls":     {exactInText: 0.85, rightTool: 0.87, prose: 1}, // measured 40/46; 41/46, 4/4
 	"homecalls2":    {exactInText: 0.76, rightTool: 0.88, prose: 1}, // measured 33/42; 38/42, 4/4
+}
+
+// shippedHandler serves the shipped edge model through the OpenAI
+// handler with the engine's defaults, closed when t ends.
+func shippedHandler(t *testing.T) *httpapi.Handler {
+	t.Helper()
+	m, err := Open()
+	if err != nil {
+		t.Fatal(err)
+	}
+	e, err := lm.NewEngine(m, lm.EngineConfig{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { e.Close() })
+	h, err := httpapi.NewHandler(e, httpapi.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return h
 }
