@@ -7,6 +7,9 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"strings"
+
+	"github.com/phaseless/phaseless/internal/atomicfile"
 )
 
 // Artifacts keeps the installed versions of one hot-swapped artifact kind
@@ -89,7 +92,7 @@ func OpenArtifacts(dir string) (*Artifacts, error) {
 		return nil, err
 	}
 	for _, e := range ents {
-		if filepath.Ext(e.Name()) == ".incoming" || e.Name() == "state.json.tmp" {
+		if filepath.Ext(e.Name()) == ".incoming" || (strings.HasPrefix(e.Name(), "state.json.") && atomicfile.IsTemp(e.Name())) {
 			os.RemoveAll(filepath.Join(dir, e.Name()))
 		}
 	}
@@ -132,7 +135,7 @@ func (a *Artifacts) Install(v *Verified) (dir string, err error) {
 	if err := os.Rename(tmp, a.Path(ver)); err != nil {
 		return "", err
 	}
-	return a.Path(ver), syncDir(a.dir)
+	return a.Path(ver), atomicfile.SyncDir(a.dir)
 }
 
 // Activate makes an installed version current; the one it replaces
@@ -212,31 +215,10 @@ func extractTo(dir string, v *Verified) error {
 	return err
 }
 
-// WriteAtomic replaces dir/name with data: temp file, fsync, rename, fsync
-// of the directory, so a power cut leaves the old file or the new one,
-// never a torn one or a rename the directory forgot.
+// WriteAtomic replaces dir/name with data, whole or not at all
+// (internal/atomicfile: temp file, fsync, rename, fsync of the directory).
 func WriteAtomic(dir, name string, data []byte) error {
-	f := &syncFile{path: filepath.Join(dir, name+".tmp")}
-	if _, err := f.Write(data); err != nil {
-		f.Close()
-		return err
-	}
-	if err := f.Close(); err != nil {
-		return err
-	}
-	if err := os.Rename(f.path, filepath.Join(dir, name)); err != nil {
-		return err
-	}
-	return syncDir(dir)
-}
-
-func syncDir(dir string) error {
-	d, err := os.Open(dir)
-	if err != nil {
-		return err
-	}
-	defer d.Close()
-	return d.Sync()
+	return atomicfile.WriteFile(filepath.Join(dir, name), data, 0o644)
 }
 
 // VerifyInstalled checks every file of an installed version (or slot)

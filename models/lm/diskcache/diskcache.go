@@ -20,11 +20,13 @@ import (
 	"slices"
 	"strings"
 	"time"
+
+	"github.com/phaseless/phaseless/internal/atomicfile"
 )
 
 // tmpSuffix marks a file still being written; Open removes those a killed
 // process left behind.
-const tmpSuffix = ".tmp"
+const tmpSuffix = atomicfile.TempSuffix
 
 // Dir is one cache directory. Its methods are safe for concurrent use (they
 // keep no state but the directory's).
@@ -115,26 +117,7 @@ func (d *Dir) Write(name string, data []byte) error {
 	if int64(len(data)) > d.maxBytes {
 		return fmt.Errorf("%w: %d bytes, bound %d", ErrTooLarge, len(data), d.maxBytes)
 	}
-	f, err := os.CreateTemp(d.path, name+".*"+tmpSuffix)
-	if err != nil {
-		return fmt.Errorf("diskcache: %w", err)
-	}
-	tmp := f.Name()
-	_, err = f.Write(data)
-	if err == nil {
-		err = f.Sync()
-	}
-	if cerr := f.Close(); err == nil {
-		err = cerr
-	}
-	if err == nil {
-		err = os.Rename(tmp, filepath.Join(d.path, name))
-	}
-	if err != nil {
-		os.Remove(tmp)
-		return fmt.Errorf("diskcache: write %s: %w", name, err)
-	}
-	if err := syncDir(d.path); err != nil {
+	if err := atomicfile.WriteFile(filepath.Join(d.path, name), data, 0o644); err != nil {
 		return fmt.Errorf("diskcache: write %s: %w", name, err)
 	}
 	if err := d.Touch(name); err != nil { // on the injected clock, as Touch stamps
@@ -198,12 +181,4 @@ func checkName(name string) error {
 		return fmt.Errorf("diskcache: bad file name %q", name)
 	}
 	return nil
-}
-
-func syncDir(path string) error {
-	d, err := os.Open(path)
-	if err != nil {
-		return err
-	}
-	return errors.Join(d.Sync(), d.Close())
 }
