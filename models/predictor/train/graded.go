@@ -19,6 +19,8 @@ import (
 	"sync"
 	"time"
 
+	"github.com/phaseless/phaseless/internal/atomicfile"
+
 	"github.com/phaseless/phaseless/llm"
 	"github.com/phaseless/phaseless/models/cloudmodel"
 	"github.com/phaseless/phaseless/models/edgemodel"
@@ -144,11 +146,11 @@ func (g *Graded) Save(dir string) error {
 		keys = append(keys, k)
 	}
 	sort.Strings(keys)
-	tmp := filepath.Join(dir, GradedFile+".tmp")
-	f, err := os.Create(tmp)
+	f, err := atomicfile.Create(filepath.Join(dir, GradedFile), 0o644)
 	if err != nil {
 		return err
 	}
+	defer f.Abort()
 	zw, _ := gzip.NewWriterLevel(f, gzip.BestCompression)
 	bw := bufio.NewWriter(zw)
 	enc := json.NewEncoder(bw)
@@ -159,12 +161,10 @@ func (g *Graded) Save(dir string) error {
 			err = enc.Encode(g.Entries[k])
 		}
 	}
-	err = errors.Join(err, bw.Flush(), zw.Close(), f.Close())
-	if err != nil {
-		os.Remove(tmp)
+	if err = errors.Join(err, bw.Flush(), zw.Close()); err != nil {
 		return err
 	}
-	return os.Rename(tmp, filepath.Join(dir, GradedFile))
+	return f.Commit()
 }
 
 // Reference is the grader's reference for an example, and false where the
