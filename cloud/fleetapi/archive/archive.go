@@ -40,6 +40,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/phaseless/phaseless/internal/atomicfile"
+
 	"github.com/parquet-go/parquet-go"
 	"github.com/parquet-go/parquet-go/compress/zstd"
 
@@ -132,7 +134,7 @@ const rowGroup = 64 << 10
 type Writer struct {
 	dir  string
 	hour time.Time
-	f    *os.File
+	f    *atomicfile.File
 	w    *parquet.GenericWriter[Row]
 	rows int
 }
@@ -143,7 +145,9 @@ func Create(dir string, h time.Time) (*Writer, error) {
 	if err := os.MkdirAll(sub, 0o750); err != nil {
 		return nil, err
 	}
-	f, err := os.CreateTemp(sub, ".part-*")
+	// The name is chosen at Commit, once the key range is known; the
+	// retention sweep (Retain) removes ".part-" files a killed move left.
+	f, err := atomicfile.CreateTemp(sub, ".part-*", "", 0o640)
 	if err != nil {
 		return nil, err
 	}
@@ -164,25 +168,20 @@ func (w *Writer) Rows() int { return w.rows }
 // Commit completes the file under its name for the key range first..last
 // and returns its size. On error nothing is left behind.
 func (w *Writer) Commit(first, last []byte) (int64, error) {
-	err := errors.Join(w.w.Close(), w.f.Sync())
-	st, serr := w.f.Stat()
-	if err = errors.Join(err, serr, w.f.Close()); err != nil {
-		os.Remove(w.f.Name())
+	if err := w.w.Close(); err != nil {
+		w.f.Abort()
 		return 0, err
 	}
-	path := filepath.Join(w.dir, Name(w.hour, first, last))
-	if err := os.Rename(w.f.Name(), path); err != nil {
-		os.Remove(w.f.Name())
+	st, err := w.f.Stat()
+	if err != nil {
+		w.f.Abort()
 		return 0, err
 	}
-	return st.Size(), syncDir(filepath.Dir(path))
+	return st.Size(), w.f.CommitAs(filepath.Join(w.dir, Name(w.hour, first, last)))
 }
 
 // Abort removes the unfinished file.
-func (w *Writer) Abort() {
-	w.f.Close()
-	os.Remove(w.f.Name())
-}
+func (w *Writer) Abort() { w.f.Abort() }
 
 // Write writes rows to the file for hour h and keys first..last, complete
 // under its name or absent, and returns its size.
@@ -196,14 +195,6 @@ func Write(dir string, h time.Time, first, last []byte, rows []Row) (int64, erro
 		return 0, err
 	}
 	return w.Commit(first, last)
-}
-
-func syncDir(dir string) error {
-	d, err := os.Open(dir)
-	if err != nil {
-		return err
-	}
-	return errors.Join(d.Sync(), d.Close())
 }
 
 // Files lists the archive's complete files, oldest first (names sort by hour, then
