@@ -158,7 +158,7 @@ func TestConstrainedJSONSchema(t *testing.T) {
 		t.Fatalf("only %d of 20 replies finished within the token limit", finished)
 	}
 	req := &llm.Request{Messages: []llm.Message{{Role: "user", Content: "x"}}, MaxTokens: 5,
-		ToolRequest: llm.ToolRequest{ResponseFormat: llm.ResponseFormat{Type: llm.FormatJSONSchema, Schema: json.RawMessage(`{"type":"string","pattern":"a+"}`)}}}
+		ToolRequest: llm.ToolRequest{ResponseFormat: llm.ResponseFormat{Type: llm.FormatJSONSchema, Schema: json.RawMessage(`{"type":"string","pattern":"(?=a)b"}`)}}}
 	if _, err := e.Generate(context.Background(), req, nil); llm.CodeOf(err) != llm.CodeInvalid {
 		t.Fatalf("unsupported schema: %v", err)
 	}
