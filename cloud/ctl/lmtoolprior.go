@@ -8,8 +8,8 @@ import (
 	"io"
 	"math"
 	"os"
-	"path/filepath"
 
+	"github.com/phaseless/phaseless/internal/atomicfile"
 	"github.com/phaseless/phaseless/internal/cli"
 	"github.com/phaseless/phaseless/models/lm"
 	"github.com/phaseless/phaseless/models/lm/gguf"
@@ -31,27 +31,21 @@ func rewriteModel(in, out string, write func(io.Writer, *gguf.File) error) (*lm.
 	if err != nil {
 		return nil, fmt.Errorf("read %s: %w", in, err)
 	}
-	tmp, err := os.CreateTemp(filepath.Dir(out), ".rewrite-*")
+	// Written beside out and loaded back before it replaces out, so a model
+	// that does not load never replaces a working one.
+	tmp, err := atomicfile.Create(out, 0o644)
 	if err != nil {
 		return nil, err
 	}
-	defer os.Remove(tmp.Name())
-	if err := tmp.Chmod(0o644); err != nil {
-		tmp.Close()
-		return nil, err
-	}
+	defer tmp.Abort()
 	if err := write(tmp, f); err != nil {
-		tmp.Close()
-		return nil, err
-	}
-	if err := tmp.Close(); err != nil {
 		return nil, err
 	}
 	m, err := lm.Load(tmp.Name())
 	if err != nil {
 		return nil, fmt.Errorf("reload: %w", err)
 	}
-	if err := os.Rename(tmp.Name(), out); err != nil {
+	if err := tmp.Commit(); err != nil {
 		return nil, err
 	}
 	return m, nil

@@ -13,6 +13,7 @@ import (
 	"path/filepath"
 
 	"github.com/phaseless/phaseless/firmware"
+	"github.com/phaseless/phaseless/internal/atomicfile"
 )
 
 // ErrUnknownArtifact is returned for an artifact id the store does not hold.
@@ -30,19 +31,13 @@ func (m *Manager) PutArtifact(r io.Reader) (*ArtifactInfo, error) {
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return nil, err
 	}
-	tmp, err := os.CreateTemp(dir, "upload-*")
+	tmp, err := atomicfile.CreateTemp(dir, "upload-*"+atomicfile.TempSuffix, "", 0o600)
 	if err != nil {
 		return nil, err
 	}
-	defer os.Remove(tmp.Name()) // after the rename this removes nothing
+	defer tmp.Abort() // after the commit this removes nothing
 	h := sha256.New()
 	n, err := io.Copy(io.MultiWriter(tmp, h), io.LimitReader(r, maxArtifact+1))
-	if err == nil {
-		err = tmp.Sync()
-	}
-	if cerr := tmp.Close(); err == nil {
-		err = cerr
-	}
 	if err != nil {
 		return nil, fmt.Errorf("store artifact: %w", err)
 	}
@@ -57,7 +52,7 @@ func (m *Manager) PutArtifact(r io.Reader) (*ArtifactInfo, error) {
 		ID: hex.EncodeToString(h.Sum(nil)), Kind: man.ArtifactKind(), Version: man.Version, Board: man.Board,
 		Size: n, Verified: m.cfg.OTAPub != nil, Stored: m.now(),
 	}
-	if err := os.Rename(tmp.Name(), m.artifactPath(info.ID)); err != nil {
+	if err := tmp.CommitAs(m.artifactPath(info.ID)); err != nil {
 		return nil, err
 	}
 	return info, m.st.putArtifact(info)
