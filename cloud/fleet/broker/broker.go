@@ -232,8 +232,7 @@ func Start(cfg Config) (*Broker, error) {
 		if err != nil {
 			return fail(&cli.FieldError{Field: "TCPAddr", Err: err})
 		}
-		b.tcp = newNetListener("tcp", ln)
-		b.tcp.disconnect = disconnectListener(srv)
+		b.tcp = newNetListener(srv, "tcp", ln)
 		if err := srv.AddListener(b.tcp); err != nil {
 			return fail(err)
 		}
@@ -250,8 +249,7 @@ func Start(cfg Config) (*Broker, error) {
 		if err != nil {
 			return fail(&cli.FieldError{Field: "TLSAddr", Err: err})
 		}
-		b.tls = newNetListener("tls", ln)
-		b.tls.disconnect = disconnectListener(srv)
+		b.tls = newNetListener(srv, "tls", ln)
 		if err := srv.AddListener(b.tls); err != nil {
 			return fail(err)
 		}

@@ -5,6 +5,7 @@ import (
 	"net"
 	"sync"
 
+	mqtt "github.com/mochi-mqtt/server/v2"
 	"github.com/mochi-mqtt/server/v2/listeners"
 )
 
@@ -18,7 +19,7 @@ type netListener struct {
 	id  string
 	ln  net.Listener
 	log *slog.Logger
-	// disconnect, when set, replaces mochi's CloseFn: mochi v2.7.9's
+	// disconnect replaces mochi's CloseFn: mochi v2.7.9's
 	// Clients.GetByListener read-locks the client map twice (RLock, then
 	// Len's RLock), so a client attaching during Close (its Delete queues
 	// for the write lock between the two) deadlocks the broker's shutdown;
@@ -32,8 +33,17 @@ type netListener struct {
 
 var _ listeners.Listener = (*netListener)(nil)
 
-func newNetListener(id string, ln net.Listener) *netListener {
-	return &netListener{id: id, ln: ln, conns: map[net.Conn]struct{}{}}
+func newNetListener(srv *mqtt.Server, id string, ln net.Listener) *netListener {
+	return &netListener{id: id, ln: ln, conns: map[net.Conn]struct{}{}, disconnect: disconnectListener(srv)}
+}
+
+// NewListener serves ln (plain, or wrapped by tls.NewListener) on srv with
+// both fixes above: connections tracked and closed at Close, and clients
+// disconnected with one read of the client map. Every mochi server in the
+// project, test brokers included, listens through it: mochi's own TCP
+// listener hung the agent's fleet-client tests in Close (CI, 2026-12-05).
+func NewListener(srv *mqtt.Server, id string, ln net.Listener) listeners.Listener {
+	return newNetListener(srv, id, ln)
 }
 
 func (l *netListener) ID() string       { return l.id }
@@ -75,7 +85,7 @@ func (l *netListener) Serve(establish listeners.EstablishFn) {
 // Close disconnects the clients gracefully (mochi sends DISCONNECT with
 // "server shutting down"), then closes any connection that had not attached
 // yet.
-func (l *netListener) Close(closeClients listeners.CloseFn) {
+func (l *netListener) Close(listeners.CloseFn) {
 	l.mu.Lock()
 	if l.closed {
 		l.mu.Unlock()
@@ -84,11 +94,7 @@ func (l *netListener) Close(closeClients listeners.CloseFn) {
 	l.closed = true
 	l.mu.Unlock()
 	_ = l.ln.Close()
-	if l.disconnect != nil {
-		l.disconnect(l.id)
-	} else {
-		closeClients(l.id)
-	}
+	l.disconnect(l.id)
 	l.mu.Lock()
 	for c := range l.conns {
 		c.Close()

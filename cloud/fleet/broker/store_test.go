@@ -222,7 +222,7 @@ func TestUpstreamBoltHookDropsPacketID(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := srv.AddListener(newNetListener("tcp", ln)); err != nil {
+	if err := srv.AddListener(newNetListener(srv, "tcp", ln)); err != nil {
 		t.Fatal(err)
 	}
 	if err := srv.Serve(); err != nil {

@@ -20,7 +20,7 @@ import (
 
 	mqtt "github.com/mochi-mqtt/server/v2"
 	"github.com/mochi-mqtt/server/v2/hooks/auth"
-	"github.com/mochi-mqtt/server/v2/listeners"
+	"github.com/phaseless/phaseless/cloud/fleet/broker"
 )
 
 // Mochi is an embedded broker that a test can stop and restart on the same
@@ -89,11 +89,10 @@ func (m *Mochi) start(addr string) {
 	}
 	// Rebinding the same port right after a stop can race the kernel
 	// releasing it; retry briefly (a hang guard, not a timing assumption).
-	var tcp *listeners.TCP
+	var ln net.Listener
 	var err error
 	for deadline := time.Now().Add(10 * time.Second); ; {
-		tcp = listeners.NewTCP(listeners.Config{ID: "tcp", Address: addr, TLSConfig: m.tls})
-		if err = srv.AddListener(tcp); err == nil || time.Now().After(deadline) {
+		if ln, err = net.Listen("tcp", addr); err == nil || time.Now().After(deadline) {
 			break
 		}
 		time.Sleep(50 * time.Millisecond)
@@ -101,12 +100,20 @@ func (m *Mochi) start(addr string) {
 	if err != nil {
 		m.t.Fatalf("mochi listen %s: %v", addr, err)
 	}
+	if m.tls != nil {
+		ln = tls.NewListener(ln, m.tls)
+	}
+	// The cloud broker's listener, not mochi's TCP one: mochi's Close can
+	// deadlock (mochi-mqtt/server#488), which hung this package in CI.
+	if err := srv.AddListener(broker.NewListener(srv, "tcp", ln)); err != nil {
+		m.t.Fatal(err)
+	}
 	if err := srv.Serve(); err != nil {
 		m.t.Fatal(err)
 	}
 	m.mu.Lock()
 	m.srv = srv
-	m.Addr = tcp.Address()
+	m.Addr = ln.Addr().String()
 	m.mu.Unlock()
 }
 
