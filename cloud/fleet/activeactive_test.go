@@ -119,3 +119,36 @@ func TestActiveActiveManagers(t *testing.T) {
 		t.Fatalf("%d commands sent, want 3", sent)
 	}
 }
+
+// TestClosedManagerLeavesTheShare: a manager that stops cleanly leaves the
+// shared-subscription group at once. Its session outlives it (so a restart
+// resumes it), and Mosquitto keeps handing such a session its share of the
+// devices' messages until it expires; telemetry sent after the stop must
+// reach the managers still there without waiting for a device's resend
+// (the device here never resends).
+func TestClosedManagerLeavesTheShare(t *testing.T) {
+	db := pgtest.CreateDB(t, pgtest.Start(t), "fleet")
+	users := map[string]string{"phaseless-cloud": "cloud-pw", "leave-1": "pw-1"}
+	brokerURL := startMosquitto(t, users, "phaseless-cloud")
+	dir := t.TempDir()
+	var ms []*Manager
+	for i := range 2 {
+		m := openManager(t, Config{DataDir: dir, DB: db, RolloutInterval: time.Hour, External: &External{
+			URL: brokerURL, Username: "phaseless-cloud", Password: "cloud-pw", ClientID: fmt.Sprintf("phaseless-cloud-leave-%d", i)}})
+		waitFor(t, "manager connected", func() bool { return m.Ready() == nil })
+		ms = append(ms, m)
+	}
+	d := newSimDevice(t, brokerURL, "leave-1", simOpts{user: "leave-1", pass: "pw-1", retryAfter: time.Hour})
+	waitFor(t, "device registered", func() bool {
+		ds, _ := ms[1].Devices()
+		return len(ds) == 1
+	})
+	if err := ms[0].Close(); err != nil {
+		t.Fatal(err)
+	}
+	d.generate(1000) // ten batches, each sent once
+	waitFor(t, "every batch acknowledged by the manager still there", d.ackedAll)
+	if n := ms[1].mBatches.Value(); n != 10 {
+		t.Fatalf("the remaining manager stored %v batches, want 10", n)
+	}
+}

@@ -250,10 +250,25 @@ func (x *externalBus) drain() {
 }
 
 // close disconnects cleanly (the broker keeps the session) and waits for
-// the client's and the outbox's goroutines.
+// the client's and the outbox's goroutines. It first leaves its
+// shared-subscription groups: the broker would otherwise keep handing the
+// session a share of the devices' messages until the session expires,
+// which the devices get acknowledged only by resending. A restart
+// subscribes again (connected).
 func (x *externalBus) close() error {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
+	var shared []string
+	for _, f := range x.filters {
+		if strings.HasPrefix(f, "$share/") {
+			shared = append(shared, f)
+		}
+	}
+	if len(shared) > 0 && x.ready() == nil {
+		if _, err := x.cm.Unsubscribe(ctx, &paho.Unsubscribe{Topics: shared}); err != nil {
+			x.log.Warn("leaving the shared subscriptions failed; the broker hands this session a share until it expires", "err", err)
+		}
+	}
 	err := x.cm.Disconnect(ctx)
 	x.cancel()
 	<-x.cm.Done()
