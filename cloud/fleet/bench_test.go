@@ -1,6 +1,7 @@
 package fleet
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
 	"path/filepath"
@@ -15,6 +16,7 @@ import (
 	bolt "go.etcd.io/bbolt"
 
 	"github.com/phaseless/phaseless/cloud/fleet/broker"
+	"github.com/phaseless/phaseless/cloud/fleet/pgtest"
 	"github.com/phaseless/phaseless/transport/fleetwire"
 )
 
@@ -80,19 +82,36 @@ func BenchmarkIngest(b *testing.B) {
 			b.Fatal(err)
 		}
 		defer st.db.Close()
-		var dev atomic.Int64
-		b.SetParallelism(8) // 16 goroutines on 2 cores
-		b.RunParallel(func(pb *testing.PB) {
-			id := fmt.Sprintf("dev-%d", dev.Add(1))
-			for i := uint64(0); pb.Next(); i++ {
-				if _, err := st.ingest(id, benchBatch(id, i*100+1), time.Now(), 1<<40, 0); err != nil {
-					b.Error(err)
-					return
-				}
-			}
-		})
-		b.ReportMetric(float64(b.N*100)/b.Elapsed().Seconds(), "records/s")
+		parallelIngest(b, st)
 	})
+	// The same on PostgreSQL (--fleet-db): a throwaway cluster, skipped
+	// without its binaries outside CI.
+	b.Run("idempotent-parallel-postgres", func(b *testing.B) {
+		st, err := openPGStore(context.Background(), pgtest.CreateDB(b, pgtest.Start(b), "bench"))
+		if err != nil {
+			b.Fatal(err)
+		}
+		defer st.close()
+		parallelIngest(b, st)
+	})
+}
+
+// parallelIngest is 16 devices storing batches at once (broker goroutines),
+// sharing commits where the store can.
+func parallelIngest(b *testing.B, st fleetStore) {
+	var dev atomic.Int64
+	b.SetParallelism(8) // 16 goroutines on 2 cores
+	b.ResetTimer()      // not the store's set-up (a PostgreSQL cluster's initdb)
+	b.RunParallel(func(pb *testing.PB) {
+		id := fmt.Sprintf("dev-%d", dev.Add(1))
+		for i := uint64(0); pb.Next(); i++ {
+			if _, err := st.ingest(id, benchBatch(id, i*100+1), time.Now(), 1<<40, 0); err != nil {
+				b.Error(err)
+				return
+			}
+		}
+	})
+	b.ReportMetric(float64(b.N*100)/b.Elapsed().Seconds(), "records/s")
 }
 
 // BenchmarkUplink is one device sending batches of 100 through the embedded

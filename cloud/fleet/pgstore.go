@@ -164,14 +164,19 @@ func addCounters(ctx context.Context, tx pgx.Tx, shard int, deltas map[string]in
 			names = append(names, n)
 		}
 	}
-	sort.Strings(names) // one lock order for every caller
-	for _, n := range names {
-		if _, err := tx.Exec(ctx, `INSERT INTO fleet_counters VALUES ($1, $2, $3)
-			ON CONFLICT (name, shard) DO UPDATE SET value = fleet_counters.value + excluded.value`, n, shard, deltas[n]); err != nil {
-			return err
-		}
+	if len(names) == 0 {
+		return nil
 	}
-	return nil
+	sort.Strings(names) // one lock order for every caller
+	vals := make([]int64, len(names))
+	for i, n := range names {
+		vals[i] = deltas[n]
+	}
+	// One statement for every name; its rows are locked in the sorted order.
+	_, err := tx.Exec(ctx, `INSERT INTO fleet_counters
+		SELECT t.name, $2, t.delta FROM unnest($1::text[], $3::bigint[]) WITH ORDINALITY AS t(name, delta, i) ORDER BY t.i
+		ON CONFLICT (name, shard) DO UPDATE SET value = fleet_counters.value + excluded.value`, names, shard, vals)
+	return err
 }
 
 func counter(ctx context.Context, tx pgx.Tx, name string) (uint64, error) {
@@ -230,8 +235,9 @@ func saveDevice(ctx context.Context, tx pgx.Tx, dev *Device) error {
 
 func (s *pgStore) ingest(id string, b *fleetwire.TelemetryBatch, now time.Time, maxRecords int, maxAge time.Duration) (ingestResult, error) {
 	var res ingestResult
+	var sweep bool
 	err := s.tx(func(ctx context.Context, tx pgx.Tx) error {
-		res = ingestResult{}
+		res, sweep = ingestResult{}, false
 		dev, created, err := lockDevice(ctx, tx, id, now, true)
 		if err != nil {
 			return err
@@ -282,17 +288,34 @@ func (s *pgStore) ingest(id string, b *fleetwire.TelemetryBatch, now time.Time, 
 		}
 		res.duplicates = len(b.Records) - res.stored
 		noteBatch(dev, b, res, now)
-		if err := saveDevice(ctx, tx, dev); err != nil {
+		doc, err := json.Marshal(dev)
+		if err != nil {
 			return err
 		}
-		if _, err := tx.Exec(ctx, `UPDATE fleet_devices SET stored = stored + $2 WHERE id = $1`, id, res.stored); err != nil {
+		// The document and the device's count in one update: one new row
+		// version per batch, not two.
+		if _, err := tx.Exec(ctx, `UPDATE fleet_devices SET doc = $2, stored = stored + $3 WHERE id = $1`, id, doc, res.stored); err != nil {
 			return err
 		}
-		return addCounters(ctx, tx, shardOf(id), map[string]int64{
+		if err := addCounters(ctx, tx, shardOf(id), map[string]int64{
 			"stored": int64(res.stored), "ingested": int64(res.stored), "duplicates": int64(res.duplicates),
-		})
+		}); err != nil {
+			return err
+		}
+		// Whether retention has work, read in the batch's transaction: the
+		// sweep's own transaction (an advisory lock, the counter, the
+		// delete) then runs only when records are over the bound or too
+		// old, not after every batch.
+		var stored, oldest int64
+		if err := tx.QueryRow(ctx, `SELECT
+				(SELECT coalesce(sum(value), 0)::bigint FROM fleet_counters WHERE name = 'stored'),
+				(SELECT coalesce(min(ingested_at), 0) FROM fleet_records)`).Scan(&stored, &oldest); err != nil {
+			return err
+		}
+		sweep = stored > int64(maxRecords) || maxAge > 0 && stored > 0 && oldest < now.Add(-maxAge).UnixNano()
+		return nil
 	})
-	if err != nil {
+	if err != nil || !sweep {
 		return res, err
 	}
 	// Retention runs after the batch's commit, in its own transaction: a
