@@ -16,6 +16,7 @@ import (
 	"github.com/phaseless/phaseless/cloud/fleet/internal/gate"
 	"github.com/phaseless/phaseless/internal/cli"
 	"github.com/phaseless/phaseless/internal/metrics"
+	"github.com/phaseless/phaseless/internal/mochilisten"
 	"github.com/phaseless/phaseless/transport/fleetwire"
 )
 
@@ -147,8 +148,8 @@ func (c *Config) Validate() error {
 // Broker is a running embedded broker.
 type Broker struct {
 	srv     *mqtt.Server
-	tcp     *netListener
-	tls     *netListener
+	tcp     *mochilisten.Listener
+	tls     *mochilisten.Listener
 	store   *storeHook
 	nextSub atomic.Int64
 
@@ -217,10 +218,10 @@ func Start(cfg Config) (*Broker, error) {
 	}
 	fail := func(err error) (*Broker, error) {
 		if b.tcp != nil {
-			b.tcp.ln.Close()
+			b.tcp.Close(nil)
 		}
 		if b.tls != nil {
-			b.tls.ln.Close()
+			b.tls.Close(nil)
 		}
 		if b.store != nil {
 			b.store.db.Close()
@@ -232,7 +233,7 @@ func Start(cfg Config) (*Broker, error) {
 		if err != nil {
 			return fail(&cli.FieldError{Field: "TCPAddr", Err: err})
 		}
-		b.tcp = newNetListener(srv, "tcp", ln)
+		b.tcp = mochilisten.New(srv, "tcp", ln)
 		if err := srv.AddListener(b.tcp); err != nil {
 			return fail(err)
 		}
@@ -249,7 +250,7 @@ func Start(cfg Config) (*Broker, error) {
 		if err != nil {
 			return fail(&cli.FieldError{Field: "TLSAddr", Err: err})
 		}
-		b.tls = newNetListener(srv, "tls", ln)
+		b.tls = mochilisten.New(srv, "tls", ln)
 		if err := srv.AddListener(b.tls); err != nil {
 			return fail(err)
 		}
@@ -331,17 +332,4 @@ func (b *Broker) Close() error {
 		b.closeErr = b.srv.Close()
 	})
 	return b.closeErr
-}
-
-// disconnectListener sends every client of a listener mochi's "server
-// shutting down" DISCONNECT, as mochi's own closeListenerClients does, but
-// takes the client map's read lock once (see netListener.disconnect).
-func disconnectListener(srv *mqtt.Server) func(string) {
-	return func(listener string) {
-		for _, cl := range srv.Clients.GetAll() {
-			if cl.Net.Listener == listener && !cl.Closed() {
-				_ = srv.DisconnectClient(cl, packets.ErrServerShuttingDown)
-			}
-		}
-	}
 }

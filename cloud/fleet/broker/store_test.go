@@ -15,6 +15,7 @@ import (
 	bolt "go.etcd.io/bbolt"
 
 	"github.com/phaseless/phaseless/internal/metrics"
+	"github.com/phaseless/phaseless/internal/mochilisten"
 	"github.com/phaseless/phaseless/transport/fleetwire"
 )
 
@@ -222,7 +223,7 @@ func TestUpstreamBoltHookDropsPacketID(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := srv.AddListener(newNetListener(srv, "tcp", ln)); err != nil {
+	if err := srv.AddListener(mochilisten.New(srv, "tcp", ln)); err != nil {
 		t.Fatal(err)
 	}
 	if err := srv.Serve(); err != nil {

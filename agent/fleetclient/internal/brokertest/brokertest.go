@@ -20,7 +20,7 @@ import (
 
 	mqtt "github.com/mochi-mqtt/server/v2"
 	"github.com/mochi-mqtt/server/v2/hooks/auth"
-	"github.com/phaseless/phaseless/cloud/fleet/broker"
+	"github.com/phaseless/phaseless/internal/mochilisten"
 )
 
 // Mochi is an embedded broker that a test can stop and restart on the same
@@ -103,9 +103,9 @@ func (m *Mochi) start(addr string) {
 	if m.tls != nil {
 		ln = tls.NewListener(ln, m.tls)
 	}
-	// The cloud broker's listener, not mochi's TCP one: mochi's Close can
-	// deadlock (mochi-mqtt/server#488), which hung this package in CI.
-	if err := srv.AddListener(broker.NewListener(srv, "tcp", ln)); err != nil {
+	// Not mochi's TCP listener: its Close can deadlock (mochi-mqtt/server#488),
+	// which hung this package in CI.
+	if err := srv.AddListener(mochilisten.New(srv, "tcp", ln)); err != nil {
 		m.t.Fatal(err)
 	}
 	if err := srv.Serve(); err != nil {
