@@ -26,7 +26,8 @@ import (
 // lost by the time threshold (9/8 of the RTT after it was sent, RFC 9002
 // §6.1.2) and resends it. The server reads the probes and drops them.
 // Either side without datagram support simply goes without: SendDatagram
-// fails, and the request is found by its probe timeout as before.
+// fails, and the request is found by its probe timeout as before. So does
+// a request sent in 0-RTT before the handshake completes (see roundTrip).
 
 // lossProbeDelay puts the probe in a later packet than the request: quic-go
 // may pack a datagram queued while the request still waits into the same
