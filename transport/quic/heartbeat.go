@@ -126,6 +126,16 @@ func (l *link) watch(stall time.Duration) {
 				l.conn.CloseWithError(connStalled, "cloud link stalled: nothing received for "+stall.String())
 				return
 			}
+			// Silent for a check with requests in flight: send something
+			// before presuming the peer dead. After a NAT rebinding (a new
+			// source port) the server learns the client's new address only
+			// from a packet the client sends, and a receiving client sends
+			// nothing while nothing arrives; the probe is ack-eliciting, so
+			// a live server answers at once on the new path.
+			// TestHandoverMidStream stalled in about 1 run in 10 without it.
+			if l.confirmed() {
+				_ = l.conn.SendDatagram(lossProbe)
+			}
 		}
 	}
 }
