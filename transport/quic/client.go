@@ -692,15 +692,7 @@ func (c *Client) roundTrip(ctx context.Context, l *link, first *Frame, st *strea
 		return fail(err)
 	}
 	rt.sent = true
-	probe := time.AfterFunc(lossProbeDelay, func() {
-		// A request sent in 0-RTT goes without: until the handshake
-		// completes, SendDatagram reads the peer's transport parameters
-		// while the handshake writes them (quic-go#4303; -race caught it
-		// in TestHandoverMidStream).
-		if l.confirmed() {
-			conn.SendDatagram(lossProbe)
-		}
-	})
+	probe := time.AfterFunc(lossProbeDelay, l.sendProbe)
 	defer probe.Stop()
 	fr := newFrameReader(str)
 	began := false // this stream sent its meta frame or a token

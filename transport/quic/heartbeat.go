@@ -133,9 +133,7 @@ func (l *link) watch(stall time.Duration) {
 			// nothing while nothing arrives; the probe is ack-eliciting, so
 			// a live server answers at once on the new path.
 			// TestHandoverMidStream stalled in about 1 run in 10 without it.
-			if l.confirmed() {
-				_ = l.conn.SendDatagram(lossProbe)
-			}
+			l.sendProbe()
 		}
 	}
 }

@@ -37,6 +37,17 @@ const lossProbeDelay = 5 * time.Millisecond
 // lossProbe is the probe's payload: its content is never read.
 var lossProbe = []byte{0}
 
+// sendProbe sends one probe datagram, unless the handshake has not
+// completed: until then (a request sent in 0-RTT) SendDatagram reads the
+// peer's transport parameters while the handshake writes them
+// (quic-go#4303; -race caught it in TestHandoverMidStream). A peer without
+// datagram support gets none; the error is the same as no probe.
+func (l *link) sendProbe() {
+	if l.confirmed() {
+		_ = l.conn.SendDatagram(lossProbe)
+	}
+}
+
 // discardProbes reads and drops the datagrams a client sends until the
 // connection ends, so they do not fill quic-go's receive queue, and counts
 // them (ServerStats.LossProbes).
