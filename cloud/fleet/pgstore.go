@@ -225,11 +225,18 @@ func decodeDevice(id string, doc []byte, stored int64) (*Device, error) {
 
 // saveDevice writes dev's document; its stored count is the column's.
 func saveDevice(ctx context.Context, tx pgx.Tx, dev *Device) error {
+	return saveDeviceStored(ctx, tx, dev, 0)
+}
+
+// saveDeviceStored is saveDevice that also adds stored to the device's
+// record count: the document and the count in one update, one new row
+// version per batch, not two.
+func saveDeviceStored(ctx context.Context, tx pgx.Tx, dev *Device, stored int) error {
 	doc, err := json.Marshal(dev)
 	if err != nil {
 		return err
 	}
-	_, err = tx.Exec(ctx, `UPDATE fleet_devices SET doc = $2 WHERE id = $1`, dev.ID, doc)
+	_, err = tx.Exec(ctx, `UPDATE fleet_devices SET doc = $2, stored = stored + $3 WHERE id = $1`, dev.ID, doc, stored)
 	return err
 }
 
@@ -288,13 +295,7 @@ func (s *pgStore) ingest(id string, b *fleetwire.TelemetryBatch, now time.Time, 
 		}
 		res.duplicates = len(b.Records) - res.stored
 		noteBatch(dev, b, res, now)
-		doc, err := json.Marshal(dev)
-		if err != nil {
-			return err
-		}
-		// The document and the device's count in one update: one new row
-		// version per batch, not two.
-		if _, err := tx.Exec(ctx, `UPDATE fleet_devices SET doc = $2, stored = stored + $3 WHERE id = $1`, id, doc, res.stored); err != nil {
+		if err := saveDeviceStored(ctx, tx, dev, res.stored); err != nil {
 			return err
 		}
 		if err := addCounters(ctx, tx, shardOf(id), map[string]int64{
