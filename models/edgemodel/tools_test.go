@@ -108,26 +108,10 @@ func TestToolCallAccuracy(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	e, err := lm.NewEngine(m, lm.EngineConfig{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer e.Close()
-	eb, err := lm.NewEngine(m, lm.EngineConfig{ByteChoices: true})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer eb.Close()
-	en, err := lm.NewEngine(m, lm.EngineConfig{NoToolPrior: true})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer en.Close()
-	ea, err := lm.NewEngine(m, lm.EngineConfig{ToolPrune: -1})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ea.Close()
+	e := engineOn(t, m, lm.EngineConfig{})
+	eb := engineOn(t, m, lm.EngineConfig{ByteChoices: true})
+	en := engineOn(t, m, lm.EngineConfig{NoToolPrior: true})
+	ea := engineOn(t, m, lm.EngineConfig{ToolPrune: -1})
 	free := cartools.Tools()
 	for i := range free {
 		free[i].Parameters = json.RawMessage(strings.ReplaceAll(string(free[i].Parameters), `"`+grammar.CopyKeyword+`":true`, `"`+grammar.CopyKeyword+`":false`))
@@ -589,11 +573,7 @@ func TestUserToolAccuracy(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	e, err := lm.NewEngine(m, lm.EngineConfig{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer e.Close()
+	e := engineOn(t, m, lm.EngineConfig{})
 	tools := loadOpenAITools(t, homeTools)
 	noCopy := slices.Clone(tools)
 	for i := range noCopy {
@@ -639,6 +619,17 @@ var userToolFloors = map[string]toolScores{
 	"homecalls2":    {exactInText: 0.76, rightTool: 0.88, prose: 1}, // measured 33/42; 38/42, 4/4
 }
 
+// engineOn runs an engine on m with cfg, closed when t ends.
+func engineOn(t *testing.T, m *lm.Model, cfg lm.EngineConfig) *lm.Engine {
+	t.Helper()
+	e, err := lm.NewEngine(m, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { e.Close() })
+	return e
+}
+
 // shippedHandler serves the shipped edge model through the OpenAI
 // handler with the engine's defaults, closed when t ends.
 func shippedHandler(t *testing.T) *httpapi.Handler {
@@ -647,12 +638,7 @@ func shippedHandler(t *testing.T) *httpapi.Handler {
 	if err != nil {
 		t.Fatal(err)
 	}
-	e, err := lm.NewEngine(m, lm.EngineConfig{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { e.Close() })
-	h, err := httpapi.NewHandler(e, httpapi.Options{})
+	h, err := httpapi.NewHandler(engineOn(t, m, lm.EngineConfig{}), httpapi.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
