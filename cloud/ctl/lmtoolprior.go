@@ -64,6 +64,7 @@ func lmToolPrior(ctx context.Context, cio cli.IO, args []string) error {
 	callWeight := fs.Float64("call-weight", toolprior.DefaultCallWeight, "weight of the prior's log-probability of a call, and of prose, at the choice between them")
 	callBias := fs.Float64("call-bias", toolprior.DefaultCallBias, "added to each call's per-token score against prose")
 	spanBuckets := fs.Int("span-buckets", 1024, "hashed buckets of the span head")
+	seed := fs.Uint64("seed", 0, "seed of the corpus split and the training (0: the preset's)")
 	if done, err := lmParseFlags(fs, cio, args, "lm toolprior --in F --out G [--preset edge-tools] [--weight W] [--span-weight W]"); done || err != nil {
 		return err
 	}
@@ -89,17 +90,20 @@ func lmToolPrior(ctx context.Context, cio cli.IO, args []string) error {
 	if err != nil {
 		return &cli.FieldError{Field: "preset", Err: err}
 	}
-	split, err := p.Corpus(p.Train.Seed)
+	if *seed == 0 {
+		*seed = p.Train.Seed
+	}
+	split, err := p.Corpus(*seed)
 	if err != nil {
 		return err
 	}
 	ex, spans := corpus.ToolPriorExamples(split), corpus.ToolSpanExamples(split)
-	prior, err := toolprior.Train(ex, toolprior.TrainConfig{Buckets: *buckets, Seed: p.Train.Seed, Weight: *weight})
+	prior, err := toolprior.Train(ex, toolprior.TrainConfig{Buckets: *buckets, Seed: *seed, Weight: *weight})
 	if err != nil {
 		return fmt.Errorf("preset %s: %w", *preset, err)
 	}
 	prior.CallWeight, prior.CallBias = *callWeight, *callBias
-	if err := prior.TrainSpans(spans, *spanBuckets, *spanWeight, toolprior.TrainConfig{Seed: p.Train.Seed}); err != nil {
+	if err := prior.TrainSpans(spans, *spanBuckets, *spanWeight, toolprior.TrainConfig{Seed: *seed}); err != nil {
 		return fmt.Errorf("preset %s: %w", *preset, err)
 	}
 	if _, err := rewriteModel(*in, *out, func(w io.Writer, f *gguf.File) error { return toolprior.Write(w, f, prior) }); err != nil {

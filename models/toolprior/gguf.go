@@ -160,14 +160,28 @@ func Write(w io.Writer, src *gguf.File, p *Prior) error {
 		}
 		tensors = append(tensors, gguf.Tensor{Name: ti.Name, Dims: ti.Dims, Type: ti.Type, Raw: raw})
 	}
-	// F16 halves the file's share; the weights are small and a rounding of
-	// 1e-3 moves no decision (TestWriteRoundTrip).
 	tensors = append(tensors,
-		gguf.Tensor{Name: TensorW, Dims: []uint64{uint64(p.Buckets), uint64(len(p.Labels))}, Type: gguf.F16, Data: p.W},
+		gguf.Tensor{Name: TensorW, Dims: []uint64{uint64(p.Buckets), uint64(len(p.Labels))}, Type: weightType(p.Buckets), Data: p.W},
 		gguf.Tensor{Name: TensorBias, Dims: []uint64{uint64(len(p.Labels))}, Type: gguf.F32, Data: p.Bias})
 	if len(p.SpanW) > 0 {
 		kvs = append(kvs, gguf.KV{Key: KeySpanWeight, Value: float32(p.SpanWeight)})
 		tensors = append(tensors, gguf.Tensor{Name: TensorSpan, Dims: []uint64{uint64(len(p.SpanW))}, Type: gguf.F16, Data: p.SpanW})
 	}
 	return gguf.Write(w, kvs, tensors)
+}
+
+// weightType is how the prior's weights are stored. The prior is the part of
+// the edge model a fleet retrains most often, and an update fetches the
+// whole tensor (its trained values share no bytes with the old ones), so its
+// size is that update's size: Q8_0 (34 bytes per 32 weights) is 53% of F16
+// and 27% of F32. Each label's row is one run of Buckets weights, so Q8_0's
+// 32-weight blocks never straddle two labels; a bucket count that is no
+// multiple of 32 stays F16. A rounding of at most 1/254 of a block's largest
+// weight moves no decision (TestWriteRoundTrip, and the tool-accuracy tests
+// run on the shipped model, written this way).
+func weightType(buckets int) gguf.DType {
+	if buckets%gguf.Q8BlockSize == 0 {
+		return gguf.Q8_0
+	}
+	return gguf.F16
 }

@@ -119,8 +119,9 @@ func withPrior(t testing.TB, src []byte, p *Prior) []byte {
 }
 
 // TestWriteRoundTrip: a prior written into a file reads back with the same
-// labels and weight and the same decisions (weights stored as F16), the
-// file's own keys and tensors unchanged; writing again replaces it.
+// labels and weight and the same decisions (weights stored as Q8_0, or F16
+// when the bucket count is no multiple of Q8_0's block), the file's own
+// keys and tensors unchanged; writing again replaces it.
 func TestWriteRoundTrip(t *testing.T) {
 	base := baseFile(t)
 	if p, err := FromGGUF(mustRead(t, base)); p != nil || err != nil {
@@ -146,14 +147,23 @@ func TestWriteRoundTrip(t *testing.T) {
 			t.Fatalf("span weight %d: %v read back %v", i, v, q.SpanW[i])
 		}
 	}
-	for _, e := range examples {
-		a, b := p.LogProbs(e.Text), q.LogProbs(e.Text)
-		for i := range a {
-			if math.Abs(a[i]-b[i]) > 0.01 {
-				t.Fatalf("%q: log-probabilities %v against %v", e.Text, a, b)
-			}
-		}
+	if ti, _ := f.Tensor(TensorW); ti.Type != gguf.Q8_0 {
+		t.Fatalf("%d buckets stored as %v, want q8_0", p.Buckets, ti.Type)
 	}
+	sameDecisions(t, p, q)
+	odd, err := Train(examples, TrainConfig{Buckets: 500, Seed: 3, Weight: 0.5})
+	if err != nil {
+		t.Fatal(err)
+	}
+	fo := mustRead(t, withPrior(t, base, odd))
+	qo, err := FromGGUF(fo)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ti, _ := fo.Tensor(TensorW); ti.Type != gguf.F16 {
+		t.Fatalf("%d buckets stored as %v, want f16", odd.Buckets, ti.Type)
+	}
+	sameDecisions(t, odd, qo)
 	if v, _ := f.Get("general.name"); v != "base" {
 		t.Fatalf("general.name %v", v)
 	}
@@ -172,6 +182,20 @@ func TestWriteRoundTrip(t *testing.T) {
 	}
 	if q, _ := FromGGUF(again); q.Weight != float64(float32(0.1)) {
 		t.Fatalf("weight %v after the rewrite", q.Weight)
+	}
+}
+
+// sameDecisions fails unless q, p read back from a file, gives every example
+// p's log-probabilities to within 0.01.
+func sameDecisions(t *testing.T, p, q *Prior) {
+	t.Helper()
+	for _, e := range examples {
+		a, b := p.LogProbs(e.Text), q.LogProbs(e.Text)
+		for i := range a {
+			if math.Abs(a[i]-b[i]) > 0.01 {
+				t.Fatalf("%q: log-probabilities %v against %v", e.Text, a, b)
+			}
+		}
 	}
 }
 
