@@ -34,7 +34,8 @@ func readSchemaError(t *testing.T, resp *http.Response, want string) {
 // TestSchemaLimitsOnAgent: a schema over a limit is refused with a 400
 // naming the limit, in the caller's API shape, before any generation; a
 // $ref cycle with no way out is refused naming the definition rather than
-// answered with "" and finish_reason stop (issue 27 items 3 and 6).
+// answered with "" and finish_reason stop (issue 27 items 3 and 6); two
+// recursive schemas merged under allOf are refused by the depth limit.
 func TestSchemaLimitsOnAgent(t *testing.T) {
 	_, url := startAgent(t, testConfig(t))
 	huge := grammartest.HugeEnumSchema()
@@ -49,6 +50,9 @@ func TestSchemaLimitsOnAgent(t *testing.T) {
 		{"anthropic tool input_schema", "/v1/messages", `{"model":"auto","max_tokens":16,"messages":[{"role":"user","content":"pick one"}],"tool_choice":{"type":"any"},"tools":[{"name":"pick","input_schema":` + huge + `}]}`, "MaxEnumValues"},
 		{"openai tool parameters", "/v1/chat/completions", `{"model":"auto","max_tokens":16,"messages":[{"role":"user","content":"pick one"}],"tool_choice":"required","tools":[{"type":"function","function":{"name":"pick","parameters":` + huge + `}}]}`, "MaxEnumValues"},
 		{"top-level $ref cycle", "/v1/chat/completions", oai(`{"$defs":{"a":{"$ref":"#/$defs/b"},"b":{"type":"array","items":{"$ref":"#/$defs/a"},"minItems":1}},"$ref":"#/$defs/a"}`), `"#/$defs/a" allows no finite value`},
+		// Two self-referring schemas under allOf: before the merge's depth
+		// bound, these 200 bytes took all of the machine's memory.
+		{"allOf of two recursive schemas", "/v1/chat/completions", oai(`{"allOf":[{"$ref":"#/$defs/x"},{"$ref":"#/$defs/y"}],"$defs":{"x":{"additionalProperties":{"$ref":"#/$defs/x"}},"y":{"additionalProperties":{"$ref":"#/$defs/y"}}}}`), "maxCompileDepth"},
 		{"nested $ref cycle", "/v1/chat/completions", oai(`{"type":"object","properties":{"x":{"$ref":"#/$defs/node"}},"required":["x"],"$defs":{"node":{"type":"object","properties":{"next":{"$ref":"#/$defs/node"}},"required":["next"]}}}`), `"#/$defs/node" allows no finite value`},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

@@ -24,6 +24,9 @@ func FuzzSchema(f *testing.F) {
 	}
 	f.Add([]byte(`{"type":"string","enum":["a","ab","abc"]}`), uint64(2))
 	f.Add([]byte(`{"type":"number","exclusiveMinimum":0.5,"maximum":3.25}`), uint64(3))
+	for _, s := range recursiveMerges {
+		f.Add([]byte(s), uint64(5))
+	}
 	f.Add([]byte(`{"type":"object","properties":{"w":{"type":"string","enum":["driver","all","x_y"],"x-phaseless-copy":true},"n":{"type":"integer","maximum":9,"x-phaseless-copy":true},"d":{"type":"string","maxLength":8,"x-phaseless-copy":true}},"required":["w","n","d"]}`), uint64(4))
 	f.Fuzz(func(t *testing.T, schema []byte, seed uint64) {
 		g, err := Schema(schema)

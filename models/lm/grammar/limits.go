@@ -3,6 +3,7 @@ package grammar
 import (
 	"bytes"
 	"fmt"
+	"unicode/utf8"
 )
 
 // Limits on one compile. A schema arrives in a request body (response_format,
@@ -198,8 +199,24 @@ func valueChars(v *node) int {
 
 func (c *compiler) failLimit(path, limit, format string, args ...any) {
 	if c.err == nil {
-		c.err = &SchemaError{Path: path, Limit: limit, Reason: fmt.Sprintf(format, args...)}
+		c.err = &SchemaError{Path: shortPath(path), Limit: limit, Reason: fmt.Sprintf(format, args...)}
 	}
+}
+
+// maxErrorPath is the most of a path an error over a limit quotes: a path
+// 128 schemas deep is kilobytes of "/additionalProperties", and its start
+// says where the nesting begins.
+const maxErrorPath = 200
+
+func shortPath(path string) string {
+	if len(path) <= maxErrorPath {
+		return path
+	}
+	n := maxErrorPath
+	for n > 0 && !utf8.RuneStart(path[n]) {
+		n-- // not inside a property name's character
+	}
+	return path[:n] + "…"
 }
 
 // CheckLimits reports whether schemas, together (a request's tools), keep

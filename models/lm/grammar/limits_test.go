@@ -3,6 +3,7 @@ package grammar
 import (
 	"errors"
 	"fmt"
+	"runtime/debug"
 	"strings"
 	"testing"
 
@@ -156,6 +157,31 @@ func TestCompileBudgets(t *testing.T) {
 	}
 	if _, err := SchemaWith(enum, Options{CopyFrom: "pick v7"}); err != nil {
 		t.Fatalf("the same enum with a short request: %v", err)
+	}
+}
+
+// recursiveMerges are allOf of two schemas that each refer to themselves
+// through a nested keyword. Merging them unrolls both without end: before
+// mergeN's depth bound, the first (from JSONSchemaBench's Handwritten set,
+// cut down) took every byte of a 24 GiB machine in under two minutes, and a
+// request's response_format or tool parameters can carry it.
+var recursiveMerges = []string{
+	`{"allOf":[{"$ref":"#/definitions/x"},{"$ref":"#/definitions/y"}],"definitions":{"x":{"additionalProperties":{"$ref":"#/definitions/x"}},"y":{"additionalProperties":{"$ref":"#/definitions/y"}}}}`,
+	`{"allOf":[{"$ref":"#/definitions/x"},{"$ref":"#/definitions/y"}],"definitions":{"x":{"properties":{"a":{"$ref":"#/definitions/x"},"b":{"$ref":"#/definitions/x"}}},"y":{"properties":{"a":{"$ref":"#/definitions/y"},"b":{"$ref":"#/definitions/y"}}}}}`,
+	`{"type":"array","items":{"$ref":"#/$defs/x"},"allOf":[{"items":{"$ref":"#/$defs/y"}}],"$defs":{"x":{"items":{"$ref":"#/$defs/x"}},"y":{"items":{"$ref":"#/$defs/y"}}}}`,
+}
+
+// TestRecursiveMergeBounded: such schemas are refused by the depth limit.
+// The stack is capped while they compile, so an unbounded merge fails this
+// test by overflowing 4 MiB of stack instead of filling the machine.
+func TestRecursiveMergeBounded(t *testing.T) {
+	defer debug.SetMaxStack(debug.SetMaxStack(4 << 20))
+	for _, s := range recursiveMerges {
+		for _, opts := range []Options{{}, {Check: true}} {
+			if _, err := SchemaWith([]byte(s), opts); limitOf(err) != "maxCompileDepth" {
+				t.Fatalf("%s (check %v): %v, want refused by maxCompileDepth", s, opts.Check, err)
+			}
+		}
 	}
 }
 

@@ -28,6 +28,15 @@ func (c *compiler) mergeN(a, b *node, path string, refs int) (*node, bool) {
 		return nil, false
 	}
 	c.b.spent.spend(1)
+	// A $ref followed inside a nested keyword (items, properties,
+	// additionalProperties) is not on the chain maxMergeRefs counts, so
+	// the nesting is bounded here, as value's is for a compile.
+	if c.mergeDepth >= maxCompileDepth {
+		c.failLimit(path, "maxCompileDepth", "schemas merged for allOf (or beside anyOf) nest more than %d deep (limit maxCompileDepth)", maxCompileDepth)
+		return nil, false
+	}
+	c.mergeDepth++
+	defer func() { c.mergeDepth-- }()
 	for _, p := range []**node{&a, &b} {
 		x := *p
 		if x.kind == 'b' && x.b {

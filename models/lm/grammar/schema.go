@@ -93,6 +93,11 @@ type compiler struct {
 	err   *SchemaError
 	size  schemaSize // what the static limits count so far
 	depth int        // value's recursion
+	// mergeDepth is mergeN's recursion: merging two recursive schemas
+	// (allOf of two $refs that each refer to themselves through
+	// additionalProperties, items or properties) unrolls both without end,
+	// a few hundred bytes of schema holding a whole machine's memory.
+	mergeDepth int
 	// defs are the $ref targets compiled, for the productive check.
 	defs      []namedRule
 	refPrefix string // names the document defs come from ("tool NAME ")
@@ -194,7 +199,7 @@ func (c *compiler) value(n *node, path string) []elem {
 	}
 	c.b.spent.spend(1)
 	if c.depth >= maxCompileDepth {
-		c.failLimit(path, "maxCompileDepth", "schemas reached through $ref nest more than %d deep", maxCompileDepth)
+		c.failLimit(path, "maxCompileDepth", "schemas reached through $ref nest more than %d deep (limit maxCompileDepth)", maxCompileDepth)
 		return nil
 	}
 	c.depth++
