@@ -7,6 +7,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"sync"
 	"testing"
@@ -95,4 +96,161 @@ func TestArm64KernelsUnderQEMU(t *testing.T) {
 		}
 		t.Logf("under qemu-aarch64 -cpu %s:\n%s", c.model, out)
 	}
+}
+
+// TestArmv7KernelsUnderQEMU cross-compiles this package's tests for 32-bit
+// ARM (GOARM=7) and runs the quantized-kernel ones under qemu-arm-static on
+// cortex-a15, which has NEON, where fastDot must pick the NEON kernel of
+// each type in armv7NEONTypes and TestNEONKernelsMatchGo must match each
+// against the Go kernel, and on cortex-r5f (ARMv7 with VFPv3 and no NEON:
+// the one qemu CPU without NEON that runs GOARM=7 code), where the Go
+// kernels must run. It also vets the package for GOARM=6 (the
+// kernels built, chosen at run time) and GOARM=5 (software float: the Go
+// kernels only), the builds no qemu run covers.
+func TestArmv7KernelsUnderQEMU(t *testing.T) {
+	if testing.Short() {
+		t.Skip("cross-compiles the package")
+	}
+	qemu, err := exec.LookPath("qemu-arm-static")
+	if err != nil {
+		if os.Getenv("CI") != "" {
+			t.Fatal("qemu-arm-static not installed; .ci/run installs qemu-user-static")
+		}
+		t.Skip("qemu-arm-static not installed (apt-get install qemu-user-static)")
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
+	defer cancel()
+	bin := filepath.Join(t.TempDir(), "kernels-armv7.test")
+	build := exec.CommandContext(ctx, "go", "test", "-c", "-o", bin, ".")
+	build.Env = append(os.Environ(), "GOOS=linux", "GOARCH=arm", "GOARM=7", "CGO_ENABLED=0")
+	if out, err := build.CombinedOutput(); err != nil {
+		t.Fatalf("cross-compile: %v\n%s", err, out)
+	}
+	pass := func(names ...string) []string {
+		var s []string
+		for _, n := range names {
+			s = append(s, "--- PASS: "+n)
+		}
+		return s
+	}
+	// On the A15 the kernels run inside the products too (batch
+	// invariance, the GEMM against the per-row loop); the R5F run only
+	// checks that nothing selects them (the products' Go kernels are the
+	// host's tests' business), which keeps this test near the arm64 one's
+	// time.
+	selection := "TestNEONKernelsMatchGo|TestNEONFallback|TestF16BitsARM|TestQuantAssemblyMatchesGo"
+	cpus := []struct {
+		model, run string
+		want, lack []string
+	}{
+		{"cortex-a15", selection + "|TestNEONKernelsSpecialScales|TestQuantDotMatchesDequantized|TestQuantMulBatchInvariant|TestQuantActivationSums|TestGEMMMatchesPerRow",
+			pass("TestNEONKernelsMatchGo", "TestNEONKernelsSpecialScales", "TestQuantDotMatchesDequantized",
+				"TestQuantMulBatchInvariant", "TestGEMMMatchesPerRow"), []string{"no NEON on this CPU"}},
+		{"cortex-r5f", selection, []string{"no NEON on this CPU: the Go kernels run"}, []string{"neon kernel equals"}},
+	}
+	for i := range cpus {
+		cpus[i].want = append(cpus[i].want, pass("TestNEONFallback", "TestF16BitsARM", "TestQuantAssemblyMatchesGo")...)
+	}
+	for _, d := range armv7NEONTypes {
+		cpus[0].want = append(cpus[0].want, d.String()+" neon kernel equals")
+	}
+	var wg sync.WaitGroup
+	outs := make([][]byte, len(cpus))
+	errs := make([]error, len(cpus))
+	for i, c := range cpus {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			outs[i], errs[i] = exec.CommandContext(ctx, qemu, "-cpu", c.model, bin, "-test.v",
+				"-test.run", "^("+c.run+")$").CombinedOutput()
+		}()
+	}
+	// go vet type-checks and checks the assembly's frames against the Go
+	// declarations for the two other float ABIs.
+	vetOut := make([][]byte, 2)
+	vetErr := make([]error, 2)
+	for i, goarm := range []string{"6", "5"} {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			vet := exec.CommandContext(ctx, "go", "vet", ".")
+			vet.Env = append(os.Environ(), "GOOS=linux", "GOARCH=arm", "GOARM="+goarm, "CGO_ENABLED=0")
+			vetOut[i], vetErr[i] = vet.CombinedOutput()
+		}()
+	}
+	wg.Wait()
+	for i, goarm := range []string{"6", "5"} {
+		if vetErr[i] != nil {
+			t.Errorf("go vet with GOARCH=arm GOARM=%s: %v\n%s", goarm, vetErr[i], vetOut[i])
+		}
+	}
+	for i, c := range cpus {
+		out := string(outs[i])
+		if errs[i] != nil {
+			t.Fatalf("armv7 kernel tests under qemu -cpu %s: %v\n%s", c.model, errs[i], out)
+		}
+		for _, w := range c.want {
+			if !strings.Contains(out, w) {
+				t.Errorf("qemu -cpu %s: output lacks %q:\n%s", c.model, w, out)
+			}
+		}
+		for _, l := range c.lack {
+			if strings.Contains(out, l) {
+				t.Errorf("qemu -cpu %s: output has %q:\n%s", c.model, l, out)
+			}
+		}
+		t.Logf("under qemu-arm -cpu %s:\n%s", c.model, out)
+	}
+}
+
+// TestArmEncodings checks each WORD in qdot_arm.s against the instruction
+// its comment names, assembled by llvm-mc for armv7 with NEON: the
+// assembler cannot check WORDs, and a wrong register field would still
+// assemble. It needs llvm-mc (Debian's llvm package, which .ci/run
+// installs); TestArmv7KernelsUnderQEMU checks what the kernels compute.
+func TestArmEncodings(t *testing.T) {
+	mc, err := exec.LookPath("llvm-mc")
+	if err != nil {
+		if os.Getenv("CI") != "" {
+			t.Fatal("llvm-mc not installed; .ci/run installs llvm")
+		}
+		t.Skip("llvm-mc not installed (apt-get install llvm)")
+	}
+	src, err := os.ReadFile("qdot_arm.s")
+	if err != nil {
+		t.Fatal(err)
+	}
+	word := regexp.MustCompile(`\bWORD\b`)
+	enc := regexp.MustCompile(`WORD \$0x([0-9a-f]{8})(?:;\s*\\)?\s*// (.+?)\s*$`)
+	var words, insns []string
+	for i, line := range strings.Split(string(src), "\n") {
+		if !word.MatchString(line) || strings.HasPrefix(strings.TrimSpace(line), "//") {
+			continue
+		}
+		m := enc.FindStringSubmatch(line)
+		if m == nil {
+			t.Errorf("qdot_arm.s:%d: a WORD without its instruction: %s", i+1, line)
+			continue
+		}
+		words, insns = append(words, m[1]), append(insns, m[2])
+	}
+	if len(words) < 100 {
+		t.Fatalf("found %d WORDs in qdot_arm.s; the kernels have more", len(words))
+	}
+	cmd := exec.Command(mc, "-triple=armv7a-linux-gnueabihf", "-mattr=+neon,+vfp3", "-show-encoding")
+	cmd.Stdin = strings.NewReader(strings.Join(insns, "\n") + "\n")
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		t.Fatalf("llvm-mc: %v\n%s", err, out)
+	}
+	got := regexp.MustCompile(`encoding: \[0x(..),0x(..),0x(..),0x(..)\]`).FindAllStringSubmatch(string(out), -1)
+	if len(got) != len(insns) {
+		t.Fatalf("llvm-mc encoded %d of %d instructions:\n%s", len(got), len(insns), out)
+	}
+	for i, g := range got {
+		if w := g[4] + g[3] + g[2] + g[1]; w != words[i] { // little-endian bytes
+			t.Errorf("WORD $0x%s // %s: llvm-mc encodes it as 0x%s", words[i], insns[i], w)
+		}
+	}
+	t.Logf("%d NEON/VFP WORDs match their instructions", len(words))
 }
