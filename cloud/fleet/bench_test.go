@@ -1,9 +1,13 @@
 package fleet
 
 import (
+	"bufio"
 	"context"
 	"encoding/json"
 	"fmt"
+	"io"
+	"os"
+	"os/exec"
 	"path/filepath"
 	"runtime"
 	"strings"
@@ -218,47 +222,151 @@ func BenchmarkExternalIngest(b *testing.B) {
 // mqttHost is host:port of an mqtt:// URL.
 func mqttHost(u string) string { return strings.TrimPrefix(u, "mqtt://") }
 
-// BenchmarkIdleDeviceMemory connects 2,000 idle devices (each subscribed to
-// its acks, as rawDevice does) to the embedded broker behind a Manager and
-// reports the heap and stacks each one holds, after a GC, with the
-// broker's default client queue and with mochi's own (8,192 packets) as
-// the baseline in the same run. (Linux RSS moves with the heap's pages and
-// is printed in docs/fleet-cloud.md's scale table.)
+// BenchmarkIdleDeviceMemory connects 2,000 devices to the embedded broker
+// behind a Manager and reports the Go heap and goroutine stacks each one
+// holds in the cloud, after collections. The devices run in a child
+// process (this test binary again, benchDevicesMain), so nothing of the
+// client side is counted. "idle" devices connect and subscribe to their
+// acks; "sent-once" ones also register a retained last will, publish a
+// retained online status and one batch of 10 records and wait for its ack,
+// as `phaselessctl fleet load`'s devices do in .ci/fleetload's 60 s runs,
+// so the Manager and the broker keep what a device that reported holds.
+// "mochi-defaults" (mochi's own 8,192-packet client queue and 2 KiB read
+// buffer) is the baseline in the same run. (Linux RSS moves with the
+// heap's pages and is printed in docs/fleet-cloud.md's scale table.)
 func BenchmarkIdleDeviceMemory(b *testing.B) {
 	const n = 2000
-	for _, tc := range []struct {
-		name  string
-		queue int32
-	}{{"mochi-default-queue", 8192}, {"default", 0}} {
-		b.Run(tc.name, func(b *testing.B) {
-			for b.Loop() {
-				br := startBroker(b, broker.Config{DevAuth: true, ClientQueue: tc.queue})
-				m := openManager(b, Config{DataDir: b.TempDir(), Broker: br})
-				before := memInUse()
-				devs := make([]*rawDevice, n)
-				for i := range devs {
-					devs[i] = &rawDevice{id: fmt.Sprintf("idle-%04d", i)}
-					if err := devs[i].connect(br.TCPAddr()); err != nil {
-						b.Fatal(err)
-					}
+	for _, mode := range []string{"idle", "sent-once"} {
+		for _, tc := range []struct {
+			name    string
+			queue   int32
+			readBuf int
+		}{{"mochi-defaults", 8192, 2048}, {"default", 0, 0}} {
+			b.Run(mode+"/"+tc.name, func(b *testing.B) {
+				for b.Loop() {
+					br := startBroker(b, broker.Config{DevAuth: true, ClientQueue: tc.queue, ReadBufferBytes: tc.readBuf})
+					m := openManager(b, Config{DataDir: b.TempDir(), Broker: br})
+					before := memInUse()
+					stop := startBenchDevices(b, br.TCPAddr(), n, mode)
+					waitFor(b, "all connected", func() bool { return br.Connected() == n })
+					after := memInUse()
+					b.ReportMetric(float64(after-before)/n, "bytes/device")
+					stop()
+					waitFor(b, "all gone", func() bool { return br.Connected() == 0 })
+					m.Close()
+					br.Close()
 				}
-				waitFor(b, "all connected", func() bool { return br.Connected() == n })
-				after := memInUse()
-				b.ReportMetric(float64(after-before)/n, "bytes/device")
-				for _, d := range devs {
-					d.conn.Close()
-				}
-				m.Close()
-				br.Close()
-			}
-		})
+			})
+		}
 	}
 }
 
-// memInUse is the heap and goroutine stacks in use after a collection.
+// memInUse is the heap and goroutine stacks in use after collections. A
+// collection halves a goroutine's stack at most once, and only when it
+// uses under a quarter of it; the third finds the stacks a device's
+// connect or batch grew at their idle size.
 func memInUse() int64 {
-	runtime.GC()
+	for range 3 {
+		runtime.GC()
+	}
 	var ms runtime.MemStats
 	runtime.ReadMemStats(&ms)
 	return int64(ms.HeapInuse + ms.StackInuse)
+}
+
+// benchDevicesEnv, set to "ADDR N MODE", turns this test binary into N
+// rawDevices connected to ADDR (TestMain calls benchDevicesMain).
+const benchDevicesEnv = "PHASELESS_BENCH_DEVICES"
+
+// startBenchDevices runs n devices (mode as in BenchmarkIdleDeviceMemory)
+// in a child process and returns when all are connected and, for
+// "sent-once", acknowledged. stop disconnects them and waits for the child.
+func startBenchDevices(b *testing.B, addr string, n int, mode string) (stop func()) {
+	b.Helper()
+	cmd := exec.Command(os.Args[0], "-test.run=^$", "-test.bench=^$")
+	cmd.Env = append(os.Environ(), fmt.Sprintf("%s=%s %d %s", benchDevicesEnv, addr, n, mode))
+	cmd.Stderr = os.Stderr
+	in, err := cmd.StdinPipe()
+	if err != nil {
+		b.Fatal(err)
+	}
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		b.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		b.Fatal(err)
+	}
+	stop = func() {
+		in.Close() // the child's cue to exit
+		if err := cmd.Wait(); err != nil {
+			b.Errorf("bench devices: %v", err)
+		}
+	}
+	line, err := bufio.NewReader(out).ReadString('\n')
+	if line != "ready\n" {
+		stop()
+		b.Fatalf("bench devices: %q %v", line, err)
+	}
+	return stop
+}
+
+// benchDevicesMain is the child of startBenchDevices: it connects the
+// devices, prints "ready", holds them until its stdin closes, and returns
+// the exit code.
+func benchDevicesMain(spec string) int {
+	var addr, mode string
+	var n int
+	if _, err := fmt.Sscanf(spec, "%s %d %s", &addr, &n, &mode); err != nil {
+		fmt.Println("bad", benchDevicesEnv, err)
+		return 2
+	}
+	devs := make([]*rawDevice, n)
+	var next atomic.Int64
+	errs := make(chan error, 16)
+	var wg sync.WaitGroup
+	for range 16 {
+		wg.Go(func() {
+			for i := int(next.Add(1)) - 1; i < n; i = int(next.Add(1)) - 1 {
+				d := &rawDevice{id: fmt.Sprintf("idle-%04d", i)}
+				devs[i] = d
+				if err := benchDevice(d, addr, mode); err != nil {
+					errs <- err
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+	close(errs)
+	if err := <-errs; err != nil {
+		fmt.Println(err)
+		return 1
+	}
+	fmt.Println("ready")
+	_, _ = io.Copy(io.Discard, os.Stdin)
+	for _, d := range devs {
+		d.conn.Close()
+	}
+	return 0
+}
+
+func benchDevice(d *rawDevice, addr, mode string) error {
+	if mode == "sent-once" {
+		d.will, _ = json.Marshal(fleetwire.Status{DeviceID: d.id, State: "offline", Version: "load-1"})
+	}
+	if err := d.connect(addr); err != nil {
+		return err
+	}
+	if mode != "sent-once" {
+		return nil
+	}
+	online, _ := json.Marshal(fleetwire.Status{DeviceID: d.id, State: "online", Version: "load-1", Slot: "a", Time: time.Now()})
+	pp := packets.NewControlPacket(packets.PUBLISH)
+	p := pp.Content.(*packets.Publish)
+	p.QoS, p.Retain, p.PacketID, p.Topic, p.Payload = 1, true, 3, topics.Device(d.id, fleetwire.SuffixStatus), online
+	if err := d.write(pp); err != nil {
+		return err
+	}
+	return d.uplink(1, 10) // its PUBACK and the status's come before the ack
 }

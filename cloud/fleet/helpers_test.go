@@ -21,7 +21,12 @@ import (
 	"github.com/phaseless/phaseless/transport/fleetwire"
 )
 
-func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+func TestMain(m *testing.M) {
+	if spec := os.Getenv(benchDevicesEnv); spec != "" {
+		os.Exit(benchDevicesMain(spec)) // BenchmarkIdleDeviceMemory's devices
+	}
+	goleak.VerifyTestMain(m)
+}
 
 var topics = fleetwire.Topics{}
 

@@ -20,6 +20,7 @@ type rawDevice struct {
 	id   string
 	conn net.Conn
 	pass string // the MQTT password (user = id), for a broker that wants one
+	will []byte // a retained last will on the status topic, when set
 }
 
 func (d *rawDevice) write(cp *packets.ControlPacket) error {
@@ -54,6 +55,10 @@ func (d *rawDevice) connect(addr string) error {
 	c.ClientID, c.CleanStart, c.KeepAlive = d.id, true, 120
 	if d.pass != "" {
 		c.Username, c.UsernameFlag, c.Password, c.PasswordFlag = d.id, true, []byte(d.pass), true
+	}
+	if d.will != nil {
+		c.WillFlag, c.WillQOS, c.WillRetain = true, 1, true
+		c.WillTopic, c.WillMessage = topics.Device(d.id, fleetwire.SuffixStatus), d.will
 	}
 	if err := d.write(cp); err != nil {
 		return err

@@ -63,13 +63,23 @@ type Config struct {
 	// client (default 7 days; mochi's own default is one day).
 	MessageExpirySeconds int64
 	// ClientQueue bounds the packets waiting to be written to one client
-	// (default 256). mochi's default, 8,192, is a 64 KiB channel for every
-	// connected device, a third of an idle device's memory (issue 37),
-	// while the fleet sends a device little at once: acks to the one batch
-	// it waits on, its retained config, at most MaxCommandsPerDevice
-	// commands. A packet that does not fit is dropped and counted, and the
-	// fleet re-sends all of these (device retries, reconcile).
+	// (default 128). mochi allocates the whole queue, 8 bytes a packet, for
+	// every connected device when it connects: mochi's default, 8,192, was
+	// a 64 KiB channel, a third of an idle device's memory (issue 37).
+	// The fleet sends a device little at once: acks to the batches it has
+	// in flight (the agent's MaxInFlight, 4), its retained config, at most
+	// fleet.Config.MaxCommandsPerDevice (100) commands; 128 holds all of
+	// them. A packet that does not fit is dropped and counted (mochi takes
+	// a QoS 1 one back out of the session's inflight too), and the fleet
+	// re-sends all of these (device retries, reconcile).
 	ClientQueue int32
+	// ReadBufferBytes is the read buffer mochi allocates per connection
+	// when it connects (default 256; mochi's own default is 2 KiB, issue
+	// 37). It only batches small reads: a packet larger than the buffer is
+	// read straight into the packet's own slice, so it bounds nothing
+	// (MaxPacketBytes does). An idle device's packets (PINGREQ, PUBACK) are
+	// a few bytes; 256 keeps a status or a subscribe to one read.
+	ReadBufferBytes int
 
 	Logger  *slog.Logger
 	Metrics *metrics.Registry
@@ -95,7 +105,10 @@ func (c *Config) fillDefaults() {
 		c.MessageExpirySeconds = 7 * 24 * 3600
 	}
 	if c.ClientQueue == 0 {
-		c.ClientQueue = 256
+		c.ClientQueue = 128
+	}
+	if c.ReadBufferBytes == 0 {
+		c.ReadBufferBytes = 256
 	}
 	if c.Logger == nil {
 		c.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
@@ -110,6 +123,9 @@ func (c *Config) fillDefaults() {
 func (c *Config) Validate() error {
 	if c.ClientQueue < 0 {
 		return &cli.FieldError{Field: "ClientQueue", Err: fmt.Errorf("%d: must be positive (0 for the default)", c.ClientQueue)}
+	}
+	if c.ReadBufferBytes < 0 {
+		return &cli.FieldError{Field: "ReadBufferBytes", Err: fmt.Errorf("%d: must be positive (0 for the default)", c.ReadBufferBytes)}
 	}
 	for _, f := range []struct{ name, addr string }{{"TCPAddr", c.TCPAddr}, {"TLSAddr", c.TLSAddr}} {
 		if f.addr == "" {
@@ -178,9 +194,10 @@ func Start(cfg Config) (*Broker, error) {
 	caps.MaximumQos = 1
 	caps.MaximumClientWritesPending = cfg.ClientQueue
 	srv := mqtt.New(&mqtt.Options{
-		InlineClient: true,
-		Capabilities: caps,
-		Logger:       cfg.Logger.With("component", "mqtt-broker"),
+		InlineClient:            true,
+		Capabilities:            caps,
+		ClientNetReadBufferSize: cfg.ReadBufferBytes,
+		Logger:                  cfg.Logger.With("component", "mqtt-broker"),
 		// $SYS topics are statistics nobody here reads; once a minute keeps
 		// their cost negligible.
 		SysTopicResendInterval: 60,

@@ -1,6 +1,7 @@
 package broker
 
 import (
+	"bytes"
 	"crypto/tls"
 	"os/exec"
 	"path/filepath"
@@ -73,6 +74,7 @@ func TestConfigValidate(t *testing.T) {
 		{"bad prefix", Config{DevAuth: true, Prefix: "x"}, "Prefix"},
 		{"empty admin", Config{DevAuth: true, Admins: []string{""}}, "Admins"},
 		{"missing password file", Config{TCPAddr: "127.0.0.1:0", PasswordFile: "/nonexistent/passwd"}, "PasswordFile"},
+		{"negative read buffer", Config{DevAuth: true, ReadBufferBytes: -1}, "ReadBufferBytes"},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			_, err := Start(c.cfg)
@@ -160,6 +162,52 @@ func TestAuthAndACL(t *testing.T) {
 	}
 	if v := reg.LabeledCounter("phaseless_fleet_broker_acl_denied_total", "", "direction").With("write").Value(); v != 1 {
 		t.Errorf("acl denied writes = %v, want 1", v)
+	}
+}
+
+// TestMessagesPastReadBuffer: the per-connection read buffer (256 bytes by
+// default, issue 37) only batches reads. Messages far larger than it, and
+// small ones between them, arrive whole and in order, both ways: a device's
+// largest telemetry batch to a subscriber, and the cloud's publish to the
+// device.
+func TestMessagesPastReadBuffer(t *testing.T) {
+	b := startBroker(t, Config{DevAuth: true, Passwords: passwordsFor(t, "ops"), Admins: []string{"ops"}})
+	tp := fleetwire.Topics{}
+	admin, err := dial(t, b.TCPAddr(), "ops-console", dialOpts{user: "ops", pass: "pw-ops"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := subscribe(t, admin, tp.DeviceFilter(fleetwire.SuffixTelemetry)); err != nil {
+		t.Fatal(err)
+	}
+	dev, err := dial(t, b.TCPAddr(), "dev-big", dialOpts{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := subscribe(t, dev, tp.Device("dev-big", fleetwire.SuffixCmd)); err != nil {
+		t.Fatal(err)
+	}
+	// The topic and header take some of the MaxTelemetryBytes.
+	big := make([]byte, fleetwire.MaxTelemetryBytes-200)
+	for i := range big {
+		big[i] = byte(i*7 + i>>11)
+	}
+	want := []string{"a", string(big), "bc", string(big[1000:1300]), "def"}
+	for _, p := range want {
+		if _, err := publish(t, dev, tp.Device("dev-big", fleetwire.SuffixTelemetry), p, false); err != nil {
+			t.Fatalf("publish %d bytes: %v", len(p), err)
+		}
+	}
+	for i, m := range admin.waitMsgs(t, len(want)) {
+		if string(m.Payload) != want[i] {
+			t.Errorf("message %d: got %d bytes, want %d (or different content)", i, len(m.Payload), len(want[i]))
+		}
+	}
+	if err := b.Publish(tp.Device("dev-big", fleetwire.SuffixCmd), big, false); err != nil {
+		t.Fatal(err)
+	}
+	if got := dev.waitMsgs(t, 1); !bytes.Equal(got[0].Payload, big) {
+		t.Errorf("device got %d bytes, want the %d sent", len(got[0].Payload), len(big))
 	}
 }
 
