@@ -263,10 +263,10 @@ func (c *compiler) value(n *node, path string) []elem {
 		return c.literals(n, path, c.mentionedEnum(n, e.arr))
 	}
 	if o := n.get("oneOf"); o != nil {
-		// Exactly one branch holds where no value can satisfy two: branches
-		// of pairwise disjoint types. Then oneOf is anyOf.
-		if !disjointTypes(o) {
-			c.fail(path+"/oneOf", "oneOf is supported only where its branches have disjoint types")
+		// Exactly one branch holds where no value can satisfy two
+		// (oneof.go). Then oneOf is anyOf.
+		if !c.exclusive(o, path+"/oneOf") {
+			c.fail(path+"/oneOf", "oneOf is supported only where no value can satisfy two branches (disjoint types, enum or const values, or a required property another branch forbids or gives disjoint values)")
 			return nil
 		}
 		if n.get("anyOf") != nil {
@@ -364,47 +364,6 @@ func (c *compiler) value(n *node, path string) []elem {
 		return alts[0]
 	}
 	return []elem{ref(c.b.rule(alts...))}
-}
-
-// disjointTypes reports whether o is an array of object schemas, each
-// with an explicit type, no two sharing a type ("integer" is within
-// "number").
-func disjointTypes(o *node) bool {
-	if o.kind != 'a' || len(o.arr) == 0 {
-		return false
-	}
-	seen := map[string]bool{}
-	for _, br := range o.arr {
-		t := br.get("type")
-		if t == nil {
-			return false
-		}
-		ts := []*node{t}
-		if t.kind == 'a' {
-			ts = t.arr
-		}
-		for _, x := range ts {
-			if x.kind != 's' {
-				return false
-			}
-			names := []string{x.str}
-			if x.str == "integer" || x.str == "number" {
-				names = []string{"integer", "number"}
-			}
-			for _, n := range names {
-				if seen[n] {
-					return false
-				}
-			}
-		}
-		for _, x := range ts {
-			seen[x.str] = true
-			if x.str == "integer" || x.str == "number" {
-				seen["integer"], seen["number"] = true, true
-			}
-		}
-	}
-	return true
 }
 
 func onlyAnnotations(n *node, except string) bool {
