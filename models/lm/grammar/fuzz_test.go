@@ -85,6 +85,9 @@ func FuzzSchemaInstance(f *testing.F) {
 	// oneOf where the branches are disjoint (oneof.go).
 	f.Add([]byte(`{"oneOf":[{"type":"object","properties":{"k":{"const":"a"},"x":{"type":"integer"}},"required":["k"]},{"type":"object","properties":{"k":{"const":"b"}},"required":["k","y"]}]}`), []byte(`{"k": "a", "y": 1}`))
 	f.Add([]byte(`{"oneOf":[{"enum":[1,"1"]},{"const":1.5},{"type":"object","required":["a"],"additionalProperties":false,"properties":{"a":{}}},{"type":"object","required":["b"],"properties":{"a":false}}]}`), []byte(`{"b":2}`))
+	// patternProperties (patternprops.go).
+	f.Add([]byte(`{"type":"object","properties":{"n":{"type":"string"}},"patternProperties":{"^x-[a-z]*$":{"type":"integer","maximum":3}},"additionalProperties":false}`), []byte(`{"n":"a","x-b":2}`))
+	f.Add([]byte(`{"type":"object","properties":{"x-a":{"type":"integer"}},"patternProperties":{"^x-":{"minimum":5},"\\d":{"type":"number"}},"additionalProperties":{"type":"integer"}}`), []byte(`{"x-a":7,"x1":9}`))
 	f.Fuzz(func(t *testing.T, schema, instance []byte) {
 		g, err := Schema(schema)
 		if err != nil {

@@ -73,6 +73,10 @@ func (c *compiler) object(n *node, path string) []elem {
 			required[x.str] = true
 		}
 	}
+	pp, ok := c.patternProps(n, path)
+	if !ok {
+		return nil
+	}
 	var list []objProp
 	seen := map[string]bool{}
 	var listed []string // every key the schema names: never an unlisted key
@@ -88,7 +92,11 @@ func (c *compiler) object(n *node, path string) []elem {
 				}
 				continue
 			}
-			list = append(list, objProp{m.key, c.value(m.val, path+"/properties/"+m.key), required[m.key]})
+			v, ok := pp.forListed(c, m.key, m.val, path+"/properties/"+m.key)
+			if !ok {
+				return nil
+			}
+			list = append(list, objProp{m.key, c.value(v, path+"/properties/"+m.key), required[m.key]})
 		}
 	}
 	// Required names the properties do not describe take what
@@ -101,19 +109,44 @@ func (c *compiler) object(n *node, path string) []elem {
 		}
 		seen[k] = true
 		listed = append(listed, k)
-		val := []elem{ref(c.anyValue())}
+		var val *node
 		switch {
 		case apOpen:
+			val = &node{kind: 'b', b: true}
 		case ap.kind == 'b':
 			c.fail(path+"/required", "required property %q is not in properties and additionalProperties is false", k)
 			return nil
 		default:
-			val = c.value(ap, path+"/additionalProperties")
+			val = ap
 		}
-		list = append(list, objProp{k, val, true})
+		v, ok := pp.forListed(c, k, val, path+"/additionalProperties")
+		if !ok {
+			return nil
+		}
+		list = append(list, objProp{k, c.value(v, path+"/additionalProperties"), true})
 	}
-	var extra []elem
+	var extra, extraKey []elem
 	switch {
+	case pp != nil && ap != nil && ap.kind == 'b' && !ap.b:
+		// Only keys of the patterns; none of them is a listed one
+		// (patternProps refused that).
+		extra, extraKey = c.value(pp.all, path+"/patternProperties"), pp.keys(c, path+"/patternProperties")
+	case pp != nil:
+		// Every unlisted key is held to every pattern's schema (and to
+		// additionalProperties): stricter than JSON Schema for a key no
+		// pattern matches, never looser.
+		v := pp.all
+		switch {
+		case apOpen:
+		case isTrue(v):
+			v = ap
+		default:
+			var ok bool
+			if v, ok = c.merge(ap, v, path+"/additionalProperties"); !ok {
+				return nil
+			}
+		}
+		extra = c.value(v, path+"/patternProperties")
 	case apOpen:
 		extra = []elem{ref(c.anyValue())}
 	case ap.kind != 'b':
@@ -122,6 +155,9 @@ func (c *compiler) object(n *node, path string) []elem {
 	}
 	if len(list) > 0 && !c.check {
 		extra = nil // writing, the model keeps to the listed keys
+	}
+	if extra != nil && extraKey == nil {
+		extraKey = []elem{ref(c.otherKey(listed))}
 	}
 	if c.err != nil {
 		return nil
@@ -135,10 +171,10 @@ func (c *compiler) object(n *node, path string) []elem {
 		c.fail(path, "minProperties %d is more than the %d listed properties (unlisted keys are not counted toward it)", minP, len(list))
 		return nil
 	}
-	if len(list) == 0 && extra != nil && apOpen && counts == (propCounts{}) {
+	if len(list) == 0 && extra != nil && apOpen && pp == nil && counts == (propCounts{}) {
 		return []elem{ref(c.anyObject())}
 	}
-	return c.objectOf(list, listed, extra, counts)
+	return c.objectOf(list, extraKey, extra, counts)
 }
 
 // propCounts are an object's minProperties and maxProperties (when has).
@@ -149,11 +185,11 @@ type propCounts struct {
 
 // objectOf matches an object of the listed properties, each at most once
 // and every required one present, and, when extra is set, any number of
-// keys not in listed whose values match extra; with counts, from
-// counts.min to counts.max keys in all.
-func (c *compiler) objectOf(list []objProp, listed []string, extra []elem, counts propCounts) []elem {
+// keys matching extraKey (never a listed one) whose values match extra;
+// with counts, from counts.min to counts.max keys in all.
+func (c *compiler) objectOf(list []objProp, extraKey, extra []elem, counts propCounts) []elem {
 	if c.check {
-		return c.objectLoop(list, listed, extra, counts)
+		return c.objectLoop(list, extraKey, extra, counts)
 	}
 	// Writing: the listed keys in the schema's order, each written or, if
 	// optional, skipped; extra keys only where nothing is listed.
@@ -168,7 +204,7 @@ func (c *compiler) objectOf(list []objProp, listed []string, extra []elem, count
 	}
 	memX := int32(-1)
 	if extra != nil {
-		memX = member([]elem{ref(c.otherKey(listed))}, extra)
+		memX = member(extraKey, extra)
 	}
 	// A state is the index of the next property.
 	type edge struct {
@@ -372,7 +408,7 @@ func (c *compiler) anyObject() int32 {
 	}
 	r := c.b.newRule()
 	c.memo["object"] = r
-	c.b.define(r, c.objectOf(nil, nil, []elem{ref(c.anyValue())}, propCounts{}))
+	c.b.define(r, c.objectOf(nil, []elem{ref(c.otherKey(nil))}, []elem{ref(c.anyValue())}, propCounts{}))
 	return r
 }
 

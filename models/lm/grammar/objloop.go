@@ -148,7 +148,7 @@ func (x *expander) expandLoop(f *frame, n int) {
 
 // objectLoop is objectOf for a checking grammar: an object loop over the
 // members.
-func (c *compiler) objectLoop(list []objProp, listed []string, extra []elem, counts propCounts) []elem {
+func (c *compiler) objectLoop(list []objProp, extraKey, extra []elem, counts propCounts) []elem {
 	b := c.b
 	gap := c.gap()
 	comma := seq(b.lit(","), gap)
@@ -169,7 +169,7 @@ func (c *compiler) objectLoop(list []objProp, listed []string, extra []elem, cou
 		}
 	}
 	if extra != nil {
-		lp.firstX, lp.thenX = member([]elem{ref(c.otherKey(listed))}, extra)
+		lp.firstX, lp.thenX = member(extraKey, extra)
 	}
 	// The loop's rule. Its alternatives are never expanded (expandLoop
 	// stands for them); they are there for what reads the rules whole:

@@ -462,6 +462,9 @@ func (p *reParser) class() class {
 // string.
 type nfa struct {
 	states []nfaState
+	// wide builds classes as what either engine matches (class.wide), for
+	// asking whether a string may match; the grammar's rules use narrow.
+	wide bool
 }
 
 type nfaState struct {
@@ -487,7 +490,11 @@ func (a *nfa) add() int {
 func (a *nfa) build(n *reNode, from, to int) {
 	switch n.op {
 	case 'c':
-		a.states[from].chars = append(a.states[from].chars, nfaEdge{n.cls.narrow, to})
+		set := n.cls.narrow
+		if a.wide {
+			set = n.cls.wide
+		}
+		a.states[from].chars = append(a.states[from].chars, nfaEdge{set, to})
 	case '^':
 		a.states[from].begin = append(a.states[from].begin, to)
 	case '$':
@@ -536,10 +543,11 @@ func (a *nfa) build(n *reNode, from, to int) {
 	}
 }
 
-// searchNFA is the automaton of a string containing a match of n: any
+// searchNFA is the automaton of a string containing a match of n (wide:
+// as either engine matches it, see nfa.wide): any
 // characters, n, any characters. State 0 starts; accept is the final state.
-func searchNFA(n *reNode) (a *nfa, accept int) {
-	a = &nfa{}
+func searchNFA(n *reNode, wide bool) (a *nfa, accept int) {
+	a = &nfa{wide: wide}
 	start, pre, post := a.add(), a.add(), a.add()
 	accept = a.add()
 	a.states[start].eps = append(a.states[start].eps, pre)
@@ -610,7 +618,7 @@ func (c *compiler) pattern(p, path string, lo, hi int, bounded bool) []elem {
 				c.fail(path+"/pattern", "pattern %s: %s", strconv.Quote(p), e.msg)
 			}
 		}()
-		a, accept = searchNFA(re)
+		a, accept = searchNFA(re, false)
 	}()
 	if c.err != nil {
 		return nil

@@ -49,11 +49,11 @@ var (
 		"items": true, "minItems": true, "maxItems": true,
 		"minLength": true, "maxLength": true,
 		"minimum": true, "maximum": true, "exclusiveMinimum": true, "exclusiveMaximum": true,
-		"format": true, "minProperties": true, "maxProperties": true, "pattern": true}
+		"format": true, "minProperties": true, "maxProperties": true, "pattern": true, "patternProperties": true}
 	refused = map[string]bool{"multipleOf": true, "divisibleBy": true,
 		"uniqueItems": true, "contains": true, "minContains": true, "maxContains": true,
 		"dependentRequired": true, "dependencies": true,
-		"dependentSchemas": true, "patternProperties": true, "propertyNames": true,
+		"dependentSchemas": true, "propertyNames": true,
 		"additionalItems": true, "prefixItems": true, "unevaluatedItems": true, "unevaluatedProperties": true,
 		"not": true, "if": true, "then": true, "else": true, "extends": true, "disallow": true,
 		"$dynamicRef": true, "$recursiveRef": true}

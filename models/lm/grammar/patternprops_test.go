@@ -1,0 +1,69 @@
+package grammar
+
+import (
+	"bytes"
+	"strings"
+	"testing"
+
+	"github.com/santhosh-tekuri/jsonschema/v6"
+)
+
+// TestPatternProperties: patternProperties compile (patternprops.go), and
+// the checking grammar never accepts a document an independent validator
+// refuses; where the compile is exact (additionalProperties false with
+// one pattern, or patterns that constrain nothing) it accepts every
+// document the validator does, and where it is stricter the documents it
+// refuses are the ones the package comment names.
+func TestPatternProperties(t *testing.T) {
+	for _, tc := range []struct {
+		name, schema string
+		docs         []string
+		exact        bool
+	}{
+		{"additionalProperties false, one pattern",
+			`{"type":"object","properties":{"name":{"type":"string"}},"required":["name"],"patternProperties":{"^x-":{"type":"integer"}},"additionalProperties":false}`,
+			[]string{`{"name":"a","x-b":1}`, `{"name":"a","x-b":"s"}`, `{"name":"a","y":1}`, `{"name":"a"}`, `{"x-b":1}`, `{"name": "a", "x-c": 2, "x-d": 3}`}, true},
+		{"patterns that constrain nothing",
+			`{"type":"object","properties":{"a":{"type":"integer"}},"patternProperties":{"^x-":{},"^y":true}}`,
+			[]string{`{"a":1,"x-b":"s"}`, `{"a":"s"}`, `{"z":[1]}`}, true},
+		{"additionalProperties open, a schema per key",
+			`{"type":"object","patternProperties":{"^[0-9]+$":{"type":"string","maxLength":3}}}`,
+			[]string{`{"12":"a"}`, `{"12":1}`, `{"12":"abcd"}`, `{"ab":1}`, `{"ab":"x"}`, `{}`}, false},
+		{"a listed key a pattern matches",
+			`{"type":"object","properties":{"x-a":{"type":"integer"}},"patternProperties":{"^x-":{"minimum":5}},"additionalProperties":{"type":"integer"}}`,
+			[]string{`{"x-a":3}`, `{"x-a":7}`, `{"x-b":4}`, `{"x-b":9}`, `{"b":1}`, `{"b":"s"}`}, false},
+		{"two patterns, additionalProperties false",
+			`{"type":"object","patternProperties":{"^a":{"type":"integer"},"^b":{"type":"number"}},"additionalProperties":false}`,
+			[]string{`{"a1":1}`, `{"b1":1.5}`, `{"c":1}`, `{"a1":"s"}`, `{}`}, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			g, err := SchemaWith([]byte(tc.schema), Options{Check: true})
+			if err != nil {
+				t.Fatal(err)
+			}
+			v := fuzzValidator(t, []byte(tc.schema))
+			if v == nil {
+				t.Fatal("the validator refuses the schema")
+			}
+			for _, d := range tc.docs {
+				inst, err := jsonschema.UnmarshalJSON(bytes.NewReader([]byte(d)))
+				if err != nil {
+					t.Fatal(err)
+				}
+				valid, got := v.Validate(inst) == nil, g.Match([]byte(d))
+				switch {
+				case got && !valid:
+					t.Errorf("%s: accepted, the validator refuses it", d)
+				case !got && valid && tc.exact:
+					t.Errorf("%s: refused, the validator accepts it", d)
+				case !got && valid:
+					t.Logf("%s: refused though valid (stricter, as documented)", d)
+				}
+			}
+		})
+	}
+	s := `{"type":"object","properties":{"x-a":{"type":"integer"}},"patternProperties":{"^x-":{"type":"integer"}},"additionalProperties":false}`
+	if _, err := SchemaWith([]byte(s), Options{Check: true}); err == nil || !strings.Contains(err.Error(), `matching the listed property "x-a"`) {
+		t.Errorf("%s: %v, want refused naming the listed property", s, err)
+	}
+}
