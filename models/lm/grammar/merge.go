@@ -74,6 +74,17 @@ func (c *compiler) mergeN(a, b *node, path string, refs int) (*node, bool) {
 	if b.kind == 'b' {
 		return b, true
 	}
+	// additionalProperties covers the keys its own schema's patterns do
+	// not match, so one side's patterns must not escape the other side's
+	// additionalProperties (the merged schema would let them through).
+	for _, s := range [][2]*node{{a, b}, {b, a}} {
+		if s[0].get("patternProperties") != nil {
+			if ap := s[1].get("additionalProperties"); ap != nil && !isTrue(ap) {
+				c.fail(path, "patternProperties beside additionalProperties from another schema of an anyOf or allOf is not supported")
+				return nil, false
+			}
+		}
+	}
 	out := &node{kind: 'o'}
 	for _, m := range a.obj {
 		if b.get(m.key) == nil {

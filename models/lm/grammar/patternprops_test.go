@@ -66,4 +66,10 @@ func TestPatternProperties(t *testing.T) {
 	if _, err := SchemaWith([]byte(s), Options{Check: true}); err == nil || !strings.Contains(err.Error(), `matching the listed property "x-a"`) {
 		t.Errorf("%s: %v, want refused naming the listed property", s, err)
 	}
+	// One schema's additionalProperties false forbids every key; merged
+	// with another's patterns, the y keys would get through.
+	s = `{"allOf":[{"type":"object","additionalProperties":false},{"patternProperties":{"^y":{}}}]}`
+	if _, err := SchemaWith([]byte(s), Options{Check: true}); err == nil || !strings.Contains(err.Error(), "patternProperties beside additionalProperties from another schema") {
+		t.Errorf("%s: %v, want refused", s, err)
+	}
 }
