@@ -178,8 +178,13 @@ const (
 	// the server is closing).
 	leftDone leaveReason = iota
 	// leftCancelled: the device cancelled the request (a cancel frame, a
-	// reset, or a closed connection): the run stops whoever else follows.
+	// reset, an early end): the run stops whoever else follows.
 	leftCancelled
+	// leftClosed: the device closed the stream's connection on purpose (the
+	// agent shutting down or closing its uplink). Nothing will resume the
+	// stream, so a run it was the last follower of stops at once; a retry
+	// following on another connection still gets it.
+	leftClosed
 	// leftLinkLost: the stream's connection died without the device
 	// saying anything; the run goes on for window so it can resume.
 	leftLinkLost
@@ -202,7 +207,7 @@ func (g *generation) leave(c *cursor, why leaveReason, window time.Duration) {
 		g.notifyLocked() // a waiting append may trim without it now
 	}
 	switch {
-	case why == leftCancelled && !g.done:
+	case why == leftCancelled && !g.done, why == leftClosed && !g.done && g.subs == 0:
 		g.abandoned = true
 		g.cancel(errDeviceCancelled)
 	case g.subs > 0:

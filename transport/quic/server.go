@@ -520,14 +520,14 @@ func (s *Server) serveStream(conn *quicgo.Conn, p *peer, str *quicgo.Stream) {
 
 // leaveReason classifies how a follower's stream ended (resume.go): it
 // wrote the last frame, the device cancelled (a cancel frame, a reset, an
-// early end, or closing its connection on purpose), or the connection died
-// under it.
+// early end), the device closed its connection on purpose, or the
+// connection died under it.
 func (s *Server) leaveReason(conn *quicgo.Conn, out followResult, clientEnd error) leaveReason {
 	switch {
 	case out.ended || s.base.Err() != nil:
 		return leftDone
 	case closedByDevice(context.Cause(conn.Context()), clientEnd, out.writeErr):
-		return leftCancelled
+		return leftClosed
 	case conn.Context().Err() != nil, connectionError(clientEnd), connectionError(out.writeErr):
 		return leftLinkLost
 	}
