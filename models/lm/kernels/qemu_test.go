@@ -30,21 +30,9 @@ func TestArm64KernelsUnderQEMU(t *testing.T) {
 	if testing.Short() {
 		t.Skip("cross-compiles the package")
 	}
-	qemu, err := exec.LookPath("qemu-aarch64-static")
-	if err != nil {
-		if os.Getenv("CI") != "" {
-			t.Fatal("qemu-aarch64-static not installed; .ci/run installs qemu-user-static")
-		}
-		t.Skip("qemu-aarch64-static not installed (apt-get install qemu-user-static)")
-	}
 	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
 	defer cancel()
-	bin := filepath.Join(t.TempDir(), "kernels-arm64.test")
-	build := exec.CommandContext(ctx, "go", "test", "-c", "-o", bin, ".")
-	build.Env = append(os.Environ(), "GOOS=linux", "GOARCH=arm64", "CGO_ENABLED=0")
-	if out, err := build.CombinedOutput(); err != nil {
-		t.Fatalf("cross-compile: %v\n%s", err, out)
-	}
+	qemu, bin := crossTest(ctx, t, "qemu-aarch64-static", "GOARCH=arm64")
 	// want: lines the run must print, which show which kernels ran: every
 	// quantized type has both arm64 kernels, base NEON on the A72 (which
 	// has no SDOT) and both on the A76.
@@ -111,21 +99,9 @@ func TestArmv7KernelsUnderQEMU(t *testing.T) {
 	if testing.Short() {
 		t.Skip("cross-compiles the package")
 	}
-	qemu, err := exec.LookPath("qemu-arm-static")
-	if err != nil {
-		if os.Getenv("CI") != "" {
-			t.Fatal("qemu-arm-static not installed; .ci/run installs qemu-user-static")
-		}
-		t.Skip("qemu-arm-static not installed (apt-get install qemu-user-static)")
-	}
 	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
 	defer cancel()
-	bin := filepath.Join(t.TempDir(), "kernels-armv7.test")
-	build := exec.CommandContext(ctx, "go", "test", "-c", "-o", bin, ".")
-	build.Env = append(os.Environ(), "GOOS=linux", "GOARCH=arm", "GOARM=7", "CGO_ENABLED=0")
-	if out, err := build.CombinedOutput(); err != nil {
-		t.Fatalf("cross-compile: %v\n%s", err, out)
-	}
+	qemu, bin := crossTest(ctx, t, "qemu-arm-static", "GOARCH=arm", "GOARM=7")
 	pass := func(names ...string) []string {
 		var s []string
 		for _, n := range names {
@@ -201,6 +177,28 @@ func TestArmv7KernelsUnderQEMU(t *testing.T) {
 		}
 		t.Logf("under qemu-arm -cpu %s:\n%s", c.model, out)
 	}
+}
+
+// crossTest finds the qemu user-mode emulator named (failing under CI
+// when it is missing, since .ci/run installs qemu-user-static; skipping
+// otherwise) and cross-compiles this package's tests for Linux with env
+// (GOARCH, GOARM), returning the emulator's path and the test binary.
+func crossTest(ctx context.Context, t *testing.T, emulator string, env ...string) (qemu, bin string) {
+	t.Helper()
+	qemu, err := exec.LookPath(emulator)
+	if err != nil {
+		if os.Getenv("CI") != "" {
+			t.Fatalf("%s not installed; .ci/run installs qemu-user-static", emulator)
+		}
+		t.Skipf("%s not installed (apt-get install qemu-user-static)", emulator)
+	}
+	bin = filepath.Join(t.TempDir(), "kernels.test")
+	build := exec.CommandContext(ctx, "go", "test", "-c", "-o", bin, ".")
+	build.Env = append(append(os.Environ(), "GOOS=linux", "CGO_ENABLED=0"), env...)
+	if out, err := build.CombinedOutput(); err != nil {
+		t.Fatalf("cross-compile: %v\n%s", err, out)
+	}
+	return qemu, bin
 }
 
 // TestArmEncodings checks each WORD in qdot_arm.s against the instruction
