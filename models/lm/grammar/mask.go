@@ -131,7 +131,8 @@ type Masker struct {
 	cls    *byteClasses
 	states []*dfaState
 	byHash map[uint64][]int32
-	masks  int // states holding a cached mask
+	cuts   map[int32]*frame // groupDepth's cut frames, by depth
+	masks  int              // states holding a cached mask
 }
 
 // The DFA and its masks are caches, bounded so a long generation through
@@ -370,24 +371,123 @@ func (m *Masker) plainDepth(q int32) int {
 	if st := m.states[q]; st.depthKnown {
 		return st.depth
 	}
-	d := m.exploreDepth(q)
+	d := m.groupDepth(q)
+	if d < plainClosed {
+		d = max(d, m.exploreDepth(q, maxPlainStates))
+	}
 	st := m.states[q]
 	st.depth, st.depthKnown = d, true
 	return d
 }
 
+// groupDepth is the most plain characters one group of q's parses
+// surely accepts on its own. Advance is the union of its parses'
+// advances, so what some of them accept the state accepts (unless a limit
+// refuses the whole state: see Mask). At an object key in check mode the
+// unlisted key's parses (one per branch of the listed keys' prefix tree
+// they avoid) accept any plain text together, but exploring the whole
+// state walks the prefix tree of every listed key at once and runs out of
+// states: that was 96% of the mask time on schemas with many optional
+// keys (docs/structured.md).
+//
+// The groups are the parses of one member of an object: those whose frame
+// just above their innermost object loop is the same. Each group is asked
+// without what lies below that loop (cut): plain text inside a key or a
+// string value never reaches it, and without it the group is the same at
+// every key of the object (the keys written live in the loop's frame), so
+// one exploration, cached in the DFA, serves them all. Parses outside any
+// object are left to the whole state's exploration.
+func (m *Masker) groupDepth(q int32) int {
+	var groups [][]*frame
+	index := map[*frame]int{}
+	for _, f := range m.states[q].s.stacks {
+		above := aboveLoop(f)
+		if above == nil {
+			continue
+		}
+		k, ok := index[above]
+		if !ok {
+			k = len(groups)
+			index[above] = k
+			groups = append(groups, nil)
+		}
+		groups[k] = append(groups[k], m.cut(f))
+	}
+	d := 0
+	for _, stacks := range groups {
+		g := m.intern(State{g: m.g, stacks: stacks})
+		st := m.states[g]
+		if !st.depthKnown {
+			st.depth, st.depthKnown = m.exploreDepth(g, maxGroupStates), true
+		}
+		if d = max(d, st.depth); d == plainClosed {
+			break
+		}
+	}
+	return d
+}
+
+// aboveLoop is the frame of f just above its innermost object loop frame,
+// or nil when f holds none.
+func aboveLoop(f *frame) *frame {
+	for ; f != nil && f.next != nil; f = f.next {
+		if f.next.obj != nil {
+			return f
+		}
+	}
+	return nil
+}
+
+// cutObj marks a cut frame: it stands for the frames below a parse's
+// innermost object loop, and expanding it is over a limit (expandLoop), so
+// a parse that would reach them is refused. That can only make plainDepth
+// smaller than the whole parse's, never larger: it stays a lower bound.
+var cutObj = newObjState(nil, -1, false)
+
+// cut is f with its innermost object loop frame and everything below it
+// replaced by a cut frame at the same depth (so limits on depth read the
+// same), or f itself when it holds no loop.
+func (m *Masker) cut(f *frame) *frame {
+	if f == nil {
+		return nil
+	}
+	if f.obj != nil {
+		if m.cuts == nil {
+			m.cuts = map[int32]*frame{}
+		}
+		c := m.cuts[f.depth]
+		if c == nil {
+			c = &frame{r: -1, depth: f.depth, obj: cutObj, h: uint64(f.depth)*0x9e3779b97f4a7c15 ^ cutObj.h}
+			m.cuts[f.depth] = c
+		}
+		return c
+	}
+	below := m.cut(f.next)
+	if below == f.next {
+		return f
+	}
+	g := push(f.r, f.a, f.i, below)
+	g.depth = f.depth
+	return g
+}
+
+// A group of parses is explored further (maxGroupStates): the unlisted
+// key's parses walk the prefix tree of the listed keys before they close,
+// and groupDepth's answer serves every key of the object.
 const (
 	plainClosed    = 1 << 20
 	maxPlainDepth  = 48
 	maxPlainStates = 64
+	maxGroupStates = 2048
 )
 
-// exploreDepth computes plainDepth. A state first met at level j has had
-// every character from it checked, so every sequence of the depth
-// returned, less j, is accepted from it (by induction over the levels); a
-// level that brings no new state closes the set.
-func (m *Masker) exploreDepth(q int32) int {
-	seen := []int32{q}
+// exploreDepth computes plainDepth, meeting at most budget states. A
+// state first met at level j has had every character from it checked, so
+// every sequence of the depth returned, less j, is accepted from it (by
+// induction over the levels); a level that brings no new state closes the
+// set, and then every state in it accepts plain text of any length.
+func (m *Masker) exploreDepth(q int32, budget int) int {
+	seen := map[int32]bool{q: true}
 	level := []int32{q}
 	for depth := 0; depth < maxPlainDepth; depth++ {
 		var next []int32
@@ -398,14 +498,18 @@ func (m *Masker) exploreDepth(q int32) int {
 		}
 		var fresh []int32
 		for _, s := range next {
-			if !slices.Contains(seen, s) {
+			if !seen[s] {
+				seen[s] = true
 				fresh = append(fresh, s)
 			}
 		}
 		if len(fresh) == 0 {
+			for s := range seen {
+				m.states[s].depth, m.states[s].depthKnown = plainClosed, true
+			}
 			return plainClosed
 		}
-		if seen = append(seen, fresh...); len(seen) > maxPlainStates {
+		if len(seen) > budget {
 			return depth + 1
 		}
 		level = fresh

@@ -1,9 +1,11 @@
 package grammar
 
 import (
+	"fmt"
 	"math/rand/v2"
 	"os"
 	"path/filepath"
+	"strings"
 	"sync"
 	"testing"
 
@@ -223,6 +225,48 @@ func TestPlainDepth(t *testing.T) {
 		m := NewMasker(trie, g)
 		if got := m.plainDepth(m.intern(s)); got != tc.depth {
 			t.Errorf("%s after %q: plainDepth %d, want %d", tc.schema, tc.prefix, got, tc.depth)
+		}
+	}
+}
+
+// TestGroupDepth: at a key of a check-mode object with many listed keys,
+// the unlisted key's parses accept any plain text together, which the
+// whole state's exploration cannot show within its budget (it walks every
+// listed key's prefix at once); groupDepth shows it, and caches it for the
+// object's later keys. Without unlisted keys there is nothing to find.
+func TestGroupDepth(t *testing.T) {
+	trie := NewTokenTrie(testPieces())
+	var props []string
+	for i := range 70 {
+		props = append(props, fmt.Sprintf(`"setting%02dname%c":{"type":"string"}`, i, 'a'+i%26))
+	}
+	for _, tc := range []struct {
+		extra, prefix string
+		depth         int
+	}{
+		{``, `{"`, plainClosed},
+		{``, `{"setting03named":"x", "`, plainClosed},
+		{``, `{"setting03named":"x","sett`, plainClosed},
+		{`,"additionalProperties":false`, `{"`, 0},
+	} {
+		schema := `{"type":"object","properties":{` + strings.Join(props, ",") + `}` + tc.extra + `}`
+		g, err := SchemaWith([]byte(schema), Options{Check: true})
+		if err != nil {
+			t.Fatal(err)
+		}
+		s, ok := g.Start().AdvanceBytes([]byte(tc.prefix))
+		if !ok {
+			t.Fatalf("%q refused", tc.prefix)
+		}
+		m := NewMasker(trie, g)
+		if got := m.plainDepth(m.intern(s)); got != tc.depth {
+			t.Errorf("%s after %q: plainDepth %d, want %d", tc.extra, tc.prefix, got, tc.depth)
+		}
+		if tc.depth == plainClosed {
+			whole := NewMasker(trie, g)
+			if d := whole.exploreDepth(whole.intern(s), maxPlainStates); d == plainClosed {
+				t.Errorf("after %q the whole state closes within %d states: the test does not reach groupDepth", tc.prefix, maxPlainStates)
+			}
 		}
 	}
 }

@@ -291,6 +291,14 @@ func (c *compiler) otherKey(listed []string) int32 {
 	tail := c.shared("rawtail", func(r int32) [][]elem {
 		return [][]elem{b.lit(`"`), {b.set(plain), ref(r)}, {ref(c.multiByte()), ref(r)}}
 	})
+	// multiTail: a character of two bytes or more, then tail. A node
+	// refers to it last, so no frame of the node stays under the
+	// character's bytes: the states inside one are the same from every
+	// node (the Masker explores the whole tree, and those states were
+	// most of it).
+	multiTail := c.shared("rawmultitail", func(int32) [][]elem {
+		return [][]elem{{ref(c.multiByte()), ref(tail)}}
+	})
 	keys := append([]string{}, listed...)
 	sort.Strings(keys)
 	var node func(prefix string, keys []string) int32
@@ -328,7 +336,7 @@ func (c *compiler) otherKey(listed []string) int32 {
 		}
 		alts = append(alts, []elem{b.set(other), ref(tail)})
 		if !multi {
-			alts = append(alts, []elem{ref(c.multiByte()), ref(tail)})
+			alts = append(alts, []elem{ref(multiTail)})
 		}
 		return b.rule(alts...)
 	}

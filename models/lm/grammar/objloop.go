@@ -117,9 +117,11 @@ func (g *Grammar) loop(r int32) *objLoop {
 }
 
 // expandLoop expands f, a frame of an object loop: each member not yet
-// written, an unlisted key, and the closing brace where allowed.
+// written, an unlisted key, and the closing brace where allowed. A cut
+// frame (the Masker's stand-in for what lies below a loop) is over a
+// limit: what follows it is unknown.
 func (x *expander) expandLoop(f *frame, n int) {
-	if n >= maxExpand || f.depth >= maxDepth {
+	if n >= maxExpand || f.depth >= maxDepth || f.obj == cutObj {
 		x.over = true
 		return
 	}

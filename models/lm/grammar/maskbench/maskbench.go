@@ -50,7 +50,8 @@ type Config struct {
 	// shared one CPU time is what stays comparable); it counts as failed,
 	// a timeout.
 	FileTimeout time.Duration
-	// Progress, when set, gets a line per file.
+	// Progress, when set, gets a line per file: its verdict, its tokens
+	// and the time (as FileTimeout counts it) its compile and tests took.
 	Progress io.Writer
 }
 
@@ -111,6 +112,7 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 			return r, fmt.Errorf("%s: %w", p, err)
 		}
 		r.Files++
+		tokens, c0 := r.Tokens, elapsed()
 		verdict := b.runFile(&f)
 		if verdict == "" {
 			r.Passing++
@@ -118,7 +120,7 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 			r.Failures = append(r.Failures, filepath.Base(p)+": "+verdict)
 		}
 		if cfg.Progress != nil {
-			fmt.Fprintf(cfg.Progress, "%s %s\n", filepath.Base(p), cmp.Or(verdict, "pass"))
+			fmt.Fprintf(cfg.Progress, "%s %s (%d tokens, %.1f ms)\n", filepath.Base(p), cmp.Or(verdict, "pass"), r.Tokens-tokens, float64(elapsed()-c0)/1e6)
 		}
 	}
 	return r, nil
