@@ -132,6 +132,7 @@ type Masker struct {
 	states []*dfaState
 	byHash map[uint64][]int32
 	cuts   map[int32]*frame // groupDepth's cut frames, by depth
+	moves  *[u8Bad][]u8Move // plainChar's moves
 	masks  int              // states holding a cached mask
 }
 
@@ -371,8 +372,8 @@ func (m *Masker) plainDepth(q int32) int {
 	if st := m.states[q]; st.depthKnown {
 		return st.depth
 	}
-	d := m.groupDepth(q)
-	if d < plainClosed {
+	d, whole := m.groupDepth(q)
+	if d < plainClosed && !whole {
 		d = max(d, m.exploreDepth(q, maxPlainStates))
 	}
 	st := m.states[q]
@@ -396,11 +397,13 @@ func (m *Masker) plainDepth(q int32) int {
 // string value never reaches it, and without it the group is the same at
 // every key of the object (the keys written live in the loop's frame), so
 // one exploration, cached in the DFA, serves them all. Parses outside any
-// object are left to the whole state's exploration.
-func (m *Masker) groupDepth(q int32) int {
+// object are left to the whole state's exploration, which whole (one
+// group holds every parse) says is not needed.
+func (m *Masker) groupDepth(q int32) (d int, whole bool) {
 	var groups [][]*frame
 	index := map[*frame]int{}
-	for _, f := range m.states[q].s.stacks {
+	stacks := m.states[q].s.stacks
+	for _, f := range stacks {
 		above := aboveLoop(f)
 		if above == nil {
 			continue
@@ -413,9 +416,8 @@ func (m *Masker) groupDepth(q int32) int {
 		}
 		groups[k] = append(groups[k], m.cut(f))
 	}
-	d := 0
-	for _, stacks := range groups {
-		g := m.intern(State{g: m.g, stacks: stacks})
+	for _, group := range groups {
+		g := m.intern(State{g: m.g, stacks: group})
 		st := m.states[g]
 		if !st.depthKnown {
 			st.depth, st.depthKnown = m.exploreDepth(g, maxGroupStates), true
@@ -424,7 +426,7 @@ func (m *Masker) groupDepth(q int32) int {
 			break
 		}
 	}
-	return d
+	return d, len(groups) == 1 && len(groups[0]) == len(stacks)
 }
 
 // aboveLoop is the frame of f just above its innermost object loop frame,
@@ -479,6 +481,7 @@ const (
 	maxPlainDepth  = 48
 	maxPlainStates = 64
 	maxGroupStates = 2048
+	minKeptDepth   = 16
 )
 
 // exploreDepth computes plainDepth, meeting at most budget states. A
@@ -486,35 +489,54 @@ const (
 // every sequence of the depth returned, less j, is accepted from it (by
 // induction over the levels); a level that brings no new state closes the
 // set, and then every state in it accepts plain text of any length.
+//
+// Those lower bounds are kept for the states met, where they are at least
+// minKeptDepth: inside a string with maxLength every token leads to a
+// state of the next exploration's chain (one character fewer left), and
+// without them each would explore the chain again.
 func (m *Masker) exploreDepth(q int32, budget int) int {
-	seen := map[int32]bool{q: true}
+	first := map[int32]int{q: 0} // the level each state was first met at
 	level := []int32{q}
+	d := maxPlainDepth
 	for depth := 0; depth < maxPlainDepth; depth++ {
 		var next []int32
 		for _, s := range level {
 			if !m.plainChar(s, &next) {
-				return depth
+				d = depth
+				break
 			}
+		}
+		if d == depth {
+			break
 		}
 		var fresh []int32
 		for _, s := range next {
-			if !seen[s] {
-				seen[s] = true
+			if _, ok := first[s]; !ok {
+				first[s] = depth + 1
 				fresh = append(fresh, s)
 			}
 		}
 		if len(fresh) == 0 {
-			for s := range seen {
-				m.states[s].depth, m.states[s].depthKnown = plainClosed, true
-			}
-			return plainClosed
+			d = plainClosed
+			break
 		}
-		if len(seen) > budget {
-			return depth + 1
+		if len(first) > budget {
+			d = depth + 1
+			break
 		}
 		level = fresh
 	}
-	return maxPlainDepth
+	for s, j := range first {
+		st := m.states[s]
+		switch {
+		case s == q || st.depthKnown:
+		case d == plainClosed:
+			st.depth, st.depthKnown = plainClosed, true
+		case d-j >= minKeptDepth:
+			st.depth, st.depthKnown = d-j, true
+		}
+	}
+	return d
 }
 
 // plainChar adds to after the states every plain character leads q to; it
@@ -524,33 +546,54 @@ func (m *Masker) plainChar(q int32, after *[]int32) bool {
 		u int
 		q int32
 	}
+	moves := m.u8Moves()
 	seen := []pair{{u8Start, q}}
 	for i := 0; i < len(seen); i++ {
 		p := seen[i]
-		// Bytes of one class that the automaton moves alike lead to the
-		// same pair: done[class] has a bit per automaton state reached.
-		var done [256]uint16
-		for c := range 256 {
-			u := u8Next(p.u, byte(c))
-			k := m.cls.class[c]
-			if u == u8Bad || done[k]&(1<<u) != 0 {
-				continue
-			}
-			done[k] |= 1 << u
-			q2 := m.step(p.q, byte(c))
+		for _, mv := range moves[p.u] {
+			q2 := m.step(p.q, mv.c)
 			switch {
 			case q2 == transDead:
 				return false
-			case u == u8Done:
+			case mv.u == u8Done:
 				if !slices.Contains(*after, q2) {
 					*after = append(*after, q2)
 				}
-			case !slices.Contains(seen, pair{u, q2}):
-				seen = append(seen, pair{u, q2})
+			case !slices.Contains(seen, pair{mv.u, q2}):
+				seen = append(seen, pair{mv.u, q2})
 			}
 		}
 	}
 	return true
+}
+
+// u8Move is a byte and the UTF-8 automaton state it leads to.
+type u8Move struct {
+	c byte
+	u int
+}
+
+// u8Moves lists, for each UTF-8 automaton state, one byte per (byte
+// class, next automaton state) pair: bytes of one class that the
+// automaton moves alike lead to the same pair, so plainChar tries one.
+func (m *Masker) u8Moves() *[u8Bad][]u8Move {
+	if m.moves != nil {
+		return m.moves
+	}
+	m.moves = new([u8Bad][]u8Move)
+	for u := range u8Bad {
+		var done [256]uint16 // by class, a bit per automaton state
+		for c := range 256 {
+			v := u8Next(u, byte(c))
+			k := m.cls.class[c]
+			if v == u8Bad || done[k]&(1<<v) != 0 {
+				continue
+			}
+			done[k] |= 1 << v
+			m.moves[u] = append(m.moves[u], u8Move{byte(c), v})
+		}
+	}
+	return m.moves
 }
 
 // plainIndex marks, once per trie, the plain tokens, the nodes whose
