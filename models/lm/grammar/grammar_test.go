@@ -174,7 +174,7 @@ func TestObjectPropertyOrderAndOptional(t *testing.T) {
 
 func TestUnsupportedKeywordsRefused(t *testing.T) {
 	for _, sc := range []string{`{"type":"string","pattern":"(?=a)"}`, `{"type":"string","format":"hostname"}`, `{"oneOf":[{},{"type":"string"}]}`,
-		`{"type":"integer","multipleOf":2}`, `{"$ref":"#/$defs/missing"}`, `{"type":"string","maxLength":100000}`, `{"type":"wat"}`, `{"enum":[]}`,
+		`{"type":"integer","multipleOf":2}`, `{"$ref":"#/$defs/missing"}`, `{"type":"string","maxLength":10000000000}`, `{"type":"string","pattern":"^a+$","maxLength":5000}`, `{"type":"wat"}`, `{"enum":[]}`,
 		`{"type":"integer","minimum":5,"maximum":4}`, `false`, `[1]`, `{"type":"object"`} {
 		if _, err := Schema([]byte(sc)); err == nil {
 			t.Errorf("%s compiled", sc)
@@ -381,6 +381,27 @@ func TestNumbersEnd(t *testing.T) {
 		} {
 			if got := g.Match([]byte(`{"a":` + tc.value + `}`)); got != tc.ok {
 				t.Errorf("%s: %s accepted %v, want %v", name, tc.value, got, tc.ok)
+			}
+		}
+	}
+}
+
+// TestLongMaxLength: a string's length bounds are counted in a loop's
+// frame, not a rule per character, so real schemas' maxLength 32767 and
+// beyond compile small and are held exactly, in characters.
+func TestLongMaxLength(t *testing.T) {
+	for _, check := range []bool{false, true} {
+		g, err := SchemaWith([]byte(`{"type":"string","minLength":2,"maxLength":40000}`), Options{Check: check})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(g.rules) > 100 {
+			t.Errorf("check %v: %d rules", check, len(g.rules))
+		}
+		for n, want := range map[int]bool{0: false, 1: false, 2: true, 39999: true, 40000: true, 40001: false} {
+			doc := `"` + strings.Repeat("é", n) + `"`
+			if got := g.Match([]byte(doc)); got != want {
+				t.Errorf("check %v: %d characters: Match %v, want %v", check, n, got, want)
 			}
 		}
 	}

@@ -1,6 +1,9 @@
 package grammar
 
-import "math/bits"
+import (
+	"fmt"
+	"math/bits"
+)
 
 // Object loops. A checking grammar accepts an object's listed keys in any
 // order, each at most once. As plain rules that takes a rule per subset of
@@ -23,6 +26,7 @@ type objLoop struct {
 	close         int32   // "}"
 	req           []uint64
 	min, max      int // listed keys at least; all keys at most, when hasMax
+	minAll        int // all keys at least (a counted string's characters)
 	hasMax        bool
 }
 
@@ -143,7 +147,7 @@ func (x *expander) expandLoop(f *frame, n int) {
 			member(lp.firstX, lp.thenX, -1)
 		}
 	}
-	if o.covers(lp.req) && o.count() >= lp.min {
+	if o.covers(lp.req) && o.count() >= lp.min && int(o.m) >= lp.minAll {
 		x.expand(push(lp.close, 0, 0, f.next), n+1)
 	}
 }
@@ -199,4 +203,26 @@ func (c *compiler) objectLoop(list []objProp, extraKey, extra []elem, counts pro
 	}
 	b.loops[r] = lp
 	return seq(b.lit("{"), gap, []elem{ref(r)})
+}
+
+// countedChars is the rest of a string of lo to hi characters after its
+// opening quote: the characters and the closing quote, as a loop whose
+// frame counts the characters (objState.m), each one an unlisted member.
+// A chain of rules, one per character left, took hi rules, so maxLength
+// had to stay small (1,024) where real schemas ask for 32,767 and more;
+// the loop is the same size for any bound.
+func (c *compiler) countedChars(lo, hi int) int32 {
+	return c.shared(fmt.Sprintf("counted/%d/%d", lo, hi), func(r int32) [][]elem {
+		b := c.b
+		// expandLoop expands a member's first alternative: one that is
+		// the whole character rule.
+		ch := b.rule([]elem{ref(c.char())})
+		lp := &objLoop{firstX: ch, thenX: ch, close: b.litRule(`"`), max: hi, hasMax: true, minAll: lo}
+		if b.loops == nil {
+			b.loops = map[int32]*objLoop{}
+		}
+		b.loops[r] = lp
+		// What reads the rules whole sees a character or the quote.
+		return [][]elem{{ref(ch), ref(r)}, {ref(lp.close)}}
+	})
 }

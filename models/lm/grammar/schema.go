@@ -17,8 +17,9 @@ const MaxRules = 50000
 
 // Limits on the counted repetitions a schema may ask for.
 const (
-	maxCountedLength = 1024 // minLength / maxLength
-	maxCountedItems  = 256  // minItems / maxItems
+	maxCountedLength = 1024 // minLength without maxLength
+	maxStringLength  = math.MaxInt32
+	maxCountedItems  = 256 // minItems / maxItems
 	// unboundedInt is the magnitude bound the grammar puts on an integer
 	// the schema leaves open: 15 digits keeps every value exact in a
 	// float64 (what JSON decoders produce) and is valid against the schema.
@@ -527,9 +528,13 @@ func (c *compiler) anyString() int32 {
 }
 
 func (c *compiler) str(n *node, path string) []elem {
-	lo, okLo := c.count(n, "minLength", path, maxCountedLength)
-	hi, okHi := c.count(n, "maxLength", path, maxCountedLength)
+	lo, okLo := c.count(n, "minLength", path, maxStringLength)
+	hi, okHi := c.count(n, "maxLength", path, maxStringLength)
 	if c.err != nil {
+		return nil
+	}
+	if !okHi && lo > maxCountedLength {
+		c.fail(path+"/minLength", "minLength %d without maxLength is over the supported %d", lo, maxCountedLength)
 		return nil
 	}
 	if p := n.get("pattern"); p != nil {
@@ -540,6 +545,9 @@ func (c *compiler) str(n *node, path string) []elem {
 			c.fail(path, "pattern beside format is not supported")
 		case okHi && hi < lo:
 			c.fail(path, "maxLength %d is below minLength %d", hi, lo)
+		case okHi && hi > maxCountedLength:
+			// The pattern's automaton is taken once per count.
+			c.fail(path+"/maxLength", "maxLength %d beside pattern is over the supported %d", hi, maxCountedLength)
 		default:
 			return c.pattern(p.str, path, lo, hi, okHi)
 		}
@@ -558,19 +566,14 @@ func (c *compiler) str(n *node, path string) []elem {
 		c.fail(path, "maxLength %d is below minLength %d", hi, lo)
 		return nil
 	}
+	if okHi {
+		return []elem{c.b.byteElem('"'), ref(c.countedChars(lo, hi))}
+	}
 	ch := ref(c.char())
 	body := make([]elem, 0, lo+2)
 	body = append(body, c.b.byteElem('"'))
 	for range lo {
 		body = append(body, ch)
-	}
-	if okHi {
-		// opt_k matches up to k more characters, then the closing quote.
-		r := c.b.rule(c.b.lit(`"`))
-		for range hi - lo {
-			r = c.b.rule(c.b.lit(`"`), []elem{ch, ref(r)})
-		}
-		return append(body, ref(r))
 	}
 	return append(body, ref(c.b.star([]elem{ch})), c.b.byteElem('"'))
 }
