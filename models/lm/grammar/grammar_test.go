@@ -406,3 +406,33 @@ func TestLongMaxLength(t *testing.T) {
 		}
 	}
 }
+
+// TestRefPointers: $ref is a JSON pointer into the document, not only into
+// $defs: vendor sections, properties and array items, with RFC 6901's
+// escapes and the fragment's percent-encoding; a pointer to nothing is
+// refused by name.
+func TestRefPointers(t *testing.T) {
+	for _, tc := range []struct {
+		schema, good, bad string
+	}{
+		{`{"constraints":{"nonEmpty":{"type":"string","minLength":1}},"type":"object","properties":{"a":{"$ref":"#/constraints/nonEmpty"}},"required":["a"]}`, `{"a":"x"}`, `{"a":""}`},
+		{`{"type":"object","properties":{"a":{"type":"integer","maximum":3},"b":{"$ref":"#/properties/a"}},"required":["b"]}`, `{"b":3}`, `{"b":4}`},
+		{`{"type":"array","choices":[{"type":"integer"},{"type":"boolean"}],"items":{"$ref":"#/choices/1"}}`, `[true,false]`, `[true,1]`},
+		{`{"$defs":{"a/b":{"const":1},"c~d":{"const":2},"e f":{"const":3}},"anyOf":[{"$ref":"#/$defs/a~1b"},{"$ref":"#/$defs/c~0d"},{"$ref":"#/$defs/e%20f"}]}`, `3`, `4`},
+	} {
+		g, err := Schema([]byte(tc.schema))
+		if err != nil {
+			t.Errorf("%s: %v", tc.schema, err)
+			continue
+		}
+		if !g.Match([]byte(tc.good)) || g.Match([]byte(tc.bad)) {
+			t.Errorf("%s: %s matched %v, %s matched %v", tc.schema, tc.good, g.Match([]byte(tc.good)), tc.bad, g.Match([]byte(tc.bad)))
+		}
+	}
+	for _, ref := range []string{"#/nowhere", "#/choices/2", "#/choices/01", "#/type/x", "#/%zz", "other.json#/a"} {
+		_, err := Schema([]byte(`{"type":"object","choices":[{},{}],"properties":{"a":{"$ref":"` + ref + `"}}}`))
+		if err == nil || !strings.Contains(err.Error(), "$ref") {
+			t.Errorf("$ref %s: %v, want a refusal naming $ref", ref, err)
+		}
+	}
+}

@@ -5,6 +5,9 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"net/url"
+	"strconv"
+	"strings"
 )
 
 // node is a decoded JSON value that keeps the order of object members:
@@ -52,6 +55,35 @@ func parseNode(data []byte) (*node, error) {
 }
 
 // readNode reads one value, the member key's value when key is set.
+// pointer is the value JSON pointer p (RFC 6901, without its leading
+// "/", as a URI fragment: percent-encoded) names below n, or nil. Schemas
+// point into $defs and definitions, and as often into properties, items
+// or a vendor's own section ("#/constraints/nonEmptyString").
+func (n *node) pointer(p string) *node {
+	p, err := url.PathUnescape(p)
+	if err != nil {
+		return nil
+	}
+	for tok := range strings.SplitSeq(p, "/") {
+		tok = strings.ReplaceAll(strings.ReplaceAll(tok, "~1", "/"), "~0", "~")
+		switch {
+		case n == nil:
+			return nil
+		case n.kind == 'o':
+			n = n.get(tok)
+		case n.kind == 'a':
+			i, err := strconv.Atoi(tok)
+			if err != nil || i < 0 || i >= len(n.arr) || tok != strconv.Itoa(i) {
+				return nil
+			}
+			n = n.arr[i]
+		default:
+			return nil
+		}
+	}
+	return n
+}
+
 // enumValues counts the values of every "enum" array read so far: the
 // static limit on them (limits.go) is also checked as the document is read,
 // so a 100,000-value enum stops the read at its 1,001st value rather than

@@ -376,8 +376,9 @@ func onlyAnnotations(n *node, except string) bool {
 	return true
 }
 
-// ref resolves "#", "#/$defs/NAME" and "#/definitions/NAME" in the root
-// schema; a recursive reference reuses the rule being built.
+// ref resolves "#" and JSON pointers into the root schema ("#/$defs/NAME",
+// "#/properties/a/items", …); a recursive reference reuses the rule being
+// built.
 func (c *compiler) ref(r *node, path string) []elem {
 	if id, ok := c.refs[r.str]; ok {
 		return []elem{ref(id)}
@@ -403,13 +404,11 @@ func (c *compiler) refTarget(r *node, path string) *node {
 	switch {
 	case r.str == "#":
 		target = c.root
-	case strings.HasPrefix(r.str, "#/$defs/"):
-		target = c.root.get("$defs").get(strings.TrimPrefix(r.str, "#/$defs/"))
-	case strings.HasPrefix(r.str, "#/definitions/"):
-		target = c.root.get("definitions").get(strings.TrimPrefix(r.str, "#/definitions/"))
+	case strings.HasPrefix(r.str, "#/"):
+		target = c.root.pointer(r.str[2:])
 	}
 	if target == nil {
-		c.fail(path+"/$ref", "$ref %q does not name the root or one of its $defs", r.str)
+		c.fail(path+"/$ref", "$ref %q is not a JSON pointer into this schema that names a value", r.str)
 		return nil
 	}
 	return target
