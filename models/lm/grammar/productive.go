@@ -1,5 +1,7 @@
 package grammar
 
+import "slices"
+
 // Productive rules. A $ref cycle with no way out ({"$defs":{"a":{"type":
 // "object","properties":{"x":{"$ref":"#/$defs/a"}},"required":["x"]}}})
 // compiles to a rule every derivation of which contains itself: no finite
@@ -50,7 +52,12 @@ func (b *builder) productive() []bool {
 
 // checkProductive fails the compile when a $ref target or the whole
 // grammar (root) derives no finite string, naming the first such
-// definition.
+// definition; otherwise it drops every alternative that refers to a rule
+// deriving no finite string. Those derive nothing either, but a parse
+// could enter one and live on without end: an anchored pattern's search
+// loop after a character that cannot start a match ("1" against
+// ^[a-z]+$) kept the string open, so a mask allowed tokens after which it
+// could never close, and a generation ran to its token limit.
 func (c *compiler) checkProductive(root int32) {
 	prod := c.b.productive()
 	for _, d := range c.defs {
@@ -61,5 +68,11 @@ func (c *compiler) checkProductive(root int32) {
 	}
 	if !prod[root] {
 		c.fail("", "the schema allows no finite value")
+		return
+	}
+	for r, alts := range c.b.rules {
+		c.b.rules[r] = slices.DeleteFunc(alts, func(alt []elem) bool {
+			return slices.ContainsFunc(alt, func(e elem) bool { return e.set == nil && !prod[e.rule] })
+		})
 	}
 }

@@ -156,3 +156,33 @@ func FuzzPattern(f *testing.F) {
 		}
 	})
 }
+
+// TestAnchoredPatternPrefix: a character that cannot start or continue a
+// match of an anchored pattern is refused at once. The search loop before
+// a match used to keep such a string open for ever (it can never close),
+// so a mask allowed tokens a generation could not recover from.
+func TestAnchoredPatternPrefix(t *testing.T) {
+	for _, tc := range []struct {
+		pattern    string
+		live, dead []string
+	}{
+		{`^[a-z]+$`, []string{`"a`, `"abc`}, []string{`"1`, `"a1`, `"a·`}},
+		{`^[a-z]+@x$`, []string{`"ab@`, `"ab@x`}, []string{`"ab@xx`, `"@`, `"ab@y`}},
+		{`x`, []string{`"1`, `"1x2`}, nil}, // unanchored: a match may come later
+	} {
+		g, err := Schema([]byte(`{"type":"string","pattern":` + strconv.Quote(tc.pattern) + `}`))
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, p := range tc.live {
+			if !g.Prefix([]byte(p)) {
+				t.Errorf("%s: %s refused", tc.pattern, p)
+			}
+		}
+		for _, p := range tc.dead {
+			if g.Prefix([]byte(p)) {
+				t.Errorf("%s: %s allowed, but no match can follow", tc.pattern, p)
+			}
+		}
+	}
+}
