@@ -70,9 +70,13 @@ func (c *compiler) checkProductive(root int32) {
 		c.fail("", "the schema allows no finite value")
 		return
 	}
+	dead := func(alt []elem) bool {
+		return slices.ContainsFunc(alt, func(e elem) bool { return e.set == nil && !prod[e.rule] })
+	}
 	for r, alts := range c.b.rules {
-		c.b.rules[r] = slices.DeleteFunc(alts, func(alt []elem) bool {
-			return slices.ContainsFunc(alt, func(e elem) bool { return e.set == nil && !prod[e.rule] })
-		})
+		if slices.ContainsFunc(alts, dead) {
+			// A copy: rules may share their alternatives' backing array.
+			c.b.rules[r] = slices.DeleteFunc(slices.Clone(alts), dead)
+		}
 	}
 }

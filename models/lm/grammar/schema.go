@@ -310,13 +310,17 @@ func (c *compiler) value(n *node, path string) []elem {
 	var types []string
 	switch t := n.get("type"); {
 	case t == nil:
+		// Without a type, a keyword of one type means that type: stricter
+		// than JSON Schema, which lets the other types through, and never
+		// looser (a pattern alone once compiled as any value, so "" passed
+		// {"pattern":"0"}).
 		switch {
 		case n.get("properties") != nil || n.get("required") != nil || n.get("additionalProperties") != nil ||
 			n.get("minProperties") != nil || n.get("maxProperties") != nil:
 			types = []string{"object"}
 		case n.get("items") != nil || n.get("minItems") != nil || n.get("maxItems") != nil:
 			types = []string{"array"}
-		case n.get("minLength") != nil || n.get("maxLength") != nil || n.get("format") != nil:
+		case n.get("minLength") != nil || n.get("maxLength") != nil || n.get("pattern") != nil || assertsFormat(n):
 			types = []string{"string"}
 		case n.get("minimum") != nil || n.get("maximum") != nil || n.get("exclusiveMinimum") != nil || n.get("exclusiveMaximum") != nil:
 			types = []string{"number"}
@@ -540,7 +544,7 @@ func (c *compiler) str(n *node, path string) []elem {
 		switch {
 		case p.kind != 's':
 			c.fail(path+"/pattern", "pattern must be a string")
-		case n.get("format") != nil:
+		case assertsFormat(n):
 			c.fail(path, "pattern beside format is not supported")
 		case okHi && hi < lo:
 			c.fail(path, "maxLength %d is below minLength %d", hi, lo)
@@ -552,7 +556,7 @@ func (c *compiler) str(n *node, path string) []elem {
 		}
 		return nil
 	}
-	if n.get("format") != nil {
+	if assertsFormat(n) {
 		return c.formatted(n, path)
 	}
 	if e := c.copiedString(n, lo, hi, okHi); e != nil {

@@ -3,10 +3,65 @@ package grammar
 import "bytes"
 
 // String formats as grammars. A "format" the compiler knows is enforced
-// exactly or more strictly than RFC 3339 and RFC 4122 say, never more
-// loosely: February 29 is left out (it needs the year), and so is the leap
-// second, because a validator that asserts formats checks both against the
-// calendar. Any other format is refused by name.
+// exactly or more strictly than RFC 3339, RFC 4122, RFC 3986, RFC 5321 and
+// RFC 1123 say, never more loosely: February 29 is left out (it needs the
+// year), and so is the leap second, because a validator that asserts
+// formats checks both against the calendar; an email or a hostname is at
+// most 63 characters, so that every label and the local part are within
+// their limits (64, 63) without counting them apart. A format the JSON
+// Schema specification defines (any draft) and the compiler does not
+// enforce is refused by name. Any other format is an annotation, as the
+// specification says of formats it does not define ("topic", "path",
+// "semver"): no validator asserts it, so it constrains nothing.
+
+// specFormats are the formats JSON Schema's drafts define.
+var specFormats = map[string]bool{
+	"date-time": true, "date": true, "time": true, "duration": true, "email": true, "idn-email": true,
+	"hostname": true, "idn-hostname": true, "ipv4": true, "ipv6": true, "uri": true, "uri-reference": true,
+	"iri": true, "iri-reference": true, "uuid": true, "uri-template": true, "json-pointer": true,
+	"relative-json-pointer": true, "regex": true,
+	// draft 3
+	"host-name": true, "ip-address": true, "color": true, "style": true, "phone": true, "utc-millisec": true,
+}
+
+// assertsFormat reports whether n has a format that constrains the value:
+// one the specification defines (enforced or refused), or one that is not
+// a string at all (refused).
+func assertsFormat(n *node) bool {
+	f := n.get("format")
+	return f != nil && (f.kind != 's' || specFormats[f.str])
+}
+
+// Pieces of the RFC 3986 grammar, as ECMA-262 classes and groups (the
+// pattern compiler turns them into rules). A host is a reg-name without
+// percent-encoding (Go's url.Parse, which santhosh-tekuri's validator
+// uses, refuses most of it there) and never an IP literal: stricter only.
+const (
+	pctEnc    = `%[0-9A-Fa-f]{2}`
+	pchar     = `(?:[A-Za-z0-9\-._~!$&'()*+,;=:@]|` + pctEnc + `)`
+	segment   = pchar + `*`
+	authority = `(?:(?:[A-Za-z0-9\-._~!$&'()*+,;=:]|` + pctEnc + `)*@)?[A-Za-z0-9\-._~!$&'()*+,;=]*(?::[0-9]*)?`
+	pathRest  = `(?:/` + segment + `)*`
+	queryFrag = `(?:\?(?:` + pchar + `|[/?])*)?(?:#(?:` + pchar + `|[/?])*)?`
+	// hier-part without path-rootless, shared by URI and relative-ref.
+	rooted   = `//` + authority + pathRest + `|/(?:` + pchar + `+` + pathRest + `)?|`
+	uriRE    = `^[A-Za-z][A-Za-z0-9+.\-]*:(?:` + rooted + `|` + pchar + `+` + pathRest + `)` + queryFrag + `$`
+	relRE    = `^(?:` + rooted + `|(?:[A-Za-z0-9\-._~!$&'()*+,;=@]|` + pctEnc + `)+` + pathRest + `)` + queryFrag + `$`
+	labelRE  = `[A-Za-z0-9](?:[A-Za-z0-9\-]*[A-Za-z0-9])?`
+	domainRE = labelRE + `(?:\.` + labelRE + `)*`
+)
+
+// patternFormats are the formats enforced as a pattern and a length bound
+// (0: none).
+var patternFormats = map[string]struct {
+	re  string
+	max int
+}{
+	"uri":           {uriRE, 0},
+	"uri-reference": {`(?:` + uriRE + `)|(?:` + relRE + `)`, 0},
+	"email":         {"^[A-Za-z0-9!#$%&'*+/=?^_`{|}~\\-]+(?:\\.[A-Za-z0-9!#$%&'*+/=?^_`{|}~\\-]+)*@" + domainRE + "$", 63},
+	"hostname":      {`^` + domainRE + `$`, 63},
+}
 
 // formats are the formats enforced, each a function building its rule.
 var formats = map[string]func(c *compiler) int32{
@@ -35,13 +90,19 @@ var formats = map[string]func(c *compiler) int32{
 // error set when the format is not enforced or sits beside length bounds.
 func (c *compiler) formatted(n *node, path string) []elem {
 	f := n.get("format")
-	if f.kind != 's' || formats[f.str] == nil {
+	pf, isPattern := patternFormats[f.str]
+	if f.kind != 's' || formats[f.str] == nil && !isPattern {
 		c.fail(path+"/format", "format %s is not supported", compactString(f))
 		return nil
 	}
 	if n.get("minLength") != nil || n.get("maxLength") != nil {
 		c.fail(path, "format beside minLength or maxLength is not supported")
 		return nil
+	}
+	if isPattern {
+		return []elem{ref(c.shared("format:"+f.str, func(int32) [][]elem {
+			return [][]elem{c.pattern(pf.re, path, 0, pf.max, pf.max > 0)}
+		}))}
 	}
 	r := c.shared("format:"+f.str, func(int32) [][]elem {
 		return [][]elem{{ref(formats[f.str](c))}}

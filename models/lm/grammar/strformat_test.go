@@ -19,6 +19,14 @@ func TestFormats(t *testing.T) {
 		"date-time": {[]string{"2024-01-31T23:59:59Z", "2024-06-30T00:00:00.5+01:00"}, []string{"2024-01-31 23:59:59Z", "2024-06-31T00:00:00Z"}},
 		"uuid":      {[]string{"123e4567-e89b-12d3-a456-426614174000", "ABCDEF01-2345-6789-ABCD-EF0123456789"}, []string{"123e4567e89b12d3a456426614174000", "123e4567-e89b-12d3-a456-42661417400g"}},
 		"ipv4":      {[]string{"0.0.0.0", "192.168.1.255", "255.255.255.255"}, []string{"256.1.1.1", "01.1.1.1", "1.1.1", "1.1.1.1.1"}},
+		"uri": {[]string{"https://example.com", "http://user:pw@host.example:8080/a/b%20c?q=1&r=a/b#frag", "mailto:jane.doe@example.org", "urn:isbn:0451450523", "file:///etc/hosts", "s3://bucket/key", "x:"},
+			[]string{"example.com", "/relative/path", "http://exa mple.com", "http://host:80a/", "ht tp://x", "1http://x", "http://x/%zz", "http://[::1]/", "http://ex%41mple.com", "", "https://exämple.com"}},
+		"uri-reference": {[]string{"https://example.com/a", "/relative/path?x=1", "../up/one", "#frag", "", "//cdn.example.com/lib.js", "a/b:c"},
+			[]string{"a:b c", "http://x/%zz", "\\\\server", "c:d:e f"}},
+		"email": {[]string{"jane.doe@example.com", "a+tag@sub.example.co.uk", "x@y", "o'neil_99@mail-host.org"},
+			[]string{"plainaddress", "@example.com", "jane@", "jane..doe@example.com", ".jane@example.com", "jane.@example.com", "jane@-example.com", "jane@example-.com", "jane doe@example.com", "jane@exa_mple.com", strings.Repeat("a", 60) + "@example.com"}},
+		"hostname": {[]string{"localhost", "example.com", "a-b.c-d.example", "xn--bcher-kva.example", "123.example"},
+			[]string{"-example.com", "example-.com", "exa_mple.com", "example..com", "", ".example.com", strings.Repeat("a", 64), strings.Repeat("a.", 31) + "aa"}},
 	} {
 		sc := `{"type":"string","format":"` + format + `"}`
 		g, err := Schema([]byte(sc))
@@ -50,9 +58,20 @@ func TestFormats(t *testing.T) {
 			}
 		}
 	}
-	for _, sc := range []string{`{"type":"string","format":"email"}`, `{"type":"string","format":"date","maxLength":10}`, `{"format":3}`} {
+	for _, sc := range []string{`{"type":"string","format":"ipv6"}`, `{"type":"string","format":"duration"}`, `{"type":"string","format":"date","maxLength":10}`, `{"format":3}`} {
 		if _, err := Schema([]byte(sc)); err == nil {
 			t.Errorf("%s compiled", sc)
+		}
+	}
+	// A format no draft defines is an annotation: it constrains nothing,
+	// so the keywords beside it still apply and other types pass.
+	g, err := Schema([]byte(`{"type":["string","integer"],"format":"semver","maxLength":3}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for doc, want := range map[string]bool{`"1.2"`: true, `"anything"`: false, `7`: true} {
+		if g.Match([]byte(doc)) != want {
+			t.Errorf("format semver: %s matched %v", doc, !want)
 		}
 	}
 }
