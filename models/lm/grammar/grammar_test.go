@@ -436,3 +436,28 @@ func TestRefPointers(t *testing.T) {
 		}
 	}
 }
+
+// TestInertAdditionalItems: additionalItems beside an items schema (or
+// none) has no effect and compiles; beside a tuple it is refused by name.
+// uniqueItems false compiles, true is refused.
+func TestInertAdditionalItems(t *testing.T) {
+	g, err := Schema([]byte(`{"type":"array","items":{"type":"integer"},"additionalItems":false}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !g.Match([]byte(`[1,2]`)) || g.Match([]byte(`[1,"a"]`)) {
+		t.Error("items not applied beside additionalItems")
+	}
+	for _, sc := range []string{`{"type":"array","additionalItems":false}`, `{"type":"array","uniqueItems":false}`} {
+		if _, err := Schema([]byte(sc)); err != nil {
+			t.Errorf("%s: %v", sc, err)
+		}
+	}
+	if _, err := Schema([]byte(`{"type":"array","uniqueItems":true}`)); err == nil {
+		t.Error("uniqueItems true compiled")
+	}
+	_, err = Schema([]byte(`{"type":"array","items":[{"type":"integer"}],"additionalItems":false}`))
+	if err == nil || !strings.Contains(err.Error(), "additionalItems") {
+		t.Errorf("a tuple's additionalItems: %v, want it refused by name", err)
+	}
+}

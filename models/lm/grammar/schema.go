@@ -64,6 +64,24 @@ var (
 // refused.
 func annotation(key string) bool { return !keywords[key] && !refused[key] }
 
+// inert reports whether refused keyword key has no effect in n, as the
+// specification says: additionalItems applies only past the schemas of an
+// items array (a tuple), and beside an items schema, or none, it is
+// ignored (Kubernetes and Github schemas write "additionalItems": false
+// beside "items": {...} by the hundred).
+// And "uniqueItems": false asks nothing.
+func inert(n *node, key string) bool {
+	switch key {
+	case "additionalItems":
+		it := n.get("items")
+		return it == nil || it.kind != 'a'
+	case "uniqueItems":
+		u := n.get(key)
+		return u.kind == 'b' && !u.b
+	}
+	return false
+}
+
 // SchemaError is a schema the compiler cannot turn into a grammar, with
 // where in the schema (a JSON pointer) and why. Limit names the limit
 // (limits.go) the schema is over, when that is why.
@@ -218,7 +236,7 @@ func (c *compiler) value(n *node, path string) []elem {
 		return nil
 	}
 	for _, m := range n.obj {
-		if refused[m.key] {
+		if refused[m.key] && !inert(n, m.key) {
 			c.fail(path, "keyword %q is not supported", m.key)
 			return nil
 		}
