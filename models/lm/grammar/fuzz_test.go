@@ -84,6 +84,7 @@ func FuzzSchemaInstance(f *testing.F) {
 	f.Add([]byte(`{"type":"object","properties":{"id":{"type":"string","pattern":"^[a-z]+(-[0-9]+)?$","maxLength":6}}}`), []byte(`{"id": "ab-12"}`))
 	f.Add([]byte(`{"type":"object","properties":{"s":{"type":"string","minLength":2,"maxLength":3000}},"required":["s"]}`), []byte(`{"s": "ab\u00e9"}`))
 	f.Add([]byte(`{"type":"object","properties":{"u":{"type":"string","format":"uri"},"e":{"type":"string","format":"email"},"h":{"format":"hostname"},"v":{"format":"semver"}}}`), []byte(`{"u": "https://a.example/x?y#z", "e": "a.b@c.de", "h": "c.de", "v": 1}`))
+	f.Add([]byte(`{"type":["object","string"],"not":{"required":["a"]},"properties":{"b":{"enum":[1,2],"not":{"const":2}}}}`), []byte(`{"b": 1}`))
 	// oneOf where the branches are disjoint (oneof.go).
 	f.Add([]byte(`{"oneOf":[{"type":"object","properties":{"k":{"const":"a"},"x":{"type":"integer"}},"required":["k"]},{"type":"object","properties":{"k":{"const":"b"}},"required":["k","y"]}]}`), []byte(`{"k": "a", "y": 1}`))
 	f.Add([]byte(`{"oneOf":[{"enum":[1,"1"]},{"const":1.5},{"type":"object","required":["a"],"additionalProperties":false,"properties":{"a":{}}},{"type":"object","required":["b"],"properties":{"a":false}}]}`), []byte(`{"b":2}`))

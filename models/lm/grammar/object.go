@@ -171,7 +171,7 @@ func (c *compiler) object(n *node, path string) []elem {
 		c.fail(path, "minProperties %d is more than the %d listed properties (unlisted keys are not counted toward it)", minP, len(list))
 		return nil
 	}
-	if len(list) == 0 && extra != nil && apOpen && pp == nil && counts == (propCounts{}) {
+	if len(listed) == 0 && extra != nil && apOpen && pp == nil && counts == (propCounts{}) {
 		return []elem{ref(c.anyObject())}
 	}
 	return c.objectOf(list, extraKey, extra, counts)

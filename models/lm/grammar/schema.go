@@ -235,6 +235,13 @@ func (c *compiler) value(n *node, path string) []elem {
 		c.fail(path, "a schema must be an object or a boolean")
 		return nil
 	}
+	if x := n.get("not"); x != nil {
+		m, ok := c.negate(without(n, "not"), x, path)
+		if !ok {
+			return nil
+		}
+		return c.value(m, path)
+	}
 	for _, m := range n.obj {
 		if refused[m.key] && !inert(n, m.key) {
 			c.fail(path, "keyword %q is not supported", m.key)
