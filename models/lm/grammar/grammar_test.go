@@ -461,3 +461,45 @@ func TestInertAdditionalItems(t *testing.T) {
 		t.Errorf("a tuple's additionalItems: %v, want it refused by name", err)
 	}
 }
+
+// TestUntypedKeywords: without a type, a checking grammar lets through the
+// types none of the schema's keywords constrain, as JSON Schema does
+// (MaskBench's "seasonIds" items were {"properties":{}} holding strings),
+// and holds the others to their keywords; a writing grammar keeps to the
+// type the keywords name.
+func TestUntypedKeywords(t *testing.T) {
+	docs := []string{`null`, `true`, `3`, `-0.5`, `"ab"`, `"abcdef"`, `"R&D"`, `"<b>"`, `[]`, `[1,2,3]`, `{}`, `{"a":1}`, `{"a":"x"}`}
+	for _, schema := range []string{
+		`{"properties":{"a":{"type":"integer"}}}`,
+		`{"required":["a"]}`,
+		`{"patternProperties":{"^a$":{"type":"string"}}}`,
+		`{"maxItems":2}`,
+		`{"maxLength":3}`,
+		`{"pattern":"^a"}`,
+		`{"minimum":0}`,
+		`{"type":"number"}`, // -0.5 once failed: the sign was the integer part's
+		`{"enum":["R&D","<b>",1]}`,
+	} {
+		againstValidator(t, schema, docs, true)
+	}
+	// Keywords of two types: the first type's is taken and the other's
+	// values are refused, stricter, never looser.
+	againstValidator(t, `{"maxLength":3,"properties":{"a":{"type":"integer"}}}`, docs, false)
+	g, err := Schema([]byte(`{"properties":{"a":{"type":"integer"}}}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if g.Match([]byte(`"ab"`)) || !g.Match([]byte(`{"a":1}`)) {
+		t.Error("writing, an untyped schema with properties is not an object")
+	}
+}
+
+// TestEscapedUnlistedKeys: an unlisted key may hold escapes once it is
+// unlike every listed key, and a short escape may start that difference;
+// a key that could spell a listed one through an escape is refused.
+func TestEscapedUnlistedKeys(t *testing.T) {
+	docs := []string{`{"error": "x"}`, `{"error": 1}`, `{"error\": x": 1}`, `{"err\"": 1}`, `{"e\nd": 1}`, `{"x\u0041": 1}`, `{"\/": 2}`}
+	againstValidator(t, `{"type":"object","properties":{"error":{"type":"string"}}}`, docs, true)
+	// \u escapes inside the listed keys' tree are refused: stricter.
+	againstValidator(t, `{"type":"object","properties":{"error":{"type":"string"}}}`, []string{`{"err\u006fr": 1}`, `{"\u0065": 1}`}, false)
+}

@@ -157,6 +157,17 @@ func readNode(d *json.Decoder, depth int, key string, enumValues *int) (*node, e
 	return nil, fmt.Errorf("unexpected token %v", t)
 }
 
+// writeString writes s as a JSON string the way JSON encoders write it:
+// '<', '>' and '&' as themselves (json.Marshal's HTML escapes, \u003c,
+// spelled keys and enum values as no model or Python's json.dumps writes
+// them, so {"required":["<caret>"]} refused {"<caret>": 1}).
+func writeString(b *bytes.Buffer, s string) {
+	e := json.NewEncoder(b)
+	e.SetEscapeHTML(false)
+	_ = e.Encode(s)         // a string always encodes
+	b.Truncate(b.Len() - 1) // Encode's newline
+}
+
 // compact writes n as compact JSON (the form the grammar spells an enum or
 // const value in).
 func (n *node) compact(b *bytes.Buffer) {
@@ -167,8 +178,7 @@ func (n *node) compact(b *bytes.Buffer) {
 			if i > 0 {
 				b.WriteByte(',')
 			}
-			k, _ := json.Marshal(m.key)
-			b.Write(k)
+			writeString(b, m.key)
 			b.WriteByte(':')
 			m.val.compact(b)
 		}
@@ -183,8 +193,7 @@ func (n *node) compact(b *bytes.Buffer) {
 		}
 		b.WriteByte(']')
 	case 's':
-		s, _ := json.Marshal(n.str)
-		b.Write(s)
+		writeString(b, n.str)
 	case 'n':
 		b.WriteString(n.num.String())
 	case 'b':

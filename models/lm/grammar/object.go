@@ -276,11 +276,19 @@ func quoted(k string) string {
 	return buf.String()
 }
 
+// shortEscapes are JSON's two-character escapes and what each spells.
+var shortEscapes = []struct {
+	c byte
+	r rune
+}{{'"', '"'}, {'\\', '\\'}, {'/', '/'}, {'b', '\b'}, {'f', '\f'}, {'n', '\n'}, {'r', '\r'}, {'t', '\t'}}
+
 // otherKey matches a JSON string key that is none of listed: a prefix
 // tree of the listed keys, leaving it at the first character no listed
-// key has there. Escapes are left out of such keys (an escape could spell
-// a listed key another way), and so are multi-byte characters where a
-// listed key has one.
+// key has there. Inside the tree \u escapes are left out (one could spell
+// a listed key another way), and so are a short escape of a character a
+// listed key has next and multi-byte characters where a listed key has
+// one; out of it any character is, escapes too (`"error\": null` is a key
+// a model or a user may write).
 func (c *compiler) otherKey(listed []string) int32 {
 	if len(listed) == 0 {
 		return c.anyString()
@@ -289,7 +297,7 @@ func (c *compiler) otherKey(listed []string) int32 {
 	plain := plainBytes()
 	// tail: the rest of a key already unlike every listed one.
 	tail := c.shared("rawtail", func(r int32) [][]elem {
-		return [][]elem{b.lit(`"`), {b.set(plain), ref(r)}, {ref(c.multiByte()), ref(r)}}
+		return [][]elem{b.lit(`"`), {ref(c.char()), ref(r)}}
 	})
 	// multiTail: a character of two bytes or more, then tail. A node
 	// refers to it last, so no frame of the node stays under the
@@ -308,6 +316,7 @@ func (c *compiler) otherKey(listed []string) int32 {
 		other := plain
 		multi := false
 		isKey := false
+		next := map[rune]bool{}
 		for i := 0; i < len(keys); {
 			rest := keys[i][len(prefix):]
 			if rest == "" {
@@ -316,6 +325,7 @@ func (c *compiler) otherKey(listed []string) int32 {
 				continue
 			}
 			r, size := utf8.DecodeRuneInString(rest)
+			next[r] = true
 			ch := rest[:size]
 			j := i
 			for j < len(keys) && len(keys[j]) >= len(prefix)+size && keys[j][len(prefix):len(prefix)+size] == ch {
@@ -337,6 +347,13 @@ func (c *compiler) otherKey(listed []string) int32 {
 		alts = append(alts, []elem{b.set(other), ref(tail)})
 		if !multi {
 			alts = append(alts, []elem{ref(multiTail)})
+		}
+		// A short escape leaves the tree too, where no listed key has
+		// the character it spells next.
+		for _, e := range shortEscapes {
+			if !next[e.r] {
+				alts = append(alts, seq(b.lit(`\`+string(e.c)), []elem{ref(tail)}))
+			}
 		}
 		return b.rule(alts...)
 	}

@@ -333,21 +333,23 @@ func (c *compiler) value(n *node, path string) []elem {
 		return []elem{ref(c.b.rule(alts...))}
 	}
 	var types []string
+	inferred := false
 	switch t := n.get("type"); {
 	case t == nil:
-		// Without a type, a keyword of one type means that type: stricter
-		// than JSON Schema, which lets the other types through, and never
-		// looser (a pattern alone once compiled as any value, so "" passed
-		// {"pattern":"0"}).
+		// Without a type, a keyword of one type means that type: writing,
+		// the model is to give one. Checking, the other types pass too,
+		// as JSON Schema says, where the schema has none of their
+		// keywords (see below); a pattern alone once compiled as any
+		// value, so "" passed {"pattern":"0"}.
+		inferred = true
 		switch {
-		case n.get("properties") != nil || n.get("required") != nil || n.get("additionalProperties") != nil ||
-			n.get("minProperties") != nil || n.get("maxProperties") != nil:
+		case hasKeywordOf(n, "object"):
 			types = []string{"object"}
-		case n.get("items") != nil || n.get("minItems") != nil || n.get("maxItems") != nil:
+		case hasKeywordOf(n, "array"):
 			types = []string{"array"}
-		case n.get("minLength") != nil || n.get("maxLength") != nil || n.get("pattern") != nil || assertsFormat(n):
+		case hasKeywordOf(n, "string"):
 			types = []string{"string"}
-		case n.get("minimum") != nil || n.get("maximum") != nil || n.get("exclusiveMinimum") != nil || n.get("exclusiveMaximum") != nil:
+		case hasKeywordOf(n, "number"):
 			types = []string{"number"}
 		default:
 			return []elem{ref(c.anyValue())}
@@ -390,10 +392,39 @@ func (c *compiler) value(n *node, path string) []elem {
 		}
 		alts = append(alts, e)
 	}
+	if inferred && c.check {
+		for _, other := range allTypes {
+			if other != types[0] && !hasKeywordOf(n, other) {
+				alts = append(alts, c.value(&node{kind: 'o', obj: []member{{"type", &node{kind: 's', str: other}}}}, path))
+			}
+		}
+	}
 	if len(alts) == 1 {
 		return alts[0]
 	}
 	return []elem{ref(c.b.rule(alts...))}
+}
+
+// typeKeywords are the keywords that constrain values of one type only.
+var typeKeywords = map[string][]string{
+	"object": {"properties", "required", "additionalProperties", "minProperties", "maxProperties", "patternProperties"},
+	"array":  {"items", "minItems", "maxItems"},
+	"string": {"minLength", "maxLength", "pattern"},
+	"number": {"minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum"},
+}
+
+// hasKeywordOf reports whether n has a keyword that constrains values of
+// type t.
+func hasKeywordOf(n *node, t string) bool {
+	if t == "string" && assertsFormat(n) {
+		return true
+	}
+	for _, k := range typeKeywords[t] {
+		if n.get(k) != nil {
+			return true
+		}
+	}
+	return false
 }
 
 func onlyAnnotations(n *node, except string) bool {
@@ -691,7 +722,11 @@ func (c *compiler) number(n *node, path string) []elem {
 	if n.get("minimum") != nil || n.get("maximum") != nil || n.get("exclusiveMinimum") != nil || n.get("exclusiveMaximum") != nil {
 		return c.boundedNumber(n, path, false)
 	}
-	return []elem{ref(c.intRange(-unboundedInt, unboundedInt)), ref(c.b.optional(c.fraction())), ref(c.exponent())}
+	// The sign apart from the integer part, so that -0.5 is a number
+	// (intRange's negative integers start at -1: "-0.5" was refused).
+	var minus byteSet
+	minus.add('-', '-')
+	return []elem{ref(c.b.optional([]elem{c.b.set(minus)})), ref(c.intRange(0, unboundedInt)), ref(c.b.optional(c.fraction())), ref(c.exponent())}
 }
 
 // exponent matches an optional JSON exponent ("e-12") of at most
