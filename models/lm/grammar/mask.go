@@ -34,10 +34,18 @@ import (
 //     then skips the trie's subtrees that hold only such tokens, and below
 //     a node whose state accepts the plain rest of every token of its
 //     subtree, allows the subtree as a range of the tokens listed depth
-//     first.
+//     first. plainDepth asks each object member's parses apart, without
+//     what lies below their object (groupDepth), so one exploration serves
+//     every key of the object, and keeps the lower bounds an exploration
+//     finds for the states it meets (inside a counted string the next
+//     tokens land on them).
 //
 // The mask equals TokenTrie.Mask's on every state: TestMaskerMatchesTrieMask
-// and FuzzMasker compare the two.
+// and FuzzMasker compare the two. (plainDepth's answer is a lower bound
+// that a limit could undercut: a byte that opens over maxStacks parses is
+// refused by Advance even where one group alone accepts it. No schema
+// reaches that inside a string; the engine advances every sampled token
+// and resamples where Advance refuses, as it must for leaves anyway.)
 
 // TokenSet is a set of token ids, one bit each.
 type TokenSet []uint64
