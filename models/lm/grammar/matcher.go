@@ -68,12 +68,27 @@ type expander struct {
 	stacks []*frame
 	accept bool
 	over   bool // a limit was hit
+	// byHash indexes stacks by hash once there are more than
+	// linearStacks of them: comparing each new stack with every one
+	// before it was quadratic, and states of hundreds of parses (an object
+	// loop's members inside a oneOf) spent a sixth of their time there.
+	byHash map[uint64][]*frame
 }
 
+const linearStacks = 16
+
 func (x *expander) add(f *frame) {
-	for _, s := range x.stacks {
-		if sameStack(s, f) {
-			return
+	if x.byHash == nil {
+		for _, s := range x.stacks {
+			if sameStack(s, f) {
+				return
+			}
+		}
+	} else {
+		for _, s := range x.byHash[f.h] {
+			if sameStack(s, f) {
+				return
+			}
 		}
 	}
 	if len(x.stacks) >= maxStacks {
@@ -81,6 +96,15 @@ func (x *expander) add(f *frame) {
 		return
 	}
 	x.stacks = append(x.stacks, f)
+	switch {
+	case x.byHash != nil:
+		x.byHash[f.h] = append(x.byHash[f.h], f)
+	case len(x.stacks) > linearStacks:
+		x.byHash = make(map[uint64][]*frame, 2*len(x.stacks))
+		for _, s := range x.stacks {
+			x.byHash[s.h] = append(x.byHash[s.h], s)
+		}
+	}
 }
 
 // expand follows rule references from f until each resulting stack has a
