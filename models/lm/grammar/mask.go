@@ -380,8 +380,8 @@ func (m *Masker) plainDepth(q int32) int {
 	if st := m.states[q]; st.depthKnown {
 		return st.depth
 	}
-	d, whole := m.groupDepth(q)
-	if d < plainClosed && !whole {
+	d, enough := m.groupDepth(q)
+	if d < maxPlainDepth && !enough {
 		d = max(d, m.exploreDepth(q, maxPlainStates))
 	}
 	st := m.states[q]
@@ -399,16 +399,19 @@ func (m *Masker) plainDepth(q int32) int {
 // states: that was 96% of the mask time on schemas with many optional
 // keys (docs/structured.md).
 //
-// The groups are the parses of one member of an object: those whose frame
-// just above their innermost object loop is the same. Each group is asked
+// The groups are the parses of one member of an object: those whose
+// innermost object loop frame is the same (each member's parses continue
+// with a loop frame of their own, holding that member written). Each group is asked
 // without what lies below that loop (cut): plain text inside a key or a
 // string value never reaches it, and without it the group is the same at
 // every key of the object (the keys written live in the loop's frame), so
 // one exploration, cached in the DFA, serves them all. Parses outside any
-// object are left to the whole state's exploration, which whole (one
-// group holds every parse) says is not needed.
-func (m *Masker) groupDepth(q int32) (d int, whole bool) {
+// object are left to the whole state's exploration, which enough says is
+// not needed: one group holds every parse, or a counted string's group
+// takes all the characters it has left.
+func (m *Masker) groupDepth(q int32) (d int, enough bool) {
 	var groups [][]*frame
+	var aboves []*frame
 	index := map[*frame]int{}
 	stacks := m.states[q].s.stacks
 	for _, f := range stacks {
@@ -416,25 +419,40 @@ func (m *Masker) groupDepth(q int32) (d int, whole bool) {
 		if above == nil {
 			continue
 		}
-		k, ok := index[above]
+		k, ok := index[above.next]
 		if !ok {
 			k = len(groups)
-			index[above] = k
+			index[above.next] = k
 			groups = append(groups, nil)
+			aboves = append(aboves, above)
 		}
 		groups[k] = append(groups[k], m.cut(f))
 	}
-	for _, group := range groups {
+	for k, group := range groups {
 		g := m.intern(State{g: m.g, stacks: group})
 		st := m.states[g]
 		if !st.depthKnown {
 			st.depth, st.depthKnown = m.exploreDepth(g, maxGroupStates), true
 		}
-		if d = max(d, st.depth); d == plainClosed {
+		gd := st.depth
+		// Inside a counted string the group was explored with the
+		// loop's unbounded twin: it holds for as many characters as
+		// are left, no more (fewer than maxPlainDepth is all the plain
+		// sets say).
+		if loop := aboves[k].next; m.counted(loop) != nil {
+			// The loop frame under a character's parses counts that
+			// character already, so it is one of those left; they are
+			// all the parses can take (what the whole state would
+			// explore to find).
+			left := m.counted(loop).max - int(loop.obj.m) + 1
+			enough = enough || gd >= left
+			gd = min(gd, left, maxPlainDepth)
+		}
+		if d = max(d, gd); d == plainClosed {
 			break
 		}
 	}
-	return d, len(groups) == 1 && len(groups[0]) == len(stacks)
+	return d, enough || len(groups) == 1 && len(groups[0]) == len(stacks)
 }
 
 // aboveLoop is the frame of f just above its innermost object loop frame,
@@ -462,15 +480,12 @@ func (m *Masker) cut(f *frame) *frame {
 		return nil
 	}
 	if f.obj != nil {
-		if m.cuts == nil {
-			m.cuts = map[int32]*frame{}
+		if lp := m.counted(f); lp != nil {
+			// The twin counts nothing, so the group is the same at
+			// every count; groupDepth applies the bound.
+			return pushLoop(lp.free, emptyObj, m.cutAt(f.depth-1))
 		}
-		c := m.cuts[f.depth]
-		if c == nil {
-			c = &frame{r: -1, depth: f.depth, obj: cutObj, h: uint64(f.depth)*0x9e3779b97f4a7c15 ^ cutObj.h}
-			m.cuts[f.depth] = c
-		}
-		return c
+		return m.cutAt(f.depth)
 	}
 	below := m.cut(f.next)
 	if below == f.next {
@@ -479,6 +494,30 @@ func (m *Masker) cut(f *frame) *frame {
 	g := push(f.r, f.a, f.i, below)
 	g.depth = f.depth
 	return g
+}
+
+// counted is f's loop when f is the frame of a counted string's loop.
+func (m *Masker) counted(f *frame) *objLoop {
+	if f.obj == nil || f.obj == cutObj {
+		return nil
+	}
+	if lp := m.g.loop(f.r); lp.counted {
+		return lp
+	}
+	return nil
+}
+
+// cutAt is the cut frame at depth d.
+func (m *Masker) cutAt(d int32) *frame {
+	if m.cuts == nil {
+		m.cuts = map[int32]*frame{}
+	}
+	c := m.cuts[d]
+	if c == nil {
+		c = &frame{r: -1, depth: d, obj: cutObj, h: uint64(d)*0x9e3779b97f4a7c15 ^ cutObj.h}
+		m.cuts[d] = c
+	}
+	return c
 }
 
 // A group of parses is explored further (maxGroupStates): the unlisted

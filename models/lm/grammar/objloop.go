@@ -27,6 +27,11 @@ type objLoop struct {
 	req           []uint64
 	min, max      int // listed keys at least; all keys at most, when hasMax
 	minAll        int // all keys at least (a counted string's characters)
+	// counted marks a counted string's loop (countedChars); free is the
+	// rule of its twin without the bounds, which the Masker explores in
+	// its place (groupDepth).
+	counted bool
+	free    int32
 	hasMax        bool
 }
 
@@ -217,12 +222,15 @@ func (c *compiler) countedChars(lo, hi int) int32 {
 		// expandLoop expands a member's first alternative: one that is
 		// the whole character rule.
 		ch := b.rule([]elem{ref(c.char())})
-		lp := &objLoop{firstX: ch, thenX: ch, close: b.litRule(`"`), max: hi, hasMax: true, minAll: lo}
+		free := b.newRule()
+		lp := &objLoop{firstX: ch, thenX: ch, close: b.litRule(`"`), max: hi, hasMax: true, minAll: lo, counted: true, free: free}
 		if b.loops == nil {
 			b.loops = map[int32]*objLoop{}
 		}
 		b.loops[r] = lp
+		b.loops[free] = &objLoop{firstX: ch, thenX: ch, close: lp.close}
 		// What reads the rules whole sees a character or the quote.
+		b.define(free, []elem{ref(ch), ref(free)}, []elem{ref(lp.close)})
 		return [][]elem{{ref(ch), ref(r)}, {ref(lp.close)}}
 	})
 }
