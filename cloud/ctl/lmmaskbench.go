@@ -50,6 +50,8 @@ func lmMaskBench(ctx context.Context, cio cli.IO, args []string) error {
 		return err
 	}
 	r.Table(cio.Stdout)
+	fmt.Fprintln(cio.Stdout)
+	r.SourceTable(cio.Stdout)
 	if *refusals > 0 && len(r.Refusals) > 0 {
 		fmt.Fprintln(cio.Stdout, "\nmost common compile errors:")
 		r.TopRefusals(cio.Stdout, *refusals)

@@ -66,6 +66,24 @@ type Report struct {
 	CompileTotal                       time.Duration   // of the schemas that compiled
 	Refusals                           map[string]int  // compile errors, by reason
 	Failures                           []string        // file: the first test it got wrong
+	Sources                            map[string]*Tally
+}
+
+// Tally is one source's files, compiled and passing (the sources are the
+// files' name prefixes: Github_hard, Kubernetes, BFCL_simple, …).
+type Tally struct{ Files, Compiled, Passing int }
+
+// source is a MaskBench file's source: its name up to "---", or up to its
+// last "_" (BFCL_simple_12.json, JME_3.json).
+func source(name string) string {
+	if i := strings.Index(name, "---"); i > 0 {
+		return name[:i]
+	}
+	name = strings.TrimSuffix(name, ".json")
+	if i := strings.LastIndex(name, "_"); i > 0 {
+		return name[:i]
+	}
+	return name
 }
 
 // file is one MaskBench file.
@@ -97,7 +115,7 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 	runtime.LockOSThread()
 	defer runtime.UnlockOSThread()
 	ix := constraint.NewIndex(cfg.Tokenizer, cfg.Tokenizer.VocabSize())
-	r := &Report{Refusals: map[string]int{}}
+	r := &Report{Refusals: map[string]int{}, Sources: map[string]*Tally{}}
 	b := &bench{cfg: cfg, ix: ix, r: r, set: grammar.NewTokenSet(ix.Trie.Vocab()), allow: make([]bool, ix.Trie.Vocab())}
 	for _, p := range paths {
 		if err := ctx.Err(); err != nil {
@@ -112,10 +130,18 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 			return r, fmt.Errorf("%s: %w", p, err)
 		}
 		r.Files++
-		tokens, c0 := r.Tokens, elapsed()
+		tokens, c0, compiled := r.Tokens, elapsed(), r.Compiled
 		verdict := b.runFile(&f)
+		src := r.Sources[source(filepath.Base(p))]
+		if src == nil {
+			src = &Tally{}
+			r.Sources[source(filepath.Base(p))] = src
+		}
+		src.Files++
+		src.Compiled += r.Compiled - compiled
 		if verdict == "" {
 			r.Passing++
+			src.Passing++
 		} else if !strings.HasPrefix(verdict, "refused") {
 			r.Failures = append(r.Failures, filepath.Base(p)+": "+verdict)
 		}
@@ -291,6 +317,20 @@ func stats(d []time.Duration) (avg, p50, p99, mx time.Duration) {
 	}
 	at := func(p float64) time.Duration { return d[min(len(d)-1, int(p*float64(len(d))))] }
 	return sum / time.Duration(len(d)), at(0.5), at(0.99), d[len(d)-1]
+}
+
+// SourceTable writes each source's files, compiled and passing.
+func (r *Report) SourceTable(w io.Writer) {
+	names := make([]string, 0, len(r.Sources))
+	for k := range r.Sources {
+		names = append(names, k)
+	}
+	sort.Strings(names)
+	fmt.Fprintf(w, "| source | files | compiled | passing |\n|---|---|---|---|\n")
+	for _, k := range names {
+		t := r.Sources[k]
+		fmt.Fprintf(w, "| %s | %d | %d | %d |\n", k, t.Files, t.Compiled, t.Passing)
+	}
 }
 
 // TopRefusals writes the n most common compile errors.

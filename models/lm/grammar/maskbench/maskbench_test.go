@@ -63,6 +63,13 @@ func checkSound(t *testing.T, r *Report, limit int) {
 	if r.Files != cmp.Or(limit, 100) || r.Compiled == 0 || r.Tokens == 0 || len(r.Mask) != r.Tokens {
 		t.Errorf("report: %d files, %d compiled, %d tokens, %d timings", r.Files, r.Compiled, r.Tokens, len(r.Mask))
 	}
+	var sum Tally
+	for _, s := range r.Sources {
+		sum.Files, sum.Compiled, sum.Passing = sum.Files+s.Files, sum.Compiled+s.Compiled, sum.Passing+s.Passing
+	}
+	if sum != (Tally{r.Files, r.Compiled, r.Passing}) || r.Sources["Kubernetes"] == nil {
+		t.Errorf("sources add up to %+v of %d files, %d compiled, %d passing: %v", sum, r.Files, r.Compiled, r.Passing, r.Sources)
+	}
 }
 
 // TestSampleByteVocab runs the sample over the byte vocabulary twice, with
