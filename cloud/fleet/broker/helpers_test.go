@@ -186,16 +186,21 @@ func (c *mqttClient) waitMsgs(t testing.TB, n int) []*paho.Publish {
 	}
 }
 
+// hangGuard bounds one exchange with the broker: a guard against a hang,
+// not a timing check, so it is far above what a 1.3 MB publish over TLS
+// takes under the race detector on a loaded 2-core machine.
+const hangGuard = time.Minute
+
 func publish(t testing.TB, c *mqttClient, topic, payload string, retain bool) (*paho.PublishResponse, error) {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), hangGuard)
 	defer cancel()
 	return c.Publish(ctx, &paho.Publish{QoS: 1, Topic: topic, Payload: []byte(payload), Retain: retain})
 }
 
 func subscribe(t testing.TB, c *mqttClient, filter string) (*paho.Suback, error) {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), hangGuard)
 	defer cancel()
 	return c.Subscribe(ctx, &paho.Subscribe{Subscriptions: []paho.SubscribeOptions{{Topic: filter, QoS: 1}}})
 }
