@@ -32,6 +32,11 @@ func (s *byteSet) add(lo, hi byte) {
 
 func (s *byteSet) has(b byte) bool { return s[b>>6]&(1<<(b&63)) != 0 }
 
+// hasAll reports whether s holds every byte of o.
+func (s *byteSet) hasAll(o *byteSet) bool {
+	return o[0]&^s[0] == 0 && o[1]&^s[1] == 0 && o[2]&^s[2] == 0 && o[3]&^s[3] == 0
+}
+
 func (s *byteSet) union(o *byteSet) {
 	for i := range s {
 		s[i] |= o[i]

@@ -529,6 +529,11 @@ const (
 	maxPlainStates = 64
 	maxGroupStates = 2048
 	minKeptDepth   = 16
+	// maxExploreWork bounds an exploration by the parses of the states
+	// it meets: a pattern's ambiguous automaton under a length count
+	// (Github o21456: "(\\.[^@\\s]*)*.gov.uk", maxLength 254) made
+	// thousands of states of dozens of parses each, 11 s for 70 tokens.
+	maxExploreWork = 1 << 14
 )
 
 // exploreDepth computes plainDepth, meeting at most budget states. A
@@ -545,9 +550,11 @@ func (m *Masker) exploreDepth(q int32, budget int) int {
 	first := map[int32]int{q: 0} // the level each state was first met at
 	level := []int32{q}
 	d := maxPlainDepth
+	work := 0 // parses advanced, roughly: what an exploration costs
 	for depth := 0; depth < maxPlainDepth; depth++ {
 		var next []int32
 		for _, s := range level {
+			work += len(m.states[s].s.stacks)
 			if !m.plainChar(s, &next) {
 				d = depth
 				break
@@ -567,7 +574,7 @@ func (m *Masker) exploreDepth(q int32, budget int) int {
 			d = plainClosed
 			break
 		}
-		if len(first) > budget {
+		if len(first) > budget || work > maxExploreWork {
 			d = depth + 1
 			break
 		}
@@ -593,6 +600,12 @@ func (m *Masker) plainChar(q int32, after *[]int32) bool {
 		u int
 		q int32
 	}
+	// A byte that starts a plain character and no parse takes refuses
+	// at once: no Advance needed (a pattern's state of a hundred parses
+	// took milliseconds to find its refused byte the long way).
+	if next := &m.states[q].next; !next.hasAll(&plainStarts) {
+		return false
+	}
 	moves := m.u8Moves()
 	seen := []pair{{u8Start, q}}
 	for i := 0; i < len(seen); i++ {
@@ -613,6 +626,16 @@ func (m *Masker) plainChar(q int32, after *[]int32) bool {
 	}
 	return true
 }
+
+// plainStarts are the bytes a plain character may start with.
+var plainStarts = func() (s byteSet) {
+	for c := range 256 {
+		if u8Next(u8Start, byte(c)) != u8Bad {
+			s.add(byte(c), byte(c))
+		}
+	}
+	return s
+}()
 
 // u8Move is a byte and the UTF-8 automaton state it leads to.
 type u8Move struct {
