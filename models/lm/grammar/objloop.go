@@ -27,12 +27,12 @@ type objLoop struct {
 	req           []uint64
 	min, max      int // listed keys at least; all keys at most, when hasMax
 	minAll        int // all keys at least (a counted string's characters)
+	hasMax        bool
 	// counted marks a counted string's loop (countedChars); free is the
 	// rule of its twin without the bounds, which the Masker explores in
 	// its place (groupDepth).
 	counted bool
 	free    int32
-	hasMax        bool
 }
 
 // objState is what an object loop has written: the listed keys (bits of
