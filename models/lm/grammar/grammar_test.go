@@ -503,3 +503,13 @@ func TestEscapedUnlistedKeys(t *testing.T) {
 	// \u escapes inside the listed keys' tree are refused: stricter.
 	againstValidator(t, `{"type":"object","properties":{"error":{"type":"string"}}}`, []string{`{"err\u006fr": 1}`, `{"\u0065": 1}`}, false)
 }
+
+// TestCompositeEnumWhenChecking: an enum or const array or object value is
+// read as JSON reads it when checking, with whitespace between tokens and
+// keys in any order, against the validator both ways.
+func TestCompositeEnumWhenChecking(t *testing.T) {
+	docs := []string{`{"foo": "bar"}`, `{"foo":"bar"}`, `{ "b" : [ 1 , {"c":null} ], "foo": 1}`, `{"foo": 1, "b": [1, {"c": null}]}`,
+		`{"foo": 1}`, `{"foo": 1, "b": [1, {"c": null}], "x": 0}`, `[ ]`, `[2, "x"]`, `[2, "y"]`, `["x", 2]`, `2`}
+	againstValidator(t, `{"enum": [{"foo": "bar"}, {"foo": 1, "b": [1, {"c": null}]}, [], [2, "x"]]}`, docs, true)
+	againstValidator(t, `{"const": {"foo": "bar"}}`, docs, true)
+}

@@ -511,6 +511,10 @@ func (c *compiler) literals(n *node, path string, vals []*node) []elem {
 			continue
 		}
 		seen[buf.String()] = true
+		if c.check && (v.kind == 'o' || v.kind == 'a') {
+			alts = append(alts, c.spelled(v, path))
+			continue
+		}
 		alts = append(alts, c.b.lit(buf.String()))
 	}
 	if len(alts) == 0 {
@@ -518,6 +522,34 @@ func (c *compiler) literals(n *node, path string, vals []*node) []elem {
 		return nil
 	}
 	return []elem{ref(c.b.choiceRule(false, alts...))}
+}
+
+// spelled is an array or object value as a checking grammar reads it:
+// whitespace between its tokens, an object's keys in any order. Only the
+// compact spelling was accepted, so MaskBench's {"foo": "bar"} (Python's
+// separators) failed {"enum":[{"foo":"bar"}]}.
+func (c *compiler) spelled(v *node, path string) []elem {
+	b, gap := c.b, c.gap()
+	constOf := func(x *node) *node { return &node{kind: 'o', obj: []member{{"const", x}}} }
+	if v.kind == 'a' {
+		out := seq(b.lit("["), gap)
+		for i, x := range v.arr {
+			if i > 0 {
+				out = seq(out, b.lit(","), gap)
+			}
+			out = seq(out, c.value(constOf(x), path), gap)
+		}
+		return seq(out, b.lit("]"))
+	}
+	props, req := &node{kind: 'o'}, &node{kind: 'a'}
+	for _, m := range v.obj {
+		props.obj = append(props.obj, member{m.key, constOf(m.val)})
+		req.arr = append(req.arr, &node{kind: 's', str: m.key})
+	}
+	return c.value(&node{kind: 'o', obj: []member{
+		{"type", &node{kind: 's', str: "object"}}, {"properties", props}, {"required", req},
+		{"additionalProperties", &node{kind: 'b'}},
+	}}, path)
 }
 
 // shared returns the rule named key, building it once.
