@@ -106,6 +106,7 @@ func (e *Engine) exportSequence(s *sequence, next int32) {
 	e.mu.Lock()
 	e.stats.HandoffsOut++
 	e.stats.Completed++
+	e.stats.Running = e.live()
 	e.mu.Unlock()
 	s.finish(s.finalInfo("prefill"), nil)
 }

@@ -503,6 +503,7 @@ func (e *Engine) complete(s *sequence, reason string) {
 	}
 	e.mu.Lock()
 	e.stats.Completed++
+	e.stats.Running = e.live()
 	e.mu.Unlock()
 	s.finish(s.finalInfo(reason), nil)
 }
@@ -532,6 +533,21 @@ func (s *sequence) finalInfo(reason string) llm.Final {
 		f.TTFT = s.firstTok.Sub(s.start)
 	}
 	return f
+}
+
+// live is how many running sequences have not ended. A sequence that
+// ends mid-step leaves e.running only when the step does; its caller has
+// its answer before that, and Stats must not still count it running
+// (TestSplitEqualsColocated read Running: 1 after every handoff had
+// returned). The engine's goroutine only.
+func (e *Engine) live() int {
+	n := 0
+	for _, s := range e.running {
+		if !s.ended {
+			n++
+		}
+	}
+	return n
 }
 
 func (e *Engine) recordStep(prefill, decode int) {
