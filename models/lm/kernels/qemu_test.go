@@ -58,18 +58,13 @@ func TestArm64KernelsUnderQEMU(t *testing.T) {
 	// i8mmKernels' types (qdot_arm64.go, not built here).
 	cpus[2].want = append(cpus[2].want, "q4_0 i8mm kernel equals", "q5_0 i8mm kernel equals", "q8_0 i8mm kernel equals",
 		"q4_K i8mm kernel equals", "q6_K i8mm kernel equals")
-	var wg sync.WaitGroup
-	outs := make([][]byte, len(cpus))
-	errs := make([]error, len(cpus))
+	models := make([]string, len(cpus))
 	for i, c := range cpus {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			outs[i], errs[i] = exec.CommandContext(ctx, qemu, "-cpu", c.model, bin, "-test.v",
-				"-test.run", "^(TestNEONKernelsMatchGo|TestI8MMKernelsMatchGo|TestQuantAssemblyMatchesGo|TestQuantDotMatchesDequantized|TestQuantMulBatchInvariant|TestQuantActivationSums|TestGEMMMatchesPerRow)$").CombinedOutput()
-		}()
+		models[i] = c.model
 	}
-	wg.Wait()
+	outs, errs := underQEMU(ctx, qemu, bin, models, func(int) string {
+		return "TestNEONKernelsMatchGo|TestI8MMKernelsMatchGo|TestQuantAssemblyMatchesGo|TestQuantDotMatchesDequantized|TestQuantMulBatchInvariant|TestQuantActivationSums|TestGEMMMatchesPerRow"
+	})
 	for i, c := range cpus {
 		out := string(outs[i])
 		if errs[i] != nil || !strings.Contains(out, "--- PASS: TestNEONKernelsMatchGo") ||
@@ -77,12 +72,7 @@ func TestArm64KernelsUnderQEMU(t *testing.T) {
 			!strings.Contains(out, "TestI8MMKernelsMatchGo") || !strings.Contains(out, "--- PASS: TestGEMMMatchesPerRow") {
 			t.Fatalf("arm64 kernel tests under qemu -cpu %s: %v\n%s", c.model, errs[i], out)
 		}
-		for _, w := range c.want {
-			if !strings.Contains(out, w) {
-				t.Errorf("qemu -cpu %s: output lacks %q:\n%s", c.model, w, out)
-			}
-		}
-		t.Logf("under qemu-aarch64 -cpu %s:\n%s", c.model, out)
+		checkOutput(t, "qemu-aarch64", c.model, out, c.want, nil)
 	}
 }
 
@@ -130,19 +120,9 @@ func TestArmv7KernelsUnderQEMU(t *testing.T) {
 	for _, d := range armv7NEONTypes {
 		cpus[0].want = append(cpus[0].want, d.String()+" neon kernel equals")
 	}
-	var wg sync.WaitGroup
-	outs := make([][]byte, len(cpus))
-	errs := make([]error, len(cpus))
-	for i, c := range cpus {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			outs[i], errs[i] = exec.CommandContext(ctx, qemu, "-cpu", c.model, bin, "-test.v",
-				"-test.run", "^("+c.run+")$").CombinedOutput()
-		}()
-	}
 	// go vet type-checks and checks the assembly's frames against the Go
-	// declarations for the two other float ABIs.
+	// declarations for the two other float ABIs, beside the qemu runs.
+	var wg sync.WaitGroup
 	vetOut := make([][]byte, 2)
 	vetErr := make([]error, 2)
 	for i, goarm := range []string{"6", "5"} {
@@ -154,6 +134,11 @@ func TestArmv7KernelsUnderQEMU(t *testing.T) {
 			vetOut[i], vetErr[i] = vet.CombinedOutput()
 		}()
 	}
+	models := make([]string, len(cpus))
+	for i, c := range cpus {
+		models[i] = c.model
+	}
+	outs, errs := underQEMU(ctx, qemu, bin, models, func(i int) string { return cpus[i].run })
 	wg.Wait()
 	for i, goarm := range []string{"6", "5"} {
 		if vetErr[i] != nil {
@@ -165,18 +150,44 @@ func TestArmv7KernelsUnderQEMU(t *testing.T) {
 		if errs[i] != nil {
 			t.Fatalf("armv7 kernel tests under qemu -cpu %s: %v\n%s", c.model, errs[i], out)
 		}
-		for _, w := range c.want {
-			if !strings.Contains(out, w) {
-				t.Errorf("qemu -cpu %s: output lacks %q:\n%s", c.model, w, out)
-			}
-		}
-		for _, l := range c.lack {
-			if strings.Contains(out, l) {
-				t.Errorf("qemu -cpu %s: output has %q:\n%s", c.model, l, out)
-			}
-		}
-		t.Logf("under qemu-arm -cpu %s:\n%s", c.model, out)
+		checkOutput(t, "qemu-arm", c.model, out, c.want, c.lack)
 	}
+}
+
+// underQEMU runs the test binary bin under qemu once per CPU model, all
+// at once, with -test.run matching run(i) for models[i], and returns each
+// run's combined output and error.
+func underQEMU(ctx context.Context, qemu, bin string, models []string, run func(i int) string) ([][]byte, []error) {
+	var wg sync.WaitGroup
+	outs := make([][]byte, len(models))
+	errs := make([]error, len(models))
+	for i, model := range models {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			outs[i], errs[i] = exec.CommandContext(ctx, qemu, "-cpu", model, bin, "-test.v",
+				"-test.run", "^("+run(i)+")$").CombinedOutput()
+		}()
+	}
+	wg.Wait()
+	return outs, errs
+}
+
+// checkOutput fails t for each of want that a qemu run's output lacks and
+// each of lack that it has, and logs the output.
+func checkOutput(t *testing.T, emulator, model, out string, want, lack []string) {
+	t.Helper()
+	for _, w := range want {
+		if !strings.Contains(out, w) {
+			t.Errorf("qemu -cpu %s: output lacks %q:\n%s", model, w, out)
+		}
+	}
+	for _, l := range lack {
+		if strings.Contains(out, l) {
+			t.Errorf("qemu -cpu %s: output has %q:\n%s", model, l, out)
+		}
+	}
+	t.Logf("under %s -cpu %s:\n%s", emulator, model, out)
 }
 
 // crossTest finds the qemu user-mode emulator named (failing under CI
