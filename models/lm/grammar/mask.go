@@ -439,12 +439,13 @@ func (m *Masker) groupDepth(q int32) (d int, enough bool) {
 		// loop's unbounded twin: it holds for as many characters as
 		// are left, no more (fewer than maxPlainDepth is all the plain
 		// sets say).
-		if loop := aboves[k].next; m.counted(loop) != nil {
+		loop := aboves[k].next
+		if lp := m.counted(loop); lp != nil {
 			// The loop frame under a character's parses counts that
 			// character already, so it is one of those left; they are
 			// all the parses can take (what the whole state would
 			// explore to find).
-			left := m.counted(loop).max - int(loop.obj.m) + 1
+			left := lp.max - int(loop.obj.m) + 1
 			enough = enough || gd >= left
 			gd = min(gd, left, maxPlainDepth)
 		}

@@ -681,8 +681,10 @@ func (c *compiler) charsOf(s charSet) int32 {
 	var raw charSet
 	for _, r := range s {
 		for x := r.lo; x <= min(r.hi, 0x1f); x++ {
-			if e, ok := shortEscape[x]; ok {
-				alts = append(alts, b.lit(`\`+string(e)))
+			for _, e := range shortEscapes {
+				if e.r == x {
+					alts = append(alts, b.lit(`\`+string(e.c)))
+				}
 			}
 			h := fmt.Sprintf("%02x", x)
 			alts = append(alts, seq(b.lit(`\u00`), []elem{caseless(b, h[0]), caseless(b, h[1])}))
@@ -713,8 +715,6 @@ func (c *compiler) charsOf(s charSet) int32 {
 	c.memo[key] = r
 	return r
 }
-
-var shortEscape = map[rune]byte{'\b': 'b', '\f': 'f', '\n': 'n', '\r': 'r', '\t': 't'}
 
 // caseless is a hexadecimal digit in either case.
 func caseless(b *builder, h byte) elem {

@@ -354,19 +354,12 @@ func (c *compiler) value(n *node, path string) []elem {
 		default:
 			return []elem{ref(c.anyValue())}
 		}
-	case t.kind == 's':
-		types = []string{t.str}
-	case t.kind == 'a' && len(t.arr) > 0:
-		for _, x := range t.arr {
-			if x.kind != 's' {
-				c.fail(path+"/type", "type must be a string or an array of strings")
-				return nil
-			}
-			types = append(types, x.str)
-		}
 	default:
-		c.fail(path+"/type", "type must be a string or a non-empty array of strings")
-		return nil
+		var ok bool
+		if types, ok = typeNames(t); !ok || len(types) == 0 {
+			c.fail(path+"/type", "type must be a string or a non-empty array of strings")
+			return nil
+		}
 	}
 	var alts [][]elem
 	for _, t := range types {
