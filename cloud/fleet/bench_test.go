@@ -116,6 +116,9 @@ func parallelIngest(b *testing.B, st fleetStore) {
 		}
 	})
 	b.ReportMetric(float64(b.N*100)/b.Elapsed().Seconds(), "records/s")
+	if pg, ok := st.(*pgStore); ok && pg.queue.groups.Load() > 0 {
+		b.ReportMetric(float64(pg.queue.batches.Load())/float64(pg.queue.groups.Load()), "batches/txn")
+	}
 }
 
 // BenchmarkUplink is one device sending batches of 100 through the embedded
