@@ -169,6 +169,22 @@ func open(cfg Config, check func(fleetStore) error) (*Manager, error) {
 		}
 		return 0
 	})
+	// PostgreSQL's group commits: batches over transactions is the mean
+	// group size, which says whether ingest is bound by transactions.
+	pgIngest := func(read func(q *pgIngestQueue) int64) func() float64 {
+		return func() float64 {
+			if c := cur(); c != nil {
+				if pg, ok := c.st.(*pgStore); ok {
+					return float64(read(&pg.queue))
+				}
+			}
+			return 0
+		}
+	}
+	reg.CounterFunc("phaseless_fleet_store_ingest_transactions_total", "ingest transactions committed on PostgreSQL (--fleet-db), each holding one or more devices' batches",
+		pgIngest(func(q *pgIngestQueue) int64 { return q.groups.Load() }))
+	reg.CounterFunc("phaseless_fleet_store_ingest_transaction_batches_total", "telemetry batches those transactions held",
+		pgIngest(func(q *pgIngestQueue) int64 { return q.batches.Load() }))
 	registerDeviceGauges(reg, cur)
 	m.refreshCounts()
 
@@ -427,11 +443,14 @@ func (m *Manager) handleStatus(id string, payload []byte) {
 	s.DeviceID = id
 	now := m.now()
 	m.history.add(id, now, s)
-	var wasOnline bool
+	var wasOnline, created bool
 	// The board is a config group label: a device's first status, or one
 	// naming another board, may change its merged config.
 	dev, changed, err := m.st.updateDeviceConfig(id, now, true, func(d *Device) error {
 		wasOnline = d.Status != nil && d.Status.State == "online"
+		// Made by this call (or, with a stopped clock, by another at the
+		// same instant: a count read once too often).
+		created = d.StatusAt.IsZero() && d.FirstSeen.Equal(now)
 		// The last message wins, whatever its Time: a last will carries the
 		// time of the CONNECT it was registered with, older than the
 		// "online" the device published after that CONNECT.
@@ -446,7 +465,12 @@ func (m *Manager) handleStatus(id string, payload []byte) {
 		m.log.Error("store status", "device", id, "err", err)
 		return
 	}
-	m.refreshCounts()
+	if created {
+		// A status changes the device count only when it made the device;
+		// reading the counts for every status cost PostgreSQL a query per
+		// message in a reconnect storm.
+		m.refreshCounts()
+	}
 	if dev != nil && dev.State() == "online" && !wasOnline {
 		m.reconcile(dev)
 	} else if changed {

@@ -74,6 +74,10 @@ var pgSchema = []string{
 	CREATE TABLE fleet_artifacts (id text COLLATE "C" PRIMARY KEY, doc bytea NOT NULL);
 	CREATE TABLE fleet_routercalib (device text PRIMARY KEY, doc bytea NOT NULL);
 	CREATE TABLE fleet_shadow_graded (key bytea PRIMARY KEY);`,
+	// The device count as a counter, kept where devices are created: a
+	// count(*) of fleet_devices scanned the table on every new device's
+	// status, quadratic in a fleet's first connection storm.
+	`INSERT INTO fleet_counters SELECT 'devices', -2, count(*) FROM fleet_devices;`,
 }
 
 // openPGStore connects to url and creates or migrates the schema. Managers
@@ -202,7 +206,11 @@ func lockDevice(ctx context.Context, tx pgx.Tx, id string, now time.Time, create
 		if err != nil {
 			return nil, false, err
 		}
-		created = tag.RowsAffected() == 1
+		if created = tag.RowsAffected() == 1; created {
+			if err := addCounters(ctx, tx, shardOf(id), map[string]int64{"devices": 1}); err != nil {
+				return nil, false, err
+			}
+		}
 	}
 	var doc []byte
 	var stored int64
@@ -425,12 +433,15 @@ func (s *pgStore) ingestGroup(group []*pgIngestCall) error {
 			}
 		}
 		docs, adds := make([][]byte, len(group)), make([]int64, len(group))
-		var total ingestResult
+		var total struct{ stored, duplicates, devices int }
 		for i, c := range group {
 			c.res.stored = stored[c.id]
 			c.res.duplicates = len(c.b.Records) - c.res.stored
 			total.stored += c.res.stored
 			total.duplicates += c.res.duplicates
+			if c.res.newDevice {
+				total.devices++
+			}
 			noteBatch(devs[c.id], c.b, c.res, c.now)
 			if docs[i], err = json.Marshal(devs[c.id]); err != nil {
 				return err
@@ -445,6 +456,7 @@ func (s *pgStore) ingestGroup(group []*pgIngestCall) error {
 		}
 		if err := addCounters(ctx, tx, shardOf(group[0].id), map[string]int64{
 			"stored": int64(total.stored), "ingested": int64(total.stored), "duplicates": int64(total.duplicates),
+			"devices": int64(total.devices),
 		}); err != nil {
 			return err
 		}
@@ -593,16 +605,23 @@ func (s *pgStore) archiveOnce(string, time.Time, time.Time, int) (int, int64, er
 func (s *pgStore) counts() (Counts, error) {
 	var c Counts
 	err := s.tx(func(ctx context.Context, tx pgx.Tx) error {
-		var err error
-		for _, f := range []struct {
-			name string
-			v    *uint64
-		}{{"stored", &c.Stored}, {"ingested", &c.Ingested}, {"duplicates", &c.Duplicates}, {"deleted", &c.Deleted}} {
-			if *f.v, err = counter(ctx, tx, f.name); err != nil {
-				return err
-			}
+		c = Counts{}
+		rows, err := tx.Query(ctx, `SELECT name, sum(value)::bigint FROM fleet_counters GROUP BY name`)
+		if err != nil {
+			return err
 		}
-		return tx.QueryRow(ctx, `SELECT count(*) FROM fleet_devices`).Scan(&c.Devices)
+		var name string
+		var v int64
+		_, err = pgx.ForEachRow(rows, []any{&name, &v}, func() error {
+			v = max(v, 0)
+			if name == "devices" {
+				c.Devices = int(v)
+			} else if dst := map[string]*uint64{"stored": &c.Stored, "ingested": &c.Ingested, "duplicates": &c.Duplicates, "deleted": &c.Deleted}[name]; dst != nil {
+				*dst = uint64(v)
+			}
+			return nil
+		})
+		return err
 	})
 	return c, err
 }
