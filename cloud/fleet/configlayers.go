@@ -87,7 +87,8 @@ func adoptLegacyOverrides(d *Device) {
 
 // updateDeviceConfig is updateDevice that re-merges the device's config
 // after fn, in the same transaction; changed says whether the desired
-// config got a new version.
+// config got a new version. The device's PendingCommands are counted in
+// that transaction too.
 func (s *store) updateDeviceConfig(id string, now time.Time, create bool, fn func(*Device) error) (dev *Device, changed bool, err error) {
 	err = s.db.Batch(func(tx *bolt.Tx) error {
 		dev, changed = nil, false
@@ -102,6 +103,11 @@ func (s *store) updateDeviceConfig(id string, now time.Time, create bool, fn fun
 		if dev, changed, err = remergeTx(tx, d); err != nil {
 			return err
 		}
+		cmds, err := commandsTx(tx, id)
+		if err != nil {
+			return err
+		}
+		dev.PendingCommands = pendingOf(cmds)
 		return dt.flush()
 	})
 	return dev, changed, err

@@ -29,6 +29,9 @@ type fleetStore interface {
 	// updateDevice runs fn on device id (created if create) and saves it;
 	// fn returning errNoChange skips the write.
 	updateDevice(id string, now time.Time, create bool, fn func(*Device) error) (*Device, error)
+	// updateDeviceConfig is updateDevice that also re-merges the device's
+	// config (changed: a new desired version) and counts its pending
+	// commands (dev.PendingCommands), in the same transaction.
 	updateDeviceConfig(id string, now time.Time, create bool, fn func(*Device) error) (dev *Device, changed bool, err error)
 	device(id string) (*Device, error)
 	devices() ([]*Device, error)

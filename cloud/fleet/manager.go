@@ -535,6 +535,13 @@ func (m *Manager) resend(dev *Device) {
 		m.sendDesired(dev)
 	}
 	cmds := dev.Commands
+	if cmds == nil && dev.PendingCommands == 0 {
+		// Every caller counted them (updateDeviceConfig, devices): a
+		// device coming online with nothing pending costs no second read,
+		// which was a third of PostgreSQL's transactions in a reconnect
+		// storm.
+		return
+	}
 	if cmds == nil {
 		full, err := m.st.device(dev.ID)
 		if err != nil || full == nil {

@@ -741,6 +741,11 @@ func (s *pgStore) updateDeviceConfig(id string, now time.Time, create bool, fn f
 		if dev, changed, err = remergeLoaded(ctx, tx, d); err != nil {
 			return err
 		}
+		cmds, err := loadCommands(ctx, tx, id)
+		if err != nil {
+			return err
+		}
+		dev.PendingCommands = pendingOf(cmds[id])
 		return saveDevice(ctx, tx, d)
 	})
 	return dev, changed, err

@@ -268,6 +268,13 @@ var storeCases = []storeCase{
 		if devs := must[[]*Device](t)(st.devices()); devs[0].Commands != nil || devs[0].PendingCommands != 2 {
 			t.Fatalf("devices: %+v", devs[0])
 		}
+		// A status (updateDeviceConfig) counts them in its transaction.
+		for id, want := range map[string]int{"car-1": 2, "car-2": 0} {
+			d, _, err := st.updateDeviceConfig(id, t0, true, func(*Device) error { return nil })
+			if err != nil || d.PendingCommands != want {
+				t.Fatalf("updateDeviceConfig %s: pending %v, want %d (err %v)", id, d.PendingCommands, want, err)
+			}
+		}
 	}},
 	{"ConfigLayersAndOverrides", func(t *testing.T, st fleetStore, _ func() fleetStore) {
 		set := func(d *Device) error { d.Labels = map[string]string{"region": "eu"}; return nil }
