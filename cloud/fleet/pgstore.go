@@ -342,29 +342,45 @@ func (q *pgIngestQueue) take() []*pgIngestCall {
 	return group
 }
 
-// commitGroup stores a group in one transaction and wakes its callers. If
-// the transaction fails, each call is tried alone, so one bad batch (or a
-// deadlock with a retention sweep) costs the others a retry, not an error.
+// commitGroup stores a group in one transaction, runs retention if it
+// asks for it, and wakes its callers. If the transaction fails, each call
+// is tried alone, so one bad batch (or a deadlock with a retention sweep)
+// costs the others a retry, not an error. A retention sweep that fails
+// after the commit fails only the call that ran it, as when each batch
+// had its own transaction: that batch is not acknowledged and comes again
+// as duplicates.
 func (s *pgStore) commitGroup(group []*pgIngestCall) {
-	err := s.ingestGroup(group)
+	sweep, err := s.ingestGroup(group)
 	if err != nil && len(group) > 1 {
 		for _, c := range group {
-			c.err = s.ingestGroup([]*pgIngestCall{c})
+			sweep, c.err = s.ingestGroup([]*pgIngestCall{c})
+			s.sweepAfter(sweep)
 		}
 	} else {
 		for _, c := range group {
 			c.err = err
 		}
+		s.sweepAfter(sweep)
 	}
 	for _, c := range group {
 		close(c.done)
 	}
 }
 
+// sweepAfter runs retention for c's bounds, after its transaction's commit
+// and in its own: a sweep that waited on device rows while holding a
+// group's would deadlock with a group of other devices doing the same.
+// Its count goes to c; the manager adds the calls' counts up.
+func (s *pgStore) sweepAfter(c *pgIngestCall) {
+	if c != nil {
+		c.res.deleted, c.err = s.pruneLimit(c.now, c.maxRecords, c.maxAge, 10_000)
+	}
+}
+
 // ingestGroup stores the batches of distinct devices in one transaction,
-// each with the result it would have alone, then runs retention once if
-// the transaction saw records over the bounds of its last call.
-func (s *pgStore) ingestGroup(group []*pgIngestCall) error {
+// each with the result it would have alone. sweep is the call whose bounds
+// the stored records now exceed (the group's last), nil when none do.
+func (s *pgStore) ingestGroup(group []*pgIngestCall) (sweep *pgIngestCall, err error) {
 	// Device rows are locked in id order, as every multi-device
 	// transaction here takes them, so two groups cannot deadlock.
 	group = slices.Clone(group)
@@ -374,9 +390,9 @@ func (s *pgStore) ingestGroup(group []*pgIngestCall) error {
 		ids[i] = c.id
 	}
 	last := group[len(group)-1]
-	var sweep bool
-	err := s.tx(func(ctx context.Context, tx pgx.Tx) error {
-		sweep = false
+	var over bool
+	err = s.tx(func(ctx context.Context, tx pgx.Tx) error {
+		over = false
 		devs, err := lockDevices(ctx, tx, group)
 		if err != nil {
 			return err
@@ -473,26 +489,21 @@ func (s *pgStore) ingestGroup(group []*pgIngestCall) error {
 				(SELECT coalesce(min(ingested_at), 0) FROM fleet_records)`).Scan(&all, &oldest); err != nil {
 			return err
 		}
-		sweep = all > int64(last.maxRecords) || last.maxAge > 0 && all > 0 && oldest < last.now.Add(-last.maxAge).UnixNano()
+		over = all > int64(last.maxRecords) || last.maxAge > 0 && all > 0 && oldest < last.now.Add(-last.maxAge).UnixNano()
 		return nil
 	})
 	if err != nil {
 		for _, c := range group {
 			c.res = ingestResult{}
 		}
-		return err
+		return nil, err
 	}
 	s.queue.groups.Add(1)
 	s.queue.batches.Add(int64(len(group)))
-	if !sweep {
-		return nil
+	if over {
+		return last, nil
 	}
-	// Retention runs after the group's commit, in its own transaction: a
-	// sweep that waited on device rows while holding this group's would
-	// deadlock with a group of other devices doing the same. Its count
-	// goes to one call; the manager adds them up.
-	last.res.deleted, err = s.pruneLimit(last.now, last.maxRecords, last.maxAge, 10_000)
-	return err
+	return nil, nil
 }
 
 // lockDevices creates the group's devices that do not exist yet (first

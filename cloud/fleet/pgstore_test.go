@@ -52,9 +52,9 @@ func seedGroupStore(t *testing.T, st *pgStore) {
 		{id: "car-3", b: batchOf("car-3", 1, 2)},
 		{id: "car-1", b: batchOf("car-1", 100, 101, 102)},
 	} {
-		c.now, c.maxRecords = t0, 12
-		if err := st.ingestGroup([]*pgIngestCall{c}); err != nil {
-			t.Fatal(err)
+		c.now, c.maxRecords, c.done = t0, 12, make(chan struct{})
+		if st.commitGroup([]*pgIngestCall{c}); c.err != nil {
+			t.Fatal(c.err)
 		}
 	}
 	if c := must[Counts](t)(st.counts()); c.Stored != 12 || c.Deleted != 3 {
@@ -73,13 +73,14 @@ func TestPGIngestGroupMatchesAlone(t *testing.T) {
 	seedGroupStore(t, alone)
 
 	g := groupCalls(now)
-	if err := grouped.ingestGroup(g); err != nil {
-		t.Fatal(err)
-	}
+	grouped.commitGroup(g)
 	a := groupCalls(now)
 	for _, c := range a {
-		if err := alone.ingestGroup([]*pgIngestCall{c}); err != nil {
-			t.Fatal(err)
+		alone.commitGroup([]*pgIngestCall{c})
+	}
+	for _, c := range append(g, a...) {
+		if c.err != nil {
+			t.Fatal(c.err)
 		}
 	}
 	want := map[string]ingestResult{
