@@ -381,8 +381,9 @@ func (s *pgStore) sweepAfter(c *pgIngestCall) {
 // each with the result it would have alone. sweep is the call whose bounds
 // the stored records now exceed (the group's last), nil when none do.
 func (s *pgStore) ingestGroup(group []*pgIngestCall) (sweep *pgIngestCall, err error) {
-	// Device rows are locked in id order, as every multi-device
-	// transaction here takes them, so two groups cannot deadlock.
+	// Device rows are locked in id order, as setLayer takes them, so two
+	// groups cannot deadlock each other or it. The retention sweep does
+	// not; it runs after the commit, outside the group's transaction.
 	group = slices.Clone(group)
 	slices.SortFunc(group, func(a, b *pgIngestCall) int { return strings.Compare(a.id, b.id) })
 	ids := make([]string, len(group))
